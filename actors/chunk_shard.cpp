@@ -1,0 +1,325 @@
+#include "actors/chunk_shard.hpp"
+
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/detail/chunk_state.hpp"
+#include "runtime/kernels.hpp"
+
+namespace rw::actors {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using transports::frame_header;
+using transports::frame_kind;
+
+constexpr size_t max_tombstones = 256;
+
+struct shard_job {
+  job_spec spec;
+  routing_ptr routes;
+  float rescale = 1.0f;
+  std::vector<detail::chunk_state> chunks; // by routes->local_index(tensor, chunk)
+  std::vector<bool> departed;              // ranks that left
+  abort_sink coordinator;
+  bool timed_out = false;
+};
+
+struct shard_state {
+  shard_settings settings;
+  std::unordered_map<uint32_t, shard_job> jobs;
+  std::map<uint32_t, std::string> tombstones; // why a job id is gone
+  shard_stats stats;
+  static inline const char* name = "rw.chunk_shard";
+};
+
+using shard_ptr = chunk_shard_actor::stateful_pointer<shard_state>;
+
+frame_header about(uint32_t job, uint32_t rank, uint32_t tensor, uint32_t chunk,
+                   uint64_t clock) {
+  frame_header h;
+  h.job_id = job;
+  h.rank = rank;
+  h.tensor_id = tensor;
+  h.chunk_index = chunk;
+  h.clock = clock;
+  return h;
+}
+
+void send_update(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t chunk,
+                 const detail::chunk_state& cs, const detail::waiter& w) {
+  auto h = about(job_id, w.rank, tensor, chunk, cs.version());
+  h.kind = frame_kind::update;
+  h.payload_bytes = cs.length() * sizeof(float);
+  iovec iov{const_cast<float*>(cs.params()), h.payload_bytes};
+  if (w.conn->send(h, &iov, 1))
+    st.stats.bytes_out += h.payload_bytes;
+}
+
+void answer_ready(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t chunk,
+                  detail::chunk_state& cs) {
+  for (auto& w : cs.take_ready())
+    send_update(st, job_id, tensor, chunk, cs, w);
+}
+
+std::string unknown_job_message(const shard_state& st, uint32_t job_id) {
+  auto i = st.tombstones.find(job_id);
+  if (i != st.tombstones.end())
+    return fmt::format("job {} is gone: {}", job_id, i->second);
+  return fmt::format("unknown job {}", job_id);
+}
+
+void bury(shard_state& st, uint32_t job_id, std::string why) {
+  st.jobs.erase(job_id);
+  st.tombstones[job_id] = std::move(why);
+  while (st.tombstones.size() > max_tombstones)
+    st.tombstones.erase(st.tombstones.begin());
+}
+
+// Fails every waiter of `job` with `code` and drops the job.
+void fail_job(shard_state& st, uint32_t job_id, errc code, const std::string& why) {
+  auto it = st.jobs.find(job_id);
+  if (it == st.jobs.end())
+    return;
+  auto& job = it->second;
+  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
+    auto& layout = job.routes->layout(t);
+    for (uint32_t c = 0; c < layout.count(); ++c) {
+      if (job.routes->shard_of(t, c) != st.settings.index)
+        continue;
+      auto& cs = job.chunks[job.routes->local_index(t, c)];
+      for (auto& w : cs.take_all())
+        w.conn->send_error(code, why, about(job_id, w.rank, t, c, w.version));
+    }
+  }
+  bury(st, job_id, why);
+}
+
+// Fails the waiters of steps that still need `rank` (which has left).
+void fail_steps_needing(shard_state& st, uint32_t job_id, shard_job& job, uint32_t rank,
+                        const std::string& why) {
+  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
+    auto& layout = job.routes->layout(t);
+    for (uint32_t c = 0; c < layout.count(); ++c) {
+      if (job.routes->shard_of(t, c) != st.settings.index)
+        continue;
+      auto& cs = job.chunks[job.routes->local_index(t, c)];
+      if (!cs.needs(rank))
+        continue;
+      for (auto& w : cs.take_all())
+        w.conn->send_error(errc::worker_left, why, about(job_id, w.rank, t, c, w.version));
+    }
+  }
+}
+
+shard_job* find_job(shard_ptr self, uint32_t job_id, const transports::connection_ptr& conn,
+                    uint32_t rank, uint32_t tensor, uint32_t chunk, uint64_t clock) {
+  auto& st = self->state;
+  auto it = st.jobs.find(job_id);
+  if (it != st.jobs.end())
+    return &it->second;
+  conn->send_error(errc::unknown_job, unknown_job_message(st, job_id),
+                   about(job_id, rank, tensor, chunk, clock));
+  return nullptr;
+}
+
+void on_push(shard_ptr self, chunk_push& p) {
+  auto& st = self->state;
+  auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
+  if (job == nullptr)
+    return;
+  auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
+  auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, p.clock);
+  if (p.payload->size != size_t{cs.length()} * sizeof(float)) {
+    p.conn->send_error(errc::bad_chunk,
+                       fmt::format("chunk {}/{} holds {} bytes, push carries {}", p.tensor,
+                                   p.chunk, cs.length() * sizeof(float), p.payload->size),
+                       hdr);
+    return;
+  }
+  for (uint32_t r = 0; r < job->departed.size(); ++r) {
+    if (job->departed[r] && !cs.has_pushed(r, p.clock)) {
+      p.conn->send_error(errc::worker_left,
+                         fmt::format("job '{}': rank {} has left, clock {} cannot complete",
+                                     job->spec.name, r, p.clock),
+                         hdr);
+      return;
+    }
+  }
+  ++st.stats.pushes;
+  st.stats.bytes_in += p.payload->size;
+  auto result = cs.push(p.rank, p.clock, std::move(p.payload), clock_type::now());
+  switch (result) {
+    case detail::chunk_state::outcome::duplicate:
+      p.conn->send_error(errc::duplicate_push,
+                         fmt::format("duplicate push: rank {} already pushed clock {} of "
+                                     "chunk {}/{} (version is {}); not applied",
+                                     p.rank, p.clock, p.tensor, p.chunk, cs.version()),
+                         hdr);
+      return;
+    case detail::chunk_state::outcome::too_far_ahead:
+      p.conn->send_error(errc::clock_out_of_range,
+                         fmt::format("push for clock {} of chunk {}/{} is more than one "
+                                     "step ahead of version {}; not applied",
+                                     p.clock, p.tensor, p.chunk, cs.version()),
+                         hdr);
+      return;
+    default:
+      break;
+  }
+  if (p.want_result) {
+    cs.wait({p.conn, p.rank, p.clock + 1});
+  } else {
+    auto ack = hdr;
+    ack.kind = frame_kind::ack;
+    p.conn->send(ack);
+  }
+  while (cs.step_ready()) {
+    cs.complete_step(job->spec.optimizer, job->rescale, clock_type::now());
+    ++st.stats.updates;
+    answer_ready(st, p.job_id, p.tensor, p.chunk, cs);
+  }
+}
+
+void on_init(shard_ptr self, chunk_push& p) {
+  auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
+  if (job == nullptr)
+    return;
+  auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
+  auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, 0);
+  const auto& tensor = job->spec.tensors[p.tensor];
+  if (p.rank != 0 || !tensor.has_init
+      || p.payload->size != size_t{cs.length()} * sizeof(float) || !cs.init(p.payload->floats())) {
+    p.conn->send_error(errc::bad_chunk,
+                       fmt::format("init of chunk {}/{} refused: only rank 0 initialises, "
+                                   "once, a tensor declared with initial values",
+                                   p.tensor, p.chunk),
+                       hdr);
+    return;
+  }
+  auto ack = hdr;
+  ack.kind = frame_kind::ack;
+  p.conn->send(ack);
+  while (cs.step_ready()) {
+    cs.complete_step(job->spec.optimizer, job->rescale, clock_type::now());
+    ++self->state.stats.updates;
+  }
+  answer_ready(self->state, p.job_id, p.tensor, p.chunk, cs);
+}
+
+void on_pull(shard_ptr self, chunk_pull& p) {
+  auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.min_version);
+  if (job == nullptr)
+    return;
+  auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
+  if (p.min_version > cs.version() + 1) {
+    p.conn->send_error(errc::clock_out_of_range,
+                       fmt::format("pull asks for version {} of chunk {}/{}, which is at "
+                                   "version {}: a version from the future",
+                                   p.min_version, p.tensor, p.chunk, cs.version()),
+                       about(p.job_id, p.rank, p.tensor, p.chunk, p.min_version));
+    return;
+  }
+  cs.wait({p.conn, p.rank, p.min_version});
+  answer_ready(self->state, p.job_id, p.tensor, p.chunk, cs);
+}
+
+void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
+  auto& st = self->state;
+  shard_job job;
+  job.spec = std::move(setup.spec);
+  job.routes = setup.routes;
+  job.rescale = runtime::effective_rescale(job.spec.optimizer, job.spec.num_workers);
+  job.departed.assign(job.spec.num_workers, false);
+  job.coordinator = std::move(coordinator);
+  auto per_shard = job.routes->chunks_per_shard();
+  job.chunks.reserve(per_shard[st.settings.index]);
+  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
+    auto& layout = job.routes->layout(t);
+    for (uint32_t c = 0; c < layout.count(); ++c)
+      if (job.routes->shard_of(t, c) == st.settings.index)
+        job.chunks.emplace_back(layout.length(c), job.spec.num_workers,
+                                job.spec.optimizer.kind, job.spec.tensors[t].has_init);
+  }
+  st.stats.chunks += job.chunks.size();
+  st.jobs.emplace(setup.job_id, std::move(job));
+}
+
+void scan_timeouts(shard_ptr self) {
+  auto& st = self->state;
+  auto now = clock_type::now();
+  for (auto& [job_id, job] : st.jobs) {
+    if (job.timed_out)
+      continue;
+    for (uint32_t t = 0; t < job.routes->num_tensors() && !job.timed_out; ++t) {
+      auto& layout = job.routes->layout(t);
+      for (uint32_t c = 0; c < layout.count(); ++c) {
+        if (job.routes->shard_of(t, c) != st.settings.index)
+          continue;
+        auto& cs = job.chunks[job.routes->local_index(t, c)];
+        if (!cs.step_open() || now - cs.opened_at() < st.settings.step_timeout)
+          continue;
+        auto why = fmt::format(
+          "job '{}' (id {}): step {} of chunk {}/{} waited {} ms for ranks [{}]; the "
+          "step timeout is {} ms",
+          job.spec.name, job_id, cs.version(), t, c,
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - cs.opened_at()).count(),
+          fmt::join(cs.missing_ranks(), ", "), st.settings.step_timeout.count());
+        job.timed_out = true;
+        self->send(job.coordinator, abort_atom::value, job_id, errc::step_timeout, why);
+        break;
+      }
+    }
+  }
+}
+
+chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings settings) {
+  self->state.settings = settings;
+  self->delayed_send(self, settings.scan_interval, tick_atom::value);
+  return {
+    [=](push_atom, chunk_push& p) { on_push(self, p); },
+    [=](init_atom, chunk_push& p) { on_init(self, p); },
+    [=](pull_atom, chunk_pull& p) { on_pull(self, p); },
+    [=](create_atom, job_setup& setup, abort_sink& coordinator) {
+      create_job(self, setup, std::move(coordinator));
+      return ok_atom::value;
+    },
+    [=](leave_atom, uint32_t job_id, uint32_t rank, const std::string& why) {
+      auto it = self->state.jobs.find(job_id);
+      if (it == self->state.jobs.end() || rank >= it->second.departed.size())
+        return;
+      it->second.departed[rank] = true;
+      fail_steps_needing(self->state, job_id, it->second, rank, why);
+    },
+    [=](abort_atom, uint32_t job_id, errc code, const std::string& why) {
+      fail_job(self->state, job_id, code, why);
+    },
+    [=](drop_atom, uint32_t job_id) {
+      auto it = self->state.jobs.find(job_id);
+      if (it == self->state.jobs.end())
+        return;
+      self->state.stats.chunks -= it->second.chunks.size();
+      bury(self->state, job_id, "the job finished: every worker left");
+    },
+    [=](tick_atom) {
+      scan_timeouts(self);
+      self->delayed_send(self, self->state.settings.scan_interval, tick_atom::value);
+    },
+    [=](stats_atom) { return self->state.stats; },
+  };
+}
+
+} // namespace
+
+chunk_shard_actor spawn_chunk_shard(caf::actor_system& sys, shard_settings settings) {
+  return sys.spawn<caf::detached>(shard_behavior, settings);
+}
+
+} // namespace rw::actors

@@ -1,0 +1,62 @@
+#pragma once
+// Chunk shard: owns a set of chunks (parameters, optimizer state, the step in progress)
+// on one core, for every job on the node. "Tall" aggregation: one shard sums one
+// chunk across all workers, runs the optimizer on it while it is hot, and answers.
+//
+// Protocol
+//   poller      -> shard  (push_atom, chunk_push)
+//                         a gradient for (job, tensor, chunk, clock). Summed in rank
+//                         order; when every rank is in, the optimizer step runs and an
+//                         `update` frame goes to every worker waiting for the new
+//                         version (eager: push_pull needs no second request). A push
+//                         without want_result is answered with an `ack` frame.
+//   poller      -> shard  (init_atom, chunk_push)   rank 0's initial values (version 0)
+//   poller      -> shard  (pull_atom, chunk_pull)   answered with an `update` frame as
+//                         soon as the chunk's version reaches min_version
+//   coordinator -> shard  (create_atom, job_setup) -> ok_atom
+//                         allocate this shard's chunks of a new job
+//   coordinator -> shard  (leave_atom, job_id, rank, reason)
+//                         a worker left: steps that still need it fail
+//   coordinator -> shard  (abort_atom, job_id, errc, reason)
+//                         fail every waiter of the job and drop it
+//   coordinator -> shard  (drop_atom, job_id)       the job ended: release its chunks
+//   anyone      -> shard  (stats_atom) -> shard_stats
+//   shard -> coordinator  (abort_atom, job_id, errc, reason)
+//                         a step waited longer than the step timeout
+// Failures reach the worker concerned as `error` frames; the shard keeps serving.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <caf/actor_system.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "actors/messages.hpp"
+
+namespace rw::actors {
+
+/// The part of the coordinator's interface a shard reports to.
+using abort_sink = caf::typed_actor<caf::reacts_to<abort_atom, uint32_t, errc, std::string>>;
+
+using chunk_shard_actor = caf::typed_actor<
+  caf::reacts_to<push_atom, chunk_push>,
+  caf::reacts_to<init_atom, chunk_push>,
+  caf::reacts_to<pull_atom, chunk_pull>,
+  caf::replies_to<create_atom, job_setup, abort_sink>::with<ok_atom>,
+  caf::reacts_to<leave_atom, uint32_t, uint32_t, std::string>,
+  caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
+  caf::reacts_to<drop_atom, uint32_t>,
+  caf::reacts_to<tick_atom>,
+  caf::replies_to<stats_atom>::with<shard_stats>>;
+
+struct shard_settings {
+  uint32_t index = 0;
+  std::chrono::milliseconds step_timeout{defaults::step_timeout_ms};
+  std::chrono::milliseconds scan_interval{defaults::timeout_scan_ms};
+};
+
+/// Spawns a shard as a detached actor (its own thread).
+chunk_shard_actor spawn_chunk_shard(caf::actor_system& sys, shard_settings settings);
+
+} // namespace rw::actors

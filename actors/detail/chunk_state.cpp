@@ -1,0 +1,113 @@
+#include "actors/detail/chunk_state.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace rw::actors::detail {
+
+chunk_state::chunk_state(uint32_t length, uint32_t workers, optimizer_kind kind,
+                         bool wait_for_init)
+  : length_(length),
+    workers_(workers),
+    params_(runtime::make_aligned_floats(length)),
+    initialized_(!wait_for_init),
+    held_(workers),
+    arrived_(workers, false),
+    ahead_(workers) {
+  auto arrays = runtime::state_arrays(kind);
+  if (arrays >= 1)
+    m_ = runtime::make_aligned_floats(length);
+  if (arrays >= 2)
+    v_ = runtime::make_aligned_floats(length);
+}
+
+bool chunk_state::init(const float* values) {
+  if (initialized_ || version_ != 0)
+    return false;
+  std::memcpy(params_.get(), values, size_t{length_} * sizeof(float));
+  initialized_ = true;
+  return true;
+}
+
+chunk_state::outcome chunk_state::push(uint32_t rank, uint64_t clock,
+                                       runtime::buffer_ref data,
+                                       std::chrono::steady_clock::time_point now) {
+  if (clock < version_)
+    return outcome::duplicate;
+  if (clock > version_ + 1)
+    return outcome::too_far_ahead;
+  if (clock == version_ + 1) {
+    if (ahead_[rank])
+      return outcome::duplicate;
+    ahead_[rank] = std::move(data);
+    return outcome::counted;
+  }
+  if (arrived_[rank])
+    return outcome::duplicate;
+  if (arrivals_ == 0)
+    opened_at_ = now;
+  arrived_[rank] = true;
+  ++arrivals_;
+  held_[rank] = std::move(data);
+  absorb_in_order();
+  return step_ready() ? outcome::step_ready : outcome::counted;
+}
+
+void chunk_state::absorb_in_order() {
+  while (next_ < workers_ && held_[next_]) {
+    if (next_ == 0)
+      sum_ = std::move(held_[0]); // rank 0's buffer becomes the running sum
+    else
+      runtime::sum_into(sum_->floats(), held_[next_]->floats(), length_);
+    held_[next_].reset(); // back to the pool
+    ++next_;
+  }
+}
+
+void chunk_state::complete_step(const optimizer_spec& spec, float rescale,
+                                std::chrono::steady_clock::time_point now) {
+  runtime::apply_optimizer(spec, rescale, version_ + 1, params_.get(), sum_->floats(),
+                           {m_.get(), v_.get()}, length_);
+  ++version_;
+  sum_.reset();
+  next_ = 0;
+  arrivals_ = 0;
+  std::fill(arrived_.begin(), arrived_.end(), false);
+  for (uint32_t r = 0; r < workers_; ++r) {
+    if (!ahead_[r])
+      continue;
+    if (arrivals_ == 0)
+      opened_at_ = now;
+    arrived_[r] = true;
+    ++arrivals_;
+    held_[r] = std::move(ahead_[r]);
+  }
+  absorb_in_order();
+}
+
+std::vector<waiter> chunk_state::take_ready() {
+  std::vector<waiter> ready;
+  if (!initialized_ || waiters_.empty())
+    return ready;
+  auto split = std::stable_partition(waiters_.begin(), waiters_.end(),
+                                     [&](const waiter& w) { return w.version > version_; });
+  std::move(split, waiters_.end(), std::back_inserter(ready));
+  waiters_.erase(split, waiters_.end());
+  return ready;
+}
+
+std::vector<waiter> chunk_state::take_all() {
+  std::vector<waiter> all;
+  all.swap(waiters_);
+  return all;
+}
+
+std::vector<uint32_t> chunk_state::missing_ranks() const {
+  std::vector<uint32_t> out;
+  for (uint32_t r = 0; r < workers_; ++r)
+    if (!arrived_[r])
+      out.push_back(r);
+  return out;
+}
+
+} // namespace rw::actors::detail

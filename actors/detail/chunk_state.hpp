@@ -1,0 +1,134 @@
+#pragma once
+// One chunk's BSP state on its shard: parameters, optimizer state, version, and the
+// step in progress. Pure logic, no actors, no sockets: the shard drives it and sends
+// what it returns.
+//
+// Summation is in worker-rank order whatever the arrival order: rank 0's buffer becomes
+// the running sum, and rank r is added as soon as ranks 0..r-1 have been, so a buffer
+// that arrives early is held (by reference) until its turn. The result is bitwise what
+// one process gets summing the same gradients in rank order.
+//
+// Clocks: version v means v updates applied. A push for clock v counts towards the
+// step in progress; a push for v+1 (a worker that pushed without waiting) is held for
+// the next step; anything older is a duplicate and anything newer is refused.
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "rackweave/job_spec.hpp"
+#include "runtime/aligned.hpp"
+#include "runtime/buffer_pool.hpp"
+#include "runtime/kernels.hpp"
+#include "transports/transport.hpp"
+
+namespace rw::actors::detail {
+
+/// A worker waiting for this chunk at `version` or later (push_pull or pull).
+struct waiter {
+  transports::connection_ptr conn;
+  uint32_t rank;
+  uint64_t version;
+};
+
+class chunk_state {
+public:
+  enum class outcome {
+    counted,       // taken; the step still waits for other ranks
+    step_ready,    // every rank is in: call complete_step()
+    duplicate,     // this rank's push for this clock was already counted
+    too_far_ahead, // clock beyond version + 1
+  };
+
+  chunk_state(uint32_t length, uint32_t workers, optimizer_kind kind, bool wait_for_init);
+
+  uint32_t length() const noexcept {
+    return length_;
+  }
+  uint64_t version() const noexcept {
+    return version_;
+  }
+  bool initialized() const noexcept {
+    return initialized_;
+  }
+  const float* params() const noexcept {
+    return params_.get();
+  }
+
+  /// Sets version-0 values (rank 0's init). Returns false if already initialized or
+  /// past version 0.
+  bool init(const float* values);
+
+  /// Counts rank's gradient for `clock` (data holds length() floats).
+  outcome push(uint32_t rank, uint64_t clock, runtime::buffer_ref data,
+               std::chrono::steady_clock::time_point now);
+
+  /// Whether every rank's push for the current step is in and summed.
+  bool step_ready() const noexcept {
+    return initialized_ && next_ == workers_;
+  }
+
+  /// Runs the optimizer on the sum, bumps the version and opens the next step with
+  /// any pushes that were held for it. Precondition: step_ready().
+  void complete_step(const optimizer_spec& spec, float rescale,
+                     std::chrono::steady_clock::time_point now);
+
+  /// Adds a waiter; answer it at once if take_ready() returns it.
+  void wait(waiter w) {
+    waiters_.push_back(std::move(w));
+  }
+
+  /// Removes and returns the waiters whose version is now available.
+  std::vector<waiter> take_ready();
+
+  /// Removes and returns every waiter (the job failed).
+  std::vector<waiter> take_all();
+
+  /// True while a step has some but not all ranks.
+  bool step_open() const noexcept {
+    return arrivals_ > 0;
+  }
+  std::chrono::steady_clock::time_point opened_at() const noexcept {
+    return opened_at_;
+  }
+  /// Ranks the open step still waits for.
+  std::vector<uint32_t> missing_ranks() const;
+  /// Whether `rank`'s push for `clock` has been counted (or the clock is past).
+  bool has_pushed(uint32_t rank, uint64_t clock) const noexcept {
+    if (clock < version_)
+      return true;
+    if (clock == version_)
+      return arrived_[rank];
+    return clock == version_ + 1 && static_cast<bool>(ahead_[rank]);
+  }
+  /// Whether the open step still needs `rank`.
+  bool needs(uint32_t rank) const noexcept {
+    return step_open() && !arrived_[rank];
+  }
+
+private:
+  void absorb_in_order();
+
+  uint32_t length_;
+  uint32_t workers_;
+  runtime::aligned_floats params_;
+  runtime::aligned_floats m_;
+  runtime::aligned_floats v_;
+  uint64_t version_ = 0;
+  bool initialized_;
+
+  // The step in progress (clock == version_).
+  std::vector<runtime::buffer_ref> held_; // by rank, not yet summed
+  std::vector<bool> arrived_;
+  uint32_t arrivals_ = 0;
+  uint32_t next_ = 0; // next rank to add to the sum
+  runtime::buffer_ref sum_;
+  std::chrono::steady_clock::time_point opened_at_{};
+
+  // Pushes for clock version_ + 1, held until the step above completes.
+  std::vector<runtime::buffer_ref> ahead_;
+
+  std::vector<waiter> waiters_;
+};
+
+} // namespace rw::actors::detail

@@ -1,0 +1,102 @@
+#pragma once
+// The vocabulary the node's actors speak: atoms and message types. Every type here
+// carries local references (pooled buffers, connections, routing tables) and never
+// crosses the network, so each is an allowed unsafe message type.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+
+#include "rackweave/errc.hpp"
+#include "rackweave/job_spec.hpp"
+#include "runtime/buffer_pool.hpp"
+#include "runtime/chunking.hpp"
+#include "transports/control.hpp"
+#include "transports/transport.hpp"
+
+namespace rw::actors {
+
+using push_atom = caf::atom_constant<caf::atom("push")>;
+using pull_atom = caf::atom_constant<caf::atom("pull")>;
+using init_atom = caf::atom_constant<caf::atom("init")>;
+using create_atom = caf::atom_constant<caf::atom("create")>;
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using abort_atom = caf::atom_constant<caf::atom("abort")>;
+using drop_atom = caf::atom_constant<caf::atom("drop")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using poll_atom = caf::atom_constant<caf::atom("poll")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using ok_atom = caf::atom_constant<caf::atom("ok")>;
+
+using routing_ptr = std::shared_ptr<const runtime::routing_table>;
+
+/// A received gradient (push) or initial value (init) for one chunk. `payload` is the
+/// pooled buffer the poller received it into; the shard holds it until summed.
+struct chunk_push {
+  uint32_t job_id;
+  uint32_t rank;
+  uint32_t tensor;
+  uint32_t chunk;
+  uint64_t clock;
+  bool want_result; // push_pull: answer with the updated chunk, not an ack
+  runtime::buffer_ref payload;
+  transports::connection_ptr conn;
+};
+
+/// A request for a chunk at version >= min_version.
+struct chunk_pull {
+  uint32_t job_id;
+  uint32_t rank;
+  uint32_t tensor;
+  uint32_t chunk;
+  uint64_t min_version;
+  transports::connection_ptr conn;
+};
+
+/// Tells a shard to allocate its chunks of a new job.
+struct job_setup {
+  uint32_t job_id;
+  job_spec spec;
+  routing_ptr routes;
+  uint32_t shard_index;
+};
+
+/// A worker's hello, as the poller forwards it to the rack coordinator.
+struct hello_request {
+  transports::hello_msg hello;
+  std::string peer;
+};
+
+/// The coordinator's answer to a hello: a binding of the connection to (job, rank), or
+/// an error to send back.
+struct job_binding {
+  errc code = errc::ok;
+  std::string message;
+  uint32_t job_id = 0;
+  bool created = false;
+  routing_ptr routes;
+};
+
+/// Per-shard counters, for logs and tests.
+struct shard_stats {
+  uint64_t chunks = 0;
+  uint64_t pushes = 0;
+  uint64_t updates = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+};
+
+} // namespace rw::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_push)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_pull)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_setup)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::hello_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_binding)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::shard_stats)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::errc)

@@ -1,0 +1,283 @@
+#include "actors/nic_poller.hpp"
+
+#include <map>
+#include <unordered_map>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace rw::actors {
+
+namespace {
+
+using transports::connection_ptr;
+using transports::frame_header;
+using transports::frame_kind;
+using transports::payload_target;
+
+constexpr auto hello_timeout = std::chrono::seconds(30);
+
+struct binding {
+  enum status_t { joining, joined } status = joining;
+  uint32_t job_id = 0;
+  uint32_t rank = 0;
+  routing_ptr routes;
+  uint32_t chunk_bytes = 0;
+  bool said_bye = false;
+};
+
+class poller_sink;
+
+struct poller_state {
+  poller_settings settings;
+  std::shared_ptr<transports::endpoint> ep;
+  rack_coordinator_actor coordinator;
+  std::vector<chunk_shard_actor> shards;
+  std::unordered_map<uint64_t, binding> bindings; // by connection id
+  std::map<size_t, std::unique_ptr<runtime::buffer_pool>> pools; // by buffer size
+  std::unique_ptr<poller_sink> sink;
+  bool stopping = false;
+  static inline const char* name = "rw.nic_poller";
+
+  runtime::buffer_ref buffer(size_t bytes) {
+    auto& pool = pools[bytes];
+    if (!pool)
+      pool = std::make_unique<runtime::buffer_pool>(bytes, 0);
+    return pool->acquire();
+  }
+};
+
+using poller_ptr = nic_poller_actor::stateful_pointer<poller_state>;
+
+class poller_sink final : public transports::frame_sink {
+public:
+  explicit poller_sink(poller_ptr self) : self_(self) {
+  }
+
+  payload_target on_header(const connection_ptr& c, const frame_header& h) override {
+    auto& st = self_->state;
+    switch (h.kind) {
+      case frame_kind::hello:
+        if (st.bindings.count(c->id()) != 0)
+          return refuse(c, h, errc::bad_frame, "a second hello on one connection");
+        if (h.payload_bytes == 0)
+          return refuse(c, h, errc::bad_frame, "hello without a payload");
+        return payload_target::into(st.buffer(st.settings.max_control_bytes));
+      case frame_kind::push:
+      case frame_kind::init:
+      case frame_kind::pull:
+      case frame_kind::bye:
+        return check_data(c, h);
+      default:
+        return refuse(c, h, errc::bad_frame,
+                      fmt::format("a worker may not send {} frames",
+                                  transports::to_string(h.kind)));
+    }
+  }
+
+  void on_frame(const connection_ptr& c, const frame_header& h,
+                payload_target& t) override {
+    auto& st = self_->state;
+    if (t.action == payload_target::discard)
+      return;
+    switch (h.kind) {
+      case frame_kind::hello:
+        on_hello(c, h, t);
+        return;
+      case frame_kind::bye:
+        st.bindings[c->id()].said_bye = true;
+        return;
+      case frame_kind::pull: {
+        auto& b = st.bindings[c->id()];
+        self_->send(st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)],
+                    pull_atom::value,
+                    chunk_pull{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock, c});
+        return;
+      }
+      default: { // push, init
+        auto& b = st.bindings[c->id()];
+        t.keep->size = h.payload_bytes;
+        chunk_push p{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock,
+                     (h.flags & transports::flag_want_result) != 0, std::move(t.keep), c};
+        auto& shard = st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)];
+        if (h.kind == frame_kind::push)
+          self_->send(shard, push_atom::value, std::move(p));
+        else
+          self_->send(shard, init_atom::value, std::move(p));
+        return;
+      }
+    }
+  }
+
+  void on_closed(const connection_ptr& c, errc code, const std::string& why) override {
+    auto& st = self_->state;
+    auto it = st.bindings.find(c->id());
+    if (it == st.bindings.end()) {
+      if (code == errc::ok)
+        spdlog::debug("connection closed: peer={} before joining a job", c->peer());
+      else
+        spdlog::warn("connection closed: peer={} before joining a job: {} ({})", c->peer(),
+                     why, to_string(code));
+      return;
+    }
+    auto b = it->second;
+    st.bindings.erase(it);
+    if (b.status != binding::joined)
+      return; // the hello reply will see the connection gone and tell the coordinator
+    if (!b.said_bye)
+      spdlog::warn("connection closed: peer={} job={} rank={}: {} ({})", c->peer(),
+                   b.job_id, b.rank, why, to_string(code));
+    self_->send(st.coordinator, leave_atom::value, b.job_id, b.rank, b.said_bye,
+                fmt::format("{}: {}", c->peer(), why));
+  }
+
+private:
+  payload_target refuse(const connection_ptr& c, const frame_header& h, errc code,
+                        const std::string& why) {
+    spdlog::warn("frame refused: peer={} kind={} job={} rank={} tensor={} chunk={} "
+                 "clock={}: {} ({})",
+                 c->peer(), transports::to_string(h.kind), h.job_id, h.rank, h.tensor_id,
+                 h.chunk_index, h.clock, why, to_string(code));
+    c->send_error(code, why, h);
+    return payload_target::dropped();
+  }
+
+  payload_target check_data(const connection_ptr& c, const frame_header& h) {
+    auto& st = self_->state;
+    auto it = st.bindings.find(c->id());
+    if (it == st.bindings.end() || it->second.status != binding::joined)
+      return refuse(c, h, errc::not_joined,
+                    fmt::format("{} before the connection joined a job: send hello and "
+                                "wait for welcome",
+                                transports::to_string(h.kind)));
+    auto& b = it->second;
+    if (h.job_id != b.job_id)
+      return refuse(c, h, errc::unknown_job,
+                    fmt::format("unknown job {}: this connection joined job {}", h.job_id,
+                                b.job_id));
+    if (h.rank != b.rank)
+      return refuse(c, h, errc::bad_rank,
+                    fmt::format("rank {} on a connection that joined as rank {}", h.rank,
+                                b.rank));
+    if (h.kind == frame_kind::bye)
+      return h.payload_bytes == 0
+               ? payload_target::into(nullptr)
+               : refuse(c, h, errc::bad_frame, "bye carries no payload");
+    if (h.tensor_id >= b.routes->num_tensors())
+      return refuse(c, h, errc::bad_chunk,
+                    fmt::format("tensor {} does not exist (the job has {})", h.tensor_id,
+                                b.routes->num_tensors()));
+    auto& layout = b.routes->layout(h.tensor_id);
+    if (h.chunk_index >= layout.count())
+      return refuse(c, h, errc::bad_chunk,
+                    fmt::format("chunk {} of tensor {} does not exist (it has {})",
+                                h.chunk_index, h.tensor_id, layout.count()));
+    if (h.kind == frame_kind::pull)
+      return h.payload_bytes == 0 ? payload_target::into(nullptr)
+                                  : refuse(c, h, errc::bad_frame, "pull carries no payload");
+    auto expect = layout.length(h.chunk_index) * sizeof(float);
+    if (h.payload_bytes != expect)
+      return refuse(c, h, errc::bad_chunk,
+                    fmt::format("chunk {}/{} holds {} bytes, the frame carries {}",
+                                h.tensor_id, h.chunk_index, expect, h.payload_bytes));
+    return payload_target::into(st.buffer(b.chunk_bytes));
+  }
+
+  void on_hello(const connection_ptr& c, const frame_header& h, payload_target& t) {
+    auto& st = self_->state;
+    transports::hello_msg hello;
+    std::string why;
+    if (decode(t.dst, h.payload_bytes, hello, why) != errc::ok) {
+      refuse(c, h, errc::bad_frame, why);
+      return;
+    }
+    st.bindings[c->id()] = binding{};
+    auto self = self_;
+    auto conn = c;
+    self_
+      ->request(st.coordinator, hello_timeout, hello_atom::value,
+                hello_request{hello, c->peer()})
+      .then(
+        [=](job_binding& jb) {
+          auto& st = self->state;
+          auto it = st.bindings.find(conn->id());
+          frame_header reply;
+          reply.rank = hello.rank;
+          reply.job_id = jb.job_id;
+          if (jb.code != errc::ok) {
+            if (it != st.bindings.end())
+              st.bindings.erase(it);
+            conn->send_error(jb.code, jb.message, reply);
+            return;
+          }
+          if (it == st.bindings.end()) { // closed while joining
+            self->send(st.coordinator, leave_atom::value, jb.job_id, hello.rank, false,
+                       conn->peer() + ": closed while joining");
+            return;
+          }
+          it->second = binding{binding::joined, jb.job_id, hello.rank, jb.routes,
+                               hello.spec.chunk_bytes, false};
+          auto payload = transports::encode(
+            transports::welcome_msg{jb.job_id, st.settings.node_name, jb.created});
+          reply.kind = frame_kind::welcome;
+          reply.payload_bytes = static_cast<uint32_t>(payload.size());
+          iovec iov{payload.data(), payload.size()};
+          conn->send(reply, &iov, 1);
+        },
+        [=](caf::error& err) {
+          auto& st = self->state;
+          st.bindings.erase(conn->id());
+          auto msg = "the node could not admit the worker: " + self->system().render(err);
+          spdlog::error("hello failed: peer={}: {}", conn->peer(), msg);
+          frame_header reply;
+          reply.rank = hello.rank;
+          conn->send_error(errc::internal, msg, reply);
+        });
+  }
+
+  poller_ptr self_;
+};
+
+nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings settings,
+                                                std::shared_ptr<transports::endpoint> ep,
+                                                rack_coordinator_actor coordinator,
+                                                std::vector<chunk_shard_actor> shards) {
+  auto& st = self->state;
+  st.settings = std::move(settings);
+  st.ep = std::move(ep);
+  st.coordinator = std::move(coordinator);
+  st.shards = std::move(shards);
+  st.sink = std::make_unique<poller_sink>(self);
+  self->send(self, poll_atom::value);
+  return {
+    [=](poll_atom) {
+      auto& st = self->state;
+      if (st.stopping)
+        return;
+      int block = self->mailbox().empty() ? st.settings.block_ms : 0;
+      st.ep->poll(block, *st.sink);
+      self->send(self, poll_atom::value);
+    },
+    [=](stop_atom) {
+      auto& st = self->state;
+      st.stopping = true;
+      auto where = st.ep->describe();
+      st.ep->close_all(*st.sink);
+      spdlog::info("endpoint closed: {}", where);
+      self->quit();
+    },
+  };
+}
+
+} // namespace
+
+nic_poller_actor spawn_nic_poller(caf::actor_system& sys, poller_settings settings,
+                                  std::shared_ptr<transports::endpoint> ep,
+                                  rack_coordinator_actor coordinator,
+                                  std::vector<chunk_shard_actor> shards) {
+  return sys.spawn<caf::detached>(poller_behavior, std::move(settings), std::move(ep),
+                                  std::move(coordinator), std::move(shards));
+}
+
+} // namespace rw::actors

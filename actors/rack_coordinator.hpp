@@ -1,0 +1,48 @@
+#pragma once
+// Rack coordinator: the node's job registry and routing. It admits workers (hello),
+// creates jobs on the shards, and ends them when their workers leave or fail.
+//
+// Protocol
+//   poller -> coordinator  (hello_atom, hello_request) -> job_binding
+//                          first hello of a job name creates the job: the coordinator
+//                          asks every shard to allocate its chunks (create_atom) and
+//                          answers once all have; later hellos must match the spec and
+//                          take a free rank. A refused hello gets a binding with an
+//                          error code and message (sent to the worker as an error frame).
+//   poller -> coordinator  (leave_atom, job_id, rank, graceful, reason)
+//                          a bound connection closed. Graceful (bye first): the shards
+//                          fail only steps that still need the rank; when the last rank
+//                          has left the job ends (drop_atom). Not graceful: the job is
+//                          aborted (abort_atom to every shard) and every waiting worker
+//                          gets the reason.
+//   shard  -> coordinator  (abort_atom, job_id, errc, reason)
+//                          a step timed out: the job is aborted as above.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "actors/chunk_shard.hpp"
+#include "actors/messages.hpp"
+
+namespace rw::actors {
+
+using rack_coordinator_actor = caf::typed_actor<
+  caf::replies_to<hello_atom, hello_request>::with<job_binding>,
+  caf::reacts_to<leave_atom, uint32_t, uint32_t, bool, std::string>,
+  caf::reacts_to<abort_atom, uint32_t, errc, std::string>>;
+
+struct coordinator_settings {
+  std::string node_name;
+  uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
+  uint32_t max_workers = defaults::max_workers;
+};
+
+rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,
+                                              coordinator_settings settings,
+                                              std::vector<chunk_shard_actor> shards);
+
+} // namespace rw::actors

@@ -1,0 +1,150 @@
+#include "actors/worker_link.hpp"
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "transports/control.hpp"
+
+namespace rw::actors {
+
+using transports::frame_header;
+using transports::frame_kind;
+using transports::payload_target;
+
+worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
+                         transports::connection_ptr conn, uint32_t job_id, uint32_t rank,
+                         const job_spec& spec)
+  : ep_(std::move(ep)), conn_(std::move(conn)), job_id_(job_id), rank_(rank) {
+  for (auto& t : spec.tensors) {
+    layouts_.emplace_back(t.elements, spec.chunk_bytes);
+    slots_.push_back(std::make_unique<slot>());
+  }
+}
+
+worker_link::~worker_link() {
+  stop("worker closed");
+}
+
+void worker_link::start(worker_proxy_actor proxy) {
+  proxy_ = std::move(proxy);
+  running_ = true;
+  receiver_ = std::thread([this] { run(); });
+}
+
+void worker_link::run() {
+  while (running_ && !closed_)
+    ep_->poll(100, *this);
+}
+
+void worker_link::abandon(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> guard{reason_mtx_};
+    if (close_reason_.empty())
+      close_reason_ = why;
+  }
+  conn_->close();
+}
+
+void worker_link::stop(const std::string& why) {
+  abandon(why);
+  running_ = false;
+  if (receiver_.joinable())
+    receiver_.join();
+}
+
+void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst,
+                      uint64_t version) {
+  auto& s = *slots_[tensor];
+  std::lock_guard<std::mutex> guard{s.mtx};
+  s.seq = seq;
+  s.expect_update = expect_update;
+  s.dst = dst;
+  s.version = version;
+  s.remaining = layouts_[tensor].count();
+}
+
+payload_target worker_link::on_header(const transports::connection_ptr&,
+                                      const frame_header& h) {
+  if (h.kind == frame_kind::error) {
+    error_buf_.resize(h.payload_bytes);
+    return payload_target::into(error_buf_.data());
+  }
+  if (h.kind != frame_kind::update && h.kind != frame_kind::ack) {
+    spdlog::warn("worker rank {}: unexpected {} frame from the node; dropped", rank_,
+                 transports::to_string(h.kind));
+    return payload_target::dropped();
+  }
+  if (h.tensor_id >= slots_.size() || h.chunk_index >= layouts_[h.tensor_id].count())
+    return payload_target::dropped();
+  auto& layout = layouts_[h.tensor_id];
+  auto& s = *slots_[h.tensor_id];
+  std::lock_guard<std::mutex> guard{s.mtx};
+  bool is_update = h.kind == frame_kind::update;
+  bool matches = s.seq != 0 && s.expect_update == is_update
+                 && (is_update ? h.clock >= s.version : h.clock == s.version);
+  if (!matches)
+    return payload_target::dropped(); // a late answer to an operation that failed
+  if (!is_update)
+    return payload_target::into(nullptr);
+  if (h.payload_bytes != layout.length(h.chunk_index) * sizeof(float)) {
+    spdlog::error("worker rank {}: node sent {} bytes for chunk {}/{} of {}", rank_,
+                  h.payload_bytes, h.tensor_id, h.chunk_index,
+                  layout.length(h.chunk_index) * sizeof(float));
+    return payload_target::dropped();
+  }
+  auto* dst = s.dst + layout.offset(h.chunk_index);
+  return payload_target::into(reinterpret_cast<std::byte*>(dst));
+}
+
+void worker_link::on_frame(const transports::connection_ptr&, const frame_header& h,
+                           payload_target& t) {
+  if (t.action == payload_target::discard)
+    return;
+  if (h.kind == frame_kind::error) {
+    transports::error_msg err;
+    std::string why;
+    if (decode(error_buf_.data(), error_buf_.size(), err, why) != errc::ok)
+      err = {errc::bad_frame, "undecodable error frame from the node: " + why};
+    if (h.tensor_id < slots_.size()) {
+      auto& s = *slots_[h.tensor_id];
+      std::lock_guard<std::mutex> guard{s.mtx};
+      if (s.seq != 0) {
+        auto seq = s.seq;
+        s.seq = 0;
+        caf::anon_send(proxy_, fail_atom::value, h.tensor_id, seq, err.code, err.message);
+        return;
+      }
+    }
+    spdlog::warn("worker rank {}: error from the node: {} ({})", rank_, err.message,
+                 to_string(err.code));
+    return;
+  }
+  auto& s = *slots_[h.tensor_id];
+  std::lock_guard<std::mutex> guard{s.mtx};
+  if (s.seq == 0 || --s.remaining > 0)
+    return;
+  auto seq = s.seq;
+  s.seq = 0;
+  caf::anon_send(proxy_, done_atom::value, h.tensor_id, seq);
+}
+
+void worker_link::on_closed(const transports::connection_ptr&, errc code,
+                            const std::string& why) {
+  closed_ = true;
+  std::string reason;
+  auto lost_code = code == errc::ok ? errc::io_error : code;
+  {
+    std::lock_guard<std::mutex> guard{reason_mtx_};
+    if (close_reason_.empty()) {
+      reason = fmt::format("connection to the node lost: {}", why);
+    } else {
+      reason = close_reason_;
+      if (close_reason_.find("timed out") != std::string::npos)
+        lost_code = errc::timeout;
+    }
+  }
+  caf::anon_send(proxy_, lost_atom::value, lost_code, reason);
+}
+
+} // namespace rw::actors

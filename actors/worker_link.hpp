@@ -1,0 +1,91 @@
+#pragma once
+// The worker's connection to its rack-agg, shared by the worker proxy (which arms a
+// tensor's slot, then sends) and the receiver thread (which drives the endpoint). An
+// `update` payload is received straight into the caller's output buffer at the
+// chunk's offset; `ack`, `update` and `error` frames are counted against the armed
+// operation and reported to the proxy. Frames that belong to no armed operation (late
+// answers to a failed one) are dropped.
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/worker_proxy.hpp"
+#include "runtime/chunking.hpp"
+#include "transports/transport.hpp"
+
+namespace rw::actors {
+
+class worker_link final : public transports::frame_sink {
+public:
+  worker_link(std::shared_ptr<transports::endpoint> ep, transports::connection_ptr conn,
+              uint32_t job_id, uint32_t rank, const job_spec& spec);
+  ~worker_link() override;
+
+  /// Starts the receiver thread, reporting to `proxy`.
+  void start(worker_proxy_actor proxy);
+  /// Closes the connection (with `why` as the reason reported) and joins the receiver.
+  void stop(const std::string& why);
+
+  const transports::connection_ptr& conn() const noexcept {
+    return conn_;
+  }
+  uint32_t job_id() const noexcept {
+    return job_id_;
+  }
+  uint32_t rank() const noexcept {
+    return rank_;
+  }
+  const runtime::chunk_layout& layout(uint32_t tensor) const {
+    return layouts_.at(tensor);
+  }
+  uint32_t num_tensors() const noexcept {
+    return static_cast<uint32_t>(layouts_.size());
+  }
+
+  /// Arms `tensor` for operation `seq`: expect `update` frames at version >=
+  /// `version` into `dst` (expect_update), or `ack` frames for clock `version`.
+  void arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst,
+           uint64_t version);
+  /// Closes the connection because of `why` (a timeout); the receiver then reports it.
+  void abandon(const std::string& why);
+
+  // frame_sink (receiver thread)
+  transports::payload_target on_header(const transports::connection_ptr& c,
+                                       const transports::frame_header& h) override;
+  void on_frame(const transports::connection_ptr& c, const transports::frame_header& h,
+                transports::payload_target& t) override;
+  void on_closed(const transports::connection_ptr& c, errc code,
+                 const std::string& why) override;
+
+private:
+  struct slot {
+    std::mutex mtx;
+    uint64_t seq = 0; // 0: nothing armed
+    bool expect_update = false;
+    float* dst = nullptr;
+    uint64_t version = 0;
+    uint32_t remaining = 0;
+  };
+
+  void run();
+
+  std::shared_ptr<transports::endpoint> ep_;
+  transports::connection_ptr conn_;
+  uint32_t job_id_;
+  uint32_t rank_;
+  std::vector<runtime::chunk_layout> layouts_;
+  std::vector<std::unique_ptr<slot>> slots_;
+  std::vector<std::byte> error_buf_;
+  worker_proxy_actor proxy_;
+  std::thread receiver_;
+  std::atomic<bool> running_{false};
+  std::atomic<bool> closed_{false};
+  std::mutex reason_mtx_;
+  std::string close_reason_;
+};
+
+} // namespace rw::actors

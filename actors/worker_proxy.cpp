@@ -1,0 +1,199 @@
+#include "actors/worker_proxy.hpp"
+
+#include <deque>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/worker_link.hpp"
+
+namespace rw::actors {
+
+namespace {
+
+using transports::frame_header;
+using transports::frame_kind;
+
+struct tensor_queue {
+  std::deque<worker_op> waiting;
+  bool busy = false;
+  uint64_t seq = 0;   // the running operation
+  worker_op running{};
+  uint64_t clock = 0; // pushes made
+};
+
+struct proxy_state {
+  std::shared_ptr<worker_link> link;
+  std::chrono::milliseconds timeout{};
+  std::vector<tensor_queue> tensors;
+  uint64_t next_seq = 1;
+  bool lost = false;
+  errc lost_code = errc::ok;
+  std::string lost_reason;
+  static inline const char* name = "rw.worker_proxy";
+};
+
+using proxy_ptr = worker_proxy_actor::stateful_pointer<proxy_state>;
+
+void fail(worker_op& op, errc code, const std::string& why) {
+  op.done->set_exception(std::make_exception_ptr(rw::error(code, why)));
+}
+
+const char* op_name(worker_op::kind_t k) {
+  switch (k) {
+    case worker_op::init: return "init";
+    case worker_op::push: return "push";
+    case worker_op::pull: return "pull";
+    case worker_op::push_pull: return "push_pull";
+  }
+  return "?";
+}
+
+// Sends every chunk of `op` on tensor `t`; returns false if the connection failed.
+bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock) {
+  auto& layout = link.layout(t);
+  frame_header h;
+  h.job_id = link.job_id();
+  h.rank = link.rank();
+  h.tensor_id = t;
+  switch (op.kind) {
+    case worker_op::init: h.kind = frame_kind::init; break;
+    case worker_op::pull: h.kind = frame_kind::pull; break;
+    case worker_op::push: h.kind = frame_kind::push; break;
+    case worker_op::push_pull:
+      h.kind = frame_kind::push;
+      h.flags = transports::flag_want_result;
+      break;
+  }
+  h.clock = op.kind == worker_op::pull ? op.min_version : clock;
+  for (uint32_t c = 0; c < layout.count(); ++c) {
+    h.chunk_index = c;
+    if (op.kind == worker_op::pull) {
+      h.payload_bytes = 0;
+      if (!link.conn()->send(h))
+        return false;
+      continue;
+    }
+    h.payload_bytes = layout.length(c) * sizeof(float);
+    iovec iov{const_cast<float*>(op.src + layout.offset(c)), h.payload_bytes};
+    if (!link.conn()->send(h, &iov, 1))
+      return false;
+  }
+  return true;
+}
+
+void start_next(proxy_ptr self, uint32_t t) {
+  auto& st = self->state;
+  auto& q = st.tensors[t];
+  if (q.busy || q.waiting.empty())
+    return;
+  q.running = std::move(q.waiting.front());
+  q.waiting.pop_front();
+  if (st.lost) {
+    fail(q.running, st.lost_code, st.lost_reason);
+    start_next(self, t);
+    return;
+  }
+  q.busy = true;
+  q.seq = st.next_seq++;
+  auto& op = q.running;
+  bool expect_update = op.kind == worker_op::pull || op.kind == worker_op::push_pull;
+  uint64_t version = 0;
+  switch (op.kind) {
+    case worker_op::init: version = 0; break;
+    case worker_op::push: version = q.clock; break;
+    case worker_op::pull: version = op.min_version; break;
+    case worker_op::push_pull: version = q.clock + 1; break;
+  }
+  st.link->arm(t, q.seq, expect_update, op.dst, version);
+  bool sent = send_chunks(*st.link, t, op, q.clock);
+  if (op.kind == worker_op::push || op.kind == worker_op::push_pull)
+    ++q.clock;
+  if (!sent) {
+    // The receiver reports the close with its reason (lost_atom) and that fails `op`.
+    return;
+  }
+  self->delayed_send(self, st.timeout, timeout_atom::value, t, q.seq);
+}
+
+void finish(proxy_ptr self, uint32_t t, uint64_t seq, errc code, const std::string& why) {
+  auto& q = self->state.tensors[t];
+  if (!q.busy || q.seq != seq)
+    return;
+  q.busy = false;
+  if (code == errc::ok)
+    q.running.done->set_value();
+  else
+    fail(q.running, code, why);
+  q.running = {};
+  start_next(self, t);
+}
+
+worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
+                                                 std::shared_ptr<worker_link> link,
+                                                 std::chrono::milliseconds timeout) {
+  auto& st = self->state;
+  st.tensors.resize(link->num_tensors());
+  st.link = std::move(link);
+  st.timeout = timeout;
+  self->attach_functor([self](const caf::error&) {
+    // Nothing may stay pending when the proxy goes away.
+    for (auto& q : self->state.tensors) {
+      if (q.busy)
+        fail(q.running, errc::io_error, "the worker was closed");
+      for (auto& op : q.waiting)
+        fail(op, errc::io_error, "the worker was closed");
+      q.waiting.clear();
+      q.busy = false;
+    }
+  });
+  return {
+    [=](submit_atom, worker_op& op) {
+      auto t = op.tensor;
+      self->state.tensors[t].waiting.push_back(std::move(op));
+      start_next(self, t);
+    },
+    [=](done_atom, uint32_t t, uint64_t seq) { finish(self, t, seq, errc::ok, {}); },
+    [=](fail_atom, uint32_t t, uint64_t seq, errc code, const std::string& why) {
+      finish(self, t, seq, code, why);
+    },
+    [=](lost_atom, errc code, const std::string& why) {
+      auto& st = self->state;
+      st.lost = true;
+      st.lost_code = code;
+      st.lost_reason = why;
+      for (uint32_t t = 0; t < st.tensors.size(); ++t)
+        if (st.tensors[t].busy)
+          finish(self, t, st.tensors[t].seq, code, why);
+    },
+    [=](timeout_atom, uint32_t t, uint64_t seq) {
+      auto& q = self->state.tensors[t];
+      if (!q.busy || q.seq != seq)
+        return;
+      self->state.link->abandon(fmt::format(
+        "{} of tensor {} timed out: no answer from the node within {} ms",
+        op_name(q.running.kind), t, self->state.timeout.count()));
+    },
+    [=](bye_atom) {
+      auto& link = *self->state.link;
+      frame_header h;
+      h.kind = frame_kind::bye;
+      h.job_id = link.job_id();
+      h.rank = link.rank();
+      if (!self->state.lost)
+        link.conn()->send(h);
+      return ok_atom::value;
+    },
+  };
+}
+
+} // namespace
+
+worker_proxy_actor spawn_worker_proxy(caf::actor_system& sys,
+                                      std::shared_ptr<worker_link> link,
+                                      std::chrono::milliseconds request_timeout) {
+  return sys.spawn(proxy_behavior, std::move(link), request_timeout);
+}
+
+} // namespace rw::actors

@@ -1,0 +1,263 @@
+// rw-bench: measures RackWeave as a user sees it.
+//
+//   rw-bench comm --connect 127.0.0.1:7700 --workers 4 --bytes 64MiB --iters 10 --verify
+//
+// starts W worker processes that push_pull deterministic pseudo-random gradients
+// through a running rack-agg (optimizer `sum`, so the result is the exact all-reduce)
+// and reports the step time. With --verify every worker checks every element of every
+// result bitwise against the rank-order sum it computes itself.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "apps/tools/subprocess.hpp"
+#include "apps/tools/units.hpp"
+#include "rackweave/worker.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct comm_args {
+  std::string connect = rw::defaults::listen;
+  uint32_t workers = 2;
+  std::string bytes_text = "16MiB";
+  uint32_t iters = 10;
+  uint32_t warmup = 1;
+  std::string chunk_text = "32KiB";
+  std::string job;
+  bool verify = false;
+  bool json = false;
+  uint32_t timeout_s = 600;
+  uint32_t rank = 0; // comm-worker only
+};
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Rank r's base gradient: reproducible, in [-1, 1).
+void fill_base(std::vector<float>& v, uint32_t rank) {
+  uint64_t state = splitmix(0x5257u + rank);
+  for (auto& x : v) {
+    state = splitmix(state);
+    x = static_cast<float>(static_cast<int32_t>(state >> 32)) / 2147483648.0f;
+  }
+}
+
+// Gradient of iteration `it` from the rank's base.
+void fill_grad(std::vector<float>& g, const std::vector<float>& base, uint32_t it) {
+  const float shift = static_cast<float>(it % 8) * 0.125f;
+  for (size_t i = 0; i < g.size(); ++i)
+    g[i] = base[i] + shift;
+}
+
+int run_worker(const comm_args& a) {
+  auto bytes = rw::tools::parse_bytes(a.bytes_text);
+  auto elems = bytes / sizeof(float);
+  rw::worker_options o;
+  o.connect = a.connect;
+  o.rank = a.rank;
+  o.job.name = a.job;
+  o.job.num_workers = a.workers;
+  o.job.chunk_bytes = static_cast<uint32_t>(rw::tools::parse_bytes(a.chunk_text));
+  o.job.optimizer.kind = rw::optimizer_kind::sum;
+  o.job.tensors = {{"gradient", elems, false}};
+  try {
+    rw::worker w{o};
+    std::vector<std::vector<float>> bases(a.verify ? a.workers : 1,
+                                          std::vector<float>(elems));
+    for (uint32_t r = 0; r < bases.size(); ++r)
+      fill_base(bases[r], a.verify ? r : a.rank);
+    const auto& own = bases[a.verify ? a.rank : 0];
+    std::vector<float> grad(elems), out(elems), expect(a.verify ? elems : 0), tmp;
+    std::vector<double> times;
+    bool verified = a.verify;
+    for (uint32_t it = 0; it < a.warmup + a.iters; ++it) {
+      fill_grad(grad, own, it);
+      std::fill(out.begin(), out.end(), std::nanf(""));
+      auto t0 = clock_type::now();
+      w.push_pull("gradient", grad.data(), out.data()).get();
+      auto t1 = clock_type::now();
+      if (it >= a.warmup)
+        times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      if (!a.verify)
+        continue;
+      tmp.resize(elems);
+      fill_grad(expect, bases[0], it);
+      for (uint32_t r = 1; r < a.workers; ++r) {
+        fill_grad(tmp, bases[r], it);
+        for (size_t i = 0; i < elems; ++i)
+          expect[i] += tmp[i];
+      }
+      if (std::memcmp(expect.data(), out.data(), bytes) != 0) {
+        for (size_t i = 0; i < elems; ++i)
+          if (std::memcmp(&expect[i], &out[i], sizeof(float)) != 0) {
+            std::cerr << fmt::format("rank {}: iteration {}: element {} is {:.9g}, the "
+                                     "rank-order sum is {:.9g}\n",
+                                     a.rank, it, i, out[i], expect[i]);
+            break;
+          }
+        verified = false;
+      }
+    }
+    w.close();
+    std::cout << "RESULT " << (verified ? 1 : 0);
+    for (auto t : times)
+      std::cout << ' ' << fmt::format("{:.4f}", t);
+    std::cout << std::endl;
+    return a.verify && !verified ? 3 : 0;
+  } catch (const rw::error& e) {
+    std::cerr << fmt::format("rank {}: {} ({})\n", a.rank, e.what(), rw::to_string(e.code()));
+    return 2;
+  }
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  auto idx = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
+  return v[std::min(idx, v.size() - 1)];
+}
+
+int run_driver(comm_args a, const std::string& command) {
+  auto bytes = rw::tools::parse_bytes(a.bytes_text);
+  if (bytes == 0 || bytes % 4 != 0)
+    throw std::invalid_argument("--bytes must be a positive multiple of 4");
+  if (a.workers == 0 || a.iters == 0)
+    throw std::invalid_argument("--workers and --iters must be at least 1");
+  if (a.job.empty())
+    a.job = fmt::format("bench-{}-{}", getpid(),
+                        clock_type::now().time_since_epoch().count() % 1000000);
+  auto self = rw::tools::self_dir() + "/rw-bench";
+  std::vector<rw::tools::subprocess> kids;
+  for (uint32_t r = 0; r < a.workers; ++r) {
+    std::vector<std::string> argv{self,          "comm-worker",
+                                  "--connect",   a.connect,
+                                  "--rank",      std::to_string(r),
+                                  "--workers",   std::to_string(a.workers),
+                                  "--bytes",     a.bytes_text,
+                                  "--iters",     std::to_string(a.iters),
+                                  "--warmup",    std::to_string(a.warmup),
+                                  "--chunk-bytes", a.chunk_text,
+                                  "--job",       a.job};
+    if (a.verify)
+      argv.push_back("--verify");
+    kids.emplace_back(argv, true);
+  }
+  auto deadline = clock_type::now() + std::chrono::seconds(a.timeout_s);
+  std::vector<std::vector<double>> times(a.workers);
+  bool all_ok = true;
+  bool verified = a.verify;
+  for (uint32_t r = 0; r < a.workers; ++r) {
+    auto out = kids[r].read_all(deadline);
+    auto rc = kids[r].wait_until(deadline);
+    if (!rc) {
+      std::cerr << fmt::format("worker {} did not finish within {} s; stopping it\n", r,
+                               a.timeout_s);
+      kids[r].stop();
+      all_ok = false;
+      continue;
+    }
+    std::istringstream in{out};
+    std::string tag;
+    int ok = 0;
+    if (!(in >> tag >> ok) || tag != "RESULT") {
+      std::cerr << fmt::format("worker {} failed (exit {})\n", r, *rc);
+      all_ok = false;
+      continue;
+    }
+    verified = verified && ok == 1;
+    double t;
+    while (in >> t)
+      times[r].push_back(t);
+  }
+  if (!all_ok || times[0].size() != a.iters)
+    return 1;
+  // A step is as slow as its slowest worker.
+  std::vector<double> steps(a.iters, 0.0);
+  for (auto& tw : times)
+    for (uint32_t i = 0; i < a.iters && i < tw.size(); ++i)
+      steps[i] = std::max(steps[i], tw[i]);
+  auto median = percentile(steps, 0.5);
+  auto p90 = percentile(steps, 0.9);
+  // Bytes through the node's NIC per step: every worker pushes and receives S.
+  auto gbps = 2.0 * a.workers * static_cast<double>(bytes) * 8.0 / (median / 1e3) / 1e9;
+  if (a.json) {
+    std::cout << fmt::format("{{\"workers\":{},\"bytes\":{},\"iters\":{},\"median_ms\":{:.3f},"
+                             "\"p90_ms\":{:.3f},\"goodput_gbps\":{:.3f},\"verified\":{}}}\n",
+                             a.workers, bytes, a.iters, median, p90, gbps,
+                             verified ? "true" : "false");
+  } else {
+    std::cout << fmt::format("rw-bench comm: {} workers x {} (push_pull, optimizer sum), "
+                             "{} iterations after {} warm-up\n",
+                             a.workers, rw::tools::format_bytes(bytes), a.iters, a.warmup);
+    std::cout << fmt::format("  median {:.3f} ms   p90 {:.3f} ms   goodput {:.3f} Gbit/s "
+                             "(2 x workers x bytes per step)   verified: {}\n",
+                             median, p90, gbps,
+                             a.verify ? (verified ? "yes" : "NO") : "not checked");
+    std::cout << "  command: " << command << "\n";
+  }
+  return a.verify && !verified ? 3 : 0;
+}
+
+void add_common(CLI::App* cmd, comm_args& a) {
+  cmd->add_option("--connect", a.connect, "HOST:PORT of the rack-agg node")
+    ->capture_default_str();
+  cmd->add_option("--workers", a.workers, "worker processes (ranks)")->capture_default_str();
+  cmd->add_option("--bytes", a.bytes_text, "gradient size per worker (e.g. 64MiB)")
+    ->capture_default_str();
+  cmd->add_option("--iters", a.iters, "timed iterations")->capture_default_str();
+  cmd->add_option("--warmup", a.warmup, "untimed iterations first")->capture_default_str();
+  cmd->add_option("--chunk-bytes", a.chunk_text, "chunk size of the job")
+    ->capture_default_str();
+  cmd->add_option("--job", a.job, "job name (default: a fresh one per run)");
+  cmd->add_flag("--verify", a.verify, "check every element of every result exactly");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rw-bench: RackWeave benchmarks", "rw-bench"};
+  app.require_subcommand(1);
+  comm_args a;
+  auto* comm = app.add_subcommand(
+    "comm", "W worker processes push_pull through a running rack-agg; prints step time "
+            "(median, p90 over iterations; a step lasts until its slowest worker is done) "
+            "and goodput");
+  add_common(comm, a);
+  comm->add_flag("--json", a.json,
+                 "one JSON line: workers, bytes, iters, median_ms, p90_ms, goodput_gbps, "
+                 "verified");
+  comm->add_option("--timeout-s", a.timeout_s, "give up after this many seconds")
+    ->capture_default_str();
+  auto* worker = app.add_subcommand("comm-worker", "one worker of `comm` (internal)");
+  worker->group(""); // hidden
+  add_common(worker, a);
+  worker->add_option("--rank", a.rank, "this worker's rank")->required();
+  CLI11_PARSE(app, argc, argv);
+
+  std::string command = "rw-bench";
+  for (int i = 1; i < argc; ++i)
+    command += std::string(" ") + argv[i];
+  try {
+    if (*worker)
+      return run_worker(a);
+    return run_driver(a, command);
+  } catch (const std::exception& e) {
+    std::cerr << "rw-bench: " << e.what() << "\n";
+    return 2;
+  }
+}

@@ -1,0 +1,80 @@
+// rw-node: a long-running RackWeave node. `rw-node --help` lists every option; each
+// also has a key in the TOML file given with --config (see config/rack-agg.toml).
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/rack_agg_node.hpp"
+#include "runtime/node_config.hpp"
+
+namespace {
+
+const char* description =
+  "rw-node: a RackWeave node.\n\n"
+  "  --role rack-agg   the rack's aggregation node: workers connect to --listen, push\n"
+  "                    gradients and get updated parameters back (BSP, exact, summed\n"
+  "                    in rank order, optimizer run on the node).\n\n"
+  "Stops cleanly on SIGINT or SIGTERM. Logs go to stderr.";
+
+} // namespace
+
+int main(int argc, char** argv) {
+  rw::runtime::node_config cfg;
+  std::string config_file;
+  std::string port_file;
+  CLI::App app{description, "rw-node"};
+  app.set_version_flag("--version", std::string("rw-node ") + RW_VERSION);
+  rw::runtime::add_node_options(app, cfg, config_file);
+  app.add_option("--port-file", port_file,
+                 "once listening, write the bound HOST:PORT to this file (for scripts "
+                 "that start the node on port 0)");
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+  try {
+    if (!config_file.empty())
+      rw::runtime::load_node_config(config_file, app, cfg);
+    rw::runtime::check_node_config(cfg);
+  } catch (const std::exception& e) {
+    spdlog::error("bad configuration: {}", e.what());
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+
+  // Signals are taken by sigwait below, never by a random thread.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  caf::actor_system_config sys_cfg;
+  sys_cfg.set("logger.verbosity", caf::atom("quiet"));
+  caf::actor_system sys{sys_cfg};
+  std::unique_ptr<rw::actors::rack_agg_node> node;
+  try {
+    node = std::make_unique<rw::actors::rack_agg_node>(sys, cfg);
+  } catch (const std::exception& e) {
+    spdlog::error("node failed to start: {}", e.what());
+    return 1;
+  }
+  if (!port_file.empty()) {
+    std::ofstream out{port_file + ".tmp"};
+    out << node->address() << "\n";
+    out.close();
+    std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("node stopping: {}", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  node->stop();
+  spdlog::info("node stopped");
+  return 0;
+}

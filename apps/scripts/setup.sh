@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian package RackWeave builds or tests with (idempotent), then
+# configures and builds the tree in ./build. Safe to run again: apt skips what is
+# installed and the build is incremental.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+packages=(
+  build-essential cmake pkg-config
+  libcaf-dev                # C++ Actor Framework 0.17.6
+  capnproto libcapnp-dev    # frame header and control schemas
+  libspdlog-dev libfmt-dev  # logging
+  catch2                    # tests (v2)
+  libhwloc-dev libnuma-dev  # topology, NUMA-local memory
+  libcli11-dev              # command lines
+  libtomlplusplus-dev       # config files
+  libxxhash-dev             # hashing
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+build_type=${RW_BUILD_TYPE:-RelWithDebInfo}
+cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" >/dev/null
+cmake --build build -j"${RW_JOBS:-2}"

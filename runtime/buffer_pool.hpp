@@ -1,0 +1,85 @@
+#pragma once
+// Pre-allocated, reused, cache-line aligned buffers for received chunks.
+//
+// A NIC poller takes a buffer from the pool, receives a chunk payload straight into it
+// and hands the shard a `buffer_ref` (a reference count, never a copy). When the last
+// reference goes, the buffer returns to the pool's free list. The pool only grows (to
+// the protocol's natural bound: what is held while a step waits for its slowest
+// worker) and never frees a buffer that is still referenced, even after the pool
+// itself is gone.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <caf/intrusive_ptr.hpp>
+
+namespace rw::runtime {
+
+namespace detail {
+struct pool_core;
+}
+
+class pooled_buffer {
+public:
+  float* floats() noexcept {
+    return reinterpret_cast<float*>(data_);
+  }
+  const float* floats() const noexcept {
+    return reinterpret_cast<const float*>(data_);
+  }
+  std::byte* bytes() noexcept {
+    return data_;
+  }
+  size_t capacity() const noexcept {
+    return capacity_;
+  }
+  /// Bytes of payload currently held (set by the receiver).
+  size_t size = 0;
+
+  friend void intrusive_ptr_add_ref(pooled_buffer* p) noexcept {
+    p->refs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  friend void intrusive_ptr_release(pooled_buffer* p) noexcept;
+
+private:
+  friend struct detail::pool_core;
+  friend class buffer_pool;
+  pooled_buffer(std::shared_ptr<detail::pool_core> owner, std::byte* data,
+                size_t capacity)
+    : owner_(std::move(owner)), data_(data), capacity_(capacity) {
+  }
+  ~pooled_buffer();
+
+  std::shared_ptr<detail::pool_core> owner_;
+  std::byte* data_;
+  size_t capacity_;
+  std::atomic<uint32_t> refs_{0};
+};
+
+using buffer_ref = caf::intrusive_ptr<pooled_buffer>;
+
+class buffer_pool {
+public:
+  /// A pool of buffers of `buffer_bytes` each, with `prealloc` allocated up front.
+  buffer_pool(size_t buffer_bytes, size_t prealloc);
+  ~buffer_pool();
+
+  buffer_pool(const buffer_pool&) = delete;
+  buffer_pool& operator=(const buffer_pool&) = delete;
+
+  /// A free buffer, allocating a new one when none is free.
+  buffer_ref acquire();
+
+  size_t buffer_bytes() const noexcept;
+  size_t allocated() const noexcept; // buffers ever allocated
+  size_t free_count() const noexcept;
+
+private:
+  std::shared_ptr<detail::pool_core> core_;
+};
+
+} // namespace rw::runtime

@@ -1,0 +1,35 @@
+#pragma once
+// Every default RackWeave uses, in one place (CAF's defaults.hpp idea).
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rw::defaults {
+
+/// Bytes per chunk: the unit of routing, aggregation and update.
+constexpr uint32_t chunk_bytes = 32 * 1024;
+/// Largest chunk a node accepts (also the size of its largest pooled buffer).
+constexpr uint32_t max_chunk_bytes = 4 * 1024 * 1024;
+/// Largest control payload (hello, welcome, error) a peer may send.
+constexpr uint32_t max_control_bytes = 1024 * 1024;
+/// Largest job a node accepts.
+constexpr uint32_t max_workers = 1024;
+/// Where rw-node listens when nothing else is said.
+constexpr const char* listen = "127.0.0.1:7700";
+/// How long an open BSP step may wait for its missing workers before the job fails.
+constexpr uint32_t step_timeout_ms = 60'000;
+/// How long one frame send may block on a peer that does not read.
+constexpr uint32_t io_timeout_ms = 10'000;
+/// How long a worker waits for any reply (welcome, update, ack) before failing.
+constexpr uint32_t request_timeout_ms = 120'000;
+/// How often shards look for steps that have waited too long.
+constexpr uint32_t timeout_scan_ms = 250;
+/// How long a NIC poller blocks in epoll when its mailbox is empty.
+constexpr int poll_block_ms = 2;
+/// Protocol magic ("RWF1") and version carried by every frame header.
+constexpr uint32_t frame_magic = 0x52574631;
+constexpr uint16_t wire_version = 1;
+/// Cache line size for alignment of buffers and per-core counters.
+constexpr size_t cache_line = 64;
+
+} // namespace rw::defaults

@@ -1,0 +1,60 @@
+#pragma once
+// What a job is: its workers, tensors, chunk size and server-side optimizer. The first
+// worker's spec creates the job on the node; every later worker must send the same.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rackweave/defaults.hpp"
+
+namespace rw {
+
+enum class optimizer_kind : uint8_t {
+  sum,      // the result is the plain sum of the workers' gradients (all-reduce)
+  sgd,      // p -= lr * g
+  momentum, // m = mu * m + g;  p -= lr * m
+  nesterov, // m = mu * m + g;  p -= lr * (g + mu * m)
+  adam,     // bias-corrected Adam
+};
+
+const char* to_string(optimizer_kind kind) noexcept;
+std::optional<optimizer_kind> parse_optimizer_kind(std::string_view name);
+
+struct optimizer_spec {
+  optimizer_kind kind = optimizer_kind::sum;
+  float learning_rate = 0.01f;
+  float momentum = 0.9f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0.0f;
+  /// Factor applied to the summed gradient before the step; 0 means 1 / workers.
+  float rescale = 0.0f;
+};
+
+struct tensor_spec {
+  std::string name;
+  uint64_t elements = 0; // float32 elements
+  bool has_init = false; // rank 0 supplies initial values; otherwise zeros
+};
+
+struct job_spec {
+  std::string name;
+  uint32_t num_workers = 1;
+  uint32_t chunk_bytes = defaults::chunk_bytes;
+  optimizer_spec optimizer;
+  std::vector<tensor_spec> tensors;
+};
+
+/// Returns an empty string when `spec` is valid on its own, else what is wrong.
+std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
+                     uint32_t max_workers);
+
+/// Returns an empty string when both specs describe the same job, else the first
+/// difference, phrased for the worker that sent `theirs`.
+std::string describe_mismatch(const job_spec& ours, const job_spec& theirs);
+
+} // namespace rw

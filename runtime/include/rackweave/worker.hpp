@@ -1,0 +1,84 @@
+#pragma once
+// The worker API: embed a RackWeave worker in a training loop.
+//
+//   rw::worker_options opts;
+//   opts.connect = "127.0.0.1:7700";
+//   opts.rank = rank;
+//   opts.job = {"my-job", /*num_workers*/ 4, rw::defaults::chunk_bytes,
+//               {rw::optimizer_kind::adam, /*lr*/ 1e-3f}, {{"w1", 1 << 20}, {"b1", 256}}};
+//   rw::worker w{opts};                       // connects, joins (or creates) the job
+//   w.push_pull("w1", grad.data(), params.data()).get();  // new parameters in `params`
+//
+// Every call returns a future that completes when the node has answered, or throws
+// rw::error (errc.hpp) when the node refused the request, the job failed, the
+// connection dropped or no answer came within the request timeout. Buffers passed to a
+// call are used in place (no copies) and must stay alive until its future completes.
+// Calls on one tensor run in the order they were made; calls on different tensors
+// overlap.
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "rackweave/defaults.hpp"
+#include "rackweave/errc.hpp"
+#include "rackweave/job_spec.hpp"
+
+namespace rw {
+
+struct worker_options {
+  /// HOST:PORT of the rack-agg node.
+  std::string connect = defaults::listen;
+  /// The job to join; the first worker to connect creates it, later ones must match.
+  job_spec job;
+  /// This worker's rank in 0..job.num_workers-1; gradients are summed in rank order.
+  uint32_t rank = 0;
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds request_timeout{defaults::request_timeout_ms};
+};
+
+class worker {
+public:
+  /// Connects and joins the job. Throws rw::error (refused, unreachable, timed out).
+  explicit worker(worker_options options);
+  /// Leaves the job gracefully (bye) if still connected; pending calls fail.
+  ~worker();
+
+  worker(const worker&) = delete;
+  worker& operator=(const worker&) = delete;
+
+  const job_spec& spec() const noexcept;
+  uint32_t rank() const noexcept;
+  /// Whether this worker's hello created the job.
+  bool created_job() const noexcept;
+  /// The job id the node assigned.
+  uint32_t job_id() const noexcept;
+
+  /// Rank 0 only, for tensors declared with has_init: the values of version 0.
+  std::future<void> init(const std::string& tensor, const float* values);
+
+  /// Adds `grad` to the tensor's next clock; completes when the node counted it.
+  std::future<void> push(const std::string& tensor, const float* grad);
+
+  /// Fills `out` with the tensor at version >= min_version (version v = after v
+  /// updates; 0 is the initial value).
+  std::future<void> pull(const std::string& tensor, float* out, uint64_t min_version);
+
+  /// push, then the updated tensor into `out`: each chunk arrives as soon as the node
+  /// has summed every worker's gradient for it and run the optimizer.
+  std::future<void> push_pull(const std::string& tensor, const float* grad, float* out);
+
+  /// How many pushes this worker has made to `tensor` (its clock).
+  uint64_t clock(const std::string& tensor) const;
+
+  /// Leaves the job (bye) and disconnects; calls afterwards throw. Idempotent.
+  void close();
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace rw

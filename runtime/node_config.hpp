@@ -1,0 +1,40 @@
+#pragma once
+// rw-node's configuration: every key of the TOML file (config/*.toml) is also a
+// command-line flag, because both are generated from one table of options. A flag
+// given on the command line wins over the file.
+
+#include <cstdint>
+#include <string>
+
+#include "rackweave/defaults.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace rw::runtime {
+
+struct node_config {
+  std::string role = "rack-agg";
+  std::string name;                      // default: the host name
+  std::string listen = defaults::listen; // HOST:PORT
+  std::string log_level = "info";
+  uint32_t shards = 0;                   // serving cores; 0 = one per core
+  uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
+  uint32_t max_control_bytes = defaults::max_control_bytes;
+  uint32_t max_workers = defaults::max_workers;
+  uint32_t step_timeout_ms = defaults::step_timeout_ms;
+  uint32_t io_timeout_ms = defaults::io_timeout_ms;
+};
+
+/// Adds every option (and --config) to `app`, bound to `cfg`.
+void add_node_options(CLI::App& app, node_config& cfg, std::string& config_file);
+
+/// Reads `path` into `cfg`, leaving alone what was given on the command line of `app`.
+/// Throws std::runtime_error naming the file, key and problem (unknown keys included).
+void load_node_config(const std::string& path, const CLI::App& app, node_config& cfg);
+
+/// Checks values that parse but make no sense; throws std::runtime_error.
+void check_node_config(const node_config& cfg);
+
+} // namespace rw::runtime

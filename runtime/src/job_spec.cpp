@@ -1,0 +1,93 @@
+#include "rackweave/job_spec.hpp"
+
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace rw {
+
+const char* to_string(optimizer_kind kind) noexcept {
+  switch (kind) {
+    case optimizer_kind::sum: return "sum";
+    case optimizer_kind::sgd: return "sgd";
+    case optimizer_kind::momentum: return "momentum";
+    case optimizer_kind::nesterov: return "nesterov";
+    case optimizer_kind::adam: return "adam";
+  }
+  return "?";
+}
+
+std::optional<optimizer_kind> parse_optimizer_kind(std::string_view name) {
+  for (auto k : {optimizer_kind::sum, optimizer_kind::sgd, optimizer_kind::momentum,
+                 optimizer_kind::nesterov, optimizer_kind::adam})
+    if (name == to_string(k))
+      return k;
+  return std::nullopt;
+}
+
+std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
+                     uint32_t max_workers) {
+  if (spec.name.empty() || spec.name.size() > 128)
+    return "job name must be 1 to 128 characters";
+  if (spec.num_workers == 0 || spec.num_workers > max_workers)
+    return fmt::format("workers must be 1..{}, got {}", max_workers, spec.num_workers);
+  if (spec.chunk_bytes < 4 || spec.chunk_bytes % 4 != 0
+      || spec.chunk_bytes > max_chunk_bytes)
+    return fmt::format("chunk size must be a multiple of 4 bytes in 4..{}, got {}",
+                       max_chunk_bytes, spec.chunk_bytes);
+  if (spec.tensors.empty())
+    return "a job needs at least one tensor";
+  std::set<std::string> names;
+  for (auto& t : spec.tensors) {
+    if (t.name.empty() || t.name.size() > 256)
+      return "tensor names must be 1 to 256 characters";
+    if (!names.insert(t.name).second)
+      return fmt::format("tensor '{}' is declared twice", t.name);
+    if (t.elements == 0 || t.elements > (uint64_t{1} << 34))
+      return fmt::format("tensor '{}' must have 1..2^34 elements, got {}", t.name,
+                         t.elements);
+  }
+  auto& o = spec.optimizer;
+  auto finite = [](float x) { return std::isfinite(x); };
+  if (!finite(o.learning_rate) || !finite(o.momentum) || !finite(o.beta1)
+      || !finite(o.beta2) || !finite(o.epsilon) || !finite(o.weight_decay)
+      || !finite(o.rescale))
+    return "optimizer hyper-parameters must be finite";
+  if (o.kind == optimizer_kind::adam
+      && !(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.epsilon > 0))
+    return "adam needs 0 <= beta1, beta2 < 1 and epsilon > 0";
+  return {};
+}
+
+std::string describe_mismatch(const job_spec& ours, const job_spec& theirs) {
+  if (ours.num_workers != theirs.num_workers)
+    return fmt::format("job '{}' has {} workers, hello says {}", ours.name,
+                       ours.num_workers, theirs.num_workers);
+  if (ours.chunk_bytes != theirs.chunk_bytes)
+    return fmt::format("job '{}' uses {}-byte chunks, hello says {}", ours.name,
+                       ours.chunk_bytes, theirs.chunk_bytes);
+  auto& a = ours.optimizer;
+  auto& b = theirs.optimizer;
+  if (a.kind != b.kind || a.learning_rate != b.learning_rate || a.momentum != b.momentum
+      || a.beta1 != b.beta1 || a.beta2 != b.beta2 || a.epsilon != b.epsilon
+      || a.weight_decay != b.weight_decay || a.rescale != b.rescale)
+    return fmt::format("job '{}' uses optimizer {} (lr {}), hello asks for {} (lr {}) "
+                       "or other hyper-parameters",
+                       ours.name, to_string(a.kind), a.learning_rate, to_string(b.kind),
+                       b.learning_rate);
+  if (ours.tensors.size() != theirs.tensors.size())
+    return fmt::format("job '{}' has {} tensors, hello declares {}", ours.name,
+                       ours.tensors.size(), theirs.tensors.size());
+  for (size_t i = 0; i < ours.tensors.size(); ++i) {
+    auto& x = ours.tensors[i];
+    auto& y = theirs.tensors[i];
+    if (x.name != y.name || x.elements != y.elements || x.has_init != y.has_init)
+      return fmt::format("tensor #{} is '{}' with {} elements in job '{}', hello "
+                         "declares '{}' with {}",
+                         i, x.name, x.elements, ours.name, y.name, y.elements);
+  }
+  return {};
+}
+
+} // namespace rw

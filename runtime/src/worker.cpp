@@ -1,0 +1,240 @@
+#include "rackweave/worker.hpp"
+
+#include <mutex>
+#include <unordered_map>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/worker_link.hpp"
+#include "actors/worker_proxy.hpp"
+#include "transports/control.hpp"
+#include "transports/tcp/endpoint.hpp"
+
+namespace rw {
+
+namespace {
+
+using transports::frame_header;
+using transports::frame_kind;
+using transports::payload_target;
+
+// Receives the node's answer to the hello: a welcome or an error.
+class handshake_sink final : public transports::frame_sink {
+public:
+  payload_target on_header(const transports::connection_ptr&,
+                           const frame_header& h) override {
+    if (h.kind != frame_kind::welcome && h.kind != frame_kind::error)
+      return payload_target::dropped();
+    buf.resize(h.payload_bytes);
+    return payload_target::into(buf.data());
+  }
+  void on_frame(const transports::connection_ptr&, const frame_header& h,
+                payload_target& t) override {
+    if (t.action == payload_target::discard)
+      return;
+    std::string why;
+    if (h.kind == frame_kind::welcome) {
+      if (decode(buf.data(), buf.size(), welcome, why) == errc::ok)
+        answered = ok = true;
+      else
+        fail(errc::bad_frame, "undecodable welcome: " + why);
+      return;
+    }
+    transports::error_msg err;
+    if (decode(buf.data(), buf.size(), err, why) != errc::ok)
+      err = {errc::bad_frame, "undecodable error frame: " + why};
+    fail(err.code, err.message);
+  }
+  void on_closed(const transports::connection_ptr&, errc code,
+                 const std::string& why) override {
+    if (!answered)
+      fail(errc::io_error, "the node closed the connection during the hello: " + why);
+  }
+
+  void fail(errc c, std::string m) {
+    answered = true;
+    ok = false;
+    code = c;
+    message = std::move(m);
+  }
+
+  std::vector<std::byte> buf;
+  bool answered = false;
+  bool ok = false;
+  errc code = errc::ok;
+  std::string message;
+  transports::welcome_msg welcome;
+};
+
+} // namespace
+
+struct worker::impl {
+  worker_options opts;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::shared_ptr<transports::tcp::endpoint> ep;
+  std::shared_ptr<actors::worker_link> link;
+  actors::worker_proxy_actor proxy;
+  transports::welcome_msg welcome;
+  std::unordered_map<std::string, uint32_t> index;
+  mutable std::mutex mtx;
+  std::vector<uint64_t> clocks;
+  bool closed = false;
+
+  uint32_t tensor(const std::string& name) const {
+    auto it = index.find(name);
+    if (it == index.end())
+      throw rw::error(errc::bad_chunk,
+                      fmt::format("tensor '{}' is not part of job '{}'", name,
+                                  opts.job.name));
+    return it->second;
+  }
+
+  std::future<void> submit(actors::worker_op op) {
+    auto promise = std::make_shared<std::promise<void>>();
+    auto fut = promise->get_future();
+    op.done = promise;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      if (closed)
+        throw rw::error(errc::io_error, "the worker is closed");
+      if (op.kind == actors::worker_op::push || op.kind == actors::worker_op::push_pull)
+        ++clocks[op.tensor];
+    }
+    caf::anon_send(proxy, actors::submit_atom::value, std::move(op));
+    return fut;
+  }
+
+  void handshake() {
+    transports::hello_msg hello{opts.job, opts.rank};
+    auto payload = transports::encode(hello);
+    if (payload.size() > defaults::max_control_bytes)
+      throw rw::error(errc::invalid_spec, "the job spec is too large to send");
+    transports::connection_ptr conn;
+    try {
+      conn = ep->connect(transports::tcp::parse_address(opts.connect), opts.connect_timeout);
+    } catch (const std::exception& e) {
+      throw rw::error(errc::io_error, e.what());
+    }
+    frame_header h;
+    h.kind = frame_kind::hello;
+    h.rank = opts.rank;
+    h.payload_bytes = static_cast<uint32_t>(payload.size());
+    iovec iov{payload.data(), payload.size()};
+    if (!conn->send(h, &iov, 1))
+      throw rw::error(errc::io_error, "cannot send hello to " + opts.connect);
+    handshake_sink sink;
+    auto deadline = std::chrono::steady_clock::now() + opts.request_timeout;
+    while (!sink.answered && std::chrono::steady_clock::now() < deadline)
+      ep->poll(50, sink);
+    if (!sink.answered)
+      throw rw::error(errc::timeout, fmt::format("no answer to hello from {} within {} ms",
+                                                 opts.connect,
+                                                 opts.request_timeout.count()));
+    if (!sink.ok)
+      throw rw::error(sink.code, sink.message);
+    welcome = sink.welcome;
+    link = std::make_shared<actors::worker_link>(ep, conn, welcome.job_id, opts.rank,
+                                                 opts.job);
+  }
+};
+
+worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
+  auto& d = *impl_;
+  d.opts = std::move(options);
+  if (auto why = validate(d.opts.job, defaults::max_chunk_bytes, defaults::max_workers);
+      !why.empty())
+    throw rw::error(errc::invalid_spec, "invalid job spec: " + why);
+  if (d.opts.rank >= d.opts.job.num_workers)
+    throw rw::error(errc::bad_rank, fmt::format("rank {} is outside 0..{}", d.opts.rank,
+                                                d.opts.job.num_workers - 1));
+  for (uint32_t i = 0; i < d.opts.job.tensors.size(); ++i)
+    d.index.emplace(d.opts.job.tensors[i].name, i);
+  d.clocks.assign(d.opts.job.tensors.size(), 0);
+  d.ep = std::make_shared<transports::tcp::endpoint>(
+    d.opts.request_timeout,
+    transports::receive_limits{d.opts.job.chunk_bytes, defaults::max_control_bytes});
+  d.handshake();
+  d.cfg.set("scheduler.max-threads", 2);
+  d.cfg.set("logger.verbosity", caf::atom("quiet"));
+  d.sys = std::make_unique<caf::actor_system>(d.cfg);
+  d.proxy = actors::spawn_worker_proxy(*d.sys, d.link, d.opts.request_timeout);
+  d.link->start(d.proxy);
+}
+
+worker::~worker() {
+  close();
+}
+
+void worker::close() {
+  auto& d = *impl_;
+  {
+    std::lock_guard<std::mutex> guard{d.mtx};
+    if (d.closed)
+      return;
+    d.closed = true;
+  }
+  {
+    caf::scoped_actor self{*d.sys};
+    // The bye goes out after every frame already queued for sending.
+    self->request(d.proxy, std::chrono::seconds(10), actors::bye_atom::value)
+      .receive([](actors::ok_atom) {}, [](caf::error&) {});
+  }
+  d.link->stop("the worker was closed");
+  caf::anon_send_exit(d.proxy, caf::exit_reason::user_shutdown);
+  d.proxy = nullptr;
+  d.sys.reset(); // waits for the proxy
+  d.link.reset();
+}
+
+const job_spec& worker::spec() const noexcept {
+  return impl_->opts.job;
+}
+
+uint32_t worker::rank() const noexcept {
+  return impl_->opts.rank;
+}
+
+bool worker::created_job() const noexcept {
+  return impl_->welcome.created;
+}
+
+uint32_t worker::job_id() const noexcept {
+  return impl_->welcome.job_id;
+}
+
+std::future<void> worker::init(const std::string& tensor, const float* values) {
+  auto t = impl_->tensor(tensor);
+  if (impl_->opts.rank != 0 || !impl_->opts.job.tensors[t].has_init)
+    throw rw::error(errc::invalid_spec,
+                    fmt::format("init of '{}': only rank 0 initialises, and only tensors "
+                                "declared with has_init",
+                                tensor));
+  return impl_->submit({actors::worker_op::init, t, values, nullptr, 0, nullptr});
+}
+
+std::future<void> worker::push(const std::string& tensor, const float* grad) {
+  return impl_->submit(
+    {actors::worker_op::push, impl_->tensor(tensor), grad, nullptr, 0, nullptr});
+}
+
+std::future<void> worker::pull(const std::string& tensor, float* out,
+                               uint64_t min_version) {
+  return impl_->submit(
+    {actors::worker_op::pull, impl_->tensor(tensor), nullptr, out, min_version, nullptr});
+}
+
+std::future<void> worker::push_pull(const std::string& tensor, const float* grad,
+                                    float* out) {
+  return impl_->submit(
+    {actors::worker_op::push_pull, impl_->tensor(tensor), grad, out, 0, nullptr});
+}
+
+uint64_t worker::clock(const std::string& tensor) const {
+  auto t = impl_->tensor(tensor);
+  std::lock_guard<std::mutex> guard{impl_->mtx};
+  return impl_->clocks[t];
+}
+
+} // namespace rw

@@ -1,0 +1,50 @@
+@0xc7e2a9d14b3f5a60;
+# Control messages that leave the actor system: the payloads of hello, welcome and
+# error frames.
+
+$import "/capnp/c++.capnp".namespace("rw::schema");
+
+enum OptimizerKind {
+  sum @0;        # the result is the summed gradient itself (plain all-reduce)
+  sgd @1;
+  momentum @2;
+  nesterov @3;
+  adam @4;
+}
+
+struct Optimizer {
+  kind @0 :OptimizerKind;
+  learningRate @1 :Float32;
+  momentum @2 :Float32;
+  beta1 @3 :Float32;
+  beta2 @4 :Float32;
+  epsilon @5 :Float32;
+  weightDecay @6 :Float32;
+  rescale @7 :Float32;      # gradient scale applied to the sum (0 = 1 / workers)
+}
+
+struct TensorSpec {
+  name @0 :Text;
+  elements @1 :UInt64;      # float32 elements
+  hasInit @2 :Bool;         # rank 0 sends initial values; otherwise zeros
+}
+
+struct Hello {
+  jobName @0 :Text;
+  numWorkers @1 :UInt32;
+  rank @2 :UInt32;
+  chunkBytes @3 :UInt32;
+  optimizer @4 :Optimizer;
+  tensors @5 :List(TensorSpec);
+}
+
+struct Welcome {
+  jobId @0 :UInt32;
+  nodeName @1 :Text;
+  created @2 :Bool;         # this hello created the job
+}
+
+struct ErrorInfo {
+  code @0 :UInt16;
+  message @1 :Text;
+}

@@ -1,0 +1,34 @@
+@0xb5c1d3a2e4f60718;
+# The data-plane frame header. Every frame on a RackWeave transport is this header,
+# serialised as an unpacked single-segment Cap'n Proto message, followed by
+# `payloadBytes` of payload. The struct holds only fixed-width fields, so its encoded
+# size never changes (see transports/frame.hpp: frame_header_bytes).
+
+$import "/capnp/c++.capnp".namespace("rw::schema");
+
+enum FrameKind {
+  invalid @0;
+  hello @1;      # worker -> node: payload is a control.capnp Hello
+  welcome @2;    # node -> worker: payload is a control.capnp Welcome
+  push @3;       # worker -> node: gradient chunk (float32 payload) for `clock`
+  pull @4;       # worker -> node: ask for chunk at version >= `clock`; no payload
+  update @5;     # node -> worker: chunk parameters at version `clock` (float32 payload)
+  ack @6;        # node -> worker: a push (without result) was counted
+  init @7;       # worker (rank 0) -> node: initial chunk values (version 0)
+  error @8;      # either way: payload is a control.capnp ErrorInfo
+  bye @9;        # worker -> node: graceful leave
+}
+
+struct FrameHeader {
+  magic @0 :UInt32;         # 0x52574631 ("RWF1")
+  version @1 :UInt16;       # wire protocol version
+  kind @2 :FrameKind;
+  flags @3 :UInt16;         # bit 0: push wants the updated chunk back (push_pull)
+  errorCode @4 :UInt16;     # for kind = error: rw::errc
+  jobId @5 :UInt32;
+  rank @6 :UInt32;
+  tensorId @7 :UInt32;
+  chunkIndex @8 :UInt32;
+  payloadBytes @9 :UInt32;
+  clock @10 :UInt64;        # push: the worker's clock; pull/update: version
+}

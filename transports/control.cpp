@@ -1,0 +1,138 @@
+#include "transports/control.hpp"
+
+#include <cstring>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <fmt/format.h>
+
+#include "schemas/control.capnp.h"
+
+namespace rw::transports {
+
+namespace {
+
+bytes to_bytes(capnp::MessageBuilder& msg) {
+  auto words = capnp::messageToFlatArray(msg);
+  auto raw = words.asBytes();
+  bytes out(raw.size());
+  std::memcpy(out.data(), raw.begin(), raw.size());
+  return out;
+}
+
+// Runs `fn(reader)` over untrusted bytes; a decode failure becomes errc::bad_frame.
+template <class Fn>
+errc read_message(const std::byte* data, size_t size, std::string& why, Fn fn) {
+  if (size == 0 || size % sizeof(capnp::word) != 0) {
+    why = fmt::format("control payload of {} bytes is not a whole number of words", size);
+    return errc::bad_frame;
+  }
+  // Copy into word-aligned memory: control frames are rare and small.
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(size / sizeof(capnp::word));
+  std::memcpy(words.begin(), data, size);
+  try {
+    capnp::ReaderOptions opts;
+    opts.traversalLimitInWords = 1 << 20;
+    opts.nestingLimit = 16;
+    capnp::FlatArrayMessageReader reader{words.asPtr(), opts};
+    return fn(reader);
+  } catch (const kj::Exception& e) {
+    why = fmt::format("control payload does not decode: {}", e.getDescription().cStr());
+    return errc::bad_frame;
+  }
+}
+
+} // namespace
+
+bytes encode(const hello_msg& x) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<schema::Hello>();
+  root.setJobName(x.spec.name);
+  root.setNumWorkers(x.spec.num_workers);
+  root.setRank(x.rank);
+  root.setChunkBytes(x.spec.chunk_bytes);
+  auto o = root.initOptimizer();
+  auto& s = x.spec.optimizer;
+  o.setKind(static_cast<schema::OptimizerKind>(s.kind));
+  o.setLearningRate(s.learning_rate);
+  o.setMomentum(s.momentum);
+  o.setBeta1(s.beta1);
+  o.setBeta2(s.beta2);
+  o.setEpsilon(s.epsilon);
+  o.setWeightDecay(s.weight_decay);
+  o.setRescale(s.rescale);
+  auto ts = root.initTensors(static_cast<unsigned>(x.spec.tensors.size()));
+  for (unsigned i = 0; i < ts.size(); ++i) {
+    ts[i].setName(x.spec.tensors[i].name);
+    ts[i].setElements(x.spec.tensors[i].elements);
+    ts[i].setHasInit(x.spec.tensors[i].has_init);
+  }
+  return to_bytes(msg);
+}
+
+bytes encode(const welcome_msg& x) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<schema::Welcome>();
+  root.setJobId(x.job_id);
+  root.setNodeName(x.node_name);
+  root.setCreated(x.created);
+  return to_bytes(msg);
+}
+
+bytes encode(const error_msg& x) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<schema::ErrorInfo>();
+  root.setCode(static_cast<uint16_t>(x.code));
+  root.setMessage(x.message);
+  return to_bytes(msg);
+}
+
+errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why) {
+  return read_message(data, size, why, [&](capnp::MessageReader& r) {
+    auto root = r.getRoot<schema::Hello>();
+    out.spec.name = root.getJobName().cStr();
+    out.spec.num_workers = root.getNumWorkers();
+    out.rank = root.getRank();
+    out.spec.chunk_bytes = root.getChunkBytes();
+    auto o = root.getOptimizer();
+    auto kind = static_cast<uint16_t>(o.getKind());
+    if (kind > static_cast<uint16_t>(optimizer_kind::adam)) {
+      why = fmt::format("unknown optimizer kind {}", kind);
+      return errc::bad_frame;
+    }
+    auto& s = out.spec.optimizer;
+    s.kind = static_cast<optimizer_kind>(kind);
+    s.learning_rate = o.getLearningRate();
+    s.momentum = o.getMomentum();
+    s.beta1 = o.getBeta1();
+    s.beta2 = o.getBeta2();
+    s.epsilon = o.getEpsilon();
+    s.weight_decay = o.getWeightDecay();
+    s.rescale = o.getRescale();
+    out.spec.tensors.clear();
+    for (auto t : root.getTensors())
+      out.spec.tensors.push_back({t.getName().cStr(), t.getElements(), t.getHasInit()});
+    return errc::ok;
+  });
+}
+
+errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& why) {
+  return read_message(data, size, why, [&](capnp::MessageReader& r) {
+    auto root = r.getRoot<schema::Welcome>();
+    out.job_id = root.getJobId();
+    out.node_name = root.getNodeName().cStr();
+    out.created = root.getCreated();
+    return errc::ok;
+  });
+}
+
+errc decode(const std::byte* data, size_t size, error_msg& out, std::string& why) {
+  return read_message(data, size, why, [&](capnp::MessageReader& r) {
+    auto root = r.getRoot<schema::ErrorInfo>();
+    out.code = static_cast<errc>(root.getCode());
+    out.message = root.getMessage().cStr();
+    return errc::ok;
+  });
+}
+
+} // namespace rw::transports

@@ -1,0 +1,56 @@
+#pragma once
+// The frame header every transport carries, and its codec.
+//
+// On the wire a header is the Cap'n Proto message schemas/frame.capnp:FrameHeader,
+// unpacked, single segment: 8 bytes of segment table, 8 of root pointer and 40 of data.
+// Every field is fixed-width, so every header is exactly `frame_header_bytes` long and
+// a receiver always knows how much to read before the payload.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "rackweave/errc.hpp"
+
+namespace rw::transports {
+
+enum class frame_kind : uint16_t {
+  invalid = 0,
+  hello = 1,
+  welcome = 2,
+  push = 3,
+  pull = 4,
+  update = 5,
+  ack = 6,
+  init = 7,
+  error = 8,
+  bye = 9,
+};
+
+const char* to_string(frame_kind kind) noexcept;
+
+/// Flag bit: this push wants the updated chunk back (push_pull).
+constexpr uint16_t flag_want_result = 1;
+
+struct frame_header {
+  frame_kind kind = frame_kind::invalid;
+  uint16_t flags = 0;
+  errc error_code = errc::ok;
+  uint32_t job_id = 0;
+  uint32_t rank = 0;
+  uint32_t tensor_id = 0;
+  uint32_t chunk_index = 0;
+  uint32_t payload_bytes = 0;
+  uint64_t clock = 0;
+};
+
+constexpr size_t frame_header_bytes = 56;
+
+/// Writes the header into `out` (frame_header_bytes, 8-byte aligned).
+void encode(const frame_header& h, std::byte* out);
+
+/// Decodes `in` (frame_header_bytes, 8-byte aligned). On failure returns the error
+/// code and sets `why`; the stream can no longer be trusted after that.
+errc decode(const std::byte* in, frame_header& out, std::string& why);
+
+} // namespace rw::transports

@@ -1,0 +1,33 @@
+#pragma once
+// HOST:PORT parsing and the raw socket calls of the TCP transport. Errors are thrown as
+// std::runtime_error with the address and the system's reason in the message.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace rw::transports::tcp {
+
+struct address {
+  std::string host;
+  uint16_t port = 0;
+
+  std::string to_string() const;
+};
+
+/// Parses "HOST:PORT" (PORT 0 allowed for listening on any free port).
+address parse_address(const std::string& text);
+
+/// A listening, non-blocking socket. Throws if the address is bad or in use.
+int listen_on(const address& addr, int backlog = 128);
+
+/// The port a socket is bound to.
+uint16_t bound_port(int fd);
+
+/// A connected, non-blocking socket with TCP_NODELAY. Throws on failure or timeout.
+int connect_to(const address& addr, std::chrono::milliseconds timeout);
+
+/// Non-blocking, TCP_NODELAY and large buffers for an accepted or connected socket.
+void tune_socket(int fd);
+
+} // namespace rw::transports::tcp

@@ -1,0 +1,197 @@
+#include "transports/tcp/connection.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace rw::transports::tcp {
+
+namespace {
+
+constexpr int max_frames_per_read = 64;
+constexpr size_t discard_chunk = 64 * 1024;
+
+bool is_data_kind(frame_kind k) {
+  return k == frame_kind::push || k == frame_kind::init || k == frame_kind::update;
+}
+
+} // namespace
+
+connection::connection(int fd, std::string peer, std::chrono::milliseconds io_timeout,
+                       receive_limits limits)
+  : fd_(fd), peer_(std::move(peer)), io_timeout_(io_timeout), limits_(limits) {
+}
+
+connection::~connection() {
+  ::close(fd_);
+}
+
+bool connection::is_open() const noexcept {
+  return open_.load(std::memory_order_acquire);
+}
+
+void connection::close() {
+  if (open_.exchange(false))
+    ::shutdown(fd_, SHUT_RDWR);
+}
+
+bool connection::send(const frame_header& h, const iovec* payload, int count) {
+  alignas(8) std::byte head[frame_header_bytes];
+  encode(h, head);
+  iovec local[8];
+  std::vector<iovec> heap;
+  iovec* iov = local;
+  if (count + 1 > 8) {
+    heap.resize(static_cast<size_t>(count) + 1);
+    iov = heap.data();
+  }
+  iov[0] = {head, frame_header_bytes};
+  for (int i = 0; i < count; ++i)
+    iov[i + 1] = payload[i];
+  int n = count + 1;
+
+  auto deadline = std::chrono::steady_clock::now() + io_timeout_;
+  std::lock_guard<std::mutex> guard{send_mtx_};
+  while (n > 0) {
+    if (!is_open())
+      return false;
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t sent = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        close();
+        return false;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        close(); // the peer stopped reading: a half-sent frame would corrupt the stream
+        return false;
+      }
+      pollfd p{fd_, POLLOUT, 0};
+      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
+      continue;
+    }
+    auto rest = static_cast<size_t>(sent);
+    while (n > 0 && rest >= iov->iov_len) {
+      rest -= iov->iov_len;
+      ++iov;
+      --n;
+    }
+    if (n > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + rest;
+      iov->iov_len -= rest;
+    }
+  }
+  return true;
+}
+
+void connection::report_closed(frame_sink& sink, errc code, const std::string& why) {
+  if (reported_)
+    return;
+  reported_ = true;
+  close();
+  target_ = {};
+  sink.on_closed(shared_from_this(), code, why);
+}
+
+bool connection::fail(frame_sink& sink, errc code, const std::string& why,
+                      bool tell_peer) {
+  if (tell_peer && is_open())
+    send_error(code, why, header_);
+  report_closed(sink, code, why);
+  return false;
+}
+
+bool connection::read_ready(frame_sink& sink) {
+  if (reported_)
+    return false;
+  auto self = shared_from_this();
+  std::byte scratch[discard_chunk];
+  for (int frames = 0; frames < max_frames_per_read;) {
+    std::byte* dst;
+    size_t want;
+    if (phase_ == phase::header) {
+      dst = header_buf_ + got_;
+      want = frame_header_bytes - got_;
+    } else if (target_.action == payload_target::discard) {
+      dst = scratch;
+      want = std::min(discard_chunk, size_t{header_.payload_bytes} - got_);
+    } else {
+      dst = target_.dst + got_;
+      want = header_.payload_bytes - got_;
+    }
+    ssize_t n = ::recv(fd_, dst, want, 0);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return true;
+      return fail(sink, errc::io_error, fmt::format("receive failed: {}", std::strerror(errno)),
+                  false);
+    }
+    if (n == 0) {
+      if (!is_open())
+        return fail(sink, errc::io_error, "connection closed locally", false);
+      if (phase_ == phase::header && got_ == 0)
+        return fail(sink, errc::ok, "peer closed the connection", false);
+      auto total = phase_ == phase::header ? frame_header_bytes
+                                           : frame_header_bytes + header_.payload_bytes;
+      auto have = phase_ == phase::header ? got_ : frame_header_bytes + got_;
+      return fail(sink, errc::bad_frame,
+                  fmt::format("truncated frame: peer closed after {} of {} bytes", have,
+                              total),
+                  false);
+    }
+    got_ += static_cast<size_t>(n);
+    if (phase_ == phase::header) {
+      if (got_ < frame_header_bytes)
+        continue;
+      std::string why;
+      auto rc = decode(header_buf_, header_, why);
+      if (rc != errc::ok) {
+        header_ = {};
+        return fail(sink, rc, why, true);
+      }
+      auto limit = is_data_kind(header_.kind) ? limits_.max_data_payload
+                                              : limits_.max_control_payload;
+      if (header_.payload_bytes > limit)
+        return fail(sink, errc::frame_too_large,
+                    fmt::format("{} frame announces {} payload bytes; the limit is {}",
+                                to_string(header_.kind), header_.payload_bytes, limit),
+                    true);
+      got_ = 0;
+      target_ = sink.on_header(self, header_);
+      if (target_.action == payload_target::close)
+        return fail(sink, errc::bad_frame, "closed by the receiver", false);
+      if (header_.payload_bytes > 0) {
+        phase_ = phase::payload;
+        continue;
+      }
+    } else if (got_ < header_.payload_bytes) {
+      continue;
+    }
+    // A whole frame is in.
+    phase_ = phase::header;
+    got_ = 0;
+    auto target = std::move(target_);
+    target_ = {};
+    sink.on_frame(self, header_, target);
+    ++frames;
+    if (reported_)
+      return false;
+  }
+  return true;
+}
+
+} // namespace rw::transports::tcp

@@ -1,0 +1,67 @@
+#pragma once
+// A TCP connection: one socket, frames in both directions.
+//
+// Sending: header and payload pieces go out in one gather write (sendmsg) straight from
+// the caller's memory, under a per-connection mutex so frames never interleave; a peer
+// that does not read within `io_timeout` gets the connection closed.
+// Receiving: `read_ready` runs on the endpoint's thread when the socket is readable; it
+// reads the fixed-size header, asks the sink where the payload goes, and reads the
+// payload straight there. The socket is closed only when the object dies, so another
+// thread still holding the connection can never write to a reused descriptor.
+
+#include <chrono>
+#include <mutex>
+#include <string>
+
+#include "transports/transport.hpp"
+
+namespace rw::transports::tcp {
+
+class connection final : public transports::connection,
+                         public std::enable_shared_from_this<connection> {
+public:
+  connection(int fd, std::string peer, std::chrono::milliseconds io_timeout,
+             receive_limits limits);
+  ~connection() override;
+
+  bool send(const frame_header& h, const iovec* payload, int count) override;
+  using transports::connection::send;
+  void close() override;
+  bool is_open() const noexcept override;
+  const std::string& peer() const noexcept override {
+    return peer_;
+  }
+
+  int fd() const noexcept {
+    return fd_;
+  }
+
+  /// Reads what the socket has (bounded per call for fairness). Returns false once the
+  /// connection is closed; the sink has then been told exactly once.
+  bool read_ready(frame_sink& sink);
+
+  /// Reports the close to the sink if it has not been reported yet.
+  void report_closed(frame_sink& sink, errc code, const std::string& why);
+
+private:
+  enum class phase { header, payload };
+
+  bool fail(frame_sink& sink, errc code, const std::string& why, bool tell_peer);
+
+  int fd_;
+  std::string peer_;
+  std::chrono::milliseconds io_timeout_;
+  receive_limits limits_;
+  std::mutex send_mtx_;
+  std::atomic<bool> open_{true};
+  bool reported_ = false;
+
+  // Receive state (endpoint thread only).
+  phase phase_ = phase::header;
+  alignas(8) std::byte header_buf_[frame_header_bytes];
+  size_t got_ = 0;
+  frame_header header_;
+  payload_target target_;
+};
+
+} // namespace rw::transports::tcp

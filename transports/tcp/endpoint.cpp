@@ -1,0 +1,121 @@
+#include "transports/tcp/endpoint.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace rw::transports::tcp {
+
+namespace {
+
+std::string peer_name(const sockaddr_in& sa) {
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof(buf));
+  return fmt::format("{}:{}", buf, ntohs(sa.sin_port));
+}
+
+} // namespace
+
+endpoint::endpoint(std::chrono::milliseconds io_timeout, receive_limits limits)
+  : io_timeout_(io_timeout), limits_(limits), epfd_(epoll_create1(EPOLL_CLOEXEC)) {
+  if (epfd_ < 0)
+    throw std::runtime_error(fmt::format("epoll_create1: {}", std::strerror(errno)));
+}
+
+endpoint::~endpoint() {
+  if (listen_fd_ >= 0)
+    ::close(listen_fd_);
+  ::close(epfd_);
+}
+
+address endpoint::listen(const address& addr) {
+  listen_fd_ = listen_on(addr);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd_;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  bound_ = addr;
+  bound_.port = bound_port(listen_fd_);
+  return bound_;
+}
+
+std::string endpoint::describe() const {
+  if (listen_fd_ < 0)
+    return fmt::format("tcp (client, {} connections)", conns_.size());
+  return "tcp://" + bound_.to_string();
+}
+
+std::shared_ptr<connection> endpoint::add(int fd, std::string peer) {
+  auto c = std::make_shared<connection>(fd, std::move(peer), io_timeout_, limits_);
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = fd;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  conns_[fd] = c;
+  return c;
+}
+
+std::shared_ptr<connection> endpoint::connect(const address& addr,
+                                              std::chrono::milliseconds timeout) {
+  int fd = connect_to(addr, timeout);
+  return add(fd, addr.to_string());
+}
+
+void endpoint::accept_all() {
+  for (int i = 0; i < 64; ++i) {
+    sockaddr_in sa{};
+    socklen_t len = sizeof(sa);
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC);
+    if (fd < 0)
+      return; // EAGAIN, or a transient failure (EMFILE...): try again on the next poll
+    tune_socket(fd);
+    add(fd, peer_name(sa));
+  }
+}
+
+int endpoint::poll(int timeout_ms, frame_sink& sink) {
+  epoll_event events[64];
+  int n = epoll_wait(epfd_, events, 64, timeout_ms);
+  if (n <= 0)
+    return 0;
+  for (int i = 0; i < n; ++i) {
+    int fd = events[i].data.fd;
+    if (fd == listen_fd_) {
+      accept_all();
+      continue;
+    }
+    auto it = conns_.find(fd);
+    if (it == conns_.end())
+      continue;
+    auto conn = it->second; // keep alive across the sink's callbacks
+    if (!conn->read_ready(sink)) {
+      epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+      conns_.erase(fd);
+    }
+  }
+  return n;
+}
+
+void endpoint::close_all(frame_sink& sink) {
+  auto conns = std::move(conns_);
+  conns_.clear();
+  for (auto& [fd, c] : conns) {
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+    c->report_closed(sink, errc::io_error, "endpoint shut down");
+  }
+  if (listen_fd_ >= 0) {
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+  }
+}
+
+} // namespace rw::transports::tcp

@@ -1,0 +1,26 @@
+#include "transports/transport.hpp"
+
+#include "transports/control.hpp"
+
+namespace rw::transports {
+
+namespace {
+std::atomic<uint64_t> next_connection_id{1};
+} // namespace
+
+connection::connection() : id_(next_connection_id.fetch_add(1)) {
+}
+
+bool connection::send_error(errc code, const std::string& message,
+                            const frame_header& about) {
+  auto payload = encode(error_msg{code, message});
+  frame_header h = about;
+  h.kind = frame_kind::error;
+  h.flags = 0;
+  h.error_code = code;
+  h.payload_bytes = static_cast<uint32_t>(payload.size());
+  iovec iov{payload.data(), payload.size()};
+  return send(h, &iov, 1);
+}
+
+} // namespace rw::transports

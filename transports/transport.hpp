@@ -1,0 +1,129 @@
+#pragma once
+// The transport contract. Every backend (transports/tcp, later fabric, shm, inproc)
+// implements the same three classes in its own folder:
+//
+//  - `connection`: one peer, full duplex, framed (transports/frame.hpp). `send` is safe
+//    to call from any thread; frames from different threads never interleave; a send
+//    blocks at most the transport's I/O timeout and never copies the payload (gather
+//    list straight from the caller's memory). `close` may be called from any thread: it
+//    stops the connection, and the receiving side then reports it closed exactly once.
+//  - `endpoint`: the receiving side, a set of connections driven by one thread.
+//  - `frame_sink`: what the receiving side calls, on its own thread only. It first sees
+//    the decoded, validated header and says where the payload goes (so payloads land
+//    straight in their final buffer), then sees the whole frame, and finally the close.
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "rackweave/errc.hpp"
+#include "runtime/buffer_pool.hpp"
+#include "transports/frame.hpp"
+
+namespace rw::transports {
+
+/// Where a received payload goes.
+struct payload_target {
+  enum action_t { receive, discard, close };
+  action_t action = receive;
+  std::byte* dst = nullptr;  // for receive: payload_bytes of writable memory
+  runtime::buffer_ref keep;  // the pooled buffer `dst` points into, if any
+
+  static payload_target into(std::byte* dst) {
+    return {receive, dst, {}};
+  }
+  static payload_target into(runtime::buffer_ref buf) {
+    auto* p = buf->bytes();
+    return {receive, p, std::move(buf)};
+  }
+  static payload_target dropped() {
+    return {discard, nullptr, {}};
+  }
+  static payload_target closing() {
+    return {close, nullptr, {}};
+  }
+};
+
+class connection {
+public:
+  connection();
+  virtual ~connection() = default;
+
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+
+  /// Sends one frame: the header, then `count` payload pieces. Returns false (and
+  /// closes the connection) if the peer failed or did not read within the timeout.
+  virtual bool send(const frame_header& h, const iovec* payload, int count) = 0;
+
+  /// Stops the connection from any thread; the receiver reports the close.
+  virtual void close() = 0;
+
+  virtual bool is_open() const noexcept = 0;
+
+  /// The peer's address, for logs.
+  virtual const std::string& peer() const noexcept = 0;
+
+  /// Sends a header-only frame.
+  bool send(const frame_header& h) {
+    return send(h, nullptr, 0);
+  }
+
+  /// Sends an error frame about `about` (its job, rank, tensor, chunk and clock).
+  bool send_error(errc code, const std::string& message, const frame_header& about);
+
+  /// A process-unique id, for logs and maps.
+  uint64_t id() const noexcept {
+    return id_;
+  }
+
+private:
+  uint64_t id_;
+};
+
+using connection_ptr = std::shared_ptr<connection>;
+
+class frame_sink {
+public:
+  virtual ~frame_sink() = default;
+
+  /// A header arrived. Answer with where its payload goes; `closing()` ends the
+  /// connection (send any error frame first).
+  virtual payload_target on_header(const connection_ptr& c, const frame_header& h) = 0;
+
+  /// The frame's payload (if any) is in `t`.
+  virtual void on_frame(const connection_ptr& c, const frame_header& h,
+                        payload_target& t) = 0;
+
+  /// The connection is gone. `code` is errc::ok for an orderly close by the peer.
+  virtual void on_closed(const connection_ptr& c, errc code, const std::string& why) = 0;
+};
+
+/// The receiving side of a transport: a set of connections driven by one thread.
+class endpoint {
+public:
+  virtual ~endpoint() = default;
+
+  /// Waits up to `timeout_ms` for readiness, then accepts and reads, calling `sink`
+  /// on this thread. Returns the number of ready descriptors handled.
+  virtual int poll(int timeout_ms, frame_sink& sink) = 0;
+
+  /// Closes every connection (each reported to `sink`) and stops accepting.
+  virtual void close_all(frame_sink& sink) = 0;
+
+  virtual size_t connection_count() const noexcept = 0;
+
+  /// Where peers reach this endpoint, for logs ("tcp://127.0.0.1:7700").
+  virtual std::string describe() const = 0;
+};
+
+/// Limits a receiver enforces on every header before reading a payload.
+struct receive_limits {
+  uint32_t max_data_payload;    // push, init, update
+  uint32_t max_control_payload; // hello, welcome, error
+};
+
+} // namespace rw::transports
