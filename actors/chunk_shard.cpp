@@ -35,7 +35,11 @@ struct shard_job {
 struct shard_state {
   shard_settings settings;
   std::unordered_map<uint32_t, shard_job> jobs;
-  std::map<uint32_t, std::string> tombstones; // why a job id is gone
+  struct tombstone {
+    errc code;
+    std::string why;
+  };
+  std::map<uint32_t, tombstone> tombstones; // why a job id is gone
   shard_stats stats;
   static inline const char* name = "rw.chunk_shard";
 };
@@ -69,16 +73,20 @@ void answer_ready(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t ch
     send_update(st, job_id, tensor, chunk, cs, w);
 }
 
-std::string unknown_job_message(const shard_state& st, uint32_t job_id) {
-  auto i = st.tombstones.find(job_id);
+// Answers a frame for a job this shard does not hold: gone (with why), or never known.
+void refuse_missing_job(const shard_state& st, const transports::connection_ptr& conn,
+                        const frame_header& about) {
+  auto i = st.tombstones.find(about.job_id);
   if (i != st.tombstones.end())
-    return fmt::format("job {} is gone: {}", job_id, i->second);
-  return fmt::format("unknown job {}", job_id);
+    conn->send_error(i->second.code, fmt::format("job {} is gone: {}", about.job_id, i->second.why),
+                     about);
+  else
+    conn->send_error(errc::unknown_job, fmt::format("unknown job {}", about.job_id), about);
 }
 
-void bury(shard_state& st, uint32_t job_id, std::string why) {
+void bury(shard_state& st, uint32_t job_id, errc code, std::string why) {
   st.jobs.erase(job_id);
-  st.tombstones[job_id] = std::move(why);
+  st.tombstones[job_id] = {code, std::move(why)};
   while (st.tombstones.size() > max_tombstones)
     st.tombstones.erase(st.tombstones.begin());
 }
@@ -99,7 +107,7 @@ void fail_job(shard_state& st, uint32_t job_id, errc code, const std::string& wh
         w.conn->send_error(code, why, about(job_id, w.rank, t, c, w.version));
     }
   }
-  bury(st, job_id, why);
+  bury(st, job_id, code, why);
 }
 
 // Fails the waiters of steps that still need `rank` (which has left).
@@ -125,8 +133,7 @@ shard_job* find_job(shard_ptr self, uint32_t job_id, const transports::connectio
   auto it = st.jobs.find(job_id);
   if (it != st.jobs.end())
     return &it->second;
-  conn->send_error(errc::unknown_job, unknown_job_message(st, job_id),
-                   about(job_id, rank, tensor, chunk, clock));
+  refuse_missing_job(st, conn, about(job_id, rank, tensor, chunk, clock));
   return nullptr;
 }
 
@@ -306,7 +313,7 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       if (it == self->state.jobs.end())
         return;
       self->state.stats.chunks -= it->second.chunks.size();
-      bury(self->state, job_id, "the job finished: every worker left");
+      bury(self->state, job_id, errc::unknown_job, "the job finished: every worker left");
     },
     [=](tick_atom) {
       scan_timeouts(self);

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/rack_agg_node.hpp"
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
                  "that start the node on port 0)");
   CLI11_PARSE(app, argc, argv);
 
+  spdlog::set_default_logger(spdlog::stderr_color_mt("rw-node"));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
   try {
     if (!config_file.empty())

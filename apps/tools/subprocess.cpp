@@ -17,7 +17,8 @@ extern char** environ;
 
 namespace rw::tools {
 
-subprocess::subprocess(std::vector<std::string> argv, bool capture_stdout) {
+subprocess::subprocess(std::vector<std::string> argv, bool capture_stdout,
+                       const std::string& stderr_path) {
   std::vector<char*> args;
   for (auto& a : argv)
     args.push_back(a.data());
@@ -30,6 +31,9 @@ subprocess::subprocess(std::vector<std::string> argv, bool capture_stdout) {
       throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
     posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
   }
+  if (!stderr_path.empty())
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
   int rc = posix_spawn(&pid_, argv[0].c_str(), &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (capture_stdout)

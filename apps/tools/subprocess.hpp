@@ -14,8 +14,10 @@ namespace rw::tools {
 
 class subprocess {
 public:
-  /// Starts argv[0] (a path) with `argv`. Throws std::runtime_error on failure.
-  subprocess(std::vector<std::string> argv, bool capture_stdout);
+  /// Starts argv[0] (a path) with `argv`; stderr goes to `stderr_path` when given.
+  /// Throws std::runtime_error on failure.
+  subprocess(std::vector<std::string> argv, bool capture_stdout,
+             const std::string& stderr_path = {});
   ~subprocess();
 
   subprocess(subprocess&& other) noexcept;

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Gradient-exchange step time through one rack-agg on this machine: rw-bench comm for
+# each worker count (default 2 and 4) at each size (default 64 MiB), verified bitwise.
+# Prints a table and writes bench/RESULTS.md (the section between the comm markers).
+#
+#   bash bench/comm.sh [--workers "2 4"] [--bytes "64MiB"] [--iters 10]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+workers="2 4"
+sizes="64MiB"
+iters=10
+while (($#)); do
+  case $1 in
+    --workers) workers=$2; shift 2 ;;
+    --bytes) sizes=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    -h|--help) sed -n 2,7p "$0"; exit 0 ;;
+    *) echo "comm.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+bash apps/scripts/setup.sh >/dev/null
+tmp=$(mktemp -d)
+node_pid=
+cleanup() {
+  [[ -n $node_pid ]] && kill -TERM "$node_pid" 2>/dev/null && wait "$node_pid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+build/apps/rw-node --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn 2>"$tmp/node.log" &
+node_pid=$!
+for _ in {1..100}; do [[ -s $tmp/port ]] && break; sleep 0.1; done
+[[ -s $tmp/port ]] || { echo "comm.sh: node did not start" >&2; cat "$tmp/node.log" >&2; exit 1; }
+address=$(<"$tmp/port")
+
+rows=()
+printf '%-8s %-8s %10s %10s %14s %9s\n' workers bytes median_ms p90_ms goodput_gbps verified
+for w in $workers; do
+  for s in $sizes; do
+    cmd="build/apps/rw-bench comm --connect $address --workers $w --bytes $s --iters $iters --verify --json"
+    line=$($cmd)
+    echo "$line" >>"$tmp/results.jsonl"
+    read -r med p90 gbps ver < <(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["median_ms"], d["p90_ms"], d["goodput_gbps"], str(d["verified"]).lower())' "$line")
+    printf '%-8s %-8s %10s %10s %14s %9s\n' "$w" "$s" "$med" "$p90" "$gbps" "$ver"
+    rows+=("| $w | $s | $med | $p90 | $gbps | $ver |")
+  done
+done
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+mem=$(free -g | awk '/Mem:/ {print $2 " GiB"}')
+{
+  echo "<!-- comm:begin -->"
+  echo "## Step time through one rack-agg (rw-bench comm)"
+  echo
+  echo "$(date -u +%Y-%m-%d), $(nproc) cores ($cpu), $mem, loopback TCP, node and all"
+  echo "workers on this one machine. Optimizer \`sum\` (the exact all-reduce), every result"
+  echo "verified bitwise. A step lasts until its slowest worker has its result; goodput"
+  echo "counts 2 x workers x bytes per step (every worker pushes and receives the tensor)."
+  echo
+  echo "Command: \`bash bench/comm.sh --workers \"$workers\" --bytes \"$sizes\" --iters $iters\`,"
+  echo "which runs \`rw-bench comm --connect ADDR --workers W --bytes S --iters $iters --verify --json\`."
+  echo
+  echo "| workers | bytes | median ms | p90 ms | goodput Gbit/s | verified |"
+  echo "|---|---|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+  echo "<!-- comm:end -->"
+} >"$tmp/section.md"
+
+results=bench/RESULTS.md
+[[ -f $results ]] || printf '# RackWeave benchmark results\n\n' >"$results"
+python3 - "$results" "$tmp/section.md" <<'PY'
+import re, sys
+path, section = sys.argv[1], open(sys.argv[2]).read().rstrip("\n")
+text = open(path).read()
+pattern = re.compile(r"<!-- comm:begin -->.*?<!-- comm:end -->", re.S)
+text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
+open(path, "w").write(text)
+PY
+echo "written: $results"

@@ -1,0 +1,85 @@
+#pragma once
+// An rw-node started for one test on 127.0.0.1 (a free port), stopped by PID when the
+// test ends, with its log in a temporary file the test can read.
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "apps/tools/subprocess.hpp"
+
+namespace rw::testing {
+
+inline std::string temp_path(const std::string& stem) {
+  static int counter = 0;
+  return "/tmp/rw-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-"
+         + stem;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in{path};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class node_process {
+public:
+  explicit node_process(std::vector<std::string> extra = {})
+    : port_file_(temp_path("port")), log_path_(temp_path("node.log")) {
+    std::vector<std::string> argv{RW_NODE_PATH, "--role", "rack-agg", "--listen",
+                                  "127.0.0.1:0", "--port-file", port_file_,
+                                  "--log-level", "debug"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proc_.emplace_back(argv, false, log_path_);
+    for (int i = 0; i < 200 && address_.empty(); ++i) { // at most 10 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto text = read_file(port_file_);
+      if (!text.empty() && text.back() == '\n')
+        address_ = text.substr(0, text.size() - 1);
+    }
+    if (address_.empty())
+      throw std::runtime_error("rw-node did not start; its log:\n" + log());
+  }
+
+  ~node_process() {
+    proc_.clear(); // SIGTERM, then SIGKILL if needed
+    std::remove(port_file_.c_str());
+    std::remove(log_path_.c_str());
+  }
+
+  const std::string& address() const {
+    return address_;
+  }
+  std::string log() const {
+    return read_file(log_path_);
+  }
+  /// Whether `text` shows up in the log within the timeout.
+  bool wait_for_log(const std::string& text,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(5)) const {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (log().find(text) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > deadline)
+        return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+  tools::subprocess& process() {
+    return proc_.front();
+  }
+
+private:
+  std::string port_file_;
+  std::string log_path_;
+  std::vector<tools::subprocess> proc_;
+  std::string address_;
+};
+
+} // namespace rw::testing

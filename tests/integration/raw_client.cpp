@@ -1,0 +1,142 @@
+#include "tests/integration/raw_client.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <stdexcept>
+
+#include "transports/tcp/address.hpp"
+
+namespace rw::testing {
+
+transports::error_msg raw_frame::error() const {
+  transports::error_msg e;
+  std::string why;
+  if (decode(payload.data(), payload.size(), e, why) != errc::ok)
+    throw std::runtime_error("undecodable error frame: " + why);
+  return e;
+}
+
+raw_client::raw_client(const std::string& address) {
+  fd_ = transports::tcp::connect_to(transports::tcp::parse_address(address),
+                                    std::chrono::seconds(5));
+}
+
+raw_client::~raw_client() {
+  close();
+}
+
+void raw_client::close() {
+  if (fd_ >= 0)
+    ::close(fd_);
+  fd_ = -1;
+}
+
+void raw_client::send_bytes(const void* data, size_t size) {
+  auto* p = static_cast<const char*>(data);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (size > 0) {
+    ssize_t n = ::send(fd_, p, size, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EINTR)
+      throw std::runtime_error("send failed");
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error("send timed out");
+    pollfd pfd{fd_, POLLOUT, 0};
+    ::poll(&pfd, 1, 50);
+  }
+}
+
+void raw_client::send_frame(const transports::frame_header& h, const void* payload) {
+  alignas(8) std::byte head[transports::frame_header_bytes];
+  transports::encode(h, head);
+  send_bytes(head, sizeof(head));
+  if (payload != nullptr && h.payload_bytes > 0)
+    send_bytes(payload, h.payload_bytes);
+}
+
+void raw_client::send_floats(transports::frame_header h, const std::vector<float>& values) {
+  h.payload_bytes = static_cast<uint32_t>(values.size() * sizeof(float));
+  send_frame(h, values.data());
+}
+
+bool raw_client::read_exact(std::byte* dst, size_t n,
+                            std::chrono::steady_clock::time_point deadline) {
+  while (n > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now())
+                  .count();
+    if (left <= 0)
+      return false;
+    pollfd pfd{fd_, POLLIN, 0};
+    if (::poll(&pfd, 1, static_cast<int>(left)) <= 0)
+      continue;
+    ssize_t got = ::recv(fd_, dst, n, 0);
+    if (got == 0)
+      return false;
+    if (got < 0) {
+      if (errno == EAGAIN || errno == EINTR)
+        continue;
+      return false;
+    }
+    dst += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+std::optional<raw_frame> raw_client::read_frame(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  alignas(8) std::byte head[transports::frame_header_bytes];
+  if (!read_exact(head, sizeof(head), deadline))
+    return std::nullopt;
+  raw_frame f;
+  std::string why;
+  if (transports::decode(head, f.header, why) != errc::ok)
+    throw std::runtime_error("the node sent an undecodable header: " + why);
+  f.payload.resize(f.header.payload_bytes);
+  if (!read_exact(f.payload.data(), f.payload.size(), deadline))
+    return std::nullopt;
+  return f;
+}
+
+bool raw_client::closed_by_peer(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::byte sink[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd pfd{fd_, POLLIN, 0};
+    if (::poll(&pfd, 1, 50) <= 0)
+      continue;
+    ssize_t got = ::recv(fd_, sink, sizeof(sink), 0);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
+      return true;
+  }
+  return false;
+}
+
+uint32_t raw_client::join(const job_spec& spec, uint32_t rank) {
+  auto payload = transports::encode(transports::hello_msg{spec, rank});
+  transports::frame_header h;
+  h.kind = transports::frame_kind::hello;
+  h.rank = rank;
+  h.payload_bytes = static_cast<uint32_t>(payload.size());
+  send_frame(h, payload.data());
+  auto f = read_frame();
+  if (!f)
+    throw std::runtime_error("no answer to hello");
+  if (f->header.kind == transports::frame_kind::error)
+    throw std::runtime_error(f->error().message);
+  transports::welcome_msg w;
+  std::string why;
+  if (decode(f->payload.data(), f->payload.size(), w, why) != errc::ok)
+    throw std::runtime_error(why);
+  return w.job_id;
+}
+
+} // namespace rw::testing

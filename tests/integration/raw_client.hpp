@@ -1,0 +1,51 @@
+#pragma once
+// A deliberately plain protocol client for tests that must send what a real worker
+// never would: garbage, truncated frames, wrong ids, duplicates. Blocking sockets,
+// every read bounded by a timeout.
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transports/control.hpp"
+#include "transports/frame.hpp"
+
+namespace rw::testing {
+
+struct raw_frame {
+  transports::frame_header header;
+  std::vector<std::byte> payload;
+
+  /// For error frames: the decoded code and message.
+  transports::error_msg error() const;
+};
+
+class raw_client {
+public:
+  explicit raw_client(const std::string& address);
+  ~raw_client();
+
+  void send_bytes(const void* data, size_t size);
+  void send_frame(const transports::frame_header& h, const void* payload = nullptr);
+  void send_floats(transports::frame_header h, const std::vector<float>& values);
+
+  /// The next frame, or nullopt if the peer closed or nothing came in time.
+  std::optional<raw_frame> read_frame(std::chrono::milliseconds timeout =
+                                        std::chrono::seconds(5));
+
+  /// True if the peer closes the connection within the timeout (frames are skipped).
+  bool closed_by_peer(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  /// Sends a hello for `spec` as `rank`; returns the welcome's job id, or throws with
+  /// the error frame's message.
+  uint32_t join(const job_spec& spec, uint32_t rank);
+
+  void close();
+
+private:
+  bool read_exact(std::byte* dst, size_t n, std::chrono::steady_clock::time_point deadline);
+  int fd_ = -1;
+};
+
+} // namespace rw::testing

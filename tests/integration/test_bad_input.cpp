@@ -1,0 +1,255 @@
+// Every bad input gets a clear error (to the peer and in the log), the node keeps
+// serving everyone else, and nobody hangs.
+
+#include <cstring>
+#include <future>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "rackweave/worker.hpp"
+#include "tests/integration/node_process.hpp"
+#include "tests/integration/raw_client.hpp"
+
+using namespace rw;
+using transports::frame_header;
+using transports::frame_kind;
+
+namespace {
+
+job_spec small_job(const std::string& name, uint32_t workers, uint64_t elements = 3000) {
+  job_spec s;
+  s.name = name;
+  s.num_workers = workers;
+  s.chunk_bytes = 4096;
+  s.tensors = {{"t", elements, false}};
+  return s;
+}
+
+worker_options options(const std::string& address, job_spec spec, uint32_t rank) {
+  worker_options o;
+  o.connect = address;
+  o.job = std::move(spec);
+  o.rank = rank;
+  o.request_timeout = std::chrono::seconds(20);
+  return o;
+}
+
+// A fresh single-worker job runs to completion: the node still serves.
+void check_node_serves(const std::string& address, const std::string& job) {
+  worker w{options(address, small_job(job, 1), 0)};
+  std::vector<float> g(3000, 2.0f), out(3000, 0.0f);
+  w.push_pull("t", g.data(), out.data()).get();
+  CHECK(out[0] == 2.0f);
+  CHECK(out[2999] == 2.0f);
+}
+
+frame_header data_header(frame_kind kind, uint32_t job, uint32_t rank, uint32_t chunk,
+                         uint64_t clock) {
+  frame_header h;
+  h.kind = kind;
+  h.job_id = job;
+  h.rank = rank;
+  h.chunk_index = chunk;
+  h.clock = clock;
+  return h;
+}
+
+// Expects the next frame to be an error with `code`; returns its message.
+std::string expect_error(testing::raw_client& c, errc code) {
+  auto f = c.read_frame();
+  REQUIRE(f.has_value());
+  REQUIRE(f->header.kind == frame_kind::error);
+  auto e = f->error();
+  INFO(e.message);
+  CHECK(e.code == code);
+  CHECK(f->header.error_code == code);
+  return e.message;
+}
+
+template <class Fn>
+errc error_code_of(Fn fn) {
+  try {
+    fn();
+  } catch (const rw::error& e) {
+    return e.code();
+  }
+  return errc::ok;
+}
+
+} // namespace
+
+TEST_CASE("a stream with the wrong magic is refused and closed", "[integration][bad]") {
+  testing::node_process node;
+  testing::raw_client c{node.address()};
+  std::string junk(transports::frame_header_bytes, 'G'); // e.g. an HTTP client
+  c.send_bytes(junk.data(), junk.size());
+  expect_error(c, errc::bad_magic);
+  CHECK(c.closed_by_peer());
+  CHECK(node.wait_for_log("malformed segment table"));
+  check_node_serves(node.address(), "after-magic");
+}
+
+TEST_CASE("a frame of another protocol version is refused", "[integration][bad]") {
+  testing::node_process node;
+  testing::raw_client c{node.address()};
+  alignas(8) std::byte head[transports::frame_header_bytes];
+  transports::encode(data_header(frame_kind::pull, 1, 0, 0, 0), head);
+  head[20] = std::byte{9}; // version 9
+  c.send_bytes(head, sizeof(head));
+  auto msg = expect_error(c, errc::bad_version);
+  CHECK_THAT(msg, Catch::Contains("version 9"));
+  CHECK(c.closed_by_peer());
+  check_node_serves(node.address(), "after-version");
+}
+
+TEST_CASE("an oversized length is refused before anything is read", "[integration][bad]") {
+  testing::node_process node{{"--max-chunk-bytes", "65536"}};
+  testing::raw_client c{node.address()};
+  auto id = c.join(small_job("big", 1), 0);
+  auto h = data_header(frame_kind::push, id, 0, 0, 0);
+  h.payload_bytes = 64u << 20;
+  c.send_frame(h); // the header alone: the node must not wait for 64 MiB
+  auto msg = expect_error(c, errc::frame_too_large);
+  CHECK_THAT(msg, Catch::Contains("limit is 65536"));
+  CHECK(c.closed_by_peer());
+  check_node_serves(node.address(), "after-oversized");
+}
+
+TEST_CASE("a truncated frame is logged and the node keeps serving", "[integration][bad]") {
+  testing::node_process node;
+  {
+    testing::raw_client c{node.address()};
+    alignas(8) std::byte head[transports::frame_header_bytes];
+    transports::encode(data_header(frame_kind::pull, 1, 0, 0, 0), head);
+    c.send_bytes(head, 20);
+  } // closes mid-header
+  CHECK(node.wait_for_log("truncated frame: peer closed after 20 of 56 bytes"));
+  check_node_serves(node.address(), "after-truncated");
+}
+
+TEST_CASE("data before hello, unknown jobs, bad chunks and bad ranks get errors",
+          "[integration][bad]") {
+  testing::node_process node;
+  testing::raw_client c{node.address()};
+  c.send_floats(data_header(frame_kind::push, 1, 0, 0, 0), std::vector<float>(1024));
+  expect_error(c, errc::not_joined);
+  // The connection stays usable: join now.
+  auto id = c.join(small_job("ids", 2), 0);
+  c.send_floats(data_header(frame_kind::push, id + 1000, 0, 0, 0), std::vector<float>(1024));
+  CHECK_THAT(expect_error(c, errc::unknown_job), Catch::Contains("unknown job"));
+  c.send_floats(data_header(frame_kind::push, id, 0, 9, 0), std::vector<float>(1024));
+  CHECK_THAT(expect_error(c, errc::bad_chunk), Catch::Contains("chunk 9"));
+  c.send_floats(data_header(frame_kind::push, id, 0, 2, 0), std::vector<float>(1024));
+  CHECK_THAT(expect_error(c, errc::bad_chunk), Catch::Contains("holds 3808 bytes"));
+  c.send_floats(data_header(frame_kind::push, id, 1, 0, 0), std::vector<float>(1024));
+  expect_error(c, errc::bad_rank);
+  c.send_frame(data_header(frame_kind::pull, id, 0, 0, 7));
+  CHECK_THAT(expect_error(c, errc::clock_out_of_range), Catch::Contains("future"));
+
+  // Server-side admission checks.
+  testing::raw_client d{node.address()};
+  CHECK_THROWS_WITH(d.join(small_job("ids", 2), 0), Catch::Contains("already held"));
+  testing::raw_client e{node.address()};
+  CHECK_THROWS_WITH(e.join(small_job("ids", 2), 5), Catch::Contains("outside 0..1"));
+  CHECK(node.wait_for_log("frame refused"));
+}
+
+TEST_CASE("a worker whose job spec disagrees is refused with the difference",
+          "[integration][bad]") {
+  testing::node_process node;
+  worker first{options(node.address(), small_job("spec", 2, 3000), 0)};
+  CHECK(first.created_job());
+  auto code = error_code_of([&] { worker w{options(node.address(), small_job("spec", 2, 3001), 1)}; });
+  CHECK(code == errc::spec_mismatch);
+  try {
+    auto s = small_job("spec", 2);
+    s.optimizer.kind = optimizer_kind::adam;
+    worker w{options(node.address(), s, 1)};
+    FAIL("the mismatching worker was admitted");
+  } catch (const rw::error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("optimizer sum"));
+  }
+  CHECK(node.wait_for_log("hello refused"));
+}
+
+TEST_CASE("a duplicate push is refused and counted once", "[integration][bad]") {
+  testing::node_process node;
+  auto spec = small_job("dup", 2, 1000); // one chunk
+  testing::raw_client raw{node.address()};
+  auto id = raw.join(spec, 0);
+  std::vector<float> g0(1000, 1.0f);
+  raw.send_floats(data_header(frame_kind::push, id, 0, 0, 0), g0);
+  auto ack = raw.read_frame();
+  REQUIRE(ack);
+  CHECK(ack->header.kind == frame_kind::ack);
+  raw.send_floats(data_header(frame_kind::push, id, 0, 0, 0), g0);
+  CHECK_THAT(expect_error(raw, errc::duplicate_push), Catch::Contains("already pushed clock 0"));
+  worker w{options(node.address(), spec, 1)};
+  std::vector<float> g1(1000, 2.0f), out(1000);
+  w.push_pull("t", g1.data(), out.data()).get();
+  CHECK(out[0] == 3.0f);   // 1 + 2: the duplicate was not added
+  CHECK(out[999] == 3.0f);
+}
+
+TEST_CASE("a worker that disconnects mid-step fails the step for the others, in bounded "
+          "time",
+          "[integration][bad]") {
+  testing::node_process node;
+  auto spec = small_job("midstep", 2, 4096); // four chunks
+  worker w{options(node.address(), spec, 0)};
+  std::vector<float> g(4096, 1.0f), out(4096);
+  auto fut = w.push_pull("t", g.data(), out.data());
+  {
+    testing::raw_client raw{node.address()};
+    auto id = raw.join(spec, 1);
+    raw.send_floats(data_header(frame_kind::push, id, 1, 0, 0), std::vector<float>(1024));
+  } // gone without bye, three chunks short
+  REQUIRE(fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  auto code = error_code_of([&] { fut.get(); });
+  CHECK(code == errc::worker_left);
+  CHECK(node.wait_for_log("disconnected mid-job"));
+  check_node_serves(node.address(), "after-midstep");
+}
+
+TEST_CASE("a step whose worker never pushes times out", "[integration][bad]") {
+  testing::node_process node{{"--step-timeout-ms", "300"}};
+  auto spec = small_job("slow", 2);
+  testing::raw_client idle{node.address()};
+  worker w{options(node.address(), spec, 0)};
+  idle.join(spec, 1); // joined, never pushes
+  std::vector<float> g(3000, 1.0f), out(3000);
+  auto fut = w.push_pull("t", g.data(), out.data());
+  REQUIRE(fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  try {
+    fut.get();
+    FAIL("the step completed without rank 1");
+  } catch (const rw::error& e) {
+    CHECK(e.code() == errc::step_timeout);
+    CHECK_THAT(e.what(), Catch::Contains("ranks [1]"));
+  }
+  CHECK(node.wait_for_log("job aborted"));
+}
+
+TEST_CASE("a busy port is a clear error at start", "[integration][bad]") {
+  testing::node_process first;
+  auto log = testing::temp_path("second.log");
+  tools::subprocess second{{RW_NODE_PATH, "--listen", first.address()}, false, log};
+  auto rc = second.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  REQUIRE(rc.has_value());
+  CHECK(*rc == 1);
+  CHECK_THAT(testing::read_file(log), Catch::Contains("Address already in use"));
+  std::remove(log.c_str());
+}
+
+TEST_CASE("workers fail fast when the node goes away", "[integration][bad]") {
+  auto node = std::make_unique<testing::node_process>();
+  worker w{options(node->address(), small_job("orphan", 2), 0)};
+  std::vector<float> g(3000, 1.0f), out(3000);
+  auto fut = w.push_pull("t", g.data(), out.data()); // waits for rank 1, forever
+  node.reset(); // SIGTERM
+  REQUIRE(fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(error_code_of([&] { fut.get(); }) != errc::ok);
+  CHECK(error_code_of([&] { worker x{options("127.0.0.1:1", small_job("x", 1), 0)}; })
+        == errc::io_error);
+}

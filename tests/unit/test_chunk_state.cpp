@@ -1,0 +1,109 @@
+// The shard's per-chunk BSP logic, without actors or sockets.
+
+#include <algorithm>
+#include <cstring>
+
+#include <catch2/catch.hpp>
+
+#include "actors/detail/chunk_state.hpp"
+#include "runtime/buffer_pool.hpp"
+
+using rw::actors::detail::chunk_state;
+using outcome = chunk_state::outcome;
+
+namespace {
+
+const auto now = std::chrono::steady_clock::now();
+
+rw::runtime::buffer_ref make(rw::runtime::buffer_pool& pool, std::vector<float> values) {
+  auto b = pool.acquire();
+  std::memcpy(b->floats(), values.data(), values.size() * sizeof(float));
+  b->size = values.size() * sizeof(float);
+  return b;
+}
+
+rw::optimizer_spec sum_spec() {
+  rw::optimizer_spec s;
+  s.kind = rw::optimizer_kind::sum;
+  return s;
+}
+
+} // namespace
+
+TEST_CASE("summation is in rank order whatever the arrival order", "[chunk_state]") {
+  // Float addition is not associative: (1e8 + -1e8) + 1 == 1, but (1 + -1e8) + 1e8 == 0.
+  const std::vector<std::vector<float>> grads = {{1e8f, 3.0f}, {-1e8f, 1e-7f}, {1.0f, 7.0f}};
+  float expect[2];
+  for (int i = 0; i < 2; ++i)
+    expect[i] = (grads[0][i] + grads[1][i]) + grads[2][i];
+  REQUIRE(expect[0] == 1.0f);
+  std::vector<uint32_t> order{0, 1, 2};
+  rw::runtime::buffer_pool pool{8, 0};
+  do {
+    chunk_state cs{2, 3, rw::optimizer_kind::sum, false};
+    for (size_t k = 0; k < order.size(); ++k) {
+      auto r = order[k];
+      auto res = cs.push(r, 0, make(pool, grads[r]), now);
+      CHECK(res == (k + 1 == order.size() ? outcome::step_ready : outcome::counted));
+    }
+    REQUIRE(cs.step_ready());
+    cs.complete_step(sum_spec(), 1.0f, now);
+    CHECK(cs.version() == 1);
+    CHECK(std::memcmp(cs.params(), expect, sizeof(expect)) == 0);
+  } while (std::next_permutation(order.begin(), order.end()));
+  // Every buffer went back to the pool.
+  CHECK(pool.free_count() == pool.allocated());
+}
+
+TEST_CASE("duplicates and clocks too far ahead are refused, one step ahead is held",
+          "[chunk_state]") {
+  rw::runtime::buffer_pool pool{4, 0};
+  chunk_state cs{1, 2, rw::optimizer_kind::sum, false};
+  CHECK(cs.push(0, 0, make(pool, {1}), now) == outcome::counted);
+  CHECK(cs.push(0, 0, make(pool, {5}), now) == outcome::duplicate);
+  CHECK(cs.push(0, 2, make(pool, {5}), now) == outcome::too_far_ahead);
+  CHECK(cs.push(0, 1, make(pool, {10}), now) == outcome::counted); // held for clock 1
+  CHECK(cs.missing_ranks() == std::vector<uint32_t>{1});
+  CHECK(cs.push(1, 0, make(pool, {2}), now) == outcome::step_ready);
+  cs.complete_step(sum_spec(), 1.0f, now);
+  CHECK(cs.params()[0] == 3.0f);
+  CHECK(cs.step_open()); // rank 0's held push opened clock 1
+  CHECK(cs.push(0, 0, make(pool, {1}), now) == outcome::duplicate); // clock 0 is past
+  CHECK(cs.push(1, 1, make(pool, {20}), now) == outcome::step_ready);
+  cs.complete_step(sum_spec(), 1.0f, now);
+  CHECK(cs.params()[0] == 30.0f);
+  CHECK(cs.version() == 2);
+  CHECK(!cs.step_open());
+}
+
+TEST_CASE("waiters are answered once their version exists", "[chunk_state]") {
+  rw::runtime::buffer_pool pool{4, 0};
+  chunk_state cs{1, 2, rw::optimizer_kind::sum, true}; // waits for rank 0's init
+  cs.wait({nullptr, 1, 0});                             // a pull of version 0
+  CHECK(cs.take_ready().empty());                       // not initialised yet
+  float init = 4.0f;
+  REQUIRE(cs.init(&init));
+  CHECK_FALSE(cs.init(&init)); // only once
+  auto ready = cs.take_ready();
+  REQUIRE(ready.size() == 1);
+  CHECK(ready[0].rank == 1);
+  cs.wait({nullptr, 0, 1}); // push_pull of clock 0 waits for version 1
+  cs.wait({nullptr, 1, 1});
+  CHECK(cs.push(0, 0, make(pool, {1}), now) == outcome::counted);
+  CHECK(cs.take_ready().empty());
+  CHECK(cs.push(1, 0, make(pool, {1}), now) == outcome::step_ready);
+  cs.complete_step(sum_spec(), 1.0f, now);
+  CHECK(cs.take_ready().size() == 2);
+  CHECK(cs.take_all().empty());
+}
+
+TEST_CASE("has_pushed and needs describe what a step still waits for", "[chunk_state]") {
+  rw::runtime::buffer_pool pool{4, 0};
+  chunk_state cs{1, 3, rw::optimizer_kind::sum, false};
+  CHECK_FALSE(cs.needs(2)); // nothing open yet
+  cs.push(0, 0, make(pool, {1}), now);
+  CHECK(cs.needs(2));
+  CHECK(cs.has_pushed(0, 0));
+  CHECK_FALSE(cs.has_pushed(2, 0));
+  CHECK_FALSE(cs.has_pushed(2, 1));
+}

@@ -1,0 +1,110 @@
+#include <cstring>
+
+#include <catch2/catch.hpp>
+
+#include "transports/control.hpp"
+#include "transports/frame.hpp"
+
+using namespace rw::transports;
+
+namespace {
+
+frame_header sample() {
+  frame_header h;
+  h.kind = frame_kind::push;
+  h.flags = flag_want_result;
+  h.error_code = rw::errc::duplicate_push;
+  h.job_id = 0xdeadbeef;
+  h.rank = 1023;
+  h.tensor_id = 7;
+  h.chunk_index = 0xffffffff;
+  h.payload_bytes = 32768;
+  h.clock = 0x0123456789abcdefull;
+  return h;
+}
+
+} // namespace
+
+TEST_CASE("a frame header survives encode and decode", "[frame]") {
+  alignas(8) std::byte buf[frame_header_bytes];
+  auto h = sample();
+  encode(h, buf);
+  frame_header d;
+  std::string why;
+  REQUIRE(decode(buf, d, why) == rw::errc::ok);
+  CHECK(d.kind == h.kind);
+  CHECK(d.flags == h.flags);
+  CHECK(d.error_code == h.error_code);
+  CHECK(d.job_id == h.job_id);
+  CHECK(d.rank == h.rank);
+  CHECK(d.tensor_id == h.tensor_id);
+  CHECK(d.chunk_index == h.chunk_index);
+  CHECK(d.payload_bytes == h.payload_bytes);
+  CHECK(d.clock == h.clock);
+}
+
+TEST_CASE("every header has the same size whatever its values", "[frame]") {
+  // The segment table says one segment of (56 - 8) / 8 words for any field values.
+  for (auto h : {frame_header{}, sample()}) {
+    alignas(8) std::byte buf[frame_header_bytes + 8];
+    std::memset(buf, 0xab, sizeof(buf));
+    encode(h, buf);
+    uint32_t table[2];
+    std::memcpy(table, buf, sizeof(table));
+    CHECK(table[0] == 0);
+    CHECK(table[1] * 8 + 8 == frame_header_bytes);
+    CHECK(buf[frame_header_bytes] == std::byte{0xab}); // nothing written past the end
+  }
+}
+
+TEST_CASE("damaged headers are refused with the right code", "[frame]") {
+  alignas(8) std::byte buf[frame_header_bytes];
+  frame_header d;
+  std::string why;
+
+  encode(sample(), buf);
+  buf[16] ^= std::byte{0xff}; // first byte of the data section: the magic
+  CHECK(decode(buf, d, why) == rw::errc::bad_magic);
+  CHECK_THAT(why, Catch::Contains("magic"));
+
+  encode(sample(), buf);
+  buf[20] ^= std::byte{0x01}; // the version field
+  CHECK(decode(buf, d, why) == rw::errc::bad_version);
+
+  encode(sample(), buf);
+  buf[22] = std::byte{0x77}; // the kind field
+  CHECK(decode(buf, d, why) == rw::errc::bad_frame);
+
+  std::memset(buf, 0x41, sizeof(buf)); // text, not a frame
+  CHECK(decode(buf, d, why) == rw::errc::bad_magic);
+}
+
+TEST_CASE("control messages round-trip and garbage is refused without throwing",
+          "[frame]") {
+  hello_msg h;
+  h.rank = 3;
+  h.spec.name = "job";
+  h.spec.num_workers = 4;
+  h.spec.chunk_bytes = 8192;
+  h.spec.optimizer.kind = rw::optimizer_kind::adam;
+  h.spec.optimizer.learning_rate = 0.125f;
+  h.spec.tensors = {{"w", 12345, true}, {"b", 7, false}};
+  auto bytes = encode(h);
+  hello_msg d;
+  std::string why;
+  REQUIRE(decode(bytes.data(), bytes.size(), d, why) == rw::errc::ok);
+  CHECK(d.rank == 3);
+  CHECK(rw::describe_mismatch(h.spec, d.spec).empty());
+
+  error_msg e{rw::errc::spec_mismatch, "nope"};
+  auto eb = encode(e);
+  error_msg ed;
+  REQUIRE(decode(eb.data(), eb.size(), ed, why) == rw::errc::ok);
+  CHECK(ed.code == rw::errc::spec_mismatch);
+  CHECK(ed.message == "nope");
+
+  std::vector<std::byte> junk(64, std::byte{0xff});
+  CHECK(decode(junk.data(), junk.size(), d, why) == rw::errc::bad_frame);
+  CHECK(decode(bytes.data(), bytes.size() - 8, d, why) == rw::errc::bad_frame);
+  CHECK(decode(bytes.data(), 3, d, why) == rw::errc::bad_frame);
+}

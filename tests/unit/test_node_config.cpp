@@ -1,0 +1,82 @@
+#include <cstdio>
+#include <fstream>
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <catch2/catch.hpp>
+
+#include "runtime/node_config.hpp"
+
+namespace {
+
+std::string write_temp(const std::string& text) {
+  char name[] = "/tmp/rw-config-XXXXXX";
+  int fd = mkstemp(name);
+  REQUIRE(fd >= 0);
+  std::ofstream{name} << text;
+  ::close(fd);
+  return name;
+}
+
+struct parsed {
+  rw::runtime::node_config cfg;
+  std::string file;
+  CLI::App app{"test"};
+  explicit parsed(std::vector<std::string> args) {
+    rw::runtime::add_node_options(app, cfg, file);
+    std::vector<const char*> argv{"rw-node"};
+    for (auto& a : args)
+      argv.push_back(a.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  }
+};
+
+} // namespace
+
+TEST_CASE("a TOML file sets keys; flags on the command line win", "[config]") {
+  auto path = write_temp("[node]\nlisten = \"127.0.0.1:9000\"\nlog_level = \"debug\"\n"
+                         "[timeouts]\nstep_ms = 1500\n");
+  parsed p{{"--config", path, "--log-level", "warn"}};
+  rw::runtime::load_node_config(path, p.app, p.cfg);
+  CHECK(p.cfg.listen == "127.0.0.1:9000");
+  CHECK(p.cfg.step_timeout_ms == 1500);
+  CHECK(p.cfg.log_level == "warn");
+  std::remove(path.c_str());
+}
+
+TEST_CASE("unknown keys, wrong types and parse errors are named", "[config]") {
+  auto bad_key = write_temp("[node]\nlisten = \"x:1\"\nlistne = \"y\"\n");
+  parsed p{{}};
+  CHECK_THROWS_WITH(rw::runtime::load_node_config(bad_key, p.app, p.cfg),
+                    Catch::Contains("unknown key 'node.listne'"));
+  auto bad_type = write_temp("[shards]\ncount = \"two\"\n");
+  CHECK_THROWS_WITH(rw::runtime::load_node_config(bad_type, p.app, p.cfg),
+                    Catch::Contains("shards.count"));
+  auto bad_syntax = write_temp("[node\n");
+  CHECK_THROWS(rw::runtime::load_node_config(bad_syntax, p.app, p.cfg));
+  for (auto& f : {bad_key, bad_type, bad_syntax})
+    std::remove(f.c_str());
+}
+
+TEST_CASE("values that parse but make no sense are refused", "[config]") {
+  rw::runtime::node_config c;
+  CHECK_NOTHROW(rw::runtime::check_node_config(c));
+  c.role = "coordinator-ish";
+  CHECK_THROWS_WITH(rw::runtime::check_node_config(c), Catch::Contains("unknown role"));
+  c = {};
+  c.log_level = "loud";
+  CHECK_THROWS(rw::runtime::check_node_config(c));
+  c = {};
+  c.max_chunk_bytes = 6;
+  CHECK_THROWS(rw::runtime::check_node_config(c));
+}
+
+TEST_CASE("the example configs under config/ load", "[config]") {
+  for (auto* name : {"rack-agg.toml"}) {
+    parsed p{{}};
+    std::string path = std::string(RW_SOURCE_DIR) + "/config/" + name;
+    CHECK_NOTHROW(rw::runtime::load_node_config(path, p.app, p.cfg));
+    CHECK_NOTHROW(rw::runtime::check_node_config(p.cfg));
+  }
+}
