@@ -73,6 +73,19 @@ void answer_ready(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t ch
     send_update(st, job_id, tensor, chunk, cs, w);
 }
 
+// Calls fn(tensor, chunk, state) for every chunk of `job` this shard owns, until fn
+// returns false.
+template <class Fn>
+void for_each_own_chunk(const shard_state& st, shard_job& job, Fn fn) {
+  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
+    auto& layout = job.routes->layout(t);
+    for (uint32_t c = 0; c < layout.count(); ++c)
+      if (job.routes->shard_of(t, c) == st.settings.index
+          && !fn(t, c, job.chunks[job.routes->local_index(t, c)]))
+        return;
+  }
+}
+
 // Answers a frame for a job this shard does not hold: gone (with why), or never known.
 void refuse_missing_job(const shard_state& st, const transports::connection_ptr& conn,
                         const frame_header& about) {
@@ -96,35 +109,23 @@ void fail_job(shard_state& st, uint32_t job_id, errc code, const std::string& wh
   auto it = st.jobs.find(job_id);
   if (it == st.jobs.end())
     return;
-  auto& job = it->second;
-  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
-    auto& layout = job.routes->layout(t);
-    for (uint32_t c = 0; c < layout.count(); ++c) {
-      if (job.routes->shard_of(t, c) != st.settings.index)
-        continue;
-      auto& cs = job.chunks[job.routes->local_index(t, c)];
-      for (auto& w : cs.take_all())
-        w.conn->send_error(code, why, about(job_id, w.rank, t, c, w.version));
-    }
-  }
+  for_each_own_chunk(st, it->second, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
+    for (auto& w : cs.take_all())
+      w.conn->send_error(code, why, about(job_id, w.rank, t, c, w.version));
+    return true;
+  });
   bury(st, job_id, code, why);
 }
 
 // Fails the waiters of steps that still need `rank` (which has left).
 void fail_steps_needing(shard_state& st, uint32_t job_id, shard_job& job, uint32_t rank,
                         const std::string& why) {
-  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
-    auto& layout = job.routes->layout(t);
-    for (uint32_t c = 0; c < layout.count(); ++c) {
-      if (job.routes->shard_of(t, c) != st.settings.index)
-        continue;
-      auto& cs = job.chunks[job.routes->local_index(t, c)];
-      if (!cs.needs(rank))
-        continue;
+  for_each_own_chunk(st, job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
+    if (cs.needs(rank))
       for (auto& w : cs.take_all())
         w.conn->send_error(errc::worker_left, why, about(job_id, w.rank, t, c, w.version));
-    }
-  }
+    return true;
+  });
 }
 
 shard_job* find_job(shard_ptr self, uint32_t job_id, const transports::connection_ptr& conn,
@@ -265,25 +266,20 @@ void scan_timeouts(shard_ptr self) {
   for (auto& [job_id, job] : st.jobs) {
     if (job.timed_out)
       continue;
-    for (uint32_t t = 0; t < job.routes->num_tensors() && !job.timed_out; ++t) {
-      auto& layout = job.routes->layout(t);
-      for (uint32_t c = 0; c < layout.count(); ++c) {
-        if (job.routes->shard_of(t, c) != st.settings.index)
-          continue;
-        auto& cs = job.chunks[job.routes->local_index(t, c)];
-        if (!cs.step_open() || now - cs.opened_at() < st.settings.step_timeout)
-          continue;
-        auto why = fmt::format(
-          "job '{}' (id {}): step {} of chunk {}/{} waited {} ms for ranks [{}]; the "
-          "step timeout is {} ms",
-          job.spec.name, job_id, cs.version(), t, c,
-          std::chrono::duration_cast<std::chrono::milliseconds>(now - cs.opened_at()).count(),
-          fmt::join(cs.missing_ranks(), ", "), st.settings.step_timeout.count());
-        job.timed_out = true;
-        self->send(job.coordinator, abort_atom::value, job_id, errc::step_timeout, why);
-        break;
-      }
-    }
+    for_each_own_chunk(st, job, [&, id = job_id, &job = job](uint32_t t, uint32_t c,
+                                                           detail::chunk_state& cs) {
+      if (!cs.step_open() || now - cs.opened_at() < st.settings.step_timeout)
+        return true;
+      auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - cs.opened_at());
+      auto why = fmt::format("job '{}' (id {}): step {} of chunk {}/{} waited {} ms for "
+                             "ranks [{}]; the step timeout is {} ms",
+                             job.spec.name, id, cs.version(), t, c, waited.count(),
+                             fmt::join(cs.missing_ranks(), ", "),
+                             st.settings.step_timeout.count());
+      job.timed_out = true;
+      self->send(job.coordinator, abort_atom::value, id, errc::step_timeout, why);
+      return false;
+    });
   }
 }
 

@@ -23,6 +23,8 @@ const char* to_string(errc code) noexcept {
     case errc::io_error: return "io_error";
     case errc::timeout: return "timeout";
     case errc::internal: return "internal";
+    case errc::unknown_tensor: return "unknown_tensor";
+    case errc::closed: return "closed";
   }
   return "unknown_error";
 }

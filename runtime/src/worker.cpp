@@ -85,7 +85,7 @@ struct worker::impl {
   uint32_t tensor(const std::string& name) const {
     auto it = index.find(name);
     if (it == index.end())
-      throw rw::error(errc::bad_chunk,
+      throw rw::error(errc::unknown_tensor,
                       fmt::format("tensor '{}' is not part of job '{}'", name,
                                   opts.job.name));
     return it->second;
@@ -98,7 +98,7 @@ struct worker::impl {
     {
       std::lock_guard<std::mutex> guard{mtx};
       if (closed)
-        throw rw::error(errc::io_error, "the worker is closed");
+        throw rw::error(errc::closed, "the worker is closed");
       if (op.kind == actors::worker_op::push || op.kind == actors::worker_op::push_pull)
         ++clocks[op.tensor];
     }
@@ -207,7 +207,7 @@ uint32_t worker::job_id() const noexcept {
 std::future<void> worker::init(const std::string& tensor, const float* values) {
   auto t = impl_->tensor(tensor);
   if (impl_->opts.rank != 0 || !impl_->opts.job.tensors[t].has_init)
-    throw rw::error(errc::invalid_spec,
+    throw rw::error(impl_->opts.rank != 0 ? errc::bad_rank : errc::invalid_spec,
                     fmt::format("init of '{}': only rank 0 initialises, and only tensors "
                                 "declared with has_init",
                                 tensor));

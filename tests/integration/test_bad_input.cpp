@@ -253,3 +253,16 @@ TEST_CASE("workers fail fast when the node goes away", "[integration][bad]") {
   CHECK(error_code_of([&] { worker x{options("127.0.0.1:1", small_job("x", 1), 0)}; })
         == errc::io_error);
 }
+
+TEST_CASE("misuse of the worker API throws at once with its own code",
+          "[integration][bad]") {
+  testing::node_process node;
+  auto spec = small_job("misuse", 2);
+  worker w{options(node.address(), spec, 1)};
+  std::vector<float> buf(3000);
+  CHECK(error_code_of([&] { w.push("nope", buf.data()); }) == errc::unknown_tensor);
+  CHECK(error_code_of([&] { w.init("t", buf.data()); }) == errc::bad_rank);
+  CHECK(w.clock("t") == 0);
+  w.close();
+  CHECK(error_code_of([&] { w.push("t", buf.data()); }) == errc::closed);
+}

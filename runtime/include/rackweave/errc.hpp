@@ -27,6 +27,8 @@ enum class errc : uint16_t {
   io_error,           // the connection failed
   timeout,            // no reply in time (worker side)
   internal,
+  unknown_tensor,     // a tensor name not declared in the job (worker side)
+  closed,             // a call on a worker that was closed (worker side)
 };
 
 const char* to_string(errc code) noexcept;

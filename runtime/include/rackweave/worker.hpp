@@ -11,10 +11,17 @@
 //
 // Every call returns a future that completes when the node has answered, or throws
 // rw::error (errc.hpp) when the node refused the request, the job failed, the
-// connection dropped or no answer came within the request timeout. Buffers passed to a
-// call are used in place (no copies) and must stay alive until its future completes.
-// Calls on one tensor run in the order they were made; calls on different tensors
-// overlap.
+// connection dropped or no answer came within the request timeout. Misuse throws at
+// once instead, from the call itself: an undeclared tensor name (unknown_tensor), init
+// from a rank other than 0 (bad_rank) or of a tensor without has_init (invalid_spec),
+// any call after close() (closed).
+//
+// Buffers passed to a call are used in place (no copies) and must stay alive until its
+// own future completes, even when another call's future failed: calls in flight on
+// other tensors go on using theirs. Calls on one tensor run in the order they were
+// made (so init, then pull into the same buffer, is safe); calls on different tensors
+// overlap. A non-zero rank's pull of version 0 of a has_init tensor waits for rank 0's
+// init, up to the request timeout.
 
 #include <chrono>
 #include <cstdint>
