@@ -28,6 +28,7 @@ struct shard_job {
   float rescale = 1.0f;
   std::vector<detail::chunk_state> chunks; // by routes->local_index(tensor, chunk)
   std::vector<bool> departed;              // ranks that left
+  uint32_t departed_count = 0;
   abort_sink coordinator;
   bool timed_out = false;
 };
@@ -152,7 +153,7 @@ void on_push(shard_ptr self, chunk_push& p) {
                        hdr);
     return;
   }
-  for (uint32_t r = 0; r < job->departed.size(); ++r) {
+  for (uint32_t r = 0; job->departed_count > 0 && r < job->departed.size(); ++r) {
     if (job->departed[r] && !cs.has_pushed(r, p.clock)) {
       p.conn->send_error(errc::worker_left,
                          fmt::format("job '{}': rank {} has left, clock {} cannot complete",
@@ -298,7 +299,10 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       auto it = self->state.jobs.find(job_id);
       if (it == self->state.jobs.end() || rank >= it->second.departed.size())
         return;
-      it->second.departed[rank] = true;
+      if (!it->second.departed[rank]) {
+        it->second.departed[rank] = true;
+        ++it->second.departed_count;
+      }
       fail_steps_needing(self->state, job_id, it->second, rank, why);
     },
     [=](abort_atom, uint32_t job_id, errc code, const std::string& why) {

@@ -45,14 +45,16 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     s.step_timeout = std::chrono::milliseconds(cfg.step_timeout_ms);
     shards_.push_back(spawn_chunk_shard(sys, s));
   }
-  coordinator_settings cs{name, cfg.max_chunk_bytes, cfg.max_workers};
+  uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
+  uint64_t max_job_bytes = cfg.max_job_mib == 0 ? ram / 2 : uint64_t{cfg.max_job_mib} << 20;
+  coordinator_settings cs{name, cfg.max_chunk_bytes, cfg.max_workers, max_job_bytes};
   coordinator_ = spawn_rack_coordinator(sys, cs, shards_);
   poller_settings ps{name, cfg.max_control_bytes, defaults::poll_block_ms};
   poller_ = spawn_nic_poller(sys, ps, ep, coordinator_, shards_);
   spdlog::info("node up: name={} role={} endpoint=tcp://{} shards={} cores={} "
-               "step_timeout_ms={} io_timeout_ms={} max_chunk_bytes={}",
+               "step_timeout_ms={} io_timeout_ms={} max_chunk_bytes={} max_job_mib={}",
                name, cfg.role, address_, shard_count, cores, cfg.step_timeout_ms,
-               cfg.io_timeout_ms, cfg.max_chunk_bytes);
+               cfg.io_timeout_ms, cfg.max_chunk_bytes, max_job_bytes >> 20);
 }
 
 rack_agg_node::~rack_agg_node() {

@@ -3,6 +3,8 @@
 #include <unordered_map>
 
 #include <caf/all.hpp>
+
+#include "runtime/kernels.hpp"
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -72,6 +74,17 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
                  spec.name, rank, spec.num_workers - 1);
     return refuse(errc::bad_rank, fmt::format("rank {} is outside 0..{}", rank,
                                               spec.num_workers - 1));
+  }
+  uint64_t footprint = 0;
+  for (auto& t : spec.tensors)
+    footprint += t.elements * sizeof(float) * (1 + runtime::state_arrays(spec.optimizer.kind));
+  if (footprint > st.settings.max_job_bytes) {
+    auto why = fmt::format("job '{}' needs {} MiB of node memory for parameters and "
+                           "optimizer state; this node allows {} MiB per job "
+                           "(--max-job-mib)",
+                           spec.name, footprint >> 20, st.settings.max_job_bytes >> 20);
+    spdlog::warn("hello refused: peer={}: {}", req.peer, why);
+    return refuse(errc::invalid_spec, why);
   }
   auto it = st.jobs.find(spec.name);
   if (it != st.jobs.end()) {

@@ -39,6 +39,7 @@ struct coordinator_settings {
   std::string node_name;
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_workers = defaults::max_workers;
+  uint64_t max_job_bytes = 0; // parameters + optimizer state of one job
 };
 
 rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,

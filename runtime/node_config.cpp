@@ -64,6 +64,10 @@ std::vector<option_def> option_table(node_config& c) {
         "largest hello/error payload accepted", c.max_control_bytes),
     def("limits.max_workers", "--max-workers", "largest job (workers) accepted",
         c.max_workers),
+    def("limits.max_job_mib", "--max-job-mib",
+        "node memory (MiB) one job's parameters and optimizer state may take; 0 = half "
+        "the machine's RAM",
+        c.max_job_mib),
     def("timeouts.step_ms", "--step-timeout-ms",
         "how long a step waits for missing workers before the job fails",
         c.step_timeout_ms),

@@ -23,6 +23,7 @@ struct node_config {
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_control_bytes = defaults::max_control_bytes;
   uint32_t max_workers = defaults::max_workers;
+  uint32_t max_job_mib = 0;              // node memory one job may take; 0 = half the RAM
   uint32_t step_timeout_ms = defaults::step_timeout_ms;
   uint32_t io_timeout_ms = defaults::io_timeout_ms;
 };

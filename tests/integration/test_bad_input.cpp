@@ -266,3 +266,17 @@ TEST_CASE("misuse of the worker API throws at once with its own code",
   w.close();
   CHECK(error_code_of([&] { w.push("t", buf.data()); }) == errc::closed);
 }
+
+TEST_CASE("a job larger than the node allows is refused before any allocation",
+          "[integration][bad]") {
+  testing::node_process node{{"--max-job-mib", "1"}};
+  auto spec = small_job("huge", 1, 1u << 20); // 4 MiB of parameters
+  try {
+    worker w{options(node.address(), spec, 0)};
+    FAIL("the oversized job was admitted");
+  } catch (const rw::error& e) {
+    CHECK(e.code() == errc::invalid_spec);
+    CHECK_THAT(e.what(), Catch::Contains("allows 1 MiB per job"));
+  }
+  check_node_serves(node.address(), "after-huge");
+}
