@@ -71,13 +71,5 @@ mem=$(free -g | awk '/Mem:/ {print $2 " GiB"}')
 } >"$tmp/section.md"
 
 results=bench/RESULTS.md
-[[ -f $results ]] || printf '# RackWeave benchmark results\n\n' >"$results"
-python3 - "$results" "$tmp/section.md" <<'PY'
-import re, sys
-path, section = sys.argv[1], open(sys.argv[2]).read().rstrip("\n")
-text = open(path).read()
-pattern = re.compile(r"<!-- comm:begin -->.*?<!-- comm:end -->", re.S)
-text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
-open(path, "w").write(text)
-PY
+python3 bench/lib/update_results.py "$results" comm "$tmp/section.md"
 echo "written: $results"

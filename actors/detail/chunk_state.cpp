@@ -54,7 +54,7 @@ chunk_state::outcome chunk_state::push(uint32_t rank, uint64_t clock,
 }
 
 void chunk_state::absorb_in_order() {
-  while (next_ < workers_ && held_[next_]) {
+  while (next_ < absorb_limit() && held_[next_]) {
     if (next_ == 0)
       sum_ = std::move(held_[0]); // rank 0's buffer becomes the running sum
     else
@@ -66,10 +66,13 @@ void chunk_state::absorb_in_order() {
 
 void chunk_state::complete_step(const optimizer_spec& spec, float rescale,
                                 std::chrono::steady_clock::time_point now) {
-  runtime::apply_optimizer(spec, rescale, version_ + 1, params_.get(), sum_->floats(),
-                           {m_.get(), v_.get()}, length_);
+  const float* last = workers_ > 1 ? held_[workers_ - 1]->floats() : nullptr;
+  runtime::kernels().step(spec, rescale, version_ + 1, params_.get(), sum_->floats(), last,
+                          {m_.get(), v_.get()}, length_);
   ++version_;
   sum_.reset();
+  if (workers_ > 1)
+    held_[workers_ - 1].reset();
   next_ = 0;
   arrivals_ = 0;
   std::fill(arrived_.begin(), arrived_.end(), false);

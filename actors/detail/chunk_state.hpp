@@ -5,8 +5,9 @@
 //
 // Summation is in worker-rank order whatever the arrival order: rank 0's buffer becomes
 // the running sum, and rank r is added as soon as ranks 0..r-1 have been, so a buffer
-// that arrives early is held (by reference) until its turn. The result is bitwise what
-// one process gets summing the same gradients in rank order.
+// that arrives early is held (by reference) until its turn. The last rank's gradient
+// is added by the fused kernel in the same pass as the optimizer step. The result is
+// bitwise what one process gets summing the same gradients in rank order.
 //
 // Clocks: version v means v updates applied. A push for clock v counts towards the
 // step in progress; a push for v+1 (a worker that pushed without waiting) is held for
@@ -63,9 +64,10 @@ public:
   outcome push(uint32_t rank, uint64_t clock, runtime::buffer_ref data,
                std::chrono::steady_clock::time_point now);
 
-  /// Whether every rank's push for the current step is in and summed.
+  /// Whether every rank's push for the current step is in (and all but the last,
+  /// which the fused step adds, summed).
   bool step_ready() const noexcept {
-    return initialized_ && next_ == workers_;
+    return initialized_ && next_ == absorb_limit() && (workers_ == 1 || held_[workers_ - 1]);
   }
 
   /// Runs the optimizer on the sum, bumps the version and opens the next step with
@@ -108,6 +110,10 @@ public:
 
 private:
   void absorb_in_order();
+  // Ranks summed ahead of the step: all but the last (which the fused step adds).
+  uint32_t absorb_limit() const noexcept {
+    return workers_ > 1 ? workers_ - 1 : workers_;
+  }
 
   uint32_t length_;
   uint32_t workers_;

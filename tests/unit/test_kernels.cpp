@@ -1,3 +1,5 @@
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -24,4 +26,82 @@ TEST_CASE("optimizers declare the state they need", "[kernels]") {
   CHECK(rw::runtime::state_arrays(optimizer_kind::momentum) == 1);
   CHECK(rw::runtime::state_arrays(optimizer_kind::nesterov) == 1);
   CHECK(rw::runtime::state_arrays(optimizer_kind::adam) == 2);
+}
+
+namespace {
+
+std::vector<float> pseudo_random(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint64_t x = 0x9e3779b97f4a7c15ull * (seed + 1);
+  for (auto& f : v) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    f = static_cast<float>(static_cast<int32_t>(x >> 32)) / 2147483648.0f;
+  }
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("every instruction set gives bitwise the scalar result", "[kernels]") {
+  using rw::optimizer_kind;
+  auto isas = rw::runtime::supported_isas();
+  INFO("instruction sets on this CPU: " << isas.size());
+  auto& scalar = rw::runtime::kernels_for("scalar");
+  for (auto& isa : isas) {
+    auto& k = rw::runtime::kernels_for(isa);
+    for (auto kind : {optimizer_kind::sum, optimizer_kind::sgd, optimizer_kind::momentum,
+                      optimizer_kind::nesterov, optimizer_kind::adam}) {
+      for (size_t n : {1u, 15u, 1000u, 8193u}) {
+        for (size_t offset : {0u, 1u}) { // unaligned starts too
+          DYNAMIC_SECTION(isa << " " << rw::to_string(kind) << " n=" << n << " +" << offset) {
+            rw::optimizer_spec s;
+            s.kind = kind;
+            s.weight_decay = 0.01f;
+            auto acc = pseudo_random(n + offset, 1), last = pseudo_random(n + offset, 2);
+            std::vector<float> p[2], m[2], v[2];
+            for (int j = 0; j < 2; ++j) {
+              p[j] = pseudo_random(n + offset, 3);
+              m[j] = pseudo_random(n + offset, 4);
+              v[j] = pseudo_random(n + offset, 5);
+              for (auto& x : v[j])
+                x = x * x; // second moments are non-negative
+            }
+            for (uint64_t step = 1; step <= 3; ++step) {
+              scalar.step(s, 0.25f, step, p[0].data() + offset, acc.data() + offset,
+                          last.data() + offset, {m[0].data() + offset, v[0].data() + offset}, n);
+              k.step(s, 0.25f, step, p[1].data() + offset, acc.data() + offset,
+                     last.data() + offset, {m[1].data() + offset, v[1].data() + offset}, n);
+            }
+            REQUIRE(std::memcmp(p[0].data(), p[1].data(), p[0].size() * 4) == 0);
+            REQUIRE(std::memcmp(m[0].data(), m[1].data(), m[0].size() * 4) == 0);
+            REQUIRE(std::memcmp(v[0].data(), v[1].data(), v[0].size() * 4) == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the fused step equals a sum then a step", "[kernels]") {
+  rw::optimizer_spec s;
+  s.kind = rw::optimizer_kind::adam;
+  auto acc = pseudo_random(777, 7), last = pseudo_random(777, 8);
+  std::vector<float> p1(777, 0.5f), p2(777, 0.5f), m1(777), m2(777), v1(777), v2(777);
+  auto& k = rw::runtime::kernels();
+  k.step(s, 0.5f, 1, p1.data(), acc.data(), last.data(), {m1.data(), v1.data()}, 777);
+  auto sum = acc;
+  k.sum_into(sum.data(), last.data(), 777);
+  k.step(s, 0.5f, 1, p2.data(), sum.data(), nullptr, {m2.data(), v2.data()}, 777);
+  CHECK(std::memcmp(p1.data(), p2.data(), 777 * 4) == 0);
+}
+
+TEST_CASE("kernel selection refuses unknown instruction sets", "[kernels]") {
+  CHECK_THROWS_WITH(rw::runtime::select_kernels("neon"), Catch::Contains("unknown"));
+  CHECK(rw::runtime::supported_isas().front() == "scalar");
+  rw::runtime::select_kernels("scalar");
+  CHECK(std::string(rw::runtime::kernels().isa) == "scalar");
+  rw::runtime::select_kernels("auto");
+  CHECK(std::string(rw::runtime::kernels().isa) == rw::runtime::supported_isas().back());
 }

@@ -1,0 +1,403 @@
+#!/usr/bin/env bash
+# All-reduce step time, RackWeave against peer systems, on this one machine: W worker
+# processes each hold S bytes of float32 and all end with the elementwise sum. For each
+# iteration the slowest rank's time counts; reported are the median and p90 over the
+# timed iterations (after warm-up), as `rw-bench comm` does. Prints a table and writes
+# bench/RESULTS.md (the section between the peers markers).
+#
+#   bash bench/peers.sh [--workers "2 4 8"] [--bytes "4MiB 64MiB"] [--iters N]
+#                       [--warmup K] [--systems "rackweave-tcp rackweave-shm gloo
+#                       torch-gloo mpi-shm mpi-tcp"] [--timeout S] [--json]
+#
+# Systems:
+#   rackweave-tcp  rw-bench comm through one rw-node --role rack-agg on 127.0.0.1
+#   rackweave-shm  the same with --transport shm (only once rw-bench comm offers it)
+#   gloo           build/peers/gloo-allreduce: Gloo TCP transport, FileStore rendezvous
+#   torch-gloo     bench/peers/torch_allreduce.py: torch.distributed, gloo backend
+#   mpi-shm        build/peers/mpi-allreduce under mpirun, OpenMPI defaults
+#   mpi-tcp        the same with --mca pml ob1 --mca btl tcp,self, loopback only
+# --iters defaults to 10 at every size (a 64 MiB run of every system at W = 8 takes
+# well under a minute here). Every run is bounded by --timeout seconds (default 300);
+# a system that fails or times out is reported on stderr and marked in its row.
+# With --json stdout carries only one JSON object per (system, W, S).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+invocation="bash bench/peers.sh"
+for arg in "$@"; do invocation+=" $(printf '%q' "$arg")"; done
+
+workers="2 4 8"
+sizes="4MiB 64MiB"
+iters=10
+warmup=2
+systems="rackweave-tcp rackweave-shm gloo torch-gloo mpi-shm mpi-tcp"
+run_timeout=300
+json=0
+while (($#)); do
+  case $1 in
+    --workers) workers=$2; shift 2 ;;
+    --bytes) sizes=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --systems) systems=$2; shift 2 ;;
+    --timeout) run_timeout=$2; shift 2 ;;
+    --json) json=1; shift ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    *) echo "peers.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+for s in $systems; do
+  case $s in
+    rackweave-tcp|rackweave-shm|gloo|torch-gloo|mpi-shm|mpi-tcp) ;;
+    *) echo "peers.sh: unknown system $s" >&2; exit 2 ;;
+  esac
+done
+[[ $iters =~ ^[1-9][0-9]*$ && $warmup =~ ^[0-9]+$ && $run_timeout =~ ^[1-9][0-9]*$ ]] ||
+  { echo "peers.sh: --iters, --warmup and --timeout take whole numbers" >&2; exit 2; }
+
+# Everything but the --json lines goes to stdout only without --json.
+if ((json)); then exec 3>&2; else exec 3>&1; fi
+say() { printf '%s\n' "$*" >&3; }
+note() { printf 'peers.sh: %s\n' "$*" >&2; }
+
+to_bytes() { # 64MiB, 4M, 512KiB, 1048576 -> bytes
+  local t=$1 n u
+  [[ $t =~ ^([0-9]+)(B|K|KiB|M|MiB|G|GiB)?$ ]] || return 1
+  n=${BASH_REMATCH[1]} u=${BASH_REMATCH[2]}
+  case $u in
+    ''|B) echo "$n" ;;
+    K|KiB) echo $((n << 10)) ;;
+    M|MiB) echo $((n << 20)) ;;
+    G|GiB) echo $((n << 30)) ;;
+  esac
+}
+for s in $sizes; do
+  b=$(to_bytes "$s") && ((b > 0 && b % 4 == 0)) ||
+    { echo "peers.sh: bad size $s (a positive multiple of 4 bytes, e.g. 64MiB)" >&2; exit 2; }
+done
+for w in $workers; do
+  [[ $w =~ ^[1-9][0-9]*$ ]] || { echo "peers.sh: bad worker count $w" >&2; exit 2; }
+done
+
+tmp=$(mktemp -d)
+node_pid=
+run_pids=()
+cleanup() {
+  local p
+  for p in "${run_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${run_pids[@]}"; do wait "$p" 2>/dev/null; done
+  run_pids=()
+  if [[ -n $node_pid ]]; then
+    kill -TERM "$node_pid" 2>/dev/null && wait "$node_pid" 2>/dev/null
+    node_pid=
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+started=$(date +%s)
+note "building RackWeave (apps/scripts/setup.sh) and the peers (bench/setup-peers.sh)"
+if ! bash apps/scripts/setup.sh >"$tmp/setup.log" 2>&1; then
+  tail -30 "$tmp/setup.log" >&2; note "apps/scripts/setup.sh failed"; exit 1
+fi
+if ! bash bench/setup-peers.sh >"$tmp/setup-peers.log" 2>&1; then
+  tail -30 "$tmp/setup-peers.log" >&2; note "bench/setup-peers.sh failed"; exit 1
+fi
+
+# torch lives in Debian's python3 (python3-torch); another python3 may come first in PATH.
+torch_python=
+for py in /usr/bin/python3 python3; do
+  if "$py" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+    torch_python=$py; break
+  fi
+done
+
+# Which systems run at all.
+active=()
+for s in $systems; do
+  case $s in
+    rackweave-shm)
+      if build/apps/rw-bench comm --help 2>/dev/null | grep -q -- '--transport'; then
+        active+=("$s")
+      else
+        note "skipping rackweave-shm: rw-bench comm has no --transport option yet"
+      fi ;;
+    torch-gloo)
+      if [[ -n $torch_python ]]; then active+=("$s")
+      else note "skipping torch-gloo: no python3 with torch.distributed (gloo) found"; fi ;;
+    *) active+=("$s") ;;
+  esac
+done
+((${#active[@]})) || { note "no system to run"; exit 1; }
+
+need_node=0
+for s in "${active[@]}"; do [[ $s == rackweave-* ]] && need_node=1; done
+address=
+if ((need_node)); then
+  build/apps/rw-node --role rack-agg --listen 127.0.0.1:0 --port-file "$tmp/port" \
+    --log-level warn 2>"$tmp/node.log" &
+  node_pid=$!
+  for _ in {1..100}; do [[ -s $tmp/port ]] && break; sleep 0.1; done
+  [[ -s $tmp/port ]] || { note "rw-node did not start"; cat "$tmp/node.log" >&2; exit 1; }
+  address=$(<"$tmp/port")
+fi
+
+# run OUT ERR CMD...: runs CMD bounded by the timeout, in the background so that the
+# traps can stop it; returns its exit status.
+run() {
+  local out=$1 err=$2; shift 2
+  timeout -k 10 "$run_timeout" "$@" >"$out" 2>"$err" </dev/null &
+  local pid=$!
+  run_pids=("$pid")
+  wait "$pid"
+  local rc=$?
+  run_pids=()
+  return $rc
+}
+
+# stats FILE W: reads "RANK r t1 .. tN" lines (and VERIFIED) and prints "median p90",
+# the slowest rank per iteration, percentiles as rw-bench computes them.
+stats() {
+  python3 - "$1" "$2" "$iters" <<'PY'
+import math, sys
+path, w, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ranks, verified = {}, 0
+for line in open(path):
+    f = line.split()
+    if f and f[0] == "RANK":
+        ranks[int(f[1])] = [float(x) for x in f[2:]]
+    elif f[:2] == ["VERIFIED", "1"]:
+        verified += 1
+if sorted(ranks) != list(range(w)) or any(len(t) != n for t in ranks.values()) or not verified:
+    sys.exit(f"expected {w} ranks x {n} times and VERIFIED 1, got ranks {sorted(ranks)}")
+steps = sorted(max(t[i] for t in ranks.values()) for i in range(n))
+pct = lambda p: steps[min(max(math.ceil(p * n) - 1, 0), n - 1)]
+print(f"{pct(0.5):.3f} {pct(0.9):.3f}")
+PY
+}
+
+# measure SYSTEM W BYTES LABEL: sets res="median p90" on success; on failure returns non-zero
+# after saying why on stderr. (Not called in a subshell, so the traps see run_pids.)
+measure() {
+  local sys=$1 w=$2 b=$3 label=$4 out=$tmp/$1.$2.$3.out err=$tmp/$1.$2.$3.err rc=0 line st
+  res=
+  case $sys in
+    rackweave-tcp|rackweave-shm)
+      local extra=()
+      [[ $sys == rackweave-shm ]] && extra=(--transport shm)
+      run "$out" "$err" build/apps/rw-bench comm --connect "$address" --workers "$w" \
+        --bytes "$b" --iters "$iters" --warmup "$warmup" --json \
+        --timeout-s $((run_timeout - 10 > 0 ? run_timeout - 10 : run_timeout)) "${extra[@]}" || rc=$?
+      if ((rc == 0)); then
+        line=$(grep -m1 '^{' "$out")
+        res=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.3f %.3f" % (d["median_ms"], d["p90_ms"]))' "$line" 2>>"$err") || rc=1
+      fi ;;
+    gloo)
+      mkdir -p "$tmp/store.$w.$b"
+      local pids=() r
+      for ((r = 0; r < w; r++)); do
+        timeout -k 10 "$run_timeout" build/peers/gloo-allreduce --rank "$r" --size "$w" \
+          --bytes "$b" --iters "$iters" --warmup "$warmup" --store "$tmp/store.$w.$b" \
+          >"$out.$r" 2>"$err.$r" </dev/null &
+        pids+=($!)
+      done
+      run_pids=("${pids[@]}")
+      for r in "${!pids[@]}"; do
+        wait "${pids[$r]}"; st=$?
+        if ((st && !rc)); then
+          rc=$st
+          kill -TERM "${pids[@]}" 2>/dev/null   # one rank failed: stop the rest
+        fi
+      done
+      run_pids=()
+      cat "$out".* >"$out"; cat "$err".* >"$err"
+      rm -rf "$tmp/store.$w.$b" ;;
+    torch-gloo)
+      run "$out" "$err" env OMP_NUM_THREADS=1 "$torch_python" bench/peers/torch_allreduce.py \
+        --size "$w" --bytes "$b" --iters "$iters" --warmup "$warmup" \
+        --timeout-s $((run_timeout - 10 > 0 ? run_timeout - 10 : run_timeout)) || rc=$? ;;
+    mpi-shm|mpi-tcp)
+      local mca=()
+      [[ $sys == mpi-tcp ]] &&
+        mca=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
+      run "$out" "$err" mpirun --allow-run-as-root --oversubscribe -np "$w" "${mca[@]}" \
+        build/peers/mpi-allreduce --bytes "$b" --iters "$iters" --warmup "$warmup" || rc=$? ;;
+  esac
+  if ((rc == 0)) && [[ $sys != rackweave-* ]]; then
+    res=$(stats "$out" "$w" 2>>"$err") || rc=1
+  fi
+  if ((rc != 0)); then
+    ((rc == 124 || rc == 137)) && note "$sys W=$w S=$label: timed out after ${run_timeout}s"
+    note "$sys W=$w S=$label failed (exit $rc):"
+    tail -5 "$err" | sed 's/^/    /' >&2
+    return 1
+  fi
+}
+
+say "peers: ${active[*]}; workers: $workers; bytes: $sizes; $iters iterations after $warmup warm-up"
+: >"$tmp/results.jsonl"
+for w in $workers; do
+  for s in $sizes; do
+    b=$(to_bytes "$s")
+    for sys in "${active[@]}"; do
+      t0=$(date +%s)
+      if measure "$sys" "$w" "$b" "$s"; then
+        read -r med p90 <<<"$res"
+        line="{\"system\":\"$sys\",\"workers\":$w,\"bytes\":$b,\"median_ms\":$med,\"p90_ms\":$p90}"
+        note "$sys W=$w S=$s: median $med ms, p90 $p90 ms ($(($(date +%s) - t0)) s)"
+      else
+        line="{\"system\":\"$sys\",\"workers\":$w,\"bytes\":$b,\"median_ms\":null,\"p90_ms\":null,\"error\":\"failed\"}"
+      fi
+      echo "$line" >>"$tmp/results.jsonl"
+      ((json)) && echo "$line"
+    done
+  done
+done
+elapsed=$(($(date +%s) - started))
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
+machine="$(nproc) cores ($cpu), $mem RAM, $(uname -sr)"
+python3 - "$tmp/results.jsonl" "$tmp/table.txt" "$tmp/section.md" "${active[*]}" "$workers" \
+  "$sizes" "$invocation" "$machine" "$iters" "$warmup" "$elapsed" <<'PY'
+import datetime, json, sys
+(res_path, txt_path, md_path, systems, workers, sizes, invocation, machine, iters, warmup,
+ elapsed) = sys.argv[1:]
+systems, workers, sizes = systems.split(), workers.split(), sizes.split()
+
+def to_bytes(t):
+    for suffix, m in (("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("K", 1 << 10),
+                      ("M", 1 << 20), ("G", 1 << 30), ("B", 1)):
+        if t.endswith(suffix):
+            return int(t[: -len(suffix)]) * m
+    return int(t)
+
+res = {}
+for line in open(res_path):
+    d = json.loads(line)
+    res[(d["system"], d["workers"], d["bytes"])] = d
+rw = [s for s in systems if s.startswith("rackweave-")]
+peers = [s for s in systems if not s.startswith("rackweave-")]
+ratio_cols = [f"{p}/rw" for p in peers]
+if "rackweave-tcp" in systems and "mpi-tcp" in systems:
+    ratio_cols.append("rw-tcp/mpi-tcp")
+head = ["workers", "bytes"] + [f"{s} ms" for s in systems] + ratio_cols + ["notes"]
+rows, target_lines = [], []
+for w in workers:
+    for s in sizes:
+        b = to_bytes(s)
+        med = {x: (res.get((x, int(w), b)) or {}).get("median_ms") for x in systems}
+        failed = [x for x in systems if med[x] is None]
+        rw_ok = [med[x] for x in rw if med[x] is not None]
+        best_rw = min(rw_ok) if rw_ok else None
+        row = [w, s] + [f"{med[x]:.3f}" if med[x] is not None else "FAIL" for x in systems]
+        for p in peers:
+            row.append(f"{med[p] / best_rw:.2f}" if med[p] is not None and best_rw else "-")
+        if "rw-tcp/mpi-tcp" in ratio_cols:
+            a, m = med["rackweave-tcp"], med["mpi-tcp"]
+            row.append(f"{a / m:.2f}" if a is not None and m else "-")
+        row.append("FAILED: " + ", ".join(failed) if failed else "")
+        rows.append(row)
+        if w == "4" and b == 64 << 20:
+            peer_ok = [med[p] for p in peers if med[p] is not None]
+            if best_rw and peer_ok:
+                best_peer = min(peer_ok)
+                bp = [p for p in peers if med[p] == best_peer][0]
+                ok = best_rw <= 0.8 * best_peer
+                target_lines.append(
+                    f"- RackWeave's best <= 0.8 x best peer: {best_rw:.3f} ms vs 0.8 x "
+                    f"{best_peer:.3f} ms ({bp}) = {0.8 * best_peer:.3f} ms, ratio "
+                    f"{best_rw / best_peer:.2f}: **{'met' if ok else 'not met'}**")
+            else:
+                target_lines.append("- RackWeave's best <= 0.8 x best peer: not measured "
+                                    "(a RackWeave system or every peer failed)")
+            a, m = med.get("rackweave-tcp"), med.get("mpi-tcp")
+            if a is not None and m is not None:
+                ok = a <= m
+                target_lines.append(
+                    f"- rackweave-tcp <= 1.0 x mpi-tcp: {a:.3f} ms vs {m:.3f} ms, ratio "
+                    f"{a / m:.2f}: **{'met' if ok else 'not met'}**")
+            else:
+                target_lines.append("- rackweave-tcp <= 1.0 x mpi-tcp: not measured "
+                                    "(not run or failed)")
+if not target_lines:
+    target_lines = ["- not measured in this run (needs W = 4 at 64MiB)"]
+
+widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+with open(txt_path, "w") as f:
+    for r in [head] + rows:
+        f.write("  ".join(str(c).rjust(widths[i]) if i < len(head) - 1 else str(c)
+                          for i, c in enumerate(r)).rstrip() + "\n")
+
+p90 = {}
+for (x, w, b), d in res.items():
+    p90[(x, w, b)] = d.get("p90_ms")
+md = ["<!-- peers:begin -->",
+      "## All-reduce against peer systems (bench/peers.sh)",
+      "",
+      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}; every process on this "
+      "one machine, over loopback (or shared memory where a system says so).",
+      "",
+      f"Command: `{invocation}` ({iters} timed iterations after {warmup} warm-up per run; "
+      f"the whole run took {elapsed} s).",
+      "",
+      "W processes each hold S bytes of float32 and all end with the elementwise sum. Per "
+      "iteration the slowest rank's time counts; the table gives the median over the "
+      "iterations (ms), as `rw-bench comm` does, and each peer's median divided by "
+      "RackWeave's best median (`peer/rw`: above 1 means RackWeave is faster). Peers verify "
+      "every element of every result (exact small-integer sums).",
+      "",
+      "- `rackweave-tcp`: `rw-bench comm --connect ADDR --workers W --bytes S --iters N "
+      "--warmup K --json` through one `rw-node --role rack-agg` on 127.0.0.1 (optimizer "
+      "`sum`)",
+      "- `rackweave-shm`: the same with `--transport shm` (only when rw-bench offers it)",
+      "- `gloo`: `build/peers/gloo-allreduce`, Gloo (Debian 0.0~git20220518) TCP transport "
+      "on 127.0.0.1, FileStore rendezvous, ring all-reduce, barrier before each iteration",
+      "- `torch-gloo`: `bench/peers/torch_allreduce.py`, torch.distributed gloo backend "
+      "(tcp:// init), `dist.all_reduce(SUM)`, 1 thread per process, barrier before each "
+      "iteration",
+      "- `mpi-shm`: `mpirun --allow-run-as-root --oversubscribe -np W "
+      "build/peers/mpi-allreduce`, OpenMPI defaults (shared memory), MPI_Barrier before each "
+      "MPI_Allreduce",
+      "- `mpi-tcp`: the same with `--mca pml ob1 --mca btl tcp,self --mca "
+      "btl_tcp_if_include lo`",
+      "",
+      "| " + " | ".join(head) + " |",
+      "|" + "---|" * len(head)]
+md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+md += ["", "p90 ms per system: " + "; ".join(
+    f"{x} W={w} S={b >> 20 if b >= 1 << 20 else b}{'MiB' if b >= 1 << 20 else 'B'}: "
+    f"{v:.3f}" for (x, w, b), v in sorted(p90.items(), key=lambda k: (k[0][1], k[0][2], k[0][0]))
+    if v is not None) + ".",
+    "", "Targets at W = 4, S = 64MiB:", *target_lines, "<!-- peers:end -->"]
+open(md_path, "w").write("\n".join(md) + "\n")
+PY
+report_rc=$?
+
+say ""
+say "command: $invocation"
+say "settings: workers \"$workers\", bytes \"$sizes\", iters $iters, warmup $warmup, systems \"${active[*]}\", timeout ${run_timeout}s per run"
+say "median ms per system (slowest rank per iteration); peer/rw = peer median / RackWeave's best median"
+if ((report_rc == 0)); then
+  cat "$tmp/table.txt" >&3
+  say ""
+  say "targets at W=4, S=64MiB:"
+  sed -n '/^Targets at/,/peers:end/p' "$tmp/section.md" | sed '1d;$d' >&3
+else
+  note "could not build the report"; exit 1
+fi
+say "took ${elapsed} s"
+
+results=bench/RESULTS.md
+[[ -f $results ]] || printf '# RackWeave benchmark results\n\n' >"$results"
+python3 - "$results" "$tmp/section.md" <<'PY'
+import re, sys
+path, section = sys.argv[1], open(sys.argv[2]).read().rstrip("\n")
+text = open(path).read()
+pattern = re.compile(r"<!-- peers:begin -->.*?<!-- peers:end -->", re.S)
+text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
+open(path, "w").write(text)
+PY
+say "written: $results"

@@ -1,0 +1,18 @@
+// The kernel bodies compiled for avx512 (see kernels_impl.inc and CMakeLists.txt for
+// the flags this file gets).
+#include <cmath>
+#include <cstring>
+
+#include "runtime/kernels.hpp"
+
+namespace rw::runtime::detail {
+
+namespace {
+#include "runtime/detail/kernels_impl.inc"
+} // namespace
+
+kernel_table avx512_kernels() noexcept {
+  return {"avx512", impl_sum_into, impl_step, impl_stream};
+}
+
+} // namespace rw::runtime::detail
