@@ -24,6 +24,7 @@ constexpr size_t max_tombstones = 256;
 
 struct shard_job {
   job_spec spec;
+  runtime::numa_region memory;             // every chunk's params, m and v
   routing_ptr routes;
   float rescale = 1.0f;
   std::vector<detail::chunk_state> chunks; // by routes->local_index(tensor, chunk)
@@ -42,6 +43,7 @@ struct shard_state {
   };
   std::map<uint32_t, tombstone> tombstones; // why a job id is gone
   shard_stats stats;
+  int memory_numa = -1;
   static inline const char* name = "rw.chunk_shard";
 };
 
@@ -248,15 +250,43 @@ void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
   job.rescale = runtime::effective_rescale(job.spec.optimizer, job.spec.num_workers);
   job.departed.assign(job.spec.num_workers, false);
   job.coordinator = std::move(coordinator);
-  auto per_shard = job.routes->chunks_per_shard();
-  job.chunks.reserve(per_shard[st.settings.index]);
+  // One NUMA-local arena for the job's chunks on this shard: per chunk, the
+  // parameters and the optimizer's arrays, each starting on a cache line.
+  auto arrays = 1 + runtime::state_arrays(job.spec.optimizer.kind);
+  auto stride = [](uint32_t len) {
+    return (size_t{len} * sizeof(float) + defaults::cache_line - 1) / defaults::cache_line
+           * defaults::cache_line;
+  };
+  size_t bytes = 0;
   for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
     auto& layout = job.routes->layout(t);
     for (uint32_t c = 0; c < layout.count(); ++c)
       if (job.routes->shard_of(t, c) == st.settings.index)
-        job.chunks.emplace_back(layout.length(c), job.spec.num_workers,
-                                job.spec.optimizer.kind, job.spec.tensors[t].has_init);
+        bytes += arrays * stride(layout.length(c));
   }
+  job.memory = runtime::numa_region(bytes, st.settings.numa);
+  auto per_shard = job.routes->chunks_per_shard();
+  job.chunks.reserve(per_shard[st.settings.index]);
+  auto* next = job.memory.data();
+  auto take = [&](uint32_t len) {
+    auto* p = reinterpret_cast<float*>(next);
+    next += stride(len);
+    return p;
+  };
+  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
+    auto& layout = job.routes->layout(t);
+    for (uint32_t c = 0; c < layout.count(); ++c) {
+      if (job.routes->shard_of(t, c) != st.settings.index)
+        continue;
+      auto len = layout.length(c);
+      float* params = take(len);
+      float* m = arrays >= 2 ? take(len) : nullptr;
+      float* v = arrays >= 3 ? take(len) : nullptr;
+      job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
+                              job.spec.tensors[t].has_init);
+    }
+  }
+  st.memory_numa = bytes > 0 ? runtime::numa_node_of(job.memory.data()) : -1;
   st.stats.chunks += job.chunks.size();
   st.jobs.emplace(setup.job_id, std::move(job));
 }
@@ -286,6 +316,15 @@ void scan_timeouts(shard_ptr self) {
 
 chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings settings) {
   self->state.settings = settings;
+  if (settings.topo) {
+    try {
+      settings.topo->pin_current_thread(settings.core);
+    } catch (const std::exception& e) {
+      spdlog::error("shard {}: {}", settings.index, e.what());
+      self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
+      return chunk_shard_actor::behavior_type::make_empty_behavior();
+    }
+  }
   self->delayed_send(self, settings.scan_interval, tick_atom::value);
   return {
     [=](push_atom, chunk_push& p) { on_push(self, p); },
@@ -319,7 +358,13 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       scan_timeouts(self);
       self->delayed_send(self, self->state.settings.scan_interval, tick_atom::value);
     },
-    [=](stats_atom) { return self->state.stats; },
+    [=](stats_atom) {
+      auto s = self->state.stats;
+      s.cpu = runtime::current_cpu();
+      s.affinity = runtime::current_affinity();
+      s.memory_numa = self->state.memory_numa;
+      return s;
+    },
   };
 }
 

@@ -33,6 +33,7 @@
 #include <caf/typed_actor.hpp>
 
 #include "actors/messages.hpp"
+#include "runtime/topology.hpp"
 
 namespace rw::actors {
 
@@ -52,11 +53,16 @@ using chunk_shard_actor = caf::typed_actor<
 
 struct shard_settings {
   uint32_t index = 0;
+  std::shared_ptr<const runtime::topology> topo; // null: not pinned
+  runtime::core_info core;                        // where to pin (with topo)
+  uint32_t numa = 0;                              // where chunk memory lives
   std::chrono::milliseconds step_timeout{defaults::step_timeout_ms};
   std::chrono::milliseconds scan_interval{defaults::timeout_scan_ms};
 };
 
-/// Spawns a shard as a detached actor (its own thread).
+/// Spawns a shard as a detached actor (its own thread), which pins itself to
+/// settings.core first; if that fails it exits with the reason (ask it for stats to
+/// know it is up).
 chunk_shard_actor spawn_chunk_shard(caf::actor_system& sys, shard_settings settings);
 
 } // namespace rw::actors

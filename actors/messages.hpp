@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
@@ -32,6 +33,8 @@ using poll_atom = caf::atom_constant<caf::atom("poll")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using ok_atom = caf::atom_constant<caf::atom("ok")>;
+using attach_atom = caf::atom_constant<caf::atom("attach")>;
+using replace_atom = caf::atom_constant<caf::atom("replace")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 
@@ -72,6 +75,14 @@ struct hello_request {
   std::string peer;
 };
 
+/// A worker's attach to a further endpoint of the node, as (job, rank, token).
+struct attach_request {
+  uint32_t job_id;
+  uint32_t rank;
+  uint64_t token;
+  std::string peer;
+};
+
 /// The coordinator's answer to a hello: a binding of the connection to (job, rank), or
 /// an error to send back.
 struct job_binding {
@@ -80,15 +91,29 @@ struct job_binding {
   uint32_t job_id = 0;
   bool created = false;
   routing_ptr routes;
+  uint64_t token = 0; // for attaching to the node's other endpoints
+  uint32_t chunk_bytes = 0;
 };
 
-/// Per-shard counters, for logs and tests.
+/// Per-shard counters and placement, for logs and tests.
 struct shard_stats {
   uint64_t chunks = 0;
   uint64_t pushes = 0;
   uint64_t updates = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
+  int cpu = -1;              // where the shard's thread ran when asked
+  std::vector<int> affinity; // the CPUs it may run on
+  int memory_numa = -1;      // NUMA domain of its newest job's chunk memory (-1: none)
+};
+
+/// Per-poller placement and buffers, for logs and tests.
+struct poller_stats {
+  int cpu = -1;
+  std::vector<int> affinity;
+  uint64_t buffers = 0;  // receive buffers allocated so far
+  int buffer_numa = -1;  // NUMA domain of its receive buffers (-1: none yet)
+  uint64_t connections = 0;
 };
 
 } // namespace rw::actors
@@ -97,6 +122,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_push)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_pull)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_setup)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::hello_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::attach_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_binding)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::shard_stats)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::poller_stats)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::errc)

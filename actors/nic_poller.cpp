@@ -43,7 +43,7 @@ struct poller_state {
   runtime::buffer_ref buffer(size_t bytes) {
     auto& pool = pools[bytes];
     if (!pool)
-      pool = std::make_unique<runtime::buffer_pool>(bytes, 0);
+      pool = std::make_unique<runtime::buffer_pool>(bytes, 0, settings.numa);
     return pool->acquire();
   }
 };
@@ -64,6 +64,12 @@ public:
         if (h.payload_bytes == 0)
           return refuse(c, h, errc::bad_frame, "hello without a payload");
         return payload_target::into(st.buffer(st.settings.max_control_bytes));
+      case frame_kind::attach:
+        if (st.bindings.count(c->id()) != 0)
+          return refuse(c, h, errc::bad_frame, "attach on a connection that already joined");
+        if (h.payload_bytes != 0)
+          return refuse(c, h, errc::bad_frame, "attach carries no payload");
+        return payload_target::into(nullptr);
       case frame_kind::push:
       case frame_kind::init:
       case frame_kind::pull:
@@ -84,6 +90,9 @@ public:
     switch (h.kind) {
       case frame_kind::hello:
         on_hello(c, h, t);
+        return;
+      case frame_kind::attach:
+        on_attach(c, h);
         return;
       case frame_kind::bye:
         st.bindings[c->id()].said_bye = true;
@@ -193,47 +202,67 @@ private:
       return;
     }
     st.bindings[c->id()] = binding{};
+    join(c, hello.rank,
+         self_->request(st.coordinator, hello_timeout, hello_atom::value,
+                        hello_request{hello, c->peer()}));
+  }
+
+  void on_attach(const connection_ptr& c, const frame_header& h) {
+    auto& st = self_->state;
+    st.bindings[c->id()] = binding{};
+    join(c, h.rank,
+         self_->request(st.coordinator, hello_timeout, attach_atom::value,
+                        attach_request{h.job_id, h.rank, h.clock, c->peer()}));
+  }
+
+  // Completes a hello or attach: binds the connection and sends the welcome, or sends
+  // the refusal.
+  template <class Handle>
+  void join(const connection_ptr& conn, uint32_t rank, Handle pending) {
     auto self = self_;
-    auto conn = c;
-    self_
-      ->request(st.coordinator, hello_timeout, hello_atom::value,
-                hello_request{hello, c->peer()})
-      .then(
-        [=](job_binding& jb) {
-          auto& st = self->state;
-          auto it = st.bindings.find(conn->id());
-          frame_header reply;
-          reply.rank = hello.rank;
-          reply.job_id = jb.job_id;
-          if (jb.code != errc::ok) {
-            if (it != st.bindings.end())
-              st.bindings.erase(it);
-            conn->send_error(jb.code, jb.message, reply);
-            return;
-          }
-          if (it == st.bindings.end()) { // closed while joining
-            self->send(st.coordinator, leave_atom::value, jb.job_id, hello.rank, false,
-                       conn->peer() + ": closed while joining");
-            return;
-          }
-          it->second = binding{binding::joined, jb.job_id, hello.rank, jb.routes,
-                               hello.spec.chunk_bytes, false};
-          auto payload = transports::encode(
-            transports::welcome_msg{jb.job_id, st.settings.node_name, jb.created});
-          reply.kind = frame_kind::welcome;
-          reply.payload_bytes = static_cast<uint32_t>(payload.size());
-          iovec iov{payload.data(), payload.size()};
-          conn->send(reply, &iov, 1);
-        },
-        [=](caf::error& err) {
-          auto& st = self->state;
-          st.bindings.erase(conn->id());
-          auto msg = "the node could not admit the worker: " + self->system().render(err);
-          spdlog::error("hello failed: peer={}: {}", conn->peer(), msg);
-          frame_header reply;
-          reply.rank = hello.rank;
-          conn->send_error(errc::internal, msg, reply);
-        });
+    pending.then(
+      [=](job_binding& jb) {
+        auto& st = self->state;
+        auto it = st.bindings.find(conn->id());
+        frame_header reply;
+        reply.rank = rank;
+        reply.job_id = jb.job_id;
+        if (jb.code != errc::ok) {
+          if (it != st.bindings.end())
+            st.bindings.erase(it);
+          conn->send_error(jb.code, jb.message, reply);
+          return;
+        }
+        if (it == st.bindings.end()) { // closed while joining
+          self->send(st.coordinator, leave_atom::value, jb.job_id, rank, false,
+                     conn->peer() + ": closed while joining");
+          return;
+        }
+        it->second = binding{binding::joined, jb.job_id, rank, jb.routes, jb.chunk_bytes, false};
+        transports::welcome_msg w;
+        w.job_id = jb.job_id;
+        w.node_name = st.settings.node_name;
+        w.created = jb.created;
+        w.endpoints = st.settings.endpoints;
+        w.endpoint_index = st.settings.endpoint_index;
+        w.num_shards = jb.routes->num_shards();
+        w.shard_endpoints = jb.routes->shard_endpoints();
+        w.token = jb.token;
+        auto payload = transports::encode(w);
+        reply.kind = frame_kind::welcome;
+        reply.payload_bytes = static_cast<uint32_t>(payload.size());
+        iovec iov{payload.data(), payload.size()};
+        conn->send(reply, &iov, 1);
+      },
+      [=](caf::error& err) {
+        auto& st = self->state;
+        st.bindings.erase(conn->id());
+        auto msg = "the node could not admit the worker: " + self->system().render(err);
+        spdlog::error("join failed: peer={}: {}", conn->peer(), msg);
+        frame_header reply;
+        reply.rank = rank;
+        conn->send_error(errc::internal, msg, reply);
+      });
   }
 
   poller_ptr self_;
@@ -249,6 +278,18 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
   st.coordinator = std::move(coordinator);
   st.shards = std::move(shards);
   st.sink = std::make_unique<poller_sink>(self);
+  if (st.settings.topo) {
+    try {
+      st.settings.topo->pin_current_thread(st.settings.core);
+    } catch (const std::exception& e) {
+      spdlog::error("poller {}: {}", st.ep->describe(), e.what());
+      self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
+      return nic_poller_actor::behavior_type::make_empty_behavior();
+    }
+  }
+  if (st.settings.prealloc_buffers > 0)
+    st.pools[defaults::chunk_bytes] = std::make_unique<runtime::buffer_pool>(
+      defaults::chunk_bytes, st.settings.prealloc_buffers, st.settings.numa);
   self->send(self, poll_atom::value);
   return {
     [=](poll_atom) {
@@ -266,6 +307,23 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       st.ep->close_all(*st.sink);
       spdlog::info("endpoint closed: {}", where);
       self->quit();
+    },
+    [=](stats_atom) {
+      auto& st = self->state;
+      poller_stats s;
+      s.cpu = runtime::current_cpu();
+      s.affinity = runtime::current_affinity();
+      for (auto& [bytes, pool] : st.pools) {
+        s.buffers += pool->allocated();
+        if (s.buffer_numa < 0 && pool->allocated() > 0)
+          s.buffer_numa = runtime::numa_node_of(pool->acquire()->bytes());
+      }
+      s.connections = st.ep->connection_count();
+      return s;
+    },
+    [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
+      if (index < self->state.shards.size())
+        self->state.shards[index] = std::move(shard);
     },
   };
 }

@@ -10,11 +10,16 @@
 //                          blocks in the endpoint only while the mailbox is empty
 //   anyone -> poller       (stop_atom)  close every connection, then quit
 //   poller -> coordinator  (hello_atom, hello_request) -> job_binding
-//                          then a `welcome` or `error` frame to the worker
+//                          then a `welcome` (the node's endpoints and routing table, an
+//                          attach token) or an `error` frame to the worker
+//   poller -> coordinator  (attach_atom, attach_request) -> job_binding
+//                          a worker joining this further endpoint with its token
 //   poller -> shard        (push_atom | init_atom, chunk_push), (pull_atom, chunk_pull)
 //                          for frames of a joined connection, checked against its job's
 //                          routing table first (job, rank, tensor, chunk, length)
 //   poller -> coordinator  (leave_atom, job_id, rank, graceful, reason) on close
+//   supervisor -> poller   (replace_atom, index, shard)  shard `index` was restarted
+//   anyone -> poller       (stats_atom) -> poller_stats   where it runs, its buffers
 // A frame that fails a check gets an `error` frame; a stream that cannot be trusted
 // any more (bad magic, oversized length, truncation) is closed. Other connections are
 // unaffected.
@@ -28,20 +33,30 @@
 
 #include "actors/chunk_shard.hpp"
 #include "actors/rack_coordinator.hpp"
+#include "runtime/topology.hpp"
 #include "transports/transport.hpp"
 
 namespace rw::actors {
 
-using nic_poller_actor = caf::typed_actor<caf::reacts_to<poll_atom>,
-                                          caf::reacts_to<stop_atom>>;
+using nic_poller_actor =
+  caf::typed_actor<caf::reacts_to<poll_atom>, caf::reacts_to<stop_atom>,
+                   caf::reacts_to<replace_atom, uint32_t, chunk_shard_actor>,
+                   caf::replies_to<stats_atom>::with<poller_stats>>;
 
 struct poller_settings {
   std::string node_name;
+  uint32_t endpoint_index = 0;
+  std::vector<std::string> endpoints; // every endpoint of the node, for welcomes
   uint32_t max_control_bytes = defaults::max_control_bytes;
   int block_ms = defaults::poll_block_ms;
+  std::shared_ptr<const runtime::topology> topo; // null: not pinned
+  runtime::core_info core;
+  uint32_t numa = 0;           // where receive buffers live
+  uint32_t prealloc_buffers = 0; // of defaults::chunk_bytes, at start
 };
 
-/// Spawns a poller as a detached actor driving `ep`.
+/// Spawns a poller as a detached actor driving `ep`; it pins itself to settings.core
+/// first and exits with the reason if it cannot.
 nic_poller_actor spawn_nic_poller(caf::actor_system& sys, poller_settings settings,
                                   std::shared_ptr<transports::endpoint> ep,
                                   rack_coordinator_actor coordinator,

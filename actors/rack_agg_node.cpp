@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
-#include <thread>
+#include <map>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "runtime/kernels.hpp"
 #include "transports/tcp/endpoint.hpp"
 
 namespace rw::actors {
@@ -21,40 +23,133 @@ std::string host_name() {
   return buf;
 }
 
+constexpr auto start_timeout = std::chrono::seconds(10);
+
 } // namespace
 
 rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config& cfg)
   : sys_(sys) {
   runtime::check_node_config(cfg);
-  auto cores = std::max(1u, std::thread::hardware_concurrency());
-  auto shard_count = cfg.shards == 0 ? cores : cfg.shards;
-  if (shard_count > 4 * cores)
-    throw std::runtime_error(fmt::format(
-      "--shards {} asks for more than 4 shards per core on a {}-core machine", cfg.shards,
-      cores));
+  runtime::select_kernels(cfg.kernels);
   auto name = cfg.name.empty() ? host_name() : cfg.name;
+  topo_ = runtime::topology::discover();
+  runtime::placement_request req{cfg.shards, cfg.shard_cores, cfg.shard_numa, cfg.listen};
+  plan_ = runtime::plan_placement(*topo_, req);
 
-  auto ep = std::make_shared<transports::tcp::endpoint>(
-    std::chrono::milliseconds(cfg.io_timeout_ms),
-    transports::receive_limits{cfg.max_chunk_bytes, cfg.max_control_bytes});
-  address_ = ep->listen(transports::tcp::parse_address(cfg.listen)).to_string();
+  // Bind every endpoint before anything runs.
+  std::vector<std::shared_ptr<transports::tcp::endpoint>> eps;
+  for (auto& e : plan_.endpoints) {
+    auto ep = std::make_shared<transports::tcp::endpoint>(
+      std::chrono::milliseconds(cfg.io_timeout_ms),
+      transports::receive_limits{cfg.max_chunk_bytes, cfg.max_control_bytes});
+    addresses_.push_back(ep->listen(transports::tcp::parse_address(e.listen)).to_string());
+    eps.push_back(ep);
+  }
 
-  for (uint32_t i = 0; i < shard_count; ++i) {
+  // One supervisor per NUMA domain that has shards or endpoints.
+  auto pinned = cfg.pin ? topo_ : nullptr;
+  std::map<uint32_t, supervisor_settings> domains;
+  for (uint32_t i = 0; i < plan_.shards.size(); ++i) {
+    auto& p = plan_.shards[i];
     shard_settings s;
     s.index = i;
+    s.topo = pinned;
+    s.core = p.core;
+    s.numa = p.numa;
     s.step_timeout = std::chrono::milliseconds(cfg.step_timeout_ms);
-    shards_.push_back(spawn_chunk_shard(sys, s));
+    domains[p.numa].numa = p.numa;
+    domains[p.numa].shards.push_back(s);
   }
+  for (uint32_t i = 0; i < plan_.endpoints.size(); ++i) {
+    auto& p = plan_.endpoints[i];
+    poller_settings s;
+    s.node_name = name;
+    s.endpoint_index = i;
+    s.endpoints = addresses_;
+    s.max_control_bytes = cfg.max_control_bytes;
+    s.topo = pinned;
+    s.core = p.poller.core;
+    s.numa = p.poller.numa;
+    s.prealloc_buffers = cfg.prealloc_buffers;
+    domains[p.poller.numa].numa = p.poller.numa;
+    domains[p.poller.numa].endpoints.push_back({s, eps[i]});
+  }
+  caf::scoped_actor self{sys};
+  std::string failure; // set by a failed start-up request; thrown once the request is done
+  auto fail_with = [&](std::string what) {
+    return [&failure, &sys, what](caf::error& err) { failure = what + ": " + sys.render(err); };
+  };
+  auto check = [&] {
+    if (failure.empty())
+      return;
+    stop();
+    throw std::runtime_error(failure);
+  };
+  shards_.resize(plan_.shards.size());
+  for (auto& [numa, settings] : domains) {
+    auto indexes = settings.shards;
+    auto sup = spawn_numa_supervisor(sys, settings);
+    supervisors_.push_back(sup);
+    self->request(sup, start_timeout, get_atom::value)
+      .receive(
+        [&](std::vector<chunk_shard_actor>& got) {
+          for (size_t k = 0; k < got.size(); ++k)
+            shards_[indexes[k].index] = got[k];
+        },
+        fail_with(fmt::format("the supervisor of NUMA domain {} failed to start", numa)));
+    check();
+  }
+  // Every shard must be up (and pinned, if asked) before workers can come.
+  for (uint32_t i = 0; i < shards_.size(); ++i) {
+    self->request(shards_[i], start_timeout, stats_atom::value)
+      .receive([](shard_stats&) {}, fail_with(fmt::format("shard {} failed to start", i)));
+    check();
+  }
+
   uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
   uint64_t max_job_bytes = cfg.max_job_mib == 0 ? ram / 2 : uint64_t{cfg.max_job_mib} << 20;
-  coordinator_settings cs{name, cfg.max_chunk_bytes, cfg.max_workers, max_job_bytes};
+  coordinator_settings cs{name, cfg.max_chunk_bytes, cfg.max_workers, max_job_bytes,
+                          plan_.shard_endpoints};
   coordinator_ = spawn_rack_coordinator(sys, cs, shards_);
-  poller_settings ps{name, cfg.max_control_bytes, defaults::poll_block_ms};
-  poller_ = spawn_nic_poller(sys, ps, ep, coordinator_, shards_);
-  spdlog::info("node up: name={} role={} endpoint=tcp://{} shards={} cores={} "
+  pollers_.resize(plan_.endpoints.size());
+  size_t d = 0;
+  for (auto& [numa, settings] : domains) {
+    auto& sup = supervisors_[d++];
+    auto eps = settings.endpoints;
+    self->request(sup, start_timeout, start_atom::value, coordinator_, shards_)
+      .receive(
+        [&](std::vector<nic_poller_actor>& got) {
+          for (size_t k = 0; k < got.size(); ++k)
+            pollers_[eps[k].settings.endpoint_index] = got[k];
+        },
+        fail_with("the NIC pollers failed to start"));
+    check();
+  }
+  for (auto& sup : supervisors_)
+    self->send(sup, peers_atom::value, coordinator_, pollers_);
+
+  spdlog::info("node up: name={} role={} shards={} endpoints=[{}] kernels={} pinned={} "
                "step_timeout_ms={} io_timeout_ms={} max_chunk_bytes={} max_job_mib={}",
-               name, cfg.role, address_, shard_count, cores, cfg.step_timeout_ms,
-               cfg.io_timeout_ms, cfg.max_chunk_bytes, max_job_bytes >> 20);
+               name, cfg.role, shards_.size(), fmt::join(addresses_, ", "),
+               runtime::kernels().isa, cfg.pin, cfg.step_timeout_ms, cfg.io_timeout_ms,
+               cfg.max_chunk_bytes, max_job_bytes >> 20);
+  spdlog::info("topology: {}", topo_->describe());
+  for (uint32_t i = 0; i < plan_.shards.size(); ++i)
+    spdlog::info("shard {}: cpu {} numa {}", i, plan_.shards[i].core.os_cpu,
+                 plan_.shards[i].numa);
+  for (uint32_t i = 0; i < plan_.endpoints.size(); ++i) {
+    auto& e = plan_.endpoints[i];
+    std::vector<uint32_t> served;
+    for (uint32_t s = 0; s < plan_.shard_endpoints.size(); ++s)
+      for (auto x : plan_.shard_endpoints[s])
+        if (x == i)
+          served.push_back(s);
+    spdlog::info("endpoint {}: tcp://{} nic={} poller cpu {} numa {} serves shards [{}]", i,
+                 addresses_[i], e.nic.empty() ? "(any)" : e.nic, e.poller.core.os_cpu,
+                 e.poller.numa, fmt::join(served, ","));
+  }
+  for (auto& note : plan_.notes)
+    spdlog::warn("placement: {}", note);
 }
 
 rack_agg_node::~rack_agg_node() {
@@ -65,15 +160,19 @@ void rack_agg_node::stop() {
   if (stopped_)
     return;
   stopped_ = true;
-  caf::anon_send(poller_, stop_atom::value);
   caf::scoped_actor self{sys_};
-  self->wait_for(poller_);
-  self->send_exit(coordinator_, caf::exit_reason::user_shutdown);
-  for (auto& s : shards_)
-    self->send_exit(s, caf::exit_reason::user_shutdown);
-  self->wait_for(coordinator_);
-  for (auto& s : shards_)
-    self->wait_for(s);
+  for (auto& sup : supervisors_)
+    self->request(sup, std::chrono::seconds(30), stop_atom::value)
+      .receive([](ok_atom) {},
+               [](caf::error& err) {
+                 spdlog::error("a supervisor did not stop cleanly: {}", to_string(err));
+               });
+  if (coordinator_) {
+    self->send_exit(coordinator_, caf::exit_reason::user_shutdown);
+    self->wait_for(coordinator_);
+  }
+  for (auto& sup : supervisors_)
+    self->wait_for(sup);
 }
 
 } // namespace rw::actors

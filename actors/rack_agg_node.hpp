@@ -1,7 +1,10 @@
 #pragma once
-// A rack-agg node inside one actor system: its chunk shards (one per serving core),
-// its rack coordinator and its NIC poller over a TCP endpoint. Constructing it binds
-// the listen address first, so a bad or busy address fails here, before any actor runs.
+// A rack-agg node inside one actor system: per NUMA domain a supervisor with that
+// domain's chunk shards (one per serving core) and NIC pollers (one per endpoint), and
+// the node's rack coordinator. Constructing it discovers the machine, plans placement
+// and binds every listen address first, so a bad config, a missing core, NIC or NUMA
+// domain, or a busy address fails here with a clear message, before any worker can
+// connect.
 
 #include <memory>
 #include <string>
@@ -11,37 +14,53 @@
 
 #include "actors/chunk_shard.hpp"
 #include "actors/nic_poller.hpp"
+#include "actors/numa_supervisor.hpp"
 #include "actors/rack_coordinator.hpp"
 #include "runtime/node_config.hpp"
+#include "runtime/placement.hpp"
 
 namespace rw::actors {
 
 class rack_agg_node {
 public:
-  /// Throws std::runtime_error (address in use, bad config) with a clear message.
+  /// Throws std::runtime_error with a clear message when the node cannot start.
   rack_agg_node(caf::actor_system& sys, const runtime::node_config& cfg);
   ~rack_agg_node();
 
   rack_agg_node(const rack_agg_node&) = delete;
   rack_agg_node& operator=(const rack_agg_node&) = delete;
 
-  /// The bound address (the real port when the config asked for port 0).
+  /// The first bound address (the real port when the config asked for port 0).
   const std::string& address() const noexcept {
-    return address_;
+    return addresses_.front();
   }
+  /// Every bound address, one per endpoint, in config order.
+  const std::vector<std::string>& addresses() const noexcept {
+    return addresses_;
+  }
+  /// The shards as started (a supervisor may have replaced one since).
   const std::vector<chunk_shard_actor>& shards() const noexcept {
     return shards_;
   }
+  const std::vector<nic_poller_actor>& pollers() const noexcept {
+    return pollers_;
+  }
+  const runtime::placement& plan() const noexcept {
+    return plan_;
+  }
 
-  /// Closes the endpoint and stops every actor of the node. Idempotent.
+  /// Closes the endpoints and stops every actor of the node. Idempotent.
   void stop();
 
 private:
   caf::actor_system& sys_;
-  std::string address_;
+  std::shared_ptr<const runtime::topology> topo_;
+  runtime::placement plan_;
+  std::vector<std::string> addresses_;
+  std::vector<numa_supervisor_actor> supervisors_;
   std::vector<chunk_shard_actor> shards_;
+  std::vector<nic_poller_actor> pollers_;
   rack_coordinator_actor coordinator_;
-  nic_poller_actor poller_;
   bool stopped_ = false;
 };
 

@@ -1,5 +1,6 @@
 #include "actors/rack_coordinator.hpp"
 
+#include <random>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -20,6 +21,8 @@ struct job_info {
   job_spec spec;
   routing_ptr routes;
   std::vector<rank_status> ranks;
+  std::vector<uint32_t> connections; // live connections per rank
+  std::vector<uint64_t> tokens;      // attach token per rank
 };
 
 struct coordinator_state {
@@ -28,6 +31,7 @@ struct coordinator_state {
   std::unordered_map<std::string, job_info> jobs; // by name
   std::unordered_map<uint32_t, std::string> names; // id -> name
   uint32_t next_job_id = 1;
+  std::mt19937_64 random{std::random_device{}()};
   static inline const char* name = "rw.rack_coordinator";
 };
 
@@ -102,34 +106,46 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
       return refuse(errc::rank_taken, why);
     }
     job.ranks[rank] = rank_status::live;
+    job.connections[rank] = 1;
+    job.tokens[rank] = st.random();
     spdlog::info("worker joined: job='{}' id={} rank={} peer={}", spec.name, job.id, rank,
                  req.peer);
     job_binding b;
     b.job_id = job.id;
     b.routes = job.routes;
+    b.token = job.tokens[rank];
+    b.chunk_bytes = spec.chunk_bytes;
     return b;
   }
   // A new job.
   job_info job;
   job.id = st.next_job_id++;
   job.spec = spec;
-  job.routes = std::make_shared<runtime::routing_table>(spec, uint32_t(st.shards.size()));
+  job.routes = std::make_shared<runtime::routing_table>(spec, uint32_t(st.shards.size()),
+                                                       st.settings.shard_endpoints);
   job.ranks.assign(spec.num_workers, rank_status::absent);
   job.ranks[rank] = rank_status::live;
+  job.connections.assign(spec.num_workers, 0);
+  job.connections[rank] = 1;
+  job.tokens.assign(spec.num_workers, 0);
+  job.tokens[rank] = st.random();
   uint64_t bytes = 0;
   for (auto& t : spec.tensors)
     bytes += t.elements * sizeof(float);
   spdlog::info("job created: job='{}' id={} workers={} optimizer={} lr={} chunk_bytes={} "
-               "tensors={} bytes={} chunks={} chunks_per_shard=[{}]",
+               "tensors={} bytes={} chunks={} chunks_per_shard=[{}] chunks_per_endpoint=[{}]",
                spec.name, job.id, spec.num_workers, to_string(spec.optimizer.kind),
                spec.optimizer.learning_rate, spec.chunk_bytes, spec.tensors.size(), bytes,
-               job.routes->total_chunks(), fmt::join(job.routes->chunks_per_shard(), ","));
+               job.routes->total_chunks(), fmt::join(job.routes->chunks_per_shard(), ","),
+               fmt::join(job.routes->chunks_per_endpoint(), ","));
   spdlog::info("worker joined: job='{}' id={} rank={} peer={}", spec.name, job.id, rank,
                req.peer);
   job_binding b;
   b.job_id = job.id;
   b.created = true;
   b.routes = job.routes;
+  b.token = job.tokens[rank];
+  b.chunk_bytes = spec.chunk_bytes;
   auto sink = caf::actor_cast<abort_sink>(self);
   auto rp = self->make_response_promise<job_binding>();
   auto pending = std::make_shared<size_t>(st.shards.size());
@@ -152,6 +168,30 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
   return rp;
 }
 
+job_binding on_attach(coord_ptr self, const attach_request& req) {
+  auto& st = self->state;
+  auto n = st.names.find(req.job_id);
+  if (n == st.names.end())
+    return refuse(errc::unknown_job, fmt::format("unknown job {}", req.job_id));
+  auto& job = st.jobs.at(n->second);
+  if (req.rank >= job.ranks.size() || job.ranks[req.rank] != rank_status::live
+      || job.tokens[req.rank] != req.token) {
+    spdlog::warn("attach refused: peer={} job={} rank={}: no such live rank or wrong token",
+                 req.peer, req.job_id, req.rank);
+    return refuse(errc::bad_rank, "attach refused: not a live rank of this job, or the "
+                                  "wrong token");
+  }
+  ++job.connections[req.rank];
+  spdlog::debug("worker attached: job='{}' id={} rank={} peer={}", job.spec.name, job.id,
+                req.rank, req.peer);
+  job_binding b;
+  b.job_id = job.id;
+  b.routes = job.routes;
+  b.token = req.token;
+  b.chunk_bytes = job.spec.chunk_bytes;
+  return b;
+}
+
 void on_leave(coord_ptr self, uint32_t job_id, uint32_t rank, bool graceful,
               const std::string& reason) {
   auto& st = self->state;
@@ -161,6 +201,10 @@ void on_leave(coord_ptr self, uint32_t job_id, uint32_t rank, bool graceful,
   auto& job = st.jobs.at(n->second);
   if (rank >= job.ranks.size() || job.ranks[rank] != rank_status::live)
     return;
+  if (job.connections[rank] > 0)
+    --job.connections[rank];
+  if (graceful && job.connections[rank] > 0)
+    return; // the rank's other connections are still up
   job.ranks[rank] = rank_status::left;
   bool all_left = std::all_of(job.ranks.begin(), job.ranks.end(),
                               [](rank_status s) { return s == rank_status::left; });
@@ -197,6 +241,20 @@ coordinator_behavior(coord_ptr self, coordinator_settings settings,
   self->state.shards = std::move(shards);
   return {
     [=](hello_atom, hello_request& req) { return on_hello(self, req); },
+    [=](attach_atom, const attach_request& req) { return on_attach(self, req); },
+    [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
+      auto& st = self->state;
+      if (index >= st.shards.size())
+        return;
+      st.shards[index] = std::move(shard);
+      std::vector<uint32_t> ids;
+      for (auto& [id, name] : st.names)
+        ids.push_back(id);
+      for (auto id : ids)
+        abort_job(self, id, errc::internal,
+                  fmt::format("job '{}' (id {}): shard {} failed and its chunks were lost",
+                              st.names[id], id, index));
+    },
     [=](leave_atom, uint32_t job_id, uint32_t rank, bool graceful,
         const std::string& reason) { on_leave(self, job_id, rank, graceful, reason); },
     [=](abort_atom, uint32_t job_id, errc code, const std::string& why) {

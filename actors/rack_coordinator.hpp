@@ -9,14 +9,21 @@
 //                          answers once all have; later hellos must match the spec and
 //                          take a free rank. A refused hello gets a binding with an
 //                          error code and message (sent to the worker as an error frame).
+//   poller -> coordinator  (attach_atom, attach_request) -> job_binding
+//                          a joined worker's connection to a further endpoint, proved by
+//                          the token its welcome carried
 //   poller -> coordinator  (leave_atom, job_id, rank, graceful, reason)
-//                          a bound connection closed. Graceful (bye first): the shards
+//                          one of a rank's connections closed; the rank has left when
+//                          its last connection has. Graceful (bye first): the shards
 //                          fail only steps that still need the rank; when the last rank
 //                          has left the job ends (drop_atom). Not graceful: the job is
 //                          aborted (abort_atom to every shard) and every waiting worker
 //                          gets the reason.
 //   shard  -> coordinator  (abort_atom, job_id, errc, reason)
 //                          a step timed out: the job is aborted as above.
+//   supervisor -> coordinator (replace_atom, index, shard)
+//                          shard `index` failed and was restarted empty: every job
+//                          (each has chunks there) is aborted.
 
 #include <chrono>
 #include <string>
@@ -32,14 +39,18 @@ namespace rw::actors {
 
 using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<hello_atom, hello_request>::with<job_binding>,
+  caf::replies_to<attach_atom, attach_request>::with<job_binding>,
   caf::reacts_to<leave_atom, uint32_t, uint32_t, bool, std::string>,
-  caf::reacts_to<abort_atom, uint32_t, errc, std::string>>;
+  caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
+  caf::reacts_to<replace_atom, uint32_t, chunk_shard_actor>>;
 
 struct coordinator_settings {
   std::string node_name;
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_workers = defaults::max_workers;
   uint64_t max_job_bytes = 0; // parameters + optimizer state of one job
+  /// Endpoints serving each shard (runtime::placement); empty: one endpoint.
+  std::vector<std::vector<uint32_t>> shard_endpoints;
 };
 
 rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,

@@ -13,13 +13,15 @@ using transports::frame_kind;
 using transports::payload_target;
 
 worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
-                         transports::connection_ptr conn, uint32_t job_id, uint32_t rank,
-                         const job_spec& spec)
-  : ep_(std::move(ep)), conn_(std::move(conn)), job_id_(job_id), rank_(rank) {
-  for (auto& t : spec.tensors) {
-    layouts_.emplace_back(t.elements, spec.chunk_bytes);
+                         std::vector<transports::connection_ptr> conns, uint32_t job_id,
+                         uint32_t rank, std::shared_ptr<const runtime::routing_table> routes)
+  : ep_(std::move(ep)),
+    conns_(std::move(conns)),
+    job_id_(job_id),
+    rank_(rank),
+    routes_(std::move(routes)) {
+  for (uint32_t t = 0; t < routes_->num_tensors(); ++t)
     slots_.push_back(std::make_unique<slot>());
-  }
 }
 
 worker_link::~worker_link() {
@@ -43,7 +45,8 @@ void worker_link::abandon(const std::string& why) {
     if (close_reason_.empty())
       close_reason_ = why;
   }
-  conn_->close();
+  for (auto& c : conns_)
+    c->close();
 }
 
 void worker_link::stop(const std::string& why) {
@@ -61,7 +64,7 @@ void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* 
   s.expect_update = expect_update;
   s.dst = dst;
   s.version = version;
-  s.remaining = layouts_[tensor].count();
+  s.remaining = routes_->layout(tensor).count();
 }
 
 payload_target worker_link::on_header(const transports::connection_ptr&,
@@ -75,9 +78,9 @@ payload_target worker_link::on_header(const transports::connection_ptr&,
                  transports::to_string(h.kind));
     return payload_target::dropped();
   }
-  if (h.tensor_id >= slots_.size() || h.chunk_index >= layouts_[h.tensor_id].count())
+  if (h.tensor_id >= slots_.size() || h.chunk_index >= layout(h.tensor_id).count())
     return payload_target::dropped();
-  auto& layout = layouts_[h.tensor_id];
+  auto& layout = this->layout(h.tensor_id);
   auto& s = *slots_[h.tensor_id];
   std::lock_guard<std::mutex> guard{s.mtx};
   bool is_update = h.kind == frame_kind::update;
@@ -116,8 +119,9 @@ void worker_link::on_frame(const transports::connection_ptr&, const frame_header
         return;
       }
     }
-    spdlog::warn("worker rank {}: error from the node: {} ({})", rank_, err.message,
-                 to_string(err.code));
+    // Late errors about an operation that already failed (its other chunks).
+    spdlog::debug("worker rank {}: error from the node: {} ({})", rank_, err.message,
+                  to_string(err.code));
     return;
   }
   auto& s = *slots_[h.tensor_id];
@@ -131,7 +135,10 @@ void worker_link::on_frame(const transports::connection_ptr&, const frame_header
 
 void worker_link::on_closed(const transports::connection_ptr&, errc code,
                             const std::string& why) {
-  closed_ = true;
+  if (closed_.exchange(true))
+    return; // the first connection to go takes the others down; report once
+  for (auto& c : conns_)
+    c->close();
   std::string reason;
   auto lost_code = code == errc::ok ? errc::io_error : code;
   {

@@ -1,6 +1,7 @@
 #pragma once
-// The worker's connection to its rack-agg, shared by the worker proxy (which arms a
-// tensor's slot, then sends) and the receiver thread (which drives the endpoint). An
+// The worker's connections to its rack-agg (one per node endpoint, all driven by one
+// receiver thread), shared by the worker proxy (which arms a tensor's slot, then sends
+// each chunk on the connection of the chunk's endpoint) and the receiver. An
 // `update` payload is received straight into the caller's output buffer at the
 // chunk's offset; `ack`, `update` and `error` frames are counted against the armed
 // operation and reported to the proxy. Frames that belong to no armed operation (late
@@ -21,8 +22,11 @@ namespace rw::actors {
 
 class worker_link final : public transports::frame_sink {
 public:
-  worker_link(std::shared_ptr<transports::endpoint> ep, transports::connection_ptr conn,
-              uint32_t job_id, uint32_t rank, const job_spec& spec);
+  /// `conns[e]` is the connection to the node's endpoint e; `routes` says which
+  /// endpoint each chunk travels on.
+  worker_link(std::shared_ptr<transports::endpoint> ep,
+              std::vector<transports::connection_ptr> conns, uint32_t job_id, uint32_t rank,
+              std::shared_ptr<const runtime::routing_table> routes);
   ~worker_link() override;
 
   /// Starts the receiver thread, reporting to `proxy`.
@@ -30,8 +34,12 @@ public:
   /// Closes the connection (with `why` as the reason reported) and joins the receiver.
   void stop(const std::string& why);
 
-  const transports::connection_ptr& conn() const noexcept {
-    return conn_;
+  /// The connection that (tensor, chunk) travels on.
+  const transports::connection_ptr& conn_for(uint32_t tensor, uint32_t chunk) const {
+    return conns_[routes_->endpoint_of(tensor, chunk)];
+  }
+  const std::vector<transports::connection_ptr>& conns() const noexcept {
+    return conns_;
   }
   uint32_t job_id() const noexcept {
     return job_id_;
@@ -40,10 +48,10 @@ public:
     return rank_;
   }
   const runtime::chunk_layout& layout(uint32_t tensor) const {
-    return layouts_.at(tensor);
+    return routes_->layout(tensor);
   }
   uint32_t num_tensors() const noexcept {
-    return static_cast<uint32_t>(layouts_.size());
+    return routes_->num_tensors();
   }
 
   /// Arms `tensor` for operation `seq`: expect `update` frames at version >=
@@ -74,10 +82,10 @@ private:
   void run();
 
   std::shared_ptr<transports::endpoint> ep_;
-  transports::connection_ptr conn_;
+  std::vector<transports::connection_ptr> conns_;
   uint32_t job_id_;
   uint32_t rank_;
-  std::vector<runtime::chunk_layout> layouts_;
+  std::shared_ptr<const runtime::routing_table> routes_;
   std::vector<std::unique_ptr<slot>> slots_;
   std::vector<std::byte> error_buf_;
   worker_proxy_actor proxy_;

@@ -69,15 +69,16 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   h.clock = op.kind == worker_op::pull ? op.min_version : clock;
   for (uint32_t c = 0; c < layout.count(); ++c) {
     h.chunk_index = c;
+    auto& conn = link.conn_for(t, c);
     if (op.kind == worker_op::pull) {
       h.payload_bytes = 0;
-      if (!link.conn()->send(h))
+      if (!conn->send(h))
         return false;
       continue;
     }
     h.payload_bytes = layout.length(c) * sizeof(float);
     iovec iov{const_cast<float*>(op.src + layout.offset(c)), h.payload_bytes};
-    if (!link.conn()->send(h, &iov, 1))
+    if (!conn->send(h, &iov, 1))
       return false;
   }
   return true;
@@ -182,7 +183,8 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
       h.job_id = link.job_id();
       h.rank = link.rank();
       if (!self->state.lost)
-        link.conn()->send(h);
+        for (auto& c : link.conns())
+          c->send(h);
       return ok_atom::value;
     },
   };

@@ -21,10 +21,13 @@
 # a system that fails or times out is reported on stderr and marked in its row.
 # With --json stdout carries only one JSON object per (system, W, S).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 invocation="bash bench/peers.sh"
-for arg in "$@"; do invocation+=" $(printf '%q' "$arg")"; done
+for arg in "$@"; do
+  if [[ $arg =~ ^[A-Za-z0-9_./:=+-]+$ ]]; then invocation+=" $arg"
+  else invocation+=" '${arg//\'/\'\\\'\'}'"; fi
+done
 
 workers="2 4 8"
 sizes="4MiB 64MiB"
@@ -97,13 +100,35 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# run OUT ERR CMD...: runs CMD bounded by the timeout (run_limit seconds, default
+# --timeout), in the background so that the traps can stop it (timeout forwards the
+# signal to CMD's whole process group); returns its exit status.
+run() {
+  local out=$1 err=$2; shift 2
+  timeout -k 10 "${run_limit:-$run_timeout}" "$@" >"$out" 2>"$err" </dev/null &
+  local pid=$!
+  run_pids=("$pid")
+  wait "$pid"
+  local rc=$?
+  run_pids=()
+  return $rc
+}
+
 started=$(date +%s)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 note "building RackWeave (apps/scripts/setup.sh) and the peers (bench/setup-peers.sh)"
-if ! bash apps/scripts/setup.sh >"$tmp/setup.log" 2>&1; then
-  tail -30 "$tmp/setup.log" >&2; note "apps/scripts/setup.sh failed"; exit 1
+# A broken RackWeave build fails the rackweave-* systems (their rows say so), not the
+# whole run; stale binaries are never measured.
+rw_built=1 peers_built=1
+if ! run_limit=3600 run "$tmp/setup.log" "$tmp/setup.err" bash apps/scripts/setup.sh; then
+  tail -n 15 "$tmp/setup.log" "$tmp/setup.err" >&2
+  note "apps/scripts/setup.sh failed: the rackweave-* systems are marked failed"
+  rw_built=0
 fi
-if ! bash bench/setup-peers.sh >"$tmp/setup-peers.log" 2>&1; then
-  tail -30 "$tmp/setup-peers.log" >&2; note "bench/setup-peers.sh failed"; exit 1
+if ! run_limit=3600 run "$tmp/setup-peers.log" "$tmp/setup-peers.err" bash bench/setup-peers.sh; then
+  tail -n 15 "$tmp/setup-peers.log" "$tmp/setup-peers.err" >&2
+  note "bench/setup-peers.sh failed: gloo, mpi-shm and mpi-tcp are marked failed"
+  peers_built=0
 fi
 
 # torch lives in Debian's python3 (python3-torch); another python3 may come first in PATH.
@@ -116,24 +141,31 @@ done
 
 # Which systems run at all.
 active=()
+skipped=""
 for s in $systems; do
   case $s in
     rackweave-shm)
-      if build/apps/rw-bench comm --help 2>/dev/null | grep -q -- '--transport'; then
+      if ((!rw_built)); then
+        active+=("$s")   # fails below, reported in every row
+      elif build/apps/rw-bench comm --help 2>/dev/null | grep -q -- '--transport'; then
         active+=("$s")
       else
         note "skipping rackweave-shm: rw-bench comm has no --transport option yet"
+        skipped+="rackweave-shm (rw-bench comm has no --transport option yet); "
       fi ;;
     torch-gloo)
       if [[ -n $torch_python ]]; then active+=("$s")
-      else note "skipping torch-gloo: no python3 with torch.distributed (gloo) found"; fi ;;
+      else
+        note "skipping torch-gloo: no python3 with torch.distributed (gloo) found"
+        skipped+="torch-gloo (no python3 with torch.distributed gloo); "
+      fi ;;
     *) active+=("$s") ;;
   esac
 done
 ((${#active[@]})) || { note "no system to run"; exit 1; }
 
 need_node=0
-for s in "${active[@]}"; do [[ $s == rackweave-* ]] && need_node=1; done
+for s in "${active[@]}"; do [[ $s == rackweave-* ]] && ((rw_built)) && need_node=1; done
 address=
 if ((need_node)); then
   build/apps/rw-node --role rack-agg --listen 127.0.0.1:0 --port-file "$tmp/port" \
@@ -144,18 +176,6 @@ if ((need_node)); then
   address=$(<"$tmp/port")
 fi
 
-# run OUT ERR CMD...: runs CMD bounded by the timeout, in the background so that the
-# traps can stop it; returns its exit status.
-run() {
-  local out=$1 err=$2; shift 2
-  timeout -k 10 "$run_timeout" "$@" >"$out" 2>"$err" </dev/null &
-  local pid=$!
-  run_pids=("$pid")
-  wait "$pid"
-  local rc=$?
-  run_pids=()
-  return $rc
-}
 
 # stats FILE W: reads "RANK r t1 .. tN" lines (and VERIFIED) and prints "median p90",
 # the slowest rank per iteration, percentiles as rw-bench computes them.
@@ -183,16 +203,26 @@ PY
 measure() {
   local sys=$1 w=$2 b=$3 label=$4 out=$tmp/$1.$2.$3.out err=$tmp/$1.$2.$3.err rc=0 line st
   res=
+  if ((!peers_built)) && [[ $sys == gloo || $sys == mpi-* ]]; then
+    echo "not measured: bench/setup-peers.sh (the peer build) failed" >"$err"
+    note "$sys W=$w S=$label failed: $(<"$err")"
+    return 1
+  fi
   case $sys in
     rackweave-tcp|rackweave-shm)
-      local extra=()
-      [[ $sys == rackweave-shm ]] && extra=(--transport shm)
-      run "$out" "$err" build/apps/rw-bench comm --connect "$address" --workers "$w" \
-        --bytes "$b" --iters "$iters" --warmup "$warmup" --json \
-        --timeout-s $((run_timeout - 10 > 0 ? run_timeout - 10 : run_timeout)) "${extra[@]}" || rc=$?
-      if ((rc == 0)); then
-        line=$(grep -m1 '^{' "$out")
-        res=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.3f %.3f" % (d["median_ms"], d["p90_ms"]))' "$line" 2>>"$err") || rc=1
+      if ((!rw_built)); then
+        echo "not measured: apps/scripts/setup.sh (the RackWeave build) failed" >"$err"
+        rc=1
+      else
+        local extra=()
+        [[ $sys == rackweave-shm ]] && extra=(--transport shm)
+        run "$out" "$err" build/apps/rw-bench comm --connect "$address" --workers "$w" \
+          --bytes "$b" --iters "$iters" --warmup "$warmup" --json \
+          --timeout-s $((run_timeout - 10 > 0 ? run_timeout - 10 : run_timeout)) "${extra[@]}" || rc=$?
+        if ((rc == 0)); then
+          line=$(grep -m1 '^{' "$out")
+          res=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.3f %.3f" % (d["median_ms"], d["p90_ms"]))' "$line" 2>>"$err") || rc=1
+        fi
       fi ;;
     gloo)
       mkdir -p "$tmp/store.$w.$b"
@@ -259,12 +289,12 @@ elapsed=$(($(date +%s) - started))
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
 mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
-machine="$(nproc) cores ($cpu), $mem RAM, $(uname -sr)"
+machine="$(nproc) cores ($cpu), $mem RAM, $(uname -sr); load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 python3 - "$tmp/results.jsonl" "$tmp/table.txt" "$tmp/section.md" "${active[*]}" "$workers" \
-  "$sizes" "$invocation" "$machine" "$iters" "$warmup" "$elapsed" <<'PY'
+  "$sizes" "$invocation" "$machine" "$iters" "$warmup" "$elapsed" "$skipped" <<'PY'
 import datetime, json, sys
 (res_path, txt_path, md_path, systems, workers, sizes, invocation, machine, iters, warmup,
- elapsed) = sys.argv[1:]
+ elapsed, skipped) = sys.argv[1:]
 systems, workers, sizes = systems.split(), workers.split(), sizes.split()
 
 def to_bytes(t):
@@ -325,15 +355,27 @@ for w in workers:
 if not target_lines:
     target_lines = ["- not measured in this run (needs W = 4 at 64MiB)"]
 
-widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
-with open(txt_path, "w") as f:
-    for r in [head] + rows:
-        f.write("  ".join(str(c).rjust(widths[i]) if i < len(head) - 1 else str(c)
-                          for i, c in enumerate(r)).rstrip() + "\n")
+p90_head = ["workers", "bytes"] + [f"{x} p90" for x in systems]
+p90_rows = []
+for w in workers:
+    for s in sizes:
+        d = [(res.get((x, int(w), to_bytes(s))) or {}).get("p90_ms") for x in systems]
+        p90_rows.append([w, s] + [f"{v:.3f}" if v is not None else "FAIL" for v in d])
 
-p90 = {}
-for (x, w, b), d in res.items():
-    p90[(x, w, b)] = d.get("p90_ms")
+def text_table(head, rows, last_left):
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    return "".join("  ".join(str(c).ljust(widths[i]) if last_left and i == len(head) - 1
+                             else str(c).rjust(widths[i]) for i, c in enumerate(r)).rstrip()
+                   + "\n" for r in [head] + rows)
+
+with open(txt_path, "w") as f:
+    f.write(text_table(head, rows, True))
+    f.write("\np90 ms per system (slowest rank per iteration):\n")
+    f.write(text_table(p90_head, p90_rows, False))
+
+def md_table(head, rows):
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
+        ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
 md = ["<!-- peers:begin -->",
       "## All-reduce against peer systems (bench/peers.sh)",
       "",
@@ -347,31 +389,34 @@ md = ["<!-- peers:begin -->",
       "iteration the slowest rank's time counts; the table gives the median over the "
       "iterations (ms), as `rw-bench comm` does, and each peer's median divided by "
       "RackWeave's best median (`peer/rw`: above 1 means RackWeave is faster). Peers verify "
-      "every element of every result (exact small-integer sums).",
+      "every element of every result (exact small-integer sums). A load average above the "
+      "core count means other work competed for the cores; the MPI rows move most under "
+      "such load (MPI ranks poll for progress, yielding when oversubscribed).",
       "",
       "- `rackweave-tcp`: `rw-bench comm --connect ADDR --workers W --bytes S --iters N "
       "--warmup K --json` through one `rw-node --role rack-agg` on 127.0.0.1 (optimizer "
       "`sum`)",
       "- `rackweave-shm`: the same with `--transport shm` (only when rw-bench offers it)",
+      "- RackWeave rows run without `--verify` (rw-bench checks outside the timed call but "
+      "with no barrier, so a checking worker would delay the others' next step; "
+      "`bench/comm.sh` verifies the same path bitwise) and with no barrier between "
+      "iterations (each worker's time starts once its own gradient is ready)",
       "- `gloo`: `build/peers/gloo-allreduce`, Gloo (Debian 0.0~git20220518) TCP transport "
       "on 127.0.0.1, FileStore rendezvous, ring all-reduce, barrier before each iteration",
       "- `torch-gloo`: `bench/peers/torch_allreduce.py`, torch.distributed gloo backend "
       "(tcp:// init), `dist.all_reduce(SUM)`, 1 thread per process, barrier before each "
       "iteration",
       "- `mpi-shm`: `mpirun --allow-run-as-root --oversubscribe -np W "
-      "build/peers/mpi-allreduce`, OpenMPI defaults (shared memory), MPI_Barrier before each "
-      "MPI_Allreduce",
+      "build/peers/mpi-allreduce`, OpenMPI 4.1 defaults (here pml ob1 over the vader "
+      "shared-memory btl), MPI_Barrier before each MPI_Allreduce",
       "- `mpi-tcp`: the same with `--mca pml ob1 --mca btl tcp,self --mca "
       "btl_tcp_if_include lo`",
       "",
-      "| " + " | ".join(head) + " |",
-      "|" + "---|" * len(head)]
-md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-md += ["", "p90 ms per system: " + "; ".join(
-    f"{x} W={w} S={b >> 20 if b >= 1 << 20 else b}{'MiB' if b >= 1 << 20 else 'B'}: "
-    f"{v:.3f}" for (x, w, b), v in sorted(p90.items(), key=lambda k: (k[0][1], k[0][2], k[0][0]))
-    if v is not None) + ".",
-    "", "Targets at W = 4, S = 64MiB:", *target_lines, "<!-- peers:end -->"]
+      *([f"Not run: {skipped.strip().rstrip(';')}.", ""] if skipped.strip() else []),
+      "Median ms:", ""]
+md += md_table(head, rows)
+md += ["", "p90 ms:", ""] + md_table(p90_head, p90_rows)
+md += ["", "Targets at W = 4, S = 64MiB:", "", *target_lines, "<!-- peers:end -->"]
 open(md_path, "w").write("\n".join(md) + "\n")
 PY
 report_rc=$?
@@ -384,20 +429,26 @@ if ((report_rc == 0)); then
   cat "$tmp/table.txt" >&3
   say ""
   say "targets at W=4, S=64MiB:"
-  sed -n '/^Targets at/,/peers:end/p' "$tmp/section.md" | sed '1d;$d' >&3
+  sed -n '/^Targets at/,/peers:end/{/^- /p}' "$tmp/section.md" >&3
 else
   note "could not build the report"; exit 1
 fi
 say "took ${elapsed} s"
 
 results=bench/RESULTS.md
-[[ -f $results ]] || printf '# RackWeave benchmark results\n\n' >"$results"
-python3 - "$results" "$tmp/section.md" <<'PY'
+if [[ -f bench/lib/update_results.py ]]; then
+  python3 bench/lib/update_results.py "$results" peers "$tmp/section.md"
+else # the same thing inline: replace the marked section, or append it
+  python3 - "$results" "$tmp/section.md" <<'PY'
 import re, sys
 path, section = sys.argv[1], open(sys.argv[2]).read().rstrip("\n")
-text = open(path).read()
+try:
+    text = open(path).read()
+except FileNotFoundError:
+    text = "# RackWeave benchmark results\n"
 pattern = re.compile(r"<!-- peers:begin -->.*?<!-- peers:end -->", re.S)
 text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
 open(path, "w").write(text)
 PY
+fi || { note "could not write $results"; exit 1; }
 say "written: $results"

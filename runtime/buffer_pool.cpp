@@ -1,30 +1,42 @@
 #include "runtime/buffer_pool.hpp"
 
-#include <cstdlib>
-#include <new>
+#include <algorithm>
 
 #include "rackweave/defaults.hpp"
+#include "runtime/topology.hpp"
 
 namespace rw::runtime {
 
 namespace detail {
 
+constexpr size_t slab_bytes = 2 * 1024 * 1024;
+
 struct pool_core : std::enable_shared_from_this<pool_core> {
-  explicit pool_core(size_t bytes) : buffer_bytes(bytes) {
+  pool_core(size_t bytes, uint32_t numa)
+    : buffer_bytes(bytes),
+      stride((bytes + defaults::cache_line - 1) / defaults::cache_line * defaults::cache_line),
+      numa(numa) {
   }
 
   size_t buffer_bytes;
+  size_t stride; // buffer size rounded up to whole cache lines
+  uint32_t numa;
   mutable std::mutex mtx;
   std::vector<pooled_buffer*> free_list;
+  std::vector<runtime::numa_region> slabs; // live as long as any buffer of the pool
+  size_t slab_used = 0;                    // bytes handed out of slabs.back()
   size_t allocated = 0;
   bool closed = false;
 
+  // Called with mtx held: the next buffer out of the current slab, or a new slab.
   pooled_buffer* make() {
-    auto rounded = (buffer_bytes + defaults::cache_line - 1) / defaults::cache_line
-                   * defaults::cache_line;
-    auto* mem = static_cast<std::byte*>(std::aligned_alloc(defaults::cache_line, rounded));
-    if (mem == nullptr)
-      throw std::bad_alloc();
+    if (slabs.empty() || slab_used + stride > slabs.back().size()) {
+      slabs.emplace_back(std::max(slab_bytes, stride), numa);
+      slab_used = 0;
+    }
+    auto* mem = slabs.back().data() + slab_used;
+    slab_used += stride;
+    ++allocated;
     return new pooled_buffer(shared_from_this(), mem, buffer_bytes);
   }
 
@@ -40,10 +52,6 @@ struct pool_core : std::enable_shared_from_this<pool_core> {
 
 } // namespace detail
 
-pooled_buffer::~pooled_buffer() {
-  std::free(data_);
-}
-
 void intrusive_ptr_release(pooled_buffer* p) noexcept {
   if (p->refs_.fetch_sub(1, std::memory_order_acq_rel) != 1)
     return;
@@ -53,15 +61,11 @@ void intrusive_ptr_release(pooled_buffer* p) noexcept {
     delete p;
 }
 
-buffer_pool::buffer_pool(size_t buffer_bytes, size_t prealloc)
-  : core_(std::make_shared<detail::pool_core>(buffer_bytes)) {
-  std::vector<pooled_buffer*> fresh;
-  fresh.reserve(prealloc);
-  for (size_t i = 0; i < prealloc; ++i)
-    fresh.push_back(core_->make());
+buffer_pool::buffer_pool(size_t buffer_bytes, size_t prealloc, uint32_t numa)
+  : core_(std::make_shared<detail::pool_core>(buffer_bytes, numa)) {
   std::lock_guard<std::mutex> guard{core_->mtx};
-  core_->free_list = std::move(fresh);
-  core_->allocated = prealloc;
+  for (size_t i = 0; i < prealloc; ++i)
+    core_->free_list.push_back(core_->make());
 }
 
 buffer_pool::~buffer_pool() {
@@ -76,19 +80,12 @@ buffer_pool::~buffer_pool() {
 }
 
 buffer_ref buffer_pool::acquire() {
-  pooled_buffer* p = nullptr;
-  {
-    std::lock_guard<std::mutex> guard{core_->mtx};
-    if (!core_->free_list.empty()) {
-      p = core_->free_list.back();
-      core_->free_list.pop_back();
-    } else {
-      ++core_->allocated;
-    }
-  }
-  if (p == nullptr)
-    p = core_->make();
-  return buffer_ref{p}; // add_ref: 0 -> 1
+  std::lock_guard<std::mutex> guard{core_->mtx};
+  if (core_->free_list.empty())
+    return buffer_ref{core_->make()}; // add_ref: 0 -> 1
+  auto* p = core_->free_list.back();
+  core_->free_list.pop_back();
+  return buffer_ref{p};
 }
 
 size_t buffer_pool::buffer_bytes() const noexcept {

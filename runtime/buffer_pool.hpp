@@ -1,5 +1,6 @@
 #pragma once
-// Pre-allocated, reused, cache-line aligned buffers for received chunks.
+// Pre-allocated, reused, cache-line aligned buffers for received chunks, carved out of
+// slabs allocated on one NUMA domain (the receiving poller's).
 //
 // A NIC poller takes a buffer from the pool, receives a chunk payload straight into it
 // and hands the shard a `buffer_ref` (a reference count, never a copy). When the last
@@ -52,7 +53,7 @@ private:
                 size_t capacity)
     : owner_(std::move(owner)), data_(data), capacity_(capacity) {
   }
-  ~pooled_buffer();
+  ~pooled_buffer() = default; // the memory belongs to the pool's slab
 
   std::shared_ptr<detail::pool_core> owner_;
   std::byte* data_;
@@ -64,8 +65,9 @@ using buffer_ref = caf::intrusive_ptr<pooled_buffer>;
 
 class buffer_pool {
 public:
-  /// A pool of buffers of `buffer_bytes` each, with `prealloc` allocated up front.
-  buffer_pool(size_t buffer_bytes, size_t prealloc);
+  /// A pool of buffers of `buffer_bytes` each, `prealloc` of them allocated up front,
+  /// all on NUMA domain `numa`.
+  buffer_pool(size_t buffer_bytes, size_t prealloc, uint32_t numa = 0);
   ~buffer_pool();
 
   buffer_pool(const buffer_pool&) = delete;

@@ -24,10 +24,18 @@ uint32_t chunk_layout::length(uint32_t index) const noexcept {
   return static_cast<uint32_t>(std::min<uint64_t>(chunk_elems, elements - begin));
 }
 
-routing_table::routing_table(const job_spec& spec, uint32_t num_shards)
-  : num_shards_(num_shards) {
+routing_table::routing_table(const job_spec& spec, uint32_t num_shards,
+                             std::vector<std::vector<uint32_t>> shard_endpoints)
+  : num_shards_(num_shards), shard_endpoints_(std::move(shard_endpoints)) {
   if (num_shards == 0)
     throw std::invalid_argument("routing table needs at least one shard");
+  if (shard_endpoints_.empty())
+    shard_endpoints_.assign(num_shards, {0});
+  if (shard_endpoints_.size() != num_shards)
+    throw std::invalid_argument("routing table needs the endpoints of every shard");
+  for (auto& eps : shard_endpoints_)
+    if (eps.empty())
+      throw std::invalid_argument("every shard needs at least one endpoint");
   for (auto& t : spec.tensors) {
     layouts_.emplace_back(t.elements, spec.chunk_bytes);
     first_.push_back(total_chunks_);
@@ -40,6 +48,18 @@ std::vector<uint64_t> routing_table::chunks_per_shard() const {
   for (uint32_t t = 0; t < num_tensors(); ++t)
     for (uint32_t c = 0; c < layouts_[t].count(); ++c)
       ++load[shard_of(t, c)];
+  return load;
+}
+
+std::vector<uint64_t> routing_table::chunks_per_endpoint() const {
+  uint32_t count = 0;
+  for (auto& eps : shard_endpoints_)
+    for (auto e : eps)
+      count = std::max(count, e + 1);
+  std::vector<uint64_t> load(count, 0);
+  for (uint32_t t = 0; t < num_tensors(); ++t)
+    for (uint32_t c = 0; c < layouts_[t].count(); ++c)
+      ++load[endpoint_of(t, c)];
   return load;
 }
 

@@ -21,6 +21,31 @@ struct option_def {
   std::function<void(const toml::node&)> set; // throws on a wrong type
 };
 
+// Reads one TOML value into T; throws naming the key when the type is wrong.
+template <class T>
+T read_value(const toml::node& n, const std::string& key) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (auto v = n.value<std::string>())
+      return *v;
+    throw std::runtime_error(fmt::format("key '{}' must be a string", key));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (auto v = n.value<bool>())
+      return *v;
+    throw std::runtime_error(fmt::format("key '{}' must be true or false", key));
+  } else {
+    auto v = n.value<int64_t>();
+    if (!v || *v < 0 || *v > int64_t{UINT32_MAX})
+      throw std::runtime_error(
+        fmt::format("key '{}' must be a whole number from 0 to {}", key, UINT32_MAX));
+    return static_cast<T>(*v);
+  }
+}
+
+template <class T>
+struct is_vector : std::false_type {};
+template <class T>
+struct is_vector<std::vector<T>> : std::true_type {};
+
 template <class T>
 option_def def(std::string key, std::string flag, std::string help, T& field) {
   option_def d;
@@ -28,20 +53,26 @@ option_def def(std::string key, std::string flag, std::string help, T& field) {
   d.flag = flag;
   d.help = help + "  [config: " + key + "]";
   d.add = [flag, text = d.help, &field](CLI::App& app) {
-    app.add_option(flag, field, text)->capture_default_str();
+    if constexpr (std::is_same_v<T, bool>)
+      app.add_flag(flag + ",!" + "--no-" + flag.substr(2), field, text)->capture_default_str();
+    else if constexpr (is_vector<T>::value)
+      app.add_option(flag, field, text + " (repeat for several)")->capture_default_str();
+    else
+      app.add_option(flag, field, text)->capture_default_str();
   };
   d.set = [key, &field](const toml::node& n) {
-    if constexpr (std::is_same_v<T, std::string>) {
-      auto v = n.value<std::string>();
-      if (!v)
-        throw std::runtime_error(fmt::format("key '{}' must be a string", key));
-      field = *v;
+    if constexpr (is_vector<T>::value) {
+      using E = typename T::value_type;
+      T values;
+      if (auto* arr = n.as_array()) {
+        for (auto& item : *arr)
+          values.push_back(read_value<E>(item, key));
+      } else {
+        values.push_back(read_value<E>(n, key)); // a single value is a list of one
+      }
+      field = std::move(values);
     } else {
-      auto v = n.value<int64_t>();
-      if (!v || *v < 0 || *v > int64_t{UINT32_MAX})
-        throw std::runtime_error(
-          fmt::format("key '{}' must be a whole number from 0 to {}", key, UINT32_MAX));
-      field = static_cast<T>(*v);
+      field = read_value<T>(n, key);
     }
   };
   return d;
@@ -52,12 +83,26 @@ std::vector<option_def> option_table(node_config& c) {
     def("node.role", "--role", "what this node does: rack-agg", c.role),
     def("node.name", "--name", "node name in logs and replies (default: host name)",
         c.name),
-    def("node.listen", "--listen", "HOST:PORT workers connect to (port 0: any free)",
+    def("node.listen", "--listen",
+        "HOST:PORT workers connect to, one NIC poller each; HOST may be a network "
+        "device (eth0:7700); port 0 picks a free one",
         c.listen),
     def("node.log_level", "--log-level",
         "trace, debug, info, warn, error or off", c.log_level),
-    def("shards.count", "--shards", "chunk shards (serving cores); 0 = one per core",
-        c.shards),
+    def("node.pin", "--pin", "pin shards and pollers to cores (--no-pin: let the OS move them)",
+        c.pin),
+    def("node.kernels", "--kernels",
+        "aggregation kernels: auto (the best this CPU runs), scalar, avx2, avx512",
+        c.kernels),
+    def("shards.count", "--shards",
+        "chunk shards (serving cores); 0 = one per allowed core", c.shards),
+    def("shards.cores", "--shard-cores", "OS CPU numbers shards may use (default: all)",
+        c.shard_cores),
+    def("shards.numa", "--shard-numa", "NUMA domains shards may use (default: all)",
+        c.shard_numa),
+    def("buffers.prealloc", "--prealloc-buffers",
+        "receive buffers each poller allocates at start (NUMA-local, reused)",
+        c.prealloc_buffers),
     def("limits.max_chunk_bytes", "--max-chunk-bytes",
         "largest chunk size a job may ask for", c.max_chunk_bytes),
     def("limits.max_control_bytes", "--max-control-bytes",
@@ -140,6 +185,12 @@ void check_node_config(const node_config& cfg) {
     throw std::runtime_error("--max-control-bytes must be at least 1024");
   if (cfg.max_workers == 0)
     throw std::runtime_error("--max-workers must be at least 1");
+  if (cfg.listen.empty())
+    throw std::runtime_error("at least one --listen address is needed");
+  static const std::set<std::string> isas{"auto", "scalar", "avx2", "avx512"};
+  if (isas.count(cfg.kernels) == 0)
+    throw std::runtime_error(fmt::format(
+      "unknown kernels '{}' (auto, scalar, avx2, avx512)", cfg.kernels));
   if (cfg.step_timeout_ms == 0 || cfg.io_timeout_ms == 0)
     throw std::runtime_error("timeouts must be at least 1 ms");
 }

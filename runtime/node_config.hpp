@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "rackweave/defaults.hpp"
 
@@ -17,9 +18,14 @@ namespace rw::runtime {
 struct node_config {
   std::string role = "rack-agg";
   std::string name;                      // default: the host name
-  std::string listen = defaults::listen; // HOST:PORT
+  std::vector<std::string> listen{defaults::listen}; // HOST:PORT, one poller each
   std::string log_level = "info";
-  uint32_t shards = 0;                   // serving cores; 0 = one per core
+  bool pin = true;                       // pin shards and pollers to cores
+  std::string kernels = "auto";          // auto, scalar, avx2, avx512
+  uint32_t shards = 0;                   // serving cores; 0 = one per allowed core
+  std::vector<uint32_t> shard_cores;     // OS CPU numbers shards may use; empty = all
+  std::vector<uint32_t> shard_numa;      // NUMA domains shards may use; empty = all
+  uint32_t prealloc_buffers = 512;       // receive buffers each poller allocates at start
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_control_bytes = defaults::max_control_bytes;
   uint32_t max_workers = defaults::max_workers;

@@ -38,10 +38,19 @@ struct Hello {
   tensors @5 :List(TensorSpec);
 }
 
+struct ShardEndpoints {
+  endpoints @0 :List(UInt32); # indexes into Welcome.endpoints that serve this shard
+}
+
 struct Welcome {
   jobId @0 :UInt32;
   nodeName @1 :Text;
   created @2 :Bool;         # this hello created the job
+  endpoints @3 :List(Text); # HOST:PORT of every endpoint of the node
+  endpointIndex @4 :UInt32; # which of them this connection is
+  numShards @5 :UInt32;     # with shardEndpoints: the routing table (runtime/chunking)
+  shardEndpoints @6 :List(ShardEndpoints);
+  token @7 :UInt64;         # proves (job, rank) when attaching to the other endpoints
 }
 
 struct ErrorInfo {

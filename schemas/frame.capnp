@@ -17,6 +17,8 @@ enum FrameKind {
   init @7;       # worker (rank 0) -> node: initial chunk values (version 0)
   error @8;      # either way: payload is a control.capnp ErrorInfo
   bye @9;        # worker -> node: graceful leave
+  attach @10;    # worker -> node, on each further endpoint: join as (jobId, rank) with
+                 # the welcome's token in `clock`; answered with a welcome or an error
 }
 
 struct FrameHeader {

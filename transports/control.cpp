@@ -76,6 +76,18 @@ bytes encode(const welcome_msg& x) {
   root.setJobId(x.job_id);
   root.setNodeName(x.node_name);
   root.setCreated(x.created);
+  auto eps = root.initEndpoints(static_cast<unsigned>(x.endpoints.size()));
+  for (unsigned i = 0; i < eps.size(); ++i)
+    eps.set(i, x.endpoints[i]);
+  root.setEndpointIndex(x.endpoint_index);
+  root.setNumShards(x.num_shards);
+  auto shards = root.initShardEndpoints(static_cast<unsigned>(x.shard_endpoints.size()));
+  for (unsigned i = 0; i < shards.size(); ++i) {
+    auto list = shards[i].initEndpoints(static_cast<unsigned>(x.shard_endpoints[i].size()));
+    for (unsigned j = 0; j < list.size(); ++j)
+      list.set(j, x.shard_endpoints[i][j]);
+  }
+  root.setToken(x.token);
   return to_bytes(msg);
 }
 
@@ -122,6 +134,34 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
     out.job_id = root.getJobId();
     out.node_name = root.getNodeName().cStr();
     out.created = root.getCreated();
+    out.endpoints.clear();
+    for (auto e : root.getEndpoints())
+      out.endpoints.emplace_back(e.cStr());
+    out.endpoint_index = root.getEndpointIndex();
+    out.num_shards = root.getNumShards();
+    out.shard_endpoints.clear();
+    for (auto s : root.getShardEndpoints()) {
+      out.shard_endpoints.emplace_back();
+      for (auto e : s.getEndpoints())
+        out.shard_endpoints.back().push_back(e);
+    }
+    out.token = root.getToken();
+    if (out.num_shards == 0 || out.shard_endpoints.size() != out.num_shards
+        || out.endpoint_index >= out.endpoints.size()) {
+      why = "welcome with an inconsistent routing table";
+      return errc::bad_frame;
+    }
+    for (auto& list : out.shard_endpoints)
+      for (auto e : list)
+        if (list.empty() || e >= out.endpoints.size()) {
+          why = "welcome routes a shard to an endpoint that does not exist";
+          return errc::bad_frame;
+        }
+    for (auto& list : out.shard_endpoints)
+      if (list.empty()) {
+        why = "welcome leaves a shard without an endpoint";
+        return errc::bad_frame;
+      }
     return errc::ok;
   });
 }

@@ -24,6 +24,11 @@ struct welcome_msg {
   uint32_t job_id = 0;
   std::string node_name;
   bool created = false;
+  std::vector<std::string> endpoints;
+  uint32_t endpoint_index = 0;
+  uint32_t num_shards = 1;
+  std::vector<std::vector<uint32_t>> shard_endpoints;
+  uint64_t token = 0;
 };
 
 struct error_msg {

@@ -29,6 +29,7 @@ const char* to_string(frame_kind kind) noexcept {
     case frame_kind::init: return "init";
     case frame_kind::error: return "error";
     case frame_kind::bye: return "bye";
+    case frame_kind::attach: return "attach";
   }
   return "?";
 }
@@ -82,7 +83,7 @@ errc decode(const std::byte* in, frame_header& out, std::string& why) {
       return errc::bad_version;
     }
     auto kind = static_cast<uint16_t>(root.getKind());
-    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::bye)) {
+    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::attach)) {
       why = fmt::format("unknown frame kind {}", kind);
       return errc::bad_frame;
     }

@@ -25,6 +25,7 @@ enum class frame_kind : uint16_t {
   init = 7,
   error = 8,
   bye = 9,
+  attach = 10,
 };
 
 const char* to_string(frame_kind kind) noexcept;

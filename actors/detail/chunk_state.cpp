@@ -5,26 +5,23 @@
 
 namespace rw::actors::detail {
 
-chunk_state::chunk_state(uint32_t length, uint32_t workers, optimizer_kind kind,
-                         bool wait_for_init)
+chunk_state::chunk_state(uint32_t length, uint32_t workers, float* params, float* m,
+                         float* v, bool wait_for_init)
   : length_(length),
     workers_(workers),
-    params_(runtime::make_aligned_floats(length)),
+    params_(params),
+    m_(m),
+    v_(v),
     initialized_(!wait_for_init),
     held_(workers),
     arrived_(workers, false),
     ahead_(workers) {
-  auto arrays = runtime::state_arrays(kind);
-  if (arrays >= 1)
-    m_ = runtime::make_aligned_floats(length);
-  if (arrays >= 2)
-    v_ = runtime::make_aligned_floats(length);
 }
 
 bool chunk_state::init(const float* values) {
   if (initialized_ || version_ != 0)
     return false;
-  std::memcpy(params_.get(), values, size_t{length_} * sizeof(float));
+  std::memcpy(params_, values, size_t{length_} * sizeof(float));
   initialized_ = true;
   return true;
 }
@@ -67,8 +64,8 @@ void chunk_state::absorb_in_order() {
 void chunk_state::complete_step(const optimizer_spec& spec, float rescale,
                                 std::chrono::steady_clock::time_point now) {
   const float* last = workers_ > 1 ? held_[workers_ - 1]->floats() : nullptr;
-  runtime::kernels().step(spec, rescale, version_ + 1, params_.get(), sum_->floats(), last,
-                          {m_.get(), v_.get()}, length_);
+  runtime::kernels().step(spec, rescale, version_ + 1, params_, sum_->floats(), last,
+                          {m_, v_}, length_);
   ++version_;
   sum_.reset();
   if (workers_ > 1)

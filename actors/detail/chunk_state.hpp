@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "rackweave/job_spec.hpp"
-#include "runtime/aligned.hpp"
 #include "runtime/buffer_pool.hpp"
 #include "runtime/kernels.hpp"
 #include "transports/transport.hpp"
@@ -41,7 +40,10 @@ public:
     too_far_ahead, // clock beyond version + 1
   };
 
-  chunk_state(uint32_t length, uint32_t workers, optimizer_kind kind, bool wait_for_init);
+  /// The chunk's memory (parameters, and the optimizer's m and v where it has them,
+  /// each `length` floats, zeroed) belongs to the caller: the shard's NUMA-local arena.
+  chunk_state(uint32_t length, uint32_t workers, float* params, float* m, float* v,
+              bool wait_for_init);
 
   uint32_t length() const noexcept {
     return length_;
@@ -53,7 +55,7 @@ public:
     return initialized_;
   }
   const float* params() const noexcept {
-    return params_.get();
+    return params_;
   }
 
   /// Sets version-0 values (rank 0's init). Returns false if already initialized or
@@ -117,9 +119,9 @@ private:
 
   uint32_t length_;
   uint32_t workers_;
-  runtime::aligned_floats params_;
-  runtime::aligned_floats m_;
-  runtime::aligned_floats v_;
+  float* params_;
+  float* m_;
+  float* v_;
   uint64_t version_ = 0;
   bool initialized_;
 

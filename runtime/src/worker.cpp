@@ -106,37 +106,66 @@ struct worker::impl {
     return fut;
   }
 
-  void handshake() {
-    transports::hello_msg hello{opts.job, opts.rank};
-    auto payload = transports::encode(hello);
-    if (payload.size() > defaults::max_control_bytes)
-      throw rw::error(errc::invalid_spec, "the job spec is too large to send");
-    transports::connection_ptr conn;
-    try {
-      conn = ep->connect(transports::tcp::parse_address(opts.connect), opts.connect_timeout);
-    } catch (const std::exception& e) {
-      throw rw::error(errc::io_error, e.what());
-    }
-    frame_header h;
-    h.kind = frame_kind::hello;
-    h.rank = opts.rank;
-    h.payload_bytes = static_cast<uint32_t>(payload.size());
-    iovec iov{payload.data(), payload.size()};
-    if (!conn->send(h, &iov, 1))
-      throw rw::error(errc::io_error, "cannot send hello to " + opts.connect);
+  // Waits for the node's welcome (or error) on the endpoint's connections.
+  transports::welcome_msg await_welcome(const std::string& what) {
     handshake_sink sink;
     auto deadline = std::chrono::steady_clock::now() + opts.request_timeout;
     while (!sink.answered && std::chrono::steady_clock::now() < deadline)
       ep->poll(50, sink);
     if (!sink.answered)
-      throw rw::error(errc::timeout, fmt::format("no answer to hello from {} within {} ms",
-                                                 opts.connect,
+      throw rw::error(errc::timeout, fmt::format("no answer to {} within {} ms", what,
                                                  opts.request_timeout.count()));
     if (!sink.ok)
       throw rw::error(sink.code, sink.message);
-    welcome = sink.welcome;
-    link = std::make_shared<actors::worker_link>(ep, conn, welcome.job_id, opts.rank,
-                                                 opts.job);
+    return sink.welcome;
+  }
+
+  transports::connection_ptr connect(const std::string& address) {
+    try {
+      return ep->connect(transports::tcp::parse_address(address), opts.connect_timeout);
+    } catch (const std::exception& e) {
+      throw rw::error(errc::io_error, e.what());
+    }
+  }
+
+  void handshake() {
+    transports::hello_msg hello{opts.job, opts.rank};
+    auto payload = transports::encode(hello);
+    if (payload.size() > defaults::max_control_bytes)
+      throw rw::error(errc::invalid_spec, "the job spec is too large to send");
+    auto first = connect(opts.connect);
+    frame_header h;
+    h.kind = frame_kind::hello;
+    h.rank = opts.rank;
+    h.payload_bytes = static_cast<uint32_t>(payload.size());
+    iovec iov{payload.data(), payload.size()};
+    if (!first->send(h, &iov, 1))
+      throw rw::error(errc::io_error, "cannot send hello to " + opts.connect);
+    welcome = await_welcome("hello from " + opts.connect);
+    auto routes = std::make_shared<runtime::routing_table>(opts.job, welcome.num_shards,
+                                                           welcome.shard_endpoints);
+    // One connection per node endpoint; attach to the others with the token.
+    std::vector<transports::connection_ptr> conns(welcome.endpoints.size());
+    conns[welcome.endpoint_index] = first;
+    auto connected_host = transports::tcp::parse_address(opts.connect).host;
+    for (uint32_t i = 0; i < conns.size(); ++i) {
+      if (conns[i])
+        continue;
+      auto addr = transports::tcp::parse_address(welcome.endpoints[i]);
+      if (addr.host.empty() || addr.host == "0.0.0.0")
+        addr.host = connected_host; // a wildcard endpoint: reach it the way we came
+      conns[i] = connect(addr.to_string());
+      frame_header a;
+      a.kind = frame_kind::attach;
+      a.job_id = welcome.job_id;
+      a.rank = opts.rank;
+      a.clock = welcome.token;
+      if (!conns[i]->send(a))
+        throw rw::error(errc::io_error, "cannot attach to " + addr.to_string());
+      await_welcome("attach to " + addr.to_string());
+    }
+    link = std::make_shared<actors::worker_link>(ep, conns, welcome.job_id, opts.rank,
+                                                 routes);
   }
 };
 

@@ -22,6 +22,16 @@ rw::runtime::buffer_ref make(rw::runtime::buffer_pool& pool, std::vector<float> 
   return b;
 }
 
+// A chunk with its own memory, as a shard's arena would give it.
+struct owned_chunk {
+  std::vector<float> params, m, v;
+  chunk_state cs;
+  owned_chunk(uint32_t length, uint32_t workers, bool wait_for_init)
+    : params(length), m(length), v(length),
+      cs(length, workers, params.data(), m.data(), v.data(), wait_for_init) {
+  }
+};
+
 rw::optimizer_spec sum_spec() {
   rw::optimizer_spec s;
   s.kind = rw::optimizer_kind::sum;
@@ -40,7 +50,8 @@ TEST_CASE("summation is in rank order whatever the arrival order", "[chunk_state
   std::vector<uint32_t> order{0, 1, 2};
   rw::runtime::buffer_pool pool{8, 0};
   do {
-    chunk_state cs{2, 3, rw::optimizer_kind::sum, false};
+    owned_chunk chunk{2, 3, false};
+    auto& cs = chunk.cs;
     for (size_t k = 0; k < order.size(); ++k) {
       auto r = order[k];
       auto res = cs.push(r, 0, make(pool, grads[r]), now);
@@ -58,7 +69,8 @@ TEST_CASE("summation is in rank order whatever the arrival order", "[chunk_state
 TEST_CASE("duplicates and clocks too far ahead are refused, one step ahead is held",
           "[chunk_state]") {
   rw::runtime::buffer_pool pool{4, 0};
-  chunk_state cs{1, 2, rw::optimizer_kind::sum, false};
+  owned_chunk chunk{1, 2, false};
+    auto& cs = chunk.cs;
   CHECK(cs.push(0, 0, make(pool, {1}), now) == outcome::counted);
   CHECK(cs.push(0, 0, make(pool, {5}), now) == outcome::duplicate);
   CHECK(cs.push(0, 2, make(pool, {5}), now) == outcome::too_far_ahead);
@@ -78,7 +90,8 @@ TEST_CASE("duplicates and clocks too far ahead are refused, one step ahead is he
 
 TEST_CASE("waiters are answered once their version exists", "[chunk_state]") {
   rw::runtime::buffer_pool pool{4, 0};
-  chunk_state cs{1, 2, rw::optimizer_kind::sum, true}; // waits for rank 0's init
+  owned_chunk chunk{1, 2, true}; // waits for rank 0's init
+    auto& cs = chunk.cs;
   cs.wait({nullptr, 1, 0});                             // a pull of version 0
   CHECK(cs.take_ready().empty());                       // not initialised yet
   float init = 4.0f;
@@ -99,7 +112,8 @@ TEST_CASE("waiters are answered once their version exists", "[chunk_state]") {
 
 TEST_CASE("has_pushed and needs describe what a step still waits for", "[chunk_state]") {
   rw::runtime::buffer_pool pool{4, 0};
-  chunk_state cs{1, 3, rw::optimizer_kind::sum, false};
+  owned_chunk chunk{1, 3, false};
+    auto& cs = chunk.cs;
   CHECK_FALSE(cs.needs(2)); // nothing open yet
   cs.push(0, 0, make(pool, {1}), now);
   CHECK(cs.needs(2));

@@ -39,7 +39,7 @@ TEST_CASE("a TOML file sets keys; flags on the command line win", "[config]") {
                          "[timeouts]\nstep_ms = 1500\n");
   parsed p{{"--config", path, "--log-level", "warn"}};
   rw::runtime::load_node_config(path, p.app, p.cfg);
-  CHECK(p.cfg.listen == "127.0.0.1:9000");
+  CHECK(p.cfg.listen == std::vector<std::string>{"127.0.0.1:9000"});
   CHECK(p.cfg.step_timeout_ms == 1500);
   CHECK(p.cfg.log_level == "warn");
   std::remove(path.c_str());

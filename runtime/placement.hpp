@@ -1,0 +1,51 @@
+#pragma once
+// Where a node's threads go: which core each chunk shard and each NIC poller is pinned
+// to, and which NUMA domain their memory comes from. A pure function of the topology
+// and the config, so the policy is testable on any machine.
+//
+// Policy: shards take the allowed cores in order (one per core; `shards.count` 0 means
+// one per allowed core). Each endpoint's poller goes to a core of its NIC's NUMA domain,
+// preferring one no shard uses; on a machine with fewer cores than threads it shares
+// the least-loaded core of that domain, and the plan says so.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/topology.hpp"
+
+namespace rw::runtime {
+
+struct placement_request {
+  uint32_t shards = 0;                 // 0 = one per allowed core
+  std::vector<uint32_t> cores;         // OS CPU numbers shards may use; empty = all
+  std::vector<uint32_t> numa;          // NUMA domains shards may use; empty = all
+  std::vector<std::string> endpoints;  // listen HOST:PORT, one poller each
+};
+
+struct thread_place {
+  core_info core;
+  uint32_t numa = 0;
+};
+
+struct endpoint_place {
+  std::string listen;   // HOST:PORT to bind (an interface name resolved to its address)
+  std::string nic;      // the device holding the address ("" for wildcard)
+  bool nic_numa_known = false;
+  thread_place poller;
+};
+
+struct placement {
+  std::vector<thread_place> shards;
+  std::vector<endpoint_place> endpoints;
+  /// For each shard, the endpoints that carry its chunks: those in its NUMA domain, or
+  /// all of them if its domain has none.
+  std::vector<std::vector<uint32_t>> shard_endpoints;
+  std::vector<std::string> notes; // for the log: sharing, unknown locality
+};
+
+/// Plans the node. Throws std::runtime_error naming what does not exist (a core, a
+/// NUMA domain, a NIC or address) or cannot fit (more shards than cores).
+placement plan_placement(const topology& topo, const placement_request& req);
+
+} // namespace rw::runtime

@@ -1,0 +1,107 @@
+// The placement policy on described machines (no hardware needed).
+
+#include <catch2/catch.hpp>
+
+#include "runtime/chunking.hpp"
+#include "runtime/placement.hpp"
+
+using namespace rw::runtime;
+
+namespace {
+
+// Two NUMA domains of two cores each; eth0 on domain 1, eth1 on domain 0, lo unknown.
+std::shared_ptr<const topology> two_domains() {
+  std::vector<core_info> cores{{0, 0, 0}, {1, 1, 0}, {2, 2, 1}, {3, 3, 1}};
+  std::vector<numa_info> numa{{0, 1 << 30, {0, 1}}, {1, 1 << 30, {2, 3}}};
+  std::vector<nic_info> nics{{"eth0", "network", 1, true, {"10.0.0.1"}},
+                             {"eth1", "network", 0, true, {"10.0.1.1"}},
+                             {"lo", "network", 0, false, {"127.0.0.1"}}};
+  return topology::describe_machine(numa, cores, nics);
+}
+
+placement_request listen(std::vector<std::string> endpoints) {
+  placement_request r;
+  r.endpoints = std::move(endpoints);
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("one shard per core, pollers in their NIC's domain", "[placement]") {
+  auto topo = two_domains();
+  auto plan = plan_placement(*topo, listen({"eth0:7700", "10.0.1.1:7701"}));
+  REQUIRE(plan.shards.size() == 4);
+  for (uint32_t i = 0; i < 4; ++i)
+    CHECK(plan.shards[i].core.os_cpu == i);
+  REQUIRE(plan.endpoints.size() == 2);
+  CHECK(plan.endpoints[0].listen == "10.0.0.1:7700"); // the device name became its address
+  CHECK(plan.endpoints[0].nic == "eth0");
+  CHECK(plan.endpoints[0].poller.numa == 1);
+  CHECK(topo->core_by_cpu(plan.endpoints[0].poller.core.os_cpu)->numa == 1);
+  CHECK(plan.endpoints[1].nic == "eth1");
+  CHECK(plan.endpoints[1].poller.numa == 0);
+  // Shards are served by the endpoint of their own domain.
+  CHECK(plan.shard_endpoints[0] == std::vector<uint32_t>{1});
+  CHECK(plan.shard_endpoints[3] == std::vector<uint32_t>{0});
+  // Four shards and two pollers on four cores: the plan says pollers share.
+  CHECK(plan.notes.size() == 2);
+}
+
+TEST_CASE("shards restricted to cores or domains leave room for pollers", "[placement]") {
+  auto topo = two_domains();
+  auto r = listen({"eth0:7700"});
+  r.numa = {0};
+  auto plan = plan_placement(*topo, r);
+  REQUIRE(plan.shards.size() == 2);
+  CHECK(plan.shards[1].core.os_cpu == 1);
+  CHECK(plan.endpoints[0].poller.numa == 1);
+  CHECK(plan.notes.empty()); // the poller has domain 1 to itself
+  // No endpoint in domain 0: its shards are served by every endpoint.
+  CHECK(plan.shard_endpoints[0] == std::vector<uint32_t>{0});
+  r = listen({"eth1:7700"});
+  r.cores = {2, 3};
+  r.shards = 1;
+  plan = plan_placement(*topo, r);
+  REQUIRE(plan.shards.size() == 1);
+  CHECK(plan.shards[0].core.os_cpu == 2);
+  CHECK(plan.shards[0].numa == 1);
+}
+
+TEST_CASE("what does not exist is named at start", "[placement]") {
+  auto topo = two_domains();
+  auto r = listen({"127.0.0.1:7700"});
+  r.shards = 5;
+  CHECK_THROWS_WITH(plan_placement(*topo, r), Catch::Contains("5 shards asked for, but only 4"));
+  r = listen({"127.0.0.1:7700"});
+  r.cores = {9};
+  CHECK_THROWS_WITH(plan_placement(*topo, r), Catch::Contains("core 9 does not exist"));
+  r = listen({"127.0.0.1:7700"});
+  r.numa = {3};
+  CHECK_THROWS_WITH(plan_placement(*topo, r), Catch::Contains("NUMA domain 3 does not exist"));
+  CHECK_THROWS_WITH(plan_placement(*topo, listen({"eth9:7700"})),
+                    Catch::Contains("neither a network device"));
+  CHECK_THROWS_WITH(plan_placement(*topo, listen({"10.9.9.9:7700"})),
+                    Catch::Contains("no network device here has address 10.9.9.9"));
+  CHECK_THROWS_WITH(plan_placement(*topo, listen({})), Catch::Contains("listen address"));
+}
+
+TEST_CASE("a wildcard address binds every interface with no NIC affinity",
+          "[placement]") {
+  auto plan = plan_placement(*two_domains(), listen({"0.0.0.0:7700"}));
+  CHECK(plan.endpoints[0].nic.empty());
+  CHECK(plan.endpoints[0].poller.numa == 0);
+}
+
+TEST_CASE("chunks spread evenly over endpoints and shards", "[placement]") {
+  rw::job_spec spec;
+  spec.chunk_bytes = 4096;
+  spec.tensors = {{"a", 1024 * 100, false}};
+  rw::runtime::routing_table rt{spec, 4, {{0, 1}, {0, 1}, {2}, {2}}};
+  auto per_endpoint = rt.chunks_per_endpoint();
+  CHECK(per_endpoint == std::vector<uint64_t>{25, 25, 50});
+  for (uint32_t c = 0; c < 100; ++c) {
+    auto shard = rt.shard_of(0, c);
+    auto e = rt.endpoint_of(0, c);
+    CHECK((shard < 2 ? e < 2 : e == 2));
+  }
+}
