@@ -25,6 +25,7 @@ constexpr size_t max_tombstones = 256;
 struct shard_job {
   job_spec spec;
   runtime::numa_region memory;             // every chunk's params, m and v
+  std::unique_ptr<runtime::buffer_pool> scratch; // running sums of read-only pushes
   routing_ptr routes;
   float rescale = 1.0f;
   std::vector<detail::chunk_state> chunks; // by routes->local_index(tensor, chunk)
@@ -265,6 +266,8 @@ void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
         bytes += arrays * stride(layout.length(c));
   }
   job.memory = runtime::numa_region(bytes, st.settings.numa);
+  job.scratch = std::make_unique<runtime::buffer_pool>(job.spec.chunk_bytes, 0,
+                                                       st.settings.numa);
   auto per_shard = job.routes->chunks_per_shard();
   job.chunks.reserve(per_shard[st.settings.index]);
   auto* next = job.memory.data();
@@ -283,7 +286,7 @@ void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
       float* m = arrays >= 2 ? take(len) : nullptr;
       float* v = arrays >= 3 ? take(len) : nullptr;
       job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
-                              job.spec.tensors[t].has_init);
+                              job.spec.tensors[t].has_init, job.scratch.get());
     }
   }
   st.memory_numa = bytes > 0 ? runtime::numa_node_of(job.memory.data()) : -1;

@@ -35,6 +35,8 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using ok_atom = caf::atom_constant<caf::atom("ok")>;
 using attach_atom = caf::atom_constant<caf::atom("attach")>;
 using replace_atom = caf::atom_constant<caf::atom("replace")>;
+using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
+using shm_atom = caf::atom_constant<caf::atom("shm")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 
@@ -118,6 +120,7 @@ struct poller_stats {
 
 } // namespace rw::actors
 
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::transports::connection_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_push)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_pull)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_setup)

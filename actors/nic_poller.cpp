@@ -3,6 +3,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "transports/shm/connection.hpp"
+
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -25,6 +27,8 @@ struct binding {
   routing_ptr routes;
   uint32_t chunk_bytes = 0;
   bool said_bye = false;
+  transports::connection_ptr shm;   // the worker's adopted segment (TCP connections)
+  bool shm_companion = false;       // this is such a segment (on the shm poller)
 };
 
 class poller_sink;
@@ -38,6 +42,8 @@ struct poller_state {
   std::map<size_t, std::unique_ptr<runtime::buffer_pool>> pools; // by buffer size
   std::unique_ptr<poller_sink> sink;
   bool stopping = false;
+  caf::actor shm_poller; // set on TCP pollers when colocated workers may use shm
+  std::string shm_bell;
   static inline const char* name = "rw.nic_poller";
 
   runtime::buffer_ref buffer(size_t bytes) {
@@ -97,31 +103,36 @@ public:
       case frame_kind::bye:
         st.bindings[c->id()].said_bye = true;
         return;
-      case frame_kind::pull: {
-        auto& b = st.bindings[c->id()];
-        self_->send(st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)],
-                    pull_atom::value,
-                    chunk_pull{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock, c});
+      case frame_kind::pull:
+        on_frame_pull(c, h);
         return;
-      }
-      default: { // push, init
-        auto& b = st.bindings[c->id()];
+      default: // push, init
         t.keep->size = h.payload_bytes;
-        chunk_push p{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock,
-                     (h.flags & transports::flag_want_result) != 0, std::move(t.keep), c};
-        auto& shard = st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)];
-        if (h.kind == frame_kind::push)
-          self_->send(shard, push_atom::value, std::move(p));
-        else
-          self_->send(shard, init_atom::value, std::move(p));
+        dispatch_data(c, h, std::move(t.keep));
         return;
-      }
     }
+  }
+
+  // Shared memory: the gradient is read in place, after the same checks as TCP frames.
+  void on_resident_frame(const connection_ptr& c, const frame_header& h,
+                         runtime::buffer_ref payload) override {
+    if (!admissible(c, h))
+      return;
+    if (h.kind == frame_kind::pull)
+      on_frame_pull(c, h);
+    else
+      dispatch_data(c, h, std::move(payload));
   }
 
   void on_closed(const connection_ptr& c, errc code, const std::string& why) override {
     auto& st = self_->state;
     auto it = st.bindings.find(c->id());
+    if (it != st.bindings.end() && it->second.shm_companion) {
+      st.bindings.erase(it); // its TCP connection reports the leave
+      return;
+    }
+    if (it != st.bindings.end() && it->second.shm)
+      it->second.shm->close(); // the shm poller drops the segment
     if (it == st.bindings.end()) {
       if (code == errc::ok)
         spdlog::debug("connection closed: peer={} before joining a job", c->peer());
@@ -152,7 +163,38 @@ private:
     return payload_target::dropped();
   }
 
-  payload_target check_data(const connection_ptr& c, const frame_header& h) {
+  void on_frame_pull(const connection_ptr& c, const frame_header& h) {
+    auto& st = self_->state;
+    auto& b = st.bindings[c->id()];
+    self_->send(st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)], pull_atom::value,
+                chunk_pull{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock, c});
+  }
+
+  void dispatch_data(const connection_ptr& c, const frame_header& h,
+                     runtime::buffer_ref payload) {
+    auto& st = self_->state;
+    auto& b = st.bindings[c->id()];
+    chunk_push p{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock,
+                 (h.flags & transports::flag_want_result) != 0, std::move(payload), c};
+    auto& shard = st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)];
+    if (h.kind == frame_kind::push)
+      self_->send(shard, push_atom::value, std::move(p));
+    else
+      self_->send(shard, init_atom::value, std::move(p));
+  }
+
+  // Checks a data frame against the connection's binding; refuses it (error frame)
+  // and returns false if it does not fit.
+  bool admissible(const connection_ptr& c, const frame_header& h) {
+    if (h.kind != frame_kind::push && h.kind != frame_kind::init && h.kind != frame_kind::pull) {
+      refuse(c, h, errc::bad_frame, "only push, init and pull travel on shared memory");
+      return false;
+    }
+    return check_data(c, h, false).action != payload_target::discard;
+  }
+
+  payload_target check_data(const connection_ptr& c, const frame_header& h,
+                            bool allocate = true) {
     auto& st = self_->state;
     auto it = st.bindings.find(c->id());
     if (it == st.bindings.end() || it->second.status != binding::joined)
@@ -190,6 +232,8 @@ private:
       return refuse(c, h, errc::bad_chunk,
                     fmt::format("chunk {}/{} holds {} bytes, the frame carries {}",
                                 h.tensor_id, h.chunk_index, expect, h.payload_bytes));
+    if (!allocate)
+      return payload_target::into(nullptr);
     return payload_target::into(st.buffer(b.chunk_bytes));
   }
 
@@ -202,9 +246,37 @@ private:
       return;
     }
     st.bindings[c->id()] = binding{};
-    join(c, hello.rank,
-         self_->request(st.coordinator, hello_timeout, hello_atom::value,
-                        hello_request{hello, c->peer()}));
+    auto pending = self_->request(st.coordinator, hello_timeout, hello_atom::value,
+                                  hello_request{hello, c->peer()});
+    join(c, hello.rank, std::move(pending), std::move(hello));
+  }
+
+  // Maps the worker's segment if it offered one and may use it; null otherwise.
+  transports::connection_ptr adopt_shm(const connection_ptr& c, const job_binding& jb,
+                                       const transports::hello_msg& hello) {
+    auto& st = self_->state;
+    if (hello.shm_segment.empty())
+      return nullptr;
+    if (!st.shm_poller || !c->same_host()) {
+      spdlog::info("shared memory not used: peer={} job={} rank={}: {}", c->peer(),
+                   jb.job_id, hello.rank,
+                   st.shm_poller ? "the worker is on another host"
+                                 : "this node has shared memory disabled");
+      return nullptr;
+    }
+    try {
+      auto seg = transports::shm::open_worker_segment(hello.shm_segment, hello.shm_nonce,
+                                                      hello.spec);
+      auto conn = std::make_shared<transports::shm::connection>(
+        std::move(seg), hello.spec, c->peer() + " (shm)", jb.job_id, hello.rank);
+      self_->send(caf::actor_cast<nic_poller_actor>(st.shm_poller), adopt_atom::value,
+                  transports::connection_ptr{conn}, jb, hello.rank);
+      return conn;
+    } catch (const std::exception& e) {
+      spdlog::warn("shared memory refused: peer={} job={} rank={}: {}", c->peer(), jb.job_id,
+                   hello.rank, e.what());
+      return nullptr;
+    }
   }
 
   void on_attach(const connection_ptr& c, const frame_header& h) {
@@ -218,8 +290,10 @@ private:
   // Completes a hello or attach: binds the connection and sends the welcome, or sends
   // the refusal.
   template <class Handle>
-  void join(const connection_ptr& conn, uint32_t rank, Handle pending) {
+  void join(const connection_ptr& conn, uint32_t rank, Handle pending,
+            transports::hello_msg hello = {}) {
     auto self = self_;
+    auto* sink = this;
     pending.then(
       [=](job_binding& jb) {
         auto& st = self->state;
@@ -239,7 +313,10 @@ private:
           return;
         }
         it->second = binding{binding::joined, jb.job_id, rank, jb.routes, jb.chunk_bytes, false};
+        it->second.shm = sink->adopt_shm(conn, jb, hello);
         transports::welcome_msg w;
+        w.shm = it->second.shm != nullptr;
+        w.shm_bell = w.shm ? st.shm_bell : std::string{};
         w.job_id = jb.job_id;
         w.node_name = st.settings.node_name;
         w.created = jb.created;
@@ -320,6 +397,25 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       }
       s.connections = st.ep->connection_count();
       return s;
+    },
+    [=](shm_atom, caf::actor& shm_poller, const std::string& bell) {
+      self->state.shm_poller = std::move(shm_poller);
+      self->state.shm_bell = bell;
+    },
+    [=](adopt_atom, transports::connection_ptr& conn, job_binding& jb, uint32_t rank) {
+      auto& st = self->state;
+      binding b{binding::joined, jb.job_id, rank, jb.routes, jb.chunk_bytes, false};
+      b.shm_companion = true;
+      st.bindings[conn->id()] = b;
+      try {
+        st.ep->adopt(conn);
+        spdlog::info("shared memory adopted: job={} rank={} peer={}", jb.job_id, rank,
+                     conn->peer());
+      } catch (const std::exception& e) {
+        spdlog::error("cannot adopt {}: {}", conn->peer(), e.what());
+        st.bindings.erase(conn->id());
+        conn->close();
+      }
     },
     [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
       if (index < self->state.shards.size())

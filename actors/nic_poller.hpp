@@ -20,6 +20,12 @@
 //   poller -> coordinator  (leave_atom, job_id, rank, graceful, reason) on close
 //   supervisor -> poller   (replace_atom, index, shard)  shard `index` was restarted
 //   anyone -> poller       (stats_atom) -> poller_stats   where it runs, its buffers
+//   node -> TCP poller     (shm_atom, shm poller, doorbell name)
+//                          colocated workers may offer shared memory: a hello naming a
+//                          segment on this host gets it adopted by the shm poller
+//   TCP poller -> shm poller (adopt_atom, connection, job_binding, rank)
+//                          serve this worker's segment (its TCP connection stays for
+//                          control and liveness; closing it releases the segment)
 // A frame that fails a check gets an `error` frame; a stream that cannot be trusted
 // any more (bad magic, oversized length, truncation) is closed. Other connections are
 // unaffected.
@@ -38,10 +44,12 @@
 
 namespace rw::actors {
 
-using nic_poller_actor =
-  caf::typed_actor<caf::reacts_to<poll_atom>, caf::reacts_to<stop_atom>,
-                   caf::reacts_to<replace_atom, uint32_t, chunk_shard_actor>,
-                   caf::replies_to<stats_atom>::with<poller_stats>>;
+using nic_poller_actor = caf::typed_actor<
+  caf::reacts_to<poll_atom>, caf::reacts_to<stop_atom>,
+  caf::reacts_to<replace_atom, uint32_t, chunk_shard_actor>,
+  caf::replies_to<stats_atom>::with<poller_stats>,
+  caf::reacts_to<shm_atom, caf::actor, std::string>,
+  caf::reacts_to<adopt_atom, transports::connection_ptr, job_binding, uint32_t>>;
 
 struct poller_settings {
   std::string node_name;

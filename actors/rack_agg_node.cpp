@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "runtime/kernels.hpp"
+#include "transports/shm/endpoint.hpp"
 #include "transports/tcp/endpoint.hpp"
 
 namespace rw::actors {
@@ -127,6 +128,22 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   }
   for (auto& sup : supervisors_)
     self->send(sup, peers_atom::value, coordinator_, pollers_);
+  std::string shm_where = "off";
+  if (cfg.shm) {
+    auto shm_ep = std::make_shared<transports::shm::endpoint>();
+    poller_settings s;
+    s.node_name = name;
+    s.endpoints = addresses_;
+    s.max_control_bytes = cfg.max_control_bytes;
+    s.topo = pinned;
+    s.core = plan_.endpoints.front().poller.core;
+    s.numa = plan_.endpoints.front().poller.numa;
+    shm_poller_ = spawn_nic_poller(sys, s, shm_ep, coordinator_, shards_);
+    for (auto& p : pollers_)
+      self->send(p, shm_atom::value, caf::actor_cast<caf::actor>(shm_poller_),
+                 shm_ep->bell_name());
+    shm_where = fmt::format("{} (cpu {})", shm_ep->describe(), s.core.os_cpu);
+  }
 
   spdlog::info("node up: name={} role={} shards={} endpoints=[{}] kernels={} pinned={} "
                "step_timeout_ms={} io_timeout_ms={} max_chunk_bytes={} max_job_mib={}",
@@ -134,6 +151,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                runtime::kernels().isa, cfg.pin, cfg.step_timeout_ms, cfg.io_timeout_ms,
                cfg.max_chunk_bytes, max_job_bytes >> 20);
   spdlog::info("topology: {}", topo_->describe());
+  spdlog::info("shared memory for colocated workers: {}", shm_where);
   for (uint32_t i = 0; i < plan_.shards.size(); ++i)
     spdlog::info("shard {}: cpu {} numa {}", i, plan_.shards[i].core.os_cpu,
                  plan_.shards[i].numa);
@@ -161,6 +179,10 @@ void rack_agg_node::stop() {
     return;
   stopped_ = true;
   caf::scoped_actor self{sys_};
+  if (shm_poller_) {
+    self->send(shm_poller_, stop_atom::value);
+    self->wait_for(shm_poller_);
+  }
   for (auto& sup : supervisors_)
     self->request(sup, std::chrono::seconds(30), stop_atom::value)
       .receive([](ok_atom) {},

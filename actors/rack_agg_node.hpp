@@ -45,6 +45,10 @@ public:
   const std::vector<nic_poller_actor>& pollers() const noexcept {
     return pollers_;
   }
+  /// The poller of colocated workers' shared memory (null if disabled).
+  const nic_poller_actor& shm_poller() const noexcept {
+    return shm_poller_;
+  }
   const runtime::placement& plan() const noexcept {
     return plan_;
   }
@@ -60,6 +64,7 @@ private:
   std::vector<numa_supervisor_actor> supervisors_;
   std::vector<chunk_shard_actor> shards_;
   std::vector<nic_poller_actor> pollers_;
+  nic_poller_actor shm_poller_; // null with shm disabled
   rack_coordinator_actor coordinator_;
   bool stopped_ = false;
 };

@@ -1,5 +1,7 @@
 #include "actors/worker_link.hpp"
 
+#include <cstring>
+
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -14,12 +16,14 @@ using transports::payload_target;
 
 worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
                          std::vector<transports::connection_ptr> conns, uint32_t job_id,
-                         uint32_t rank, std::shared_ptr<const runtime::routing_table> routes)
+                         uint32_t rank, std::shared_ptr<const runtime::routing_table> routes,
+                         std::unique_ptr<transports::shm::worker_channel> shm)
   : ep_(std::move(ep)),
     conns_(std::move(conns)),
     job_id_(job_id),
     rank_(rank),
-    routes_(std::move(routes)) {
+    routes_(std::move(routes)),
+    shm_(std::move(shm)) {
   for (uint32_t t = 0; t < routes_->num_tensors(); ++t)
     slots_.push_back(std::make_unique<slot>());
 }
@@ -35,8 +39,59 @@ void worker_link::start(worker_proxy_actor proxy) {
 }
 
 void worker_link::run() {
-  while (running_ && !closed_)
-    ep_->poll(100, *this);
+  if (!shm_) {
+    while (running_ && !closed_)
+      ep_->poll(100, *this);
+    return;
+  }
+  // Shared memory: completions arrive in the segment; the TCP connection still says
+  // when the node goes away (and carries errors about control frames).
+  while (running_ && !closed_) {
+    transports::shm::completion c;
+    int drained = 0;
+    while (drained < 4096 && shm_->next_completion(c)) {
+      on_completion(c);
+      ++drained;
+    }
+    ep_->poll(0, *this);
+    if (drained == 0)
+      shm_->wait(20);
+  }
+}
+
+void worker_link::on_completion(const transports::shm::completion& c) {
+  using transports::shm::completion;
+  if (c.tensor >= slots_.size())
+    return;
+  auto& s = *slots_[c.tensor];
+  std::lock_guard<std::mutex> guard{s.mtx};
+  if (c.kind == completion::error) {
+    if (s.seq != 0) {
+      auto seq = s.seq;
+      s.seq = 0;
+      caf::anon_send(proxy_, fail_atom::value, c.tensor, seq, static_cast<errc>(c.code),
+                     shm_->error_text(c.error_slot));
+    }
+    return;
+  }
+  bool is_update = c.kind == completion::update;
+  bool matches = s.seq != 0 && s.expect_update == is_update
+                 && (is_update ? c.clock >= s.version : c.clock == s.version);
+  if (!matches || c.chunk >= layout(c.tensor).count())
+    return; // about an operation that already failed
+  if (is_update) {
+    auto* result = shm_->result(c.tensor);
+    if (s.dst != result) { // the caller reads elsewhere: one copy out of shared memory
+      auto& l = layout(c.tensor);
+      std::memcpy(s.dst + l.offset(c.chunk), result + l.offset(c.chunk),
+                  l.length(c.chunk) * sizeof(float));
+    }
+  }
+  if (--s.remaining > 0)
+    return;
+  auto seq = s.seq;
+  s.seq = 0;
+  caf::anon_send(proxy_, done_atom::value, c.tensor, seq);
 }
 
 void worker_link::abandon(const std::string& why) {

@@ -16,6 +16,7 @@
 
 #include "actors/worker_proxy.hpp"
 #include "runtime/chunking.hpp"
+#include "transports/shm/worker_channel.hpp"
 #include "transports/transport.hpp"
 
 namespace rw::actors {
@@ -24,9 +25,20 @@ class worker_link final : public transports::frame_sink {
 public:
   /// `conns[e]` is the connection to the node's endpoint e; `routes` says which
   /// endpoint each chunk travels on.
+  /// With `shm`, chunk data travels through the worker's shared memory segment and
+  /// `conns` carry only control.
   worker_link(std::shared_ptr<transports::endpoint> ep,
               std::vector<transports::connection_ptr> conns, uint32_t job_id, uint32_t rank,
-              std::shared_ptr<const runtime::routing_table> routes);
+              std::shared_ptr<const runtime::routing_table> routes,
+              std::unique_ptr<transports::shm::worker_channel> shm = nullptr);
+
+  /// The shared memory channel, or null over TCP.
+  transports::shm::worker_channel* shm() const noexcept {
+    return shm_.get();
+  }
+  bool closed() const noexcept {
+    return closed_.load(std::memory_order_acquire);
+  }
   ~worker_link() override;
 
   /// Starts the receiver thread, reporting to `proxy`.
@@ -80,12 +92,14 @@ private:
   };
 
   void run();
+  void on_completion(const transports::shm::completion& c);
 
   std::shared_ptr<transports::endpoint> ep_;
   std::vector<transports::connection_ptr> conns_;
   uint32_t job_id_;
   uint32_t rank_;
   std::shared_ptr<const runtime::routing_table> routes_;
+  std::unique_ptr<transports::shm::worker_channel> shm_;
   std::vector<std::unique_ptr<slot>> slots_;
   std::vector<std::byte> error_buf_;
   worker_proxy_actor proxy_;

@@ -1,6 +1,8 @@
 #include "actors/worker_proxy.hpp"
 
+#include <cstring>
 #include <deque>
+#include <thread>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -50,8 +52,48 @@ const char* op_name(worker_op::kind_t k) {
   return "?";
 }
 
+// Posts every chunk of `op` on tensor `t` through shared memory: gradients land in the
+// segment's gradient region (no copy if the caller computed them there), and the node
+// is rung every few chunks so it starts summing before the whole tensor is posted.
+bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock) {
+  auto& shm = *link.shm();
+  auto& layout = link.layout(t);
+  auto* grad = shm.gradient(t);
+  transports::shm::request r{};
+  r.tensor = t;
+  r.clock = op.kind == worker_op::pull ? op.min_version : clock;
+  switch (op.kind) {
+    case worker_op::init: r.kind = uint16_t(frame_kind::init); break;
+    case worker_op::pull: r.kind = uint16_t(frame_kind::pull); break;
+    case worker_op::push: r.kind = uint16_t(frame_kind::push); break;
+    case worker_op::push_pull:
+      r.kind = uint16_t(frame_kind::push);
+      r.flags = transports::flag_want_result;
+      break;
+  }
+  constexpr uint32_t ring_every = 64;
+  for (uint32_t c = 0; c < layout.count(); ++c) {
+    if (op.src != nullptr && op.src != grad)
+      std::memcpy(grad + layout.offset(c), op.src + layout.offset(c),
+                  layout.length(c) * sizeof(float));
+    r.chunk = c;
+    while (!shm.post(r)) { // the ring is full: the node is behind
+      if (link.closed())
+        return false;
+      shm.ring_node();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if ((c + 1) % ring_every == 0)
+      shm.ring_node();
+  }
+  shm.ring_node();
+  return true;
+}
+
 // Sends every chunk of `op` on tensor `t`; returns false if the connection failed.
 bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock) {
+  if (link.shm() != nullptr)
+    return post_chunks(link, t, op, clock);
   auto& layout = link.layout(t);
   frame_header h;
   h.job_id = link.job_id();

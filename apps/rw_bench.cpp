@@ -38,6 +38,7 @@ struct comm_args {
   std::string job;
   bool verify = false;
   bool json = false;
+  std::string transport = "tcp";
   uint32_t timeout_s = 600;
   uint32_t rank = 0; // comm-worker only
 };
@@ -58,10 +59,10 @@ void fill_base(std::vector<float>& v, uint32_t rank) {
   }
 }
 
-// Gradient of iteration `it` from the rank's base.
-void fill_grad(std::vector<float>& g, const std::vector<float>& base, uint32_t it) {
+// Gradient of iteration `it` from the rank's base, into g[0..n).
+void fill_grad(float* g, size_t n, const std::vector<float>& base, uint32_t it) {
   const float shift = static_cast<float>(it % 8) * 0.125f;
-  for (size_t i = 0; i < g.size(); ++i)
+  for (size_t i = 0; i < n; ++i)
     g[i] = base[i] + shift;
 }
 
@@ -76,6 +77,7 @@ int run_worker(const comm_args& a) {
   o.job.chunk_bytes = static_cast<uint32_t>(rw::tools::parse_bytes(a.chunk_text));
   o.job.optimizer.kind = rw::optimizer_kind::sum;
   o.job.tensors = {{"gradient", elems, false}};
+  o.transport = a.transport;
   try {
     rw::worker w{o};
     std::vector<std::vector<float>> bases(a.verify ? a.workers : 1,
@@ -83,27 +85,33 @@ int run_worker(const comm_args& a) {
     for (uint32_t r = 0; r < bases.size(); ++r)
       fill_base(bases[r], a.verify ? r : a.rank);
     const auto& own = bases[a.verify ? a.rank : 0];
-    std::vector<float> grad(elems), out(elems), expect(a.verify ? elems : 0), tmp;
+    // Over shared memory the gradient is computed in, and the result read from, the
+    // worker's segment: zero copies, as a training loop using shm would do.
+    std::vector<float> grad_buf(w.shared_gradient("gradient") ? 0 : elems);
+    std::vector<float> out_buf(w.shared_result("gradient") ? 0 : elems);
+    float* grad = w.shared_gradient("gradient") ? w.shared_gradient("gradient") : grad_buf.data();
+    float* out = w.shared_result("gradient") ? w.shared_result("gradient") : out_buf.data();
+    std::vector<float> expect(a.verify ? elems : 0), tmp;
     std::vector<double> times;
     bool verified = a.verify;
     for (uint32_t it = 0; it < a.warmup + a.iters; ++it) {
-      fill_grad(grad, own, it);
-      std::fill(out.begin(), out.end(), std::nanf(""));
+      fill_grad(grad, elems, own, it);
+      std::fill(out, out + elems, std::nanf(""));
       auto t0 = clock_type::now();
-      w.push_pull("gradient", grad.data(), out.data()).get();
+      w.push_pull("gradient", grad, out).get();
       auto t1 = clock_type::now();
       if (it >= a.warmup)
         times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       if (!a.verify)
         continue;
       tmp.resize(elems);
-      fill_grad(expect, bases[0], it);
+      fill_grad(expect.data(), elems, bases[0], it);
       for (uint32_t r = 1; r < a.workers; ++r) {
-        fill_grad(tmp, bases[r], it);
+        fill_grad(tmp.data(), elems, bases[r], it);
         for (size_t i = 0; i < elems; ++i)
           expect[i] += tmp[i];
       }
-      if (std::memcmp(expect.data(), out.data(), bytes) != 0) {
+      if (std::memcmp(expect.data(), out, bytes) != 0) {
         for (size_t i = 0; i < elems; ++i)
           if (std::memcmp(&expect[i], &out[i], sizeof(float)) != 0) {
             std::cerr << fmt::format("rank {}: iteration {}: element {} is {:.9g}, the "
@@ -152,6 +160,7 @@ int run_driver(comm_args a, const std::string& command) {
                                   "--iters",     std::to_string(a.iters),
                                   "--warmup",    std::to_string(a.warmup),
                                   "--chunk-bytes", a.chunk_text,
+                                  "--transport", a.transport,
                                   "--job",       a.job};
     if (a.verify)
       argv.push_back("--verify");
@@ -201,9 +210,10 @@ int run_driver(comm_args a, const std::string& command) {
                              a.workers, bytes, a.iters, median, p90, gbps,
                              verified ? "true" : "false");
   } else {
-    std::cout << fmt::format("rw-bench comm: {} workers x {} (push_pull, optimizer sum), "
+    std::cout << fmt::format("rw-bench comm: {} workers x {} (push_pull, optimizer sum, {}), "
                              "{} iterations after {} warm-up\n",
-                             a.workers, rw::tools::format_bytes(bytes), a.iters, a.warmup);
+                             a.workers, rw::tools::format_bytes(bytes), a.transport, a.iters,
+                             a.warmup);
     std::cout << fmt::format("  median {:.3f} ms   p90 {:.3f} ms   goodput {:.3f} Gbit/s "
                              "(2 x workers x bytes per step)   verified: {}\n",
                              median, p90, gbps,
@@ -225,6 +235,10 @@ void add_common(CLI::App* cmd, comm_args& a) {
     ->capture_default_str();
   cmd->add_option("--job", a.job, "job name (default: a fresh one per run)");
   cmd->add_flag("--verify", a.verify, "check every element of every result exactly");
+  cmd->add_option("--transport", a.transport,
+                  "tcp, shm (shared memory with a node on this host) or auto")
+    ->check(CLI::IsMember({"tcp", "shm", "auto"}))
+    ->capture_default_str();
 }
 
 } // namespace

@@ -52,13 +52,11 @@ struct pool_core : std::enable_shared_from_this<pool_core> {
 
 } // namespace detail
 
-void intrusive_ptr_release(pooled_buffer* p) noexcept {
-  if (p->refs_.fetch_sub(1, std::memory_order_acq_rel) != 1)
-    return;
-  p->size = 0;
-  auto owner = p->owner_; // keep the core alive while we hand the buffer back
-  if (!owner->take_back(p))
-    delete p;
+void pooled_buffer::recycle() noexcept {
+  size = 0;
+  auto owner = owner_; // keep the core alive while we hand the buffer back
+  if (!owner->take_back(this))
+    delete this;
 }
 
 buffer_pool::buffer_pool(size_t buffer_bytes, size_t prealloc, uint32_t numa)

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <vector>
 
-#include <caf/intrusive_ptr.hpp>
+#include "runtime/payload.hpp"
 
 namespace rw::runtime {
 
@@ -24,44 +24,19 @@ namespace detail {
 struct pool_core;
 }
 
-class pooled_buffer {
-public:
-  float* floats() noexcept {
-    return reinterpret_cast<float*>(data_);
-  }
-  const float* floats() const noexcept {
-    return reinterpret_cast<const float*>(data_);
-  }
-  std::byte* bytes() noexcept {
-    return data_;
-  }
-  size_t capacity() const noexcept {
-    return capacity_;
-  }
-  /// Bytes of payload currently held (set by the receiver).
-  size_t size = 0;
-
-  friend void intrusive_ptr_add_ref(pooled_buffer* p) noexcept {
-    p->refs_.fetch_add(1, std::memory_order_relaxed);
-  }
-  friend void intrusive_ptr_release(pooled_buffer* p) noexcept;
-
+class pooled_buffer final : public payload {
 private:
   friend struct detail::pool_core;
   friend class buffer_pool;
   pooled_buffer(std::shared_ptr<detail::pool_core> owner, std::byte* data,
                 size_t capacity)
-    : owner_(std::move(owner)), data_(data), capacity_(capacity) {
+    : payload(data, capacity, true), owner_(std::move(owner)) {
   }
-  ~pooled_buffer() = default; // the memory belongs to the pool's slab
+  ~pooled_buffer() override = default; // the memory belongs to the pool's slab
+  void recycle() noexcept override;
 
   std::shared_ptr<detail::pool_core> owner_;
-  std::byte* data_;
-  size_t capacity_;
-  std::atomic<uint32_t> refs_{0};
 };
-
-using buffer_ref = caf::intrusive_ptr<pooled_buffer>;
 
 class buffer_pool {
 public:

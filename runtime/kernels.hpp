@@ -27,6 +27,8 @@ struct kernel_table {
   const char* isa;
   /// acc[i] += x[i]
   void (*sum_into)(float* acc, const float* x, size_t n);
+  /// dst[i] = a[i] + b[i] (a running sum that starts from read-only memory)
+  void (*add)(float* dst, const float* a, const float* b, size_t n);
   /// One optimizer step on p with the summed gradient acc (+ last, if not null), in one
   /// pass. For `sum`, p becomes the gradient sum itself.
   void (*step)(const optimizer_spec& spec, float rescale, uint64_t step, float* p,

@@ -91,6 +91,10 @@ std::vector<option_def> option_table(node_config& c) {
         "trace, debug, info, warn, error or off", c.log_level),
     def("node.pin", "--pin", "pin shards and pollers to cores (--no-pin: let the OS move them)",
         c.pin),
+    def("node.shm", "--shm",
+        "let workers on this host exchange data through shared memory (--no-shm: TCP "
+        "only)",
+        c.shm),
     def("node.kernels", "--kernels",
         "aggregation kernels: auto (the best this CPU runs), scalar, avx2, avx512",
         c.kernels),

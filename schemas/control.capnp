@@ -36,6 +36,8 @@ struct Hello {
   chunkBytes @3 :UInt32;
   optimizer @4 :Optimizer;
   tensors @5 :List(TensorSpec);
+  shmSegment @6 :Text;      # a shared memory segment for the data (same host only)
+  shmNonce @7 :UInt64;      # stored in the segment: proves it is this worker's
 }
 
 struct ShardEndpoints {
@@ -51,6 +53,8 @@ struct Welcome {
   numShards @5 :UInt32;     # with shardEndpoints: the routing table (runtime/chunking)
   shardEndpoints @6 :List(ShardEndpoints);
   token @7 :UInt64;         # proves (job, rank) when attaching to the other endpoints
+  shm @8 :Bool;             # the node took the worker's shared memory segment
+  shmBell @9 :Text;         # the node doorbell segment to ring after posting requests
 }
 
 struct ErrorInfo {

@@ -67,6 +67,8 @@ bytes encode(const hello_msg& x) {
     ts[i].setElements(x.spec.tensors[i].elements);
     ts[i].setHasInit(x.spec.tensors[i].has_init);
   }
+  root.setShmSegment(x.shm_segment);
+  root.setShmNonce(x.shm_nonce);
   return to_bytes(msg);
 }
 
@@ -88,6 +90,8 @@ bytes encode(const welcome_msg& x) {
       list.set(j, x.shard_endpoints[i][j]);
   }
   root.setToken(x.token);
+  root.setShm(x.shm);
+  root.setShmBell(x.shm_bell);
   return to_bytes(msg);
 }
 
@@ -124,6 +128,8 @@ errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why
     out.spec.tensors.clear();
     for (auto t : root.getTensors())
       out.spec.tensors.push_back({t.getName().cStr(), t.getElements(), t.getHasInit()});
+    out.shm_segment = root.getShmSegment().cStr();
+    out.shm_nonce = root.getShmNonce();
     return errc::ok;
   });
 }
@@ -146,22 +152,24 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
         out.shard_endpoints.back().push_back(e);
     }
     out.token = root.getToken();
+    out.shm = root.getShm();
+    out.shm_bell = root.getShmBell().cStr();
     if (out.num_shards == 0 || out.shard_endpoints.size() != out.num_shards
         || out.endpoint_index >= out.endpoints.size()) {
       why = "welcome with an inconsistent routing table";
       return errc::bad_frame;
     }
-    for (auto& list : out.shard_endpoints)
-      for (auto e : list)
-        if (list.empty() || e >= out.endpoints.size()) {
-          why = "welcome routes a shard to an endpoint that does not exist";
-          return errc::bad_frame;
-        }
-    for (auto& list : out.shard_endpoints)
+    for (auto& list : out.shard_endpoints) {
       if (list.empty()) {
         why = "welcome leaves a shard without an endpoint";
         return errc::bad_frame;
       }
+      for (auto e : list)
+        if (e >= out.endpoints.size()) {
+          why = "welcome routes a shard to an endpoint that does not exist";
+          return errc::bad_frame;
+        }
+    }
     return errc::ok;
   });
 }

@@ -18,6 +18,8 @@ using bytes = std::vector<std::byte>;
 struct hello_msg {
   job_spec spec;
   uint32_t rank = 0;
+  std::string shm_segment; // empty: TCP only
+  uint64_t shm_nonce = 0;
 };
 
 struct welcome_msg {
@@ -29,6 +31,8 @@ struct welcome_msg {
   uint32_t num_shards = 1;
   std::vector<std::vector<uint32_t>> shard_endpoints;
   uint64_t token = 0;
+  bool shm = false;
+  std::string shm_bell;
 };
 
 struct error_msg {

@@ -1,5 +1,9 @@
 #include "transports/transport.hpp"
 
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
 #include "transports/control.hpp"
 
 namespace rw::transports {
@@ -21,6 +25,23 @@ bool connection::send_error(errc code, const std::string& message,
   h.payload_bytes = static_cast<uint32_t>(payload.size());
   iovec iov{payload.data(), payload.size()};
   return send(h, &iov, 1);
+}
+
+} // namespace rw::transports
+
+namespace rw::transports {
+
+void endpoint::adopt(connection_ptr) {
+  throw std::logic_error("this endpoint cannot adopt connections (" + describe() + ")");
+}
+
+void frame_sink::on_resident_frame(const connection_ptr& c, const frame_header& h,
+                                   runtime::buffer_ref payload) {
+  auto t = on_header(c, h);
+  if (t.action == payload_target::receive && t.dst != nullptr && payload)
+    std::memcpy(t.dst, payload->bytes(), std::min<size_t>(h.payload_bytes, payload->size));
+  if (t.action != payload_target::close)
+    on_frame(c, h, t);
 }
 
 } // namespace rw::transports

@@ -67,6 +67,11 @@ public:
   /// The peer's address, for logs.
   virtual const std::string& peer() const noexcept = 0;
 
+  /// Whether the peer runs on this host (and could share memory with us).
+  virtual bool same_host() const noexcept {
+    return false;
+  }
+
   /// Sends a header-only frame.
   bool send(const frame_header& h) {
     return send(h, nullptr, 0);
@@ -100,12 +105,22 @@ public:
 
   /// The connection is gone. `code` is errc::ok for an orderly close by the peer.
   virtual void on_closed(const connection_ptr& c, errc code, const std::string& why) = 0;
+
+  /// A frame whose payload is already in memory this process can read (shared
+  /// memory): `payload` is that memory, by reference. The default copies it through
+  /// on_header / on_frame; sinks that can use it in place override this.
+  virtual void on_resident_frame(const connection_ptr& c, const frame_header& h,
+                                 runtime::buffer_ref payload);
 };
 
 /// The receiving side of a transport: a set of connections driven by one thread.
 class endpoint {
 public:
   virtual ~endpoint() = default;
+
+  /// Takes over a connection another endpoint's peer set up (an shm segment offered
+  /// over TCP). Thread-safe. Endpoints that cannot adopt throw std::logic_error.
+  virtual void adopt(connection_ptr c);
 
   /// Waits up to `timeout_ms` for readiness, then accepts and reads, calling `sink`
   /// on this thread. Returns the number of ready descriptors handled.

@@ -6,7 +6,7 @@
 namespace rw::actors::detail {
 
 chunk_state::chunk_state(uint32_t length, uint32_t workers, float* params, float* m,
-                         float* v, bool wait_for_init)
+                         float* v, bool wait_for_init, runtime::buffer_pool* scratch)
   : length_(length),
     workers_(workers),
     params_(params),
@@ -15,7 +15,8 @@ chunk_state::chunk_state(uint32_t length, uint32_t workers, float* params, float
     initialized_(!wait_for_init),
     held_(workers),
     arrived_(workers, false),
-    ahead_(workers) {
+    ahead_(workers),
+    scratch_(scratch) {
 }
 
 bool chunk_state::init(const float* values) {
@@ -51,12 +52,19 @@ chunk_state::outcome chunk_state::push(uint32_t rank, uint64_t clock,
 }
 
 void chunk_state::absorb_in_order() {
+  auto& k = runtime::kernels();
   while (next_ < absorb_limit() && held_[next_]) {
-    if (next_ == 0)
+    if (next_ == 0) {
       sum_ = std::move(held_[0]); // rank 0's buffer becomes the running sum
-    else
-      runtime::sum_into(sum_->floats(), held_[next_]->floats(), length_);
-    held_[next_].reset(); // back to the pool
+    } else if (sum_->writable()) {
+      k.sum_into(sum_->floats(), held_[next_]->floats(), length_);
+    } else { // read-only shared memory: the sum moves to a scratch buffer
+      auto dst = scratch_->acquire();
+      k.add(dst->floats(), sum_->floats(), held_[next_]->floats(), length_);
+      dst->size = size_t{length_} * sizeof(float);
+      sum_ = std::move(dst);
+    }
+    held_[next_].reset(); // back to the pool, or the worker's memory is free again
     ++next_;
   }
 }

@@ -4,7 +4,8 @@
 // what it returns.
 //
 // Summation is in worker-rank order whatever the arrival order: rank 0's buffer becomes
-// the running sum, and rank r is added as soon as ranks 0..r-1 have been, so a buffer
+// the running sum (or, when it is read-only shared memory, the first addition goes
+// into a scratch buffer), and rank r is added as soon as ranks 0..r-1 have been, so a buffer
 // that arrives early is held (by reference) until its turn. The last rank's gradient
 // is added by the fused kernel in the same pass as the optimizer step. The result is
 // bitwise what one process gets summing the same gradients in rank order.
@@ -42,8 +43,10 @@ public:
 
   /// The chunk's memory (parameters, and the optimizer's m and v where it has them,
   /// each `length` floats, zeroed) belongs to the caller: the shard's NUMA-local arena.
+  /// `scratch` gives running-sum buffers when rank 0's payload is read-only (may be
+  /// null if every payload is writable).
   chunk_state(uint32_t length, uint32_t workers, float* params, float* m, float* v,
-              bool wait_for_init);
+              bool wait_for_init, runtime::buffer_pool* scratch = nullptr);
 
   uint32_t length() const noexcept {
     return length_;
@@ -131,6 +134,7 @@ private:
   uint32_t arrivals_ = 0;
   uint32_t next_ = 0; // next rank to add to the sum
   runtime::buffer_ref sum_;
+  runtime::buffer_pool* scratch_;
   std::chrono::steady_clock::time_point opened_at_{};
 
   // Pushes for clock version_ + 1, held until the step above completes.

@@ -1,10 +1,11 @@
 // gloo-allreduce: one rank of a Gloo all-reduce benchmark. Start W of these (ranks
 // 0..W-1) with the same --store DIR (an empty directory, one per run): they rendezvous
 // through gloo::rendezvous::FileStore, connect a full mesh over Gloo's TCP transport on
-// 127.0.0.1, then each iteration run a barrier and time gloo::allreduce (ring) of S
-// bytes of float32, sum, out of place.
+// --host (default 127.0.0.1; each rank's own address when ranks sit on different hosts),
+// then each iteration run a barrier and time gloo::allreduce (ring) of S bytes of
+// float32, sum, out of place.
 //
-//   gloo-allreduce --rank R --size W --bytes S --iters N --warmup K --store DIR
+//   gloo-allreduce --rank R --size W --bytes S --iters N --warmup K --store DIR [--host ADDR]
 //
 // Prints on stdout:  RANK r t_1 ... t_N   (milliseconds)   then   VERIFIED 1
 // Every element of every result is checked against the exact sum (inputs are small
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   int rank = -1, size = 0, iters = 10, warmup = 2;
   uint64_t bytes = 4u << 20;
   std::string store_dir;
+  std::string host = "127.0.0.1";
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {
       else if (a == "--iters") iters = std::stoi(next());
       else if (a == "--warmup") warmup = std::stoi(next());
       else if (a == "--store") store_dir = next();
+      else if (a == "--host") host = next();
       else throw std::invalid_argument("unknown argument " + a);
     }
     if (size < 1 || rank < 0 || rank >= size || bytes == 0 || bytes % 4 || iters < 1 ||
@@ -81,7 +84,7 @@ int main(int argc, char** argv) {
 
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    attr.hostname = host;
     attr.ai_family = AF_INET;
     auto dev = gloo::transport::tcp::CreateDevice(attr);
     gloo::rendezvous::FileStore file_store(store_dir);

@@ -12,7 +12,7 @@ namespace {
 } // namespace
 
 kernel_table avx2_kernels() noexcept {
-  return {"avx2", impl_sum_into, impl_step, impl_stream};
+  return {"avx2", impl_sum_into, impl_add, impl_step, impl_stream};
 }
 
 } // namespace rw::runtime::detail

@@ -12,7 +12,7 @@ namespace {
 } // namespace
 
 kernel_table scalar_kernels() noexcept {
-  return {"scalar", impl_sum_into, impl_step, impl_stream};
+  return {"scalar", impl_sum_into, impl_add, impl_step, impl_stream};
 }
 
 } // namespace rw::runtime::detail

@@ -129,7 +129,18 @@ struct worker::impl {
   }
 
   void handshake() {
-    transports::hello_msg hello{opts.job, opts.rank};
+    transports::hello_msg hello{opts.job, opts.rank, {}, 0};
+    std::unique_ptr<transports::shm::worker_channel> channel;
+    if (opts.transport != "tcp") {
+      try {
+        channel = std::make_unique<transports::shm::worker_channel>(opts.job);
+        hello.shm_segment = channel->name();
+        hello.shm_nonce = channel->nonce();
+      } catch (const std::exception& e) {
+        if (opts.transport == "shm")
+          throw rw::error(errc::io_error, std::string("no shared memory: ") + e.what());
+      }
+    }
     auto payload = transports::encode(hello);
     if (payload.size() > defaults::max_control_bytes)
       throw rw::error(errc::invalid_spec, "the job spec is too large to send");
@@ -142,6 +153,24 @@ struct worker::impl {
     if (!first->send(h, &iov, 1))
       throw rw::error(errc::io_error, "cannot send hello to " + opts.connect);
     welcome = await_welcome("hello from " + opts.connect);
+    if (welcome.shm) {
+      try {
+        channel->connect(welcome.shm_bell);
+      } catch (const std::exception& e) {
+        throw rw::error(errc::io_error, std::string("shared memory with the node: ") + e.what());
+      }
+      auto routes = std::make_shared<runtime::routing_table>(opts.job, welcome.num_shards,
+                                                             welcome.shard_endpoints);
+      link = std::make_shared<actors::worker_link>(
+        ep, std::vector<transports::connection_ptr>{first}, welcome.job_id, opts.rank,
+        routes, std::move(channel));
+      return;
+    }
+    if (opts.transport == "shm")
+      throw rw::error(errc::io_error,
+                      "the node did not take this worker's shared memory (it is on another "
+                      "host, or runs with --no-shm); use transport auto or tcp");
+    channel.reset(); // removes the segment
     auto routes = std::make_shared<runtime::routing_table>(opts.job, welcome.num_shards,
                                                            welcome.shard_endpoints);
     // One connection per node endpoint; attach to the others with the token.
@@ -175,6 +204,9 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
   if (auto why = validate(d.opts.job, defaults::max_chunk_bytes, defaults::max_workers);
       !why.empty())
     throw rw::error(errc::invalid_spec, "invalid job spec: " + why);
+  if (d.opts.transport != "auto" && d.opts.transport != "tcp" && d.opts.transport != "shm")
+    throw rw::error(errc::invalid_spec, "transport must be auto, tcp or shm, not '"
+                                          + d.opts.transport + "'");
   if (d.opts.rank >= d.opts.job.num_workers)
     throw rw::error(errc::bad_rank, fmt::format("rank {} is outside 0..{}", d.opts.rank,
                                                 d.opts.job.num_workers - 1));
@@ -258,6 +290,22 @@ std::future<void> worker::push_pull(const std::string& tensor, const float* grad
                                     float* out) {
   return impl_->submit(
     {actors::worker_op::push_pull, impl_->tensor(tensor), grad, out, 0, nullptr});
+}
+
+const char* worker::transport() const noexcept {
+  return impl_->link && impl_->link->shm() ? "shm" : "tcp";
+}
+
+float* worker::shared_gradient(const std::string& tensor) const {
+  auto t = impl_->tensor(tensor);
+  auto* shm = impl_->link ? impl_->link->shm() : nullptr;
+  return shm != nullptr ? shm->gradient(t) : nullptr;
+}
+
+float* worker::shared_result(const std::string& tensor) const {
+  auto t = impl_->tensor(tensor);
+  auto* shm = impl_->link ? impl_->link->shm() : nullptr;
+  return shm != nullptr ? shm->result(t) : nullptr;
 }
 
 uint64_t worker::clock(const std::string& tensor) const {

@@ -280,3 +280,31 @@ TEST_CASE("a job larger than the node allows is refused before any allocation",
   }
   check_node_serves(node.address(), "after-huge");
 }
+
+TEST_CASE("shared memory is used on this host unless the node or the worker says no",
+          "[integration][shm]") {
+  {
+    testing::node_process node;
+    worker w{options(node.address(), small_job("shm-auto", 1), 0)};
+    CHECK(std::string(w.transport()) == "shm");
+    REQUIRE(w.shared_gradient("t") != nullptr);
+    // Zero copies: the gradient is written in, and the result read from, the segment.
+    std::fill(w.shared_gradient("t"), w.shared_gradient("t") + 3000, 0.5f);
+    w.push_pull("t", w.shared_gradient("t"), w.shared_result("t")).get();
+    CHECK(w.shared_result("t")[2999] == 0.5f);
+    auto o = options(node.address(), small_job("shm-off", 1), 0);
+    o.transport = "tcp";
+    worker t{o};
+    CHECK(std::string(t.transport()) == "tcp");
+    CHECK(t.shared_gradient("t") == nullptr);
+  }
+  testing::node_process no_shm{{"--no-shm"}};
+  auto o = options(no_shm.address(), small_job("shm-refused", 1), 0);
+  worker fallback{o};
+  CHECK(std::string(fallback.transport()) == "tcp");
+  o.job.name = "shm-required";
+  o.transport = "shm";
+  CHECK(error_code_of([&] { worker w{o}; }) == errc::io_error);
+  o.transport = "carrier-pigeon";
+  CHECK(error_code_of([&] { worker w{o}; }) == errc::invalid_spec);
+}

@@ -36,7 +36,8 @@ std::vector<float> reference(const job_spec& spec, uint32_t t, uint32_t workers)
 
 // Runs W rw-test-worker processes; returns each one's output file contents.
 std::vector<std::string> run_workers(const std::string& address, const std::string& job,
-                                     uint32_t workers, optimizer_kind kind) {
+                                     uint32_t workers, optimizer_kind kind,
+                                     const std::string& transport) {
   std::vector<tools::subprocess> procs;
   std::vector<std::string> outs;
   for (uint32_t r = 0; r < workers; ++r) {
@@ -45,7 +46,8 @@ std::vector<std::string> run_workers(const std::string& address, const std::stri
                                                 "--job", job, "--rank", std::to_string(r),
                                                 "--workers", std::to_string(workers),
                                                 "--optimizer", to_string(kind), "--steps",
-                                                std::to_string(steps), "--out", outs.back()},
+                                                std::to_string(steps), "--out", outs.back(),
+                                                "--transport", transport},
                        false);
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -63,20 +65,22 @@ std::vector<std::string> run_workers(const std::string& address, const std::stri
 
 } // namespace
 
+// One protocol suite, instantiated per transport.
 TEST_CASE("BSP push_pull is bitwise the single-process reference", "[integration][bsp]") {
   testing::node_process node;
+  for (std::string transport : {"tcp", "shm"})
   for (uint32_t workers : {1u, 2u, 4u}) {
     for (auto kind : {optimizer_kind::sum, optimizer_kind::sgd, optimizer_kind::momentum,
                       optimizer_kind::nesterov, optimizer_kind::adam}) {
-      DYNAMIC_SECTION(workers << " workers, " << to_string(kind)) {
-        auto job = fmt::format("bsp-{}-{}", workers, to_string(kind));
+      DYNAMIC_SECTION(transport << ", " << workers << " workers, " << to_string(kind)) {
+        auto job = fmt::format("bsp-{}-{}-{}", transport, workers, to_string(kind));
         auto spec = testing::fixture_job(job, workers, kind);
         std::string expect;
         for (uint32_t t = 0; t < spec.tensors.size(); ++t) {
           auto ref = reference(spec, t, workers);
           expect.append(reinterpret_cast<const char*>(ref.data()), ref.size() * sizeof(float));
         }
-        auto results = run_workers(node.address(), job, workers, kind);
+        auto results = run_workers(node.address(), job, workers, kind, transport);
         for (uint32_t r = 0; r < workers; ++r) {
           INFO("rank " << r);
           REQUIRE(results[r].size() == expect.size());

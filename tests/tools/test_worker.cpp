@@ -12,7 +12,7 @@
 #include "tests/tools/fixture_job.hpp"
 
 int main(int argc, char** argv) {
-  std::string connect, job, optimizer = "sum", out;
+  std::string connect, job, optimizer = "sum", out, transport = "auto";
   uint32_t rank = 0, workers = 1, steps = 3;
   CLI::App app{"rw-test-worker: one worker of the test fixture job"};
   app.add_option("--connect", connect)->required();
@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", optimizer);
   app.add_option("--steps", steps);
   app.add_option("--out", out)->required();
+  app.add_option("--transport", transport);
   CLI11_PARSE(app, argc, argv);
 
   auto kind = rw::parse_optimizer_kind(optimizer);
@@ -34,8 +35,13 @@ int main(int argc, char** argv) {
   o.rank = rank;
   o.job = rw::testing::fixture_job(job, workers, *kind);
   o.request_timeout = std::chrono::seconds(30);
+  o.transport = transport;
   try {
     rw::worker w{o};
+    if (transport != "auto" && transport != w.transport()) {
+      std::cerr << "asked for " << transport << ", got " << w.transport() << "\n";
+      return 4;
+    }
     auto& tensors = o.job.tensors;
     std::vector<std::vector<float>> params(tensors.size());
     for (uint32_t t = 0; t < tensors.size(); ++t) {

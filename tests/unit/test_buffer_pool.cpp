@@ -36,3 +36,4 @@ TEST_CASE("a buffer may outlive its pool", "[pool]") {
   CHECK(kept->floats()[0] == 1.5f);
   kept.reset(); // freed, not returned to the dead pool (ASan/valgrind would flag it)
 }
+

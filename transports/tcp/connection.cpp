@@ -1,5 +1,7 @@
 #include "transports/tcp/connection.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -30,6 +32,17 @@ connection::connection(int fd, std::string peer, std::chrono::milliseconds io_ti
 
 connection::~connection() {
   ::close(fd_);
+}
+
+bool connection::same_host() const noexcept {
+  sockaddr_in local{}, remote{};
+  socklen_t a = sizeof(local), b = sizeof(remote);
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &a) != 0
+      || getpeername(fd_, reinterpret_cast<sockaddr*>(&remote), &b) != 0
+      || local.sin_family != AF_INET || remote.sin_family != AF_INET)
+    return false;
+  bool loopback = (ntohl(remote.sin_addr.s_addr) >> 24) == 127;
+  return loopback || local.sin_addr.s_addr == remote.sin_addr.s_addr;
 }
 
 bool connection::is_open() const noexcept {

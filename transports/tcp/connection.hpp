@@ -31,6 +31,7 @@ public:
   const std::string& peer() const noexcept override {
     return peer_;
   }
+  bool same_host() const noexcept override;
 
   int fd() const noexcept {
     return fd_;

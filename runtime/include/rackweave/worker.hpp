@@ -44,6 +44,9 @@ struct worker_options {
   uint32_t rank = 0;
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds request_timeout{defaults::request_timeout_ms};
+  /// How chunks travel: "auto" (shared memory when the node is on this host and allows
+  /// it, else TCP), "tcp", or "shm" (shared memory or fail).
+  std::string transport = "auto";
 };
 
 class worker {
@@ -79,6 +82,15 @@ public:
 
   /// How many pushes this worker has made to `tensor` (its clock).
   uint64_t clock(const std::string& tensor) const;
+
+  /// "shm" or "tcp": how this worker's chunks travel.
+  const char* transport() const noexcept;
+
+  /// With shared memory, the tensor's gradient and result regions: compute the gradient
+  /// in shared_gradient() and pass shared_result() as `out`, and no byte is copied on
+  /// either side. Over TCP both are null.
+  float* shared_gradient(const std::string& tensor) const;
+  float* shared_result(const std::string& tensor) const;
 
   /// Leaves the job (bye) and disconnects; calls afterwards throw. Idempotent.
   void close();

@@ -1,0 +1,416 @@
+#!/usr/bin/env bash
+# An emulated cloud rack on this one machine: W worker hosts and one rack-agg host with
+# K NICs, each a network namespace, joined by a bridge in a namespace of its own (the
+# switch), every link rate-limited with tc tbf in both directions. Runs RackWeave
+# (rw-node on the agg host, listening on every agg link; one rw-bench comm-worker per
+# worker host) and Gloo's ring all-reduce (one gloo-allreduce per worker host) and puts
+# each median step time next to its link-bound lower bound:
+#   Gloo ring   t >= 2(W-1)/W * S / B_worker
+#   RackWeave   t >= max(S / B_worker, W * S / (K * B_agg))
+# Prints a table and writes bench/RESULTS.md (the section between the netns markers).
+#
+#   bash bench/netns.sh [--workers W] [--bytes S] [--iters N] [--warmup K]
+#                       [--rate R] [--agg-rate R] [--agg-links K] [--chunk-bytes C]
+#                       [--timeout S] [--json]
+#
+# Defaults: 4 workers, 16MiB, 10 timed iterations after 2 warm-up, worker links 1gbit,
+# agg links as fast as worker links, 2 agg links, 32KiB chunks, 120 s per run. Rates
+# are tc rates in bit/s (500mbit, 1gbit, 2.5gbit). Needs root. Every namespace is
+# named rwb-<pid of this script>-*; addresses are in 10.77.0.0/16 and exist only inside
+# them. Processes, namespaces and links are removed on exit, error or interrupt.
+# With --json stdout carries only one JSON object per system.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+invocation="bash bench/netns.sh"
+for arg in "$@"; do
+  if [[ $arg =~ ^[A-Za-z0-9_./:=+-]+$ ]]; then invocation+=" $arg"
+  else invocation+=" '${arg//\'/\'\\\'\'}'"; fi
+done
+
+workers=4
+size=16MiB
+iters=10
+warmup=2
+rate=1gbit
+agg_rate=
+agg_links=2
+chunk=32KiB
+run_timeout=120
+json=0
+while (($#)); do
+  case $1 in
+    --workers) workers=$2; shift 2 ;;
+    --bytes) size=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --agg-rate) agg_rate=$2; shift 2 ;;
+    --agg-links) agg_links=$2; shift 2 ;;
+    --chunk-bytes) chunk=$2; shift 2 ;;
+    --timeout) run_timeout=$2; shift 2 ;;
+    --json) json=1; shift ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    *) echo "netns.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+agg_rate=${agg_rate:-$rate}
+
+to_bytes() { # 64MiB, 4M, 512KiB, 1048576 -> bytes
+  local n u
+  [[ $1 =~ ^([0-9]+)(B|K|KiB|M|MiB|G|GiB)?$ ]] || return 1
+  n=${BASH_REMATCH[1]} u=${BASH_REMATCH[2]}
+  case $u in
+    ''|B) echo "$n" ;;
+    K|KiB) echo $((n << 10)) ;;
+    M|MiB) echo $((n << 20)) ;;
+    G|GiB) echo $((n << 30)) ;;
+  esac
+}
+rate_bps() { # a tc rate (1gbit, 2.5gbit, 800mbit, 1gibit) -> bit/s
+  local r=${1,,}
+  [[ $r =~ ^([0-9]+(\.[0-9]+)?)([kmgt]i?)?bit$ ]] || return 1
+  awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[3]}" 'BEGIN {
+    m["k"] = 1e3; m["m"] = 1e6; m["g"] = 1e9; m["t"] = 1e12
+    m["ki"] = 2^10; m["mi"] = 2^20; m["gi"] = 2^30; m["ti"] = 2^40
+    v = n * (u == "" ? 1 : m[u]); if (v < 1) exit 1; printf "%.0f\n", v }'
+}
+bytes=$(to_bytes "$size") && ((bytes > 0 && bytes % 4 == 0)) ||
+  { echo "netns.sh: bad --bytes $size (a positive multiple of 4 bytes, e.g. 16MiB)" >&2; exit 2; }
+to_bytes "$chunk" >/dev/null ||
+  { echo "netns.sh: bad --chunk-bytes $chunk (e.g. 32KiB)" >&2; exit 2; }
+worker_bps=$(rate_bps "$rate") || { echo "netns.sh: bad --rate $rate (e.g. 1gbit)" >&2; exit 2; }
+agg_bps=$(rate_bps "$agg_rate") || { echo "netns.sh: bad --agg-rate $agg_rate" >&2; exit 2; }
+# Worker hosts are 10.77.1.1.., agg links 10.77.0.1..: one /24 each.
+[[ $workers =~ ^[1-9][0-9]*$ ]] && ((workers >= 2 && workers <= 254)) ||
+  { echo "netns.sh: --workers takes 2..254" >&2; exit 2; }
+[[ $agg_links =~ ^[1-9][0-9]*$ ]] && ((agg_links <= 254)) ||
+  { echo "netns.sh: --agg-links takes 1..254" >&2; exit 2; }
+[[ $iters =~ ^[1-9][0-9]*$ && $warmup =~ ^[0-9]+$ && $run_timeout =~ ^[1-9][0-9]*$ ]] ||
+  { echo "netns.sh: --iters, --warmup and --timeout take whole numbers" >&2; exit 2; }
+((EUID == 0)) || { echo "netns.sh: needs root (ip netns, tc)" >&2; exit 2; }
+
+# Everything but the --json lines goes to stdout only without --json.
+if ((json)); then exec 3>&2; else exec 3>&1; fi
+say() { printf '%s\n' "$*" >&3; }
+note() { printf 'netns.sh: %s\n' "$*" >&2; }
+
+prefix="rwb-$$-"
+switch_ns=${prefix}sw
+agg_ns=${prefix}agg
+port=7700 # the agg host is a namespace of its own: no other listener there
+agg_addr() { echo "10.77.0.$(($1 + 1))"; }
+worker_addr() { echo "10.77.1.$(($1 + 1))"; }
+worker_ns() { echo "${prefix}w$1"; }
+
+started=$(date +%s)
+tmp=$(mktemp -d)
+namespaces=() # created so far, deleted on exit
+run_pids=()   # ranks started and not yet reaped, stopped on exit
+node_pid=     # the same for rw-node
+
+running() { # PID: alive and not a zombie
+  local st
+  st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]
+}
+# stop_pids PID...: SIGTERM (timeout passes it to its command's process group), up to
+# 5 s for them to go, then SIGKILL to what is left of each group; reaps them all.
+stop_pids() {
+  local p end=$((SECONDS + 5)) left
+  for p; do kill -TERM "$p" 2>/dev/null || true; done
+  while ((SECONDS < end)); do
+    left=0
+    for p; do
+      if running "$p"; then left=1; fi
+    done
+    ((left)) || break
+    sleep 0.1
+  done
+  for p; do
+    if running "$p"; then kill -KILL -- "-$p" "$p" 2>/dev/null || true; fi
+  done
+  for p; do wait "$p" 2>/dev/null || true; done
+}
+cleanup() {
+  local rc=$? ns i
+  trap '' INT TERM HUP # a second Ctrl-C must not cut the cleanup short
+  stop_pids "${run_pids[@]}" ${node_pid:+"$node_pid"}
+  # Deleting a namespace destroys its devices, and a veth goes with either end.
+  for ((i = ${#namespaces[@]} - 1; i >= 0; i--)); do
+    ip netns del "${namespaces[i]}" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+  if ns=$(ip netns list | grep "^$prefix"); then
+    note "namespaces left behind: $ns"
+    rc=1
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# The tree may be rebuilt while this runs: measure one consistent copy of the RackWeave
+# binaries, taken once they have been left alone for 5 s and run (bounded: 5 minutes).
+snapshot_rackweave() {
+  local files=(build/apps/rw-node build/apps/rw-bench build/librackweave.so) f newest
+  mkdir -p "$tmp/bin"
+  for _ in {1..60}; do
+    if ls "${files[@]}" >/dev/null 2>&1; then
+      newest=$(stat -c %Y "${files[@]}" | sort -n | tail -1)
+      if (($(date +%s) - newest >= 5)); then
+        cp "${files[@]}" "$tmp/bin/"
+        if [[ $(stat -c %Y "${files[@]}" | sort -n | tail -1) == "$newest" ]] &&
+          LD_LIBRARY_PATH=$tmp/bin timeout 20 "$tmp/bin/rw-node" --help >/dev/null 2>&1 &&
+          LD_LIBRARY_PATH=$tmp/bin timeout 20 "$tmp/bin/rw-bench" comm-worker --help >/dev/null 2>&1
+        then
+          return 0
+        fi
+      fi
+    fi
+    sleep 5
+  done
+  note "no usable RackWeave build in ./build after 5 minutes (missing or being rebuilt)"
+  return 1
+}
+snapshot_rackweave
+# The copies find their library by LD_LIBRARY_PATH (their RUNPATH points into ./build).
+export LD_LIBRARY_PATH=$tmp/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+gloo=build/peers/gloo-allreduce
+[[ -x $gloo ]] || { note "$gloo is missing: run bash bench/setup-peers.sh"; exit 1; }
+if [[ $("$gloo" --host 127.0.0.1 2>&1 || true) == *"unknown argument"* ]]; then
+  note "$gloo has no --host option: rebuild it (cmake --build build/peers)"; exit 1
+fi
+
+# The rack. tbf: burst of 1 ms at the rate but at least one 64 KiB GSO packet (so the
+# bucket never has to split one); 10 ms of queue before it drops.
+shape() { # NS DEV BPS
+  local burst=$(($3 / 8000 > 65536 ? $3 / 8000 : 65536))
+  tc -n "$1" qdisc replace dev "$2" root tbf rate "${3}bit" burst "$burst" latency 10ms
+}
+add_ns() {
+  ip netns add "$1"
+  namespaces+=("$1")
+  ip -n "$1" link set lo up
+}
+add_ns "$switch_ns"
+ip -n "$switch_ns" link add br0 type bridge
+ip -n "$switch_ns" link set br0 up
+# add_link NS PORT DEV ADDR BPS: a veth from the switch (PORT, on the bridge) to host NS
+# (DEV, with ADDR), shaped on both ends' egress.
+add_link() {
+  ip -n "$switch_ns" link add "$2" type veth peer name "$3" netns "$1"
+  ip -n "$switch_ns" link set "$2" master br0
+  ip -n "$switch_ns" link set "$2" up
+  ip -n "$1" addr add "$4/16" dev "$3"
+  ip -n "$1" link set "$3" up
+  shape "$switch_ns" "$2" "$5"
+  shape "$1" "$3" "$5"
+}
+add_ns "$agg_ns"
+# Several NICs in one subnet: answer ARP only on the NIC that has the address, and send
+# from each address out of its own NIC (source-based routes), or every reply would
+# leave through the first NIC.
+ip netns exec "$agg_ns" sysctl -q -w net.ipv4.conf.all.arp_ignore=1 \
+  net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.all.rp_filter=0
+for ((k = 0; k < agg_links; k++)); do
+  add_link "$agg_ns" "a$k" "eth$k" "$(agg_addr "$k")" "$agg_bps"
+  ip -n "$agg_ns" rule add from "$(agg_addr "$k")" table $((100 + k))
+  ip -n "$agg_ns" route add 10.77.0.0/16 dev "eth$k" src "$(agg_addr "$k")" table $((100 + k))
+done
+for ((i = 0; i < workers; i++)); do
+  add_ns "$(worker_ns "$i")"
+  add_link "$(worker_ns "$i")" "w$i" eth0 "$(worker_addr "$i")" "$worker_bps"
+done
+
+# launch OUT NS CMD...: CMD in namespace NS, in the background, bounded by --timeout.
+launch() {
+  local out=$1 ns=$2; shift 2
+  timeout -k 5 "$run_timeout" ip netns exec "$ns" "$@" >"$out" 2>"$out.err" </dev/null &
+  run_pids+=($!)
+}
+# wait_ranks: waits for every run_pids entry; the first to fail stops the others.
+# Returns that first failure's status.
+wait_ranks() {
+  local rc=0 st pid left=("${run_pids[@]}") keep p
+  while ((${#left[@]})); do
+    st=0 pid=
+    wait -n -p pid "${left[@]}" || st=$?
+    [[ -n $pid ]] || break
+    keep=()
+    for p in "${left[@]}"; do [[ $p == "$pid" ]] || keep+=("$p"); done
+    left=("${keep[@]}")
+    if ((st)); then
+      rc=$st
+      stop_pids "${left[@]}"
+      break
+    fi
+  done
+  run_pids=()
+  return "$rc"
+}
+# step_stats TAG FILE...: per iteration the slowest rank, then "median p90" over the
+# iterations (percentiles as rw-bench computes them). TAG is the line's first word
+# (RESULT: "RESULT ok t1..", RANK: "RANK r t1..").
+step_stats() {
+  python3 - "$iters" "$@" <<'PY'
+import math, sys
+n, tag, paths = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+ranks = []
+for p in paths:
+    times = [l.split()[2:] for l in open(p) if l.split()[:1] == [tag]]
+    if len(times) != 1 or len(times[0]) != n:
+        sys.exit(f"{p}: expected one {tag} line with {n} times")
+    ranks.append([float(t) for t in times[0]])
+steps = sorted(max(r[i] for r in ranks) for i in range(n))
+pct = lambda q: steps[min(max(math.ceil(q * n) - 1, 0), n - 1)]
+print(f"{pct(0.5):.3f} {pct(0.9):.3f}")
+PY
+}
+failed() { # SYSTEM STATUS FILES...: says why a run failed, with the end of each log
+  local sys=$1 st=$2 f; shift 2
+  if ((st == 124 || st == 137)); then note "$sys: timed out after ${run_timeout}s"; fi
+  note "$sys failed (exit $st):"
+  for f; do
+    if [[ -s $f ]]; then tail -n 5 "$f" | sed "s|^|    ${f##*/}: |" >&2; fi
+  done
+}
+
+say "rack: $workers worker hosts on $rate links, 1 rack-agg host on $agg_links x $agg_rate links, one bridge; $size per worker, $iters iterations after $warmup warm-up"
+: >"$tmp/results"
+
+# RackWeave: the node listens on every agg link; workers reach the first and attach to
+# the others as its welcome tells them.
+listens=()
+for ((k = 0; k < agg_links; k++)); do listens+=(--listen "$(agg_addr "$k"):$port"); done
+node_args=(--role rack-agg "${listens[@]}" --log-level warn)
+worker_args=(--connect "$(agg_addr 0):$port" --workers "$workers" --bytes "$bytes"
+  --iters "$iters" --warmup "$warmup" --chunk-bytes "$chunk" --job "netns-$$")
+timeout -k 5 $((2 * run_timeout)) ip netns exec "$agg_ns" "$tmp/bin/rw-node" "${node_args[@]}" \
+  --port-file "$tmp/port" >"$tmp/node.log" 2>&1 </dev/null &
+node_pid=$!
+for _ in {1..100}; do
+  [[ -s $tmp/port ]] && break
+  running "$node_pid" || break
+  sleep 0.1
+done
+[[ -s $tmp/port ]] || { note "rw-node did not start:"; cat "$tmp/node.log" >&2; exit 1; }
+t0=$(date +%s)
+for ((r = 0; r < workers; r++)); do
+  launch "$tmp/rw.$r" "$(worker_ns "$r")" "$tmp/bin/rw-bench" comm-worker "${worker_args[@]}" \
+    --rank "$r"
+done
+st=0
+wait_ranks || st=$?
+stop_pids "$node_pid"
+node_pid=
+rw_files=()
+for ((r = 0; r < workers; r++)); do rw_files+=("$tmp/rw.$r"); done
+if ((st == 0)) && res=$(step_stats RESULT "${rw_files[@]}" 2>"$tmp/rw.stats"); then
+  echo "rackweave $res" >>"$tmp/results"
+  note "rackweave: median/p90 ms $res ($(($(date +%s) - t0)) s)"
+else
+  failed rackweave "$st" "$tmp/rw.stats" "$tmp/node.log" "${rw_files[@]/%/.err}"
+  echo "rackweave FAIL FAIL" >>"$tmp/results"
+fi
+
+# Gloo: a ring over the worker hosts, each rank on its own host's address.
+mkdir "$tmp/gloo-store"
+gloo_args=(--size "$workers" --bytes "$bytes" --iters "$iters" --warmup "$warmup")
+t0=$(date +%s)
+for ((r = 0; r < workers; r++)); do
+  launch "$tmp/gloo.$r" "$(worker_ns "$r")" "$gloo" "${gloo_args[@]}" --store "$tmp/gloo-store" \
+    --rank "$r" --host "$(worker_addr "$r")"
+done
+st=0
+wait_ranks || st=$?
+gloo_files=()
+for ((r = 0; r < workers; r++)); do gloo_files+=("$tmp/gloo.$r"); done
+if ((st == 0)) && res=$(step_stats RANK "${gloo_files[@]}" 2>"$tmp/gloo.stats"); then
+  echo "gloo-ring $res" >>"$tmp/results"
+  note "gloo-ring: median/p90 ms $res ($(($(date +%s) - t0)) s)"
+else
+  failed gloo-ring "$st" "$tmp/gloo.stats" "${gloo_files[@]/%/.err}"
+  echo "gloo-ring FAIL FAIL" >>"$tmp/results"
+fi
+elapsed=$(($(date +%s) - started))
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
+machine="$(nproc) cores ($cpu), $mem RAM, $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+commands=(
+  "ip netns exec $agg_ns rw-node ${node_args[*]} --port-file FILE"
+  "ip netns exec ${prefix}wR rw-bench comm-worker ${worker_args[*]} --rank R   (R = 0..$((workers - 1)), all at once)"
+  "ip netns exec ${prefix}wR gloo-allreduce ${gloo_args[*]} --store DIR --rank R --host 10.77.1.<R+1>   (R = 0..$((workers - 1)), all at once)"
+)
+python3 - "$tmp/results" "$tmp/table.txt" "$tmp/section.md" "$workers" "$bytes" "$size" "$worker_bps" "$agg_bps" \
+  "$agg_links" "$rate" "$agg_rate" "$iters" "$warmup" "$chunk" "$invocation" "$machine" \
+  "$elapsed" "$json" "${commands[@]}" <<'PY'
+import datetime, json, sys
+(res_path, txt_path, md_path, w, s, size, bw, ba, k, rate, agg_rate, iters, warmup, chunk,
+ invocation, machine, elapsed, as_json), commands = sys.argv[1:19], sys.argv[19:]
+w, s, bw, ba, k = int(w), int(s), float(bw), float(ba), int(k)
+ms = lambda bits_per_s, nbytes: nbytes * 8 / bits_per_s * 1e3
+rw_worker, rw_agg = ms(bw, s), ms(k * ba, w * s)
+bounds = {
+    "rackweave": (max(rw_worker, rw_agg),
+                  "max(S/B_w, W*S/(K*B_agg)) = " + ("S/B_w" if rw_worker >= rw_agg else "W*S/(K*B_agg)")),
+    "gloo-ring": (2 * (w - 1) / w * ms(bw, s), "2(W-1)/W * S/B_w"),
+}
+rows = []
+for line in open(res_path):
+    name, med, p90 = line.split()
+    bound, formula = bounds[name]
+    ok = med != "FAIL"
+    rows.append([name, med, p90, f"{bound:.3f}", f"{float(med) / bound:.2f}" if ok else "FAIL", formula])
+    if as_json == "1":
+        print(json.dumps({"system": name, "workers": w, "bytes": s, "agg_links": k,
+                          "worker_rate_bps": bw, "agg_rate_bps": ba, "iters": int(iters),
+                          "median_ms": float(med) if ok else None,
+                          "p90_ms": float(p90) if ok else None,
+                          "bound_ms": round(bound, 3),
+                          "ratio": round(float(med) / bound, 3) if ok else None}))
+head = ["system", "median ms", "p90 ms", "bound ms", "measured/bound", "bound"]
+widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+with open(txt_path, "w") as f:
+    for r in [head] + rows:
+        f.write("  ".join(c.ljust(widths[i]) if i in (0, 5) else c.rjust(widths[i])
+                          for i, c in enumerate(r)).rstrip() + "\n")
+    f.write(f"\ncommand: {invocation}\nwhich runs:\n")
+    f.writelines(f"  {c}\n" for c in commands)
+    f.write(f"took {elapsed} s\n")
+md = ["<!-- netns:begin -->",
+      "## Emulated rack in network namespaces (bench/netns.sh)",
+      "",
+      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}. Every host is a network "
+      "namespace on this one machine, so every process shares its cores.",
+      "",
+      f"Command: `{invocation}` ({iters} timed iterations after {warmup} warm-up per system; "
+      f"the whole run took {elapsed} s). Rack: {w} worker hosts, one link each at {rate}; one "
+      f"rack-agg host with {k} links at {agg_rate}, one `--listen` per link; all links are veth "
+      "pairs into one Linux bridge in a switch namespace, shaped with `tc tbf` on both ends. "
+      f"S = {size} of float32 per worker, RackWeave chunks of {chunk}, optimizer `sum`.",
+      "",
+      "which runs:",
+      "",
+      *[f"- `{c}`" for c in commands],
+      "",
+      "| " + " | ".join(head) + " |",
+      "|" + "---|" * len(head),
+      *["| " + " | ".join(r) + " |" for r in rows],
+      "",
+      "A step is the slowest worker's time for that iteration (median and p90 over the "
+      "iterations). The bounds are the time the shaped links need just to carry each "
+      "system's bytes (a ring moves 2(W-1)/W x S through every worker link each way; "
+      "RackWeave moves S each way through every worker link and W x S each way through the "
+      "K agg links together), so measured/bound cannot go below 1 — nor, with 1500-byte "
+      "frames, below about 1.05, since tbf also counts Ethernet, IP and TCP headers.",
+      "<!-- netns:end -->"]
+open(md_path, "w").write("\n".join(md) + "\n")
+PY
+
+cat "$tmp/table.txt" >&3
+python3 bench/lib/update_results.py bench/RESULTS.md netns "$tmp/section.md"
+say "written: bench/RESULTS.md"
+if grep -q FAIL "$tmp/results"; then exit 1; fi

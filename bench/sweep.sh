@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# Two sweeps of RackWeave's step time through one rw-node --role rack-agg on 127.0.0.1
+# (rw-bench comm, loopback TCP, optimizer sum):
+#   chunk size    one node with its default shards (one per core); rw-bench comm
+#                 --chunk-bytes C for every C (default 4KiB 16KiB 32KiB 64KiB 256KiB
+#                 1MiB 4MiB), W workers x S bytes (default 4 x 16MiB)
+#   core scaling  a node with --shards N for every N (default 1 2), 32KiB chunks, every
+#                 W (default 2 4) and S (default 16MiB 64MiB)
+# Prints the tables, plots them (bench/plot_sweep.py: bench/sweep-chunk.png,
+# bench/sweep-cores.png) and writes bench/RESULTS.md (the section between the sweep
+# markers).
+#
+#   bash bench/sweep.sh [--workers "W ..."] [--bytes "S ..."] [--iters N] [--warmup K]
+#                       [--chunks "C ..."] [--shards "N ..."] [--timeout S] [--json]
+#
+# --workers and --bytes, when given, replace the defaults of both sweeps (the chunk
+# sweep then runs every chunk size for every W and S). Each run is bounded by --timeout
+# seconds (default 300); a failed run is reported on stderr and marked in its row.
+# With --json stdout carries only one JSON object per run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+invocation="bash bench/sweep.sh"
+for arg in "$@"; do
+  if [[ $arg =~ ^[A-Za-z0-9_./:=+-]+$ ]]; then invocation+=" $arg"
+  else invocation+=" '${arg//\'/\'\\\'\'}'"; fi
+done
+
+chunk_workers=4 chunk_sizes=16MiB
+scale_workers="2 4" scale_sizes="16MiB 64MiB"
+chunks="4KiB 16KiB 32KiB 64KiB 256KiB 1MiB 4MiB"
+shard_counts="1 2"
+scale_chunk=32KiB
+iters=10
+warmup=2
+run_timeout=300
+json=0
+while (($#)); do
+  case $1 in
+    --workers) chunk_workers=$2 scale_workers=$2; shift 2 ;;
+    --bytes) chunk_sizes=$2 scale_sizes=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --chunks) chunks=$2; shift 2 ;;
+    --shards) shard_counts=$2; shift 2 ;;
+    --timeout) run_timeout=$2; shift 2 ;;
+    --json) json=1; shift ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    *) echo "sweep.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+to_bytes() { # 64MiB, 4M, 512KiB, 1048576 -> bytes
+  local n u
+  [[ $1 =~ ^([0-9]+)(B|K|KiB|M|MiB|G|GiB)?$ ]] || return 1
+  n=${BASH_REMATCH[1]} u=${BASH_REMATCH[2]}
+  case $u in
+    ''|B) echo "$n" ;;
+    K|KiB) echo $((n << 10)) ;;
+    M|MiB) echo $((n << 20)) ;;
+    G|GiB) echo $((n << 30)) ;;
+  esac
+}
+for s in $chunk_sizes $scale_sizes $chunks $scale_chunk; do
+  b=$(to_bytes "$s") && ((b > 0 && b % 4 == 0)) ||
+    { echo "sweep.sh: bad size $s (a positive multiple of 4 bytes, e.g. 64MiB)" >&2; exit 2; }
+done
+for n in $chunk_workers $scale_workers $shard_counts; do
+  [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "sweep.sh: bad count $n" >&2; exit 2; }
+done
+[[ $iters =~ ^[1-9][0-9]*$ && $warmup =~ ^[0-9]+$ && $run_timeout =~ ^[1-9][0-9]*$ ]] ||
+  { echo "sweep.sh: --iters, --warmup and --timeout take whole numbers" >&2; exit 2; }
+# Plots need Debian's matplotlib; the python3 first in PATH may not have it. Checked
+# now rather than after minutes of measuring.
+plot_python=/usr/bin/python3
+"$plot_python" -c 'import matplotlib' 2>/dev/null ||
+  { echo "sweep.sh: $plot_python has no matplotlib (apt-get install python3-matplotlib)" >&2; exit 2; }
+
+# Everything but the --json lines goes to stdout only without --json.
+if ((json)); then exec 3>&2; else exec 3>&1; fi
+say() { printf '%s\n' "$*" >&3; }
+note() { printf 'sweep.sh: %s\n' "$*" >&2; }
+
+started=$(date +%s)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+tmp=$(mktemp -d)
+node_pid= # rw-node, stopped on exit
+run_pid=  # the rw-bench run under way, stopped on exit
+
+running() { # PID: alive and not a zombie
+  local st
+  st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]
+}
+# stop_pids PID...: SIGTERM (timeout passes it to its command's process group), up to
+# 5 s for them to go, then SIGKILL to what is left of each group; reaps them all.
+stop_pids() {
+  local p end=$((SECONDS + 5)) left
+  for p; do kill -TERM "$p" 2>/dev/null || true; done
+  while ((SECONDS < end)); do
+    left=0
+    for p; do
+      if running "$p"; then left=1; fi
+    done
+    ((left)) || break
+    sleep 0.1
+  done
+  for p; do
+    if running "$p"; then kill -KILL -- "-$p" "$p" 2>/dev/null || true; fi
+  done
+  for p; do wait "$p" 2>/dev/null || true; done
+}
+cleanup() {
+  local rc=$?
+  trap '' INT TERM HUP # a second Ctrl-C must not cut the cleanup short
+  stop_pids ${run_pid:+"$run_pid"} ${node_pid:+"$node_pid"}
+  rm -rf "$tmp"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# The tree may be rebuilt while this runs: measure one consistent copy of the RackWeave
+# binaries, taken once they have been left alone for 5 s and run (bounded: 5 minutes).
+snapshot_rackweave() {
+  local files=(build/apps/rw-node build/apps/rw-bench build/librackweave.so) newest
+  mkdir -p "$tmp/bin"
+  for _ in {1..60}; do
+    if ls "${files[@]}" >/dev/null 2>&1; then
+      newest=$(stat -c %Y "${files[@]}" | sort -n | tail -1)
+      if (($(date +%s) - newest >= 5)); then
+        cp "${files[@]}" "$tmp/bin/"
+        if [[ $(stat -c %Y "${files[@]}" | sort -n | tail -1) == "$newest" ]] &&
+          LD_LIBRARY_PATH=$tmp/bin timeout 20 "$tmp/bin/rw-node" --help >/dev/null 2>&1 &&
+          LD_LIBRARY_PATH=$tmp/bin timeout 20 "$tmp/bin/rw-bench" comm --help >/dev/null 2>&1
+        then
+          return 0
+        fi
+      fi
+    fi
+    sleep 5
+  done
+  note "no usable RackWeave build in ./build after 5 minutes (missing or being rebuilt)"
+  return 1
+}
+snapshot_rackweave
+# The copies find their library by LD_LIBRARY_PATH (their RUNPATH points into ./build).
+export LD_LIBRARY_PATH=$tmp/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+# start_node RUNS [rw-node options]: a node on a free loopback port, bounded in time
+# by RUNS runs' timeouts; sets address.
+start_node() {
+  local bound=$(($1 * run_timeout + 60)); shift
+  rm -f "$tmp/port"
+  timeout -k 5 "$bound" "$tmp/bin/rw-node" --role rack-agg \
+    --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn "$@" \
+    >"$tmp/node.log" 2>&1 </dev/null &
+  node_pid=$!
+  for _ in {1..100}; do
+    [[ -s $tmp/port ]] && break
+    running "$node_pid" || break
+    sleep 0.1
+  done
+  [[ -s $tmp/port ]] || { note "rw-node $* did not start:"; cat "$tmp/node.log" >&2; exit 1; }
+  address=$(<"$tmp/port")
+}
+stop_node() {
+  stop_pids "$node_pid"
+  node_pid=
+}
+
+# measure SWEEP SHARDS W S C: one rw-bench comm run against the running node; appends
+# its record (or its failure) to results.jsonl.
+measure() {
+  local sweep=$1 shards=$2 w=$3 s=$4 c=$5 st=0 line rec
+  timeout -k 5 "$run_timeout" "$tmp/bin/rw-bench" comm --connect "$address" --workers "$w" \
+    --bytes "$s" --iters "$iters" --warmup "$warmup" --chunk-bytes "$c" --json \
+    --timeout-s $((run_timeout > 20 ? run_timeout - 10 : run_timeout)) \
+    >"$tmp/run.out" 2>"$tmp/run.err" </dev/null &
+  run_pid=$!
+  wait "$run_pid" || st=$?
+  run_pid=
+  line=$(grep -m1 '^{' "$tmp/run.out" || true)
+  rec=$(python3 - "$sweep" "$shards" "$w" "$(to_bytes "$s")" "$s" "$(to_bytes "$c")" "$c" \
+    "$st" "$line" <<'PY'
+import json, sys
+sweep, shards, w, b, size, cb, chunk, st, line = sys.argv[1:]
+rec = {"sweep": sweep, "shards": shards, "workers": int(w), "bytes": int(b), "size": size,
+       "chunk_bytes": int(cb), "chunk": chunk}
+d = json.loads(line) if st == "0" and line else {}
+for k in ("median_ms", "p90_ms", "goodput_gbps"):
+    rec[k] = d.get(k)
+if rec["median_ms"] is None:
+    rec["error"] = f"exit {st}"
+print(json.dumps(rec))
+PY
+  )
+  echo "$rec" >>"$tmp/results.jsonl"
+  ((json)) && echo "$rec"
+  if ((st)) || [[ -z $line ]]; then
+    if ((st == 124 || st == 137)); then note "timed out after ${run_timeout}s"; fi
+    note "$sweep: shards $shards, W=$w S=$s C=$c failed (exit $st):"
+    tail -n 5 "$tmp/run.err" | sed 's/^/    /' >&2
+    failures=$((failures + 1))
+  else
+    note "$sweep: shards $shards, W=$w S=$s C=$c: $line"
+  fi
+}
+
+failures=0
+: >"$tmp/results.jsonl"
+say "chunk sweep: chunks $chunks; workers $chunk_workers; bytes $chunk_sizes; default shards ($(nproc) cores)"
+words() { wc -w <<<"$1"; }
+start_node $(($(words "$chunk_workers") * $(words "$chunk_sizes") * $(words "$chunks")))
+for w in $chunk_workers; do
+  for s in $chunk_sizes; do
+    for c in $chunks; do measure chunk default "$w" "$s" "$c"; done
+  done
+done
+stop_node
+say "core scaling: shards $shard_counts; workers $scale_workers; bytes $scale_sizes; chunks $scale_chunk"
+for n in $shard_counts; do
+  start_node $(($(words "$scale_workers") * $(words "$scale_sizes"))) --shards "$n"
+  for w in $scale_workers; do
+    for s in $scale_sizes; do measure cores "$n" "$w" "$s" "$scale_chunk"; done
+  done
+  stop_node
+done
+elapsed=$(($(date +%s) - started))
+
+"$plot_python" bench/plot_sweep.py "$tmp/results.jsonl" bench/sweep-chunk.png bench/sweep-cores.png \
+  --note "$(date -u +%Y-%m-%d), $(nproc) cores, loopback; $iters iterations after $warmup warm-up"
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
+machine="$(nproc) cores ($cpu), $mem RAM, $(uname -sr); load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+python3 - "$tmp/results.jsonl" "$tmp/tables.txt" "$tmp/section.md" "$invocation" "$machine" \
+  "$iters" "$warmup" "$elapsed" "$(nproc)" <<'PY'
+import datetime, json, sys
+res_path, txt_path, md_path, invocation, machine, iters, warmup, elapsed, cores = sys.argv[1:]
+recs = [json.loads(l) for l in open(res_path)]
+fmt = lambda v, f="{:.3f}": "FAIL" if v is None else f.format(v)
+
+chunk_head = ["workers", "bytes", "chunk", "median ms", "p90 ms", "goodput Gbit/s"]
+chunk_rows = [[str(r["workers"]), r["size"], r["chunk"], fmt(r["median_ms"]), fmt(r["p90_ms"]),
+               fmt(r["goodput_gbps"])] for r in recs if r["sweep"] == "chunk"]
+
+cores_recs = [r for r in recs if r["sweep"] == "cores"]
+shards = list(dict.fromkeys(r["shards"] for r in cores_recs))
+cases = list(dict.fromkeys((r["workers"], r["size"]) for r in cores_recs))
+by = {(r["shards"], r["workers"], r["size"]): r for r in cores_recs}
+cores_head = ["workers", "bytes"] + [f"{n} shard{'s' if n != '1' else ''} {k}"
+                                     for n in shards for k in ("median ms", "p90 ms")]
+if len(shards) > 1:
+    cores_head.append(f"speedup {shards[0]} -> {shards[-1]}")
+cores_rows = []
+for w, size in cases:
+    row = [str(w), size]
+    for n in shards:
+        r = by.get((n, w, size), {})
+        row += [fmt(r.get("median_ms")), fmt(r.get("p90_ms"))]
+    if len(shards) > 1:
+        a = by.get((shards[0], w, size), {}).get("median_ms")
+        b = by.get((shards[-1], w, size), {}).get("median_ms")
+        row.append(f"{a / b:.2f}x" if a and b else "-")
+    cores_rows.append(row)
+
+def text_table(head, rows):
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    return "".join("  ".join(c.rjust(widths[i]) for i, c in enumerate(r)) + "\n"
+                   for r in [head] + rows)
+def md_table(head, rows):
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
+        ["| " + " | ".join(r) + " |" for r in rows]
+
+with open(txt_path, "w") as f:
+    f.write(f"chunk size (one node, default shards = {cores}):\n")
+    f.write(text_table(chunk_head, chunk_rows))
+    f.write("\ncore scaling (32KiB chunks; speedup = median with the first shard count / "
+            "median with the last):\n")
+    f.write(text_table(cores_head, cores_rows))
+md = ["<!-- sweep:begin -->",
+      "## Chunk size and core scaling (bench/sweep.sh)",
+      "",
+      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}; node and workers on "
+      "this one machine, loopback TCP.",
+      "",
+      f"Command: `{invocation}` ({iters} timed iterations after {warmup} warm-up per run; "
+      f"the whole run took {elapsed} s). Each run is `rw-bench comm --connect ADDR --workers W "
+      "--bytes S --iters N --warmup K --chunk-bytes C --json` (optimizer `sum`, not "
+      "verified: `bench/comm.sh` verifies the same path) through `rw-node --role rack-agg "
+      "--listen 127.0.0.1:0`, with its default shards (one per core) for the chunk sweep "
+      "and `--shards N` for the core scaling. A step lasts until the slowest worker has its "
+      "result; median and p90 over the iterations. Goodput counts 2 x W x S per step.",
+      "",
+      f"Chunk size, one node with the default {cores} shards "
+      "([sweep-chunk.png](sweep-chunk.png)):",
+      "",
+      *md_table(chunk_head, chunk_rows),
+      "",
+      "Core scaling, 32KiB chunks, one node per shard count "
+      "([sweep-cores.png](sweep-cores.png)); speedup is the median with the first shard "
+      "count over the median with the last:",
+      "",
+      *md_table(cores_head, cores_rows),
+      "",
+      "![step time against chunk size](sweep-chunk.png)",
+      "![step time against shards](sweep-cores.png)",
+      "<!-- sweep:end -->"]
+open(md_path, "w").write("\n".join(md) + "\n")
+PY
+
+cat "$tmp/tables.txt" >&3
+say ""
+say "command: $invocation"
+say "plots: bench/sweep-chunk.png bench/sweep-cores.png"
+say "took ${elapsed} s"
+python3 bench/lib/update_results.py bench/RESULTS.md sweep "$tmp/section.md"
+say "written: bench/RESULTS.md"
+if ((failures)); then note "$failures run(s) failed"; exit 1; fi

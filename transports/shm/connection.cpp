@@ -1,0 +1,103 @@
+#include "transports/shm/connection.hpp"
+
+#include "transports/control.hpp"
+
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace rw::transports::shm {
+
+connection::connection(mapping segment, const job_spec& spec, std::string peer,
+                       uint32_t job_id, uint32_t rank)
+  : segment_(std::move(segment)),
+    header_(segment_.as<header>()),
+    tensors_(tensor_table(header_)),
+    peer_(std::move(peer)),
+    job_id_(job_id),
+    rank_(rank) {
+  for (auto& t : spec.tensors)
+    layouts_.emplace_back(t.elements, spec.chunk_bytes);
+}
+
+bool connection::is_open() const noexcept {
+  return open_.load(std::memory_order_acquire);
+}
+
+void connection::close() {
+  if (open_.exchange(false))
+    ring(header_->worker_bell); // let a sleeping worker look again
+}
+
+std::byte* connection::gradient(uint32_t tensor, uint32_t chunk,
+                                uint32_t& bytes) const noexcept {
+  if (tensor >= layouts_.size() || chunk >= layouts_[tensor].count())
+    return nullptr;
+  auto& l = layouts_[tensor];
+  bytes = l.length(chunk) * sizeof(float);
+  return segment_.data() + tensors_[tensor].grad_offset + l.offset(chunk) * sizeof(float);
+}
+
+void connection::post(const completion& c) noexcept {
+  {
+    std::lock_guard<std::mutex> guard{post_mtx_};
+    // The worker drains continuously; a full ring means it is far behind: wait a little.
+    for (int spins = 0; !header_->completions.push(c); ++spins) {
+      if (!is_open() || spins > 100000)
+        return;
+      ring(header_->worker_bell);
+      std::this_thread::yield();
+    }
+  }
+  ring(header_->worker_bell);
+}
+
+void connection::consumed(uint32_t tensor, uint32_t chunk, uint64_t clock) noexcept {
+  post({completion::consumed, 0, tensor, chunk, 0, clock});
+}
+
+bool connection::send(const frame_header& h, const iovec* payload, int count) {
+  if (!is_open())
+    return false;
+  switch (h.kind) {
+    case frame_kind::update: {
+      if (h.tensor_id >= layouts_.size() || h.chunk_index >= layouts_[h.tensor_id].count())
+        return false;
+      auto& l = layouts_[h.tensor_id];
+      auto* dst = segment_.data() + tensors_[h.tensor_id].result_offset
+                  + l.offset(h.chunk_index) * sizeof(float);
+      size_t room = l.length(h.chunk_index) * sizeof(float);
+      for (int i = 0; i < count; ++i) {
+        auto n = std::min(room, payload[i].iov_len);
+        std::memcpy(dst, payload[i].iov_base, n); // the shard writes the result in place
+        dst += n;
+        room -= n;
+      }
+      post({completion::update, 0, h.tensor_id, h.chunk_index, 0, h.clock});
+      return true;
+    }
+    case frame_kind::error: {
+      auto slot = header_->next_error.fetch_add(1) % error_slots;
+      // The error text is the control payload; store its message part only.
+      std::string text;
+      for (int i = 0; i < count; ++i)
+        text.append(static_cast<const char*>(payload[i].iov_base), payload[i].iov_len);
+      error_msg err;
+      std::string why;
+      if (decode(reinterpret_cast<const std::byte*>(text.data()), text.size(), err, why)
+          != errc::ok)
+        err.message = "an error the node could not encode";
+      auto& e = header_->errors[slot];
+      auto n = std::min(err.message.size(), sizeof(e.text) - 1);
+      std::memcpy(e.text, err.message.data(), n);
+      e.text[n] = '\0';
+      post({completion::error, static_cast<uint16_t>(h.error_code), h.tensor_id,
+            h.chunk_index, slot, h.clock});
+      return true;
+    }
+    default:
+      return true; // ack: a push over shm completes when its memory is consumed
+  }
+}
+
+} // namespace rw::transports::shm

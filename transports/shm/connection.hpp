@@ -1,0 +1,98 @@
+#pragma once
+// The node's side of a colocated worker's shared memory segment, as a transport
+// connection. Receiving: the shm endpoint drains the segment's request ring; a pushed
+// chunk reaches the shard as a read-only `view` of the worker's gradient region (no
+// copy), and when the shard lets go of it the worker is told the memory is free.
+// Sending (from shard threads): an `update` is written straight into the worker's
+// result region and announced with a completion; `error` goes to the error slots; an
+// `ack` means nothing here (a push completes when its memory is consumed).
+
+#include <mutex>
+#include <string>
+
+#include "rackweave/job_spec.hpp"
+#include "runtime/chunking.hpp"
+#include "transports/shm/segment.hpp"
+#include "transports/transport.hpp"
+
+namespace rw::transports::shm {
+
+class connection final : public transports::connection,
+                         public std::enable_shared_from_this<connection> {
+public:
+  /// `segment` was checked against `spec` (open_worker_segment); it belongs to worker
+  /// `rank` of job `job_id`.
+  connection(mapping segment, const job_spec& spec, std::string peer, uint32_t job_id,
+             uint32_t rank);
+
+  uint32_t job_id() const noexcept {
+    return job_id_;
+  }
+  uint32_t rank() const noexcept {
+    return rank_;
+  }
+
+  bool send(const frame_header& h, const iovec* payload, int count) override;
+  using transports::connection::send;
+  void close() override;
+  bool is_open() const noexcept override;
+  const std::string& peer() const noexcept override {
+    return peer_;
+  }
+
+  /// Takes the next request, if any (endpoint thread only).
+  bool next_request(request& out) noexcept {
+    return header_->requests.pop(out);
+  }
+  bool has_requests() const noexcept {
+    return !header_->requests.empty();
+  }
+
+  /// The chunk's memory in the gradient region, or nullptr if out of range.
+  std::byte* gradient(uint32_t tensor, uint32_t chunk, uint32_t& bytes) const noexcept;
+
+  /// Tells the worker the gradient pushed for (tensor, chunk, clock) was consumed.
+  void consumed(uint32_t tensor, uint32_t chunk, uint64_t clock) noexcept;
+
+  /// Reported once by the endpoint.
+  bool reported = false;
+
+private:
+  void post(const completion& c) noexcept;
+
+  mapping segment_;
+  header* header_;
+  tensor_entry* tensors_;
+  std::vector<runtime::chunk_layout> layouts_;
+  std::string peer_;
+  uint32_t job_id_;
+  uint32_t rank_;
+  std::mutex post_mtx_; // shards on several threads post completions
+  std::atomic<bool> open_{true};
+};
+
+/// A pushed chunk as the shard sees it: the worker's gradient, read in place.
+class view final : public runtime::payload {
+public:
+  view(std::shared_ptr<connection> owner, std::byte* data, uint32_t bytes, uint32_t tensor,
+       uint32_t chunk, uint64_t clock, bool notify)
+    : payload(data, bytes, false), owner_(std::move(owner)), tensor_(tensor), chunk_(chunk),
+      clock_(clock), notify_(notify) {
+    size = bytes;
+  }
+
+private:
+  void recycle() noexcept override {
+    if (notify_)
+      owner_->consumed(tensor_, chunk_, clock_);
+    delete this;
+  }
+
+  std::shared_ptr<connection> owner_;
+  uint32_t tensor_;
+  uint32_t chunk_;
+  uint64_t clock_;
+  bool notify_; // push and init complete on consumption; push_pull on its update
+};
+
+} // namespace rw::transports::shm

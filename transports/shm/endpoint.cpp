@@ -1,0 +1,112 @@
+#include "transports/shm/endpoint.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace rw::transports::shm {
+
+namespace {
+constexpr int max_requests_per_round = 4096; // then give the other workers a turn
+}
+
+endpoint::endpoint() : bell_((remove_stale_segments(), create_node_bell())) {
+}
+
+void endpoint::adopt(connection_ptr c) {
+  auto shm = std::dynamic_pointer_cast<connection>(c);
+  if (!shm)
+    throw std::logic_error("the shm endpoint adopts shm connections only");
+  {
+    std::lock_guard<std::mutex> guard{incoming_mtx_};
+    incoming_.push_back(std::move(shm));
+  }
+  ring(bell_.as<node_bell_segment>()->bell);
+}
+
+size_t endpoint::connection_count() const noexcept {
+  std::lock_guard<std::mutex> guard{incoming_mtx_};
+  return conns_.size() + incoming_.size();
+}
+
+std::string endpoint::describe() const {
+  return "shm://" + bell_.name();
+}
+
+void endpoint::dispatch(const std::shared_ptr<connection>& c, const request& r,
+                        frame_sink& sink) {
+  frame_header h;
+  h.kind = static_cast<frame_kind>(r.kind);
+  h.flags = r.flags;
+  h.job_id = c->job_id();
+  h.rank = c->rank();
+  h.tensor_id = r.tensor;
+  h.chunk_index = r.chunk;
+  h.clock = r.clock;
+  runtime::buffer_ref payload;
+  if (h.kind == frame_kind::push || h.kind == frame_kind::init) {
+    uint32_t bytes = 0;
+    auto* data = c->gradient(r.tensor, r.chunk, bytes);
+    if (data != nullptr) {
+      bool notify = (r.flags & flag_want_result) == 0;
+      payload.reset(new view(c, data, bytes, r.tensor, r.chunk, r.clock, notify));
+      h.payload_bytes = bytes;
+    }
+  } else if (h.kind != frame_kind::pull) {
+    h.kind = frame_kind::invalid; // only push, init and pull travel on the ring
+  }
+  sink.on_resident_frame(c, h, std::move(payload));
+}
+
+int endpoint::poll(int timeout_ms, frame_sink& sink) {
+  {
+    std::lock_guard<std::mutex> guard{incoming_mtx_};
+    conns_.insert(conns_.end(), incoming_.begin(), incoming_.end());
+    incoming_.clear();
+  }
+  int handled = 0;
+  for (auto& c : conns_) {
+    request r;
+    for (int n = 0; n < max_requests_per_round && c->is_open() && c->next_request(r); ++n) {
+      dispatch(c, r, sink);
+      ++handled;
+    }
+  }
+  for (auto& c : conns_)
+    if (!c->is_open() && !c->reported) {
+      c->reported = true;
+      sink.on_closed(c, errc::ok, "shared memory released");
+    }
+  conns_.erase(std::remove_if(conns_.begin(), conns_.end(),
+                              [](auto& c) { return c->reported; }),
+               conns_.end());
+  if (handled == 0 && timeout_ms > 0) {
+    wait(bell_.as<node_bell_segment>()->bell, timeout_ms, [&] {
+      std::lock_guard<std::mutex> guard{incoming_mtx_};
+      if (!incoming_.empty())
+        return true;
+      return std::any_of(conns_.begin(), conns_.end(),
+                         [](auto& c) { return c->has_requests() || !c->is_open(); });
+    });
+  }
+  return handled;
+}
+
+void endpoint::close_all(frame_sink& sink) {
+  {
+    std::lock_guard<std::mutex> guard{incoming_mtx_};
+    conns_.insert(conns_.end(), incoming_.begin(), incoming_.end());
+    incoming_.clear();
+  }
+  for (auto& c : conns_) {
+    c->close();
+    if (!c->reported) {
+      c->reported = true;
+      sink.on_closed(c, errc::io_error, "endpoint shut down");
+    }
+  }
+  conns_.clear();
+}
+
+} // namespace rw::transports::shm

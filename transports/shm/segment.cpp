@@ -1,0 +1,192 @@
+#include "transports/shm/segment.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <random>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace rw::transports::shm {
+
+namespace {
+
+constexpr uint64_t bell_magic = 0x4c4c4542'57524e44ull; // "DNRWBELL"
+
+std::runtime_error sys_error(const std::string& what) {
+  return std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
+}
+
+std::string fresh_name(const char* kind) {
+  std::random_device rd;
+  return fmt::format("/rackweave-{}-{}-{:016x}", kind, getpid(),
+                     (uint64_t{rd()} << 32) | rd());
+}
+
+} // namespace
+
+mapping mapping::create(const std::string& name, size_t bytes) {
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw sys_error("cannot create shared memory " + name);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    auto err = sys_error("cannot size shared memory " + name);
+    ::close(fd);
+    shm_unlink(name.c_str());
+    throw err;
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    auto err = sys_error("cannot map shared memory " + name);
+    shm_unlink(name.c_str());
+    throw err;
+  }
+  mapping m;
+  m.name_ = name;
+  m.data_ = static_cast<std::byte*>(p);
+  m.size_ = bytes;
+  m.linked_ = true;
+  return m;
+}
+
+mapping mapping::open(const std::string& name) {
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0)
+    throw sys_error("cannot open shared memory " + name);
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+    ::close(fd);
+    throw std::runtime_error("shared memory " + name + " is empty");
+  }
+  auto bytes = static_cast<size_t>(st.st_size);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED)
+    throw sys_error("cannot map shared memory " + name);
+  mapping m;
+  m.name_ = name;
+  m.data_ = static_cast<std::byte*>(p);
+  m.size_ = bytes;
+  return m;
+}
+
+mapping::mapping(mapping&& other) noexcept
+  : name_(std::move(other.name_)), data_(other.data_), size_(other.size_),
+    linked_(other.linked_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+  other.linked_ = false;
+}
+
+mapping& mapping::operator=(mapping&& other) noexcept {
+  if (this != &other) {
+    this->~mapping();
+    new (this) mapping(std::move(other));
+  }
+  return *this;
+}
+
+mapping::~mapping() {
+  if (linked_)
+    shm_unlink(name_.c_str()); // a creator that still holds the name removes it
+  if (data_ != nullptr)
+    munmap(data_, size_);
+}
+
+void mapping::unlink() noexcept {
+  if (linked_ || !name_.empty())
+    shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+std::vector<tensor_entry> plan_regions(const job_spec& spec, size_t& total_bytes) {
+  std::vector<tensor_entry> out;
+  size_t offset = align_up(tensor_table_offset() + spec.tensors.size() * sizeof(tensor_entry),
+                           region_align);
+  for (auto& t : spec.tensors) {
+    auto bytes = align_up(t.elements * sizeof(float), region_align);
+    tensor_entry e{t.elements, offset, offset + bytes};
+    offset += 2 * bytes;
+    out.push_back(e);
+  }
+  total_bytes = offset;
+  return out;
+}
+
+mapping create_worker_segment(const job_spec& spec, uint64_t nonce) {
+  size_t total = 0;
+  auto regions = plan_regions(spec, total);
+  auto m = mapping::create(fresh_name("worker"), total);
+  auto* h = new (m.data()) header();
+  h->magic = segment_magic;
+  h->nonce = nonce;
+  h->total_bytes = total;
+  h->num_tensors = static_cast<uint32_t>(regions.size());
+  h->chunk_bytes = spec.chunk_bytes;
+  std::memcpy(tensor_table(h), regions.data(), regions.size() * sizeof(tensor_entry));
+  return m;
+}
+
+mapping open_worker_segment(const std::string& name, uint64_t nonce, const job_spec& spec) {
+  if (name.rfind("/rackweave-worker-", 0) != 0 || name.find('/', 1) != std::string::npos)
+    throw std::runtime_error(fmt::format("'{}' is not a RackWeave worker segment name", name));
+  auto m = mapping::open(name);
+  if (m.size() < sizeof(header))
+    throw std::runtime_error("the worker's shared memory is too small for its header");
+  auto* h = m.as<header>();
+  size_t total = 0;
+  auto regions = plan_regions(spec, total);
+  if (h->magic != segment_magic || h->nonce != nonce)
+    throw std::runtime_error("the worker's shared memory is not the one its hello names");
+  if (h->total_bytes != total || m.size() != total || h->num_tensors != regions.size()
+      || h->chunk_bytes != spec.chunk_bytes
+      || std::memcmp(tensor_table(h), regions.data(), regions.size() * sizeof(tensor_entry)) != 0)
+    throw std::runtime_error("the worker's shared memory does not match its job spec");
+  return m;
+}
+
+int remove_stale_segments() {
+  int removed = 0;
+  auto* dir = opendir("/dev/shm");
+  if (dir == nullptr)
+    return 0;
+  while (auto* e = readdir(dir)) {
+    // rackweave-<kind>-<pid>-<random>
+    unsigned pid = 0;
+    char kind[16] = {};
+    if (std::sscanf(e->d_name, "rackweave-%15[a-z]-%u-", kind, &pid) != 2 || pid == 0)
+      continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)
+      continue; // alive (or not ours to judge)
+    if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0)
+      ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
+
+mapping create_node_bell() {
+  auto m = mapping::create(fresh_name("node"), sizeof(node_bell_segment));
+  auto* s = new (m.data()) node_bell_segment();
+  s->magic = bell_magic;
+  return m;
+}
+
+mapping open_node_bell(const std::string& name) {
+  auto m = mapping::open(name);
+  if (m.size() < sizeof(node_bell_segment) || m.as<node_bell_segment>()->magic != bell_magic)
+    throw std::runtime_error("shared memory " + name + " is not a RackWeave node doorbell");
+  return m;
+}
+
+} // namespace rw::transports::shm

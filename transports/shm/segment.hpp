@@ -1,0 +1,73 @@
+#pragma once
+// Creating, opening and checking shared memory segments (POSIX shm objects).
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rackweave/job_spec.hpp"
+#include "transports/shm/layout.hpp"
+
+namespace rw::transports::shm {
+
+/// A mapped shm object; unmapped on destruction. The name stays until unlink().
+class mapping {
+public:
+  /// Creates a new object of `bytes` (zeroed). Throws std::runtime_error.
+  static mapping create(const std::string& name, size_t bytes);
+  /// Maps an existing object whole. Throws std::runtime_error.
+  static mapping open(const std::string& name);
+
+  mapping() = default;
+  mapping(mapping&& other) noexcept;
+  mapping& operator=(mapping&& other) noexcept;
+  mapping(const mapping&) = delete;
+  mapping& operator=(const mapping&) = delete;
+  ~mapping();
+
+  /// Removes the name (the memory lives on while mapped).
+  void unlink() noexcept;
+
+  std::byte* data() const noexcept {
+    return data_;
+  }
+  size_t size() const noexcept {
+    return size_;
+  }
+  const std::string& name() const noexcept {
+    return name_;
+  }
+  template <class T>
+  T* as() const noexcept {
+    return reinterpret_cast<T*>(data_);
+  }
+
+private:
+  std::string name_;
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+  bool linked_ = false;
+};
+
+/// Where each tensor's regions go in a worker segment for `spec`.
+std::vector<tensor_entry> plan_regions(const job_spec& spec, size_t& total_bytes);
+
+/// Creates and initialises a worker's segment for `spec` under a fresh name.
+mapping create_worker_segment(const job_spec& spec, uint64_t nonce);
+
+/// Opens a worker's segment and checks it is the one its hello described (magic,
+/// nonce, size, the region of every tensor). Throws std::runtime_error saying why not.
+mapping open_worker_segment(const std::string& name, uint64_t nonce, const job_spec& spec);
+
+/// Removes RackWeave segments whose creating process is gone (a node or worker killed
+/// before it could clean up). Returns how many were removed.
+int remove_stale_segments();
+
+/// Creates the node-wide doorbell segment colocated workers ring.
+mapping create_node_bell();
+
+/// Opens the node's doorbell segment (worker side). Throws std::runtime_error.
+mapping open_node_bell(const std::string& name);
+
+} // namespace rw::transports::shm

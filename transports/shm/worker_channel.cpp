@@ -1,0 +1,47 @@
+#include "transports/shm/worker_channel.hpp"
+
+#include <random>
+
+namespace rw::transports::shm {
+
+namespace {
+uint64_t random_nonce() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) | rd();
+}
+} // namespace
+
+worker_channel::worker_channel(const job_spec& spec)
+  : nonce_(random_nonce()),
+    segment_(create_worker_segment(spec, nonce_)),
+    header_(segment_.as<header>()) {
+}
+
+void worker_channel::connect(const std::string& node_bell) {
+  bell_ = open_node_bell(node_bell);
+  segment_.unlink();
+}
+
+float* worker_channel::gradient(uint32_t tensor) const noexcept {
+  return reinterpret_cast<float*>(segment_.data() + tensor_table(header_)[tensor].grad_offset);
+}
+
+float* worker_channel::result(uint32_t tensor) const noexcept {
+  return reinterpret_cast<float*>(segment_.data()
+                                  + tensor_table(header_)[tensor].result_offset);
+}
+
+void worker_channel::ring_node() noexcept {
+  ring(bell_.as<node_bell_segment>()->bell);
+}
+
+void worker_channel::wait(int timeout_ms) {
+  shm::wait(header_->worker_bell, timeout_ms, [&] { return !header_->completions.empty(); });
+}
+
+std::string worker_channel::error_text(uint32_t slot) const {
+  auto& e = header_->errors[slot % error_slots];
+  return std::string(e.text, strnlen(e.text, sizeof(e.text)));
+}
+
+} // namespace rw::transports::shm

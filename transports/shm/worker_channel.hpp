@@ -1,0 +1,54 @@
+#pragma once
+// The worker's side of its shared memory segment: it creates the segment (offered in
+// its hello), posts requests and drains completions. Used by one proxy thread (post)
+// and one receiver thread (drain) at a time.
+
+#include <cstdint>
+#include <string>
+
+#include "rackweave/job_spec.hpp"
+#include "transports/shm/segment.hpp"
+
+namespace rw::transports::shm {
+
+class worker_channel {
+public:
+  /// Creates a segment for `spec`. Throws std::runtime_error (no /dev/shm, no room).
+  explicit worker_channel(const job_spec& spec);
+
+  const std::string& name() const noexcept {
+    return segment_.name();
+  }
+  uint64_t nonce() const noexcept {
+    return nonce_;
+  }
+
+  /// Maps the node's doorbell (from the welcome) and removes the segment's name: the
+  /// node has it mapped, and nothing is left in /dev/shm if either process dies.
+  void connect(const std::string& node_bell);
+
+  float* gradient(uint32_t tensor) const noexcept;
+  float* result(uint32_t tensor) const noexcept;
+
+  /// Posts a request; false if the ring is full (the node is behind).
+  bool post(const request& r) noexcept {
+    return header_->requests.push(r);
+  }
+  /// Wakes the node if it sleeps.
+  void ring_node() noexcept;
+
+  bool next_completion(completion& out) noexcept {
+    return header_->completions.pop(out);
+  }
+  /// Sleeps until the node posts a completion or `timeout_ms` passes.
+  void wait(int timeout_ms);
+  std::string error_text(uint32_t slot) const;
+
+private:
+  uint64_t nonce_;
+  mapping segment_;
+  header* header_;
+  mapping bell_;
+};
+
+} // namespace rw::transports::shm
