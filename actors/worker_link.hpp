@@ -46,9 +46,9 @@ public:
   /// Closes the connection (with `why` as the reason reported) and joins the receiver.
   void stop(const std::string& why);
 
-  /// The connection that (tensor, chunk) travels on.
-  const transports::connection_ptr& conn_for(uint32_t tensor, uint32_t chunk) const {
-    return conns_[routes_->endpoint_of(tensor, chunk)];
+  /// The node endpoint (index into conns()) that (tensor, chunk) travels on.
+  uint32_t endpoint_of(uint32_t tensor, uint32_t chunk) const noexcept {
+    return routes_->endpoint_of(tensor, chunk);
   }
   const std::vector<transports::connection_ptr>& conns() const noexcept {
     return conns_;

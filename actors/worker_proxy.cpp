@@ -90,10 +90,12 @@ bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   return true;
 }
 
-// Sends every chunk of `op` on tensor `t`; returns false if the connection failed.
+// Sends every chunk of `op` on tensor `t` straight from the caller's memory, in gather
+// writes of up to `batch` frames per connection; returns false if a connection failed.
 bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock) {
   if (link.shm() != nullptr)
     return post_chunks(link, t, op, clock);
+  constexpr size_t batch = 64;
   auto& layout = link.layout(t);
   frame_header h;
   h.job_id = link.job_id();
@@ -109,20 +111,36 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
       break;
   }
   h.clock = op.kind == worker_op::pull ? op.min_version : clock;
+  struct pending {
+    std::vector<frame_header> headers;
+    std::vector<iovec> payloads;
+  };
+  std::vector<pending> per_conn(link.conns().size());
+  auto flush = [&](size_t e) {
+    auto& p = per_conn[e];
+    bool ok = p.headers.empty()
+              || link.conns()[e]->send_batch(p.headers.data(), p.payloads.data(),
+                                             static_cast<int>(p.headers.size()));
+    p.headers.clear();
+    p.payloads.clear();
+    return ok;
+  };
   for (uint32_t c = 0; c < layout.count(); ++c) {
     h.chunk_index = c;
-    auto& conn = link.conn_for(t, c);
-    if (op.kind == worker_op::pull) {
-      h.payload_bytes = 0;
-      if (!conn->send(h))
-        return false;
-      continue;
+    iovec piece{nullptr, 0};
+    if (op.kind != worker_op::pull) {
+      h.payload_bytes = layout.length(c) * sizeof(float);
+      piece = {const_cast<float*>(op.src + layout.offset(c)), h.payload_bytes};
     }
-    h.payload_bytes = layout.length(c) * sizeof(float);
-    iovec iov{const_cast<float*>(op.src + layout.offset(c)), h.payload_bytes};
-    if (!conn->send(h, &iov, 1))
+    auto e = link.endpoint_of(t, c);
+    per_conn[e].headers.push_back(h);
+    per_conn[e].payloads.push_back(piece);
+    if (per_conn[e].headers.size() == batch && !flush(e))
       return false;
   }
+  for (size_t e = 0; e < per_conn.size(); ++e)
+    if (!flush(e))
+      return false;
   return true;
 }
 

@@ -15,6 +15,14 @@ std::atomic<uint64_t> next_connection_id{1};
 connection::connection() : id_(next_connection_id.fetch_add(1)) {
 }
 
+bool connection::send_batch(const frame_header* headers, const iovec* payloads, int n) {
+  for (int i = 0; i < n; ++i)
+    if (!send(headers[i], payloads[i].iov_len > 0 ? &payloads[i] : nullptr,
+              payloads[i].iov_len > 0 ? 1 : 0))
+      return false;
+  return true;
+}
+
 bool connection::send_error(errc code, const std::string& message,
                             const frame_header& about) {
   auto payload = encode(error_msg{code, message});

@@ -77,6 +77,10 @@ public:
     return send(h, nullptr, 0);
   }
 
+  /// Sends `n` frames, frame i being headers[i] and the one piece payloads[i] (an empty
+  /// piece for none), as one write where the backend can. Same guarantees as send.
+  virtual bool send_batch(const frame_header* headers, const iovec* payloads, int n);
+
   /// Sends an error frame about `about` (its job, rank, tensor, chunk and clock).
   bool send_error(errc code, const std::string& message, const frame_header& about);
 

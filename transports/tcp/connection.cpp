@@ -67,10 +67,32 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
   iov[0] = {head, frame_header_bytes};
   for (int i = 0; i < count; ++i)
     iov[i + 1] = payload[i];
-  int n = count + 1;
-
-  auto deadline = std::chrono::steady_clock::now() + io_timeout_;
   std::lock_guard<std::mutex> guard{send_mtx_};
+  return write_all(iov, count + 1);
+}
+
+bool connection::send_batch(const frame_header* headers, const iovec* payloads, int n) {
+  constexpr int per_write = 256; // frames per gather write (2 pieces each, < IOV_MAX)
+  alignas(8) std::byte heads[per_write][frame_header_bytes];
+  iovec iov[2 * per_write];
+  std::lock_guard<std::mutex> guard{send_mtx_};
+  for (int first = 0; first < n; first += per_write) {
+    int count = std::min(per_write, n - first);
+    int pieces = 0;
+    for (int i = 0; i < count; ++i) {
+      encode(headers[first + i], heads[i]);
+      iov[pieces++] = {heads[i], frame_header_bytes};
+      if (payloads[first + i].iov_len > 0)
+        iov[pieces++] = payloads[first + i];
+    }
+    if (!write_all(iov, pieces))
+      return false;
+  }
+  return true;
+}
+
+bool connection::write_all(iovec* iov, int n) {
+  auto deadline = std::chrono::steady_clock::now() + io_timeout_;
   while (n > 0) {
     if (!is_open())
       return false;
@@ -132,41 +154,48 @@ bool connection::read_ready(frame_sink& sink) {
   auto self = shared_from_this();
   std::byte scratch[discard_chunk];
   for (int frames = 0; frames < max_frames_per_read;) {
-    std::byte* dst;
-    size_t want;
-    if (phase_ == phase::header) {
-      dst = header_buf_ + got_;
-      want = frame_header_bytes - got_;
-    } else if (target_.action == payload_target::discard) {
-      dst = scratch;
-      want = std::min(discard_chunk, size_t{header_.payload_bytes} - got_);
-    } else {
-      dst = target_.dst + got_;
-      want = header_.payload_bytes - got_;
-    }
-    ssize_t n = ::recv(fd_, dst, want, 0);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK)
-        return true;
-      return fail(sink, errc::io_error, fmt::format("receive failed: {}", std::strerror(errno)),
-                  false);
-    }
-    if (n == 0) {
-      if (!is_open())
-        return fail(sink, errc::io_error, "connection closed locally", false);
-      if (phase_ == phase::header && got_ == 0)
-        return fail(sink, errc::ok, "peer closed the connection", false);
-      auto total = phase_ == phase::header ? frame_header_bytes
-                                           : frame_header_bytes + header_.payload_bytes;
-      auto have = phase_ == phase::header ? got_ : frame_header_bytes + got_;
-      return fail(sink, errc::bad_frame,
-                  fmt::format("truncated frame: peer closed after {} of {} bytes", have,
-                              total),
-                  false);
+    // A header that arrived with the previous payload needs no read.
+    bool header_ready = phase_ == phase::header && got_ == frame_header_bytes;
+    ssize_t n = 0;
+    if (!header_ready) {
+      if (phase_ == phase::header) {
+        n = ::recv(fd_, header_buf_ + got_, frame_header_bytes - got_, 0);
+      } else if (target_.action == payload_target::discard) {
+        n = ::recv(fd_, scratch, std::min(discard_chunk, size_t{header_.payload_bytes} - got_), 0);
+      } else {
+        // The payload's rest, and as much of the next header as has arrived: most
+        // frames then cost one read.
+        iovec iov[2] = {{target_.dst + got_, header_.payload_bytes - got_},
+                        {header_buf_, frame_header_bytes}};
+        n = ::readv(fd_, iov, 2);
+      }
+      if (n < 0) {
+        if (errno == EINTR)
+          continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+          return true;
+        return fail(sink, errc::io_error,
+                    fmt::format("receive failed: {}", std::strerror(errno)), false);
+      }
+      if (n == 0) {
+        if (!is_open())
+          return fail(sink, errc::io_error, "connection closed locally", false);
+        if (phase_ == phase::header && got_ == 0)
+          return fail(sink, errc::ok, "peer closed the connection", false);
+        auto total = phase_ == phase::header ? frame_header_bytes
+                                             : frame_header_bytes + header_.payload_bytes;
+        auto have = phase_ == phase::header ? got_ : frame_header_bytes + got_;
+        return fail(sink, errc::bad_frame,
+                    fmt::format("truncated frame: peer closed after {} of {} bytes", have,
+                                total),
+                    false);
+      }
     }
     got_ += static_cast<size_t>(n);
+    if (phase_ == phase::payload && got_ > header_.payload_bytes) {
+      spill_ = got_ - header_.payload_bytes; // the next header's first bytes
+      got_ = header_.payload_bytes;
+    }
     if (phase_ == phase::header) {
       if (got_ < frame_header_bytes)
         continue;
@@ -196,7 +225,8 @@ bool connection::read_ready(frame_sink& sink) {
     }
     // A whole frame is in.
     phase_ = phase::header;
-    got_ = 0;
+    got_ = spill_;
+    spill_ = 0;
     auto target = std::move(target_);
     target_ = {};
     sink.on_frame(self, header_, target);

@@ -26,6 +26,7 @@ public:
 
   bool send(const frame_header& h, const iovec* payload, int count) override;
   using transports::connection::send;
+  bool send_batch(const frame_header* headers, const iovec* payloads, int n) override;
   void close() override;
   bool is_open() const noexcept override;
   const std::string& peer() const noexcept override {
@@ -48,6 +49,8 @@ private:
   enum class phase { header, payload };
 
   bool fail(frame_sink& sink, errc code, const std::string& why, bool tell_peer);
+  // Writes the whole gather list (under send_mtx_), bounded by the I/O timeout.
+  bool write_all(iovec* iov, int n);
 
   int fd_;
   std::string peer_;
@@ -61,6 +64,7 @@ private:
   phase phase_ = phase::header;
   alignas(8) std::byte header_buf_[frame_header_bytes];
   size_t got_ = 0;
+  size_t spill_ = 0; // bytes of the next header read along with a payload
   frame_header header_;
   payload_target target_;
 };
