@@ -1,5 +1,6 @@
 #include "actors/chunk_shard.hpp"
 
+#include <cstring>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -24,8 +25,8 @@ constexpr size_t max_tombstones = 256;
 
 struct shard_job {
   job_spec spec;
-  runtime::numa_region memory;             // every chunk's params, m and v
-  std::unique_ptr<runtime::buffer_pool> scratch; // running sums of read-only pushes
+  runtime::numa_region memory;             // chunk state: params (unless shared), m, v
+  std::shared_ptr<const transports::shm::mapping> shared; // the job's shared params
   routing_ptr routes;
   float rescale = 1.0f;
   std::vector<detail::chunk_state> chunks; // by routes->local_index(tensor, chunk)
@@ -252,8 +253,16 @@ void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
   job.departed.assign(job.spec.num_workers, false);
   job.coordinator = std::move(coordinator);
   // One NUMA-local arena for the job's chunks on this shard: per chunk, the
-  // parameters and the optimizer's arrays, each starting on a cache line.
-  auto arrays = 1 + runtime::state_arrays(job.spec.optimizer.kind);
+  // parameters (unless the job shares them with colocated workers) and the
+  // optimizer's arrays, each starting on a cache line.
+  job.shared = setup.params;
+  std::vector<uint64_t> param_offsets;
+  if (job.shared) {
+    size_t total = 0;
+    param_offsets = transports::shm::plan_params(job.spec, total);
+  }
+  auto state = runtime::state_arrays(job.spec.optimizer.kind);
+  auto arrays = state + (job.shared ? 0 : 1);
   auto stride = [](uint32_t len) {
     return (size_t{len} * sizeof(float) + defaults::cache_line - 1) / defaults::cache_line
            * defaults::cache_line;
@@ -266,8 +275,6 @@ void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
         bytes += arrays * stride(layout.length(c));
   }
   job.memory = runtime::numa_region(bytes, st.settings.numa);
-  job.scratch = std::make_unique<runtime::buffer_pool>(job.spec.chunk_bytes, 0,
-                                                       st.settings.numa);
   auto per_shard = job.routes->chunks_per_shard();
   job.chunks.reserve(per_shard[st.settings.index]);
   auto* next = job.memory.data();
@@ -282,14 +289,21 @@ void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
       if (job.routes->shard_of(t, c) != st.settings.index)
         continue;
       auto len = layout.length(c);
-      float* params = take(len);
-      float* m = arrays >= 2 ? take(len) : nullptr;
-      float* v = arrays >= 3 ? take(len) : nullptr;
+      float* params = job.shared ? reinterpret_cast<float*>(job.shared->data() + param_offsets[t])
+                                     + layout.offset(c)
+                                 : take(len);
+      float* m = state >= 1 ? take(len) : nullptr;
+      float* v = state >= 2 ? take(len) : nullptr;
       job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
-                              job.spec.tensors[t].has_init, job.scratch.get());
+                              job.spec.tensors[t].has_init);
     }
   }
-  st.memory_numa = bytes > 0 ? runtime::numa_node_of(job.memory.data()) : -1;
+  if (job.shared) // first touch from this pinned thread puts the pages on its domain
+    for (auto& cs : job.chunks)
+      std::memset(const_cast<float*>(cs.params()), 0, cs.length() * sizeof(float));
+  st.memory_numa = bytes > 0   ? runtime::numa_node_of(job.memory.data())
+                   : job.chunks.empty() ? -1
+                                        : runtime::numa_node_of(job.chunks.front().params());
   st.stats.chunks += job.chunks.size();
   st.jobs.emplace(setup.job_id, std::move(job));
 }

@@ -16,6 +16,7 @@
 #include "runtime/buffer_pool.hpp"
 #include "runtime/chunking.hpp"
 #include "transports/control.hpp"
+#include "transports/shm/segment.hpp"
 #include "transports/transport.hpp"
 
 namespace rw::actors {
@@ -63,12 +64,15 @@ struct chunk_pull {
   transports::connection_ptr conn;
 };
 
-/// Tells a shard to allocate its chunks of a new job.
+/// Tells a shard to allocate its chunks of a new job. With `params`, the job's
+/// parameters live in that shared segment (at transports::shm::plan_params offsets),
+/// so colocated workers read them in place; otherwise in the shard's NUMA arena.
 struct job_setup {
   uint32_t job_id;
   job_spec spec;
   routing_ptr routes;
   uint32_t shard_index;
+  std::shared_ptr<const transports::shm::mapping> params;
 };
 
 /// A worker's hello, as the poller forwards it to the rack coordinator.
@@ -95,6 +99,7 @@ struct job_binding {
   routing_ptr routes;
   uint64_t token = 0; // for attaching to the node's other endpoints
   uint32_t chunk_bytes = 0;
+  std::string params_segment; // the job's shared parameters ("" if none)
 };
 
 /// Per-shard counters and placement, for logs and tests.

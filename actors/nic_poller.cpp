@@ -268,7 +268,8 @@ private:
       auto seg = transports::shm::open_worker_segment(hello.shm_segment, hello.shm_nonce,
                                                       hello.spec);
       auto conn = std::make_shared<transports::shm::connection>(
-        std::move(seg), hello.spec, c->peer() + " (shm)", jb.job_id, hello.rank);
+        std::move(seg), hello.spec, c->peer() + " (shm)", jb.job_id, hello.rank,
+        !jb.params_segment.empty());
       self_->send(caf::actor_cast<nic_poller_actor>(st.shm_poller), adopt_atom::value,
                   transports::connection_ptr{conn}, jb, hello.rank);
       return conn;
@@ -317,6 +318,7 @@ private:
         transports::welcome_msg w;
         w.shm = it->second.shm != nullptr;
         w.shm_bell = w.shm ? st.shm_bell : std::string{};
+        w.shm_params = w.shm ? jb.params_segment : std::string{};
         w.job_id = jb.job_id;
         w.node_name = st.settings.node_name;
         w.created = jb.created;

@@ -110,7 +110,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
   uint64_t max_job_bytes = cfg.max_job_mib == 0 ? ram / 2 : uint64_t{cfg.max_job_mib} << 20;
   coordinator_settings cs{name, cfg.max_chunk_bytes, cfg.max_workers, max_job_bytes,
-                          plan_.shard_endpoints};
+                          plan_.shard_endpoints, cfg.shm};
   coordinator_ = spawn_rack_coordinator(sys, cs, shards_);
   pollers_.resize(plan_.endpoints.size());
   size_t d = 0;

@@ -23,6 +23,7 @@ struct job_info {
   std::vector<rank_status> ranks;
   std::vector<uint32_t> connections; // live connections per rank
   std::vector<uint64_t> tokens;      // attach token per rank
+  std::shared_ptr<const transports::shm::mapping> params; // shared parameters, if any
 };
 
 struct coordinator_state {
@@ -115,6 +116,7 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
     b.routes = job.routes;
     b.token = job.tokens[rank];
     b.chunk_bytes = spec.chunk_bytes;
+    b.params_segment = job.params ? job.params->name() : std::string{};
     return b;
   }
   // A new job.
@@ -129,6 +131,15 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
   job.connections[rank] = 1;
   job.tokens.assign(spec.num_workers, 0);
   job.tokens[rank] = st.random();
+  if (st.settings.shared_params) {
+    try {
+      job.params = std::make_shared<transports::shm::mapping>(
+        transports::shm::create_params_segment(spec));
+    } catch (const std::exception& e) {
+      spdlog::warn("job '{}': parameters stay private (colocated workers get copies): {}",
+                   spec.name, e.what());
+    }
+  }
   uint64_t bytes = 0;
   for (auto& t : spec.tensors)
     bytes += t.elements * sizeof(float);
@@ -146,11 +157,12 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
   b.routes = job.routes;
   b.token = job.tokens[rank];
   b.chunk_bytes = spec.chunk_bytes;
+  b.params_segment = job.params ? job.params->name() : std::string{};
   auto sink = caf::actor_cast<abort_sink>(self);
   auto rp = self->make_response_promise<job_binding>();
   auto pending = std::make_shared<size_t>(st.shards.size());
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
-    job_setup setup{job.id, spec, job.routes, i};
+    job_setup setup{job.id, spec, job.routes, i, job.params};
     self->request(st.shards[i], caf::infinite, create_atom::value, std::move(setup), sink)
       .then(
         [=](ok_atom) mutable {
@@ -189,6 +201,7 @@ job_binding on_attach(coord_ptr self, const attach_request& req) {
   b.routes = job.routes;
   b.token = req.token;
   b.chunk_bytes = job.spec.chunk_bytes;
+  b.params_segment = job.params ? job.params->name() : std::string{};
   return b;
 }
 

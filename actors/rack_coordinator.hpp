@@ -51,6 +51,8 @@ struct coordinator_settings {
   uint64_t max_job_bytes = 0; // parameters + optimizer state of one job
   /// Endpoints serving each shard (runtime::placement); empty: one endpoint.
   std::vector<std::vector<uint32_t>> shard_endpoints;
+  /// Keep each job's parameters in a shared segment colocated workers can read.
+  bool shared_params = false;
 };
 
 rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,

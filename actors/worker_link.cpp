@@ -81,7 +81,7 @@ void worker_link::on_completion(const transports::shm::completion& c) {
     return; // about an operation that already failed
   if (is_update) {
     auto* result = shm_->result(c.tensor);
-    if (s.dst != result) { // the caller reads elsewhere: one copy out of shared memory
+    if (s.dst != nullptr && s.dst != result) { // the caller reads elsewhere: one copy
       auto& l = layout(c.tensor);
       std::memcpy(s.dst + l.offset(c.chunk), result + l.offset(c.chunk),
                   l.length(c.chunk) * sizeof(float));

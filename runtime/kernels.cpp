@@ -1,5 +1,6 @@
 #include "runtime/kernels.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 
@@ -62,6 +63,29 @@ const kernel_table& kernels() noexcept {
 
 void select_kernels(const std::string& isa) {
   current().store(&kernels_for(isa), std::memory_order_relaxed);
+}
+
+void step_inputs(const kernel_table& k, const optimizer_spec& spec, float rescale,
+                 uint64_t step, float* p, const float* const* in, uint32_t count,
+                 optimizer_slots slots, size_t n) noexcept {
+  if (count == 1) {
+    k.step(spec, rescale, step, p, in[0], nullptr, slots, n);
+    return;
+  }
+  if (count == 2) {
+    k.step(spec, rescale, step, p, in[0], in[1], slots, n);
+    return;
+  }
+  constexpr size_t tile_elems = 1024; // 4 KiB: stays in L1 with its inputs' lines
+  alignas(64) float tile[tile_elems];
+  for (size_t off = 0; off < n; off += tile_elems) {
+    auto len = std::min(tile_elems, n - off);
+    k.add(tile, in[0] + off, in[1] + off, len);
+    for (uint32_t j = 2; j + 1 < count; ++j)
+      k.sum_into(tile, in[j] + off, len);
+    optimizer_slots s{slots.m ? slots.m + off : nullptr, slots.v ? slots.v + off : nullptr};
+    k.step(spec, rescale, step, p + off, tile, in[count - 1] + off, s, len);
+  }
 }
 
 int state_arrays(optimizer_kind kind) noexcept {

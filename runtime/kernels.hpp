@@ -53,6 +53,13 @@ void select_kernels(const std::string& isa);
 /// The table for one instruction set, for benchmarks and tests (same errors).
 const kernel_table& kernels_for(const std::string& isa);
 
+/// One optimizer step whose gradient is the sum of k inputs in order
+/// (((in[0] + in[1]) + in[2]) + ...), bitwise what sum_into then step give, in one
+/// pass over L1-sized tiles: no partial sum ever goes back to memory.
+void step_inputs(const kernel_table& k, const optimizer_spec& spec, float rescale,
+                 uint64_t step, float* p, const float* const* in, uint32_t count,
+                 optimizer_slots slots, size_t n) noexcept;
+
 /// acc[i] += x[i] for i < n.
 inline void sum_into(float* acc, const float* x, size_t n) noexcept {
   kernels().sum_into(acc, x, n);

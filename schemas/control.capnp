@@ -55,6 +55,7 @@ struct Welcome {
   token @7 :UInt64;         # proves (job, rank) when attaching to the other endpoints
   shm @8 :Bool;             # the node took the worker's shared memory segment
   shmBell @9 :Text;         # the node doorbell segment to ring after posting requests
+  shmParams @10 :Text;      # the job's parameters, shared read-only ("" if private)
 }
 
 struct ErrorInfo {

@@ -92,6 +92,7 @@ bytes encode(const welcome_msg& x) {
   root.setToken(x.token);
   root.setShm(x.shm);
   root.setShmBell(x.shm_bell);
+  root.setShmParams(x.shm_params);
   return to_bytes(msg);
 }
 
@@ -154,6 +155,7 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
     out.token = root.getToken();
     out.shm = root.getShm();
     out.shm_bell = root.getShmBell().cStr();
+    out.shm_params = root.getShmParams().cStr();
     if (out.num_shards == 0 || out.shard_endpoints.size() != out.num_shards
         || out.endpoint_index >= out.endpoints.size()) {
       why = "welcome with an inconsistent routing table";

@@ -33,6 +33,7 @@ struct welcome_msg {
   uint64_t token = 0;
   bool shm = false;
   std::string shm_bell;
+  std::string shm_params;
 };
 
 struct error_msg {

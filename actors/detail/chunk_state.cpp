@@ -6,7 +6,7 @@
 namespace rw::actors::detail {
 
 chunk_state::chunk_state(uint32_t length, uint32_t workers, float* params, float* m,
-                         float* v, bool wait_for_init, runtime::buffer_pool* scratch)
+                         float* v, bool wait_for_init)
   : length_(length),
     workers_(workers),
     params_(params),
@@ -15,8 +15,7 @@ chunk_state::chunk_state(uint32_t length, uint32_t workers, float* params, float
     initialized_(!wait_for_init),
     held_(workers),
     arrived_(workers, false),
-    ahead_(workers),
-    scratch_(scratch) {
+    ahead_(workers) {
 }
 
 bool chunk_state::init(const float* values) {
@@ -58,11 +57,8 @@ void chunk_state::absorb_in_order() {
       sum_ = std::move(held_[0]); // rank 0's buffer becomes the running sum
     } else if (sum_->writable()) {
       k.sum_into(sum_->floats(), held_[next_]->floats(), length_);
-    } else { // read-only shared memory: the sum moves to a scratch buffer
-      auto dst = scratch_->acquire();
-      k.add(dst->floats(), sum_->floats(), held_[next_]->floats(), length_);
-      dst->size = size_t{length_} * sizeof(float);
-      sum_ = std::move(dst);
+    } else {
+      return; // read-only shared memory: summed when the step is complete
     }
     held_[next_].reset(); // back to the pool, or the worker's memory is free again
     ++next_;
@@ -71,13 +67,26 @@ void chunk_state::absorb_in_order() {
 
 void chunk_state::complete_step(const optimizer_spec& spec, float rescale,
                                 std::chrono::steady_clock::time_point now) {
-  const float* last = workers_ > 1 ? held_[workers_ - 1]->floats() : nullptr;
-  runtime::kernels().step(spec, rescale, version_ + 1, params_, sum_->floats(), last,
-                          {m_, v_}, length_);
+  // The running sum (if any) and the ranks not yet added, in rank order.
+  const float* inputs[64];
+  std::vector<const float*> many;
+  const float** in = inputs;
+  uint32_t count = (next_ > 0 ? 1 : 0) + (workers_ - next_);
+  if (count > 64) {
+    many.resize(count);
+    in = many.data();
+  }
+  uint32_t k = 0;
+  if (next_ > 0)
+    in[k++] = sum_->floats();
+  for (uint32_t r = next_; r < workers_; ++r)
+    in[k++] = held_[r]->floats();
+  runtime::step_inputs(runtime::kernels(), spec, rescale, version_ + 1, params_, in, count,
+                       {m_, v_}, length_);
   ++version_;
   sum_.reset();
-  if (workers_ > 1)
-    held_[workers_ - 1].reset();
+  for (uint32_t r = next_; r < workers_; ++r)
+    held_[r].reset();
   next_ = 0;
   arrivals_ = 0;
   std::fill(arrived_.begin(), arrived_.end(), false);

@@ -4,11 +4,13 @@
 // what it returns.
 //
 // Summation is in worker-rank order whatever the arrival order: rank 0's buffer becomes
-// the running sum (or, when it is read-only shared memory, the first addition goes
-// into a scratch buffer), and rank r is added as soon as ranks 0..r-1 have been, so a buffer
+// the running sum, and rank r is added as soon as ranks 0..r-1 have been, so a buffer
 // that arrives early is held (by reference) until its turn. The last rank's gradient
-// is added by the fused kernel in the same pass as the optimizer step. The result is
-// bitwise what one process gets summing the same gradients in rank order.
+// is added by the fused kernel in the same pass as the optimizer step. When rank 0's
+// payload is read-only (a worker's shared memory) nothing can be added into it: the
+// views are held until the step is complete and summed then, tile by tile in cache
+// (runtime::step_inputs). Either way the result is bitwise what one process gets
+// summing the same gradients in rank order.
 //
 // Clocks: version v means v updates applied. A push for clock v counts towards the
 // step in progress; a push for v+1 (a worker that pushed without waiting) is held for
@@ -43,10 +45,8 @@ public:
 
   /// The chunk's memory (parameters, and the optimizer's m and v where it has them,
   /// each `length` floats, zeroed) belongs to the caller: the shard's NUMA-local arena.
-  /// `scratch` gives running-sum buffers when rank 0's payload is read-only (may be
-  /// null if every payload is writable).
   chunk_state(uint32_t length, uint32_t workers, float* params, float* m, float* v,
-              bool wait_for_init, runtime::buffer_pool* scratch = nullptr);
+              bool wait_for_init);
 
   uint32_t length() const noexcept {
     return length_;
@@ -69,10 +69,9 @@ public:
   outcome push(uint32_t rank, uint64_t clock, runtime::buffer_ref data,
                std::chrono::steady_clock::time_point now);
 
-  /// Whether every rank's push for the current step is in (and all but the last,
-  /// which the fused step adds, summed).
+  /// Whether every rank's push for the current step is in.
   bool step_ready() const noexcept {
-    return initialized_ && next_ == absorb_limit() && (workers_ == 1 || held_[workers_ - 1]);
+    return initialized_ && arrivals_ == workers_;
   }
 
   /// Runs the optimizer on the sum, bumps the version and opens the next step with
@@ -134,7 +133,6 @@ private:
   uint32_t arrivals_ = 0;
   uint32_t next_ = 0; // next rank to add to the sum
   runtime::buffer_ref sum_;
-  runtime::buffer_pool* scratch_;
   std::chrono::steady_clock::time_point opened_at_{};
 
   // Pushes for clock version_ + 1, held until the step above completes.

@@ -155,7 +155,7 @@ struct worker::impl {
     welcome = await_welcome("hello from " + opts.connect);
     if (welcome.shm) {
       try {
-        channel->connect(welcome.shm_bell);
+        channel->connect(welcome.shm_bell, welcome.shm_params, opts.job);
       } catch (const std::exception& e) {
         throw rw::error(errc::io_error, std::string("shared memory with the node: ") + e.what());
       }
@@ -288,6 +288,9 @@ std::future<void> worker::pull(const std::string& tensor, float* out,
 
 std::future<void> worker::push_pull(const std::string& tensor, const float* grad,
                                     float* out) {
+  if (out == nullptr && shared_result(tensor) == nullptr)
+    throw rw::error(errc::invalid_spec, "push_pull without an output buffer needs shared "
+                                        "memory (read the result at shared_result())");
   return impl_->submit(
     {actors::worker_op::push_pull, impl_->tensor(tensor), grad, out, 0, nullptr});
 }
@@ -302,7 +305,7 @@ float* worker::shared_gradient(const std::string& tensor) const {
   return shm != nullptr ? shm->gradient(t) : nullptr;
 }
 
-float* worker::shared_result(const std::string& tensor) const {
+const float* worker::shared_result(const std::string& tensor) const {
   auto t = impl_->tensor(tensor);
   auto* shm = impl_->link ? impl_->link->shm() : nullptr;
   return shm != nullptr ? shm->result(t) : nullptr;

@@ -1,6 +1,7 @@
 // The shard's per-chunk BSP logic, without actors or sockets.
 
 #include <algorithm>
+#include <numeric>
 #include <cstring>
 
 #include <catch2/catch.hpp>
@@ -120,4 +121,51 @@ TEST_CASE("has_pushed and needs describe what a step still waits for", "[chunk_s
   CHECK(cs.has_pushed(0, 0));
   CHECK_FALSE(cs.has_pushed(2, 0));
   CHECK_FALSE(cs.has_pushed(2, 1));
+}
+
+namespace {
+
+// A read-only payload over memory the test owns, as a worker's shared memory reaches a
+// shard; counts its releases.
+class read_only final : public rw::runtime::payload {
+public:
+  read_only(std::vector<float>& v, int& released)
+    : payload(reinterpret_cast<std::byte*>(v.data()), v.size() * sizeof(float), false),
+      released_(released) {
+    size = v.size() * sizeof(float);
+  }
+
+private:
+  void recycle() noexcept override {
+    ++released_;
+    delete this;
+  }
+  int& released_;
+};
+
+} // namespace
+
+TEST_CASE("read-only pushes are summed when the step is complete, bitwise the same",
+          "[chunk_state]") {
+  for (uint32_t workers : {1u, 2u, 3u, 4u, 5u}) {
+    std::vector<std::vector<float>> grads;
+    for (uint32_t r = 0; r < workers; ++r) // magnitudes that make order visible
+      grads.push_back({r % 2 ? -1e8f : 1e8f, 1.0f + r, 3e-8f * r});
+    std::vector<float> expect = grads[0];
+    for (uint32_t r = 1; r < workers; ++r)
+      for (size_t i = 0; i < expect.size(); ++i)
+        expect[i] += grads[r][i];
+    std::vector<uint32_t> order(workers);
+    std::iota(order.begin(), order.end(), 0);
+    std::reverse(order.begin(), order.end()); // worst case: rank 0 last
+    owned_chunk chunk{3, workers, false};
+    int released = 0;
+    for (auto r : order)
+      chunk.cs.push(r, 0, rw::runtime::buffer_ref{new read_only(grads[r], released)}, now);
+    REQUIRE(chunk.cs.step_ready());
+    chunk.cs.complete_step(sum_spec(), 1.0f, now);
+    INFO(workers << " workers");
+    CHECK(std::memcmp(chunk.cs.params(), expect.data(), 3 * sizeof(float)) == 0);
+    CHECK(released == static_cast<int>(workers)); // every view given back
+  }
 }

@@ -9,13 +9,14 @@
 namespace rw::transports::shm {
 
 connection::connection(mapping segment, const job_spec& spec, std::string peer,
-                       uint32_t job_id, uint32_t rank)
+                       uint32_t job_id, uint32_t rank, bool worker_reads_params)
   : segment_(std::move(segment)),
     header_(segment_.as<header>()),
     tensors_(tensor_table(header_)),
     peer_(std::move(peer)),
     job_id_(job_id),
-    rank_(rank) {
+    rank_(rank),
+    worker_reads_params_(worker_reads_params) {
   for (auto& t : spec.tensors)
     layouts_.emplace_back(t.elements, spec.chunk_bytes);
 }
@@ -63,6 +64,10 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
     case frame_kind::update: {
       if (h.tensor_id >= layouts_.size() || h.chunk_index >= layouts_[h.tensor_id].count())
         return false;
+      if (worker_reads_params_) {
+        post({completion::update, 0, h.tensor_id, h.chunk_index, 0, h.clock});
+        return true;
+      }
       auto& l = layouts_[h.tensor_id];
       auto* dst = segment_.data() + tensors_[h.tensor_id].result_offset
                   + l.offset(h.chunk_index) * sizeof(float);

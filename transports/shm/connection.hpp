@@ -3,8 +3,9 @@
 // connection. Receiving: the shm endpoint drains the segment's request ring; a pushed
 // chunk reaches the shard as a read-only `view` of the worker's gradient region (no
 // copy), and when the shard lets go of it the worker is told the memory is free.
-// Sending (from shard threads): an `update` is written straight into the worker's
-// result region and announced with a completion; `error` goes to the error slots; an
+// Sending (from shard threads): an `update` is announced with a completion; the
+// worker reads it in the job's shared parameter segment when it maps one, otherwise
+// the update is first written into the worker's result region; `error` goes to the error slots; an
 // `ack` means nothing here (a push completes when its memory is consumed).
 
 #include <mutex>
@@ -23,7 +24,7 @@ public:
   /// `segment` was checked against `spec` (open_worker_segment); it belongs to worker
   /// `rank` of job `job_id`.
   connection(mapping segment, const job_spec& spec, std::string peer, uint32_t job_id,
-             uint32_t rank);
+             uint32_t rank, bool worker_reads_params);
 
   uint32_t job_id() const noexcept {
     return job_id_;
@@ -67,6 +68,7 @@ private:
   std::string peer_;
   uint32_t job_id_;
   uint32_t rank_;
+  bool worker_reads_params_; // updates need no copy: the worker maps the parameters
   std::mutex post_mtx_; // shards on several threads post completions
   std::atomic<bool> open_{true};
 };

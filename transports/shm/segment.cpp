@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <new>
 #include <random>
 #include <stdexcept>
@@ -59,8 +60,8 @@ mapping mapping::create(const std::string& name, size_t bytes) {
   return m;
 }
 
-mapping mapping::open(const std::string& name) {
-  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+mapping mapping::open(const std::string& name, bool read_only) {
+  int fd = shm_open(name.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
   if (fd < 0)
     throw sys_error("cannot open shared memory " + name);
   struct stat st{};
@@ -69,7 +70,8 @@ mapping mapping::open(const std::string& name) {
     throw std::runtime_error("shared memory " + name + " is empty");
   }
   auto bytes = static_cast<size_t>(st.st_size);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED,
+                 fd, 0);
   ::close(fd);
   if (p == MAP_FAILED)
     throw sys_error("cannot map shared memory " + name);
@@ -121,6 +123,34 @@ std::vector<tensor_entry> plan_regions(const job_spec& spec, size_t& total_bytes
   }
   total_bytes = offset;
   return out;
+}
+
+std::vector<uint64_t> plan_params(const job_spec& spec, size_t& total_bytes) {
+  std::vector<uint64_t> offsets;
+  size_t offset = 0;
+  for (auto& t : spec.tensors) {
+    offsets.push_back(offset);
+    offset += align_up(t.elements * sizeof(float), region_align);
+  }
+  total_bytes = std::max<size_t>(offset, region_align);
+  return offsets;
+}
+
+mapping create_params_segment(const job_spec& spec) {
+  size_t total = 0;
+  plan_params(spec, total);
+  return mapping::create(fresh_name("params"), total);
+}
+
+mapping open_params_segment(const std::string& name, const job_spec& spec) {
+  if (name.rfind("/rackweave-params-", 0) != 0 || name.find('/', 1) != std::string::npos)
+    throw std::runtime_error(fmt::format("'{}' is not a RackWeave parameter segment", name));
+  size_t total = 0;
+  plan_params(spec, total);
+  auto m = mapping::open(name, true);
+  if (m.size() != total)
+    throw std::runtime_error("the node's parameter segment does not match the job spec");
+  return m;
 }
 
 mapping create_worker_segment(const job_spec& spec, uint64_t nonce) {

@@ -16,8 +16,8 @@ class mapping {
 public:
   /// Creates a new object of `bytes` (zeroed). Throws std::runtime_error.
   static mapping create(const std::string& name, size_t bytes);
-  /// Maps an existing object whole. Throws std::runtime_error.
-  static mapping open(const std::string& name);
+  /// Maps an existing object whole (read-only if asked). Throws std::runtime_error.
+  static mapping open(const std::string& name, bool read_only = false);
 
   mapping() = default;
   mapping(mapping&& other) noexcept;
@@ -59,6 +59,17 @@ mapping create_worker_segment(const job_spec& spec, uint64_t nonce);
 /// Opens a worker's segment and checks it is the one its hello described (magic,
 /// nonce, size, the region of every tensor). Throws std::runtime_error saying why not.
 mapping open_worker_segment(const std::string& name, uint64_t nonce, const job_spec& spec);
+
+/// Where each tensor's parameters start in a job's parameter segment (page-aligned),
+/// and the segment's size.
+std::vector<uint64_t> plan_params(const job_spec& spec, size_t& total_bytes);
+
+/// Creates a job's parameter segment: the node keeps the job's parameters in it, and
+/// colocated workers map it read-only to read results without a copy.
+mapping create_params_segment(const job_spec& spec);
+
+/// Maps a job's parameter segment read-only (worker side), checking its size.
+mapping open_params_segment(const std::string& name, const job_spec& spec);
 
 /// Removes RackWeave segments whose creating process is gone (a node or worker killed
 /// before it could clean up). Returns how many were removed.

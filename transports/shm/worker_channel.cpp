@@ -17,8 +17,14 @@ worker_channel::worker_channel(const job_spec& spec)
     header_(segment_.as<header>()) {
 }
 
-void worker_channel::connect(const std::string& node_bell) {
+void worker_channel::connect(const std::string& node_bell, const std::string& params,
+                             const job_spec& spec) {
   bell_ = open_node_bell(node_bell);
+  if (!params.empty()) {
+    params_ = open_params_segment(params, spec);
+    size_t total = 0;
+    param_offsets_ = plan_params(spec, total);
+  }
   segment_.unlink();
 }
 
@@ -26,9 +32,11 @@ float* worker_channel::gradient(uint32_t tensor) const noexcept {
   return reinterpret_cast<float*>(segment_.data() + tensor_table(header_)[tensor].grad_offset);
 }
 
-float* worker_channel::result(uint32_t tensor) const noexcept {
-  return reinterpret_cast<float*>(segment_.data()
-                                  + tensor_table(header_)[tensor].result_offset);
+const float* worker_channel::result(uint32_t tensor) const noexcept {
+  if (params_.data() != nullptr)
+    return reinterpret_cast<const float*>(params_.data() + param_offsets_[tensor]);
+  return reinterpret_cast<const float*>(segment_.data()
+                                        + tensor_table(header_)[tensor].result_offset);
 }
 
 void worker_channel::ring_node() noexcept {

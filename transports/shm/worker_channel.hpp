@@ -23,12 +23,16 @@ public:
     return nonce_;
   }
 
-  /// Maps the node's doorbell (from the welcome) and removes the segment's name: the
-  /// node has it mapped, and nothing is left in /dev/shm if either process dies.
-  void connect(const std::string& node_bell);
+  /// Maps the node's doorbell and, if the node shares them, the job's parameters (both
+  /// from the welcome), then removes the segment's name: the node has it mapped, and
+  /// nothing is left in /dev/shm if either process dies.
+  void connect(const std::string& node_bell, const std::string& params,
+               const job_spec& spec);
 
   float* gradient(uint32_t tensor) const noexcept;
-  float* result(uint32_t tensor) const noexcept;
+  /// Where updates of `tensor` can be read: the node's shared parameters, or this
+  /// segment's result region when the node keeps its parameters private.
+  const float* result(uint32_t tensor) const noexcept;
 
   /// Posts a request; false if the ring is full (the node is behind).
   bool post(const request& r) noexcept {
@@ -49,6 +53,8 @@ private:
   mapping segment_;
   header* header_;
   mapping bell_;
+  mapping params_;
+  std::vector<uint64_t> param_offsets_;
 };
 
 } // namespace rw::transports::shm

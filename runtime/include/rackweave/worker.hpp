@@ -77,7 +77,8 @@ public:
   std::future<void> pull(const std::string& tensor, float* out, uint64_t min_version);
 
   /// push, then the updated tensor into `out`: each chunk arrives as soon as the node
-  /// has summed every worker's gradient for it and run the optimizer.
+  /// has summed every worker's gradient for it and run the optimizer. Over shared
+  /// memory `out` may be null: the new values are then read at shared_result().
   std::future<void> push_pull(const std::string& tensor, const float* grad, float* out);
 
   /// How many pushes this worker has made to `tensor` (its clock).
@@ -86,11 +87,12 @@ public:
   /// "shm" or "tcp": how this worker's chunks travel.
   const char* transport() const noexcept;
 
-  /// With shared memory, the tensor's gradient and result regions: compute the gradient
-  /// in shared_gradient() and pass shared_result() as `out`, and no byte is copied on
-  /// either side. Over TCP both are null.
+  /// With shared memory: compute the gradient in shared_gradient(), call push_pull
+  /// with a null `out`, and read the new values at shared_result() (the node's own
+  /// parameters, mapped read-only): no byte is copied on either side. The values there
+  /// stay put until this worker pushes the tensor again. Over TCP both are null.
   float* shared_gradient(const std::string& tensor) const;
-  float* shared_result(const std::string& tensor) const;
+  const float* shared_result(const std::string& tensor) const;
 
   /// Leaves the job (bye) and disconnects; calls afterwards throw. Idempotent.
   void close();
