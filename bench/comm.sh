@@ -5,6 +5,8 @@
 #
 #   bash bench/comm.sh [--workers "2 4"] [--bytes "64MiB"] [--iters 10]
 set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
 
 workers="2 4"
@@ -23,18 +25,12 @@ done
 bash apps/scripts/setup.sh >/dev/null
 tmp=$(mktemp -d)
 node_pid=
-cleanup() {
-  [[ -n $node_pid ]] && kill -TERM "$node_pid" 2>/dev/null && wait "$node_pid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+cleanup() { release ${node_pid:+"$node_pid"}; }
+set_exit_traps cleanup
 
 build/apps/rw-node --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn 2>"$tmp/node.log" &
 node_pid=$!
-for _ in {1..100}; do [[ -s $tmp/port ]] && break; sleep 0.1; done
-[[ -s $tmp/port ]] || { echo "comm.sh: node did not start" >&2; cat "$tmp/node.log" >&2; exit 1; }
+wait_for_port "$tmp/port" "$node_pid" || { note "node did not start"; cat "$tmp/node.log" >&2; exit 1; }
 address=$(<"$tmp/port")
 
 rows=()
@@ -50,8 +46,8 @@ for w in $workers; do
   done
 done
 
-cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
-mem=$(free -g | awk '/Mem:/ {print $2 " GiB"}')
+cpu=$(cpu_model)
+mem=$(mem_gib_floor)
 {
   echo "<!-- comm:begin -->"
   echo "## Step time through one rack-agg (rw-bench comm)"
@@ -71,5 +67,5 @@ mem=$(free -g | awk '/Mem:/ {print $2 " GiB"}')
 } >"$tmp/section.md"
 
 results=bench/RESULTS.md
-python3 bench/lib/update_results.py "$results" comm "$tmp/section.md"
+update_results comm "$tmp/section.md"
 echo "written: $results"

@@ -20,13 +20,11 @@
 # them. Processes, namespaces and links are removed on exit, error or interrupt.
 # With --json stdout carries only one JSON object per system.
 set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
 
-invocation="bash bench/netns.sh"
-for arg in "$@"; do
-  if [[ $arg =~ ^[A-Za-z0-9_./:=+-]+$ ]]; then invocation+=" $arg"
-  else invocation+=" '${arg//\'/\'\\\'\'}'"; fi
-done
+invocation=$(invocation_of "$@")
 
 workers=4
 size=16MiB
@@ -42,31 +40,15 @@ while (($#)); do
   case $1 in
     --workers) workers=$2; shift 2 ;;
     --bytes) size=$2; shift 2 ;;
-    --iters) iters=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --agg-rate) agg_rate=$2; shift 2 ;;
     --agg-links) agg_links=$2; shift 2 ;;
     --chunk-bytes) chunk=$2; shift 2 ;;
-    --timeout) run_timeout=$2; shift 2 ;;
-    --json) json=1; shift ;;
-    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
-    *) echo "netns.sh: unknown option $1" >&2; exit 2 ;;
+    *) run_option 2,21 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 agg_rate=${agg_rate:-$rate}
 
-to_bytes() { # 64MiB, 4M, 512KiB, 1048576 -> bytes
-  local n u
-  [[ $1 =~ ^([0-9]+)(B|K|KiB|M|MiB|G|GiB)?$ ]] || return 1
-  n=${BASH_REMATCH[1]} u=${BASH_REMATCH[2]}
-  case $u in
-    ''|B) echo "$n" ;;
-    K|KiB) echo $((n << 10)) ;;
-    M|MiB) echo $((n << 20)) ;;
-    G|GiB) echo $((n << 30)) ;;
-  esac
-}
 rate_bps() { # a tc rate (1gbit, 2.5gbit, 800mbit, 1gibit) -> bit/s
   local r=${1,,}
   [[ $r =~ ^([0-9]+(\.[0-9]+)?)([kmgt]i?)?bit$ ]] || return 1
@@ -76,24 +58,20 @@ rate_bps() { # a tc rate (1gbit, 2.5gbit, 800mbit, 1gibit) -> bit/s
     v = n * (u == "" ? 1 : m[u]); if (v < 1) exit 1; printf "%.0f\n", v }'
 }
 bytes=$(to_bytes "$size") && ((bytes > 0 && bytes % 4 == 0)) ||
-  { echo "netns.sh: bad --bytes $size (a positive multiple of 4 bytes, e.g. 16MiB)" >&2; exit 2; }
-to_bytes "$chunk" >/dev/null ||
-  { echo "netns.sh: bad --chunk-bytes $chunk (e.g. 32KiB)" >&2; exit 2; }
-worker_bps=$(rate_bps "$rate") || { echo "netns.sh: bad --rate $rate (e.g. 1gbit)" >&2; exit 2; }
-agg_bps=$(rate_bps "$agg_rate") || { echo "netns.sh: bad --agg-rate $agg_rate" >&2; exit 2; }
+  usage_error "bad --bytes $size (a positive multiple of 4 bytes, e.g. 16MiB)"
+to_bytes "$chunk" >/dev/null || usage_error "bad --chunk-bytes $chunk (e.g. 32KiB)"
+worker_bps=$(rate_bps "$rate") || usage_error "bad --rate $rate (e.g. 1gbit)"
+agg_bps=$(rate_bps "$agg_rate") || usage_error "bad --agg-rate $agg_rate"
 # Worker hosts are 10.77.1.1.., agg links 10.77.0.1..: one /24 each.
 [[ $workers =~ ^[1-9][0-9]*$ ]] && ((workers >= 2 && workers <= 254)) ||
-  { echo "netns.sh: --workers takes 2..254" >&2; exit 2; }
+  usage_error "--workers takes 2..254"
 [[ $agg_links =~ ^[1-9][0-9]*$ ]] && ((agg_links <= 254)) ||
-  { echo "netns.sh: --agg-links takes 1..254" >&2; exit 2; }
-[[ $iters =~ ^[1-9][0-9]*$ && $warmup =~ ^[0-9]+$ && $run_timeout =~ ^[1-9][0-9]*$ ]] ||
-  { echo "netns.sh: --iters, --warmup and --timeout take whole numbers" >&2; exit 2; }
-((EUID == 0)) || { echo "netns.sh: needs root (ip netns, tc)" >&2; exit 2; }
+  usage_error "--agg-links takes 1..254"
+check_run_counts "$iters" "$warmup" "$run_timeout"
+((EUID == 0)) || usage_error "needs root (ip netns, tc)"
 
 # Everything but the --json lines goes to stdout only without --json.
-if ((json)); then exec 3>&2; else exec 3>&1; fi
-say() { printf '%s\n' "$*" >&3; }
-note() { printf 'netns.sh: %s\n' "$*" >&2; }
+open_report "$json"
 
 prefix="rwb-$$-"
 switch_ns=${prefix}sw
@@ -109,74 +87,22 @@ namespaces=() # created so far, deleted on exit
 run_pids=()   # ranks started and not yet reaped, stopped on exit
 node_pid=     # the same for rw-node
 
-running() { # PID: alive and not a zombie
-  local st
-  st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]
-}
-# stop_pids PID...: SIGTERM (timeout passes it to its command's process group), up to
-# 5 s for them to go, then SIGKILL to what is left of each group; reaps them all.
-stop_pids() {
-  local p end=$((SECONDS + 5)) left
-  for p; do kill -TERM "$p" 2>/dev/null || true; done
-  while ((SECONDS < end)); do
-    left=0
-    for p; do
-      if running "$p"; then left=1; fi
-    done
-    ((left)) || break
-    sleep 0.1
-  done
-  for p; do
-    if running "$p"; then kill -KILL -- "-$p" "$p" 2>/dev/null || true; fi
-  done
-  for p; do wait "$p" 2>/dev/null || true; done
-}
 cleanup() {
   local rc=$? ns i
-  trap '' INT TERM HUP # a second Ctrl-C must not cut the cleanup short
-  stop_pids "${run_pids[@]}" ${node_pid:+"$node_pid"}
+  release "${run_pids[@]}" ${node_pid:+"$node_pid"}
   # Deleting a namespace destroys its devices, and a veth goes with either end.
   for ((i = ${#namespaces[@]} - 1; i >= 0; i--)); do
     ip netns del "${namespaces[i]}" 2>/dev/null || true
   done
-  rm -rf "$tmp"
   if ns=$(ip netns list | grep "^$prefix"); then
     note "namespaces left behind: $ns"
     rc=1
   fi
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+set_exit_traps cleanup
 
-# The tree may be rebuilt while this runs: measure one consistent copy of the RackWeave
-# binaries, taken once they have been left alone for 5 s and run (bounded: 5 minutes).
-snapshot_rackweave() {
-  local files=(build/apps/rw-node build/apps/rw-bench build/librackweave.so) f newest
-  mkdir -p "$tmp/bin"
-  for _ in {1..60}; do
-    if ls "${files[@]}" >/dev/null 2>&1; then
-      newest=$(stat -c %Y "${files[@]}" | sort -n | tail -1)
-      if (($(date +%s) - newest >= 5)); then
-        cp "${files[@]}" "$tmp/bin/"
-        if [[ $(stat -c %Y "${files[@]}" | sort -n | tail -1) == "$newest" ]] &&
-          LD_LIBRARY_PATH=$tmp/bin timeout 20 "$tmp/bin/rw-node" --help >/dev/null 2>&1 &&
-          LD_LIBRARY_PATH=$tmp/bin timeout 20 "$tmp/bin/rw-bench" comm-worker --help >/dev/null 2>&1
-        then
-          return 0
-        fi
-      fi
-    fi
-    sleep 5
-  done
-  note "no usable RackWeave build in ./build after 5 minutes (missing or being rebuilt)"
-  return 1
-}
-snapshot_rackweave
-# The copies find their library by LD_LIBRARY_PATH (their RUNPATH points into ./build).
-export LD_LIBRARY_PATH=$tmp/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+snapshot_rackweave "$tmp/bin" comm-worker
 gloo=build/peers/gloo-allreduce
 [[ -x $gloo ]] || { note "$gloo is missing: run bash bench/setup-peers.sh"; exit 1; }
 if [[ $("$gloo" --host 127.0.0.1 2>&1 || true) == *"unknown argument"* ]]; then
@@ -290,12 +216,7 @@ worker_args=(--connect "$(agg_addr 0):$port" --workers "$workers" --bytes "$byte
 timeout -k 5 $((2 * run_timeout)) ip netns exec "$agg_ns" "$tmp/bin/rw-node" "${node_args[@]}" \
   --port-file "$tmp/port" >"$tmp/node.log" 2>&1 </dev/null &
 node_pid=$!
-for _ in {1..100}; do
-  [[ -s $tmp/port ]] && break
-  running "$node_pid" || break
-  sleep 0.1
-done
-[[ -s $tmp/port ]] || { note "rw-node did not start:"; cat "$tmp/node.log" >&2; exit 1; }
+wait_for_port "$tmp/port" "$node_pid" || { note "rw-node did not start:"; cat "$tmp/node.log" >&2; exit 1; }
 t0=$(date +%s)
 for ((r = 0; r < workers; r++)); do
   launch "$tmp/rw.$r" "$(worker_ns "$r")" "$tmp/bin/rw-bench" comm-worker "${worker_args[@]}" \
@@ -336,9 +257,7 @@ else
 fi
 elapsed=$(($(date +%s) - started))
 
-cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
-mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
-machine="$(nproc) cores ($cpu), $mem RAM, $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+machine="$(machine_facts), load average $(load_avg) at the end"
 commands=(
   "ip netns exec $agg_ns rw-node ${node_args[*]} --port-file FILE"
   "ip netns exec ${prefix}wR rw-bench comm-worker ${worker_args[*]} --rank R   (R = 0..$((workers - 1)), all at once)"
@@ -411,6 +330,6 @@ open(md_path, "w").write("\n".join(md) + "\n")
 PY
 
 cat "$tmp/table.txt" >&3
-python3 bench/lib/update_results.py bench/RESULTS.md netns "$tmp/section.md"
+update_results netns "$tmp/section.md"
 say "written: bench/RESULTS.md"
 if grep -q FAIL "$tmp/results"; then exit 1; fi

@@ -21,13 +21,11 @@
 # a system that fails or times out is reported on stderr and marked in its row.
 # With --json stdout carries only one JSON object per (system, W, S).
 set -uo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "$0")/lib/common.sh" || exit 1
 cd "$(dirname "$0")/.." || exit 1
 
-invocation="bash bench/peers.sh"
-for arg in "$@"; do
-  if [[ $arg =~ ^[A-Za-z0-9_./:=+-]+$ ]]; then invocation+=" $arg"
-  else invocation+=" '${arg//\'/\'\\\'\'}'"; fi
-done
+invocation=$(invocation_of "$@")
 
 workers="2 4 8"
 sizes="4MiB 64MiB"
@@ -40,65 +38,32 @@ while (($#)); do
   case $1 in
     --workers) workers=$2; shift 2 ;;
     --bytes) sizes=$2; shift 2 ;;
-    --iters) iters=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
     --systems) systems=$2; shift 2 ;;
-    --timeout) run_timeout=$2; shift 2 ;;
-    --json) json=1; shift ;;
-    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
-    *) echo "peers.sh: unknown option $1" >&2; exit 2 ;;
+    *) run_option 2,22 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 for s in $systems; do
   case $s in
     rackweave-tcp|rackweave-shm|gloo|torch-gloo|mpi-shm|mpi-tcp) ;;
-    *) echo "peers.sh: unknown system $s" >&2; exit 2 ;;
+    *) usage_error "unknown system $s" ;;
   esac
 done
-[[ $iters =~ ^[1-9][0-9]*$ && $warmup =~ ^[0-9]+$ && $run_timeout =~ ^[1-9][0-9]*$ ]] ||
-  { echo "peers.sh: --iters, --warmup and --timeout take whole numbers" >&2; exit 2; }
+check_run_counts "$iters" "$warmup" "$run_timeout"
 
 # Everything but the --json lines goes to stdout only without --json.
-if ((json)); then exec 3>&2; else exec 3>&1; fi
-say() { printf '%s\n' "$*" >&3; }
-note() { printf 'peers.sh: %s\n' "$*" >&2; }
+open_report "$json"
 
-to_bytes() { # 64MiB, 4M, 512KiB, 1048576 -> bytes
-  local t=$1 n u
-  [[ $t =~ ^([0-9]+)(B|K|KiB|M|MiB|G|GiB)?$ ]] || return 1
-  n=${BASH_REMATCH[1]} u=${BASH_REMATCH[2]}
-  case $u in
-    ''|B) echo "$n" ;;
-    K|KiB) echo $((n << 10)) ;;
-    M|MiB) echo $((n << 20)) ;;
-    G|GiB) echo $((n << 30)) ;;
-  esac
-}
-for s in $sizes; do
-  b=$(to_bytes "$s") && ((b > 0 && b % 4 == 0)) ||
-    { echo "peers.sh: bad size $s (a positive multiple of 4 bytes, e.g. 64MiB)" >&2; exit 2; }
-done
+# shellcheck disable=SC2086 # a word list
+check_sizes $sizes
 for w in $workers; do
-  [[ $w =~ ^[1-9][0-9]*$ ]] || { echo "peers.sh: bad worker count $w" >&2; exit 2; }
+  [[ $w =~ ^[1-9][0-9]*$ ]] || usage_error "bad worker count $w"
 done
 
 tmp=$(mktemp -d)
 node_pid=
 run_pids=()
-cleanup() {
-  local p
-  for p in "${run_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${run_pids[@]}"; do wait "$p" 2>/dev/null; done
-  run_pids=()
-  if [[ -n $node_pid ]]; then
-    kill -TERM "$node_pid" 2>/dev/null && wait "$node_pid" 2>/dev/null
-    node_pid=
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+cleanup() { release "${run_pids[@]}" ${node_pid:+"$node_pid"}; }
+set_exit_traps cleanup
 
 # run OUT ERR CMD...: runs CMD bounded by the timeout (run_limit seconds, default
 # --timeout), in the background so that the traps can stop it (timeout forwards the
@@ -115,7 +80,7 @@ run() {
 }
 
 started=$(date +%s)
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+load_start=$(load_avg)
 note "building RackWeave (apps/scripts/setup.sh) and the peers (bench/setup-peers.sh)"
 # A broken RackWeave build fails the rackweave-* systems (their rows say so), not the
 # whole run; stale binaries are never measured.
@@ -171,8 +136,8 @@ if ((need_node)); then
   build/apps/rw-node --role rack-agg --listen 127.0.0.1:0 --port-file "$tmp/port" \
     --log-level warn 2>"$tmp/node.log" &
   node_pid=$!
-  for _ in {1..100}; do [[ -s $tmp/port ]] && break; sleep 0.1; done
-  [[ -s $tmp/port ]] || { note "rw-node did not start"; cat "$tmp/node.log" >&2; exit 1; }
+  wait_for_port "$tmp/port" "$node_pid" ||
+    { note "rw-node did not start"; cat "$tmp/node.log" >&2; exit 1; }
   address=$(<"$tmp/port")
 fi
 
@@ -250,6 +215,7 @@ measure() {
         --timeout-s $((run_timeout - 10 > 0 ? run_timeout - 10 : run_timeout)) || rc=$? ;;
     mpi-shm|mpi-tcp)
       local mca=()
+      # shellcheck disable=SC2054 # tcp,self is one MCA value
       [[ $sys == mpi-tcp ]] &&
         mca=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
       run "$out" "$err" mpirun --allow-run-as-root --oversubscribe -np "$w" "${mca[@]}" \
@@ -287,9 +253,7 @@ for w in $workers; do
 done
 elapsed=$(($(date +%s) - started))
 
-cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
-mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
-machine="$(nproc) cores ($cpu), $mem RAM, $(uname -sr); load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+machine="$(machine_facts); load average $load_start at the start, $(load_avg) at the end"
 python3 - "$tmp/results.jsonl" "$tmp/table.txt" "$tmp/section.md" "${active[*]}" "$workers" \
   "$sizes" "$invocation" "$machine" "$iters" "$warmup" "$elapsed" "$skipped" <<'PY'
 import datetime, json, sys
@@ -436,19 +400,5 @@ fi
 say "took ${elapsed} s"
 
 results=bench/RESULTS.md
-if [[ -f bench/lib/update_results.py ]]; then
-  python3 bench/lib/update_results.py "$results" peers "$tmp/section.md"
-else # the same thing inline: replace the marked section, or append it
-  python3 - "$results" "$tmp/section.md" <<'PY'
-import re, sys
-path, section = sys.argv[1], open(sys.argv[2]).read().rstrip("\n")
-try:
-    text = open(path).read()
-except FileNotFoundError:
-    text = "# RackWeave benchmark results\n"
-pattern = re.compile(r"<!-- peers:begin -->.*?<!-- peers:end -->", re.S)
-text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
-open(path, "w").write(text)
-PY
-fi || { note "could not write $results"; exit 1; }
+update_results peers "$tmp/section.md" || { note "could not write $results"; exit 1; }
 say "written: $results"

@@ -18,13 +18,11 @@
 # seconds (default 300); a failed run is reported on stderr and marked in its row.
 # With --json stdout carries only one JSON object per run.
 set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
 
-invocation="bash bench/sweep.sh"
-for arg in "$@"; do
-  if [[ $arg =~ ^[A-Za-z0-9_./:=+-]+$ ]]; then invocation+=" $arg"
-  else invocation+=" '${arg//\'/\'\\\'\'}'"; fi
-done
+invocation=$(invocation_of "$@")
 
 chunk_workers=4 chunk_sizes=16MiB
 scale_workers="2 4" scale_sizes="16MiB 64MiB"
@@ -39,114 +37,41 @@ while (($#)); do
   case $1 in
     --workers) chunk_workers=$2 scale_workers=$2; shift 2 ;;
     --bytes) chunk_sizes=$2 scale_sizes=$2; shift 2 ;;
-    --iters) iters=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
     --chunks) chunks=$2; shift 2 ;;
     --shards) shard_counts=$2; shift 2 ;;
-    --timeout) run_timeout=$2; shift 2 ;;
-    --json) json=1; shift ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
-    *) echo "sweep.sh: unknown option $1" >&2; exit 2 ;;
+    *) run_option 2,19 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 
-to_bytes() { # 64MiB, 4M, 512KiB, 1048576 -> bytes
-  local n u
-  [[ $1 =~ ^([0-9]+)(B|K|KiB|M|MiB|G|GiB)?$ ]] || return 1
-  n=${BASH_REMATCH[1]} u=${BASH_REMATCH[2]}
-  case $u in
-    ''|B) echo "$n" ;;
-    K|KiB) echo $((n << 10)) ;;
-    M|MiB) echo $((n << 20)) ;;
-    G|GiB) echo $((n << 30)) ;;
-  esac
-}
-for s in $chunk_sizes $scale_sizes $chunks $scale_chunk; do
-  b=$(to_bytes "$s") && ((b > 0 && b % 4 == 0)) ||
-    { echo "sweep.sh: bad size $s (a positive multiple of 4 bytes, e.g. 64MiB)" >&2; exit 2; }
-done
+# shellcheck disable=SC2086 # word lists
+check_sizes $chunk_sizes $scale_sizes $chunks $scale_chunk
 for n in $chunk_workers $scale_workers $shard_counts; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "sweep.sh: bad count $n" >&2; exit 2; }
+  [[ $n =~ ^[1-9][0-9]*$ ]] || usage_error "bad count $n"
 done
-[[ $iters =~ ^[1-9][0-9]*$ && $warmup =~ ^[0-9]+$ && $run_timeout =~ ^[1-9][0-9]*$ ]] ||
-  { echo "sweep.sh: --iters, --warmup and --timeout take whole numbers" >&2; exit 2; }
+check_run_counts "$iters" "$warmup" "$run_timeout"
 # Plots need Debian's matplotlib; the python3 first in PATH may not have it. Checked
 # now rather than after minutes of measuring.
 plot_python=/usr/bin/python3
 "$plot_python" -c 'import matplotlib' 2>/dev/null ||
-  { echo "sweep.sh: $plot_python has no matplotlib (apt-get install python3-matplotlib)" >&2; exit 2; }
+  usage_error "$plot_python has no matplotlib (apt-get install python3-matplotlib)"
 
 # Everything but the --json lines goes to stdout only without --json.
-if ((json)); then exec 3>&2; else exec 3>&1; fi
-say() { printf '%s\n' "$*" >&3; }
-note() { printf 'sweep.sh: %s\n' "$*" >&2; }
+open_report "$json"
 
 started=$(date +%s)
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+load_start=$(load_avg)
 tmp=$(mktemp -d)
 node_pid= # rw-node, stopped on exit
 run_pid=  # the rw-bench run under way, stopped on exit
 
-running() { # PID: alive and not a zombie
-  local st
-  st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]
-}
-# stop_pids PID...: SIGTERM (timeout passes it to its command's process group), up to
-# 5 s for them to go, then SIGKILL to what is left of each group; reaps them all.
-stop_pids() {
-  local p end=$((SECONDS + 5)) left
-  for p; do kill -TERM "$p" 2>/dev/null || true; done
-  while ((SECONDS < end)); do
-    left=0
-    for p; do
-      if running "$p"; then left=1; fi
-    done
-    ((left)) || break
-    sleep 0.1
-  done
-  for p; do
-    if running "$p"; then kill -KILL -- "-$p" "$p" 2>/dev/null || true; fi
-  done
-  for p; do wait "$p" 2>/dev/null || true; done
-}
 cleanup() {
   local rc=$?
-  trap '' INT TERM HUP # a second Ctrl-C must not cut the cleanup short
-  stop_pids ${run_pid:+"$run_pid"} ${node_pid:+"$node_pid"}
-  rm -rf "$tmp"
+  release ${run_pid:+"$run_pid"} ${node_pid:+"$node_pid"}
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+set_exit_traps cleanup
 
-# The tree may be rebuilt while this runs: measure one consistent copy of the RackWeave
-# binaries, taken once they have been left alone for 5 s and run (bounded: 5 minutes).
-snapshot_rackweave() {
-  local files=(build/apps/rw-node build/apps/rw-bench build/librackweave.so) newest
-  mkdir -p "$tmp/bin"
-  for _ in {1..60}; do
-    if ls "${files[@]}" >/dev/null 2>&1; then
-      newest=$(stat -c %Y "${files[@]}" | sort -n | tail -1)
-      if (($(date +%s) - newest >= 5)); then
-        cp "${files[@]}" "$tmp/bin/"
-        if [[ $(stat -c %Y "${files[@]}" | sort -n | tail -1) == "$newest" ]] &&
-          LD_LIBRARY_PATH=$tmp/bin timeout 20 "$tmp/bin/rw-node" --help >/dev/null 2>&1 &&
-          LD_LIBRARY_PATH=$tmp/bin timeout 20 "$tmp/bin/rw-bench" comm --help >/dev/null 2>&1
-        then
-          return 0
-        fi
-      fi
-    fi
-    sleep 5
-  done
-  note "no usable RackWeave build in ./build after 5 minutes (missing or being rebuilt)"
-  return 1
-}
-snapshot_rackweave
-# The copies find their library by LD_LIBRARY_PATH (their RUNPATH points into ./build).
-export LD_LIBRARY_PATH=$tmp/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+snapshot_rackweave "$tmp/bin" comm
 
 # start_node RUNS [rw-node options]: a node on a free loopback port, bounded in time
 # by RUNS runs' timeouts; sets address.
@@ -157,12 +82,8 @@ start_node() {
     --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn "$@" \
     >"$tmp/node.log" 2>&1 </dev/null &
   node_pid=$!
-  for _ in {1..100}; do
-    [[ -s $tmp/port ]] && break
-    running "$node_pid" || break
-    sleep 0.1
-  done
-  [[ -s $tmp/port ]] || { note "rw-node $* did not start:"; cat "$tmp/node.log" >&2; exit 1; }
+  wait_for_port "$tmp/port" "$node_pid" ||
+    { note "rw-node $* did not start:"; cat "$tmp/node.log" >&2; exit 1; }
   address=$(<"$tmp/port")
 }
 stop_node() {
@@ -232,9 +153,7 @@ elapsed=$(($(date +%s) - started))
 "$plot_python" bench/plot_sweep.py "$tmp/results.jsonl" bench/sweep-chunk.png bench/sweep-cores.png \
   --note "$(date -u +%Y-%m-%d), $(nproc) cores, loopback; $iters iterations after $warmup warm-up"
 
-cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
-mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
-machine="$(nproc) cores ($cpu), $mem RAM, $(uname -sr); load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+machine="$(machine_facts); load average $load_start at the start, $(load_avg) at the end"
 python3 - "$tmp/results.jsonl" "$tmp/tables.txt" "$tmp/section.md" "$invocation" "$machine" \
   "$iters" "$warmup" "$elapsed" "$(nproc)" <<'PY'
 import datetime, json, sys
@@ -316,6 +235,6 @@ say ""
 say "command: $invocation"
 say "plots: bench/sweep-chunk.png bench/sweep-cores.png"
 say "took ${elapsed} s"
-python3 bench/lib/update_results.py bench/RESULTS.md sweep "$tmp/section.md"
+update_results sweep "$tmp/section.md"
 say "written: bench/RESULTS.md"
 if ((failures)); then note "$failures run(s) failed"; exit 1; fi
