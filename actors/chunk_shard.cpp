@@ -66,6 +66,7 @@ void send_update(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t chu
                  const detail::chunk_state& cs, const detail::waiter& w) {
   auto h = about(job_id, w.rank, tensor, chunk, cs.version());
   h.kind = frame_kind::update;
+  h.staleness = static_cast<uint32_t>(cs.staleness(w));
   h.payload_bytes = cs.length() * sizeof(float);
   iovec iov{const_cast<float*>(cs.params()), h.payload_bytes};
   if (w.conn->send(h, &iov, 1))
@@ -188,7 +189,7 @@ void on_push(shard_ptr self, chunk_push& p) {
       break;
   }
   if (p.want_result) {
-    cs.wait({p.conn, p.rank, p.clock + 1});
+    cs.wait(cs.push_waiter(p.conn, p.rank, p.clock));
   } else {
     auto ack = hdr;
     ack.kind = frame_kind::ack;
@@ -295,7 +296,7 @@ void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
       float* m = state >= 1 ? take(len) : nullptr;
       float* v = state >= 2 ? take(len) : nullptr;
       job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
-                              job.spec.tensors[t].has_init);
+                              job.spec.tensors[t].has_init, job.spec.consistency);
     }
   }
   if (job.shared) // first touch from this pinned thread puts the pages on its domain

@@ -143,9 +143,11 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
   uint64_t bytes = 0;
   for (auto& t : spec.tensors)
     bytes += t.elements * sizeof(float);
-  spdlog::info("job created: job='{}' id={} workers={} optimizer={} lr={} chunk_bytes={} "
-               "tensors={} bytes={} chunks={} chunks_per_shard=[{}] chunks_per_endpoint=[{}]",
-               spec.name, job.id, spec.num_workers, to_string(spec.optimizer.kind),
+  spdlog::info("job created: job='{}' id={} workers={} consistency={} optimizer={} lr={} "
+               "chunk_bytes={} tensors={} bytes={} chunks={} chunks_per_shard=[{}] "
+               "chunks_per_endpoint=[{}]",
+               spec.name, job.id, spec.num_workers, to_string(spec.consistency),
+               to_string(spec.optimizer.kind),
                spec.optimizer.learning_rate, spec.chunk_bytes, spec.tensors.size(), bytes,
                job.routes->total_chunks(), fmt::join(job.routes->chunks_per_shard(), ","),
                fmt::join(job.routes->chunks_per_endpoint(), ","));

@@ -1,5 +1,6 @@
 #include "actors/worker_link.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include <caf/all.hpp>
@@ -24,8 +25,10 @@ worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
     rank_(rank),
     routes_(std::move(routes)),
     shm_(std::move(shm)) {
-  for (uint32_t t = 0; t < routes_->num_tensors(); ++t)
+  for (uint32_t t = 0; t < routes_->num_tensors(); ++t) {
     slots_.push_back(std::make_unique<slot>());
+    last_staleness_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
+  }
 }
 
 worker_link::~worker_link() {
@@ -70,7 +73,7 @@ void worker_link::on_completion(const transports::shm::completion& c) {
       auto seq = s.seq;
       s.seq = 0;
       caf::anon_send(proxy_, fail_atom::value, c.tensor, seq, static_cast<errc>(c.code),
-                     shm_->error_text(c.error_slot));
+                     shm_->error_text(c.extra));
     }
     return;
   }
@@ -87,11 +90,7 @@ void worker_link::on_completion(const transports::shm::completion& c) {
                   l.length(c.chunk) * sizeof(float));
     }
   }
-  if (--s.remaining > 0)
-    return;
-  auto seq = s.seq;
-  s.seq = 0;
-  caf::anon_send(proxy_, done_atom::value, c.tensor, seq);
+  chunk_done(c.tensor, s, is_update ? c.extra : 0);
 }
 
 void worker_link::abandon(const std::string& why) {
@@ -120,6 +119,17 @@ void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* 
   s.dst = dst;
   s.version = version;
   s.remaining = routes_->layout(tensor).count();
+  s.staleness = 0;
+}
+
+void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t staleness) {
+  s.staleness = std::max(s.staleness, staleness);
+  if (--s.remaining > 0)
+    return;
+  last_staleness_[tensor]->store(s.staleness, std::memory_order_release);
+  auto seq = s.seq;
+  s.seq = 0;
+  caf::anon_send(proxy_, done_atom::value, tensor, seq);
 }
 
 payload_target worker_link::on_header(const transports::connection_ptr&,
@@ -181,11 +191,8 @@ void worker_link::on_frame(const transports::connection_ptr&, const frame_header
   }
   auto& s = *slots_[h.tensor_id];
   std::lock_guard<std::mutex> guard{s.mtx};
-  if (s.seq == 0 || --s.remaining > 0)
-    return;
-  auto seq = s.seq;
-  s.seq = 0;
-  caf::anon_send(proxy_, done_atom::value, h.tensor_id, seq);
+  if (s.seq != 0)
+    chunk_done(h.tensor_id, s, h.kind == frame_kind::update ? h.staleness : 0);
 }
 
 void worker_link::on_closed(const transports::connection_ptr&, errc code,

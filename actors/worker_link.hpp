@@ -73,6 +73,11 @@ public:
   /// Closes the connection because of `why` (a timeout); the receiver then reports it.
   void abandon(const std::string& why);
 
+  /// The largest staleness served to the last completed operation on `tensor`.
+  uint32_t last_staleness(uint32_t tensor) const noexcept {
+    return last_staleness_[tensor]->load(std::memory_order_acquire);
+  }
+
   // frame_sink (receiver thread)
   transports::payload_target on_header(const transports::connection_ptr& c,
                                        const transports::frame_header& h) override;
@@ -89,7 +94,11 @@ private:
     float* dst = nullptr;
     uint64_t version = 0;
     uint32_t remaining = 0;
+    uint32_t staleness = 0; // the largest served to the armed operation so far
   };
+
+  // Called with the slot locked: one more chunk of the armed operation is in.
+  void chunk_done(uint32_t tensor, slot& s, uint32_t staleness);
 
   void run();
   void on_completion(const transports::shm::completion& c);
@@ -101,6 +110,7 @@ private:
   std::shared_ptr<const runtime::routing_table> routes_;
   std::unique_ptr<transports::shm::worker_channel> shm_;
   std::vector<std::unique_ptr<slot>> slots_;
+  std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_staleness_;
   std::vector<std::byte> error_buf_;
   worker_proxy_actor proxy_;
   std::thread receiver_;

@@ -29,6 +29,12 @@ struct TensorSpec {
   hasInit @2 :Bool;         # rank 0 sends initial values; otherwise zeros
 }
 
+enum ConsistencyModel {
+  bsp @0;
+  ssp @1;
+  async @2;
+}
+
 struct Hello {
   jobName @0 :Text;
   numWorkers @1 :UInt32;
@@ -38,6 +44,8 @@ struct Hello {
   tensors @5 :List(TensorSpec);
   shmSegment @6 :Text;      # a shared memory segment for the data (same host only)
   shmNonce @7 :UInt64;      # stored in the segment: proves it is this worker's
+  consistency @8 :ConsistencyModel;
+  staleness @9 :UInt32;     # the bound s of ssp
 }
 
 struct ShardEndpoints {

@@ -33,4 +33,6 @@ struct FrameHeader {
   chunkIndex @8 :UInt32;
   payloadBytes @9 :UInt32;
   clock @10 :UInt64;        # push: the worker's clock; pull/update: version
+  staleness @11 :UInt32;    # update: how many clocks the slowest worker's pushes
+                            # included in it are behind the reader's (0 under bsp)
 }

@@ -69,6 +69,8 @@ bytes encode(const hello_msg& x) {
   }
   root.setShmSegment(x.shm_segment);
   root.setShmNonce(x.shm_nonce);
+  root.setConsistency(static_cast<schema::ConsistencyModel>(x.spec.consistency.model));
+  root.setStaleness(x.spec.consistency.staleness);
   return to_bytes(msg);
 }
 
@@ -131,6 +133,13 @@ errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why
       out.spec.tensors.push_back({t.getName().cStr(), t.getElements(), t.getHasInit()});
     out.shm_segment = root.getShmSegment().cStr();
     out.shm_nonce = root.getShmNonce();
+    auto model = static_cast<uint16_t>(root.getConsistency());
+    if (model > static_cast<uint16_t>(consistency_spec::async)) {
+      why = fmt::format("unknown consistency model {}", model);
+      return errc::bad_frame;
+    }
+    out.spec.consistency.model = static_cast<consistency_spec::model_t>(model);
+    out.spec.consistency.staleness = root.getStaleness();
     return errc::ok;
   });
 }

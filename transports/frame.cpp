@@ -51,6 +51,7 @@ void encode(const frame_header& h, std::byte* out) {
   root.setChunkIndex(h.chunk_index);
   root.setPayloadBytes(h.payload_bytes);
   root.setClock(h.clock);
+  root.setStaleness(h.staleness);
   auto segments = msg.getSegmentsForOutput();
   // One segment of exactly segment_words: the header's layout is fixed by the schema.
   uint32_t table[2] = {0, static_cast<uint32_t>(segment_words)};
@@ -96,6 +97,7 @@ errc decode(const std::byte* in, frame_header& out, std::string& why) {
     out.chunk_index = root.getChunkIndex();
     out.payload_bytes = root.getPayloadBytes();
     out.clock = root.getClock();
+    out.staleness = root.getStaleness();
   } catch (const kj::Exception& e) {
     why = fmt::format("frame header does not decode: {}", e.getDescription().cStr());
     return errc::bad_frame;

@@ -2,7 +2,7 @@
 // The frame header every transport carries, and its codec.
 //
 // On the wire a header is the Cap'n Proto message schemas/frame.capnp:FrameHeader,
-// unpacked, single segment: 8 bytes of segment table, 8 of root pointer and 40 of data.
+// unpacked, single segment: 8 bytes of segment table, 8 of root pointer and 48 of data.
 // Every field is fixed-width, so every header is exactly `frame_header_bytes` long and
 // a receiver always knows how much to read before the payload.
 
@@ -43,9 +43,10 @@ struct frame_header {
   uint32_t chunk_index = 0;
   uint32_t payload_bytes = 0;
   uint64_t clock = 0;
+  uint32_t staleness = 0;
 };
 
-constexpr size_t frame_header_bytes = 56;
+constexpr size_t frame_header_bytes = 64;
 
 /// Writes the header into `out` (frame_header_bytes, 8-byte aligned).
 void encode(const frame_header& h, std::byte* out);

@@ -6,7 +6,7 @@
 namespace rw::actors::detail {
 
 chunk_state::chunk_state(uint32_t length, uint32_t workers, float* params, float* m,
-                         float* v, bool wait_for_init)
+                         float* v, bool wait_for_init, consistency_spec consistency)
   : length_(length),
     workers_(workers),
     params_(params),
@@ -15,7 +15,33 @@ chunk_state::chunk_state(uint32_t length, uint32_t workers, float* params, float
     initialized_(!wait_for_init),
     held_(workers),
     arrived_(workers, false),
-    ahead_(workers) {
+    ahead_(workers),
+    consistency_(consistency),
+    pushes_(workers, 0) {
+}
+
+waiter chunk_state::push_waiter(transports::connection_ptr conn, uint32_t rank,
+                                uint64_t clock) const {
+  switch (consistency_.model) {
+    case consistency_spec::bsp:
+      return {std::move(conn), rank, clock + 1, 0, 0};
+    case consistency_spec::ssp: {
+      auto s = consistency_.staleness;
+      return {std::move(conn), rank, 0, clock + 1 > s ? clock + 1 - s : 0, clock + 1};
+    }
+    case consistency_spec::async:
+      break;
+  }
+  return {std::move(conn), rank, 0, 0, clock + 1};
+}
+
+bool chunk_state::needs(uint32_t rank) const noexcept {
+  if (consistency_.model == consistency_spec::bsp)
+    return step_open() && !arrived_[rank];
+  for (auto& w : waiters_)
+    if (w.min_pushes > pushes_[rank])
+      return true;
+  return false;
 }
 
 bool chunk_state::init(const float* values) {
@@ -29,6 +55,17 @@ bool chunk_state::init(const float* values) {
 chunk_state::outcome chunk_state::push(uint32_t rank, uint64_t clock,
                                        runtime::buffer_ref data,
                                        std::chrono::steady_clock::time_point now) {
+  if (consistency_.model != consistency_spec::bsp) {
+    // A rank's pushes come in clock order; each is applied by the next complete_step.
+    auto expected = pushes_[rank] + (held_[rank] ? 1 : 0);
+    if (clock < expected)
+      return outcome::duplicate;
+    if (clock > expected || held_[rank])
+      return outcome::too_far_ahead;
+    held_[rank] = std::move(data);
+    ++arrivals_;
+    return step_ready() ? outcome::step_ready : outcome::counted;
+  }
   if (clock < version_)
     return outcome::duplicate;
   if (clock > version_ + 1)
@@ -65,8 +102,30 @@ void chunk_state::absorb_in_order() {
   }
 }
 
+void chunk_state::apply_arrivals(const optimizer_spec& spec, float rescale) {
+  auto& k = runtime::kernels();
+  for (uint32_t r = 0; r < workers_; ++r) {
+    if (!held_[r])
+      continue;
+    if (spec.kind == optimizer_kind::sum) // accumulate: the running sum of every push
+      k.sum_into(params_, held_[r]->floats(), length_);
+    else
+      k.step(spec, rescale, version_ + 1, params_, held_[r]->floats(), nullptr, {m_, v_},
+             length_);
+    held_[r].reset();
+    ++pushes_[r];
+    ++version_;
+  }
+  arrivals_ = 0;
+  min_pushes_ = *std::min_element(pushes_.begin(), pushes_.end());
+}
+
 void chunk_state::complete_step(const optimizer_spec& spec, float rescale,
                                 std::chrono::steady_clock::time_point now) {
+  if (consistency_.model != consistency_spec::bsp) {
+    apply_arrivals(spec, rescale);
+    return;
+  }
   // The running sum (if any) and the ranks not yet added, in rank order.
   const float* inputs[64];
   std::vector<const float*> many;
@@ -106,8 +165,9 @@ std::vector<waiter> chunk_state::take_ready() {
   std::vector<waiter> ready;
   if (!initialized_ || waiters_.empty())
     return ready;
-  auto split = std::stable_partition(waiters_.begin(), waiters_.end(),
-                                     [&](const waiter& w) { return w.version > version_; });
+  auto split = std::stable_partition(waiters_.begin(), waiters_.end(), [&](const waiter& w) {
+    return w.version > version_ || w.min_pushes > min_pushes_;
+  });
   std::move(split, waiters_.end(), std::back_inserter(ready));
   waiters_.erase(split, waiters_.end());
   return ready;

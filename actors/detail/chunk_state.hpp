@@ -12,9 +12,15 @@
 // (runtime::step_inputs). Either way the result is bitwise what one process gets
 // summing the same gradients in rank order.
 //
-// Clocks: version v means v updates applied. A push for clock v counts towards the
-// step in progress; a push for v+1 (a worker that pushed without waiting) is held for
-// the next step; anything older is a duplicate and anything newer is refused.
+// Clocks (BSP): version v means v updates applied. A push for clock v counts towards
+// the step in progress; a push for v+1 (a worker that pushed without waiting) is held
+// for the next step; anything older is a duplicate and anything newer is refused.
+//
+// SSP and async: every push is its own update, applied as it arrives (so version is the
+// number of pushes applied from all ranks); a rank's pushes must come in clock order.
+// A push_pull from a rank at clock c waits until every rank has pushed at least
+// c + 1 - s times (SSP), or not at all (async); the staleness it is served is how far
+// the slowest rank's pushes are behind c + 1.
 
 #include <chrono>
 #include <cstdint>
@@ -27,11 +33,14 @@
 
 namespace rw::actors::detail {
 
-/// A worker waiting for this chunk at `version` or later (push_pull or pull).
+/// A worker waiting for this chunk: until its version is at least `version` and (SSP)
+/// every rank has pushed at least `min_pushes` times.
 struct waiter {
   transports::connection_ptr conn;
   uint32_t rank;
   uint64_t version;
+  uint64_t min_pushes = 0;
+  uint64_t reader_clock = 0; // the clock the answer is for (staleness is measured to it)
 };
 
 class chunk_state {
@@ -46,7 +55,7 @@ public:
   /// The chunk's memory (parameters, and the optimizer's m and v where it has them,
   /// each `length` floats, zeroed) belongs to the caller: the shard's NUMA-local arena.
   chunk_state(uint32_t length, uint32_t workers, float* params, float* m, float* v,
-              bool wait_for_init);
+              bool wait_for_init, consistency_spec consistency = {});
 
   uint32_t length() const noexcept {
     return length_;
@@ -69,9 +78,24 @@ public:
   outcome push(uint32_t rank, uint64_t clock, runtime::buffer_ref data,
                std::chrono::steady_clock::time_point now);
 
-  /// Whether every rank's push for the current step is in.
+  /// Whether an update can run: every rank's push for the step is in (BSP), or any
+  /// push is waiting to be applied (SSP, async).
   bool step_ready() const noexcept {
-    return initialized_ && arrivals_ == workers_;
+    if (consistency_.model == consistency_spec::bsp)
+      return initialized_ && arrivals_ == workers_;
+    return initialized_ && arrivals_ > 0;
+  }
+
+  /// The waiter for a push_pull of `rank` at `clock` under this chunk's model.
+  waiter push_waiter(transports::connection_ptr conn, uint32_t rank, uint64_t clock) const;
+
+  /// How stale an answer to `w` would be now (0 under BSP).
+  uint64_t staleness(const waiter& w) const noexcept {
+    return w.reader_clock > min_pushes_ ? w.reader_clock - min_pushes_ : 0;
+  }
+  /// Fewest pushes any rank has had applied (SSP, async).
+  uint64_t min_pushes() const noexcept {
+    return min_pushes_;
   }
 
   /// Runs the optimizer on the sum, bumps the version and opens the next step with
@@ -107,13 +131,12 @@ public:
       return arrived_[rank];
     return clock == version_ + 1 && static_cast<bool>(ahead_[rank]);
   }
-  /// Whether the open step still needs `rank`.
-  bool needs(uint32_t rank) const noexcept {
-    return step_open() && !arrived_[rank];
-  }
+  /// Whether the open step (BSP), or a waiter (SSP), still needs `rank`.
+  bool needs(uint32_t rank) const noexcept;
 
 private:
   void absorb_in_order();
+  void apply_arrivals(const optimizer_spec& spec, float rescale);
   // Ranks summed ahead of the step: all but the last (which the fused step adds).
   uint32_t absorb_limit() const noexcept {
     return workers_ > 1 ? workers_ - 1 : workers_;
@@ -139,6 +162,10 @@ private:
   std::vector<runtime::buffer_ref> ahead_;
 
   std::vector<waiter> waiters_;
+
+  consistency_spec consistency_;
+  std::vector<uint64_t> pushes_; // SSP, async: pushes applied, by rank
+  uint64_t min_pushes_ = 0;
 };
 
 } // namespace rw::actors::detail

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <set>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -26,6 +27,38 @@ std::optional<optimizer_kind> parse_optimizer_kind(std::string_view name) {
   return std::nullopt;
 }
 
+consistency_spec parse_consistency(std::string_view text) {
+  consistency_spec c;
+  if (text == "bsp")
+    return c;
+  if (text == "async") {
+    c.model = consistency_spec::async;
+    return c;
+  }
+  if (text.substr(0, 4) == "ssp:") {
+    auto num = std::string(text.substr(4));
+    bool digits = !num.empty() && num.size() <= 9
+                  && num.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits)
+      throw std::invalid_argument(fmt::format(
+        "'{}': the staleness bound after ssp: must be a whole number >= 0 (ssp:2)", text));
+    c.model = consistency_spec::ssp;
+    c.staleness = static_cast<uint32_t>(std::stoul(num));
+    return c;
+  }
+  throw std::invalid_argument(
+    fmt::format("'{}' is not a consistency model (bsp, ssp:S or async)", text));
+}
+
+std::string to_string(const consistency_spec& c) {
+  switch (c.model) {
+    case consistency_spec::bsp: return "bsp";
+    case consistency_spec::ssp: return fmt::format("ssp:{}", c.staleness);
+    case consistency_spec::async: return "async";
+  }
+  return "?";
+}
+
 std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
                      uint32_t max_workers) {
   if (spec.name.empty() || spec.name.size() > 128)
@@ -48,6 +81,8 @@ std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
       return fmt::format("tensor '{}' must have 1..2^34 elements, got {}", t.name,
                          t.elements);
   }
+  if (spec.consistency.model > consistency_spec::async)
+    return "unknown consistency model";
   auto& o = spec.optimizer;
   auto finite = [](float x) { return std::isfinite(x); };
   if (!finite(o.learning_rate) || !finite(o.momentum) || !finite(o.beta1)
@@ -76,6 +111,10 @@ std::string describe_mismatch(const job_spec& ours, const job_spec& theirs) {
                        "or other hyper-parameters",
                        ours.name, to_string(a.kind), a.learning_rate, to_string(b.kind),
                        b.learning_rate);
+  if (ours.consistency.model != theirs.consistency.model
+      || ours.consistency.staleness != theirs.consistency.staleness)
+    return fmt::format("job '{}' runs {}, hello asks for {}", ours.name,
+                       to_string(ours.consistency), to_string(theirs.consistency));
   if (ours.tensors.size() != theirs.tensors.size())
     return fmt::format("job '{}' has {} tensors, hello declares {}", ours.name,
                        ours.tensors.size(), theirs.tensors.size());

@@ -295,6 +295,11 @@ std::future<void> worker::push_pull(const std::string& tensor, const float* grad
     {actors::worker_op::push_pull, impl_->tensor(tensor), grad, out, 0, nullptr});
 }
 
+uint32_t worker::last_staleness(const std::string& tensor) const {
+  auto t = impl_->tensor(tensor);
+  return impl_->link ? impl_->link->last_staleness(t) : 0;
+}
+
 const char* worker::transport() const noexcept {
   return impl_->link && impl_->link->shm() ? "shm" : "tcp";
 }

@@ -124,7 +124,7 @@ TEST_CASE("a truncated frame is logged and the node keeps serving", "[integratio
     transports::encode(data_header(frame_kind::pull, 1, 0, 0, 0), head);
     c.send_bytes(head, 20);
   } // closes mid-header
-  CHECK(node.wait_for_log("truncated frame: peer closed after 20 of 56 bytes"));
+  CHECK(node.wait_for_log("truncated frame: peer closed after 20 of 64 bytes"));
   check_node_serves(node.address(), "after-truncated");
 }
 

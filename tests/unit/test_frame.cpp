@@ -20,6 +20,7 @@ frame_header sample() {
   h.chunk_index = 0xffffffff;
   h.payload_bytes = 32768;
   h.clock = 0x0123456789abcdefull;
+  h.staleness = 7;
   return h;
 }
 
@@ -41,10 +42,11 @@ TEST_CASE("a frame header survives encode and decode", "[frame]") {
   CHECK(d.chunk_index == h.chunk_index);
   CHECK(d.payload_bytes == h.payload_bytes);
   CHECK(d.clock == h.clock);
+  CHECK(d.staleness == h.staleness);
 }
 
 TEST_CASE("every header has the same size whatever its values", "[frame]") {
-  // The segment table says one segment of (56 - 8) / 8 words for any field values.
+  // The segment table says one segment of (64 - 8) / 8 words for any field values.
   for (auto h : {frame_header{}, sample()}) {
     alignas(8) std::byte buf[frame_header_bytes + 8];
     std::memset(buf, 0xab, sizeof(buf));

@@ -65,7 +65,7 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
       if (h.tensor_id >= layouts_.size() || h.chunk_index >= layouts_[h.tensor_id].count())
         return false;
       if (worker_reads_params_) {
-        post({completion::update, 0, h.tensor_id, h.chunk_index, 0, h.clock});
+        post({completion::update, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
         return true;
       }
       auto& l = layouts_[h.tensor_id];
@@ -78,7 +78,7 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
         dst += n;
         room -= n;
       }
-      post({completion::update, 0, h.tensor_id, h.chunk_index, 0, h.clock});
+      post({completion::update, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
       return true;
     }
     case frame_kind::error: {

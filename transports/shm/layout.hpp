@@ -82,13 +82,13 @@ struct completion {
   enum kind_t : uint16_t {
     update = 1,   // the result region holds the chunk at version `clock`
     consumed = 2, // the node is done reading the gradient pushed for `clock`
-    error = 3,    // `code`; the message is errors[error_slot]
+    error = 3,    // `code`; the message is errors[extra]
   };
   uint16_t kind;
   uint16_t code;
   uint32_t tensor;
   uint32_t chunk;
-  uint32_t error_slot;
+  uint32_t extra; // update: the staleness served; error: the message's slot
   uint64_t clock;
 };
 

@@ -28,7 +28,7 @@ constexpr uint32_t timeout_scan_ms = 250;
 constexpr int poll_block_ms = 2;
 /// Protocol magic ("RWF1") and version carried by every frame header.
 constexpr uint32_t frame_magic = 0x52574631;
-constexpr uint16_t wire_version = 1;
+constexpr uint16_t wire_version = 2;
 /// Cache line size for alignment of buffers and per-core counters.
 constexpr size_t cache_line = 64;
 

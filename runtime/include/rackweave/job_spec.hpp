@@ -35,6 +35,21 @@ struct optimizer_spec {
   float rescale = 0.0f;
 };
 
+/// When a worker's update is applied and when it is answered.
+struct consistency_spec {
+  enum model_t : uint8_t {
+    bsp,   // a chunk's step for clock c runs once every worker pushed clock c (exact)
+    ssp,   // applied on arrival; a worker at clock c is answered once the slowest
+           // worker has pushed at least c + 1 - staleness times
+    async, // applied on arrival, answered at once
+  } model = bsp;
+  uint32_t staleness = 0; // ssp only
+};
+
+/// "bsp", "ssp:S" (S >= 0) or "async". Throws std::invalid_argument saying what is wrong.
+consistency_spec parse_consistency(std::string_view text);
+std::string to_string(const consistency_spec& c);
+
 struct tensor_spec {
   std::string name;
   uint64_t elements = 0; // float32 elements
@@ -47,6 +62,7 @@ struct job_spec {
   uint32_t chunk_bytes = defaults::chunk_bytes;
   optimizer_spec optimizer;
   std::vector<tensor_spec> tensors;
+  consistency_spec consistency;
 };
 
 /// Returns an empty string when `spec` is valid on its own, else what is wrong.

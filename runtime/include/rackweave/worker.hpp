@@ -84,6 +84,11 @@ public:
   /// How many pushes this worker has made to `tensor` (its clock).
   uint64_t clock(const std::string& tensor) const;
 
+  /// The largest staleness the last completed push_pull or pull on `tensor` was
+  /// served: how many clocks the slowest worker's pushes included in the answer were
+  /// behind this worker's (always 0 under BSP; at most s under SSP(s)).
+  uint32_t last_staleness(const std::string& tensor) const;
+
   /// "shm" or "tcp": how this worker's chunks travel.
   const char* transport() const noexcept;
 
