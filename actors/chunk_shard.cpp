@@ -158,7 +158,8 @@ void on_push(shard_ptr self, chunk_push& p) {
                        hdr);
     return;
   }
-  for (uint32_t r = 0; job->departed_count > 0 && r < job->departed.size(); ++r) {
+  bool check_departed = job->departed_count > 0 && cs.push_needs_everyone(p.want_result);
+  for (uint32_t r = 0; check_departed && r < job->departed.size(); ++r) {
     if (job->departed[r] && !cs.has_pushed(r, p.clock)) {
       p.conn->send_error(errc::worker_left,
                          fmt::format("job '{}': rank {} has left, clock {} cannot complete",

@@ -13,12 +13,15 @@
 #include <cstring>
 #include <iostream>
 #include <sstream>
+#include <fstream>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "apps/tools/subprocess.hpp"
 #include "apps/tools/units.hpp"
@@ -39,9 +42,41 @@ struct comm_args {
   bool verify = false;
   bool json = false;
   std::string transport = "tcp";
+  std::string consistency = "bsp";
+  std::string straggler;  // "RANK:DELAY", e.g. 1:50ms
   uint32_t timeout_s = 600;
-  uint32_t rank = 0; // comm-worker only
+  uint32_t rank = 0;      // comm-worker only
+  std::string stop_file;  // comm-worker only: the pacing worker creates it when done
 };
+
+struct straggler_spec {
+  int rank = -1; // none
+  std::chrono::microseconds delay{0};
+};
+
+// "1:50ms", "2:0.2s", "0:100us" (a bare number is milliseconds).
+straggler_spec parse_straggler(const std::string& text, uint32_t workers) {
+  straggler_spec out;
+  if (text.empty())
+    return out;
+  auto colon = text.find(':');
+  if (colon == std::string::npos || colon == 0)
+    throw std::invalid_argument("--straggler takes RANK:DELAY, e.g. 1:50ms");
+  auto rank = std::stoul(text.substr(0, colon));
+  if (rank >= workers)
+    throw std::invalid_argument(fmt::format("--straggler rank {} is not one of the {} workers",
+                                            rank, workers));
+  auto delay = text.substr(colon + 1);
+  size_t used = 0;
+  double value = std::stod(delay, &used);
+  auto unit = delay.substr(used);
+  double us = unit == "us" ? value : unit == "s" ? value * 1e6 : (unit.empty() || unit == "ms") ? value * 1e3 : -1;
+  if (us < 0 || value < 0)
+    throw std::invalid_argument("--straggler delay '" + delay + "' is not a duration (us, ms, s)");
+  out.rank = static_cast<int>(rank);
+  out.delay = std::chrono::microseconds(static_cast<int64_t>(us));
+  return out;
+}
 
 uint64_t splitmix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -78,6 +113,12 @@ int run_worker(const comm_args& a) {
   o.job.optimizer.kind = rw::optimizer_kind::sum;
   o.job.tensors = {{"gradient", elems, false}};
   o.transport = a.transport;
+  o.job.consistency = rw::parse_consistency(a.consistency);
+  auto straggler = parse_straggler(a.straggler, a.workers);
+  // The pacing worker runs the iterations asked for; the others run until it is done.
+  bool pacer = static_cast<int>(a.rank) == (straggler.rank >= 0 ? straggler.rank : 0);
+  auto stop_seen = [&] { return !a.stop_file.empty() && access(a.stop_file.c_str(), F_OK) == 0; };
+  uint32_t max_staleness = 0;
   try {
     rw::worker w{o};
     std::vector<std::vector<float>> bases(a.verify ? a.workers : 1,
@@ -95,12 +136,24 @@ int run_worker(const comm_args& a) {
     std::vector<float> expect(a.verify ? elems : 0), tmp;
     std::vector<double> times;
     bool verified = a.verify;
-    for (uint32_t it = 0; it < a.warmup + a.iters; ++it) {
+    uint32_t done = 0;
+    const uint32_t cap = pacer ? a.warmup + a.iters : 1000 * (a.warmup + a.iters) + 1000;
+    for (uint32_t it = 0; it < cap && !(!pacer && stop_seen()); ++it) {
       fill_grad(grad, elems, own, it);
       std::fill(out_buf.begin(), out_buf.end(), std::nanf(""));
+      if (static_cast<int>(a.rank) == straggler.rank)
+        std::this_thread::sleep_for(straggler.delay);
       auto t0 = clock_type::now();
-      w.push_pull("gradient", grad, out_arg).get();
+      try {
+        w.push_pull("gradient", grad, out_arg).get();
+      } catch (const rw::error&) {
+        if (!pacer && stop_seen())
+          break; // the pacing worker left while this one waited for it: the run is over
+        throw;
+      }
       auto t1 = clock_type::now();
+      ++done;
+      max_staleness = std::max(max_staleness, w.last_staleness("gradient"));
       if (it >= a.warmup)
         times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       if (!a.verify)
@@ -123,8 +176,10 @@ int run_worker(const comm_args& a) {
         verified = false;
       }
     }
+    if (pacer && !a.stop_file.empty())
+      std::ofstream{a.stop_file} << "done\n";
     w.close();
-    std::cout << "RESULT " << (verified ? 1 : 0);
+    std::cout << "RESULT " << (verified ? 1 : 0) << ' ' << done << ' ' << max_staleness;
     for (auto t : times)
       std::cout << ' ' << fmt::format("{:.4f}", t);
     std::cout << std::endl;
@@ -147,6 +202,12 @@ int run_driver(comm_args a, const std::string& command) {
     throw std::invalid_argument("--bytes must be a positive multiple of 4");
   if (a.workers == 0 || a.iters == 0)
     throw std::invalid_argument("--workers and --iters must be at least 1");
+  auto model = rw::parse_consistency(a.consistency); // says what is wrong
+  parse_straggler(a.straggler, a.workers);
+  if (a.verify && model.model != rw::consistency_spec::bsp)
+    throw std::invalid_argument("--verify checks the exact BSP result: it needs --consistency bsp");
+  a.stop_file = fmt::format("/tmp/rw-bench-{}-{}.stop", getpid(),
+                            clock_type::now().time_since_epoch().count());
   if (a.job.empty())
     a.job = fmt::format("bench-{}-{}", getpid(),
                         clock_type::now().time_since_epoch().count() % 1000000);
@@ -162,13 +223,21 @@ int run_driver(comm_args a, const std::string& command) {
                                   "--warmup",    std::to_string(a.warmup),
                                   "--chunk-bytes", a.chunk_text,
                                   "--transport", a.transport,
+                                  "--consistency", a.consistency,
+                                  "--stop-file", a.stop_file,
                                   "--job",       a.job};
+    if (!a.straggler.empty()) {
+      argv.push_back("--straggler");
+      argv.push_back(a.straggler);
+    }
     if (a.verify)
       argv.push_back("--verify");
     kids.emplace_back(argv, true);
   }
   auto deadline = clock_type::now() + std::chrono::seconds(a.timeout_s);
   std::vector<std::vector<double>> times(a.workers);
+  std::vector<uint32_t> iterations(a.workers, 0);
+  uint32_t max_staleness = 0;
   bool all_ok = true;
   bool verified = a.verify;
   for (uint32_t r = 0; r < a.workers; ++r) {
@@ -184,32 +253,53 @@ int run_driver(comm_args a, const std::string& command) {
     std::istringstream in{out};
     std::string tag;
     int ok = 0;
-    if (!(in >> tag >> ok) || tag != "RESULT") {
+    uint32_t stale = 0;
+    if (!(in >> tag >> ok >> iterations[r] >> stale) || tag != "RESULT") {
       std::cerr << fmt::format("worker {} failed (exit {})\n", r, *rc);
       all_ok = false;
       continue;
     }
     verified = verified && ok == 1;
+    max_staleness = std::max(max_staleness, stale);
     double t;
     while (in >> t)
       times[r].push_back(t);
   }
-  if (!all_ok || times[0].size() != a.iters)
+  std::remove(a.stop_file.c_str());
+  if (!all_ok)
     return 1;
-  // A step is as slow as its slowest worker.
-  std::vector<double> steps(a.iters, 0.0);
+  // A step is as slow as its slowest worker (per iteration, over the workers that ran it).
+  size_t longest = 0;
   for (auto& tw : times)
-    for (uint32_t i = 0; i < a.iters && i < tw.size(); ++i)
+    longest = std::max(longest, tw.size());
+  if (longest == 0)
+    return 1;
+  std::vector<double> steps(longest, 0.0);
+  for (auto& tw : times)
+    for (size_t i = 0; i < tw.size(); ++i)
       steps[i] = std::max(steps[i], tw[i]);
+  std::vector<double> mean_wait;
+  for (auto& tw : times) {
+    double sum = 0;
+    for (auto t : tw)
+      sum += t;
+    mean_wait.push_back(tw.empty() ? 0.0 : sum / static_cast<double>(tw.size()));
+  }
   auto median = percentile(steps, 0.5);
   auto p90 = percentile(steps, 0.9);
   // Bytes through the node's NIC per step: every worker pushes and receives S.
   auto gbps = 2.0 * a.workers * static_cast<double>(bytes) * 8.0 / (median / 1e3) / 1e9;
+  std::vector<std::string> waits;
+  for (auto m : mean_wait)
+    waits.push_back(fmt::format("{:.3f}", m));
   if (a.json) {
-    std::cout << fmt::format("{{\"workers\":{},\"bytes\":{},\"iters\":{},\"median_ms\":{:.3f},"
-                             "\"p90_ms\":{:.3f},\"goodput_gbps\":{:.3f},\"verified\":{}}}\n",
-                             a.workers, bytes, a.iters, median, p90, gbps,
-                             verified ? "true" : "false");
+    std::cout << fmt::format("{{\"workers\":{},\"bytes\":{},\"iters\":{},\"consistency\":\"{}\","
+                             "\"median_ms\":{:.3f},\"p90_ms\":{:.3f},\"goodput_gbps\":{:.3f},"
+                             "\"verified\":{},\"iterations\":[{}],\"mean_wait_ms\":[{}],"
+                             "\"max_staleness\":{}}}\n",
+                             a.workers, bytes, a.iters, rw::to_string(model), median, p90, gbps,
+                             verified ? "true" : "false", fmt::join(iterations, ","),
+                             fmt::join(waits, ","), max_staleness);
   } else {
     std::cout << fmt::format("rw-bench comm: {} workers x {} (push_pull, optimizer sum, {}), "
                              "{} iterations after {} warm-up\n",
@@ -219,6 +309,10 @@ int run_driver(comm_args a, const std::string& command) {
                              "(2 x workers x bytes per step)   verified: {}\n",
                              median, p90, gbps,
                              a.verify ? (verified ? "yes" : "NO") : "not checked");
+    std::cout << fmt::format("  consistency {}: iterations per worker [{}], mean wait ms [{}], "
+                             "largest staleness served {}\n",
+                             rw::to_string(model), fmt::join(iterations, ", "),
+                             fmt::join(waits, ", "), max_staleness);
     std::cout << "  command: " << command << "\n";
   }
   return a.verify && !verified ? 3 : 0;
@@ -236,6 +330,11 @@ void add_common(CLI::App* cmd, comm_args& a) {
     ->capture_default_str();
   cmd->add_option("--job", a.job, "job name (default: a fresh one per run)");
   cmd->add_flag("--verify", a.verify, "check every element of every result exactly");
+  cmd->add_option("--consistency", a.consistency, "bsp, ssp:S (bounded staleness S) or async")
+    ->capture_default_str();
+  cmd->add_option("--straggler", a.straggler,
+                  "RANK:DELAY: that worker sleeps DELAY (us, ms, s) before each iteration; "
+                  "the run lasts until it has done --iters");
   cmd->add_option("--transport", a.transport,
                   "tcp, shm (shared memory with a node on this host) or auto")
     ->check(CLI::IsMember({"tcp", "shm", "auto"}))
@@ -262,6 +361,7 @@ int main(int argc, char** argv) {
   worker->group(""); // hidden
   add_common(worker, a);
   worker->add_option("--rank", a.rank, "this worker's rank")->required();
+  worker->add_option("--stop-file", a.stop_file, "created by the pacing worker when done");
   CLI11_PARSE(app, argc, argv);
 
   std::string command = "rw-bench";

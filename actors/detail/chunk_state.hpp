@@ -123,13 +123,29 @@ public:
   }
   /// Ranks the open step still waits for.
   std::vector<uint32_t> missing_ranks() const;
-  /// Whether `rank`'s push for `clock` has been counted (or the clock is past).
+  /// Whether `rank` has pushed enough for an answer to a push_pull at `clock`: its
+  /// push for that clock (BSP), or at least clock + 1 - s pushes (SSP); async needs
+  /// nothing from anyone.
   bool has_pushed(uint32_t rank, uint64_t clock) const noexcept {
+    switch (consistency_.model) {
+      case consistency_spec::async:
+        return true;
+      case consistency_spec::ssp:
+        return clock < consistency_.staleness
+               || pushes_[rank] + (held_[rank] ? 1 : 0) >= clock + 1 - consistency_.staleness;
+      case consistency_spec::bsp:
+        break;
+    }
     if (clock < version_)
       return true;
     if (clock == version_)
       return arrived_[rank];
     return clock == version_ + 1 && static_cast<bool>(ahead_[rank]);
+  }
+  /// Whether a push at `clock` only makes sense if every rank can still push (BSP: the
+  /// step needs them all; SSP and async: only a push that wants an answer waits).
+  bool push_needs_everyone(bool want_result) const noexcept {
+    return consistency_.model == consistency_spec::bsp || want_result;
   }
   /// Whether the open step (BSP), or a waiter (SSP), still needs `rank`.
   bool needs(uint32_t rank) const noexcept;

@@ -91,10 +91,17 @@ bool connection::send_batch(const frame_header* headers, const iovec* payloads, 
   return true;
 }
 
+// A send that fails stops this side's writing only: frames the peer sent before it
+// went (a bye, say) are still read, and the receiver reports the close.
 bool connection::write_all(iovec* iov, int n) {
   auto deadline = std::chrono::steady_clock::now() + io_timeout_;
+  auto give_up = [&] {
+    if (!write_failed_.exchange(true))
+      ::shutdown(fd_, SHUT_WR);
+    return false;
+  };
   while (n > 0) {
-    if (!is_open())
+    if (!is_open() || write_failed_)
       return false;
     msghdr msg{};
     msg.msg_iov = iov;
@@ -103,10 +110,8 @@ bool connection::write_all(iovec* iov, int n) {
     if (sent < 0) {
       if (errno == EINTR)
         continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        close();
-        return false;
-      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return give_up();
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) {

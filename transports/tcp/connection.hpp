@@ -58,6 +58,7 @@ private:
   receive_limits limits_;
   std::mutex send_mtx_;
   std::atomic<bool> open_{true};
+  std::atomic<bool> write_failed_{false}; // the peer stopped taking frames
   bool reported_ = false;
 
   // Receive state (endpoint thread only).

@@ -1,0 +1,77 @@
+// rw-bench comm with a straggler under each consistency model, on a real node: the
+// staleness bound is a hard property (timing-independent); BSP serves nothing stale.
+
+#include <regex>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "tests/integration/node_process.hpp"
+
+using namespace rw;
+
+namespace {
+
+struct bench_line {
+  std::string json;
+  int exit = -1;
+};
+
+bench_line run_bench(const std::string& address, const std::vector<std::string>& extra) {
+  std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", address, "--workers", "3",
+                                "--bytes", "256KiB", "--iters", "8", "--json"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  tools::subprocess p{argv, true};
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bench_line out;
+  out.json = p.read_all(deadline);
+  auto rc = p.wait_until(deadline);
+  out.exit = rc ? *rc : -1;
+  return out;
+}
+
+long field(const std::string& json, const std::string& name) {
+  std::smatch m;
+  std::regex re{"\"" + name + "\":([0-9]+)"};
+  REQUIRE(std::regex_search(json, m, re));
+  return std::stol(m[1]);
+}
+
+std::vector<long> list_field(const std::string& json, const std::string& name) {
+  std::smatch m;
+  std::regex re{"\"" + name + "\":\\[([0-9,]*)\\]"};
+  REQUIRE(std::regex_search(json, m, re));
+  std::vector<long> out;
+  std::stringstream ss{m[1]};
+  std::string item;
+  while (std::getline(ss, item, ','))
+    out.push_back(std::stol(item));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("rw-bench comm: staleness stays within the model's bound under a straggler",
+          "[integration][consistency]") {
+  testing::node_process node;
+  auto bsp = run_bench(node.address(), {"--consistency", "bsp", "--straggler", "1:20ms"});
+  INFO(bsp.json);
+  REQUIRE(bsp.exit == 0);
+  CHECK(field(bsp.json, "max_staleness") == 0);
+  CHECK(list_field(bsp.json, "iterations").size() == 3);
+
+  auto ssp = run_bench(node.address(), {"--consistency", "ssp:2", "--straggler", "1:20ms"});
+  INFO(ssp.json);
+  REQUIRE(ssp.exit == 0);
+  CHECK(field(ssp.json, "max_staleness") <= 2);
+  auto its = list_field(ssp.json, "iterations");
+  REQUIRE(its.size() == 3);
+  CHECK(its[1] == 9); // the straggler paces the run: 8 iterations after 1 warm-up
+  for (auto n : its)
+    CHECK(n <= its[1] + 3); // nobody gets further ahead than the bound allows
+
+  auto bad = run_bench(node.address(), {"--consistency", "ssp:-1"});
+  CHECK(bad.exit == 2);
+  auto bad_straggler = run_bench(node.address(), {"--straggler", "7:10ms"});
+  CHECK(bad_straggler.exit == 2);
+}
