@@ -234,6 +234,26 @@ void on_pull(shard_ptr self, chunk_pull& p) {
   if (job == nullptr)
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
+  if (p.only_changed) {
+    auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, p.min_version);
+    if (p.min_version > cs.version()) {
+      p.conn->send_error(errc::clock_out_of_range,
+                         fmt::format("changes since version {} of chunk {}/{} asked for, "
+                                     "which is at version {}: a version from the future",
+                                     p.min_version, p.tensor, p.chunk, cs.version()),
+                         hdr);
+      return;
+    }
+    if (cs.initialized() && p.min_version == cs.version()) {
+      hdr.kind = frame_kind::ack; // unchanged: nothing to send
+      hdr.flags = transports::flag_only_changed;
+      p.conn->send(hdr);
+      return;
+    }
+    cs.wait({p.conn, p.rank, p.min_version + 1});
+    answer_ready(self->state, p.job_id, p.tensor, p.chunk, cs);
+    return;
+  }
   if (p.min_version > cs.version() + 1) {
     p.conn->send_error(errc::clock_out_of_range,
                        fmt::format("pull asks for version {} of chunk {}/{}, which is at "

@@ -54,7 +54,8 @@ struct chunk_push {
   transports::connection_ptr conn;
 };
 
-/// A request for a chunk at version >= min_version.
+/// A request for a chunk at version >= min_version; or, with only_changed, for the
+/// chunk if its version is newer than min_version (else an "unchanged" ack).
 struct chunk_pull {
   uint32_t job_id;
   uint32_t rank;
@@ -62,6 +63,7 @@ struct chunk_pull {
   uint32_t chunk;
   uint64_t min_version;
   transports::connection_ptr conn;
+  bool only_changed = false;
 };
 
 /// Tells a shard to allocate its chunks of a new job. With `params`, the job's

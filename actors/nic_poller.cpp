@@ -77,6 +77,7 @@ public:
           return refuse(c, h, errc::bad_frame, "attach carries no payload");
         return payload_target::into(nullptr);
       case frame_kind::push:
+      case frame_kind::push_sparse:
       case frame_kind::init:
       case frame_kind::pull:
       case frame_kind::bye:
@@ -106,11 +107,42 @@ public:
       case frame_kind::pull:
         on_frame_pull(c, h);
         return;
+      case frame_kind::push_sparse:
+        on_sparse(c, h, t);
+        return;
       default: // push, init
         t.keep->size = h.payload_bytes;
         dispatch_data(c, h, std::move(t.keep));
         return;
     }
+  }
+
+  // A sparse chunk becomes a dense one (zeros, plus each pair added at its index), so
+  // shards sum it like any push and sparse and dense pushes combine exactly. Any
+  // index out of range refuses the whole chunk: nothing of it is applied.
+  void on_sparse(const connection_ptr& c, const frame_header& h, payload_target& t) {
+    auto& st = self_->state;
+    auto& b = st.bindings[c->id()];
+    auto length = b.routes->layout(h.tensor_id).length(h.chunk_index);
+    auto pairs = t.keep ? reinterpret_cast<const transports::sparse_pair*>(t.keep->bytes())
+                        : nullptr; // an empty chunk: this worker adds nothing to it
+    auto count = h.payload_bytes / sizeof(transports::sparse_pair);
+    for (size_t i = 0; i < count; ++i)
+      if (pairs[i].index >= length) {
+        refuse(c, h, errc::bad_chunk,
+               fmt::format("sparse index {} is out of range for chunk {}/{} ({} elements); "
+                           "nothing of the chunk was applied",
+                           pairs[i].index, h.tensor_id, h.chunk_index, length));
+        return;
+      }
+    auto dense = st.buffer(b.chunk_bytes);
+    std::memset(dense->bytes(), 0, length * sizeof(float));
+    for (size_t i = 0; i < count; ++i)
+      dense->floats()[pairs[i].index] += pairs[i].value;
+    dense->size = length * sizeof(float);
+    auto as_push = h;
+    as_push.kind = frame_kind::push;
+    dispatch_data(c, as_push, std::move(dense));
   }
 
   // Shared memory: the gradient is read in place, after the same checks as TCP frames.
@@ -167,7 +199,8 @@ private:
     auto& st = self_->state;
     auto& b = st.bindings[c->id()];
     self_->send(st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)], pull_atom::value,
-                chunk_pull{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock, c});
+                chunk_pull{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock, c,
+                           (h.flags & transports::flag_only_changed) != 0});
   }
 
   void dispatch_data(const connection_ptr& c, const frame_header& h,
@@ -228,6 +261,18 @@ private:
       return h.payload_bytes == 0 ? payload_target::into(nullptr)
                                   : refuse(c, h, errc::bad_frame, "pull carries no payload");
     auto expect = layout.length(h.chunk_index) * sizeof(float);
+    if (h.kind == frame_kind::push_sparse) {
+      // Pairs of 8 bytes, never more than the dense chunk (a worker sends dense then).
+      if (h.payload_bytes % sizeof(transports::sparse_pair) != 0 || h.payload_bytes > expect)
+        return refuse(c, h, errc::bad_chunk,
+                      fmt::format("sparse chunk {}/{} carries {} bytes: a whole number of "
+                                  "8-byte pairs, at most {} bytes, is expected",
+                                  h.tensor_id, h.chunk_index, h.payload_bytes, expect));
+      if (!allocate)
+        return payload_target::into(nullptr);
+      return h.payload_bytes == 0 ? payload_target::into(nullptr)
+                                  : payload_target::into(st.buffer(b.chunk_bytes));
+    }
     if (h.payload_bytes != expect)
       return refuse(c, h, errc::bad_chunk,
                     fmt::format("chunk {}/{} holds {} bytes, the frame carries {}",

@@ -28,6 +28,7 @@ worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
   for (uint32_t t = 0; t < routes_->num_tensors(); ++t) {
     slots_.push_back(std::make_unique<slot>());
     last_staleness_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
+    last_changed_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
   }
 }
 
@@ -78,9 +79,8 @@ void worker_link::on_completion(const transports::shm::completion& c) {
     return;
   }
   bool is_update = c.kind == completion::update;
-  bool matches = s.seq != 0 && s.expect_update == is_update
-                 && (is_update ? c.clock >= s.version : c.clock == s.version);
-  if (!matches || c.chunk >= layout(c.tensor).count())
+  bool unchanged = c.kind == completion::unchanged;
+  if (!belongs(s, is_update, unchanged, c.clock) || c.chunk >= layout(c.tensor).count())
     return; // about an operation that already failed
   if (is_update) {
     auto* result = shm_->result(c.tensor);
@@ -90,7 +90,7 @@ void worker_link::on_completion(const transports::shm::completion& c) {
                   l.length(c.chunk) * sizeof(float));
     }
   }
-  chunk_done(c.tensor, s, is_update ? c.extra : 0);
+  chunk_done(c.tensor, s, is_update ? c.extra : 0, is_update);
 }
 
 void worker_link::abandon(const std::string& why) {
@@ -111,7 +111,7 @@ void worker_link::stop(const std::string& why) {
 }
 
 void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst,
-                      uint64_t version) {
+                      uint64_t version, bool changes_only) {
   auto& s = *slots_[tensor];
   std::lock_guard<std::mutex> guard{s.mtx};
   s.seq = seq;
@@ -120,13 +120,25 @@ void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* 
   s.version = version;
   s.remaining = routes_->layout(tensor).count();
   s.staleness = 0;
+  s.changes_only = changes_only;
+  s.changed = 0;
 }
 
-void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t staleness) {
+bool worker_link::belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock) {
+  if (s.seq == 0)
+    return false;
+  if (unchanged)
+    return s.expect_update && s.changes_only && clock + 1 == s.version;
+  return s.expect_update == is_update && (is_update ? clock >= s.version : clock == s.version);
+}
+
+void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t staleness, bool changed) {
   s.staleness = std::max(s.staleness, staleness);
+  s.changed += changed ? 1 : 0;
   if (--s.remaining > 0)
     return;
   last_staleness_[tensor]->store(s.staleness, std::memory_order_release);
+  last_changed_[tensor]->store(s.changed, std::memory_order_release);
   auto seq = s.seq;
   s.seq = 0;
   caf::anon_send(proxy_, done_atom::value, tensor, seq);
@@ -149,9 +161,8 @@ payload_target worker_link::on_header(const transports::connection_ptr&,
   auto& s = *slots_[h.tensor_id];
   std::lock_guard<std::mutex> guard{s.mtx};
   bool is_update = h.kind == frame_kind::update;
-  bool matches = s.seq != 0 && s.expect_update == is_update
-                 && (is_update ? h.clock >= s.version : h.clock == s.version);
-  if (!matches)
+  bool unchanged = !is_update && (h.flags & transports::flag_only_changed) != 0;
+  if (!belongs(s, is_update, unchanged, h.clock))
     return payload_target::dropped(); // a late answer to an operation that failed
   if (!is_update)
     return payload_target::into(nullptr);
@@ -192,7 +203,8 @@ void worker_link::on_frame(const transports::connection_ptr&, const frame_header
   auto& s = *slots_[h.tensor_id];
   std::lock_guard<std::mutex> guard{s.mtx};
   if (s.seq != 0)
-    chunk_done(h.tensor_id, s, h.kind == frame_kind::update ? h.staleness : 0);
+    chunk_done(h.tensor_id, s, h.kind == frame_kind::update ? h.staleness : 0,
+               h.kind == frame_kind::update);
 }
 
 void worker_link::on_closed(const transports::connection_ptr&, errc code,

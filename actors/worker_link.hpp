@@ -67,9 +67,16 @@ public:
   }
 
   /// Arms `tensor` for operation `seq`: expect `update` frames at version >=
-  /// `version` into `dst` (expect_update), or `ack` frames for clock `version`.
-  void arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst,
-           uint64_t version);
+  /// `version` into `dst` (expect_update), or `ack` frames for clock `version`. With
+  /// `changes_only`, an "unchanged" ack for version - 1 also completes a chunk.
+  void arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst, uint64_t version,
+           bool changes_only = false);
+
+  /// How many chunks the last completed operation on `tensor` received (a pull of
+  /// changes counts only the chunks that had changed).
+  uint32_t last_changed(uint32_t tensor) const noexcept {
+    return last_changed_[tensor]->load(std::memory_order_acquire);
+  }
   /// Closes the connection because of `why` (a timeout); the receiver then reports it.
   void abandon(const std::string& why);
 
@@ -95,10 +102,14 @@ private:
     uint64_t version = 0;
     uint32_t remaining = 0;
     uint32_t staleness = 0; // the largest served to the armed operation so far
+    bool changes_only = false;
+    uint32_t changed = 0;
   };
 
   // Called with the slot locked: one more chunk of the armed operation is in.
-  void chunk_done(uint32_t tensor, slot& s, uint32_t staleness);
+  void chunk_done(uint32_t tensor, slot& s, uint32_t staleness, bool changed);
+  // Whether an update (or an unchanged ack) about `clock` belongs to the armed operation.
+  static bool belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock);
 
   void run();
   void on_completion(const transports::shm::completion& c);
@@ -111,6 +122,7 @@ private:
   std::unique_ptr<transports::shm::worker_channel> shm_;
   std::vector<std::unique_ptr<slot>> slots_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_staleness_;
+  std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_changed_;
   std::vector<std::byte> error_buf_;
   worker_proxy_actor proxy_;
   std::thread receiver_;

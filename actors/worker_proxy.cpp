@@ -71,6 +71,13 @@ bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
       r.flags = transports::flag_want_result;
       break;
   }
+  if (op.kind == worker_op::pull && op.only_changed)
+    r.flags = transports::flag_only_changed;
+  if (op.sparse) { // scattered straight into the gradient region
+    std::memset(grad, 0, layout.elements * sizeof(float));
+    for (size_t i = 0; i < op.count; ++i)
+      grad[op.indices[i]] += op.values[i];
+  }
   constexpr uint32_t ring_every = 64;
   for (uint32_t c = 0; c < layout.count(); ++c) {
     if (op.src != nullptr && op.src != grad)
@@ -111,6 +118,28 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
       break;
   }
   h.clock = op.kind == worker_op::pull ? op.min_version : clock;
+  if (op.kind == worker_op::pull && op.only_changed)
+    h.flags = transports::flag_only_changed;
+  // Sparse: each chunk's pairs, or the dense chunk where that is smaller. Both live
+  // until the sends below are done.
+  std::vector<std::vector<transports::sparse_pair>> pairs;
+  std::vector<std::vector<float>> dense;
+  if (op.sparse) {
+    pairs.resize(layout.count());
+    dense.resize(layout.count());
+    for (size_t i = 0; i < op.count; ++i) {
+      auto c = static_cast<uint32_t>(op.indices[i] / layout.chunk_elems);
+      pairs[c].push_back({static_cast<uint32_t>(op.indices[i] - layout.offset(c)), op.values[i]});
+    }
+    for (uint32_t c = 0; c < layout.count(); ++c) {
+      if (pairs[c].size() * sizeof(transports::sparse_pair) <= layout.length(c) * sizeof(float))
+        continue;
+      dense[c].assign(layout.length(c), 0.0f);
+      for (auto& p : pairs[c])
+        dense[c][p.index] += p.value;
+      pairs[c].clear();
+    }
+  }
   struct pending {
     std::vector<frame_header> headers;
     std::vector<iovec> payloads;
@@ -128,7 +157,14 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   for (uint32_t c = 0; c < layout.count(); ++c) {
     h.chunk_index = c;
     iovec piece{nullptr, 0};
-    if (op.kind != worker_op::pull) {
+    if (op.sparse) {
+      bool as_dense = !dense[c].empty();
+      h.kind = as_dense ? frame_kind::push : frame_kind::push_sparse;
+      h.payload_bytes = static_cast<uint32_t>(
+        as_dense ? dense[c].size() * sizeof(float) : pairs[c].size() * sizeof(transports::sparse_pair));
+      piece = {as_dense ? static_cast<void*>(dense[c].data()) : static_cast<void*>(pairs[c].data()),
+               h.payload_bytes};
+    } else if (op.kind != worker_op::pull) {
       h.payload_bytes = layout.length(c) * sizeof(float);
       piece = {const_cast<float*>(op.src + layout.offset(c)), h.payload_bytes};
     }
@@ -164,10 +200,10 @@ void start_next(proxy_ptr self, uint32_t t) {
   switch (op.kind) {
     case worker_op::init: version = 0; break;
     case worker_op::push: version = q.clock; break;
-    case worker_op::pull: version = op.min_version; break;
+    case worker_op::pull: version = op.only_changed ? op.min_version + 1 : op.min_version; break;
     case worker_op::push_pull: version = q.clock + 1; break;
   }
-  st.link->arm(t, q.seq, expect_update, op.dst, version);
+  st.link->arm(t, q.seq, expect_update, op.dst, version, op.only_changed);
   bool sent = send_chunks(*st.link, t, op, q.clock);
   if (op.kind == worker_op::push || op.kind == worker_op::push_pull)
     ++q.clock;

@@ -41,10 +41,16 @@ using bye_atom = caf::atom_constant<caf::atom("bye")>;
 struct worker_op {
   enum kind_t { init, push, pull, push_pull } kind;
   uint32_t tensor;
-  const float* src;     // init, push, push_pull: the caller's values
+  const float* src;     // init, push, push_pull: the caller's values (dense)
   float* dst;           // pull, push_pull: where the result goes
-  uint64_t min_version; // pull
+  uint64_t min_version; // pull: at least this version; with only_changed: newer than it
   std::shared_ptr<std::promise<void>> done;
+  // Sparse push / push_pull: values[i] added at element indices[i] (src is null).
+  bool sparse = false;
+  const uint64_t* indices = nullptr;
+  const float* values = nullptr;
+  size_t count = 0;
+  bool only_changed = false; // pull: only chunks newer than min_version
 };
 
 class worker_link;

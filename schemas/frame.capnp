@@ -19,6 +19,8 @@ enum FrameKind {
   bye @9;        # worker -> node: graceful leave
   attach @10;    # worker -> node, on each further endpoint: join as (jobId, rank) with
                  # the welcome's token in `clock`; answered with a welcome or an error
+  pushSparse @11; # worker -> node: like push, payload (UInt32 index in chunk, Float32
+                  # value) pairs, 8 bytes each; absent indices count as zero
 }
 
 struct FrameHeader {
@@ -26,6 +28,8 @@ struct FrameHeader {
   version @1 :UInt16;       # wire protocol version
   kind @2 :FrameKind;
   flags @3 :UInt16;         # bit 0: push wants the updated chunk back (push_pull)
+                            # bit 1: pull wants the chunk only if newer than `clock`;
+                            #        an unchanged chunk is answered with an ack
   errorCode @4 :UInt16;     # for kind = error: rw::errc
   jobId @5 :UInt32;
   rank @6 :UInt32;

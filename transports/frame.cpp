@@ -30,6 +30,7 @@ const char* to_string(frame_kind kind) noexcept {
     case frame_kind::error: return "error";
     case frame_kind::bye: return "bye";
     case frame_kind::attach: return "attach";
+    case frame_kind::push_sparse: return "push_sparse";
   }
   return "?";
 }
@@ -84,7 +85,7 @@ errc decode(const std::byte* in, frame_header& out, std::string& why) {
       return errc::bad_version;
     }
     auto kind = static_cast<uint16_t>(root.getKind());
-    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::attach)) {
+    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::push_sparse)) {
       why = fmt::format("unknown frame kind {}", kind);
       return errc::bad_frame;
     }

@@ -26,12 +26,23 @@ enum class frame_kind : uint16_t {
   error = 8,
   bye = 9,
   attach = 10,
+  push_sparse = 11,
 };
 
 const char* to_string(frame_kind kind) noexcept;
 
 /// Flag bit: this push wants the updated chunk back (push_pull).
 constexpr uint16_t flag_want_result = 1;
+/// Flag bit: this pull wants the chunk only if its version is newer than `clock`; an
+/// unchanged chunk is answered with an ack carrying the same flag.
+constexpr uint16_t flag_only_changed = 2;
+
+/// One entry of a push_sparse payload.
+struct sparse_pair {
+  uint32_t index; // within the chunk
+  float value;
+};
+static_assert(sizeof(sparse_pair) == 8);
 
 struct frame_header {
   frame_kind kind = frame_kind::invalid;

@@ -295,6 +295,61 @@ std::future<void> worker::push_pull(const std::string& tensor, const float* grad
     {actors::worker_op::push_pull, impl_->tensor(tensor), grad, out, 0, nullptr});
 }
 
+namespace {
+
+void check_sparse(const job_spec& spec, uint32_t t, const uint64_t* indices,
+                  const float* values, size_t count) {
+  if (count > 0 && (indices == nullptr || values == nullptr))
+    throw rw::error(errc::invalid_spec, "a sparse push needs indices and values");
+  auto elements = spec.tensors[t].elements;
+  for (size_t i = 0; i < count; ++i)
+    if (indices[i] >= elements)
+      throw rw::error(errc::bad_chunk,
+                      fmt::format("sparse index {} is out of range for tensor '{}' ({} "
+                                  "elements); nothing was sent",
+                                  indices[i], spec.tensors[t].name, elements));
+}
+
+} // namespace
+
+std::future<void> worker::push_sparse(const std::string& tensor, const uint64_t* indices,
+                                      const float* values, size_t count) {
+  auto t = impl_->tensor(tensor);
+  check_sparse(impl_->opts.job, t, indices, values, count);
+  actors::worker_op op{actors::worker_op::push, t, nullptr, nullptr, 0, nullptr};
+  op.sparse = true;
+  op.indices = indices;
+  op.values = values;
+  op.count = count;
+  return impl_->submit(std::move(op));
+}
+
+std::future<void> worker::push_pull_sparse(const std::string& tensor, const uint64_t* indices,
+                                           const float* values, size_t count, float* out) {
+  auto t = impl_->tensor(tensor);
+  check_sparse(impl_->opts.job, t, indices, values, count);
+  if (out == nullptr && shared_result(tensor) == nullptr)
+    throw rw::error(errc::invalid_spec, "push_pull_sparse needs an output buffer over TCP");
+  actors::worker_op op{actors::worker_op::push_pull, t, nullptr, out, 0, nullptr};
+  op.sparse = true;
+  op.indices = indices;
+  op.values = values;
+  op.count = count;
+  return impl_->submit(std::move(op));
+}
+
+std::future<void> worker::pull_changed(const std::string& tensor, float* out, uint64_t since) {
+  actors::worker_op op{actors::worker_op::pull, impl_->tensor(tensor), nullptr, out, since,
+                       nullptr};
+  op.only_changed = true;
+  return impl_->submit(std::move(op));
+}
+
+uint32_t worker::last_changed(const std::string& tensor) const {
+  auto t = impl_->tensor(tensor);
+  return impl_->link ? impl_->link->last_changed(t) : 0;
+}
+
 uint32_t worker::last_staleness(const std::string& tensor) const {
   auto t = impl_->tensor(tensor);
   return impl_->link ? impl_->link->last_staleness(t) : 0;

@@ -310,3 +310,29 @@ TEST_CASE("shared memory is used on this host unless the node or the worker says
   o.transport = "carrier-pigeon";
   CHECK(error_code_of([&] { worker w{o}; }) == errc::invalid_spec);
 }
+
+TEST_CASE("a sparse frame with an index out of range is refused and nothing applied",
+          "[integration][bad][sparse]") {
+  testing::node_process node;
+  auto spec = small_job("sparse-raw", 1, 1000); // one chunk of 1000 elements
+  testing::raw_client raw{node.address()};
+  auto id = raw.join(spec, 0);
+  transports::sparse_pair pairs[2] = {{5, 1.0f}, {1000, 2.0f}};
+  auto h = data_header(frame_kind::push_sparse, id, 0, 0, 0);
+  h.flags = transports::flag_want_result;
+  h.payload_bytes = sizeof(pairs);
+  raw.send_frame(h, pairs);
+  CHECK_THAT(expect_error(raw, errc::bad_chunk), Catch::Contains("sparse index 1000"));
+  h.payload_bytes = 12; // not whole pairs
+  raw.send_frame(h, pairs);
+  expect_error(raw, errc::bad_chunk);
+  // Nothing was applied: the chunk is still at version 0 and zero.
+  raw.send_frame(data_header(frame_kind::pull, id, 0, 0, 0));
+  auto f = raw.read_frame();
+  REQUIRE(f);
+  REQUIRE(f->header.kind == frame_kind::update);
+  CHECK(f->header.clock == 0);
+  float first;
+  std::memcpy(&first, f->payload.data() + 5 * sizeof(float), sizeof(float));
+  CHECK(first == 0.0f);
+}

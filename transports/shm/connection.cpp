@@ -100,8 +100,12 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
             h.chunk_index, slot, h.clock});
       return true;
     }
+    case frame_kind::ack:
+      if (h.flags & flag_only_changed)
+        post({completion::unchanged, 0, h.tensor_id, h.chunk_index, 0, h.clock});
+      return true; // a push's ack: over shm a push completes when its memory is consumed
     default:
-      return true; // ack: a push over shm completes when its memory is consumed
+      return true;
   }
 }
 

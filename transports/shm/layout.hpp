@@ -83,6 +83,7 @@ struct completion {
     update = 1,   // the result region holds the chunk at version `clock`
     consumed = 2, // the node is done reading the gradient pushed for `clock`
     error = 3,    // `code`; the message is errors[extra]
+    unchanged = 4, // a pull of changes: the chunk is still at version `clock`
   };
   uint16_t kind;
   uint16_t code;

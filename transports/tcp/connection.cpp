@@ -20,7 +20,8 @@ constexpr int max_frames_per_read = 64;
 constexpr size_t discard_chunk = 64 * 1024;
 
 bool is_data_kind(frame_kind k) {
-  return k == frame_kind::push || k == frame_kind::init || k == frame_kind::update;
+  return k == frame_kind::push || k == frame_kind::init || k == frame_kind::update
+         || k == frame_kind::push_sparse;
 }
 
 } // namespace

@@ -81,6 +81,27 @@ public:
   /// memory `out` may be null: the new values are then read at shared_result().
   std::future<void> push_pull(const std::string& tensor, const float* grad, float* out);
 
+  /// A sparse push: values[i] is added at element indices[i] (repeated indices add up;
+  /// every other element counts as zero), as push does with a dense gradient. Only the
+  /// pairs travel (per chunk, or the chunk dense where that is smaller). Dense and
+  /// sparse pushes to one tensor combine exactly. An index out of range throws at
+  /// once and nothing is sent. indices and values must live until the future is done.
+  std::future<void> push_sparse(const std::string& tensor, const uint64_t* indices,
+                                const float* values, size_t count);
+
+  /// push_sparse, then the updated tensor into `out`, as push_pull.
+  std::future<void> push_pull_sparse(const std::string& tensor, const uint64_t* indices,
+                                     const float* values, size_t count, float* out);
+
+  /// Fills in `out` only the chunks whose version is newer than `since` (a version this
+  /// worker has seen); the rest of `out` is left as it is. last_changed() then says how
+  /// many chunks changed. A `since` newer than the tensor fails (clock_out_of_range).
+  std::future<void> pull_changed(const std::string& tensor, float* out, uint64_t since);
+
+  /// Chunks the last completed pull / push_pull on `tensor` received (for
+  /// pull_changed: the chunks that had changed).
+  uint32_t last_changed(const std::string& tensor) const;
+
   /// How many pushes this worker has made to `tensor` (its clock).
   uint64_t clock(const std::string& tensor) const;
 
