@@ -75,7 +75,7 @@ void send_update(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t chu
 
 void answer_ready(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t chunk,
                   detail::chunk_state& cs) {
-  for (auto& w : cs.take_ready())
+  for (auto& w : cs.take_ready(st.settings.priority))
     send_update(st, job_id, tensor, chunk, cs, w);
 }
 

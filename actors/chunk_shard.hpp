@@ -56,6 +56,7 @@ struct shard_settings {
   std::shared_ptr<const runtime::topology> topo; // null: not pinned
   runtime::core_info core;                        // where to pin (with topo)
   uint32_t numa = 0;                              // where chunk memory lives
+  bool priority = true; // answer the waiting worker furthest behind first
   std::chrono::milliseconds step_timeout{defaults::step_timeout_ms};
   std::chrono::milliseconds scan_interval{defaults::timeout_scan_ms};
 };

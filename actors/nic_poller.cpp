@@ -27,6 +27,7 @@ struct binding {
   routing_ptr routes;
   uint32_t chunk_bytes = 0;
   bool said_bye = false;
+  uint64_t clock = 0;               // the latest clock this worker pushed
   transports::connection_ptr shm;   // the worker's adopted segment (TCP connections)
   bool shm_companion = false;       // this is such a segment (on the shm poller)
 };
@@ -203,10 +204,20 @@ private:
                            (h.flags & transports::flag_only_changed) != 0});
   }
 
+  uint64_t priority(const connection_ptr& c) const override {
+    auto& st = self_->state;
+    if (!st.settings.priority)
+      return 0;
+    auto it = st.bindings.find(c->id());
+    return it == st.bindings.end() ? 0 : it->second.clock;
+  }
+
   void dispatch_data(const connection_ptr& c, const frame_header& h,
                      runtime::buffer_ref payload) {
     auto& st = self_->state;
     auto& b = st.bindings[c->id()];
+    if (h.kind == frame_kind::push)
+      b.clock = std::max(b.clock, h.clock);
     chunk_push p{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock,
                  (h.flags & transports::flag_want_result) != 0, std::move(payload), c};
     auto& shard = st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)];

@@ -61,6 +61,7 @@ struct poller_settings {
   runtime::core_info core;
   uint32_t numa = 0;           // where receive buffers live
   uint32_t prealloc_buffers = 0; // of defaults::chunk_bytes, at start
+  bool priority = true; // read the worker furthest behind first when several are ready
 };
 
 /// Spawns a poller as a detached actor driving `ep`; it pins itself to settings.core

@@ -58,6 +58,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     s.core = p.core;
     s.numa = p.numa;
     s.step_timeout = std::chrono::milliseconds(cfg.step_timeout_ms);
+    s.priority = cfg.priority;
     domains[p.numa].numa = p.numa;
     domains[p.numa].shards.push_back(s);
   }
@@ -72,6 +73,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     s.core = p.poller.core;
     s.numa = p.poller.numa;
     s.prealloc_buffers = cfg.prealloc_buffers;
+    s.priority = cfg.priority;
     domains[p.poller.numa].numa = p.poller.numa;
     domains[p.poller.numa].endpoints.push_back({s, eps[i]});
   }
@@ -138,6 +140,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     s.topo = pinned;
     s.core = plan_.endpoints.front().poller.core;
     s.numa = plan_.endpoints.front().poller.numa;
+    s.priority = cfg.priority;
     shm_poller_ = spawn_nic_poller(sys, s, shm_ep, coordinator_, shards_);
     for (auto& p : pollers_)
       self->send(p, shm_atom::value, caf::actor_cast<caf::actor>(shm_poller_),
@@ -146,9 +149,11 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   }
 
   spdlog::info("node up: name={} role={} shards={} endpoints=[{}] kernels={} pinned={} "
-               "step_timeout_ms={} io_timeout_ms={} max_chunk_bytes={} max_job_mib={}",
+               "priority={} step_timeout_ms={} io_timeout_ms={} max_chunk_bytes={} "
+               "max_job_mib={}",
                name, cfg.role, shards_.size(), fmt::join(addresses_, ", "),
-               runtime::kernels().isa, cfg.pin, cfg.step_timeout_ms, cfg.io_timeout_ms,
+               runtime::kernels().isa, cfg.pin, cfg.priority, cfg.step_timeout_ms,
+               cfg.io_timeout_ms,
                cfg.max_chunk_bytes, max_job_bytes >> 20);
   spdlog::info("topology: {}", topo_->describe());
   spdlog::info("shared memory for colocated workers: {}", shm_where);

@@ -95,6 +95,10 @@ std::vector<option_def> option_table(node_config& c) {
         "let workers on this host exchange data through shared memory (--no-shm: TCP "
         "only)",
         c.shm),
+    def("scheduling.priority", "--priority",
+        "when requests queue, serve the worker furthest behind first (--no-priority: "
+        "arrival order)",
+        c.priority),
     def("node.kernels", "--kernels",
         "aggregation kernels: auto (the best this CPU runs), scalar, avx2, avx512",
         c.kernels),

@@ -22,6 +22,7 @@ struct node_config {
   std::string log_level = "info";
   bool pin = true;                       // pin shards and pollers to cores
   bool shm = true;                       // colocated workers may use shared memory
+  bool priority = true;                  // serve the worker furthest behind first
   std::string kernels = "auto";          // auto, scalar, avx2, avx512
   uint32_t shards = 0;                   // serving cores; 0 = one per allowed core
   std::vector<uint32_t> shard_cores;     // OS CPU numbers shards may use; empty = all

@@ -110,6 +110,12 @@ public:
   /// The connection is gone. `code` is errc::ok for an orderly close by the peer.
   virtual void on_closed(const connection_ptr& c, errc code, const std::string& why) = 0;
 
+  /// Service order when several connections are ready at once: lower first (the
+  /// worker furthest behind). The default keeps the order the transport saw them in.
+  virtual uint64_t priority(const connection_ptr& c) const {
+    return 0;
+  }
+
   /// A frame whose payload is already in memory this process can read (shared
   /// memory): `payload` is that memory, by reference. The default copies it through
   /// on_header / on_frame; sinks that can use it in place override this.

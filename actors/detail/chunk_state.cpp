@@ -161,7 +161,7 @@ void chunk_state::complete_step(const optimizer_spec& spec, float rescale,
   absorb_in_order();
 }
 
-std::vector<waiter> chunk_state::take_ready() {
+std::vector<waiter> chunk_state::take_ready(bool by_lag) {
   std::vector<waiter> ready;
   if (!initialized_ || waiters_.empty())
     return ready;
@@ -170,6 +170,10 @@ std::vector<waiter> chunk_state::take_ready() {
   });
   std::move(split, waiters_.end(), std::back_inserter(ready));
   waiters_.erase(split, waiters_.end());
+  if (by_lag)
+    std::stable_sort(ready.begin(), ready.end(), [](const waiter& a, const waiter& b) {
+      return a.progress() < b.progress();
+    });
   return ready;
 }
 

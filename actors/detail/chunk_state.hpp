@@ -41,6 +41,11 @@ struct waiter {
   uint64_t version;
   uint64_t min_pushes = 0;
   uint64_t reader_clock = 0; // the clock the answer is for (staleness is measured to it)
+
+  /// How far along the waiting worker is: lower means further behind.
+  uint64_t progress() const noexcept {
+    return reader_clock != 0 ? reader_clock : version;
+  }
 };
 
 class chunk_state {
@@ -108,8 +113,9 @@ public:
     waiters_.push_back(std::move(w));
   }
 
-  /// Removes and returns the waiters whose version is now available.
-  std::vector<waiter> take_ready();
+  /// Removes and returns the waiters whose version is now available: in arrival order,
+  /// or (by_lag) the worker furthest behind (lowest clock) first.
+  std::vector<waiter> take_ready(bool by_lag = false);
 
   /// Removes and returns every waiter (the job failed).
   std::vector<waiter> take_all();

@@ -167,3 +167,23 @@ TEST_CASE("SSP pushes must come in clock order", "[consistency]") {
   CHECK(cs.push(0, 0, buf(), now) == chunk_state::outcome::duplicate);
   CHECK(cs.version() == 1);
 }
+
+TEST_CASE("priority servicing answers the worker furthest behind first", "[consistency]") {
+  std::vector<float> p(1), m(1), v(1);
+  chunk_state cs{1, 3, p.data(), m.data(), v.data(), false, {consistency_spec::async, 0}};
+  // Three workers wait at once: rank 2 at clock 9, rank 0 at clock 3 (the laggard),
+  // rank 1 at clock 6, in that arrival order.
+  cs.wait({nullptr, 2, 0, 0, 10});
+  cs.wait({nullptr, 0, 0, 0, 4});
+  cs.wait({nullptr, 1, 0, 0, 7});
+  auto fifo_copy = cs; // the same queue, served without priority
+  auto by_lag = cs.take_ready(true);
+  REQUIRE(by_lag.size() == 3);
+  CHECK(by_lag[0].rank == 0);
+  CHECK(by_lag[1].rank == 1);
+  CHECK(by_lag[2].rank == 2);
+  auto fifo = fifo_copy.take_ready(false);
+  REQUIRE(fifo.size() == 3);
+  CHECK(fifo[0].rank == 2); // arrival order
+  CHECK(fifo[1].rank == 0);
+}

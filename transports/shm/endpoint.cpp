@@ -66,6 +66,9 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
     incoming_.clear();
   }
   int handled = 0;
+  std::stable_sort(conns_.begin(), conns_.end(), [&](auto& a, auto& b) {
+    return sink.priority(a) < sink.priority(b); // the furthest behind first
+  });
   for (auto& c : conns_) {
     request r;
     for (int n = 0; n < max_requests_per_round && c->is_open() && c->next_request(r); ++n) {

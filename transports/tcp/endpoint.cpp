@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <algorithm>
 #include <vector>
 
 #include <fmt/format.h>
@@ -86,6 +87,14 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
   int n = epoll_wait(epfd_, events, 64, timeout_ms);
   if (n <= 0)
     return 0;
+  // The sink decides who goes first when several are ready (the furthest behind).
+  auto rank_of = [&](const epoll_event& e) -> uint64_t {
+    auto it = conns_.find(e.data.fd);
+    return it == conns_.end() ? 0 : sink.priority(it->second);
+  };
+  std::stable_sort(events, events + n, [&](const epoll_event& a, const epoll_event& b) {
+    return rank_of(a) < rank_of(b);
+  });
   for (int i = 0; i < n; ++i) {
     int fd = events[i].data.fd;
     if (fd == listen_fd_) {
