@@ -63,9 +63,11 @@ frame_header about(uint32_t job, uint32_t rank, uint32_t tensor, uint32_t chunk,
 }
 
 void send_update(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t chunk,
-                 const detail::chunk_state& cs, const detail::waiter& w) {
+                 const detail::chunk_state& cs, const detail::waiter& w,
+                 uint16_t flags = 0) {
   auto h = about(job_id, w.rank, tensor, chunk, cs.version());
   h.kind = frame_kind::update;
+  h.flags = flags;
   h.staleness = static_cast<uint32_t>(cs.staleness(w));
   h.payload_bytes = cs.length() * sizeof(float);
   iovec iov{const_cast<float*>(cs.params()), h.payload_bytes};
@@ -77,6 +79,9 @@ void answer_ready(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t ch
                   detail::chunk_state& cs) {
   for (auto& w : cs.take_ready(st.settings.priority))
     send_update(st, job_id, tensor, chunk, cs, w);
+  // Eager notification: subscribers get each new version without asking.
+  for (auto& w : cs.publish())
+    send_update(st, job_id, tensor, chunk, cs, w, transports::flag_subscribe);
 }
 
 // Calls fn(tensor, chunk, state) for every chunk of `job` this shard owns, until fn
@@ -234,6 +239,11 @@ void on_pull(shard_ptr self, chunk_pull& p) {
   if (job == nullptr)
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
+  if (p.subscribe) {
+    cs.subscribe({p.conn, p.rank, UINT64_MAX});
+    answer_ready(self->state, p.job_id, p.tensor, p.chunk, cs); // the current version
+    return;
+  }
   if (p.only_changed) {
     auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, p.min_version);
     if (p.min_version > cs.version()) {

@@ -64,6 +64,7 @@ struct chunk_pull {
   uint64_t min_version;
   transports::connection_ptr conn;
   bool only_changed = false;
+  bool subscribe = false; // every new version from now on (and the current one)
 };
 
 /// Tells a shard to allocate its chunks of a new job. With `params`, the job's

@@ -201,7 +201,8 @@ private:
     auto& b = st.bindings[c->id()];
     self_->send(st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)], pull_atom::value,
                 chunk_pull{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock, c,
-                           (h.flags & transports::flag_only_changed) != 0});
+                           (h.flags & transports::flag_only_changed) != 0,
+                           (h.flags & transports::flag_subscribe) != 0});
   }
 
   uint64_t priority(const connection_ptr& c) const override {

@@ -27,6 +27,7 @@ worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
     shm_(std::move(shm)) {
   for (uint32_t t = 0; t < routes_->num_tensors(); ++t) {
     slots_.push_back(std::make_unique<slot>());
+    slots_.back()->arrived.assign(routes_->layout(t).count(), 0);
     last_staleness_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
     last_changed_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
   }
@@ -68,7 +69,7 @@ void worker_link::on_completion(const transports::shm::completion& c) {
   if (c.tensor >= slots_.size())
     return;
   auto& s = *slots_[c.tensor];
-  std::lock_guard<std::mutex> guard{s.mtx};
+  std::unique_lock<std::mutex> lock{s.mtx};
   if (c.kind == completion::error) {
     if (s.seq != 0) {
       auto seq = s.seq;
@@ -76,6 +77,20 @@ void worker_link::on_completion(const transports::shm::completion& c) {
       caf::anon_send(proxy_, fail_atom::value, c.tensor, seq, static_cast<errc>(c.code),
                      shm_->error_text(c.extra));
     }
+    return;
+  }
+  if (c.kind == completion::published) {
+    uint64_t whole = UINT64_MAX;
+    if (s.sub_dst != nullptr && c.chunk < layout(c.tensor).count()) {
+      auto& l = layout(c.tensor);
+      auto* result = shm_->result(c.tensor);
+      if (s.sub_dst != result)
+        std::memcpy(s.sub_dst + l.offset(c.chunk), result + l.offset(c.chunk),
+                    l.length(c.chunk) * sizeof(float));
+      whole = published(s, c.chunk, c.clock);
+    }
+    lock.unlock(); // announce without the slot locked
+    announce(c.tensor, whole);
     return;
   }
   bool is_update = c.kind == completion::update;
@@ -90,7 +105,7 @@ void worker_link::on_completion(const transports::shm::completion& c) {
                   l.length(c.chunk) * sizeof(float));
     }
   }
-  chunk_done(c.tensor, s, is_update ? c.extra : 0, is_update);
+  chunk_done(c.tensor, s, c.chunk, is_update ? c.extra : 0, is_update);
 }
 
 void worker_link::abandon(const std::string& why) {
@@ -122,6 +137,50 @@ void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* 
   s.staleness = 0;
   s.changes_only = changes_only;
   s.changed = 0;
+  std::fill(s.arrived.begin(), s.arrived.end(), 0);
+}
+
+void worker_link::set_subscription(uint32_t tensor, float* dst,
+                                   std::function<void(uint64_t)> on_version) {
+  auto& s = *slots_[tensor];
+  std::lock_guard<std::mutex> guard{s.mtx};
+  s.sub_dst = dst;
+  s.on_version = std::move(on_version);
+  s.sub_versions.assign(routes_->layout(tensor).count(), UINT64_MAX);
+  s.sub_min = UINT64_MAX;
+}
+
+bool worker_link::chunk_arrived(uint32_t tensor, uint32_t chunk) const {
+  auto& s = *slots_[tensor];
+  std::lock_guard<std::mutex> guard{s.mtx};
+  return chunk < s.arrived.size() && s.arrived[chunk] != 0;
+}
+
+uint64_t worker_link::published(slot& s, uint32_t chunk, uint64_t version) {
+  if (chunk >= s.sub_versions.size())
+    return UINT64_MAX;
+  auto& v = s.sub_versions[chunk];
+  if (v != UINT64_MAX && v >= version)
+    return UINT64_MAX;
+  v = version;
+  // Every chunk at least here: a whole new version of the tensor.
+  auto least = *std::min_element(s.sub_versions.begin(), s.sub_versions.end());
+  if (least == UINT64_MAX || (s.sub_min != UINT64_MAX && least <= s.sub_min))
+    return UINT64_MAX;
+  s.sub_min = least;
+  return least;
+}
+
+void worker_link::announce(uint32_t tensor, uint64_t version) {
+  if (version == UINT64_MAX)
+    return;
+  std::function<void(uint64_t)> callback;
+  {
+    std::lock_guard<std::mutex> guard{slots_[tensor]->mtx};
+    callback = slots_[tensor]->on_version;
+  }
+  if (callback)
+    callback(version);
 }
 
 bool worker_link::belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock) {
@@ -132,7 +191,10 @@ bool worker_link::belongs(const slot& s, bool is_update, bool unchanged, uint64_
   return s.expect_update == is_update && (is_update ? clock >= s.version : clock == s.version);
 }
 
-void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t staleness, bool changed) {
+void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness,
+                             bool changed) {
+  if (chunk < s.arrived.size())
+    s.arrived[chunk] = 1;
   s.staleness = std::max(s.staleness, staleness);
   s.changed += changed ? 1 : 0;
   if (--s.remaining > 0)
@@ -160,6 +222,12 @@ payload_target worker_link::on_header(const transports::connection_ptr&,
   auto& layout = this->layout(h.tensor_id);
   auto& s = *slots_[h.tensor_id];
   std::lock_guard<std::mutex> guard{s.mtx};
+  if (h.kind == frame_kind::update && (h.flags & transports::flag_subscribe)) {
+    if (s.sub_dst == nullptr || h.payload_bytes != layout.length(h.chunk_index) * sizeof(float))
+      return payload_target::dropped();
+    return payload_target::into(
+      reinterpret_cast<std::byte*>(s.sub_dst + layout.offset(h.chunk_index)));
+  }
   bool is_update = h.kind == frame_kind::update;
   bool unchanged = !is_update && (h.flags & transports::flag_only_changed) != 0;
   if (!belongs(s, is_update, unchanged, h.clock))
@@ -201,9 +269,15 @@ void worker_link::on_frame(const transports::connection_ptr&, const frame_header
     return;
   }
   auto& s = *slots_[h.tensor_id];
-  std::lock_guard<std::mutex> guard{s.mtx};
+  std::unique_lock<std::mutex> guard{s.mtx};
+  if (h.kind == frame_kind::update && (h.flags & transports::flag_subscribe)) {
+    auto whole = published(s, h.chunk_index, h.clock);
+    guard.unlock(); // announce without the slot locked
+    announce(h.tensor_id, whole);
+    return;
+  }
   if (s.seq != 0)
-    chunk_done(h.tensor_id, s, h.kind == frame_kind::update ? h.staleness : 0,
+    chunk_done(h.tensor_id, s, h.chunk_index, h.kind == frame_kind::update ? h.staleness : 0,
                h.kind == frame_kind::update);
 }
 

@@ -8,6 +8,7 @@
 // answers to a failed one) are dropped.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,6 +73,13 @@ public:
   void arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst, uint64_t version,
            bool changes_only = false);
 
+  /// Sets up a subscription: updates flagged as subscribed go into `dst`, and
+  /// `on_version(v)` runs (on the receiver thread) once every chunk reached v.
+  void set_subscription(uint32_t tensor, float* dst, std::function<void(uint64_t)> on_version);
+
+  /// Whether chunk `chunk` of the armed (or last) operation on `tensor` has its answer.
+  bool chunk_arrived(uint32_t tensor, uint32_t chunk) const;
+
   /// How many chunks the last completed operation on `tensor` received (a pull of
   /// changes counts only the chunks that had changed).
   uint32_t last_changed(uint32_t tensor) const noexcept {
@@ -104,10 +112,22 @@ private:
     uint32_t staleness = 0; // the largest served to the armed operation so far
     bool changes_only = false;
     uint32_t changed = 0;
+    std::vector<uint8_t> arrived; // by chunk, for the armed (or last) operation
+    // The tensor's subscription, if any.
+    float* sub_dst = nullptr;
+    std::function<void(uint64_t)> on_version;
+    std::vector<uint64_t> sub_versions; // by chunk; UINT64_MAX: none yet
+    uint64_t sub_min = UINT64_MAX;      // every chunk is at least here
   };
 
+  // Called with the slot locked: a subscribed chunk reached `version`. Returns the
+  // tensor version to announce (UINT64_MAX: none); the caller announces it unlocked,
+  // so a callback may call into the worker.
+  uint64_t published(slot& s, uint32_t chunk, uint64_t version);
+  void announce(uint32_t tensor, uint64_t version);
+
   // Called with the slot locked: one more chunk of the armed operation is in.
-  void chunk_done(uint32_t tensor, slot& s, uint32_t staleness, bool changed);
+  void chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness, bool changed);
   // Whether an update (or an unchanged ack) about `clock` belongs to the armed operation.
   static bool belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock);
 

@@ -73,6 +73,8 @@ bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   }
   if (op.kind == worker_op::pull && op.only_changed)
     r.flags = transports::flag_only_changed;
+  if (op.kind == worker_op::pull && op.subscribe)
+    r.flags = transports::flag_subscribe;
   if (op.sparse) { // scattered straight into the gradient region
     std::memset(grad, 0, layout.elements * sizeof(float));
     for (size_t i = 0; i < op.count; ++i)
@@ -120,6 +122,8 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   h.clock = op.kind == worker_op::pull ? op.min_version : clock;
   if (op.kind == worker_op::pull && op.only_changed)
     h.flags = transports::flag_only_changed;
+  if (op.kind == worker_op::pull && op.subscribe)
+    h.flags = transports::flag_subscribe;
   // Sparse: each chunk's pairs, or the dense chunk where that is smaller. Both live
   // until the sends below are done.
   std::vector<std::vector<transports::sparse_pair>> pairs;
@@ -189,6 +193,15 @@ void start_next(proxy_ptr self, uint32_t t) {
   q.waiting.pop_front();
   if (st.lost) {
     fail(q.running, st.lost_code, st.lost_reason);
+    start_next(self, t);
+    return;
+  }
+  if (q.running.subscribe) { // nothing to wait for: updates come as they happen
+    if (send_chunks(*st.link, t, q.running, q.clock))
+      q.running.done->set_value();
+    else
+      fail(q.running, errc::io_error, "the connection to the node failed");
+    q.running = {};
     start_next(self, t);
     return;
   }

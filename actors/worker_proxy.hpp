@@ -51,6 +51,7 @@ struct worker_op {
   const float* values = nullptr;
   size_t count = 0;
   bool only_changed = false; // pull: only chunks newer than min_version
+  bool subscribe = false;    // pull: subscribe (done once sent; the tensor stays free)
 };
 
 class worker_link;

@@ -30,6 +30,8 @@ struct FrameHeader {
   flags @3 :UInt16;         # bit 0: push wants the updated chunk back (push_pull)
                             # bit 1: pull wants the chunk only if newer than `clock`;
                             #        an unchanged chunk is answered with an ack
+                            # bit 2: pull subscribes: every new version of the chunk
+                            #        is sent (update with bit 2) until disconnect
   errorCode @4 :UInt16;     # for kind = error: rw::errc
   jobId @5 :UInt32;
   rank @6 :UInt32;

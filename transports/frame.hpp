@@ -37,6 +37,9 @@ constexpr uint16_t flag_want_result = 1;
 /// unchanged chunk is answered with an ack carrying the same flag.
 constexpr uint16_t flag_only_changed = 2;
 
+/// Flag bit: this pull subscribes to the chunk; updates it causes carry the same flag.
+constexpr uint16_t flag_subscribe = 4;
+
 /// One entry of a push_sparse payload.
 struct sparse_pair {
   uint32_t index; // within the chunk

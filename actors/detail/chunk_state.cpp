@@ -180,7 +180,25 @@ std::vector<waiter> chunk_state::take_ready(bool by_lag) {
 std::vector<waiter> chunk_state::take_all() {
   std::vector<waiter> all;
   all.swap(waiters_);
+  for (auto& s : subscribers_)
+    all.push_back(s);
+  subscribers_.clear();
   return all;
+}
+
+std::vector<waiter> chunk_state::publish() {
+  std::vector<waiter> due;
+  if (!initialized_)
+    return due;
+  subscribers_.erase(std::remove_if(subscribers_.begin(), subscribers_.end(),
+                                    [](const waiter& w) { return w.conn && !w.conn->is_open(); }),
+                     subscribers_.end());
+  for (auto& s : subscribers_)
+    if (s.version == UINT64_MAX || s.version < version_) { // new, or behind
+      s.version = version_;
+      due.push_back(s);
+    }
+  return due;
 }
 
 std::vector<uint32_t> chunk_state::missing_ranks() const {

@@ -120,6 +120,14 @@ public:
   /// Removes and returns every waiter (the job failed).
   std::vector<waiter> take_all();
 
+  /// Adds a standing subscriber: every new version goes to it (publish()).
+  void subscribe(waiter w) {
+    subscribers_.push_back(std::move(w));
+  }
+  /// The subscribers to send the current version to, if it is one they have not had
+  /// (it advanced since the last call, or they are new); drops closed connections.
+  std::vector<waiter> publish();
+
   /// True while a step has some but not all ranks.
   bool step_open() const noexcept {
     return arrivals_ > 0;
@@ -184,6 +192,7 @@ private:
   std::vector<runtime::buffer_ref> ahead_;
 
   std::vector<waiter> waiters_;
+  std::vector<waiter> subscribers_; // version field: the newest version each has had
 
   consistency_spec consistency_;
   std::vector<uint64_t> pushes_; // SSP, async: pushes applied, by rank

@@ -345,6 +345,42 @@ std::future<void> worker::pull_changed(const std::string& tensor, float* out, ui
   return impl_->submit(std::move(op));
 }
 
+std::future<void> worker::subscribe(const std::string& tensor, float* out,
+                                    std::function<void(uint64_t)> on_version) {
+  auto t = impl_->tensor(tensor);
+  if (out == nullptr)
+    throw rw::error(errc::invalid_spec, "subscribe needs a buffer for the updates");
+  if (!impl_->link)
+    throw rw::error(errc::closed, "the worker is closed");
+  impl_->link->set_subscription(t, out, std::move(on_version));
+  actors::worker_op op{actors::worker_op::pull, t, nullptr, out, 0, nullptr};
+  op.subscribe = true;
+  return impl_->submit(std::move(op));
+}
+
+bool worker::chunk_ready(const std::string& tensor, uint32_t chunk) const {
+  auto t = impl_->tensor(tensor);
+  return impl_->link && impl_->link->chunk_arrived(t, chunk);
+}
+
+uint32_t worker::chunk_count(const std::string& tensor) const {
+  auto t = impl_->tensor(tensor);
+  return runtime::chunk_layout(impl_->opts.job.tensors[t].elements, impl_->opts.job.chunk_bytes)
+    .count();
+}
+
+uint64_t worker::chunk_offset(const std::string& tensor, uint32_t chunk) const {
+  auto t = impl_->tensor(tensor);
+  return runtime::chunk_layout(impl_->opts.job.tensors[t].elements, impl_->opts.job.chunk_bytes)
+    .offset(chunk);
+}
+
+uint32_t worker::chunk_length(const std::string& tensor, uint32_t chunk) const {
+  auto t = impl_->tensor(tensor);
+  runtime::chunk_layout l(impl_->opts.job.tensors[t].elements, impl_->opts.job.chunk_bytes);
+  return chunk < l.count() ? l.length(chunk) : 0;
+}
+
 uint32_t worker::last_changed(const std::string& tensor) const {
   auto t = impl_->tensor(tensor);
   return impl_->link ? impl_->link->last_changed(t) : 0;

@@ -64,8 +64,9 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
     case frame_kind::update: {
       if (h.tensor_id >= layouts_.size() || h.chunk_index >= layouts_[h.tensor_id].count())
         return false;
+      uint16_t kind = (h.flags & flag_subscribe) ? completion::published : completion::update;
       if (worker_reads_params_) {
-        post({completion::update, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
+        post({kind, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
         return true;
       }
       auto& l = layouts_[h.tensor_id];
@@ -78,7 +79,7 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
         dst += n;
         room -= n;
       }
-      post({completion::update, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
+      post({kind, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
       return true;
     }
     case frame_kind::error: {

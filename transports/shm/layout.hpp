@@ -84,6 +84,7 @@ struct completion {
     consumed = 2, // the node is done reading the gradient pushed for `clock`
     error = 3,    // `code`; the message is errors[extra]
     unchanged = 4, // a pull of changes: the chunk is still at version `clock`
+    published = 5, // a subscribed chunk reached version `clock` (read it as an update)
   };
   uint16_t kind;
   uint16_t code;

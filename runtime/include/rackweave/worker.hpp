@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -101,6 +102,22 @@ public:
   /// Chunks the last completed pull / push_pull on `tensor` received (for
   /// pull_changed: the chunks that had changed).
   uint32_t last_changed(const std::string& tensor) const;
+
+  /// Eager notification without asking: from now on every new version of `tensor` is
+  /// written into `out` chunk by chunk as the node produces it (the current version
+  /// first), and on_version(v) is called once every chunk has reached version v. It
+  /// runs on the worker's receiver thread: keep it short (signal, do not compute).
+  /// `out` must outlive the worker; its values change under you between calls.
+  std::future<void> subscribe(const std::string& tensor, float* out,
+                              std::function<void(uint64_t version)> on_version);
+
+  /// Per-chunk readiness of the tensor's current (or last) call: whether chunk `chunk`
+  /// has its answer, so a loop can use the first chunks while later ones are summed.
+  bool chunk_ready(const std::string& tensor, uint32_t chunk) const;
+  /// The tensor's chunks: how many, and which elements each holds.
+  uint32_t chunk_count(const std::string& tensor) const;
+  uint64_t chunk_offset(const std::string& tensor, uint32_t chunk) const;
+  uint32_t chunk_length(const std::string& tensor, uint32_t chunk) const;
 
   /// How many pushes this worker has made to `tensor` (its clock).
   uint64_t clock(const std::string& tensor) const;
