@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -12,6 +13,7 @@
 
 #include "actors/detail/chunk_state.hpp"
 #include "runtime/kernels.hpp"
+#include "runtime/layerwise.hpp"
 
 namespace rw::actors {
 
@@ -34,6 +36,11 @@ struct shard_job {
   uint32_t departed_count = 0;
   abort_sink coordinator;
   bool timed_out = false;
+  std::vector<caf::actor> peers; // every shard of the node, by index
+  // Home shard of a tensor (LAMB, LARS): per (tensor, version) the parts received, by
+  // chunk, so they are added in chunk order whatever order they came in.
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<std::optional<runtime::norm_parts>>>
+    norms;
 };
 
 struct shard_state {
@@ -149,6 +156,78 @@ shard_job* find_job(shard_ptr self, uint32_t job_id, const transports::connectio
   return nullptr;
 }
 
+// Runs every step the chunk is ready for. A layer-wise step (LAMB, LARS) only prepares:
+// its share of the tensor's norms goes to the tensor's home shard, and the step ends
+// when the trust ratio comes back (on_trust).
+void run_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
+               uint32_t chunk, detail::chunk_state& cs) {
+  auto& st = self->state;
+  while (cs.step_ready()) {
+    if (runtime::is_layerwise(job.spec.optimizer.kind)) {
+      auto version = cs.version();
+      auto parts = cs.prepare_layerwise(job.spec.optimizer, job.rescale);
+      auto home = job.routes->shard_of(tensor, 0);
+      self->send(caf::actor_cast<chunk_shard_actor>(job.peers[home]), norm_atom::value,
+                 job_id, tensor, version, chunk, parts.w2, parts.d2);
+      return;
+    }
+    cs.complete_step(job.spec.optimizer, job.rescale, clock_type::now());
+    ++st.stats.updates;
+    answer_ready(st, job_id, tensor, chunk, cs);
+  }
+}
+
+void on_norm(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version,
+             uint32_t chunk, double w2, double d2) {
+  auto it = self->state.jobs.find(job_id);
+  if (it == self->state.jobs.end())
+    return; // the job ended meanwhile
+  auto& job = it->second;
+  auto count = job.routes->layout(tensor).count();
+  auto& parts = job.norms[{tensor, version}];
+  parts.resize(count);
+  parts[chunk] = runtime::norm_parts{w2, d2};
+  for (auto& p : parts)
+    if (!p)
+      return;
+  runtime::norm_parts total; // in chunk order: the same ratio whatever the arrival order
+  for (auto& p : parts) {
+    total.w2 += p->w2;
+    total.d2 += p->d2;
+  }
+  job.norms.erase({tensor, version});
+  auto trust = runtime::layerwise_trust(job.spec.optimizer, total);
+  std::vector<bool> told(job.peers.size(), false);
+  for (uint32_t c = 0; c < count; ++c) {
+    auto owner = job.routes->shard_of(tensor, c);
+    if (told[owner])
+      continue;
+    told[owner] = true;
+    self->send(caf::actor_cast<chunk_shard_actor>(job.peers[owner]), trust_atom::value,
+               job_id, tensor, version, trust);
+  }
+}
+
+void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version,
+              float trust) {
+  auto it = self->state.jobs.find(job_id);
+  if (it == self->state.jobs.end())
+    return;
+  auto& job = it->second;
+  auto& layout = job.routes->layout(tensor);
+  for (uint32_t c = 0; c < layout.count(); ++c) {
+    if (job.routes->shard_of(tensor, c) != self->state.settings.index)
+      continue;
+    auto& cs = job.chunks[job.routes->local_index(tensor, c)];
+    if (!cs.layerwise_pending() || cs.version() != version)
+      continue;
+    cs.finish_layerwise(job.spec.optimizer, trust, clock_type::now());
+    ++self->state.stats.updates;
+    answer_ready(self->state, job_id, tensor, c, cs);
+    run_steps(self, job_id, job, tensor, c, cs); // pushes held for the next step
+  }
+}
+
 void on_push(shard_ptr self, chunk_push& p) {
   auto& st = self->state;
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
@@ -201,11 +280,7 @@ void on_push(shard_ptr self, chunk_push& p) {
     ack.kind = frame_kind::ack;
     p.conn->send(ack);
   }
-  while (cs.step_ready()) {
-    cs.complete_step(job->spec.optimizer, job->rescale, clock_type::now());
-    ++st.stats.updates;
-    answer_ready(st, p.job_id, p.tensor, p.chunk, cs);
-  }
+  run_steps(self, p.job_id, *job, p.tensor, p.chunk, cs);
 }
 
 void on_init(shard_ptr self, chunk_push& p) {
@@ -227,10 +302,7 @@ void on_init(shard_ptr self, chunk_push& p) {
   auto ack = hdr;
   ack.kind = frame_kind::ack;
   p.conn->send(ack);
-  while (cs.step_ready()) {
-    cs.complete_step(job->spec.optimizer, job->rescale, clock_type::now());
-    ++self->state.stats.updates;
-  }
+  run_steps(self, p.job_id, *job, p.tensor, p.chunk, cs);
   answer_ready(self->state, p.job_id, p.tensor, p.chunk, cs);
 }
 
@@ -293,6 +365,7 @@ void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
     size_t total = 0;
     param_offsets = transports::shm::plan_params(job.spec, total);
   }
+  job.peers = setup.peers;
   auto state = runtime::state_arrays(job.spec.optimizer.kind);
   auto arrays = state + (job.shared ? 0 : 1);
   auto stride = [](uint32_t len) {
@@ -324,10 +397,13 @@ void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
       float* params = job.shared ? reinterpret_cast<float*>(job.shared->data() + param_offsets[t])
                                      + layout.offset(c)
                                  : take(len);
+      // m (momentum, Adam, LAMB, LARS), v (Adam, LAMB), d (LAMB, LARS)
+      auto kind = job.spec.optimizer.kind;
       float* m = state >= 1 ? take(len) : nullptr;
-      float* v = state >= 2 ? take(len) : nullptr;
+      float* v = (kind == optimizer_kind::adam || kind == optimizer_kind::lamb) ? take(len) : nullptr;
+      float* d = runtime::is_layerwise(kind) ? take(len) : nullptr;
       job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
-                              job.spec.tensors[t].has_init, job.spec.consistency);
+                              job.spec.tensors[t].has_init, job.spec.consistency, d);
     }
   }
   if (job.shared) // first touch from this pinned thread puts the pages on its domain
@@ -402,6 +478,11 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
         return;
       self->state.stats.chunks -= it->second.chunks.size();
       bury(self->state, job_id, errc::unknown_job, "the job finished: every worker left");
+    },
+    [=](norm_atom, uint32_t job_id, uint32_t tensor, uint64_t version, uint32_t chunk,
+        double w2, double d2) { on_norm(self, job_id, tensor, version, chunk, w2, d2); },
+    [=](trust_atom, uint32_t job_id, uint32_t tensor, uint64_t version, float trust) {
+      on_trust(self, job_id, tensor, version, trust);
     },
     [=](tick_atom) {
       scan_timeouts(self);

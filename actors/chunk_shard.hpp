@@ -23,6 +23,11 @@
 //   anyone      -> shard  (stats_atom) -> shard_stats
 //   shard -> coordinator  (abort_atom, job_id, errc, reason)
 //                         a step waited longer than the step timeout
+//   shard -> home shard   (norm_atom, job_id, tensor, version, chunk, w2, d2)
+//                         LAMB / LARS: a chunk's step is prepared; its share of the
+//                         tensor's norms goes to the shard owning the tensor's chunk 0
+//   home shard -> shards  (trust_atom, job_id, tensor, version, trust)
+//                         every chunk of the tensor is in: apply with this ratio
 // Failures reach the worker concerned as `error` frames; the shard keeps serving.
 
 #include <chrono>
@@ -49,6 +54,8 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
   caf::reacts_to<drop_atom, uint32_t>,
   caf::reacts_to<tick_atom>,
+  caf::reacts_to<norm_atom, uint32_t, uint32_t, uint64_t, uint32_t, double, double>,
+  caf::reacts_to<trust_atom, uint32_t, uint32_t, uint64_t, float>,
   caf::replies_to<stats_atom>::with<shard_stats>>;
 
 struct shard_settings {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/actor.hpp>
 #include <caf/atom.hpp>
 
 #include "rackweave/errc.hpp"
@@ -38,6 +39,8 @@ using attach_atom = caf::atom_constant<caf::atom("attach")>;
 using replace_atom = caf::atom_constant<caf::atom("replace")>;
 using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
 using shm_atom = caf::atom_constant<caf::atom("shm")>;
+using norm_atom = caf::atom_constant<caf::atom("norm")>;
+using trust_atom = caf::atom_constant<caf::atom("trust")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 
@@ -76,6 +79,7 @@ struct job_setup {
   routing_ptr routes;
   uint32_t shard_index;
   std::shared_ptr<const transports::shm::mapping> params;
+  std::vector<caf::actor> peers; // every shard of the node, by index (layer-wise norms)
 };
 
 /// A worker's hello, as the poller forwards it to the rack coordinator.

@@ -163,8 +163,11 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
   auto sink = caf::actor_cast<abort_sink>(self);
   auto rp = self->make_response_promise<job_binding>();
   auto pending = std::make_shared<size_t>(st.shards.size());
+  std::vector<caf::actor> peers;
+  for (auto& sh : st.shards)
+    peers.push_back(caf::actor_cast<caf::actor>(sh));
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
-    job_setup setup{job.id, spec, job.routes, i, job.params};
+    job_setup setup{job.id, spec, job.routes, i, job.params, peers};
     self->request(st.shards[i], caf::infinite, create_atom::value, std::move(setup), sink)
       .then(
         [=](ok_atom) mutable {

@@ -94,7 +94,10 @@ int state_arrays(optimizer_kind kind) noexcept {
     case optimizer_kind::nesterov:
       return 1;
     case optimizer_kind::adam:
+    case optimizer_kind::lars: // m, d
       return 2;
+    case optimizer_kind::lamb: // m, v, d
+      return 3;
     default:
       return 0;
   }

@@ -21,6 +21,7 @@ namespace rw::runtime {
 struct optimizer_slots {
   float* m = nullptr; // momentum / Adam first moment
   float* v = nullptr; // Adam second moment
+  float* d = nullptr; // LAMB / LARS: the direction between the two phases of a step
 };
 
 struct kernel_table {

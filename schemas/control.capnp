@@ -10,6 +10,8 @@ enum OptimizerKind {
   momentum @2;
   nesterov @3;
   adam @4;
+  lamb @5;
+  lars @6;
 }
 
 struct Optimizer {
@@ -21,6 +23,7 @@ struct Optimizer {
   epsilon @5 :Float32;
   weightDecay @6 :Float32;
   rescale @7 :Float32;      # gradient scale applied to the sum (0 = 1 / workers)
+  eta @8 :Float32;          # LARS trust coefficient
 }
 
 struct TensorSpec {

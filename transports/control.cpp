@@ -61,6 +61,7 @@ bytes encode(const hello_msg& x) {
   o.setEpsilon(s.epsilon);
   o.setWeightDecay(s.weight_decay);
   o.setRescale(s.rescale);
+  o.setEta(s.eta);
   auto ts = root.initTensors(static_cast<unsigned>(x.spec.tensors.size()));
   for (unsigned i = 0; i < ts.size(); ++i) {
     ts[i].setName(x.spec.tensors[i].name);
@@ -115,7 +116,7 @@ errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why
     out.spec.chunk_bytes = root.getChunkBytes();
     auto o = root.getOptimizer();
     auto kind = static_cast<uint16_t>(o.getKind());
-    if (kind > static_cast<uint16_t>(optimizer_kind::adam)) {
+    if (kind > static_cast<uint16_t>(optimizer_kind::lars)) {
       why = fmt::format("unknown optimizer kind {}", kind);
       return errc::bad_frame;
     }
@@ -128,6 +129,7 @@ errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why
     s.epsilon = o.getEpsilon();
     s.weight_decay = o.getWeightDecay();
     s.rescale = o.getRescale();
+    s.eta = o.getEta();
     out.spec.tensors.clear();
     for (auto t : root.getTensors())
       out.spec.tensors.push_back({t.getName().cStr(), t.getElements(), t.getHasInit()});

@@ -6,12 +6,14 @@
 namespace rw::actors::detail {
 
 chunk_state::chunk_state(uint32_t length, uint32_t workers, float* params, float* m,
-                         float* v, bool wait_for_init, consistency_spec consistency)
+                         float* v, bool wait_for_init, consistency_spec consistency,
+                         float* d)
   : length_(length),
     workers_(workers),
     params_(params),
     m_(m),
     v_(v),
+    d_(d),
     initialized_(!wait_for_init),
     held_(workers),
     arrived_(workers, false),
@@ -126,26 +128,37 @@ void chunk_state::complete_step(const optimizer_spec& spec, float rescale,
     apply_arrivals(spec, rescale);
     return;
   }
-  // The running sum (if any) and the ranks not yet added, in rank order.
   const float* inputs[64];
-  std::vector<const float*> many;
-  const float** in = inputs;
+  std::vector<const float*> more;
+  auto count = gather_inputs(inputs, more);
+  runtime::step_inputs(runtime::kernels(), spec, rescale, version_ + 1, params_,
+                       more.empty() ? inputs : more.data(), count, {m_, v_, d_}, length_);
+  ++version_;
+  release_inputs();
+  open_next_step(now);
+}
+
+uint32_t chunk_state::gather_inputs(const float** in, std::vector<const float*>& more) const {
   uint32_t count = (next_ > 0 ? 1 : 0) + (workers_ - next_);
   if (count > 64) {
-    many.resize(count);
-    in = many.data();
+    more.resize(count);
+    in = more.data();
   }
   uint32_t k = 0;
   if (next_ > 0)
     in[k++] = sum_->floats();
   for (uint32_t r = next_; r < workers_; ++r)
     in[k++] = held_[r]->floats();
-  runtime::step_inputs(runtime::kernels(), spec, rescale, version_ + 1, params_, in, count,
-                       {m_, v_}, length_);
-  ++version_;
+  return count;
+}
+
+void chunk_state::release_inputs() {
   sum_.reset();
   for (uint32_t r = next_; r < workers_; ++r)
     held_[r].reset();
+}
+
+void chunk_state::open_next_step(std::chrono::steady_clock::time_point now) {
   next_ = 0;
   arrivals_ = 0;
   std::fill(arrived_.begin(), arrived_.end(), false);
@@ -159,6 +172,33 @@ void chunk_state::complete_step(const optimizer_spec& spec, float rescale,
     held_[r] = std::move(ahead_[r]);
   }
   absorb_in_order();
+}
+
+runtime::norm_parts chunk_state::prepare_layerwise(const optimizer_spec& spec, float rescale) {
+  const float* inputs[64];
+  std::vector<const float*> more;
+  auto count = gather_inputs(inputs, more);
+  auto** in = more.empty() ? inputs : more.data();
+  auto& k = runtime::kernels();
+  // The summed gradient goes into d (rank order), then becomes the direction in place.
+  if (count == 1)
+    std::memcpy(d_, in[0], size_t{length_} * sizeof(float));
+  else
+    k.add(d_, in[0], in[1], length_);
+  for (uint32_t j = 2; j < count; ++j)
+    k.sum_into(d_, in[j], length_);
+  release_inputs();
+  layerwise_pending_ = true;
+  return runtime::layerwise_prepare(spec, rescale, version_ + 1, params_, d_, {m_, v_, d_},
+                                    length_);
+}
+
+void chunk_state::finish_layerwise(const optimizer_spec& spec, float trust,
+                                   std::chrono::steady_clock::time_point now) {
+  runtime::layerwise_apply(spec, trust, params_, {m_, v_, d_}, length_);
+  ++version_;
+  layerwise_pending_ = false;
+  open_next_step(now);
 }
 
 std::vector<waiter> chunk_state::take_ready(bool by_lag) {

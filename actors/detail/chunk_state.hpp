@@ -29,6 +29,7 @@
 #include "rackweave/job_spec.hpp"
 #include "runtime/buffer_pool.hpp"
 #include "runtime/kernels.hpp"
+#include "runtime/layerwise.hpp"
 #include "transports/transport.hpp"
 
 namespace rw::actors::detail {
@@ -60,7 +61,7 @@ public:
   /// The chunk's memory (parameters, and the optimizer's m and v where it has them,
   /// each `length` floats, zeroed) belongs to the caller: the shard's NUMA-local arena.
   chunk_state(uint32_t length, uint32_t workers, float* params, float* m, float* v,
-              bool wait_for_init, consistency_spec consistency = {});
+              bool wait_for_init, consistency_spec consistency = {}, float* d = nullptr);
 
   uint32_t length() const noexcept {
     return length_;
@@ -87,9 +88,21 @@ public:
   /// push is waiting to be applied (SSP, async).
   bool step_ready() const noexcept {
     if (consistency_.model == consistency_spec::bsp)
-      return initialized_ && arrivals_ == workers_;
+      return initialized_ && !layerwise_pending_ && arrivals_ == workers_;
     return initialized_ && arrivals_ > 0;
   }
+
+  /// Layer-wise optimizers (LAMB, LARS), phase 1, when step_ready(): sums the step's
+  /// gradients (rank order), prepares the direction and returns what this chunk adds
+  /// to the tensor's norms. The step stays closed until finish_layerwise.
+  runtime::norm_parts prepare_layerwise(const optimizer_spec& spec, float rescale);
+  bool layerwise_pending() const noexcept {
+    return layerwise_pending_;
+  }
+  /// Phase 2: applies the direction scaled by the tensor's trust ratio, bumps the
+  /// version and opens the next step.
+  void finish_layerwise(const optimizer_spec& spec, float trust,
+                        std::chrono::steady_clock::time_point now);
 
   /// The waiter for a push_pull of `rank` at `clock` under this chunk's model.
   waiter push_waiter(transports::connection_ptr conn, uint32_t rank, uint64_t clock) const;
@@ -167,6 +180,10 @@ public:
 private:
   void absorb_in_order();
   void apply_arrivals(const optimizer_spec& spec, float rescale);
+  // The running sum (if any) and the ranks not yet added, in rank order.
+  uint32_t gather_inputs(const float** in, std::vector<const float*>& more) const;
+  void release_inputs();
+  void open_next_step(std::chrono::steady_clock::time_point now);
   // Ranks summed ahead of the step: all but the last (which the fused step adds).
   uint32_t absorb_limit() const noexcept {
     return workers_ > 1 ? workers_ - 1 : workers_;
@@ -177,6 +194,8 @@ private:
   float* params_;
   float* m_;
   float* v_;
+  float* d_; // layer-wise direction between the phases
+  bool layerwise_pending_ = false;
   uint64_t version_ = 0;
   bool initialized_;
 

@@ -15,13 +15,16 @@ const char* to_string(optimizer_kind kind) noexcept {
     case optimizer_kind::momentum: return "momentum";
     case optimizer_kind::nesterov: return "nesterov";
     case optimizer_kind::adam: return "adam";
+    case optimizer_kind::lamb: return "lamb";
+    case optimizer_kind::lars: return "lars";
   }
   return "?";
 }
 
 std::optional<optimizer_kind> parse_optimizer_kind(std::string_view name) {
   for (auto k : {optimizer_kind::sum, optimizer_kind::sgd, optimizer_kind::momentum,
-                 optimizer_kind::nesterov, optimizer_kind::adam})
+                 optimizer_kind::nesterov, optimizer_kind::adam, optimizer_kind::lamb,
+                 optimizer_kind::lars})
     if (name == to_string(k))
       return k;
   return std::nullopt;
@@ -89,9 +92,14 @@ std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
       || !finite(o.beta2) || !finite(o.epsilon) || !finite(o.weight_decay)
       || !finite(o.rescale))
     return "optimizer hyper-parameters must be finite";
-  if (o.kind == optimizer_kind::adam
+  if ((o.kind == optimizer_kind::adam || o.kind == optimizer_kind::lamb)
       && !(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.epsilon > 0))
-    return "adam needs 0 <= beta1, beta2 < 1 and epsilon > 0";
+    return "adam and lamb need 0 <= beta1, beta2 < 1 and epsilon > 0";
+  if ((o.kind == optimizer_kind::lamb || o.kind == optimizer_kind::lars)
+      && spec.consistency.model != consistency_spec::bsp)
+    return "lamb and lars scale a whole step of the tensor: they need bsp consistency";
+  if (!std::isfinite(o.eta) || o.eta < 0)
+    return "eta must be finite and >= 0";
   return {};
 }
 
@@ -106,7 +114,7 @@ std::string describe_mismatch(const job_spec& ours, const job_spec& theirs) {
   auto& b = theirs.optimizer;
   if (a.kind != b.kind || a.learning_rate != b.learning_rate || a.momentum != b.momentum
       || a.beta1 != b.beta1 || a.beta2 != b.beta2 || a.epsilon != b.epsilon
-      || a.weight_decay != b.weight_decay || a.rescale != b.rescale)
+      || a.weight_decay != b.weight_decay || a.rescale != b.rescale || a.eta != b.eta)
     return fmt::format("job '{}' uses optimizer {} (lr {}), hello asks for {} (lr {}) "
                        "or other hyper-parameters",
                        ours.name, to_string(a.kind), a.learning_rate, to_string(b.kind),

@@ -7,7 +7,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "runtime/chunking.hpp"
 #include "runtime/kernels.hpp"
+#include "runtime/layerwise.hpp"
 #include "tests/integration/node_process.hpp"
 #include "tests/tools/fixture_job.hpp"
 
@@ -20,16 +22,36 @@ constexpr uint32_t steps = 3;
 std::vector<float> reference(const job_spec& spec, uint32_t t, uint32_t workers) {
   auto n = spec.tensors[t].elements;
   auto params = spec.tensors[t].has_init ? testing::fixture_init(t, n) : std::vector<float>(n);
-  std::vector<float> m(n), v(n);
+  std::vector<float> m(n), v(n), d(n);
   auto rescale = runtime::effective_rescale(spec.optimizer, workers);
+  runtime::chunk_layout layout{n, spec.chunk_bytes};
   for (uint32_t s = 0; s < steps; ++s) {
     auto sum = testing::fixture_gradient(0, s, t, n);
     for (uint32_t r = 1; r < workers; ++r) {
       auto g = testing::fixture_gradient(r, s, t, n);
       runtime::sum_into(sum.data(), g.data(), n);
     }
-    runtime::apply_optimizer(spec.optimizer, rescale, s + 1, params.data(), sum.data(),
-                             {m.data(), v.data()}, n);
+    if (!runtime::is_layerwise(spec.optimizer.kind)) {
+      runtime::apply_optimizer(spec.optimizer, rescale, s + 1, params.data(), sum.data(),
+                               {m.data(), v.data()}, n);
+      continue;
+    }
+    // Layer-wise: prepare every chunk, add the norms in chunk order, then apply.
+    runtime::norm_parts total;
+    for (uint32_t c = 0; c < layout.count(); ++c) {
+      auto o = layout.offset(c);
+      auto part = runtime::layerwise_prepare(spec.optimizer, rescale, s + 1, params.data() + o,
+                                             sum.data() + o, {m.data() + o, v.data() + o, d.data() + o},
+                                             layout.length(c));
+      total.w2 += part.w2;
+      total.d2 += part.d2;
+    }
+    auto trust = runtime::layerwise_trust(spec.optimizer, total);
+    for (uint32_t c = 0; c < layout.count(); ++c) {
+      auto o = layout.offset(c);
+      runtime::layerwise_apply(spec.optimizer, trust, params.data() + o,
+                               {m.data() + o, v.data() + o, d.data() + o}, layout.length(c));
+    }
   }
   return params;
 }
@@ -71,7 +93,8 @@ TEST_CASE("BSP push_pull is bitwise the single-process reference", "[integration
   for (std::string transport : {"tcp", "shm"})
   for (uint32_t workers : {1u, 2u, 4u}) {
     for (auto kind : {optimizer_kind::sum, optimizer_kind::sgd, optimizer_kind::momentum,
-                      optimizer_kind::nesterov, optimizer_kind::adam}) {
+                      optimizer_kind::nesterov, optimizer_kind::adam, optimizer_kind::lamb,
+                      optimizer_kind::lars}) {
       DYNAMIC_SECTION(transport << ", " << workers << " workers, " << to_string(kind)) {
         auto job = fmt::format("bsp-{}-{}-{}", transport, workers, to_string(kind));
         auto spec = testing::fixture_job(job, workers, kind);

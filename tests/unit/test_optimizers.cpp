@@ -3,6 +3,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <vector>
+
 #include "runtime/kernels.hpp"
 
 using namespace rw;
@@ -84,4 +87,59 @@ TEST_CASE("the default rescale averages over workers", "[optimizer]") {
   CHECK(runtime::effective_rescale(s, 4) == 0.25f);
   s.rescale = 2.0f;
   CHECK(runtime::effective_rescale(s, 4) == 2.0f);
+}
+
+#include "runtime/layerwise.hpp"
+
+namespace {
+
+// Runs a layer-wise step on a tensor split into one-element chunks, as shards would.
+std::vector<float> layerwise_step(optimizer_spec s, std::vector<float> w,
+                                  const std::vector<float>& g) {
+  size_t n = w.size();
+  std::vector<float> m(n), v(n), d(n);
+  runtime::norm_parts total;
+  for (size_t c = 0; c < n; ++c) { // phase 1, chunk by chunk
+    auto part = runtime::layerwise_prepare(s, 1.0f, 1, &w[c], &g[c], {&m[c], &v[c], &d[c]}, 1);
+    total.w2 += part.w2;
+    total.d2 += part.d2;
+  }
+  float trust = runtime::layerwise_trust(s, total);
+  for (size_t c = 0; c < n; ++c) // phase 2
+    runtime::layerwise_apply(s, trust, &w[c], {&m[c], &v[c], &d[c]}, 1);
+  return w;
+}
+
+} // namespace
+
+TEST_CASE("lamb scales Adam's direction by ||w|| / ||direction|| of the whole tensor",
+          "[optimizer]") {
+  auto s = spec(optimizer_kind::lamb); // lr 0.1, no weight decay
+  // Step 1: Adam's direction is g/|g| = [1, 1] (up to epsilon); ||w|| = 5; trust 5/sqrt 2.
+  auto w = layerwise_step(s, {3.0f, 4.0f}, {1.0f, 1.0f});
+  CHECK(w[0] == Approx(3.0 - 0.1 * 5.0 / std::sqrt(2.0)).epsilon(1e-6));
+  CHECK(w[1] == Approx(4.0 - 0.1 * 5.0 / std::sqrt(2.0)).epsilon(1e-6));
+}
+
+TEST_CASE("lars scales momentum SGD by eta ||w|| / ||g|| of the whole tensor",
+          "[optimizer]") {
+  auto s = spec(optimizer_kind::lars); // lr 0.1, momentum 0.9, eta 0.001
+  // ||w|| = 5, ||g|| = 1: trust 0.005; m = 0.1 * 0.005 * g; w -= m.
+  auto w = layerwise_step(s, {3.0f, 4.0f}, {0.6f, 0.8f});
+  CHECK(w[0] == Approx(3.0 - 0.0005 * 0.6).epsilon(1e-7));
+  CHECK(w[1] == Approx(4.0 - 0.0005 * 0.8).epsilon(1e-7));
+  // Zero weights: the ratio falls back to 1 instead of freezing the layer.
+  runtime::norm_parts zero{0.0, 1.0};
+  CHECK(runtime::layerwise_trust(s, zero) == 1.0f);
+}
+
+TEST_CASE("lamb and lars need bsp", "[optimizer]") {
+  job_spec j;
+  j.name = "j";
+  j.tensors = {{"t", 4, false}};
+  j.optimizer.kind = optimizer_kind::lamb;
+  j.consistency = parse_consistency("ssp:1");
+  CHECK_THAT(validate(j, 1 << 20, 8), Catch::Contains("need bsp"));
+  j.consistency = parse_consistency("bsp");
+  CHECK(validate(j, 1 << 20, 8).empty());
 }

@@ -18,6 +18,8 @@ enum class optimizer_kind : uint8_t {
   momentum, // m = mu * m + g;  p -= lr * m
   nesterov, // m = mu * m + g;  p -= lr * (g + mu * m)
   adam,     // bias-corrected Adam
+  lamb,     // Adam's direction (+ weight decay) scaled by ||w|| / ||direction|| of the tensor
+  lars,     // momentum SGD scaled by eta ||w|| / (||g|| + wd ||w||) of the tensor
 };
 
 const char* to_string(optimizer_kind kind) noexcept;
@@ -33,6 +35,8 @@ struct optimizer_spec {
   float weight_decay = 0.0f;
   /// Factor applied to the summed gradient before the step; 0 means 1 / workers.
   float rescale = 0.0f;
+  /// LARS trust coefficient.
+  float eta = 0.001f;
 };
 
 /// When a worker's update is applied and when it is answered.
