@@ -25,7 +25,20 @@ struct tensor_queue {
   uint64_t clock = 0; // pushes made
 };
 
+void fail(worker_op& op, errc code, const std::string& why);
+
 struct proxy_state {
+  // Nothing may stay pending when the proxy goes away. (Not an attached functor: CAF
+  // destroys the state before it runs those.)
+  ~proxy_state() {
+    for (auto& q : tensors) {
+      if (q.busy)
+        fail(q.running, errc::closed, "the worker was closed");
+      for (auto& op : q.waiting)
+        fail(op, errc::closed, "the worker was closed");
+    }
+  }
+
   std::shared_ptr<worker_link> link;
   std::chrono::milliseconds timeout{};
   std::vector<tensor_queue> tensors;
@@ -247,17 +260,6 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
   st.tensors.resize(link->num_tensors());
   st.link = std::move(link);
   st.timeout = timeout;
-  self->attach_functor([self](const caf::error&) {
-    // Nothing may stay pending when the proxy goes away.
-    for (auto& q : self->state.tensors) {
-      if (q.busy)
-        fail(q.running, errc::io_error, "the worker was closed");
-      for (auto& op : q.waiting)
-        fail(op, errc::io_error, "the worker was closed");
-      q.waiting.clear();
-      q.busy = false;
-    }
-  });
   return {
     [=](submit_atom, worker_op& op) {
       auto t = op.tensor;
