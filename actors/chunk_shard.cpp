@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/chunk_state.hpp"
+#include "actors/detail/shard_job.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
 
@@ -25,23 +26,7 @@ using transports::frame_kind;
 
 constexpr size_t max_tombstones = 256;
 
-struct shard_job {
-  job_spec spec;
-  runtime::numa_region memory;             // chunk state: params (unless shared), m, v
-  std::shared_ptr<const transports::shm::mapping> shared; // the job's shared params
-  routing_ptr routes;
-  float rescale = 1.0f;
-  std::vector<detail::chunk_state> chunks; // by routes->local_index(tensor, chunk)
-  std::vector<bool> departed;              // ranks that left
-  uint32_t departed_count = 0;
-  abort_sink coordinator;
-  bool timed_out = false;
-  std::vector<caf::actor> peers; // every shard of the node, by index
-  // Home shard of a tensor (LAMB, LARS): per (tensor, version) the parts received, by
-  // chunk, so they are added in chunk order whatever order they came in.
-  std::map<std::pair<uint32_t, uint64_t>, std::vector<std::optional<runtime::norm_parts>>>
-    norms;
-};
+using detail::shard_job;
 
 struct shard_state {
   shard_settings settings;
@@ -350,68 +335,8 @@ void on_pull(shard_ptr self, chunk_pull& p) {
 
 void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
   auto& st = self->state;
-  shard_job job;
-  job.spec = std::move(setup.spec);
-  job.routes = setup.routes;
-  job.rescale = runtime::effective_rescale(job.spec.optimizer, job.spec.num_workers);
-  job.departed.assign(job.spec.num_workers, false);
-  job.coordinator = std::move(coordinator);
-  // One NUMA-local arena for the job's chunks on this shard: per chunk, the
-  // parameters (unless the job shares them with colocated workers) and the
-  // optimizer's arrays, each starting on a cache line.
-  job.shared = setup.params;
-  std::vector<uint64_t> param_offsets;
-  if (job.shared) {
-    size_t total = 0;
-    param_offsets = transports::shm::plan_params(job.spec, total);
-  }
-  job.peers = setup.peers;
-  auto state = runtime::state_arrays(job.spec.optimizer.kind);
-  auto arrays = state + (job.shared ? 0 : 1);
-  auto stride = [](uint32_t len) {
-    return (size_t{len} * sizeof(float) + defaults::cache_line - 1) / defaults::cache_line
-           * defaults::cache_line;
-  };
-  size_t bytes = 0;
-  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
-    auto& layout = job.routes->layout(t);
-    for (uint32_t c = 0; c < layout.count(); ++c)
-      if (job.routes->shard_of(t, c) == st.settings.index)
-        bytes += arrays * stride(layout.length(c));
-  }
-  job.memory = runtime::numa_region(bytes, st.settings.numa);
-  auto per_shard = job.routes->chunks_per_shard();
-  job.chunks.reserve(per_shard[st.settings.index]);
-  auto* next = job.memory.data();
-  auto take = [&](uint32_t len) {
-    auto* p = reinterpret_cast<float*>(next);
-    next += stride(len);
-    return p;
-  };
-  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
-    auto& layout = job.routes->layout(t);
-    for (uint32_t c = 0; c < layout.count(); ++c) {
-      if (job.routes->shard_of(t, c) != st.settings.index)
-        continue;
-      auto len = layout.length(c);
-      float* params = job.shared ? reinterpret_cast<float*>(job.shared->data() + param_offsets[t])
-                                     + layout.offset(c)
-                                 : take(len);
-      // m (momentum, Adam, LAMB, LARS), v (Adam, LAMB), d (LAMB, LARS)
-      auto kind = job.spec.optimizer.kind;
-      float* m = state >= 1 ? take(len) : nullptr;
-      float* v = (kind == optimizer_kind::adam || kind == optimizer_kind::lamb) ? take(len) : nullptr;
-      float* d = runtime::is_layerwise(kind) ? take(len) : nullptr;
-      job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
-                              job.spec.tensors[t].has_init, job.spec.consistency, d);
-    }
-  }
-  if (job.shared) // first touch from this pinned thread puts the pages on its domain
-    for (auto& cs : job.chunks)
-      std::memset(const_cast<float*>(cs.params()), 0, cs.length() * sizeof(float));
-  st.memory_numa = bytes > 0   ? runtime::numa_node_of(job.memory.data())
-                   : job.chunks.empty() ? -1
-                                        : runtime::numa_node_of(job.chunks.front().params());
+  auto job = detail::make_shard_job(setup, std::move(coordinator), st.settings.numa);
+  st.memory_numa = job.memory_numa();
   st.stats.chunks += job.chunks.size();
   st.jobs.emplace(setup.job_id, std::move(job));
 }

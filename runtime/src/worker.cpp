@@ -91,6 +91,10 @@ struct worker::impl {
     return it->second;
   }
 
+  runtime::chunk_layout layout(const std::string& name) const {
+    return {opts.job.tensors[tensor(name)].elements, opts.job.chunk_bytes};
+  }
+
   std::future<void> submit(actors::worker_op op) {
     auto promise = std::make_shared<std::promise<void>>();
     auto fut = promise->get_future();
@@ -297,8 +301,11 @@ std::future<void> worker::push_pull(const std::string& tensor, const float* grad
 
 namespace {
 
-void check_sparse(const job_spec& spec, uint32_t t, const uint64_t* indices,
-                  const float* values, size_t count) {
+// A sparse push or push_pull of `count` pairs on tensor t, checked before anything is
+// sent (an index out of range throws).
+actors::worker_op sparse_op(const job_spec& spec, actors::worker_op::kind_t kind, uint32_t t,
+                            const uint64_t* indices, const float* values, size_t count,
+                            float* out) {
   if (count > 0 && (indices == nullptr || values == nullptr))
     throw rw::error(errc::invalid_spec, "a sparse push needs indices and values");
   auto elements = spec.tensors[t].elements;
@@ -308,34 +315,28 @@ void check_sparse(const job_spec& spec, uint32_t t, const uint64_t* indices,
                       fmt::format("sparse index {} is out of range for tensor '{}' ({} "
                                   "elements); nothing was sent",
                                   indices[i], spec.tensors[t].name, elements));
+  actors::worker_op op{kind, t, nullptr, out, 0, nullptr};
+  op.sparse = true;
+  op.indices = indices;
+  op.values = values;
+  op.count = count;
+  return op;
 }
 
 } // namespace
 
 std::future<void> worker::push_sparse(const std::string& tensor, const uint64_t* indices,
                                       const float* values, size_t count) {
-  auto t = impl_->tensor(tensor);
-  check_sparse(impl_->opts.job, t, indices, values, count);
-  actors::worker_op op{actors::worker_op::push, t, nullptr, nullptr, 0, nullptr};
-  op.sparse = true;
-  op.indices = indices;
-  op.values = values;
-  op.count = count;
-  return impl_->submit(std::move(op));
+  return impl_->submit(sparse_op(impl_->opts.job, actors::worker_op::push,
+                                 impl_->tensor(tensor), indices, values, count, nullptr));
 }
 
 std::future<void> worker::push_pull_sparse(const std::string& tensor, const uint64_t* indices,
                                            const float* values, size_t count, float* out) {
-  auto t = impl_->tensor(tensor);
-  check_sparse(impl_->opts.job, t, indices, values, count);
   if (out == nullptr && shared_result(tensor) == nullptr)
     throw rw::error(errc::invalid_spec, "push_pull_sparse needs an output buffer over TCP");
-  actors::worker_op op{actors::worker_op::push_pull, t, nullptr, out, 0, nullptr};
-  op.sparse = true;
-  op.indices = indices;
-  op.values = values;
-  op.count = count;
-  return impl_->submit(std::move(op));
+  return impl_->submit(sparse_op(impl_->opts.job, actors::worker_op::push_pull,
+                                 impl_->tensor(tensor), indices, values, count, out));
 }
 
 std::future<void> worker::pull_changed(const std::string& tensor, float* out, uint64_t since) {
@@ -364,20 +365,15 @@ bool worker::chunk_ready(const std::string& tensor, uint32_t chunk) const {
 }
 
 uint32_t worker::chunk_count(const std::string& tensor) const {
-  auto t = impl_->tensor(tensor);
-  return runtime::chunk_layout(impl_->opts.job.tensors[t].elements, impl_->opts.job.chunk_bytes)
-    .count();
+  return impl_->layout(tensor).count();
 }
 
 uint64_t worker::chunk_offset(const std::string& tensor, uint32_t chunk) const {
-  auto t = impl_->tensor(tensor);
-  return runtime::chunk_layout(impl_->opts.job.tensors[t].elements, impl_->opts.job.chunk_bytes)
-    .offset(chunk);
+  return impl_->layout(tensor).offset(chunk);
 }
 
 uint32_t worker::chunk_length(const std::string& tensor, uint32_t chunk) const {
-  auto t = impl_->tensor(tensor);
-  runtime::chunk_layout l(impl_->opts.job.tensors[t].elements, impl_->opts.job.chunk_bytes);
+  auto l = impl_->layout(tensor);
   return chunk < l.count() ? l.length(chunk) : 0;
 }
 

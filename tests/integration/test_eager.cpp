@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "rackweave/worker.hpp"
+#include "tests/integration/job_options.hpp"
 #include "tests/integration/node_process.hpp"
 
 using namespace rw;
@@ -16,16 +17,7 @@ namespace {
 
 worker_options options(const std::string& address, const std::string& job, uint32_t rank,
                        const std::string& transport) {
-  worker_options o;
-  o.connect = address;
-  o.rank = rank;
-  o.transport = transport;
-  o.job.name = job;
-  o.job.num_workers = 2;
-  o.job.chunk_bytes = 4096;
-  o.job.tensors = {{"t", 3000, false}};
-  o.request_timeout = std::chrono::seconds(20);
-  return o;
+  return testing::job_options(address, job, rank, transport, 3000);
 }
 
 } // namespace

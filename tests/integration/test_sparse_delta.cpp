@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "rackweave/worker.hpp"
+#include "tests/integration/job_options.hpp"
 #include "tests/integration/node_process.hpp"
 
 using namespace rw;
@@ -13,16 +14,7 @@ namespace {
 
 worker_options options(const std::string& address, const std::string& job, uint32_t rank,
                        const std::string& transport) {
-  worker_options o;
-  o.connect = address;
-  o.rank = rank;
-  o.transport = transport;
-  o.job.name = job;
-  o.job.num_workers = 2;
-  o.job.chunk_bytes = 4096; // 1024 floats: 5000 elements are 5 chunks
-  o.job.tensors = {{"t", 5000, false}};
-  o.request_timeout = std::chrono::seconds(20);
-  return o;
+  return testing::job_options(address, job, rank, transport, 5000);
 }
 
 } // namespace

@@ -1,0 +1,79 @@
+#include "actors/detail/shard_job.hpp"
+
+#include <cstring>
+
+#include "runtime/kernels.hpp"
+
+namespace rw::actors::detail {
+
+int shard_job::memory_numa() const {
+  if (memory.size() > 0)
+    return runtime::numa_node_of(memory.data());
+  return chunks.empty() ? -1 : runtime::numa_node_of(chunks.front().params());
+}
+
+shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa) {
+  const auto index = setup.shard_index;
+  shard_job job;
+  job.spec = std::move(setup.spec);
+  job.routes = setup.routes;
+  job.rescale = runtime::effective_rescale(job.spec.optimizer, job.spec.num_workers);
+  job.departed.assign(job.spec.num_workers, false);
+  job.coordinator = std::move(coordinator);
+  // One NUMA-local arena for the job's chunks on this shard: per chunk, the
+  // parameters (unless the job shares them with colocated workers) and the
+  // optimizer's arrays, each starting on a cache line.
+  job.shared = setup.params;
+  std::vector<uint64_t> param_offsets;
+  if (job.shared) {
+    size_t total = 0;
+    param_offsets = transports::shm::plan_params(job.spec, total);
+  }
+  job.peers = setup.peers;
+  auto state = runtime::state_arrays(job.spec.optimizer.kind);
+  auto arrays = state + (job.shared ? 0 : 1);
+  auto stride = [](uint32_t len) {
+    return (size_t{len} * sizeof(float) + defaults::cache_line - 1) / defaults::cache_line
+           * defaults::cache_line;
+  };
+  size_t bytes = 0;
+  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
+    auto& layout = job.routes->layout(t);
+    for (uint32_t c = 0; c < layout.count(); ++c)
+      if (job.routes->shard_of(t, c) == index)
+        bytes += arrays * stride(layout.length(c));
+  }
+  job.memory = runtime::numa_region(bytes, numa);
+  auto per_shard = job.routes->chunks_per_shard();
+  job.chunks.reserve(per_shard[index]);
+  auto* next = job.memory.data();
+  auto take = [&](uint32_t len) {
+    auto* p = reinterpret_cast<float*>(next);
+    next += stride(len);
+    return p;
+  };
+  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
+    auto& layout = job.routes->layout(t);
+    for (uint32_t c = 0; c < layout.count(); ++c) {
+      if (job.routes->shard_of(t, c) != index)
+        continue;
+      auto len = layout.length(c);
+      float* params = job.shared ? reinterpret_cast<float*>(job.shared->data() + param_offsets[t])
+                                     + layout.offset(c)
+                                 : take(len);
+      // m (momentum, Adam, LAMB, LARS), v (Adam, LAMB), d (LAMB, LARS)
+      auto kind = job.spec.optimizer.kind;
+      float* m = state >= 1 ? take(len) : nullptr;
+      float* v = (kind == optimizer_kind::adam || kind == optimizer_kind::lamb) ? take(len) : nullptr;
+      float* d = runtime::is_layerwise(kind) ? take(len) : nullptr;
+      job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
+                              job.spec.tensors[t].has_init, job.spec.consistency, d);
+    }
+  }
+  if (job.shared) // first touch from this pinned thread puts the pages on its domain
+    for (auto& cs : job.chunks)
+      std::memset(const_cast<float*>(cs.params()), 0, cs.length() * sizeof(float));
+  return job;
+}
+
+} // namespace rw::actors::detail

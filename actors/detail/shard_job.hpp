@@ -1,0 +1,45 @@
+#pragma once
+// One job as one shard holds it: the chunks it owns (their state in one NUMA-local
+// arena, or their parameters in the job's shared segment), the job's routing, and what
+// the shard needs to run the job's protocol.
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "actors/chunk_shard.hpp"
+#include "actors/detail/chunk_state.hpp"
+#include "runtime/layerwise.hpp"
+#include "runtime/topology.hpp"
+
+namespace rw::actors::detail {
+
+struct shard_job {
+  /// NUMA domain of the chunk memory (-1: the job has no chunks on this shard).
+  int memory_numa() const;
+
+  job_spec spec;
+  runtime::numa_region memory;             // chunk state: params (unless shared), m, v
+  std::shared_ptr<const transports::shm::mapping> shared; // the job's shared params
+  routing_ptr routes;
+  float rescale = 1.0f;
+  std::vector<detail::chunk_state> chunks; // by routes->local_index(tensor, chunk)
+  std::vector<bool> departed;              // ranks that left
+  uint32_t departed_count = 0;
+  abort_sink coordinator;
+  bool timed_out = false;
+  std::vector<caf::actor> peers; // every shard of the node, by index
+  // Home shard of a tensor (LAMB, LARS): per (tensor, version) the parts received, by
+  // chunk, so they are added in chunk order whatever order they came in.
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<std::optional<runtime::norm_parts>>>
+    norms;
+};
+
+
+/// Lays out a new job's chunks of shard setup.shard_index: m, v and d where the
+/// optimizer needs them, each chunk's arrays on a cache line, all allocated on `numa`
+/// (the parameters in the shared segment, when the job has one, first touched here).
+shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa);
+
+} // namespace rw::actors::detail
