@@ -21,6 +21,17 @@ using transports::payload_target;
 constexpr auto hello_timeout = std::chrono::seconds(30);
 
 struct binding {
+  static binding joined_as(uint32_t job_id, uint32_t rank, routing_ptr routes,
+                           uint32_t chunk_bytes) {
+    binding b;
+    b.status = joined;
+    b.job_id = job_id;
+    b.rank = rank;
+    b.routes = std::move(routes);
+    b.chunk_bytes = chunk_bytes;
+    return b;
+  }
+
   enum status_t { joining, joined } status = joining;
   uint32_t job_id = 0;
   uint32_t rank = 0;
@@ -370,7 +381,7 @@ private:
                      conn->peer() + ": closed while joining");
           return;
         }
-        it->second = binding{binding::joined, jb.job_id, rank, jb.routes, jb.chunk_bytes, false};
+        it->second = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
         it->second.shm = sink->adopt_shm(conn, jb, hello);
         transports::welcome_msg w;
         w.shm = it->second.shm != nullptr;
@@ -463,7 +474,7 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
     },
     [=](adopt_atom, transports::connection_ptr& conn, job_binding& jb, uint32_t rank) {
       auto& st = self->state;
-      binding b{binding::joined, jb.job_id, rank, jb.routes, jb.chunk_bytes, false};
+      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
       b.shm_companion = true;
       st.bindings[conn->id()] = b;
       try {

@@ -54,6 +54,8 @@ double bytes_per_element(rw::optimizer_kind k) {
     case rw::optimizer_kind::momentum:
     case rw::optimizer_kind::nesterov: return 24;   // + m read and written
     case rw::optimizer_kind::adam: return 32;       // + v read and written
+    case rw::optimizer_kind::lamb:                  // two phases over the tensor
+    case rw::optimizer_kind::lars: return 0;        // (runtime/layerwise): not measured here
   }
   return 0;
 }

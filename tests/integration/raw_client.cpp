@@ -121,7 +121,10 @@ bool raw_client::closed_by_peer(std::chrono::milliseconds timeout) {
 }
 
 uint32_t raw_client::join(const job_spec& spec, uint32_t rank) {
-  auto payload = transports::encode(transports::hello_msg{spec, rank});
+  transports::hello_msg hello;
+  hello.spec = spec;
+  hello.rank = rank;
+  auto payload = transports::encode(hello);
   transports::frame_header h;
   h.kind = transports::frame_kind::hello;
   h.rank = rank;
