@@ -38,6 +38,8 @@ struct shard_state {
   std::map<uint32_t, tombstone> tombstones; // why a job id is gone
   shard_stats stats;
   int memory_numa = -1;
+  // Pushes waiting to be served, lowest clock first (equal clocks in arrival order).
+  std::multimap<uint64_t, chunk_push> backlog;
   static inline const char* name = "rw.chunk_shard";
 };
 
@@ -229,7 +231,8 @@ void on_push(shard_ptr self, chunk_push& p) {
   }
   bool check_departed = job->departed_count > 0 && cs.push_needs_everyone(p.want_result);
   for (uint32_t r = 0; check_departed && r < job->departed.size(); ++r) {
-    if (job->departed[r] && !cs.has_pushed(r, p.clock)) {
+    // (A rank's own push may be served after its leave: the backlog reorders.)
+    if (r != p.rank && job->departed[r] && !cs.has_pushed(r, p.clock)) {
       p.conn->send_error(errc::worker_left,
                          fmt::format("job '{}': rank {} has left, clock {} cannot complete",
                                      job->spec.name, r, p.clock),
@@ -377,7 +380,25 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
   }
   self->delayed_send(self, settings.scan_interval, tick_atom::value);
   return {
-    [=](push_atom, chunk_push& p) { on_push(self, p); },
+    [=](push_atom, chunk_push& p) {
+      if (!self->state.settings.priority) {
+        on_push(self, p);
+        return;
+      }
+      // The work token goes behind whatever is queued already: by the time it is taken,
+      // every push that arrived meanwhile is in the backlog to choose from.
+      auto clock = p.clock;
+      self->state.backlog.emplace(clock, std::move(p));
+      self->send(self, work_atom::value);
+    },
+    [=](work_atom) {
+      auto& backlog = self->state.backlog;
+      if (backlog.empty())
+        return;
+      auto next = std::move(backlog.begin()->second);
+      backlog.erase(backlog.begin());
+      on_push(self, next);
+    },
     [=](init_atom, chunk_push& p) { on_init(self, p); },
     [=](pull_atom, chunk_pull& p) { on_pull(self, p); },
     [=](create_atom, job_setup& setup, abort_sink& coordinator) {

@@ -10,6 +10,10 @@
 //                         `update` frame goes to every worker waiting for the new
 //                         version (eager: push_pull needs no second request). A push
 //                         without want_result is answered with an `ack` frame.
+//                         With priority on, pushes first wait in the shard's backlog:
+//                         each (work_atom) the shard sends itself takes the backlog's
+//                         lowest clock, so when pushes queue the worker furthest behind
+//                         is served first.
 //   poller      -> shard  (init_atom, chunk_push)   rank 0's initial values (version 0)
 //   poller      -> shard  (pull_atom, chunk_pull)   answered with an `update` frame as
 //                         soon as the chunk's version reaches min_version
@@ -54,6 +58,7 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
   caf::reacts_to<drop_atom, uint32_t>,
   caf::reacts_to<tick_atom>,
+  caf::reacts_to<work_atom>,
   caf::reacts_to<norm_atom, uint32_t, uint32_t, uint64_t, uint32_t, double, double>,
   caf::reacts_to<trust_atom, uint32_t, uint32_t, uint64_t, float>,
   caf::replies_to<stats_atom>::with<shard_stats>>;

@@ -41,6 +41,7 @@ using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
 using shm_atom = caf::atom_constant<caf::atom("shm")>;
 using norm_atom = caf::atom_constant<caf::atom("norm")>;
 using trust_atom = caf::atom_constant<caf::atom("trust")>;
+using work_atom = caf::atom_constant<caf::atom("work")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 

@@ -5,13 +5,15 @@
 # priority section of bench/RESULTS.md.
 #
 #   bash bench/priority.sh [--pairs 5] [--workers 6] [--bytes 8MiB] [--iters 30]
-#                          [--consistency ssp:1] [--straggler 1:30ms]
+#                          [--consistency async] [--straggler 1:30ms]
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
 
-pairs=5 workers=6 bytes=8MiB iters=30 consistency=ssp:1 straggler=1:30ms
+# async by default: there the fast workers keep pushing, so pushes queue at the shards
+# and their order matters; under SSP with a small bound they mostly wait for the laggard.
+pairs=5 workers=6 bytes=8MiB iters=30 consistency=async straggler=1:30ms
 invocation=$(invocation_of "$@")
 while (($#)); do
   case $1 in
