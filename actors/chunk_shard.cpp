@@ -381,7 +381,9 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
   self->delayed_send(self, settings.scan_interval, tick_atom::value);
   return {
     [=](push_atom, chunk_push& p) {
-      if (!self->state.settings.priority) {
+      // Order only matters when requests queue: with nothing waiting, serve at once.
+      auto& st = self->state;
+      if (!st.settings.priority || (st.backlog.empty() && self->mailbox().empty())) {
         on_push(self, p);
         return;
       }

@@ -210,7 +210,7 @@ std::vector<waiter> chunk_state::take_ready(bool by_lag) {
   });
   std::move(split, waiters_.end(), std::back_inserter(ready));
   waiters_.erase(split, waiters_.end());
-  if (by_lag)
+  if (by_lag && ready.size() > 1)
     std::stable_sort(ready.begin(), ready.end(), [](const waiter& a, const waiter& b) {
       return a.progress() < b.progress();
     });
