@@ -1,419 +1,254 @@
 #include "actors/nic_poller.hpp"
 
-#include <map>
-#include <unordered_map>
-
-#include "transports/shm/connection.hpp"
-
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/detail/poller_sink.hpp"
+#include "transports/shm/connection.hpp"
+
 namespace rw::actors {
+
+namespace detail {
+
+payload_target poller_sink::on_header(const connection_ptr& c, const frame_header& h) {
+  auto& st = self_->state;
+  switch (h.kind) {
+    case frame_kind::hello:
+      if (st.bindings.count(c->id()) != 0)
+        return refuse(c, h, errc::bad_frame, "a second hello on one connection");
+      if (h.payload_bytes == 0)
+        return refuse(c, h, errc::bad_frame, "hello without a payload");
+      return payload_target::into(st.buffer(st.settings.max_control_bytes));
+    case frame_kind::attach:
+      if (st.bindings.count(c->id()) != 0)
+        return refuse(c, h, errc::bad_frame, "attach on a connection that already joined");
+      if (h.payload_bytes != 0)
+        return refuse(c, h, errc::bad_frame, "attach carries no payload");
+      return payload_target::into(nullptr);
+    case frame_kind::push:
+    case frame_kind::push_sparse:
+    case frame_kind::init:
+    case frame_kind::pull:
+    case frame_kind::bye:
+      return check_data(c, h);
+    default:
+      return refuse(c, h, errc::bad_frame,
+                    fmt::format("a worker may not send {} frames",
+                                transports::to_string(h.kind)));
+  }
+}
+
+void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
+              payload_target& t) {
+  auto& st = self_->state;
+  if (t.action == payload_target::discard)
+    return;
+  switch (h.kind) {
+    case frame_kind::hello:
+      on_hello(c, h, t);
+      return;
+    case frame_kind::attach:
+      on_attach(c, h);
+      return;
+    case frame_kind::bye:
+      st.bindings[c->id()].said_bye = true;
+      return;
+    case frame_kind::pull:
+      on_frame_pull(c, h);
+      return;
+    case frame_kind::push_sparse:
+      on_sparse(c, h, t);
+      return;
+    default: // push, init
+      t.keep->size = h.payload_bytes;
+      dispatch_data(c, h, std::move(t.keep));
+      return;
+  }
+}
+
+// A sparse chunk becomes a dense one (zeros, plus each pair added at its index), so
+// shards sum it like any push and sparse and dense pushes combine exactly. Any
+// index out of range refuses the whole chunk: nothing of it is applied.
+void poller_sink::on_sparse(const connection_ptr& c, const frame_header& h, payload_target& t) {
+  auto& st = self_->state;
+  auto& b = st.bindings[c->id()];
+  auto length = b.routes->layout(h.tensor_id).length(h.chunk_index);
+  auto pairs = t.keep ? reinterpret_cast<const transports::sparse_pair*>(t.keep->bytes())
+                      : nullptr; // an empty chunk: this worker adds nothing to it
+  auto count = h.payload_bytes / sizeof(transports::sparse_pair);
+  for (size_t i = 0; i < count; ++i)
+    if (pairs[i].index >= length) {
+      refuse(c, h, errc::bad_chunk,
+             fmt::format("sparse index {} is out of range for chunk {}/{} ({} elements); "
+                         "nothing of the chunk was applied",
+                         pairs[i].index, h.tensor_id, h.chunk_index, length));
+      return;
+    }
+  auto dense = st.buffer(b.chunk_bytes);
+  std::memset(dense->bytes(), 0, length * sizeof(float));
+  for (size_t i = 0; i < count; ++i)
+    dense->floats()[pairs[i].index] += pairs[i].value;
+  dense->size = length * sizeof(float);
+  auto as_push = h;
+  as_push.kind = frame_kind::push;
+  dispatch_data(c, as_push, std::move(dense));
+}
+
+// Shared memory: the gradient is read in place, after the same checks as TCP frames.
+void poller_sink::on_resident_frame(const connection_ptr& c, const frame_header& h,
+                       runtime::buffer_ref payload) {
+  if (!admissible(c, h))
+    return;
+  if (h.kind == frame_kind::pull)
+    on_frame_pull(c, h);
+  else
+    dispatch_data(c, h, std::move(payload));
+}
+
+void poller_sink::on_closed(const connection_ptr& c, errc code, const std::string& why) {
+  auto& st = self_->state;
+  auto it = st.bindings.find(c->id());
+  if (it != st.bindings.end() && it->second.shm_companion) {
+    st.bindings.erase(it); // its TCP connection reports the leave
+    return;
+  }
+  if (it != st.bindings.end() && it->second.shm)
+    it->second.shm->close(); // the shm poller drops the segment
+  if (it == st.bindings.end()) {
+    if (code == errc::ok)
+      spdlog::debug("connection closed: peer={} before joining a job", c->peer());
+    else
+      spdlog::warn("connection closed: peer={} before joining a job: {} ({})", c->peer(),
+                   why, to_string(code));
+    return;
+  }
+  auto b = it->second;
+  st.bindings.erase(it);
+  if (b.status != binding::joined)
+    return; // the hello reply will see the connection gone and tell the coordinator
+  if (!b.said_bye)
+    spdlog::warn("connection closed: peer={} job={} rank={}: {} ({})", c->peer(),
+                 b.job_id, b.rank, why, to_string(code));
+  self_->send(st.coordinator, leave_atom::value, b.job_id, b.rank, b.said_bye,
+              fmt::format("{}: {}", c->peer(), why));
+}
+
+payload_target poller_sink::refuse(const connection_ptr& c, const frame_header& h, errc code,
+                      const std::string& why) {
+  spdlog::warn("frame refused: peer={} kind={} job={} rank={} tensor={} chunk={} "
+               "clock={}: {} ({})",
+               c->peer(), transports::to_string(h.kind), h.job_id, h.rank, h.tensor_id,
+               h.chunk_index, h.clock, why, to_string(code));
+  c->send_error(code, why, h);
+  return payload_target::dropped();
+}
+
+void poller_sink::on_frame_pull(const connection_ptr& c, const frame_header& h) {
+  auto& st = self_->state;
+  auto& b = st.bindings[c->id()];
+  self_->send(st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)], pull_atom::value,
+              chunk_pull{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock, c,
+                         (h.flags & transports::flag_only_changed) != 0,
+                         (h.flags & transports::flag_subscribe) != 0});
+}
+
+uint64_t poller_sink::priority(const connection_ptr& c) const {
+  auto& st = self_->state;
+  if (!st.settings.priority)
+    return 0;
+  auto it = st.bindings.find(c->id());
+  return it == st.bindings.end() ? 0 : it->second.clock;
+}
+
+void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
+                   runtime::buffer_ref payload) {
+  auto& st = self_->state;
+  auto& b = st.bindings[c->id()];
+  if (h.kind == frame_kind::push)
+    b.clock = std::max(b.clock, h.clock);
+  chunk_push p{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock,
+               (h.flags & transports::flag_want_result) != 0, std::move(payload), c};
+  auto& shard = st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)];
+  if (h.kind == frame_kind::push)
+    self_->send(shard, push_atom::value, std::move(p));
+  else
+    self_->send(shard, init_atom::value, std::move(p));
+}
+
+// Checks a data frame against the connection's binding; refuses it (error frame)
+// and returns false if it does not fit.
+bool poller_sink::admissible(const connection_ptr& c, const frame_header& h) {
+  if (h.kind != frame_kind::push && h.kind != frame_kind::init && h.kind != frame_kind::pull) {
+    refuse(c, h, errc::bad_frame, "only push, init and pull travel on shared memory");
+    return false;
+  }
+  return check_data(c, h, false).action != payload_target::discard;
+}
+
+payload_target poller_sink::check_data(const connection_ptr& c, const frame_header& h,
+                          bool allocate) {
+  auto& st = self_->state;
+  auto it = st.bindings.find(c->id());
+  if (it == st.bindings.end() || it->second.status != binding::joined)
+    return refuse(c, h, errc::not_joined,
+                  fmt::format("{} before the connection joined a job: send hello and "
+                              "wait for welcome",
+                              transports::to_string(h.kind)));
+  auto& b = it->second;
+  if (h.job_id != b.job_id)
+    return refuse(c, h, errc::unknown_job,
+                  fmt::format("unknown job {}: this connection joined job {}", h.job_id,
+                              b.job_id));
+  if (h.rank != b.rank)
+    return refuse(c, h, errc::bad_rank,
+                  fmt::format("rank {} on a connection that joined as rank {}", h.rank,
+                              b.rank));
+  if (h.kind == frame_kind::bye)
+    return h.payload_bytes == 0
+             ? payload_target::into(nullptr)
+             : refuse(c, h, errc::bad_frame, "bye carries no payload");
+  if (h.tensor_id >= b.routes->num_tensors())
+    return refuse(c, h, errc::bad_chunk,
+                  fmt::format("tensor {} does not exist (the job has {})", h.tensor_id,
+                              b.routes->num_tensors()));
+  auto& layout = b.routes->layout(h.tensor_id);
+  if (h.chunk_index >= layout.count())
+    return refuse(c, h, errc::bad_chunk,
+                  fmt::format("chunk {} of tensor {} does not exist (it has {})",
+                              h.chunk_index, h.tensor_id, layout.count()));
+  if (h.kind == frame_kind::pull)
+    return h.payload_bytes == 0 ? payload_target::into(nullptr)
+                                : refuse(c, h, errc::bad_frame, "pull carries no payload");
+  auto expect = layout.length(h.chunk_index) * sizeof(float);
+  if (h.kind == frame_kind::push_sparse) {
+    // Pairs of 8 bytes, never more than the dense chunk (a worker sends dense then).
+    if (h.payload_bytes % sizeof(transports::sparse_pair) != 0 || h.payload_bytes > expect)
+      return refuse(c, h, errc::bad_chunk,
+                    fmt::format("sparse chunk {}/{} carries {} bytes: a whole number of "
+                                "8-byte pairs, at most {} bytes, is expected",
+                                h.tensor_id, h.chunk_index, h.payload_bytes, expect));
+    if (!allocate)
+      return payload_target::into(nullptr);
+    return h.payload_bytes == 0 ? payload_target::into(nullptr)
+                                : payload_target::into(st.buffer(b.chunk_bytes));
+  }
+  if (h.payload_bytes != expect)
+    return refuse(c, h, errc::bad_chunk,
+                  fmt::format("chunk {}/{} holds {} bytes, the frame carries {}",
+                              h.tensor_id, h.chunk_index, expect, h.payload_bytes));
+  if (!allocate)
+    return payload_target::into(nullptr);
+  return payload_target::into(st.buffer(b.chunk_bytes));
+}
+
+} // namespace detail
 
 namespace {
 
-using transports::connection_ptr;
-using transports::frame_header;
-using transports::frame_kind;
-using transports::payload_target;
-
-constexpr auto hello_timeout = std::chrono::seconds(30);
-
-struct binding {
-  static binding joined_as(uint32_t job_id, uint32_t rank, routing_ptr routes,
-                           uint32_t chunk_bytes) {
-    binding b;
-    b.status = joined;
-    b.job_id = job_id;
-    b.rank = rank;
-    b.routes = std::move(routes);
-    b.chunk_bytes = chunk_bytes;
-    return b;
-  }
-
-  enum status_t { joining, joined } status = joining;
-  uint32_t job_id = 0;
-  uint32_t rank = 0;
-  routing_ptr routes;
-  uint32_t chunk_bytes = 0;
-  bool said_bye = false;
-  uint64_t clock = 0;               // the latest clock this worker pushed
-  transports::connection_ptr shm;   // the worker's adopted segment (TCP connections)
-  bool shm_companion = false;       // this is such a segment (on the shm poller)
-};
-
-class poller_sink;
-
-struct poller_state {
-  poller_settings settings;
-  std::shared_ptr<transports::endpoint> ep;
-  rack_coordinator_actor coordinator;
-  std::vector<chunk_shard_actor> shards;
-  std::unordered_map<uint64_t, binding> bindings; // by connection id
-  std::map<size_t, std::unique_ptr<runtime::buffer_pool>> pools; // by buffer size
-  std::unique_ptr<poller_sink> sink;
-  bool stopping = false;
-  caf::actor shm_poller; // set on TCP pollers when colocated workers may use shm
-  std::string shm_bell;
-  static inline const char* name = "rw.nic_poller";
-
-  runtime::buffer_ref buffer(size_t bytes) {
-    auto& pool = pools[bytes];
-    if (!pool)
-      pool = std::make_unique<runtime::buffer_pool>(bytes, 0, settings.numa);
-    return pool->acquire();
-  }
-};
-
-using poller_ptr = nic_poller_actor::stateful_pointer<poller_state>;
-
-class poller_sink final : public transports::frame_sink {
-public:
-  explicit poller_sink(poller_ptr self) : self_(self) {
-  }
-
-  payload_target on_header(const connection_ptr& c, const frame_header& h) override {
-    auto& st = self_->state;
-    switch (h.kind) {
-      case frame_kind::hello:
-        if (st.bindings.count(c->id()) != 0)
-          return refuse(c, h, errc::bad_frame, "a second hello on one connection");
-        if (h.payload_bytes == 0)
-          return refuse(c, h, errc::bad_frame, "hello without a payload");
-        return payload_target::into(st.buffer(st.settings.max_control_bytes));
-      case frame_kind::attach:
-        if (st.bindings.count(c->id()) != 0)
-          return refuse(c, h, errc::bad_frame, "attach on a connection that already joined");
-        if (h.payload_bytes != 0)
-          return refuse(c, h, errc::bad_frame, "attach carries no payload");
-        return payload_target::into(nullptr);
-      case frame_kind::push:
-      case frame_kind::push_sparse:
-      case frame_kind::init:
-      case frame_kind::pull:
-      case frame_kind::bye:
-        return check_data(c, h);
-      default:
-        return refuse(c, h, errc::bad_frame,
-                      fmt::format("a worker may not send {} frames",
-                                  transports::to_string(h.kind)));
-    }
-  }
-
-  void on_frame(const connection_ptr& c, const frame_header& h,
-                payload_target& t) override {
-    auto& st = self_->state;
-    if (t.action == payload_target::discard)
-      return;
-    switch (h.kind) {
-      case frame_kind::hello:
-        on_hello(c, h, t);
-        return;
-      case frame_kind::attach:
-        on_attach(c, h);
-        return;
-      case frame_kind::bye:
-        st.bindings[c->id()].said_bye = true;
-        return;
-      case frame_kind::pull:
-        on_frame_pull(c, h);
-        return;
-      case frame_kind::push_sparse:
-        on_sparse(c, h, t);
-        return;
-      default: // push, init
-        t.keep->size = h.payload_bytes;
-        dispatch_data(c, h, std::move(t.keep));
-        return;
-    }
-  }
-
-  // A sparse chunk becomes a dense one (zeros, plus each pair added at its index), so
-  // shards sum it like any push and sparse and dense pushes combine exactly. Any
-  // index out of range refuses the whole chunk: nothing of it is applied.
-  void on_sparse(const connection_ptr& c, const frame_header& h, payload_target& t) {
-    auto& st = self_->state;
-    auto& b = st.bindings[c->id()];
-    auto length = b.routes->layout(h.tensor_id).length(h.chunk_index);
-    auto pairs = t.keep ? reinterpret_cast<const transports::sparse_pair*>(t.keep->bytes())
-                        : nullptr; // an empty chunk: this worker adds nothing to it
-    auto count = h.payload_bytes / sizeof(transports::sparse_pair);
-    for (size_t i = 0; i < count; ++i)
-      if (pairs[i].index >= length) {
-        refuse(c, h, errc::bad_chunk,
-               fmt::format("sparse index {} is out of range for chunk {}/{} ({} elements); "
-                           "nothing of the chunk was applied",
-                           pairs[i].index, h.tensor_id, h.chunk_index, length));
-        return;
-      }
-    auto dense = st.buffer(b.chunk_bytes);
-    std::memset(dense->bytes(), 0, length * sizeof(float));
-    for (size_t i = 0; i < count; ++i)
-      dense->floats()[pairs[i].index] += pairs[i].value;
-    dense->size = length * sizeof(float);
-    auto as_push = h;
-    as_push.kind = frame_kind::push;
-    dispatch_data(c, as_push, std::move(dense));
-  }
-
-  // Shared memory: the gradient is read in place, after the same checks as TCP frames.
-  void on_resident_frame(const connection_ptr& c, const frame_header& h,
-                         runtime::buffer_ref payload) override {
-    if (!admissible(c, h))
-      return;
-    if (h.kind == frame_kind::pull)
-      on_frame_pull(c, h);
-    else
-      dispatch_data(c, h, std::move(payload));
-  }
-
-  void on_closed(const connection_ptr& c, errc code, const std::string& why) override {
-    auto& st = self_->state;
-    auto it = st.bindings.find(c->id());
-    if (it != st.bindings.end() && it->second.shm_companion) {
-      st.bindings.erase(it); // its TCP connection reports the leave
-      return;
-    }
-    if (it != st.bindings.end() && it->second.shm)
-      it->second.shm->close(); // the shm poller drops the segment
-    if (it == st.bindings.end()) {
-      if (code == errc::ok)
-        spdlog::debug("connection closed: peer={} before joining a job", c->peer());
-      else
-        spdlog::warn("connection closed: peer={} before joining a job: {} ({})", c->peer(),
-                     why, to_string(code));
-      return;
-    }
-    auto b = it->second;
-    st.bindings.erase(it);
-    if (b.status != binding::joined)
-      return; // the hello reply will see the connection gone and tell the coordinator
-    if (!b.said_bye)
-      spdlog::warn("connection closed: peer={} job={} rank={}: {} ({})", c->peer(),
-                   b.job_id, b.rank, why, to_string(code));
-    self_->send(st.coordinator, leave_atom::value, b.job_id, b.rank, b.said_bye,
-                fmt::format("{}: {}", c->peer(), why));
-  }
-
-private:
-  payload_target refuse(const connection_ptr& c, const frame_header& h, errc code,
-                        const std::string& why) {
-    spdlog::warn("frame refused: peer={} kind={} job={} rank={} tensor={} chunk={} "
-                 "clock={}: {} ({})",
-                 c->peer(), transports::to_string(h.kind), h.job_id, h.rank, h.tensor_id,
-                 h.chunk_index, h.clock, why, to_string(code));
-    c->send_error(code, why, h);
-    return payload_target::dropped();
-  }
-
-  void on_frame_pull(const connection_ptr& c, const frame_header& h) {
-    auto& st = self_->state;
-    auto& b = st.bindings[c->id()];
-    self_->send(st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)], pull_atom::value,
-                chunk_pull{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock, c,
-                           (h.flags & transports::flag_only_changed) != 0,
-                           (h.flags & transports::flag_subscribe) != 0});
-  }
-
-  uint64_t priority(const connection_ptr& c) const override {
-    auto& st = self_->state;
-    if (!st.settings.priority)
-      return 0;
-    auto it = st.bindings.find(c->id());
-    return it == st.bindings.end() ? 0 : it->second.clock;
-  }
-
-  void dispatch_data(const connection_ptr& c, const frame_header& h,
-                     runtime::buffer_ref payload) {
-    auto& st = self_->state;
-    auto& b = st.bindings[c->id()];
-    if (h.kind == frame_kind::push)
-      b.clock = std::max(b.clock, h.clock);
-    chunk_push p{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock,
-                 (h.flags & transports::flag_want_result) != 0, std::move(payload), c};
-    auto& shard = st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)];
-    if (h.kind == frame_kind::push)
-      self_->send(shard, push_atom::value, std::move(p));
-    else
-      self_->send(shard, init_atom::value, std::move(p));
-  }
-
-  // Checks a data frame against the connection's binding; refuses it (error frame)
-  // and returns false if it does not fit.
-  bool admissible(const connection_ptr& c, const frame_header& h) {
-    if (h.kind != frame_kind::push && h.kind != frame_kind::init && h.kind != frame_kind::pull) {
-      refuse(c, h, errc::bad_frame, "only push, init and pull travel on shared memory");
-      return false;
-    }
-    return check_data(c, h, false).action != payload_target::discard;
-  }
-
-  payload_target check_data(const connection_ptr& c, const frame_header& h,
-                            bool allocate = true) {
-    auto& st = self_->state;
-    auto it = st.bindings.find(c->id());
-    if (it == st.bindings.end() || it->second.status != binding::joined)
-      return refuse(c, h, errc::not_joined,
-                    fmt::format("{} before the connection joined a job: send hello and "
-                                "wait for welcome",
-                                transports::to_string(h.kind)));
-    auto& b = it->second;
-    if (h.job_id != b.job_id)
-      return refuse(c, h, errc::unknown_job,
-                    fmt::format("unknown job {}: this connection joined job {}", h.job_id,
-                                b.job_id));
-    if (h.rank != b.rank)
-      return refuse(c, h, errc::bad_rank,
-                    fmt::format("rank {} on a connection that joined as rank {}", h.rank,
-                                b.rank));
-    if (h.kind == frame_kind::bye)
-      return h.payload_bytes == 0
-               ? payload_target::into(nullptr)
-               : refuse(c, h, errc::bad_frame, "bye carries no payload");
-    if (h.tensor_id >= b.routes->num_tensors())
-      return refuse(c, h, errc::bad_chunk,
-                    fmt::format("tensor {} does not exist (the job has {})", h.tensor_id,
-                                b.routes->num_tensors()));
-    auto& layout = b.routes->layout(h.tensor_id);
-    if (h.chunk_index >= layout.count())
-      return refuse(c, h, errc::bad_chunk,
-                    fmt::format("chunk {} of tensor {} does not exist (it has {})",
-                                h.chunk_index, h.tensor_id, layout.count()));
-    if (h.kind == frame_kind::pull)
-      return h.payload_bytes == 0 ? payload_target::into(nullptr)
-                                  : refuse(c, h, errc::bad_frame, "pull carries no payload");
-    auto expect = layout.length(h.chunk_index) * sizeof(float);
-    if (h.kind == frame_kind::push_sparse) {
-      // Pairs of 8 bytes, never more than the dense chunk (a worker sends dense then).
-      if (h.payload_bytes % sizeof(transports::sparse_pair) != 0 || h.payload_bytes > expect)
-        return refuse(c, h, errc::bad_chunk,
-                      fmt::format("sparse chunk {}/{} carries {} bytes: a whole number of "
-                                  "8-byte pairs, at most {} bytes, is expected",
-                                  h.tensor_id, h.chunk_index, h.payload_bytes, expect));
-      if (!allocate)
-        return payload_target::into(nullptr);
-      return h.payload_bytes == 0 ? payload_target::into(nullptr)
-                                  : payload_target::into(st.buffer(b.chunk_bytes));
-    }
-    if (h.payload_bytes != expect)
-      return refuse(c, h, errc::bad_chunk,
-                    fmt::format("chunk {}/{} holds {} bytes, the frame carries {}",
-                                h.tensor_id, h.chunk_index, expect, h.payload_bytes));
-    if (!allocate)
-      return payload_target::into(nullptr);
-    return payload_target::into(st.buffer(b.chunk_bytes));
-  }
-
-  void on_hello(const connection_ptr& c, const frame_header& h, payload_target& t) {
-    auto& st = self_->state;
-    transports::hello_msg hello;
-    std::string why;
-    if (decode(t.dst, h.payload_bytes, hello, why) != errc::ok) {
-      refuse(c, h, errc::bad_frame, why);
-      return;
-    }
-    st.bindings[c->id()] = binding{};
-    auto pending = self_->request(st.coordinator, hello_timeout, hello_atom::value,
-                                  hello_request{hello, c->peer()});
-    join(c, hello.rank, std::move(pending), std::move(hello));
-  }
-
-  // Maps the worker's segment if it offered one and may use it; null otherwise.
-  transports::connection_ptr adopt_shm(const connection_ptr& c, const job_binding& jb,
-                                       const transports::hello_msg& hello) {
-    auto& st = self_->state;
-    if (hello.shm_segment.empty())
-      return nullptr;
-    if (!st.shm_poller || !c->same_host()) {
-      spdlog::info("shared memory not used: peer={} job={} rank={}: {}", c->peer(),
-                   jb.job_id, hello.rank,
-                   st.shm_poller ? "the worker is on another host"
-                                 : "this node has shared memory disabled");
-      return nullptr;
-    }
-    try {
-      auto seg = transports::shm::open_worker_segment(hello.shm_segment, hello.shm_nonce,
-                                                      hello.spec);
-      auto conn = std::make_shared<transports::shm::connection>(
-        std::move(seg), hello.spec, c->peer() + " (shm)", jb.job_id, hello.rank,
-        !jb.params_segment.empty());
-      self_->send(caf::actor_cast<nic_poller_actor>(st.shm_poller), adopt_atom::value,
-                  transports::connection_ptr{conn}, jb, hello.rank);
-      return conn;
-    } catch (const std::exception& e) {
-      spdlog::warn("shared memory refused: peer={} job={} rank={}: {}", c->peer(), jb.job_id,
-                   hello.rank, e.what());
-      return nullptr;
-    }
-  }
-
-  void on_attach(const connection_ptr& c, const frame_header& h) {
-    auto& st = self_->state;
-    st.bindings[c->id()] = binding{};
-    join(c, h.rank,
-         self_->request(st.coordinator, hello_timeout, attach_atom::value,
-                        attach_request{h.job_id, h.rank, h.clock, c->peer()}));
-  }
-
-  // Completes a hello or attach: binds the connection and sends the welcome, or sends
-  // the refusal.
-  template <class Handle>
-  void join(const connection_ptr& conn, uint32_t rank, Handle pending,
-            transports::hello_msg hello = {}) {
-    auto self = self_;
-    auto* sink = this;
-    pending.then(
-      [=](job_binding& jb) {
-        auto& st = self->state;
-        auto it = st.bindings.find(conn->id());
-        frame_header reply;
-        reply.rank = rank;
-        reply.job_id = jb.job_id;
-        if (jb.code != errc::ok) {
-          if (it != st.bindings.end())
-            st.bindings.erase(it);
-          conn->send_error(jb.code, jb.message, reply);
-          return;
-        }
-        if (it == st.bindings.end()) { // closed while joining
-          self->send(st.coordinator, leave_atom::value, jb.job_id, rank, false,
-                     conn->peer() + ": closed while joining");
-          return;
-        }
-        it->second = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
-        it->second.shm = sink->adopt_shm(conn, jb, hello);
-        transports::welcome_msg w;
-        w.shm = it->second.shm != nullptr;
-        w.shm_bell = w.shm ? st.shm_bell : std::string{};
-        w.shm_params = w.shm ? jb.params_segment : std::string{};
-        w.job_id = jb.job_id;
-        w.node_name = st.settings.node_name;
-        w.created = jb.created;
-        w.endpoints = st.settings.endpoints;
-        w.endpoint_index = st.settings.endpoint_index;
-        w.num_shards = jb.routes->num_shards();
-        w.shard_endpoints = jb.routes->shard_endpoints();
-        w.token = jb.token;
-        auto payload = transports::encode(w);
-        reply.kind = frame_kind::welcome;
-        reply.payload_bytes = static_cast<uint32_t>(payload.size());
-        iovec iov{payload.data(), payload.size()};
-        conn->send(reply, &iov, 1);
-      },
-      [=](caf::error& err) {
-        auto& st = self->state;
-        st.bindings.erase(conn->id());
-        auto msg = "the node could not admit the worker: " + self->system().render(err);
-        spdlog::error("join failed: peer={}: {}", conn->peer(), msg);
-        frame_header reply;
-        reply.rank = rank;
-        conn->send_error(errc::internal, msg, reply);
-      });
-  }
-
-  poller_ptr self_;
-};
+using detail::poller_ptr;
+using detail::binding;
+using detail::poller_sink;
 
 nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings settings,
                                                 std::shared_ptr<transports::endpoint> ep,

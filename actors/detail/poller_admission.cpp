@@ -1,0 +1,126 @@
+// Admission of workers on a NIC poller: a hello or an attach goes to the rack
+// coordinator; the answer binds the connection to (job, rank) and is sent back as a
+// welcome (the node's endpoints, routing table, attach token and, for a worker on
+// this host, its adopted shared memory) or as an error frame.
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/detail/poller_sink.hpp"
+#include "transports/shm/connection.hpp"
+
+namespace rw::actors::detail {
+
+namespace {
+constexpr auto hello_timeout = std::chrono::seconds(30);
+} // namespace
+
+void poller_sink::on_hello(const connection_ptr& c, const frame_header& h, payload_target& t) {
+  auto& st = self_->state;
+  transports::hello_msg hello;
+  std::string why;
+  if (decode(t.dst, h.payload_bytes, hello, why) != errc::ok) {
+    refuse(c, h, errc::bad_frame, why);
+    return;
+  }
+  st.bindings[c->id()] = binding{};
+  auto pending = self_->request(st.coordinator, hello_timeout, hello_atom::value,
+                                hello_request{hello, c->peer()});
+  join(c, hello.rank, std::move(pending), std::move(hello));
+}
+
+// Maps the worker's segment if it offered one and may use it; null otherwise.
+transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c, const job_binding& jb,
+                                     const transports::hello_msg& hello) {
+  auto& st = self_->state;
+  if (hello.shm_segment.empty())
+    return nullptr;
+  if (!st.shm_poller || !c->same_host()) {
+    spdlog::info("shared memory not used: peer={} job={} rank={}: {}", c->peer(),
+                 jb.job_id, hello.rank,
+                 st.shm_poller ? "the worker is on another host"
+                               : "this node has shared memory disabled");
+    return nullptr;
+  }
+  try {
+    auto seg = transports::shm::open_worker_segment(hello.shm_segment, hello.shm_nonce,
+                                                    hello.spec);
+    auto conn = std::make_shared<transports::shm::connection>(
+      std::move(seg), hello.spec, c->peer() + " (shm)", jb.job_id, hello.rank,
+      !jb.params_segment.empty());
+    self_->send(caf::actor_cast<nic_poller_actor>(st.shm_poller), adopt_atom::value,
+                transports::connection_ptr{conn}, jb, hello.rank);
+    return conn;
+  } catch (const std::exception& e) {
+    spdlog::warn("shared memory refused: peer={} job={} rank={}: {}", c->peer(), jb.job_id,
+                 hello.rank, e.what());
+    return nullptr;
+  }
+}
+
+void poller_sink::on_attach(const connection_ptr& c, const frame_header& h) {
+  auto& st = self_->state;
+  st.bindings[c->id()] = binding{};
+  join(c, h.rank,
+       self_->request(st.coordinator, hello_timeout, attach_atom::value,
+                      attach_request{h.job_id, h.rank, h.clock, c->peer()}));
+}
+
+// Completes a hello or attach: binds the connection and sends the welcome, or sends
+// the refusal.
+template <class Handle>
+void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending,
+          transports::hello_msg hello) {
+  auto self = self_;
+  auto* sink = this;
+  pending.then(
+    [=](job_binding& jb) {
+      auto& st = self->state;
+      auto it = st.bindings.find(conn->id());
+      frame_header reply;
+      reply.rank = rank;
+      reply.job_id = jb.job_id;
+      if (jb.code != errc::ok) {
+        if (it != st.bindings.end())
+          st.bindings.erase(it);
+        conn->send_error(jb.code, jb.message, reply);
+        return;
+      }
+      if (it == st.bindings.end()) { // closed while joining
+        self->send(st.coordinator, leave_atom::value, jb.job_id, rank, false,
+                   conn->peer() + ": closed while joining");
+        return;
+      }
+      it->second = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
+      it->second.shm = sink->adopt_shm(conn, jb, hello);
+      transports::welcome_msg w;
+      w.shm = it->second.shm != nullptr;
+      w.shm_bell = w.shm ? st.shm_bell : std::string{};
+      w.shm_params = w.shm ? jb.params_segment : std::string{};
+      w.job_id = jb.job_id;
+      w.node_name = st.settings.node_name;
+      w.created = jb.created;
+      w.endpoints = st.settings.endpoints;
+      w.endpoint_index = st.settings.endpoint_index;
+      w.num_shards = jb.routes->num_shards();
+      w.shard_endpoints = jb.routes->shard_endpoints();
+      w.token = jb.token;
+      auto payload = transports::encode(w);
+      reply.kind = frame_kind::welcome;
+      reply.payload_bytes = static_cast<uint32_t>(payload.size());
+      iovec iov{payload.data(), payload.size()};
+      conn->send(reply, &iov, 1);
+    },
+    [=](caf::error& err) {
+      auto& st = self->state;
+      st.bindings.erase(conn->id());
+      auto msg = "the node could not admit the worker: " + self->system().render(err);
+      spdlog::error("join failed: peer={}: {}", conn->peer(), msg);
+      frame_header reply;
+      reply.rank = rank;
+      conn->send_error(errc::internal, msg, reply);
+    });
+}
+
+} // namespace rw::actors::detail

@@ -1,0 +1,108 @@
+#pragma once
+// A NIC poller's state and its frame sink, shared by the poller's two halves:
+// nic_poller.cpp (frame checks, the data path, closes, the actor) and
+// poller_admission.cpp (hello, attach, the welcome, adopting shared memory).
+
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+#include "actors/nic_poller.hpp"
+#include "transports/control.hpp"
+
+namespace rw::actors::detail {
+
+using transports::connection_ptr;
+using transports::frame_header;
+using transports::frame_kind;
+using transports::payload_target;
+
+struct binding {
+  static binding joined_as(uint32_t job_id, uint32_t rank, routing_ptr routes,
+                           uint32_t chunk_bytes) {
+    binding b;
+    b.status = joined;
+    b.job_id = job_id;
+    b.rank = rank;
+    b.routes = std::move(routes);
+    b.chunk_bytes = chunk_bytes;
+    return b;
+  }
+
+  enum status_t { joining, joined } status = joining;
+  uint32_t job_id = 0;
+  uint32_t rank = 0;
+  routing_ptr routes;
+  uint32_t chunk_bytes = 0;
+  bool said_bye = false;
+  uint64_t clock = 0;               // the latest clock this worker pushed
+  transports::connection_ptr shm;   // the worker's adopted segment (TCP connections)
+  bool shm_companion = false;       // this is such a segment (on the shm poller)
+};
+
+class poller_sink;
+
+struct poller_state {
+  poller_settings settings;
+  std::shared_ptr<transports::endpoint> ep;
+  rack_coordinator_actor coordinator;
+  std::vector<chunk_shard_actor> shards;
+  std::unordered_map<uint64_t, binding> bindings; // by connection id
+  std::map<size_t, std::unique_ptr<runtime::buffer_pool>> pools; // by buffer size
+  std::unique_ptr<poller_sink> sink;
+  bool stopping = false;
+  caf::actor shm_poller; // set on TCP pollers when colocated workers may use shm
+  std::string shm_bell;
+  static inline const char* name = "rw.nic_poller";
+
+  runtime::buffer_ref buffer(size_t bytes) {
+    auto& pool = pools[bytes];
+    if (!pool)
+      pool = std::make_unique<runtime::buffer_pool>(bytes, 0, settings.numa);
+    return pool->acquire();
+  }
+};
+
+using poller_ptr = nic_poller_actor::stateful_pointer<poller_state>;
+
+class poller_sink final : public transports::frame_sink {
+public:
+  explicit poller_sink(poller_ptr self) : self_(self) {
+  }
+  payload_target on_header(const connection_ptr& c, const frame_header& h) override;
+  void on_frame(const connection_ptr& c, const frame_header& h,
+                payload_target& t) override;
+  // A sparse chunk becomes a dense one (zeros, plus each pair added at its index), so
+  // shards sum it like any push and sparse and dense pushes combine exactly. Any
+  // index out of range refuses the whole chunk: nothing of it is applied.
+  void on_sparse(const connection_ptr& c, const frame_header& h, payload_target& t);
+  // Shared memory: the gradient is read in place, after the same checks as TCP frames.
+  void on_resident_frame(const connection_ptr& c, const frame_header& h,
+                         runtime::buffer_ref payload) override;
+  void on_closed(const connection_ptr& c, errc code, const std::string& why) override;
+private:
+  payload_target refuse(const connection_ptr& c, const frame_header& h, errc code,
+                        const std::string& why);
+  void on_frame_pull(const connection_ptr& c, const frame_header& h);
+  uint64_t priority(const connection_ptr& c) const override;
+  void dispatch_data(const connection_ptr& c, const frame_header& h,
+                     runtime::buffer_ref payload);
+  // Checks a data frame against the connection's binding; refuses it (error frame)
+  // and returns false if it does not fit.
+  bool admissible(const connection_ptr& c, const frame_header& h);
+  payload_target check_data(const connection_ptr& c, const frame_header& h,
+                            bool allocate = true);
+  void on_hello(const connection_ptr& c, const frame_header& h, payload_target& t);
+  // Maps the worker's segment if it offered one and may use it; null otherwise.
+  transports::connection_ptr adopt_shm(const connection_ptr& c, const job_binding& jb,
+                                       const transports::hello_msg& hello);
+  void on_attach(const connection_ptr& c, const frame_header& h);
+  // Completes a hello or attach: binds the connection and sends the welcome, or sends
+  // the refusal.
+  template <class Handle>
+  void join(const connection_ptr& conn, uint32_t rank, Handle pending,
+            transports::hello_msg hello = {});
+  poller_ptr self_;
+};
+
+} // namespace rw::actors::detail
