@@ -56,8 +56,8 @@ frame_header about(uint32_t job, uint32_t rank, uint32_t tensor, uint32_t chunk,
   return h;
 }
 
-void send_update(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t chunk,
-                 const detail::chunk_state& cs, const detail::waiter& w,
+void send_update(shard_state& st, uint32_t job_id, shard_job& job, uint32_t tensor,
+                 uint32_t chunk, const detail::chunk_state& cs, const detail::waiter& w,
                  uint16_t flags = 0) {
   auto h = about(job_id, w.rank, tensor, chunk, cs.version());
   h.kind = frame_kind::update;
@@ -65,17 +65,32 @@ void send_update(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t chu
   h.staleness = static_cast<uint32_t>(cs.staleness(w));
   h.payload_bytes = cs.length() * sizeof(float);
   iovec iov{const_cast<float*>(cs.params()), h.payload_bytes};
-  if (w.conn->send(h, &iov, 1))
-    st.stats.bytes_out += h.payload_bytes;
+  if (!w.conn->send(h, &iov, 1))
+    return;
+  st.stats.bytes_out += h.payload_bytes;
+  if (w.rank < job.counters.size()) {
+    auto& n = job.counters[w.rank];
+    n.bytes_out += h.payload_bytes;
+    if (w.since != clock_type::time_point{})
+      n.wait_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - w.since)
+          .count());
+  }
 }
 
-void answer_ready(shard_state& st, uint32_t job_id, uint32_t tensor, uint32_t chunk,
-                  detail::chunk_state& cs) {
+void answer_ready(shard_state& st, uint32_t job_id, shard_job& job, uint32_t tensor,
+                  uint32_t chunk, detail::chunk_state& cs) {
   for (auto& w : cs.take_ready(st.settings.priority))
-    send_update(st, job_id, tensor, chunk, cs, w);
+    send_update(st, job_id, job, tensor, chunk, cs, w);
   // Eager notification: subscribers get each new version without asking.
   for (auto& w : cs.publish())
-    send_update(st, job_id, tensor, chunk, cs, w, transports::flag_subscribe);
+    send_update(st, job_id, job, tensor, chunk, cs, w, transports::flag_subscribe);
+}
+
+// A request about to wait for an answer, stamped so its wait is counted.
+detail::waiter waiting(detail::waiter w) {
+  w.since = clock_type::now();
+  return w;
 }
 
 // Calls fn(tensor, chunk, state) for every chunk of `job` this shard owns, until fn
@@ -160,7 +175,7 @@ void run_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
     }
     cs.complete_step(job.spec.optimizer, job.rescale, clock_type::now());
     ++st.stats.updates;
-    answer_ready(st, job_id, tensor, chunk, cs);
+    answer_ready(st, job_id, job, tensor, chunk, cs);
   }
 }
 
@@ -210,7 +225,7 @@ void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version
       continue;
     cs.finish_layerwise(job.spec.optimizer, trust, clock_type::now());
     ++self->state.stats.updates;
-    answer_ready(self->state, job_id, tensor, c, cs);
+    answer_ready(self->state, job_id, job, tensor, c, cs);
     run_steps(self, job_id, job, tensor, c, cs); // pushes held for the next step
   }
 }
@@ -242,6 +257,12 @@ void on_push(shard_ptr self, chunk_push& p) {
   }
   ++st.stats.pushes;
   st.stats.bytes_in += p.payload->size;
+  if (p.rank < job->counters.size()) {
+    auto& counted = job->counters[p.rank];
+    ++counted.pushes;
+    counted.bytes_in += p.payload->size;
+    counted.clock = std::max(counted.clock, p.clock + 1);
+  }
   auto result = cs.push(p.rank, p.clock, std::move(p.payload), clock_type::now());
   switch (result) {
     case detail::chunk_state::outcome::duplicate:
@@ -262,7 +283,7 @@ void on_push(shard_ptr self, chunk_push& p) {
       break;
   }
   if (p.want_result) {
-    cs.wait(cs.push_waiter(p.conn, p.rank, p.clock));
+    cs.wait(waiting(cs.push_waiter(p.conn, p.rank, p.clock)));
   } else {
     auto ack = hdr;
     ack.kind = frame_kind::ack;
@@ -291,7 +312,7 @@ void on_init(shard_ptr self, chunk_push& p) {
   ack.kind = frame_kind::ack;
   p.conn->send(ack);
   run_steps(self, p.job_id, *job, p.tensor, p.chunk, cs);
-  answer_ready(self->state, p.job_id, p.tensor, p.chunk, cs);
+  answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs);
 }
 
 void on_pull(shard_ptr self, chunk_pull& p) {
@@ -299,9 +320,11 @@ void on_pull(shard_ptr self, chunk_pull& p) {
   if (job == nullptr)
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
+  if (!p.subscribe && p.rank < job->counters.size())
+    ++job->counters[p.rank].pulls;
   if (p.subscribe) {
     cs.subscribe({p.conn, p.rank, UINT64_MAX});
-    answer_ready(self->state, p.job_id, p.tensor, p.chunk, cs); // the current version
+    answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs); // the current version
     return;
   }
   if (p.only_changed) {
@@ -320,8 +343,8 @@ void on_pull(shard_ptr self, chunk_pull& p) {
       p.conn->send(hdr);
       return;
     }
-    cs.wait({p.conn, p.rank, p.min_version + 1});
-    answer_ready(self->state, p.job_id, p.tensor, p.chunk, cs);
+    cs.wait(waiting({p.conn, p.rank, p.min_version + 1}));
+    answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs);
     return;
   }
   if (p.min_version > cs.version() + 1) {
@@ -332,8 +355,8 @@ void on_pull(shard_ptr self, chunk_pull& p) {
                        about(p.job_id, p.rank, p.tensor, p.chunk, p.min_version));
     return;
   }
-  cs.wait({p.conn, p.rank, p.min_version});
-  answer_ready(self->state, p.job_id, p.tensor, p.chunk, cs);
+  cs.wait(waiting({p.conn, p.rank, p.min_version}));
+  answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs);
 }
 
 void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
@@ -435,6 +458,13 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     [=](tick_atom) {
       scan_timeouts(self);
       self->delayed_send(self, self->state.settings.scan_interval, tick_atom::value);
+    },
+    [=](stats_atom, uint32_t job_id) {
+      auto it = self->state.jobs.find(job_id);
+      // A job without chunks here counts nothing here.
+      if (it == self->state.jobs.end() || it->second.chunks.empty())
+        return job_counters{};
+      return it->second.counters;
     },
     [=](stats_atom) {
       auto s = self->state.stats;

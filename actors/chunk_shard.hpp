@@ -25,6 +25,9 @@
 //                         fail every waiter of the job and drop it
 //   coordinator -> shard  (drop_atom, job_id)       the job ended: release its chunks
 //   anyone      -> shard  (stats_atom) -> shard_stats
+//   coordinator -> shard  (stats_atom, job_id) -> job_counters
+//                         per rank of the job: pushes, pulls, bytes, wait, clock (empty
+//                         if the shard holds none of the job's chunks)
 //   shard -> coordinator  (abort_atom, job_id, errc, reason)
 //                         a step waited longer than the step timeout
 //   shard -> home shard   (norm_atom, job_id, tensor, version, chunk, w2, d2)
@@ -61,7 +64,8 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<work_atom>,
   caf::reacts_to<norm_atom, uint32_t, uint32_t, uint64_t, uint32_t, double, double>,
   caf::reacts_to<trust_atom, uint32_t, uint32_t, uint64_t, float>,
-  caf::replies_to<stats_atom>::with<shard_stats>>;
+  caf::replies_to<stats_atom>::with<shard_stats>,
+  caf::replies_to<stats_atom, uint32_t>::with<job_counters>>;
 
 struct shard_settings {
   uint32_t index = 0;

@@ -42,6 +42,7 @@ using shm_atom = caf::atom_constant<caf::atom("shm")>;
 using norm_atom = caf::atom_constant<caf::atom("norm")>;
 using trust_atom = caf::atom_constant<caf::atom("trust")>;
 using work_atom = caf::atom_constant<caf::atom("work")>;
+using proof_atom = caf::atom_constant<caf::atom("proof")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 
@@ -89,6 +90,13 @@ struct hello_request {
   std::string peer;
 };
 
+/// A worker's answer to the node's challenge, with the hello it answers for.
+struct proof_request {
+  hello_request hello;
+  std::vector<std::byte> nonce; // the challenge the poller sent
+  std::vector<std::byte> mac;   // the worker's proof (runtime/credentials)
+};
+
 /// A worker's attach to a further endpoint of the node, as (job, rank, token).
 struct attach_request {
   uint32_t job_id;
@@ -108,6 +116,8 @@ struct job_binding {
   uint64_t token = 0; // for attaching to the node's other endpoints
   uint32_t chunk_bytes = 0;
   std::string params_segment; // the job's shared parameters ("" if none)
+  /// Non-empty: not admitted yet; send the worker this nonce and await its proof.
+  std::vector<std::byte> challenge;
 };
 
 /// Per-shard counters and placement, for logs and tests.
@@ -121,6 +131,18 @@ struct shard_stats {
   std::vector<int> affinity; // the CPUs it may run on
   int memory_numa = -1;      // NUMA domain of its newest job's chunk memory (-1: none)
 };
+
+/// What a shard counted for one rank of one job (job status). Counts are chunk
+/// messages; `clock` is the highest clock the rank pushed, plus one.
+struct rank_counters {
+  uint64_t clock = 0;
+  uint64_t pushes = 0;
+  uint64_t pulls = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  uint64_t wait_ns = 0; // time its answered requests waited on the shard
+};
+using job_counters = std::vector<rank_counters>;
 
 /// Per-poller placement and buffers, for logs and tests.
 struct poller_stats {
@@ -139,7 +161,9 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_pull)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_setup)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::hello_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::attach_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::proof_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_binding)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::shard_stats)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::poller_stats)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_counters)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::errc)

@@ -20,6 +20,18 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
       if (h.payload_bytes == 0)
         return refuse(c, h, errc::bad_frame, "hello without a payload");
       return payload_target::into(st.buffer(st.settings.max_control_bytes));
+    case frame_kind::proof: {
+      auto it = st.bindings.find(c->id());
+      if (it == st.bindings.end() || it->second.status != binding::challenged)
+        return refuse(c, h, errc::bad_frame, "a proof without a challenge to answer");
+      if (h.payload_bytes == 0)
+        return refuse(c, h, errc::bad_frame, "proof without a payload");
+      return payload_target::into(st.buffer(st.settings.max_control_bytes));
+    }
+    case frame_kind::locate:
+      if (h.payload_bytes != 0)
+        return refuse(c, h, errc::bad_frame, "locate carries no payload");
+      return payload_target::into(nullptr);
     case frame_kind::attach:
       if (st.bindings.count(c->id()) != 0)
         return refuse(c, h, errc::bad_frame, "attach on a connection that already joined");
@@ -50,6 +62,12 @@ void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
       return;
     case frame_kind::attach:
       on_attach(c, h);
+      return;
+    case frame_kind::proof:
+      on_proof(c, h, t);
+      return;
+    case frame_kind::locate:
+      on_locate(c, h);
       return;
     case frame_kind::bye:
       st.bindings[c->id()].said_bye = true;

@@ -112,8 +112,24 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
   uint64_t max_job_bytes = cfg.max_job_mib == 0 ? ram / 2 : uint64_t{cfg.max_job_mib} << 20;
   coordinator_settings cs{name, cfg.max_chunk_bytes, cfg.max_workers, max_job_bytes,
-                          plan_.shard_endpoints, cfg.shm};
+                          plan_.shard_endpoints, cfg.shm, cfg.open_jobs};
   coordinator_ = spawn_rack_coordinator(sys, cs, shards_);
+  link_settings ls;
+  ls.node = node_info{0, name, "rack-agg", addresses_, uint32_t(shards_.size()), 0, 0};
+  ls.heartbeat = std::chrono::milliseconds(cfg.heartbeat_ms);
+  if (cfg.coordinator.empty()) {
+    try {
+      cluster_ = std::make_unique<coordinator_node>(sys, cfg, false);
+    } catch (const std::exception& e) {
+      failure = e.what();
+      check();
+    }
+    ls.embedded = cluster_->actor();
+    ls.embedded_address = cluster_->control_address();
+  } else {
+    ls.via = cfg.coordinator;
+  }
+  link_ = spawn_cluster_link(sys, ls, coordinator_);
   pollers_.resize(plan_.endpoints.size());
   size_t d = 0;
   for (auto& [numa, settings] : domains) {
@@ -155,6 +171,10 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                runtime::kernels().isa, cfg.pin, cfg.priority, cfg.step_timeout_ms,
                cfg.io_timeout_ms,
                cfg.max_chunk_bytes, max_job_bytes >> 20);
+  spdlog::info("cluster: {} open_jobs={}",
+               cluster_ ? "this node embeds the coordinator, control " + cluster_->control_address()
+                        : "joining the coordinator found through " + cfg.coordinator,
+               cfg.open_jobs);
   spdlog::info("topology: {}", topo_->describe());
   spdlog::info("shared memory for colocated workers: {}", shm_where);
   for (uint32_t i = 0; i < plan_.shards.size(); ++i)
@@ -184,6 +204,11 @@ void rack_agg_node::stop() {
     return;
   stopped_ = true;
   caf::scoped_actor self{sys_};
+  if (link_) {
+    self->request(link_, std::chrono::seconds(5), leave_atom::value)
+      .receive([](ok_atom) {}, [](caf::error&) {});
+    self->wait_for(link_);
+  }
   if (shm_poller_) {
     self->send(shm_poller_, stop_atom::value);
     self->wait_for(shm_poller_);
@@ -200,6 +225,8 @@ void rack_agg_node::stop() {
   }
   for (auto& sup : supervisors_)
     self->wait_for(sup);
+  if (cluster_)
+    cluster_->stop();
 }
 
 } // namespace rw::actors

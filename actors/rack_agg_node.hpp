@@ -1,7 +1,8 @@
 #pragma once
 // A rack-agg node inside one actor system: per NUMA domain a supervisor with that
-// domain's chunk shards (one per serving core) and NIC pollers (one per endpoint), and
-// the node's rack coordinator. Constructing it discovers the machine, plans placement
+// domain's chunk shards (one per serving core) and NIC pollers (one per endpoint), the
+// node's rack coordinator, its cluster link and, unless it joins another node's
+// cluster (--coordinator), the embedded cluster coordinator. Constructing it discovers the machine, plans placement
 // and binds every listen address first, so a bad config, a missing core, NIC or NUMA
 // domain, or a busy address fails here with a clear message, before any worker can
 // connect.
@@ -13,6 +14,8 @@
 #include <caf/actor_system.hpp>
 
 #include "actors/chunk_shard.hpp"
+#include "actors/cluster_link.hpp"
+#include "actors/coordinator_node.hpp"
 #include "actors/nic_poller.hpp"
 #include "actors/numa_supervisor.hpp"
 #include "actors/rack_coordinator.hpp"
@@ -52,6 +55,10 @@ public:
   const runtime::placement& plan() const noexcept {
     return plan_;
   }
+  /// The embedded cluster coordinator (null when the node joined another's cluster).
+  const coordinator_node* cluster() const noexcept {
+    return cluster_.get();
+  }
 
   /// Closes the endpoints and stops every actor of the node. Idempotent.
   void stop();
@@ -66,6 +73,8 @@ private:
   std::vector<nic_poller_actor> pollers_;
   nic_poller_actor shm_poller_; // null with shm disabled
   rack_coordinator_actor coordinator_;
+  std::unique_ptr<coordinator_node> cluster_; // embedded, or null
+  cluster_link_actor link_;
   bool stopped_ = false;
 };
 

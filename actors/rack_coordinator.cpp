@@ -1,42 +1,17 @@
 #include "actors/rack_coordinator.hpp"
 
-#include <random>
-#include <unordered_map>
-
 #include <caf/all.hpp>
-
-#include "runtime/kernels.hpp"
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/detail/rack_state.hpp"
+#include "runtime/credentials.hpp"
+#include "runtime/kernels.hpp"
+
 namespace rw::actors {
 
-namespace {
-
-enum class rank_status : uint8_t { absent, live, left };
-
-struct job_info {
-  uint32_t id = 0;
-  job_spec spec;
-  routing_ptr routes;
-  std::vector<rank_status> ranks;
-  std::vector<uint32_t> connections; // live connections per rank
-  std::vector<uint64_t> tokens;      // attach token per rank
-  std::shared_ptr<const transports::shm::mapping> params; // shared parameters, if any
-};
-
-struct coordinator_state {
-  coordinator_settings settings;
-  std::vector<chunk_shard_actor> shards;
-  std::unordered_map<std::string, job_info> jobs; // by name
-  std::unordered_map<uint32_t, std::string> names; // id -> name
-  uint32_t next_job_id = 1;
-  std::mt19937_64 random{std::random_device{}()};
-  static inline const char* name = "rw.rack_coordinator";
-};
-
-using coord_ptr = rack_coordinator_actor::stateful_pointer<coordinator_state>;
+namespace detail {
 
 job_binding refuse(errc code, std::string message) {
   job_binding b;
@@ -45,26 +20,15 @@ job_binding refuse(errc code, std::string message) {
   return b;
 }
 
-void end_job(coord_ptr self, uint32_t job_id) {
-  auto& st = self->state;
-  auto n = st.names.find(job_id);
-  if (n == st.names.end())
-    return;
-  st.jobs.erase(n->second);
-  st.names.erase(n);
-}
+} // namespace detail
 
-void abort_job(coord_ptr self, uint32_t job_id, errc code, const std::string& why) {
-  auto& st = self->state;
-  if (st.names.count(job_id) == 0)
-    return;
-  spdlog::error("job aborted: {}", why);
-  for (auto& s : st.shards)
-    self->send(s, abort_atom::value, job_id, code, why);
-  end_job(self, job_id);
-}
+namespace {
 
-caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
+using namespace detail;
+
+// Checks a hello on its own: a valid spec, a rank inside it, a size the node allows.
+// Returns the refusal, or nothing.
+std::optional<job_binding> check_hello(rack_ptr self, const hello_request& req) {
   auto& st = self->state;
   auto& spec = req.hello.spec;
   auto rank = req.hello.rank;
@@ -91,37 +55,54 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
     spdlog::warn("hello refused: peer={}: {}", req.peer, why);
     return refuse(errc::invalid_spec, why);
   }
-  auto it = st.jobs.find(spec.name);
-  if (it != st.jobs.end()) {
-    auto& job = it->second;
-    if (auto diff = describe_mismatch(job.spec, spec); !diff.empty()) {
-      spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, rank, diff);
-      return refuse(errc::spec_mismatch, diff);
-    }
-    if (job.ranks[rank] != rank_status::absent) {
-      auto why = fmt::format("rank {} of job '{}' is {}", rank, spec.name,
-                             job.ranks[rank] == rank_status::live
-                               ? "already held by a connected worker"
-                               : "already used by a worker that left");
-      spdlog::warn("hello refused: peer={}: {}", req.peer, why);
-      return refuse(errc::rank_taken, why);
-    }
-    job.ranks[rank] = rank_status::live;
-    job.connections[rank] = 1;
-    job.tokens[rank] = st.random();
-    spdlog::info("worker joined: job='{}' id={} rank={} peer={}", spec.name, job.id, rank,
-                 req.peer);
-    job_binding b;
-    b.job_id = job.id;
-    b.routes = job.routes;
-    b.token = job.tokens[rank];
-    b.chunk_bytes = spec.chunk_bytes;
-    b.params_segment = job.params ? job.params->name() : std::string{};
-    return b;
+  return std::nullopt;
+}
+
+job_binding joined(const job_info& job, uint32_t rank, bool created) {
+  job_binding b;
+  b.job_id = job.id;
+  b.created = created;
+  b.routes = job.routes;
+  b.token = job.tokens[rank];
+  b.chunk_bytes = job.spec.chunk_bytes;
+  b.params_segment = job.params ? job.params->name() : std::string{};
+  return b;
+}
+
+// A later worker joins a job that has chunks already.
+job_binding join_job(rack_ptr self, job_info& job, const hello_request& req) {
+  auto& st = self->state;
+  auto& spec = req.hello.spec;
+  auto rank = req.hello.rank;
+  if (auto diff = describe_mismatch(job.spec, spec); !diff.empty()) {
+    spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, rank, diff);
+    return refuse(errc::spec_mismatch, diff);
   }
-  // A new job.
+  if (job.ranks[rank] != rank_status::absent) {
+    auto why = fmt::format("rank {} of job '{}' is {}", rank, spec.name,
+                           job.ranks[rank] == rank_status::live
+                             ? "already held by a connected worker"
+                             : "already used by a worker that left");
+    spdlog::warn("hello refused: peer={}: {}", req.peer, why);
+    return refuse(errc::rank_taken, why);
+  }
+  job.ranks[rank] = rank_status::live;
+  job.connections[rank] = 1;
+  job.tokens[rank] = st.random();
+  job.peers[rank] = req.peer;
+  spdlog::info("worker joined: job='{}' id={} rank={} peer={}", spec.name, job.id, rank,
+               req.peer);
+  return joined(job, rank, false);
+}
+
+// The first worker of a job: the shards allocate its chunks, then the worker joins.
+caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uint32_t id) {
+  auto& st = self->state;
+  auto& spec = req.hello.spec;
+  auto rank = req.hello.rank;
   job_info job;
-  job.id = st.next_job_id++;
+  job.id = id;
+  job.granted = id < open_job_ids;
   job.spec = spec;
   job.routes = std::make_shared<runtime::routing_table>(spec, uint32_t(st.shards.size()),
                                                        st.settings.shard_endpoints);
@@ -131,6 +112,8 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
   job.connections[rank] = 1;
   job.tokens.assign(spec.num_workers, 0);
   job.tokens[rank] = st.random();
+  job.peers.assign(spec.num_workers, std::string{});
+  job.peers[rank] = req.peer;
   if (st.settings.shared_params) {
     try {
       job.params = std::make_shared<transports::shm::mapping>(
@@ -145,21 +128,16 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
     bytes += t.elements * sizeof(float);
   spdlog::info("job created: job='{}' id={} workers={} consistency={} optimizer={} lr={} "
                "chunk_bytes={} tensors={} bytes={} chunks={} chunks_per_shard=[{}] "
-               "chunks_per_endpoint=[{}]",
+               "chunks_per_endpoint=[{}] credentials={}",
                spec.name, job.id, spec.num_workers, to_string(spec.consistency),
-               to_string(spec.optimizer.kind),
-               spec.optimizer.learning_rate, spec.chunk_bytes, spec.tensors.size(), bytes,
-               job.routes->total_chunks(), fmt::join(job.routes->chunks_per_shard(), ","),
-               fmt::join(job.routes->chunks_per_endpoint(), ","));
+               to_string(spec.optimizer.kind), spec.optimizer.learning_rate,
+               spec.chunk_bytes, spec.tensors.size(), bytes, job.routes->total_chunks(),
+               fmt::join(job.routes->chunks_per_shard(), ","),
+               fmt::join(job.routes->chunks_per_endpoint(), ","),
+               job.granted ? "token" : "none (open job)");
   spdlog::info("worker joined: job='{}' id={} rank={} peer={}", spec.name, job.id, rank,
                req.peer);
-  job_binding b;
-  b.job_id = job.id;
-  b.created = true;
-  b.routes = job.routes;
-  b.token = job.tokens[rank];
-  b.chunk_bytes = spec.chunk_bytes;
-  b.params_segment = job.params ? job.params->name() : std::string{};
+  auto b = joined(job, rank, true);
   auto sink = caf::actor_cast<abort_sink>(self);
   auto rp = self->make_response_promise<job_binding>();
   auto pending = std::make_shared<size_t>(st.shards.size());
@@ -180,12 +158,89 @@ caf::result<job_binding> on_hello(coord_ptr self, hello_request& req) {
           rp.deliver(refuse(errc::internal, "a shard failed to create the job"));
         });
   }
+  if (job.granted)
+    report_start(self, job);
   st.names[job.id] = spec.name;
   st.jobs.emplace(spec.name, std::move(job));
   return rp;
 }
 
-job_binding on_attach(coord_ptr self, const attach_request& req) {
+// A worker who may join (open job, or proved the token): joins or creates the job.
+caf::result<job_binding> admit(rack_ptr self, const hello_request& req, uint32_t id) {
+  auto& st = self->state;
+  auto it = st.jobs.find(req.hello.spec.name);
+  if (it != st.jobs.end())
+    return join_job(self, it->second, req);
+  return create_job(self, req, id != 0 ? id : st.next_open_id++);
+}
+
+caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
+  auto& st = self->state;
+  if (auto refused = check_hello(self, req))
+    return *refused;
+  auto& spec = req.hello.spec;
+  auto g = st.grants.find(spec.name);
+  if (g == st.grants.end()) {
+    if (st.settings.open_jobs)
+      return admit(self, req, 0);
+    spdlog::warn("hello refused: peer={} job='{}' rank={}: no such job on this node",
+                 req.peer, spec.name, req.hello.rank);
+    return refuse(errc::unknown_job,
+                  fmt::format("no job named '{}' on node {}: create it first (rw-shell: "
+                              "rw.job_create{{name='{}', ...}}) and start its workers "
+                              "with the token that returns",
+                              spec.name, st.settings.node_name, spec.name));
+  }
+  auto& grant = g->second;
+  if (!grant.ended.empty()) {
+    spdlog::warn("hello refused: peer={} job='{}' rank={}: the job has ended ({})",
+                 req.peer, spec.name, req.hello.rank, grant.ended);
+    return refuse(errc::unknown_job,
+                  fmt::format("job '{}' has ended ({}{}{}); create a new job to train "
+                              "again",
+                              spec.name, grant.ended, grant.reason.empty() ? "" : ": ",
+                              grant.reason));
+  }
+  auto asked = grant.spec;
+  asked.tensors = spec.tensors; // the grant leaves the tensors to the workers
+  if (auto diff = describe_mismatch(asked, spec); !diff.empty()) {
+    spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, req.hello.rank, diff);
+    return refuse(errc::spec_mismatch, diff);
+  }
+  if (!req.hello.has_token) {
+    spdlog::warn("hello refused: peer={} job='{}' rank={}: no token", req.peer, spec.name,
+                 req.hello.rank);
+    return refuse(errc::unauthorized,
+                  fmt::format("job '{}' needs its token: give the worker the token "
+                              "rw.job_create returned (worker_options.token)",
+                              spec.name));
+  }
+  job_binding b;
+  b.job_id = grant.job_id;
+  b.challenge = runtime::make_nonce();
+  return b;
+}
+
+caf::result<job_binding> on_proof(rack_ptr self, proof_request& p) {
+  auto& st = self->state;
+  auto& req = p.hello;
+  auto& spec = req.hello.spec;
+  auto g = st.grants.find(spec.name);
+  if (g == st.grants.end() || !g->second.ended.empty())
+    return refuse(errc::unknown_job,
+                  fmt::format("job '{}' ended while the worker was proving its token",
+                              spec.name));
+  if (!runtime::verify(g->second.secret, p.nonce, spec.name, req.hello.rank, p.mac)) {
+    spdlog::warn("hello refused: peer={} job='{}' id={} rank={}: wrong token", req.peer,
+                 spec.name, g->second.job_id, req.hello.rank);
+    return refuse(errc::unauthorized,
+                  fmt::format("wrong token for job '{}': the proof does not match",
+                              spec.name));
+  }
+  return admit(self, req, g->second.job_id);
+}
+
+job_binding on_attach(rack_ptr self, const attach_request& req) {
   auto& st = self->state;
   auto n = st.names.find(req.job_id);
   if (n == st.names.end())
@@ -201,16 +256,10 @@ job_binding on_attach(coord_ptr self, const attach_request& req) {
   ++job.connections[req.rank];
   spdlog::debug("worker attached: job='{}' id={} rank={} peer={}", job.spec.name, job.id,
                 req.rank, req.peer);
-  job_binding b;
-  b.job_id = job.id;
-  b.routes = job.routes;
-  b.token = req.token;
-  b.chunk_bytes = job.spec.chunk_bytes;
-  b.params_segment = job.params ? job.params->name() : std::string{};
-  return b;
+  return joined(job, req.rank, false);
 }
 
-void on_leave(coord_ptr self, uint32_t job_id, uint32_t rank, bool graceful,
+void on_leave(rack_ptr self, uint32_t job_id, uint32_t rank, bool graceful,
               const std::string& reason) {
   auto& st = self->state;
   auto n = st.names.find(job_id);
@@ -224,26 +273,20 @@ void on_leave(coord_ptr self, uint32_t job_id, uint32_t rank, bool graceful,
   if (graceful && job.connections[rank] > 0)
     return; // the rank's other connections are still up
   job.ranks[rank] = rank_status::left;
-  bool all_left = std::all_of(job.ranks.begin(), job.ranks.end(),
-                              [](rank_status s) { return s == rank_status::left; });
   bool others_live = std::any_of(job.ranks.begin(), job.ranks.end(),
                                  [](rank_status s) { return s == rank_status::live; });
   if (!graceful && others_live) {
     spdlog::warn("worker left: job='{}' id={} rank={} without saying bye: {}", job.spec.name,
                  job_id, rank, reason);
-    abort_job(self, job_id, errc::worker_left,
-              fmt::format("job '{}' (id {}): worker rank {} disconnected mid-job ({})",
-                          job.spec.name, job_id, rank, reason));
+    end_job(self, job_id, "failed", errc::worker_left,
+            fmt::format("job '{}' (id {}): worker rank {} disconnected mid-job ({})",
+                        job.spec.name, job_id, rank, reason));
     return;
   }
   spdlog::info("worker left: job='{}' id={} rank={} ({})", job.spec.name, job_id, rank,
                graceful ? "bye" : reason);
-  if (all_left || !others_live) {
-    spdlog::info("job finished: job='{}' id={}: every worker has left", job.spec.name,
-                 job_id);
-    for (auto& s : st.shards)
-      self->send(s, drop_atom::value, job_id);
-    end_job(self, job_id);
+  if (!others_live) {
+    end_job(self, job_id, "finished", errc::ok, "every worker has left");
     return;
   }
   auto why = fmt::format("job '{}' (id {}): worker rank {} left the job", job.spec.name,
@@ -252,31 +295,44 @@ void on_leave(coord_ptr self, uint32_t job_id, uint32_t rank, bool graceful,
     self->send(s, leave_atom::value, job_id, rank, why);
 }
 
+void on_replace(rack_ptr self, uint32_t index, chunk_shard_actor& shard) {
+  auto& st = self->state;
+  if (index >= st.shards.size())
+    return;
+  st.shards[index] = std::move(shard);
+  std::vector<std::pair<uint32_t, std::string>> live(st.names.begin(), st.names.end());
+  for (auto& [id, name] : live)
+    end_job(self, id, "failed", errc::internal,
+            fmt::format("job '{}' (id {}): shard {} failed and its chunks were lost", name,
+                        id, index));
+}
+
 rack_coordinator_actor::behavior_type
-coordinator_behavior(coord_ptr self, coordinator_settings settings,
+coordinator_behavior(rack_ptr self, coordinator_settings settings,
                      std::vector<chunk_shard_actor> shards) {
   self->state.settings = std::move(settings);
   self->state.shards = std::move(shards);
   return {
     [=](hello_atom, hello_request& req) { return on_hello(self, req); },
+    [=](proof_atom, proof_request& p) { return on_proof(self, p); },
     [=](attach_atom, const attach_request& req) { return on_attach(self, req); },
+    [=](grant_atom, job_grant& g) { return on_grant(self, g); },
+    [=](status_atom, uint32_t job_id) { return on_status(self, job_id); },
+    [=](halt_atom, uint32_t job_id, const std::string& reason) {
+      return on_halt(self, job_id, reason);
+    },
+    [=](register_atom, job_event_sink& link) { self->state.link = std::move(link); },
+    [=](locate_atom, std::string& address) {
+      self->state.cluster_address = std::move(address);
+    },
+    [=](locate_atom) { return self->state.cluster_address; },
     [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
-      auto& st = self->state;
-      if (index >= st.shards.size())
-        return;
-      st.shards[index] = std::move(shard);
-      std::vector<uint32_t> ids;
-      for (auto& [id, name] : st.names)
-        ids.push_back(id);
-      for (auto id : ids)
-        abort_job(self, id, errc::internal,
-                  fmt::format("job '{}' (id {}): shard {} failed and its chunks were lost",
-                              st.names[id], id, index));
+      on_replace(self, index, shard);
     },
     [=](leave_atom, uint32_t job_id, uint32_t rank, bool graceful,
         const std::string& reason) { on_leave(self, job_id, rank, graceful, reason); },
     [=](abort_atom, uint32_t job_id, errc code, const std::string& why) {
-      abort_job(self, job_id, code, why);
+      end_job(self, job_id, "failed", code, why);
     },
   };
 }

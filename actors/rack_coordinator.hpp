@@ -1,14 +1,26 @@
 #pragma once
-// Rack coordinator: the node's job registry and routing. It admits workers (hello),
-// creates jobs on the shards, and ends them when their workers leave or fail.
+// Rack coordinator: the node's job registry and routing. It admits workers (hello,
+// proof of the job's token), creates jobs on the shards, and ends them when their
+// workers leave or fail, or an operator stops them.
 //
 // Protocol
+//   link   -> coordinator  (grant_atom, job_grant) -> ok_atom
+//                          the cluster placed a job here: workers who prove its token
+//                          may join it
 //   poller -> coordinator  (hello_atom, hello_request) -> job_binding
-//                          first hello of a job name creates the job: the coordinator
-//                          asks every shard to allocate its chunks (create_atom) and
-//                          answers once all have; later hellos must match the spec and
-//                          take a free rank. A refused hello gets a binding with an
-//                          error code and message (sent to the worker as an error frame).
+//                          for a granted job: refused if the hello's spec differs from
+//                          the grant's or the worker has no token; else a binding with
+//                          a challenge (a fresh nonce) the poller sends the worker.
+//                          For an unknown name: refused, unless the node has open jobs,
+//                          where the first hello creates the job (no token needed).
+//   poller -> coordinator  (proof_atom, proof_request) -> job_binding
+//                          the worker's proof: a wrong one is refused and logged; a
+//                          right one joins. The first worker of a job creates it: the
+//                          coordinator asks every shard to allocate its chunks
+//                          (create_atom) and answers once all have; later workers must
+//                          match the spec and take a free rank. A refused hello gets a
+//                          binding with an error code and message (sent to the worker as
+//                          an error frame).
 //   poller -> coordinator  (attach_atom, attach_request) -> job_binding
 //                          a joined worker's connection to a further endpoint, proved by
 //                          the token its welcome carried
@@ -24,6 +36,14 @@
 //   supervisor -> coordinator (replace_atom, index, shard)
 //                          shard `index` failed and was restarted empty: every job
 //                          (each has chunks there) is aborted.
+//   link   -> coordinator  (status_atom, job_id) -> job_event
+//                          a granted job's state and per-rank counts (from the shards)
+//   link   -> coordinator  (halt_atom, job_id, reason) -> ok_atom
+//                          an operator stopped the job: its workers get errc::stopped
+//   link   -> coordinator  (register_atom, job_event_sink)
+//                          report granted jobs' starts and ends there (event_atom)
+//   link   -> coordinator  (locate_atom, address)   where the cluster coordinator is
+//   poller -> coordinator  (locate_atom) -> address  (empty: not known yet)
 
 #include <chrono>
 #include <string>
@@ -33,12 +53,27 @@
 #include <caf/typed_actor.hpp>
 
 #include "actors/chunk_shard.hpp"
+#include "actors/cluster_messages.hpp"
 #include "actors/messages.hpp"
 
 namespace rw::actors {
 
+/// Where the rack coordinator reports granted jobs' starts and ends.
+using job_event_sink = caf::typed_actor<caf::reacts_to<event_atom, job_event>>;
+
+/// Job ids from here up belong to open jobs (made by a worker's hello on a node with
+/// --open-jobs); ids below are the cluster coordinator's.
+constexpr uint32_t open_job_ids = 1u << 31;
+
 using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<hello_atom, hello_request>::with<job_binding>,
+  caf::replies_to<proof_atom, proof_request>::with<job_binding>,
+  caf::replies_to<grant_atom, job_grant>::with<ok_atom>,
+  caf::replies_to<status_atom, uint32_t>::with<job_event>,
+  caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>,
+  caf::reacts_to<register_atom, job_event_sink>,
+  caf::reacts_to<locate_atom, std::string>,
+  caf::replies_to<locate_atom>::with<std::string>,
   caf::replies_to<attach_atom, attach_request>::with<job_binding>,
   caf::reacts_to<leave_atom, uint32_t, uint32_t, bool, std::string>,
   caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
@@ -53,6 +88,8 @@ struct coordinator_settings {
   std::vector<std::vector<uint32_t>> shard_endpoints;
   /// Keep each job's parameters in a shared segment colocated workers can read.
   bool shared_params = false;
+  /// A worker's hello may create a job nobody granted, without a token.
+  bool open_jobs = false;
 };
 
 rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,

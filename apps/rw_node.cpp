@@ -11,6 +11,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/cluster_messages.hpp"
+#include "actors/coordinator_node.hpp"
 #include "actors/rack_agg_node.hpp"
 #include "runtime/node_config.hpp"
 
@@ -18,9 +20,16 @@ namespace {
 
 const char* description =
   "rw-node: a RackWeave node.\n\n"
-  "  --role rack-agg   the rack's aggregation node: workers connect to --listen, push\n"
-  "                    gradients and get updated parameters back (BSP, exact, summed\n"
-  "                    in rank order, optimizer run on the node).\n\n"
+  "  --role rack-agg     the rack's aggregation node: workers connect to --listen, push\n"
+  "                      gradients and get updated parameters back (summed in rank\n"
+  "                      order, optimizer run on the node). Without --coordinator it\n"
+  "                      embeds the cluster coordinator, so one node is a cluster.\n"
+  "  --role coordinator  only the cluster coordinator: membership, the job registry\n"
+  "                      and job tokens. Rack-agg nodes join with --coordinator set\n"
+  "                      to its --listen address.\n\n"
+  "Jobs are created with rw-shell (rw.job_create{...}), which returns the job's token;\n"
+  "workers prove they hold it. Any node's --listen address leads rw-shell and other\n"
+  "nodes to the coordinator.\n\n"
   "Stops cleanly on SIGINT or SIGTERM. Logs go to stderr.";
 
 } // namespace
@@ -59,24 +68,36 @@ int main(int argc, char** argv) {
 
   caf::actor_system_config sys_cfg;
   sys_cfg.set("logger.verbosity", caf::atom("quiet"));
+  rw::actors::register_cluster_types(sys_cfg);
   caf::actor_system sys{sys_cfg};
   std::unique_ptr<rw::actors::rack_agg_node> node;
+  std::unique_ptr<rw::actors::coordinator_node> coordinator;
+  std::string address;
   try {
-    node = std::make_unique<rw::actors::rack_agg_node>(sys, cfg);
+    if (cfg.role == "coordinator") {
+      coordinator = std::make_unique<rw::actors::coordinator_node>(sys, cfg, true);
+      address = coordinator->listen_address();
+    } else {
+      node = std::make_unique<rw::actors::rack_agg_node>(sys, cfg);
+      address = node->address();
+    }
   } catch (const std::exception& e) {
     spdlog::error("node failed to start: {}", e.what());
     return 1;
   }
   if (!port_file.empty()) {
     std::ofstream out{port_file + ".tmp"};
-    out << node->address() << "\n";
+    out << address << "\n";
     out.close();
     std::rename((port_file + ".tmp").c_str(), port_file.c_str());
   }
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("node stopping: {}", sig == SIGINT ? "SIGINT" : "SIGTERM");
-  node->stop();
+  if (node)
+    node->stop();
+  if (coordinator)
+    coordinator->stop();
   spdlog::info("node stopped");
   return 0;
 }

@@ -28,7 +28,7 @@ node_pid=
 cleanup() { release ${node_pid:+"$node_pid"}; }
 set_exit_traps cleanup
 
-build/apps/rw-node --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn 2>"$tmp/node.log" &
+build/apps/rw-node --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn 2>"$tmp/node.log" &
 node_pid=$!
 wait_for_port "$tmp/port" "$node_pid" || { note "node did not start"; cat "$tmp/node.log" >&2; exit 1; }
 address=$(<"$tmp/port")

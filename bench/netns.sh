@@ -210,7 +210,7 @@ say "rack: $workers worker hosts on $rate links, 1 rack-agg host on $agg_links x
 # the others as its welcome tells them.
 listens=()
 for ((k = 0; k < agg_links; k++)); do listens+=(--listen "$(agg_addr "$k"):$port"); done
-node_args=(--role rack-agg "${listens[@]}" --log-level warn)
+node_args=(--role rack-agg --open-jobs "${listens[@]}" --log-level warn)
 worker_args=(--connect "$(agg_addr 0):$port" --workers "$workers" --bytes "$bytes"
   --iters "$iters" --warmup "$warmup" --chunk-bytes "$chunk" --job "netns-$$")
 timeout -k 5 $((2 * run_timeout)) ip netns exec "$agg_ns" "$tmp/bin/rw-node" "${node_args[@]}" \

@@ -133,7 +133,7 @@ need_node=0
 for s in "${active[@]}"; do [[ $s == rackweave-* ]] && ((rw_built)) && need_node=1; done
 address=
 if ((need_node)); then
-  build/apps/rw-node --role rack-agg --listen 127.0.0.1:0 --port-file "$tmp/port" \
+  build/apps/rw-node --role rack-agg --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" \
     --log-level warn 2>"$tmp/node.log" &
   node_pid=$!
   wait_for_port "$tmp/port" "$node_pid" ||

@@ -38,7 +38,7 @@ set_exit_traps cleanup
 
 # measure MODE: one run against a fresh node started with --MODE; prints the laggard's mean wait.
 measure() {
-  build/apps/rw-node --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn "--$1" \
+  build/apps/rw-node --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn "--$1" \
     2>"$tmp/node.log" &
   node_pid=$!
   wait_for_port "$tmp/port" "$node_pid" || { cat "$tmp/node.log" >&2; exit 1; }

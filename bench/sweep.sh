@@ -78,7 +78,7 @@ snapshot_rackweave "$tmp/bin" comm
 start_node() {
   local bound=$(($1 * run_timeout + 60)); shift
   rm -f "$tmp/port"
-  timeout -k 5 "$bound" "$tmp/bin/rw-node" --role rack-agg \
+  timeout -k 5 "$bound" "$tmp/bin/rw-node" --role rack-agg --open-jobs \
     --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn "$@" \
     >"$tmp/node.log" 2>&1 </dev/null &
   node_pid=$!

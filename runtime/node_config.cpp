@@ -80,7 +80,11 @@ option_def def(std::string key, std::string flag, std::string help, T& field) {
 
 std::vector<option_def> option_table(node_config& c) {
   return {
-    def("node.role", "--role", "what this node does: rack-agg", c.role),
+    def("node.role", "--role",
+        "what this node does: rack-agg (aggregation for a rack's workers; the first "
+        "one embeds the cluster coordinator unless --coordinator is given) or "
+        "coordinator (only the cluster coordinator: membership, jobs, tokens)",
+        c.role),
     def("node.name", "--name", "node name in logs and replies (default: host name)",
         c.name),
     def("node.listen", "--listen",
@@ -126,6 +130,25 @@ std::vector<option_def> option_table(node_config& c) {
         c.step_timeout_ms),
     def("timeouts.io_ms", "--io-timeout-ms",
         "how long a send may block on a worker that does not read", c.io_timeout_ms),
+    def("cluster.coordinator", "--coordinator",
+        "join the cluster whose coordinator any node at this HOST:PORT (its --listen "
+        "address) points to; empty: this rack-agg embeds the coordinator",
+        c.coordinator),
+    def("cluster.control", "--control",
+        "HOST:PORT where this node's coordinator (embedded or --role coordinator) "
+        "takes CAF messages from nodes and shells; empty: the first --listen host, "
+        "any free port (found through locate, so nobody needs to know it)",
+        c.control),
+    def("cluster.open_jobs", "--open-jobs",
+        "let a worker's hello create a job nobody created, without a token (for "
+        "development and benchmarks; --no-open-jobs: every job comes from the "
+        "coordinator and its workers prove its token)",
+        c.open_jobs),
+    def("cluster.heartbeat_ms", "--heartbeat-ms",
+        "how often a rack-agg node tells the coordinator it is alive", c.heartbeat_ms),
+    def("cluster.node_timeout_ms", "--node-timeout-ms",
+        "coordinator: a node silent this long has left and its jobs fail",
+        c.node_timeout_ms),
   };
 }
 
@@ -178,9 +201,18 @@ void load_node_config(const std::string& path, const CLI::App& app, node_config&
 }
 
 void check_node_config(const node_config& cfg) {
-  if (cfg.role != "rack-agg")
+  if (cfg.role != "rack-agg" && cfg.role != "coordinator")
     throw std::runtime_error(
-      fmt::format("unknown role '{}': this build serves --role rack-agg", cfg.role));
+      fmt::format("unknown role '{}': a node is --role rack-agg or --role coordinator",
+                  cfg.role));
+  if (cfg.role == "coordinator" && !cfg.coordinator.empty())
+    throw std::runtime_error("--coordinator is for rack-agg nodes joining a cluster; a "
+                             "--role coordinator node is the coordinator");
+  if (cfg.heartbeat_ms == 0 || cfg.node_timeout_ms < 2 * cfg.heartbeat_ms)
+    throw std::runtime_error(fmt::format(
+      "--node-timeout-ms ({}) must be at least twice --heartbeat-ms ({}), which must be "
+      "above 0",
+      cfg.node_timeout_ms, cfg.heartbeat_ms));
   static const std::set<std::string> levels{"trace", "debug", "info", "warn",
                                             "error", "critical", "off"};
   if (levels.count(cfg.log_level) == 0)

@@ -34,6 +34,12 @@ struct node_config {
   uint32_t max_job_mib = 0;              // node memory one job may take; 0 = half the RAM
   uint32_t step_timeout_ms = defaults::step_timeout_ms;
   uint32_t io_timeout_ms = defaults::io_timeout_ms;
+  // The cluster
+  std::string coordinator;               // any node's --listen address; "" = embed it
+  std::string control;                   // the coordinator's middleman HOST:PORT
+  bool open_jobs = false;                // a worker's hello may create a job, no token
+  uint32_t heartbeat_ms = defaults::heartbeat_ms;
+  uint32_t node_timeout_ms = defaults::node_timeout_ms;
 };
 
 /// Adds every option (and --config) to `app`, bound to `cfg`.

@@ -1,6 +1,6 @@
 @0xc7e2a9d14b3f5a60;
-# Control messages that leave the actor system: the payloads of hello, welcome and
-# error frames.
+# Control messages that leave the actor system: the payloads of hello, welcome, error,
+# challenge, proof and located frames.
 
 $import "/capnp/c++.capnp".namespace("rw::schema");
 
@@ -49,6 +49,22 @@ struct Hello {
   shmNonce @7 :UInt64;      # stored in the segment: proves it is this worker's
   consistency @8 :ConsistencyModel;
   staleness @9 :UInt32;     # the bound s of ssp
+  hasToken @10 :Bool;       # the worker holds the job's token and will prove it
+}
+
+struct Challenge {
+  nonce @0 :Data;           # 32 random bytes, fresh for this connection
+}
+
+struct Proof {
+  mac @0 :Data;             # HMAC-SHA-256 keyed by the token over (nonce, job, rank)
+}
+
+struct Located {
+  coordinator @0 :Text;     # HOST:PORT of the coordinator's control (middleman) address;
+                            # an empty or wildcard HOST means "the host you asked"
+  nodeName @1 :Text;        # the node that answered
+  role @2 :Text;            # its role (rack-agg, coordinator)
 }
 
 struct ShardEndpoints {

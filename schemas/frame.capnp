@@ -21,6 +21,12 @@ enum FrameKind {
                  # the welcome's token in `clock`; answered with a welcome or an error
   pushSparse @11; # worker -> node: like push, payload (UInt32 index in chunk, Float32
                   # value) pairs, 8 bytes each; absent indices count as zero
+  challenge @12; # node -> worker, after a hello with hasToken: payload is a control.capnp
+                 # Challenge; the worker answers with a proof
+  proof @13;     # worker -> node: payload is a control.capnp Proof; answered with a
+                 # welcome or an error (unauthorized)
+  locate @14;    # anyone -> node: where is the cluster coordinator? no payload
+  located @15;   # node -> asker: payload is a control.capnp Located
 }
 
 struct FrameHeader {

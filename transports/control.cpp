@@ -72,6 +72,7 @@ bytes encode(const hello_msg& x) {
   root.setShmNonce(x.shm_nonce);
   root.setConsistency(static_cast<schema::ConsistencyModel>(x.spec.consistency.model));
   root.setStaleness(x.spec.consistency.staleness);
+  root.setHasToken(x.has_token);
   return to_bytes(msg);
 }
 
@@ -104,6 +105,29 @@ bytes encode(const error_msg& x) {
   auto root = msg.initRoot<schema::ErrorInfo>();
   root.setCode(static_cast<uint16_t>(x.code));
   root.setMessage(x.message);
+  return to_bytes(msg);
+}
+
+bytes encode(const challenge_msg& x) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<schema::Challenge>();
+  root.setNonce(kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.nonce.data()), x.nonce.size()));
+  return to_bytes(msg);
+}
+
+bytes encode(const proof_msg& x) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<schema::Proof>();
+  root.setMac(kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.mac.data()), x.mac.size()));
+  return to_bytes(msg);
+}
+
+bytes encode(const located_msg& x) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<schema::Located>();
+  root.setCoordinator(x.coordinator);
+  root.setNodeName(x.node_name);
+  root.setRole(x.role);
   return to_bytes(msg);
 }
 
@@ -142,6 +166,7 @@ errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why
     }
     out.spec.consistency.model = static_cast<consistency_spec::model_t>(model);
     out.spec.consistency.staleness = root.getStaleness();
+    out.has_token = root.getHasToken();
     return errc::ok;
   });
 }
@@ -192,6 +217,37 @@ errc decode(const std::byte* data, size_t size, error_msg& out, std::string& why
     auto root = r.getRoot<schema::ErrorInfo>();
     out.code = static_cast<errc>(root.getCode());
     out.message = root.getMessage().cStr();
+    return errc::ok;
+  });
+}
+
+namespace {
+std::vector<std::byte> copy_data(capnp::Data::Reader d) {
+  auto* p = reinterpret_cast<const std::byte*>(d.begin());
+  return {p, p + d.size()};
+}
+} // namespace
+
+errc decode(const std::byte* data, size_t size, challenge_msg& out, std::string& why) {
+  return read_message(data, size, why, [&](capnp::MessageReader& r) {
+    out.nonce = copy_data(r.getRoot<schema::Challenge>().getNonce());
+    return errc::ok;
+  });
+}
+
+errc decode(const std::byte* data, size_t size, proof_msg& out, std::string& why) {
+  return read_message(data, size, why, [&](capnp::MessageReader& r) {
+    out.mac = copy_data(r.getRoot<schema::Proof>().getMac());
+    return errc::ok;
+  });
+}
+
+errc decode(const std::byte* data, size_t size, located_msg& out, std::string& why) {
+  return read_message(data, size, why, [&](capnp::MessageReader& r) {
+    auto root = r.getRoot<schema::Located>();
+    out.coordinator = root.getCoordinator().cStr();
+    out.node_name = root.getNodeName().cStr();
+    out.role = root.getRole().cStr();
     return errc::ok;
   });
 }

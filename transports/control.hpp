@@ -1,6 +1,6 @@
 #pragma once
-// Codecs for the control payloads (schemas/control.capnp) carried by hello, welcome
-// and error frames. Decoders take untrusted bytes: they never throw, they bound the
+// Codecs for the control payloads (schemas/control.capnp) carried by hello, welcome,
+// error, challenge, proof and located frames. Decoders take untrusted bytes: they never throw, they bound the
 // work Cap'n Proto may do, and they say what is wrong.
 
 #include <cstddef>
@@ -20,6 +20,7 @@ struct hello_msg {
   uint32_t rank = 0;
   std::string shm_segment; // empty: TCP only
   uint64_t shm_nonce = 0;
+  bool has_token = false; // the worker will prove it holds the job's token
 };
 
 struct welcome_msg {
@@ -36,6 +37,22 @@ struct welcome_msg {
   std::string shm_params;
 };
 
+/// The node's challenge to a worker that says it holds the job's token, and the
+/// worker's proof (runtime/credentials).
+struct challenge_msg {
+  std::vector<std::byte> nonce;
+};
+struct proof_msg {
+  std::vector<std::byte> mac;
+};
+
+/// The answer to `locate`: where the cluster coordinator listens.
+struct located_msg {
+  std::string coordinator; // HOST:PORT; empty or wildcard HOST: the host asked
+  std::string node_name;
+  std::string role;
+};
+
 struct error_msg {
   errc code = errc::internal;
   std::string message;
@@ -44,10 +61,16 @@ struct error_msg {
 bytes encode(const hello_msg& x);
 bytes encode(const welcome_msg& x);
 bytes encode(const error_msg& x);
+bytes encode(const challenge_msg& x);
+bytes encode(const proof_msg& x);
+bytes encode(const located_msg& x);
 
 /// Each returns errc::ok or errc::bad_frame with `why` set.
 errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, error_msg& out, std::string& why);
+errc decode(const std::byte* data, size_t size, challenge_msg& out, std::string& why);
+errc decode(const std::byte* data, size_t size, proof_msg& out, std::string& why);
+errc decode(const std::byte* data, size_t size, located_msg& out, std::string& why);
 
 } // namespace rw::transports

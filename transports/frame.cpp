@@ -31,6 +31,10 @@ const char* to_string(frame_kind kind) noexcept {
     case frame_kind::bye: return "bye";
     case frame_kind::attach: return "attach";
     case frame_kind::push_sparse: return "push_sparse";
+    case frame_kind::challenge: return "challenge";
+    case frame_kind::proof: return "proof";
+    case frame_kind::locate: return "locate";
+    case frame_kind::located: return "located";
   }
   return "?";
 }
@@ -85,7 +89,7 @@ errc decode(const std::byte* in, frame_header& out, std::string& why) {
       return errc::bad_version;
     }
     auto kind = static_cast<uint16_t>(root.getKind());
-    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::push_sparse)) {
+    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::located)) {
       why = fmt::format("unknown frame kind {}", kind);
       return errc::bad_frame;
     }

@@ -27,6 +27,10 @@ enum class frame_kind : uint16_t {
   bye = 9,
   attach = 10,
   push_sparse = 11,
+  challenge = 12, // node -> worker: prove you hold the job's token (payload: nonce)
+  proof = 13,     // worker -> node: the answer (payload: HMAC over the nonce)
+  locate = 14,    // anyone -> node: where is the cluster coordinator?
+  located = 15,   // node -> asker: the coordinator's control address (payload: Located)
 };
 
 const char* to_string(frame_kind kind) noexcept;

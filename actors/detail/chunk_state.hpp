@@ -42,6 +42,8 @@ struct waiter {
   uint64_t version;
   uint64_t min_pushes = 0;
   uint64_t reader_clock = 0; // the clock the answer is for (staleness is measured to it)
+  /// When the request began waiting (epoch: not counted, as for subscriptions).
+  std::chrono::steady_clock::time_point since{};
 
   /// How far along the waiting worker is: lower means further behind.
   uint64_t progress() const noexcept {

@@ -1,7 +1,10 @@
 // Admission of workers on a NIC poller: a hello or an attach goes to the rack
 // coordinator; the answer binds the connection to (job, rank) and is sent back as a
 // welcome (the node's endpoints, routing table, attach token and, for a worker on
-// this host, its adopted shared memory) or as an error frame.
+// this host, its adopted shared memory) or as an error frame. A hello for a job with
+// a token is first answered with a challenge; the worker's proof then goes to the
+// coordinator like a hello. A locate is answered with the cluster coordinator's
+// address.
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -59,6 +62,70 @@ transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c, const
   }
 }
 
+void poller_sink::challenge(const connection_ptr& c, uint32_t rank, const job_binding& jb,
+                            transports::hello_msg hello) {
+  auto& b = self_->state.bindings[c->id()];
+  b.status = binding::challenged;
+  b.nonce = jb.challenge;
+  b.hello = std::move(hello);
+  auto payload = transports::encode(transports::challenge_msg{jb.challenge});
+  frame_header reply;
+  reply.kind = frame_kind::challenge;
+  reply.rank = rank;
+  reply.job_id = jb.job_id;
+  reply.payload_bytes = static_cast<uint32_t>(payload.size());
+  iovec iov{payload.data(), payload.size()};
+  c->send(reply, &iov, 1);
+}
+
+void poller_sink::on_proof(const connection_ptr& c, const frame_header& h, payload_target& t) {
+  auto& st = self_->state;
+  auto& b = st.bindings[c->id()];
+  transports::proof_msg proof;
+  std::string why;
+  if (decode(t.dst, h.payload_bytes, proof, why) != errc::ok) {
+    st.bindings.erase(c->id());
+    refuse(c, h, errc::bad_frame, why);
+    return;
+  }
+  auto hello = std::move(b.hello);
+  proof_request req{hello_request{hello, c->peer()}, std::move(b.nonce), std::move(proof.mac)};
+  b = binding{}; // joining again, until the coordinator answers
+  join(c, hello.rank,
+       self_->request(st.coordinator, hello_timeout, proof_atom::value, std::move(req)),
+       std::move(hello));
+}
+
+void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
+  auto& st = self_->state;
+  auto self = self_;
+  auto conn = c;
+  self_->request(st.coordinator, hello_timeout, locate_atom::value)
+    .then(
+      [self, conn](std::string& address) {
+        frame_header reply;
+        if (address.empty()) {
+          conn->send_error(errc::unavailable,
+                           "this node has not reached its cluster coordinator yet; "
+                           "try again shortly",
+                           reply);
+          return;
+        }
+        auto payload = transports::encode(
+          transports::located_msg{address, self->state.settings.node_name, "rack-agg"});
+        reply.kind = frame_kind::located;
+        reply.payload_bytes = static_cast<uint32_t>(payload.size());
+        iovec iov{payload.data(), payload.size()};
+        conn->send(reply, &iov, 1);
+      },
+      [self, conn](caf::error& err) {
+        conn->send_error(errc::internal,
+                         "the node could not say where its coordinator is: "
+                           + self->system().render(err),
+                         frame_header{});
+      });
+}
+
 void poller_sink::on_attach(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
   st.bindings[c->id()] = binding{};
@@ -88,8 +155,13 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
         return;
       }
       if (it == st.bindings.end()) { // closed while joining
-        self->send(st.coordinator, leave_atom::value, jb.job_id, rank, false,
-                   conn->peer() + ": closed while joining");
+        if (jb.challenge.empty())
+          self->send(st.coordinator, leave_atom::value, jb.job_id, rank, false,
+                     conn->peer() + ": closed while joining");
+        return;
+      }
+      if (!jb.challenge.empty()) {
+        sink->challenge(conn, rank, jb, std::move(hello));
         return;
       }
       it->second = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);

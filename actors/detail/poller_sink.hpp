@@ -29,7 +29,7 @@ struct binding {
     return b;
   }
 
-  enum status_t { joining, joined } status = joining;
+  enum status_t { joining, challenged, joined } status = joining;
   uint32_t job_id = 0;
   uint32_t rank = 0;
   routing_ptr routes;
@@ -38,6 +38,8 @@ struct binding {
   uint64_t clock = 0;               // the latest clock this worker pushed
   transports::connection_ptr shm;   // the worker's adopted segment (TCP connections)
   bool shm_companion = false;       // this is such a segment (on the shm poller)
+  std::vector<std::byte> nonce;     // challenged: the nonce sent
+  transports::hello_msg hello;      // challenged: the hello the proof is for
 };
 
 class poller_sink;
@@ -97,6 +99,13 @@ private:
   transports::connection_ptr adopt_shm(const connection_ptr& c, const job_binding& jb,
                                        const transports::hello_msg& hello);
   void on_attach(const connection_ptr& c, const frame_header& h);
+  // The worker's answer to the challenge its hello got.
+  void on_proof(const connection_ptr& c, const frame_header& h, payload_target& t);
+  // Tells the asker where the cluster coordinator is.
+  void on_locate(const connection_ptr& c, const frame_header& h);
+  // Sends the challenge of a hello for a job with a token.
+  void challenge(const connection_ptr& c, uint32_t rank, const job_binding& jb,
+                 transports::hello_msg hello);
   // Completes a hello or attach: binds the connection and sends the welcome, or sends
   // the refusal.
   template <class Handle>

@@ -19,6 +19,7 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
   job.routes = setup.routes;
   job.rescale = runtime::effective_rescale(job.spec.optimizer, job.spec.num_workers);
   job.departed.assign(job.spec.num_workers, false);
+  job.counters.assign(job.spec.num_workers, rank_counters{});
   job.coordinator = std::move(coordinator);
   // One NUMA-local arena for the job's chunks on this shard: per chunk, the
   // parameters (unless the job shares them with colocated workers) and the

@@ -26,6 +26,7 @@ struct shard_job {
   float rescale = 1.0f;
   std::vector<detail::chunk_state> chunks; // by routes->local_index(tensor, chunk)
   std::vector<bool> departed;              // ranks that left
+  job_counters counters;                   // by rank, for job status
   uint32_t departed_count = 0;
   abort_sink coordinator;
   bool timed_out = false;

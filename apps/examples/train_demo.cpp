@@ -41,6 +41,7 @@ struct args {
   uint32_t workers = 1;
   uint32_t steps = 300;
   std::string job = "train-demo";
+  std::string token;
   uint32_t batch = 64;
   float lr = 0.03f;
 };
@@ -159,6 +160,7 @@ int train(const args& a) {
   o.connect = a.connect;
   o.rank = a.rank;
   o.job.name = a.job;
+  o.token = a.token;
   o.job.num_workers = a.workers;
   o.job.optimizer.kind = rw::optimizer_kind::adam;
   o.job.optimizer.learning_rate = a.lr;
@@ -267,6 +269,9 @@ int main(int argc, char** argv) {
     ->check(CLI::Range(1u, 1'000'000'000u))
     ->capture_default_str();
   app.add_option("--job", a.job, "job name (all ranks must agree)")->capture_default_str();
+  app.add_option("--token", a.token,
+                 "the job's token, from rw-shell's rw.job_create{name=..., workers=..., "
+                 "optimizer='adam', lr=...} (empty: a node with --open-jobs)");
   app.add_option("--batch", a.batch, "minibatch size per worker")
     ->check(CLI::Range(1u, 1'000'000u))
     ->capture_default_str();

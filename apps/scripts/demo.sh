@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The RackWeave demo: builds the tree, starts a rack-agg node on a free local port and
-# trains a small MLP with DEMO_WORKERS (default 4) worker processes for DEMO_STEPS
-# (default 300) steps. Every process it starts is stopped by PID however it exits.
+# The RackWeave demo: builds the tree, starts a rack-agg node (which embeds the cluster
+# coordinator) on a free local port, and runs the example job script through rw-shell:
+# it creates a job, starts DEMO_WORKERS (default 4) worker processes that train a small
+# MLP for DEMO_STEPS (default 300) steps with the job's token, watches them and prints
+# the job's summary. Every process it starts is stopped by PID however it exits.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -66,37 +68,24 @@ fi
 address=$(<"$tmp/port")
 echo "demo: node listening on $address (pid $node_pid)"
 
-job="demo-$$"
 noun=workers
 ((workers > 1)) || noun=worker
-echo "demo: $workers $noun training a 2-32-1 MLP on two spirals for $steps steps" \
-  "(job $job; rank 0 reports)"
-worker_pids=()
-for ((r = 0; r < workers; r++)); do
-  cmd=(build/apps/examples/rw-train-demo --connect "$address" --rank "$r"
-       --workers "$workers" --steps "$steps" --job "$job")
-  if ((r == 0)); then
-    "${cmd[@]}" & # on the terminal, so its progress line is visible
-  else
-    "${cmd[@]}" >"$tmp/worker-$r.log" 2>&1 &
-  fi
-  worker_pids+=("$!")
-  pids+=("$!")
-done
-
+echo "demo: creating a job through rw-shell (config/examples/train_job.lua): $workers $noun" \
+  "train a 2-32-1 MLP on two spirals for $steps steps, proving the job's token"
 failed=0
-for ((r = 0; r < workers; r++)); do
-  rc=0
-  wait "${worker_pids[r]}" || rc=$?
-  forget "${worker_pids[r]}"
-  if ((rc != 0)); then
-    failed=1
-    echo "demo: worker $r failed (exit $rc)" >&2
-    if ((r != 0)); then sed 's/^/  /' "$tmp/worker-$r.log" >&2; fi
-  fi
-done
+rc=0
+build/apps/rw-shell --connect "$address" -f config/examples/train_job.lua -- \
+  build/apps/examples/rw-train-demo "$workers" "$steps" </dev/null &
+shell_pid=$!
+pids+=("$shell_pid")
+wait "$shell_pid" || rc=$?
+forget "$shell_pid"
+if ((rc != 0)); then
+  failed=1
+  echo "demo: the job script failed (exit $rc)" >&2
+fi
 
-echo "demo: workers done; stopping the node"
+echo "demo: job done; stopping the node"
 kill -TERM "$node_pid"
 for _ in {1..50}; do
   kill -0 "$node_pid" 2>/dev/null || break

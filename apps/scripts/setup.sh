@@ -15,6 +15,10 @@ packages=(
   libcli11-dev              # command lines
   libtomlplusplus-dev       # config files
   libxxhash-dev             # hashing
+  libsodium-dev             # job tokens: random secrets, HMAC challenge-response
+  liblua5.4-dev             # rw-shell scripts
+  libreadline-dev           # rw-shell line editing and history
+  tmux                      # the interactive rw-shell test drives a real terminal
 )
 
 missing=()

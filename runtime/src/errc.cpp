@@ -25,6 +25,10 @@ const char* to_string(errc code) noexcept {
     case errc::internal: return "internal";
     case errc::unknown_tensor: return "unknown_tensor";
     case errc::closed: return "closed";
+    case errc::unauthorized: return "unauthorized";
+    case errc::stopped: return "stopped";
+    case errc::duplicate_name: return "duplicate_name";
+    case errc::unavailable: return "unavailable";
   }
   return "unknown_error";
 }

@@ -8,6 +8,7 @@
 
 #include "actors/worker_link.hpp"
 #include "actors/worker_proxy.hpp"
+#include "runtime/credentials.hpp"
 #include "transports/control.hpp"
 #include "transports/tcp/endpoint.hpp"
 
@@ -19,21 +20,31 @@ using transports::frame_header;
 using transports::frame_kind;
 using transports::payload_target;
 
-// Receives the node's answer to the hello: a welcome or an error.
+// Receives the node's answer to the hello: a welcome or an error; or first a
+// challenge, answered with a proof of the token.
 class handshake_sink final : public transports::frame_sink {
 public:
+  handshake_sink(const std::string& token, const std::string& job, uint32_t rank)
+    : token_(token), job_(job), rank_(rank) {
+  }
+
   payload_target on_header(const transports::connection_ptr&,
                            const frame_header& h) override {
-    if (h.kind != frame_kind::welcome && h.kind != frame_kind::error)
+    if (h.kind != frame_kind::welcome && h.kind != frame_kind::error
+        && h.kind != frame_kind::challenge)
       return payload_target::dropped();
     buf.resize(h.payload_bytes);
     return payload_target::into(buf.data());
   }
-  void on_frame(const transports::connection_ptr&, const frame_header& h,
+  void on_frame(const transports::connection_ptr& c, const frame_header& h,
                 payload_target& t) override {
     if (t.action == payload_target::discard)
       return;
     std::string why;
+    if (h.kind == frame_kind::challenge) {
+      answer(c, h, why);
+      return;
+    }
     if (h.kind == frame_kind::welcome) {
       if (decode(buf.data(), buf.size(), welcome, why) == errc::ok)
         answered = ok = true;
@@ -52,6 +63,29 @@ public:
       fail(errc::io_error, "the node closed the connection during the hello: " + why);
   }
 
+  // Proves the token: HMAC over the node's nonce (runtime/credentials).
+  void answer(const transports::connection_ptr& c, const frame_header& h, std::string& why) {
+    transports::challenge_msg ch;
+    if (decode(buf.data(), buf.size(), ch, why) != errc::ok) {
+      fail(errc::bad_frame, "undecodable challenge: " + why);
+      return;
+    }
+    if (token_.empty()) {
+      fail(errc::unauthorized, "the node asks for job '" + job_ + "''s token and this "
+                               "worker has none");
+      return;
+    }
+    auto payload = transports::encode(
+      transports::proof_msg{runtime::prove(token_, ch.nonce, job_, rank_)});
+    frame_header p;
+    p.kind = frame_kind::proof;
+    p.rank = rank_;
+    p.payload_bytes = static_cast<uint32_t>(payload.size());
+    iovec iov{payload.data(), payload.size()};
+    if (!c->send(p, &iov, 1))
+      fail(errc::io_error, "cannot send the proof of the token to the node");
+  }
+
   void fail(errc c, std::string m) {
     answered = true;
     ok = false;
@@ -65,6 +99,11 @@ public:
   errc code = errc::ok;
   std::string message;
   transports::welcome_msg welcome;
+
+private:
+  const std::string& token_;
+  const std::string& job_;
+  uint32_t rank_;
 };
 
 } // namespace
@@ -112,7 +151,7 @@ struct worker::impl {
 
   // Waits for the node's welcome (or error) on the endpoint's connections.
   transports::welcome_msg await_welcome(const std::string& what) {
-    handshake_sink sink;
+    handshake_sink sink{opts.token, opts.job.name, opts.rank};
     auto deadline = std::chrono::steady_clock::now() + opts.request_timeout;
     while (!sink.answered && std::chrono::steady_clock::now() < deadline)
       ep->poll(50, sink);
@@ -133,7 +172,7 @@ struct worker::impl {
   }
 
   void handshake() {
-    transports::hello_msg hello{opts.job, opts.rank, {}, 0};
+    transports::hello_msg hello{opts.job, opts.rank, {}, 0, !opts.token.empty()};
     std::unique_ptr<transports::shm::worker_channel> channel;
     if (opts.transport != "tcp") {
       try {

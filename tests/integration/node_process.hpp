@@ -29,13 +29,27 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+/// How a test's node runs. Data-path tests let workers create jobs (open jobs); the
+/// cluster tests start coordinators and members that demand tokens.
+struct node_role {
+  std::string role = "rack-agg";
+  bool open_jobs = true;
+  std::string coordinator; // --coordinator (a member of another node's cluster)
+};
+
 class node_process {
 public:
-  explicit node_process(std::vector<std::string> extra = {})
+  explicit node_process(std::vector<std::string> extra = {}, node_role how = {})
     : port_file_(temp_path("port")), log_path_(temp_path("node.log")) {
-    std::vector<std::string> argv{RW_NODE_PATH, "--role", "rack-agg", "--listen",
+    std::vector<std::string> argv{RW_NODE_PATH, "--role", how.role, "--listen",
                                   "127.0.0.1:0", "--port-file", port_file_,
                                   "--log-level", "debug"};
+    if (how.open_jobs)
+      argv.push_back("--open-jobs");
+    if (!how.coordinator.empty()) {
+      argv.push_back("--coordinator");
+      argv.push_back(how.coordinator);
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc_.emplace_back(argv, false, log_path_);
     for (int i = 0; i < 200 && address_.empty(); ++i) { // at most 10 s

@@ -1,5 +1,7 @@
 #include "tests/integration/raw_client.hpp"
 
+#include "runtime/credentials.hpp"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -120,10 +122,11 @@ bool raw_client::closed_by_peer(std::chrono::milliseconds timeout) {
   return false;
 }
 
-uint32_t raw_client::join(const job_spec& spec, uint32_t rank) {
+uint32_t raw_client::join(const job_spec& spec, uint32_t rank, const std::string& token) {
   transports::hello_msg hello;
   hello.spec = spec;
   hello.rank = rank;
+  hello.has_token = !token.empty();
   auto payload = transports::encode(hello);
   transports::frame_header h;
   h.kind = transports::frame_kind::hello;
@@ -131,6 +134,20 @@ uint32_t raw_client::join(const job_spec& spec, uint32_t rank) {
   h.payload_bytes = static_cast<uint32_t>(payload.size());
   send_frame(h, payload.data());
   auto f = read_frame();
+  if (f && f->header.kind == transports::frame_kind::challenge) {
+    transports::challenge_msg ch;
+    std::string why;
+    if (decode(f->payload.data(), f->payload.size(), ch, why) != errc::ok)
+      throw std::runtime_error("undecodable challenge: " + why);
+    auto proof = transports::encode(
+      transports::proof_msg{runtime::prove(token, ch.nonce, spec.name, rank)});
+    transports::frame_header p;
+    p.kind = transports::frame_kind::proof;
+    p.rank = rank;
+    p.payload_bytes = static_cast<uint32_t>(proof.size());
+    send_frame(p, proof.data());
+    f = read_frame();
+  }
   if (!f)
     throw std::runtime_error("no answer to hello");
   if (f->header.kind == transports::frame_kind::error)

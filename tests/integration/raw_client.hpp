@@ -37,9 +37,10 @@ public:
   /// True if the peer closes the connection within the timeout (frames are skipped).
   bool closed_by_peer(std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
-  /// Sends a hello for `spec` as `rank`; returns the welcome's job id, or throws with
-  /// the error frame's message.
-  uint32_t join(const job_spec& spec, uint32_t rank);
+  /// Sends a hello for `spec` as `rank` (answering the challenge with `token` if the
+  /// node sends one); returns the welcome's job id, or throws with the error frame's
+  /// message.
+  uint32_t join(const job_spec& spec, uint32_t rank, const std::string& token = {});
 
   void close();
 

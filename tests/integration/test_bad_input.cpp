@@ -228,7 +228,7 @@ TEST_CASE("a step whose worker never pushes times out", "[integration][bad]") {
     CHECK(e.code() == errc::step_timeout);
     CHECK_THAT(e.what(), Catch::Contains("ranks [1]"));
   }
-  CHECK(node.wait_for_log("job aborted"));
+  CHECK(node.wait_for_log("job failed"));
 }
 
 TEST_CASE("a busy port is a clear error at start", "[integration][bad]") {

@@ -12,49 +12,13 @@
 #include "runtime/layerwise.hpp"
 #include "tests/integration/node_process.hpp"
 #include "tests/tools/fixture_job.hpp"
+#include "tests/tools/fixture_reference.hpp"
 
 using namespace rw;
 
 namespace {
 
 constexpr uint32_t steps = 3;
-
-std::vector<float> reference(const job_spec& spec, uint32_t t, uint32_t workers) {
-  auto n = spec.tensors[t].elements;
-  auto params = spec.tensors[t].has_init ? testing::fixture_init(t, n) : std::vector<float>(n);
-  std::vector<float> m(n), v(n), d(n);
-  auto rescale = runtime::effective_rescale(spec.optimizer, workers);
-  runtime::chunk_layout layout{n, spec.chunk_bytes};
-  for (uint32_t s = 0; s < steps; ++s) {
-    auto sum = testing::fixture_gradient(0, s, t, n);
-    for (uint32_t r = 1; r < workers; ++r) {
-      auto g = testing::fixture_gradient(r, s, t, n);
-      runtime::sum_into(sum.data(), g.data(), n);
-    }
-    if (!runtime::is_layerwise(spec.optimizer.kind)) {
-      runtime::apply_optimizer(spec.optimizer, rescale, s + 1, params.data(), sum.data(),
-                               {m.data(), v.data()}, n);
-      continue;
-    }
-    // Layer-wise: prepare every chunk, add the norms in chunk order, then apply.
-    runtime::norm_parts total;
-    for (uint32_t c = 0; c < layout.count(); ++c) {
-      auto o = layout.offset(c);
-      auto part = runtime::layerwise_prepare(spec.optimizer, rescale, s + 1, params.data() + o,
-                                             sum.data() + o, {m.data() + o, v.data() + o, d.data() + o},
-                                             layout.length(c));
-      total.w2 += part.w2;
-      total.d2 += part.d2;
-    }
-    auto trust = runtime::layerwise_trust(spec.optimizer, total);
-    for (uint32_t c = 0; c < layout.count(); ++c) {
-      auto o = layout.offset(c);
-      runtime::layerwise_apply(spec.optimizer, trust, params.data() + o,
-                               {m.data() + o, v.data() + o, d.data() + o}, layout.length(c));
-    }
-  }
-  return params;
-}
 
 // Runs W rw-test-worker processes; returns each one's output file contents.
 std::vector<std::string> run_workers(const std::string& address, const std::string& job,
@@ -100,7 +64,7 @@ TEST_CASE("BSP push_pull is bitwise the single-process reference", "[integration
         auto spec = testing::fixture_job(job, workers, kind);
         std::string expect;
         for (uint32_t t = 0; t < spec.tensors.size(); ++t) {
-          auto ref = reference(spec, t, workers);
+          auto ref = testing::fixture_reference(spec, t, workers, steps);
           expect.append(reinterpret_cast<const char*>(ref.data()), ref.size() * sizeof(float));
         }
         auto results = run_workers(node.address(), job, workers, kind, transport);

@@ -19,6 +19,7 @@ runtime::node_config local_config() {
   runtime::node_config cfg;
   cfg.listen = {"127.0.0.1:0"};
   cfg.prealloc_buffers = 8;
+  cfg.open_jobs = true; // workers here make their own jobs
   return cfg;
 }
 
@@ -57,6 +58,7 @@ void run_one_step(const std::string& address, const std::string& name) {
 TEST_CASE("shards and pollers run on their planned cores, memory on their domain",
           "[integration][placement]") {
   caf::actor_system_config cfg;
+  actors::register_cluster_types(cfg);
   caf::actor_system sys{cfg};
   actors::rack_agg_node node{sys, local_config()};
   auto& plan = node.plan();
@@ -89,6 +91,7 @@ TEST_CASE("shards and pollers run on their planned cores, memory on their domain
 
 TEST_CASE("with pinning off (--no-pin), threads are left to the OS", "[integration][placement]") {
   caf::actor_system_config cfg;
+  actors::register_cluster_types(cfg);
   caf::actor_system sys{cfg};
   auto c = local_config();
   c.pin = false;
@@ -101,6 +104,7 @@ TEST_CASE("with pinning off (--no-pin), threads are left to the OS", "[integrati
 TEST_CASE("the supervisor restarts a failed shard; its jobs fail, new jobs run",
           "[integration][placement]") {
   caf::actor_system_config cfg;
+  actors::register_cluster_types(cfg);
   caf::actor_system sys{cfg};
   actors::rack_agg_node node{sys, local_config()};
   worker waiting{job(node.address(), "victim", 2, 0)};
@@ -121,6 +125,7 @@ TEST_CASE("the supervisor restarts a failed shard; its jobs fail, new jobs run",
 TEST_CASE("a config naming what the machine lacks fails at start",
           "[integration][placement]") {
   caf::actor_system_config cfg;
+  actors::register_cluster_types(cfg);
   caf::actor_system sys{cfg};
   auto cores = runtime::topology::discover()->cores().size();
   auto c = local_config();

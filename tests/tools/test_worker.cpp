@@ -1,19 +1,26 @@
-// rw-test-worker: one worker of the integration tests' fixture job. Joins, initialises
-// (rank 0), runs --steps push_pull steps on every tensor at once and writes the final
-// parameters of every tensor, in order, as raw float32 to --out.
+// rw-test-worker: one worker of the integration tests' fixture job. Joins (proving
+// --token if given), initialises (rank 0), runs --steps push_pull steps on every
+// tensor at once and writes the final parameters of every tensor, in order, as raw
+// float32 to --out. With --verify it also checks them bitwise against the
+// single-process reference (exit 5 if they differ); --hold-ms keeps it in the job
+// that long after its last step (exit 7 if an operator stops the job meanwhile).
 
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
 #include "rackweave/worker.hpp"
 #include "tests/tools/fixture_job.hpp"
+#include "tests/tools/fixture_reference.hpp"
 
 int main(int argc, char** argv) {
-  std::string connect, job, optimizer = "sum", out, transport = "auto";
-  uint32_t rank = 0, workers = 1, steps = 3;
+  std::string connect, job, optimizer = "sum", out, transport = "auto", token;
+  uint32_t rank = 0, workers = 1, steps = 3, hold_ms = 0;
+  bool verify = false;
   CLI::App app{"rw-test-worker: one worker of the test fixture job"};
   app.add_option("--connect", connect)->required();
   app.add_option("--job", job)->required();
@@ -23,6 +30,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps);
   app.add_option("--out", out)->required();
   app.add_option("--transport", transport);
+  app.add_option("--token", token, "the job's token (from rw.job_create)");
+  app.add_flag("--verify", verify, "check the result against the single-process reference");
+  app.add_option("--hold-ms", hold_ms, "stay in the job this long after the last step");
   CLI11_PARSE(app, argc, argv);
 
   auto kind = rw::parse_optimizer_kind(optimizer);
@@ -36,6 +46,7 @@ int main(int argc, char** argv) {
   o.job = rw::testing::fixture_job(job, workers, *kind);
   o.request_timeout = std::chrono::seconds(30);
   o.transport = transport;
+  o.token = token;
   try {
     rw::worker w{o};
     if (transport != "auto" && transport != w.transport()) {
@@ -65,15 +76,35 @@ int main(int argc, char** argv) {
       for (auto& f : pending)
         f.get();
     }
-    w.close();
     std::ofstream file{out, std::ios::binary};
     for (auto& p : params)
       file.write(reinterpret_cast<const char*>(p.data()),
                  static_cast<std::streamsize>(p.size() * sizeof(float)));
-    return file.good() ? 0 : 3;
+    if (!file.good())
+      return 3;
+    if (verify) {
+      for (uint32_t t = 0; t < tensors.size(); ++t) {
+        auto ref = rw::testing::fixture_reference(o.job, t, workers, steps);
+        if (std::memcmp(ref.data(), params[t].data(), ref.size() * sizeof(float)) != 0) {
+          std::cerr << "rank " << rank << ": tensor " << tensors[t].name
+                    << " differs from the single-process reference\n";
+          return 5;
+        }
+      }
+      std::cout << "rank " << rank << ": verified, bitwise the reference" << std::endl;
+    }
+    // Holding: stay live in the job, reading a tensor now and then, until the hold
+    // ends or the job does (an operator's stop arrives as errc::stopped).
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(hold_ms);
+    while (std::chrono::steady_clock::now() < until) {
+      w.pull(tensors[0].name, params[0].data(), 0).get();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    w.close();
+    return 0;
   } catch (const rw::error& e) {
     std::cerr << "rank " << rank << ": " << e.what() << " (" << rw::to_string(e.code())
               << ")\n";
-    return 2;
+    return e.code() == rw::errc::stopped ? 7 : 2;
   }
 }

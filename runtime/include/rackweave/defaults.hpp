@@ -29,6 +29,14 @@ constexpr int poll_block_ms = 2;
 /// Protocol magic ("RWF1") and version carried by every frame header.
 constexpr uint32_t frame_magic = 0x52574631;
 constexpr uint16_t wire_version = 2;
+/// A node whose heartbeats stop for this long has left the cluster.
+constexpr uint32_t node_timeout_ms = 5'000;
+/// How often a node's cluster link sends a heartbeat.
+constexpr uint32_t heartbeat_ms = 1'000;
+/// How long the cluster coordinator waits for a node's answer.
+constexpr uint32_t node_request_timeout_ms = 3'000;
+/// How long the shell waits for the coordinator's answer.
+constexpr uint32_t shell_timeout_ms = 10'000;
 /// Cache line size for alignment of buffers and per-core counters.
 constexpr size_t cache_line = 64;
 

@@ -29,6 +29,10 @@ enum class errc : uint16_t {
   internal,
   unknown_tensor,     // a tensor name not declared in the job (worker side)
   closed,             // a call on a worker that was closed (worker side)
+  unauthorized,       // a missing or wrong job token
+  stopped,            // an operator stopped the job
+  duplicate_name,     // a job of that name exists already
+  unavailable,        // the cluster (coordinator or a node) cannot be reached in time
 };
 
 const char* to_string(errc code) noexcept;

@@ -6,6 +6,7 @@
 //   opts.rank = rank;
 //   opts.job = {"my-job", /*num_workers*/ 4, rw::defaults::chunk_bytes,
 //               {rw::optimizer_kind::adam, /*lr*/ 1e-3f}, {{"w1", 1 << 20}, {"b1", 256}}};
+//   opts.token = token;                       // from rw.job_create{...} in rw-shell
 //   rw::worker w{opts};                       // connects, joins (or creates) the job
 //   w.push_pull("w1", grad.data(), params.data()).get();  // new parameters in `params`
 //
@@ -39,10 +40,17 @@ namespace rw {
 struct worker_options {
   /// HOST:PORT of the rack-agg node.
   std::string connect = defaults::listen;
-  /// The job to join; the first worker to connect creates it, later ones must match.
+  /// The job to join. Its name, workers, chunk size, optimizer and consistency must
+  /// match what the job was created with; the first worker to join declares the
+  /// tensors (and, on a node with --open-jobs, may create a job that was never
+  /// created), later ones must match.
   job_spec job;
   /// This worker's rank in 0..job.num_workers-1; gradients are summed in rank order.
   uint32_t rank = 0;
+  /// The job's token, as creating the job returned it (rw-shell: rw.job_create). The
+  /// worker proves it holds it (challenge-response) and never sends it. Empty: join a
+  /// job without credentials, which only a node started with --open-jobs allows.
+  std::string token;
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds request_timeout{defaults::request_timeout_ms};
   /// How chunks travel: "auto" (shared memory when the node is on this host and allows

@@ -1,0 +1,158 @@
+#include "actors/cluster_coordinator.hpp"
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/detail/cluster_state.hpp"
+
+namespace rw::actors {
+
+namespace detail {
+
+uint64_t unix_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count());
+}
+
+bool ended(const std::string& state) {
+  return state == "finished" || state == "failed" || state == "stopped";
+}
+
+} // namespace detail
+
+namespace {
+
+using namespace detail;
+
+void drop_node(cluster_ptr self, uint32_t id, const std::string& why) {
+  auto& st = self->state;
+  auto it = st.nodes.find(id);
+  if (it == st.nodes.end())
+    return;
+  auto name = it->second.info.name;
+  self->demonitor(it->second.addr);
+  st.nodes.erase(it);
+  spdlog::warn("node left the cluster: node={} id={}: {}; {} node(s) remain", name, id, why,
+               st.nodes.size());
+  fail_jobs_on(self, id, fmt::format("node {} {}", name, why));
+}
+
+caf::result<uint32_t> on_register(cluster_ptr self, node_info& info) {
+  auto& st = self->state;
+  auto sender = self->current_sender();
+  if (!sender)
+    return cluster_error(errc::bad_frame, "a node must register from its cluster link actor");
+  if (info.name.empty() || info.endpoints.empty())
+    return cluster_error(errc::invalid_spec, "a node registers with a name and its endpoints");
+  for (auto& [id, m] : st.nodes)
+    if (m.info.name == info.name) {
+      // The same name again: the node restarted, or its connection dropped and came
+      // back. Either way what it held is gone.
+      drop_node(self, id, "registered again (it restarted or lost the coordinator)");
+      break;
+    }
+  member m;
+  m.info = std::move(info);
+  m.info.id = st.next_node_id++;
+  m.link = caf::actor_cast<node_link_actor>(sender);
+  m.addr = caf::actor_cast<caf::actor_addr>(sender);
+  m.last_seen = steady::now();
+  self->monitor(sender);
+  spdlog::info("node joined the cluster: node={} id={} role={} endpoints=[{}] shards={}; "
+               "{} node(s) live",
+               m.info.name, m.info.id, m.info.role, fmt::join(m.info.endpoints, ", "),
+               m.info.shards, st.nodes.size() + 1);
+  auto id = m.info.id;
+  st.nodes.emplace(id, std::move(m));
+  return id;
+}
+
+caf::result<ok_atom> on_heartbeat(cluster_ptr self, uint32_t id, uint32_t live_jobs) {
+  auto it = self->state.nodes.find(id);
+  if (it == self->state.nodes.end())
+    return cluster_error(errc::unknown_job,
+                         fmt::format("node id {} is not a member (it timed out): register "
+                                     "again",
+                                     id));
+  it->second.last_seen = steady::now();
+  it->second.info.jobs = live_jobs;
+  return ok_atom::value;
+}
+
+std::vector<node_info> list_nodes(cluster_ptr self) {
+  std::vector<node_info> out;
+  auto now = steady::now();
+  for (auto& [id, m] : self->state.nodes) {
+    auto info = m.info;
+    info.last_seen_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - m.last_seen).count());
+    uint32_t live = 0;
+    for (auto& [jid, j] : self->state.jobs)
+      if (j.node_id == id && !ended(j.report.state))
+        ++live;
+    info.jobs = live;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void expire(cluster_ptr self) {
+  auto& st = self->state;
+  auto now = steady::now();
+  std::vector<uint32_t> late;
+  for (auto& [id, m] : st.nodes)
+    if (now - m.last_seen > st.settings.node_timeout)
+      late.push_back(id);
+  for (auto id : late)
+    drop_node(self, id,
+              fmt::format("sent no heartbeat for {} ms", st.settings.node_timeout.count()));
+}
+
+cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
+                                                              cluster_settings settings) {
+  self->state.settings = settings;
+  self->set_down_handler([self](caf::down_msg& dm) {
+    for (auto& [id, m] : self->state.nodes)
+      if (m.addr == dm.source) {
+        drop_node(self, id, "vanished (its connection to the coordinator closed)");
+        return;
+      }
+  });
+  auto scan = settings.node_timeout / 4;
+  self->delayed_send(self, scan, tick_atom::value);
+  return {
+    [=](register_atom, node_info& info) { return on_register(self, info); },
+    [=](heartbeat_atom, uint32_t id, uint32_t jobs) { return on_heartbeat(self, id, jobs); },
+    [=](leave_atom, uint32_t id) { drop_node(self, id, "left (it is stopping)"); },
+    [=](event_atom, uint32_t node_id, job_event& ev) { on_event(self, node_id, ev); },
+    [=](caf::get_atom, nodes_atom) { return list_nodes(self); },
+    [=](caf::get_atom, jobs_atom) {
+      std::vector<job_report> out;
+      for (auto& [id, j] : self->state.jobs)
+        out.push_back(j.report);
+      return out;
+    },
+    [=](create_atom, job_spec& spec, const std::string& placement) {
+      return create_job(self, spec, placement);
+    },
+    [=](status_atom, const std::string& name) { return job_status(self, name); },
+    [=](stop_atom, const std::string& name) { return stop_job(self, name); },
+    [=](remove_atom, const std::string& name) { return remove_job(self, name); },
+    [=](tick_atom) {
+      expire(self);
+      self->delayed_send(self, scan, tick_atom::value);
+    },
+  };
+}
+
+} // namespace
+
+cluster_coordinator_actor spawn_cluster_coordinator(caf::actor_system& sys,
+                                                    cluster_settings settings) {
+  return sys.spawn(coordinator_behavior, settings);
+}
+
+} // namespace rw::actors

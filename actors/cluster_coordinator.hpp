@@ -1,0 +1,83 @@
+#pragma once
+// Cluster coordinator: membership, the job registry and job credentials. One per
+// cluster; embedded in the first rack-agg node unless one runs with --role coordinator.
+// Published on the node's control address; nodes and shells reach it over the
+// middleman (they find that address by asking any node's --listen endpoint, `locate`).
+//
+// Protocol (every request is answered within a bounded time, or with an error whose
+// message says what went wrong; errors are cluster_error(errc, message))
+//   link  -> coordinator  (register_atom, node_info) -> uint32_t node id
+//                         a rack-agg node joins (or rejoins after a lost connection).
+//                         The coordinator monitors the sender: when its connection
+//                         drops, or its heartbeats stop for node_timeout, the node is
+//                         gone and every live job placed on it fails.
+//   link  -> coordinator  (heartbeat_atom, node id, live jobs) -> ok_atom
+//                         an error (unknown_job) means the coordinator has forgotten
+//                         the node (it timed out): the link registers again
+//   link  -> coordinator  (leave_atom, node id)       a node stops cleanly
+//   link  -> coordinator  (event_atom, node id, job_event)
+//                         a granted job started (first worker) or ended on the node
+//   shell -> coordinator  (get_atom, nodes_atom) -> vector<node_info>   live nodes
+//   shell -> coordinator  (get_atom, jobs_atom)  -> vector<job_report>  every job
+//   shell -> coordinator  (create_atom, job_spec, placement) -> job_created
+//                         validates the spec (no tensors: workers declare them), picks
+//                         the node (placement: a node name, or "" for the live node
+//                         with the fewest live jobs), grants the job to it
+//                         (grant_atom) and answers with the job and its token
+//   shell -> coordinator  (status_atom, name) -> job_report
+//                         a running job's per-worker counts come from its node, live
+//   shell -> coordinator  (stop_atom, name) -> job_report
+//                         ends a job: its node aborts it (workers get errc::stopped)
+//   shell -> coordinator  (remove_atom, name) -> ok_atom
+//                         forgets an ended job (stopping it first if it is live), so
+//                         its name can be used again
+//   coordinator -> itself (tick_atom)  every node_timeout / 4: forget silent nodes
+//   coordinator -> link   (grant_atom, job_grant) -> ok_atom
+//                         (status_atom, job id) -> job_event
+//                         (halt_atom, job id, reason) -> ok_atom
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "actors/cluster_messages.hpp"
+#include "rackweave/defaults.hpp"
+#include "actors/messages.hpp"
+
+namespace rw::actors {
+
+using cluster_coordinator_actor = caf::typed_actor<
+  caf::replies_to<register_atom, node_info>::with<uint32_t>,
+  caf::replies_to<heartbeat_atom, uint32_t, uint32_t>::with<ok_atom>,
+  caf::reacts_to<leave_atom, uint32_t>,
+  caf::reacts_to<event_atom, uint32_t, job_event>,
+  caf::replies_to<caf::get_atom, nodes_atom>::with<std::vector<node_info>>,
+  caf::replies_to<caf::get_atom, jobs_atom>::with<std::vector<job_report>>,
+  caf::replies_to<create_atom, job_spec, std::string>::with<job_created>,
+  caf::replies_to<status_atom, std::string>::with<job_report>,
+  caf::replies_to<stop_atom, std::string>::with<job_report>,
+  caf::replies_to<remove_atom, std::string>::with<ok_atom>,
+  caf::reacts_to<tick_atom>>;
+
+/// What the coordinator asks of a node: the node's cluster link answers.
+using node_link_actor = caf::typed_actor<
+  caf::replies_to<grant_atom, job_grant>::with<ok_atom>,
+  caf::replies_to<status_atom, uint32_t>::with<job_event>,
+  caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>>;
+
+struct cluster_settings {
+  uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
+  uint32_t max_workers = defaults::max_workers;
+  /// A node whose heartbeats stop for this long is gone.
+  std::chrono::milliseconds node_timeout{defaults::node_timeout_ms};
+  /// How long the coordinator waits for a node's answer (grant, status, stop).
+  std::chrono::milliseconds node_request_timeout{defaults::node_request_timeout_ms};
+};
+
+cluster_coordinator_actor spawn_cluster_coordinator(caf::actor_system& sys,
+                                                    cluster_settings settings);
+
+} // namespace rw::actors

@@ -1,0 +1,176 @@
+#include "actors/cluster_link.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/middleman.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "transports/tcp/locator.hpp"
+
+namespace rw::actors {
+
+namespace {
+
+struct link_state {
+  link_settings settings;
+  rack_coordinator_actor rack;
+  cluster_coordinator_actor coordinator; // null until found
+  std::string address;                   // its control address
+  uint32_t node_id = 0;                  // 0: not registered
+  bool registering = false;
+  uint32_t failures = 0;                 // failed attempts in a row, for the log
+  static inline const char* name = "rw.cluster_link";
+};
+
+using link_ptr = cluster_link_actor::stateful_pointer<link_state>;
+
+// Finds a remote coordinator: locate through the --coordinator node, then connect
+// over the middleman. Blocks (bounded). Returns null with `why` set on failure.
+cluster_coordinator_actor find_remote(link_ptr self, std::string& address, std::string& why) {
+  auto& s = self->state.settings;
+  try {
+    auto where = transports::tcp::locate(s.via, s.request_timeout);
+    auto addr = transports::tcp::parse_address(where.coordinator);
+    auto got = self->system().middleman().remote_actor<cluster_coordinator_actor>(addr.host,
+                                                                                  addr.port);
+    if (!got) {
+      why = fmt::format("cannot connect to the coordinator at {}: {}", where.coordinator,
+                        self->system().render(got.error()));
+      return {};
+    }
+    address = where.coordinator;
+    return *got;
+  } catch (const std::exception& e) {
+    why = e.what();
+    return {};
+  }
+}
+
+void lost(link_ptr self, const std::string& why) {
+  auto& st = self->state;
+  if (st.node_id != 0)
+    spdlog::warn("cluster: lost the coordinator at {}: {}; registering again", st.address,
+                 why);
+  st.node_id = 0;
+  if (!st.settings.embedded && st.coordinator) {
+    self->demonitor(st.coordinator.address());
+    st.coordinator = nullptr;
+  }
+}
+
+void try_register(link_ptr self) {
+  auto& st = self->state;
+  if (st.registering)
+    return;
+  if (!st.coordinator) {
+    std::string why;
+    st.coordinator = find_remote(self, st.address, why);
+    if (!st.coordinator) {
+      if (st.failures++ % 10 == 0)
+        spdlog::warn("cluster: cannot reach the coordinator through {}: {} (retrying every "
+                     "{} ms)",
+                     st.settings.via, why, st.settings.heartbeat.count());
+      return;
+    }
+    self->monitor(st.coordinator);
+  }
+  st.registering = true;
+  self->request(st.coordinator, st.settings.request_timeout, register_atom::value,
+                st.settings.node)
+    .then(
+      [self](uint32_t id) {
+        auto& st = self->state;
+        st.registering = false;
+        st.node_id = id;
+        st.failures = 0;
+        self->send(st.rack, locate_atom::value, st.address);
+        spdlog::info("cluster: registered with the coordinator at {} as node {} (id {})",
+                     st.address, st.settings.node.name, id);
+      },
+      [self](caf::error& err) {
+        self->state.registering = false;
+        lost(self, describe(self->system(), err));
+      });
+}
+
+void heartbeat(link_ptr self) {
+  auto& st = self->state;
+  if (st.node_id == 0) {
+    try_register(self);
+    return;
+  }
+  self->request(st.coordinator, st.settings.request_timeout, heartbeat_atom::value,
+                st.node_id, uint32_t{0})
+    .then([](ok_atom) {},
+          [self](caf::error& err) {
+            if (err.category() == caf::atom("rw")) // the coordinator forgot this node
+              lost(self, describe(self->system(), err));
+            else
+              spdlog::warn("cluster: heartbeat to {} unanswered: {}", self->state.address,
+                           describe(self->system(), err));
+          });
+}
+
+// Passes a coordinator's request on to the rack coordinator, and the answer back.
+template <class Reply, class... Ts>
+caf::result<Reply> relay(link_ptr self, Ts&&... xs) {
+  auto rp = self->make_response_promise<Reply>();
+  self->request(self->state.rack, self->state.settings.request_timeout, std::forward<Ts>(xs)...)
+    .then([rp](Reply& r) mutable { rp.deliver(std::move(r)); },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
+cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings settings,
+                                                rack_coordinator_actor rack) {
+  auto& st = self->state;
+  st.settings = std::move(settings);
+  st.rack = std::move(rack);
+  if (st.settings.embedded) {
+    st.coordinator = st.settings.embedded;
+    st.address = st.settings.embedded_address;
+  }
+  self->send(st.rack, register_atom::value, caf::actor_cast<job_event_sink>(self));
+  self->set_down_handler([self](caf::down_msg& dm) {
+    if (self->state.coordinator && dm.source == self->state.coordinator.address())
+      lost(self, "the connection closed");
+  });
+  try_register(self);
+  self->delayed_send(self, st.settings.heartbeat, tick_atom::value);
+  return {
+    [=](grant_atom, job_grant& g) { return relay<ok_atom>(self, grant_atom::value, std::move(g)); },
+    [=](status_atom, uint32_t id) { return relay<job_event>(self, status_atom::value, id); },
+    [=](halt_atom, uint32_t id, std::string& why) {
+      return relay<ok_atom>(self, halt_atom::value, id, std::move(why));
+    },
+    [=](event_atom, job_event& ev) {
+      auto& st = self->state;
+      if (st.node_id == 0) {
+        spdlog::warn("cluster: job {} {} but the coordinator is not reachable to hear it",
+                     ev.job_id, ev.state);
+        return;
+      }
+      self->send(st.coordinator, event_atom::value, st.node_id, std::move(ev));
+    },
+    [=](leave_atom) {
+      auto& st = self->state;
+      if (st.node_id != 0)
+        self->send(st.coordinator, leave_atom::value, st.node_id);
+      self->quit();
+      return ok_atom::value;
+    },
+    [=](tick_atom) {
+      heartbeat(self);
+      self->delayed_send(self, self->state.settings.heartbeat, tick_atom::value);
+    },
+  };
+}
+
+} // namespace
+
+cluster_link_actor spawn_cluster_link(caf::actor_system& sys, link_settings settings,
+                                      rack_coordinator_actor rack) {
+  return sys.spawn<caf::detached>(link_behavior, std::move(settings), std::move(rack));
+}
+
+} // namespace rw::actors

@@ -1,0 +1,56 @@
+#pragma once
+// Cluster link: a rack-agg node's membership in the cluster. It finds the cluster
+// coordinator (in this process, or through any node's --listen address and the
+// middleman), registers the node, sends heartbeats, registers again after the
+// coordinator lost it, and carries the coordinator's requests to the node's rack
+// coordinator and the rack coordinator's job news back.
+//
+// Protocol
+//   link  -> coordinator   (register_atom, node_info) -> node id; then every heartbeat
+//                          (heartbeat_atom, id, 0) -> ok_atom; an error or a down
+//                          message (the connection closed) means: register again
+//   coordinator -> link    (grant_atom, job_grant) -> ok_atom
+//                          (status_atom, job id) -> job_event
+//                          (halt_atom, job id, reason) -> ok_atom
+//                          each passed on to the rack coordinator and its answer back
+//   rack coordinator -> link (event_atom, job_event)  forwarded as
+//                          (event_atom, node id, job_event)
+//   link  -> rack coordinator (locate_atom, address)  once the coordinator is found
+//   node  -> link          (leave_atom) -> ok_atom    the node is stopping: the link
+//                          says so to the coordinator (leave_atom, id) and exits
+//   link  -> itself        (tick_atom) every heartbeat interval
+
+#include <chrono>
+#include <string>
+
+#include <caf/actor_system.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "actors/cluster_coordinator.hpp"
+#include "actors/rack_coordinator.hpp"
+
+namespace rw::actors {
+
+using cluster_link_actor = node_link_actor::extend<
+  caf::reacts_to<event_atom, job_event>,
+  caf::replies_to<leave_atom>::with<ok_atom>,
+  caf::reacts_to<tick_atom>>;
+
+struct link_settings {
+  node_info node; // name, role, endpoints, shards
+  /// The coordinator in this process (embedded), or null to find it through `via`.
+  cluster_coordinator_actor embedded;
+  /// The embedded coordinator's control address (what `locate` answers).
+  std::string embedded_address;
+  /// Any node's --listen address (HOST:PORT), to locate a remote coordinator.
+  std::string via;
+  std::chrono::milliseconds heartbeat{defaults::heartbeat_ms};
+  std::chrono::milliseconds request_timeout{defaults::node_request_timeout_ms};
+};
+
+/// Spawns the link as a detached actor (finding a remote coordinator blocks on I/O,
+/// bounded by request_timeout). It starts registering at once.
+cluster_link_actor spawn_cluster_link(caf::actor_system& sys, link_settings settings,
+                                      rack_coordinator_actor rack);
+
+} // namespace rw::actors

@@ -1,0 +1,45 @@
+#include "actors/cluster_messages.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/message.hpp>
+
+namespace rw::actors {
+
+namespace {
+const auto error_category = caf::atom("rw");
+} // namespace
+
+void register_cluster_types(caf::actor_system_config& cfg) {
+  cfg.load<caf::io::middleman>();
+  cfg.add_message_type<job_spec>("rw::job_spec");
+  cfg.add_message_type<node_info>("rw::node_info");
+  cfg.add_message_type<std::vector<node_info>>("std::vector<rw::node_info>");
+  cfg.add_message_type<job_grant>("rw::job_grant");
+  cfg.add_message_type<job_report>("rw::job_report");
+  cfg.add_message_type<std::vector<job_report>>("std::vector<rw::job_report>");
+  cfg.add_message_type<job_created>("rw::job_created");
+  cfg.add_message_type<job_event>("rw::job_event");
+  cfg.add_error_category(error_category, [](uint8_t code, caf::atom_value,
+                                            const caf::message& context) {
+    std::string text = to_string(static_cast<errc>(code));
+    if (context.match_elements<std::string>())
+      text += ": " + context.get_as<std::string>(0);
+    return text;
+  });
+}
+
+caf::error cluster_error(errc code, std::string message) {
+  return caf::error(static_cast<uint8_t>(code), error_category,
+                    caf::make_message(std::move(message)));
+}
+
+std::string describe(const caf::actor_system& sys, const caf::error& err) {
+  if (err.category() == error_category && err.context().match_elements<std::string>())
+    return err.context().get_as<std::string>(0);
+  if (err == caf::sec::request_timeout)
+    return "no answer in time";
+  return sys.render(err);
+}
+
+} // namespace rw::actors

@@ -1,0 +1,171 @@
+#pragma once
+// The vocabulary of the cluster: what the cluster coordinator, the nodes' cluster
+// links and the shell send each other over CAF's network layer (the middleman). Every
+// type here is plain data with an `inspect` overload and is registered for remote use
+// by register_cluster_types; none holds a local reference.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "rackweave/errc.hpp"
+#include "rackweave/job_spec.hpp"
+
+namespace rw {
+
+// The job spec's types live in the public API, which knows nothing of CAF: their
+// inspection is here, in their namespace for argument-dependent lookup.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, optimizer_spec& x) {
+  return f(caf::meta::type_name("rw::optimizer_spec"), x.kind, x.learning_rate, x.momentum,
+           x.beta1, x.beta2, x.epsilon, x.weight_decay, x.rescale, x.eta);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, consistency_spec& x) {
+  return f(caf::meta::type_name("rw::consistency_spec"), x.model, x.staleness);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_spec& x) {
+  return f(caf::meta::type_name("rw::tensor_spec"), x.name, x.elements, x.has_init);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_spec& x) {
+  return f(caf::meta::type_name("rw::job_spec"), x.name, x.num_workers, x.chunk_bytes,
+           x.optimizer, x.tensors, x.consistency);
+}
+
+} // namespace rw
+
+namespace rw::actors {
+
+using register_atom = caf::atom_constant<caf::atom("register")>;
+using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>;
+using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
+using jobs_atom = caf::atom_constant<caf::atom("jobs")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
+using remove_atom = caf::atom_constant<caf::atom("remove")>;
+using grant_atom = caf::atom_constant<caf::atom("grant")>;
+using event_atom = caf::atom_constant<caf::atom("event")>;
+using locate_atom = caf::atom_constant<caf::atom("locate")>;
+using halt_atom = caf::atom_constant<caf::atom("halt")>;
+
+/// A rack-agg node as the cluster knows it.
+struct node_info {
+  uint32_t id = 0;                    // assigned by the coordinator at registration
+  std::string name;
+  std::string role;                   // "rack-agg"
+  std::vector<std::string> endpoints; // where its workers connect (HOST:PORT each)
+  uint32_t shards = 0;
+  uint32_t jobs = 0;                  // live jobs placed on it
+  uint64_t last_seen_ms = 0;          // since its last heartbeat, when asked
+};
+
+/// Where a job lives and how its workers prove they belong to it. Sent by the
+/// coordinator to the job's node; `spec` has no tensors (the first worker declares
+/// them), `secret` is the token's key (hex), never sent to workers.
+struct job_grant {
+  uint32_t job_id = 0;
+  job_spec spec;
+  std::string secret;
+};
+
+/// One worker of a job, as its node counts it. Counts are chunk messages.
+struct rank_report {
+  uint32_t rank = 0;
+  std::string state;      // "absent" (not joined yet), "live", "left"
+  std::string peer;       // HOST:PORT it connected from ("" if absent)
+  uint64_t clock = 0;     // steps pushed on every chunk (the lowest chunk's count)
+  uint64_t pushes = 0;
+  uint64_t pulls = 0;     // pull requests and push_pulls answered
+  uint64_t bytes_in = 0;  // gradient bytes received
+  uint64_t bytes_out = 0; // parameter bytes sent
+  uint64_t wait_us = 0;   // total time its requests waited for an answer on the node
+};
+
+/// A job as the registry knows it: what was asked for, where it runs, how it is doing.
+struct job_report {
+  uint32_t id = 0;
+  std::string name;
+  std::string state;  // created, running, finished, failed, stopped
+  std::string reason; // why it failed or stopped ("" otherwise)
+  std::string node;   // the node it was placed on
+  std::vector<std::string> endpoints; // that node's addresses, for the workers
+  job_spec spec;      // tensors appear once the first worker has joined
+  uint64_t created_unix_ms = 0;
+  uint64_t started_unix_ms = 0; // first worker joined (0: not yet)
+  uint64_t ended_unix_ms = 0;   // 0: not ended
+  std::vector<rank_report> ranks;
+};
+
+/// The answer to a job creation: the job and its token. The token is shown once.
+struct job_created {
+  job_report job;
+  std::string token;
+};
+
+/// A node's news about one of its granted jobs: it started, or it ended (with the
+/// final per-worker counts).
+struct job_event {
+  uint32_t job_id = 0;
+  std::string state; // running, finished, failed, stopped
+  std::string reason;
+  job_spec spec;     // with the tensors the workers declared
+  std::vector<rank_report> ranks;
+};
+
+// --- inspection, for CAF's serialization -------------------------------------------
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_info& x) {
+  return f(caf::meta::type_name("rw::node_info"), x.id, x.name, x.role, x.endpoints,
+           x.shards, x.jobs, x.last_seen_ms);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_grant& x) {
+  return f(caf::meta::type_name("rw::job_grant"), x.job_id, x.spec, x.secret);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_report& x) {
+  return f(caf::meta::type_name("rw::rank_report"), x.rank, x.state, x.peer, x.clock,
+           x.pushes, x.pulls, x.bytes_in, x.bytes_out, x.wait_us);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_report& x) {
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
+           x.endpoints, x.spec, x.created_unix_ms, x.started_unix_ms, x.ended_unix_ms,
+           x.ranks);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_created& x) {
+  return f(caf::meta::type_name("rw::job_created"), x.job, x.token);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_event& x) {
+  return f(caf::meta::type_name("rw::job_event"), x.job_id, x.state, x.reason, x.spec,
+           x.ranks);
+}
+
+/// Registers every type above (and the lists of them that travel) with `cfg`, and
+/// loads the middleman. Both ends of a connection must call it.
+void register_cluster_types(caf::actor_system_config& cfg);
+
+/// Errors that cross the network: a category of their own, the message in the context.
+/// `code` is an rw::errc.
+caf::error cluster_error(errc code, std::string message);
+/// The message of an error from cluster_error, or CAF's rendering of any other error.
+std::string describe(const caf::actor_system& sys, const caf::error& err);
+
+} // namespace rw::actors

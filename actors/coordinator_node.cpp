@@ -1,0 +1,76 @@
+#include "actors/coordinator_node.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/middleman.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "transports/tcp/locator.hpp"
+
+namespace rw::actors {
+
+coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_config& cfg,
+                                   bool with_locator)
+  : sys_(sys) {
+  if (!sys.has_middleman())
+    throw std::runtime_error("the actor system has no middleman: call "
+                             "rw::actors::register_cluster_types on its config");
+  // Default: the host of the first --listen address, any free port.
+  auto listen_host = transports::tcp::parse_address(cfg.listen.front()).host;
+  auto control = transports::tcp::parse_address(
+    cfg.control.empty() ? listen_host + ":0" : cfg.control);
+  cluster_settings cs;
+  cs.max_chunk_bytes = cfg.max_chunk_bytes;
+  cs.max_workers = cfg.max_workers;
+  cs.node_timeout = std::chrono::milliseconds(cfg.node_timeout_ms);
+  coordinator_ = spawn_cluster_coordinator(sys, cs);
+  auto host = control.host.empty() || control.host == "0.0.0.0" ? std::string{} : control.host;
+  auto port = sys.middleman().publish(coordinator_, control.port,
+                                      host.empty() ? nullptr : host.c_str(), true);
+  if (!port) {
+    auto why = fmt::format("cannot publish the cluster coordinator on {}: {}",
+                           control.to_string(), sys.render(port.error()));
+    stop();
+    throw std::runtime_error(why);
+  }
+  port_ = *port;
+  control.port = *port;
+  control_ = control.to_string();
+  if (with_locator) {
+    try {
+      locator_ = std::make_unique<transports::tcp::locator_service>(
+        cfg.listen.front(),
+        transports::located_msg{control_, cfg.name, "coordinator"},
+        "this is the cluster coordinator's address: workers connect to a rack-agg node "
+        "(rw.job_status(name).endpoints says which); shells and nodes only ask it "
+        "where the coordinator is");
+    } catch (const std::exception& e) {
+      stop();
+      throw;
+    }
+  }
+  spdlog::info("cluster coordinator up: control={}{}", control_,
+               locator_ ? " locate=" + locator_->address() : std::string{});
+}
+
+coordinator_node::~coordinator_node() {
+  stop();
+}
+
+std::string coordinator_node::listen_address() const {
+  return locator_ ? locator_->address() : std::string{};
+}
+
+void coordinator_node::stop() {
+  locator_.reset();
+  if (!coordinator_)
+    return;
+  if (port_ != 0)
+    sys_.middleman().unpublish(coordinator_, port_);
+  caf::scoped_actor self{sys_};
+  self->send_exit(coordinator_, caf::exit_reason::user_shutdown);
+  self->wait_for(coordinator_);
+  coordinator_ = nullptr;
+}
+
+} // namespace rw::actors

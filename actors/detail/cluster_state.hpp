@@ -1,0 +1,54 @@
+#pragma once
+// The cluster coordinator's state, shared by its two halves: cluster_coordinator.cpp
+// (membership: register, heartbeat, leave, nodes that vanish) and
+// detail/cluster_jobs.cpp (the job registry: create, status, stop, delete, events).
+
+#include <chrono>
+#include <map>
+#include <unordered_map>
+
+#include "actors/cluster_coordinator.hpp"
+
+namespace rw::actors::detail {
+
+using steady = std::chrono::steady_clock;
+
+struct member {
+  node_info info;
+  node_link_actor link;
+  caf::actor_addr addr;
+  steady::time_point last_seen;
+};
+
+struct job_entry {
+  job_report report;
+  std::string token;
+  uint32_t node_id = 0;
+};
+
+struct cluster_state {
+  cluster_settings settings;
+  std::map<uint32_t, member> nodes;                  // live, by id
+  std::map<uint32_t, job_entry> jobs;                // by id: creation order
+  std::unordered_map<std::string, uint32_t> by_name; // name -> id
+  uint32_t next_node_id = 1;
+  uint32_t next_job_id = 1;
+  static inline const char* name = "rw.cluster_coordinator";
+};
+
+using cluster_ptr = cluster_coordinator_actor::stateful_pointer<cluster_state>;
+
+uint64_t unix_ms();
+bool ended(const std::string& state);
+
+// --- cluster_jobs.cpp --------------------------------------------------------------
+caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
+                                    const std::string& placement);
+caf::result<job_report> job_status(cluster_ptr self, const std::string& name);
+caf::result<job_report> stop_job(cluster_ptr self, const std::string& name);
+caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name);
+void on_event(cluster_ptr self, uint32_t node_id, job_event& ev);
+/// Every live job on the node fails (the node left or vanished).
+void fail_jobs_on(cluster_ptr self, uint32_t node_id, const std::string& why);
+
+} // namespace rw::actors::detail

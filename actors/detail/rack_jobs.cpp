@@ -1,0 +1,192 @@
+// A job's life on a rack-agg node, as the cluster sees it: the grant that places it
+// here, its live status (per-rank counts gathered from the shards), an operator's stop,
+// and its end, reported with the final counts before the shards let go of it.
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/detail/rack_state.hpp"
+
+namespace rw::actors::detail {
+
+namespace {
+
+constexpr auto shard_stats_timeout = std::chrono::seconds(5);
+constexpr size_t max_ended_grants = 1024;
+
+const char* to_string(rank_status s) {
+  switch (s) {
+    case rank_status::absent: return "absent";
+    case rank_status::live: return "live";
+    case rank_status::left: return "left";
+  }
+  return "?";
+}
+
+// The job's ranks as they stand, without counts.
+std::vector<rank_report> rank_shells(const job_info& job) {
+  std::vector<rank_report> out(job.ranks.size());
+  for (uint32_t r = 0; r < out.size(); ++r) {
+    out[r].rank = r;
+    out[r].state = to_string(job.ranks[r]);
+    out[r].peer = job.peers[r];
+  }
+  return out;
+}
+
+// Adds one shard's counts into the ranks. Clocks: the furthest any shard saw.
+void add_counts(std::vector<rank_report>& ranks, const job_counters& counts) {
+  for (size_t r = 0; r < counts.size() && r < ranks.size(); ++r) {
+    auto& x = ranks[r];
+    auto& c = counts[r];
+    x.clock = std::max(x.clock, c.clock);
+    x.pushes += c.pushes;
+    x.pulls += c.pulls;
+    x.bytes_in += c.bytes_in;
+    x.bytes_out += c.bytes_out;
+    x.wait_us += c.wait_ns / 1000;
+  }
+}
+
+// Asks every shard for the job's counts, then calls done(event). Requests go out
+// before anything the caller sends the shards next (drop, abort), so they count the
+// job as it stood. A shard that does not answer leaves its counts out.
+template <class Done>
+void gather(rack_ptr self, const job_info& job, job_event ev, Done done) {
+  auto& st = self->state;
+  ev.ranks = rank_shells(job);
+  auto acc = std::make_shared<job_event>(std::move(ev));
+  auto pending = std::make_shared<size_t>(st.shards.size());
+  auto finish = [acc, pending, done]() mutable {
+    if (--*pending == 0)
+      done(*acc);
+  };
+  for (auto& shard : st.shards)
+    self->request(shard, shard_stats_timeout, stats_atom::value, job.id)
+      .then([acc, finish](job_counters& counts) mutable {
+              add_counts(acc->ranks, counts);
+              finish();
+            },
+            [acc, finish, id = job.id](caf::error& err) mutable {
+              spdlog::warn("job {}: a shard gave no counts: {}", id, to_string(err));
+              finish();
+            });
+}
+
+void remember_end(rack_state& st, const std::string& name, const std::string& state,
+                  const std::string& why) {
+  auto g = st.grants.find(name);
+  if (g == st.grants.end() || !g->second.ended.empty())
+    return;
+  g->second.ended = state;
+  g->second.reason = state == "finished" ? std::string{} : why;
+  st.ended_grants.push_back(name);
+  while (st.ended_grants.size() > max_ended_grants) {
+    auto old = st.grants.find(st.ended_grants.front());
+    if (old != st.grants.end() && !old->second.ended.empty())
+      st.grants.erase(old);
+    st.ended_grants.pop_front();
+  }
+}
+
+void send_event(rack_ptr self, const job_event& ev) {
+  if (self->state.link)
+    self->send(self->state.link, event_atom::value, ev);
+}
+
+} // namespace
+
+caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
+  auto& st = self->state;
+  auto& name = g.spec.name;
+  auto live = st.jobs.find(name);
+  if (live != st.jobs.end() && !live->second.granted)
+    return cluster_error(errc::duplicate_name,
+                         fmt::format("node {} runs an open job named '{}'",
+                                     st.settings.node_name, name));
+  auto old = st.grants.find(name);
+  if (old != st.grants.end() && old->second.ended.empty())
+    return cluster_error(errc::duplicate_name,
+                         fmt::format("node {} has a live job named '{}'",
+                                     st.settings.node_name, name));
+  spdlog::info("job granted: job='{}' id={} workers={} consistency={} optimizer={} "
+               "chunk_bytes={}: waiting for its workers",
+               name, g.job_id, g.spec.num_workers, to_string(g.spec.consistency),
+               to_string(g.spec.optimizer.kind), g.spec.chunk_bytes);
+  st.grants[name] = grant_info{g.job_id, g.spec, g.secret, {}, {}};
+  return ok_atom::value;
+}
+
+caf::result<job_event> on_status(rack_ptr self, uint32_t job_id) {
+  auto& st = self->state;
+  auto n = st.names.find(job_id);
+  if (n != st.names.end()) {
+    auto& job = st.jobs.at(n->second);
+    auto rp = self->make_response_promise<job_event>();
+    gather(self, job, job_event{job_id, "running", {}, job.spec, {}},
+           [rp](job_event& ev) mutable { rp.deliver(std::move(ev)); });
+    return rp;
+  }
+  for (auto& [name, g] : st.grants)
+    if (g.job_id == job_id)
+      return job_event{job_id, g.ended.empty() ? "created" : g.ended, g.reason, g.spec, {}};
+  return cluster_error(errc::unknown_job, fmt::format("node {} has no job {}",
+                                                      st.settings.node_name, job_id));
+}
+
+caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& reason) {
+  auto& st = self->state;
+  if (st.names.count(job_id) != 0) {
+    end_job(self, job_id, "stopped", errc::stopped, reason);
+    return ok_atom::value;
+  }
+  for (auto& [name, g] : st.grants)
+    if (g.job_id == job_id) {
+      if (g.ended.empty()) {
+        spdlog::info("job stopped: job='{}' id={} before any worker joined: {}", name,
+                     job_id, reason);
+        auto spec = g.spec;
+        remember_end(st, name, "stopped", reason);
+        send_event(self, job_event{job_id, "stopped", reason, spec, {}});
+      }
+      return ok_atom::value;
+    }
+  return cluster_error(errc::unknown_job, fmt::format("node {} has no job {}",
+                                                      st.settings.node_name, job_id));
+}
+
+void report_start(rack_ptr self, const job_info& job) {
+  send_event(self, job_event{job.id, "running", {}, job.spec, rank_shells(job)});
+}
+
+void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code,
+             const std::string& why) {
+  auto& st = self->state;
+  auto n = st.names.find(job_id);
+  if (n == st.names.end())
+    return;
+  auto& job = st.jobs.at(n->second);
+  if (state == "finished")
+    spdlog::info("job finished: job='{}' id={}: {}", job.spec.name, job_id, why);
+  else if (state == "stopped")
+    spdlog::warn("job stopped: job='{}' id={}: {}", job.spec.name, job_id, why);
+  else
+    spdlog::error("job failed: job='{}' id={}: {} ({})", job.spec.name, job_id, why,
+                  to_string(code));
+  if (job.granted) {
+    remember_end(st, job.spec.name, state, why);
+    gather(self, job, job_event{job_id, state, state == "finished" ? "" : why, job.spec, {}},
+           [self](job_event& ev) { send_event(self, ev); });
+  }
+  for (auto& s : st.shards) {
+    if (state == "finished")
+      self->send(s, drop_atom::value, job_id);
+    else
+      self->send(s, abort_atom::value, job_id, code, why);
+  }
+  st.jobs.erase(n->second);
+  st.names.erase(n);
+}
+
+} // namespace rw::actors::detail

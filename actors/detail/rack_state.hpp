@@ -1,0 +1,70 @@
+#pragma once
+// The rack coordinator's state, shared by its two halves: rack_coordinator.cpp
+// (admission: hello, proof, attach, leave) and detail/rack_jobs.cpp (a job's life on
+// the node: grants from the cluster, status, stop, the end of a job and its report).
+
+#include <deque>
+#include <random>
+#include <unordered_map>
+
+#include "actors/rack_coordinator.hpp"
+
+namespace rw::actors::detail {
+
+enum class rank_status : uint8_t { absent, live, left };
+
+/// A job with chunks on the node (its first worker has joined).
+struct job_info {
+  uint32_t id = 0;
+  job_spec spec;
+  routing_ptr routes;
+  std::vector<rank_status> ranks;
+  std::vector<uint32_t> connections; // live connections per rank
+  std::vector<uint64_t> tokens;      // attach token per rank
+  std::vector<std::string> peers;    // where each rank connected from
+  std::shared_ptr<const transports::shm::mapping> params; // shared parameters, if any
+  bool granted = false;              // created through the cluster (has a grant)
+};
+
+/// A job the cluster coordinator placed on this node, from grant to deletion.
+struct grant_info {
+  uint32_t job_id = 0;
+  job_spec spec;      // no tensors: the first worker declares them
+  std::string secret; // the job's token
+  std::string ended;  // "" while live, else finished, failed or stopped
+  std::string reason;
+};
+
+struct rack_state {
+  coordinator_settings settings;
+  std::vector<chunk_shard_actor> shards;
+  std::unordered_map<std::string, job_info> jobs;    // by name
+  std::unordered_map<uint32_t, std::string> names;   // id -> name
+  std::unordered_map<std::string, grant_info> grants; // by name
+  std::deque<std::string> ended_grants;              // oldest first, to bound memory
+  job_event_sink link;          // the node's cluster link (null: not in a cluster)
+  std::string cluster_address;  // the cluster coordinator's control address
+  uint32_t next_open_id = open_job_ids; // jobs made by a worker on an --open-jobs node
+  std::mt19937_64 random{std::random_device{}()};
+  static inline const char* name = "rw.rack_coordinator";
+};
+
+using rack_ptr = rack_coordinator_actor::stateful_pointer<rack_state>;
+
+job_binding refuse(errc code, std::string message);
+
+// --- rack_jobs.cpp ---------------------------------------------------------------
+/// Takes a grant from the cluster (refused if a live job has the name).
+caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g);
+/// A job's live status (ranks with counts), or its end, for the cluster.
+caf::result<job_event> on_status(rack_ptr self, uint32_t job_id);
+/// Stops a job by an operator's request.
+caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& reason);
+/// Tells the cluster a granted job started.
+void report_start(rack_ptr self, const job_info& job);
+/// Ends a job: reports it to the cluster with its final counts (if granted), then
+/// aborts it on the shards (state failed or stopped) or drops it (finished).
+void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code,
+             const std::string& why);
+
+} // namespace rw::actors::detail

@@ -1,0 +1,39 @@
+#pragma once
+// What the shell's `rw` Lua module asks of the cluster: one call per request to the
+// cluster coordinator. Every call either returns the answer or throws shell_error with
+// a message fit to show the user (unknown job, refused spec, coordinator unreachable,
+// no answer within the timeout). Implemented by cluster_client (the coordinator over
+// CAF's middleman); tests may give the Lua layer another implementation.
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "actors/cluster_messages.hpp"
+
+namespace rw::shell {
+
+class shell_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+class cluster_api {
+public:
+  virtual ~cluster_api() = default;
+
+  /// The live rack-agg nodes.
+  virtual std::vector<actors::node_info> nodes() = 0;
+  /// Every job the registry holds, in creation order.
+  virtual std::vector<actors::job_report> jobs() = 0;
+  /// Creates a job (spec without tensors) on `placement` ("" lets the coordinator pick).
+  virtual actors::job_created job_create(const job_spec& spec,
+                                         const std::string& placement) = 0;
+  virtual actors::job_report job_status(const std::string& name) = 0;
+  virtual actors::job_report job_stop(const std::string& name) = 0;
+  virtual void job_delete(const std::string& name) = 0;
+  /// Where the coordinator is (HOST:PORT of its control address), for the prompt.
+  virtual std::string coordinator() const = 0;
+};
+
+} // namespace rw::shell

@@ -1,0 +1,110 @@
+#include "apps/shell/cluster_client.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/middleman.hpp>
+#include <fmt/format.h>
+
+#include "actors/cluster_coordinator.hpp"
+#include "transports/tcp/locator.hpp"
+
+namespace rw::shell {
+
+struct cluster_client::impl {
+  caf::actor_system& sys;
+  std::string connect;
+  std::chrono::milliseconds timeout;
+  std::string address; // the coordinator's control address, once found
+  actors::cluster_coordinator_actor coordinator;
+
+  impl(caf::actor_system& s, std::string c, std::chrono::milliseconds t)
+    : sys(s), connect(std::move(c)), timeout(t) {
+  }
+
+  // Finds the coordinator through the node at `connect` and connects to it.
+  void reach() {
+    transports::located_msg where;
+    try {
+      where = transports::tcp::locate(connect, timeout);
+    } catch (const std::exception& e) {
+      throw shell_error(e.what());
+    }
+    auto addr = transports::tcp::parse_address(where.coordinator);
+    auto got = sys.middleman().remote_actor<actors::cluster_coordinator_actor>(addr.host,
+                                                                               addr.port);
+    if (!got)
+      throw shell_error(fmt::format("the node at {} points to the coordinator at {}, which "
+                                    "does not answer: {}",
+                                    connect, where.coordinator, sys.render(got.error())));
+    coordinator = *got;
+    address = where.coordinator;
+  }
+
+  // One request; a lost coordinator is found again first. Throws shell_error.
+  template <class Result, class... Ts>
+  Result ask(const char* what, Ts&&... xs) {
+    if (!coordinator)
+      reach();
+    caf::scoped_actor self{sys};
+    std::optional<Result> result;
+    std::string failure;
+    bool lost = false;
+    self->request(coordinator, timeout, std::forward<Ts>(xs)...)
+      .receive([&](Result& r) { result = std::move(r); },
+               [&](caf::error& err) {
+                 lost = err == caf::sec::request_timeout || err == caf::sec::request_receiver_down
+                        || err.category() != caf::atom("rw");
+                 failure = actors::describe(sys, err);
+               });
+    if (result)
+      return std::move(*result);
+    if (lost) {
+      coordinator = nullptr; // find it again next time
+      throw shell_error(fmt::format("{}: the coordinator at {} did not answer within {} ms "
+                                    "({})",
+                                    what, address, timeout.count(), failure));
+    }
+    throw shell_error(fmt::format("{}: {}", what, failure));
+  }
+};
+
+cluster_client::cluster_client(caf::actor_system& sys, std::string connect,
+                               std::chrono::milliseconds timeout)
+  : impl_(std::make_unique<impl>(sys, std::move(connect), timeout)) {
+  impl_->reach();
+}
+
+cluster_client::~cluster_client() = default;
+
+std::vector<actors::node_info> cluster_client::nodes() {
+  return impl_->ask<std::vector<actors::node_info>>("nodes", caf::get_atom::value,
+                                                    actors::nodes_atom::value);
+}
+
+std::vector<actors::job_report> cluster_client::jobs() {
+  return impl_->ask<std::vector<actors::job_report>>("jobs", caf::get_atom::value,
+                                                     actors::jobs_atom::value);
+}
+
+actors::job_created cluster_client::job_create(const job_spec& spec,
+                                               const std::string& placement) {
+  return impl_->ask<actors::job_created>("job_create", actors::create_atom::value, spec,
+                                         placement);
+}
+
+actors::job_report cluster_client::job_status(const std::string& name) {
+  return impl_->ask<actors::job_report>("job_status", actors::status_atom::value, name);
+}
+
+actors::job_report cluster_client::job_stop(const std::string& name) {
+  return impl_->ask<actors::job_report>("job_stop", actors::stop_atom::value, name);
+}
+
+void cluster_client::job_delete(const std::string& name) {
+  impl_->ask<actors::ok_atom>("job_delete", actors::remove_atom::value, name);
+}
+
+std::string cluster_client::coordinator() const {
+  return impl_->address;
+}
+
+} // namespace rw::shell

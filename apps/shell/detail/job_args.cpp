@@ -1,0 +1,160 @@
+#include "apps/shell/detail/job_args.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <lua.hpp>
+
+#include "apps/shell/detail/lua_guard.hpp"
+#include "apps/tools/units.hpp"
+
+namespace rw::shell::detail {
+
+namespace {
+
+constexpr const char* fn = "rw.job_create";
+constexpr const char* fields =
+  "name, workers, consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
+  "weight_decay, rescale, eta, chunk_bytes, node";
+constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, lars";
+
+[[noreturn]] void refuse(const std::string& what) {
+  throw std::invalid_argument(fmt::format("{}: {}", fn, what));
+}
+
+std::string string_field(lua_State* L, const std::string& key, const char* what) {
+  if (lua_type(L, -1) != LUA_TSTRING)
+    refuse(fmt::format("{} must be {} (a string), got {}", key, what,
+                       describe_value(L, -1)));
+  size_t size = 0;
+  const char* data = lua_tolstring(L, -1, &size);
+  return {data, size};
+}
+
+float float_field(lua_State* L, const std::string& key) {
+  if (lua_type(L, -1) != LUA_TNUMBER)
+    refuse(fmt::format("{} must be a number, got {}", key, describe_value(L, -1)));
+  return static_cast<float>(lua_tonumber(L, -1));
+}
+
+// A Lua integer, or a float with no fractional part, that fits in uint32.
+bool whole_u32(lua_State* L, uint32_t& out) {
+  if (lua_type(L, -1) != LUA_TNUMBER)
+    return false;
+  double value = lua_tonumber(L, -1);
+  if (lua_isinteger(L, -1))
+    value = static_cast<double>(lua_tointeger(L, -1));
+  if (!(value >= 0) || value > std::numeric_limits<uint32_t>::max()
+      || std::floor(value) != value)
+    return false;
+  out = static_cast<uint32_t>(value);
+  return true;
+}
+
+uint32_t chunk_field(lua_State* L) {
+  uint32_t bytes = 0;
+  if (whole_u32(L, bytes))
+    return bytes;
+  auto bad = fmt::format("chunk_bytes must be a whole number of bytes or a size such "
+                         "as \"32KiB\" or \"1MiB\", got {}", describe_value(L, -1));
+  if (lua_type(L, -1) != LUA_TSTRING)
+    refuse(bad);
+  uint64_t parsed = 0;
+  try {
+    parsed = tools::parse_bytes(lua_tostring(L, -1));
+  } catch (const std::exception&) {
+    refuse(bad);
+  }
+  if (parsed > std::numeric_limits<uint32_t>::max())
+    refuse(bad);
+  return static_cast<uint32_t>(parsed);
+}
+
+void read_field(lua_State* L, const std::string& key, create_request& req, bool& have_name,
+                bool& have_workers) {
+  auto& spec = req.spec;
+  auto& o = spec.optimizer;
+  if (key == "name") {
+    spec.name = string_field(L, key, "the job's name");
+    have_name = true;
+  } else if (key == "workers") {
+    if (!whole_u32(L, spec.num_workers))
+      refuse(fmt::format("workers must be a whole number (how many workers take part), "
+                         "got {}", describe_value(L, -1)));
+    have_workers = true;
+  } else if (key == "consistency") {
+    auto text = string_field(L, key, "\"bsp\", \"ssp:S\" or \"async\"");
+    try {
+      spec.consistency = parse_consistency(text);
+    } catch (const std::invalid_argument& e) {
+      refuse(fmt::format("consistency: {}", e.what()));
+    }
+  } else if (key == "optimizer") {
+    auto text = string_field(L, key, fmt::format("one of {}", optimizers).c_str());
+    auto kind = parse_optimizer_kind(text);
+    if (!kind)
+      refuse(fmt::format("optimizer must be one of {}, got '{}'", optimizers, text));
+    o.kind = *kind;
+  } else if (key == "lr") {
+    o.learning_rate = float_field(L, key);
+  } else if (key == "momentum") {
+    o.momentum = float_field(L, key);
+  } else if (key == "beta1") {
+    o.beta1 = float_field(L, key);
+  } else if (key == "beta2") {
+    o.beta2 = float_field(L, key);
+  } else if (key == "epsilon") {
+    o.epsilon = float_field(L, key);
+  } else if (key == "weight_decay") {
+    o.weight_decay = float_field(L, key);
+  } else if (key == "rescale") {
+    o.rescale = float_field(L, key);
+  } else if (key == "eta") {
+    o.eta = float_field(L, key);
+  } else if (key == "chunk_bytes") {
+    spec.chunk_bytes = chunk_field(L);
+  } else if (key == "node") {
+    req.placement = string_field(L, key, "the name of the node to place the job on");
+  } else {
+    refuse(fmt::format("unknown field '{}' (fields: {})", key, fields));
+  }
+}
+
+} // namespace
+
+create_request read_create_request(lua_State* L, int index) {
+  index = lua_absindex(L, index);
+  if (lua_type(L, index) != LUA_TTABLE)
+    refuse(fmt::format("expects a table such as {{name = \"j\", workers = 4}}, got {}",
+                       describe_value(L, index)));
+  create_request req;
+  bool have_name = false;
+  bool have_workers = false;
+  lua_pushnil(L);
+  while (lua_next(L, index) != 0) {
+    if (lua_type(L, -2) != LUA_TSTRING) {
+      auto key = describe_value(L, -2);
+      lua_pop(L, 2);
+      refuse(fmt::format("fields are named (name = ..., workers = ...); got a value at "
+                         "[{}]", key));
+    }
+    std::string key = lua_tostring(L, -2);
+    try {
+      read_field(L, key, req, have_name, have_workers);
+    } catch (...) {
+      lua_pop(L, 2);
+      throw;
+    }
+    lua_pop(L, 1);
+  }
+  if (!have_name)
+    refuse("name is required (the job's name, a string)");
+  if (!have_workers)
+    refuse("workers is required (how many workers take part, a whole number)");
+  return req;
+}
+
+} // namespace rw::shell::detail

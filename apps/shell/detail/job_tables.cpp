@@ -1,0 +1,150 @@
+#include "apps/shell/detail/job_tables.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <vector>
+
+#include <lua.hpp>
+
+namespace rw::shell::detail {
+
+namespace {
+
+void set(lua_State* L, const char* key, uint64_t value) {
+  lua_pushinteger(L, static_cast<lua_Integer>(value));
+  lua_setfield(L, -2, key);
+}
+
+void set(lua_State* L, const char* key, const std::string& value) {
+  lua_pushlstring(L, value.data(), value.size());
+  lua_setfield(L, -2, key);
+}
+
+void set_bool(lua_State* L, const char* key, bool value) {
+  lua_pushboolean(L, value);
+  lua_setfield(L, -2, key);
+}
+
+// A float32 as the double of its shortest decimal form: 0.01f reads as 0.01.
+void set_float(lua_State* L, const char* key, float value) {
+  char buf[32];
+  auto res = std::to_chars(buf, buf + sizeof buf - 1, value);
+  *res.ptr = '\0';
+  lua_pushnumber(L, res.ec == std::errc{} ? std::strtod(buf, nullptr) : value);
+  lua_setfield(L, -2, key);
+}
+
+void set_strings(lua_State* L, const char* key, const std::vector<std::string>& values) {
+  lua_createtable(L, static_cast<int>(values.size()), 0);
+  for (size_t i = 0; i < values.size(); ++i) {
+    lua_pushlstring(L, values[i].data(), values[i].size());
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  lua_setfield(L, -2, key);
+}
+
+void push_optimizer(lua_State* L, const optimizer_spec& o) {
+  lua_createtable(L, 0, 9);
+  set(L, "kind", std::string(to_string(o.kind)));
+  set_float(L, "lr", o.learning_rate);
+  set_float(L, "momentum", o.momentum);
+  set_float(L, "beta1", o.beta1);
+  set_float(L, "beta2", o.beta2);
+  set_float(L, "epsilon", o.epsilon);
+  set_float(L, "weight_decay", o.weight_decay);
+  set_float(L, "rescale", o.rescale);
+  set_float(L, "eta", o.eta);
+}
+
+void push_rank(lua_State* L, const actors::rank_report& r) {
+  lua_createtable(L, 0, 9);
+  set(L, "rank", uint64_t{r.rank});
+  set(L, "state", r.state);
+  set(L, "peer", r.peer);
+  set(L, "clock", r.clock);
+  set(L, "pushes", r.pushes);
+  set(L, "pulls", r.pulls);
+  set(L, "bytes_in", r.bytes_in);
+  set(L, "bytes_out", r.bytes_out);
+  lua_pushnumber(L, static_cast<double>(r.wait_us) / 1000.0);
+  lua_setfield(L, -2, "wait_ms");
+}
+
+} // namespace
+
+job_totals totals_of(const actors::job_report& job) {
+  job_totals t;
+  if (!job.ranks.empty())
+    t.clock_min = job.ranks.front().clock;
+  for (auto& r : job.ranks) {
+    t.clock_min = std::min(t.clock_min, r.clock);
+    t.clock_max = std::max(t.clock_max, r.clock);
+    t.pushes += r.pushes;
+    t.pulls += r.pulls;
+    t.bytes_in += r.bytes_in;
+    t.bytes_out += r.bytes_out;
+    t.wait_us += r.wait_us;
+  }
+  return t;
+}
+
+bool has_ended(const std::string& state) {
+  return state == "finished" || state == "failed" || state == "stopped";
+}
+
+void push_node(lua_State* L, const actors::node_info& n) {
+  lua_createtable(L, 0, 7);
+  set(L, "id", uint64_t{n.id});
+  set(L, "name", n.name);
+  set(L, "role", n.role);
+  set_strings(L, "endpoints", n.endpoints);
+  set(L, "shards", uint64_t{n.shards});
+  set(L, "jobs", uint64_t{n.jobs});
+  set(L, "last_seen_ms", n.last_seen_ms);
+}
+
+void push_job(lua_State* L, const actors::job_report& job) {
+  lua_createtable(L, 0, 25);
+  set(L, "id", uint64_t{job.id});
+  set(L, "name", job.name);
+  set(L, "state", job.state);
+  set(L, "reason", job.reason);
+  set(L, "node", job.node);
+  set_strings(L, "endpoints", job.endpoints);
+  set(L, "workers", uint64_t{job.spec.num_workers});
+  set(L, "consistency", to_string(job.spec.consistency));
+  push_optimizer(L, job.spec.optimizer);
+  lua_setfield(L, -2, "optimizer");
+  set(L, "chunk_bytes", uint64_t{job.spec.chunk_bytes});
+  lua_createtable(L, static_cast<int>(job.spec.tensors.size()), 0);
+  for (size_t i = 0; i < job.spec.tensors.size(); ++i) {
+    auto& t = job.spec.tensors[i];
+    lua_createtable(L, 0, 3);
+    set(L, "name", t.name);
+    set(L, "elements", t.elements);
+    set_bool(L, "has_init", t.has_init);
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  lua_setfield(L, -2, "tensors");
+  set(L, "created_unix_ms", job.created_unix_ms);
+  set(L, "started_unix_ms", job.started_unix_ms);
+  set(L, "ended_unix_ms", job.ended_unix_ms);
+  lua_createtable(L, static_cast<int>(job.ranks.size()), 0);
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    push_rank(L, job.ranks[i]);
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  lua_setfield(L, -2, "ranks");
+  auto t = totals_of(job);
+  set(L, "clock_min", t.clock_min);
+  set(L, "clock_max", t.clock_max);
+  set(L, "pushes", t.pushes);
+  set(L, "pulls", t.pulls);
+  set(L, "bytes_in", t.bytes_in);
+  set(L, "bytes_out", t.bytes_out);
+  lua_pushnumber(L, static_cast<double>(t.wait_us) / 1000.0);
+  lua_setfield(L, -2, "wait_ms");
+}
+
+} // namespace rw::shell::detail

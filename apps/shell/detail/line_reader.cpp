@@ -1,0 +1,84 @@
+#include "apps/shell/detail/line_reader.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+#include <poll.h>
+// readline's headers need <cstdio> first.
+#include <readline/history.h>
+#include <readline/readline.h>
+
+#include "apps/shell/interrupt.hpp"
+
+namespace rw::shell::detail {
+
+namespace {
+
+// readline's callback interface hands the line to a plain function.
+bool line_done = false;
+std::optional<std::string> line_text; // nullopt: end of input
+
+void on_line(char* line) {
+  line_done = true;
+  if (line) {
+    line_text = std::string(line);
+    std::free(line);
+  } else {
+    line_text.reset();
+  }
+  rl_callback_handler_remove();
+}
+
+} // namespace
+
+line_reader::line_reader(std::string history_file)
+  : history_file_(std::move(history_file)) {
+  rl_catch_signals = 0; // SIGINT is the interrupt_scope's
+  rl_readline_name = "rw-shell";
+  using_history();
+  stifle_history(history_lines);
+  if (!history_file_.empty()) {
+    if (read_history(history_file_.c_str()) != 0)
+      write_history(history_file_.c_str()); // create it, so that appends work
+    history_truncate_file(history_file_.c_str(), history_lines);
+  }
+}
+
+line_reader::~line_reader() {
+  rl_callback_handler_remove();
+}
+
+line_reader::result line_reader::read(const char* prompt) {
+  line_done = false;
+  rl_callback_handler_install(prompt, on_line);
+  while (!line_done) {
+    pollfd input{fileno(rl_instream ? rl_instream : stdin), POLLIN, 0};
+    int ready = poll(&input, 1, -1);
+    if (ready < 0 && errno == EINTR) {
+      if (!take_interrupt())
+        continue; // another signal (a resize): keep reading
+      rl_replace_line("", 0);
+      rl_callback_handler_remove();
+      std::fputs("\n", rl_outstream ? rl_outstream : stdout);
+      return {result::interrupted, {}};
+    }
+    if (ready < 0) {
+      rl_callback_handler_remove();
+      return {result::end_of_input, {}};
+    }
+    rl_callback_read_char();
+  }
+  if (!line_text) {
+    std::fputs("\n", rl_outstream ? rl_outstream : stdout);
+    return {result::end_of_input, {}};
+  }
+  if (line_text->find_first_not_of(" \t") != std::string::npos) {
+    add_history(line_text->c_str());
+    if (!history_file_.empty())
+      append_history(1, history_file_.c_str());
+  }
+  return {result::line, *line_text};
+}
+
+} // namespace rw::shell::detail

@@ -1,0 +1,184 @@
+#include "apps/shell/lua_rw.hpp"
+
+#include <new>
+#include <string>
+
+#include <fmt/format.h>
+#include <lua.hpp>
+
+#include "apps/shell/detail/commands.hpp"
+#include "apps/shell/detail/job_args.hpp"
+#include "apps/shell/detail/job_tables.hpp"
+#include "apps/shell/detail/lua_guard.hpp"
+#include "apps/shell/format.hpp"
+
+namespace rw::shell {
+
+namespace detail {
+
+namespace {
+
+struct command {
+  const char* name;
+  lua_CFunction fn;
+  const char* usage;
+  const char* help;
+};
+
+// In the order rw.help lists them.
+const command commands[] = {
+  {"nodes", rw_nodes, "rw.nodes()", "the live nodes: {id, name, role, endpoints, shards, "
+                                    "jobs, last_seen_ms}; #rw.nodes() counts them"},
+  {"jobs", rw_jobs, "rw.jobs()", "every job, in creation order (job tables)"},
+  {"job_create", rw_job_create,
+   "rw.job_create{name=, workers=, ...}",
+   "creates a job; also consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
+   "weight_decay, rescale, eta, chunk_bytes, node. Returns the job with its token"},
+  {"job_status", rw_job_status, "rw.job_status(name)", "the job: state, ranks, totals"},
+  {"job_stop", rw_job_stop, "rw.job_stop(name)", "stops the job; returns it"},
+  {"job_delete", rw_job_delete, "rw.job_delete(name)", "removes the job from the registry; true"},
+  {"wait", rw_wait, "rw.wait(name, cond [, {interval=, timeout=}])",
+   "until cond holds: a state (created, running, finished, stopped, failed, ended), a "
+   "clock every rank reached, or a function(job); returns the job"},
+  {"watch", rw_watch, "rw.watch(name [, {interval=, seconds=}])",
+   "shows the job's progress until it ends (Ctrl-C stops); returns the job"},
+  {"sleep", rw_sleep, "rw.sleep(seconds)", "pauses the script"},
+  {"coordinator", rw_coordinator, "rw.coordinator()", "the coordinator's address"},
+  {"show", rw_show, "rw.show(value)", "prints a value, tables in full"},
+  {"help", rw_help, "rw.help()", "this list"},
+};
+
+std::string command_names() {
+  std::string names;
+  for (auto& c : commands)
+    names += (names.empty() ? "" : ", ") + std::string(c.name);
+  return names;
+}
+
+std::string job_name(lua_State* L, const char* fn) {
+  return arg_string(L, 1, fn, "a job name");
+}
+
+// __index of the rw table: only reached for names that are not commands.
+int unknown_command(lua_State* L) {
+  return protect(L, [&]() -> int {
+    std::string key = lua_type(L, 2) == LUA_TSTRING ? "rw." + std::string(lua_tostring(L, 2))
+                                                    : "rw[" + describe_value(L, 2) + "]";
+    throw std::invalid_argument(
+      fmt::format("{} is not a command; commands: {}", key, command_names()));
+  });
+}
+
+} // namespace
+
+int rw_nodes(lua_State* L) {
+  return protect(L, [&] {
+    auto nodes = context(L).api->nodes();
+    lua_createtable(L, static_cast<int>(nodes.size()), 0);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      push_node(L, nodes[i]);
+      lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+    }
+    return 1;
+  });
+}
+
+int rw_jobs(lua_State* L) {
+  return protect(L, [&] {
+    auto jobs = context(L).api->jobs();
+    lua_createtable(L, static_cast<int>(jobs.size()), 0);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      push_job(L, jobs[i]);
+      lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+    }
+    return 1;
+  });
+}
+
+int rw_job_create(lua_State* L) {
+  return protect(L, [&] {
+    auto req = read_create_request(L, 1);
+    auto created = context(L).api->job_create(req.spec, req.placement);
+    push_job(L, created.job);
+    lua_pushlstring(L, created.token.data(), created.token.size());
+    lua_setfield(L, -2, "token");
+    return 1;
+  });
+}
+
+int rw_job_status(lua_State* L) {
+  return protect(L, [&] {
+    auto name = job_name(L, "rw.job_status");
+    push_job(L, context(L).api->job_status(name));
+    return 1;
+  });
+}
+
+int rw_job_stop(lua_State* L) {
+  return protect(L, [&] {
+    auto name = job_name(L, "rw.job_stop");
+    push_job(L, context(L).api->job_stop(name));
+    return 1;
+  });
+}
+
+int rw_job_delete(lua_State* L) {
+  return protect(L, [&] {
+    auto name = job_name(L, "rw.job_delete");
+    context(L).api->job_delete(name);
+    lua_pushboolean(L, 1);
+    return 1;
+  });
+}
+
+int rw_coordinator(lua_State* L) {
+  return protect(L, [&] {
+    auto address = context(L).api->coordinator();
+    lua_pushlstring(L, address.data(), address.size());
+    return 1;
+  });
+}
+
+int rw_show(lua_State* L) {
+  return protect(L, [&] {
+    auto text = format_value(L, 1) + "\n";
+    std::fputs(text.c_str(), context(L).opts.out);
+    return 0;
+  });
+}
+
+int rw_help(lua_State* L) {
+  return protect(L, [&] {
+    std::string text = "The rw module (errors are Lua errors; pcall catches them):\n";
+    for (auto& c : commands)
+      text += fmt::format("  {}\n      {}\n", c.usage, c.help);
+    std::fputs(text.c_str(), context(L).opts.out);
+    return 0;
+  });
+}
+
+} // namespace detail
+
+void install_rw(lua_State* L, cluster_api& api, rw_options opts) {
+  lua_newtable(L); // rw
+  auto* ctx = static_cast<detail::rw_context*>(
+    lua_newuserdatauv(L, sizeof(detail::rw_context), 0));
+  new (ctx) detail::rw_context{&api, opts}; // trivially destructible: no __gc needed
+  for (auto& c : detail::commands) {
+    lua_pushvalue(L, -1); // the context, as upvalue 1
+    lua_pushcclosure(L, c.fn, 1);
+    lua_setfield(L, -3, c.name);
+  }
+  lua_pop(L, 1); // the context
+  lua_createtable(L, 0, 1); // metatable: unknown names are errors
+  lua_pushcfunction(L, detail::unknown_command);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, -2);
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_pushvalue(L, -2);
+  lua_setfield(L, -2, "rw"); // package.loaded.rw, for require "rw"
+  lua_pop(L, 1);
+  lua_setglobal(L, "rw");
+}
+
+} // namespace rw::shell

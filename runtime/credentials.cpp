@@ -1,0 +1,94 @@
+#include "runtime/credentials.hpp"
+
+#include <sodium.h>
+
+#include <stdexcept>
+
+namespace rw::runtime {
+
+namespace {
+
+constexpr const char* token_prefix = "rwt1_";
+constexpr size_t token_secret_bytes = 32;
+constexpr const char* proof_context = "rackweave-auth-v1";
+
+void init_sodium() {
+  static const bool ready = sodium_init() >= 0;
+  if (!ready)
+    throw std::runtime_error("libsodium failed to initialise (no entropy source?)");
+}
+
+std::string to_hex(const unsigned char* data, size_t size) {
+  std::string out(size * 2 + 1, '\0');
+  sodium_bin2hex(out.data(), out.size(), data, size);
+  out.pop_back(); // the terminating NUL
+  return out;
+}
+
+} // namespace
+
+std::string make_token() {
+  init_sodium();
+  unsigned char secret[token_secret_bytes];
+  randombytes_buf(secret, sizeof(secret));
+  auto token = token_prefix + to_hex(secret, sizeof(secret));
+  sodium_memzero(secret, sizeof(secret));
+  return token;
+}
+
+bool well_formed_token(const std::string& token) {
+  std::string prefix = token_prefix;
+  if (token.size() != prefix.size() + 2 * token_secret_bytes
+      || token.compare(0, prefix.size(), prefix) != 0)
+    return false;
+  for (size_t i = prefix.size(); i < token.size(); ++i) {
+    auto c = token[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+      return false;
+  }
+  return true;
+}
+
+byte_vector make_nonce() {
+  init_sodium();
+  byte_vector nonce(nonce_bytes);
+  randombytes_buf(nonce.data(), nonce.size());
+  return nonce;
+}
+
+byte_vector prove(const std::string& token, const byte_vector& nonce,
+                  const std::string& job, uint32_t rank) {
+  init_sodium();
+  crypto_auth_hmacsha256_state st;
+  crypto_auth_hmacsha256_init(&st, reinterpret_cast<const unsigned char*>(token.data()),
+                              token.size());
+  auto feed = [&](const void* p, size_t n) {
+    crypto_auth_hmacsha256_update(&st, static_cast<const unsigned char*>(p), n);
+  };
+  feed(proof_context, std::char_traits<char>::length(proof_context) + 1); // with its NUL
+  feed(nonce.data(), nonce.size());
+  feed(job.data(), job.size());
+  const unsigned char sep = 0;
+  feed(&sep, 1);
+  const unsigned char r[4] = {static_cast<unsigned char>(rank),
+                              static_cast<unsigned char>(rank >> 8),
+                              static_cast<unsigned char>(rank >> 16),
+                              static_cast<unsigned char>(rank >> 24)};
+  feed(r, sizeof(r));
+  byte_vector mac(crypto_auth_hmacsha256_BYTES);
+  crypto_auth_hmacsha256_final(&st, reinterpret_cast<unsigned char*>(mac.data()));
+  sodium_memzero(&st, sizeof(st));
+  return mac;
+}
+
+bool verify(const std::string& token, const byte_vector& nonce, const std::string& job,
+            uint32_t rank, const byte_vector& mac) {
+  if (mac.size() != crypto_auth_hmacsha256_BYTES || nonce.size() != nonce_bytes)
+    return false;
+  auto expected = prove(token, nonce, job, rank);
+  return crypto_verify_32(reinterpret_cast<const unsigned char*>(expected.data()),
+                          reinterpret_cast<const unsigned char*>(mac.data()))
+         == 0;
+}
+
+} // namespace rw::runtime

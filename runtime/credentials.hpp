@@ -1,0 +1,39 @@
+#pragma once
+// Job credentials. Creating a job yields a token (a 256-bit secret, written
+// "rwt1_" + 64 hex digits). A worker never sends it: the node sends a fresh random
+// nonce (challenge) and the worker answers with HMAC-SHA-256 keyed by the token over
+// (nonce, job name, rank), which the node checks in constant time. A captured proof is
+// worth nothing on another connection, for another rank or for another job.
+// libsodium does the cryptography; nothing here is home-made.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rw::runtime {
+
+using byte_vector = std::vector<std::byte>;
+
+constexpr size_t nonce_bytes = 32;
+constexpr size_t proof_bytes = 32;
+
+/// A new random token.
+std::string make_token();
+
+/// Whether `token` has the shape make_token gives (says nothing about which job).
+bool well_formed_token(const std::string& token);
+
+/// A new random challenge.
+byte_vector make_nonce();
+
+/// The worker's answer to `nonce` for (job, rank).
+byte_vector prove(const std::string& token, const byte_vector& nonce,
+                  const std::string& job, uint32_t rank);
+
+/// Whether `mac` answers `nonce` for (job, rank) with `token`. Constant time in the
+/// contents of `mac`.
+bool verify(const std::string& token, const byte_vector& nonce, const std::string& job,
+            uint32_t rank, const byte_vector& mac);
+
+} // namespace rw::runtime

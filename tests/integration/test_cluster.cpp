@@ -1,0 +1,116 @@
+// The cluster on 127.0.0.1: a coordinator and two rack-agg nodes, jobs created and
+// watched through rw-shell scripts, tokens enforced, jobs kept apart, and what an
+// operator sees when input is bad or a node goes away.
+
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "tests/integration/cluster_fixture.hpp"
+
+using namespace rw;
+
+namespace {
+
+std::string scratch_dir() {
+  auto dir = testing::temp_path("cluster");
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+} // namespace
+
+TEST_CASE("rw-shell counts the live nodes through any node's address",
+          "[integration][cluster]") {
+  testing::cluster c;
+  auto r = c.shell("print(#rw.nodes())");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out == "2\n");
+  // Through a rack-agg node's address: it points the shell at the coordinator.
+  auto via = testing::run_shell({"--connect", c.a().address(), "-c", "print(#rw.nodes())"});
+  INFO(via.err);
+  CHECK(via.code == 0);
+  CHECK(via.out == "2\n");
+}
+
+TEST_CASE("two jobs: separate exact results, tokens enforced, no cross-job access, stop",
+          "[integration][cluster]") {
+  testing::cluster c;
+  auto dir = scratch_dir();
+  auto r = testing::run_shell({"--connect", c.coordinator().address(), "-f",
+                               RW_SOURCE_DIR "/tests/integration/scripts/two_jobs.lua", "--",
+                               RW_TEST_WORKER_PATH, RW_TEST_PROBE_PATH, dir},
+                              std::chrono::seconds(120));
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("two_jobs: ok"));
+  // The refusals are in the nodes' logs, for an operator.
+  CHECK(c.a().wait_for_log("wrong token"));
+  CHECK(c.a().wait_for_log("no token"));
+  CHECK(c.b().wait_for_log("frame refused"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("bad input in the shell: clear errors, non-zero exit", "[integration][cluster]") {
+  testing::cluster c;
+  auto unknown = c.shell("rw.job_status('nope')");
+  CHECK(unknown.code == 1);
+  CHECK_THAT(unknown.err, Catch::Contains("no job named 'nope'"));
+
+  auto invalid = c.shell("rw.job_create{name='j', workers=0}");
+  CHECK(invalid.code == 1);
+  CHECK_THAT(invalid.err, Catch::Contains("workers must be 1.."));
+
+  auto placement = c.shell("rw.job_create{name='j', workers=1, node='rack-z'}");
+  CHECK(placement.code == 1);
+  CHECK_THAT(placement.err, Catch::Contains("no live node is named 'rack-z'"));
+
+  auto command = c.shell("rw.frobnicate()");
+  CHECK(command.code == 1);
+  CHECK_THAT(command.err, Catch::Contains("not a command"));
+
+  // Errors are Lua errors: a script can catch one and go on.
+  auto caught = c.shell("local ok, e = pcall(rw.job_stop, 'nope'); print(ok); "
+                        "print(#rw.nodes())");
+  CHECK(caught.code == 0);
+  CHECK(caught.out == "false\n2\n");
+
+  auto unreachable = testing::run_shell({"--connect", "127.0.0.1:1", "-c", "print(1)"});
+  CHECK(unreachable.code == 3);
+  CHECK_THAT(unreachable.err, Catch::Contains("127.0.0.1:1"));
+}
+
+TEST_CASE("a node that vanishes: bounded errors, its jobs fail, it rejoins",
+          "[integration][cluster]") {
+  testing::cluster c{{"--node-timeout-ms", "2000"}, {"--heartbeat-ms", "250"}};
+  auto made = c.shell("print(rw.job_create{name='held', workers=1, node='rack-b'}.state)");
+  INFO(made.err);
+  REQUIRE(made.out == "created\n");
+  c.b().process().signal(SIGSTOP);
+  // A request that needs the node: an error within the coordinator's node timeout.
+  auto t0 = std::chrono::steady_clock::now();
+  auto stop = c.shell("rw.job_stop('held')");
+  auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(stop.code == 1);
+  CHECK_THAT(stop.err, Catch::Contains("rack-b did not stop the job"));
+  CHECK(took < std::chrono::seconds(10));
+  // Silent past the node timeout: gone, and its job failed.
+  CHECK(c.coordinator().wait_for_log("node=rack-b", std::chrono::seconds(10)));
+  CHECK(c.coordinator().wait_for_log("sent no heartbeat", std::chrono::seconds(10)));
+  auto after = c.shell("print(#rw.nodes()); local j = rw.job_status('held'); "
+                       "print(j.state); print(j.reason)");
+  INFO(after.err);
+  CHECK_THAT(after.out, Catch::StartsWith("1\nfailed\nnode rack-b sent no heartbeat"));
+  // Back again: it registers anew.
+  c.b().process().signal(SIGCONT);
+  CHECK(c.b().wait_for_log("registering again", std::chrono::seconds(10)));
+  std::string live;
+  for (int i = 0; i < 20 && live != "2\n"; ++i) { // at most ~10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    live = c.shell("print(#rw.nodes())").out;
+  }
+  CHECK(live == "2\n");
+}

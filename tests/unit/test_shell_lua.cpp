@@ -1,0 +1,380 @@
+// The shell's `rw` Lua module over a fake cluster: job_create tables become the specs
+// asked for (and bad ones are refused with the field named), reports come back as
+// tables, the cluster's errors become Lua errors, rw.wait follows a job whose state
+// advances, and the pretty printer shows values the way the prompt prints them.
+
+#include <csignal>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <lua.hpp>
+
+#include "apps/shell/cluster_api.hpp"
+#include "apps/shell/format.hpp"
+#include "apps/shell/interrupt.hpp"
+#include "apps/shell/lua_rw.hpp"
+#include "apps/shell/repl.hpp"
+
+using Catch::Contains;
+using rw::actors::job_report;
+using rw::actors::rank_report;
+
+namespace {
+
+rank_report rank(uint32_t r, uint64_t clock, const char* state = "live") {
+  return {r, state, "10.0.0.1:4000" + std::to_string(r), clock, clock * 4, clock * 2,
+          clock * 1000, clock * 500, 1500};
+}
+
+job_report job(const std::string& name, const std::string& state) {
+  job_report j;
+  j.id = 7;
+  j.name = name;
+  j.state = state;
+  j.node = "rack-a";
+  j.endpoints = {"10.0.0.2:7700", "10.0.0.3:7700"};
+  j.spec.name = name;
+  j.spec.num_workers = 2;
+  j.spec.consistency = rw::parse_consistency("ssp:2");
+  j.spec.optimizer.kind = rw::optimizer_kind::adam;
+  j.spec.tensors = {{"w", 1000, true}};
+  if (state != "created")
+    j.started_unix_ms = 1000;
+  return j;
+}
+
+// Answers from canned data; `status` decides job_status by how often it was asked.
+struct fake_cluster : rw::shell::cluster_api {
+  std::vector<std::string> calls;
+  std::string fail; // non-empty: the next call throws shell_error with it
+  rw::job_spec spec;
+  std::string placement;
+  std::function<job_report(int)> status = [](int) { return job("j", "running"); };
+  int status_calls = 0;
+
+  void called(const std::string& what) {
+    calls.push_back(what);
+    if (!fail.empty())
+      throw rw::shell::shell_error(std::exchange(fail, {}));
+  }
+  std::vector<rw::actors::node_info> nodes() override {
+    called("nodes");
+    return {{1, "rack-a", "rack-agg", {"10.0.0.2:7700", "10.0.0.3:7700"}, 4, 1, 20},
+            {2, "rack-b", "rack-agg", {"10.0.1.2:7700"}, 8, 0, 310}};
+  }
+  std::vector<job_report> jobs() override {
+    called("jobs");
+    return {job("a", "running"), job("b", "finished")};
+  }
+  rw::actors::job_created job_create(const rw::job_spec& s, const std::string& p) override {
+    called("job_create");
+    spec = s;
+    placement = p;
+    return {job(s.name, "created"), "tok-123"};
+  }
+  job_report job_status(const std::string& name) override {
+    called("job_status " + name);
+    return status(++status_calls);
+  }
+  job_report job_stop(const std::string& name) override {
+    called("job_stop " + name);
+    auto j = job(name, "stopped");
+    j.reason = "stopped by the user";
+    return j;
+  }
+  void job_delete(const std::string& name) override { called("job_delete " + name); }
+  std::string coordinator() const override { return "10.0.0.9:7800"; }
+};
+
+struct shell {
+  fake_cluster api;
+  FILE* out = std::tmpfile();
+  lua_State* L = luaL_newstate();
+
+  explicit shell(bool interactive = false) {
+    luaL_openlibs(L);
+    rw::shell::install_rw(L, api, {interactive, out});
+  }
+  ~shell() {
+    lua_close(L);
+    std::fclose(out);
+  }
+  // Runs `code`; "" when it ran, else the error message.
+  std::string run(const std::string& code) {
+    if (luaL_dostring(L, code.c_str()) == LUA_OK) {
+      lua_settop(L, 0);
+      return {};
+    }
+    std::string msg = lua_tostring(L, -1);
+    lua_settop(L, 0);
+    return msg;
+  }
+  // The value of `expr`, pretty-printed (or "error: ...").
+  std::string eval(const std::string& expr) {
+    if (luaL_dostring(L, ("return " + expr).c_str()) != LUA_OK) {
+      std::string msg = "error: " + std::string(lua_tostring(L, -1));
+      lua_settop(L, 0);
+      return msg;
+    }
+    auto text = rw::shell::format_value(L, -1);
+    lua_settop(L, 0);
+    return text;
+  }
+  std::string output() {
+    std::fflush(out);
+    std::rewind(out);
+    std::string text;
+    char buf[4096];
+    while (auto n = std::fread(buf, 1, sizeof buf, out))
+      text.append(buf, n);
+    return text;
+  }
+};
+
+} // namespace
+
+TEST_CASE("job_create turns its table into the spec asked for", "[shell]") {
+  shell sh;
+  CHECK(sh.eval("rw.job_create{name = 'j', workers = 4}.token") == "\"tok-123\"");
+  auto& s = sh.api.spec;
+  CHECK(s.name == "j");
+  CHECK(s.num_workers == 4);
+  CHECK(s.chunk_bytes == rw::defaults::chunk_bytes);
+  CHECK(s.optimizer.kind == rw::optimizer_kind::sum);
+  CHECK(s.optimizer.learning_rate == rw::optimizer_spec{}.learning_rate);
+  CHECK(s.optimizer.beta2 == rw::optimizer_spec{}.beta2);
+  CHECK(s.consistency.model == rw::consistency_spec::bsp);
+  CHECK(s.tensors.empty());
+  CHECK(sh.api.placement.empty());
+
+  CHECK(sh.run("j = rw.job_create{name = 'k', workers = 8.0, consistency = 'ssp:2', "
+               "optimizer = 'adam', lr = 0.001, beta1 = 0.8, weight_decay = 0.01, "
+               "chunk_bytes = '64KiB', node = 'rack-b'}") == "");
+  CHECK(s.num_workers == 8);
+  CHECK(s.consistency.model == rw::consistency_spec::ssp);
+  CHECK(s.consistency.staleness == 2);
+  CHECK(s.optimizer.kind == rw::optimizer_kind::adam);
+  CHECK(s.optimizer.learning_rate == 0.001f);
+  CHECK(s.optimizer.beta1 == 0.8f);
+  CHECK(s.optimizer.weight_decay == 0.01f);
+  CHECK(s.chunk_bytes == 64 * 1024);
+  CHECK(sh.api.placement == "rack-b");
+  CHECK(sh.eval("j.name .. ' ' .. j.state .. ' ' .. j.token") == "\"k created tok-123\"");
+  CHECK(sh.run("rw.job_create{name = 'm', workers = 1, chunk_bytes = 4096}") == "");
+  CHECK(s.chunk_bytes == 4096);
+}
+
+TEST_CASE("job_create refuses bad tables, naming the field", "[shell]") {
+  shell sh;
+  auto refused = [&](const std::string& table, const std::string& says) {
+    INFO(table);
+    CHECK_THAT(sh.run("rw.job_create" + table), Contains("rw.job_create") && Contains(says));
+  };
+  refused("{name = 'j', workers = 2, wokers = 3}", "unknown field 'wokers' (fields: name,");
+  refused("{name = 'j', workers = 'four'}", "workers must be a whole number");
+  refused("{name = 'j', workers = 2.5}", "got 2.5");
+  refused("{name = 'j', workers = -1}", "workers must be a whole number");
+  refused("{name = 'j', workers = 2, optimizer = 'adamw'}",
+          "optimizer must be one of sum, sgd, momentum, nesterov, adam, lamb, lars, got "
+          "'adamw'");
+  refused("{name = 'j', workers = 2, consistency = 'ssp:x'}", "consistency: 'ssp:x'");
+  refused("{name = 'j', workers = 2, consistency = 'eventual'}", "bsp, ssp:S or async");
+  refused("{name = 'j', workers = 2, lr = '0.1'}", "lr must be a number, got \"0.1\"");
+  refused("{name = 'j', workers = 2, chunk_bytes = 'lots'}", "size such as \"32KiB\"");
+  refused("{name = 7, workers = 2}", "name must be the job's name (a string), got 7");
+  refused("{workers = 2}", "name is required");
+  refused("{name = 'j'}", "workers is required");
+  refused("{'j', 2}", "fields are named");
+  refused("('j')", "expects a table");
+  CHECK(sh.api.calls.empty()); // nothing reached the cluster
+}
+
+TEST_CASE("the cluster's reports come back as tables", "[shell]") {
+  shell sh;
+  CHECK(sh.eval("#rw.nodes()") == "2");
+  CHECK(sh.eval("rw.nodes()[1].endpoints[2]") == "\"10.0.0.3:7700\"");
+  CHECK(sh.eval("rw.nodes()[2].last_seen_ms") == "310");
+  CHECK(sh.eval("#rw.jobs() .. rw.jobs()[2].state") == "\"2finished\"");
+  sh.api.status = [](int) {
+    auto j = job("j", "running");
+    j.ranks = {rank(0, 5), rank(1, 3)};
+    return j;
+  };
+  REQUIRE(sh.run("j = rw.job_status('j')") == "");
+  CHECK(sh.eval("{j.clock_min, j.clock_max, j.pushes, j.bytes_in, j.wait_ms}")
+        == "{3, 5, 32, 8000, 3.0}");
+  CHECK(sh.eval("j.ranks[2]")
+        == "{\n  bytes_in = 3000,\n  bytes_out = 1500,\n  clock = 3,\n"
+           "  peer = \"10.0.0.1:40001\",\n  pulls = 6,\n  pushes = 12,\n  rank = 1,\n"
+           "  state = \"live\",\n  wait_ms = 1.5\n}");
+  CHECK(sh.eval("j.optimizer.kind .. ' ' .. j.consistency") == "\"adam ssp:2\"");
+  CHECK(sh.eval("j.optimizer.lr == 0.01 and j.optimizer.beta2 == 0.999") == "true");
+  CHECK(sh.eval("j.tensors") == "{{elements = 1000, has_init = true, name = \"w\"}}");
+  CHECK(sh.eval("j.endpoints") == "{\"10.0.0.2:7700\", \"10.0.0.3:7700\"}");
+  CHECK(sh.eval("rw.job_stop('j').reason") == "\"stopped by the user\"");
+  CHECK(sh.eval("rw.job_delete('j')") == "true");
+  CHECK(sh.eval("rw.coordinator()") == "\"10.0.0.9:7800\"");
+  CHECK(sh.api.calls.back() == "job_delete j");
+  CHECK_THAT(sh.run("rw.job_status(3)"),
+             Contains("rw.job_status expects a job name (a string), got 3"));
+}
+
+TEST_CASE("the cluster's errors become Lua errors with their message", "[shell]") {
+  shell sh;
+  sh.api.fail = "unknown job 'zz'";
+  CHECK(sh.eval("select(2, pcall(rw.job_status, 'zz'))") == "\"unknown job 'zz'\"");
+  sh.api.fail = "coordinator unreachable";
+  CHECK(sh.run("rw.nodes()") == "[string \"rw.nodes()\"]:1: coordinator unreachable");
+  sh.api.fail = "workers must be 1..1024, got 0";
+  CHECK_THAT(sh.run("rw.job_create{name = 'j', workers = 0}"),
+             Contains(":1: workers must be 1..1024, got 0"));
+  sh.api.fail = "no answer within 10000 ms";
+  CHECK_THAT(sh.run("rw.wait('j', 'ended')"), Contains("rw.wait: no answer within"));
+  CHECK(sh.run("rw.jobs()") == ""); // one failure does not stick
+}
+
+TEST_CASE("an unknown command lists the commands", "[shell]") {
+  shell sh;
+  CHECK_THAT(sh.run("rw.foo(1)"),
+             Contains("rw.foo is not a command; commands: nodes, jobs, job_create,"));
+  CHECK(sh.eval("require('rw') == rw") == "true");
+  CHECK(sh.run("rw.help()") == "");
+  CHECK_THAT(sh.output(), Contains("rw.wait(name, cond"));
+}
+
+TEST_CASE("rw.wait follows a job until the condition holds", "[shell]") {
+  shell sh;
+  sh.api.status = [](int n) { // created, running with clocks n-2, finished at call 6
+    auto j = job("j", n < 3 ? "created" : n < 6 ? "running" : "finished");
+    if (n >= 3)
+      j.ranks = {rank(0, n - 2), rank(1, n - 2, n < 6 ? "live" : "left")};
+    return j;
+  };
+  CHECK(sh.eval("rw.wait('j', 'running', {interval = 0.001}).state") == "\"running\"");
+  CHECK(sh.api.status_calls == 3);
+  sh.api.status_calls = 0;
+  CHECK(sh.eval("rw.wait('j', 2, {interval = 0.001}).clock_min") == "2");
+  CHECK(sh.api.status_calls == 4);
+  sh.api.status_calls = 0;
+  CHECK(sh.eval("rw.wait('j', function(j) return j.pushes >= 24 end, {interval = 0.001})"
+                ".pushes")
+        == "24");
+  sh.api.status_calls = 0;
+  CHECK(sh.eval("rw.wait('j', 'finished', {interval = 0.001}).state") == "\"finished\"");
+  CHECK(sh.api.status_calls == 6);
+  sh.api.status_calls = 10; // ended already: "running" was reached, "ended" holds
+  CHECK(sh.eval("rw.wait('j', 'running').state") == "\"finished\"");
+  CHECK(sh.eval("rw.wait('j', 'ended').state") == "\"finished\"");
+  CHECK_THAT(sh.run("rw.wait('j', function() error('boom') end)"),
+             Contains("rw.wait: the condition function failed:") && Contains("boom"));
+}
+
+TEST_CASE("rw.wait fails at once on an ended job and is bounded in time", "[shell]") {
+  shell sh;
+  sh.api.status = [](int) {
+    auto j = job("j", "failed");
+    j.reason = "worker 1 left";
+    return j;
+  };
+  CHECK_THAT(sh.run("rw.wait('j', 'finished')"),
+             Contains("rw.wait: job 'j' ended (state: failed, reason: worker 1 left) and "
+                      "will never reach finished"));
+  CHECK_THAT(sh.run("rw.wait('j', 100)"), Contains("never reach clock 100"));
+  CHECK(sh.api.status_calls == 2); // one look each
+  sh.api.status = [](int) { return job("j", "running"); };
+  CHECK_THAT(sh.run("rw.wait('j', 'finished', {timeout = 0.05, interval = 0.01})"),
+             Contains("rw.wait: job 'j' did not reach finished within 0.05 s (state: "
+                      "running)"));
+  CHECK_THAT(sh.run("rw.wait('j', 'done')"), Contains("created, running, finished"));
+  CHECK_THAT(sh.run("rw.wait('j', 'ended', {timout = 1})"),
+             Contains("unknown option \"timout\" (options: interval, timeout)"));
+  CHECK_THAT(sh.run("rw.wait('j', 'ended', {interval = 0})"),
+             Contains("option interval must be a number of seconds > 0, got 0"));
+  sh.api.fail = "unknown job 'j'";
+  CHECK_THAT(sh.run("rw.wait('j', 'ended')"), Contains("rw.wait: unknown job 'j'"));
+}
+
+TEST_CASE("rw.watch prints a line per refresh off a terminal", "[shell]") {
+  shell sh;
+  sh.api.status = [](int n) {
+    auto j = job("j", n < 3 ? "running" : "finished");
+    j.ranks = {rank(0, n), rank(1, n)};
+    return j;
+  };
+  CHECK(sh.eval("rw.watch('j', {interval = 0.001}).state") == "\"finished\"");
+  auto out = sh.output();
+  CHECK(std::count(out.begin(), out.end(), '\n') == 3);
+  CHECK_THAT(out, Contains("job 'j' running clock 1 pushes 8 pulls 4 in 2.0 KiB"));
+  CHECK_THAT(out, Contains("job 'j' finished clock 3"));
+  CHECK(out.find("\033[") == std::string::npos);
+  sh.api.status = [](int) { return job("j", "running"); };
+  CHECK(sh.eval("rw.watch('j', {interval = 0.001, seconds = 0.01}).state") == "\"running\"");
+  CHECK(sh.run("rw.sleep(0.001)") == "");
+  CHECK_THAT(sh.run("rw.sleep(-1)"), Contains("rw.sleep expects a number of seconds >= 0"));
+}
+
+TEST_CASE("Ctrl-C stops rw.wait, rw.watch and Lua loops in the interactive shell",
+          "[shell]") {
+  shell sh{true};
+  sh.api.status = [](int n) { // Ctrl-C while the second answer is shown
+    if (n == 2)
+      std::raise(SIGINT);
+    return job("j", "running");
+  };
+  CHECK_THAT(sh.run("rw.wait('j', 'finished', {interval = 0.01})"),
+             Contains("rw.wait: interrupted before job 'j' reached finished"));
+  CHECK(rw::shell::take_interrupt());
+  sh.api.status_calls = 0;
+  CHECK(sh.eval("rw.watch('j', {interval = 0.01}).state") == "\"running\""); // no error
+  CHECK(sh.api.status_calls == 2);
+  CHECK_FALSE(rw::shell::interrupt_pending()); // the watch took it
+  {
+    rw::shell::interrupt_scope scope{sh.L};
+    std::raise(SIGINT);
+    CHECK_FALSE(rw::shell::pause_for(5));
+    CHECK_THAT(sh.run("while true do end"), Contains("interrupted"));
+  }
+  CHECK(rw::shell::take_interrupt());
+  rw::shell::clear_interrupt_hook(sh.L);
+  CHECK(sh.run("x = 1") == "");
+}
+
+TEST_CASE("the pretty printer shows tables as Lua constructors", "[shell]") {
+  shell sh;
+  CHECK(sh.eval("{3, 2, 1, b = {x = 1}, a = 's', [10] = true, ['a b'] = 1.0}")
+        == "{3, 2, 1, [10] = true, a = \"s\", [\"a b\"] = 1.0, b = {x = 1}}");
+  CHECK(sh.eval("{}") == "{}");
+  CHECK(sh.eval("'tab\\there \"q\"\\n'") == "\"tab\\there \\\"q\\\"\\n\"");
+  CHECK(sh.eval("0.1 + 0.2 == 0.3") == "false");
+  CHECK(sh.eval("1e300 * 1e10") == "inf");
+  CHECK(sh.eval("{{1, {2}}, ['end'] = 1}") == "{{1, {2}}, [\"end\"] = 1}");
+  CHECK(sh.eval("{long = string.rep('x', 60), n = {1, {y = string.rep('z', 70)}}}")
+        == "{\n  long = \"" + std::string(60, 'x') + "\",\n  n = {\n    1,\n    {\n"
+           "      y = \"" + std::string(70, 'z') + "\"\n    }\n  }\n}");
+  CHECK(sh.run("t = {name = 'x'}; t.self = t; t.list = {t}") == "");
+  CHECK(sh.eval("t") == "{list = {<cycle>}, name = \"x\", self = <cycle>}");
+  CHECK(sh.eval("setmetatable({}, {__index = function() error('no') end, "
+                "__tostring = function() error('no') end})") == "{}");
+  CHECK_THAT(sh.eval("print"), Contains("<function: 0x"));
+  CHECK(sh.run("rw.show({a = {1, 2}})") == "");
+  CHECK(sh.output() == "{a = {1, 2}}\n");
+  CHECK(rw::shell::human_bytes(512) == "512 B");
+  CHECK(rw::shell::human_bytes(3 * 1024 * 1024 / 2) == "1.5 MiB");
+  CHECK(rw::shell::human_rate(2048) == "2.0 KiB/s");
+}
+
+TEST_CASE("scripts get their arguments and report failure", "[shell]") {
+  shell sh;
+  rw::shell::set_script_args(sh.L, "s.lua", {"a", "b"});
+  using src = rw::shell::script_source;
+  CHECK(rw::shell::run_script(sh.L, {src::code, "n = select('#', ...) + #arg; x = arg[2]"},
+                              {"a", "b"})
+        == 0);
+  CHECK(sh.eval("n .. x .. arg[0]") == "\"4bs.lua\"");
+  CHECK(rw::shell::run_script(sh.L, {src::code, "rw.wait('j', 'nope')"}, {}) == 1);
+  CHECK(rw::shell::run_script(sh.L, {src::code, "this is not lua"}, {}) == 1);
+  CHECK(rw::shell::run_script(sh.L, {src::file, "/nonexistent/x.lua"}, {}) == 1);
+}

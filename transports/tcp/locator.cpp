@@ -1,0 +1,140 @@
+#include "transports/tcp/locator.hpp"
+
+#include <fmt/format.h>
+
+#include "rackweave/defaults.hpp"
+#include "transports/tcp/endpoint.hpp"
+
+namespace rw::transports::tcp {
+
+namespace {
+
+constexpr receive_limits control_only{0, defaults::max_control_bytes};
+
+// Receives the answer to a locate.
+class answer_sink final : public frame_sink {
+public:
+  payload_target on_header(const connection_ptr&, const frame_header& h) override {
+    if (h.kind != frame_kind::located && h.kind != frame_kind::error)
+      return payload_target::dropped();
+    kind = h.kind;
+    buf.resize(h.payload_bytes);
+    return payload_target::into(buf.data());
+  }
+  void on_frame(const connection_ptr&, const frame_header& h, payload_target& t) override {
+    if (t.action == payload_target::discard)
+      return;
+    answered = true;
+    std::string why;
+    if (h.kind == frame_kind::located) {
+      if (decode(buf.data(), buf.size(), answer, why) != errc::ok)
+        failure = "undecodable answer: " + why;
+      return;
+    }
+    error_msg err;
+    failure = decode(buf.data(), buf.size(), err, why) == errc::ok ? err.message
+                                                                   : "undecodable error: " + why;
+  }
+  void on_closed(const connection_ptr&, errc, const std::string& why) override {
+    if (!answered) {
+      answered = true;
+      failure = "the node closed the connection without answering: " + why;
+    }
+  }
+
+  frame_kind kind = frame_kind::invalid;
+  std::vector<std::byte> buf;
+  bool answered = false;
+  std::string failure;
+  located_msg answer;
+};
+
+// Serves a locator endpoint: answers locate, refuses the rest.
+class service_sink final : public frame_sink {
+public:
+  service_sink(const located_msg& answer, const std::string& refusal)
+    : payload_(encode(answer)), refusal_(refusal) {
+  }
+  payload_target on_header(const connection_ptr& c, const frame_header& h) override {
+    if (h.kind == frame_kind::locate && h.payload_bytes == 0)
+      return payload_target::into(nullptr);
+    c->send_error(errc::bad_frame, refusal_, h);
+    return payload_target::closing();
+  }
+  void on_frame(const connection_ptr& c, const frame_header&, payload_target&) override {
+    frame_header reply;
+    reply.kind = frame_kind::located;
+    reply.payload_bytes = static_cast<uint32_t>(payload_.size());
+    iovec iov{payload_.data(), payload_.size()};
+    c->send(reply, &iov, 1);
+  }
+  void on_closed(const connection_ptr&, errc, const std::string&) override {
+  }
+
+private:
+  bytes payload_;
+  std::string refusal_;
+};
+
+bool wildcard(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
+}
+
+} // namespace
+
+located_msg locate(const std::string& node, std::chrono::milliseconds timeout) {
+  address where;
+  try {
+    where = parse_address(node);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(e.what());
+  }
+  endpoint ep{timeout, control_only};
+  std::shared_ptr<connection> conn;
+  try {
+    conn = ep.connect(where, timeout);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("no node answers at {}: {}", node, e.what()));
+  }
+  frame_header h;
+  h.kind = frame_kind::locate;
+  if (!conn->send(h))
+    throw std::runtime_error(fmt::format("cannot ask the node at {} for the coordinator", node));
+  answer_sink sink;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!sink.answered && std::chrono::steady_clock::now() < deadline)
+    ep.poll(50, sink);
+  conn->close();
+  if (!sink.answered)
+    throw std::runtime_error(fmt::format("the node at {} did not say where the coordinator "
+                                         "is within {} ms",
+                                         node, timeout.count()));
+  if (!sink.failure.empty())
+    throw std::runtime_error(fmt::format("the node at {}: {}", node, sink.failure));
+  auto coord = parse_address(sink.answer.coordinator);
+  if (wildcard(coord.host))
+    coord.host = where.host;
+  sink.answer.coordinator = coord.to_string();
+  return sink.answer;
+}
+
+locator_service::locator_service(const std::string& listen, located_msg answer,
+                                 std::string refusal)
+  : ep_(std::make_shared<endpoint>(std::chrono::milliseconds(defaults::io_timeout_ms),
+                                   control_only)) {
+  address_ = ep_->listen(parse_address(listen)).to_string();
+  thread_ = std::thread([this, answer = std::move(answer), refusal = std::move(refusal)] {
+    service_sink sink{answer, refusal};
+    while (!stop_.load(std::memory_order_acquire))
+      ep_->poll(100, sink);
+    ep_->close_all(sink);
+  });
+}
+
+locator_service::~locator_service() {
+  stop_.store(true, std::memory_order_release);
+  if (thread_.joinable())
+    thread_.join();
+}
+
+} // namespace rw::transports::tcp

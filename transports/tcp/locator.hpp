@@ -1,0 +1,48 @@
+#pragma once
+// Finding the cluster coordinator from any node's address. A client sends a `locate`
+// frame to a node's --listen endpoint and gets back a `located` frame naming the
+// coordinator's control (middleman) address, or an error frame. Nodes with NIC pollers
+// answer on those; a coordinator-only node runs a locator_service on its --listen.
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "transports/control.hpp"
+#include "transports/tcp/address.hpp"
+
+namespace rw::transports::tcp {
+
+class endpoint;
+
+/// Asks the node at `node` (HOST:PORT) where the coordinator is, within `timeout`.
+/// The answer's host is filled in (from `node`) when the node left it empty or gave a
+/// wildcard. Throws std::runtime_error with a message fit for the user.
+located_msg locate(const std::string& node, std::chrono::milliseconds timeout);
+
+/// Answers `locate` on a listening endpoint with a fixed answer, on its own thread;
+/// any other frame is refused with an error frame that says what this endpoint is.
+class locator_service {
+public:
+  /// Binds `listen` at once (throws if it cannot); serves until destroyed.
+  locator_service(const std::string& listen, located_msg answer, std::string refusal);
+  ~locator_service();
+
+  locator_service(const locator_service&) = delete;
+  locator_service& operator=(const locator_service&) = delete;
+
+  /// The bound address (the real port when asked for port 0).
+  const std::string& address() const noexcept {
+    return address_;
+  }
+
+private:
+  std::shared_ptr<endpoint> ep_;
+  std::string address_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+} // namespace rw::transports::tcp
