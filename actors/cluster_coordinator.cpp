@@ -27,7 +27,7 @@ namespace {
 
 using namespace detail;
 
-void drop_node(cluster_ptr self, uint32_t id, const std::string& why) {
+void drop_node(cluster_ptr self, uint32_t id, const std::string& why, bool graceful = false) {
   auto& st = self->state;
   auto it = st.nodes.find(id);
   if (it == st.nodes.end())
@@ -35,8 +35,9 @@ void drop_node(cluster_ptr self, uint32_t id, const std::string& why) {
   auto name = it->second.info.name;
   self->demonitor(it->second.addr);
   st.nodes.erase(it);
-  spdlog::warn("node left the cluster: node={} id={}: {}; {} node(s) remain", name, id, why,
-               st.nodes.size());
+  spdlog::log(graceful ? spdlog::level::info : spdlog::level::warn,
+              "node left the cluster: node={} id={}: {}; {} node(s) remain", name, id, why,
+              st.nodes.size());
   fail_jobs_on(self, id, fmt::format("node {} {}", name, why));
 }
 
@@ -126,7 +127,7 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
   return {
     [=](register_atom, node_info& info) { return on_register(self, info); },
     [=](heartbeat_atom, uint32_t id, uint32_t jobs) { return on_heartbeat(self, id, jobs); },
-    [=](leave_atom, uint32_t id) { drop_node(self, id, "left (it is stopping)"); },
+    [=](leave_atom, uint32_t id) { drop_node(self, id, "left (it is stopping)", true); },
     [=](event_atom, uint32_t node_id, job_event& ev) { on_event(self, node_id, ev); },
     [=](caf::get_atom, nodes_atom) { return list_nodes(self); },
     [=](caf::get_atom, jobs_atom) {

@@ -19,6 +19,7 @@ struct link_state {
   uint32_t node_id = 0;                  // 0: not registered
   bool registering = false;
   uint32_t failures = 0;                 // failed attempts in a row, for the log
+  bool was_member = false;               // registered before (this is a rejoin)
   static inline const char* name = "rw.cluster_link";
 };
 
@@ -83,6 +84,11 @@ void try_register(link_ptr self) {
         st.registering = false;
         st.node_id = id;
         st.failures = 0;
+        if (st.was_member) // the coordinator failed what this node held: so do we
+          self->send(st.rack, halt_atom::value,
+                     std::string{"the cluster coordinator lost this node and failed its "
+                                 "jobs"});
+        st.was_member = true;
         self->send(st.rack, locate_atom::value, st.address);
         spdlog::info("cluster: registered with the coordinator at {} as node {} (id {})",
                      st.address, st.settings.node.name, id);

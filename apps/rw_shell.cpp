@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   std::string connect = rw::defaults::listen;
   std::string file;
   std::string command;
-  int64_t timeout_ms = 10'000;
+  int64_t timeout_ms = rw::defaults::shell_timeout_ms;
   std::string history = rw::shell::default_history_file();
   CLI::App app{description, "rw-shell"};
   app.footer(footer);

@@ -156,6 +156,25 @@ caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& 
                                                       st.settings.node_name, job_id));
 }
 
+void on_halt_all(rack_ptr self, const std::string& reason) {
+  auto& st = self->state;
+  std::vector<uint32_t> live;
+  for (auto& [id, name] : st.names)
+    if (st.jobs.at(name).granted)
+      live.push_back(id);
+  for (auto id : live)
+    end_job(self, id, "failed", errc::unavailable, reason);
+  std::vector<std::string> waiting;
+  for (auto& [name, g] : st.grants)
+    if (g.ended.empty())
+      waiting.push_back(name);
+  for (auto& name : waiting) {
+    spdlog::warn("job failed: job='{}' id={} before any worker joined: {}", name,
+                 st.grants[name].job_id, reason);
+    remember_end(st, name, "failed", reason);
+  }
+}
+
 void report_start(rack_ptr self, const job_info& job) {
   send_event(self, job_event{job.id, "running", {}, job.spec, rank_shells(job)});
 }

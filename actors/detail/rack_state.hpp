@@ -60,6 +60,8 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g);
 caf::result<job_event> on_status(rack_ptr self, uint32_t job_id);
 /// Stops a job by an operator's request.
 caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& reason);
+/// Fails every granted job (the cluster has dropped this node).
+void on_halt_all(rack_ptr self, const std::string& reason);
 /// Tells the cluster a granted job started.
 void report_start(rack_ptr self, const job_info& job);
 /// Ends a job: reports it to the cluster with its final counts (if granted), then

@@ -110,3 +110,42 @@ TEST_CASE("control messages round-trip and garbage is refused without throwing",
   CHECK(decode(bytes.data(), bytes.size() - 8, d, why) == rw::errc::bad_frame);
   CHECK(decode(bytes.data(), 3, d, why) == rw::errc::bad_frame);
 }
+
+TEST_CASE("the credential and locate messages round-trip", "[frame]") {
+  std::string why;
+  hello_msg h;
+  h.spec.name = "job";
+  h.has_token = true;
+  auto hb = encode(h);
+  hello_msg hd;
+  REQUIRE(decode(hb.data(), hb.size(), hd, why) == rw::errc::ok);
+  CHECK(hd.has_token);
+
+  challenge_msg c{std::vector<std::byte>(32, std::byte{7})};
+  auto cb = encode(c);
+  challenge_msg cd;
+  REQUIRE(decode(cb.data(), cb.size(), cd, why) == rw::errc::ok);
+  CHECK(cd.nonce == c.nonce);
+
+  proof_msg p{std::vector<std::byte>(32, std::byte{9})};
+  auto pb = encode(p);
+  proof_msg pd;
+  REQUIRE(decode(pb.data(), pb.size(), pd, why) == rw::errc::ok);
+  CHECK(pd.mac == p.mac);
+
+  located_msg l{"10.0.0.1:7601", "rack-a", "rack-agg"};
+  auto lb = encode(l);
+  located_msg ld;
+  REQUIRE(decode(lb.data(), lb.size(), ld, why) == rw::errc::ok);
+  CHECK(ld.coordinator == l.coordinator);
+  CHECK(ld.node_name == "rack-a");
+  CHECK(ld.role == "rack-agg");
+
+  frame_header f;
+  f.kind = rw::transports::frame_kind::located;
+  alignas(8) std::byte buf[rw::transports::frame_header_bytes];
+  encode(f, buf);
+  frame_header fd;
+  REQUIRE(decode(buf, fd, why) == rw::errc::ok);
+  CHECK(fd.kind == rw::transports::frame_kind::located);
+}

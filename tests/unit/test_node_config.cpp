@@ -70,10 +70,18 @@ TEST_CASE("values that parse but make no sense are refused", "[config]") {
   c = {};
   c.max_chunk_bytes = 6;
   CHECK_THROWS(rw::runtime::check_node_config(c));
+  c = {};
+  c.role = "coordinator";
+  CHECK_NOTHROW(rw::runtime::check_node_config(c));
+  c.coordinator = "127.0.0.1:7700";
+  CHECK_THROWS_WITH(rw::runtime::check_node_config(c), Catch::Contains("is the coordinator"));
+  c = {};
+  c.heartbeat_ms = 3000; // the default node timeout is 5000: too short for it
+  CHECK_THROWS_WITH(rw::runtime::check_node_config(c), Catch::Contains("--node-timeout-ms"));
 }
 
 TEST_CASE("the example configs under config/ load", "[config]") {
-  for (auto* name : {"rack-agg.toml"}) {
+  for (auto* name : {"rack-agg.toml", "coordinator.toml"}) {
     parsed p{{}};
     std::string path = std::string(RW_SOURCE_DIR) + "/config/" + name;
     CHECK_NOTHROW(rw::runtime::load_node_config(path, p.app, p.cfg));
