@@ -5,6 +5,8 @@
 #include <cstdlib>
 
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 // readline's headers need <cstdio> first.
 #include <readline/history.h>
 #include <readline/readline.h>
@@ -14,6 +16,25 @@
 namespace rw::shell::detail {
 
 namespace {
+
+// Keeps SIGINT blocked on this thread while it lives, except inside ppoll (with
+// `waiting` as the mask): a Ctrl-C can then only land while the reader waits for input,
+// never unnoticed while readline handles a key.
+struct sigint_held {
+  sigint_held() {
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &before);
+    waiting = before;
+    sigdelset(&waiting, SIGINT);
+  }
+  ~sigint_held() {
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  }
+  sigset_t before;
+  sigset_t waiting;
+};
 
 // readline's callback interface hands the line to a plain function.
 bool line_done = false;
@@ -52,17 +73,18 @@ line_reader::~line_reader() {
 line_reader::result line_reader::read(const char* prompt) {
   line_done = false;
   rl_callback_handler_install(prompt, on_line);
+  sigint_held held;
   while (!line_done) {
-    pollfd input{fileno(rl_instream ? rl_instream : stdin), POLLIN, 0};
-    int ready = poll(&input, 1, -1);
-    if (ready < 0 && errno == EINTR) {
-      if (!take_interrupt())
-        continue; // another signal (a resize): keep reading
+    if (take_interrupt()) {
       rl_replace_line("", 0);
       rl_callback_handler_remove();
       std::fputs("\n", rl_outstream ? rl_outstream : stdout);
       return {result::interrupted, {}};
     }
+    pollfd input{fileno(rl_instream ? rl_instream : stdin), POLLIN, 0};
+    int ready = ppoll(&input, 1, nullptr, &held.waiting);
+    if (ready < 0 && errno == EINTR)
+      continue; // Ctrl-C (taken above) or another signal (a resize): keep reading
     if (ready < 0) {
       rl_callback_handler_remove();
       return {result::end_of_input, {}};
