@@ -162,11 +162,12 @@ caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
           return;
         }
         auto& r = it->second.report;
-        if (!ended(r.state)) { // an end reported meanwhile has the final counts
+        if (ev.state == "running" && !ended(r.state)) {
           r.spec = ev.spec;
           r.ranks = ev.ranks;
-          if (ended(ev.state))
-            mark_ended(it->second, ev.state, ev.reason);
+        } else if (ended(ev.state)) {
+          // It ended meanwhile: its final counts come with the node's end event.
+          mark_ended(it->second, ev.state, ev.reason);
         }
         rp.deliver(r);
       },
