@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "transports/tcp/locator.hpp"
+#include "actors/cluster_connect.hpp"
 
 namespace rw::actors {
 
@@ -25,26 +25,14 @@ struct link_state {
 
 using link_ptr = cluster_link_actor::stateful_pointer<link_state>;
 
-// Finds a remote coordinator: locate through the --coordinator node, then connect
-// over the middleman. Blocks (bounded). Returns null with `why` set on failure.
+// Finds a remote coordinator through the --coordinator node. Blocks (bounded: this
+// actor is detached). Returns null with `why` set on failure.
 cluster_coordinator_actor find_remote(link_ptr self, std::string& address, std::string& why) {
   auto& s = self->state.settings;
-  try {
-    auto where = transports::tcp::locate(s.via, s.request_timeout);
-    auto addr = transports::tcp::parse_address(where.coordinator);
-    auto got = self->system().middleman().remote_actor<cluster_coordinator_actor>(addr.host,
-                                                                                  addr.port);
-    if (!got) {
-      why = fmt::format("cannot connect to the coordinator at {}: {}", where.coordinator,
-                        self->system().render(got.error()));
-      return {};
-    }
-    address = where.coordinator;
-    return *got;
-  } catch (const std::exception& e) {
-    why = e.what();
-    return {};
-  }
+  auto contact = reach_coordinator(self->system(), s.via, s.request_timeout);
+  why = contact.error;
+  address = contact.address;
+  return contact.coordinator;
 }
 
 void lost(link_ptr self, const std::string& why) {

@@ -4,8 +4,7 @@
 #include <caf/io/middleman.hpp>
 #include <fmt/format.h>
 
-#include "actors/cluster_coordinator.hpp"
-#include "transports/tcp/locator.hpp"
+#include "actors/cluster_connect.hpp"
 
 namespace rw::shell {
 
@@ -22,21 +21,11 @@ struct cluster_client::impl {
 
   // Finds the coordinator through the node at `connect` and connects to it.
   void reach() {
-    transports::located_msg where;
-    try {
-      where = transports::tcp::locate(connect, timeout);
-    } catch (const std::exception& e) {
-      throw shell_error(e.what());
-    }
-    auto addr = transports::tcp::parse_address(where.coordinator);
-    auto got = sys.middleman().remote_actor<actors::cluster_coordinator_actor>(addr.host,
-                                                                               addr.port);
-    if (!got)
-      throw shell_error(fmt::format("the node at {} points to the coordinator at {}, which "
-                                    "does not answer: {}",
-                                    connect, where.coordinator, sys.render(got.error())));
-    coordinator = *got;
-    address = where.coordinator;
+    auto contact = actors::reach_coordinator(sys, connect, timeout);
+    if (!contact.coordinator)
+      throw shell_error(contact.error);
+    coordinator = std::move(contact.coordinator);
+    address = std::move(contact.address);
   }
 
   // One request; a lost coordinator is found again first. Throws shell_error.

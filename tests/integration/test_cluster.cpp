@@ -114,3 +114,36 @@ TEST_CASE("a node that vanishes: bounded errors, its jobs fail, it rejoins",
   }
   CHECK(live == "2\n");
 }
+
+TEST_CASE("a coordinator that stops answering: bounded errors, the script goes on",
+          "[integration][cluster]") {
+  testing::cluster c;
+  // A session that is connected when the coordinator freezes: its next request fails
+  // within --timeout, as a Lua error the script can catch, and the script goes on.
+  auto err_path = testing::temp_path("shell.err");
+  tools::subprocess shell{{RW_SHELL_PATH, "--connect", c.a().address(), "--timeout", "1500",
+                           "-c",
+                           "print(#rw.nodes()); rw.sleep(1.5); "
+                           "local ok, e = pcall(rw.nodes); print(ok); print(e); "
+                           "print('still here')"},
+                          true, err_path};
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  c.coordinator().process().signal(SIGSTOP);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto out = shell.read_all(deadline);
+  auto code = shell.wait_until(deadline);
+  INFO(out << testing::read_file(err_path));
+  CHECK(code == 0);
+  CHECK_THAT(out, Catch::StartsWith("2\nfalse\n"));
+  CHECK_THAT(out, Catch::Contains("did not answer within 1500 ms"));
+  CHECK_THAT(out, Catch::EndsWith("still here\n"));
+  // A new session cannot complete the handshake: exit 3 within the timeout.
+  auto t0 = std::chrono::steady_clock::now();
+  auto fresh = testing::run_shell({"--connect", c.a().address(), "--timeout", "1500", "-c",
+                                   "print(#rw.nodes())"});
+  CHECK(fresh.code == 3);
+  CHECK_THAT(fresh.err, Catch::Contains("does not answer"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  c.coordinator().process().signal(SIGCONT);
+  std::remove(err_path.c_str());
+}

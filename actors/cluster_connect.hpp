@@ -1,0 +1,26 @@
+#pragma once
+// Reaching the cluster coordinator from another process (a rack-agg node's cluster
+// link, a shell): ask any node's --listen endpoint where the coordinator is (locate),
+// then connect to it over the middleman. Both steps are bounded by `timeout`, also when
+// the far side accepts the connection and then says nothing (a stopped process).
+
+#include <chrono>
+#include <string>
+
+#include <caf/actor_system.hpp>
+
+#include "actors/cluster_coordinator.hpp"
+
+namespace rw::actors {
+
+struct coordinator_contact {
+  cluster_coordinator_actor coordinator; // null on failure
+  std::string address;                   // its control address (HOST:PORT)
+  std::string error;                     // why it failed, for the user
+};
+
+/// Finds and connects to the coordinator through the node at `via` (HOST:PORT).
+coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string& via,
+                                      std::chrono::milliseconds timeout);
+
+} // namespace rw::actors
