@@ -126,6 +126,7 @@ int run_interactive(lua_State* L, const repl_options& opts) {
       lua_pop(L, 1);
       continue;
     }
+    reader.remember(chunk); // a whole chunk is one history entry, as lua's prompt does
     chunk.clear();
     if (status != LUA_OK) {
       std::fprintf(stderr, "error: %s\n", top_message(L).c_str());

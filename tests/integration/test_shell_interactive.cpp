@@ -309,6 +309,13 @@ TEST_CASE("rw-shell's interactive prompt on a terminal: results, errors, continu
     REQUIRE(entered("end"));
     CHECK(shows("\n10\n20\n"));
     REQUIRE(shows("rw> "));
+    // The whole chunk is one history entry: one up-arrow brings all three lines back.
+    shell.type("\x1b[A");
+    CHECK(shows("print(i * 10)\nend"));
+    shell.type("\r");
+    CHECK(shows("\n10\n20\n"));
+    REQUIRE(shows("rw> "));
+    CHECK(count_of(shell.plain(), "\n10\n20\n") == 2);
 
     // 6. The up-arrow recalls the previous line; Enter runs it again.
     REQUIRE(entered("print('again')"));
@@ -345,7 +352,7 @@ TEST_CASE("rw-shell's interactive prompt on a terminal: results, errors, continu
   INFO("history file:\n" << lines);
   CHECK_THAT(lines, Catch::Contains("#rw.nodes()\n"));
   CHECK_THAT(lines, Catch::Contains("rw.job_create{name='tty', workers=1}.state\n"));
-  CHECK_THAT(lines, Catch::Contains("for i = 1, 2 do\n"));
+  CHECK_THAT(lines, Catch::Contains("for i = 1, 2 do\nprint(i * 10)\nend\n"));
   CHECK(count_of(lines, "print('again')\n") == 2);
   CHECK_THAT(lines, !Catch::Contains("half"));
 }

@@ -58,6 +58,10 @@ line_reader::line_reader(std::string history_file)
   rl_catch_signals = 0; // SIGINT is the interrupt_scope's
   rl_readline_name = "rw-shell";
   using_history();
+  // Multi-line chunks stay one entry across sessions: with timestamps in the file,
+  // readline reads the lines between two timestamps back as one entry.
+  history_write_timestamps = 1;
+  history_multiline_entries = 1;
   stifle_history(history_lines);
   if (!history_file_.empty()) {
     if (read_history(history_file_.c_str()) != 0)
@@ -95,12 +99,15 @@ line_reader::result line_reader::read(const char* prompt) {
     std::fputs("\n", rl_outstream ? rl_outstream : stdout);
     return {result::end_of_input, {}};
   }
-  if (line_text->find_first_not_of(" \t") != std::string::npos) {
-    add_history(line_text->c_str());
-    if (!history_file_.empty())
-      append_history(1, history_file_.c_str());
-  }
   return {result::line, *line_text};
+}
+
+void line_reader::remember(const std::string& entry) {
+  if (entry.find_first_not_of(" \t\n") == std::string::npos)
+    return;
+  add_history(entry.c_str());
+  if (!history_file_.empty())
+    append_history(1, history_file_.c_str());
 }
 
 } // namespace rw::shell::detail

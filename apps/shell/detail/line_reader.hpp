@@ -3,7 +3,7 @@
 // its callback interface, so that Ctrl-C at the prompt only abandons the line being
 // typed (the caller's interrupt_scope turns SIGINT into a flag; poll() returns with
 // EINTR and the reader takes it). History is kept in a file: read when the reader is
-// made (trimmed to history_lines), and every entered non-empty line appended at once,
+// made (trimmed to history_lines), and every entry the caller remembers appended at once,
 // so a shell that ends by os.exit() or a crash loses nothing.
 
 #include <optional>
@@ -26,8 +26,12 @@ public:
     std::string text;
   };
 
-  /// Reads one line after showing `prompt`; a non-empty line enters the history.
+  /// Reads one line after showing `prompt`.
   result read(const char* prompt);
+
+  /// Enters `entry` (a whole chunk, perhaps of several lines) into the history and
+  /// appends it to the history file; blank entries are left out.
+  void remember(const std::string& entry);
 
 private:
   std::string history_file_;
