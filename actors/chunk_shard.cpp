@@ -256,13 +256,8 @@ void on_push(shard_ptr self, chunk_push& p) {
     }
   }
   ++st.stats.pushes;
-  st.stats.bytes_in += p.payload->size;
-  if (p.rank < job->counters.size()) {
-    auto& counted = job->counters[p.rank];
-    ++counted.pushes;
-    counted.bytes_in += p.payload->size;
-    counted.clock = std::max(counted.clock, p.clock + 1);
-  }
+  auto bytes = p.payload->size;
+  st.stats.bytes_in += bytes;
   auto result = cs.push(p.rank, p.clock, std::move(p.payload), clock_type::now());
   switch (result) {
     case detail::chunk_state::outcome::duplicate:
@@ -281,6 +276,12 @@ void on_push(shard_ptr self, chunk_push& p) {
       return;
     default:
       break;
+  }
+  if (p.rank < job->counters.size()) { // counted once accepted
+    auto& counted = job->counters[p.rank];
+    ++counted.pushes;
+    counted.bytes_in += bytes;
+    counted.clock = std::max(counted.clock, p.clock + 1);
   }
   if (p.want_result) {
     cs.wait(waiting(cs.push_waiter(p.conn, p.rank, p.clock)));

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/cluster_state.hpp"
+#include "runtime/credentials.hpp"
 
 namespace rw::actors {
 
@@ -48,12 +49,17 @@ caf::result<uint32_t> on_register(cluster_ptr self, node_info& info) {
     return cluster_error(errc::bad_frame, "a node must register from its cluster link actor");
   if (info.name.empty() || info.endpoints.empty())
     return cluster_error(errc::invalid_spec, "a node registers with a name and its endpoints");
+  // A node that restarted or lost its connection was dropped when the connection
+  // closed (or its heartbeats stopped): a live member with the name is another node.
   for (auto& [id, m] : st.nodes)
     if (m.info.name == info.name) {
-      // The same name again: the node restarted, or its connection dropped and came
-      // back. Either way what it held is gone.
-      drop_node(self, id, "registered again (it restarted or lost the coordinator)");
-      break;
+      spdlog::warn("node refused: a node registered as '{}' while a live node (id {}, "
+                   "endpoints [{}]) has that name",
+                   info.name, id, fmt::join(m.info.endpoints, ", "));
+      return cluster_error(errc::duplicate_name,
+                           fmt::format("a live node is already named '{}' (endpoints [{}]): "
+                                       "give each node its own --name",
+                                       info.name, fmt::join(m.info.endpoints, ", ")));
     }
   member m;
   m.info = std::move(info);
@@ -115,6 +121,8 @@ void expire(cluster_ptr self) {
 cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
                                                               cluster_settings settings) {
   self->state.settings = settings;
+  // Job ids stay below open_job_ids (2^31): a random start in [1, 2^30).
+  self->state.next_job_id = 1 + static_cast<uint32_t>(runtime::random_u64() % (1u << 30));
   self->set_down_handler([self](caf::down_msg& dm) {
     for (auto& [id, m] : self->state.nodes)
       if (m.addr == dm.source) {

@@ -82,7 +82,12 @@ void try_register(link_ptr self) {
                      st.address, st.settings.node.name, id);
       },
       [self](caf::error& err) {
-        self->state.registering = false;
+        auto& st = self->state;
+        st.registering = false;
+        if (st.failures++ % 10 == 0)
+          spdlog::warn("cluster: the coordinator at {} did not register this node: {} "
+                       "(retrying every {} ms)",
+                       st.address, describe(self->system(), err), st.settings.heartbeat.count());
         lost(self, describe(self->system(), err));
       });
 }

@@ -82,7 +82,7 @@ struct rank_report {
   uint32_t rank = 0;
   std::string state;      // "absent" (not joined yet), "live", "left"
   std::string peer;       // HOST:PORT it connected from ("" if absent)
-  uint64_t clock = 0;     // steps pushed on every chunk (the lowest chunk's count)
+  uint64_t clock = 0;     // steps pushed: the highest clock any of its pushes carried, + 1
   uint64_t pushes = 0;
   uint64_t pulls = 0;     // pull requests and push_pulls answered
   uint64_t bytes_in = 0;  // gradient bytes received

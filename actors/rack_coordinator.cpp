@@ -71,7 +71,6 @@ job_binding joined(const job_info& job, uint32_t rank, bool created) {
 
 // A later worker joins a job that has chunks already.
 job_binding join_job(rack_ptr self, job_info& job, const hello_request& req) {
-  auto& st = self->state;
   auto& spec = req.hello.spec;
   auto rank = req.hello.rank;
   if (auto diff = describe_mismatch(job.spec, spec); !diff.empty()) {
@@ -88,7 +87,7 @@ job_binding join_job(rack_ptr self, job_info& job, const hello_request& req) {
   }
   job.ranks[rank] = rank_status::live;
   job.connections[rank] = 1;
-  job.tokens[rank] = st.random();
+  job.tokens[rank] = runtime::random_u64();
   job.peers[rank] = req.peer;
   spdlog::info("worker joined: job='{}' id={} rank={} peer={}", spec.name, job.id, rank,
                req.peer);
@@ -111,7 +110,7 @@ caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uin
   job.connections.assign(spec.num_workers, 0);
   job.connections[rank] = 1;
   job.tokens.assign(spec.num_workers, 0);
-  job.tokens[rank] = st.random();
+  job.tokens[rank] = runtime::random_u64();
   job.peers.assign(spec.num_workers, std::string{});
   job.peers[rank] = req.peer;
   if (st.settings.shared_params) {

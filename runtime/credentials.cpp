@@ -49,6 +49,13 @@ bool well_formed_token(const std::string& token) {
   return true;
 }
 
+uint64_t random_u64() {
+  init_sodium();
+  uint64_t x = 0;
+  randombytes_buf(&x, sizeof(x));
+  return x;
+}
+
 byte_vector make_nonce() {
   init_sodium();
   byte_vector nonce(nonce_bytes);

@@ -24,6 +24,9 @@ std::string make_token();
 /// Whether `token` has the shape make_token gives (says nothing about which job).
 bool well_formed_token(const std::string& token);
 
+/// A random 64-bit value nobody can predict from earlier ones (attach tokens).
+uint64_t random_u64();
+
 /// A new random challenge.
 byte_vector make_nonce();
 

@@ -128,12 +128,16 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
                      to_string(r.spec.optimizer.kind), r.spec.chunk_bytes);
         rp.deliver(job_created{r, it->second.token});
       },
-      [self, rp, id, node_name](caf::error& err) mutable {
+      [self, rp, id, node_name, link = node->link](caf::error& err) mutable {
         auto it = self->state.jobs.find(id);
         if (it != self->state.jobs.end()) {
           self->state.by_name.erase(it->second.report.name);
           self->state.jobs.erase(it);
         }
+        // The node may have taken the grant after all (late): end it there too.
+        self->request(link, self->state.settings.node_request_timeout, halt_atom::value, id,
+                      std::string{"the job was not created (the node answered too late)"})
+          .then([](ok_atom) {}, [](caf::error&) {});
         auto msg = fmt::format("node {} did not take the job: {}", node_name,
                                describe(self->system(), err));
         spdlog::warn("job not created: id={}: {}", id, msg);

@@ -32,7 +32,8 @@ struct cluster_state {
   std::map<uint32_t, job_entry> jobs;                // by id: creation order
   std::unordered_map<std::string, uint32_t> by_name; // name -> id
   uint32_t next_node_id = 1;
-  uint32_t next_job_id = 1;
+  uint32_t next_job_id = 1; // from a random start, so a restarted coordinator's ids
+                             // do not meet the ones nodes remember from before
   static inline const char* name = "rw.cluster_coordinator";
 };
 

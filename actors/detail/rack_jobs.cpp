@@ -2,6 +2,8 @@
 // here, its live status (per-rank counts gathered from the shards), an operator's stop,
 // and its end, reported with the final counts before the shards let go of it.
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -12,7 +14,9 @@ namespace rw::actors::detail {
 
 namespace {
 
-constexpr auto shard_stats_timeout = std::chrono::seconds(5);
+// Well inside the cluster's node request timeout, so a slow shard leaves its counts
+// out of a status rather than failing it.
+constexpr auto shard_stats_timeout = std::chrono::seconds(1);
 constexpr size_t max_ended_grants = 1024;
 
 const char* to_string(rank_status s) {
@@ -81,6 +85,9 @@ void remember_end(rack_state& st, const std::string& name, const std::string& st
     return;
   g->second.ended = state;
   g->second.reason = state == "finished" ? std::string{} : why;
+  // One mention per name: an older one (the name was used before) would evict this.
+  st.ended_grants.erase(std::remove(st.ended_grants.begin(), st.ended_grants.end(), name),
+                        st.ended_grants.end());
   st.ended_grants.push_back(name);
   while (st.ended_grants.size() > max_ended_grants) {
     auto old = st.grants.find(st.ended_grants.front());
@@ -88,6 +95,16 @@ void remember_end(rack_state& st, const std::string& name, const std::string& st
       st.grants.erase(old);
     st.ended_grants.pop_front();
   }
+}
+
+// The grant of job `id`: a live one if there is one (ids of ended grants may come
+// again from a restarted coordinator), else the newest ended one; null if none.
+grant_info* find_grant(rack_state& st, uint32_t id) {
+  grant_info* found = nullptr;
+  for (auto& [name, g] : st.grants)
+    if (g.job_id == id && (found == nullptr || g.ended.empty()))
+      found = &g;
+  return found;
 }
 
 void send_event(rack_ptr self, const job_event& ev) {
@@ -128,9 +145,8 @@ caf::result<job_event> on_status(rack_ptr self, uint32_t job_id) {
            [rp](job_event& ev) mutable { rp.deliver(std::move(ev)); });
     return rp;
   }
-  for (auto& [name, g] : st.grants)
-    if (g.job_id == job_id)
-      return job_event{job_id, g.ended.empty() ? "created" : g.ended, g.reason, g.spec, {}};
+  if (auto* g = find_grant(st, job_id))
+    return job_event{job_id, g->ended.empty() ? "created" : g->ended, g->reason, g->spec, {}};
   return cluster_error(errc::unknown_job, fmt::format("node {} has no job {}",
                                                       st.settings.node_name, job_id));
 }
@@ -141,17 +157,17 @@ caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& 
     end_job(self, job_id, "stopped", errc::stopped, reason);
     return ok_atom::value;
   }
-  for (auto& [name, g] : st.grants)
-    if (g.job_id == job_id) {
-      if (g.ended.empty()) {
-        spdlog::info("job stopped: job='{}' id={} before any worker joined: {}", name,
-                     job_id, reason);
-        auto spec = g.spec;
-        remember_end(st, name, "stopped", reason);
-        send_event(self, job_event{job_id, "stopped", reason, spec, {}});
-      }
-      return ok_atom::value;
+  if (auto* g = find_grant(st, job_id)) {
+    if (g->ended.empty()) {
+      auto name = g->spec.name;
+      auto spec = g->spec;
+      spdlog::info("job stopped: job='{}' id={} before any worker joined: {}", name, job_id,
+                   reason);
+      remember_end(st, name, "stopped", reason);
+      send_event(self, job_event{job_id, "stopped", reason, spec, {}});
     }
+    return ok_atom::value;
+  }
   return cluster_error(errc::unknown_job, fmt::format("node {} has no job {}",
                                                       st.settings.node_name, job_id));
 }

@@ -4,7 +4,6 @@
 // the node: grants from the cluster, status, stop, the end of a job and its report).
 
 #include <deque>
-#include <random>
 #include <unordered_map>
 
 #include "actors/rack_coordinator.hpp"
@@ -20,7 +19,7 @@ struct job_info {
   routing_ptr routes;
   std::vector<rank_status> ranks;
   std::vector<uint32_t> connections; // live connections per rank
-  std::vector<uint64_t> tokens;      // attach token per rank
+  std::vector<uint64_t> tokens;      // attach token per rank (libsodium: unpredictable)
   std::vector<std::string> peers;    // where each rank connected from
   std::shared_ptr<const transports::shm::mapping> params; // shared parameters, if any
   bool granted = false;              // created through the cluster (has a grant)
@@ -45,7 +44,6 @@ struct rack_state {
   job_event_sink link;          // the node's cluster link (null: not in a cluster)
   std::string cluster_address;  // the cluster coordinator's control address
   uint32_t next_open_id = open_job_ids; // jobs made by a worker on an --open-jobs node
-  std::mt19937_64 random{std::random_device{}()};
   static inline const char* name = "rw.rack_coordinator";
 };
 

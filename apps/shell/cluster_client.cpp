@@ -36,21 +36,24 @@ struct cluster_client::impl {
     caf::scoped_actor self{sys};
     std::optional<Result> result;
     std::string failure;
+    bool timed_out = false;
     bool lost = false;
     self->request(coordinator, timeout, std::forward<Ts>(xs)...)
       .receive([&](Result& r) { result = std::move(r); },
                [&](caf::error& err) {
-                 lost = err == caf::sec::request_timeout || err == caf::sec::request_receiver_down
-                        || err.category() != caf::atom("rw");
+                 timed_out = err == caf::sec::request_timeout;
+                 lost = err.category() != caf::atom("rw"); // not the coordinator's answer
                  failure = actors::describe(sys, err);
                });
     if (result)
       return std::move(*result);
     if (lost) {
       coordinator = nullptr; // find it again next time
-      throw shell_error(fmt::format("{}: the coordinator at {} did not answer within {} ms "
-                                    "({})",
-                                    what, address, timeout.count(), failure));
+      if (timed_out)
+        throw shell_error(fmt::format("{}: the coordinator at {} did not answer within {} ms",
+                                      what, address, timeout.count()));
+      throw shell_error(fmt::format("{}: the connection to the coordinator at {} failed: {}",
+                                    what, address, failure));
     }
     throw shell_error(fmt::format("{}: {}", what, failure));
   }

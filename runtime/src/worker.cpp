@@ -24,8 +24,11 @@ using transports::payload_target;
 // challenge, answered with a proof of the token.
 class handshake_sink final : public transports::frame_sink {
 public:
-  handshake_sink(const std::string& token, const std::string& job, uint32_t rank)
-    : token_(token), job_(job), rank_(rank) {
+  /// With `want_challenge` (a hello with a token), a welcome that no challenge came
+  /// before is refused: the node did not check the token, so this is not that job.
+  handshake_sink(const std::string& token, const std::string& job, uint32_t rank,
+                 bool want_challenge)
+    : token_(token), job_(job), rank_(rank), want_challenge_(want_challenge) {
   }
 
   payload_target on_header(const transports::connection_ptr&,
@@ -42,10 +45,18 @@ public:
       return;
     std::string why;
     if (h.kind == frame_kind::challenge) {
+      challenged_ = true;
       answer(c, h, why);
       return;
     }
     if (h.kind == frame_kind::welcome) {
+      if (want_challenge_ && !challenged_) {
+        fail(errc::unauthorized,
+             "the node admitted this worker to job '" + job_ + "' without checking its "
+             "token: that node runs an open job of that name, not the job the token "
+             "belongs to (check the job's node: rw.job_status(name).endpoints)");
+        return;
+      }
       if (decode(buf.data(), buf.size(), welcome, why) == errc::ok)
         answered = ok = true;
       else
@@ -71,8 +82,8 @@ public:
       return;
     }
     if (token_.empty()) {
-      fail(errc::unauthorized, "the node asks for job '" + job_ + "''s token and this "
-                               "worker has none");
+      fail(errc::unauthorized, "the node asks for the token of job '" + job_
+                                 + "' and this worker has none");
       return;
     }
     auto payload = transports::encode(
@@ -104,6 +115,8 @@ private:
   const std::string& token_;
   const std::string& job_;
   uint32_t rank_;
+  bool want_challenge_;
+  bool challenged_ = false;
 };
 
 } // namespace
@@ -150,8 +163,8 @@ struct worker::impl {
   }
 
   // Waits for the node's welcome (or error) on the endpoint's connections.
-  transports::welcome_msg await_welcome(const std::string& what) {
-    handshake_sink sink{opts.token, opts.job.name, opts.rank};
+  transports::welcome_msg await_welcome(const std::string& what, bool want_challenge = false) {
+    handshake_sink sink{opts.token, opts.job.name, opts.rank, want_challenge};
     auto deadline = std::chrono::steady_clock::now() + opts.request_timeout;
     while (!sink.answered && std::chrono::steady_clock::now() < deadline)
       ep->poll(50, sink);
@@ -195,7 +208,7 @@ struct worker::impl {
     iovec iov{payload.data(), payload.size()};
     if (!first->send(h, &iov, 1))
       throw rw::error(errc::io_error, "cannot send hello to " + opts.connect);
-    welcome = await_welcome("hello from " + opts.connect);
+    welcome = await_welcome("hello from " + opts.connect, !opts.token.empty());
     if (welcome.shm) {
       try {
         channel->connect(welcome.shm_bell, welcome.shm_params, opts.job);

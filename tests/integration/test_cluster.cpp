@@ -34,6 +34,29 @@ TEST_CASE("rw-shell counts the live nodes through any node's address",
   INFO(via.err);
   CHECK(via.code == 0);
   CHECK(via.out == "2\n");
+  // A third node under a live node's name is refused, and says why; rack-a stays.
+  testing::node_process twin{{"--name", "rack-a"},
+                             {"rack-agg", false, c.coordinator().address()}};
+  CHECK(twin.wait_for_log("a live node is already named 'rack-a'"));
+  CHECK(c.shell("print(#rw.nodes())").out == "2\n");
+}
+
+TEST_CASE("a worker with a token refuses a node that does not check it",
+          "[integration][cluster]") {
+  // An open-jobs node admits anybody to a job nobody created: a worker that holds a
+  // token wants the job that token belongs to, so it must not silently join this one.
+  testing::node_process open{{}, {"rack-agg", true, {}}};
+  auto out = testing::temp_path("w.bin");
+  auto err = testing::temp_path("w.err");
+  tools::subprocess w{{RW_TEST_WORKER_PATH, "--connect", open.address(), "--job", "squat",
+                       "--rank", "0", "--workers", "1", "--token",
+                       "rwt1_" + std::string(64, 'a'), "--out", out},
+                      false, err};
+  auto code = w.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+  CHECK(code == std::optional<int>{2});
+  CHECK_THAT(testing::read_file(err), Catch::Contains("without checking its token"));
+  std::remove(out.c_str());
+  std::remove(err.c_str());
 }
 
 TEST_CASE("two jobs: separate exact results, tokens enforced, no cross-job access, stop",
