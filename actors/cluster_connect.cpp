@@ -4,12 +4,37 @@
 #include <caf/io/middleman.hpp>
 #include <fmt/format.h>
 
+#include "runtime/credentials.hpp"
 #include "transports/tcp/locator.hpp"
 
 namespace rw::actors {
 
+namespace {
+
+// Proves the cluster secret to the coordinator for this process. Returns why not.
+std::string prove_secret(caf::actor_system& sys, const cluster_coordinator_actor& coordinator,
+                         const std::string& secret, std::chrono::milliseconds timeout) {
+  caf::scoped_actor self{sys};
+  std::string failure;
+  std::string nonce;
+  self->request(coordinator, timeout, auth_atom::value)
+    .receive([&](std::string& n) { nonce = std::move(n); },
+             [&](caf::error& err) { failure = describe(sys, err); });
+  if (!failure.empty())
+    return failure;
+  auto* p = reinterpret_cast<const std::byte*>(nonce.data());
+  auto mac = runtime::prove_cluster(secret, runtime::byte_vector(p, p + nonce.size()));
+  self->request(coordinator, timeout, auth_atom::value,
+                std::string(reinterpret_cast<const char*>(mac.data()), mac.size()))
+    .receive([](ok_atom) {}, [&](caf::error& err) { failure = describe(sys, err); });
+  return failure;
+}
+
+} // namespace
+
 coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string& via,
-                                      std::chrono::milliseconds timeout) {
+                                      std::chrono::milliseconds timeout,
+                                      const std::string& secret) {
   coordinator_contact out;
   transports::tcp::address addr;
   try {
@@ -40,10 +65,18 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
                       ? fmt::format("no handshake within {} ms", timeout.count())
                       : sys.render(err);
       });
-  if (!out.coordinator)
+  if (!out.coordinator) {
     out.error = fmt::format("the node at {} points to the coordinator at {}, which does not "
                             "answer: {}",
                             via, out.address, out.error);
+    return out;
+  }
+  if (!secret.empty())
+    if (auto why = prove_secret(sys, out.coordinator, secret, timeout); !why.empty()) {
+      out.coordinator = nullptr;
+      out.error = fmt::format("the coordinator at {} did not accept the cluster secret: {}",
+                              out.address, why);
+    }
   return out;
 }
 

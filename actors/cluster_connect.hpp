@@ -19,8 +19,10 @@ struct coordinator_contact {
   std::string error;                     // why it failed, for the user
 };
 
-/// Finds and connects to the coordinator through the node at `via` (HOST:PORT).
+/// Finds and connects to the coordinator through the node at `via` (HOST:PORT), and
+/// with a `secret` proves this process holds it (see cluster_coordinator.hpp).
 coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string& via,
-                                      std::chrono::milliseconds timeout);
+                                      std::chrono::milliseconds timeout,
+                                      const std::string& secret = {});
 
 } // namespace rw::actors

@@ -28,6 +28,67 @@ namespace {
 
 using namespace detail;
 
+constexpr size_t max_challenges = 1024;
+
+runtime::byte_vector bytes_of(const std::string& s) {
+  auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+
+// Whether the current message's sender may be heard: no secret, this process, or a
+// process that proved the secret.
+bool trusted(cluster_ptr self) {
+  auto& st = self->state;
+  if (st.settings.secret.empty())
+    return true;
+  auto& sender = self->current_sender();
+  return sender
+         && (sender->node() == self->node() || st.trusted.count(sender->node()) > 0);
+}
+
+caf::error untrusted(cluster_ptr self, const char* what) {
+  auto& sender = self->current_sender();
+  spdlog::warn("control refused: {} from {}: the sender has not proved the cluster secret",
+               what, sender ? to_string(sender->node()) : std::string{"(anonymous)"});
+  return cluster_error(errc::unauthorized,
+                       "this cluster wants its secret: give the same --cluster-secret-file "
+                       "as the coordinator's");
+}
+
+caf::result<std::string> on_challenge(cluster_ptr self) {
+  auto& st = self->state;
+  auto& sender = self->current_sender();
+  if (!sender)
+    return cluster_error(errc::unauthorized, "an anonymous sender cannot prove the secret");
+  if (st.challenges.size() >= max_challenges)
+    st.challenges.clear(); // unanswered ones from peers that went away
+  auto nonce = runtime::make_nonce();
+  std::string text(reinterpret_cast<const char*>(nonce.data()), nonce.size());
+  st.challenges[sender->node()] = text;
+  return text;
+}
+
+caf::result<ok_atom> on_proof(cluster_ptr self, const std::string& proof) {
+  auto& st = self->state;
+  auto& sender = self->current_sender();
+  if (!sender)
+    return cluster_error(errc::unauthorized, "an anonymous sender cannot prove the secret");
+  auto node = sender->node();
+  auto it = st.challenges.find(node);
+  if (it == st.challenges.end())
+    return cluster_error(errc::unauthorized, "a proof without a challenge: ask (auth) first");
+  auto nonce = bytes_of(it->second);
+  st.challenges.erase(it);
+  if (st.settings.secret.empty()
+      || runtime::verify_cluster(st.settings.secret, nonce, bytes_of(proof))) {
+    st.trusted.insert(node);
+    return ok_atom::value;
+  }
+  spdlog::warn("control refused: {} gave a wrong proof of the cluster secret",
+               to_string(node));
+  return cluster_error(errc::unauthorized, "wrong cluster secret");
+}
+
 void drop_node(cluster_ptr self, uint32_t id, const std::string& why, bool graceful = false) {
   auto& st = self->state;
   auto it = st.nodes.find(id);
@@ -133,23 +194,63 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
   auto scan = settings.node_timeout / 4;
   self->delayed_send(self, scan, tick_atom::value);
   return {
-    [=](register_atom, node_info& info) { return on_register(self, info); },
-    [=](heartbeat_atom, uint32_t id, uint32_t jobs) { return on_heartbeat(self, id, jobs); },
-    [=](leave_atom, uint32_t id) { drop_node(self, id, "left (it is stopping)", true); },
-    [=](event_atom, uint32_t node_id, job_event& ev) { on_event(self, node_id, ev); },
-    [=](caf::get_atom, nodes_atom) { return list_nodes(self); },
-    [=](caf::get_atom, jobs_atom) {
+    [=](auth_atom) { return on_challenge(self); },
+    [=](auth_atom, const std::string& proof) { return on_proof(self, proof); },
+    [=](register_atom, node_info& info) -> caf::result<uint32_t> {
+      if (!trusted(self))
+        return untrusted(self, "register");
+      return on_register(self, info);
+    },
+    [=](heartbeat_atom, uint32_t id, uint32_t jobs) -> caf::result<ok_atom> {
+      if (!trusted(self))
+        return untrusted(self, "heartbeat");
+      return on_heartbeat(self, id, jobs);
+    },
+    [=](leave_atom, uint32_t id) {
+      if (!trusted(self))
+        untrusted(self, "leave");
+      else
+        drop_node(self, id, "left (it is stopping)", true);
+    },
+    [=](event_atom, uint32_t node_id, job_event& ev) {
+      if (!trusted(self))
+        untrusted(self, "job event");
+      else
+        on_event(self, node_id, ev);
+    },
+    [=](caf::get_atom, nodes_atom) -> caf::result<std::vector<node_info>> {
+      if (!trusted(self))
+        return untrusted(self, "nodes");
+      return list_nodes(self);
+    },
+    [=](caf::get_atom, jobs_atom) -> caf::result<std::vector<job_report>> {
+      if (!trusted(self))
+        return untrusted(self, "jobs");
       std::vector<job_report> out;
       for (auto& [id, j] : self->state.jobs)
         out.push_back(j.report);
       return out;
     },
-    [=](create_atom, job_spec& spec, const std::string& placement) {
+    [=](create_atom, job_spec& spec, const std::string& placement) -> caf::result<job_created> {
+      if (!trusted(self))
+        return untrusted(self, "job create");
       return create_job(self, spec, placement);
     },
-    [=](status_atom, const std::string& name) { return job_status(self, name); },
-    [=](stop_atom, const std::string& name) { return stop_job(self, name); },
-    [=](remove_atom, const std::string& name) { return remove_job(self, name); },
+    [=](status_atom, const std::string& name) -> caf::result<job_report> {
+      if (!trusted(self))
+        return untrusted(self, "job status");
+      return job_status(self, name);
+    },
+    [=](stop_atom, const std::string& name) -> caf::result<job_report> {
+      if (!trusted(self))
+        return untrusted(self, "job stop");
+      return stop_job(self, name);
+    },
+    [=](remove_atom, const std::string& name) -> caf::result<ok_atom> {
+      if (!trusted(self))
+        return untrusted(self, "job delete");
+      return remove_job(self, name);
+    },
     [=](tick_atom) {
       expire(self);
       self->delayed_send(self, scan, tick_atom::value);

@@ -6,6 +6,12 @@
 //
 // Protocol (every request is answered within a bounded time, or with an error whose
 // message says what went wrong; errors are cluster_error(errc, message))
+//   peer  -> coordinator  (auth_atom) -> nonce;  (auth_atom, proof) -> ok_atom
+//                         with a cluster secret, a process (a CAF node) proves it holds
+//                         it before anything else it sends is taken: HMAC-SHA-256 keyed
+//                         by the secret over the nonce (runtime/credentials). Requests
+//                         from processes that have not are refused (unauthorized).
+//                         Without a secret every peer is trusted.
 //   link  -> coordinator  (register_atom, node_info) -> uint32_t node id
 //                         a rack-agg node joins (or rejoins after a lost connection).
 //                         The coordinator monitors the sender: when its connection
@@ -50,6 +56,8 @@
 namespace rw::actors {
 
 using cluster_coordinator_actor = caf::typed_actor<
+  caf::replies_to<auth_atom>::with<std::string>,
+  caf::replies_to<auth_atom, std::string>::with<ok_atom>,
   caf::replies_to<register_atom, node_info>::with<uint32_t>,
   caf::replies_to<heartbeat_atom, uint32_t, uint32_t>::with<ok_atom>,
   caf::reacts_to<leave_atom, uint32_t>,
@@ -69,6 +77,8 @@ using node_link_actor = caf::typed_actor<
   caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>>;
 
 struct cluster_settings {
+  /// Peers must prove they hold this before they are heard ("": every peer is).
+  std::string secret;
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_workers = defaults::max_workers;
   /// A node whose heartbeats stop for this long is gone.

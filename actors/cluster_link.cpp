@@ -29,7 +29,7 @@ using link_ptr = cluster_link_actor::stateful_pointer<link_state>;
 // actor is detached). Returns null with `why` set on failure.
 cluster_coordinator_actor find_remote(link_ptr self, std::string& address, std::string& why) {
   auto& s = self->state.settings;
-  auto contact = reach_coordinator(self->system(), s.via, s.request_timeout);
+  auto contact = reach_coordinator(self->system(), s.via, s.request_timeout, s.secret);
   why = contact.error;
   address = contact.address;
   return contact.coordinator;
@@ -110,9 +110,18 @@ void heartbeat(link_ptr self) {
           });
 }
 
-// Passes a coordinator's request on to the rack coordinator, and the answer back.
+// Passes a coordinator's request on to the rack coordinator, and the answer back. Only
+// the coordinator this node registered with may ask.
 template <class Reply, class... Ts>
 caf::result<Reply> relay(link_ptr self, Ts&&... xs) {
+  auto& sender = self->current_sender();
+  auto& coordinator = self->state.coordinator;
+  if (!coordinator || !sender || sender->address() != coordinator.address()) {
+    spdlog::warn("cluster: refused a request from {}: only the cluster coordinator may "
+                 "grant, stop or ask about jobs",
+                 sender ? to_string(sender->node()) : std::string{"(anonymous)"});
+    return cluster_error(errc::unauthorized, "only the cluster coordinator may ask this");
+  }
   auto rp = self->make_response_promise<Reply>();
   self->request(self->state.rack, self->state.settings.request_timeout, std::forward<Ts>(xs)...)
     .then([rp](Reply& r) mutable { rp.deliver(std::move(r)); },

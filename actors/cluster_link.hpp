@@ -12,7 +12,8 @@
 //   coordinator -> link    (grant_atom, job_grant) -> ok_atom
 //                          (status_atom, job id) -> job_event
 //                          (halt_atom, job id, reason) -> ok_atom
-//                          each passed on to the rack coordinator and its answer back
+//                          each passed on to the rack coordinator and its answer back;
+//                          refused (unauthorized) from anyone but the coordinator
 //   rack coordinator -> link (event_atom, job_event)  forwarded as
 //                          (event_atom, node id, job_event)
 //   link  -> rack coordinator (locate_atom, address)  once the coordinator is found
@@ -44,6 +45,8 @@ struct link_settings {
   std::string embedded_address;
   /// Any node's --listen address (HOST:PORT), to locate a remote coordinator.
   std::string via;
+  /// The cluster secret to prove to a remote coordinator ("" if it wants none).
+  std::string secret;
   std::chrono::milliseconds heartbeat{defaults::heartbeat_ms};
   std::chrono::milliseconds request_timeout{defaults::node_request_timeout_ms};
 };

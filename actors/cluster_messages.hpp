@@ -56,6 +56,7 @@ using grant_atom = caf::atom_constant<caf::atom("grant")>;
 using event_atom = caf::atom_constant<caf::atom("event")>;
 using locate_atom = caf::atom_constant<caf::atom("locate")>;
 using halt_atom = caf::atom_constant<caf::atom("halt")>;
+using auth_atom = caf::atom_constant<caf::atom("auth")>;
 
 /// A rack-agg node as the cluster knows it.
 struct node_info {

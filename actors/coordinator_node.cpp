@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "runtime/credentials.hpp"
 #include "transports/tcp/locator.hpp"
 
 namespace rw::actors {
@@ -20,6 +21,15 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
   auto control = transports::tcp::parse_address(
     cfg.control.empty() ? listen_host + ":0" : cfg.control);
   cluster_settings cs;
+  if (!cfg.cluster_secret_file.empty()) {
+    std::string warning;
+    cs.secret = runtime::read_secret_file(cfg.cluster_secret_file, warning);
+    if (!warning.empty())
+      spdlog::warn("cluster secret: {}", warning);
+  } else {
+    spdlog::warn("cluster: no --cluster-secret-file: any process that reaches the control "
+                 "address can register nodes and create, stop or delete jobs");
+  }
   cs.max_chunk_bytes = cfg.max_chunk_bytes;
   cs.max_workers = cfg.max_workers;
   cs.node_timeout = std::chrono::milliseconds(cfg.node_timeout_ms);
@@ -49,8 +59,9 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
       throw;
     }
   }
-  spdlog::info("cluster coordinator up: control={}{}", control_,
-               locator_ ? " locate=" + locator_->address() : std::string{});
+  spdlog::info("cluster coordinator up: control={}{} secret={}", control_,
+               locator_ ? " locate=" + locator_->address() : std::string{},
+               cs.secret.empty() ? "none" : "required");
 }
 
 coordinator_node::~coordinator_node() {

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "runtime/credentials.hpp"
 #include "runtime/kernels.hpp"
 #include "transports/shm/endpoint.hpp"
 #include "transports/tcp/endpoint.hpp"
@@ -128,6 +129,17 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     ls.embedded_address = cluster_->control_address();
   } else {
     ls.via = cfg.coordinator;
+    if (!cfg.cluster_secret_file.empty()) {
+      std::string warning;
+      try {
+        ls.secret = runtime::read_secret_file(cfg.cluster_secret_file, warning);
+      } catch (const std::exception& e) {
+        failure = e.what();
+        check();
+      }
+      if (!warning.empty())
+        spdlog::warn("cluster secret: {}", warning);
+    }
   }
   link_ = spawn_cluster_link(sys, ls, coordinator_);
   pollers_.resize(plan_.endpoints.size());

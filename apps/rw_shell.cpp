@@ -20,6 +20,7 @@
 #include "apps/shell/lua_rw.hpp"
 #include "apps/shell/repl.hpp"
 #include "rackweave/defaults.hpp"
+#include "runtime/credentials.hpp"
 
 namespace {
 
@@ -75,6 +76,10 @@ int main(int argc, char** argv) {
     ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}));
   app.add_option("--history", history, "the interactive history file")
     ->capture_default_str();
+  std::string secret_file;
+  app.add_option("--cluster-secret-file", secret_file,
+                 "the cluster secret, when the coordinator wants one (the same file as "
+                 "the nodes' --cluster-secret-file)");
   try {
     app.parse(our_argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -83,6 +88,18 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("rw-shell"));
   spdlog::set_level(spdlog::level::warn);
 
+  std::string secret;
+  if (!secret_file.empty()) {
+    std::string warning;
+    try {
+      secret = rw::runtime::read_secret_file(secret_file, warning);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rw-shell: %s\n", e.what());
+      return 2;
+    }
+    if (!warning.empty())
+      std::fprintf(stderr, "rw-shell: warning: %s\n", warning.c_str());
+  }
   caf::actor_system_config cfg;
   rw::actors::register_cluster_types(cfg);
   cfg.set("logger.verbosity", caf::atom("quiet"));
@@ -95,7 +112,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<rw::shell::cluster_client> client;
   try {
     client = std::make_unique<rw::shell::cluster_client>(
-      sys, connect, std::chrono::milliseconds(timeout_ms));
+      sys, connect, std::chrono::milliseconds(timeout_ms), secret);
   } catch (const rw::shell::shell_error& e) {
     std::fprintf(stderr, "rw-shell: cannot reach the cluster at %s: %s\n", connect.c_str(),
                  e.what());

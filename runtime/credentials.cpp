@@ -2,6 +2,9 @@
 
 #include <sodium.h>
 
+#include <sys/stat.h>
+
+#include <fstream>
 #include <stdexcept>
 
 namespace rw::runtime {
@@ -47,6 +50,36 @@ bool well_formed_token(const std::string& token) {
       return false;
   }
   return true;
+}
+
+std::string read_secret_file(const std::string& path, std::string& warning) {
+  std::ifstream in{path};
+  if (!in)
+    throw std::runtime_error("cannot read the cluster secret file " + path);
+  std::string secret;
+  std::getline(in, secret);
+  auto end = secret.find_last_not_of(" \t\r\n");
+  secret.erase(end == std::string::npos ? 0 : end + 1);
+  if (secret.size() < 16)
+    throw std::runtime_error("the cluster secret in " + path + " is shorter than 16 "
+                             "characters (make one: head -c 32 /dev/urandom | base64)");
+  struct stat info {};
+  if (stat(path.c_str(), &info) == 0 && (info.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+    warning = path + " can be read by other users: chmod 600 it";
+  return secret;
+}
+
+// The cluster's proofs are the job proofs' construction for a name no job can have
+// (job names are what the coordinator validates; this one is reserved by its context).
+constexpr const char* cluster_context = "\x01rw-cluster";
+
+byte_vector prove_cluster(const std::string& secret, const byte_vector& nonce) {
+  return prove(secret, nonce, cluster_context, 0);
+}
+
+bool verify_cluster(const std::string& secret, const byte_vector& nonce,
+                    const byte_vector& mac) {
+  return verify(secret, nonce, cluster_context, 0, mac);
 }
 
 uint64_t random_u64() {

@@ -24,6 +24,17 @@ std::string make_token();
 /// Whether `token` has the shape make_token gives (says nothing about which job).
 bool well_formed_token(const std::string& token);
 
+/// The cluster secret in `path` (its first line, trimmed). Throws std::runtime_error
+/// naming the file when it cannot be read or is empty; `warning` is set when the file
+/// can be read by users other than its owner.
+std::string read_secret_file(const std::string& path, std::string& warning);
+
+/// What a peer sends to prove it holds the cluster secret, for `nonce`.
+byte_vector prove_cluster(const std::string& secret, const byte_vector& nonce);
+/// Whether `mac` is that proof. Constant time in the contents of `mac`.
+bool verify_cluster(const std::string& secret, const byte_vector& nonce,
+                    const byte_vector& mac);
+
 /// A random 64-bit value nobody can predict from earlier ones (attach tokens).
 uint64_t random_u64();
 

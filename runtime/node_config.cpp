@@ -144,6 +144,11 @@ std::vector<option_def> option_table(node_config& c) {
         "development and benchmarks; --no-open-jobs: every job comes from the "
         "coordinator and its workers prove its token)",
         c.open_jobs),
+    def("cluster.secret_file", "--cluster-secret-file",
+        "file holding the cluster secret (first line, 16+ characters, chmod 600): the "
+        "coordinator hears only nodes and shells that prove it; members and rw-shell "
+        "give the same file. Empty: the control plane is open to anyone who reaches it",
+        c.cluster_secret_file),
     def("cluster.heartbeat_ms", "--heartbeat-ms",
         "how often a rack-agg node tells the coordinator it is alive", c.heartbeat_ms),
     def("cluster.node_timeout_ms", "--node-timeout-ms",

@@ -38,6 +38,7 @@ struct node_config {
   std::string coordinator;               // any node's --listen address; "" = embed it
   std::string control;                   // the coordinator's middleman HOST:PORT
   bool open_jobs = false;                // a worker's hello may create a job, no token
+  std::string cluster_secret_file;       // nodes and shells prove this secret; "" = none
   uint32_t heartbeat_ms = defaults::heartbeat_ms;
   uint32_t node_timeout_ms = defaults::node_timeout_ms;
 };

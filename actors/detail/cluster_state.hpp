@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "actors/cluster_coordinator.hpp"
@@ -31,6 +32,8 @@ struct cluster_state {
   std::map<uint32_t, member> nodes;                  // live, by id
   std::map<uint32_t, job_entry> jobs;                // by id: creation order
   std::unordered_map<std::string, uint32_t> by_name; // name -> id
+  std::set<caf::node_id> trusted;                 // processes that proved the secret
+  std::map<caf::node_id, std::string> challenges; // nonces handed out, by process
   uint32_t next_node_id = 1;
   uint32_t next_job_id = 1; // from a random start, so a restarted coordinator's ids
                              // do not meet the ones nodes remember from before

@@ -12,16 +12,17 @@ struct cluster_client::impl {
   caf::actor_system& sys;
   std::string connect;
   std::chrono::milliseconds timeout;
+  std::string secret;
   std::string address; // the coordinator's control address, once found
   actors::cluster_coordinator_actor coordinator;
 
-  impl(caf::actor_system& s, std::string c, std::chrono::milliseconds t)
-    : sys(s), connect(std::move(c)), timeout(t) {
+  impl(caf::actor_system& s, std::string c, std::chrono::milliseconds t, std::string k)
+    : sys(s), connect(std::move(c)), timeout(t), secret(std::move(k)) {
   }
 
   // Finds the coordinator through the node at `connect` and connects to it.
   void reach() {
-    auto contact = actors::reach_coordinator(sys, connect, timeout);
+    auto contact = actors::reach_coordinator(sys, connect, timeout, secret);
     if (!contact.coordinator)
       throw shell_error(contact.error);
     coordinator = std::move(contact.coordinator);
@@ -60,8 +61,8 @@ struct cluster_client::impl {
 };
 
 cluster_client::cluster_client(caf::actor_system& sys, std::string connect,
-                               std::chrono::milliseconds timeout)
-  : impl_(std::make_unique<impl>(sys, std::move(connect), timeout)) {
+                               std::chrono::milliseconds timeout, std::string secret)
+  : impl_(std::make_unique<impl>(sys, std::move(connect), timeout, std::move(secret))) {
   impl_->reach();
 }
 

@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -169,4 +170,42 @@ TEST_CASE("a coordinator that stops answering: bounded errors, the script goes o
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
   c.coordinator().process().signal(SIGCONT);
   std::remove(err_path.c_str());
+}
+
+TEST_CASE("with a cluster secret, only nodes and shells that prove it are heard",
+          "[integration][cluster]") {
+  auto dir = scratch_dir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    auto path = dir + "/" + name;
+    std::ofstream{path} << text << "\n";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read |
+                                         std::filesystem::perms::owner_write);
+    return path;
+  };
+  auto secret = write("secret", "correct-horse-battery-staple-42");
+  auto wrong = write("wrong", "not-the-cluster-secret-at-all");
+  testing::cluster c{{"--cluster-secret-file", secret}, {"--cluster-secret-file", secret}};
+  auto with = testing::run_shell({"--connect", c.a().address(), "--cluster-secret-file",
+                                  secret, "-c", "print(#rw.nodes())"});
+  INFO(with.err);
+  CHECK(with.code == 0);
+  CHECK(with.out == "2\n");
+  // Without it: connected, but every request is refused, saying what is missing.
+  auto without = c.shell("print(#rw.nodes())");
+  CHECK(without.code == 1);
+  CHECK_THAT(without.err, Catch::Contains("--cluster-secret-file"));
+  CHECK(c.coordinator().wait_for_log("control refused: nodes"));
+  // A wrong one: refused at once.
+  auto bad = testing::run_shell({"--connect", c.a().address(), "--cluster-secret-file", wrong,
+                                 "-c", "print(#rw.nodes())"});
+  CHECK(bad.code == 3);
+  CHECK_THAT(bad.err, Catch::Contains("wrong cluster secret"));
+  // A node with the wrong secret does not join.
+  testing::node_process stray{{"--name", "rack-c", "--cluster-secret-file", wrong},
+                              {"rack-agg", false, c.coordinator().address()}};
+  CHECK(stray.wait_for_log("did not accept the cluster secret"));
+  auto count = testing::run_shell({"--connect", c.a().address(), "--cluster-secret-file",
+                                   secret, "-c", "print(#rw.nodes())"});
+  CHECK(count.out == "2\n");
+  std::filesystem::remove_all(dir);
 }
