@@ -18,10 +18,6 @@ uint64_t unix_ms() {
                                  .count());
 }
 
-bool ended(const std::string& state) {
-  return state == "finished" || state == "failed" || state == "stopped";
-}
-
 } // namespace detail
 
 namespace {
@@ -159,7 +155,7 @@ std::vector<node_info> list_nodes(cluster_ptr self) {
       std::chrono::duration_cast<std::chrono::milliseconds>(now - m.last_seen).count());
     uint32_t live = 0;
     for (auto& [jid, j] : self->state.jobs)
-      if (j.node_id == id && !ended(j.report.state))
+      if (j.node_id == id && !is_ended(j.report.state))
         ++live;
     info.jobs = live;
     out.push_back(std::move(info));

@@ -106,6 +106,11 @@ struct job_report {
   std::vector<rank_report> ranks;
 };
 
+/// Whether a job in `state` has ended (finished, failed or stopped): it will not change.
+inline bool is_ended(const std::string& state) {
+  return state == "finished" || state == "failed" || state == "stopped";
+}
+
 /// The answer to a job creation: the job and its token. The token is shown once.
 struct job_created {
   job_report job;

@@ -34,7 +34,7 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
   cs.max_workers = cfg.max_workers;
   cs.node_timeout = std::chrono::milliseconds(cfg.node_timeout_ms);
   coordinator_ = spawn_cluster_coordinator(sys, cs);
-  auto host = control.host.empty() || control.host == "0.0.0.0" ? std::string{} : control.host;
+  auto host = transports::tcp::is_wildcard(control.host) ? std::string{} : control.host;
   auto port = sys.middleman().publish(coordinator_, control.port,
                                       host.empty() ? nullptr : host.c_str(), true);
   if (!port) {

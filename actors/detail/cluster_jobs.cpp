@@ -52,7 +52,7 @@ member* place(cluster_ptr self, const std::string& placement, std::string& why) 
     }
     uint32_t load = 0;
     for (auto& [jid, j] : st.jobs)
-      if (j.node_id == id && !ended(j.report.state))
+      if (j.node_id == id && !is_ended(j.report.state))
         ++load;
     if (load < best_load) {
       best = &m;
@@ -66,7 +66,7 @@ member* place(cluster_ptr self, const std::string& placement, std::string& why) 
 }
 
 void mark_ended(job_entry& j, const std::string& state, const std::string& reason) {
-  if (ended(j.report.state))
+  if (is_ended(j.report.state))
     return;
   j.report.state = state;
   j.report.reason = reason;
@@ -166,10 +166,10 @@ caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
           return;
         }
         auto& r = it->second.report;
-        if (ev.state == "running" && !ended(r.state)) {
+        if (ev.state == "running" && !is_ended(r.state)) {
           r.spec = ev.spec;
           r.ranks = ev.ranks;
-        } else if (ended(ev.state)) {
+        } else if (is_ended(ev.state)) {
           // It ended meanwhile: its final counts come with the node's end event.
           mark_ended(it->second, ev.state, ev.reason);
         }
@@ -187,7 +187,7 @@ caf::result<job_report> stop_job(cluster_ptr self, const std::string& name) {
   auto* j = find(self, name);
   if (j == nullptr)
     return unknown(self, name);
-  if (ended(j->report.state))
+  if (is_ended(j->report.state))
     return j->report; // nothing to stop
   auto id = j->report.id;
   auto node = self->state.nodes.find(j->node_id);
@@ -232,7 +232,7 @@ caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name) {
     self->state.jobs.erase(it);
   };
   auto node = self->state.nodes.find(j->node_id);
-  if (ended(j->report.state) || node == self->state.nodes.end()) {
+  if (is_ended(j->report.state) || node == self->state.nodes.end()) {
     forget();
     return ok_atom::value;
   }
@@ -266,8 +266,8 @@ void on_event(cluster_ptr self, uint32_t node_id, job_event& ev) {
     j.report.started_unix_ms = unix_ms();
     spdlog::info("job running: job='{}' id={} node={}", j.report.name, ev.job_id,
                  j.report.node);
-  } else if (ended(ev.state)) {
-    if (!ended(j.report.state))
+  } else if (is_ended(ev.state)) {
+    if (!is_ended(j.report.state))
       spdlog::info("job ended: job='{}' id={} state={}{}{}", j.report.name, ev.job_id,
                    ev.state, ev.reason.empty() ? "" : ": ", ev.reason);
     mark_ended(j, ev.state, ev.reason);
@@ -276,7 +276,7 @@ void on_event(cluster_ptr self, uint32_t node_id, job_event& ev) {
 
 void fail_jobs_on(cluster_ptr self, uint32_t node_id, const std::string& why) {
   for (auto& [id, j] : self->state.jobs)
-    if (j.node_id == node_id && !ended(j.report.state)) {
+    if (j.node_id == node_id && !is_ended(j.report.state)) {
       spdlog::error("job failed: job='{}' id={}: {}", j.report.name, id, why);
       mark_ended(j, "failed", why);
     }

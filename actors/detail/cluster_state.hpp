@@ -43,7 +43,6 @@ struct cluster_state {
 using cluster_ptr = cluster_coordinator_actor::stateful_pointer<cluster_state>;
 
 uint64_t unix_ms();
-bool ended(const std::string& state);
 
 // --- cluster_jobs.cpp --------------------------------------------------------------
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,

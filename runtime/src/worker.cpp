@@ -237,7 +237,7 @@ struct worker::impl {
       if (conns[i])
         continue;
       auto addr = transports::tcp::parse_address(welcome.endpoints[i]);
-      if (addr.host.empty() || addr.host == "0.0.0.0")
+      if (transports::tcp::is_wildcard(addr.host))
         addr.host = connected_host; // a wildcard endpoint: reach it the way we came
       conns[i] = connect(addr.to_string());
       frame_header a;

@@ -27,7 +27,7 @@ sockaddr_in resolve(const address& addr) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(addr.port);
-  if (addr.host.empty() || addr.host == "*" || addr.host == "0.0.0.0") {
+  if (is_wildcard(addr.host)) {
     sa.sin_addr.s_addr = htonl(INADDR_ANY);
     return sa;
   }
@@ -52,6 +52,10 @@ void set_nonblocking(int fd) {
 }
 
 } // namespace
+
+bool is_wildcard(const std::string& host) {
+  return host.empty() || host == "*" || host == "0.0.0.0";
+}
 
 std::string address::to_string() const {
   return fmt::format("{}:{}", host, port);

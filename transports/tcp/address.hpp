@@ -15,6 +15,10 @@ struct address {
   std::string to_string() const;
 };
 
+/// Whether `host` means "any address" (empty, *, 0.0.0.0): bound on every interface,
+/// and reached the way the peer came.
+bool is_wildcard(const std::string& host);
+
 /// Parses "HOST:PORT" (PORT 0 allowed for listening on any free port).
 address parse_address(const std::string& text);
 

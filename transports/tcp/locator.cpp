@@ -76,10 +76,6 @@ private:
   std::string refusal_;
 };
 
-bool wildcard(const std::string& host) {
-  return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
-}
-
 } // namespace
 
 located_msg locate(const std::string& node, std::chrono::milliseconds timeout) {
@@ -112,7 +108,7 @@ located_msg locate(const std::string& node, std::chrono::milliseconds timeout) {
   if (!sink.failure.empty())
     throw std::runtime_error(fmt::format("the node at {}: {}", node, sink.failure));
   auto coord = parse_address(sink.answer.coordinator);
-  if (wildcard(coord.host))
+  if (is_wildcard(coord.host))
     coord.host = where.host;
   sink.answer.coordinator = coord.to_string();
   return sink.answer;

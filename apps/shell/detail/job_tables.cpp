@@ -89,10 +89,6 @@ job_totals totals_of(const actors::job_report& job) {
   return t;
 }
 
-bool has_ended(const std::string& state) {
-  return state == "finished" || state == "failed" || state == "stopped";
-}
-
 void push_node(lua_State* L, const actors::node_info& n) {
   lua_createtable(L, 0, 7);
   set(L, "id", uint64_t{n.id});

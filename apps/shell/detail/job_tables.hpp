@@ -36,8 +36,6 @@ struct job_totals {
 
 job_totals totals_of(const actors::job_report& job);
 
-/// finished, failed or stopped: the report will not change any more.
-bool has_ended(const std::string& state);
 
 void push_node(lua_State* L, const actors::node_info& node);
 void push_job(lua_State* L, const actors::job_report& job);

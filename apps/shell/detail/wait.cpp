@@ -77,7 +77,7 @@ bool call_condition(lua_State* L, int fn_index, const actors::job_report& job) {
 }
 
 verdict check(lua_State* L, const condition& c, const actors::job_report& job) {
-  bool ended = has_ended(job.state);
+  bool ended = actors::is_ended(job.state);
   bool holds = false;
   switch (c.kind) {
     case condition::by_state:

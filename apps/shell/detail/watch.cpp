@@ -127,7 +127,7 @@ int rw_watch(lua_State* L) {
       std::fputs(text.c_str(), out);
       std::fflush(out);
       double elapsed = std::chrono::duration<double>(clock::now() - start).count();
-      bool done = has_ended(job.state) || elapsed >= seconds;
+      bool done = actors::is_ended(job.state) || elapsed >= seconds;
       if (!done && !pause_for(std::min(interval, seconds - elapsed))) {
         take_interrupt(); // Ctrl-C is how a watch is stopped: not an error
         if (tty)
