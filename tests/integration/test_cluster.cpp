@@ -35,6 +35,12 @@ TEST_CASE("rw-shell counts the live nodes through any node's address",
   INFO(via.err);
   CHECK(via.code == 0);
   CHECK(via.out == "2\n");
+  // Without a placement, jobs go to the node with the fewest live jobs.
+  auto spread = c.shell("local a = rw.job_create{name='p1', workers=1}; "
+                        "local b = rw.job_create{name='p2', workers=1}; "
+                        "print(a.node ~= b.node, #rw.jobs())");
+  INFO(spread.err);
+  CHECK(spread.out == "true\t2\n");
   // A third node under a live node's name is refused, and says why; rack-a stays.
   testing::node_process twin{{"--name", "rack-a"},
                              {"rack-agg", false, c.coordinator().address()}};
