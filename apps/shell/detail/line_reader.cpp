@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include <poll.h>
 #include <pthread.h>
@@ -96,7 +97,10 @@ line_reader::result line_reader::read(const char* prompt) {
     rl_callback_read_char();
   }
   if (!line_text) {
-    std::fputs("\n", rl_outstream ? rl_outstream : stdout);
+    // End the prompt's line, unless readline did (it does when bracketed paste is on).
+    const char* paste = rl_variable_value("enable-bracketed-paste");
+    if (!paste || std::strcmp(paste, "on") != 0)
+      std::fputs("\n", rl_outstream ? rl_outstream : stdout);
     return {result::end_of_input, {}};
   }
   return {result::line, *line_text};
