@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <fstream>
 #include <cmath>
 #include <future>
 #include <iostream>
@@ -269,9 +270,15 @@ int main(int argc, char** argv) {
     ->check(CLI::Range(1u, 1'000'000'000u))
     ->capture_default_str();
   app.add_option("--job", a.job, "job name (all ranks must agree)")->capture_default_str();
-  app.add_option("--token", a.token,
-                 "the job's token, from rw-shell's rw.job_create{name=..., workers=..., "
-                 "optimizer='adam', lr=...} (empty: a node with --open-jobs)");
+  auto* token = app.add_option(
+    "--token", a.token,
+    "the job's token, from rw-shell's rw.job_create{name=..., workers=..., "
+    "optimizer='adam', lr=...} (empty: a node with --open-jobs). Visible to other "
+    "users in the process list: prefer --token-file");
+  std::string token_file;
+  app.add_option("--token-file", token_file, "read the job's token from this file")
+    ->check(CLI::ExistingFile)
+    ->excludes(token);
   app.add_option("--batch", a.batch, "minibatch size per worker")
     ->check(CLI::Range(1u, 1'000'000u))
     ->capture_default_str();
@@ -279,6 +286,14 @@ int main(int argc, char** argv) {
     ->check(CLI::Range(1e-6f, 1.0f))
     ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (!token_file.empty()) {
+    std::ifstream in{token_file};
+    std::getline(in, a.token);
+    if (a.token.empty()) {
+      std::cerr << "rw-train-demo: no token in " << token_file << "\n";
+      return 2;
+    }
+  }
   try {
     return train(a);
   } catch (const rw::error& e) {

@@ -28,13 +28,19 @@ local job = rw.job_create{name = name, workers = workers, optimizer = "adam", lr
 print(string.format("job %s (id %d) created on node %s; workers connect to %s",
                     job.name, job.id, job.node, job.endpoints[1]))
 
+-- The token goes to the workers in a file only its owner reads (mktemp -d makes the
+-- directory 0700), not on their command lines, which every user can see.
 local dir = capture("mktemp -d")
+local token_file = dir .. "/token"
+local f = assert(io.open(token_file, "w"))
+f:write(job.token, "\n")
+f:close()
 for rank = 0, workers - 1 do
   local base = string.format("%s/rank-%d", dir, rank)
   os.execute(string.format("(%s --connect %s --rank %d --workers %d --steps %d --job %s "
-                           .. "--token %s > %s.log 2>&1; echo $? > %s.rc) &",
+                           .. "--token-file %s > %s.log 2>&1; echo $? > %s.rc) &",
                            demo, job.endpoints[1], rank, workers, steps, job.name,
-                           job.token, base, base))
+                           token_file, base, base))
 end
 
 rw.wait(name, "running", {timeout = 60})
