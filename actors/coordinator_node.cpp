@@ -11,13 +11,13 @@
 namespace rw::actors {
 
 coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_config& cfg,
-                                   bool with_locator)
+                                   const std::string& listen, bool with_locator)
   : sys_(sys) {
   if (!sys.has_middleman())
     throw std::runtime_error("the actor system has no middleman: call "
                              "rw::actors::register_cluster_types on its config");
   // Default: the host of the first --listen address, any free port.
-  auto listen_host = transports::tcp::parse_address(cfg.listen.front()).host;
+  auto listen_host = transports::tcp::parse_address(listen).host;
   auto control = transports::tcp::parse_address(
     cfg.control.empty() ? listen_host + ":0" : cfg.control);
   cluster_settings cs;
@@ -49,7 +49,7 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
   if (with_locator) {
     try {
       locator_ = std::make_unique<transports::tcp::locator_service>(
-        cfg.listen.front(),
+        listen,
         transports::located_msg{control_, cfg.name, "coordinator"},
         "this is the cluster coordinator's address: workers connect to a rack-agg node "
         "(rw.job_status(name).endpoints says which); shells and nodes only ask it "

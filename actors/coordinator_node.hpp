@@ -21,11 +21,13 @@ namespace rw::actors {
 
 class coordinator_node {
 public:
-  /// Spawns and publishes the coordinator; with `with_locator`, also answers locate on
-  /// cfg.listen[0]. Throws std::runtime_error with a clear message when it cannot (the
-  /// control or listen address is busy, the system has no middleman).
+  /// Spawns and publishes the coordinator (on cfg.control, or on `listen`'s host);
+  /// with `with_locator`, also answers locate on `listen` (HOST:PORT, a device name
+  /// already resolved to its address). Throws std::runtime_error with a clear message
+  /// when it cannot (the control or listen address is busy, the system has no
+  /// middleman).
   coordinator_node(caf::actor_system& sys, const runtime::node_config& cfg,
-                   bool with_locator);
+                   const std::string& listen, bool with_locator);
   ~coordinator_node();
 
   coordinator_node(const coordinator_node&) = delete;

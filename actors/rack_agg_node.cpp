@@ -120,7 +120,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   ls.heartbeat = std::chrono::milliseconds(cfg.heartbeat_ms);
   if (cfg.coordinator.empty()) {
     try {
-      cluster_ = std::make_unique<coordinator_node>(sys, cfg, false);
+      cluster_ = std::make_unique<coordinator_node>(sys, cfg, addresses_.front(), false);
     } catch (const std::exception& e) {
       failure = e.what();
       check();

@@ -15,6 +15,8 @@
 #include "actors/coordinator_node.hpp"
 #include "actors/rack_agg_node.hpp"
 #include "runtime/node_config.hpp"
+#include "runtime/placement.hpp"
+#include "runtime/topology.hpp"
 
 namespace {
 
@@ -75,7 +77,9 @@ int main(int argc, char** argv) {
   std::string address;
   try {
     if (cfg.role == "coordinator") {
-      coordinator = std::make_unique<rw::actors::coordinator_node>(sys, cfg, true);
+      auto topo = rw::runtime::topology::discover();
+      auto listen = rw::runtime::resolve_endpoint(*topo, cfg.listen.front()).listen;
+      coordinator = std::make_unique<rw::actors::coordinator_node>(sys, cfg, listen, true);
       address = coordinator->listen_address();
     } else {
       node = std::make_unique<rw::actors::rack_agg_node>(sys, cfg);

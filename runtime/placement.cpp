@@ -47,7 +47,8 @@ std::vector<core_info> allowed_cores(const topology& topo, const placement_reque
   return out;
 }
 
-// Resolves "eth0:7700" to the interface's address; checks an IP is on this machine.
+} // namespace
+
 endpoint_place resolve_endpoint(const topology& topo, const std::string& listen) {
   auto pos = listen.rfind(':');
   if (pos == std::string::npos)
@@ -87,8 +88,6 @@ endpoint_place resolve_endpoint(const topology& topo, const std::string& listen)
   throw std::runtime_error(fmt::format(
     "'{}' is neither a network device of this machine nor an IPv4 address", host));
 }
-
-} // namespace
 
 placement plan_placement(const topology& topo, const placement_request& req) {
   placement plan;

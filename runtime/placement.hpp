@@ -48,4 +48,9 @@ struct placement {
 /// NUMA domain, a NIC or address) or cannot fit (more shards than cores).
 placement plan_placement(const topology& topo, const placement_request& req);
 
+/// Resolves one --listen address: "eth0:7700" to the device's IPv4 address and its NUMA
+/// domain; an IP must be on this machine; a wildcard host stays one. Throws with a
+/// message naming what is wrong.
+endpoint_place resolve_endpoint(const topology& topo, const std::string& listen);
+
 } // namespace rw::runtime
