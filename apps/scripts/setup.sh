@@ -18,7 +18,6 @@ packages=(
   libsodium-dev             # job tokens: random secrets, HMAC challenge-response
   liblua5.4-dev             # rw-shell scripts
   libreadline-dev           # rw-shell line editing and history
-  tmux                      # the interactive rw-shell test drives a real terminal
 )
 
 missing=()
