@@ -9,6 +9,36 @@
 
 namespace rw::actors {
 
+coordinator_contact locate_coordinator(const std::string& via,
+                                       std::chrono::milliseconds timeout) {
+  coordinator_contact out;
+  try {
+    out.address = transports::tcp::locate(via, timeout).coordinator;
+    transports::tcp::parse_address(out.address); // a usable HOST:PORT
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+void accept_connect(caf::actor_system& sys, coordinator_contact& out,
+                    caf::strong_actor_ptr ptr, const std::set<std::string>& ifs) {
+  if (!ptr)
+    out.error = fmt::format("nothing is published at {}", out.address);
+  else if (!sys.assignable<cluster_coordinator_actor>(ifs))
+    out.error = fmt::format("the actor at {} is not a RackWeave cluster coordinator of "
+                            "this version",
+                            out.address);
+  else
+    out.coordinator = caf::actor_cast<cluster_coordinator_actor>(std::move(ptr));
+}
+
+std::string cluster_proof(const std::string& secret, const std::string& nonce) {
+  auto* p = reinterpret_cast<const std::byte*>(nonce.data());
+  auto mac = runtime::prove_cluster(secret, runtime::byte_vector(p, p + nonce.size()));
+  return std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
+}
+
 namespace {
 
 // Proves the cluster secret to the coordinator for this process. Returns why not.
@@ -22,10 +52,7 @@ std::string prove_secret(caf::actor_system& sys, const cluster_coordinator_actor
              [&](caf::error& err) { failure = describe(sys, err); });
   if (!failure.empty())
     return failure;
-  auto* p = reinterpret_cast<const std::byte*>(nonce.data());
-  auto mac = runtime::prove_cluster(secret, runtime::byte_vector(p, p + nonce.size()));
-  self->request(coordinator, timeout, auth_atom::value,
-                std::string(reinterpret_cast<const char*>(mac.data()), mac.size()))
+  self->request(coordinator, timeout, auth_atom::value, cluster_proof(secret, nonce))
     .receive([](ok_atom) {}, [&](caf::error& err) { failure = describe(sys, err); });
   return failure;
 }
@@ -35,15 +62,10 @@ std::string prove_secret(caf::actor_system& sys, const cluster_coordinator_actor
 coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string& via,
                                       std::chrono::milliseconds timeout,
                                       const std::string& secret) {
-  coordinator_contact out;
-  transports::tcp::address addr;
-  try {
-    out.address = transports::tcp::locate(via, timeout).coordinator;
-    addr = transports::tcp::parse_address(out.address);
-  } catch (const std::exception& e) {
-    out.error = e.what();
+  auto out = locate_coordinator(via, timeout);
+  if (!out.error.empty())
     return out;
-  }
+  auto addr = transports::tcp::parse_address(out.address);
   // The middleman's own connect, with a deadline: remote_actor() waits for the
   // handshake without one.
   caf::scoped_actor self{sys};
@@ -51,14 +73,7 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
                 addr.port)
     .receive(
       [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>& ifs) {
-        if (!ptr)
-          out.error = fmt::format("nothing is published at {}", out.address);
-        else if (!sys.assignable<cluster_coordinator_actor>(ifs))
-          out.error = fmt::format("the actor at {} is not a RackWeave cluster coordinator "
-                                  "of this version",
-                                  out.address);
-        else
-          out.coordinator = caf::actor_cast<cluster_coordinator_actor>(std::move(ptr));
+        accept_connect(sys, out, std::move(ptr), ifs);
       },
       [&](caf::error& err) {
         out.error = err == caf::sec::request_timeout

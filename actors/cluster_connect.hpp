@@ -5,6 +5,7 @@
 // the far side accepts the connection and then says nothing (a stopped process).
 
 #include <chrono>
+#include <set>
 #include <string>
 
 #include <caf/actor_system.hpp>
@@ -19,8 +20,24 @@ struct coordinator_contact {
   std::string error;                     // why it failed, for the user
 };
 
-/// Finds and connects to the coordinator through the node at `via` (HOST:PORT), and
-/// with a `secret` proves this process holds it (see cluster_coordinator.hpp).
+// The steps, for callers that cannot block (an actor that chains requests instead):
+
+/// Asks the node at `via` where the coordinator is (blocks up to `timeout`). Sets
+/// `address`, or `error`.
+coordinator_contact locate_coordinator(const std::string& via,
+                                       std::chrono::milliseconds timeout);
+
+/// Takes the middleman's answer to (connect_atom, host, port) for `out.address`: sets
+/// `coordinator`, or `error` (nothing published there, or not a coordinator).
+void accept_connect(caf::actor_system& sys, coordinator_contact& out,
+                    caf::strong_actor_ptr ptr, const std::set<std::string>& ifs);
+
+/// What this process answers to the coordinator's (auth_atom) nonce.
+std::string cluster_proof(const std::string& secret, const std::string& nonce);
+
+/// All of it, blocking (each step bounded by `timeout`): finds and connects to the
+/// coordinator through the node at `via` (HOST:PORT), and with a `secret` proves this
+/// process holds it (see cluster_coordinator.hpp).
 coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string& via,
                                       std::chrono::milliseconds timeout,
                                       const std::string& secret = {});

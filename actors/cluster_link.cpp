@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/cluster_connect.hpp"
+#include "transports/tcp/address.hpp"
 
 namespace rw::actors {
 
@@ -25,16 +26,6 @@ struct link_state {
 
 using link_ptr = cluster_link_actor::stateful_pointer<link_state>;
 
-// Finds a remote coordinator through the --coordinator node. Blocks (bounded: this
-// actor is detached). Returns null with `why` set on failure.
-cluster_coordinator_actor find_remote(link_ptr self, std::string& address, std::string& why) {
-  auto& s = self->state.settings;
-  auto contact = reach_coordinator(self->system(), s.via, s.request_timeout, s.secret);
-  why = contact.error;
-  address = contact.address;
-  return contact.coordinator;
-}
-
 void lost(link_ptr self, const std::string& why) {
   auto& st = self->state;
   if (st.node_id != 0)
@@ -47,23 +38,19 @@ void lost(link_ptr self, const std::string& why) {
   }
 }
 
-void try_register(link_ptr self) {
+// An attempt to reach or register failed; the next heartbeat tick tries again.
+void attempt_failed(link_ptr self, const std::string& why) {
   auto& st = self->state;
-  if (st.registering)
-    return;
-  if (!st.coordinator) {
-    std::string why;
-    st.coordinator = find_remote(self, st.address, why);
-    if (!st.coordinator) {
-      if (st.failures++ % 10 == 0)
-        spdlog::warn("cluster: cannot reach the coordinator through {}: {} (retrying every "
-                     "{} ms)",
-                     st.settings.via, why, st.settings.heartbeat.count());
-      return;
-    }
-    self->monitor(st.coordinator);
-  }
-  st.registering = true;
+  st.registering = false;
+  if (st.failures++ % 10 == 0)
+    spdlog::warn("cluster: cannot register with the coordinator{}: {} (retrying every {} ms)",
+                 st.settings.via.empty() ? std::string{} : " through " + st.settings.via, why,
+                 st.settings.heartbeat.count());
+  lost(self, why);
+}
+
+void do_register(link_ptr self) {
+  auto& st = self->state;
   self->request(st.coordinator, st.settings.request_timeout, register_atom::value,
                 st.settings.node)
     .then(
@@ -82,13 +69,72 @@ void try_register(link_ptr self) {
                      st.address, st.settings.node.name, id);
       },
       [self](caf::error& err) {
+        attempt_failed(self, fmt::format("the coordinator at {} did not register this node: "
+                                         "{}",
+                                         self->state.address, describe(self->system(), err)));
+      });
+}
+
+// With a cluster secret, proves it (this process) before registering.
+void prove_then_register(link_ptr self) {
+  auto& st = self->state;
+  if (st.settings.secret.empty()) {
+    do_register(self);
+    return;
+  }
+  auto refused = [self](caf::error& err) {
+    attempt_failed(self, fmt::format("the coordinator at {} did not accept the cluster "
+                                     "secret: {}",
+                                     self->state.address, describe(self->system(), err)));
+  };
+  self->request(st.coordinator, st.settings.request_timeout, auth_atom::value)
+    .then(
+      [self, refused](std::string& nonce) {
         auto& st = self->state;
-        st.registering = false;
-        if (st.failures++ % 10 == 0)
-          spdlog::warn("cluster: the coordinator at {} did not register this node: {} "
-                       "(retrying every {} ms)",
-                       st.address, describe(self->system(), err), st.settings.heartbeat.count());
-        lost(self, describe(self->system(), err));
+        self->request(st.coordinator, st.settings.request_timeout, auth_atom::value,
+                      cluster_proof(st.settings.secret, nonce))
+          .then([self](ok_atom) { do_register(self); }, refused);
+      },
+      refused);
+}
+
+// Registers, first finding a remote coordinator through the --coordinator node: the
+// locate blocks (bounded: this actor is detached), the connect and the proof are
+// requests, so the link keeps answering (a node that stops is not held up).
+void try_register(link_ptr self) {
+  auto& st = self->state;
+  if (st.registering)
+    return;
+  st.registering = true;
+  if (st.coordinator) {
+    do_register(self);
+    return;
+  }
+  auto contact = locate_coordinator(st.settings.via, st.settings.request_timeout);
+  if (!contact.error.empty()) {
+    attempt_failed(self, contact.error);
+    return;
+  }
+  auto addr = transports::tcp::parse_address(contact.address);
+  self->request(self->system().middleman().actor_handle(), st.settings.request_timeout,
+                caf::connect_atom::value, addr.host, addr.port)
+    .then(
+      [self, contact](caf::node_id&, caf::strong_actor_ptr& ptr,
+                      std::set<std::string>& ifs) mutable {
+        accept_connect(self->system(), contact, std::move(ptr), ifs);
+        if (!contact.coordinator) {
+          attempt_failed(self, contact.error);
+          return;
+        }
+        auto& st = self->state;
+        st.coordinator = contact.coordinator;
+        st.address = contact.address;
+        self->monitor(st.coordinator);
+        prove_then_register(self);
+      },
+      [self, contact](caf::error& err) {
+        attempt_failed(self, fmt::format("the coordinator at {} does not answer: {}",
+                                         contact.address, describe(self->system(), err)));
       });
 }
 

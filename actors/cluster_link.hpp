@@ -51,8 +51,8 @@ struct link_settings {
   std::chrono::milliseconds request_timeout{defaults::node_request_timeout_ms};
 };
 
-/// Spawns the link as a detached actor (finding a remote coordinator blocks on I/O,
-/// bounded by request_timeout). It starts registering at once.
+/// Spawns the link as a detached actor (asking a node where a remote coordinator is
+/// blocks on I/O, bounded by request_timeout). It starts registering at once.
 cluster_link_actor spawn_cluster_link(caf::actor_system& sys, link_settings settings,
                                       rack_coordinator_actor rack);
 
