@@ -134,7 +134,7 @@ caf::result<uint32_t> on_register(cluster_ptr self, node_info& info) {
   return id;
 }
 
-caf::result<ok_atom> on_heartbeat(cluster_ptr self, uint32_t id, uint32_t live_jobs) {
+caf::result<ok_atom> on_heartbeat(cluster_ptr self, uint32_t id) {
   auto it = self->state.nodes.find(id);
   if (it == self->state.nodes.end())
     return cluster_error(errc::unknown_job,
@@ -142,7 +142,6 @@ caf::result<ok_atom> on_heartbeat(cluster_ptr self, uint32_t id, uint32_t live_j
                                      "again",
                                      id));
   it->second.last_seen = steady::now();
-  it->second.info.jobs = live_jobs;
   return ok_atom::value;
 }
 
@@ -197,10 +196,10 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
         return untrusted(self, "register");
       return on_register(self, info);
     },
-    [=](heartbeat_atom, uint32_t id, uint32_t jobs) -> caf::result<ok_atom> {
+    [=](heartbeat_atom, uint32_t id) -> caf::result<ok_atom> {
       if (!trusted(self))
         return untrusted(self, "heartbeat");
-      return on_heartbeat(self, id, jobs);
+      return on_heartbeat(self, id);
     },
     [=](leave_atom, uint32_t id) {
       if (!trusted(self))

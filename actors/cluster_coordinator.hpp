@@ -17,7 +17,7 @@
 //                         The coordinator monitors the sender: when its connection
 //                         drops, or its heartbeats stop for node_timeout, the node is
 //                         gone and every live job placed on it fails.
-//   link  -> coordinator  (heartbeat_atom, node id, live jobs) -> ok_atom
+//   link  -> coordinator  (heartbeat_atom, node id) -> ok_atom
 //                         an error (unknown_job) means the coordinator has forgotten
 //                         the node (it timed out): the link registers again
 //   link  -> coordinator  (leave_atom, node id)       a node stops cleanly
@@ -59,7 +59,7 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<auth_atom>::with<std::string>,
   caf::replies_to<auth_atom, std::string>::with<ok_atom>,
   caf::replies_to<register_atom, node_info>::with<uint32_t>,
-  caf::replies_to<heartbeat_atom, uint32_t, uint32_t>::with<ok_atom>,
+  caf::replies_to<heartbeat_atom, uint32_t>::with<ok_atom>,
   caf::reacts_to<leave_atom, uint32_t>,
   caf::reacts_to<event_atom, uint32_t, job_event>,
   caf::replies_to<caf::get_atom, nodes_atom>::with<std::vector<node_info>>,

@@ -145,7 +145,7 @@ void heartbeat(link_ptr self) {
     return;
   }
   self->request(st.coordinator, st.settings.request_timeout, heartbeat_atom::value,
-                st.node_id, uint32_t{0})
+                st.node_id)
     .then([](ok_atom) {},
           [self](caf::error& err) {
             if (err.category() == caf::atom("rw")) // the coordinator forgot this node

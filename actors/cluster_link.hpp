@@ -7,7 +7,7 @@
 //
 // Protocol
 //   link  -> coordinator   (register_atom, node_info) -> node id; then every heartbeat
-//                          (heartbeat_atom, id, 0) -> ok_atom; an error or a down
+//                          (heartbeat_atom, id) -> ok_atom; an error or a down
 //                          message (the connection closed) means: register again
 //   coordinator -> link    (grant_atom, job_grant) -> ok_atom
 //                          (status_atom, job id) -> job_event
