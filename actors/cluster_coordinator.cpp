@@ -125,10 +125,10 @@ caf::result<uint32_t> on_register(cluster_ptr self, node_info& info) {
   m.addr = caf::actor_cast<caf::actor_addr>(sender);
   m.last_seen = steady::now();
   self->monitor(sender);
-  spdlog::info("node joined the cluster: node={} id={} role={} endpoints=[{}] shards={}; "
-               "{} node(s) live",
-               m.info.name, m.info.id, m.info.role, fmt::join(m.info.endpoints, ", "),
-               m.info.shards, st.nodes.size() + 1);
+  spdlog::info("node joined the cluster: node={} id={} role={} rack={} endpoints=[{}] "
+               "shards={}; {} node(s) live",
+               m.info.name, m.info.id, m.info.role, m.info.rack,
+               fmt::join(m.info.endpoints, ", "), m.info.shards, st.nodes.size() + 1);
   auto id = m.info.id;
   st.nodes.emplace(id, std::move(m));
   return id;
@@ -154,7 +154,7 @@ std::vector<node_info> list_nodes(cluster_ptr self) {
       std::chrono::duration_cast<std::chrono::milliseconds>(now - m.last_seen).count());
     uint32_t live = 0;
     for (auto& [jid, j] : self->state.jobs)
-      if (j.node_id == id && !is_ended(j.report.state))
+      if (j.on_node(id) && !is_ended(j.report.state))
         ++live;
     info.jobs = live;
     out.push_back(std::move(info));
@@ -226,7 +226,8 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
         out.push_back(j.report);
       return out;
     },
-    [=](create_atom, job_spec& spec, const std::string& placement) -> caf::result<job_created> {
+    [=](create_atom, job_spec& spec, const job_placement& placement)
+      -> caf::result<job_created> {
       if (!trusted(self))
         return untrusted(self, "job create");
       return create_job(self, spec, placement);

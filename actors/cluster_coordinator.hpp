@@ -64,7 +64,7 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::reacts_to<event_atom, uint32_t, job_event>,
   caf::replies_to<caf::get_atom, nodes_atom>::with<std::vector<node_info>>,
   caf::replies_to<caf::get_atom, jobs_atom>::with<std::vector<job_report>>,
-  caf::replies_to<create_atom, job_spec, std::string>::with<job_created>,
+  caf::replies_to<create_atom, job_spec, job_placement>::with<job_created>,
   caf::replies_to<status_atom, std::string>::with<job_report>,
   caf::replies_to<stop_atom, std::string>::with<job_report>,
   caf::replies_to<remove_atom, std::string>::with<ok_atom>,

@@ -13,6 +13,7 @@
 #include <caf/error.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "rackweave/defaults.hpp"
 #include "rackweave/errc.hpp"
 #include "rackweave/job_spec.hpp"
 
@@ -63,10 +64,34 @@ struct node_info {
   uint32_t id = 0;                    // assigned by the coordinator at registration
   std::string name;
   std::string role;                   // "rack-agg"
+  std::string rack;                   // its rack (--rack; default: the host name)
   std::vector<std::string> endpoints; // where its workers connect (HOST:PORT each)
   uint32_t shards = 0;
   uint32_t jobs = 0;                  // live jobs placed on it
   uint64_t last_seen_ms = 0;          // since its last heartbeat, when asked
+  double uplink_gbps = 0;             // its rack's links to it (0: not configured)
+  double core_gbps = 0;               // its link into the core network (0: not configured)
+};
+
+/// Where a job lives: its nodes, in ring order (runtime/ring hashes their names), and
+/// how a step reduces across them. One node: the job lives there alone.
+struct job_layout {
+  std::vector<std::string> nodes;     // names, in ring order
+  std::vector<std::string> addresses; // where a worker says hello to each (HOST:PORT)
+  std::vector<std::string> racks;     // each node's rack
+  uint32_t vnodes = defaults::ring_vnodes;
+  uint64_t ring_version = 1;
+  std::string reduction = "flat";     // how the job reduces across nodes
+};
+
+/// Where a new job may go, as the shell asks: one node by name, several nodes, every
+/// node of some racks, or (all empty) the live node with the fewest live jobs; and how
+/// it reduces across nodes ("auto", "flat" or "hierarchical").
+struct job_placement {
+  std::string node;
+  std::vector<std::string> nodes;
+  std::vector<std::string> racks;
+  std::string reduction = "auto";
 };
 
 /// Where a job lives and how its workers prove they belong to it. Sent by the
@@ -76,6 +101,7 @@ struct job_grant {
   uint32_t job_id = 0;
   job_spec spec;
   std::string secret;
+  job_layout layout;
 };
 
 /// One worker of a job, as its node counts it. Counts are chunk messages.
@@ -97,8 +123,9 @@ struct job_report {
   std::string name;
   std::string state;  // created, running, finished, failed, stopped
   std::string reason; // why it failed or stopped ("" otherwise)
-  std::string node;   // the node it was placed on
+  std::string node;   // the node it was placed on (the first, if several)
   std::vector<std::string> endpoints; // that node's addresses, for the workers
+  job_layout layout;  // every node of the job, its ring version and reduction
   job_spec spec;      // tensors appear once the first worker has joined
   uint64_t created_unix_ms = 0;
   uint64_t started_unix_ms = 0; // first worker joined (0: not yet)
@@ -131,13 +158,25 @@ struct job_event {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_info& x) {
-  return f(caf::meta::type_name("rw::node_info"), x.id, x.name, x.role, x.endpoints,
-           x.shards, x.jobs, x.last_seen_ms);
+  return f(caf::meta::type_name("rw::node_info"), x.id, x.name, x.role, x.rack,
+           x.endpoints, x.shards, x.jobs, x.last_seen_ms, x.uplink_gbps, x.core_gbps);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_layout& x) {
+  return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks, x.vnodes,
+           x.ring_version, x.reduction);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_placement& x) {
+  return f(caf::meta::type_name("rw::job_placement"), x.node, x.nodes, x.racks,
+           x.reduction);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_grant& x) {
-  return f(caf::meta::type_name("rw::job_grant"), x.job_id, x.spec, x.secret);
+  return f(caf::meta::type_name("rw::job_grant"), x.job_id, x.spec, x.secret, x.layout);
 }
 
 template <class Inspector>
@@ -149,7 +188,7 @@ typename Inspector::result_type inspect(Inspector& f, rank_report& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_report& x) {
   return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-           x.endpoints, x.spec, x.created_unix_ms, x.started_unix_ms, x.ended_unix_ms,
+           x.endpoints, x.layout, x.spec, x.created_unix_ms, x.started_unix_ms, x.ended_unix_ms,
            x.ranks);
 }
 

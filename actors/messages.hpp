@@ -12,6 +12,7 @@
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
 
+#include "actors/cluster_messages.hpp"
 #include "rackweave/errc.hpp"
 #include "rackweave/job_spec.hpp"
 #include "runtime/buffer_pool.hpp"
@@ -118,6 +119,9 @@ struct job_binding {
   std::string params_segment; // the job's shared parameters ("" if none)
   /// Non-empty: not admitted yet; send the worker this nonce and await its proof.
   std::vector<std::byte> challenge;
+  /// The job's nodes (more than one: a multi-node job) and which of them this is.
+  job_layout layout;
+  uint32_t node_index = 0;
 };
 
 /// Per-shard counters and placement, for logs and tests.

@@ -235,6 +235,11 @@ payload_target poller_sink::check_data(const connection_ptr& c, const frame_head
     return refuse(c, h, errc::bad_chunk,
                   fmt::format("chunk {} of tensor {} does not exist (it has {})",
                               h.chunk_index, h.tensor_id, layout.count()));
+  if (!b.routes->is_local(h.tensor_id, h.chunk_index))
+    return refuse(c, h, errc::bad_chunk,
+                  fmt::format("chunk {}/{} of job {} is homed on another node of the job, "
+                              "not on {} (consistent-hash ring): send it to its home",
+                              h.tensor_id, h.chunk_index, b.job_id, st.settings.node_name));
   if (h.kind == frame_kind::pull)
     return h.payload_bytes == 0 ? payload_target::into(nullptr)
                                 : refuse(c, h, errc::bad_frame, "pull carries no payload");

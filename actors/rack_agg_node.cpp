@@ -116,7 +116,13 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                           plan_.shard_endpoints, cfg.shm, cfg.open_jobs};
   coordinator_ = spawn_rack_coordinator(sys, cs, shards_);
   link_settings ls;
-  ls.node = node_info{0, name, "rack-agg", addresses_, uint32_t(shards_.size()), 0, 0};
+  ls.node.name = name;
+  ls.node.role = "rack-agg";
+  ls.node.rack = cfg.rack.empty() ? host_name() : cfg.rack;
+  ls.node.endpoints = addresses_;
+  ls.node.shards = uint32_t(shards_.size());
+  ls.node.uplink_gbps = cfg.uplink_gbps;
+  ls.node.core_gbps = cfg.core_gbps;
   ls.heartbeat = std::chrono::milliseconds(cfg.heartbeat_ms);
   if (cfg.coordinator.empty()) {
     try {
@@ -176,10 +182,10 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     shm_where = fmt::format("{} (cpu {})", shm_ep->describe(), s.core.os_cpu);
   }
 
-  spdlog::info("node up: name={} role={} shards={} endpoints=[{}] kernels={} pinned={} "
-               "priority={} step_timeout_ms={} io_timeout_ms={} max_chunk_bytes={} "
-               "max_job_mib={}",
-               name, cfg.role, shards_.size(), fmt::join(addresses_, ", "),
+  spdlog::info("node up: name={} role={} rack={} shards={} endpoints=[{}] kernels={} "
+               "pinned={} priority={} step_timeout_ms={} io_timeout_ms={} "
+               "max_chunk_bytes={} max_job_mib={}",
+               name, cfg.role, ls.node.rack, shards_.size(), fmt::join(addresses_, ", "),
                runtime::kernels().isa, cfg.pin, cfg.priority, cfg.step_timeout_ms,
                cfg.io_timeout_ms,
                cfg.max_chunk_bytes, max_job_bytes >> 20);

@@ -8,6 +8,7 @@
 #include "actors/detail/rack_state.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/kernels.hpp"
+#include "runtime/ring.hpp"
 
 namespace rw::actors {
 
@@ -66,6 +67,8 @@ job_binding joined(const job_info& job, uint32_t rank, bool created) {
   b.token = job.tokens[rank];
   b.chunk_bytes = job.spec.chunk_bytes;
   b.params_segment = job.params ? job.params->name() : std::string{};
+  b.layout = job.layout;
+  b.node_index = job.node_index;
   return b;
 }
 
@@ -103,8 +106,20 @@ caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uin
   job.id = id;
   job.granted = id < open_job_ids;
   job.spec = spec;
-  job.routes = std::make_shared<runtime::routing_table>(spec, uint32_t(st.shards.size()),
-                                                       st.settings.shard_endpoints);
+  if (auto g = st.grants.find(spec.name); job.granted && g != st.grants.end()) {
+    job.layout = g->second.layout;
+    auto& nodes = job.layout.nodes;
+    job.node_index = static_cast<uint32_t>(
+      std::find(nodes.begin(), nodes.end(), st.settings.node_name) - nodes.begin());
+  }
+  if (job.layout.nodes.size() > 1) {
+    runtime::hash_ring ring{job.layout.nodes, job.layout.vnodes, job.layout.ring_version};
+    job.routes = std::make_shared<runtime::routing_table>(
+      spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, job.node_index);
+  } else {
+    job.routes = std::make_shared<runtime::routing_table>(spec, uint32_t(st.shards.size()),
+                                                         st.settings.shard_endpoints);
+  }
   job.ranks.assign(spec.num_workers, rank_status::absent);
   job.ranks[rank] = rank_status::live;
   job.connections.assign(spec.num_workers, 0);
@@ -113,7 +128,7 @@ caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uin
   job.tokens[rank] = runtime::random_u64();
   job.peers.assign(spec.num_workers, std::string{});
   job.peers[rank] = req.peer;
-  if (st.settings.shared_params) {
+  if (st.settings.shared_params && job.layout.nodes.size() <= 1) {
     try {
       job.params = std::make_shared<transports::shm::mapping>(
         transports::shm::create_params_segment(spec));
@@ -127,13 +142,14 @@ caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uin
     bytes += t.elements * sizeof(float);
   spdlog::info("job created: job='{}' id={} workers={} consistency={} optimizer={} lr={} "
                "chunk_bytes={} tensors={} bytes={} chunks={} chunks_per_shard=[{}] "
-               "chunks_per_endpoint=[{}] credentials={}",
+               "chunks_per_endpoint=[{}] credentials={} nodes={} homed_here={}",
                spec.name, job.id, spec.num_workers, to_string(spec.consistency),
                to_string(spec.optimizer.kind), spec.optimizer.learning_rate,
                spec.chunk_bytes, spec.tensors.size(), bytes, job.routes->total_chunks(),
                fmt::join(job.routes->chunks_per_shard(), ","),
                fmt::join(job.routes->chunks_per_endpoint(), ","),
-               job.granted ? "token" : "none (open job)");
+               job.granted ? "token" : "none (open job)",
+               std::max<size_t>(job.layout.nodes.size(), 1), job.routes->local_chunks());
   spdlog::info("worker joined: job='{}' id={} rank={} peer={}", spec.name, job.id, rank,
                req.peer);
   auto b = joined(job, rank, true);

@@ -17,7 +17,7 @@ using transports::payload_target;
 
 worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
                          std::vector<transports::connection_ptr> conns, uint32_t job_id,
-                         uint32_t rank, std::shared_ptr<const runtime::routing_table> routes,
+                         uint32_t rank, std::shared_ptr<const runtime::job_routes> routes,
                          std::unique_ptr<transports::shm::worker_channel> shm)
   : ep_(std::move(ep)),
     conns_(std::move(conns)),

@@ -1,6 +1,6 @@
 #pragma once
-// The worker's connections to its rack-agg (one per node endpoint, all driven by one
-// receiver thread), shared by the worker proxy (which arms a tensor's slot, then sends
+// The worker's connections to its job's nodes (one per node endpoint, all driven by one
+// receiver thread; a job on several nodes has every node's endpoints, node by node), shared by the worker proxy (which arms a tensor's slot, then sends
 // each chunk on the connection of the chunk's endpoint) and the receiver. An
 // `update` payload is received straight into the caller's output buffer at the
 // chunk's offset; `ack`, `update` and `error` frames are counted against the armed
@@ -24,13 +24,13 @@ namespace rw::actors {
 
 class worker_link final : public transports::frame_sink {
 public:
-  /// `conns[e]` is the connection to the node's endpoint e; `routes` says which
-  /// endpoint each chunk travels on.
+  /// `conns[e]` is connection e (runtime::job_routes: a node's endpoints in order,
+  /// node after node); `routes` says which connection each chunk travels on.
   /// With `shm`, chunk data travels through the worker's shared memory segment and
   /// `conns` carry only control.
   worker_link(std::shared_ptr<transports::endpoint> ep,
               std::vector<transports::connection_ptr> conns, uint32_t job_id, uint32_t rank,
-              std::shared_ptr<const runtime::routing_table> routes,
+              std::shared_ptr<const runtime::job_routes> routes,
               std::unique_ptr<transports::shm::worker_channel> shm = nullptr);
 
   /// The shared memory channel, or null over TCP.
@@ -47,9 +47,9 @@ public:
   /// Closes the connection (with `why` as the reason reported) and joins the receiver.
   void stop(const std::string& why);
 
-  /// The node endpoint (index into conns()) that (tensor, chunk) travels on.
+  /// The connection (index into conns()) that (tensor, chunk) travels on.
   uint32_t endpoint_of(uint32_t tensor, uint32_t chunk) const noexcept {
-    return routes_->endpoint_of(tensor, chunk);
+    return routes_->connection_of(tensor, chunk);
   }
   const std::vector<transports::connection_ptr>& conns() const noexcept {
     return conns_;
@@ -138,7 +138,7 @@ private:
   std::vector<transports::connection_ptr> conns_;
   uint32_t job_id_;
   uint32_t rank_;
-  std::shared_ptr<const runtime::routing_table> routes_;
+  std::shared_ptr<const runtime::job_routes> routes_;
   std::unique_ptr<transports::shm::worker_channel> shm_;
   std::vector<std::unique_ptr<slot>> slots_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_staleness_;

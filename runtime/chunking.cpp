@@ -25,7 +25,8 @@ uint32_t chunk_layout::length(uint32_t index) const noexcept {
 }
 
 routing_table::routing_table(const job_spec& spec, uint32_t num_shards,
-                             std::vector<std::vector<uint32_t>> shard_endpoints)
+                             std::vector<std::vector<uint32_t>> shard_endpoints,
+                             const hash_ring* ring, uint32_t self_node)
   : num_shards_(num_shards), shard_endpoints_(std::move(shard_endpoints)) {
   if (num_shards == 0)
     throw std::invalid_argument("routing table needs at least one shard");
@@ -41,13 +42,25 @@ routing_table::routing_table(const job_spec& spec, uint32_t num_shards,
     first_.push_back(total_chunks_);
     total_chunks_ += layouts_.back().count();
   }
+  local_chunks_ = total_chunks_;
+  if (ring == nullptr)
+    return;
+  if (self_node >= ring->nodes().size())
+    throw std::invalid_argument("routing table for a node that is not on the ring");
+  local_seq_.assign(total_chunks_, no_seq);
+  local_chunks_ = 0;
+  for (uint32_t t = 0; t < spec.tensors.size(); ++t)
+    for (uint32_t c = 0; c < layouts_[t].count(); ++c)
+      if (ring->owner(spec.tensors[t].name, c) == self_node)
+        local_seq_[first_[t] + c] = local_chunks_++;
 }
 
 std::vector<uint64_t> routing_table::chunks_per_shard() const {
   std::vector<uint64_t> load(num_shards_, 0);
   for (uint32_t t = 0; t < num_tensors(); ++t)
     for (uint32_t c = 0; c < layouts_[t].count(); ++c)
-      ++load[shard_of(t, c)];
+      if (is_local(t, c))
+        ++load[shard_of(t, c)];
   return load;
 }
 
@@ -59,8 +72,38 @@ std::vector<uint64_t> routing_table::chunks_per_endpoint() const {
   std::vector<uint64_t> load(count, 0);
   for (uint32_t t = 0; t < num_tensors(); ++t)
     for (uint32_t c = 0; c < layouts_[t].count(); ++c)
-      ++load[endpoint_of(t, c)];
+      if (is_local(t, c))
+        ++load[endpoint_of(t, c)];
   return load;
+}
+
+job_routes::job_routes(std::shared_ptr<const routing_table> single)
+  : tables_{std::move(single)}, endpoint_base_{0} {
+}
+
+job_routes::job_routes(std::shared_ptr<const hash_ring> ring,
+                       std::vector<std::shared_ptr<const routing_table>> tables,
+                       std::vector<uint32_t> endpoint_base)
+  : ring_(std::move(ring)), tables_(std::move(tables)),
+    endpoint_base_(std::move(endpoint_base)) {
+  if (tables_.empty() || tables_.size() != endpoint_base_.size()
+      || (ring_ && ring_->nodes().size() != tables_.size()) || (!ring_ && tables_.size() != 1))
+    throw std::invalid_argument("job routes need one table and endpoint base per node");
+}
+
+uint32_t job_routes::home_of(uint32_t tensor, uint32_t chunk) const noexcept {
+  if (!ring_)
+    return 0;
+  // The tables know which chunks are theirs; ask them rather than hash again.
+  for (uint32_t n = 0; n < tables_.size(); ++n)
+    if (tables_[n]->is_local(tensor, chunk))
+      return n;
+  return 0;
+}
+
+uint32_t job_routes::connection_of(uint32_t tensor, uint32_t chunk) const noexcept {
+  auto n = home_of(tensor, chunk);
+  return endpoint_base_[n] + tables_[n]->endpoint_of(tensor, chunk);
 }
 
 } // namespace rw::runtime

@@ -8,12 +8,21 @@
 // and each shard's chunks round-robin over the endpoints that serve it (those in its
 // NUMA domain), so endpoints are balanced too. Node and worker compute the same table
 // from the job spec and the welcome's shard -> endpoints lists.
+//
+// A job on several nodes (flat mode) gives each chunk a home node by consistent
+// hashing (runtime/ring). A node's table then routes only the chunks homed on it: they
+// are spread over its shards and endpoints as above, in (tensor, index) order of the
+// node's own chunks; shard_of() of any other chunk is not_here. A worker's job_routes
+// holds one such table per node of the job and says which connection each chunk takes.
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "rackweave/job_spec.hpp"
+#include "runtime/ring.hpp"
 
 namespace rw::runtime {
 
@@ -33,8 +42,14 @@ class routing_table {
 public:
   /// `shard_endpoints[s]`: the endpoints serving shard s (each list non-empty); empty
   /// means one endpoint, 0, for every shard.
+  /// With `ring`, the table of node `self_node` of the ring: only the chunks homed
+  /// there are routed.
   routing_table(const job_spec& spec, uint32_t num_shards,
-                std::vector<std::vector<uint32_t>> shard_endpoints = {});
+                std::vector<std::vector<uint32_t>> shard_endpoints = {},
+                const hash_ring* ring = nullptr, uint32_t self_node = 0);
+
+  /// What shard_of() says of a chunk homed on another node.
+  static constexpr uint32_t not_here = UINT32_MAX;
 
   uint32_t num_shards() const noexcept {
     return num_shards_;
@@ -48,13 +63,23 @@ public:
   uint64_t total_chunks() const noexcept {
     return total_chunks_;
   }
-  /// Shard index owning (tensor, chunk). Preconditions: both in range.
+  /// Chunks homed on this node (all of them without a ring).
+  uint64_t local_chunks() const noexcept {
+    return local_chunks_;
+  }
+  /// Whether (tensor, chunk) is homed on this node. Preconditions: both in range.
+  bool is_local(uint32_t tensor, uint32_t chunk) const noexcept {
+    return seq(tensor, chunk) != no_seq;
+  }
+  /// Shard index owning (tensor, chunk), or not_here. Preconditions: both in range.
   uint32_t shard_of(uint32_t tensor, uint32_t chunk) const noexcept {
-    return static_cast<uint32_t>((first_[tensor] + chunk) % num_shards_);
+    auto s = seq(tensor, chunk);
+    return s == no_seq ? not_here : static_cast<uint32_t>(s % num_shards_);
   }
   /// Endpoint (index into the node's endpoint list) that (tensor, chunk) travels on.
+  /// Precondition: is_local(tensor, chunk).
   uint32_t endpoint_of(uint32_t tensor, uint32_t chunk) const noexcept {
-    auto seq = first_[tensor] + chunk;
+    auto seq = this->seq(tensor, chunk);
     auto shard = seq % num_shards_;
     auto& eps = shard_endpoints_[shard];
     // Each shard starts its rotation at its own index, so the remainders of different
@@ -67,18 +92,64 @@ public:
   /// Chunks each endpoint carries (for the load log line and tests).
   std::vector<uint64_t> chunks_per_endpoint() const;
   /// Position of (tensor, chunk) among the chunks its shard owns.
+  /// Precondition: is_local(tensor, chunk).
   uint64_t local_index(uint32_t tensor, uint32_t chunk) const noexcept {
-    return (first_[tensor] + chunk) / num_shards_;
+    return seq(tensor, chunk) / num_shards_;
   }
   /// Chunks each shard owns (for the load log line and tests).
   std::vector<uint64_t> chunks_per_shard() const;
 
 private:
+  static constexpr uint64_t no_seq = UINT64_MAX;
+  // The chunk's number among this node's chunks, or no_seq if homed elsewhere.
+  uint64_t seq(uint32_t tensor, uint32_t chunk) const noexcept {
+    auto g = first_[tensor] + chunk;
+    return local_seq_.empty() ? g : local_seq_[g];
+  }
+
   uint32_t num_shards_;
   std::vector<std::vector<uint32_t>> shard_endpoints_;
   std::vector<chunk_layout> layouts_;
   std::vector<uint64_t> first_; // job-wide sequence number of each tensor's chunk 0
   uint64_t total_chunks_ = 0;
+  uint64_t local_chunks_ = 0;
+  std::vector<uint64_t> local_seq_; // by job-wide chunk number; empty: every chunk local
+};
+
+/// A worker's view of a job's routes: one routing table per node of the job (a single
+/// one without a ring) and where each node's endpoints start in the worker's list of
+/// connections.
+class job_routes {
+public:
+  /// One node.
+  explicit job_routes(std::shared_ptr<const routing_table> single);
+  /// Several: tables[n] is node n's (built with `ring`), whose endpoints are
+  /// connections endpoint_base[n] .. endpoint_base[n] + (its endpoint count) - 1.
+  job_routes(std::shared_ptr<const hash_ring> ring,
+             std::vector<std::shared_ptr<const routing_table>> tables,
+             std::vector<uint32_t> endpoint_base);
+
+  uint32_t num_tensors() const noexcept {
+    return tables_.front()->num_tensors();
+  }
+  const chunk_layout& layout(uint32_t tensor) const {
+    return tables_.front()->layout(tensor);
+  }
+  uint32_t num_nodes() const noexcept {
+    return static_cast<uint32_t>(tables_.size());
+  }
+  /// Index of the node (in the job's node order) chunk (tensor, chunk) is homed on.
+  uint32_t home_of(uint32_t tensor, uint32_t chunk) const noexcept;
+  /// The worker's connection (index into its list) that (tensor, chunk) travels on.
+  uint32_t connection_of(uint32_t tensor, uint32_t chunk) const noexcept;
+  const routing_table& table(uint32_t node) const {
+    return *tables_.at(node);
+  }
+
+private:
+  std::shared_ptr<const hash_ring> ring_; // null: one node
+  std::vector<std::shared_ptr<const routing_table>> tables_;
+  std::vector<uint32_t> endpoint_base_;
 };
 
 } // namespace rw::runtime

@@ -28,6 +28,10 @@ T read_value(const toml::node& n, const std::string& key) {
     if (auto v = n.value<std::string>())
       return *v;
     throw std::runtime_error(fmt::format("key '{}' must be a string", key));
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (auto v = n.value<double>(); v && *v >= 0)
+      return *v;
+    throw std::runtime_error(fmt::format("key '{}' must be a number, 0 or more", key));
   } else if constexpr (std::is_same_v<T, bool>) {
     if (auto v = n.value<bool>())
       return *v;
@@ -87,6 +91,19 @@ std::vector<option_def> option_table(node_config& c) {
         c.role),
     def("node.name", "--name", "node name in logs and replies (default: host name)",
         c.name),
+    def("node.rack", "--rack",
+        "the rack this node aggregates for: jobs placed by rack use it, workers are "
+        "steered to their rack's node, and a job's racks are summed in rack order "
+        "(default: the host name)",
+        c.rack),
+    def("topology.uplink_gbps", "--uplink-gbps",
+        "rate (Gbit/s) of the links between this node and its rack's workers; 0 = not "
+        "configured",
+        c.uplink_gbps),
+    def("topology.core_gbps", "--core-gbps",
+        "rate (Gbit/s) of this node's link into the core network between racks; 0 = "
+        "not configured",
+        c.core_gbps),
     def("node.listen", "--listen",
         "HOST:PORT workers connect to, one NIC poller each; HOST may be a network "
         "device (eth0:7700); port 0 picks a free one",

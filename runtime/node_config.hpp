@@ -18,6 +18,9 @@ namespace rw::runtime {
 struct node_config {
   std::string role = "rack-agg";
   std::string name;                      // default: the host name
+  std::string rack;                      // default: the host name
+  double uplink_gbps = 0;                // the rack's links to this node; 0 = unknown
+  double core_gbps = 0;                  // this node's link into the core; 0 = unknown
   std::vector<std::string> listen{defaults::listen}; // HOST:PORT, one poller each
   std::string log_level = "info";
   bool pin = true;                       // pin shards and pollers to cores

@@ -83,6 +83,15 @@ struct Welcome {
   shm @8 :Bool;             # the node took the worker's shared memory segment
   shmBell @9 :Text;         # the node doorbell segment to ring after posting requests
   shmParams @10 :Text;      # the job's parameters, shared read-only ("" if private)
+  # A job on several nodes (flat mode): every node of the job, in ring order, with
+  # the address a worker says hello to; the worker joins each and sends every chunk to
+  # its home (runtime/ring over jobNodeNames with ringVnodes points per node). Empty
+  # (or one entry): the job lives on this node alone.
+  jobNodes @11 :List(Text);     # HOST:PORT of each node
+  jobNodeNames @12 :List(Text); # the names the ring hashes
+  nodeIndex @13 :UInt32;        # which of them this node is
+  ringVnodes @14 :UInt32;
+  ringVersion @15 :UInt64;
 }
 
 struct ErrorInfo {

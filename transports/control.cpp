@@ -97,6 +97,15 @@ bytes encode(const welcome_msg& x) {
   root.setShm(x.shm);
   root.setShmBell(x.shm_bell);
   root.setShmParams(x.shm_params);
+  auto nodes = root.initJobNodes(static_cast<unsigned>(x.job_nodes.size()));
+  for (unsigned i = 0; i < nodes.size(); ++i)
+    nodes.set(i, x.job_nodes[i]);
+  auto names = root.initJobNodeNames(static_cast<unsigned>(x.job_node_names.size()));
+  for (unsigned i = 0; i < names.size(); ++i)
+    names.set(i, x.job_node_names[i]);
+  root.setNodeIndex(x.node_index);
+  root.setRingVnodes(x.ring_vnodes);
+  root.setRingVersion(x.ring_version);
   return to_bytes(msg);
 }
 
@@ -192,6 +201,21 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
     out.shm = root.getShm();
     out.shm_bell = root.getShmBell().cStr();
     out.shm_params = root.getShmParams().cStr();
+    out.job_nodes.clear();
+    for (auto n : root.getJobNodes())
+      out.job_nodes.emplace_back(n.cStr());
+    out.job_node_names.clear();
+    for (auto n : root.getJobNodeNames())
+      out.job_node_names.emplace_back(n.cStr());
+    out.node_index = root.getNodeIndex();
+    out.ring_vnodes = root.getRingVnodes();
+    out.ring_version = root.getRingVersion();
+    if (out.job_nodes.size() > 1
+        && (out.job_node_names.size() != out.job_nodes.size()
+            || out.node_index >= out.job_nodes.size() || out.ring_vnodes == 0)) {
+      why = "welcome with an inconsistent list of the job's nodes";
+      return errc::bad_frame;
+    }
     if (out.num_shards == 0 || out.shard_endpoints.size() != out.num_shards
         || out.endpoint_index >= out.endpoints.size()) {
       why = "welcome with an inconsistent routing table";

@@ -35,6 +35,12 @@ struct welcome_msg {
   bool shm = false;
   std::string shm_bell;
   std::string shm_params;
+  // A job on several nodes (schemas/control.capnp): empty for a one-node job.
+  std::vector<std::string> job_nodes;      // HOST:PORT of each node, in ring order
+  std::vector<std::string> job_node_names; // the names on the ring
+  uint32_t node_index = 0;                 // this node among them
+  uint32_t ring_vnodes = 0;
+  uint64_t ring_version = 0;
 };
 
 /// The node's challenge to a worker that says it holds the job's token, and the

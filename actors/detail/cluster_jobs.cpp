@@ -1,5 +1,8 @@
-// The cluster's job registry: creating a job (validate, place, grant, token), its
-// status (live from its node), stopping and deleting it, and the news nodes send.
+// The cluster's job registry: creating a job (validate, place on one or several nodes,
+// grant, token), its status (live from its nodes), stopping and deleting it, and the
+// news nodes send. A job on several nodes is one job: it runs once any node has a
+// worker, finishes once every node has finished, and fails everywhere when any node
+// fails it or leaves the cluster.
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -33,38 +36,6 @@ caf::error unknown(cluster_ptr self, const std::string& name) {
                                        fmt::join(names, ", ")));
 }
 
-// Picks the node: the one named, or the live node with the fewest live jobs.
-member* place(cluster_ptr self, const std::string& placement, std::string& why) {
-  auto& st = self->state;
-  if (st.nodes.empty()) {
-    why = "no rack-agg node is live in the cluster";
-    return nullptr;
-  }
-  std::vector<std::string> names;
-  member* best = nullptr;
-  uint32_t best_load = UINT32_MAX;
-  for (auto& [id, m] : st.nodes) {
-    names.push_back(m.info.name);
-    if (!placement.empty()) {
-      if (m.info.name == placement)
-        return &m;
-      continue;
-    }
-    uint32_t load = 0;
-    for (auto& [jid, j] : st.jobs)
-      if (j.node_id == id && !is_ended(j.report.state))
-        ++load;
-    if (load < best_load) {
-      best = &m;
-      best_load = load;
-    }
-  }
-  if (best == nullptr)
-    why = fmt::format("no live node is named '{}' (live nodes: {})", placement,
-                      fmt::join(names, ", "));
-  return best;
-}
-
 void mark_ended(job_entry& j, const std::string& state, const std::string& reason) {
   if (is_ended(j.report.state))
     return;
@@ -73,10 +44,113 @@ void mark_ended(job_entry& j, const std::string& state, const std::string& reaso
   j.report.ended_unix_ms = unix_ms();
 }
 
+std::string node_name(cluster_ptr self, uint32_t id) {
+  auto it = self->state.nodes.find(id);
+  return it == self->state.nodes.end() ? fmt::format("id {}", id) : it->second.info.name;
+}
+
+// One rank's counts over every node of the job: counts add up, the clock is the
+// furthest any node saw, and the rank is live while any node has it live.
+std::vector<rank_report> merge_ranks(const std::vector<const std::vector<rank_report>*>& parts) {
+  std::vector<rank_report> out;
+  for (auto* ranks : parts)
+    for (auto& r : *ranks) {
+      if (out.size() <= r.rank)
+        out.resize(r.rank + 1);
+      auto& x = out[r.rank];
+      x.rank = r.rank;
+      if (x.state.empty() || r.state == "live" || (r.state == "left" && x.state == "absent"))
+        x.state = r.state;
+      if (x.peer.empty())
+        x.peer = r.peer;
+      x.clock = std::max(x.clock, r.clock);
+      x.pushes += r.pushes;
+      x.pulls += r.pulls;
+      x.bytes_in += r.bytes_in;
+      x.bytes_out += r.bytes_out;
+      x.wait_us += r.wait_us;
+    }
+  return out;
+}
+
+// Sends a request to every node of the job (by the ids given) and calls
+// done(answers, failures) once all have answered or failed. Nodes no longer live are
+// failures at once.
+template <class T, class Done, class... Ts>
+void ask_nodes(cluster_ptr self, const std::vector<uint32_t>& ids, const char* what,
+               Done done, Ts... xs) {
+  struct acc_t {
+    std::vector<std::pair<uint32_t, T>> answers;
+    std::vector<std::string> failures;
+    size_t pending = 0;
+  };
+  auto acc = std::make_shared<acc_t>();
+  acc->pending = ids.size();
+  auto finish = [acc, done]() mutable {
+    if (--acc->pending == 0)
+      done(acc->answers, acc->failures);
+  };
+  if (ids.empty()) {
+    done(acc->answers, acc->failures);
+    return;
+  }
+  for (auto id : ids) {
+    auto it = self->state.nodes.find(id);
+    if (it == self->state.nodes.end()) {
+      acc->failures.push_back(
+        fmt::format("node id {} {}: it has left the cluster", id, what));
+      finish();
+      continue;
+    }
+    auto name = it->second.info.name;
+    self->request(it->second.link, self->state.settings.node_request_timeout, xs...)
+      .then([acc, finish, id](T& x) mutable {
+              acc->answers.emplace_back(id, std::move(x));
+              finish();
+            },
+            [self, acc, finish, name, what](caf::error& err) mutable {
+              acc->failures.push_back(
+                fmt::format("node {} {}: {}", name, what, describe(self->system(), err)));
+              finish();
+            });
+  }
+}
+
+// Stops the job on the given nodes, without waiting (a job that failed on one node).
+void halt_on(cluster_ptr self, const std::vector<uint32_t>& ids, uint32_t job_id,
+             const std::string& why) {
+  ask_nodes<ok_atom>(
+    self, ids, "did not stop the job",
+    [job_id](auto&, std::vector<std::string>& failures) {
+      for (auto& f : failures)
+        spdlog::warn("job {}: could not stop it on every node: {}", job_id, f);
+    },
+    halt_atom::value, job_id, why);
+}
+
+std::vector<uint32_t> others(const job_entry& j, uint32_t but) {
+  std::vector<uint32_t> out;
+  for (auto id : j.node_ids)
+    if (id != but)
+      out.push_back(id);
+  return out;
+}
+
+job_layout layout_of(const std::vector<const member*>& nodes, const std::string& reduction) {
+  job_layout l;
+  l.reduction = reduction;
+  for (auto* m : nodes) {
+    l.nodes.push_back(m->info.name);
+    l.addresses.push_back(m->info.endpoints.front());
+    l.racks.push_back(m->info.rack);
+  }
+  return l;
+}
+
 } // namespace
 
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
-                                    const std::string& placement) {
+                                    const job_placement& placement) {
   auto& st = self->state;
   if (!spec.tensors.empty())
     return cluster_error(errc::invalid_spec, "a job is created without tensors: its "
@@ -92,57 +166,64 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
                                      "first (rw.job_delete) or pick another name",
                                      spec.name, old->report.state));
   std::string why;
-  auto* node = place(self, placement, why);
-  if (node == nullptr)
+  auto nodes = place_job(st, placement, why);
+  if (nodes.empty())
     return cluster_error(errc::unavailable, "cannot place the job: " + why);
+  auto reduction = choose_reduction(spec, placement, nodes, why);
+  if (reduction.empty())
+    return cluster_error(errc::invalid_spec, "cannot place the job: " + why);
   job_entry j;
   j.report.id = st.next_job_id++;
   j.report.name = spec.name;
   j.report.state = "created";
-  j.report.node = node->info.name;
-  j.report.endpoints = node->info.endpoints;
+  j.report.node = nodes.front()->info.name;
+  j.report.endpoints = nodes.front()->info.endpoints;
+  j.report.layout = layout_of(nodes, reduction);
   j.report.spec = spec;
   j.report.created_unix_ms = unix_ms();
   j.token = runtime::make_token();
-  j.node_id = node->info.id;
+  for (auto* m : nodes)
+    j.node_ids.push_back(m->info.id);
   auto id = j.report.id;
-  auto node_name = node->info.name;
-  auto grant = job_grant{id, spec, j.token};
+  auto ids = j.node_ids;
+  auto grant = job_grant{id, spec, j.token, j.report.layout};
+  if (nodes.size() > 1)
+    spdlog::info("job placed: job='{}' id={} nodes=[{}] racks=[{}] reduction={} (asked: "
+                 "{}; the only plan this version runs across nodes) ring_version={}",
+                 spec.name, id, fmt::join(grant.layout.nodes, ","),
+                 fmt::join(grant.layout.racks, ","), reduction, placement.reduction,
+                 grant.layout.ring_version);
   // The name is taken from now on; a refused grant gives it back.
   st.by_name[spec.name] = id;
   st.jobs.emplace(id, std::move(j));
   auto rp = self->make_response_promise<job_created>();
-  self->request(node->link, st.settings.node_request_timeout, grant_atom::value, grant)
-    .then(
-      [self, rp, id](ok_atom) mutable {
-        auto it = self->state.jobs.find(id);
-        if (it == self->state.jobs.end()) {
-          rp.deliver(cluster_error(errc::unavailable, "the job's node left while the job "
-                                                      "was being created"));
-          return;
-        }
-        auto& r = it->second.report;
-        spdlog::info("job created: job='{}' id={} node={} workers={} consistency={} "
-                     "optimizer={} chunk_bytes={}",
-                     r.name, id, r.node, r.spec.num_workers, to_string(r.spec.consistency),
-                     to_string(r.spec.optimizer.kind), r.spec.chunk_bytes);
-        rp.deliver(job_created{r, it->second.token});
-      },
-      [self, rp, id, node_name, link = node->link](caf::error& err) mutable {
-        auto it = self->state.jobs.find(id);
+  ask_nodes<ok_atom>(
+    self, ids, "did not take the job",
+    [self, rp, id, ids](auto&, std::vector<std::string>& failures) mutable {
+      auto it = self->state.jobs.find(id);
+      if (failures.empty() && it == self->state.jobs.end())
+        failures.push_back("the job's node left while the job was being created");
+      if (!failures.empty()) {
         if (it != self->state.jobs.end()) {
           self->state.by_name.erase(it->second.report.name);
           self->state.jobs.erase(it);
         }
-        // The node may have taken the grant after all (late): end it there too.
-        self->request(link, self->state.settings.node_request_timeout, halt_atom::value, id,
-                      std::string{"the job was not created (the node answered too late)"})
-          .then([](ok_atom) {}, [](caf::error&) {});
-        auto msg = fmt::format("node {} did not take the job: {}", node_name,
-                               describe(self->system(), err));
+        // Nodes may have taken the grant after all (late): end it there too.
+        halt_on(self, ids, id, "the job was not created (a node did not take it)");
+        auto msg = fmt::format("{}", fmt::join(failures, "; "));
         spdlog::warn("job not created: id={}: {}", id, msg);
         rp.deliver(cluster_error(errc::unavailable, msg));
-      });
+        return;
+      }
+      auto& r = it->second.report;
+      spdlog::info("job created: job='{}' id={} nodes=[{}] workers={} consistency={} "
+                   "optimizer={} chunk_bytes={}",
+                   r.name, id, fmt::join(r.layout.nodes, ","), r.spec.num_workers,
+                   to_string(r.spec.consistency), to_string(r.spec.optimizer.kind),
+                   r.spec.chunk_bytes);
+      rp.deliver(job_created{r, it->second.token});
+    },
+    grant_atom::value, grant);
   return rp;
 }
 
@@ -150,36 +231,41 @@ caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
   auto* j = find(self, name);
   if (j == nullptr)
     return unknown(self, name);
-  auto node = self->state.nodes.find(j->node_id);
-  if (j->report.state != "running" || node == self->state.nodes.end())
+  if (j->report.state != "running")
     return j->report;
   auto rp = self->make_response_promise<job_report>();
   auto id = j->report.id;
-  auto node_name = node->second.info.name;
-  self->request(node->second.link, self->state.settings.node_request_timeout,
-                status_atom::value, id)
-    .then(
-      [self, rp, id](job_event& ev) mutable {
-        auto it = self->state.jobs.find(id);
-        if (it == self->state.jobs.end()) {
-          rp.deliver(cluster_error(errc::unknown_job, "the job was deleted meanwhile"));
-          return;
-        }
-        auto& r = it->second.report;
-        if (ev.state == "running" && !is_ended(r.state)) {
-          r.spec = ev.spec;
-          r.ranks = ev.ranks;
-        } else if (is_ended(ev.state)) {
+  ask_nodes<job_event>(
+    self, j->node_ids, "did not report the job's status",
+    [self, rp, id](std::vector<std::pair<uint32_t, job_event>>& answers,
+                   std::vector<std::string>& failures) mutable {
+      auto it = self->state.jobs.find(id);
+      if (it == self->state.jobs.end()) {
+        rp.deliver(cluster_error(errc::unknown_job, "the job was deleted meanwhile"));
+        return;
+      }
+      if (!failures.empty()) {
+        rp.deliver(cluster_error(errc::unavailable,
+                                 fmt::format("{}", fmt::join(failures, "; "))));
+        return;
+      }
+      auto& r = it->second.report;
+      std::vector<const std::vector<rank_report>*> parts;
+      for (auto& [node, ev] : answers) {
+        if (is_ended(ev.state)) {
           // It ended meanwhile: its final counts come with the node's end event.
           mark_ended(it->second, ev.state, ev.reason);
+          continue;
         }
-        rp.deliver(r);
-      },
-      [self, rp, node_name](caf::error& err) mutable {
-        rp.deliver(cluster_error(errc::unavailable,
-                                 fmt::format("node {} did not report the job's status: {}",
-                                             node_name, describe(self->system(), err))));
-      });
+        if (ev.spec.tensors.size() > r.spec.tensors.size())
+          r.spec = ev.spec;
+        parts.push_back(&ev.ranks);
+      }
+      if (!is_ended(r.state) && !parts.empty())
+        r.ranks = merge_ranks(parts);
+      rp.deliver(r);
+    },
+    status_atom::value, id);
   return rp;
 }
 
@@ -190,31 +276,33 @@ caf::result<job_report> stop_job(cluster_ptr self, const std::string& name) {
   if (is_ended(j->report.state))
     return j->report; // nothing to stop
   auto id = j->report.id;
-  auto node = self->state.nodes.find(j->node_id);
-  if (node == self->state.nodes.end()) {
+  std::vector<uint32_t> live;
+  for (auto n : j->node_ids)
+    if (self->state.nodes.count(n) != 0)
+      live.push_back(n);
+  if (live.empty()) {
     mark_ended(*j, "stopped", stopped_by_operator);
     return j->report;
   }
   auto rp = self->make_response_promise<job_report>();
-  auto node_name = node->second.info.name;
-  self->request(node->second.link, self->state.settings.node_request_timeout,
-                halt_atom::value, id, stopped_by_operator)
-    .then(
-      [self, rp, id](ok_atom) mutable {
-        auto it = self->state.jobs.find(id);
-        if (it == self->state.jobs.end()) {
-          rp.deliver(cluster_error(errc::unknown_job, "the job was deleted meanwhile"));
-          return;
-        }
-        mark_ended(it->second, "stopped", stopped_by_operator);
-        spdlog::info("job stopped: job='{}' id={}", it->second.report.name, id);
-        rp.deliver(it->second.report);
-      },
-      [self, rp, node_name](caf::error& err) mutable {
+  ask_nodes<ok_atom>(
+    self, live, "did not stop the job",
+    [self, rp, id](auto&, std::vector<std::string>& failures) mutable {
+      auto it = self->state.jobs.find(id);
+      if (it == self->state.jobs.end()) {
+        rp.deliver(cluster_error(errc::unknown_job, "the job was deleted meanwhile"));
+        return;
+      }
+      if (!failures.empty()) {
         rp.deliver(cluster_error(errc::unavailable,
-                                 fmt::format("node {} did not stop the job: {}", node_name,
-                                             describe(self->system(), err))));
-      });
+                                 fmt::format("{}", fmt::join(failures, "; "))));
+        return;
+      }
+      mark_ended(it->second, "stopped", stopped_by_operator);
+      spdlog::info("job stopped: job='{}' id={}", it->second.report.name, id);
+      rp.deliver(it->second.report);
+    },
+    halt_atom::value, id, stopped_by_operator);
   return rp;
 }
 
@@ -231,54 +319,76 @@ caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name) {
     self->state.by_name.erase(it->second.report.name);
     self->state.jobs.erase(it);
   };
-  auto node = self->state.nodes.find(j->node_id);
-  if (is_ended(j->report.state) || node == self->state.nodes.end()) {
+  std::vector<uint32_t> live;
+  for (auto n : j->node_ids)
+    if (self->state.nodes.count(n) != 0)
+      live.push_back(n);
+  if (is_ended(j->report.state) || live.empty()) {
     forget();
     return ok_atom::value;
   }
   auto rp = self->make_response_promise<ok_atom>();
-  auto node_name = node->second.info.name;
-  self->request(node->second.link, self->state.settings.node_request_timeout,
-                halt_atom::value, id, std::string{"deleted by an operator"})
-    .then(
-      [rp, forget](ok_atom) mutable {
-        forget();
-        rp.deliver(ok_atom::value);
-      },
-      [self, rp, node_name](caf::error& err) mutable {
+  ask_nodes<ok_atom>(
+    self, live, "did not stop the job, so it was not deleted",
+    [rp, forget](auto&, std::vector<std::string>& failures) mutable {
+      if (!failures.empty()) {
         rp.deliver(cluster_error(errc::unavailable,
-                                 fmt::format("node {} did not stop the job, so it was not "
-                                             "deleted: {}",
-                                             node_name, describe(self->system(), err))));
-      });
+                                 fmt::format("{}", fmt::join(failures, "; "))));
+        return;
+      }
+      forget();
+      rp.deliver(ok_atom::value);
+    },
+    halt_atom::value, id, std::string{"deleted by an operator"});
   return rp;
 }
 
 void on_event(cluster_ptr self, uint32_t node_id, job_event& ev) {
   auto it = self->state.jobs.find(ev.job_id);
-  if (it == self->state.jobs.end() || it->second.node_id != node_id)
+  if (it == self->state.jobs.end() || !it->second.on_node(node_id))
     return; // deleted meanwhile, or not this node's
   auto& j = it->second;
-  j.report.spec = ev.spec;
-  j.report.ranks = ev.ranks;
+  j.node_news[node_id] = ev;
+  if (ev.spec.tensors.size() >= j.report.spec.tensors.size())
+    j.report.spec = ev.spec;
+  std::vector<const std::vector<rank_report>*> parts;
+  for (auto& [n, news] : j.node_news)
+    parts.push_back(&news.ranks);
+  j.report.ranks = merge_ranks(parts);
   if (ev.state == "running" && j.report.state == "created") {
     j.report.state = "running";
     j.report.started_unix_ms = unix_ms();
-    spdlog::info("job running: job='{}' id={} node={}", j.report.name, ev.job_id,
-                 j.report.node);
-  } else if (is_ended(ev.state)) {
-    if (!is_ended(j.report.state))
-      spdlog::info("job ended: job='{}' id={} state={}{}{}", j.report.name, ev.job_id,
-                   ev.state, ev.reason.empty() ? "" : ": ", ev.reason);
-    mark_ended(j, ev.state, ev.reason);
+    spdlog::info("job running: job='{}' id={} nodes=[{}]", j.report.name, ev.job_id,
+                 fmt::join(j.report.layout.nodes, ","));
+    return;
   }
+  if (!is_ended(ev.state) || is_ended(j.report.state))
+    return;
+  if (ev.state == "finished") {
+    for (auto n : j.node_ids) {
+      auto news = j.node_news.find(n);
+      if (news == j.node_news.end() || news->second.state != "finished")
+        return; // another node still serves the job
+    }
+    spdlog::info("job ended: job='{}' id={} state=finished", j.report.name, ev.job_id);
+    mark_ended(j, "finished", "");
+    return;
+  }
+  auto why = j.node_ids.size() > 1
+               ? fmt::format("on node {}: {}", node_name(self, node_id), ev.reason)
+               : ev.reason;
+  spdlog::info("job ended: job='{}' id={} state={}{}{}", j.report.name, ev.job_id, ev.state,
+               why.empty() ? "" : ": ", why);
+  mark_ended(j, ev.state, why);
+  halt_on(self, others(j, node_id), ev.job_id, why);
 }
 
 void fail_jobs_on(cluster_ptr self, uint32_t node_id, const std::string& why) {
   for (auto& [id, j] : self->state.jobs)
-    if (j.node_id == node_id && !is_ended(j.report.state)) {
+    if (j.on_node(node_id) && !is_ended(j.report.state)) {
       spdlog::error("job failed: job='{}' id={}: {}", j.report.name, id, why);
       mark_ended(j, "failed", why);
+      halt_on(self, others(j, node_id), id, why);
     }
 }
 

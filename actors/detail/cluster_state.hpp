@@ -3,6 +3,7 @@
 // (membership: register, heartbeat, leave, nodes that vanish) and
 // detail/cluster_jobs.cpp (the job registry: create, status, stop, delete, events).
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -24,7 +25,14 @@ struct member {
 struct job_entry {
   job_report report;
   std::string token;
-  uint32_t node_id = 0;
+  std::vector<uint32_t> node_ids; // every node of the job, in ring order
+  /// What each node last said of the job: its state and its per-rank counts. A job on
+  /// several nodes has finished once every node has; it fails when any node fails.
+  std::map<uint32_t, job_event> node_news;
+
+  bool on_node(uint32_t id) const {
+    return std::find(node_ids.begin(), node_ids.end(), id) != node_ids.end();
+  }
 };
 
 struct cluster_state {
@@ -44,9 +52,19 @@ using cluster_ptr = cluster_coordinator_actor::stateful_pointer<cluster_state>;
 
 uint64_t unix_ms();
 
+// --- cluster_placement.cpp ---------------------------------------------------------
+/// The live nodes a new job goes to, in ring order (by rack, then name); empty with
+/// `why` set when the placement cannot be met.
+std::vector<const member*> place_job(const cluster_state& st, const job_placement& p,
+                                     std::string& why);
+/// How the job reduces across its nodes; empty with `why` set when the asked-for
+/// reduction cannot be had with this spec.
+std::string choose_reduction(const job_spec& spec, const job_placement& p,
+                             const std::vector<const member*>& nodes, std::string& why);
+
 // --- cluster_jobs.cpp --------------------------------------------------------------
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
-                                    const std::string& placement);
+                                    const job_placement& placement);
 caf::result<job_report> job_status(cluster_ptr self, const std::string& name);
 caf::result<job_report> stop_job(cluster_ptr self, const std::string& name);
 caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name);

@@ -39,6 +39,12 @@ transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c, const
   auto& st = self_->state;
   if (hello.shm_segment.empty())
     return nullptr;
+  if (jb.layout.nodes.size() > 1) {
+    spdlog::info("shared memory not used: peer={} job={} rank={}: the job spans {} nodes "
+                 "and its chunks travel to their homes over TCP",
+                 c->peer(), jb.job_id, hello.rank, jb.layout.nodes.size());
+    return nullptr;
+  }
   if (!st.shm_poller || !c->same_host()) {
     spdlog::info("shared memory not used: peer={} job={} rank={}: {}", c->peer(),
                  jb.job_id, hello.rank,
@@ -178,6 +184,13 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       w.num_shards = jb.routes->num_shards();
       w.shard_endpoints = jb.routes->shard_endpoints();
       w.token = jb.token;
+      if (jb.layout.nodes.size() > 1) {
+        w.job_nodes = jb.layout.addresses;
+        w.job_node_names = jb.layout.nodes;
+        w.node_index = jb.node_index;
+        w.ring_vnodes = jb.layout.vnodes;
+        w.ring_version = jb.layout.ring_version;
+      }
       auto payload = transports::encode(w);
       reply.kind = frame_kind::welcome;
       reply.payload_bytes = static_cast<uint32_t>(payload.size());

@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/rack_state.hpp"
@@ -127,11 +128,21 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
     return cluster_error(errc::duplicate_name,
                          fmt::format("node {} has a live job named '{}'",
                                      st.settings.node_name, name));
+  if (g.layout.nodes.size() > 1
+      && std::find(g.layout.nodes.begin(), g.layout.nodes.end(), st.settings.node_name)
+           == g.layout.nodes.end())
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("job '{}' was granted to node {}, which is not among "
+                                     "its nodes [{}]",
+                                     name, st.settings.node_name,
+                                     fmt::join(g.layout.nodes, ",")));
   spdlog::info("job granted: job='{}' id={} workers={} consistency={} optimizer={} "
-               "chunk_bytes={}: waiting for its workers",
+               "chunk_bytes={} nodes=[{}] reduction={} ring_version={}: waiting for its "
+               "workers",
                name, g.job_id, g.spec.num_workers, to_string(g.spec.consistency),
-               to_string(g.spec.optimizer.kind), g.spec.chunk_bytes);
-  st.grants[name] = grant_info{g.job_id, g.spec, g.secret, {}, {}};
+               to_string(g.spec.optimizer.kind), g.spec.chunk_bytes,
+               fmt::join(g.layout.nodes, ","), g.layout.reduction, g.layout.ring_version);
+  st.grants[name] = grant_info{g.job_id, g.spec, g.secret, g.layout, {}, {}};
   return ok_atom::value;
 }
 

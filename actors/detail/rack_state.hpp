@@ -23,6 +23,8 @@ struct job_info {
   std::vector<std::string> peers;    // where each rank connected from
   std::shared_ptr<const transports::shm::mapping> params; // shared parameters, if any
   bool granted = false;              // created through the cluster (has a grant)
+  job_layout layout;                 // its nodes (several: only the chunks homed here)
+  uint32_t node_index = 0;           // this node among them
 };
 
 /// A job the cluster coordinator placed on this node, from grant to deletion.
@@ -30,6 +32,7 @@ struct grant_info {
   uint32_t job_id = 0;
   job_spec spec;      // no tensors: the first worker declares them
   std::string secret; // the job's token
+  job_layout layout;  // the job's nodes, in ring order
   std::string ended;  // "" while live, else finished, failed or stopped
   std::string reason;
 };

@@ -79,7 +79,7 @@ std::vector<actors::job_report> cluster_client::jobs() {
 }
 
 actors::job_created cluster_client::job_create(const job_spec& spec,
-                                               const std::string& placement) {
+                                               const actors::job_placement& placement) {
   return impl_->ask<actors::job_created>("job_create", actors::create_atom::value, spec,
                                          placement);
 }

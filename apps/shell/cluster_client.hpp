@@ -27,7 +27,7 @@ public:
   std::vector<actors::node_info> nodes() override;
   std::vector<actors::job_report> jobs() override;
   actors::job_created job_create(const job_spec& spec,
-                                 const std::string& placement) override;
+                                 const actors::job_placement& placement) override;
   actors::job_report job_status(const std::string& name) override;
   actors::job_report job_stop(const std::string& name) override;
   void job_delete(const std::string& name) override;

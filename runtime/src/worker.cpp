@@ -5,10 +5,12 @@
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "actors/worker_link.hpp"
 #include "actors/worker_proxy.hpp"
 #include "runtime/credentials.hpp"
+#include "runtime/ring.hpp"
 #include "transports/control.hpp"
 #include "transports/tcp/endpoint.hpp"
 
@@ -184,6 +186,100 @@ struct worker::impl {
     }
   }
 
+  // Says hello on `c` (to `address`) and waits for the welcome, proving the token
+  // if the node asks.
+  transports::welcome_msg say_hello(const transports::connection_ptr& c,
+                                    const std::string& address,
+                                    const transports::hello_msg& hello) {
+    auto payload = transports::encode(hello);
+    if (payload.size() > defaults::max_control_bytes)
+      throw rw::error(errc::invalid_spec, "the job spec is too large to send");
+    frame_header h;
+    h.kind = frame_kind::hello;
+    h.rank = opts.rank;
+    h.payload_bytes = static_cast<uint32_t>(payload.size());
+    iovec iov{payload.data(), payload.size()};
+    if (!c->send(h, &iov, 1))
+      throw rw::error(errc::io_error, "cannot send hello to " + address);
+    return await_welcome("hello from " + address, !opts.token.empty());
+  }
+
+  // `address` with a wildcard host replaced by the host `via` reached.
+  static std::string reachable(const std::string& address, const std::string& via) {
+    auto addr = transports::tcp::parse_address(address);
+    if (transports::tcp::is_wildcard(addr.host))
+      addr.host = transports::tcp::parse_address(via).host;
+    return addr.to_string();
+  }
+
+  // One connection per endpoint of the node that sent `w` on `first` (reached at
+  // `address`): attaches to the others with the welcome's token.
+  std::vector<transports::connection_ptr> attach_all(const transports::welcome_msg& w,
+                                                     transports::connection_ptr first,
+                                                     const std::string& address) {
+    std::vector<transports::connection_ptr> conns(w.endpoints.size());
+    conns[w.endpoint_index] = std::move(first);
+    for (uint32_t i = 0; i < conns.size(); ++i) {
+      if (conns[i])
+        continue;
+      auto addr = reachable(w.endpoints[i], address);
+      conns[i] = connect(addr);
+      frame_header a;
+      a.kind = frame_kind::attach;
+      a.job_id = w.job_id;
+      a.rank = opts.rank;
+      a.clock = w.token;
+      if (!conns[i]->send(a))
+        throw rw::error(errc::io_error, "cannot attach to " + addr);
+      await_welcome("attach to " + addr);
+    }
+    return conns;
+  }
+
+  // A job on several nodes: joins every other node of the job too, and routes each
+  // chunk to its home (runtime/ring).
+  void join_nodes(transports::connection_ptr first, transports::hello_msg hello) {
+    auto& names = welcome.job_node_names;
+    auto ring = std::make_shared<runtime::hash_ring>(names, welcome.ring_vnodes,
+                                                     welcome.ring_version);
+    auto n = static_cast<uint32_t>(names.size());
+    std::vector<std::vector<transports::connection_ptr>> node_conns(n);
+    std::vector<transports::welcome_msg> welcomes(n);
+    welcomes[welcome.node_index] = welcome;
+    node_conns[welcome.node_index] = attach_all(welcome, std::move(first), opts.connect);
+    hello.shm_segment.clear(); // chunks travel to their homes over TCP
+    hello.shm_nonce = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (i == welcome.node_index)
+        continue;
+      auto address = reachable(welcome.job_nodes[i], opts.connect);
+      auto c = connect(address);
+      welcomes[i] = say_hello(c, address, hello);
+      auto& w = welcomes[i];
+      if (w.job_id != welcome.job_id || w.job_node_names != names || w.node_index != i
+          || w.ring_version != welcome.ring_version)
+        throw rw::error(errc::spec_mismatch,
+                        fmt::format("node {} at {} does not hold job '{}' as node {} of "
+                                    "[{}] (ring version {}): the job's nodes disagree",
+                                    names[i], address, opts.job.name, i,
+                                    fmt::join(names, ","), welcome.ring_version));
+      node_conns[i] = attach_all(w, std::move(c), address);
+    }
+    std::vector<std::shared_ptr<const runtime::routing_table>> tables;
+    std::vector<uint32_t> bases;
+    std::vector<transports::connection_ptr> conns;
+    for (uint32_t i = 0; i < n; ++i) {
+      tables.push_back(std::make_shared<runtime::routing_table>(
+        opts.job, welcomes[i].num_shards, welcomes[i].shard_endpoints, ring.get(), i));
+      bases.push_back(static_cast<uint32_t>(conns.size()));
+      conns.insert(conns.end(), node_conns[i].begin(), node_conns[i].end());
+    }
+    auto routes = std::make_shared<runtime::job_routes>(ring, std::move(tables),
+                                                        std::move(bases));
+    link = std::make_shared<actors::worker_link>(ep, std::move(conns), welcome.job_id,
+                                                 opts.rank, std::move(routes));
+  }
+
   void handshake() {
     transports::hello_msg hello{opts.job, opts.rank, {}, 0, !opts.token.empty()};
     std::unique_ptr<transports::shm::worker_channel> channel;
@@ -197,60 +293,39 @@ struct worker::impl {
           throw rw::error(errc::io_error, std::string("no shared memory: ") + e.what());
       }
     }
-    auto payload = transports::encode(hello);
-    if (payload.size() > defaults::max_control_bytes)
-      throw rw::error(errc::invalid_spec, "the job spec is too large to send");
     auto first = connect(opts.connect);
-    frame_header h;
-    h.kind = frame_kind::hello;
-    h.rank = opts.rank;
-    h.payload_bytes = static_cast<uint32_t>(payload.size());
-    iovec iov{payload.data(), payload.size()};
-    if (!first->send(h, &iov, 1))
-      throw rw::error(errc::io_error, "cannot send hello to " + opts.connect);
-    welcome = await_welcome("hello from " + opts.connect, !opts.token.empty());
+    welcome = say_hello(first, opts.connect, hello);
+    auto single = [&] {
+      return std::make_shared<runtime::job_routes>(std::make_shared<runtime::routing_table>(
+        opts.job, welcome.num_shards, welcome.shard_endpoints));
+    };
     if (welcome.shm) {
       try {
         channel->connect(welcome.shm_bell, welcome.shm_params, opts.job);
       } catch (const std::exception& e) {
         throw rw::error(errc::io_error, std::string("shared memory with the node: ") + e.what());
       }
-      auto routes = std::make_shared<runtime::routing_table>(opts.job, welcome.num_shards,
-                                                             welcome.shard_endpoints);
       link = std::make_shared<actors::worker_link>(
         ep, std::vector<transports::connection_ptr>{first}, welcome.job_id, opts.rank,
-        routes, std::move(channel));
+        single(), std::move(channel));
       return;
     }
     if (opts.transport == "shm")
       throw rw::error(errc::io_error,
-                      "the node did not take this worker's shared memory (it is on another "
-                      "host, or runs with --no-shm); use transport auto or tcp");
+                      welcome.job_nodes.size() > 1
+                        ? std::string("the job spans several nodes, so its chunks travel "
+                                      "over TCP; use transport auto or tcp")
+                        : std::string("the node did not take this worker's shared memory (it "
+                                      "is on another host, or runs with --no-shm); use "
+                                      "transport auto or tcp"));
     channel.reset(); // removes the segment
-    auto routes = std::make_shared<runtime::routing_table>(opts.job, welcome.num_shards,
-                                                           welcome.shard_endpoints);
-    // One connection per node endpoint; attach to the others with the token.
-    std::vector<transports::connection_ptr> conns(welcome.endpoints.size());
-    conns[welcome.endpoint_index] = first;
-    auto connected_host = transports::tcp::parse_address(opts.connect).host;
-    for (uint32_t i = 0; i < conns.size(); ++i) {
-      if (conns[i])
-        continue;
-      auto addr = transports::tcp::parse_address(welcome.endpoints[i]);
-      if (transports::tcp::is_wildcard(addr.host))
-        addr.host = connected_host; // a wildcard endpoint: reach it the way we came
-      conns[i] = connect(addr.to_string());
-      frame_header a;
-      a.kind = frame_kind::attach;
-      a.job_id = welcome.job_id;
-      a.rank = opts.rank;
-      a.clock = welcome.token;
-      if (!conns[i]->send(a))
-        throw rw::error(errc::io_error, "cannot attach to " + addr.to_string());
-      await_welcome("attach to " + addr.to_string());
+    if (welcome.job_nodes.size() > 1) {
+      join_nodes(std::move(first), std::move(hello));
+      return;
     }
-    link = std::make_shared<actors::worker_link>(ep, conns, welcome.job_id, opts.rank,
-                                                 routes);
+    // One connection per node endpoint; attach to the others with the token.
+    link = std::make_shared<actors::worker_link>(ep, attach_all(welcome, first, opts.connect),
+                                                 welcome.job_id, opts.rank, single());
   }
 };
 

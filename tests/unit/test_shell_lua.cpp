@@ -51,7 +51,7 @@ struct fake_cluster : rw::shell::cluster_api {
   std::vector<std::string> calls;
   std::string fail; // non-empty: the next call throws shell_error with it
   rw::job_spec spec;
-  std::string placement;
+  rw::actors::job_placement placement;
   std::function<job_report(int)> status = [](int) { return job("j", "running"); };
   int status_calls = 0;
 
@@ -62,14 +62,15 @@ struct fake_cluster : rw::shell::cluster_api {
   }
   std::vector<rw::actors::node_info> nodes() override {
     called("nodes");
-    return {{1, "rack-a", "rack-agg", {"10.0.0.2:7700", "10.0.0.3:7700"}, 4, 1, 20},
-            {2, "rack-b", "rack-agg", {"10.0.1.2:7700"}, 8, 0, 310}};
+    return {{1, "rack-a", "rack-agg", "r1", {"10.0.0.2:7700", "10.0.0.3:7700"}, 4, 1, 20, 10, 40},
+            {2, "rack-b", "rack-agg", "r2", {"10.0.1.2:7700"}, 8, 0, 310, 0, 0}};
   }
   std::vector<job_report> jobs() override {
     called("jobs");
     return {job("a", "running"), job("b", "finished")};
   }
-  rw::actors::job_created job_create(const rw::job_spec& s, const std::string& p) override {
+  rw::actors::job_created job_create(const rw::job_spec& s,
+                                     const rw::actors::job_placement& p) override {
     called("job_create");
     spec = s;
     placement = p;
@@ -148,7 +149,10 @@ TEST_CASE("job_create turns its table into the spec asked for", "[shell]") {
   CHECK(s.optimizer.beta2 == rw::optimizer_spec{}.beta2);
   CHECK(s.consistency.model == rw::consistency_spec::bsp);
   CHECK(s.tensors.empty());
-  CHECK(sh.api.placement.empty());
+  CHECK(sh.api.placement.node.empty());
+  CHECK(sh.api.placement.nodes.empty());
+  CHECK(sh.api.placement.racks.empty());
+  CHECK(sh.api.placement.reduction == "auto");
 
   CHECK(sh.run("j = rw.job_create{name = 'k', workers = 8.0, consistency = 'ssp:2', "
                "optimizer = 'adam', lr = 0.001, beta1 = 0.8, weight_decay = 0.01, "
@@ -161,10 +165,17 @@ TEST_CASE("job_create turns its table into the spec asked for", "[shell]") {
   CHECK(s.optimizer.beta1 == 0.8f);
   CHECK(s.optimizer.weight_decay == 0.01f);
   CHECK(s.chunk_bytes == 64 * 1024);
-  CHECK(sh.api.placement == "rack-b");
+  CHECK(sh.api.placement.node == "rack-b");
   CHECK(sh.eval("j.name .. ' ' .. j.state .. ' ' .. j.token") == "\"k created tok-123\"");
   CHECK(sh.run("rw.job_create{name = 'm', workers = 1, chunk_bytes = 4096}") == "");
   CHECK(s.chunk_bytes == 4096);
+  CHECK(sh.run("rw.job_create{name = 'n', workers = 4, racks = {'r1', 'r2'}, "
+               "reduction = 'flat'}") == "");
+  CHECK(sh.api.placement.racks == std::vector<std::string>{"r1", "r2"});
+  CHECK(sh.api.placement.reduction == "flat");
+  CHECK(sh.run("rw.job_create{name = 'o', workers = 4, nodes = {'rack-a', 'rack-b'}}") == "");
+  CHECK(sh.api.placement.nodes == std::vector<std::string>{"rack-a", "rack-b"});
+  CHECK(sh.eval("rw.nodes()[1].rack") == "\"r1\"");
 }
 
 TEST_CASE("job_create refuses bad tables, naming the field", "[shell]") {
@@ -189,6 +200,9 @@ TEST_CASE("job_create refuses bad tables, naming the field", "[shell]") {
   refused("{name = 'j'}", "workers is required");
   refused("{'j', 2}", "fields are named");
   refused("('j')", "expects a table");
+  refused("{name = 'j', workers = 2, racks = 'a'}", "racks must be the racks");
+  refused("{name = 'j', workers = 2, racks = {}}", "racks must name at least one");
+  refused("{name = 'j', workers = 2, nodes = {'a', 3}}", "nodes[2] must be a non-empty string");
   CHECK(sh.api.calls.empty()); // nothing reached the cluster
 }
 

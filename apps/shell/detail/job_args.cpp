@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 #include <lua.hpp>
@@ -18,7 +19,7 @@ namespace {
 constexpr const char* fn = "rw.job_create";
 constexpr const char* fields =
   "name, workers, consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
-  "weight_decay, rescale, eta, chunk_bytes, node";
+  "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction";
 constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, lars";
 
 [[noreturn]] void refuse(const std::string& what) {
@@ -32,6 +33,28 @@ std::string string_field(lua_State* L, const std::string& key, const char* what)
   size_t size = 0;
   const char* data = lua_tolstring(L, -1, &size);
   return {data, size};
+}
+
+// A list of strings, such as {"rack-a", "rack-b"}: at least one, none empty.
+std::vector<std::string> strings_field(lua_State* L, const std::string& key, const char* what) {
+  if (lua_type(L, -1) != LUA_TTABLE)
+    refuse(fmt::format("{} must be {} (a list of strings such as {{\"a\", \"b\"}}), got {}",
+                       key, what, describe_value(L, -1)));
+  std::vector<std::string> out;
+  auto n = luaL_len(L, -1);
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_rawgeti(L, -1, i);
+    if (lua_type(L, -1) != LUA_TSTRING || lua_rawlen(L, -1) == 0) {
+      auto got = describe_value(L, -1);
+      lua_pop(L, 1);
+      refuse(fmt::format("{}[{}] must be a non-empty string, got {}", key, i, got));
+    }
+    out.emplace_back(lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  if (out.empty())
+    refuse(fmt::format("{} must name at least one ({})", key, what));
+  return out;
 }
 
 float float_field(lua_State* L, const std::string& key) {
@@ -117,7 +140,14 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
   } else if (key == "chunk_bytes") {
     spec.chunk_bytes = chunk_field(L);
   } else if (key == "node") {
-    req.placement = string_field(L, key, "the name of the node to place the job on");
+    req.placement.node = string_field(L, key, "the name of the node to place the job on");
+  } else if (key == "nodes") {
+    req.placement.nodes = strings_field(L, key, "the names of the job's nodes");
+  } else if (key == "racks") {
+    req.placement.racks = strings_field(L, key, "the racks whose nodes hold the job");
+  } else if (key == "reduction") {
+    req.placement.reduction =
+      string_field(L, key, "how the job reduces across nodes: auto, flat or hierarchical");
   } else {
     refuse(fmt::format("unknown field '{}' (fields: {})", key, fields));
   }

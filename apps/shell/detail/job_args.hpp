@@ -17,6 +17,7 @@
 
 #include <string>
 
+#include "actors/cluster_messages.hpp"
 #include "rackweave/job_spec.hpp"
 
 struct lua_State;
@@ -25,7 +26,7 @@ namespace rw::shell::detail {
 
 struct create_request {
   job_spec spec; // without tensors: the first worker declares them
-  std::string placement;
+  actors::job_placement placement;
 };
 
 /// Reads the table at `index` (the argument of rw.job_create).

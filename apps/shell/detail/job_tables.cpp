@@ -90,11 +90,16 @@ job_totals totals_of(const actors::job_report& job) {
 }
 
 void push_node(lua_State* L, const actors::node_info& n) {
-  lua_createtable(L, 0, 7);
+  lua_createtable(L, 0, 10);
   set(L, "id", uint64_t{n.id});
   set(L, "name", n.name);
   set(L, "role", n.role);
+  set(L, "rack", n.rack);
   set_strings(L, "endpoints", n.endpoints);
+  lua_pushnumber(L, n.uplink_gbps);
+  lua_setfield(L, -2, "uplink_gbps");
+  lua_pushnumber(L, n.core_gbps);
+  lua_setfield(L, -2, "core_gbps");
   set(L, "shards", uint64_t{n.shards});
   set(L, "jobs", uint64_t{n.jobs});
   set(L, "last_seen_ms", n.last_seen_ms);
@@ -108,6 +113,11 @@ void push_job(lua_State* L, const actors::job_report& job) {
   set(L, "reason", job.reason);
   set(L, "node", job.node);
   set_strings(L, "endpoints", job.endpoints);
+  set_strings(L, "nodes", job.layout.nodes);
+  set_strings(L, "node_endpoints", job.layout.addresses);
+  set_strings(L, "racks", job.layout.racks);
+  set(L, "ring_version", job.layout.ring_version);
+  set(L, "reduction", job.layout.reduction);
   set(L, "workers", uint64_t{job.spec.num_workers});
   set(L, "consistency", to_string(job.spec.consistency));
   push_optimizer(L, job.spec.optimizer);

@@ -37,6 +37,8 @@ constexpr uint32_t heartbeat_ms = 1'000;
 constexpr uint32_t node_request_timeout_ms = 3'000;
 /// How long the shell waits for the coordinator's answer.
 constexpr uint32_t shell_timeout_ms = 10'000;
+/// Points each node takes on a job's consistent-hash ring (runtime/ring).
+constexpr uint32_t ring_vnodes = 128;
 /// Cache line size for alignment of buffers and per-core counters.
 constexpr size_t cache_line = 64;
 

@@ -1,0 +1,218 @@
+// One job across several rack-agg nodes and racks, on 127.0.0.1 (a coordinator and
+// rack-agg nodes on their own ports, racks given by --rack): flat mode, where every
+// worker sends each chunk to its home node on the job's consistent-hash ring. Results
+// are bitwise the single-process reference (each chunk is summed in rank order on its
+// home); chunks spread over the nodes as the ring says; bad placements are refused
+// with clear errors; a node that dies mid-job fails the job, naming the node.
+
+#include <csignal>
+#include <memory>
+#include <regex>
+
+#include <catch2/catch.hpp>
+
+#include "runtime/chunking.hpp"
+#include "runtime/ring.hpp"
+#include "tests/integration/cluster_fixture.hpp"
+#include "tests/tools/fixture_job.hpp"
+
+using namespace rw;
+
+namespace {
+
+// A --role coordinator and one rack-agg node per entry of `racks` (named n0, n1, ...).
+struct rack_cluster {
+  explicit rack_cluster(const std::vector<std::string>& racks)
+    : coordinator({"--name", "coord"}, {"coordinator", false, {}}) {
+    for (size_t i = 0; i < racks.size(); ++i)
+      nodes.push_back(std::make_unique<testing::node_process>(
+        std::vector<std::string>{"--name", "n" + std::to_string(i), "--rack", racks[i]},
+        testing::node_role{"rack-agg", false, coordinator.address()}));
+    auto live = std::to_string(racks.size()) + " node(s) live";
+    if (!coordinator.wait_for_log(live, std::chrono::seconds(15)))
+      throw std::runtime_error("the nodes did not join; the coordinator's log:\n"
+                               + coordinator.log());
+  }
+
+  testing::shell_run shell(const std::string& code) {
+    return testing::run_shell({"--connect", coordinator.address(), "-c", code});
+  }
+
+  // Creates a job with the fixture's settings; returns its token ("" and the error in
+  // `err` if refused).
+  std::string create(const std::string& name, uint32_t workers, const std::string& optimizer,
+                     const std::string& where, std::string* err = nullptr) {
+    auto r = shell("local j = rw.job_create{name = '" + name + "', workers = "
+                   + std::to_string(workers) + ", optimizer = '" + optimizer
+                   + "', lr = 0.05, momentum = 0.9, weight_decay = "
+                   + (optimizer == "sgd" ? "0.01" : "0") + ", chunk_bytes = '4KiB', " + where
+                   + "}; print(j.token)");
+    if (err != nullptr)
+      *err = r.err;
+    if (r.code != 0)
+      return {};
+    return r.out.substr(0, r.out.find('\n'));
+  }
+
+  testing::node_process coordinator;
+  std::vector<std::unique_ptr<testing::node_process>> nodes;
+};
+
+struct worker_run {
+  std::unique_ptr<tools::subprocess> proc;
+  std::string err_path;
+  std::string out_path;
+};
+
+worker_run start_worker(const std::string& connect, const std::string& job, uint32_t rank,
+                        uint32_t workers, const std::string& optimizer,
+                        const std::string& token, uint32_t hold_ms = 0) {
+  worker_run w;
+  w.err_path = testing::temp_path("worker.err");
+  w.out_path = testing::temp_path("worker.bin");
+  w.proc = std::make_unique<tools::subprocess>(
+    std::vector<std::string>{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job, "--rank",
+                             std::to_string(rank), "--workers", std::to_string(workers),
+                             "--optimizer", optimizer, "--steps", "3", "--token", token,
+                             "--out", w.out_path, "--verify", "--transport", "auto",
+                             "--hold-ms", std::to_string(hold_ms)},
+    true, w.err_path);
+  return w;
+}
+
+// Runs the job's workers, each connecting to the node given for its rank; every one
+// must end 0 with a result bitwise the single-process reference.
+void run_verified(const std::vector<std::string>& connect, const std::string& job,
+                  const std::string& optimizer, const std::string& token) {
+  auto n = static_cast<uint32_t>(connect.size());
+  std::vector<worker_run> ws;
+  for (uint32_t r = 0; r < n; ++r)
+    ws.push_back(start_worker(connect[r], job, r, n, optimizer, token));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (uint32_t r = 0; r < n; ++r) {
+    auto out = ws[r].proc->read_all(deadline);
+    auto code = ws[r].proc->wait_until(deadline);
+    INFO(job << " rank " << r << ": " << out << testing::read_file(ws[r].err_path));
+    CHECK(code == std::optional<int>{0});
+    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
+    std::remove(ws[r].err_path.c_str());
+    std::remove(ws[r].out_path.c_str());
+  }
+}
+
+// How many chunks of job `job` the node's log says are homed there.
+int homed_here(const testing::node_process& node, const std::string& job) {
+  std::regex line{"job created: job='" + job + "'.*homed_here=([0-9]+)"};
+  std::smatch m;
+  auto log = node.log();
+  return std::regex_search(log, m, line) ? std::stoi(m[1]) : -1;
+}
+
+} // namespace
+
+TEST_CASE("a job over two racks' nodes, flat: exact for every optimizer, chunks where "
+          "the ring says",
+          "[integration][racks]") {
+  rack_cluster c{{"a", "b"}};
+  auto nodes = c.shell("for _, n in ipairs(rw.nodes()) do print(n.name, n.rack) end");
+  CHECK(nodes.out == "n0\ta\nn1\tb\n");
+  for (std::string opt : {"sum", "sgd", "momentum", "nesterov", "adam"}) {
+    auto job = "flat-" + opt;
+    std::string err;
+    auto token = c.create(job, 4, opt, "racks = {'a', 'b'}, reduction = 'flat'", &err);
+    INFO(err);
+    REQUIRE(!token.empty());
+    // Workers name one address each: two in rack a's node, two in rack b's.
+    auto a = c.nodes[0]->address();
+    auto b = c.nodes[1]->address();
+    run_verified({a, a, b, b}, job, opt, token);
+  }
+  // The ring's homes, as a worker or node computes them for the fixture's tensors.
+  auto spec = testing::fixture_job("flat-sum", 4, optimizer_kind::sum);
+  runtime::hash_ring ring{{"n0", "n1"}};
+  std::vector<int> expect(2, 0);
+  for (auto& t : spec.tensors) {
+    runtime::chunk_layout layout{t.elements, spec.chunk_bytes};
+    for (uint32_t ch = 0; ch < layout.count(); ++ch)
+      ++expect[ring.owner(t.name, ch)];
+  }
+  CHECK(homed_here(*c.nodes[0], "flat-sum") == expect[0]);
+  CHECK(homed_here(*c.nodes[1], "flat-sum") == expect[1]);
+  auto status = c.shell("local j = rw.job_status('flat-adam'); print(j.state, #j.nodes, "
+                        "j.nodes[1], j.nodes[2], j.racks[2], j.ring_version, j.reduction, "
+                        "j.ranks[1].clock, j.ranks[4].pushes)");
+  INFO(status.err);
+  // Every rank pushed each of the fixture's 10 chunks 3 times, each to its home.
+  CHECK(status.out == "finished\t2\tn0\tn1\tb\t1\tflat\t3\t30\n");
+}
+
+TEST_CASE("a job over three nodes in three racks, flat, exact", "[integration][racks]") {
+  rack_cluster c{{"r1", "r2", "r3"}};
+  std::string err;
+  auto token = c.create("three", 3, "momentum", "nodes = {'n2', 'n0', 'n1'}", &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  run_verified({c.nodes[0]->address(), c.nodes[1]->address(), c.nodes[2]->address()}, "three",
+               "momentum", token);
+  int total = 0;
+  for (auto& n : c.nodes)
+    total += homed_here(*n, "three");
+  CHECK(total == 10); // every chunk has exactly one home
+  // The ring is in rack order whatever order the nodes were named in.
+  auto r = c.shell("local j = rw.job_status('three'); print(table.concat(j.nodes, ','))");
+  CHECK(r.out == "n0,n1,n2\n");
+}
+
+TEST_CASE("bad placements are refused at create, naming what is wrong",
+          "[integration][racks]") {
+  rack_cluster c{{"a", "b"}};
+  auto refused = [&](const std::string& where, const std::string& says,
+                     const std::string& opt = "sum") {
+    std::string err;
+    auto token = c.create("bad", 4, opt, where, &err);
+    INFO(where << " -> " << err);
+    CHECK(token.empty());
+    CHECK_THAT(err, Catch::Contains(says));
+  };
+  refused("racks = {'a', 'z'}", "rack 'z' has no live rack-agg node");
+  refused("nodes = {'n0', 'nx'}", "no live node is named 'nx'");
+  refused("nodes = {'n0', 'n0'}", "node 'n0' is named twice");
+  refused("node = 'n0', racks = {'a'}", "give one of node, nodes and racks");
+  refused("racks = {'a', 'b'}, reduction = 'tree'", "reduction must be auto, flat or hierarchical");
+  refused("racks = {'a', 'b'}, reduction = 'hierarchical', consistency = 'ssp:1'",
+          "hierarchical reduction is BSP-only");
+  refused("racks = {'a', 'b'}, reduction = 'hierarchical'", "not available in this version");
+  refused("racks = {'a', 'b'}", "trust ratio over whole tensors", "lamb");
+  // SSP and async run across nodes in flat mode.
+  std::string err;
+  CHECK(!c.create("ssp-flat", 2, "sum", "racks = {'a', 'b'}, consistency = 'ssp:1'", &err).empty());
+  INFO(err);
+}
+
+TEST_CASE("a node that dies mid-job fails the job, naming the node; nobody hangs",
+          "[integration][racks]") {
+  rack_cluster c{{"a", "b"}};
+  std::string err;
+  auto token = c.create("doomed", 2, "sum", "racks = {'a', 'b'}", &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  std::vector<worker_run> ws;
+  for (uint32_t r = 0; r < 2; ++r)
+    ws.push_back(start_worker(c.nodes[0]->address(), "doomed", r, 2, "sum", token, 60'000));
+  auto running = c.shell("rw.wait('doomed', 3, {timeout = 30}); print('at clock 3')");
+  INFO(running.err);
+  REQUIRE(running.out == "at clock 3\n");
+  c.nodes[1]->process().signal(SIGKILL);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (auto& w : ws) {
+    auto code = w.proc->wait_until(deadline);
+    INFO(testing::read_file(w.err_path));
+    CHECK(code == std::optional<int>{2}); // failed, in bounded time
+    std::remove(w.err_path.c_str());
+    std::remove(w.out_path.c_str());
+  }
+  auto r = c.shell("local j = rw.wait('doomed', 'ended', {timeout = 30}); print(j.state, j.reason)");
+  INFO(r.err);
+  CHECK_THAT(r.out, Catch::StartsWith("failed"));
+  CHECK_THAT(r.out, Catch::Contains("n1"));
+}
