@@ -1,11 +1,15 @@
 // rw-bench: measures RackWeave as a user sees it.
 //
 //   rw-bench comm --connect 127.0.0.1:7700 --workers 4 --bytes 64MiB --iters 10 --verify
+//   rw-bench comm --connect 127.0.0.1:7700 --workers 4 --worker-racks a,a,b,b --json
 //
-// starts W worker processes that push_pull deterministic pseudo-random gradients
-// through a running rack-agg (optimizer `sum`, so the result is the exact all-reduce)
-// and reports the step time. With --verify every worker checks every element of every
-// result bitwise against the rank-order sum it computes itself.
+// creates a job through the cluster coordinator (found through the node at --connect;
+// placed on the workers' racks, or on that node), starts W worker processes that
+// push_pull deterministic pseudo-random gradients through it (optimizer `sum`, so the
+// result is the exact all-reduce), reports the step time, and deletes the job. With
+// --open-job the workers create the job themselves on a node started with
+// --open-jobs, without the coordinator. With --verify every worker checks every element
+// of every result bitwise against the rank-order sum it computes itself.
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +27,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "apps/bench/cluster_job.hpp"
 #include "apps/tools/subprocess.hpp"
 #include "apps/tools/units.hpp"
 #include "rackweave/worker.hpp"
@@ -45,9 +50,40 @@ struct comm_args {
   std::string consistency = "bsp";
   std::string straggler;  // "RANK:DELAY", e.g. 1:50ms
   uint32_t timeout_s = 600;
+  bool open_job = false;  // join an --open-jobs node's job without the coordinator
+  std::string worker_racks;   // comma-separated rack per rank
+  std::string reduction = "auto";
+  std::string secret_file;    // --cluster-secret-file
   uint32_t rank = 0;      // comm-worker only
   std::string stop_file;  // comm-worker only: the pacing worker creates it when done
+  std::string token_file; // comm-worker only: the job's token
 };
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    auto comma = text.find(',', start);
+    auto item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.empty())
+      throw std::invalid_argument("--worker-racks takes RACK,RACK,... with no empty entry");
+    out.push_back(item);
+    if (comma == std::string::npos)
+      break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string read_token(const std::string& path) {
+  if (path.empty())
+    return {};
+  std::ifstream in{path};
+  std::string token;
+  if (!std::getline(in, token) || token.empty())
+    throw std::invalid_argument("cannot read the job's token from " + path);
+  return token;
+}
 
 struct straggler_spec {
   int rank = -1; // none
@@ -113,6 +149,7 @@ int run_worker(const comm_args& a) {
   o.job.optimizer.kind = rw::optimizer_kind::sum;
   o.job.tensors = {{"gradient", elems, false}};
   o.transport = a.transport;
+  o.token = read_token(a.token_file);
   o.job.consistency = rw::parse_consistency(a.consistency);
   auto straggler = parse_straggler(a.straggler, a.workers);
   // The pacing worker runs the iterations asked for; the others run until it is done.
@@ -211,11 +248,36 @@ int run_driver(comm_args a, const std::string& command) {
   if (a.job.empty())
     a.job = fmt::format("bench-{}-{}", getpid(),
                         clock_type::now().time_since_epoch().count() % 1000000);
+  auto racks = split_list(a.worker_racks);
+  if (!racks.empty() && racks.size() != a.workers)
+    throw std::invalid_argument(fmt::format("--worker-racks names {} racks for {} workers: "
+                                            "give one per worker",
+                                            racks.size(), a.workers));
+  if (a.open_job && (!racks.empty() || a.reduction != "auto"))
+    throw std::invalid_argument("--open-job runs on one node: it takes no --worker-racks or "
+                                "--reduction");
+  std::unique_ptr<rw::bench::cluster_job> job;
+  if (!a.open_job) {
+    rw::bench::cluster_job_request req;
+    req.connect = a.connect;
+    req.secret_file = a.secret_file;
+    req.spec.name = a.job;
+    req.spec.num_workers = a.workers;
+    req.spec.chunk_bytes = static_cast<uint32_t>(rw::tools::parse_bytes(a.chunk_text));
+    req.spec.optimizer.kind = rw::optimizer_kind::sum;
+    req.spec.consistency = model;
+    req.worker_racks = racks;
+    req.reduction = a.reduction;
+    job = std::make_unique<rw::bench::cluster_job>(req);
+  }
+  const std::vector<std::string> one_node{"(open job)"};
+  const auto& nodes = job ? job->nodes() : one_node;
+  const std::string reduction = job ? job->reduction() : "single-node";
   auto self = rw::tools::self_dir() + "/rw-bench";
   std::vector<rw::tools::subprocess> kids;
   for (uint32_t r = 0; r < a.workers; ++r) {
     std::vector<std::string> argv{self,          "comm-worker",
-                                  "--connect",   a.connect,
+                                  "--connect",   job ? job->connect_of(r) : a.connect,
                                   "--rank",      std::to_string(r),
                                   "--workers",   std::to_string(a.workers),
                                   "--bytes",     a.bytes_text,
@@ -232,6 +294,10 @@ int run_driver(comm_args a, const std::string& command) {
     }
     if (a.verify)
       argv.push_back("--verify");
+    if (job) {
+      argv.push_back("--token-file");
+      argv.push_back(job->token_file());
+    }
     kids.emplace_back(argv, true);
   }
   auto deadline = clock_type::now() + std::chrono::seconds(a.timeout_s);
@@ -296,10 +362,10 @@ int run_driver(comm_args a, const std::string& command) {
     std::cout << fmt::format("{{\"workers\":{},\"bytes\":{},\"iters\":{},\"consistency\":\"{}\","
                              "\"median_ms\":{:.3f},\"p90_ms\":{:.3f},\"goodput_gbps\":{:.3f},"
                              "\"verified\":{},\"iterations\":[{}],\"mean_wait_ms\":[{}],"
-                             "\"max_staleness\":{}}}\n",
+                             "\"max_staleness\":{},\"reduction\":\"{}\",\"nodes\":{}}}\n",
                              a.workers, bytes, a.iters, rw::to_string(model), median, p90, gbps,
                              verified ? "true" : "false", fmt::join(iterations, ","),
-                             fmt::join(waits, ","), max_staleness);
+                             fmt::join(waits, ","), max_staleness, reduction, nodes.size());
   } else {
     std::cout << fmt::format("rw-bench comm: {} workers x {} (push_pull, optimizer sum, {}), "
                              "{} iterations after {} warm-up\n",
@@ -313,6 +379,8 @@ int run_driver(comm_args a, const std::string& command) {
                              "largest staleness served {}\n",
                              rw::to_string(model), fmt::join(iterations, ", "),
                              fmt::join(waits, ", "), max_staleness);
+    std::cout << fmt::format("  job on {} node(s) [{}], reduction {}\n", nodes.size(),
+                             fmt::join(nodes, ", "), reduction);
     std::cout << "  command: " << command << "\n";
   }
   return a.verify && !verified ? 3 : 0;
@@ -335,6 +403,8 @@ void add_common(CLI::App* cmd, comm_args& a) {
   cmd->add_option("--straggler", a.straggler,
                   "RANK:DELAY: that worker sleeps DELAY (us, ms, s) before each iteration; "
                   "the run lasts until it has done --iters");
+  cmd->add_option("--cluster-secret-file", a.secret_file,
+                  "the cluster secret, if the coordinator demands one");
   cmd->add_option("--transport", a.transport,
                   "tcp, shm (shared memory with a node on this host) or auto")
     ->check(CLI::IsMember({"tcp", "shm", "auto"}))
@@ -353,15 +423,27 @@ int main(int argc, char** argv) {
             "and goodput");
   add_common(comm, a);
   comm->add_flag("--json", a.json,
-                 "one JSON line: workers, bytes, iters, median_ms, p90_ms, goodput_gbps, "
-                 "verified");
+                 "one JSON line: workers, bytes, iters, consistency, median_ms, p90_ms, "
+                 "goodput_gbps, verified, iterations, mean_wait_ms, max_staleness, "
+                 "reduction, nodes");
   comm->add_option("--timeout-s", a.timeout_s, "give up after this many seconds")
+    ->capture_default_str();
+  comm->add_flag("--open-job", a.open_job,
+                 "let the workers create the job on the node at --connect, which must run "
+                 "with --open-jobs (one node, no coordinator)");
+  comm->add_option("--worker-racks", a.worker_racks,
+                   "RACK,RACK,...: each worker's rack, in rank order; the job is placed on "
+                   "those racks' nodes and each worker says hello to its rack's node");
+  comm->add_option("--reduction", a.reduction,
+                   "how the job reduces across its nodes: auto, flat or hierarchical")
+    ->check(CLI::IsMember({"auto", "flat", "hierarchical"}))
     ->capture_default_str();
   auto* worker = app.add_subcommand("comm-worker", "one worker of `comm` (internal)");
   worker->group(""); // hidden
   add_common(worker, a);
   worker->add_option("--rank", a.rank, "this worker's rank")->required();
   worker->add_option("--stop-file", a.stop_file, "created by the pacing worker when done");
+  worker->add_option("--token-file", a.token_file, "the job's token");
   CLI11_PARSE(app, argc, argv);
 
   std::string command = "rw-bench";

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <memory>
 #include <regex>
+#include <tuple>
 
 #include <catch2/catch.hpp>
 
@@ -215,4 +216,50 @@ TEST_CASE("a node that dies mid-job fails the job, naming the node; nobody hangs
   INFO(r.err);
   CHECK_THAT(r.out, Catch::StartsWith("failed"));
   CHECK_THAT(r.out, Catch::Contains("n1"));
+}
+
+TEST_CASE("rw-bench creates its job through the coordinator, over two racks' nodes",
+          "[integration][racks]") {
+  // The first rack-agg embeds the coordinator; the second joins it (the README's
+  // two-rack example), neither with open jobs.
+  testing::node_process a{{"--name", "na", "--rack", "a"}, {"rack-agg", false, {}}};
+  testing::node_process b{{"--name", "nb", "--rack", "b"},
+                          {"rack-agg", false, a.address()}};
+  REQUIRE(a.wait_for_log("2 node(s) live", std::chrono::seconds(15)));
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", a.address(),
+                                  "--workers", "4", "--bytes", "1MiB", "--iters", "3",
+                                  "--verify", "--json"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto err = testing::temp_path("bench.err");
+    tools::subprocess p{argv, true, err};
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    auto out = p.read_all(deadline);
+    auto code = p.wait_until(deadline);
+    auto text = testing::read_file(err);
+    std::remove(err.c_str());
+    return std::make_tuple(code, out, text);
+  };
+  auto [code, out, err] = run({"--worker-racks", "a,a,b,b", "--reduction", "flat"});
+  INFO(out << err);
+  CHECK(code == std::optional<int>{0});
+  CHECK_THAT(out, Catch::Contains("\"verified\":true"));
+  CHECK_THAT(out, Catch::Contains("\"reduction\":\"flat\""));
+  CHECK_THAT(out, Catch::Contains("\"nodes\":2"));
+  // The job was deleted after the run; both nodes served it.
+  CHECK(testing::run_shell({"--connect", a.address(), "-c", "print(#rw.jobs())"}).out == "0\n");
+  CHECK(a.wait_for_log("homed_here="));
+  CHECK(b.wait_for_log("homed_here="));
+  // Without racks the job goes to the node named by --connect.
+  auto [code1, out1, err1] = run({});
+  INFO(out1 << err1);
+  CHECK(code1 == std::optional<int>{0});
+  CHECK_THAT(out1, Catch::Contains("\"nodes\":1"));
+  // A rack with no node, and a rack list of the wrong length, are clear errors.
+  auto [code2, out2, err2] = run({"--worker-racks", "a,a,c,c"});
+  CHECK(code2 == std::optional<int>{2});
+  CHECK_THAT(err2, Catch::Contains("rack 'c' has no live rack-agg node"));
+  auto [code3, out3, err3] = run({"--worker-racks", "a,b"});
+  CHECK(code3 == std::optional<int>{2});
+  CHECK_THAT(err3, Catch::Contains("names 2 racks for 4 workers"));
 }

@@ -1,0 +1,128 @@
+#include "apps/bench/cluster_job.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "actors/cluster_messages.hpp"
+#include "apps/shell/cluster_client.hpp"
+#include "runtime/credentials.hpp"
+
+namespace rw::bench {
+
+struct cluster_job::impl {
+  cluster_job_request req;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<shell::cluster_client> client;
+  actors::job_report job;
+  std::vector<std::string> connect; // per rank
+  std::string token_file;
+};
+
+namespace {
+
+std::string read_secret(const std::string& path) {
+  if (path.empty())
+    return {};
+  std::string warning;
+  auto secret = runtime::read_secret_file(path, warning);
+  if (!warning.empty())
+    std::cerr << "rw-bench: " << warning << "\n";
+  return secret;
+}
+
+// The name of the live node one of whose endpoints is `address` ("" if none is).
+std::string node_at(const std::vector<actors::node_info>& nodes, const std::string& address) {
+  for (auto& n : nodes)
+    for (auto& e : n.endpoints)
+      if (e == address)
+        return n.name;
+  return {};
+}
+
+} // namespace
+
+cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>()) {
+  auto& d = *impl_;
+  d.req = std::move(req);
+  actors::register_cluster_types(d.cfg);
+  d.cfg.set("logger.verbosity", caf::atom("quiet"));
+  d.cfg.set("scheduler.max-threads", 2);
+  d.sys = std::make_unique<caf::actor_system>(d.cfg);
+  try {
+    d.client = std::make_unique<shell::cluster_client>(*d.sys, d.req.connect, d.req.timeout,
+                                                       read_secret(d.req.secret_file));
+    auto live = d.client->nodes();
+    actors::job_placement where;
+    where.reduction = d.req.reduction;
+    for (auto& r : d.req.worker_racks)
+      if (std::find(where.racks.begin(), where.racks.end(), r) == where.racks.end())
+        where.racks.push_back(r);
+    if (where.racks.empty())
+      where.node = node_at(live, d.req.connect); // "": the coordinator picks
+    auto created = d.client->job_create(d.req.spec, where);
+    d.job = created.job;
+    d.token_file = fmt::format("/tmp/rw-bench-{}-{}.token", getpid(), d.job.id);
+    auto old = umask(077);
+    std::ofstream{d.token_file} << created.token << "\n";
+    umask(old);
+    chmod(d.token_file.c_str(), 0600);
+  } catch (const shell::shell_error& e) {
+    throw std::runtime_error(fmt::format("cannot create the job through the coordinator "
+                                         "found at {}: {}",
+                                         d.req.connect, e.what()));
+  }
+  auto& layout = d.job.layout;
+  for (uint32_t r = 0; r < d.req.spec.num_workers; ++r) {
+    std::string address = d.req.connect;
+    if (r < d.req.worker_racks.size())
+      for (size_t n = 0; n < layout.racks.size(); ++n)
+        if (layout.racks[n] == d.req.worker_racks[r]) {
+          address = layout.addresses[n];
+          break;
+        }
+    d.connect.push_back(address);
+  }
+}
+
+cluster_job::~cluster_job() {
+  auto& d = *impl_;
+  if (!d.token_file.empty())
+    std::remove(d.token_file.c_str());
+  if (!d.client)
+    return;
+  try {
+    d.client->job_delete(d.job.name);
+  } catch (const std::exception& e) {
+    std::cerr << "rw-bench: could not delete job '" << d.job.name << "': " << e.what() << "\n";
+  }
+  d.client.reset();
+  d.sys.reset();
+}
+
+const std::string& cluster_job::connect_of(uint32_t rank) const {
+  return impl_->connect.at(rank);
+}
+
+const std::string& cluster_job::token_file() const {
+  return impl_->token_file;
+}
+
+const std::vector<std::string>& cluster_job::nodes() const {
+  return impl_->job.layout.nodes;
+}
+
+const std::string& cluster_job::reduction() const {
+  return impl_->job.layout.reduction;
+}
+
+} // namespace rw::bench
