@@ -11,14 +11,17 @@
 #
 #   bash bench/netns.sh [--workers W] [--bytes S] [--iters N] [--warmup K]
 #                       [--rate R] [--agg-rate R] [--agg-links K] [--chunk-bytes C]
-#                       [--timeout S] [--json]
+#                       [--verify] [--timeout S] [--json]
 #
 # Defaults: 4 workers, 16MiB, 10 timed iterations after 2 warm-up, worker links 1gbit,
 # agg links as fast as worker links, 2 agg links, 32KiB chunks, 120 s per run. Rates
 # are tc rates in bit/s (500mbit, 1gbit, 2.5gbit). Needs root. Every namespace is
 # named rwb-<pid of this script>-*; addresses are in 10.77.0.0/16 and exist only inside
 # them. Processes, namespaces and links are removed on exit, error or interrupt.
-# With --json stdout carries only one JSON object per system.
+# --verify has every RackWeave worker check every result bitwise (outside the timed
+# call, but a checking worker starts its next step later). With --json stdout carries
+# only one JSON object per system. A run in which a system failed prints its table but
+# leaves bench/RESULTS.md alone.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
@@ -36,6 +39,7 @@ agg_links=2
 chunk=32KiB
 run_timeout=120
 json=0
+verify=0
 while (($#)); do
   case $1 in
     --workers) workers=$2; shift 2 ;;
@@ -44,7 +48,8 @@ while (($#)); do
     --agg-rate) agg_rate=$2; shift 2 ;;
     --agg-links) agg_links=$2; shift 2 ;;
     --chunk-bytes) chunk=$2; shift 2 ;;
-    *) run_option 2,21 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    --verify) verify=1; shift ;;
+    *) run_option 2,24 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 agg_rate=${agg_rate:-$rate}
@@ -177,18 +182,40 @@ wait_ranks() {
   return "$rc"
 }
 # step_stats TAG FILE...: per iteration the slowest rank, then "median p90" over the
-# iterations (percentiles as rw-bench computes them). TAG is the line's first word
-# (RESULT: "RESULT ok t1..", RANK: "RANK r t1..").
+# iterations (percentiles as rw-bench computes them). Each FILE is one rank's stdout:
+#   RESULT: rw-bench comm-worker, "RESULT verified iterations max_staleness t_1 .. t_N"
+#           (verified is 1 only under --verify; iterations counts the warm-up ones)
+#   RANK:   gloo-allreduce, "RANK r t_1 .. t_N" then "VERIFIED 1"
+# Fails, saying why, unless every rank timed exactly N iterations (and ran warm-up + N)
+# and, for Gloo, and for RackWeave when verify is 1, checked its results.
 step_stats() {
-  python3 - "$iters" "$@" <<'PY'
+  python3 - "$iters" "$warmup" "$verify" "$@" <<'PY'
 import math, sys
-n, tag, paths = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+n, warm, verify = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+tag, paths = sys.argv[4], sys.argv[5:]
 ranks = []
 for p in paths:
-    times = [l.split()[2:] for l in open(p) if l.split()[:1] == [tag]]
-    if len(times) != 1 or len(times[0]) != n:
-        sys.exit(f"{p}: expected one {tag} line with {n} times")
-    ranks.append([float(t) for t in times[0]])
+    lines = [l.split() for l in open(p)]
+    found = [f for f in lines if f[:1] == [tag]]
+    if len(found) != 1:
+        sys.exit(f"{p}: expected one {tag} line, found {len(found)}")
+    f = found[0]
+    try:
+        if tag == "RESULT":
+            ok, ran, times = f[1] == "1", int(f[2]), [float(t) for t in f[4:]]
+            if ran != warm + n:
+                sys.exit(f"{p}: ran {ran} iterations, not {warm} + {n}")
+            if verify and not ok:
+                sys.exit(f"{p}: the results were not verified")
+        else:
+            times = [float(t) for t in f[2:]]
+            if ["VERIFIED", "1"] not in lines:
+                sys.exit(f"{p}: no VERIFIED 1 line")
+    except (IndexError, ValueError) as e:
+        sys.exit(f"{p}: cannot read {' '.join(f)!r}: {e}")
+    if len(times) != n or not all(t > 0 for t in times):
+        sys.exit(f"{p}: expected {n} positive times, got {times}")
+    ranks.append(times)
 steps = sorted(max(r[i] for r in ranks) for i in range(n))
 pct = lambda q: steps[min(max(math.ceil(q * n) - 1, 0), n - 1)]
 print(f"{pct(0.5):.3f} {pct(0.9):.3f}")
@@ -211,8 +238,13 @@ say "rack: $workers worker hosts on $rate links, 1 rack-agg host on $agg_links x
 listens=()
 for ((k = 0; k < agg_links; k++)); do listens+=(--listen "$(agg_addr "$k"):$port"); done
 node_args=(--role rack-agg --open-jobs "${listens[@]}" --log-level warn)
+# Rank 0 paces the run (rw-bench comm-worker): it runs warm-up + --iters iterations and
+# then creates the stop file; the other ranks run until they see it. Without one they
+# would push a step rank 0 never joins and fail when it leaves.
 worker_args=(--connect "$(agg_addr 0):$port" --workers "$workers" --bytes "$bytes"
-  --iters "$iters" --warmup "$warmup" --chunk-bytes "$chunk" --job "netns-$$")
+  --iters "$iters" --warmup "$warmup" --chunk-bytes "$chunk" --job "netns-$$"
+  --stop-file "$tmp/rw.stop")
+((verify)) && worker_args+=(--verify)
 timeout -k 5 $((2 * run_timeout)) ip netns exec "$agg_ns" "$tmp/bin/rw-node" "${node_args[@]}" \
   --port-file "$tmp/port" >"$tmp/node.log" 2>&1 </dev/null &
 node_pid=$!
@@ -260,7 +292,7 @@ elapsed=$(($(date +%s) - started))
 machine="$(machine_facts), load average $(load_avg) at the end"
 commands=(
   "ip netns exec $agg_ns rw-node ${node_args[*]} --port-file FILE"
-  "ip netns exec ${prefix}wR rw-bench comm-worker ${worker_args[*]} --rank R   (R = 0..$((workers - 1)), all at once)"
+  "ip netns exec ${prefix}wR rw-bench comm-worker ${worker_args[*]/#$tmp\/rw.stop/FILE} --rank R   (R = 0..$((workers - 1)), all at once)"
   "ip netns exec ${prefix}wR gloo-allreduce ${gloo_args[*]} --store DIR --rank R --host 10.77.1.<R+1>   (R = 0..$((workers - 1)), all at once)"
 )
 python3 - "$tmp/results" "$tmp/table.txt" "$tmp/section.md" "$workers" "$bytes" "$size" "$worker_bps" "$agg_bps" \
@@ -330,6 +362,9 @@ open(md_path, "w").write("\n".join(md) + "\n")
 PY
 
 cat "$tmp/table.txt" >&3
+if grep -q FAIL "$tmp/results"; then
+  note "a system failed: bench/RESULTS.md left alone"
+  exit 1
+fi
 update_results netns "$tmp/section.md"
 say "written: bench/RESULTS.md"
-if grep -q FAIL "$tmp/results"; then exit 1; fi
