@@ -4,9 +4,10 @@
 # switch), every link rate-limited with tc tbf in both directions. Runs RackWeave
 # (rw-node on the agg host, listening on every agg link; one rw-bench comm-worker per
 # worker host) and Gloo's ring all-reduce (one gloo-allreduce per worker host) and puts
-# each median step time next to its link-bound lower bound:
-#   Gloo ring   t >= 2(W-1)/W * S / B_worker
-#   RackWeave   t >= max(S / B_worker, W * S / (K * B_agg))
+# each median step time next to its link-bound lower bound (b: a link's tbf bucket,
+# which a step may find full):
+#   Gloo ring   t >= (2(W-1)/W * S - b_worker) / B_worker
+#   RackWeave   t >= max((S - b_worker) / B_worker, (W * S / K - b_agg) / B_agg)
 # Prints a table and writes bench/RESULTS.md (the section between the netns markers).
 #
 #   bash bench/netns.sh [--workers W] [--bytes S] [--iters N] [--warmup K]
@@ -115,9 +116,12 @@ if [[ $("$gloo" --host 127.0.0.1 2>&1 || true) == *"unknown argument"* ]]; then
 fi
 
 # The rack. tbf: burst of 1 ms at the rate but at least one 64 KiB GSO packet (so the
-# bucket never has to split one); 10 ms of queue before it drops.
+# bucket never has to split one); 10 ms of queue before it drops. The report's bounds
+# use the same burst.
+burst_of() { echo $(($1 / 8000 > 65536 ? $1 / 8000 : 65536)); } # BPS -> bucket bytes
 shape() { # NS DEV BPS
-  local burst=$(($3 / 8000 > 65536 ? $3 / 8000 : 65536))
+  local burst
+  burst=$(burst_of "$3")
   tc -n "$1" qdisc replace dev "$2" root tbf rate "${3}bit" burst "$burst" latency 10ms
 }
 add_ns() {
@@ -295,25 +299,33 @@ commands=(
   "ip netns exec ${prefix}wR rw-bench comm-worker ${worker_args[*]/#$tmp\/rw.stop/FILE} --rank R   (R = 0..$((workers - 1)), all at once)"
   "ip netns exec ${prefix}wR gloo-allreduce ${gloo_args[*]} --store DIR --rank R --host 10.77.1.<R+1>   (R = 0..$((workers - 1)), all at once)"
 )
+report_rc=0
 python3 - "$tmp/results" "$tmp/table.txt" "$tmp/section.md" "$workers" "$bytes" "$size" "$worker_bps" "$agg_bps" \
   "$agg_links" "$rate" "$agg_rate" "$iters" "$warmup" "$chunk" "$invocation" "$machine" \
-  "$elapsed" "$json" "${commands[@]}" <<'PY'
+  "$elapsed" "$json" "$(burst_of "$worker_bps")" "$(burst_of "$agg_bps")" \
+  "${commands[@]}" <<'PY' || report_rc=$?
 import datetime, json, sys
 (res_path, txt_path, md_path, w, s, size, bw, ba, k, rate, agg_rate, iters, warmup, chunk,
- invocation, machine, elapsed, as_json), commands = sys.argv[1:19], sys.argv[19:]
+ invocation, machine, elapsed, as_json, bucket_w, bucket_a), commands = \
+    sys.argv[1:21], sys.argv[21:]
 w, s, bw, ba, k = int(w), int(s), float(bw), float(ba), int(k)
-ms = lambda bits_per_s, nbytes: nbytes * 8 / bits_per_s * 1e3
-rw_worker, rw_agg = ms(bw, s), ms(k * ba, w * s)
+bucket_w, bucket_a = int(bucket_w), int(bucket_a)
+# The time a link needs for nbytes of payload, less what a full bucket lets through at once.
+ms = lambda bits_per_s, nbytes, bucket: max(nbytes - bucket, 0) * 8 / bits_per_s * 1e3
+rw_worker, rw_agg = ms(bw, s, bucket_w), ms(ba, w * s / k, bucket_a)
 bounds = {
     "rackweave": (max(rw_worker, rw_agg),
-                  "max(S/B_w, W*S/(K*B_agg)) = " + ("S/B_w" if rw_worker >= rw_agg else "W*S/(K*B_agg)")),
-    "gloo-ring": (2 * (w - 1) / w * ms(bw, s), "2(W-1)/W * S/B_w"),
+                  "max((S-b)/B_w, (W*S/K-b)/B_agg) = "
+                  + ("(S-b)/B_w" if rw_worker >= rw_agg else "(W*S/K-b)/B_agg")),
+    "gloo-ring": (ms(bw, 2 * (w - 1) / w * s, bucket_w), "(2(W-1)/W * S-b)/B_w"),
 }
-rows = []
+rows, below = [], []
 for line in open(res_path):
     name, med, p90 = line.split()
     bound, formula = bounds[name]
     ok = med != "FAIL"
+    if ok and float(med) < bound:
+        below.append(f"{name}: median {med} ms is below its link bound {bound:.3f} ms")
     rows.append([name, med, p90, f"{bound:.3f}", f"{float(med) / bound:.2f}" if ok else "FAIL", formula])
     if as_json == "1":
         print(json.dumps({"system": name, "workers": w, "bytes": s, "agg_links": k,
@@ -355,15 +367,21 @@ md = ["<!-- netns:begin -->",
       "iterations). The bounds are the time the shaped links need just to carry each "
       "system's bytes (a ring moves 2(W-1)/W x S through every worker link each way; "
       "RackWeave moves S each way through every worker link and W x S each way through the "
-      "K agg links together), so measured/bound cannot go below 1 — nor, with 1500-byte "
-      "frames, below about 1.05, since tbf also counts Ethernet, IP and TCP headers.",
+      "K agg links together, so at least W x S / K through one of them), less what a full "
+      f"tbf bucket passes at once (b = {bucket_w} bytes on a worker link, {bucket_a} on an "
+      "agg link: 1 ms at the rate, at least 64 KiB). So measured/bound cannot go below 1 "
+      "— nor, with 1500-byte frames, below about 1.05, since tbf also counts Ethernet, IP "
+      "and TCP headers.",
       "<!-- netns:end -->"]
 open(md_path, "w").write("\n".join(md) + "\n")
+for b in below:
+    print(f"netns.sh: {b}: the bound or the shaping is wrong", file=sys.stderr)
+sys.exit(1 if below else 0)
 PY
 
 cat "$tmp/table.txt" >&3
-if grep -q FAIL "$tmp/results"; then
-  note "a system failed: bench/RESULTS.md left alone"
+if ((report_rc)) || grep -q FAIL "$tmp/results"; then
+  note "a system failed or measured below its bound: bench/RESULTS.md left alone"
   exit 1
 fi
 update_results netns "$tmp/section.md"
