@@ -6,6 +6,61 @@
 #
 #   source "$(dirname "$0")/lib/common.sh"
 
+# Options every script takes, ahead of its own (common_options "$@"; set -- "${rest[@]}"):
+#   --smoke          a short run on tiny sizes, a few seconds, that still goes through
+#                    the whole path, every reader of every output included, and fails
+#                    when a figure is missing or unreadable. It writes neither
+#                    bench/RESULTS.md (update_results only checks the section) nor plots.
+#                    tests/bench_smoke.cmake runs every script so. What cannot run here
+#                    is skipped with a "smoke: skipped: WHY" line and status 0 (ctest
+#                    counts the test as skipped), or, when only a part cannot, left out
+#                    with a "smoke: partly skipped: WHAT: WHY" line.
+#   --build-dir DIR  the RackWeave build to run, as built (default: build, which the
+#                    script first brings up to date with apps/scripts/setup.sh).
+smoke=0
+build=build
+build_given=0
+
+# common_options ARG...: takes --smoke and --build-dir DIR out of ARG...; the rest go to
+# the array rest. Sets smoke, build and build_given.
+# shellcheck disable=SC2034 # it sets the calling script's variables
+common_options() {
+  rest=()
+  while (($#)); do
+    case $1 in
+      --smoke) smoke=1; shift ;;
+      --build-dir)
+        (($# >= 2)) && [[ -n $2 ]] || usage_error "--build-dir takes a directory"
+        [[ -d $2 ]] || usage_error "--build-dir $2 is not a directory"
+        build=$(cd "$2" && pwd) build_given=1; shift 2 ;;
+      *) rest+=("$1"); shift ;;
+    esac
+  done
+}
+
+# build_tree: brings ./build up to date (apps/scripts/setup.sh, quietly), unless
+# --build-dir named a build to use as it is.
+build_tree() {
+  ((build_given)) || bash apps/scripts/setup.sh >/dev/null
+}
+
+# skip_smoke TEXT...: in smoke mode says "smoke: skipped: TEXT" and exits 0 (the whole
+# run cannot be done here); otherwise TEXT is an error, exit 1.
+skip_smoke() {
+  if ((smoke)); then note "smoke: skipped: $*"; exit 0; fi
+  note "$@"; exit 1
+}
+
+# check_numbers WHAT VALUE...: fails, saying WHAT was unreadable, unless every VALUE is
+# a finite decimal number (1, -2.5, 3e-4).
+check_numbers() {
+  local what=$1 v; shift
+  (($#)) || { note "$what: no value"; return 1; }
+  for v; do
+    [[ $v =~ ^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]] || { note "$what: '$v' is not a number"; return 1; }
+  done
+}
+
 # say TEXT...: a report line, to fd 3 (stdout, or stderr under --json: see open_report).
 say() { printf '%s\n' "$*" >&3; }
 
@@ -122,12 +177,13 @@ wait_for_port() {
   [[ -s $1 ]]
 }
 
-# snapshot_rackweave DIR SUBCMD: copies the RackWeave binaries to DIR once stable; DIR on LD_LIBRARY_PATH.
+# snapshot_rackweave DIR SUBCMD: copies the RackWeave binaries ($build) to DIR once
+# stable; DIR on LD_LIBRARY_PATH.
 snapshot_rackweave() {
   # The tree may be rebuilt while a benchmark runs: measure one consistent copy, taken
   # once the files have been left alone for 5 s and run (rw-node --help and rw-bench
   # SUBCOMMAND --help), bounded by 5 minutes.
-  local dir=$1 sub=$2 files=(build/apps/rw-node build/apps/rw-bench build/librackweave.so) newest
+  local dir=$1 sub=$2 files=("$build/apps/rw-node" "$build/apps/rw-bench" "$build/librackweave.so") newest
   mkdir -p "$dir"
   for _ in {1..60}; do
     if ls "${files[@]}" >/dev/null 2>&1; then
@@ -146,7 +202,7 @@ snapshot_rackweave() {
     fi
     sleep 5
   done
-  note "no usable RackWeave build in ./build after 5 minutes (missing or being rebuilt)"
+  note "no usable RackWeave build in $build after 5 minutes (missing or being rebuilt)"
   return 1
 }
 
@@ -165,5 +221,29 @@ load_avg() { cut -d' ' -f1-3 /proc/loadavg; }
 # machine_facts: "N cores (CPU), M GiB RAM, KERNEL", the start of a RESULTS.md machine line.
 machine_facts() { echo "$(nproc) cores ($(cpu_model)), $(mem_gib) RAM, $(uname -sr)"; }
 
-# update_results NAME FILE: replaces (or appends) the NAME section of bench/RESULTS.md with FILE.
-update_results() { python3 bench/lib/update_results.py bench/RESULTS.md "$1" "$2"; }
+# update_results NAME FILE: replaces (or appends) the NAME section of bench/RESULTS.md with
+# FILE. In smoke mode it does so on a scratch copy instead, and fails unless the copy
+# then holds FILE's text as its NAME section, with no FAIL in it.
+update_results() {
+  if ((smoke)); then
+    local copy rc=0
+    copy=$(mktemp)
+    cp bench/RESULTS.md "$copy" &&
+      python3 bench/lib/update_results.py "$copy" "$1" "$2" &&
+      python3 - "$copy" "$1" "$2" <<'PY' || rc=1
+import re, sys
+path, name, section_file = sys.argv[1:]
+want = open(section_file).read().rstrip("\n")
+found = re.findall(r"<!-- %s:begin -->.*?<!-- %s:end -->" % (name, name), open(path).read(), re.S)
+if found != [want]:
+    sys.exit(f"the {name} section is not the one given ({len(found)} found)")
+if "FAIL" in want:
+    sys.exit(f"the {name} section reports a failure")
+PY
+    rm -f "$copy"
+    if ((rc)); then note "smoke: the $1 section of bench/RESULTS.md would be wrong"; return 1; fi
+    note "smoke: the $1 section is well formed; bench/RESULTS.md left alone"
+    return 0
+  fi
+  python3 bench/lib/update_results.py bench/RESULTS.md "$1" "$2"
+}
