@@ -12,7 +12,7 @@
 #
 #   bash bench/netns.sh [--workers W] [--bytes S] [--iters N] [--warmup K]
 #                       [--rate R] [--agg-rate R] [--agg-links K] [--chunk-bytes C]
-#                       [--verify] [--timeout S] [--json]
+#                       [--verify] [--timeout S] [--json] [--smoke] [--build-dir DIR]
 #
 # Defaults: 4 workers, 16MiB, 10 timed iterations after 2 warm-up, worker links 1gbit,
 # agg links as fast as worker links, 2 agg links, 32KiB chunks, 120 s per run. Rates
@@ -22,13 +22,17 @@
 # --verify has every RackWeave worker check every result bitwise (outside the timed
 # call, but a checking worker starts its next step later). With --json stdout carries
 # only one JSON object per system. A run in which a system failed prints its table but
-# leaves bench/RESULTS.md alone.
+# leaves bench/RESULTS.md alone. --smoke (see lib/common.sh): 2 workers, 1MiB, 2
+# iterations after 1 warm-up, verified; skipped where network namespaces cannot be
+# made (not root, or ip netns add fails); Gloo left out when its packages are missing.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
 
 invocation=$(invocation_of "$@")
+common_options "$@"
+set -- ${rest[@]+"${rest[@]}"}
 
 workers=4
 size=16MiB
@@ -41,6 +45,7 @@ chunk=32KiB
 run_timeout=120
 json=0
 verify=0
+if ((smoke)); then workers=2 size=1MiB iters=2 warmup=1 run_timeout=60 verify=1; fi
 while (($#)); do
   case $1 in
     --workers) workers=$2; shift 2 ;;
@@ -50,7 +55,7 @@ while (($#)); do
     --agg-links) agg_links=$2; shift 2 ;;
     --chunk-bytes) chunk=$2; shift 2 ;;
     --verify) verify=1; shift ;;
-    *) run_option 2,24 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    *) run_option 2,27 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 agg_rate=${agg_rate:-$rate}
@@ -74,7 +79,10 @@ agg_bps=$(rate_bps "$agg_rate") || usage_error "bad --agg-rate $agg_rate"
 [[ $agg_links =~ ^[1-9][0-9]*$ ]] && ((agg_links <= 254)) ||
   usage_error "--agg-links takes 1..254"
 check_run_counts "$iters" "$warmup" "$run_timeout"
-((EUID == 0)) || usage_error "needs root (ip netns, tc)"
+if ((EUID != 0)); then
+  ((smoke)) && skip_smoke "needs root (ip netns, tc)"
+  usage_error "needs root (ip netns, tc)"
+fi
 
 # Everything but the --json lines goes to stdout only without --json.
 open_report "$json"
@@ -108,11 +116,32 @@ cleanup() {
 }
 set_exit_traps cleanup
 
+# The switch first: where namespaces cannot be made (a container), say so at once.
+if ! ip netns add "$switch_ns" 2>"$tmp/netns.err"; then
+  skip_smoke "network namespaces are not permitted here (ip netns add: $(<"$tmp/netns.err"))"
+fi
+namespaces+=("$switch_ns")
+ip -n "$switch_ns" link set lo up
+
 snapshot_rackweave "$tmp/bin" comm-worker
-gloo=build/peers/gloo-allreduce
-[[ -x $gloo ]] || { note "$gloo is missing: run bash bench/setup-peers.sh"; exit 1; }
-if [[ $("$gloo" --host 127.0.0.1 2>&1 || true) == *"unknown argument"* ]]; then
-  note "$gloo has no --host option: rebuild it (cmake --build build/peers)"; exit 1
+gloo=$build/peers/gloo-allreduce
+run_gloo=1
+if ((smoke)); then
+  # Build the peers if their packages are here (incremental, seconds); never install them.
+  peers_rc=0
+  bash bench/setup-peers.sh --no-install "$build" >"$tmp/setup-peers.log" 2>&1 || peers_rc=$?
+  if ((peers_rc == 3)); then
+    note "smoke: partly skipped: gloo-ring: $(tail -n 1 "$tmp/setup-peers.log")"
+    run_gloo=0
+  elif ((peers_rc)); then
+    note "bench/setup-peers.sh failed (exit $peers_rc):"; tail -n 15 "$tmp/setup-peers.log" >&2; exit 1
+  fi
+fi
+if ((run_gloo)); then
+  [[ -x $gloo ]] || { note "$gloo is missing: run bash bench/setup-peers.sh"; exit 1; }
+  if [[ $("$gloo" --host 127.0.0.1 2>&1 || true) == *"unknown argument"* ]]; then
+    note "$gloo has no --host option: rebuild it (cmake --build $build/peers)"; exit 1
+  fi
 fi
 
 # The rack. tbf: burst of 1 ms at the rate but at least one 64 KiB GSO packet (so the
@@ -129,7 +158,6 @@ add_ns() {
   namespaces+=("$1")
   ip -n "$1" link set lo up
 }
-add_ns "$switch_ns"
 ip -n "$switch_ns" link add br0 type bridge
 ip -n "$switch_ns" link set br0 up
 # add_link NS PORT DEV ADDR BPS: a veth from the switch (PORT, on the bridge) to host NS
@@ -228,7 +256,7 @@ PY
 failed() { # SYSTEM STATUS FILES...: says why a run failed, with the end of each log
   local sys=$1 st=$2 f; shift 2
   if ((st == 124 || st == 137)); then note "$sys: timed out after ${run_timeout}s"; fi
-  note "$sys failed (exit $st):"
+  if ((st)); then note "$sys failed (exit $st):"; else note "$sys: its output is unreadable:"; fi
   for f; do
     if [[ -s $f ]]; then tail -n 5 "$f" | sed "s|^|    ${f##*/}: |" >&2; fi
   done
@@ -273,23 +301,25 @@ else
 fi
 
 # Gloo: a ring over the worker hosts, each rank on its own host's address.
-mkdir "$tmp/gloo-store"
 gloo_args=(--size "$workers" --bytes "$bytes" --iters "$iters" --warmup "$warmup")
-t0=$(date +%s)
-for ((r = 0; r < workers; r++)); do
-  launch "$tmp/gloo.$r" "$(worker_ns "$r")" "$gloo" "${gloo_args[@]}" --store "$tmp/gloo-store" \
-    --rank "$r" --host "$(worker_addr "$r")"
-done
-st=0
-wait_ranks || st=$?
-gloo_files=()
-for ((r = 0; r < workers; r++)); do gloo_files+=("$tmp/gloo.$r"); done
-if ((st == 0)) && res=$(step_stats RANK "${gloo_files[@]}" 2>"$tmp/gloo.stats"); then
-  echo "gloo-ring $res" >>"$tmp/results"
-  note "gloo-ring: median/p90 ms $res ($(($(date +%s) - t0)) s)"
-else
-  failed gloo-ring "$st" "$tmp/gloo.stats" "${gloo_files[@]/%/.err}"
-  echo "gloo-ring FAIL FAIL" >>"$tmp/results"
+if ((run_gloo)); then
+  mkdir "$tmp/gloo-store"
+  t0=$(date +%s)
+  for ((r = 0; r < workers; r++)); do
+    launch "$tmp/gloo.$r" "$(worker_ns "$r")" "$gloo" "${gloo_args[@]}" --store "$tmp/gloo-store" \
+      --rank "$r" --host "$(worker_addr "$r")"
+  done
+  st=0
+  wait_ranks || st=$?
+  gloo_files=()
+  for ((r = 0; r < workers; r++)); do gloo_files+=("$tmp/gloo.$r"); done
+  if ((st == 0)) && res=$(step_stats RANK "${gloo_files[@]}" 2>"$tmp/gloo.stats"); then
+    echo "gloo-ring $res" >>"$tmp/results"
+    note "gloo-ring: median/p90 ms $res ($(($(date +%s) - t0)) s)"
+  else
+    failed gloo-ring "$st" "$tmp/gloo.stats" "${gloo_files[@]/%/.err}"
+    echo "gloo-ring FAIL FAIL" >>"$tmp/results"
+  fi
 fi
 elapsed=$(($(date +%s) - started))
 
@@ -297,8 +327,9 @@ machine="$(machine_facts), load average $(load_avg) at the end"
 commands=(
   "ip netns exec $agg_ns rw-node ${node_args[*]} --port-file FILE"
   "ip netns exec ${prefix}wR rw-bench comm-worker ${worker_args[*]/#$tmp\/rw.stop/FILE} --rank R   (R = 0..$((workers - 1)), all at once)"
-  "ip netns exec ${prefix}wR gloo-allreduce ${gloo_args[*]} --store DIR --rank R --host 10.77.1.<R+1>   (R = 0..$((workers - 1)), all at once)"
 )
+((run_gloo)) && commands+=(
+  "ip netns exec ${prefix}wR gloo-allreduce ${gloo_args[*]} --store DIR --rank R --host 10.77.1.<R+1>   (R = 0..$((workers - 1)), all at once)")
 report_rc=0
 python3 - "$tmp/results" "$tmp/table.txt" "$tmp/section.md" "$workers" "$bytes" "$size" "$worker_bps" "$agg_bps" \
   "$agg_links" "$rate" "$agg_rate" "$iters" "$warmup" "$chunk" "$invocation" "$machine" \
@@ -385,4 +416,4 @@ if ((report_rc)) || grep -q FAIL "$tmp/results"; then
   exit 1
 fi
 update_results netns "$tmp/section.md"
-say "written: bench/RESULTS.md"
+((smoke)) || say "written: bench/RESULTS.md"
