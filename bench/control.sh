@@ -6,21 +6,27 @@
 # compared with an open job's hello (the peer, same node, same run).
 # Prints a table and writes bench/RESULTS.md (the section between the control markers).
 #
-#   bash bench/control.sh [--requests 300] [--joins 30] [--rounds 3]
+#   bash bench/control.sh [--requests 300] [--joins 30] [--rounds 3] [--smoke]
+#                         [--build-dir DIR]
+#
+# --smoke (see lib/common.sh): 50 requests, 2 joins of each kind, 1 round.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
+common_options "$@"
+set -- ${rest[@]+"${rest[@]}"}
 
 requests=300 # create + status + delete cycles per shell session
 joins=30     # worker processes per kind of join per round
 rounds=3
+if ((smoke)); then requests=50 joins=2 rounds=1; fi
 while (($#)); do
   case $1 in
     --requests) requests=$2; shift 2 ;;
     --joins) joins=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
     *) usage_error "unknown option $1" ;;
   esac
 done
@@ -28,19 +34,19 @@ for v in requests joins rounds; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || usage_error "--$v must be a positive integer, not '${!v}'"
 done
 
-bash apps/scripts/setup.sh >/dev/null
+build_tree
 tmp=$(mktemp -d)
 node_pid=
 cleanup() { release ${node_pid:+"$node_pid"}; }
 set_exit_traps cleanup
 
-build/apps/rw-node --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn \
+"$build/apps/rw-node" --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn \
   2>"$tmp/node.log" &
 node_pid=$!
 wait_for_port "$tmp/port" "$node_pid" || { note "node did not start"; cat "$tmp/node.log" >&2; exit 1; }
 address=$(<"$tmp/port")
-shell=(timeout -k 5 300 build/apps/rw-shell --connect "$address")
-worker=(timeout -k 5 60 build/tests/rw-test-worker --connect "$address" --rank 0 --workers 1
+shell=(timeout -k 5 300 "$build/apps/rw-shell" --connect "$address")
+worker=(timeout -k 5 60 "$build/tests/rw-test-worker" --connect "$address" --rank 0 --workers 1
         --steps 1 --transport tcp --out "$tmp/out.bin")
 now_ns() { date +%s%N; }
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
@@ -55,12 +61,21 @@ for ((round = 1; round <= rounds; round++)); do
     rw.job_create{name = n, workers = 2}; rw.job_status(n); rw.job_delete(n) end"
   t2=$(now_ns)
   request_us+=("$(( ((t2 - t1) - (t1 - t0)) / (3 * requests) / 1000 ))")
+  # Below zero, an empty session's cost varied more than the requests took.
+  if ((request_us[-1] <= 0 && !smoke)); then
+    note "round $round: a request took ${request_us[-1]} us: too few --requests to measure"; exit 1
+  fi
 
   # Joins: open jobs (hello, welcome) against created jobs (hello, challenge, proof,
   # welcome); each worker joins, runs one step and leaves.
   mapfile -t tokens < <("${shell[@]}" -c "for i = 1, $joins do
     print(rw.job_create{name = 'j$round-' .. i, workers = 1, optimizer = 'sum', lr = 0.05,
                         momentum = 0.9, chunk_bytes = 4096}.token) end")
+  # (The shell ran in a process substitution, whose failure set -e does not see.)
+  for t in ${tokens[@]+"${tokens[@]}"}; do
+    [[ $t =~ ^[^[:space:]]{16,}$ ]] || { note "rw-shell printed '$t', not a job token"; exit 1; }
+  done
+  ((${#tokens[@]} == joins)) || { note "rw-shell printed ${#tokens[@]} tokens for $joins jobs"; exit 1; }
   # Alternating, so neither kind runs on a node the other left busier.
   open_ns=0 token_ns=0
   for ((i = 1; i <= joins; i++)); do
@@ -79,7 +94,9 @@ done
 req=$(median "${request_us[@]}")
 open=$(median "${open_ms[@]}")
 token=$(median "${token_ms[@]}")
+check_numbers "the medians" "$req" "$open" "$token"
 ratio=$(awk -v a="$token" -v b="$open" 'BEGIN {printf "%.3f", a / b}')
+check_numbers "token / open" "$ratio"
 printf '%-34s %s\n' "shell request (median of $rounds)" "$req us" \
   "open-job worker, join+step+leave" "$open ms" \
   "token worker, join+step+leave" "$token ms" \
@@ -108,4 +125,4 @@ printf '%-34s %s\n' "shell request (median of $rounds)" "$req us" \
   echo "<!-- control:end -->"
 } >"$tmp/section.md"
 update_results control "$tmp/section.md"
-echo "written: bench/RESULTS.md"
+((smoke)) || echo "written: bench/RESULTS.md"
