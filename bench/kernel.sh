@@ -4,19 +4,34 @@
 # kernel section of bench/RESULTS.md. Target: ratio >= 0.9 on the kernels the node uses.
 #
 #   bash bench/kernel.sh [--bytes 64MiB] [--reps 31]   (fewer repetitions: noisier ratios)
+#                        [--smoke] [--build-dir DIR]
+#
+# --smoke (see lib/common.sh): 1MiB, 3 repetitions; the verdict is not a failure.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
-args=("$@")
-bash apps/scripts/setup.sh >/dev/null
+common_options "$@"
+args=(${rest[@]+"${rest[@]}"})
+if ((smoke)); then
+  [[ " ${args[*]} " == *" --bytes "* ]] || args+=(--bytes 1MiB)
+  [[ " ${args[*]} " == *" --reps "* ]] || args+=(--reps 3)
+fi
+build_tree
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # One run: the table and the verdict come from the same measurements.
-build/bench/rw-kernel-bench "${args[@]}" --json >"$tmp/rows.jsonl"
+timeout -k 5 600 "$build/bench/rw-kernel-bench" ${args[@]+"${args[@]}"} --json >"$tmp/rows.jsonl"
 best=$(python3 - "$tmp/rows.jsonl" "$tmp/table.txt" "rw-kernel-bench ${args[*]}" <<'PY'
-import json, sys
+import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+if not rows:
+    sys.exit("rw-kernel-bench printed no rows")
+for r in rows:
+    figures = [r.get(k) for k in ("step_gbs", "stream_gbs", "ratio")]
+    if not isinstance(r.get("isa"), str) or not isinstance(r.get("optimizer"), str) or \
+            not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in figures):
+        sys.exit(f"rw-kernel-bench: unreadable row {r}")
 with open(sys.argv[2], "w") as table:
     table.write(f"{'isa':<8} {'optimizer':<9} {'step GB/s':>10} {'stream GB/s':>12} {'ratio':>8}\n")
     for r in rows:
@@ -30,6 +45,7 @@ PY
 )
 cat "$tmp/table.txt"
 read -r isa low verdict <<<"$best"
+check_numbers "the lowest ratio" "$low"
 cpu=$(cpu_model)
 {
   echo "<!-- kernel:begin -->"
@@ -50,4 +66,4 @@ cpu=$(cpu_model)
   echo "<!-- kernel:end -->"
 } >"$tmp/section.md"
 update_results kernel "$tmp/section.md"
-echo "written: bench/RESULTS.md"
+((smoke)) || echo "written: bench/RESULTS.md"
