@@ -5,16 +5,22 @@
 # priority section of bench/RESULTS.md.
 #
 #   bash bench/priority.sh [--pairs 5] [--workers 6] [--bytes 8MiB] [--iters 30]
-#                          [--consistency async] [--straggler 1:30ms]
+#                          [--consistency async] [--straggler 1:30ms] [--smoke]
+#                          [--build-dir DIR]
+#
+# --smoke (see lib/common.sh): 1 pair, 3 workers x 1MiB, 4 iterations, straggler 1:5ms.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
 
+invocation=$(invocation_of "$@")
+common_options "$@"
+set -- ${rest[@]+"${rest[@]}"}
 # async by default: there the fast workers keep pushing, so pushes queue at the shards
 # and their order matters; under SSP with a small bound they mostly wait for the laggard.
 pairs=5 workers=6 bytes=8MiB iters=30 consistency=async straggler=1:30ms
-invocation=$(invocation_of "$@")
+if ((smoke)); then pairs=1 workers=3 bytes=1MiB iters=4 straggler=1:5ms; fi
 while (($#)); do
   case $1 in
     --pairs) pairs=$2; shift 2 ;;
@@ -23,27 +29,28 @@ while (($#)); do
     --iters) iters=$2; shift 2 ;;
     --consistency) consistency=$2; shift 2 ;;
     --straggler) straggler=$2; shift 2 ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
     *) usage_error "unknown option $1" ;;
   esac
 done
 [[ $pairs =~ ^[1-9][0-9]?$ ]] || usage_error "--pairs must be 1..99"
 laggard=${straggler%%:*}
 
-bash apps/scripts/setup.sh >/dev/null
+build_tree
 tmp=$(mktemp -d)
 node_pid=
 cleanup() { release ${node_pid:+"$node_pid"}; }
 set_exit_traps cleanup
 
-# measure MODE: one run against a fresh node started with --MODE; prints the laggard's mean wait.
+# measure MODE: one run against a fresh node started with --MODE; sets wait_ms to the
+# laggard's mean wait. (Not in a subshell, so that the traps see node_pid.)
 measure() {
-  build/apps/rw-node --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn "--$1" \
+  "$build/apps/rw-node" --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn "--$1" \
     2>"$tmp/node.log" &
   node_pid=$!
   wait_for_port "$tmp/port" "$node_pid" || { cat "$tmp/node.log" >&2; exit 1; }
   local line
-  line=$(timeout 300 build/apps/rw-bench comm --connect "$(<"$tmp/port")" --workers "$workers" \
+  line=$(timeout -k 5 300 "$build/apps/rw-bench" comm --connect "$(<"$tmp/port")" --workers "$workers" \
     --bytes "$bytes" --iters "$iters" --consistency "$consistency" --straggler "$straggler" \
     --json 2>"$tmp/bench.err") || true
   stop_pids "$node_pid"
@@ -54,14 +61,26 @@ measure() {
     sed 's/^/  /' "$tmp/bench.err" "$tmp/node.log" >&2
     exit 1
   fi
-  python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mean_wait_ms"][int(sys.argv[2])])' \
-    "$line" "$laggard"
+  # Every worker must report a wait, and the laggard must have run all its iterations:
+  # the run is paced by it.
+  wait_ms=$(python3 - "$line" "$laggard" "$workers" "$iters" <<'PY'
+import json, sys
+d, lag, w, n = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+waits, its = d["mean_wait_ms"], d["iterations"]
+if len(waits) != w or len(its) != w:
+    sys.exit(f"expected {w} workers' waits and iterations, got {waits} and {its}")
+if its[lag] < n:
+    sys.exit(f"the laggard ran {its[lag]} iterations, not {n}")
+print(waits[lag])
+PY
+  ) && check_numbers "the laggard's wait (--$1)" "$wait_ms" ||
+    { note "rw-bench printed: $line"; exit 1; }
 }
 
 on=() off=()
 for ((i = 1; i <= pairs; i++)); do
-  on+=("$(measure priority)")
-  off+=("$(measure no-priority)")
+  measure priority; on+=("$wait_ms")
+  measure no-priority; off+=("$wait_ms")
   note "pair $i: laggard waits ${on[-1]} ms with priority, ${off[-1]} ms without"
 done
 
@@ -75,6 +94,7 @@ print(f"{m_on:.2f} {m_off:.2f} {m_on / m_off:.3f} {wins} {len(on)}")
 PY
 )
 read -r med_on med_off ratio wins total <<<"$summary"
+check_numbers "the summary" "$med_on" "$med_off" "$ratio" "$wins" "$total"
 echo "laggard's mean wait per iteration (median of $total runs): $med_on ms with priority, $med_off ms without (ratio $ratio; priority lower in $wins of $total pairs)"
 echo "command: $invocation"
 
@@ -98,4 +118,4 @@ echo "command: $invocation"
   echo "<!-- priority:end -->"
 } >"$tmp/section.md"
 update_results priority "$tmp/section.md"
-echo "written: bench/RESULTS.md"
+((smoke)) || echo "written: bench/RESULTS.md"
