@@ -12,17 +12,22 @@
 #
 #   bash bench/sweep.sh [--workers "W ..."] [--bytes "S ..."] [--iters N] [--warmup K]
 #                       [--chunks "C ..."] [--shards "N ..."] [--timeout S] [--json]
+#                       [--smoke] [--build-dir DIR]
 #
 # --workers and --bytes, when given, replace the defaults of both sweeps (the chunk
 # sweep then runs every chunk size for every W and S). Each run is bounded by --timeout
 # seconds (default 300); a failed run is reported on stderr and marked in its row.
-# With --json stdout carries only one JSON object per run.
+# With --json stdout carries only one JSON object per run. --smoke (see lib/common.sh):
+# W = 2 x 1MiB, chunks 32KiB and 256KiB, shards 1 and 2, 2 iterations after 1 warm-up,
+# plotted into a scratch directory (not plotted, and said so, without matplotlib).
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
 
 invocation=$(invocation_of "$@")
+common_options "$@"
+set -- ${rest[@]+"${rest[@]}"}
 
 chunk_workers=4 chunk_sizes=16MiB
 scale_workers="2 4" scale_sizes="16MiB 64MiB"
@@ -33,13 +38,17 @@ iters=10
 warmup=2
 run_timeout=300
 json=0
+if ((smoke)); then
+  chunk_workers=2 chunk_sizes=1MiB scale_workers=2 scale_sizes=1MiB chunks="32KiB 256KiB"
+  iters=2 warmup=1 run_timeout=60
+fi
 while (($#)); do
   case $1 in
     --workers) chunk_workers=$2 scale_workers=$2; shift 2 ;;
     --bytes) chunk_sizes=$2 scale_sizes=$2; shift 2 ;;
     --chunks) chunks=$2; shift 2 ;;
     --shards) shard_counts=$2; shift 2 ;;
-    *) run_option 2,19 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    *) run_option 2,22 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 
@@ -52,8 +61,12 @@ check_run_counts "$iters" "$warmup" "$run_timeout"
 # Plots need Debian's matplotlib; the python3 first in PATH may not have it. Checked
 # now rather than after minutes of measuring.
 plot_python=/usr/bin/python3
-"$plot_python" -c 'import matplotlib' 2>/dev/null ||
-  usage_error "$plot_python has no matplotlib (apt-get install python3-matplotlib)"
+plot=1
+if ! "$plot_python" -c 'import matplotlib' 2>/dev/null; then
+  ((smoke)) || usage_error "$plot_python has no matplotlib (apt-get install python3-matplotlib)"
+  note "smoke: partly skipped: the plots: $plot_python has no matplotlib (apt-get install python3-matplotlib)"
+  plot=0
+fi
 
 # Everything but the --json lines goes to stdout only without --json.
 open_report "$json"
@@ -103,26 +116,34 @@ measure() {
   wait "$run_pid" || st=$?
   run_pid=
   line=$(grep -m1 '^{' "$tmp/run.out" || true)
+  # The run's record; a run that failed, or whose figures are missing or not positive
+  # numbers, is recorded with null figures and an error.
   rec=$(python3 - "$sweep" "$shards" "$w" "$(to_bytes "$s")" "$s" "$(to_bytes "$c")" "$c" \
     "$st" "$line" <<'PY'
-import json, sys
+import json, math, sys
 sweep, shards, w, b, size, cb, chunk, st, line = sys.argv[1:]
 rec = {"sweep": sweep, "shards": shards, "workers": int(w), "bytes": int(b), "size": size,
        "chunk_bytes": int(cb), "chunk": chunk}
-d = json.loads(line) if st == "0" and line else {}
-for k in ("median_ms", "p90_ms", "goodput_gbps"):
-    rec[k] = d.get(k)
-if rec["median_ms"] is None:
-    rec["error"] = f"exit {st}"
+try:
+    d = json.loads(line) if st == "0" and line else {}
+except ValueError:
+    d = {}
+keys = ("median_ms", "p90_ms", "goodput_gbps")
+good = all(isinstance(d.get(k), (int, float)) and math.isfinite(d[k]) and d[k] > 0 for k in keys)
+for k in keys:
+    rec[k] = d[k] if good else None
+if not good:
+    rec["error"] = f"exit {st}" if st != "0" else "no figures"
 print(json.dumps(rec))
 PY
   )
   echo "$rec" >>"$tmp/results.jsonl"
   ((json)) && echo "$rec"
-  if ((st)) || [[ -z $line ]]; then
+  if [[ $rec == *'"error"'* ]]; then
     if ((st == 124 || st == 137)); then note "timed out after ${run_timeout}s"; fi
     note "$sweep: shards $shards, W=$w S=$s C=$c failed (exit $st):"
-    tail -n 5 "$tmp/run.err" | sed 's/^/    /' >&2
+    if ((st)); then tail -n 5 "$tmp/run.err" | sed 's/^/    /' >&2
+    else note "    no usable figures in: ${line:-(no JSON line)}"; fi
     failures=$((failures + 1))
   else
     note "$sweep: shards $shards, W=$w S=$s C=$c: $line"
@@ -150,8 +171,17 @@ for n in $shard_counts; do
 done
 elapsed=$(($(date +%s) - started))
 
-"$plot_python" bench/plot_sweep.py "$tmp/results.jsonl" bench/sweep-chunk.png bench/sweep-cores.png \
-  --note "$(date -u +%Y-%m-%d), $(nproc) cores, loopback; $iters iterations after $warmup warm-up"
+plots=bench
+((smoke)) && plots=$tmp # plotted all the same, but not over the recorded figures
+if ((plot)); then
+  "$plot_python" bench/plot_sweep.py "$tmp/results.jsonl" "$plots/sweep-chunk.png" \
+    "$plots/sweep-cores.png" \
+    --note "$(date -u +%Y-%m-%d), $(nproc) cores, loopback; $iters iterations after $warmup warm-up"
+  for f in "$plots/sweep-chunk.png" "$plots/sweep-cores.png"; do
+    [[ $(head -c 8 "$f" 2>/dev/null | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
+      { note "plot_sweep.py wrote no PNG to $f"; exit 1; }
+  done
+fi
 
 machine="$(machine_facts); load average $load_start at the start, $(load_avg) at the end"
 python3 - "$tmp/results.jsonl" "$tmp/tables.txt" "$tmp/section.md" "$invocation" "$machine" \
@@ -233,8 +263,8 @@ PY
 cat "$tmp/tables.txt" >&3
 say ""
 say "command: $invocation"
-say "plots: bench/sweep-chunk.png bench/sweep-cores.png"
+((plot && !smoke)) && say "plots: bench/sweep-chunk.png bench/sweep-cores.png"
 say "took ${elapsed} s"
 update_results sweep "$tmp/section.md"
-say "written: bench/RESULTS.md"
+((smoke)) || say "written: bench/RESULTS.md"
 if ((failures)); then note "$failures run(s) failed"; exit 1; fi
