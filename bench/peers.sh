@@ -8,6 +8,7 @@
 #   bash bench/peers.sh [--workers "2 4 8"] [--bytes "4MiB 64MiB"] [--iters N]
 #                       [--warmup K] [--systems "rackweave-tcp rackweave-shm gloo
 #                       torch-gloo mpi-shm mpi-tcp"] [--timeout S] [--json]
+#                       [--smoke] [--build-dir DIR]
 #
 # Systems:
 #   rackweave-tcp  rw-bench comm through one rw-node --role rack-agg on 127.0.0.1
@@ -20,12 +21,18 @@
 # well under a minute here). Every run is bounded by --timeout seconds (default 300);
 # a system that fails or times out is reported on stderr and marked in its row.
 # With --json stdout carries only one JSON object per (system, W, S).
+# --smoke (see lib/common.sh): W = 2 at 1MiB, 2 iterations after 1 warm-up, every
+# system that can run here, and a failed one fails the script. It never installs the
+# peers' packages (hundreds of MiB; bench/setup-peers.sh --no-install only builds): a
+# peer whose packages are missing is left out with a "smoke: partly skipped:" line.
 set -uo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh" || exit 1
 cd "$(dirname "$0")/.." || exit 1
 
 invocation=$(invocation_of "$@")
+common_options "$@"
+set -- ${rest[@]+"${rest[@]}"}
 
 workers="2 4 8"
 sizes="4MiB 64MiB"
@@ -34,12 +41,13 @@ warmup=2
 systems="rackweave-tcp rackweave-shm gloo torch-gloo mpi-shm mpi-tcp"
 run_timeout=300
 json=0
+if ((smoke)); then workers=2 sizes=1MiB iters=2 warmup=1 run_timeout=120; fi
 while (($#)); do
   case $1 in
     --workers) workers=$2; shift 2 ;;
     --bytes) sizes=$2; shift 2 ;;
     --systems) systems=$2; shift 2 ;;
-    *) run_option 2,22 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    *) run_option 2,27 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 for s in $systems; do
@@ -81,16 +89,25 @@ run() {
 
 started=$(date +%s)
 load_start=$(load_avg)
-note "building RackWeave (apps/scripts/setup.sh) and the peers (bench/setup-peers.sh)"
 # A broken RackWeave build fails the rackweave-* systems (their rows say so), not the
 # whole run; stale binaries are never measured.
-rw_built=1 peers_built=1
-if ! run_limit=3600 run "$tmp/setup.log" "$tmp/setup.err" bash apps/scripts/setup.sh; then
-  tail -n 15 "$tmp/setup.log" "$tmp/setup.err" >&2
-  note "apps/scripts/setup.sh failed: the rackweave-* systems are marked failed"
-  rw_built=0
+rw_built=1 peers_built=1 peers_missing=""
+if ((!build_given)); then
+  note "building RackWeave (apps/scripts/setup.sh)"
+  if ! run_limit=3600 run "$tmp/setup.log" "$tmp/setup.err" bash apps/scripts/setup.sh; then
+    tail -n 15 "$tmp/setup.log" "$tmp/setup.err" >&2
+    note "apps/scripts/setup.sh failed: the rackweave-* systems are marked failed"
+    rw_built=0
+  fi
 fi
-if ! run_limit=3600 run "$tmp/setup-peers.log" "$tmp/setup-peers.err" bash bench/setup-peers.sh; then
+peer_setup=(bash bench/setup-peers.sh "$build")
+((smoke)) && peer_setup=(bash bench/setup-peers.sh --no-install "$build")
+note "building the peers (${peer_setup[*]})"
+run_limit=3600 run "$tmp/setup-peers.log" "$tmp/setup-peers.err" "${peer_setup[@]}"
+peers_rc=$?
+if ((smoke && peers_rc == 3)); then
+  peers_missing=$(tail -n 1 "$tmp/setup-peers.err")
+elif ((peers_rc)); then
   tail -n 15 "$tmp/setup-peers.log" "$tmp/setup-peers.err" >&2
   note "bench/setup-peers.sh failed: gloo, mpi-shm and mpi-tcp are marked failed"
   peers_built=0
@@ -112,7 +129,7 @@ for s in $systems; do
     rackweave-shm)
       if ((!rw_built)); then
         active+=("$s")   # fails below, reported in every row
-      elif build/apps/rw-bench comm --help 2>/dev/null | grep -q -- '--transport'; then
+      elif "$build/apps/rw-bench" comm --help 2>/dev/null | grep -q -- '--transport'; then
         active+=("$s")
       else
         note "skipping rackweave-shm: rw-bench comm has no --transport option yet"
@@ -120,20 +137,31 @@ for s in $systems; do
       fi ;;
     torch-gloo)
       if [[ -n $torch_python ]]; then active+=("$s")
+      elif ((smoke)); then
+        note "smoke: partly skipped: torch-gloo: no python3 with torch.distributed (gloo) found"
+        skipped+="torch-gloo (no python3 with torch.distributed gloo); "
       else
         note "skipping torch-gloo: no python3 with torch.distributed (gloo) found"
         skipped+="torch-gloo (no python3 with torch.distributed gloo); "
       fi ;;
+    gloo|mpi-shm|mpi-tcp)
+      if [[ -n $peers_missing ]]; then
+        note "smoke: partly skipped: $s: $peers_missing"
+        skipped+="$s (its packages are not installed); "
+      else active+=("$s"); fi ;;
     *) active+=("$s") ;;
   esac
 done
-((${#active[@]})) || { note "no system to run"; exit 1; }
+if ((!${#active[@]})); then
+  ((smoke)) && skip_smoke "none of the systems ($systems) can run here: ${skipped%; }"
+  note "no system to run"; exit 1
+fi
 
 need_node=0
 for s in "${active[@]}"; do [[ $s == rackweave-* ]] && ((rw_built)) && need_node=1; done
 address=
 if ((need_node)); then
-  build/apps/rw-node --role rack-agg --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" \
+  "$build/apps/rw-node" --role rack-agg --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" \
     --log-level warn 2>"$tmp/node.log" &
   node_pid=$!
   wait_for_port "$tmp/port" "$node_pid" ||
@@ -157,6 +185,8 @@ for line in open(path):
         verified += 1
 if sorted(ranks) != list(range(w)) or any(len(t) != n for t in ranks.values()) or not verified:
     sys.exit(f"expected {w} ranks x {n} times and VERIFIED 1, got ranks {sorted(ranks)}")
+if not all(math.isfinite(x) and x > 0 for t in ranks.values() for x in t):
+    sys.exit(f"a time is not a positive number: {ranks}")
 steps = sorted(max(t[i] for t in ranks.values()) for i in range(n))
 pct = lambda p: steps[min(max(math.ceil(p * n) - 1, 0), n - 1)]
 print(f"{pct(0.5):.3f} {pct(0.9):.3f}")
@@ -181,19 +211,22 @@ measure() {
       else
         local extra=()
         [[ $sys == rackweave-shm ]] && extra=(--transport shm)
-        run "$out" "$err" build/apps/rw-bench comm --connect "$address" --workers "$w" \
+        run "$out" "$err" "$build/apps/rw-bench" comm --connect "$address" --workers "$w" \
           --bytes "$b" --iters "$iters" --warmup "$warmup" --json \
           --timeout-s $((run_timeout - 10 > 0 ? run_timeout - 10 : run_timeout)) "${extra[@]}" || rc=$?
         if ((rc == 0)); then
           line=$(grep -m1 '^{' "$out")
-          res=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.3f %.3f" % (d["median_ms"], d["p90_ms"]))' "$line" 2>>"$err") || rc=1
+          res=$(python3 -c 'import json, math, sys
+d = json.loads(sys.argv[1]); m, p = d["median_ms"], d["p90_ms"]
+assert all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in (m, p)), d
+print("%.3f %.3f" % (m, p))' "$line" 2>>"$err") || rc=1
         fi
       fi ;;
     gloo)
       mkdir -p "$tmp/store.$w.$b"
       local pids=() r
       for ((r = 0; r < w; r++)); do
-        timeout -k 10 "$run_timeout" build/peers/gloo-allreduce --rank "$r" --size "$w" \
+        timeout -k 10 "$run_timeout" "$build/peers/gloo-allreduce" --rank "$r" --size "$w" \
           --bytes "$b" --iters "$iters" --warmup "$warmup" --store "$tmp/store.$w.$b" \
           >"$out.$r" 2>"$err.$r" </dev/null &
         pids+=($!)
@@ -219,7 +252,7 @@ measure() {
       [[ $sys == mpi-tcp ]] &&
         mca=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
       run "$out" "$err" mpirun --allow-run-as-root --oversubscribe -np "$w" "${mca[@]}" \
-        build/peers/mpi-allreduce --bytes "$b" --iters "$iters" --warmup "$warmup" || rc=$? ;;
+        "$build/peers/mpi-allreduce" --bytes "$b" --iters "$iters" --warmup "$warmup" || rc=$? ;;
   esac
   if ((rc == 0)) && [[ $sys != rackweave-* ]]; then
     res=$(stats "$out" "$w" 2>>"$err") || rc=1
@@ -399,6 +432,9 @@ else
 fi
 say "took ${elapsed} s"
 
+if ((smoke)) && grep -q '"error"' "$tmp/results.jsonl"; then
+  note "smoke: a system failed (see above)"; exit 1
+fi
 results=bench/RESULTS.md
 update_results peers "$tmp/section.md" || { note "could not write $results"; exit 1; }
-say "written: $results"
+((smoke)) || say "written: $results"

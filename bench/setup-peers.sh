@@ -46,12 +46,14 @@ if ((${#missing[@]} && install)); then
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 elif ((${#missing[@]})); then
+  needed=()
   for p in "${build_packages[@]}"; do
-    if [[ " ${missing[*]} " == *" $p "* ]]; then
-      echo "setup-peers: not installed: ${missing[*]} (bash bench/setup-peers.sh installs them)" >&2
-      exit 3
-    fi
+    if [[ " ${missing[*]} " == *" $p "* ]]; then needed+=("$p"); fi
   done
+  if ((${#needed[@]})); then
+    echo "setup-peers: not installed: ${needed[*]} (bash bench/setup-peers.sh installs them)" >&2
+    exit 3
+  fi
 fi
 
 cmake -S bench/peers -B "$build_dir/peers" -DCMAKE_BUILD_TYPE=Release >/dev/null
