@@ -9,6 +9,8 @@ set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
 
+take_smoke "$@"
+set -- ${smoke_args[@]+"${smoke_args[@]}"}
 workers="2 4"
 sizes="64MiB"
 iters=10
@@ -21,8 +23,9 @@ while (($#)); do
     *) echo "comm.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+if ((smoke)); then workers=2 sizes=1MiB iters=2; fi
 
-bash apps/scripts/setup.sh >/dev/null
+build_tree
 tmp=$(mktemp -d)
 node_pid=
 cleanup() { release ${node_pid:+"$node_pid"}; }
@@ -42,6 +45,7 @@ for w in $workers; do
     echo "$line" >>"$tmp/results.jsonl"
     read -r med p90 gbps ver < <(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["median_ms"], d["p90_ms"], d["goodput_gbps"], str(d["verified"]).lower())' "$line")
     printf '%-8s %-8s %10s %10s %14s %9s\n' "$w" "$s" "$med" "$p90" "$gbps" "$ver"
+    [[ $ver == true ]] || { note "rw-bench did not verify its result: $line"; exit 1; }
     rows+=("| $w | $s | $med | $p90 | $gbps | $ver |")
   done
 done

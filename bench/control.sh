@@ -12,6 +12,8 @@ set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
 
+take_smoke "$@"
+set -- ${smoke_args[@]+"${smoke_args[@]}"}
 requests=300 # create + status + delete cycles per shell session
 joins=30     # worker processes per kind of join per round
 rounds=3
@@ -24,11 +26,12 @@ while (($#)); do
     *) usage_error "unknown option $1" ;;
   esac
 done
+if ((smoke)); then requests=5 joins=2 rounds=1; fi
 for v in requests joins rounds; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || usage_error "--$v must be a positive integer, not '${!v}'"
 done
 
-bash apps/scripts/setup.sh >/dev/null
+build_tree
 tmp=$(mktemp -d)
 node_pid=
 cleanup() { release ${node_pid:+"$node_pid"}; }
@@ -108,4 +111,4 @@ printf '%-34s %s\n' "shell request (median of $rounds)" "$req us" \
   echo "<!-- control:end -->"
 } >"$tmp/section.md"
 update_results control "$tmp/section.md"
-echo "written: bench/RESULTS.md"
+((smoke)) || echo "written: bench/RESULTS.md"

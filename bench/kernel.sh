@@ -8,8 +8,11 @@ set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$(dirname "$0")/.."
-args=("$@")
-bash apps/scripts/setup.sh >/dev/null
+take_smoke "$@"
+set -- ${smoke_args[@]+"${smoke_args[@]}"}
+args=(${smoke_args[@]+"${smoke_args[@]}"})
+if ((smoke)); then args+=(--bytes 1MiB --reps 3); fi
+build_tree
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # One run: the table and the verdict come from the same measurements.
@@ -50,4 +53,4 @@ cpu=$(cpu_model)
   echo "<!-- kernel:end -->"
 } >"$tmp/section.md"
 update_results kernel "$tmp/section.md"
-echo "written: bench/RESULTS.md"
+((smoke)) || echo "written: bench/RESULTS.md"

@@ -48,6 +48,7 @@ while (($#)); do
   esac
 done
 agg_rate=${agg_rate:-$rate}
+if ((smoke)); then size=1MiB iters=2 warmup=1 run_timeout=60; fi
 
 rate_bps() { # a tc rate (1gbit, 2.5gbit, 800mbit, 1gibit) -> bit/s
   local r=${1,,}
@@ -68,7 +69,13 @@ agg_bps=$(rate_bps "$agg_rate") || usage_error "bad --agg-rate $agg_rate"
 [[ $agg_links =~ ^[1-9][0-9]*$ ]] && ((agg_links <= 254)) ||
   usage_error "--agg-links takes 1..254"
 check_run_counts "$iters" "$warmup" "$run_timeout"
-((EUID == 0)) || usage_error "needs root (ip netns, tc)"
+((EUID == 0)) || { ((smoke)) && skip_smoke "needs root (ip netns, tc)"; usage_error "needs root (ip netns, tc)"; }
+# Whether this machine lets us make network namespaces at all (containers may not).
+probe_ns="rwb-$$-probe"
+if ! ip netns add "$probe_ns" 2>/dev/null; then
+  skip_smoke "network namespaces are not permitted here (ip netns add failed)"
+fi
+ip netns del "$probe_ns"
 
 # Everything but the --json lines goes to stdout only without --json.
 open_report "$json"
@@ -104,7 +111,7 @@ set_exit_traps cleanup
 
 snapshot_rackweave "$tmp/bin" comm-worker
 gloo=build/peers/gloo-allreduce
-[[ -x $gloo ]] || { note "$gloo is missing: run bash bench/setup-peers.sh"; exit 1; }
+[[ -x $gloo ]] || skip_smoke "$gloo is missing: run bash bench/setup-peers.sh"
 if [[ $("$gloo" --host 127.0.0.1 2>&1 || true) == *"unknown argument"* ]]; then
   note "$gloo has no --host option: rebuild it (cmake --build build/peers)"; exit 1
 fi
@@ -177,18 +184,22 @@ wait_ranks() {
   return "$rc"
 }
 # step_stats TAG FILE...: per iteration the slowest rank, then "median p90" over the
-# iterations (percentiles as rw-bench computes them). TAG is the line's first word
-# (RESULT: "RESULT ok t1..", RANK: "RANK r t1..").
+# iterations (percentiles as rw-bench computes them). TAG is the line's first word:
+# rw-bench comm-worker prints "RESULT verified iterations max_staleness t1..", Gloo's
+# and torch's peers "RANK r t1..". A rank that timed more iterations than the run asked
+# for (a non-pacing worker's last one) counts only its first n.
 step_stats() {
   python3 - "$iters" "$@" <<'PY'
 import math, sys
 n, tag, paths = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 ranks = []
 for p in paths:
-    times = [l.split()[2:] for l in open(p) if l.split()[:1] == [tag]]
-    if len(times) != 1 or len(times[0]) != n:
-        sys.exit(f"{p}: expected one {tag} line with {n} times")
-    ranks.append([float(t) for t in times[0]])
+    skip = 4 if tag == "RESULT" else 2
+    times = [l.split()[skip:] for l in open(p) if l.split()[:1] == [tag]]
+    if len(times) != 1 or len(times[0]) < n:
+        sys.exit(f"{p}: expected one {tag} line with {n} times, got "
+                 + (f"{len(times[0])}" if len(times) == 1 else f"{len(times)} lines"))
+    ranks.append([float(t) for t in times[0][:n]])
 steps = sorted(max(r[i] for r in ranks) for i in range(n))
 pct = lambda q: steps[min(max(math.ceil(q * n) - 1, 0), n - 1)]
 print(f"{pct(0.5):.3f} {pct(0.9):.3f}")
@@ -211,8 +222,10 @@ say "rack: $workers worker hosts on $rate links, 1 rack-agg host on $agg_links x
 listens=()
 for ((k = 0; k < agg_links; k++)); do listens+=(--listen "$(agg_addr "$k"):$port"); done
 node_args=(--role rack-agg --open-jobs "${listens[@]}" --log-level warn)
+# Rank 0 paces the run: the others stop once it has created the stop file.
 worker_args=(--connect "$(agg_addr 0):$port" --workers "$workers" --bytes "$bytes"
-  --iters "$iters" --warmup "$warmup" --chunk-bytes "$chunk" --job "netns-$$")
+  --iters "$iters" --warmup "$warmup" --chunk-bytes "$chunk" --job "netns-$$"
+  --stop-file "$tmp/rw.stop")
 timeout -k 5 $((2 * run_timeout)) ip netns exec "$agg_ns" "$tmp/bin/rw-node" "${node_args[@]}" \
   --port-file "$tmp/port" >"$tmp/node.log" 2>&1 </dev/null &
 node_pid=$!
@@ -331,5 +344,5 @@ PY
 
 cat "$tmp/table.txt" >&3
 update_results netns "$tmp/section.md"
-say "written: bench/RESULTS.md"
+((smoke)) || say "written: bench/RESULTS.md"
 if grep -q FAIL "$tmp/results"; then exit 1; fi

@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 
 # async by default: there the fast workers keep pushing, so pushes queue at the shards
 # and their order matters; under SSP with a small bound they mostly wait for the laggard.
+take_smoke "$@"
+set -- ${smoke_args[@]+"${smoke_args[@]}"}
 pairs=5 workers=6 bytes=8MiB iters=30 consistency=async straggler=1:30ms
 invocation=$(invocation_of "$@")
 while (($#)); do
@@ -27,10 +29,11 @@ while (($#)); do
     *) usage_error "unknown option $1" ;;
   esac
 done
+if ((smoke)); then pairs=1 workers=3 bytes=1MiB iters=4 straggler=1:5ms; fi
 [[ $pairs =~ ^[1-9][0-9]?$ ]] || usage_error "--pairs must be 1..99"
 laggard=${straggler%%:*}
 
-bash apps/scripts/setup.sh >/dev/null
+build_tree
 tmp=$(mktemp -d)
 node_pid=
 cleanup() { release ${node_pid:+"$node_pid"}; }
@@ -98,4 +101,4 @@ echo "command: $invocation"
   echo "<!-- priority:end -->"
 } >"$tmp/section.md"
 update_results priority "$tmp/section.md"
-echo "written: bench/RESULTS.md"
+((smoke)) || echo "written: bench/RESULTS.md"

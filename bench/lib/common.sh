@@ -6,6 +6,36 @@
 #
 #   source "$(dirname "$0")/lib/common.sh"
 
+# Smoke mode (--smoke, which every script takes): a short run on tiny sizes, so the
+# test suite (tests/bench_smoke.cmake) runs every benchmark's whole path, its readers of
+# every output included, without writing bench/RESULTS.md or plots. A script that
+# cannot run here in smoke mode (no root, no peers built) says why and exits 77,
+# which ctest counts as skipped.
+smoke=0
+smoke_skip=77
+
+# take_smoke ARG...: sets smoke=1 if --smoke is among ARG..., and smoke_args=(the rest).
+take_smoke() {
+  smoke_args=()
+  local a
+  for a; do
+    if [[ $a == --smoke ]]; then smoke=1; else smoke_args+=("$a"); fi
+  done
+}
+
+# skip_smoke TEXT...: in smoke mode, says why the run is skipped and exits 77; else
+# says TEXT as an error and exits 1.
+skip_smoke() {
+  if ((smoke)); then note "smoke: skipped: $*"; exit "$smoke_skip"; fi
+  note "$@"; exit 1
+}
+
+# build_tree: builds RackWeave (apps/scripts/setup.sh), except in smoke mode, where the
+# test suite has just built it and another build would race with the running tests.
+build_tree() {
+  ((smoke)) || bash apps/scripts/setup.sh >/dev/null
+}
+
 # say TEXT...: a report line, to fd 3 (stdout, or stderr under --json: see open_report).
 say() { printf '%s\n' "$*" >&3; }
 
@@ -39,6 +69,7 @@ run_option() {
     --warmup) warmup=$2; shifted=2 ;;
     --timeout) run_timeout=$2; shifted=2 ;;
     --json) json=1; shifted=1 ;;
+    --smoke) smoke=1; shifted=1 ;;
     -h|--help) sed -n "${help}p" "$0"; exit 0 ;;
     *) usage_error "unknown option $1" ;;
   esac
@@ -165,5 +196,18 @@ load_avg() { cut -d' ' -f1-3 /proc/loadavg; }
 # machine_facts: "N cores (CPU), M GiB RAM, KERNEL", the start of a RESULTS.md machine line.
 machine_facts() { echo "$(nproc) cores ($(cpu_model)), $(mem_gib) RAM, $(uname -sr)"; }
 
-# update_results NAME FILE: replaces (or appends) the NAME section of bench/RESULTS.md with FILE.
-update_results() { python3 bench/lib/update_results.py bench/RESULTS.md "$1" "$2"; }
+# update_results NAME FILE: replaces (or appends) the NAME section of bench/RESULTS.md with
+# FILE. In smoke mode it updates a scratch copy instead, and checks the section is there.
+update_results() {
+  if ((smoke)); then
+    local copy
+    copy=$(mktemp)
+    cp bench/RESULTS.md "$copy"
+    python3 bench/lib/update_results.py "$copy" "$1" "$2" &&
+      grep -q "<!-- $1:begin -->" "$copy" || { rm -f "$copy"; note "smoke: the $1 section was not written"; return 1; }
+    rm -f "$copy"
+    note "smoke: the $1 section is well formed; bench/RESULTS.md left alone"
+    return 0
+  fi
+  python3 bench/lib/update_results.py bench/RESULTS.md "$1" "$2"
+}
