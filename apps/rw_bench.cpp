@@ -137,20 +137,27 @@ void fill_grad(float* g, size_t n, const std::vector<float>& base, uint32_t it) 
     g[i] = base[i] + shift;
 }
 
+// The benchmark's job, as the coordinator creates it (no tensors: workers declare them).
+rw::job_spec bench_spec(const comm_args& a) {
+  rw::job_spec spec;
+  spec.name = a.job;
+  spec.num_workers = a.workers;
+  spec.chunk_bytes = static_cast<uint32_t>(rw::tools::parse_bytes(a.chunk_text));
+  spec.optimizer.kind = rw::optimizer_kind::sum;
+  spec.consistency = rw::parse_consistency(a.consistency);
+  return spec;
+}
+
 int run_worker(const comm_args& a) {
   auto bytes = rw::tools::parse_bytes(a.bytes_text);
   auto elems = bytes / sizeof(float);
   rw::worker_options o;
   o.connect = a.connect;
   o.rank = a.rank;
-  o.job.name = a.job;
-  o.job.num_workers = a.workers;
-  o.job.chunk_bytes = static_cast<uint32_t>(rw::tools::parse_bytes(a.chunk_text));
-  o.job.optimizer.kind = rw::optimizer_kind::sum;
+  o.job = bench_spec(a);
   o.job.tensors = {{"gradient", elems, false}};
   o.transport = a.transport;
   o.token = read_token(a.token_file);
-  o.job.consistency = rw::parse_consistency(a.consistency);
   auto straggler = parse_straggler(a.straggler, a.workers);
   // The pacing worker runs the iterations asked for; the others run until it is done.
   bool pacer = static_cast<int>(a.rank) == (straggler.rank >= 0 ? straggler.rank : 0);
@@ -261,11 +268,7 @@ int run_driver(comm_args a, const std::string& command) {
     rw::bench::cluster_job_request req;
     req.connect = a.connect;
     req.secret_file = a.secret_file;
-    req.spec.name = a.job;
-    req.spec.num_workers = a.workers;
-    req.spec.chunk_bytes = static_cast<uint32_t>(rw::tools::parse_bytes(a.chunk_text));
-    req.spec.optimizer.kind = rw::optimizer_kind::sum;
-    req.spec.consistency = model;
+    req.spec = bench_spec(a);
     req.worker_racks = racks;
     req.reduction = a.reduction;
     job = std::make_unique<rw::bench::cluster_job>(req);

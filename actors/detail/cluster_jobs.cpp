@@ -136,6 +136,22 @@ std::vector<uint32_t> others(const job_entry& j, uint32_t but) {
   return out;
 }
 
+// After asking every node of job `it` points at: true if the job still exists and every
+// node answered; otherwise answers `rp` with why and returns false.
+template <class Promise>
+bool answered_by_all(cluster_ptr self, Promise& rp, std::map<uint32_t, job_entry>::iterator it,
+                     const std::vector<std::string>& failures) {
+  if (it == self->state.jobs.end()) {
+    rp.deliver(cluster_error(errc::unknown_job, "the job was deleted meanwhile"));
+    return false;
+  }
+  if (!failures.empty()) {
+    rp.deliver(cluster_error(errc::unavailable, fmt::format("{}", fmt::join(failures, "; "))));
+    return false;
+  }
+  return true;
+}
+
 job_layout layout_of(const std::vector<const member*>& nodes, const std::string& reduction) {
   job_layout l;
   l.reduction = reduction;
@@ -240,15 +256,8 @@ caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
     [self, rp, id](std::vector<std::pair<uint32_t, job_event>>& answers,
                    std::vector<std::string>& failures) mutable {
       auto it = self->state.jobs.find(id);
-      if (it == self->state.jobs.end()) {
-        rp.deliver(cluster_error(errc::unknown_job, "the job was deleted meanwhile"));
+      if (!answered_by_all(self, rp, it, failures))
         return;
-      }
-      if (!failures.empty()) {
-        rp.deliver(cluster_error(errc::unavailable,
-                                 fmt::format("{}", fmt::join(failures, "; "))));
-        return;
-      }
       auto& r = it->second.report;
       std::vector<const std::vector<rank_report>*> parts;
       for (auto& [node, ev] : answers) {
@@ -289,15 +298,8 @@ caf::result<job_report> stop_job(cluster_ptr self, const std::string& name) {
     self, live, "did not stop the job",
     [self, rp, id](auto&, std::vector<std::string>& failures) mutable {
       auto it = self->state.jobs.find(id);
-      if (it == self->state.jobs.end()) {
-        rp.deliver(cluster_error(errc::unknown_job, "the job was deleted meanwhile"));
+      if (!answered_by_all(self, rp, it, failures))
         return;
-      }
-      if (!failures.empty()) {
-        rp.deliver(cluster_error(errc::unavailable,
-                                 fmt::format("{}", fmt::join(failures, "; "))));
-        return;
-      }
       mark_ended(it->second, "stopped", stopped_by_operator);
       spdlog::info("job stopped: job='{}' id={}", it->second.report.name, id);
       rp.deliver(it->second.report);
