@@ -162,8 +162,6 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
         fail_with("the NIC pollers failed to start"));
     check();
   }
-  for (auto& sup : supervisors_)
-    self->send(sup, peers_atom::value, coordinator_, pollers_);
   std::string shm_where = "off";
   if (cfg.shm) {
     auto shm_ep = std::make_shared<transports::shm::endpoint>();
@@ -181,6 +179,13 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                  shm_ep->bell_name());
     shm_where = fmt::format("{} (cpu {})", shm_ep->describe(), s.core.os_cpu);
   }
+  // Every poller, the shared-memory one included, hears of a restarted shard: one left
+  // out would keep routing its workers' chunks to the dead shard.
+  auto every_poller = pollers_;
+  if (shm_poller_)
+    every_poller.push_back(shm_poller_);
+  for (auto& sup : supervisors_)
+    self->send(sup, peers_atom::value, coordinator_, every_poller);
 
   spdlog::info("node up: name={} role={} rack={} shards={} endpoints=[{}] kernels={} "
                "pinned={} priority={} step_timeout_ms={} io_timeout_ms={} "

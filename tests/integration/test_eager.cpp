@@ -22,7 +22,7 @@ worker_options options(const std::string& address, const std::string& job, uint3
 
 } // namespace
 
-TEST_CASE("subscribers get every new version without asking; chunks report readiness",
+TEST_CASE("subscribers get every new version without asking, and chunks report readiness",
           "[integration][eager]") {
   testing::node_process node;
   for (std::string transport : {"tcp", "shm"}) {

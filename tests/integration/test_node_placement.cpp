@@ -101,7 +101,7 @@ TEST_CASE("with pinning off (--no-pin), threads are left to the OS", "[integrati
   node.stop();
 }
 
-TEST_CASE("the supervisor restarts a failed shard; its jobs fail, new jobs run",
+TEST_CASE("the supervisor restarts a failed shard: its jobs fail, new jobs run",
           "[integration][placement]") {
   caf::actor_system_config cfg;
   actors::register_cluster_types(cfg);

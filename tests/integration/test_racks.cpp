@@ -190,7 +190,7 @@ TEST_CASE("bad placements are refused at create, naming what is wrong",
   INFO(err);
 }
 
-TEST_CASE("a node that dies mid-job fails the job, naming the node; nobody hangs",
+TEST_CASE("a node that dies mid-job fails the job, naming the node, and nobody hangs",
           "[integration][racks]") {
   rack_cluster c{{"a", "b"}};
   std::string err;

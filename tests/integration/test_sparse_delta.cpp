@@ -19,7 +19,7 @@ worker_options options(const std::string& address, const std::string& job, uint3
 
 } // namespace
 
-TEST_CASE("dense and sparse pushes combine exactly; pulls of changes send only changes",
+TEST_CASE("dense and sparse pushes combine exactly, and pulls of changes send only changes",
           "[integration][sparse]") {
   testing::node_process node;
   for (std::string transport : {"tcp", "shm"}) {

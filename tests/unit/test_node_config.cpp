@@ -34,7 +34,7 @@ struct parsed {
 
 } // namespace
 
-TEST_CASE("a TOML file sets keys; flags on the command line win", "[config]") {
+TEST_CASE("a TOML file sets keys, and flags on the command line win", "[config]") {
   auto path = write_temp("[node]\nlisten = \"127.0.0.1:9000\"\nlog_level = \"debug\"\n"
                          "[timeouts]\nstep_ms = 1500\n");
   parsed p{{"--config", path, "--log-level", "warn"}};
