@@ -13,6 +13,7 @@
 #   bash bench/netns.sh [--workers W] [--bytes S] [--iters N] [--warmup K]
 #                       [--rate R] [--agg-rate R] [--agg-links K] [--chunk-bytes C]
 #                       [--verify] [--timeout S] [--json] [--smoke] [--build-dir DIR]
+#   bash bench/netns.sh --racks R ...   several racks and a core: bench/netns-racks.sh
 #
 # Defaults: 4 workers, 16MiB, 10 timed iterations after 2 warm-up, worker links 1gbit,
 # agg links as fast as worker links, 2 agg links, 32KiB chunks, 120 s per run. Rates
@@ -26,8 +27,19 @@
 # iterations after 1 warm-up, verified; skipped where network namespaces cannot be
 # made (not root, or ip netns add fails); Gloo left out when its packages are missing.
 set -euo pipefail
+# --racks N (N >= 2): several racks and an oversubscribed core, bench/netns-racks.sh.
+for ((i = 1; i <= $#; i++)); do
+  if [[ ${!i} == --racks ]]; then
+    j=$((i + 1))
+    if [[ ${!j:-} != 1 ]]; then exec bash "$(dirname "$0")/netns-racks.sh" "$@"; fi
+    set -- "${@:1:i-1}" "${@:j+1}" # --racks 1: this one rack
+    break
+  fi
+done
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
+# shellcheck source=lib/netns.sh
+source "$(dirname "$0")/lib/netns.sh"
 cd "$(dirname "$0")/.."
 
 invocation=$(invocation_of "$@")
@@ -55,19 +67,11 @@ while (($#)); do
     --agg-links) agg_links=$2; shift 2 ;;
     --chunk-bytes) chunk=$2; shift 2 ;;
     --verify) verify=1; shift ;;
-    *) run_option 2,27 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    *) run_option 2,28 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 agg_rate=${agg_rate:-$rate}
 
-rate_bps() { # a tc rate (1gbit, 2.5gbit, 800mbit, 1gibit) -> bit/s
-  local r=${1,,}
-  [[ $r =~ ^([0-9]+(\.[0-9]+)?)([kmgt]i?)?bit$ ]] || return 1
-  awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[3]}" 'BEGIN {
-    m["k"] = 1e3; m["m"] = 1e6; m["g"] = 1e9; m["t"] = 1e12
-    m["ki"] = 2^10; m["mi"] = 2^20; m["gi"] = 2^30; m["ti"] = 2^40
-    v = n * (u == "" ? 1 : m[u]); if (v < 1) exit 1; printf "%.0f\n", v }'
-}
 bytes=$(to_bytes "$size") && ((bytes > 0 && bytes % 4 == 0)) ||
   usage_error "bad --bytes $size (a positive multiple of 4 bytes, e.g. 16MiB)"
 to_bytes "$chunk" >/dev/null || usage_error "bad --chunk-bytes $chunk (e.g. 32KiB)"
@@ -143,21 +147,6 @@ if ((run_gloo)); then
     note "$gloo has no --host option: rebuild it (cmake --build $build/peers)"; exit 1
   fi
 fi
-
-# The rack. tbf: burst of 1 ms at the rate but at least one 64 KiB GSO packet (so the
-# bucket never has to split one); 10 ms of queue before it drops. The report's bounds
-# use the same burst.
-burst_of() { echo $(($1 / 8000 > 65536 ? $1 / 8000 : 65536)); } # BPS -> bucket bytes
-shape() { # NS DEV BPS
-  local burst
-  burst=$(burst_of "$3")
-  tc -n "$1" qdisc replace dev "$2" root tbf rate "${3}bit" burst "$burst" latency 10ms
-}
-add_ns() {
-  ip netns add "$1"
-  namespaces+=("$1")
-  ip -n "$1" link set lo up
-}
 ip -n "$switch_ns" link add br0 type bridge
 ip -n "$switch_ns" link set br0 up
 # add_link NS PORT DEV ADDR BPS: a veth from the switch (PORT, on the bridge) to host NS
@@ -187,80 +176,6 @@ for ((i = 0; i < workers; i++)); do
   add_link "$(worker_ns "$i")" "w$i" eth0 "$(worker_addr "$i")" "$worker_bps"
 done
 
-# launch OUT NS CMD...: CMD in namespace NS, in the background, bounded by --timeout.
-launch() {
-  local out=$1 ns=$2; shift 2
-  timeout -k 5 "$run_timeout" ip netns exec "$ns" "$@" >"$out" 2>"$out.err" </dev/null &
-  run_pids+=($!)
-}
-# wait_ranks: waits for every run_pids entry; the first to fail stops the others.
-# Returns that first failure's status.
-wait_ranks() {
-  local rc=0 st pid left=("${run_pids[@]}") keep p
-  while ((${#left[@]})); do
-    st=0 pid=
-    wait -n -p pid "${left[@]}" || st=$?
-    [[ -n $pid ]] || break
-    keep=()
-    for p in "${left[@]}"; do [[ $p == "$pid" ]] || keep+=("$p"); done
-    left=("${keep[@]}")
-    if ((st)); then
-      rc=$st
-      stop_pids "${left[@]}"
-      break
-    fi
-  done
-  run_pids=()
-  return "$rc"
-}
-# step_stats TAG FILE...: per iteration the slowest rank, then "median p90" over the
-# iterations (percentiles as rw-bench computes them). Each FILE is one rank's stdout:
-#   RESULT: rw-bench comm-worker, "RESULT verified iterations max_staleness t_1 .. t_N"
-#           (verified is 1 only under --verify; iterations counts the warm-up ones)
-#   RANK:   gloo-allreduce, "RANK r t_1 .. t_N" then "VERIFIED 1"
-# Fails, saying why, unless every rank timed exactly N iterations (and ran warm-up + N)
-# and, for Gloo, and for RackWeave when verify is 1, checked its results.
-step_stats() {
-  python3 - "$iters" "$warmup" "$verify" "$@" <<'PY'
-import math, sys
-n, warm, verify = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
-tag, paths = sys.argv[4], sys.argv[5:]
-ranks = []
-for p in paths:
-    lines = [l.split() for l in open(p)]
-    found = [f for f in lines if f[:1] == [tag]]
-    if len(found) != 1:
-        sys.exit(f"{p}: expected one {tag} line, found {len(found)}")
-    f = found[0]
-    try:
-        if tag == "RESULT":
-            ok, ran, times = f[1] == "1", int(f[2]), [float(t) for t in f[4:]]
-            if ran != warm + n:
-                sys.exit(f"{p}: ran {ran} iterations, not {warm} + {n}")
-            if verify and not ok:
-                sys.exit(f"{p}: the results were not verified")
-        else:
-            times = [float(t) for t in f[2:]]
-            if ["VERIFIED", "1"] not in lines:
-                sys.exit(f"{p}: no VERIFIED 1 line")
-    except (IndexError, ValueError) as e:
-        sys.exit(f"{p}: cannot read {' '.join(f)!r}: {e}")
-    if len(times) != n or not all(t > 0 for t in times):
-        sys.exit(f"{p}: expected {n} positive times, got {times}")
-    ranks.append(times)
-steps = sorted(max(r[i] for r in ranks) for i in range(n))
-pct = lambda q: steps[min(max(math.ceil(q * n) - 1, 0), n - 1)]
-print(f"{pct(0.5):.3f} {pct(0.9):.3f}")
-PY
-}
-failed() { # SYSTEM STATUS FILES...: says why a run failed, with the end of each log
-  local sys=$1 st=$2 f; shift 2
-  if ((st == 124 || st == 137)); then note "$sys: timed out after ${run_timeout}s"; fi
-  if ((st)); then note "$sys failed (exit $st):"; else note "$sys: its output is unreadable:"; fi
-  for f; do
-    if [[ -s $f ]]; then tail -n 5 "$f" | sed "s|^|    ${f##*/}: |" >&2; fi
-  done
-}
 
 say "rack: $workers worker hosts on $rate links, 1 rack-agg host on $agg_links x $agg_rate links, one bridge; $size per worker, $iters iterations after $warmup warm-up"
 : >"$tmp/results"

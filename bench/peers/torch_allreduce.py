@@ -39,7 +39,7 @@ def worker(a):
     from datetime import timedelta
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank,
+    dist.init_process_group("gloo", init_method=f"tcp://{a.master}:{a.port}", rank=a.rank,
                             world_size=a.size, timeout=timedelta(seconds=a.timeout_s))
     n = parse_bytes(a.bytes) // 4
     idx = torch.arange(n, dtype=torch.int64)
@@ -64,6 +64,8 @@ def worker(a):
             os._exit(3)
     dist.barrier()
     print(f"RANK {a.rank} " + " ".join(f"{x:.4f}" for x in times), flush=True)
+    if a.one_rank:
+        print("VERIFIED 1", flush=True)  # every iteration was checked above
     dist.destroy_process_group()
     return 0
 
@@ -114,7 +116,14 @@ def main():
     ap.add_argument("--timeout-s", type=int, default=280)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--master", default="127.0.0.1",
+                    help="with --one-rank: the host of rank 0, where ranks meet at --port")
+    ap.add_argument("--one-rank", action="store_true",
+                    help="run only rank --rank (one rank per host, as bench/netns-racks.sh "
+                         "does) and end with VERIFIED 1 once every result was checked")
     a = ap.parse_args()
+    if a.one_rank and (a.rank is None or a.port is None):
+        ap.error("--one-rank needs --rank and --port")
     if parse_bytes(a.bytes) % 4 or a.size < 1 or a.iters < 1:
         ap.error("--bytes must be a multiple of 4, --size and --iters at least 1")
     return worker(a) if a.rank is not None else launch(a)

@@ -1,0 +1,105 @@
+# shellcheck shell=bash
+# Helpers shared by the network-namespace benchmarks (netns.sh: one rack;
+# netns-racks.sh: several racks and a core). Sourced after lib/common.sh, never run.
+# They use the calling script's globals: namespaces (created so far, deleted on exit),
+# run_pids (ranks started and not yet reaped), run_timeout, iters, warmup and verify.
+
+rate_bps() { # a tc rate (1gbit, 2.5gbit, 800mbit, 1gibit) -> bit/s
+  local r=${1,,}
+  [[ $r =~ ^([0-9]+(\.[0-9]+)?)([kmgt]i?)?bit$ ]] || return 1
+  awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[3]}" 'BEGIN {
+    m["k"] = 1e3; m["m"] = 1e6; m["g"] = 1e9; m["t"] = 1e12
+    m["ki"] = 2^10; m["mi"] = 2^20; m["gi"] = 2^30; m["ti"] = 2^40
+    v = n * (u == "" ? 1 : m[u]); if (v < 1) exit 1; printf "%.0f\n", v }'
+}
+
+
+# The rack. tbf: burst of 1 ms at the rate but at least one 64 KiB GSO packet (so the
+# bucket never has to split one); 10 ms of queue before it drops. The report's bounds
+# use the same burst.
+burst_of() { echo $(($1 / 8000 > 65536 ? $1 / 8000 : 65536)); } # BPS -> bucket bytes
+shape() { # NS DEV BPS
+  local burst
+  burst=$(burst_of "$3")
+  tc -n "$1" qdisc replace dev "$2" root tbf rate "${3}bit" burst "$burst" latency 10ms
+}
+add_ns() {
+  ip netns add "$1"
+  namespaces+=("$1")
+  ip -n "$1" link set lo up
+}
+
+# launch OUT NS CMD...: CMD in namespace NS, in the background, bounded by --timeout.
+launch() {
+  local out=$1 ns=$2; shift 2
+  timeout -k 5 "$run_timeout" ip netns exec "$ns" "$@" >"$out" 2>"$out.err" </dev/null &
+  run_pids+=($!)
+}
+# wait_ranks: waits for every run_pids entry; the first to fail stops the others.
+# Returns that first failure's status.
+wait_ranks() {
+  local rc=0 st pid left=("${run_pids[@]}") keep p
+  while ((${#left[@]})); do
+    st=0 pid=
+    wait -n -p pid "${left[@]}" || st=$?
+    [[ -n $pid ]] || break
+    keep=()
+    for p in "${left[@]}"; do [[ $p == "$pid" ]] || keep+=("$p"); done
+    left=("${keep[@]}")
+    if ((st)); then
+      rc=$st
+      stop_pids "${left[@]}"
+      break
+    fi
+  done
+  run_pids=()
+  return "$rc"
+}
+# step_stats TAG FILE...: per iteration the slowest rank, then "median p90" over the
+# iterations (percentiles as rw-bench computes them). Each FILE is one rank's stdout:
+#   RESULT: rw-bench comm-worker, "RESULT verified iterations max_staleness t_1 .. t_N"
+#           (verified is 1 only under --verify; iterations counts the warm-up ones)
+#   RANK:   gloo-allreduce, "RANK r t_1 .. t_N" then "VERIFIED 1"
+# Fails, saying why, unless every rank timed exactly N iterations (and ran warm-up + N)
+# and, for Gloo, and for RackWeave when verify is 1, checked its results.
+step_stats() {
+  python3 - "$iters" "$warmup" "$verify" "$@" <<'PY'
+import math, sys
+n, warm, verify = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+tag, paths = sys.argv[4], sys.argv[5:]
+ranks = []
+for p in paths:
+    lines = [l.split() for l in open(p)]
+    found = [f for f in lines if f[:1] == [tag]]
+    if len(found) != 1:
+        sys.exit(f"{p}: expected one {tag} line, found {len(found)}")
+    f = found[0]
+    try:
+        if tag == "RESULT":
+            ok, ran, times = f[1] == "1", int(f[2]), [float(t) for t in f[4:]]
+            if ran != warm + n:
+                sys.exit(f"{p}: ran {ran} iterations, not {warm} + {n}")
+            if verify and not ok:
+                sys.exit(f"{p}: the results were not verified")
+        else:
+            times = [float(t) for t in f[2:]]
+            if ["VERIFIED", "1"] not in lines:
+                sys.exit(f"{p}: no VERIFIED 1 line")
+    except (IndexError, ValueError) as e:
+        sys.exit(f"{p}: cannot read {' '.join(f)!r}: {e}")
+    if len(times) != n or not all(t > 0 for t in times):
+        sys.exit(f"{p}: expected {n} positive times, got {times}")
+    ranks.append(times)
+steps = sorted(max(r[i] for r in ranks) for i in range(n))
+pct = lambda q: steps[min(max(math.ceil(q * n) - 1, 0), n - 1)]
+print(f"{pct(0.5):.3f} {pct(0.9):.3f}")
+PY
+}
+failed() { # SYSTEM STATUS FILES...: says why a run failed, with the end of each log
+  local sys=$1 st=$2 f; shift 2
+  if ((st == 124 || st == 137)); then note "$sys: timed out after ${run_timeout}s"; fi
+  if ((st)); then note "$sys failed (exit $st):"; else note "$sys: its output is unreadable:"; fi
+  for f; do
+    if [[ -s $f ]]; then tail -n 5 "$f" | sed "s|^|    ${f##*/}: |" >&2; fi
+  done
+}
