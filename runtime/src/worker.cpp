@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "actors/job_join.hpp"
 #include "actors/worker_link.hpp"
 #include "actors/worker_proxy.hpp"
 #include "runtime/credentials.hpp"
@@ -16,112 +17,6 @@
 
 namespace rw {
 
-namespace {
-
-using transports::frame_header;
-using transports::frame_kind;
-using transports::payload_target;
-
-// Receives the node's answer to the hello: a welcome or an error; or first a
-// challenge, answered with a proof of the token.
-class handshake_sink final : public transports::frame_sink {
-public:
-  /// With `want_challenge` (a hello with a token), a welcome that no challenge came
-  /// before is refused: the node did not check the token, so this is not that job.
-  handshake_sink(const std::string& token, const std::string& job, uint32_t rank,
-                 bool want_challenge)
-    : token_(token), job_(job), rank_(rank), want_challenge_(want_challenge) {
-  }
-
-  payload_target on_header(const transports::connection_ptr&,
-                           const frame_header& h) override {
-    if (h.kind != frame_kind::welcome && h.kind != frame_kind::error
-        && h.kind != frame_kind::challenge)
-      return payload_target::dropped();
-    buf.resize(h.payload_bytes);
-    return payload_target::into(buf.data());
-  }
-  void on_frame(const transports::connection_ptr& c, const frame_header& h,
-                payload_target& t) override {
-    if (t.action == payload_target::discard)
-      return;
-    std::string why;
-    if (h.kind == frame_kind::challenge) {
-      challenged_ = true;
-      answer(c, h, why);
-      return;
-    }
-    if (h.kind == frame_kind::welcome) {
-      if (want_challenge_ && !challenged_) {
-        fail(errc::unauthorized,
-             "the node admitted this worker to job '" + job_ + "' without checking its "
-             "token: that node runs an open job of that name, not the job the token "
-             "belongs to (check the job's node: rw.job_status(name).endpoints)");
-        return;
-      }
-      if (decode(buf.data(), buf.size(), welcome, why) == errc::ok)
-        answered = ok = true;
-      else
-        fail(errc::bad_frame, "undecodable welcome: " + why);
-      return;
-    }
-    transports::error_msg err;
-    if (decode(buf.data(), buf.size(), err, why) != errc::ok)
-      err = {errc::bad_frame, "undecodable error frame: " + why};
-    fail(err.code, err.message);
-  }
-  void on_closed(const transports::connection_ptr&, errc code,
-                 const std::string& why) override {
-    if (!answered)
-      fail(errc::io_error, "the node closed the connection during the hello: " + why);
-  }
-
-  // Proves the token: HMAC over the node's nonce (runtime/credentials).
-  void answer(const transports::connection_ptr& c, const frame_header& h, std::string& why) {
-    transports::challenge_msg ch;
-    if (decode(buf.data(), buf.size(), ch, why) != errc::ok) {
-      fail(errc::bad_frame, "undecodable challenge: " + why);
-      return;
-    }
-    if (token_.empty()) {
-      fail(errc::unauthorized, "the node asks for the token of job '" + job_
-                                 + "' and this worker has none");
-      return;
-    }
-    auto payload = transports::encode(
-      transports::proof_msg{runtime::prove(token_, ch.nonce, job_, rank_)});
-    frame_header p;
-    p.kind = frame_kind::proof;
-    p.rank = rank_;
-    p.payload_bytes = static_cast<uint32_t>(payload.size());
-    iovec iov{payload.data(), payload.size()};
-    if (!c->send(p, &iov, 1))
-      fail(errc::io_error, "cannot send the proof of the token to the node");
-  }
-
-  void fail(errc c, std::string m) {
-    answered = true;
-    ok = false;
-    code = c;
-    message = std::move(m);
-  }
-
-  std::vector<std::byte> buf;
-  bool answered = false;
-  bool ok = false;
-  errc code = errc::ok;
-  std::string message;
-  transports::welcome_msg welcome;
-
-private:
-  const std::string& token_;
-  const std::string& job_;
-  uint32_t rank_;
-  bool want_challenge_;
-  bool challenged_ = false;
-};
-
-} // namespace
 
 struct worker::impl {
   worker_options opts;
@@ -164,168 +59,20 @@ struct worker::impl {
     return fut;
   }
 
-  // Waits for the node's welcome (or error) on the endpoint's connections.
-  transports::welcome_msg await_welcome(const std::string& what, bool want_challenge = false) {
-    handshake_sink sink{opts.token, opts.job.name, opts.rank, want_challenge};
-    auto deadline = std::chrono::steady_clock::now() + opts.request_timeout;
-    while (!sink.answered && std::chrono::steady_clock::now() < deadline)
-      ep->poll(50, sink);
-    if (!sink.answered)
-      throw rw::error(errc::timeout, fmt::format("no answer to {} within {} ms", what,
-                                                 opts.request_timeout.count()));
-    if (!sink.ok)
-      throw rw::error(sink.code, sink.message);
-    return sink.welcome;
-  }
-
-  transports::connection_ptr connect(const std::string& address) {
-    try {
-      return ep->connect(transports::tcp::parse_address(address), opts.connect_timeout);
-    } catch (const std::exception& e) {
-      throw rw::error(errc::io_error, e.what());
-    }
-  }
-
-  // Says hello on `c` (to `address`) and waits for the welcome, proving the token
-  // if the node asks.
-  transports::welcome_msg say_hello(const transports::connection_ptr& c,
-                                    const std::string& address,
-                                    const transports::hello_msg& hello) {
-    auto payload = transports::encode(hello);
-    if (payload.size() > defaults::max_control_bytes)
-      throw rw::error(errc::invalid_spec, "the job spec is too large to send");
-    frame_header h;
-    h.kind = frame_kind::hello;
-    h.rank = opts.rank;
-    h.payload_bytes = static_cast<uint32_t>(payload.size());
-    iovec iov{payload.data(), payload.size()};
-    if (!c->send(h, &iov, 1))
-      throw rw::error(errc::io_error, "cannot send hello to " + address);
-    return await_welcome("hello from " + address, !opts.token.empty());
-  }
-
-  // `address` with a wildcard host replaced by the host `via` reached.
-  static std::string reachable(const std::string& address, const std::string& via) {
-    auto addr = transports::tcp::parse_address(address);
-    if (transports::tcp::is_wildcard(addr.host))
-      addr.host = transports::tcp::parse_address(via).host;
-    return addr.to_string();
-  }
-
-  // One connection per endpoint of the node that sent `w` on `first` (reached at
-  // `address`): attaches to the others with the welcome's token.
-  std::vector<transports::connection_ptr> attach_all(const transports::welcome_msg& w,
-                                                     transports::connection_ptr first,
-                                                     const std::string& address) {
-    std::vector<transports::connection_ptr> conns(w.endpoints.size());
-    conns[w.endpoint_index] = std::move(first);
-    for (uint32_t i = 0; i < conns.size(); ++i) {
-      if (conns[i])
-        continue;
-      auto addr = reachable(w.endpoints[i], address);
-      conns[i] = connect(addr);
-      frame_header a;
-      a.kind = frame_kind::attach;
-      a.job_id = w.job_id;
-      a.rank = opts.rank;
-      a.clock = w.token;
-      if (!conns[i]->send(a))
-        throw rw::error(errc::io_error, "cannot attach to " + addr);
-      await_welcome("attach to " + addr);
-    }
-    return conns;
-  }
-
-  // A job on several nodes: joins every other node of the job too, and routes each
-  // chunk to its home (runtime/ring).
-  void join_nodes(transports::connection_ptr first, transports::hello_msg hello) {
-    auto& names = welcome.job_node_names;
-    auto ring = std::make_shared<runtime::hash_ring>(names, welcome.ring_vnodes,
-                                                     welcome.ring_version);
-    auto n = static_cast<uint32_t>(names.size());
-    std::vector<std::vector<transports::connection_ptr>> node_conns(n);
-    std::vector<transports::welcome_msg> welcomes(n);
-    welcomes[welcome.node_index] = welcome;
-    node_conns[welcome.node_index] = attach_all(welcome, std::move(first), opts.connect);
-    hello.shm_segment.clear(); // chunks travel to their homes over TCP
-    hello.shm_nonce = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      if (i == welcome.node_index)
-        continue;
-      auto address = reachable(welcome.job_nodes[i], opts.connect);
-      auto c = connect(address);
-      welcomes[i] = say_hello(c, address, hello);
-      auto& w = welcomes[i];
-      if (w.job_id != welcome.job_id || w.job_node_names != names || w.node_index != i
-          || w.ring_version != welcome.ring_version)
-        throw rw::error(errc::spec_mismatch,
-                        fmt::format("node {} at {} does not hold job '{}' as node {} of "
-                                    "[{}] (ring version {}): the job's nodes disagree",
-                                    names[i], address, opts.job.name, i,
-                                    fmt::join(names, ","), welcome.ring_version));
-      node_conns[i] = attach_all(w, std::move(c), address);
-    }
-    std::vector<std::shared_ptr<const runtime::routing_table>> tables;
-    std::vector<uint32_t> bases;
-    std::vector<transports::connection_ptr> conns;
-    for (uint32_t i = 0; i < n; ++i) {
-      tables.push_back(std::make_shared<runtime::routing_table>(
-        opts.job, welcomes[i].num_shards, welcomes[i].shard_endpoints, ring.get(), i));
-      bases.push_back(static_cast<uint32_t>(conns.size()));
-      conns.insert(conns.end(), node_conns[i].begin(), node_conns[i].end());
-    }
-    auto routes = std::make_shared<runtime::job_routes>(ring, std::move(tables),
-                                                        std::move(bases));
-    link = std::make_shared<actors::worker_link>(ep, std::move(conns), welcome.job_id,
-                                                 opts.rank, std::move(routes));
-  }
-
   void handshake() {
-    transports::hello_msg hello{opts.job, opts.rank, {}, 0, !opts.token.empty()};
-    std::unique_ptr<transports::shm::worker_channel> channel;
-    if (opts.transport != "tcp") {
-      try {
-        channel = std::make_unique<transports::shm::worker_channel>(opts.job);
-        hello.shm_segment = channel->name();
-        hello.shm_nonce = channel->nonce();
-      } catch (const std::exception& e) {
-        if (opts.transport == "shm")
-          throw rw::error(errc::io_error, std::string("no shared memory: ") + e.what());
-      }
-    }
-    auto first = connect(opts.connect);
-    welcome = say_hello(first, opts.connect, hello);
-    auto single = [&] {
-      return std::make_shared<runtime::job_routes>(std::make_shared<runtime::routing_table>(
-        opts.job, welcome.num_shards, welcome.shard_endpoints));
-    };
-    if (welcome.shm) {
-      try {
-        channel->connect(welcome.shm_bell, welcome.shm_params, opts.job);
-      } catch (const std::exception& e) {
-        throw rw::error(errc::io_error, std::string("shared memory with the node: ") + e.what());
-      }
-      link = std::make_shared<actors::worker_link>(
-        ep, std::vector<transports::connection_ptr>{first}, welcome.job_id, opts.rank,
-        single(), std::move(channel));
-      return;
-    }
-    if (opts.transport == "shm")
-      throw rw::error(errc::io_error,
-                      welcome.job_nodes.size() > 1
-                        ? std::string("the job spans several nodes, so its chunks travel "
-                                      "over TCP; use transport auto or tcp")
-                        : std::string("the node did not take this worker's shared memory (it "
-                                      "is on another host, or runs with --no-shm); use "
-                                      "transport auto or tcp"));
-    channel.reset(); // removes the segment
-    if (welcome.job_nodes.size() > 1) {
-      join_nodes(std::move(first), std::move(hello));
-      return;
-    }
-    // One connection per node endpoint; attach to the others with the token.
-    link = std::make_shared<actors::worker_link>(ep, attach_all(welcome, first, opts.connect),
-                                                 welcome.job_id, opts.rank, single());
+    actors::join_request req;
+    req.connect = opts.connect;
+    req.job = opts.job;
+    req.rank = opts.rank;
+    req.token = opts.token;
+    req.transport = opts.transport;
+    req.connect_timeout = opts.connect_timeout;
+    req.request_timeout = opts.request_timeout;
+    auto joined = actors::join_job(*ep, req);
+    welcome = joined.welcome;
+    link = std::make_shared<actors::worker_link>(ep, std::move(joined.conns), welcome.job_id,
+                                                 opts.rank, std::move(joined.routes),
+                                                 std::move(joined.shm));
   }
 };
 

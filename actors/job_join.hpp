@@ -1,0 +1,43 @@
+#pragma once
+// Joining a job as a worker, over TCP: hello to the node at `connect` (answering its
+// challenge with a proof of the token), attach to the node's other endpoints, and, for
+// a job on several nodes (the welcome lists them), the same with every other node of
+// the job, so each chunk can travel to its home. Shared memory is taken where the
+// node offers it for a one-node job. Blocking; every wait is bounded by the request
+// timeout. Used by the worker facade and by a rack-agg's uplink (hierarchical jobs).
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rackweave/job_spec.hpp"
+#include "runtime/chunking.hpp"
+#include "transports/control.hpp"
+#include "transports/shm/worker_channel.hpp"
+#include "transports/tcp/endpoint.hpp"
+
+namespace rw::actors {
+
+struct join_request {
+  std::string connect;   // HOST:PORT of a node of the job
+  job_spec job;
+  uint32_t rank = 0;
+  std::string token;     // "": no credentials (a node with --open-jobs)
+  std::string transport = "auto"; // auto, tcp or shm
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds request_timeout{defaults::request_timeout_ms};
+};
+
+struct joined_job {
+  transports::welcome_msg welcome;              // the first node's
+  std::vector<transports::connection_ptr> conns; // every node's endpoints, node by node
+  std::shared_ptr<const runtime::job_routes> routes;
+  std::unique_ptr<transports::shm::worker_channel> shm; // null over TCP
+};
+
+/// Joins the job through `ep` (whose poll the caller does not run meanwhile). Throws
+/// rw::error: refused, unreachable, timed out.
+joined_job join_job(transports::tcp::endpoint& ep, const join_request& req);
+
+} // namespace rw::actors
