@@ -13,6 +13,7 @@
 
 #include "actors/detail/chunk_state.hpp"
 #include "actors/detail/shard_job.hpp"
+#include "actors/rack_uplink.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
 
@@ -165,6 +166,11 @@ void run_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
                uint32_t chunk, detail::chunk_state& cs) {
   auto& st = self->state;
   while (cs.step_ready()) {
+    if (job.relay) { // the rack's partial goes to the chunk's home; its answer ends the step
+      auto clock = cs.version();
+      job.relay->push(tensor, chunk, clock, cs.prepare_relay());
+      return;
+    }
     if (runtime::is_layerwise(job.spec.optimizer.kind)) {
       auto version = cs.version();
       auto parts = cs.prepare_layerwise(job.spec.optimizer, job.rescale);
@@ -300,7 +306,7 @@ void on_init(shard_ptr self, chunk_push& p) {
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, 0);
   const auto& tensor = job->spec.tensors[p.tensor];
-  if (p.rank != 0 || !tensor.has_init
+  if (p.rank != job->init_rank || !tensor.has_init
       || p.payload->size != size_t{cs.length()} * sizeof(float) || !cs.init(p.payload->floats())) {
     p.conn->send_error(errc::bad_chunk,
                        fmt::format("init of chunk {}/{} refused: only rank 0 initialises, "
@@ -309,11 +315,41 @@ void on_init(shard_ptr self, chunk_push& p) {
                        hdr);
     return;
   }
+  if (job->relay) // the chunk's home and the other racks start from these values too
+    job->relay->init(p.tensor, p.chunk, p.payload->floats());
   auto ack = hdr;
   ack.kind = frame_kind::ack;
   p.conn->send(ack);
   run_steps(self, p.job_id, *job, p.tensor, p.chunk, cs);
   answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs);
+}
+
+// A hierarchical job's chunk, back from its home: the initial values (version 0, for
+// racks whose workers had none to give) or the result of the step the rack's partial
+// went into.
+void on_relay(shard_ptr self, const relay_update& u) {
+  auto it = self->state.jobs.find(u.job_id);
+  if (it == self->state.jobs.end())
+    return; // the job ended meanwhile
+  auto& job = it->second;
+  auto& cs = job.chunks[job.routes->local_index(u.tensor, u.chunk)];
+  if (u.data == nullptr) {
+    for (auto& w : cs.take_all())
+      w.conn->send_error(u.code, u.why, about(u.job_id, w.rank, u.tensor, u.chunk, w.version));
+    return;
+  }
+  if (u.version == 0) {
+    cs.init(u.data); // rack 0 has them already: then this changes nothing
+  } else if (cs.relay_pending() && u.version == cs.version() + 1) {
+    cs.finish_relay(u.data, clock_type::now());
+    ++self->state.stats.updates;
+  } else {
+    spdlog::warn("job {}: chunk {}/{} at version {} got version {} from its home; dropped",
+                 u.job_id, u.tensor, u.chunk, cs.version(), u.version);
+    return;
+  }
+  answer_ready(self->state, u.job_id, job, u.tensor, u.chunk, cs);
+  run_steps(self, u.job_id, job, u.tensor, u.chunk, cs); // pushes held for the next step
 }
 
 void on_pull(shard_ptr self, chunk_pull& p) {
@@ -426,6 +462,7 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       on_push(self, next);
     },
     [=](init_atom, chunk_push& p) { on_init(self, p); },
+    [=](relay_atom, const relay_update& u) { on_relay(self, u); },
     [=](pull_atom, chunk_pull& p) { on_pull(self, p); },
     [=](create_atom, job_setup& setup, abort_sink& coordinator) {
       create_job(self, setup, std::move(coordinator));

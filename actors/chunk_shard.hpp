@@ -35,6 +35,13 @@
 //                         tensor's norms goes to the shard owning the tensor's chunk 0
 //   home shard -> shards  (trust_atom, job_id, tensor, version, trust)
 //                         every chunk of the tensor is in: apply with this ratio
+//   uplink      -> shard  (relay_atom, relay_update)
+//                         hierarchical jobs: a rack job's step does not run the
+//                         optimizer; the rack's partial sum (its workers' gradients in
+//                         rank order) goes to the uplink (actors/rack_uplink), and the
+//                         chunk's new parameters from its home end the step here, as
+//                         the next version; the initial values of version 0 come the
+//                         same way to racks whose workers do not send them
 // Failures reach the worker concerned as `error` frames; the shard keeps serving.
 
 #include <chrono>
@@ -55,6 +62,7 @@ using abort_sink = caf::typed_actor<caf::reacts_to<abort_atom, uint32_t, errc, s
 using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<push_atom, chunk_push>,
   caf::reacts_to<init_atom, chunk_push>,
+  caf::reacts_to<relay_atom, relay_update>,
   caf::reacts_to<pull_atom, chunk_pull>,
   caf::replies_to<create_atom, job_setup, abort_sink>::with<ok_atom>,
   caf::reacts_to<leave_atom, uint32_t, uint32_t, std::string>,

@@ -178,7 +178,9 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
                                                               cluster_settings settings) {
   self->state.settings = settings;
   // Job ids stay below open_job_ids (2^31): a random start in [1, 2^30).
-  self->state.next_job_id = 1 + static_cast<uint32_t>(runtime::random_u64() % (1u << 30));
+  // Below 2^29: a hierarchical job's top level takes id + top_job_id_offset (2^30),
+  // and ids from 2^31 up are open jobs'.
+  self->state.next_job_id = 1 + static_cast<uint32_t>(runtime::random_u64() % (1u << 29));
   self->set_down_handler([self](caf::down_msg& dm) {
     for (auto& [id, m] : self->state.nodes)
       if (m.addr == dm.source) {

@@ -82,7 +82,18 @@ struct job_layout {
   uint32_t vnodes = defaults::ring_vnodes;
   uint64_t ring_version = 1;
   std::string reduction = "flat";     // how the job reduces across nodes
+  /// Hierarchical: the node (index into nodes, one per rack) each rank belongs to.
+  std::vector<uint32_t> rank_racks;
+  std::string plan;                   // why this reduction (auto's numbers), for status
 };
+
+/// A hierarchical job's top level: the job the rack-aggs take part in, one rank per
+/// rack, with the chunks homed over the nodes as in a flat job. Its name and id are
+/// derived from the job's, the same way on every node.
+inline std::string top_job_name(const std::string& job) {
+  return job + "/top";
+}
+constexpr uint32_t top_job_id_offset = 1u << 30;
 
 /// Where a new job may go, as the shell asks: one node by name, several nodes, every
 /// node of some racks, or (all empty) the live node with the fewest live jobs; and how
@@ -92,6 +103,9 @@ struct job_placement {
   std::vector<std::string> nodes;
   std::vector<std::string> racks;
   std::string reduction = "auto";
+  /// The rack of each rank (hierarchical: where each worker says hello); empty: ranks
+  /// in rack order, in equal contiguous blocks.
+  std::vector<std::string> worker_racks;
 };
 
 /// Where a job lives and how its workers prove they belong to it. Sent by the
@@ -165,13 +179,13 @@ typename Inspector::result_type inspect(Inspector& f, node_info& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_layout& x) {
   return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks, x.vnodes,
-           x.ring_version, x.reduction);
+           x.ring_version, x.reduction, x.rank_racks, x.plan);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_placement& x) {
   return f(caf::meta::type_name("rw::job_placement"), x.node, x.nodes, x.racks,
-           x.reduction);
+           x.reduction, x.worker_racks);
 }
 
 template <class Inspector>

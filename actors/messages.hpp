@@ -23,6 +23,8 @@
 
 namespace rw::actors {
 
+class rack_uplink;
+
 using push_atom = caf::atom_constant<caf::atom("push")>;
 using pull_atom = caf::atom_constant<caf::atom("pull")>;
 using init_atom = caf::atom_constant<caf::atom("init")>;
@@ -44,6 +46,7 @@ using norm_atom = caf::atom_constant<caf::atom("norm")>;
 using trust_atom = caf::atom_constant<caf::atom("trust")>;
 using work_atom = caf::atom_constant<caf::atom("work")>;
 using proof_atom = caf::atom_constant<caf::atom("proof")>;
+using relay_atom = caf::atom_constant<caf::atom("relay")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 
@@ -83,6 +86,12 @@ struct job_setup {
   uint32_t shard_index;
   std::shared_ptr<const transports::shm::mapping> params;
   std::vector<caf::actor> peers; // every shard of the node, by index (layer-wise norms)
+  /// A rack's part of a hierarchical job: a step sums the rack's workers and hands the
+  /// partial to this uplink instead of running the optimizer (null: an ordinary job).
+  std::shared_ptr<rack_uplink> relay;
+  /// The rank whose init sets version 0 (a hierarchical job's top level: the rack of
+  /// the job's rank 0).
+  uint32_t init_rank = 0;
 };
 
 /// A worker's hello, as the poller forwards it to the rack coordinator.
@@ -122,6 +131,20 @@ struct job_binding {
   /// The job's nodes (more than one: a multi-node job) and which of them this is.
   job_layout layout;
   uint32_t node_index = 0;
+  uint32_t shard_rank = 0; // the worker's rank as the shards count it (in its rack)
+};
+
+/// A chunk's new parameters from its home (hierarchical jobs): version `version` of
+/// chunk (tensor, chunk) of the rack job `job_id`, `data` valid until the shard has
+/// installed it (the uplink receives nothing more for that chunk before then).
+struct relay_update {
+  uint32_t job_id;
+  uint32_t tensor;
+  uint32_t chunk;
+  uint64_t version;
+  const float* data;     // null: the step cannot complete (code, why)
+  errc code = errc::ok;
+  std::string why;
 };
 
 /// Per-shard counters and placement, for logs and tests.
@@ -163,6 +186,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::transports::connection_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_push)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_pull)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_setup)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::relay_update)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::hello_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::attach_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::proof_request)

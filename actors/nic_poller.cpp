@@ -166,7 +166,7 @@ void poller_sink::on_frame_pull(const connection_ptr& c, const frame_header& h) 
   auto& st = self_->state;
   auto& b = st.bindings[c->id()];
   self_->send(st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)], pull_atom::value,
-              chunk_pull{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock, c,
+              chunk_pull{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock, c,
                          (h.flags & transports::flag_only_changed) != 0,
                          (h.flags & transports::flag_subscribe) != 0});
 }
@@ -185,7 +185,7 @@ void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
   auto& b = st.bindings[c->id()];
   if (h.kind == frame_kind::push)
     b.clock = std::max(b.clock, h.clock);
-  chunk_push p{h.job_id, h.rank, h.tensor_id, h.chunk_index, h.clock,
+  chunk_push p{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock,
                (h.flags & transports::flag_want_result) != 0, std::move(payload), c};
   auto& shard = st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)];
   if (h.kind == frame_kind::push)
@@ -333,6 +333,7 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
     [=](adopt_atom, transports::connection_ptr& conn, job_binding& jb, uint32_t rank) {
       auto& st = self->state;
       auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
+      b.shard_rank = jb.shard_rank;
       b.shm_companion = true;
       st.bindings[conn->id()] = b;
       try {

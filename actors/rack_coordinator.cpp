@@ -69,6 +69,7 @@ job_binding joined(const job_info& job, uint32_t rank, bool created) {
   b.params_segment = job.params ? job.params->name() : std::string{};
   b.layout = job.layout;
   b.node_index = job.node_index;
+  b.shard_rank = job.shard_rank(rank);
   return b;
 }
 
@@ -97,6 +98,64 @@ job_binding join_job(rack_ptr self, job_info& job, const hello_request& req) {
   return joined(job, rank, false);
 }
 
+// A hierarchical job's worker talks to its own rack's agg only: a rank another rack
+// owns is refused, with the address of the node to say hello to.
+std::optional<job_binding> wrong_rack(rack_ptr self, const grant_info& g,
+                                      const hello_request& req) {
+  auto& l = g.layout;
+  if (!is_hierarchical(l) || req.hello.rank >= l.rank_racks.size())
+    return std::nullopt;
+  auto home = l.rank_racks[req.hello.rank];
+  auto& nodes = l.nodes;
+  auto self_index = static_cast<uint32_t>(
+    std::find(nodes.begin(), nodes.end(), self->state.settings.node_name) - nodes.begin());
+  if (home == self_index || home >= nodes.size())
+    return std::nullopt;
+  return refuse(errc::bad_rank,
+                fmt::format("rank {} of job '{}' belongs to rack {}, whose rack-agg is {} at "
+                            "{}: a hierarchical job's worker says hello to its own rack's "
+                            "node",
+                            req.hello.rank, g.spec.name, l.racks[home], nodes[home],
+                            l.addresses[home]));
+}
+
+// A hierarchical job's part on this node: its rack's ranks, summed here in rank order
+// (the shards' spec: those workers, a plain sum), and the uplink that takes each
+// chunk's partial to its home in the top level. Returns the shards' spec.
+job_spec rack_part(rack_ptr self, job_info& job, const job_spec& spec) {
+  auto& st = self->state;
+  job.local_rank.assign(spec.num_workers, no_rank);
+  for (uint32_t r = 0; r < spec.num_workers; ++r)
+    if (job.layout.rank_racks.at(r) == job.node_index) {
+      job.local_rank[r] = static_cast<uint32_t>(job.global_rank.size());
+      job.global_rank.push_back(r);
+    }
+  auto part = spec;
+  part.num_workers = static_cast<uint32_t>(job.global_rank.size());
+  part.optimizer = optimizer_spec{};
+  part.optimizer.kind = optimizer_kind::sum; // never run: the step ends at the home
+  part.optimizer.rescale = 1.0f;
+  auto g = st.grants.find(top_job_name(spec.name));
+  uplink_settings u;
+  u.join.connect = job.layout.addresses.at(job.node_index);
+  u.join.job = g->second.spec;
+  u.join.job.tensors = spec.tensors;
+  u.join.rank = job.node_index;
+  u.join.token = g->second.secret;
+  u.join.transport = "tcp";
+  u.rack_job_id = job.id;
+  u.rack_routes = job.routes;
+  u.shards = st.shards;
+  u.coordinator = caf::actor_cast<abort_sink>(self);
+  u.node_name = st.settings.node_name;
+  job.uplink = std::make_shared<rack_uplink>(std::move(u));
+  spdlog::info("job '{}' id={}: rack part of a hierarchical job: ranks [{}] of {} summed "
+               "here, then each chunk's partial goes to its home in '{}' as rack {}",
+               spec.name, job.id, fmt::join(job.global_rank, ","), spec.num_workers,
+               top_job_name(spec.name), job.node_index);
+  return part;
+}
+
 // The first worker of a job: the shards allocate its chunks, then the worker joins.
 caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uint32_t id) {
   auto& st = self->state;
@@ -108,11 +167,13 @@ caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uin
   job.spec = spec;
   if (auto g = st.grants.find(spec.name); job.granted && g != st.grants.end()) {
     job.layout = g->second.layout;
+    job.internal = g->second.internal;
+    job.init_rank = g->second.init_rank;
     auto& nodes = job.layout.nodes;
     job.node_index = static_cast<uint32_t>(
       std::find(nodes.begin(), nodes.end(), st.settings.node_name) - nodes.begin());
   }
-  if (job.layout.nodes.size() > 1) {
+  if (job.layout.nodes.size() > 1 && !is_hierarchical(job.layout)) {
     runtime::hash_ring ring{job.layout.nodes, job.layout.vnodes, job.layout.ring_version};
     job.routes = std::make_shared<runtime::routing_table>(
       spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, job.node_index);
@@ -137,6 +198,9 @@ caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uin
                    spec.name, e.what());
     }
   }
+  auto shard_spec = spec;
+  if (is_hierarchical(job.layout))
+    shard_spec = rack_part(self, job, spec);
   uint64_t bytes = 0;
   for (auto& t : spec.tensors)
     bytes += t.elements * sizeof(float);
@@ -160,7 +224,8 @@ caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uin
   for (auto& sh : st.shards)
     peers.push_back(caf::actor_cast<caf::actor>(sh));
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
-    job_setup setup{job.id, spec, job.routes, i, job.params, peers};
+    job_setup setup{job.id, shard_spec, job.routes, i, job.params, peers, job.uplink,
+                    job.init_rank};
     self->request(st.shards[i], caf::infinite, create_atom::value, std::move(setup), sink)
       .then(
         [=](ok_atom) mutable {
@@ -173,6 +238,8 @@ caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uin
           rp.deliver(refuse(errc::internal, "a shard failed to create the job"));
         });
   }
+  if (job.uplink)
+    job.uplink->start();
   if (job.granted)
     report_start(self, job);
   st.names[job.id] = spec.name;
@@ -221,6 +288,11 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
   if (auto diff = describe_mismatch(asked, spec); !diff.empty()) {
     spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, req.hello.rank, diff);
     return refuse(errc::spec_mismatch, diff);
+  }
+  if (auto wrong = wrong_rack(self, grant, req)) {
+    spdlog::warn("hello refused: peer={} job='{}' rank={}: {}", req.peer, spec.name,
+                 req.hello.rank, wrong->message);
+    return *wrong;
   }
   if (!req.hello.has_token) {
     spdlog::warn("hello refused: peer={} job='{}' rank={}: no token", req.peer, spec.name,
@@ -307,7 +379,7 @@ void on_leave(rack_ptr self, uint32_t job_id, uint32_t rank, bool graceful,
   auto why = fmt::format("job '{}' (id {}): worker rank {} left the job", job.spec.name,
                          job_id, rank);
   for (auto& s : st.shards)
-    self->send(s, leave_atom::value, job_id, rank, why);
+    self->send(s, leave_atom::value, job_id, job.shard_rank(rank), why);
 }
 
 void on_replace(rack_ptr self, uint32_t index, chunk_shard_actor& shard) {

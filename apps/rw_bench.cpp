@@ -57,6 +57,7 @@ struct comm_args {
   uint32_t rank = 0;      // comm-worker only
   std::string stop_file;  // comm-worker only: the pacing worker creates it when done
   std::string token_file; // comm-worker only: the job's token
+  std::string rank_racks; // comm-worker only: hierarchical sum order (rack per rank)
 };
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -137,6 +138,55 @@ void fill_grad(float* g, size_t n, const std::vector<float>& base, uint32_t it) 
     g[i] = base[i] + shift;
 }
 
+// Which ranks are summed together first: one group of every rank (flat), or a group per
+// rack, ranks in order, the groups in rack order (hierarchical: "0,0,1,1").
+std::vector<std::vector<uint32_t>> rank_groups(const std::string& text, uint32_t workers) {
+  std::vector<std::vector<uint32_t>> groups;
+  if (text.empty()) {
+    groups.emplace_back();
+    for (uint32_t r = 0; r < workers; ++r)
+      groups.back().push_back(r);
+    return groups;
+  }
+  auto racks = split_list(text);
+  if (racks.size() != workers)
+    throw std::invalid_argument("--rank-racks needs one rack per worker");
+  for (uint32_t r = 0; r < workers; ++r) {
+    auto k = std::stoul(racks[r]);
+    if (groups.size() <= k)
+      groups.resize(k + 1);
+    groups[k].push_back(r);
+  }
+  return groups;
+}
+
+// The exact result of iteration `it`: each group's gradients summed in rank order, then
+// the groups' sums in order, as the node sums them.
+void expected_sum(std::vector<float>& expect, std::vector<float>& tmp,
+                  const std::vector<std::vector<float>>& bases, uint32_t it,
+                  const std::vector<std::vector<uint32_t>>& groups) {
+  auto n = expect.size();
+  std::vector<float> part(n);
+  tmp.resize(n);
+  bool first_group = true;
+  for (auto& g : groups) {
+    if (g.empty())
+      continue;
+    fill_grad(part.data(), n, bases[g[0]], it);
+    for (size_t j = 1; j < g.size(); ++j) {
+      fill_grad(tmp.data(), n, bases[g[j]], it);
+      for (size_t i = 0; i < n; ++i)
+        part[i] += tmp[i];
+    }
+    if (first_group)
+      expect = part;
+    else
+      for (size_t i = 0; i < n; ++i)
+        expect[i] += part[i];
+    first_group = false;
+  }
+}
+
 // The benchmark's job, as the coordinator creates it (no tensors: workers declare them).
 rw::job_spec bench_spec(const comm_args& a) {
   rw::job_spec spec;
@@ -178,6 +228,7 @@ int run_worker(const comm_args& a) {
     const float* out = w.shared_result("gradient") ? w.shared_result("gradient") : out_buf.data();
     float* out_arg = out_buf.empty() ? nullptr : out_buf.data(); // null: read in place
     std::vector<float> expect(a.verify ? elems : 0), tmp;
+    auto groups = rank_groups(a.rank_racks, a.workers);
     std::vector<double> times;
     bool verified = a.verify;
     uint32_t done = 0;
@@ -202,13 +253,7 @@ int run_worker(const comm_args& a) {
         times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       if (!a.verify)
         continue;
-      tmp.resize(elems);
-      fill_grad(expect.data(), elems, bases[0], it);
-      for (uint32_t r = 1; r < a.workers; ++r) {
-        fill_grad(tmp.data(), elems, bases[r], it);
-        for (size_t i = 0; i < elems; ++i)
-          expect[i] += tmp[i];
-      }
+      expected_sum(expect, tmp, bases, it, groups);
       if (std::memcmp(expect.data(), out, bytes) != 0) {
         for (size_t i = 0; i < elems; ++i)
           if (std::memcmp(&expect[i], &out[i], sizeof(float)) != 0) {
@@ -300,6 +345,10 @@ int run_driver(comm_args a, const std::string& command) {
     if (job) {
       argv.push_back("--token-file");
       argv.push_back(job->token_file());
+      if (!job->rank_racks().empty()) {
+        argv.push_back("--rank-racks");
+        argv.push_back(fmt::format("{}", fmt::join(job->rank_racks(), ",")));
+      }
     }
     kids.emplace_back(argv, true);
   }
@@ -447,6 +496,9 @@ int main(int argc, char** argv) {
   worker->add_option("--rank", a.rank, "this worker's rank")->required();
   worker->add_option("--stop-file", a.stop_file, "created by the pacing worker when done");
   worker->add_option("--token-file", a.token_file, "the job's token");
+  worker->add_option("--rank-racks", a.rank_racks,
+                     "RACK,RACK,...: each rank's rack index, for --verify of a hierarchical "
+                     "job (racks summed first)");
   CLI11_PARSE(app, argc, argv);
 
   std::string command = "rw-bench";

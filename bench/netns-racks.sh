@@ -214,7 +214,15 @@ run_rackweave() {
   local args=(--workers "$workers" --bytes "$bytes" --iters "$iters" --warmup "$warmup"
     --chunk-bytes "$chunk" --job "$job" --token-file "$tmp/$sys.token"
     --stop-file "$tmp/$sys.stop")
-  ((verify)) && args+=(--verify)
+  if ((verify)); then
+    args+=(--verify)
+    # A hierarchical sum adds each rack's ranks first: the workers check that order.
+    if [[ $red == hierarchical ]]; then
+      local order=() q
+      for ((q = 0; q < workers; q++)); do order+=("$(rack_of "$q")"); done
+      args+=(--rank-racks "$(IFS=,; echo "${order[*]}")")
+    fi
+  fi
   local t0 files=()
   t0=$(date +%s)
   for ((r = 0; r < workers; r++)); do

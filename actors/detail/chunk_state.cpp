@@ -175,22 +175,39 @@ void chunk_state::open_next_step(std::chrono::steady_clock::time_point now) {
 }
 
 runtime::norm_parts chunk_state::prepare_layerwise(const optimizer_spec& spec, float rescale) {
+  // The summed gradient goes into d (rank order), then becomes the direction in place.
+  sum_step_into(d_);
+  layerwise_pending_ = true;
+  return runtime::layerwise_prepare(spec, rescale, version_ + 1, params_, d_, {m_, v_, d_},
+                                    length_);
+}
+
+const float* chunk_state::prepare_relay() {
+  sum_step_into(d_);
+  relay_pending_ = true;
+  return d_;
+}
+
+void chunk_state::sum_step_into(float* out) {
   const float* inputs[64];
   std::vector<const float*> more;
   auto count = gather_inputs(inputs, more);
   auto** in = more.empty() ? inputs : more.data();
   auto& k = runtime::kernels();
-  // The summed gradient goes into d (rank order), then becomes the direction in place.
   if (count == 1)
-    std::memcpy(d_, in[0], size_t{length_} * sizeof(float));
+    std::memcpy(out, in[0], size_t{length_} * sizeof(float));
   else
-    k.add(d_, in[0], in[1], length_);
+    k.add(out, in[0], in[1], length_);
   for (uint32_t j = 2; j < count; ++j)
-    k.sum_into(d_, in[j], length_);
+    k.sum_into(out, in[j], length_);
   release_inputs();
-  layerwise_pending_ = true;
-  return runtime::layerwise_prepare(spec, rescale, version_ + 1, params_, d_, {m_, v_, d_},
-                                    length_);
+}
+
+void chunk_state::finish_relay(const float* params, std::chrono::steady_clock::time_point now) {
+  std::memcpy(params_, params, size_t{length_} * sizeof(float));
+  ++version_;
+  relay_pending_ = false;
+  open_next_step(now);
 }
 
 void chunk_state::finish_layerwise(const optimizer_spec& spec, float trust,

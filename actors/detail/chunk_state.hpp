@@ -90,7 +90,7 @@ public:
   /// push is waiting to be applied (SSP, async).
   bool step_ready() const noexcept {
     if (consistency_.model == consistency_spec::bsp)
-      return initialized_ && !layerwise_pending_ && arrivals_ == workers_;
+      return initialized_ && !layerwise_pending_ && !relay_pending_ && arrivals_ == workers_;
     return initialized_ && arrivals_ > 0;
   }
 
@@ -105,6 +105,18 @@ public:
   /// version and opens the next step.
   void finish_layerwise(const optimizer_spec& spec, float trust,
                         std::chrono::steady_clock::time_point now);
+
+  /// Hierarchical reduction (a rack's part of a job), phase 1, when step_ready(): sums
+  /// the step's gradients in rank order into the relay buffer (`d`, given at
+  /// construction) and returns it: the rack's partial sum, for the chunk's home. The
+  /// parameters stay as they are and the step stays closed until finish_relay.
+  const float* prepare_relay();
+  bool relay_pending() const noexcept {
+    return relay_pending_;
+  }
+  /// Phase 2: the home's parameters for version() + 1 (length() floats) replace ours;
+  /// bumps the version and opens the next step.
+  void finish_relay(const float* params, std::chrono::steady_clock::time_point now);
 
   /// The waiter for a push_pull of `rank` at `clock` under this chunk's model.
   waiter push_waiter(transports::connection_ptr conn, uint32_t rank, uint64_t clock) const;
@@ -196,8 +208,12 @@ private:
   float* params_;
   float* m_;
   float* v_;
-  float* d_; // layer-wise direction between the phases
+  // Sums the step's gradients, rank order, into `out` and releases them.
+  void sum_step_into(float* out);
+
+  float* d_; // layer-wise direction, or a rack's partial sum, between the phases
   bool layerwise_pending_ = false;
+  bool relay_pending_ = false;
   uint64_t version_ = 0;
   bool initialized_;
 

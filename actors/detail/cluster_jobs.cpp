@@ -152,9 +152,8 @@ bool answered_by_all(cluster_ptr self, Promise& rp, std::map<uint32_t, job_entry
   return true;
 }
 
-job_layout layout_of(const std::vector<const member*>& nodes, const std::string& reduction) {
+job_layout layout_of(const std::vector<const member*>& nodes) {
   job_layout l;
-  l.reduction = reduction;
   for (auto* m : nodes) {
     l.nodes.push_back(m->info.name);
     l.addresses.push_back(m->info.endpoints.front());
@@ -185,8 +184,8 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
   auto nodes = place_job(st, placement, why);
   if (nodes.empty())
     return cluster_error(errc::unavailable, "cannot place the job: " + why);
-  auto reduction = choose_reduction(spec, placement, nodes, why);
-  if (reduction.empty())
+  auto layout = layout_of(nodes);
+  if (!choose_reduction(spec, placement, nodes, layout, why))
     return cluster_error(errc::invalid_spec, "cannot place the job: " + why);
   job_entry j;
   j.report.id = st.next_job_id++;
@@ -194,7 +193,7 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
   j.report.state = "created";
   j.report.node = nodes.front()->info.name;
   j.report.endpoints = nodes.front()->info.endpoints;
-  j.report.layout = layout_of(nodes, reduction);
+  j.report.layout = layout;
   j.report.spec = spec;
   j.report.created_unix_ms = unix_ms();
   j.token = runtime::make_token();
@@ -204,11 +203,11 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
   auto ids = j.node_ids;
   auto grant = job_grant{id, spec, j.token, j.report.layout};
   if (nodes.size() > 1)
-    spdlog::info("job placed: job='{}' id={} nodes=[{}] racks=[{}] reduction={} (asked: "
-                 "{}; the only plan this version runs across nodes) ring_version={}",
+    spdlog::info("job placed: job='{}' id={} nodes=[{}] racks=[{}] reduction={} "
+                 "ring_version={}; {}",
                  spec.name, id, fmt::join(grant.layout.nodes, ","),
-                 fmt::join(grant.layout.racks, ","), reduction, placement.reduction,
-                 grant.layout.ring_version);
+                 fmt::join(grant.layout.racks, ","), layout.reduction,
+                 grant.layout.ring_version, layout.plan);
   // The name is taken from now on; a refused grant gives it back.
   st.by_name[spec.name] = id;
   st.jobs.emplace(id, std::move(j));

@@ -104,30 +104,152 @@ std::vector<const member*> place_job(const cluster_state& st, const job_placemen
   return out;
 }
 
-std::string choose_reduction(const job_spec& spec, const job_placement& p,
-                             const std::vector<const member*>& nodes, std::string& why) {
+namespace {
+
+// Why hierarchical reduction cannot run this job on these nodes ("" if it can).
+std::string hierarchical_refusal(const job_spec& spec, const std::vector<const member*>& nodes) {
+  if (nodes.size() < 2)
+    return "it needs two racks or more";
+  if (spec.consistency.model != consistency_spec::bsp)
+    return fmt::format("it is BSP-only and the job asks for {}", to_string(spec.consistency));
+  if (runtime::is_layerwise(spec.optimizer.kind))
+    return fmt::format("optimizer {} takes its trust ratio over whole tensors, which this "
+                       "version computes on one node only",
+                       to_string(spec.optimizer.kind));
+  std::set<std::string> racks;
+  for (auto* m : nodes)
+    if (!racks.insert(m->info.rack).second)
+      return fmt::format("it takes one rack-agg per rack, and rack '{}' has several among "
+                         "the job's nodes",
+                         m->info.rack);
+  if (top_job_name(spec.name).size() > 128)
+    return "its top level's name (the job's + \"/top\") would pass 128 characters";
+  if (spec.num_workers < nodes.size())
+    return fmt::format("{} workers cannot fill {} racks", spec.num_workers, nodes.size());
+  return {};
+}
+
+// Each rank's node: as the placement's worker racks say, or equal contiguous blocks in
+// rack order. Empty with `why` set on a bad list.
+std::vector<uint32_t> assign_ranks(const job_spec& spec, const job_placement& p,
+                                   const std::vector<const member*>& nodes, std::string& why) {
+  std::vector<uint32_t> out(spec.num_workers);
+  auto n = static_cast<uint32_t>(nodes.size());
+  if (p.worker_racks.empty()) {
+    for (uint32_t r = 0; r < spec.num_workers; ++r)
+      out[r] = static_cast<uint32_t>(uint64_t{r} * n / spec.num_workers);
+    return out;
+  }
+  if (p.worker_racks.size() != spec.num_workers) {
+    why = fmt::format("worker_racks names {} racks for {} workers: give one per rank",
+                      p.worker_racks.size(), spec.num_workers);
+    return {};
+  }
+  std::vector<bool> used(n, false);
+  for (uint32_t r = 0; r < spec.num_workers; ++r) {
+    auto it = std::find_if(nodes.begin(), nodes.end(),
+                           [&](const member* m) { return m->info.rack == p.worker_racks[r]; });
+    if (it == nodes.end()) {
+      why = fmt::format("rank {}'s rack '{}' has no node in the job", r, p.worker_racks[r]);
+      return {};
+    }
+    out[r] = static_cast<uint32_t>(it - nodes.begin());
+    used[out[r]] = true;
+  }
+  for (uint32_t k = 0; k < n; ++k)
+    if (!used[k]) {
+      why = fmt::format("rack '{}' is in the job but none of its workers is", nodes[k]->info.rack);
+      return {};
+    }
+  return out;
+}
+
+// Link-bound seconds per GiB of gradient for each plan, from the nodes' configured
+// rates (the slowest node's): A = the rack's links to its agg, C = its link into the
+// core. Per step, with p workers in the busiest rack and R racks, the agg link carries
+// p + 2(R-1)/R (hierarchical) or W/R (flat) times S, the core link 2(R-1)/R or
+// p(R-1)/R + (W-p)/R times S. An unconfigured rate counts as A = 1 Gbit/s, C = A.
+struct plan_times {
+  double hierarchical = 0, flat = 0;
+  std::string rates;
+};
+plan_times estimate(const job_spec& spec, const std::vector<uint32_t>& ranks,
+                    const std::vector<const member*>& nodes) {
+  double a = 0, c = 0;
+  for (auto* m : nodes) {
+    if (m->info.uplink_gbps > 0)
+      a = a == 0 ? m->info.uplink_gbps : std::min(a, m->info.uplink_gbps);
+    if (m->info.core_gbps > 0)
+      c = c == 0 ? m->info.core_gbps : std::min(c, m->info.core_gbps);
+  }
+  plan_times t;
+  t.rates = fmt::format("agg links {} Gbit/s{}, core links {} Gbit/s{}", a == 0 ? 1.0 : a,
+                        a == 0 ? " (not configured)" : "", c == 0 ? (a == 0 ? 1.0 : a) : c,
+                        c == 0 ? " (not configured: as the agg links)" : "");
+  if (a == 0)
+    a = 1;
+  if (c == 0)
+    c = a;
+  double r = static_cast<double>(nodes.size());
+  double w = spec.num_workers;
+  std::vector<double> per(nodes.size(), 0);
+  for (auto k : ranks)
+    per[k] += 1;
+  double p = *std::max_element(per.begin(), per.end());
+  const double gib_bits = 8.0 * (1u << 30) / 1e9; // one GiB, in Gbit
+  t.hierarchical = gib_bits * std::max((p + 2 * (r - 1) / r) / a, 2 * (r - 1) / r / c);
+  t.flat = gib_bits * std::max(w / r / a, (p * (r - 1) / r + (w - p) / r) / c);
+  return t;
+}
+
+} // namespace
+
+bool choose_reduction(const job_spec& spec, const job_placement& p,
+                      const std::vector<const member*>& nodes, job_layout& layout,
+                      std::string& why) {
   if (p.reduction != "auto" && p.reduction != "flat" && p.reduction != "hierarchical") {
     why = fmt::format("reduction must be auto, flat or hierarchical, not '{}'", p.reduction);
-    return {};
+    return false;
   }
   if (nodes.size() > 1 && runtime::is_layerwise(spec.optimizer.kind)) {
     why = fmt::format("optimizer {} takes its trust ratio over whole tensors, which this "
                       "version computes on one node only: place the job on one node",
                       to_string(spec.optimizer.kind));
-    return {};
+    return false;
   }
-  if (p.reduction == "hierarchical") {
-    if (spec.consistency.model != consistency_spec::bsp) {
-      why = fmt::format("hierarchical reduction is BSP-only; the job asks for {}: use "
-                        "reduction = \"flat\" or consistency = \"bsp\"",
-                        to_string(spec.consistency));
-      return {};
-    }
-    why = "hierarchical reduction (per-rack partial sums) is not available in this "
-          "version yet: use reduction = \"flat\" or \"auto\"";
-    return {};
+  auto refusal = hierarchical_refusal(spec, nodes);
+  if (p.reduction == "hierarchical" && !refusal.empty()) {
+    why = "hierarchical reduction cannot run this job: " + refusal;
+    return false;
   }
-  return "flat"; // auto: flat is the only plan this version runs
+  if (!p.worker_racks.empty() && p.reduction == "flat") {
+    why = "worker_racks places a hierarchical job's workers; a flat job's workers talk to "
+          "every node";
+    return false;
+  }
+  std::vector<uint32_t> ranks;
+  if (refusal.empty()) {
+    ranks = assign_ranks(spec, p, nodes, why);
+    if (ranks.empty())
+      return false;
+  }
+  if (p.reduction == "flat" || (p.reduction == "auto" && !refusal.empty())) {
+    layout.reduction = "flat";
+    layout.plan = p.reduction == "flat"
+                    ? "flat, as asked"
+                    : (nodes.size() > 1 ? "auto: flat, since hierarchical cannot run it: " + refusal
+                                        : "auto: one node");
+    return true;
+  }
+  auto t = estimate(spec, ranks, nodes);
+  bool hier = p.reduction == "hierarchical" || t.hierarchical <= t.flat;
+  layout.reduction = hier ? "hierarchical" : "flat";
+  layout.rank_racks = hier ? ranks : std::vector<uint32_t>{};
+  layout.plan = fmt::format("{}: {}; link-bound time per GiB of gradient: hierarchical "
+                            "{:.3f} s, flat {:.3f} s ({})",
+                            p.reduction == "auto" ? "auto" : "asked", layout.reduction,
+                            t.hierarchical, t.flat, t.rates);
+  return true;
 }
 
 } // namespace rw::actors::detail

@@ -57,10 +57,12 @@ uint64_t unix_ms();
 /// `why` set when the placement cannot be met.
 std::vector<const member*> place_job(const cluster_state& st, const job_placement& p,
                                      std::string& why);
-/// How the job reduces across its nodes; empty with `why` set when the asked-for
-/// reduction cannot be had with this spec.
-std::string choose_reduction(const job_spec& spec, const job_placement& p,
-                             const std::vector<const member*>& nodes, std::string& why);
+/// How the job reduces across its nodes: sets layout.reduction, and for hierarchical
+/// jobs layout.rank_racks, and layout.plan (why). False with `why` set when the
+/// asked-for reduction cannot be had with this spec and placement.
+bool choose_reduction(const job_spec& spec, const job_placement& p,
+                      const std::vector<const member*>& nodes, job_layout& layout,
+                      std::string& why);
 
 // --- cluster_jobs.cpp --------------------------------------------------------------
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,

@@ -171,6 +171,7 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
         return;
       }
       it->second = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
+      it->second.shard_rank = jb.shard_rank;
       it->second.shm = sink->adopt_shm(conn, jb, hello);
       transports::welcome_msg w;
       w.shm = it->second.shm != nullptr;
@@ -184,7 +185,7 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       w.num_shards = jb.routes->num_shards();
       w.shard_endpoints = jb.routes->shard_endpoints();
       w.token = jb.token;
-      if (jb.layout.nodes.size() > 1) {
+      if (jb.layout.nodes.size() > 1 && jb.layout.reduction == "flat") {
         w.job_nodes = jb.layout.addresses;
         w.job_node_names = jb.layout.nodes;
         w.node_index = jb.node_index;

@@ -24,6 +24,7 @@ struct binding {
     b.status = joined;
     b.job_id = job_id;
     b.rank = rank;
+    b.shard_rank = rank;
     b.routes = std::move(routes);
     b.chunk_bytes = chunk_bytes;
     return b;
@@ -32,6 +33,7 @@ struct binding {
   enum status_t { joining, challenged, joined } status = joining;
   uint32_t job_id = 0;
   uint32_t rank = 0;
+  uint32_t shard_rank = 0; // the rank the shards know it by (a rack job's: in the rack)
   routing_ptr routes;
   uint32_t chunk_bytes = 0;
   bool said_bye = false;

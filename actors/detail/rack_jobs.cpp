@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/rack_state.hpp"
+#include "runtime/kernels.hpp"
 
 namespace rw::actors::detail {
 
@@ -40,11 +41,16 @@ std::vector<rank_report> rank_shells(const job_info& job) {
   return out;
 }
 
-// Adds one shard's counts into the ranks. Clocks: the furthest any shard saw.
-void add_counts(std::vector<rank_report>& ranks, const job_counters& counts) {
-  for (size_t r = 0; r < counts.size() && r < ranks.size(); ++r) {
+// Adds one shard's counts into the ranks. Clocks: the furthest any shard saw. A rack
+// job's shards count its ranks in the rack: `global` maps them back.
+void add_counts(std::vector<rank_report>& ranks, const job_counters& counts,
+                const std::vector<uint32_t>& global) {
+  for (size_t i = 0; i < counts.size(); ++i) {
+    auto r = global.empty() ? i : global.at(i);
+    if (r >= ranks.size())
+      continue;
     auto& x = ranks[r];
-    auto& c = counts[r];
+    auto& c = counts[i];
     x.clock = std::max(x.clock, c.clock);
     x.pushes += c.pushes;
     x.pulls += c.pulls;
@@ -69,8 +75,8 @@ void gather(rack_ptr self, const job_info& job, job_event ev, Done done) {
   };
   for (auto& shard : st.shards)
     self->request(shard, shard_stats_timeout, stats_atom::value, job.id)
-      .then([acc, finish](job_counters& counts) mutable {
-              add_counts(acc->ranks, counts);
+      .then([acc, finish, global = job.global_rank](job_counters& counts) mutable {
+              add_counts(acc->ranks, counts, global);
               finish();
             },
             [acc, finish, id = job.id](caf::error& err) mutable {
@@ -109,6 +115,8 @@ grant_info* find_grant(rack_state& st, uint32_t id) {
 }
 
 void send_event(rack_ptr self, const job_event& ev) {
+  if (ev.job_id >= top_job_id_offset && ev.job_id < open_job_ids)
+    return; // a hierarchical job's top level: the cluster hears of the job itself
   if (self->state.link)
     self->send(self->state.link, event_atom::value, ev);
 }
@@ -143,6 +151,22 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
                to_string(g.spec.optimizer.kind), g.spec.chunk_bytes,
                fmt::join(g.layout.nodes, ","), g.layout.reduction, g.layout.ring_version);
   st.grants[name] = grant_info{g.job_id, g.spec, g.secret, g.layout, {}, {}};
+  if (is_hierarchical(g.layout)) {
+    // The top level the rack-aggs take part in: one rank per rack, the job's
+    // optimizer (its gradient scale fixed for all the job's workers), chunks homed
+    // over the nodes as in a flat job. Every node derives the same grant.
+    auto top = g.spec;
+    top.name = top_job_name(name);
+    top.num_workers = static_cast<uint32_t>(g.layout.nodes.size());
+    top.optimizer.rescale = runtime::effective_rescale(g.spec.optimizer, g.spec.num_workers);
+    auto layout = g.layout;
+    layout.reduction = "flat";
+    layout.rank_racks.clear();
+    grant_info t{g.job_id + top_job_id_offset, top, g.secret, layout, {}, {}};
+    t.internal = true;
+    t.init_rank = g.layout.rank_racks.empty() ? 0 : g.layout.rank_racks.front();
+    st.grants[top.name] = std::move(t);
+  }
   return ok_atom::value;
 }
 
@@ -231,6 +255,8 @@ void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code
     else
       self->send(s, abort_atom::value, job_id, code, why);
   }
+  if (job.uplink)
+    job.uplink->stop(); // leaves the top level: its other participants see the rack go
   st.jobs.erase(n->second);
   st.names.erase(n);
 }

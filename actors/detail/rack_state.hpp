@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "actors/rack_coordinator.hpp"
+#include "actors/rack_uplink.hpp"
 
 namespace rw::actors::detail {
 
@@ -25,7 +26,24 @@ struct job_info {
   bool granted = false;              // created through the cluster (has a grant)
   job_layout layout;                 // its nodes (several: only the chunks homed here)
   uint32_t node_index = 0;           // this node among them
+  bool internal = false;             // a hierarchical job's top level: no news to the cluster
+  uint32_t init_rank = 0;            // the rank whose init sets version 0
+  // A hierarchical job's rack part: each global rank's rank among this rack's workers
+  // (no_rank: another rack's), the reverse, and the uplink to the top level.
+  std::vector<uint32_t> local_rank;
+  std::vector<uint32_t> global_rank;
+  std::shared_ptr<rack_uplink> uplink;
+
+  uint32_t shard_rank(uint32_t rank) const {
+    return local_rank.empty() ? rank : local_rank[rank];
+  }
 };
+
+constexpr uint32_t no_rank = UINT32_MAX;
+
+inline bool is_hierarchical(const job_layout& l) {
+  return l.nodes.size() > 1 && l.reduction == "hierarchical";
+}
 
 /// A job the cluster coordinator placed on this node, from grant to deletion.
 struct grant_info {
@@ -35,6 +53,8 @@ struct grant_info {
   job_layout layout;  // the job's nodes, in ring order
   std::string ended;  // "" while live, else finished, failed or stopped
   std::string reason;
+  bool internal = false; // a hierarchical job's top level, derived from the job's grant
+  uint32_t init_rank = 0; // the rank whose init sets version 0
 };
 
 struct rack_state {

@@ -21,6 +21,8 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
   job.departed.assign(job.spec.num_workers, false);
   job.counters.assign(job.spec.num_workers, rank_counters{});
   job.coordinator = std::move(coordinator);
+  job.relay = std::move(setup.relay);
+  job.init_rank = setup.init_rank;
   // One NUMA-local arena for the job's chunks on this shard: per chunk, the
   // parameters (unless the job shares them with colocated workers) and the
   // optimizer's arrays, each starting on a cache line.
@@ -32,7 +34,7 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
   }
   job.peers = setup.peers;
   auto state = runtime::state_arrays(job.spec.optimizer.kind);
-  auto arrays = state + (job.shared ? 0 : 1);
+  auto arrays = state + (job.shared ? 0 : 1) + (job.relay ? 1 : 0); // relay: the partial
   auto stride = [](uint32_t len) {
     return (size_t{len} * sizeof(float) + defaults::cache_line - 1) / defaults::cache_line
            * defaults::cache_line;
@@ -66,7 +68,7 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
       auto kind = job.spec.optimizer.kind;
       float* m = state >= 1 ? take(len) : nullptr;
       float* v = (kind == optimizer_kind::adam || kind == optimizer_kind::lamb) ? take(len) : nullptr;
-      float* d = runtime::is_layerwise(kind) ? take(len) : nullptr;
+      float* d = runtime::is_layerwise(kind) || job.relay ? take(len) : nullptr;
       job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
                               job.spec.tensors[t].has_init, job.spec.consistency, d);
     }

@@ -31,6 +31,8 @@ struct shard_job {
   abort_sink coordinator;
   bool timed_out = false;
   std::vector<caf::actor> peers; // every shard of the node, by index
+  std::shared_ptr<rack_uplink> relay; // a hierarchical job's rack part (else null)
+  uint32_t init_rank = 0;             // who sets version 0
   // Home shard of a tensor (LAMB, LARS): per (tensor, version) the parts received, by
   // chunk, so they are added in chunk order whatever order they came in.
   std::map<std::pair<uint32_t, uint64_t>, std::vector<std::optional<runtime::norm_parts>>>

@@ -69,6 +69,8 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
         where.racks.push_back(r);
     if (where.racks.empty())
       where.node = node_at(live, d.req.connect); // "": the coordinator picks
+    else if (d.req.reduction != "flat")
+      where.worker_racks = d.req.worker_racks; // each worker at its own rack's agg
     auto created = d.client->job_create(d.req.spec, where);
     d.job = created.job;
     d.token_file = fmt::format("/tmp/rw-bench-{}-{}.token", getpid(), d.job.id);
@@ -123,6 +125,10 @@ const std::vector<std::string>& cluster_job::nodes() const {
 
 const std::string& cluster_job::reduction() const {
   return impl_->job.layout.reduction;
+}
+
+const std::vector<uint32_t>& cluster_job::rank_racks() const {
+  return impl_->job.layout.rank_racks;
 }
 
 } // namespace rw::bench

@@ -36,6 +36,8 @@ public:
   /// The job's nodes and how it reduces across them, as the coordinator placed it.
   const std::vector<std::string>& nodes() const;
   const std::string& reduction() const;
+  /// Hierarchical: each rank's rack (index in nodes()); empty otherwise.
+  const std::vector<uint32_t>& rank_racks() const;
 
 private:
   struct impl;

@@ -1,9 +1,12 @@
 // One job across several rack-agg nodes and racks, on 127.0.0.1 (a coordinator and
-// rack-agg nodes on their own ports, racks given by --rack): flat mode, where every
-// worker sends each chunk to its home node on the job's consistent-hash ring. Results
-// are bitwise the single-process reference (each chunk is summed in rank order on its
-// home); chunks spread over the nodes as the ring says; bad placements are refused
-// with clear errors; a node that dies mid-job fails the job, naming the node.
+// rack-agg nodes on their own ports, racks given by --rack). Flat mode: every worker
+// sends each chunk to its home node on the job's consistent-hash ring, and results are
+// bitwise the single-process reference summing in rank order. Hierarchical mode: each
+// worker talks to its rack's agg, which sums its rack and takes part in the chunk's
+// home's step; results are bitwise the reference summing each rack's ranks in rank
+// order, then the racks in rack order. Chunks spread over the nodes as the ring says;
+// auto picks from the link rates; bad placements are refused with clear errors; a node
+// that dies mid-job fails the job, naming the node.
 
 #include <csignal>
 #include <memory>
@@ -67,7 +70,8 @@ struct worker_run {
 
 worker_run start_worker(const std::string& connect, const std::string& job, uint32_t rank,
                         uint32_t workers, const std::string& optimizer,
-                        const std::string& token, uint32_t hold_ms = 0) {
+                        const std::string& token, uint32_t hold_ms = 0,
+                        const std::string& rank_racks = {}) {
   worker_run w;
   w.err_path = testing::temp_path("worker.err");
   w.out_path = testing::temp_path("worker.bin");
@@ -78,17 +82,29 @@ worker_run start_worker(const std::string& connect, const std::string& job, uint
                              "--out", w.out_path, "--verify", "--transport", "auto",
                              "--hold-ms", std::to_string(hold_ms)},
     true, w.err_path);
+  if (!rank_racks.empty()) {
+    w.proc.reset();
+    w.proc = std::make_unique<tools::subprocess>(
+      std::vector<std::string>{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
+                               "--rank", std::to_string(rank), "--workers",
+                               std::to_string(workers), "--optimizer", optimizer, "--steps",
+                               "3", "--token", token, "--out", w.out_path, "--verify",
+                               "--transport", "auto", "--hold-ms", std::to_string(hold_ms),
+                               "--rank-racks", rank_racks},
+      true, w.err_path);
+  }
   return w;
 }
 
 // Runs the job's workers, each connecting to the node given for its rank; every one
 // must end 0 with a result bitwise the single-process reference.
 void run_verified(const std::vector<std::string>& connect, const std::string& job,
-                  const std::string& optimizer, const std::string& token) {
+                  const std::string& optimizer, const std::string& token,
+                  const std::string& rank_racks = {}) {
   auto n = static_cast<uint32_t>(connect.size());
   std::vector<worker_run> ws;
   for (uint32_t r = 0; r < n; ++r)
-    ws.push_back(start_worker(connect[r], job, r, n, optimizer, token));
+    ws.push_back(start_worker(connect[r], job, r, n, optimizer, token, 0, rank_racks));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (uint32_t r = 0; r < n; ++r) {
     auto out = ws[r].proc->read_all(deadline);
@@ -181,8 +197,16 @@ TEST_CASE("bad placements are refused at create, naming what is wrong",
   refused("node = 'n0', racks = {'a'}", "give one of node, nodes and racks");
   refused("racks = {'a', 'b'}, reduction = 'tree'", "reduction must be auto, flat or hierarchical");
   refused("racks = {'a', 'b'}, reduction = 'hierarchical', consistency = 'ssp:1'",
-          "hierarchical reduction is BSP-only");
-  refused("racks = {'a', 'b'}, reduction = 'hierarchical'", "not available in this version");
+          "it is BSP-only and the job asks for ssp:1");
+  refused("node = 'n0', reduction = 'hierarchical'", "it needs two racks or more");
+  refused("racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'b'}",
+          "worker_racks names 2 racks for 4 workers");
+  refused("racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'a', 'z', 'b'}",
+          "rank 2's rack 'z' has no node in the job");
+  refused("racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'a', 'a', 'a'}",
+          "rack 'b' is in the job but none of its workers is");
+  refused("racks = {'a', 'b'}, reduction = 'flat', worker_racks = {'a', 'a', 'b', 'b'}",
+          "a flat job's workers talk to every node");
   refused("racks = {'a', 'b'}", "trust ratio over whole tensors", "lamb");
   // SSP and async run across nodes in flat mode.
   std::string err;
@@ -262,4 +286,116 @@ TEST_CASE("rw-bench creates its job through the coordinator, over two racks' nod
   auto [code3, out3, err3] = run({"--worker-racks", "a,b"});
   CHECK(code3 == std::optional<int>{2});
   CHECK_THAT(err3, Catch::Contains("names 2 racks for 4 workers"));
+}
+
+TEST_CASE("a hierarchical job over two racks: exact in rack order for every optimizer",
+          "[integration][racks]") {
+  rack_cluster c{{"a", "b"}};
+  auto a = c.nodes[0]->address();
+  auto b = c.nodes[1]->address();
+  for (std::string opt : {"sum", "sgd", "momentum", "nesterov", "adam"}) {
+    auto job = "hier-" + opt;
+    std::string err;
+    auto token = c.create(job, 4, opt, "racks = {'a', 'b'}, reduction = 'hierarchical'", &err);
+    INFO(err);
+    REQUIRE(!token.empty());
+    // Ranks 0, 1 in rack a, 2, 3 in rack b: each says hello to its own rack's agg.
+    run_verified({a, a, b, b}, job, opt, token, "0,0,1,1");
+  }
+  // Interleaved racks: the sum order follows the racks, not the ranks.
+  std::string err;
+  auto token = c.create("hier-mixed", 4, "momentum",
+                        "racks = {'a', 'b'}, reduction = 'hierarchical', "
+                        "worker_racks = {'b', 'a', 'b', 'a'}",
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  run_verified({b, a, b, a}, "hier-mixed", "momentum", token, "1,0,1,0");
+  auto status = c.shell("local j = rw.job_status('hier-adam'); print(j.state, j.reduction, "
+                        "#j.nodes, j.ranks[1].clock, j.ranks[4].pushes)");
+  INFO(status.err);
+  CHECK(status.out == "finished\thierarchical\t2\t3\t30\n");
+  // A worker at another rack's agg is told where to go.
+  auto wrong = c.create("hier-wrong", 4, "sum", "racks = {'a', 'b'}, reduction = 'hierarchical'");
+  REQUIRE(!wrong.empty());
+  auto w = start_worker(a, "hier-wrong", 3, 4, "sum", wrong);
+  auto code = w.proc->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+  CHECK(code == std::optional<int>{2});
+  CHECK_THAT(testing::read_file(w.err_path),
+             Catch::Contains("rank 3 of job 'hier-wrong' belongs to rack b, whose rack-agg is n1 at "
+                             + b));
+  std::remove(w.err_path.c_str());
+}
+
+TEST_CASE("a hierarchical job over three racks, exact", "[integration][racks]") {
+  rack_cluster c{{"r1", "r2", "r3"}};
+  std::string err;
+  auto token = c.create("hier3", 3, "adam", "racks = {'r1', 'r2', 'r3'}, reduction = 'hierarchical'",
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  run_verified({c.nodes[0]->address(), c.nodes[1]->address(), c.nodes[2]->address()}, "hier3",
+               "adam", token, "0,1,2");
+}
+
+TEST_CASE("auto picks hierarchical behind an oversubscribed core, flat otherwise",
+          "[integration][racks]") {
+  testing::node_process coord{{"--name", "coord"}, {"coordinator", false, {}}};
+  auto member = [&](const std::string& name, const std::string& rack, const std::string& core) {
+    return std::make_unique<testing::node_process>(
+      std::vector<std::string>{"--name", name, "--rack", rack, "--uplink-gbps", "2",
+                               "--core-gbps", core},
+      testing::node_role{"rack-agg", false, coord.address()});
+  };
+  auto a = member("n0", "a", "0.5"); // 4:1 below the rack's 2 Gbit/s
+  auto b = member("n1", "b", "0.5");
+  auto a2 = member("n2", "a2", "2"); // no oversubscription
+  auto b2 = member("n3", "b2", "2");
+  REQUIRE(coord.wait_for_log("4 node(s) live", std::chrono::seconds(15)));
+  auto plan = [&](const std::string& name, const std::string& racks) {
+    auto r = testing::run_shell(
+      {"--connect", coord.address(), "-c",
+       "local j = rw.job_create{name = '" + name + "', workers = 4, racks = {" + racks +
+         "}}; print(j.reduction); print(j.plan)"});
+    INFO(r.err);
+    return r.out;
+  };
+  auto oversubscribed = plan("j1", "'a', 'b'");
+  CHECK_THAT(oversubscribed, Catch::StartsWith("hierarchical\nauto: hierarchical"));
+  CHECK_THAT(oversubscribed, Catch::Contains("core links 0.5 Gbit/s"));
+  CHECK_THAT(plan("j2", "'a2', 'b2'"), Catch::StartsWith("flat\nauto: flat"));
+  CHECK_THAT(plan("j3", "'a'"), Catch::StartsWith("flat\nauto: one node"));
+  CHECK(coord.wait_for_log("job placed: job='j1'"));
+}
+
+TEST_CASE("a hierarchical job whose node dies mid-job fails, naming it, and nobody hangs",
+          "[integration][racks]") {
+  rack_cluster c{{"a", "b"}};
+  std::string err;
+  auto token = c.create("hier-doomed", 2, "sum", "racks = {'a', 'b'}, reduction = 'hierarchical'",
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  std::vector<worker_run> ws;
+  ws.push_back(start_worker(c.nodes[0]->address(), "hier-doomed", 0, 2, "sum", token, 60'000,
+                            "0,1"));
+  ws.push_back(start_worker(c.nodes[1]->address(), "hier-doomed", 1, 2, "sum", token, 60'000,
+                            "0,1"));
+  auto running = c.shell("rw.wait('hier-doomed', 3, {timeout = 30}); print('at clock 3')");
+  INFO(running.err);
+  REQUIRE(running.out == "at clock 3\n");
+  c.nodes[1]->process().signal(SIGKILL);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (auto& w : ws) {
+    auto code = w.proc->wait_until(deadline);
+    INFO(testing::read_file(w.err_path));
+    CHECK(code == std::optional<int>{2});
+    std::remove(w.err_path.c_str());
+    std::remove(w.out_path.c_str());
+  }
+  auto r = c.shell("local j = rw.wait('hier-doomed', 'ended', {timeout = 30}); "
+                   "print(j.state, j.reason)");
+  INFO(r.err);
+  CHECK_THAT(r.out, Catch::StartsWith("failed"));
+  CHECK_THAT(r.out, Catch::Contains("n1"));
 }

@@ -10,6 +10,7 @@
 #include <future>
 #include <iostream>
 #include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   std::string connect, job, optimizer = "sum", out, transport = "auto", token;
   uint32_t rank = 0, workers = 1, steps = 3, hold_ms = 0;
   bool verify = false;
+  std::vector<uint32_t> rank_racks;
   CLI::App app{"rw-test-worker: one worker of the test fixture job"};
   app.add_option("--connect", connect)->required();
   app.add_option("--job", job)->required();
@@ -33,6 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--token", token, "the job's token (from rw.job_create)");
   app.add_flag("--verify", verify, "check the result against the single-process reference");
   app.add_option("--hold-ms", hold_ms, "stay in the job this long after the last step");
+  app.add_option("--rank-racks", rank_racks,
+                 "each rank's rack, in rank order (a hierarchical job's sum order)")
+    ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
   auto kind = rw::parse_optimizer_kind(optimizer);
@@ -84,7 +89,7 @@ int main(int argc, char** argv) {
       return 3;
     if (verify) {
       for (uint32_t t = 0; t < tensors.size(); ++t) {
-        auto ref = rw::testing::fixture_reference(o.job, t, workers, steps);
+        auto ref = rw::testing::fixture_reference(o.job, t, workers, steps, rank_racks);
         if (std::memcmp(ref.data(), params[t].data(), ref.size() * sizeof(float)) != 0) {
           std::cerr << "rank " << rank << ": tensor " << tensors[t].name
                     << " differs from the single-process reference\n";

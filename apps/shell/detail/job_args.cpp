@@ -19,7 +19,7 @@ namespace {
 constexpr const char* fn = "rw.job_create";
 constexpr const char* fields =
   "name, workers, consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
-  "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction";
+  "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, worker_racks";
 constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, lars";
 
 [[noreturn]] void refuse(const std::string& what) {
@@ -145,6 +145,9 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
     req.placement.nodes = strings_field(L, key, "the names of the job's nodes");
   } else if (key == "racks") {
     req.placement.racks = strings_field(L, key, "the racks whose nodes hold the job");
+  } else if (key == "worker_racks") {
+    req.placement.worker_racks =
+      strings_field(L, key, "each rank's rack (hierarchical reduction)");
   } else if (key == "reduction") {
     req.placement.reduction =
       string_field(L, key, "how the job reduces across nodes: auto, flat or hierarchical");

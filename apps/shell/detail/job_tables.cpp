@@ -118,6 +118,7 @@ void push_job(lua_State* L, const actors::job_report& job) {
   set_strings(L, "racks", job.layout.racks);
   set(L, "ring_version", job.layout.ring_version);
   set(L, "reduction", job.layout.reduction);
+  set(L, "plan", job.layout.plan);
   set(L, "workers", uint64_t{job.spec.num_workers});
   set(L, "consistency", to_string(job.spec.consistency));
   push_optimizer(L, job.spec.optimizer);

@@ -1,0 +1,201 @@
+#include "actors/rack_uplink.hpp"
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "transports/control.hpp"
+
+namespace rw::actors {
+
+using transports::frame_header;
+using transports::frame_kind;
+using transports::payload_target;
+
+rack_uplink::rack_uplink(uplink_settings s) : s_(std::move(s)) {
+  uint64_t total = 0;
+  for (auto& t : s_.join.job.tensors) {
+    first_.push_back(total);
+    runtime::chunk_layout layout{t.elements, s_.join.job.chunk_bytes};
+    for (uint32_t c = 0; c < layout.count(); ++c)
+      staging_.emplace_back(layout.length(c));
+    total += layout.count();
+  }
+  ep_ = std::make_shared<transports::tcp::endpoint>(
+    s_.join.request_timeout,
+    transports::receive_limits{s_.join.job.chunk_bytes, defaults::max_control_bytes});
+}
+
+rack_uplink::~rack_uplink() {
+  stop();
+}
+
+void rack_uplink::start() {
+  running_ = true;
+  thread_ = std::thread([this] { run(); });
+}
+
+void rack_uplink::stop() {
+  if (!running_.exchange(false)) {
+    if (thread_.joinable())
+      thread_.join();
+    return;
+  }
+  if (thread_.joinable())
+    thread_.join();
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto& c : joined_.conns) {
+    frame_header bye;
+    bye.kind = frame_kind::bye;
+    bye.job_id = joined_.welcome.job_id;
+    bye.rank = s_.join.rank;
+    c->send(bye);
+    c->close();
+  }
+}
+
+void rack_uplink::fail(errc code, const std::string& why) {
+  if (failed_.exchange(true))
+    return;
+  spdlog::error("job {}: the top level of the hierarchical job failed on node {}: {}",
+                s_.rack_job_id, s_.node_name, why);
+  caf::anon_send(s_.coordinator, abort_atom::value, s_.rack_job_id, code,
+                 fmt::format("the top level of the hierarchical job (rack-agg {} as rack "
+                             "{}) failed: {}",
+                             s_.node_name, s_.join.rank, why));
+}
+
+void rack_uplink::run() {
+  try {
+    auto joined = join_job(*ep_, s_.join);
+    std::lock_guard<std::mutex> guard{mtx_};
+    joined_ = std::move(joined);
+    spdlog::info("job {}: rack-agg {} joined the top level '{}' as rack {} over {} "
+                 "connection(s)",
+                 s_.rack_job_id, s_.node_name, s_.join.job.name, s_.join.rank,
+                 joined_.conns.size());
+    // Tensors with initial values: every rack learns them from the chunks' homes.
+    for (uint32_t t = 0; t < s_.join.job.tensors.size(); ++t) {
+      if (!s_.join.job.tensors[t].has_init)
+        continue;
+      runtime::chunk_layout layout{s_.join.job.tensors[t].elements, s_.join.job.chunk_bytes};
+      for (uint32_t c = 0; c < layout.count(); ++c) {
+        pending p{};
+        p.h.kind = frame_kind::pull;
+        p.h.tensor_id = t;
+        p.h.chunk_index = c;
+        p.h.clock = 0;
+        p.data = nullptr;
+        queued_.push_back(std::move(p));
+      }
+    }
+    for (auto& p : queued_)
+      send(p);
+    queued_.clear();
+    ready_ = true;
+  } catch (const std::exception& e) {
+    fail(errc::unavailable, std::string("could not join the top level: ") + e.what());
+    return;
+  }
+  while (running_.load(std::memory_order_acquire) && !failed_.load())
+    ep_->poll(50, *this);
+}
+
+void rack_uplink::send(pending& p) {
+  p.h.job_id = joined_.welcome.job_id;
+  p.h.rank = s_.join.rank;
+  auto conn = joined_.conns.at(joined_.routes->connection_of(p.h.tensor_id, p.h.chunk_index));
+  iovec piece{const_cast<float*>(p.copy.empty() ? p.data : p.copy.data()), p.h.payload_bytes};
+  if (!conn->send(p.h, p.h.payload_bytes ? &piece : nullptr, p.h.payload_bytes ? 1 : 0))
+    fail(errc::io_error, fmt::format("cannot send chunk {}/{} to its home at {}",
+                                     p.h.tensor_id, p.h.chunk_index, conn->peer()));
+}
+
+void rack_uplink::push(uint32_t tensor, uint32_t chunk, uint64_t clock, const float* partial) {
+  pending p{};
+  p.h.kind = frame_kind::push;
+  p.h.flags = transports::flag_want_result;
+  p.h.tensor_id = tensor;
+  p.h.chunk_index = chunk;
+  p.h.clock = clock;
+  p.h.payload_bytes = static_cast<uint32_t>(staging_[seq(tensor, chunk)].size() * sizeof(float));
+  p.data = partial;
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (!ready_) {
+    queued_.push_back(std::move(p));
+    return;
+  }
+  send(p);
+}
+
+void rack_uplink::init(uint32_t tensor, uint32_t chunk, const float* values) {
+  pending p{};
+  p.h.kind = frame_kind::init;
+  p.h.tensor_id = tensor;
+  p.h.chunk_index = chunk;
+  auto n = staging_[seq(tensor, chunk)].size();
+  p.h.payload_bytes = static_cast<uint32_t>(n * sizeof(float));
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (!ready_) {
+    p.copy.assign(values, values + n);
+    queued_.push_back(std::move(p));
+    return;
+  }
+  p.data = values; // sent before the call returns
+  send(p);
+}
+
+payload_target rack_uplink::on_header(const transports::connection_ptr&, const frame_header& h) {
+  if (h.kind == frame_kind::update && h.tensor_id < first_.size()) {
+    auto s = seq(h.tensor_id, h.chunk_index);
+    if (s < staging_.size() && h.payload_bytes == staging_[s].size() * sizeof(float))
+      return payload_target::into(reinterpret_cast<std::byte*>(staging_[s].data()));
+  }
+  if (h.kind == frame_kind::error) {
+    error_buf_.resize(h.payload_bytes);
+    return payload_target::into(error_buf_.data());
+  }
+  return payload_target::dropped();
+}
+
+void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_header& h,
+                           payload_target& t) {
+  if (h.kind == frame_kind::ack)
+    return; // an init was taken
+  if (h.kind == frame_kind::error) {
+    transports::error_msg err;
+    std::string why;
+    if (decode(error_buf_.data(), error_buf_.size(), err, why) != errc::ok)
+      err = {errc::bad_frame, "undecodable error frame: " + why};
+    if (err.code == errc::worker_left && h.tensor_id < first_.size()) {
+      // Another rack has left (its workers are done): this step cannot complete, as a
+      // step in a flat job cannot once a worker left. The job goes on ending.
+      auto shard = s_.rack_routes->shard_of(h.tensor_id, h.chunk_index);
+      caf::anon_send(s_.shards.at(shard), relay_atom::value,
+                     relay_update{s_.rack_job_id, h.tensor_id, h.chunk_index, h.clock, nullptr,
+                                  err.code, err.message});
+      return;
+    }
+    fail(err.code, fmt::format("node at {} refused chunk {}/{}: {}", c->peer(), h.tensor_id,
+                               h.chunk_index, err.message));
+    return;
+  }
+  if (h.kind != frame_kind::update || t.action == payload_target::discard) {
+    fail(errc::bad_frame, fmt::format("unexpected {} frame from {}",
+                                      transports::to_string(h.kind), c->peer()));
+    return;
+  }
+  auto shard = s_.rack_routes->shard_of(h.tensor_id, h.chunk_index);
+  caf::anon_send(s_.shards.at(shard), relay_atom::value,
+                 relay_update{s_.rack_job_id, h.tensor_id, h.chunk_index, h.clock,
+                              staging_[seq(h.tensor_id, h.chunk_index)].data()});
+}
+
+void rack_uplink::on_closed(const transports::connection_ptr& c, errc code,
+                            const std::string& why) {
+  if (running_.load())
+    fail(code == errc::ok ? errc::unavailable : code,
+         fmt::format("lost the connection to the job's node at {}: {}", c->peer(), why));
+}
+
+} // namespace rw::actors
