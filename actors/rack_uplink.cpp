@@ -33,16 +33,44 @@ rack_uplink::~rack_uplink() {
 void rack_uplink::start() {
   running_ = true;
   thread_ = std::thread([this] { run(); });
+  sender_ = std::thread([this] { drain(); });
+}
+
+// The sender thread: once joined, sends what shards queued, in order.
+void rack_uplink::drain() {
+  std::unique_lock<std::mutex> lock{mtx_};
+  while (true) {
+    wake_.wait(lock, [&] {
+      return !running_.load() || failed_.load() || (ready_ && !queued_.empty());
+    });
+    if (!running_.load() || failed_.load())
+      return;
+    auto p = std::move(queued_.front());
+    queued_.pop_front();
+    lock.unlock();
+    send(p);
+    lock.lock();
+  }
+}
+
+void rack_uplink::enqueue(pending p) {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    queued_.push_back(std::move(p));
+  }
+  wake_.notify_one();
 }
 
 void rack_uplink::stop() {
-  if (!running_.exchange(false)) {
-    if (thread_.joinable())
-      thread_.join();
-    return;
-  }
+  bool was_running = running_.exchange(false);
+  { std::lock_guard<std::mutex> guard{mtx_}; } // the sender is waiting, or will see it
+  wake_.notify_all();
+  if (sender_.joinable())
+    sender_.join();
   if (thread_.joinable())
     thread_.join();
+  if (!was_running)
+    return;
   std::lock_guard<std::mutex> guard{mtx_};
   for (auto& c : joined_.conns) {
     frame_header bye;
@@ -57,6 +85,8 @@ void rack_uplink::stop() {
 void rack_uplink::fail(errc code, const std::string& why) {
   if (failed_.exchange(true))
     return;
+  { std::lock_guard<std::mutex> guard{mtx_}; } // the sender is waiting, or will see it
+  wake_.notify_all();
   spdlog::error("job {}: the top level of the hierarchical job failed on node {}: {}",
                 s_.rack_job_id, s_.node_name, why);
   caf::anon_send(s_.coordinator, abort_atom::value, s_.rack_job_id, code,
@@ -68,7 +98,7 @@ void rack_uplink::fail(errc code, const std::string& why) {
 void rack_uplink::run() {
   try {
     auto joined = join_job(*ep_, s_.join);
-    std::lock_guard<std::mutex> guard{mtx_};
+    std::unique_lock<std::mutex> guard{mtx_};
     joined_ = std::move(joined);
     spdlog::info("job {}: rack-agg {} joined the top level '{}' as rack {} over {} "
                  "connection(s)",
@@ -86,13 +116,12 @@ void rack_uplink::run() {
         p.h.chunk_index = c;
         p.h.clock = 0;
         p.data = nullptr;
-        queued_.push_back(std::move(p));
+        queued_.push_front(std::move(p)); // before any push: version 0 comes first
       }
     }
-    for (auto& p : queued_)
-      send(p);
-    queued_.clear();
     ready_ = true;
+    guard.unlock();
+    wake_.notify_one();
   } catch (const std::exception& e) {
     fail(errc::unavailable, std::string("could not join the top level: ") + e.what());
     return;
@@ -119,13 +148,8 @@ void rack_uplink::push(uint32_t tensor, uint32_t chunk, uint64_t clock, const fl
   p.h.chunk_index = chunk;
   p.h.clock = clock;
   p.h.payload_bytes = static_cast<uint32_t>(staging_[seq(tensor, chunk)].size() * sizeof(float));
-  p.data = partial;
-  std::lock_guard<std::mutex> guard{mtx_};
-  if (!ready_) {
-    queued_.push_back(std::move(p));
-    return;
-  }
-  send(p);
+  p.data = partial; // untouched until the chunk's answer came back
+  enqueue(std::move(p));
 }
 
 void rack_uplink::init(uint32_t tensor, uint32_t chunk, const float* values) {
@@ -135,14 +159,8 @@ void rack_uplink::init(uint32_t tensor, uint32_t chunk, const float* values) {
   p.h.chunk_index = chunk;
   auto n = staging_[seq(tensor, chunk)].size();
   p.h.payload_bytes = static_cast<uint32_t>(n * sizeof(float));
-  std::lock_guard<std::mutex> guard{mtx_};
-  if (!ready_) {
-    p.copy.assign(values, values + n);
-    queued_.push_back(std::move(p));
-    return;
-  }
-  p.data = values; // sent before the call returns
-  send(p);
+  p.copy.assign(values, values + n); // the shard lets go of them at once
+  enqueue(std::move(p));
 }
 
 payload_target rack_uplink::on_header(const transports::connection_ptr&, const frame_header& h) {

@@ -21,9 +21,12 @@
 // Chunks of tensors with initial values are pulled at version 0 from their home (the
 // racks other than rack 0 learn the initial values that way). Until the join is done
 // pushes and inits wait in the uplink. Every chunk streams on its own: no barrier over
-// a tensor anywhere.
+// a tensor anywhere. Sends go out from a sender thread of the uplink's, in the order
+// shards handed them over, so a shard never waits on a slow link to a chunk's home.
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -73,6 +76,8 @@ private:
     std::vector<float> copy; // init values, kept until sent
   };
   void run();
+  void drain();
+  void enqueue(pending p);
   void send(pending& p);
   void fail(errc code, const std::string& why);
   uint64_t seq(uint32_t tensor, uint32_t chunk) const noexcept {
@@ -86,11 +91,13 @@ private:
   std::vector<std::vector<float>> staging_; // by chunk number: the home's answer
   std::mutex mtx_;
   bool ready_ = false;
-  std::vector<pending> queued_;           // before the join is done
+  std::deque<pending> queued_;            // for the sender thread
+  std::condition_variable wake_;
   std::vector<std::byte> error_buf_;
   std::atomic<bool> running_{false};
   std::atomic<bool> failed_{false};
   std::thread thread_;
+  std::thread sender_;
 };
 
 } // namespace rw::actors
