@@ -128,8 +128,12 @@ void bury(shard_state& st, uint32_t job_id, errc code, std::string why) {
 // Fails every waiter of `job` with `code` and drops the job.
 void fail_job(shard_state& st, uint32_t job_id, errc code, const std::string& why) {
   auto it = st.jobs.find(job_id);
-  if (it == st.jobs.end())
+  if (it == st.jobs.end()) {
+    // A shard restarted empty hears of the jobs its predecessor held: frames for them
+    // get the reason rather than "unknown job".
+    bury(st, job_id, code, why);
     return;
+  }
   for_each_own_chunk(st, it->second, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
     for (auto& w : cs.take_all())
       w.conn->send_error(code, why, about(job_id, w.rank, t, c, w.version));
