@@ -253,7 +253,12 @@ public:
       }
     }
     auto first = connect(req.connect);
-    welcome = say_hello(first, req.connect, hello);
+    try {
+      welcome = say_hello(first, req.connect, hello);
+    } catch (...) {
+      first->close(); // refused (or sent elsewhere): nothing more comes on it
+      throw;
+    }
     auto single = [&] {
       return std::make_shared<runtime::job_routes>(std::make_shared<runtime::routing_table>(
         req.job, welcome.num_shards, welcome.shard_endpoints));
@@ -300,7 +305,32 @@ private:
 } // namespace
 
 joined_job join_job(transports::tcp::endpoint& ep, const join_request& req) {
-  return joiner{ep, req}.handshake();
+  try {
+    return joiner{ep, req}.handshake();
+  } catch (const rw::error& e) {
+    if (e.code() != errc::moved)
+      throw;
+    // A hierarchical job's worker at another rack's agg: follow it, once.
+    std::string text = e.what();
+    auto there = text.substr(0, text.find(' '));
+    if (there.empty() || there == req.connect)
+      throw;
+    // The refused connection is closed: let its close be reported to nobody, so the
+    // next hello's wait does not take it for its own.
+    struct ignore final : transports::frame_sink {
+      payload_target on_header(const transports::connection_ptr&, const frame_header&) override {
+        return payload_target::dropped();
+      }
+      void on_frame(const transports::connection_ptr&, const frame_header&,
+                    payload_target&) override {}
+      void on_closed(const transports::connection_ptr&, errc, const std::string&) override {}
+    } none;
+    for (int i = 0; i < 50 && ep.connection_count() > 0; ++i)
+      ep.poll(10, none);
+    auto moved = req;
+    moved.connect = there;
+    return joiner{ep, moved}.handshake();
+  }
 }
 
 } // namespace rw::actors

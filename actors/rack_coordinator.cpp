@@ -111,12 +111,15 @@ std::optional<job_binding> wrong_rack(rack_ptr self, const grant_info& g,
     std::find(nodes.begin(), nodes.end(), self->state.settings.node_name) - nodes.begin());
   if (home == self_index || home >= nodes.size())
     return std::nullopt;
-  return refuse(errc::bad_rank,
-                fmt::format("rank {} of job '{}' belongs to rack {}, whose rack-agg is {} at "
-                            "{}: a hierarchical job's worker says hello to its own rack's "
-                            "node",
-                            req.hello.rank, g.spec.name, l.racks[home], nodes[home],
-                            l.addresses[home]));
+  spdlog::info("worker directed: peer={} job='{}' rank={}: to its rack's agg {} at {} "
+               "(rack {}; a hierarchical job's worker talks to its own rack's node)",
+               req.peer, g.spec.name, req.hello.rank, nodes[home], l.addresses[home],
+               l.racks[home]);
+  return refuse(errc::moved,
+                fmt::format("{} is where rank {} of job '{}' says hello: it belongs to rack "
+                            "{}, whose rack-agg is {}",
+                            l.addresses[home], req.hello.rank, g.spec.name, l.racks[home],
+                            nodes[home]));
 }
 
 // A hierarchical job's part on this node: its rack's ranks, summed here in rank order
@@ -289,11 +292,8 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
     spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, req.hello.rank, diff);
     return refuse(errc::spec_mismatch, diff);
   }
-  if (auto wrong = wrong_rack(self, grant, req)) {
-    spdlog::warn("hello refused: peer={} job='{}' rank={}: {}", req.peer, spec.name,
-                 req.hello.rank, wrong->message);
+  if (auto wrong = wrong_rack(self, grant, req))
     return *wrong;
-  }
   if (!req.hello.has_token) {
     spdlog::warn("hello refused: peer={} job='{}' rank={}: no token", req.peer, spec.name,
                  req.hello.rank);

@@ -29,6 +29,7 @@ const char* to_string(errc code) noexcept {
     case errc::stopped: return "stopped";
     case errc::duplicate_name: return "duplicate_name";
     case errc::unavailable: return "unavailable";
+    case errc::moved: return "moved";
   }
   return "unknown_error";
 }

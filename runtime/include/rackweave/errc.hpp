@@ -33,6 +33,8 @@ enum class errc : uint16_t {
   stopped,            // an operator stopped the job
   duplicate_name,     // a job of that name exists already
   unavailable,        // the cluster (coordinator or a node) cannot be reached in time
+  moved,              // hello at the wrong node: the message starts with the right one's
+                      // HOST:PORT (a hierarchical job's worker goes to its rack's agg)
 };
 
 const char* to_string(errc code) noexcept;
