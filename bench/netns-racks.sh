@@ -170,8 +170,11 @@ record() { echo "$*" >>"$tmp/results"; }
 start_nodes() {
   local k args
   for ((k = 0; k < racks; k++)); do
+    # The links' rates, as an operator would configure them: auto plans from them.
     args=(--role rack-agg --name "n$k" --rack "$(rack_name "$k")"
-      --listen "$(agg_addr "$k"):$port" --log-level info --port-file "$tmp/port.$k")
+      --listen "$(agg_addr "$k"):$port" --log-level info --port-file "$tmp/port.$k"
+      --uplink-gbps "$(awk -v b="$agg_bps" 'BEGIN { print b / 1e9 }')"
+      --core-gbps "$(awk -v b="$core_bps" 'BEGIN { print b / 1e9 }')")
     ((k == 0)) || args+=(--coordinator "$(agg_addr 0):$port")
     rm -f "$tmp/port.$k"
     timeout -k 5 $((4 * run_timeout)) ip netns exec "$(agg_ns "$k")" "$tmp/bin/rw-node" \
@@ -243,6 +246,15 @@ run_rackweave() {
 }
 
 start_nodes
+# What auto picks, over every rack and over one rack (printed; recorded in the report).
+auto_pick() { # NAME RACKS
+  shell_in_rack0 -c "local j = rw.job_create{name = '$1', workers = $workers, racks = {$2}}; \
+    print(j.reduction .. ' (' .. j.plan .. ')'); rw.job_delete('$1')" 2>&1 | tail -n 1
+}
+auto_racks=$(auto_pick "auto-$$" "$(rack_list)")
+auto_one=$(auto_pick "auto1-$$" "'$(rack_name 0)'")
+say "auto over $racks racks: $auto_racks"
+say "auto over one rack: $auto_one"
 run_rackweave hierarchical
 run_rackweave flat
 stop_pids "${node_pids[@]}"
@@ -292,7 +304,8 @@ report_rc=0
 python3 bench/lib/racks_report.py "$tmp/results" "$tmp/table.txt" "$tmp/section.md" \
   "$racks" "$workers" "$bytes" "$size" "$worker_bps" "$agg_bps" "$core_bps" "$oversub" \
   "$rate" "$chunk" "$iters" "$warmup" "$invocation" "$machine" "$elapsed" "$json" \
-  "$(burst_of "$worker_bps")" "$(burst_of "$agg_bps")" "$(burst_of "$core_bps")" ||
+  "$(burst_of "$worker_bps")" "$(burst_of "$agg_bps")" "$(burst_of "$core_bps")" \
+  "$auto_racks" "$auto_one" ||
   report_rc=$?
 cat "$tmp/table.txt" >&3
 if ((report_rc)) || grep -q " FAIL " "$tmp/results"; then

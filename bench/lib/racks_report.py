@@ -3,6 +3,7 @@
 
     racks_report.py RESULTS TABLE SECTION R W S SIZE B_W B_AGG B_CORE O RATE CHUNK
                     ITERS WARMUP INVOCATION MACHINE ELAPSED JSON b_W b_AGG b_CORE
+                    AUTO_RACKS AUTO_ONE
 
 RESULTS has one line per system: "NAME MEDIAN P90 VERIFIED [NOTE...]", MEDIAN and P90
 in ms, or FAIL (it failed), or NA (it cannot run here; NOTE says why). Writes the text
@@ -27,7 +28,8 @@ import sys
 
 def main() -> int:
     (res_path, txt_path, md_path, racks, w, s, size, bw, ba, bc, oversub, rate, chunk, iters,
-     warmup, invocation, machine, elapsed, as_json, bucket_w, bucket_a, bucket_c) = sys.argv[1:23]
+     warmup, invocation, machine, elapsed, as_json, bucket_w, bucket_a, bucket_c, auto_racks,
+     auto_one) = sys.argv[1:25]
     r, w, s = int(racks), int(w), int(s)
     bw, ba, bc = float(bw), float(ba), float(bc)
     bucket_w, bucket_a, bucket_c = int(bucket_w), int(bucket_a), int(bucket_c)
@@ -74,8 +76,18 @@ def main() -> int:
         x = out[a] / out[b]
         return f"{a} / {b} = {x:.2f}, target <= {target}: {'met' if x <= target else 'NOT met'}"
 
+    bounded = ("rackweave-hierarchical / its bound: not measured, target <= 1.15"
+               if out.get("rackweave-hierarchical") is None else
+               "rackweave-hierarchical / its bound = {:.2f}, target <= 1.15: {}".format(
+                   out["rackweave-hierarchical"] / next(float(x[3]) for x in rows
+                                                       if x[0] == "rackweave-hierarchical"),
+                   "met" if out["rackweave-hierarchical"] <= 1.15 * next(
+                       float(x[3]) for x in rows if x[0] == "rackweave-hierarchical")
+                   else "NOT met"))
     targets = [vs("rackweave-hierarchical", "gloo-ring", 0.7),
-               vs("rackweave-hierarchical", "rackweave-flat", 0.55)]
+               vs("rackweave-hierarchical", "rackweave-flat", 0.55), bounded,
+               f"auto over {r} racks picks {auto_racks}; target: hierarchical",
+               f"auto over one rack picks {auto_one}; target: flat"]
     head = ["system", "median ms", "p90 ms", "bound ms", "measured/bound", "verified",
             "busiest link", "note"]
     widths = [max(len(x[i]) for x in rows + [head]) for i in range(len(head))]
