@@ -97,24 +97,14 @@ namespaces=()
 run_pids=()
 node_pids=()
 cleanup() {
-  local rc=$? i ns
+  local rc=$?
   release "${run_pids[@]}" "${node_pids[@]}"
-  for ((i = ${#namespaces[@]} - 1; i >= 0; i--)); do
-    ip netns del "${namespaces[i]}" 2>/dev/null || true
-  done
-  if ns=$(ip netns list | grep "^$prefix"); then
-    note "namespaces left behind: $ns"
-    rc=1
-  fi
+  delete_namespaces || rc=1
   exit "$rc"
 }
 set_exit_traps cleanup
 
-if ! ip netns add "$core_ns" 2>"$tmp/netns.err"; then
-  skip_smoke "network namespaces are not permitted here (ip netns add: $(<"$tmp/netns.err"))"
-fi
-namespaces+=("$core_ns")
-ip -n "$core_ns" link set lo up
+first_namespace "$core_ns" # the core switch
 
 snapshot_rackweave "$tmp/bin" comm-worker
 shell_bin=$build/apps/rw-shell

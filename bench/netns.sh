@@ -106,26 +106,14 @@ run_pids=()   # ranks started and not yet reaped, stopped on exit
 node_pid=     # the same for rw-node
 
 cleanup() {
-  local rc=$? ns i
+  local rc=$?
   release "${run_pids[@]}" ${node_pid:+"$node_pid"}
-  # Deleting a namespace destroys its devices, and a veth goes with either end.
-  for ((i = ${#namespaces[@]} - 1; i >= 0; i--)); do
-    ip netns del "${namespaces[i]}" 2>/dev/null || true
-  done
-  if ns=$(ip netns list | grep "^$prefix"); then
-    note "namespaces left behind: $ns"
-    rc=1
-  fi
+  delete_namespaces || rc=1
   exit "$rc"
 }
 set_exit_traps cleanup
 
-# The switch first: where namespaces cannot be made (a container), say so at once.
-if ! ip netns add "$switch_ns" 2>"$tmp/netns.err"; then
-  skip_smoke "network namespaces are not permitted here (ip netns add: $(<"$tmp/netns.err"))"
-fi
-namespaces+=("$switch_ns")
-ip -n "$switch_ns" link set lo up
+first_namespace "$switch_ns" # the switch
 
 snapshot_rackweave "$tmp/bin" comm-worker
 gloo=$build/peers/gloo-allreduce

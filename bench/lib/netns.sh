@@ -103,3 +103,26 @@ failed() { # SYSTEM STATUS FILES...: says why a run failed, with the end of each
     if [[ -s $f ]]; then tail -n 5 "$f" | sed "s|^|    ${f##*/}: |" >&2; fi
   done
 }
+
+# delete_namespaces: deletes every namespace in `namespaces` (newest first; a veth goes
+# with either end) and fails, saying which, if any named $prefix* is left behind.
+delete_namespaces() {
+  local i ns
+  for ((i = ${#namespaces[@]} - 1; i >= 0; i--)); do
+    ip netns del "${namespaces[i]}" 2>/dev/null || true
+  done
+  if ns=$(ip netns list | grep "^$prefix"); then
+    note "namespaces left behind: $ns"
+    return 1
+  fi
+}
+
+# first_namespace NAME: makes the run's first namespace; where namespaces cannot be made
+# (a container), says so at once (a skip in smoke mode).
+first_namespace() {
+  if ! ip netns add "$1" 2>"$tmp/netns.err"; then
+    skip_smoke "network namespaces are not permitted here (ip netns add: $(<"$tmp/netns.err"))"
+  fi
+  namespaces+=("$1")
+  ip -n "$1" link set lo up
+}

@@ -75,24 +75,16 @@ worker_run start_worker(const std::string& connect, const std::string& job, uint
   worker_run w;
   w.err_path = testing::temp_path("worker.err");
   w.out_path = testing::temp_path("worker.bin");
-  w.proc = std::make_unique<tools::subprocess>(
-    std::vector<std::string>{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job, "--rank",
-                             std::to_string(rank), "--workers", std::to_string(workers),
-                             "--optimizer", optimizer, "--steps", "3", "--token", token,
-                             "--out", w.out_path, "--verify", "--transport", "auto",
-                             "--hold-ms", std::to_string(hold_ms)},
-    true, w.err_path);
-  if (!rank_racks.empty()) {
-    w.proc.reset();
-    w.proc = std::make_unique<tools::subprocess>(
-      std::vector<std::string>{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
-                               "--rank", std::to_string(rank), "--workers",
-                               std::to_string(workers), "--optimizer", optimizer, "--steps",
-                               "3", "--token", token, "--out", w.out_path, "--verify",
-                               "--transport", "auto", "--hold-ms", std::to_string(hold_ms),
-                               "--rank-racks", rank_racks},
-      true, w.err_path);
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
+                                "--rank", std::to_string(rank), "--workers",
+                                std::to_string(workers), "--optimizer", optimizer, "--steps",
+                                "3", "--token", token, "--out", w.out_path, "--verify",
+                                "--transport", "auto", "--hold-ms", std::to_string(hold_ms)};
+  if (!rank_racks.empty()) { // a hierarchical job: the reference sums racks first
+    argv.push_back("--rank-racks");
+    argv.push_back(rank_racks);
   }
+  w.proc = std::make_unique<tools::subprocess>(argv, true, w.err_path);
   return w;
 }
 
@@ -115,6 +107,28 @@ void run_verified(const std::vector<std::string>& connect, const std::string& jo
     std::remove(ws[r].err_path.c_str());
     std::remove(ws[r].out_path.c_str());
   }
+}
+
+// Once job `job` is at clock 3, kills node n1: every worker must fail in bounded time
+// and the job must end failed, naming the node.
+void kill_mid_job(rack_cluster& c, std::vector<worker_run>& ws, const std::string& job) {
+  auto running = c.shell("rw.wait('" + job + "', 3, {timeout = 30}); print('at clock 3')");
+  INFO(running.err);
+  REQUIRE(running.out == "at clock 3\n");
+  c.nodes[1]->process().signal(SIGKILL);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (auto& w : ws) {
+    auto code = w.proc->wait_until(deadline);
+    INFO(testing::read_file(w.err_path));
+    CHECK(code == std::optional<int>{2}); // failed, in bounded time
+    std::remove(w.err_path.c_str());
+    std::remove(w.out_path.c_str());
+  }
+  auto r = c.shell("local j = rw.wait('" + job + "', 'ended', {timeout = 30}); "
+                   "print(j.state, j.reason)");
+  INFO(r.err);
+  CHECK_THAT(r.out, Catch::StartsWith("failed"));
+  CHECK_THAT(r.out, Catch::Contains("n1"));
 }
 
 // How many chunks of job `job` the node's log says are homed there.
@@ -224,22 +238,7 @@ TEST_CASE("a node that dies mid-job fails the job, naming the node, and nobody h
   std::vector<worker_run> ws;
   for (uint32_t r = 0; r < 2; ++r)
     ws.push_back(start_worker(c.nodes[0]->address(), "doomed", r, 2, "sum", token, 60'000));
-  auto running = c.shell("rw.wait('doomed', 3, {timeout = 30}); print('at clock 3')");
-  INFO(running.err);
-  REQUIRE(running.out == "at clock 3\n");
-  c.nodes[1]->process().signal(SIGKILL);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  for (auto& w : ws) {
-    auto code = w.proc->wait_until(deadline);
-    INFO(testing::read_file(w.err_path));
-    CHECK(code == std::optional<int>{2}); // failed, in bounded time
-    std::remove(w.err_path.c_str());
-    std::remove(w.out_path.c_str());
-  }
-  auto r = c.shell("local j = rw.wait('doomed', 'ended', {timeout = 30}); print(j.state, j.reason)");
-  INFO(r.err);
-  CHECK_THAT(r.out, Catch::StartsWith("failed"));
-  CHECK_THAT(r.out, Catch::Contains("n1"));
+  kill_mid_job(c, ws, "doomed");
 }
 
 TEST_CASE("rw-bench creates its job through the coordinator, over two racks' nodes",
@@ -376,21 +375,5 @@ TEST_CASE("a hierarchical job whose node dies mid-job fails, naming it, and nobo
                             "0,1"));
   ws.push_back(start_worker(c.nodes[1]->address(), "hier-doomed", 1, 2, "sum", token, 60'000,
                             "0,1"));
-  auto running = c.shell("rw.wait('hier-doomed', 3, {timeout = 30}); print('at clock 3')");
-  INFO(running.err);
-  REQUIRE(running.out == "at clock 3\n");
-  c.nodes[1]->process().signal(SIGKILL);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  for (auto& w : ws) {
-    auto code = w.proc->wait_until(deadline);
-    INFO(testing::read_file(w.err_path));
-    CHECK(code == std::optional<int>{2});
-    std::remove(w.err_path.c_str());
-    std::remove(w.out_path.c_str());
-  }
-  auto r = c.shell("local j = rw.wait('hier-doomed', 'ended', {timeout = 30}); "
-                   "print(j.state, j.reason)");
-  INFO(r.err);
-  CHECK_THAT(r.out, Catch::StartsWith("failed"));
-  CHECK_THAT(r.out, Catch::Contains("n1"));
+  kill_mid_job(c, ws, "hier-doomed");
 }
