@@ -146,6 +146,10 @@ job_spec rack_part(rack_ptr self, job_info& job, const job_spec& spec) {
   u.join.rank = job.node_index;
   u.join.token = g->second.secret;
   u.join.transport = "tcp";
+  // Every node of the job already holds the grant: a join that takes longer than this
+  // means a node is not answering, and the job fails with that.
+  u.join.request_timeout = std::chrono::seconds(10);
+  u.join.connect_timeout = std::chrono::seconds(5);
   u.rack_job_id = job.id;
   u.rack_routes = job.routes;
   u.shards = st.shards;
