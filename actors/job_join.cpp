@@ -233,6 +233,7 @@ public:
         req.job, welcomes[i].num_shards, welcomes[i].shard_endpoints, ring.get(), i));
       bases.push_back(static_cast<uint32_t>(conns.size()));
       conns.insert(conns.end(), node_conns[i].begin(), node_conns[i].end());
+      out.conn_nodes.insert(out.conn_nodes.end(), node_conns[i].size(), names[i]);
     }
     out.routes = std::make_shared<runtime::job_routes>(ring, std::move(tables),
                                                        std::move(bases));
@@ -270,6 +271,7 @@ public:
         throw rw::error(errc::io_error, std::string("shared memory with the node: ") + e.what());
       }
       out.conns = {first};
+      out.conn_nodes = {welcome.node_name};
       out.routes = single();
       out.shm = std::move(channel);
       out.welcome = welcome;
@@ -289,6 +291,7 @@ public:
     } else {
       // One connection per node endpoint; attach to the others with the token.
       out.conns = attach_all(welcome, first, req.connect);
+      out.conn_nodes.assign(out.conns.size(), welcome.node_name);
       out.routes = single();
     }
     out.welcome = welcome;

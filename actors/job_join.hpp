@@ -32,6 +32,7 @@ struct join_request {
 struct joined_job {
   transports::welcome_msg welcome;              // the first node's
   std::vector<transports::connection_ptr> conns; // every node's endpoints, node by node
+  std::vector<std::string> conn_nodes;           // the name of the node of each
   std::shared_ptr<const runtime::job_routes> routes;
   std::unique_ptr<transports::shm::worker_channel> shm; // null over TCP
 };

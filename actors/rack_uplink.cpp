@@ -194,8 +194,8 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
                                   err.code, err.message});
       return;
     }
-    fail(err.code, fmt::format("node at {} refused chunk {}/{}: {}", c->peer(), h.tensor_id,
-                               h.chunk_index, err.message));
+    fail(err.code, fmt::format("node {} at {} refused chunk {}/{}: {}", node_of(c), c->peer(),
+                               h.tensor_id, h.chunk_index, err.message));
     return;
   }
   if (h.kind != frame_kind::update || t.action == payload_target::discard) {
@@ -211,9 +211,19 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
 
 void rack_uplink::on_closed(const transports::connection_ptr& c, errc code,
                             const std::string& why) {
-  if (running_.load())
-    fail(code == errc::ok ? errc::unavailable : code,
-         fmt::format("lost the connection to the job's node at {}: {}", c->peer(), why));
+  if (!running_.load())
+    return;
+  fail(code == errc::ok ? errc::unavailable : code,
+       fmt::format("lost the connection to the job's node {} at {}: {}", node_of(c), c->peer(),
+                   why));
+}
+
+std::string rack_uplink::node_of(const transports::connection_ptr& c) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (size_t i = 0; i < joined_.conns.size() && i < joined_.conn_nodes.size(); ++i)
+    if (joined_.conns[i] == c)
+      return joined_.conn_nodes[i];
+  return "?";
 }
 
 } // namespace rw::actors

@@ -80,6 +80,7 @@ private:
   void enqueue(pending p);
   void send(pending& p);
   void fail(errc code, const std::string& why);
+  std::string node_of(const transports::connection_ptr& c); // its node's name, for logs
   uint64_t seq(uint32_t tensor, uint32_t chunk) const noexcept {
     return first_[tensor] + chunk;
   }
