@@ -1,5 +1,7 @@
 #include "runtime/chunking.hpp"
 
+#include "runtime/layerwise.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -51,7 +53,7 @@ routing_table::routing_table(const job_spec& spec, uint32_t num_shards,
   local_chunks_ = 0;
   for (uint32_t t = 0; t < spec.tensors.size(); ++t)
     for (uint32_t c = 0; c < layouts_[t].count(); ++c)
-      if (ring->owner(spec.tensors[t].name, c) == self_node)
+      if (home_on_ring(*ring, spec, t, c) == self_node)
         local_seq_[first_[t] + c] = local_chunks_++;
 }
 
@@ -75,6 +77,13 @@ std::vector<uint64_t> routing_table::chunks_per_endpoint() const {
       if (is_local(t, c))
         ++load[endpoint_of(t, c)];
   return load;
+}
+
+uint32_t home_on_ring(const hash_ring& ring, const job_spec& spec, uint32_t tensor,
+                      uint32_t chunk) noexcept {
+  // A layer-wise optimizer's trust ratio spans its tensor: the whole tensor shares the
+  // home of its chunk 0, so the ratio is taken on one node.
+  return ring.owner(spec.tensors[tensor].name, is_layerwise(spec.optimizer.kind) ? 0 : chunk);
 }
 
 job_routes::job_routes(std::shared_ptr<const routing_table> single)

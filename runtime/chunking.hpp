@@ -9,8 +9,9 @@
 // NUMA domain), so endpoints are balanced too. Node and worker compute the same table
 // from the job spec and the welcome's shard -> endpoints lists.
 //
-// A job on several nodes (flat mode) gives each chunk a home node by consistent
-// hashing (runtime/ring). A node's table then routes only the chunks homed on it: they
+// A job on several nodes gives each chunk a home node by consistent hashing
+// (runtime/ring; home_on_ring): each chunk on its own, or, for a layer-wise optimizer
+// (LAMB, LARS, whose trust ratio spans a tensor), each tensor whole, at its chunk 0's. A node's table then routes only the chunks homed on it: they
 // are spread over its shards and endpoints as above, in (tensor, index) order of the
 // node's own chunks; shard_of() of any other chunk is not_here. A worker's job_routes
 // holds one such table per node of the job and says which connection each chunk takes.
@@ -115,6 +116,10 @@ private:
   uint64_t local_chunks_ = 0;
   std::vector<uint64_t> local_seq_; // by job-wide chunk number; empty: every chunk local
 };
+
+/// Index (in the ring's node order) of the home of chunk `chunk` of tensor `tensor`.
+uint32_t home_on_ring(const hash_ring& ring, const job_spec& spec, uint32_t tensor,
+                      uint32_t chunk) noexcept;
 
 /// A worker's view of a job's routes: one routing table per node of the job (a single
 /// one without a ring) and where each node's endpoints start in the worker's list of

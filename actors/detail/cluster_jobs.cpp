@@ -162,6 +162,16 @@ job_layout layout_of(const std::vector<const member*>& nodes) {
   return l;
 }
 
+// Ends job `j` (its node `node_id` reported `state` with `why`) and stops it on its
+// other nodes.
+void end_everywhere(cluster_ptr self, job_entry& j, uint32_t id, uint32_t node_id,
+                    const std::string& state, const std::string& why) {
+  spdlog::info("job ended: job='{}' id={} state={}{}{}", j.report.name, id, state,
+               why.empty() ? "" : ": ", why);
+  mark_ended(j, state, why);
+  halt_on(self, others(j, node_id), id, why);
+}
+
 } // namespace
 
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
@@ -375,13 +385,27 @@ void on_event(cluster_ptr self, uint32_t node_id, job_event& ev) {
     mark_ended(j, "finished", "");
     return;
   }
-  auto why = j.node_ids.size() > 1
-               ? fmt::format("on node {}: {}", node_name(self, node_id), ev.reason)
-               : ev.reason;
-  spdlog::info("job ended: job='{}' id={} state={}{}{}", j.report.name, ev.job_id, ev.state,
-               why.empty() ? "" : ": ", why);
-  mark_ended(j, ev.state, why);
-  halt_on(self, others(j, node_id), ev.job_id, why);
+  if (j.node_ids.size() == 1) {
+    end_everywhere(self, j, ev.job_id, node_id, ev.state, ev.reason);
+    return;
+  }
+  // What one node saw (a worker that vanished, a rack that left) may be the echo of
+  // another node's death: ask the others first, and name any that does not answer.
+  auto why = fmt::format("on node {}: {}", node_name(self, node_id), ev.reason);
+  auto id = ev.job_id;
+  auto state = ev.state;
+  ask_nodes<job_event>(
+    self, others(j, node_id), "did not answer",
+    [self, id, node_id, state, why](auto&, std::vector<std::string>& failures) {
+      auto it = self->state.jobs.find(id);
+      if (it == self->state.jobs.end() || is_ended(it->second.report.state))
+        return;
+      auto reason = failures.empty()
+                      ? why
+                      : fmt::format("{}; {}", fmt::join(failures, "; "), why);
+      end_everywhere(self, it->second, id, node_id, state, reason);
+    },
+    status_atom::value, id);
 }
 
 void fail_jobs_on(cluster_ptr self, uint32_t node_id, const std::string& why) {

@@ -10,7 +10,6 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/cluster_state.hpp"
-#include "runtime/layerwise.hpp"
 
 namespace rw::actors::detail {
 
@@ -112,10 +111,6 @@ std::string hierarchical_refusal(const job_spec& spec, const std::vector<const m
     return "it needs two racks or more";
   if (spec.consistency.model != consistency_spec::bsp)
     return fmt::format("it is BSP-only and the job asks for {}", to_string(spec.consistency));
-  if (runtime::is_layerwise(spec.optimizer.kind))
-    return fmt::format("optimizer {} takes its trust ratio over whole tensors, which this "
-                       "version computes on one node only",
-                       to_string(spec.optimizer.kind));
   std::set<std::string> racks;
   for (auto* m : nodes)
     if (!racks.insert(m->info.rack).second)
@@ -209,12 +204,6 @@ bool choose_reduction(const job_spec& spec, const job_placement& p,
                       std::string& why) {
   if (p.reduction != "auto" && p.reduction != "flat" && p.reduction != "hierarchical") {
     why = fmt::format("reduction must be auto, flat or hierarchical, not '{}'", p.reduction);
-    return false;
-  }
-  if (nodes.size() > 1 && runtime::is_layerwise(spec.optimizer.kind)) {
-    why = fmt::format("optimizer {} takes its trust ratio over whole tensors, which this "
-                      "version computes on one node only: place the job on one node",
-                      to_string(spec.optimizer.kind));
     return false;
   }
   auto refusal = hierarchical_refusal(spec, nodes);

@@ -141,13 +141,13 @@ int homed_here(const testing::node_process& node, const std::string& job) {
 
 } // namespace
 
-TEST_CASE("a job over two racks' nodes, flat: exact for every optimizer, chunks where "
-          "the ring says",
+TEST_CASE("a job over two racks' nodes, flat: exact for every optimizer (LAMB and LARS "
+          "too), chunks where the ring says",
           "[integration][racks]") {
   rack_cluster c{{"a", "b"}};
   auto nodes = c.shell("for _, n in ipairs(rw.nodes()) do print(n.name, n.rack) end");
   CHECK(nodes.out == "n0\ta\nn1\tb\n");
-  for (std::string opt : {"sum", "sgd", "momentum", "nesterov", "adam"}) {
+  for (std::string opt : {"sum", "sgd", "momentum", "nesterov", "adam", "lamb", "lars"}) {
     auto job = "flat-" + opt;
     std::string err;
     auto token = c.create(job, 4, opt, "racks = {'a', 'b'}, reduction = 'flat'", &err);
@@ -221,7 +221,6 @@ TEST_CASE("bad placements are refused at create, naming what is wrong",
           "rack 'b' is in the job but none of its workers is");
   refused("racks = {'a', 'b'}, reduction = 'flat', worker_racks = {'a', 'a', 'b', 'b'}",
           "a flat job's workers talk to every node");
-  refused("racks = {'a', 'b'}", "trust ratio over whole tensors", "lamb");
   // SSP and async run across nodes in flat mode.
   std::string err;
   CHECK(!c.create("ssp-flat", 2, "sum", "racks = {'a', 'b'}, consistency = 'ssp:1'", &err).empty());
@@ -287,12 +286,13 @@ TEST_CASE("rw-bench creates its job through the coordinator, over two racks' nod
   CHECK_THAT(err3, Catch::Contains("names 2 racks for 4 workers"));
 }
 
-TEST_CASE("a hierarchical job over two racks: exact in rack order for every optimizer",
+TEST_CASE("a hierarchical job over two racks: exact in rack order for every optimizer "
+          "(LAMB and LARS too)",
           "[integration][racks]") {
   rack_cluster c{{"a", "b"}};
   auto a = c.nodes[0]->address();
   auto b = c.nodes[1]->address();
-  for (std::string opt : {"sum", "sgd", "momentum", "nesterov", "adam"}) {
+  for (std::string opt : {"sum", "sgd", "momentum", "nesterov", "adam", "lamb", "lars"}) {
     auto job = "hier-" + opt;
     std::string err;
     auto token = c.create(job, 4, opt, "racks = {'a', 'b'}, reduction = 'hierarchical'", &err);

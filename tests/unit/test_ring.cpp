@@ -135,3 +135,23 @@ TEST_CASE("without a ring a table routes every chunk, as before", "[ring]") {
   for (uint32_t c = 0; c < rt.layout(0).count(); ++c)
     CHECK(rt.shard_of(0, c) == c % 2);
 }
+
+TEST_CASE("a layer-wise job homes each tensor whole, at its chunk 0's home", "[ring]") {
+  auto spec = spec_of(100'000, 3'000);
+  spec.tensors.push_back({"conv.w", 200'000, false});
+  spec.optimizer.kind = rw::optimizer_kind::lamb;
+  hash_ring ring{{"a", "b", "c"}, 16};
+  std::vector<routing_table> tables;
+  for (uint32_t n = 0; n < 3; ++n)
+    tables.emplace_back(spec, 2, std::vector<std::vector<uint32_t>>{}, &ring, n);
+  for (uint32_t t = 0; t < spec.tensors.size(); ++t) {
+    auto home = ring.owner(spec.tensors[t].name, 0);
+    for (uint32_t c = 0; c < tables[0].layout(t).count(); ++c)
+      for (uint32_t n = 0; n < 3; ++n)
+        CHECK(tables[n].is_local(t, c) == (n == home));
+  }
+  // Other optimizers spread a tensor's chunks.
+  spec.optimizer.kind = rw::optimizer_kind::adam;
+  routing_table spread{spec, 2, {}, &ring, ring.owner("conv.w", 0)};
+  CHECK(spread.local_chunks() < spread.total_chunks());
+}
