@@ -97,12 +97,12 @@ std::vector<option_def> option_table(node_config& c) {
         "(default: the host name)",
         c.rack),
     def("topology.uplink_gbps", "--uplink-gbps",
-        "rate (Gbit/s) of the links between this node and its rack's workers; 0 = not "
-        "configured",
+        "rate (Gbit/s) of the links between this node and its rack's workers, which "
+        "reduction = auto plans from; 0 = not configured",
         c.uplink_gbps),
     def("topology.core_gbps", "--core-gbps",
-        "rate (Gbit/s) of this node's link into the core network between racks; 0 = "
-        "not configured",
+        "rate (Gbit/s) of this node's link into the core network between racks, which "
+        "reduction = auto plans from; 0 = not configured",
         c.core_gbps),
     def("node.listen", "--listen",
         "HOST:PORT workers connect to, one NIC poller each; HOST may be a network "
