@@ -102,6 +102,10 @@ void remember_end(rack_state& st, const std::string& name, const std::string& st
       st.grants.erase(old);
     st.ended_grants.pop_front();
   }
+  // A hierarchical job's top level ends with it: new hellos to it are refused, and its
+  // grant is let go of like the job's own.
+  if (st.grants.count(top_job_name(name)) != 0)
+    remember_end(st, top_job_name(name), state, why);
 }
 
 // The grant of job `id`: a live one if there is one (ids of ended grants may come
