@@ -40,7 +40,9 @@
 //   coordinator -> itself (tick_atom)  every node_timeout / 4: forget silent nodes
 //   coordinator -> link   (grant_atom, job_grant) -> ok_atom
 //                         (status_atom, job id) -> job_event
-//                         (halt_atom, job id, reason) -> ok_atom
+//                         (halt_atom, job id, reason) -> ok_atom   an operator's stop
+//                         (abort_atom, job id, reason) -> ok_atom  the job failed on
+//                         another of its nodes (or one left): it fails here too
 
 #include <chrono>
 #include <string>
@@ -74,7 +76,8 @@ using cluster_coordinator_actor = caf::typed_actor<
 using node_link_actor = caf::typed_actor<
   caf::replies_to<grant_atom, job_grant>::with<ok_atom>,
   caf::replies_to<status_atom, uint32_t>::with<job_event>,
-  caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>>;
+  caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>,
+  caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>>;
 
 struct cluster_settings {
   /// Peers must prove they hold this before they are heard ("": every peer is).

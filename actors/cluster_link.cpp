@@ -197,6 +197,9 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
     [=](halt_atom, uint32_t id, std::string& why) {
       return relay<ok_atom>(self, halt_atom::value, id, std::move(why));
     },
+    [=](abort_atom, uint32_t id, std::string& why) {
+      return relay<ok_atom>(self, abort_atom::value, id, std::move(why));
+    },
     [=](event_atom, job_event& ev) {
       auto& st = self->state;
       if (st.node_id == 0) {

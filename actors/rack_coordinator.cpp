@@ -412,6 +412,9 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     [=](halt_atom, uint32_t job_id, const std::string& reason) {
       return on_halt(self, job_id, reason);
     },
+    [=](abort_atom, uint32_t job_id, const std::string& reason) {
+      return on_halt(self, job_id, reason, true);
+    },
     [=](halt_atom, const std::string& reason) { on_halt_all(self, reason); },
     [=](register_atom, job_event_sink& link) { self->state.link = std::move(link); },
     [=](locate_atom, std::string& address) {

@@ -40,6 +40,9 @@
 //                          a granted job's state and per-rank counts (from the shards)
 //   link   -> coordinator  (halt_atom, job_id, reason) -> ok_atom
 //                          an operator stopped the job: its workers get errc::stopped
+//   link   -> coordinator  (abort_atom, job_id, reason) -> ok_atom
+//                          the job failed on another of its nodes: it fails here too,
+//                          its workers get errc::unavailable with the reason
 //   link   -> coordinator  (halt_atom, reason)
 //                          the cluster dropped this node (it was silent too long) and
 //                          failed its jobs: every granted job here fails too
@@ -74,6 +77,7 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<grant_atom, job_grant>::with<ok_atom>,
   caf::replies_to<status_atom, uint32_t>::with<job_event>,
   caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>,
+  caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>,
   caf::reacts_to<halt_atom, std::string>,
   caf::reacts_to<register_atom, job_event_sink>,
   caf::reacts_to<locate_atom, std::string>,

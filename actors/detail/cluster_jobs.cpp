@@ -116,16 +116,17 @@ void ask_nodes(cluster_ptr self, const std::vector<uint32_t>& ids, const char* w
   }
 }
 
-// Stops the job on the given nodes, without waiting (a job that failed on one node).
+// Fails the job on the given nodes, without waiting (it failed on another node, or a
+// node of it left).
 void halt_on(cluster_ptr self, const std::vector<uint32_t>& ids, uint32_t job_id,
              const std::string& why) {
   ask_nodes<ok_atom>(
-    self, ids, "did not stop the job",
+    self, ids, "did not fail the job",
     [job_id](auto&, std::vector<std::string>& failures) {
       for (auto& f : failures)
-        spdlog::warn("job {}: could not stop it on every node: {}", job_id, f);
+        spdlog::warn("job {}: could not fail it on every node: {}", job_id, f);
     },
-    halt_atom::value, job_id, why);
+    abort_atom::value, job_id, why);
 }
 
 std::vector<uint32_t> others(const job_entry& j, uint32_t but) {

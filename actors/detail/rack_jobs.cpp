@@ -190,20 +190,22 @@ caf::result<job_event> on_status(rack_ptr self, uint32_t job_id) {
                                                       st.settings.node_name, job_id));
 }
 
-caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& reason) {
+caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& reason,
+                             bool failed) {
   auto& st = self->state;
+  const std::string state = failed ? "failed" : "stopped";
   if (st.names.count(job_id) != 0) {
-    end_job(self, job_id, "stopped", errc::stopped, reason);
+    end_job(self, job_id, state, failed ? errc::unavailable : errc::stopped, reason);
     return ok_atom::value;
   }
   if (auto* g = find_grant(st, job_id)) {
     if (g->ended.empty()) {
       auto name = g->spec.name;
       auto spec = g->spec;
-      spdlog::info("job stopped: job='{}' id={} before any worker joined: {}", name, job_id,
+      spdlog::info("job {}: job='{}' id={} before any worker joined: {}", state, name, job_id,
                    reason);
-      remember_end(st, name, "stopped", reason);
-      send_event(self, job_event{job_id, "stopped", reason, spec, {}});
+      remember_end(st, name, state, reason);
+      send_event(self, job_event{job_id, state, reason, spec, {}});
     }
     return ok_atom::value;
   }

@@ -79,8 +79,10 @@ job_binding refuse(errc code, std::string message);
 caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g);
 /// A job's live status (ranks with counts), or its end, for the cluster.
 caf::result<job_event> on_status(rack_ptr self, uint32_t job_id);
-/// Stops a job by an operator's request.
-caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& reason);
+/// Stops a job by an operator's request, or (failed) because it failed on another of
+/// its nodes: its workers get errc::stopped, or errc::unavailable with the reason.
+caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& reason,
+                             bool failed = false);
 /// Fails every granted job (the cluster has dropped this node).
 void on_halt_all(rack_ptr self, const std::string& reason);
 /// Tells the cluster a granted job started.
