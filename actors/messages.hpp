@@ -145,6 +145,7 @@ struct relay_update {
   const float* data;     // null: the step cannot complete (code, why)
   errc code = errc::ok;
   std::string why;
+  std::shared_ptr<const std::vector<float>> keep; // what `data` points into, if owned
 };
 
 /// Per-shard counters and placement, for logs and tests.

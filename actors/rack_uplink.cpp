@@ -18,9 +18,10 @@ rack_uplink::rack_uplink(uplink_settings s) : s_(std::move(s)) {
     first_.push_back(total);
     runtime::chunk_layout layout{t.elements, s_.join.job.chunk_bytes};
     for (uint32_t c = 0; c < layout.count(); ++c)
-      staging_.emplace_back(layout.length(c));
+      lengths_.push_back(layout.length(c));
     total += layout.count();
   }
+  targets_.assign(lengths_.size(), nullptr);
   ep_ = std::make_shared<transports::tcp::endpoint>(
     s_.join.request_timeout,
     transports::receive_limits{s_.join.job.chunk_bytes, defaults::max_control_bytes});
@@ -140,15 +141,21 @@ void rack_uplink::send(pending& p) {
                                      p.h.tensor_id, p.h.chunk_index, conn->peer()));
 }
 
-void rack_uplink::push(uint32_t tensor, uint32_t chunk, uint64_t clock, const float* partial) {
+void rack_uplink::push(uint32_t tensor, uint32_t chunk, uint64_t clock, float* partial) {
   pending p{};
   p.h.kind = frame_kind::push;
   p.h.flags = transports::flag_want_result;
   p.h.tensor_id = tensor;
   p.h.chunk_index = chunk;
   p.h.clock = clock;
-  p.h.payload_bytes = static_cast<uint32_t>(staging_[seq(tensor, chunk)].size() * sizeof(float));
-  p.data = partial; // untouched until the chunk's answer came back
+  p.h.payload_bytes = static_cast<uint32_t>(lengths_[seq(tensor, chunk)] * sizeof(float));
+  p.data = partial;
+  {
+    // The home's answer comes back into the same buffer: the partial is in the
+    // kernel's hands before the home can have answered.
+    std::lock_guard<std::mutex> guard{mtx_};
+    targets_[seq(tensor, chunk)] = partial;
+  }
   enqueue(std::move(p));
 }
 
@@ -157,7 +164,7 @@ void rack_uplink::init(uint32_t tensor, uint32_t chunk, const float* values) {
   p.h.kind = frame_kind::init;
   p.h.tensor_id = tensor;
   p.h.chunk_index = chunk;
-  auto n = staging_[seq(tensor, chunk)].size();
+  size_t n = lengths_[seq(tensor, chunk)];
   p.h.payload_bytes = static_cast<uint32_t>(n * sizeof(float));
   p.copy.assign(values, values + n); // the shard lets go of them at once
   enqueue(std::move(p));
@@ -166,8 +173,17 @@ void rack_uplink::init(uint32_t tensor, uint32_t chunk, const float* values) {
 payload_target rack_uplink::on_header(const transports::connection_ptr&, const frame_header& h) {
   if (h.kind == frame_kind::update && h.tensor_id < first_.size()) {
     auto s = seq(h.tensor_id, h.chunk_index);
-    if (s < staging_.size() && h.payload_bytes == staging_[s].size() * sizeof(float))
-      return payload_target::into(reinterpret_cast<std::byte*>(staging_[s].data()));
+    if (s >= lengths_.size() || h.payload_bytes != lengths_[s] * sizeof(float))
+      return payload_target::dropped();
+    if (h.clock == 0) { // initial values: once per chunk, into a buffer of their own
+      auto& buf = initials_[s];
+      buf = std::make_shared<std::vector<float>>(lengths_[s]);
+      return payload_target::into(reinterpret_cast<std::byte*>(buf->data()));
+    }
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (targets_[s] != nullptr) // the chunk's relay buffer, which its partial left
+      return payload_target::into(reinterpret_cast<std::byte*>(targets_[s]));
+    return payload_target::dropped();
   }
   if (h.kind == frame_kind::error) {
     error_buf_.resize(h.payload_bytes);
@@ -203,10 +219,18 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
                                       transports::to_string(h.kind), c->peer()));
     return;
   }
+  auto s = seq(h.tensor_id, h.chunk_index);
+  relay_update u{s_.rack_job_id, h.tensor_id, h.chunk_index, h.clock, nullptr};
+  if (h.clock == 0) {
+    u.keep = std::move(initials_[s]);
+    initials_.erase(s);
+    u.data = u.keep->data();
+  } else {
+    std::lock_guard<std::mutex> guard{mtx_};
+    u.data = targets_[s];
+  }
   auto shard = s_.rack_routes->shard_of(h.tensor_id, h.chunk_index);
-  caf::anon_send(s_.shards.at(shard), relay_atom::value,
-                 relay_update{s_.rack_job_id, h.tensor_id, h.chunk_index, h.clock,
-                              staging_[seq(h.tensor_id, h.chunk_index)].data()});
+  caf::anon_send(s_.shards.at(shard), relay_atom::value, std::move(u));
 }
 
 void rack_uplink::on_closed(const transports::connection_ptr& c, errc code,

@@ -9,11 +9,14 @@
 //   shard  -> uplink  push(tensor, chunk, clock, partial)   (a call, on the shard's
 //                     thread) the rack's partial sum of a chunk, as soon as the rack's
 //                     workers are all in: sent to the chunk's home as a push_pull of
-//                     `clock`. `partial` stays untouched until the answer came back.
+//                     `clock`. `partial` is the chunk's relay buffer: the home's answer
+//                     is received into it (no copy), and the shard leaves it alone
+//                     until that answer has come.
 //   shard  -> uplink  init(tensor, chunk, values)   rank 0's initial values (rack 0)
 //   uplink -> home    push (want result) / init / pull of version 0, on the data plane
-//   home   -> uplink  update: the chunk's new parameters (received into a buffer of
-//                     the chunk's own); then
+//   home   -> uplink  update: the chunk's new parameters, received into its relay
+//                     buffer (version 0, the initial values: into a buffer of its own);
+//                     then
 //   uplink -> shard   (relay_atom, relay_update) the shard owning the chunk installs
 //                     them as the rack job's next version and answers its workers
 //   uplink -> coordinator (abort_atom, job, errc, why)  the top level failed (a node
@@ -31,6 +34,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/chunk_shard.hpp"
@@ -58,7 +62,7 @@ public:
   /// Leaves the top job (bye) and joins the thread. Idempotent.
   void stop();
 
-  void push(uint32_t tensor, uint32_t chunk, uint64_t clock, const float* partial);
+  void push(uint32_t tensor, uint32_t chunk, uint64_t clock, float* partial);
   void init(uint32_t tensor, uint32_t chunk, const float* values);
 
   // frame_sink (the uplink's thread)
@@ -89,7 +93,9 @@ private:
   std::shared_ptr<transports::tcp::endpoint> ep_;
   joined_job joined_;
   std::vector<uint64_t> first_;           // chunk number of each tensor's chunk 0
-  std::vector<std::vector<float>> staging_; // by chunk number: the home's answer
+  std::vector<uint32_t> lengths_;           // by chunk number: its floats
+  std::vector<float*> targets_;             // by chunk number: its relay buffer (mtx_)
+  std::unordered_map<uint64_t, std::shared_ptr<std::vector<float>>> initials_; // receiving
   std::mutex mtx_;
   bool ready_ = false;
   std::deque<pending> queued_;            // for the sender thread

@@ -182,7 +182,7 @@ runtime::norm_parts chunk_state::prepare_layerwise(const optimizer_spec& spec, f
                                     length_);
 }
 
-const float* chunk_state::prepare_relay() {
+float* chunk_state::prepare_relay() {
   sum_step_into(d_);
   relay_pending_ = true;
   return d_;
@@ -204,7 +204,10 @@ void chunk_state::sum_step_into(float* out) {
 }
 
 void chunk_state::finish_relay(const float* params, std::chrono::steady_clock::time_point now) {
-  std::memcpy(params_, params, size_t{length_} * sizeof(float));
+  if (params == d_) // the answer came into the relay buffer: it becomes the parameters
+    std::swap(params_, d_);
+  else
+    std::memcpy(params_, params, size_t{length_} * sizeof(float));
   ++version_;
   relay_pending_ = false;
   open_next_step(now);

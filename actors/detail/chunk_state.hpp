@@ -108,14 +108,17 @@ public:
 
   /// Hierarchical reduction (a rack's part of a job), phase 1, when step_ready(): sums
   /// the step's gradients in rank order into the relay buffer (`d`, given at
-  /// construction) and returns it: the rack's partial sum, for the chunk's home. The
-  /// parameters stay as they are and the step stays closed until finish_relay.
-  const float* prepare_relay();
+  /// construction) and returns it: the rack's partial sum, for the chunk's home, whose
+  /// answer may be received into the same buffer. The parameters stay as they are and
+  /// the step stays closed until finish_relay.
+  float* prepare_relay();
   bool relay_pending() const noexcept {
     return relay_pending_;
   }
-  /// Phase 2: the home's parameters for version() + 1 (length() floats) replace ours;
-  /// bumps the version and opens the next step.
+  /// Phase 2: the home's parameters for version() + 1 (length() floats) replace ours:
+  /// received in the relay buffer, they swap places with them (no copy: a rack job's
+  /// parameters are its own, never a shared segment); bumps the version and opens the
+  /// next step.
   void finish_relay(const float* params, std::chrono::steady_clock::time_point now);
 
   /// The waiter for a push_pull of `rank` at `clock` under this chunk's model.
