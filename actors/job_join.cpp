@@ -200,8 +200,7 @@ public:
   // chunk to its home (runtime/ring).
   void join_nodes(transports::connection_ptr first, transports::hello_msg hello) {
     auto& names = welcome.job_node_names;
-    auto ring = std::make_shared<runtime::hash_ring>(names, welcome.ring_vnodes,
-                                                     welcome.ring_version);
+    runtime::hash_ring ring{names, welcome.ring_vnodes, welcome.ring_version};
     auto n = static_cast<uint32_t>(names.size());
     std::vector<std::vector<transports::connection_ptr>> node_conns(n);
     std::vector<transports::welcome_msg> welcomes(n);
@@ -230,13 +229,12 @@ public:
     std::vector<transports::connection_ptr> conns;
     for (uint32_t i = 0; i < n; ++i) {
       tables.push_back(std::make_shared<runtime::routing_table>(
-        req.job, welcomes[i].num_shards, welcomes[i].shard_endpoints, ring.get(), i));
+        req.job, welcomes[i].num_shards, welcomes[i].shard_endpoints, &ring, i));
       bases.push_back(static_cast<uint32_t>(conns.size()));
       conns.insert(conns.end(), node_conns[i].begin(), node_conns[i].end());
       out.conn_nodes.insert(out.conn_nodes.end(), node_conns[i].size(), names[i]);
     }
-    out.routes = std::make_shared<runtime::job_routes>(ring, std::move(tables),
-                                                       std::move(bases));
+    out.routes = std::make_shared<runtime::job_routes>(std::move(tables), std::move(bases));
     out.conns = std::move(conns);
   }
 

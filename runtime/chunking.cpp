@@ -90,21 +90,17 @@ job_routes::job_routes(std::shared_ptr<const routing_table> single)
   : tables_{std::move(single)}, endpoint_base_{0} {
 }
 
-job_routes::job_routes(std::shared_ptr<const hash_ring> ring,
-                       std::vector<std::shared_ptr<const routing_table>> tables,
+job_routes::job_routes(std::vector<std::shared_ptr<const routing_table>> tables,
                        std::vector<uint32_t> endpoint_base)
-  : ring_(std::move(ring)), tables_(std::move(tables)),
-    endpoint_base_(std::move(endpoint_base)) {
-  if (tables_.empty() || tables_.size() != endpoint_base_.size()
-      || (ring_ && ring_->nodes().size() != tables_.size()) || (!ring_ && tables_.size() != 1))
+  : tables_(std::move(tables)), endpoint_base_(std::move(endpoint_base)) {
+  if (tables_.empty() || tables_.size() != endpoint_base_.size())
     throw std::invalid_argument("job routes need one table and endpoint base per node");
 }
 
 uint32_t job_routes::home_of(uint32_t tensor, uint32_t chunk) const noexcept {
-  if (!ring_)
-    return 0;
-  // The tables know which chunks are theirs; ask them rather than hash again.
-  for (uint32_t n = 0; n < tables_.size(); ++n)
+  // The tables know which chunks are theirs; ask them rather than hash again. Every
+  // chunk has one home: node 0 when no other node has it (and always with one node).
+  for (uint32_t n = 1; n < tables_.size(); ++n)
     if (tables_[n]->is_local(tensor, chunk))
       return n;
   return 0;

@@ -128,10 +128,9 @@ class job_routes {
 public:
   /// One node.
   explicit job_routes(std::shared_ptr<const routing_table> single);
-  /// Several: tables[n] is node n's (built with `ring`), whose endpoints are
+  /// Several: tables[n] is node n's (built with the job's ring), whose endpoints are
   /// connections endpoint_base[n] .. endpoint_base[n] + (its endpoint count) - 1.
-  job_routes(std::shared_ptr<const hash_ring> ring,
-             std::vector<std::shared_ptr<const routing_table>> tables,
+  job_routes(std::vector<std::shared_ptr<const routing_table>> tables,
              std::vector<uint32_t> endpoint_base);
 
   uint32_t num_tensors() const noexcept {
@@ -152,7 +151,6 @@ public:
   }
 
 private:
-  std::shared_ptr<const hash_ring> ring_; // null: one node
   std::vector<std::shared_ptr<const routing_table>> tables_;
   std::vector<uint32_t> endpoint_base_;
 };

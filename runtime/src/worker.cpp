@@ -5,14 +5,10 @@
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "actors/job_join.hpp"
 #include "actors/worker_link.hpp"
 #include "actors/worker_proxy.hpp"
-#include "runtime/credentials.hpp"
-#include "runtime/ring.hpp"
-#include "transports/control.hpp"
 #include "transports/tcp/endpoint.hpp"
 
 namespace rw {

@@ -112,9 +112,7 @@ TEST_CASE("each node's table routes exactly the chunks the ring homes there", "[
   CHECK(b.chunks_per_endpoint() == b.chunks_per_shard());
 
   // A worker's routes: node b's endpoints come after node a's one.
-  auto ring_ptr = std::make_shared<hash_ring>(ring);
   rw::runtime::job_routes routes{
-    ring_ptr,
     {std::make_shared<routing_table>(spec, 3, std::vector<std::vector<uint32_t>>{}, &ring, 0),
      std::make_shared<routing_table>(spec, 2, std::vector<std::vector<uint32_t>>{{0}, {1}},
                                      &ring, 1)},
