@@ -1,0 +1,54 @@
+#pragma once
+// rw-bench comm's options, shared by the driver (apps/rw_bench.cpp) and its worker
+// processes (apps/bench/comm_worker.cpp), and what both derive from them.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rackweave/defaults.hpp"
+#include "rackweave/job_spec.hpp"
+
+namespace rw::bench {
+
+struct comm_args {
+  std::string connect = defaults::listen;
+  uint32_t workers = 2;
+  std::string bytes_text = "16MiB";
+  uint32_t iters = 10;
+  uint32_t warmup = 1;
+  std::string chunk_text = "32KiB";
+  std::string job;
+  bool verify = false;
+  bool json = false;
+  std::string transport = "tcp";
+  std::string consistency = "bsp";
+  std::string straggler;  // "RANK:DELAY", e.g. 1:50ms
+  uint32_t timeout_s = 600;
+  bool open_job = false;  // join an --open-jobs node's job without the coordinator
+  std::string worker_racks;   // comma-separated rack per rank
+  std::string reduction = "auto";
+  std::string secret_file;    // --cluster-secret-file
+  uint32_t rank = 0;      // comm-worker only
+  std::string stop_file;  // comm-worker only: the pacing worker creates it when done
+  std::string token_file; // comm-worker only: the job's token
+  std::string rank_racks; // comm-worker only: hierarchical sum order (rack per rank)
+};
+
+/// "a,b,c" -> {"a", "b", "c"}; "" -> {}. Throws std::invalid_argument on an empty entry.
+std::vector<std::string> split_list(const std::string& text);
+
+struct straggler_spec {
+  int rank = -1; // none
+  std::chrono::microseconds delay{0};
+};
+
+/// "1:50ms", "2:0.2s", "0:100us" (a bare number is milliseconds); "" is none. Throws
+/// std::invalid_argument saying what is wrong.
+straggler_spec parse_straggler(const std::string& text, uint32_t workers);
+
+/// The benchmark's job, as the coordinator creates it (no tensors: workers declare them).
+job_spec bench_spec(const comm_args& a);
+
+} // namespace rw::bench

@@ -1,0 +1,189 @@
+#include "apps/bench/comm_worker.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "apps/tools/units.hpp"
+#include "rackweave/worker.hpp"
+
+namespace rw::bench {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+std::string read_token(const std::string& path) {
+  if (path.empty())
+    return {};
+  std::ifstream in{path};
+  std::string token;
+  if (!std::getline(in, token) || token.empty())
+    throw std::invalid_argument("cannot read the job's token from " + path);
+  return token;
+}
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Rank r's base gradient: reproducible, in [-1, 1).
+void fill_base(std::vector<float>& v, uint32_t rank) {
+  uint64_t state = splitmix(0x5257u + rank);
+  for (auto& x : v) {
+    state = splitmix(state);
+    x = static_cast<float>(static_cast<int32_t>(state >> 32)) / 2147483648.0f;
+  }
+}
+
+// Gradient of iteration `it` from the rank's base, into g[0..n).
+void fill_grad(float* g, size_t n, const std::vector<float>& base, uint32_t it) {
+  const float shift = static_cast<float>(it % 8) * 0.125f;
+  for (size_t i = 0; i < n; ++i)
+    g[i] = base[i] + shift;
+}
+
+// Which ranks are summed together first: one group of every rank (flat), or a group per
+// rack, ranks in order, the groups in rack order (hierarchical: "0,0,1,1").
+std::vector<std::vector<uint32_t>> rank_groups(const std::string& text, uint32_t workers) {
+  std::vector<std::vector<uint32_t>> groups;
+  if (text.empty()) {
+    groups.emplace_back();
+    for (uint32_t r = 0; r < workers; ++r)
+      groups.back().push_back(r);
+    return groups;
+  }
+  auto racks = split_list(text);
+  if (racks.size() != workers)
+    throw std::invalid_argument("--rank-racks needs one rack per worker");
+  for (uint32_t r = 0; r < workers; ++r) {
+    auto k = std::stoul(racks[r]);
+    if (groups.size() <= k)
+      groups.resize(k + 1);
+    groups[k].push_back(r);
+  }
+  return groups;
+}
+
+// The exact result of iteration `it`: each group's gradients summed in rank order, then
+// the groups' sums in order, as the node sums them.
+void expected_sum(std::vector<float>& expect, std::vector<float>& tmp,
+                  const std::vector<std::vector<float>>& bases, uint32_t it,
+                  const std::vector<std::vector<uint32_t>>& groups) {
+  auto n = expect.size();
+  std::vector<float> part(n);
+  tmp.resize(n);
+  bool first_group = true;
+  for (auto& g : groups) {
+    if (g.empty())
+      continue;
+    fill_grad(part.data(), n, bases[g[0]], it);
+    for (size_t j = 1; j < g.size(); ++j) {
+      fill_grad(tmp.data(), n, bases[g[j]], it);
+      for (size_t i = 0; i < n; ++i)
+        part[i] += tmp[i];
+    }
+    if (first_group)
+      expect = part;
+    else
+      for (size_t i = 0; i < n; ++i)
+        expect[i] += part[i];
+    first_group = false;
+  }
+}
+
+} // namespace
+
+int run_worker(const comm_args& a) {
+  auto bytes = rw::tools::parse_bytes(a.bytes_text);
+  auto elems = bytes / sizeof(float);
+  rw::worker_options o;
+  o.connect = a.connect;
+  o.rank = a.rank;
+  o.job = bench_spec(a);
+  o.job.tensors = {{"gradient", elems, false}};
+  o.transport = a.transport;
+  o.token = read_token(a.token_file);
+  auto straggler = parse_straggler(a.straggler, a.workers);
+  // The pacing worker runs the iterations asked for; the others run until it is done.
+  bool pacer = static_cast<int>(a.rank) == (straggler.rank >= 0 ? straggler.rank : 0);
+  auto stop_seen = [&] { return !a.stop_file.empty() && access(a.stop_file.c_str(), F_OK) == 0; };
+  uint32_t max_staleness = 0;
+  try {
+    rw::worker w{o};
+    std::vector<std::vector<float>> bases(a.verify ? a.workers : 1,
+                                          std::vector<float>(elems));
+    for (uint32_t r = 0; r < bases.size(); ++r)
+      fill_base(bases[r], a.verify ? r : a.rank);
+    const auto& own = bases[a.verify ? a.rank : 0];
+    // Over shared memory the gradient is computed in, and the result read from, the
+    // worker's segment: zero copies, as a training loop using shm would do.
+    std::vector<float> grad_buf(w.shared_gradient("gradient") ? 0 : elems);
+    std::vector<float> out_buf(w.shared_result("gradient") ? 0 : elems);
+    float* grad = w.shared_gradient("gradient") ? w.shared_gradient("gradient") : grad_buf.data();
+    const float* out = w.shared_result("gradient") ? w.shared_result("gradient") : out_buf.data();
+    float* out_arg = out_buf.empty() ? nullptr : out_buf.data(); // null: read in place
+    std::vector<float> expect(a.verify ? elems : 0), tmp;
+    auto groups = rank_groups(a.rank_racks, a.workers);
+    std::vector<double> times;
+    bool verified = a.verify;
+    uint32_t done = 0;
+    const uint32_t cap = pacer ? a.warmup + a.iters : 1000 * (a.warmup + a.iters) + 1000;
+    for (uint32_t it = 0; it < cap && !(!pacer && stop_seen()); ++it) {
+      fill_grad(grad, elems, own, it);
+      std::fill(out_buf.begin(), out_buf.end(), std::nanf(""));
+      if (static_cast<int>(a.rank) == straggler.rank)
+        std::this_thread::sleep_for(straggler.delay);
+      auto t0 = clock_type::now();
+      try {
+        w.push_pull("gradient", grad, out_arg).get();
+      } catch (const rw::error&) {
+        if (!pacer && stop_seen())
+          break; // the pacing worker left while this one waited for it: the run is over
+        throw;
+      }
+      auto t1 = clock_type::now();
+      ++done;
+      max_staleness = std::max(max_staleness, w.last_staleness("gradient"));
+      if (it >= a.warmup)
+        times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      if (!a.verify)
+        continue;
+      expected_sum(expect, tmp, bases, it, groups);
+      if (std::memcmp(expect.data(), out, bytes) != 0) {
+        for (size_t i = 0; i < elems; ++i)
+          if (std::memcmp(&expect[i], &out[i], sizeof(float)) != 0) {
+            std::cerr << fmt::format("rank {}: iteration {}: element {} is {:.9g}, the "
+                                     "rank-order sum is {:.9g}\n",
+                                     a.rank, it, i, out[i], expect[i]);
+            break;
+          }
+        verified = false;
+      }
+    }
+    if (pacer && !a.stop_file.empty())
+      std::ofstream{a.stop_file} << "done\n";
+    w.close();
+    std::cout << "RESULT " << (verified ? 1 : 0) << ' ' << done << ' ' << max_staleness;
+    for (auto t : times)
+      std::cout << ' ' << fmt::format("{:.4f}", t);
+    std::cout << std::endl;
+    return a.verify && !verified ? 3 : 0;
+  } catch (const rw::error& e) {
+    std::cerr << fmt::format("rank {}: {} ({})\n", a.rank, e.what(), rw::to_string(e.code()));
+    return 2;
+  }
+}
+
+} // namespace rw::bench
