@@ -98,6 +98,8 @@ int run_driver(comm_args a, const std::string& command) {
     }
     if (a.verify)
       argv.push_back("--verify");
+    if (a.barrier)
+      argv.push_back("--barrier");
     if (job) {
       argv.push_back("--token-file");
       argv.push_back(job->token_file());
@@ -206,6 +208,11 @@ void add_common(CLI::App* cmd, comm_args& a) {
     ->capture_default_str();
   cmd->add_option("--job", a.job, "job name (default: a fresh one per run)");
   cmd->add_flag("--verify", a.verify, "check every element of every result exactly");
+  cmd->add_flag("--barrier", a.barrier,
+                "before each iteration, wait until every worker has its gradient ready "
+                "(a 4-byte push_pull of its own, not timed), as the peers' harnesses do: "
+                "a step is then the exchange alone, not one worker's wait for another's "
+                "gradient or check");
   cmd->add_option("--consistency", a.consistency, "bsp, ssp:S (bounded staleness S) or async")
     ->capture_default_str();
   cmd->add_option("--straggler", a.straggler,

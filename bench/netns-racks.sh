@@ -20,13 +20,15 @@
 #   bash bench/netns.sh --racks R [--workers W] [--bytes S] [--rate B] [--oversub O]
 #                       [--chunk-bytes C] [--verify] [--iters N] [--warmup K]
 #                       [--timeout S] [--json] [--smoke] [--build-dir DIR]
+#                       [--only SYSTEM,...]
 #
 # (netns.sh hands --racks 2 and more to this script.) Defaults: 2 racks, 4 workers,
 # 16MiB, 1gbit, 4:1, 32KiB chunks, 10 iterations after 2 warm-up, 120 s per run. Needs
 # root. Namespaces are named rwr-<pid>-*, addresses are in 10.78.0.0/16 inside them only;
 # everything is removed on exit. --json: one object per system on stdout (system,
 # median_ms, bound_ms, verified, ...). Writes the netns-racks section of
-# bench/RESULTS.md unless a system failed. --smoke: 1MiB, 2 iterations after 1, verified.
+# bench/RESULTS.md unless a system failed or --only left some out (for quick
+# comparisons: --only rackweave-hierarchical,gloo-ring). --smoke: 1MiB, 2 iterations after 1, verified.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
@@ -49,6 +51,7 @@ warmup=2
 run_timeout=120
 json=0
 verify=0
+only=
 if ((smoke)); then size=1MiB iters=2 warmup=1 run_timeout=60 verify=1; fi
 while (($#)); do
   case $1 in
@@ -59,7 +62,8 @@ while (($#)); do
     --oversub) oversub=$2; shift 2 ;;
     --chunk-bytes) chunk=$2; shift 2 ;;
     --verify) verify=1; shift ;;
-    *) run_option 2,28 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    --only) only=$2; shift 2 ;;
+    *) run_option 2,31 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 [[ $racks =~ ^[0-9]+$ ]] && ((racks >= 2 && racks <= 9)) || usage_error "--racks takes 2..9"
@@ -71,6 +75,12 @@ bytes=$(to_bytes "$size") && ((bytes > 0 && bytes % 4 == 0)) ||
 to_bytes "$chunk" >/dev/null || usage_error "bad --chunk-bytes $chunk (e.g. 32KiB)"
 worker_bps=$(rate_bps "$rate") || usage_error "bad --rate $rate (e.g. 1gbit)"
 check_run_counts "$iters" "$warmup" "$run_timeout"
+for sys_name in ${only//,/ }; do
+  case $sys_name in
+    rackweave-hierarchical|rackweave-flat|gloo-ring|torch-gloo) ;;
+    *) usage_error "--only takes rackweave-hierarchical, rackweave-flat, gloo-ring, torch-gloo; not $sys_name" ;;
+  esac
+done
 per_rack=$((workers / racks))
 agg_bps=$((per_rack * worker_bps))
 core_bps=$((per_rack * worker_bps / oversub))
@@ -151,6 +161,36 @@ for ((r = 0; r < workers; r++)); do
     "$worker_bps"
 done
 
+# link_counters: "CORE AGG WORKER RETRANS TIMEOUTS" now: packets the tbf qdiscs dropped on
+# the core links, the rack-agg links and the worker links (both ends of each), and TCP
+# segments retransmitted and retransmission timeouts over every host.
+drops_of() { # NS DEV
+  tc -n "$1" -s qdisc show dev "$2" | awk '/dropped/ { gsub(",", "", $7); print $7; exit }'
+}
+link_counters() {
+  local core=0 agg=0 wrk=0 retr=0 tmo=0 k r ns
+  for ((k = 0; k < racks; k++)); do
+    core=$((core + $(drops_of "$core_ns" "c$k") + $(drops_of "$(switch_ns "$k")" up0)))
+    agg=$((agg + $(drops_of "$(switch_ns "$k")" agg) + $(drops_of "$(agg_ns "$k")" eth0)))
+  done
+  for ((r = 0; r < workers; r++)); do
+    wrk=$((wrk + $(drops_of "$(switch_ns "$(rack_of "$r")")" "w$r") + $(drops_of "$(worker_ns "$r")" eth0)))
+  done
+  for ns in "${namespaces[@]}"; do
+    read -r k r < <(ip netns exec "$ns" nstat -asz TcpRetransSegs TcpExtTCPTimeouts |
+      awk '/^TcpRetransSegs/ { a = $2 } /^TcpExtTCPTimeouts/ { b = $2 } END { print a + 0, b + 0 }')
+    retr=$((retr + k)) tmo=$((tmo + r))
+  done
+  echo "$core $agg $wrk $retr $tmo"
+}
+# link_report SYSTEM BEFORE: what the run since BEFORE (link_counters) dropped and resent.
+link_report() {
+  local a b
+  read -r -a a <<<"$2"
+  read -r -a b <<<"$(link_counters)"
+  note "$1: tbf drops core $((b[0] - a[0])), agg $((b[1] - a[1])), worker $((b[2] - a[2])); TCP retransmitted segments $((b[3] - a[3])), timeouts $((b[4] - a[4]))"
+}
+
 say "racks: $racks x ($per_rack worker hosts on $rate, 1 rack-agg host on $((per_rack)) x $rate), core links $oversub:1 ($core_bps bit/s); $size per worker, $iters iterations after $warmup warm-up"
 : >"$tmp/results"
 # record SYSTEM MEDIAN P90 VERIFIED [NOTE...]
@@ -204,9 +244,11 @@ run_rackweave() {
   fi
   chmod 600 "$tmp/$sys.token"
   rm -f "$tmp/$sys.stop"
+  # --barrier: every worker's gradient is ready before a step starts, as the peers'
+  # harnesses barrier before each all-reduce (a step is the exchange alone).
   local args=(--workers "$workers" --bytes "$bytes" --iters "$iters" --warmup "$warmup"
     --chunk-bytes "$chunk" --job "$job" --token-file "$tmp/$sys.token"
-    --stop-file "$tmp/$sys.stop")
+    --stop-file "$tmp/$sys.stop" --barrier)
   if ((verify)); then
     args+=(--verify)
     # A hierarchical sum adds each rack's ranks first: the workers check that order.
@@ -216,8 +258,9 @@ run_rackweave() {
       args+=(--rank-racks "$(IFS=,; echo "${order[*]}")")
     fi
   fi
-  local t0 files=()
+  local t0 files=() before
   t0=$(date +%s)
+  before=$(link_counters)
   for ((r = 0; r < workers; r++)); do
     launch "$tmp/$sys.$r" "$(worker_ns "$r")" "$tmp/bin/rw-bench" comm-worker "${args[@]}" \
       --connect "$(agg_addr "$(rack_of "$r")"):$port" --rank "$r"
@@ -225,6 +268,7 @@ run_rackweave() {
   done
   st=0
   wait_ranks || st=$?
+  link_report "$sys" "$before"
   shell_in_rack0 -c "rw.job_delete('$job')" >/dev/null 2>&1 || true
   if ((st == 0)) && res=$(step_stats RESULT "${files[@]}" 2>"$tmp/$sys.stats"); then
     record "$sys" $res "$( ((verify)) && echo true || echo unchecked)"
@@ -245,17 +289,24 @@ auto_racks=$(auto_pick "auto-$$" "$(rack_list)")
 auto_one=$(auto_pick "auto1-$$" "'$(rack_name 0)'")
 say "auto over $racks racks: $auto_racks"
 say "auto over one rack: $auto_one"
-run_rackweave hierarchical
-run_rackweave flat
+# wanted SYSTEM: --only names it (or there is no --only); else it is recorded as left out.
+wanted() {
+  [[ -z $only || ",$only," == *",$1,"* ]] && return 0
+  record "$1" NA NA false "left out by --only"
+  return 1
+}
+! wanted rackweave-hierarchical || run_rackweave hierarchical
+! wanted rackweave-flat || run_rackweave flat
 stop_pids "${node_pids[@]}"
 node_pids=()
 
 # run_peer SYSTEM TAG CMD...: one rank per worker host, all at once; CMD gets --rank R
 # and, where it contains the word HOST, rank R's address in its place.
 run_peer() {
-  local sys=$1 r st res files=() cmd; shift
+  local sys=$1 r st res files=() cmd before; shift
   local t0
   t0=$(date +%s)
+  before=$(link_counters)
   for ((r = 0; r < workers; r++)); do
     cmd=("${@//HOST/$(worker_addr "$r")}")
     launch "$tmp/$sys.$r" "$(worker_ns "$r")" "${cmd[@]}" --rank "$r"
@@ -263,6 +314,7 @@ run_peer() {
   done
   st=0
   wait_ranks || st=$?
+  link_report "$sys" "$before"
   if ((st == 0)) && res=$(step_stats RANK "${files[@]}" 2>"$tmp/$sys.stats"); then
     record "$sys" $res true
     note "$sys: median/p90 ms $res ($(($(date +%s) - t0)) s)"
@@ -272,14 +324,18 @@ run_peer() {
   fi
 }
 peer_args=(--size "$workers" --bytes "$bytes" --iters "$iters" --warmup "$warmup")
-if [[ -x $gloo ]]; then
+if ! wanted gloo-ring; then
+  :
+elif [[ -x $gloo ]]; then
   mkdir "$tmp/gloo-store"
   run_peer gloo-ring "$gloo" "${peer_args[@]}" --store "$tmp/gloo-store" --host HOST
 else
   note "gloo-ring: unavailable: $gloo is missing (bash bench/setup-peers.sh)"
   record gloo-ring NA NA false "$gloo is missing: run bash bench/setup-peers.sh"
 fi
-if [[ -n $torch_python ]]; then
+if ! wanted torch-gloo; then
+  :
+elif [[ -n $torch_python ]]; then
   run_peer torch-gloo env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 "$torch_python" \
     bench/peers/torch_allreduce.py "${peer_args[@]}" --one-rank --master "$(worker_addr 0)" \
     --port 29533
@@ -301,6 +357,10 @@ cat "$tmp/table.txt" >&3
 if ((report_rc)) || grep -q " FAIL " "$tmp/results"; then
   note "a system failed or measured below its bound: bench/RESULTS.md left alone"
   exit 1
+fi
+if [[ -n $only ]]; then
+  note "--only: a partial run; bench/RESULTS.md left alone"
+  exit 0
 fi
 update_results netns-racks "$tmp/section.md"
 ((smoke)) || say "written: bench/RESULTS.md"

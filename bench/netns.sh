@@ -21,7 +21,7 @@
 # named rwb-<pid of this script>-*; addresses are in 10.77.0.0/16 and exist only inside
 # them. Processes, namespaces and links are removed on exit, error or interrupt.
 # --verify has every RackWeave worker check every result bitwise (outside the timed
-# call, but a checking worker starts its next step later). With --json stdout carries
+# step: the workers wait for each other before each step, as Gloo's do). With --json stdout carries
 # only one JSON object per system. A run in which a system failed prints its table but
 # leaves bench/RESULTS.md alone. --smoke (see lib/common.sh): 2 workers, 1MiB, 2
 # iterations after 1 warm-up, verified; skipped where network namespaces cannot be
@@ -175,10 +175,12 @@ for ((k = 0; k < agg_links; k++)); do listens+=(--listen "$(agg_addr "$k"):$port
 node_args=(--role rack-agg --open-jobs "${listens[@]}" --log-level warn)
 # Rank 0 paces the run (rw-bench comm-worker): it runs warm-up + --iters iterations and
 # then creates the stop file; the other ranks run until they see it. Without one they
-# would push a step rank 0 never joins and fail when it leaves.
+# would push a step rank 0 never joins and fail when it leaves. --barrier: a step starts
+# once every worker's gradient is ready, as Gloo's harness barriers before each
+# all-reduce, so both time the exchange alone.
 worker_args=(--connect "$(agg_addr 0):$port" --workers "$workers" --bytes "$bytes"
   --iters "$iters" --warmup "$warmup" --chunk-bytes "$chunk" --job "netns-$$"
-  --stop-file "$tmp/rw.stop")
+  --stop-file "$tmp/rw.stop" --barrier)
 ((verify)) && worker_args+=(--verify)
 timeout -k 5 $((2 * run_timeout)) ip netns exec "$agg_ns" "$tmp/bin/rw-node" "${node_args[@]}" \
   --port-file "$tmp/port" >"$tmp/node.log" 2>&1 </dev/null &
@@ -303,7 +305,7 @@ md = ["<!-- netns:begin -->",
       "RackWeave moves S each way through every worker link and W x S each way through the "
       "K agg links together, so at least W x S / K through one of them), less what a full "
       f"tbf bucket passes at once (b = {bucket_w} bytes on a worker link, {bucket_a} on an "
-      "agg link: 1 ms at the rate, at least 64 KiB). So measured/bound cannot go below 1 "
+      "agg link: 2 ms at the rate, at least 256 KiB). So measured/bound cannot go below 1 "
       "— nor, with 1500-byte frames, below about 1.05, since tbf also counts Ethernet, IP "
       "and TCP headers.",
       "<!-- netns:end -->"]

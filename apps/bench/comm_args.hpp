@@ -21,6 +21,7 @@ struct comm_args {
   std::string chunk_text = "32KiB";
   std::string job;
   bool verify = false;
+  bool barrier = false;   // every worker ready before each iteration (untimed)
   bool json = false;
   std::string transport = "tcp";
   std::string consistency = "bsp";

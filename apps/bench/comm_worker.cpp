@@ -113,6 +113,8 @@ int run_worker(const comm_args& a) {
   o.rank = a.rank;
   o.job = bench_spec(a);
   o.job.tensors = {{"gradient", elems, false}};
+  if (a.barrier) // its chunk comes back once every worker has pushed it
+    o.job.tensors.push_back({"barrier", 1, false});
   o.transport = a.transport;
   o.token = read_token(a.token_file);
   auto straggler = parse_straggler(a.straggler, a.workers);
@@ -147,6 +149,11 @@ int run_worker(const comm_args& a) {
         std::this_thread::sleep_for(straggler.delay);
       auto t0 = clock_type::now();
       try {
+        if (a.barrier) {
+          float ready = 1, all_ready = 0;
+          w.push_pull("barrier", &ready, &all_ready).get();
+          t0 = clock_type::now();
+        }
         w.push_pull("gradient", grad, out_arg).get();
       } catch (const rw::error&) {
         if (!pacer && stop_seen())

@@ -14,10 +14,17 @@ rate_bps() { # a tc rate (1gbit, 2.5gbit, 800mbit, 1gibit) -> bit/s
 }
 
 
-# The rack. tbf: burst of 1 ms at the rate but at least one 64 KiB GSO packet (so the
-# bucket never has to split one); 10 ms of queue before it drops. The report's bounds
-# use the same burst.
-burst_of() { echo $(($1 / 8000 > 65536 ? $1 / 8000 : 65536)); } # BPS -> bucket bytes
+# The rack. tbf: a bucket of 2 ms at the rate but at least four 64 KiB GSO packets; 10 ms
+# of queue before it drops. The report's bounds leave out one full bucket.
+# A bucket that holds only one GSO packet (64 KiB: what 1 ms is at 500 Mbit/s) must fill
+# up completely before each packet leaves, so every late wake-up of the qdisc's timer on
+# a busy machine is lost link time: plain iperf3 across the 0.5 Gbit/s core of
+# netns-racks.sh reached 386-403 Mbit/s with it, 474-478 with a bucket of 128-384 KiB
+# (478 is the line rate less Ethernet, IP and TCP headers).
+burst_of() { # BPS -> bucket bytes
+  local b=$(($1 / 4000)) min=$((4 * 65536))
+  echo $((b > min ? b : min))
+}
 shape() { # NS DEV BPS
   local burst
   burst=$(burst_of "$3")
