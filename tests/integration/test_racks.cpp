@@ -272,6 +272,15 @@ TEST_CASE("rw-bench creates its job through the coordinator, over two racks' nod
   CHECK(testing::run_shell({"--connect", a.address(), "-c", "print(#rw.jobs())"}).out == "0\n");
   CHECK(a.wait_for_log("homed_here="));
   CHECK(b.wait_for_log("homed_here="));
+  // Hierarchical, with a barrier before each step (the netns benchmarks' workers): the
+  // barrier's own tensor does not disturb the verified gradient.
+  auto [code4, out4, err4] =
+    run({"--worker-racks", "a,b,a,b", "--reduction", "hierarchical", "--barrier"});
+  INFO(out4 << err4);
+  CHECK(code4 == std::optional<int>{0});
+  CHECK_THAT(out4, Catch::Contains("\"verified\":true"));
+  CHECK_THAT(out4, Catch::Contains("\"reduction\":\"hierarchical\""));
+  CHECK_THAT(out4, Catch::Contains("\"nodes\":2"));
   // Without racks the job goes to the node named by --connect.
   auto [code1, out1, err1] = run({});
   INFO(out1 << err1);
