@@ -87,6 +87,11 @@ struct job_layout {
   std::string plan;                   // why this reduction (auto's numbers), for status
 };
 
+/// A job over several nodes whose workers each talk to their own rack's node alone.
+inline bool is_hierarchical(const job_layout& l) {
+  return l.nodes.size() > 1 && l.reduction == "hierarchical";
+}
+
 /// A hierarchical job's top level: the job the rack-aggs take part in, one rank per
 /// rack, with the chunks homed over the nodes as in a flat job. Its name and id are
 /// derived from the job's, the same way on every node.

@@ -39,7 +39,9 @@ transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c, const
   auto& st = self_->state;
   if (hello.shm_segment.empty())
     return nullptr;
-  if (jb.layout.nodes.size() > 1) {
+  // A flat job's worker sends each chunk to its home node; a hierarchical job's worker
+  // talks to this node alone, which relays its rack's partial sums.
+  if (jb.layout.nodes.size() > 1 && !is_hierarchical(jb.layout)) {
     spdlog::info("shared memory not used: peer={} job={} rank={}: the job spans {} nodes "
                  "and its chunks travel to their homes over TCP",
                  c->peer(), jb.job_id, hello.rank, jb.layout.nodes.size());

@@ -41,10 +41,6 @@ struct job_info {
 
 constexpr uint32_t no_rank = UINT32_MAX;
 
-inline bool is_hierarchical(const job_layout& l) {
-  return l.nodes.size() > 1 && l.reduction == "hierarchical";
-}
-
 /// A job the cluster coordinator placed on this node, from grant to deletion.
 struct grant_info {
   uint32_t job_id = 0;

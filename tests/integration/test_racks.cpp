@@ -71,7 +71,8 @@ struct worker_run {
 worker_run start_worker(const std::string& connect, const std::string& job, uint32_t rank,
                         uint32_t workers, const std::string& optimizer,
                         const std::string& token, uint32_t hold_ms = 0,
-                        const std::string& rank_racks = {}) {
+                        const std::string& rank_racks = {},
+                        const std::string& transport = "auto") {
   worker_run w;
   w.err_path = testing::temp_path("worker.err");
   w.out_path = testing::temp_path("worker.bin");
@@ -79,7 +80,7 @@ worker_run start_worker(const std::string& connect, const std::string& job, uint
                                 "--rank", std::to_string(rank), "--workers",
                                 std::to_string(workers), "--optimizer", optimizer, "--steps",
                                 "3", "--token", token, "--out", w.out_path, "--verify",
-                                "--transport", "auto", "--hold-ms", std::to_string(hold_ms)};
+                                "--transport", transport, "--hold-ms", std::to_string(hold_ms)};
   if (!rank_racks.empty()) { // a hierarchical job: the reference sums racks first
     argv.push_back("--rank-racks");
     argv.push_back(rank_racks);
@@ -92,11 +93,11 @@ worker_run start_worker(const std::string& connect, const std::string& job, uint
 // must end 0 with a result bitwise the single-process reference.
 void run_verified(const std::vector<std::string>& connect, const std::string& job,
                   const std::string& optimizer, const std::string& token,
-                  const std::string& rank_racks = {}) {
+                  const std::string& rank_racks = {}, const std::string& transport = "auto") {
   auto n = static_cast<uint32_t>(connect.size());
   std::vector<worker_run> ws;
   for (uint32_t r = 0; r < n; ++r)
-    ws.push_back(start_worker(connect[r], job, r, n, optimizer, token, 0, rank_racks));
+    ws.push_back(start_worker(connect[r], job, r, n, optimizer, token, 0, rank_racks, transport));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (uint32_t r = 0; r < n; ++r) {
     auto out = ws[r].proc->read_all(deadline);
@@ -301,15 +302,18 @@ TEST_CASE("a hierarchical job over two racks: exact in rack order for every opti
   rack_cluster c{{"a", "b"}};
   auto a = c.nodes[0]->address();
   auto b = c.nodes[1]->address();
-  for (std::string opt : {"sum", "sgd", "momentum", "nesterov", "adam", "lamb", "lars"}) {
-    auto job = "hier-" + opt;
-    std::string err;
-    auto token = c.create(job, 4, opt, "racks = {'a', 'b'}, reduction = 'hierarchical'", &err);
-    INFO(err);
-    REQUIRE(!token.empty());
-    // Ranks 0, 1 in rack a, 2, 3 in rack b: each says hello to its own rack's agg.
-    run_verified({a, a, b, b}, job, opt, token, "0,0,1,1");
-  }
+  // Over TCP and over shared memory (each worker shares this host with its rack's agg;
+  // --transport shm fails unless the node takes the worker's segment).
+  for (std::string transport : {"tcp", "shm"})
+    for (std::string opt : {"sum", "sgd", "momentum", "nesterov", "adam", "lamb", "lars"}) {
+      auto job = "hier-" + opt + (transport == "tcp" ? "" : "-shm");
+      std::string err;
+      auto token = c.create(job, 4, opt, "racks = {'a', 'b'}, reduction = 'hierarchical'", &err);
+      INFO(transport << ": " << err);
+      REQUIRE(!token.empty());
+      // Ranks 0, 1 in rack a, 2, 3 in rack b: each says hello to its own rack's agg.
+      run_verified({a, a, b, b}, job, opt, token, "0,0,1,1", transport);
+    }
   // Interleaved racks: the sum order follows the racks, not the ranks.
   std::string err;
   auto token = c.create("hier-mixed", 4, "momentum",
