@@ -53,6 +53,10 @@ constexpr uint32_t probe_max_connections = 4;
 /// How long one probe may take, connecting and the answer included; the coordinator
 /// waits this long plus node_request_timeout_ms for the node to report it.
 constexpr uint32_t probe_timeout_ms = 1'500;
+/// How long a probed rate between two nodes is reused before probing again, and how
+/// long a failed probe is remembered before it is tried again.
+constexpr uint32_t probe_cache_ms = 60'000;
+constexpr uint32_t probe_retry_ms = 10'000;
 /// Cache line size for alignment of buffers and per-core counters.
 constexpr size_t cache_line = 64;
 
