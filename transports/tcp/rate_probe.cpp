@@ -1,5 +1,7 @@
 #include "transports/tcp/rate_probe.hpp"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -13,6 +15,8 @@ namespace rw::transports::tcp {
 namespace {
 
 using clock = std::chrono::steady_clock;
+
+constexpr size_t probe_send_buffer = 2 * defaults::probe_frame_bytes;
 
 // What the probed node answers: an ack (the bytes it took) or an error.
 class answer_sink final : public frame_sink {
@@ -89,6 +93,10 @@ probe_outcome probe_rate(const std::string& node, const probe_limits& limits) {
   } catch (const std::exception& e) {
     return failed(fmt::format("cannot connect to {}: {}", node, e.what()));
   }
+  // A small send buffer: what the burst leaves queued when it stops must drain within
+  // the timeout even on a slow path (4 MiB at 10 Mbit/s would take 3 s).
+  int queue = static_cast<int>(probe_send_buffer);
+  ::setsockopt(conn->fd(), SOL_SOCKET, SO_SNDBUF, &queue, sizeof(queue));
   // One zeroed frame's worth, sent again and again: the node discards it anyway.
   static const std::vector<std::byte> filler(defaults::probe_frame_bytes);
   auto start = clock::now();
