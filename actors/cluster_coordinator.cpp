@@ -96,6 +96,7 @@ void drop_node(cluster_ptr self, uint32_t id, const std::string& why, bool grace
   spdlog::log(graceful ? spdlog::level::info : spdlog::level::warn,
               "node left the cluster: node={} id={}: {}; {} node(s) remain", name, id, why,
               st.nodes.size());
+  forget_probes(st, id);
   fail_jobs_on(self, id, fmt::format("node {} {}", name, why));
 }
 

@@ -28,8 +28,10 @@
 //   shell -> coordinator  (create_atom, job_spec, placement) -> job_created
 //                         validates the spec (no tensors: workers declare them), picks
 //                         the node (placement: a node name, or "" for the live node
-//                         with the fewest live jobs), grants the job to it
-//                         (grant_atom) and answers with the job and its token
+//                         with the fewest live jobs), for `auto` over several racks
+//                         probes the core links it lacks rates for (probe_atom), grants
+//                         the job to it (grant_atom) and answers with the job and its
+//                         token
 //   shell -> coordinator  (status_atom, name) -> job_report
 //                         a running job's per-worker counts come from its node, live
 //   shell -> coordinator  (stop_atom, name) -> job_report
@@ -43,6 +45,11 @@
 //                         (halt_atom, job id, reason) -> ok_atom   an operator's stop
 //                         (abort_atom, job id, reason) -> ok_atom  the job failed on
 //                         another of its nodes (or one left): it fails here too
+//                         (probe_atom, rate_probe_request) -> rate_probe_result
+//                         creating an `auto` job over racks where some node has no
+//                         configured core rate: each such node measures the rate to its
+//                         successor on the job's ring (detail/cluster_probes.cpp); the
+//                         results are kept per node pair for defaults::probe_cache_ms
 
 #include <chrono>
 #include <string>
@@ -77,7 +84,8 @@ using node_link_actor = caf::typed_actor<
   caf::replies_to<grant_atom, job_grant>::with<ok_atom>,
   caf::replies_to<status_atom, uint32_t>::with<job_event>,
   caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>,
-  caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>>;
+  caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>,
+  caf::replies_to<probe_atom, rate_probe_request>::with<rate_probe_result>>;
 
 struct cluster_settings {
   /// Peers must prove they hold this before they are heard ("": every peer is).

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/cluster_connect.hpp"
+#include "actors/rate_prober.hpp"
 #include "transports/tcp/address.hpp"
 
 namespace rw::actors {
@@ -156,18 +157,25 @@ void heartbeat(link_ptr self) {
           });
 }
 
+// Whether the current request comes from the coordinator this node registered with
+// (logs the refusal if not).
+bool from_coordinator(link_ptr self) {
+  auto& sender = self->current_sender();
+  auto& coordinator = self->state.coordinator;
+  if (coordinator && sender && sender->address() == coordinator.address())
+    return true;
+  spdlog::warn("cluster: refused a request from {}: only the cluster coordinator may "
+               "grant, stop or ask about jobs, or ask for a rate probe",
+               sender ? to_string(sender->node()) : std::string{"(anonymous)"});
+  return false;
+}
+
 // Passes a coordinator's request on to the rack coordinator, and the answer back. Only
 // the coordinator this node registered with may ask.
 template <class Reply, class... Ts>
 caf::result<Reply> relay(link_ptr self, Ts&&... xs) {
-  auto& sender = self->current_sender();
-  auto& coordinator = self->state.coordinator;
-  if (!coordinator || !sender || sender->address() != coordinator.address()) {
-    spdlog::warn("cluster: refused a request from {}: only the cluster coordinator may "
-                 "grant, stop or ask about jobs",
-                 sender ? to_string(sender->node()) : std::string{"(anonymous)"});
+  if (!from_coordinator(self))
     return cluster_error(errc::unauthorized, "only the cluster coordinator may ask this");
-  }
   auto rp = self->make_response_promise<Reply>();
   self->request(self->state.rack, self->state.settings.request_timeout, std::forward<Ts>(xs)...)
     .then([rp](Reply& r) mutable { rp.deliver(std::move(r)); },
@@ -199,6 +207,17 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
     },
     [=](abort_atom, uint32_t id, std::string& why) {
       return relay<ok_atom>(self, abort_atom::value, id, std::move(why));
+    },
+    [=](probe_atom, rate_probe_request& req) -> caf::result<rate_probe_result> {
+      if (!from_coordinator(self))
+        return cluster_error(errc::unauthorized, "only the cluster coordinator may ask this");
+      auto rp = self->make_response_promise<rate_probe_result>();
+      // The prober bounds the probe by req.timeout_ms; this bounds the prober.
+      auto wait = std::chrono::milliseconds(req.timeout_ms) + self->state.settings.request_timeout;
+      self->request(spawn_rate_prober(self->system()), wait, probe_atom::value, std::move(req))
+        .then([rp](rate_probe_result& r) mutable { rp.deliver(std::move(r)); },
+              [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
     },
     [=](event_atom, job_event& ev) {
       auto& st = self->state;

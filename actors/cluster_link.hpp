@@ -13,6 +13,9 @@
 //                          (status_atom, job id) -> job_event
 //                          (halt_atom, job id, reason) -> ok_atom
 //                          each passed on to the rack coordinator and its answer back;
+//                          (probe_atom, rate_probe_request) -> rate_probe_result
+//                          run by a rate prober of its own (actors/rate_prober), so the
+//                          link keeps its heartbeats while the probe blocks;
 //                          refused (unauthorized) from anyone but the coordinator
 //   rack coordinator -> link (event_atom, job_event)  forwarded as
 //                          (event_atom, node id, job_event)

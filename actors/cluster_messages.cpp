@@ -21,6 +21,8 @@ void register_cluster_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<job_created>("rw::job_created");
   cfg.add_message_type<job_event>("rw::job_event");
   cfg.add_message_type<job_placement>("rw::job_placement");
+  cfg.add_message_type<rate_probe_request>("rw::rate_probe_request");
+  cfg.add_message_type<rate_probe_result>("rw::rate_probe_result");
   cfg.add_error_category(error_category, [](uint8_t code, caf::atom_value,
                                             const caf::message& context) {
     std::string text = to_string(static_cast<errc>(code));

@@ -58,6 +58,7 @@ using event_atom = caf::atom_constant<caf::atom("event")>;
 using locate_atom = caf::atom_constant<caf::atom("locate")>;
 using halt_atom = caf::atom_constant<caf::atom("halt")>;
 using auth_atom = caf::atom_constant<caf::atom("auth")>;
+using probe_atom = caf::atom_constant<caf::atom("probe")>;
 
 /// A rack-agg node as the cluster knows it.
 struct node_info {
@@ -71,6 +72,27 @@ struct node_info {
   uint64_t last_seen_ms = 0;          // since its last heartbeat, when asked
   double uplink_gbps = 0;             // its rack's links to it (0: not configured)
   double core_gbps = 0;               // its link into the core network (0: not configured)
+  double nic_gbps = 0;                // what its first endpoint's device reports (0: nothing)
+  std::string nic;                    // that device ("" if no single device holds it)
+};
+
+/// The coordinator asks a node to measure the rate from it to another node's data
+/// plane (transports/tcp/rate_probe), within `timeout_ms`.
+struct rate_probe_request {
+  std::string target;  // the other node's name, for the log
+  std::string address; // its first --listen endpoint (HOST:PORT)
+  uint32_t max_bytes = defaults::probe_bytes;
+  uint32_t burst_ms = defaults::probe_burst_ms;
+  uint32_t timeout_ms = defaults::probe_timeout_ms;
+};
+
+/// What the probe measured, or why it failed.
+struct rate_probe_result {
+  bool ok = false;
+  double gbps = 0;
+  uint64_t bytes = 0;
+  uint64_t elapsed_us = 0;
+  std::string error;
 };
 
 /// Where a job lives: its nodes, in ring order (runtime/ring hashes their names), and
@@ -178,7 +200,20 @@ struct job_event {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_info& x) {
   return f(caf::meta::type_name("rw::node_info"), x.id, x.name, x.role, x.rack,
-           x.endpoints, x.shards, x.jobs, x.last_seen_ms, x.uplink_gbps, x.core_gbps);
+           x.endpoints, x.shards, x.jobs, x.last_seen_ms, x.uplink_gbps, x.core_gbps,
+           x.nic_gbps, x.nic);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rate_probe_request& x) {
+  return f(caf::meta::type_name("rw::rate_probe_request"), x.target, x.address, x.max_bytes,
+           x.burst_ms, x.timeout_ms);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rate_probe_result& x) {
+  return f(caf::meta::type_name("rw::rate_probe_result"), x.ok, x.gbps, x.bytes, x.elapsed_us,
+           x.error);
 }
 
 template <class Inspector>

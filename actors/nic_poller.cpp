@@ -13,6 +13,12 @@ namespace detail {
 
 payload_target poller_sink::on_header(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
+  if (h.kind == frame_kind::probe)
+    return on_probe_header(c, h);
+  if (st.probes.count(c->id()) != 0)
+    return refuse(c, h, errc::bad_frame,
+                  fmt::format("a {} frame on a rate probe's connection",
+                              transports::to_string(h.kind)));
   switch (h.kind) {
     case frame_kind::hello:
       if (st.bindings.count(c->id()) != 0)
@@ -68,6 +74,9 @@ void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
       return;
     case frame_kind::locate:
       on_locate(c, h);
+      return;
+    case frame_kind::probe:
+      on_probe(c, h);
       return;
     case frame_kind::bye:
       st.bindings[c->id()].said_bye = true;
@@ -126,6 +135,11 @@ void poller_sink::on_resident_frame(const connection_ptr& c, const frame_header&
 
 void poller_sink::on_closed(const connection_ptr& c, errc code, const std::string& why) {
   auto& st = self_->state;
+  if (auto p = st.probes.find(c->id()); p != st.probes.end()) {
+    spdlog::debug("rate probe ended: peer={} bytes={}", c->peer(), p->second);
+    st.probes.erase(p);
+    return;
+  }
   auto it = st.bindings.find(c->id());
   if (it != st.bindings.end() && it->second.shm_companion) {
     st.bindings.erase(it); // its TCP connection reports the leave

@@ -26,6 +26,10 @@
 //   TCP poller -> shm poller (adopt_atom, connection, job_binding, rank)
 //                          serve this worker's segment (its TCP connection stays for
 //                          control and liveness; closing it releases the segment)
+//   node -> poller         `probe` frames: another node's rate probe (poller_probe.cpp);
+//                          payloads discarded into one scratch buffer, the last frame
+//                          answered with an `ack` carrying the bytes taken; bounded per
+//                          frame, per connection and in probes at once
 // A frame that fails a check gets an `error` frame; a stream that cannot be trusted
 // any more (bad magic, oversized length, truncation) is closed. Other connections are
 // unaffected.

@@ -11,6 +11,7 @@
 
 #include "runtime/credentials.hpp"
 #include "runtime/kernels.hpp"
+#include "runtime/nic_speed.hpp"
 #include "transports/shm/endpoint.hpp"
 #include "transports/tcp/endpoint.hpp"
 
@@ -123,6 +124,18 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   ls.node.shards = uint32_t(shards_.size());
   ls.node.uplink_gbps = cfg.uplink_gbps;
   ls.node.core_gbps = cfg.core_gbps;
+  if (cfg.uplink_gbps <= 0) { // auto's plan takes the NIC's speed for the agg links
+    auto nic = runtime::nic_speed_for(transports::tcp::parse_address(addresses_.front()).host);
+    ls.node.nic_gbps = nic.gbps;
+    ls.node.nic = nic.device;
+    if (nic.gbps > 0)
+      spdlog::info("node: no --uplink-gbps; {} reports {} Gbit/s, taken for the rack's links",
+                   nic.device, nic.gbps);
+    else
+      spdlog::info("node: no --uplink-gbps and no NIC speed ({}): the rack's links count as "
+                   "fast as the probed core link",
+                   nic.why);
+  }
   ls.heartbeat = std::chrono::milliseconds(cfg.heartbeat_ms);
   if (cfg.coordinator.empty()) {
     try {

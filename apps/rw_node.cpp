@@ -32,6 +32,15 @@ const char* description =
   "Jobs are created with rw-shell (rw.job_create{...}), which returns the job's token;\n"
   "workers prove they hold it. Any node's --listen address leads rw-shell and other\n"
   "nodes to the coordinator.\n\n"
+  "A job with reduction = auto over several racks is planned from the link rates:\n"
+  "--uplink-gbps and --core-gbps where given. Where a node has no --core-gbps, the\n"
+  "coordinator has the job's rack-aggs probe each other when the job is created: each\n"
+  "sends the next one a short TCP burst (8 MiB or 50 ms at most, bounded by 1.5 s in\n"
+  "all) on its --listen endpoint and the measured rate stands for the core link,\n"
+  "reused for 60 s. Only agg-to-agg paths are measured; the worker links are not (they\n"
+  "are --uplink-gbps, else the NIC's reported speed, else as fast as the core link).\n"
+  "A probe that fails falls back to equal links; the plan says where every number\n"
+  "came from (rw.job_status(name).plan, and the coordinator's log).\n\n"
   "Stops cleanly on SIGINT or SIGTERM. Logs go to stderr.";
 
 } // namespace

@@ -98,11 +98,17 @@ std::vector<option_def> option_table(node_config& c) {
         c.rack),
     def("topology.uplink_gbps", "--uplink-gbps",
         "rate (Gbit/s) of the links between this node and its rack's workers, which "
-        "reduction = auto plans from; 0 = not configured",
+        "reduction = auto plans from; 0 = not configured: the speed the NIC of the first "
+        "--listen address reports (/sys/class/net/DEV/speed), else as fast as the probed "
+        "core link (worker links are never probed)",
         c.uplink_gbps),
     def("topology.core_gbps", "--core-gbps",
         "rate (Gbit/s) of this node's link into the core network between racks, which "
-        "reduction = auto plans from; 0 = not configured",
+        "reduction = auto plans from; 0 = not configured: when an auto job over several "
+        "racks is created, the coordinator has this node probe the next rack-agg of the "
+        "job (up to 8 MiB or 50 ms of TCP to its --listen endpoint; the agg-to-agg path "
+        "only, reused for 60 s) and plans with the measured rate; a probe that fails "
+        "falls back to equal links and the job's plan says so",
         c.core_gbps),
     def("node.listen", "--listen",
         "HOST:PORT workers connect to, one NIC poller each; HOST may be a network "

@@ -27,6 +27,9 @@ enum FrameKind {
                  # welcome or an error (unauthorized)
   locate @14;    # anyone -> node: where is the cluster coordinator? no payload
   located @15;   # node -> asker: payload is a control.capnp Located
+  probe @16;     # node -> node: rate probe; payload (at most 256 KiB) is discarded. With
+                 # flags bit 0 the receiver answers an ack whose `clock` is the probe
+                 # bytes it took on this connection (at most 16 MiB per connection)
 }
 
 struct FrameHeader {

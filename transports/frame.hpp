@@ -31,6 +31,8 @@ enum class frame_kind : uint16_t {
   proof = 13,     // worker -> node: the answer (payload: HMAC over the nonce)
   locate = 14,    // anyone -> node: where is the cluster coordinator?
   located = 15,   // node -> asker: the coordinator's control address (payload: Located)
+  probe = 16,     // node -> node: rate probe bytes, discarded (flag_want_result: answer
+                  // with an ack whose clock is the probe bytes taken on the connection)
 };
 
 const char* to_string(frame_kind kind) noexcept;

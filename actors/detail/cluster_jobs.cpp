@@ -173,31 +173,36 @@ void end_everywhere(cluster_ptr self, job_entry& j, uint32_t id, uint32_t node_i
   halt_on(self, others(j, node_id), id, why);
 }
 
-} // namespace
+using created_promise = caf::typed_response_promise<job_created>;
 
-caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
-                                    const job_placement& placement) {
+caf::error duplicate(const job_entry& old) {
+  return cluster_error(errc::duplicate_name,
+                       fmt::format("a job named '{}' exists already (state {}); delete it "
+                                   "first (rw.job_delete) or pick another name",
+                                   old.report.name, old.report.state));
+}
+
+// Places the job (again: nodes may have come or gone while its core links were
+// probed), plans its reduction with `probes`, registers it and grants it to its
+// nodes; answers `rp` with the job and its token, or why not.
+void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
+                     const job_placement& placement, const core_probes& probes) {
   auto& st = self->state;
-  if (!spec.tensors.empty())
-    return cluster_error(errc::invalid_spec, "a job is created without tensors: its "
-                                             "workers declare them when they join");
-  auto probe = spec;
-  probe.tensors.push_back({"probe", 1, false});
-  if (auto why = validate(probe, st.settings.max_chunk_bytes, st.settings.max_workers);
-      !why.empty())
-    return cluster_error(errc::invalid_spec, "invalid job spec: " + why);
-  if (auto* old = find(self, spec.name))
-    return cluster_error(errc::duplicate_name,
-                         fmt::format("a job named '{}' exists already (state {}); delete it "
-                                     "first (rw.job_delete) or pick another name",
-                                     spec.name, old->report.state));
+  if (auto* old = find(self, spec.name)) {
+    rp.deliver(duplicate(*old));
+    return;
+  }
   std::string why;
   auto nodes = place_job(st, placement, why);
-  if (nodes.empty())
-    return cluster_error(errc::unavailable, "cannot place the job: " + why);
+  if (nodes.empty()) {
+    rp.deliver(cluster_error(errc::unavailable, "cannot place the job: " + why));
+    return;
+  }
   auto layout = layout_of(nodes);
-  if (!choose_reduction(spec, placement, nodes, layout, why))
-    return cluster_error(errc::invalid_spec, "cannot place the job: " + why);
+  if (!choose_reduction(spec, placement, nodes, probes, layout, why)) {
+    rp.deliver(cluster_error(errc::invalid_spec, "cannot place the job: " + why));
+    return;
+  }
   job_entry j;
   j.report.id = st.next_job_id++;
   j.report.name = spec.name;
@@ -222,7 +227,6 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
   // The name is taken from now on; a refused grant gives it back.
   st.by_name[spec.name] = id;
   st.jobs.emplace(id, std::move(j));
-  auto rp = self->make_response_promise<job_created>();
   ask_nodes<ok_atom>(
     self, ids, "did not take the job",
     [self, rp, id, ids](auto&, std::vector<std::string>& failures) mutable {
@@ -250,6 +254,36 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
       rp.deliver(job_created{r, it->second.token});
     },
     grant_atom::value, grant);
+}
+
+} // namespace
+
+caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
+                                    const job_placement& placement) {
+  auto& st = self->state;
+  if (!spec.tensors.empty())
+    return cluster_error(errc::invalid_spec, "a job is created without tensors: its "
+                                             "workers declare them when they join");
+  auto probe = spec;
+  probe.tensors.push_back({"probe", 1, false});
+  if (auto why = validate(probe, st.settings.max_chunk_bytes, st.settings.max_workers);
+      !why.empty())
+    return cluster_error(errc::invalid_spec, "invalid job spec: " + why);
+  if (auto* old = find(self, spec.name))
+    return duplicate(*old);
+  std::string why;
+  auto nodes = place_job(st, placement, why);
+  if (nodes.empty())
+    return cluster_error(errc::unavailable, "cannot place the job: " + why);
+  auto rp = self->make_response_promise<job_created>();
+  if (!wants_core_probes(spec, placement, nodes)) {
+    place_and_grant(self, rp, spec, placement, {});
+    return rp;
+  }
+  probe_core_links(self, nodes, spec.name,
+                   [self, rp, spec, placement](core_probes probes) mutable {
+                     place_and_grant(self, rp, spec, placement, probes);
+                   });
   return rp;
 }
 

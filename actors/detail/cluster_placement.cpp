@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/cluster_state.hpp"
+#include "actors/detail/link_plan.hpp"
 
 namespace rw::actors::detail {
 
@@ -103,9 +104,6 @@ std::vector<const member*> place_job(const cluster_state& st, const job_placemen
   return out;
 }
 
-namespace {
-
-// Why hierarchical reduction cannot run this job on these nodes ("" if it can).
 std::string hierarchical_refusal(const job_spec& spec, const std::vector<const member*>& nodes) {
   if (nodes.size() < 2)
     return "it needs two racks or more";
@@ -123,6 +121,8 @@ std::string hierarchical_refusal(const job_spec& spec, const std::vector<const m
     return fmt::format("{} workers cannot fill {} racks", spec.num_workers, nodes.size());
   return {};
 }
+
+namespace {
 
 // Each rank's node: as the placement's worker racks say, or equal contiguous blocks in
 // rack order. Empty with `why` set on a bad list.
@@ -159,49 +159,11 @@ std::vector<uint32_t> assign_ranks(const job_spec& spec, const job_placement& p,
   return out;
 }
 
-// Link-bound seconds per GiB of gradient for each plan, from the nodes' configured
-// rates (the slowest node's): A = the rack's links to its agg, C = its link into the
-// core. Per step, with p workers in the busiest rack and R racks, the agg link carries
-// p + 2(R-1)/R (hierarchical) or W/R (flat) times S, the core link 2(R-1)/R or
-// p(R-1)/R + (W-p)/R times S. An unconfigured rate counts as A = 1 Gbit/s, C = A.
-struct plan_times {
-  double hierarchical = 0, flat = 0;
-  std::string rates;
-};
-plan_times estimate(const job_spec& spec, const std::vector<uint32_t>& ranks,
-                    const std::vector<const member*>& nodes) {
-  double a = 0, c = 0;
-  for (auto* m : nodes) {
-    if (m->info.uplink_gbps > 0)
-      a = a == 0 ? m->info.uplink_gbps : std::min(a, m->info.uplink_gbps);
-    if (m->info.core_gbps > 0)
-      c = c == 0 ? m->info.core_gbps : std::min(c, m->info.core_gbps);
-  }
-  plan_times t;
-  t.rates = fmt::format("agg links {} Gbit/s{}, core links {} Gbit/s{}", a == 0 ? 1.0 : a,
-                        a == 0 ? " (not configured)" : "", c == 0 ? (a == 0 ? 1.0 : a) : c,
-                        c == 0 ? " (not configured: as the agg links)" : "");
-  if (a == 0)
-    a = 1;
-  if (c == 0)
-    c = a;
-  double r = static_cast<double>(nodes.size());
-  double w = spec.num_workers;
-  std::vector<double> per(nodes.size(), 0);
-  for (auto k : ranks)
-    per[k] += 1;
-  double p = *std::max_element(per.begin(), per.end());
-  const double gib_bits = 8.0 * (1u << 30) / 1e9; // one GiB, in Gbit
-  t.hierarchical = gib_bits * std::max((p + 2 * (r - 1) / r) / a, 2 * (r - 1) / r / c);
-  t.flat = gib_bits * std::max(w / r / a, (p * (r - 1) / r + (w - p) / r) / c);
-  return t;
-}
-
 } // namespace
 
 bool choose_reduction(const job_spec& spec, const job_placement& p,
-                      const std::vector<const member*>& nodes, job_layout& layout,
-                      std::string& why) {
+                      const std::vector<const member*>& nodes, const core_probes& probes,
+                      job_layout& layout, std::string& why) {
   if (p.reduction != "auto" && p.reduction != "flat" && p.reduction != "hierarchical") {
     why = fmt::format("reduction must be auto, flat or hierarchical, not '{}'", p.reduction);
     return false;
@@ -230,7 +192,7 @@ bool choose_reduction(const job_spec& spec, const job_placement& p,
                                         : "auto: one node");
     return true;
   }
-  auto t = estimate(spec, ranks, nodes);
+  auto t = estimate(spec, ranks, nodes, probes);
   bool hier = p.reduction == "hierarchical" || t.hierarchical <= t.flat;
   layout.reduction = hier ? "hierarchical" : "flat";
   layout.rank_racks = hier ? ranks : std::vector<uint32_t>{};

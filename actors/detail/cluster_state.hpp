@@ -1,10 +1,13 @@
 #pragma once
-// The cluster coordinator's state, shared by its two halves: cluster_coordinator.cpp
-// (membership: register, heartbeat, leave, nodes that vanish) and
-// detail/cluster_jobs.cpp (the job registry: create, status, stop, delete, events).
+// The cluster coordinator's state, shared by its parts: cluster_coordinator.cpp
+// (membership: register, heartbeat, leave, nodes that vanish),
+// detail/cluster_jobs.cpp (the job registry: create, status, stop, delete, events),
+// detail/cluster_placement.cpp (where a job goes, how it reduces) and
+// detail/cluster_probes.cpp (measuring core links for `auto`).
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -35,6 +38,23 @@ struct job_entry {
   }
 };
 
+/// One rate probe between two nodes' data planes (or why it failed).
+struct core_probe {
+  bool ok = false;
+  double gbps = 0;
+  uint64_t elapsed_us = 0;
+  std::string from, to; // node names: `from` sent, `to` took the bytes
+  std::string error;
+  steady::time_point when;
+};
+
+/// The probes that touched each node of a job, by node id (only nodes with no
+/// configured core rate are probed).
+using core_probes = std::map<uint32_t, std::vector<core_probe>>;
+
+/// Two nodes' ids, lower first: a probe's key in the cache.
+using node_pair = std::pair<uint32_t, uint32_t>;
+
 struct cluster_state {
   cluster_settings settings;
   std::map<uint32_t, member> nodes;                  // live, by id
@@ -42,6 +62,9 @@ struct cluster_state {
   std::unordered_map<std::string, uint32_t> by_name; // name -> id
   std::set<caf::node_id> trusted;                 // processes that proved the secret
   std::map<caf::node_id, std::string> challenges; // nonces handed out, by process
+  std::map<node_pair, core_probe> probe_cache; // measured, by node pair
+  /// Probes under way, by node pair, and who waits for each.
+  std::map<node_pair, std::vector<std::function<void(const core_probe&)>>> probing;
   uint32_t next_node_id = 1;
   uint32_t next_job_id = 1; // from a random start, so a restarted coordinator's ids
                              // do not meet the ones nodes remember from before
@@ -57,12 +80,29 @@ uint64_t unix_ms();
 /// `why` set when the placement cannot be met.
 std::vector<const member*> place_job(const cluster_state& st, const job_placement& p,
                                      std::string& why);
+/// Why hierarchical reduction cannot run this job on these nodes ("" if it can).
+std::string hierarchical_refusal(const job_spec& spec, const std::vector<const member*>& nodes);
 /// How the job reduces across its nodes: sets layout.reduction, and for hierarchical
-/// jobs layout.rank_racks, and layout.plan (why). False with `why` set when the
-/// asked-for reduction cannot be had with this spec and placement.
+/// jobs layout.rank_racks, and layout.plan (why, with auto's numbers and where each
+/// came from: configured, probed (`probes`), NIC speed or assumed). False with `why`
+/// set when the asked-for reduction cannot be had with this spec and placement.
 bool choose_reduction(const job_spec& spec, const job_placement& p,
-                      const std::vector<const member*>& nodes, job_layout& layout,
-                      std::string& why);
+                      const std::vector<const member*>& nodes, const core_probes& probes,
+                      job_layout& layout, std::string& why);
+
+// --- cluster_probes.cpp ------------------------------------------------------------
+/// Whether auto's plan for this job needs core rates measured: auto over several
+/// racks, hierarchical possible, and some node without a configured core rate.
+bool wants_core_probes(const job_spec& spec, const job_placement& p,
+                       const std::vector<const member*>& nodes);
+/// Has each node lacking a configured core rate probe its successor on the ring (in
+/// `nodes` order), reusing results younger than defaults::probe_cache_ms (failures:
+/// probe_retry_ms) and probes already under way, and calls done(probes) once every
+/// probe has answered or failed (within probe_timeout_ms + node_request_timeout).
+void probe_core_links(cluster_ptr self, const std::vector<const member*>& nodes,
+                      const std::string& job, std::function<void(core_probes)> done);
+/// Forgets the probes of a node that left (its next registration has a new id).
+void forget_probes(cluster_state& st, uint32_t node_id);
 
 // --- cluster_jobs.cpp --------------------------------------------------------------
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,

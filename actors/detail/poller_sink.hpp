@@ -1,7 +1,8 @@
 #pragma once
-// A NIC poller's state and its frame sink, shared by the poller's two halves:
-// nic_poller.cpp (frame checks, the data path, closes, the actor) and
-// poller_admission.cpp (hello, attach, the welcome, adopting shared memory).
+// A NIC poller's state and its frame sink, shared by the poller's three parts:
+// nic_poller.cpp (frame checks, the data path, closes, the actor),
+// poller_admission.cpp (hello, attach, the welcome, adopting shared memory) and
+// poller_probe.cpp (another node's rate probe: bytes taken and discarded).
 
 #include <map>
 #include <memory>
@@ -57,6 +58,10 @@ struct poller_state {
   bool stopping = false;
   caf::actor shm_poller; // set on TCP pollers when colocated workers may use shm
   std::string shm_bell;
+  /// Rate probes being taken: probe bytes so far, by connection id. Their payloads all
+  /// land in one scratch buffer (allocated at the first probe) and are overwritten.
+  std::unordered_map<uint64_t, uint64_t> probes;
+  std::unique_ptr<std::byte[]> probe_scratch;
   static inline const char* name = "rw.nic_poller";
 
   runtime::buffer_ref buffer(size_t bytes) {
@@ -105,6 +110,10 @@ private:
   void on_proof(const connection_ptr& c, const frame_header& h, payload_target& t);
   // Tells the asker where the cluster coordinator is.
   void on_locate(const connection_ptr& c, const frame_header& h);
+  // A rate probe frame: where its payload goes (the scratch buffer), or its refusal.
+  payload_target on_probe_header(const connection_ptr& c, const frame_header& h);
+  // A whole probe frame is in: answers the ack when asked.
+  void on_probe(const connection_ptr& c, const frame_header& h);
   // Sends the challenge of a hello for a job with a token.
   void challenge(const connection_ptr& c, uint32_t rank, const job_binding& jb,
                  transports::hello_msg hello);

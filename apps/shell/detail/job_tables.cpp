@@ -90,7 +90,7 @@ job_totals totals_of(const actors::job_report& job) {
 }
 
 void push_node(lua_State* L, const actors::node_info& n) {
-  lua_createtable(L, 0, 10);
+  lua_createtable(L, 0, 12);
   set(L, "id", uint64_t{n.id});
   set(L, "name", n.name);
   set(L, "role", n.role);
@@ -100,6 +100,9 @@ void push_node(lua_State* L, const actors::node_info& n) {
   lua_setfield(L, -2, "uplink_gbps");
   lua_pushnumber(L, n.core_gbps);
   lua_setfield(L, -2, "core_gbps");
+  lua_pushnumber(L, n.nic_gbps); // what its NIC reports (0: nothing), for auto's agg links
+  lua_setfield(L, -2, "nic_gbps");
+  set(L, "nic", n.nic);
   set(L, "shards", uint64_t{n.shards});
   set(L, "jobs", uint64_t{n.jobs});
   set(L, "last_seen_ms", n.last_seen_ms);

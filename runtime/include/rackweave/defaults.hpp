@@ -39,6 +39,24 @@ constexpr uint32_t node_request_timeout_ms = 3'000;
 constexpr uint32_t shell_timeout_ms = 10'000;
 /// Points each node takes on a job's consistent-hash ring (runtime/ring).
 constexpr uint32_t ring_vnodes = 128;
+/// The rate probe (`reduction = "auto"` where a node's core rate is not configured):
+/// one node sends another's --listen endpoint a burst of `probe` frames, at most this
+/// many bytes and for at most this long, then asks how much arrived.
+constexpr uint32_t probe_bytes = 8 * 1024 * 1024;
+constexpr uint32_t probe_burst_ms = 50;
+/// Largest payload of one probe frame; a node refuses larger ones.
+constexpr uint32_t probe_frame_bytes = 256 * 1024;
+/// Most probe bytes a node takes on one connection (the rest is refused and the
+/// connection closed), and most probe connections one endpoint serves at once.
+constexpr uint32_t probe_max_bytes = 2 * probe_bytes;
+constexpr uint32_t probe_max_connections = 4;
+/// How long one probe may take, connecting and the answer included; the coordinator
+/// waits this long plus node_request_timeout_ms for the node to report it.
+constexpr uint32_t probe_timeout_ms = 1'500;
+/// How long a probed rate between two nodes is reused before probing again, and how
+/// long a failed probe is remembered before it is tried again.
+constexpr uint32_t probe_cache_ms = 60'000;
+constexpr uint32_t probe_retry_ms = 10'000;
 /// Cache line size for alignment of buffers and per-core counters.
 constexpr size_t cache_line = 64;
 

@@ -1,0 +1,71 @@
+// Another node's rate probe on a NIC poller (transports/tcp/rate_probe): the poller
+// takes the probe's bytes into one scratch buffer, overwriting them, and answers the
+// last frame with an ack carrying how many it took. Nothing here authenticates the
+// prober, so what a probe can cost is bounded instead: at most
+// defaults::probe_frame_bytes per frame, defaults::probe_max_bytes per connection and
+// defaults::probe_max_connections probes at once per endpoint. A probe past a bound is
+// refused with an error frame and its connection closed; a probe's connection carries
+// nothing else (a worker's frames there are refused), and a worker's never a probe.
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/detail/poller_sink.hpp"
+
+namespace rw::actors::detail {
+
+namespace {
+
+payload_target refuse_probe(const connection_ptr& c, const frame_header& h, errc code,
+                            const std::string& why) {
+  spdlog::warn("rate probe refused: peer={}: {} ({}); connection closed", c->peer(), why,
+               to_string(code));
+  c->send_error(code, why, h);
+  return payload_target::closing();
+}
+
+} // namespace
+
+payload_target poller_sink::on_probe_header(const connection_ptr& c, const frame_header& h) {
+  auto& st = self_->state;
+  if (st.bindings.count(c->id()) != 0)
+    return refuse_probe(c, h, errc::bad_frame, "a rate probe on a worker's connection");
+  auto it = st.probes.find(c->id());
+  if (it == st.probes.end()) {
+    if (st.probes.size() >= defaults::probe_max_connections)
+      return refuse_probe(c, h, errc::unavailable,
+                          fmt::format("this endpoint is taking {} rate probes already; try "
+                                      "again shortly",
+                                      st.probes.size()));
+    it = st.probes.emplace(c->id(), 0).first;
+    spdlog::debug("rate probe started: peer={}", c->peer());
+  }
+  if (h.payload_bytes > defaults::probe_frame_bytes)
+    return refuse_probe(c, h, errc::frame_too_large,
+                        fmt::format("a probe frame of {} bytes; the limit is {}",
+                                    h.payload_bytes, defaults::probe_frame_bytes));
+  if (it->second + h.payload_bytes > defaults::probe_max_bytes)
+    return refuse_probe(c, h, errc::frame_too_large,
+                        fmt::format("a rate probe of more than {} bytes on one connection",
+                                    defaults::probe_max_bytes));
+  it->second += h.payload_bytes;
+  if (h.payload_bytes == 0)
+    return payload_target::into(nullptr);
+  if (!st.probe_scratch)
+    st.probe_scratch = std::make_unique<std::byte[]>(defaults::probe_frame_bytes);
+  return payload_target::into(st.probe_scratch.get());
+}
+
+void poller_sink::on_probe(const connection_ptr& c, const frame_header& h) {
+  if ((h.flags & transports::flag_want_result) == 0)
+    return;
+  auto taken = self_->state.probes[c->id()];
+  frame_header reply;
+  reply.kind = frame_kind::ack;
+  reply.clock = taken;
+  c->send(reply);
+  spdlog::debug("rate probe answered: peer={} bytes={}", c->peer(), taken);
+}
+
+} // namespace rw::actors::detail
