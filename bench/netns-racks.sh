@@ -196,13 +196,15 @@ say "racks: $racks x ($per_rack worker hosts on $rate, 1 rack-agg host on $((per
 # record SYSTEM MEDIAN P90 VERIFIED [NOTE...]
 record() { echo "$*" >>"$tmp/results"; }
 
-# The rack-aggs: rack 0's embeds the coordinator, the others join it.
+# start_nodes rates|probe: the rack-aggs; rack 0's embeds the coordinator, the others
+# join it. rates: each is given its links' rates, as an operator would configure them,
+# and auto plans from them; probe: none, so auto probes the core between rack-aggs.
 start_nodes() {
   local k args
   for ((k = 0; k < racks; k++)); do
-    # The links' rates, as an operator would configure them: auto plans from them.
     args=(--role rack-agg --name "n$k" --rack "$(rack_name "$k")"
-      --listen "$(agg_addr "$k"):$port" --log-level info --port-file "$tmp/port.$k"
+      --listen "$(agg_addr "$k"):$port" --log-level info --port-file "$tmp/port.$k")
+    [[ $1 == probe ]] || args+=(
       --uplink-gbps "$(awk -v b="$agg_bps" 'BEGIN { print b / 1e9 }')"
       --core-gbps "$(awk -v b="$core_bps" 'BEGIN { print b / 1e9 }')")
     ((k == 0)) || args+=(--coordinator "$(agg_addr 0):$port")
@@ -279,12 +281,18 @@ run_rackweave() {
   fi
 }
 
-start_nodes
 # What auto picks, over every rack and over one rack (printed; recorded in the report).
 auto_pick() { # NAME RACKS
   shell_in_rack0 -c "local j = rw.job_create{name = '$1', workers = $workers, racks = {$2}}; \
     print(j.reduction .. ' (' .. j.plan .. ')'); rw.job_delete('$1')" 2>&1 | tail -n 1
 }
+# First with no rates configured: the coordinator probes the core between the rack-aggs.
+start_nodes probe
+auto_probed=$(auto_pick "autop-$$" "$(rack_list)")
+say "auto over $racks racks, no rates configured: $auto_probed"
+stop_pids "${node_pids[@]}"
+node_pids=()
+start_nodes rates
 auto_racks=$(auto_pick "auto-$$" "$(rack_list)")
 auto_one=$(auto_pick "auto1-$$" "'$(rack_name 0)'")
 say "auto over $racks racks: $auto_racks"
@@ -351,7 +359,7 @@ python3 bench/lib/racks_report.py "$tmp/results" "$tmp/table.txt" "$tmp/section.
   "$racks" "$workers" "$bytes" "$size" "$worker_bps" "$agg_bps" "$core_bps" "$oversub" \
   "$rate" "$chunk" "$iters" "$warmup" "$invocation" "$machine" "$elapsed" "$json" \
   "$(burst_of "$worker_bps")" "$(burst_of "$agg_bps")" "$(burst_of "$core_bps")" \
-  "$auto_racks" "$auto_one" ||
+  "$auto_racks" "$auto_one" "$auto_probed" ||
   report_rc=$?
 cat "$tmp/table.txt" >&3
 if ((report_rc)) || grep -q " FAIL " "$tmp/results"; then

@@ -3,7 +3,7 @@
 
     racks_report.py RESULTS TABLE SECTION R W S SIZE B_W B_AGG B_CORE O RATE CHUNK
                     ITERS WARMUP INVOCATION MACHINE ELAPSED JSON b_W b_AGG b_CORE
-                    AUTO_RACKS AUTO_ONE
+                    AUTO_RACKS AUTO_ONE AUTO_PROBED
 
 RESULTS has one line per system: "NAME MEDIAN P90 VERIFIED [NOTE...]", MEDIAN and P90
 in ms, or FAIL (it failed), or NA (it cannot run here; NOTE says why). Writes the text
@@ -29,7 +29,7 @@ import sys
 def main() -> int:
     (res_path, txt_path, md_path, racks, w, s, size, bw, ba, bc, oversub, rate, chunk, iters,
      warmup, invocation, machine, elapsed, as_json, bucket_w, bucket_a, bucket_c, auto_racks,
-     auto_one) = sys.argv[1:25]
+     auto_one, auto_probed) = sys.argv[1:26]
     r, w, s = int(racks), int(w), int(s)
     bw, ba, bc = float(bw), float(ba), float(bc)
     bucket_w, bucket_a, bucket_c = int(bucket_w), int(bucket_a), int(bucket_c)
@@ -87,6 +87,8 @@ def main() -> int:
     targets = [vs("rackweave-hierarchical", "gloo-ring", 0.7),
                vs("rackweave-hierarchical", "rackweave-flat", 0.55), bounded,
                f"auto over {r} racks picks {auto_racks}; target: hierarchical",
+               f"auto over {r} racks with no rates configured (the core probed) picks "
+               f"{auto_probed}; target: hierarchical",
                f"auto over one rack picks {auto_one}; target: flat"]
     head = ["system", "median ms", "p90 ms", "bound ms", "measured/bound", "verified",
             "busiest link", "note"]
