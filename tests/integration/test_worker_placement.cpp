@@ -106,7 +106,8 @@ TEST_CASE("without rack options a worker is placed in the rack of the node it na
   CHECK(status.out == "b,a,b,a\n");
 }
 
-TEST_CASE("bad rack options and ranks that never join are clear errors, in bounded time",
+TEST_CASE("bad rack options, ranks that never join and ranks claimed by two racks are "
+          "clear errors, in bounded time",
           "[integration][nearest]") {
   rack_cluster c{{"a", "b"}};
   auto a = c.nodes[0]->address();
@@ -146,6 +147,22 @@ TEST_CASE("bad rack options and ranks that never join are clear errors, in bound
   auto status = c.shell("local j = rw.job_status('missing'); print(j.state, j.reason)");
   CHECK_THAT(status.out, Catch::StartsWith("failed"));
   CHECK_THAT(status.out, Catch::Contains("rank(s) 2"));
+  // A rank bound to rack a cannot be bound to rack b: the second claim is refused at
+  // once, naming both racks (the first waits for rank 1, which never comes).
+  auto twice = c.create("twice", 2, "sum", hierarchical + ", join_timeout_ms = 2000");
+  REQUIRE(!twice.empty());
+  auto first = start_worker(a, "twice", 0, 2, "sum", twice, 0, {}, "a");
+  REQUIRE(c.coordinator.wait_for_log("rank bound: job='twice'", std::chrono::seconds(20)));
+  auto second = start_worker(b, "twice", 0, 2, "sum", twice, 0, {}, "b");
+  auto [scode, serr] = finish(second, std::chrono::seconds(30));
+  INFO(serr);
+  CHECK(scode == std::optional<int>{2});
+  CHECK_THAT(serr, Catch::Contains("rank 0 of job 'twice' is in rack a"));
+  CHECK_THAT(serr, Catch::Contains("node n1 would place it in rack b"));
+  auto [fcode2, ferr2] = finish(first, std::chrono::seconds(30));
+  INFO(ferr2);
+  CHECK(fcode2 == std::optional<int>{2});
+  CHECK_THAT(ferr2, Catch::Contains("rank(s) 1 of job 'twice' did not join"));
 }
 
 TEST_CASE("a worker that names a node with no rack in the job is sent on: to its rack's "
