@@ -250,6 +250,22 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
         return untrusted(self, "job delete");
       return remove_job(self, name);
     },
+    [=](where_atom, const std::string& name) -> caf::result<job_layout> {
+      if (!trusted(self))
+        return untrusted(self, "job location");
+      return where_job(self, name);
+    },
+    [=](bind_atom, const rank_binding& b) -> caf::result<rank_map> {
+      if (!trusted(self))
+        return untrusted(self, "rank binding");
+      return bind_rank(self, b);
+    },
+    [=](expire_atom, uint32_t job_id) {
+      if (!trusted(self))
+        untrusted(self, "join timeout");
+      else
+        bindings_expired(self, job_id);
+    },
     [=](tick_atom) {
       expire(self);
       self->delayed_send(self, scan, tick_atom::value);

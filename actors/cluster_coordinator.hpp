@@ -39,6 +39,16 @@
 //   shell -> coordinator  (remove_atom, name) -> ok_atom
 //                         forgets an ended job (stopping it first if it is live), so
 //                         its name can be used again
+//   link  -> coordinator  (where_atom, name) -> job_layout
+//                         where a live job lives: a node that got a hello for a job it
+//                         does not hold sends the worker on (unknown_job if none)
+//   link  -> coordinator  (bind_atom, rank_binding) -> rank_map
+//                         a hierarchical job placed at join: the node admitting a
+//                         worker binds its rank to the node's rack (first binding wins;
+//                         another rack for a bound rank: rank_taken). Answered once
+//                         every rank is bound, with the whole map; if the job's join
+//                         timeout runs out first, the job fails naming the missing ranks
+//   coordinator -> itself (expire_atom, job id)  a job's join timeout ran out
 //   coordinator -> itself (tick_atom)  every node_timeout / 4: forget silent nodes
 //   coordinator -> link   (grant_atom, job_grant) -> ok_atom
 //                         (status_atom, job id) -> job_event
@@ -77,6 +87,9 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<status_atom, std::string>::with<job_report>,
   caf::replies_to<stop_atom, std::string>::with<job_report>,
   caf::replies_to<remove_atom, std::string>::with<ok_atom>,
+  caf::replies_to<where_atom, std::string>::with<job_layout>,
+  caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
+  caf::reacts_to<expire_atom, uint32_t>,
   caf::reacts_to<tick_atom>>;
 
 /// What the coordinator asks of a node: the node's cluster link answers.

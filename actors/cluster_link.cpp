@@ -183,6 +183,20 @@ caf::result<Reply> relay(link_ptr self, Ts&&... xs) {
   return rp;
 }
 
+// Asks the coordinator on the rack coordinator's behalf, within `timeout`.
+template <class Reply, class... Ts>
+caf::result<Reply> ask(link_ptr self, std::chrono::milliseconds timeout, Ts&&... xs) {
+  auto& st = self->state;
+  if (st.node_id == 0 || !st.coordinator)
+    return cluster_error(errc::unavailable, "this node is not registered with the cluster "
+                                            "coordinator right now");
+  auto rp = self->make_response_promise<Reply>();
+  self->request(st.coordinator, timeout, std::forward<Ts>(xs)...)
+    .then([rp](Reply& r) mutable { rp.deliver(std::move(r)); },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
 cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings settings,
                                                 rack_coordinator_actor rack) {
   auto& st = self->state;
@@ -192,7 +206,7 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
     st.coordinator = st.settings.embedded;
     st.address = st.settings.embedded_address;
   }
-  self->send(st.rack, register_atom::value, caf::actor_cast<job_event_sink>(self));
+  self->send(st.rack, register_atom::value, caf::actor_cast<cluster_gateway>(self));
   self->set_down_handler([self](caf::down_msg& dm) {
     if (self->state.coordinator && dm.source == self->state.coordinator.address())
       lost(self, "the connection closed");
@@ -227,6 +241,17 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
         return;
       }
       self->send(st.coordinator, event_atom::value, st.node_id, std::move(ev));
+    },
+    [=](where_atom, std::string& name) {
+      return ask<job_layout>(self, self->state.settings.request_timeout, where_atom::value,
+                             std::move(name));
+    },
+    [=](bind_atom, rank_binding& b) {
+      // Held by the coordinator until every rank is bound: at most the longest join
+      // timeout, and the coordinator's own answer time.
+      auto bound = std::chrono::milliseconds(defaults::max_join_timeout_ms)
+                   + self->state.settings.request_timeout;
+      return ask<rank_map>(self, bound, bind_atom::value, std::move(b));
     },
     [=](leave_atom) {
       auto& st = self->state;

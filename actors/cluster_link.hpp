@@ -19,6 +19,10 @@
 //                          refused (unauthorized) from anyone but the coordinator
 //   rack coordinator -> link (event_atom, job_event)  forwarded as
 //                          (event_atom, node id, job_event)
+//   rack coordinator -> link (where_atom, name) -> job_layout
+//                          (bind_atom, rank_binding) -> rank_map
+//                          asked of the coordinator, its answer back (unavailable while
+//                          the node is not registered)
 //   link  -> rack coordinator (locate_atom, address)  once the coordinator is found
 //   node  -> link          (leave_atom) -> ok_atom    the node is stopping: the link
 //                          says so to the coordinator (leave_atom, id) and exits
@@ -37,6 +41,8 @@ namespace rw::actors {
 
 using cluster_link_actor = node_link_actor::extend<
   caf::reacts_to<event_atom, job_event>,
+  caf::replies_to<where_atom, std::string>::with<job_layout>,
+  caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
   caf::replies_to<leave_atom>::with<ok_atom>,
   caf::reacts_to<tick_atom>>;
 

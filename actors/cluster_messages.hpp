@@ -59,6 +59,9 @@ using locate_atom = caf::atom_constant<caf::atom("locate")>;
 using halt_atom = caf::atom_constant<caf::atom("halt")>;
 using auth_atom = caf::atom_constant<caf::atom("auth")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
+using where_atom = caf::atom_constant<caf::atom("where")>;
+using bind_atom = caf::atom_constant<caf::atom("bind")>;
+using expire_atom = caf::atom_constant<caf::atom("expire")>;
 
 /// A rack-agg node as the cluster knows it.
 struct node_info {
@@ -105,8 +108,13 @@ struct job_layout {
   uint64_t ring_version = 1;
   std::string reduction = "flat";     // how the job reduces across nodes
   /// Hierarchical: the node (index into nodes, one per rack) each rank belongs to.
+  /// Empty in a job placed at join until every rank has said hello.
   std::vector<uint32_t> rank_racks;
   std::string plan;                   // why this reduction (auto's numbers), for status
+  /// Hierarchical without worker_racks: ranks are placed at join (each worker at its
+  /// nearest agg), and every rank must say hello within this long of the first. 0: the
+  /// map is fixed at creation.
+  uint32_t join_timeout_ms = 0;
 };
 
 /// A job over several nodes whose workers each talk to their own rack's node alone.
@@ -133,6 +141,25 @@ struct job_placement {
   /// The rack of each rank (hierarchical: where each worker says hello); empty: ranks
   /// in rack order, in equal contiguous blocks.
   std::vector<std::string> worker_racks;
+  /// Without worker_racks, a hierarchical job's ranks are placed as its workers say
+  /// hello; all must within this long of the first (0: defaults::join_timeout_ms).
+  uint32_t join_timeout_ms = 0;
+};
+
+/// A node places a rank of a job placed at join in its rack (`node`: its index in the
+/// job's layout), for `reason`. The coordinator binds each rank once; it answers every
+/// binding with the whole map once every rank is bound.
+struct rank_binding {
+  uint32_t job_id = 0;
+  uint32_t rank = 0;
+  uint32_t node = 0;
+  std::string reason;
+};
+
+/// Every rank's rack (node index) of a job placed at join.
+struct rank_map {
+  uint32_t job_id = 0;
+  std::vector<uint32_t> rank_racks;
 };
 
 /// Where a job lives and how its workers prove they belong to it. Sent by the
@@ -219,13 +246,23 @@ typename Inspector::result_type inspect(Inspector& f, rate_probe_result& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_layout& x) {
   return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks, x.vnodes,
-           x.ring_version, x.reduction, x.rank_racks, x.plan);
+           x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_binding& x) {
+  return f(caf::meta::type_name("rw::rank_binding"), x.job_id, x.rank, x.node, x.reason);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_map& x) {
+  return f(caf::meta::type_name("rw::rank_map"), x.job_id, x.rank_racks);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_placement& x) {
   return f(caf::meta::type_name("rw::job_placement"), x.node, x.nodes, x.racks,
-           x.reduction, x.worker_racks);
+           x.reduction, x.worker_racks, x.join_timeout_ms);
 }
 
 template <class Inspector>

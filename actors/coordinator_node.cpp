@@ -3,12 +3,53 @@
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/detail/rack_choice.hpp"
 #include "runtime/credentials.hpp"
 #include "transports/tcp/locator.hpp"
 
 namespace rw::actors {
+
+namespace {
+
+constexpr auto where_timeout = std::chrono::seconds(2);
+
+// A worker that says hello to the coordinator's own address is sent on to the job's
+// node for it (or to all of them, to pick the nearest): detail/rack_choice.
+transports::tcp::hello_answer hello_answer(caf::actor_system& sys,
+                                           cluster_coordinator_actor coordinator,
+                                           std::string node, std::string refusal) {
+  return [&sys, coordinator, node, refusal](const transports::hello_msg& hello,
+                                            const std::string& peer) {
+    transports::error_msg out{errc::bad_frame, refusal, {}};
+    caf::scoped_actor self{sys};
+    self->request(coordinator, where_timeout, where_atom::value, hello.spec.name)
+      .receive(
+        [&](job_layout& l) {
+          detail::placement_facts f;
+          f.peer_host = detail::host_of(peer);
+          f.rack = hello.rack;
+          f.picked_by = hello.picked_by;
+          std::string why;
+          out = detail::send_elsewhere(l, hello.spec.name, hello.rank, f, node, why);
+          spdlog::info("worker sent on: peer={} job='{}' rank={}: node {} is the "
+                       "coordinator; to {}: {}",
+                       peer, hello.spec.name, hello.rank, node,
+                       fmt::join(out.candidates, ", "), why);
+        },
+        [&](caf::error& err) {
+          out.code = errc::unknown_job;
+          out.message = fmt::format("{} ({})", refusal, describe(sys, err));
+          spdlog::warn("hello refused: peer={} job='{}' rank={}: {}", peer, hello.spec.name,
+                       hello.rank, describe(sys, err));
+        });
+    return out;
+  };
+}
+
+} // namespace
 
 coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_config& cfg,
                                    const std::string& listen, bool with_locator)
@@ -48,12 +89,13 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
   control_ = control.to_string();
   if (with_locator) {
     try {
-      locator_ = std::make_unique<transports::tcp::locator_service>(
-        listen,
-        transports::located_msg{control_, cfg.name, "coordinator"},
+      std::string refusal =
         "this is the cluster coordinator's address: workers connect to a rack-agg node "
         "(rw.job_status(name).endpoints says which); shells and nodes only ask it "
-        "where the coordinator is");
+        "where the coordinator is";
+      locator_ = std::make_unique<transports::tcp::locator_service>(
+        listen, transports::located_msg{control_, cfg.name, "coordinator"}, refusal,
+        hello_answer(sys, coordinator_, cfg.name, refusal));
     } catch (const std::exception& e) {
       stop();
       throw;

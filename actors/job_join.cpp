@@ -1,19 +1,18 @@
 #include "actors/job_join.hpp"
 
+#include <cstdio>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "rackweave/errc.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/ring.hpp"
+#include "transports/tcp/probe.hpp"
 
 namespace rw::actors {
 
 namespace {
-
-using transports::frame_header;
-using transports::frame_kind;
-using transports::payload_target;
 
 using transports::frame_header;
 using transports::frame_kind;
@@ -64,7 +63,8 @@ public:
     }
     transports::error_msg err;
     if (decode(buf.data(), buf.size(), err, why) != errc::ok)
-      err = {errc::bad_frame, "undecodable error frame: " + why};
+      err = {errc::bad_frame, "undecodable error frame: " + why, {}};
+    candidates = std::move(err.candidates);
     fail(err.code, err.message);
   }
   void on_closed(const transports::connection_ptr&, errc code,
@@ -108,6 +108,7 @@ public:
   bool ok = false;
   errc code = errc::ok;
   std::string message;
+  std::vector<std::string> candidates; // with errc::moved: where to go instead
   transports::welcome_msg welcome;
 
 private:
@@ -133,8 +134,10 @@ public:
     if (!sink.answered)
       throw rw::error(errc::timeout, fmt::format("no answer to {} within {} ms", what,
                                                  req.request_timeout.count()));
-    if (!sink.ok)
+    if (!sink.ok) {
+      moved_to = std::move(sink.candidates);
       throw rw::error(sink.code, sink.message);
+    }
     return sink.welcome;
   }
 
@@ -239,7 +242,8 @@ public:
   }
 
   joined_job handshake() {
-    transports::hello_msg hello{req.job, req.rank, {}, 0, !req.token.empty()};
+    transports::hello_msg hello{req.job, req.rank, {}, 0, !req.token.empty(), req.rack,
+                                req.picked_by};
     std::unique_ptr<transports::shm::worker_channel> channel;
     if (req.transport != "tcp") {
       try {
@@ -296,6 +300,9 @@ public:
     return std::move(out);
   }
 
+  /// After a `moved` answer: the candidates it named (empty: only the message's).
+  std::vector<std::string> moved_to;
+
 private:
   transports::tcp::endpoint& ep;
   const join_request& req;
@@ -303,34 +310,78 @@ private:
   joined_job out;
 };
 
+
+// The candidate with the lowest connect round trip; `why` says so, with every one.
+std::string nearest(const join_request& req, const std::vector<std::string>& candidates,
+                    std::string& why) {
+  std::string best;
+  double best_ms = 0;
+  std::vector<std::string> seen;
+  auto timeout = std::min(req.connect_timeout,
+                          std::chrono::milliseconds(defaults::rtt_probe_timeout_ms));
+  for (auto& c : candidates) {
+    auto ms = transports::tcp::connect_round_trip(c, defaults::rtt_probes, timeout);
+    seen.push_back(ms ? fmt::format("{} {:.3f} ms", c, *ms) : c + " unreachable");
+    if (ms && (best.empty() || *ms < best_ms)) {
+      best = c;
+      best_ms = *ms;
+    }
+  }
+  if (best.empty())
+    throw rw::error(errc::io_error,
+                    fmt::format("none of job '{}''s nodes answers a connect: {}", req.job.name,
+                                fmt::join(seen, ", ")));
+  why = fmt::format("lowest round trip {:.3f} ms among {}", best_ms, fmt::join(seen, ", "));
+  return best;
+}
+
+// Lets the refused connection's close be reported to nobody, so the next hello's wait
+// does not take it for its own.
+void drain(transports::tcp::endpoint& ep) {
+  struct ignore final : transports::frame_sink {
+    payload_target on_header(const transports::connection_ptr&, const frame_header&) override {
+      return payload_target::dropped();
+    }
+    void on_frame(const transports::connection_ptr&, const frame_header&,
+                  payload_target&) override {}
+    void on_closed(const transports::connection_ptr&, errc, const std::string&) override {}
+  } none;
+  for (int i = 0; i < 50 && ep.connection_count() > 0; ++i)
+    ep.poll(10, none);
+}
+
+// A node outside the job may send the worker to the job's nodes, and that node to its
+// rack's agg: at most this many hellos in all.
+constexpr int max_hellos = 3;
+
 } // namespace
 
 joined_job join_job(transports::tcp::endpoint& ep, const join_request& req) {
-  try {
-    return joiner{ep, req}.handshake();
-  } catch (const rw::error& e) {
-    if (e.code() != errc::moved)
-      throw;
-    // A hierarchical job's worker at another rack's agg: follow it, once.
-    std::string text = e.what();
-    auto there = text.substr(0, text.find(' '));
-    if (there.empty() || there == req.connect)
-      throw;
-    // The refused connection is closed: let its close be reported to nobody, so the
-    // next hello's wait does not take it for its own.
-    struct ignore final : transports::frame_sink {
-      payload_target on_header(const transports::connection_ptr&, const frame_header&) override {
-        return payload_target::dropped();
+  auto at = req;
+  for (int hello = 1;; ++hello) {
+    joiner j{ep, at};
+    try {
+      return j.handshake();
+    } catch (const rw::error& e) {
+      if (e.code() != errc::moved || hello >= max_hellos)
+        throw;
+      auto next = j.moved_to;
+      if (next.empty()) { // an older node: the address is the message's first word
+        std::string text = e.what();
+        next.push_back(text.substr(0, text.find(' ')));
       }
-      void on_frame(const transports::connection_ptr&, const frame_header&,
-                    payload_target&) override {}
-      void on_closed(const transports::connection_ptr&, errc, const std::string&) override {}
-    } none;
-    for (int i = 0; i < 50 && ep.connection_count() > 0; ++i)
-      ep.poll(10, none);
-    auto moved = req;
-    moved.connect = there;
-    return joiner{ep, moved}.handshake();
+      at.picked_by.clear();
+      if (next.size() == 1) {
+        if (next[0].empty() || next[0] == at.connect)
+          throw;
+        at.connect = next[0];
+      } else {
+        at.connect = nearest(at, next, at.picked_by);
+        fmt::print(stderr, "rackweave: rank {} of job '{}' says hello at {}: {}\n", req.rank,
+                   req.job.name, at.connect, at.picked_by);
+      }
+      drain(ep);
+    }
   }
 }
 

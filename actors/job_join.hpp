@@ -25,6 +25,8 @@ struct join_request {
   uint32_t rank = 0;
   std::string token;     // "": no credentials (a node with --open-jobs)
   std::string transport = "auto"; // auto, tcp or shm
+  std::string rack;      // the worker's rack option ("": none; see rack_choice.hpp)
+  std::string picked_by; // why `connect` ("": the caller chose it), sent in the hello
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds request_timeout{defaults::request_timeout_ms};
 };
@@ -38,7 +40,11 @@ struct joined_job {
 };
 
 /// Joins the job through `ep` (whose poll the caller does not run meanwhile). Throws
-/// rw::error: refused, unreachable, timed out.
+/// rw::error: refused, unreachable, timed out. A node that answers `moved` is
+/// followed: to the one node it names, or, when it names several (it could not tell
+/// which is nearest), to the one with the lowest TCP connect round trip (measured here,
+/// bounded, and said on stderr with the numbers).
+
 joined_job join_job(transports::tcp::endpoint& ep, const join_request& req);
 
 } // namespace rw::actors

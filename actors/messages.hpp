@@ -120,6 +120,7 @@ struct attach_request {
 struct job_binding {
   errc code = errc::ok;
   std::string message;
+  std::vector<std::string> candidates; // errc::moved: where to say hello instead
   uint32_t job_id = 0;
   bool created = false;
   routing_ptr routes;

@@ -98,30 +98,6 @@ job_binding join_job(rack_ptr self, job_info& job, const hello_request& req) {
   return joined(job, rank, false);
 }
 
-// A hierarchical job's worker talks to its own rack's agg only: a rank another rack
-// owns is refused, with the address of the node to say hello to.
-std::optional<job_binding> wrong_rack(rack_ptr self, const grant_info& g,
-                                      const hello_request& req) {
-  auto& l = g.layout;
-  if (!is_hierarchical(l) || req.hello.rank >= l.rank_racks.size())
-    return std::nullopt;
-  auto home = l.rank_racks[req.hello.rank];
-  auto& nodes = l.nodes;
-  auto self_index = static_cast<uint32_t>(
-    std::find(nodes.begin(), nodes.end(), self->state.settings.node_name) - nodes.begin());
-  if (home == self_index || home >= nodes.size())
-    return std::nullopt;
-  spdlog::info("worker directed: peer={} job='{}' rank={}: to its rack's agg {} at {} "
-               "(rack {}; a hierarchical job's worker talks to its own rack's node)",
-               req.peer, g.spec.name, req.hello.rank, nodes[home], l.addresses[home],
-               l.racks[home]);
-  return refuse(errc::moved,
-                fmt::format("{} is where rank {} of job '{}' says hello: it belongs to rack "
-                            "{}, whose rack-agg is {}",
-                            l.addresses[home], req.hello.rank, g.spec.name, l.racks[home],
-                            nodes[home]));
-}
-
 // A hierarchical job's part on this node: its rack's ranks, summed here in rank order
 // (the shards' spec: those workers, a plain sum), and the uplink that takes each
 // chunk's partial to its home in the top level. Returns the shards' spec.
@@ -164,7 +140,7 @@ job_spec rack_part(rack_ptr self, job_info& job, const job_spec& spec) {
 }
 
 // The first worker of a job: the shards allocate its chunks, then the worker joins.
-caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uint32_t id) {
+void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_promise rp) {
   auto& st = self->state;
   auto& spec = req.hello.spec;
   auto rank = req.hello.rank;
@@ -225,7 +201,6 @@ caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uin
                req.peer);
   auto b = joined(job, rank, true);
   auto sink = caf::actor_cast<abort_sink>(self);
-  auto rp = self->make_response_promise<job_binding>();
   auto pending = std::make_shared<size_t>(st.shards.size());
   std::vector<caf::actor> peers;
   for (auto& sh : st.shards)
@@ -251,17 +226,25 @@ caf::result<job_binding> create_job(rack_ptr self, const hello_request& req, uin
     report_start(self, job);
   st.names[job.id] = spec.name;
   st.jobs.emplace(spec.name, std::move(job));
-  return rp;
 }
 
-// A worker who may join (open job, or proved the token): joins or creates the job.
-caf::result<job_binding> admit(rack_ptr self, const hello_request& req, uint32_t id) {
+} // namespace
+
+namespace detail {
+
+void admit(rack_ptr self, const hello_request& req, uint32_t id, binding_promise rp) {
   auto& st = self->state;
   auto it = st.jobs.find(req.hello.spec.name);
-  if (it != st.jobs.end())
-    return join_job(self, it->second, req);
-  return create_job(self, req, id != 0 ? id : st.next_open_id++);
+  if (it != st.jobs.end()) {
+    rp.deliver(join_job(self, it->second, req));
+    return;
+  }
+  create_job(self, req, id != 0 ? id : st.next_open_id++, std::move(rp));
 }
+
+} // namespace detail
+
+namespace {
 
 caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
   auto& st = self->state;
@@ -270,15 +253,17 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
   auto& spec = req.hello.spec;
   auto g = st.grants.find(spec.name);
   if (g == st.grants.end()) {
-    if (st.settings.open_jobs)
-      return admit(self, req, 0);
-    spdlog::warn("hello refused: peer={} job='{}' rank={}: no such job on this node",
-                 req.peer, spec.name, req.hello.rank);
-    return refuse(errc::unknown_job,
-                  fmt::format("no job named '{}' on node {}: create it first (rw-shell: "
-                              "rw.job_create{{name='{}', ...}}) and start its workers "
-                              "with the token that returns",
-                              spec.name, st.settings.node_name, spec.name));
+    if (st.settings.open_jobs) {
+      auto rp = self->make_response_promise<job_binding>();
+      admit(self, req, 0, rp);
+      return rp;
+    }
+    return send_on(self, req,
+                   refuse(errc::unknown_job,
+                          fmt::format("no job named '{}' on node {}: create it first "
+                                      "(rw-shell: rw.job_create{{name='{}', ...}}) and "
+                                      "start its workers with the token that returns",
+                                      spec.name, st.settings.node_name, spec.name)));
   }
   auto& grant = g->second;
   if (!grant.ended.empty()) {
@@ -296,8 +281,8 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
     spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, req.hello.rank, diff);
     return refuse(errc::spec_mismatch, diff);
   }
-  if (auto wrong = wrong_rack(self, grant, req))
-    return *wrong;
+  if (auto elsewhere = place_hello(self, grant, req))
+    return *elsewhere;
   if (!req.hello.has_token) {
     spdlog::warn("hello refused: peer={} job='{}' rank={}: no token", req.peer, spec.name,
                  req.hello.rank);
@@ -328,7 +313,14 @@ caf::result<job_binding> on_proof(rack_ptr self, proof_request& p) {
                   fmt::format("wrong token for job '{}': the proof does not match",
                               spec.name));
   }
-  return admit(self, req, g->second.job_id);
+  auto rp = self->make_response_promise<job_binding>();
+  if (placed_at_join(g->second))
+    bind_then_admit(self, req, g->second.job_id, rp);
+  else if (auto* parent = unmapped_parent(st, g->second))
+    parent->held_top.push_back(held_join{req, g->second.job_id, rp});
+  else
+    admit(self, req, g->second.job_id, rp);
+  return rp;
 }
 
 job_binding on_attach(rack_ptr self, const attach_request& req) {
@@ -416,7 +408,7 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
       return on_halt(self, job_id, reason, true);
     },
     [=](halt_atom, const std::string& reason) { on_halt_all(self, reason); },
-    [=](register_atom, job_event_sink& link) { self->state.link = std::move(link); },
+    [=](register_atom, cluster_gateway& link) { self->state.link = std::move(link); },
     [=](locate_atom, std::string& address) {
       self->state.cluster_address = std::move(address);
     },

@@ -46,8 +46,18 @@
 //   link   -> coordinator  (halt_atom, reason)
 //                          the cluster dropped this node (it was silent too long) and
 //                          failed its jobs: every granted job here fails too
-//   link   -> coordinator  (register_atom, job_event_sink)
-//                          report granted jobs' starts and ends there (event_atom)
+//   link   -> coordinator  (register_atom, cluster_gateway)
+//                          report granted jobs' starts and ends there (event_atom); ask
+//                          there where a job lives (where_atom) and bind ranks (bind_atom)
+//   Placement (hierarchical jobs; detail/rack_placement.cpp): a hello for a job placed at
+//                          join is placed by the rules of detail/rack_choice.hpp; a
+//                          worker placed in another rack is answered moved with that
+//                          agg's address; one placed here proves its token, then the
+//                          coordinator binds its rank (bind_atom, held until every rank
+//                          is bound) before the rack part starts with the whole map. A
+//                          hello for a job the node does not hold is answered moved with
+//                          the job's node for the worker (where_atom), or with all of
+//                          them when the rules cannot tell (the worker measures).
 //   link   -> coordinator  (locate_atom, address)   where the cluster coordinator is
 //   poller -> coordinator  (locate_atom) -> address  (empty: not known yet)
 
@@ -64,8 +74,13 @@
 
 namespace rw::actors {
 
-/// Where the rack coordinator reports granted jobs' starts and ends.
-using job_event_sink = caf::typed_actor<caf::reacts_to<event_atom, job_event>>;
+/// The node's cluster link, as the rack coordinator uses it: where it reports granted
+/// jobs' starts and ends, and asks the cluster coordinator where a job lives and to
+/// bind a rank of a job placed at join (see cluster_coordinator.hpp).
+using cluster_gateway = caf::typed_actor<
+  caf::reacts_to<event_atom, job_event>,
+  caf::replies_to<where_atom, std::string>::with<job_layout>,
+  caf::replies_to<bind_atom, rank_binding>::with<rank_map>>;
 
 /// Job ids from here up belong to open jobs (made by a worker's hello on a node with
 /// --open-jobs); ids below are the cluster coordinator's.
@@ -79,7 +94,7 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>,
   caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>,
   caf::reacts_to<halt_atom, std::string>,
-  caf::reacts_to<register_atom, job_event_sink>,
+  caf::reacts_to<register_atom, cluster_gateway>,
   caf::reacts_to<locate_atom, std::string>,
   caf::replies_to<locate_atom>::with<std::string>,
   caf::replies_to<attach_atom, attach_request>::with<job_binding>,

@@ -200,7 +200,7 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
     transports::error_msg err;
     std::string why;
     if (decode(error_buf_.data(), error_buf_.size(), err, why) != errc::ok)
-      err = {errc::bad_frame, "undecodable error frame: " + why};
+      err = {errc::bad_frame, "undecodable error frame: " + why, {}};
     if (err.code == errc::worker_left && h.tensor_id < first_.size()) {
       // Another rack has left (its workers are done): this step cannot complete, as a
       // step in a flat job cannot once a worker left. The job goes on ending.

@@ -252,7 +252,7 @@ void worker_link::on_frame(const transports::connection_ptr&, const frame_header
     transports::error_msg err;
     std::string why;
     if (decode(error_buf_.data(), error_buf_.size(), err, why) != errc::ok)
-      err = {errc::bad_frame, "undecodable error frame from the node: " + why};
+      err = {errc::bad_frame, "undecodable error frame from the node: " + why, {}};
     if (h.tensor_id < slots_.size()) {
       auto& s = *slots_[h.tensor_id];
       std::lock_guard<std::mutex> guard{s.mtx};

@@ -2,6 +2,7 @@
 //
 //   rw-bench comm --connect 127.0.0.1:7700 --workers 4 --bytes 64MiB --iters 10 --verify
 //   rw-bench comm --connect 127.0.0.1:7700 --workers 4 --worker-racks a,a,b,b --json
+//   rw-bench comm --connect 127.0.0.1:7700 --workers 4 --rack a,b,a,b --reduction hierarchical
 //
 // creates a job through the cluster coordinator (found through the node at --connect;
 // placed on the workers' racks, or on that node), starts W worker processes that
@@ -61,6 +62,13 @@ int run_driver(comm_args a, const std::string& command) {
     throw std::invalid_argument(fmt::format("--worker-racks names {} racks for {} workers: "
                                             "give one per worker",
                                             racks.size(), a.workers));
+  auto rack_options = split_list(a.rack);
+  if (rack_options.size() == 1)
+    rack_options.assign(a.workers, rack_options.front());
+  if (!rack_options.empty() && rack_options.size() != a.workers)
+    throw std::invalid_argument(fmt::format("--rack names {} racks for {} workers: give one "
+                                            "for all, or one per worker",
+                                            rack_options.size(), a.workers));
   if (a.open_job && (!racks.empty() || a.reduction != "auto"))
     throw std::invalid_argument("--open-job runs on one node: it takes no --worker-racks or "
                                 "--reduction");
@@ -71,6 +79,7 @@ int run_driver(comm_args a, const std::string& command) {
     req.secret_file = a.secret_file;
     req.spec = bench_spec(a);
     req.worker_racks = racks;
+    req.rack_options = rack_options;
     req.reduction = a.reduction;
     job = std::make_unique<rw::bench::cluster_job>(req);
   }
@@ -100,6 +109,10 @@ int run_driver(comm_args a, const std::string& command) {
       argv.push_back("--verify");
     if (a.barrier)
       argv.push_back("--barrier");
+    if (!rack_options.empty()) {
+      argv.push_back("--rack");
+      argv.push_back(rack_options[r]);
+    }
     if (job) {
       argv.push_back("--token-file");
       argv.push_back(job->token_file());
@@ -220,6 +233,10 @@ void add_common(CLI::App* cmd, comm_args& a) {
                   "the run lasts until it has done --iters");
   cmd->add_option("--cluster-secret-file", a.secret_file,
                   "the cluster secret, if the coordinator demands one");
+  cmd->add_option("--rack", a.rack,
+                  "the workers' rack option (comm: NAME for all, or NAME,NAME,... one per "
+                  "worker; without --worker-racks the job goes on those racks' nodes and a "
+                  "hierarchical job places each worker at its rack's agg as it joins)");
   cmd->add_option("--transport", a.transport,
                   "tcp, shm (shared memory with a node on this host) or auto")
     ->check(CLI::IsMember({"tcp", "shm", "auto"}))

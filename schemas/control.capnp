@@ -50,6 +50,10 @@ struct Hello {
   consistency @8 :ConsistencyModel;
   staleness @9 :UInt32;     # the bound s of ssp
   hasToken @10 :Bool;       # the worker holds the job's token and will prove it
+  rack @11 :Text;           # the worker's rack ("": not said); a hierarchical job
+                            # placed at join puts it there unless it shares a host
+  pickedBy @12 :Text;       # why the worker says hello here ("": it was told to), e.g.
+                            # the round trips it measured to the job's aggs
 }
 
 struct Challenge {
@@ -97,4 +101,9 @@ struct Welcome {
 struct ErrorInfo {
   code @0 :UInt16;
   message @1 :Text;
+  # With code `moved`: the nodes the worker may say hello to instead (HOST:PORT). One:
+  # go there. Several: the node could not tell which is nearest; the worker measures
+  # the round trip to each and says hello at the lowest. Empty: the message's first
+  # word is the address (older nodes).
+  candidates @2 :List(Text);
 }

@@ -73,6 +73,8 @@ bytes encode(const hello_msg& x) {
   root.setConsistency(static_cast<schema::ConsistencyModel>(x.spec.consistency.model));
   root.setStaleness(x.spec.consistency.staleness);
   root.setHasToken(x.has_token);
+  root.setRack(x.rack);
+  root.setPickedBy(x.picked_by);
   return to_bytes(msg);
 }
 
@@ -114,6 +116,9 @@ bytes encode(const error_msg& x) {
   auto root = msg.initRoot<schema::ErrorInfo>();
   root.setCode(static_cast<uint16_t>(x.code));
   root.setMessage(x.message);
+  auto cs = root.initCandidates(static_cast<unsigned>(x.candidates.size()));
+  for (unsigned i = 0; i < cs.size(); ++i)
+    cs.set(i, x.candidates[i]);
   return to_bytes(msg);
 }
 
@@ -176,6 +181,8 @@ errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why
     out.spec.consistency.model = static_cast<consistency_spec::model_t>(model);
     out.spec.consistency.staleness = root.getStaleness();
     out.has_token = root.getHasToken();
+    out.rack = root.getRack().cStr();
+    out.picked_by = root.getPickedBy().cStr();
     return errc::ok;
   });
 }
@@ -241,6 +248,9 @@ errc decode(const std::byte* data, size_t size, error_msg& out, std::string& why
     auto root = r.getRoot<schema::ErrorInfo>();
     out.code = static_cast<errc>(root.getCode());
     out.message = root.getMessage().cStr();
+    out.candidates.clear();
+    for (auto c : root.getCandidates())
+      out.candidates.emplace_back(c.cStr());
     return errc::ok;
   });
 }

@@ -21,6 +21,8 @@ struct hello_msg {
   std::string shm_segment; // empty: TCP only
   uint64_t shm_nonce = 0;
   bool has_token = false; // the worker will prove it holds the job's token
+  std::string rack;       // the worker's rack option ("": none)
+  std::string picked_by;  // why the worker chose this node ("": it was told to)
 };
 
 struct welcome_msg {
@@ -62,6 +64,8 @@ struct located_msg {
 struct error_msg {
   errc code = errc::internal;
   std::string message;
+  /// errc::moved: where to say hello instead (one: go there; several: the nearest).
+  std::vector<std::string> candidates;
 };
 
 bytes encode(const hello_msg& x);

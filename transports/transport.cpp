@@ -24,8 +24,9 @@ bool connection::send_batch(const frame_header* headers, const iovec* payloads, 
 }
 
 bool connection::send_error(errc code, const std::string& message,
-                            const frame_header& about) {
-  auto payload = encode(error_msg{code, message});
+                            const frame_header& about,
+                            const std::vector<std::string>& candidates) {
+  auto payload = encode(error_msg{code, message, candidates});
   frame_header h = about;
   h.kind = frame_kind::error;
   h.flags = 0;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rackweave/errc.hpp"
 #include "runtime/buffer_pool.hpp"
@@ -82,7 +83,8 @@ public:
   virtual bool send_batch(const frame_header* headers, const iovec* payloads, int n);
 
   /// Sends an error frame about `about` (its job, rank, tensor, chunk and clock).
-  bool send_error(errc code, const std::string& message, const frame_header& about);
+  bool send_error(errc code, const std::string& message, const frame_header& about,
+                  const std::vector<std::string>& candidates = {});
 
   /// A process-unique id, for logs and maps.
   uint64_t id() const noexcept {

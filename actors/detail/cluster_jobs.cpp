@@ -42,6 +42,8 @@ void mark_ended(job_entry& j, const std::string& state, const std::string& reaso
   j.report.state = state;
   j.report.reason = reason;
   j.report.ended_unix_ms = unix_ms();
+  release_bindings(j, fmt::format("job '{}' {}{}{}", j.report.name, state,
+                                  reason.empty() ? "" : ": ", reason));
 }
 
 std::string node_name(cluster_ptr self, uint32_t id) {
@@ -362,6 +364,7 @@ caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name) {
     if (it == self->state.jobs.end())
       return;
     spdlog::info("job deleted: job='{}' id={}", it->second.report.name, id);
+    release_bindings(it->second, fmt::format("job '{}' was deleted", it->second.report.name));
     self->state.by_name.erase(it->second.report.name);
     self->state.jobs.erase(it);
   };
@@ -450,6 +453,15 @@ void fail_jobs_on(cluster_ptr self, uint32_t node_id, const std::string& why) {
       mark_ended(j, "failed", why);
       halt_on(self, others(j, node_id), id, why);
     }
+}
+
+void fail_job(cluster_ptr self, uint32_t id, const std::string& why) {
+  auto it = self->state.jobs.find(id);
+  if (it == self->state.jobs.end() || is_ended(it->second.report.state))
+    return;
+  spdlog::error("job failed: job='{}' id={}: {}", it->second.report.name, id, why);
+  mark_ended(it->second, "failed", why);
+  halt_on(self, it->second.node_ids, id, why);
 }
 
 } // namespace rw::actors::detail

@@ -168,6 +168,11 @@ bool choose_reduction(const job_spec& spec, const job_placement& p,
     why = fmt::format("reduction must be auto, flat or hierarchical, not '{}'", p.reduction);
     return false;
   }
+  if (p.join_timeout_ms > defaults::max_join_timeout_ms) {
+    why = fmt::format("join_timeout_ms {} is over the most allowed, {}", p.join_timeout_ms,
+                      defaults::max_join_timeout_ms);
+    return false;
+  }
   auto refusal = hierarchical_refusal(spec, nodes);
   if (p.reduction == "hierarchical" && !refusal.empty()) {
     why = "hierarchical reduction cannot run this job: " + refusal;
@@ -192,14 +197,20 @@ bool choose_reduction(const job_spec& spec, const job_placement& p,
                                         : "auto: one node");
     return true;
   }
+  // Without worker_racks the estimate counts equal contiguous blocks; the ranks
+  // themselves are placed as their workers say hello (each at its nearest agg).
   auto t = estimate(spec, ranks, nodes, probes);
   bool hier = p.reduction == "hierarchical" || t.hierarchical <= t.flat;
   layout.reduction = hier ? "hierarchical" : "flat";
-  layout.rank_racks = hier ? ranks : std::vector<uint32_t>{};
+  bool at_join = hier && p.worker_racks.empty();
+  layout.rank_racks = hier && !at_join ? ranks : std::vector<uint32_t>{};
+  layout.join_timeout_ms =
+    at_join ? (p.join_timeout_ms != 0 ? p.join_timeout_ms : defaults::join_timeout_ms) : 0;
   layout.plan = fmt::format("{}: {}; link-bound time per GiB of gradient: hierarchical "
-                            "{:.3f} s, flat {:.3f} s ({})",
+                            "{:.3f} s, flat {:.3f} s ({}){}",
                             p.reduction == "auto" ? "auto" : "asked", layout.reduction,
-                            t.hierarchical, t.flat, t.rates);
+                            t.hierarchical, t.flat, t.rates,
+                            at_join ? "; ranks placed in racks as their workers join" : "");
   return true;
 }
 

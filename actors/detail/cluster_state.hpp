@@ -32,6 +32,12 @@ struct job_entry {
   /// What each node last said of the job: its state and its per-rank counts. A job on
   /// several nodes has finished once every node has; it fails when any node fails.
   std::map<uint32_t, job_event> node_news;
+  /// A hierarchical job placed at join (layout.join_timeout_ms): each rank's node once
+  /// a node has bound it (UINT32_MAX until then) and why, and the nodes' binding
+  /// requests, held until every rank is bound (detail/cluster_binding.cpp).
+  std::vector<uint32_t> bound;
+  std::vector<std::string> bound_why;
+  std::vector<caf::typed_response_promise<rank_map>> waiting;
 
   bool on_node(uint32_t id) const {
     return std::find(node_ids.begin(), node_ids.end(), id) != node_ids.end();
@@ -104,6 +110,18 @@ void probe_core_links(cluster_ptr self, const std::vector<const member*>& nodes,
 /// Forgets the probes of a node that left (its next registration has a new id).
 void forget_probes(cluster_state& st, uint32_t node_id);
 
+// --- cluster_binding.cpp ----------------------------------------------------------
+/// Where job `name` lives (a live job's layout), for a node that got a hello for a job
+/// it does not hold.
+caf::result<job_layout> where_job(cluster_ptr self, const std::string& name);
+/// Binds a rank of a job placed at join to a rack; answers with the whole map once
+/// every rank is bound (held until then, bounded by the job's join timeout).
+caf::result<rank_map> bind_rank(cluster_ptr self, const rank_binding& b);
+/// The join timeout of job `id` ran out: if ranks are missing, the job fails.
+void bindings_expired(cluster_ptr self, uint32_t id);
+/// Answers the held binding requests of a job that ended with `why`.
+void release_bindings(job_entry& j, const std::string& why);
+
 // --- cluster_jobs.cpp --------------------------------------------------------------
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
                                     const job_placement& placement);
@@ -113,5 +131,7 @@ caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name);
 void on_event(cluster_ptr self, uint32_t node_id, job_event& ev);
 /// Every live job on the node fails (the node left or vanished).
 void fail_jobs_on(cluster_ptr self, uint32_t node_id, const std::string& why);
+/// Job `id` fails (on the coordinator's own finding): marked failed, failed on its nodes.
+void fail_job(cluster_ptr self, uint32_t id, const std::string& why);
 
 } // namespace rw::actors::detail

@@ -17,6 +17,10 @@ namespace rw::actors::detail {
 
 namespace {
 constexpr auto hello_timeout = std::chrono::seconds(30);
+// A proof of a job placed at join is answered once every rank is placed: the rack
+// coordinator answers within the job's join timeout (at most this long) itself.
+constexpr auto proof_timeout =
+  std::chrono::milliseconds(defaults::max_join_timeout_ms) + hello_timeout;
 } // namespace
 
 void poller_sink::on_hello(const connection_ptr& c, const frame_header& h, payload_target& t) {
@@ -100,7 +104,7 @@ void poller_sink::on_proof(const connection_ptr& c, const frame_header& h, paylo
   proof_request req{hello_request{hello, c->peer()}, std::move(b.nonce), std::move(proof.mac)};
   b = binding{}; // joining again, until the coordinator answers
   join(c, hello.rank,
-       self_->request(st.coordinator, hello_timeout, proof_atom::value, std::move(req)),
+       self_->request(st.coordinator, proof_timeout, proof_atom::value, std::move(req)),
        std::move(hello));
 }
 
@@ -159,7 +163,7 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       if (jb.code != errc::ok) {
         if (it != st.bindings.end())
           st.bindings.erase(it);
-        conn->send_error(jb.code, jb.message, reply);
+        conn->send_error(jb.code, jb.message, reply, jb.candidates);
         return;
       }
       if (it == st.bindings.end()) { // closed while joining

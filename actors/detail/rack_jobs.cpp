@@ -92,6 +92,12 @@ void remember_end(rack_state& st, const std::string& name, const std::string& st
     return;
   g->second.ended = state;
   g->second.reason = state == "finished" ? std::string{} : why;
+  auto held = std::move(g->second.held_top);
+  g->second.held_top.clear();
+  for (auto& h : held)
+    h.rp.deliver(refuse(errc::unknown_job,
+                        fmt::format("job '{}' {} before its ranks were placed{}{}", name, state,
+                                    why.empty() ? "" : ": ", why)));
   // One mention per name: an older one (the name was used before) would evict this.
   st.ended_grants.erase(std::remove(st.ended_grants.begin(), st.ended_grants.end(), name),
                         st.ended_grants.end());
@@ -154,7 +160,7 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
                name, g.job_id, g.spec.num_workers, to_string(g.spec.consistency),
                to_string(g.spec.optimizer.kind), g.spec.chunk_bytes,
                fmt::join(g.layout.nodes, ","), g.layout.reduction, g.layout.ring_version);
-  st.grants[name] = grant_info{g.job_id, g.spec, g.secret, g.layout, {}, {}};
+  st.grants[name] = grant_info{g.job_id, g.spec, g.secret, g.layout, {}, {}, false, 0, {}};
   if (is_hierarchical(g.layout)) {
     // The top level the rack-aggs take part in: one rank per rack, the job's
     // optimizer (its gradient scale fixed for all the job's workers), chunks homed
@@ -166,7 +172,7 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
     auto layout = g.layout;
     layout.reduction = "flat";
     layout.rank_racks.clear();
-    grant_info t{g.job_id + top_job_id_offset, top, g.secret, layout, {}, {}};
+    grant_info t{g.job_id + top_job_id_offset, top, g.secret, layout, {}, {}, false, 0, {}};
     t.internal = true;
     t.init_rank = g.layout.rank_racks.empty() ? 0 : g.layout.rank_racks.front();
     st.grants[top.name] = std::move(t);

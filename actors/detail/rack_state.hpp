@@ -41,6 +41,15 @@ struct job_info {
 
 constexpr uint32_t no_rank = UINT32_MAX;
 
+using binding_promise = caf::typed_response_promise<job_binding>;
+
+/// A proved worker waiting to be admitted.
+struct held_join {
+  hello_request req;
+  uint32_t id = 0;
+  binding_promise rp;
+};
+
 /// A job the cluster coordinator placed on this node, from grant to deletion.
 struct grant_info {
   uint32_t job_id = 0;
@@ -51,6 +60,10 @@ struct grant_info {
   std::string reason;
   bool internal = false; // a hierarchical job's top level, derived from the job's grant
   uint32_t init_rank = 0; // the rank whose init sets version 0
+  /// A job placed at join: its top level's participants (the other racks' aggs) that
+  /// proved the token before this node learnt the map, and so the top level's init
+  /// rank (the rack of rank 0): admitted once it has (take_map), refused if it ends.
+  std::vector<held_join> held_top;
 };
 
 struct rack_state {
@@ -60,7 +73,7 @@ struct rack_state {
   std::unordered_map<uint32_t, std::string> names;   // id -> name
   std::unordered_map<std::string, grant_info> grants; // by name
   std::deque<std::string> ended_grants;              // oldest first, to bound memory
-  job_event_sink link;          // the node's cluster link (null: not in a cluster)
+  cluster_gateway link;          // the node's cluster link (null: not in a cluster)
   std::string cluster_address;  // the cluster coordinator's control address
   uint32_t next_open_id = open_job_ids; // jobs made by a worker on an --open-jobs node
   static inline const char* name = "rw.rack_coordinator";
@@ -69,6 +82,31 @@ struct rack_state {
 using rack_ptr = rack_coordinator_actor::stateful_pointer<rack_state>;
 
 job_binding refuse(errc code, std::string message);
+
+// --- rack_coordinator.cpp --------------------------------------------------------
+/// A worker who may join (open job, or proved the token) joins or creates the job.
+void admit(rack_ptr self, const hello_request& req, uint32_t id, binding_promise rp);
+
+// --- rack_placement.cpp ----------------------------------------------------------
+/// A hello for a granted job, before the token: its rack option must name a rack of
+/// the job; a hierarchical job's worker must be at its rack's agg (detail/rack_choice:
+/// placed at join, or the job's fixed worker_racks). The refusal (moved, with the
+/// agg's address; or a bad rack option), or nothing: the worker belongs here.
+std::optional<job_binding> place_hello(rack_ptr self, const grant_info& g,
+                                       const hello_request& req);
+/// Whether the grant's workers are placed at join (their ranks bound as they come).
+bool placed_at_join(const grant_info& g);
+/// For a top level's grant: its job's grant if that is placed at join and this node
+/// does not know the map yet (its participants wait in held_top); else null.
+grant_info* unmapped_parent(rack_state& st, const grant_info& top);
+/// A proved worker of a job placed at join: binds its rank to this rack at the cluster
+/// coordinator, which answers once every rank is bound; then sets the map and admits.
+void bind_then_admit(rack_ptr self, const hello_request& req, uint32_t id,
+                     binding_promise rp);
+/// A hello for a job this node does not hold: asks the cluster where the job lives and
+/// sends the worker on (detail/rack_choice send_elsewhere); `refusal` if it has no
+/// such job or cannot be asked.
+caf::result<job_binding> send_on(rack_ptr self, const hello_request& req, job_binding refusal);
 
 // --- rack_jobs.cpp ---------------------------------------------------------------
 /// Takes a grant from the cluster (refused if a live job has the name).

@@ -26,6 +26,7 @@ struct cluster_job::impl {
   actors::job_report job;
   std::vector<std::string> connect; // per rank
   std::string token_file;
+  std::vector<uint32_t> rank_racks;
 };
 
 namespace {
@@ -64,12 +65,13 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
     auto live = d.client->nodes();
     actors::job_placement where;
     where.reduction = d.req.reduction;
-    for (auto& r : d.req.worker_racks)
+    auto& named = d.req.worker_racks.empty() ? d.req.rack_options : d.req.worker_racks;
+    for (auto& r : named)
       if (std::find(where.racks.begin(), where.racks.end(), r) == where.racks.end())
         where.racks.push_back(r);
     if (where.racks.empty())
       where.node = node_at(live, d.req.connect); // "": the coordinator picks
-    else if (d.req.reduction != "flat")
+    else if (d.req.reduction != "flat" && !d.req.worker_racks.empty())
       where.worker_racks = d.req.worker_racks; // each worker at its own rack's agg
     auto created = d.client->job_create(d.req.spec, where);
     d.job = created.job;
@@ -93,6 +95,16 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
           break;
         }
     d.connect.push_back(address);
+  }
+  d.rank_racks = layout.rank_racks;
+  if (d.rank_racks.empty() && layout.reduction == "hierarchical") {
+    // Placed at join: each rank's rack option places it (actors/detail/rack_choice.hpp)
+    // where every node of the job shares the workers' host, or none does; a node alone
+    // on a worker's host would take the worker, and --verify would say so.
+    for (auto& r : d.req.rack_options) {
+      auto it = std::find(layout.racks.begin(), layout.racks.end(), r);
+      d.rank_racks.push_back(static_cast<uint32_t>(it - layout.racks.begin()));
+    }
   }
 }
 
@@ -128,7 +140,7 @@ const std::string& cluster_job::reduction() const {
 }
 
 const std::vector<uint32_t>& cluster_job::rank_racks() const {
-  return impl_->job.layout.rank_racks;
+  return impl_->rank_racks;
 }
 
 } // namespace rw::bench

@@ -18,6 +18,9 @@ struct cluster_job_request {
   std::string secret_file;               // --cluster-secret-file ("" = none)
   job_spec spec;                         // without tensors
   std::vector<std::string> worker_racks; // per rank; empty: every worker at `connect`
+  /// Per rank, the workers' rack options (empty: none). Without worker_racks the job
+  /// goes on these racks' nodes, and a hierarchical job places each rank at join.
+  std::vector<std::string> rack_options;
   std::string reduction = "auto";
   std::chrono::milliseconds timeout{10'000};
 };
@@ -36,7 +39,8 @@ public:
   /// The job's nodes and how it reduces across them, as the coordinator placed it.
   const std::vector<std::string>& nodes() const;
   const std::string& reduction() const;
-  /// Hierarchical: each rank's rack (index in nodes()); empty otherwise.
+  /// Hierarchical: each rank's rack (index in nodes()), fixed at creation or, for a job
+  /// placed at join, where the workers' rack options put them; empty otherwise.
   const std::vector<uint32_t>& rank_racks() const;
 
 private:

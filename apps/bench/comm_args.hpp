@@ -35,6 +35,8 @@ struct comm_args {
   std::string stop_file;  // comm-worker only: the pacing worker creates it when done
   std::string token_file; // comm-worker only: the job's token
   std::string rank_racks; // comm-worker only: hierarchical sum order (rack per rank)
+  std::string rack;       // comm: one rack option for every worker, or one per rank
+                          // (A,B,...); comm-worker: this worker's rack option
 };
 
 /// "a,b,c" -> {"a", "b", "c"}; "" -> {}. Throws std::invalid_argument on an empty entry.

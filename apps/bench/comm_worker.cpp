@@ -117,6 +117,7 @@ int run_worker(const comm_args& a) {
     o.job.tensors.push_back({"barrier", 1, false});
   o.transport = a.transport;
   o.token = read_token(a.token_file);
+  o.rack = a.rack;
   auto straggler = parse_straggler(a.straggler, a.workers);
   // The pacing worker runs the iterations asked for; the others run until it is done.
   bool pacer = static_cast<int>(a.rank) == (straggler.rank >= 0 ? straggler.rank : 0);

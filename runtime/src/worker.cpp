@@ -62,6 +62,7 @@ struct worker::impl {
     req.rank = opts.rank;
     req.token = opts.token;
     req.transport = opts.transport;
+    req.rack = opts.rack;
     req.connect_timeout = opts.connect_timeout;
     req.request_timeout = opts.request_timeout;
     auto joined = actors::join_job(*ep, req);

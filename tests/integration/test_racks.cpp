@@ -17,98 +17,17 @@
 
 #include "runtime/chunking.hpp"
 #include "runtime/ring.hpp"
-#include "tests/integration/cluster_fixture.hpp"
+#include "tests/integration/rack_cluster.hpp"
 #include "tests/tools/fixture_job.hpp"
 
 using namespace rw;
 
 namespace {
 
-// A --role coordinator and one rack-agg node per entry of `racks` (named n0, n1, ...).
-struct rack_cluster {
-  explicit rack_cluster(const std::vector<std::string>& racks)
-    : coordinator({"--name", "coord"}, {"coordinator", false, {}}) {
-    for (size_t i = 0; i < racks.size(); ++i)
-      nodes.push_back(std::make_unique<testing::node_process>(
-        std::vector<std::string>{"--name", "n" + std::to_string(i), "--rack", racks[i]},
-        testing::node_role{"rack-agg", false, coordinator.address()}));
-    auto live = std::to_string(racks.size()) + " node(s) live";
-    if (!coordinator.wait_for_log(live, std::chrono::seconds(15)))
-      throw std::runtime_error("the nodes did not join; the coordinator's log:\n"
-                               + coordinator.log());
-  }
-
-  testing::shell_run shell(const std::string& code) {
-    return testing::run_shell({"--connect", coordinator.address(), "-c", code});
-  }
-
-  // Creates a job with the fixture's settings; returns its token ("" and the error in
-  // `err` if refused).
-  std::string create(const std::string& name, uint32_t workers, const std::string& optimizer,
-                     const std::string& where, std::string* err = nullptr) {
-    auto r = shell("local j = rw.job_create{name = '" + name + "', workers = "
-                   + std::to_string(workers) + ", optimizer = '" + optimizer
-                   + "', lr = 0.05, momentum = 0.9, weight_decay = "
-                   + (optimizer == "sgd" ? "0.01" : "0") + ", chunk_bytes = '4KiB', " + where
-                   + "}; print(j.token)");
-    if (err != nullptr)
-      *err = r.err;
-    if (r.code != 0)
-      return {};
-    return r.out.substr(0, r.out.find('\n'));
-  }
-
-  testing::node_process coordinator;
-  std::vector<std::unique_ptr<testing::node_process>> nodes;
-};
-
-struct worker_run {
-  std::unique_ptr<tools::subprocess> proc;
-  std::string err_path;
-  std::string out_path;
-};
-
-worker_run start_worker(const std::string& connect, const std::string& job, uint32_t rank,
-                        uint32_t workers, const std::string& optimizer,
-                        const std::string& token, uint32_t hold_ms = 0,
-                        const std::string& rank_racks = {},
-                        const std::string& transport = "auto") {
-  worker_run w;
-  w.err_path = testing::temp_path("worker.err");
-  w.out_path = testing::temp_path("worker.bin");
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
-                                "--rank", std::to_string(rank), "--workers",
-                                std::to_string(workers), "--optimizer", optimizer, "--steps",
-                                "3", "--token", token, "--out", w.out_path, "--verify",
-                                "--transport", transport, "--hold-ms", std::to_string(hold_ms)};
-  if (!rank_racks.empty()) { // a hierarchical job: the reference sums racks first
-    argv.push_back("--rank-racks");
-    argv.push_back(rank_racks);
-  }
-  w.proc = std::make_unique<tools::subprocess>(argv, true, w.err_path);
-  return w;
-}
-
-// Runs the job's workers, each connecting to the node given for its rank; every one
-// must end 0 with a result bitwise the single-process reference.
-void run_verified(const std::vector<std::string>& connect, const std::string& job,
-                  const std::string& optimizer, const std::string& token,
-                  const std::string& rank_racks = {}, const std::string& transport = "auto") {
-  auto n = static_cast<uint32_t>(connect.size());
-  std::vector<worker_run> ws;
-  for (uint32_t r = 0; r < n; ++r)
-    ws.push_back(start_worker(connect[r], job, r, n, optimizer, token, 0, rank_racks, transport));
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (uint32_t r = 0; r < n; ++r) {
-    auto out = ws[r].proc->read_all(deadline);
-    auto code = ws[r].proc->wait_until(deadline);
-    INFO(job << " rank " << r << ": " << out << testing::read_file(ws[r].err_path));
-    CHECK(code == std::optional<int>{0});
-    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
-    std::remove(ws[r].err_path.c_str());
-    std::remove(ws[r].out_path.c_str());
-  }
-}
+using testing::rack_cluster;
+using testing::run_verified;
+using testing::start_worker;
+using testing::worker_run;
 
 // Once job `job` is at clock 3, kills node n1: every worker must fail in bounded time
 // and the job must end failed, naming the node.
@@ -312,7 +231,7 @@ TEST_CASE("a hierarchical job over two racks: exact in rack order for every opti
       INFO(transport << ": " << err);
       REQUIRE(!token.empty());
       // Ranks 0, 1 in rack a, 2, 3 in rack b: each says hello to its own rack's agg.
-      run_verified({a, a, b, b}, job, opt, token, "0,0,1,1", transport);
+      run_verified({a, a, b, b}, job, opt, token, "0,0,1,1", {}, transport);
     }
   // Interleaved racks: the sum order follows the racks, not the ranks.
   std::string err;
@@ -327,8 +246,11 @@ TEST_CASE("a hierarchical job over two racks: exact in rack order for every opti
                         "#j.nodes, j.ranks[1].clock, j.ranks[4].pushes)");
   INFO(status.err);
   CHECK(status.out == "finished\thierarchical\t2\t3\t30\n");
-  // Workers that all name rack a's agg are sent on to their own rack's agg.
-  auto moved = c.create("hier-moved", 4, "nesterov", "racks = {'a', 'b'}, reduction = 'hierarchical'");
+  // With worker_racks fixing each rank's rack, workers that all name rack a's agg are
+  // sent on to their own rack's agg.
+  auto moved = c.create("hier-moved", 4, "nesterov",
+                        "racks = {'a', 'b'}, reduction = 'hierarchical', "
+                        "worker_racks = {'a', 'a', 'b', 'b'}");
   REQUIRE(!moved.empty());
   run_verified({a, a, a, a}, "hier-moved", "nesterov", moved, "0,0,1,1");
   CHECK(c.nodes[0]->wait_for_log("job='hier-moved' rank=3: to its rack's agg n1 at " + b));

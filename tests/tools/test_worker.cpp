@@ -19,7 +19,7 @@
 #include "tests/tools/fixture_reference.hpp"
 
 int main(int argc, char** argv) {
-  std::string connect, job, optimizer = "sum", out, transport = "auto", token;
+  std::string connect, job, optimizer = "sum", out, transport = "auto", token, rack;
   uint32_t rank = 0, workers = 1, steps = 3, hold_ms = 0;
   bool verify = false;
   std::vector<uint32_t> rank_racks;
@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   app.add_option("--token", token, "the job's token (from rw.job_create)");
   app.add_flag("--verify", verify, "check the result against the single-process reference");
   app.add_option("--hold-ms", hold_ms, "stay in the job this long after the last step");
+  app.add_option("--rack", rack, "the worker's rack option");
   app.add_option("--rank-racks", rank_racks,
                  "each rank's rack, in rank order (a hierarchical job's sum order)")
     ->delimiter(',');
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
   o.request_timeout = std::chrono::seconds(30);
   o.transport = transport;
   o.token = token;
+  o.rack = rack;
   try {
     rw::worker w{o};
     if (transport != "auto" && transport != w.transport()) {

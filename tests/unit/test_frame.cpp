@@ -98,12 +98,27 @@ TEST_CASE("control messages round-trip and garbage is refused without throwing",
   CHECK(d.rank == 3);
   CHECK(rw::describe_mismatch(h.spec, d.spec).empty());
 
-  error_msg e{rw::errc::spec_mismatch, "nope"};
+  error_msg e{rw::errc::spec_mismatch, "nope", {}};
   auto eb = encode(e);
   error_msg ed;
   REQUIRE(decode(eb.data(), eb.size(), ed, why) == rw::errc::ok);
   CHECK(ed.code == rw::errc::spec_mismatch);
   CHECK(ed.message == "nope");
+  CHECK(ed.candidates.empty());
+  CHECK(d.rack.empty());
+  CHECK(d.picked_by.empty());
+
+  // A worker's rack option and why it chose the node; a moved answer's candidates.
+  h.rack = "rack-b";
+  h.picked_by = "lowest round trip 0.1 ms";
+  auto placed = encode(h);
+  REQUIRE(decode(placed.data(), placed.size(), d, why) == rw::errc::ok);
+  CHECK(d.rack == "rack-b");
+  CHECK(d.picked_by == "lowest round trip 0.1 ms");
+  error_msg m{rw::errc::moved, "10.0.0.1:1 or another", {"10.0.0.1:1", "10.0.0.2:1"}};
+  auto mb = encode(m);
+  REQUIRE(decode(mb.data(), mb.size(), ed, why) == rw::errc::ok);
+  CHECK(ed.candidates == m.candidates);
 
   std::vector<std::byte> junk(64, std::byte{0xff});
   CHECK(decode(junk.data(), junk.size(), d, why) == rw::errc::bad_frame);

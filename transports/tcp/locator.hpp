@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,12 +23,19 @@ class endpoint;
 /// wildcard. Throws std::runtime_error with a message fit for the user.
 located_msg locate(const std::string& node, std::chrono::milliseconds timeout);
 
-/// Answers `locate` on a listening endpoint with a fixed answer, on its own thread;
-/// any other frame is refused with an error frame that says what this endpoint is.
+/// How a locator answers a worker's hello (with an error frame: typically moved, to the
+/// job's nodes); given the hello and the worker's HOST:PORT. Runs on the locator's
+/// thread, so it must return within a bounded time.
+using hello_answer = std::function<error_msg(const hello_msg&, const std::string& peer)>;
+
+/// Answers `locate` on a listening endpoint with a fixed answer, on its own thread; a
+/// hello goes to `on_hello` if given; any other frame is refused with an error frame
+/// that says what this endpoint is.
 class locator_service {
 public:
   /// Binds `listen` at once (throws if it cannot); serves until destroyed.
-  locator_service(const std::string& listen, located_msg answer, std::string refusal);
+  locator_service(const std::string& listen, located_msg answer, std::string refusal,
+                  hello_answer on_hello = {});
   ~locator_service();
 
   locator_service(const locator_service&) = delete;

@@ -19,7 +19,8 @@ namespace {
 constexpr const char* fn = "rw.job_create";
 constexpr const char* fields =
   "name, workers, consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
-  "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, worker_racks";
+  "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, worker_racks, "
+  "join_timeout_ms";
 constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, lars";
 
 [[noreturn]] void refuse(const std::string& what) {
@@ -148,6 +149,12 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
   } else if (key == "worker_racks") {
     req.placement.worker_racks =
       strings_field(L, key, "each rank's rack (hierarchical reduction)");
+  } else if (key == "join_timeout_ms") {
+    if (!whole_u32(L, req.placement.join_timeout_ms) || req.placement.join_timeout_ms == 0)
+      refuse(fmt::format("join_timeout_ms must be a positive whole number of milliseconds "
+                         "(how long a hierarchical job placed at join waits for all its "
+                         "workers), got {}",
+                         describe_value(L, -1)));
   } else if (key == "reduction") {
     req.placement.reduction =
       string_field(L, key, "how the job reduces across nodes: auto, flat or hierarchical");

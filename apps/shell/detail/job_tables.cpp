@@ -122,6 +122,12 @@ void push_job(lua_State* L, const actors::job_report& job) {
   set(L, "ring_version", job.layout.ring_version);
   set(L, "reduction", job.layout.reduction);
   set(L, "plan", job.layout.plan);
+  // Hierarchical: each rank's rack, once known (a job placed at join: once every rank
+  // has said hello).
+  std::vector<std::string> rank_racks;
+  for (auto k : job.layout.rank_racks)
+    rank_racks.push_back(k < job.layout.racks.size() ? job.layout.racks[k] : std::string{"?"});
+  set_strings(L, "rank_racks", rank_racks);
   set(L, "workers", uint64_t{job.spec.num_workers});
   set(L, "consistency", to_string(job.spec.consistency));
   push_optimizer(L, job.spec.optimizer);

@@ -37,6 +37,15 @@ constexpr uint32_t heartbeat_ms = 1'000;
 constexpr uint32_t node_request_timeout_ms = 3'000;
 /// How long the shell waits for the coordinator's answer.
 constexpr uint32_t shell_timeout_ms = 10'000;
+/// A hierarchical job placed at join starts once every rank has said hello: how long
+/// after the first hello the others may take (per job: job_create's join_timeout_ms,
+/// at most max_join_timeout_ms).
+constexpr uint32_t join_timeout_ms = 20'000;
+constexpr uint32_t max_join_timeout_ms = 600'000;
+/// A worker told to pick the nearest of several nodes times a TCP connect to each this
+/// many times (the lowest counts), each connect bounded by rtt_probe_timeout_ms.
+constexpr uint32_t rtt_probes = 3;
+constexpr uint32_t rtt_probe_timeout_ms = 1'000;
 /// Points each node takes on a job's consistent-hash ring (runtime/ring).
 constexpr uint32_t ring_vnodes = 128;
 /// The rate probe (`reduction = "auto"` where a node's core rate is not configured):

@@ -38,8 +38,15 @@
 namespace rw {
 
 struct worker_options {
-  /// HOST:PORT of the rack-agg node.
+  /// HOST:PORT of a node: the job's, or any node of the cluster (also a coordinator's
+  /// --listen). A node that is not this worker's answers `moved` and the worker follows
+  /// it (a hierarchical job's worker ends at its rack's agg).
   std::string connect = defaults::listen;
+  /// The worker's rack ("": not said). In a hierarchical job placed at join (created
+  /// without worker_racks) the worker is placed at that rack's agg unless a node of the
+  /// job shares its host; with worker_racks it must agree with its rank's rack. A name
+  /// that is no rack of the job is refused at join (errc::invalid_spec).
+  std::string rack;
   /// The job to join. Its name, workers, chunk size, optimizer and consistency must
   /// match what the job was created with; the first worker to join declares the
   /// tensors (and, on a node with --open-jobs, may create a job that was never

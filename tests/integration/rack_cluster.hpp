@@ -1,0 +1,118 @@
+#pragma once
+// A cluster of racks on 127.0.0.1 for one test (a --role coordinator and one rack-agg
+// per rack, racks by --rack), and the fixture job's workers run against it (each a
+// rw-test-worker process, checked bitwise against the single-process reference). Every
+// process is stopped by PID at the end.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "tests/integration/cluster_fixture.hpp"
+
+namespace rw::testing {
+
+// A --role coordinator and one rack-agg node per entry of `racks` (named n0, n1, ...).
+struct rack_cluster {
+  explicit rack_cluster(const std::vector<std::string>& racks)
+    : coordinator({"--name", "coord"}, {"coordinator", false, {}}) {
+    for (size_t i = 0; i < racks.size(); ++i)
+      nodes.push_back(std::make_unique<node_process>(
+        std::vector<std::string>{"--name", "n" + std::to_string(i), "--rack", racks[i]},
+        node_role{"rack-agg", false, coordinator.address()}));
+    auto live = std::to_string(racks.size()) + " node(s) live";
+    if (!coordinator.wait_for_log(live, std::chrono::seconds(15)))
+      throw std::runtime_error("the nodes did not join; the coordinator's log:\n"
+                               + coordinator.log());
+  }
+
+  shell_run shell(const std::string& code) {
+    return run_shell({"--connect", coordinator.address(), "-c", code});
+  }
+
+  // Creates a job with the fixture's settings; returns its token ("" and the error in
+  // `err` if refused).
+  std::string create(const std::string& name, uint32_t workers, const std::string& optimizer,
+                     const std::string& where, std::string* err = nullptr) {
+    auto r = shell("local j = rw.job_create{name = '" + name + "', workers = "
+                   + std::to_string(workers) + ", optimizer = '" + optimizer
+                   + "', lr = 0.05, momentum = 0.9, weight_decay = "
+                   + (optimizer == "sgd" ? "0.01" : "0") + ", chunk_bytes = '4KiB', " + where
+                   + "}; print(j.token)");
+    if (err != nullptr)
+      *err = r.err;
+    if (r.code != 0)
+      return {};
+    return r.out.substr(0, r.out.find('\n'));
+  }
+
+  node_process coordinator;
+  std::vector<std::unique_ptr<node_process>> nodes;
+};
+
+struct worker_run {
+  std::unique_ptr<tools::subprocess> proc;
+  std::string err_path;
+  std::string out_path;
+};
+
+inline worker_run start_worker(const std::string& connect, const std::string& job,
+                               uint32_t rank, uint32_t workers, const std::string& optimizer,
+                               const std::string& token, uint32_t hold_ms = 0,
+                               const std::string& rank_racks = {},
+                               const std::string& rack = {},
+                               const std::string& transport = "auto") {
+  worker_run w;
+  w.err_path = temp_path("worker.err");
+  w.out_path = temp_path("worker.bin");
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
+                                "--rank", std::to_string(rank), "--workers",
+                                std::to_string(workers), "--optimizer", optimizer, "--steps",
+                                "3", "--token", token, "--out", w.out_path, "--verify",
+                                "--transport", transport, "--hold-ms", std::to_string(hold_ms)};
+  if (!rank_racks.empty()) { // a hierarchical job: the reference sums racks first
+    argv.push_back("--rank-racks");
+    argv.push_back(rank_racks);
+  }
+  if (!rack.empty()) { // the worker's rack option
+    argv.push_back("--rack");
+    argv.push_back(rack);
+  }
+  w.proc = std::make_unique<tools::subprocess>(argv, true, w.err_path);
+  return w;
+}
+
+// Runs the job's workers, each connecting to the node given for its rank (with the
+// rack option given for it, if any); every one must end 0 with a result bitwise the
+// single-process reference. Returns what each printed on stderr.
+inline std::vector<std::string> run_verified(const std::vector<std::string>& connect,
+                                             const std::string& job,
+                                             const std::string& optimizer,
+                                             const std::string& token,
+                                             const std::string& rank_racks = {},
+                                             const std::vector<std::string>& racks = {},
+                                             const std::string& transport = "auto") {
+  auto n = static_cast<uint32_t>(connect.size());
+  std::vector<worker_run> ws;
+  for (uint32_t r = 0; r < n; ++r)
+    ws.push_back(start_worker(connect[r], job, r, n, optimizer, token, 0, rank_racks,
+                              r < racks.size() ? racks[r] : std::string{}, transport));
+  std::vector<std::string> errs;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (uint32_t r = 0; r < n; ++r) {
+    auto out = ws[r].proc->read_all(deadline);
+    auto code = ws[r].proc->wait_until(deadline);
+    errs.push_back(read_file(ws[r].err_path));
+    INFO(job << " rank " << r << ": " << out << errs.back());
+    CHECK(code == std::optional<int>{0});
+    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
+    std::remove(ws[r].err_path.c_str());
+    std::remove(ws[r].out_path.c_str());
+  }
+  return errs;
+}
+
+} // namespace rw::testing
