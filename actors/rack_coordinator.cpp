@@ -208,16 +208,20 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
     job_setup setup{job.id, shard_spec, job.routes, i, job.params, peers, job.uplink,
                     job.init_rank};
-    self->request(st.shards[i], caf::infinite, create_atom::value, std::move(setup), sink)
+    self->request(st.shards[i], st.settings.shard_setup_timeout, create_atom::value,
+                  std::move(setup), sink)
       .then(
         [=](ok_atom) mutable {
-          if (--*pending == 0)
+          if (--*pending == 0 && rp.pending())
             rp.deliver(b);
         },
         [=](caf::error& err) mutable {
-          spdlog::error("job '{}': shard {} failed to create its chunks: {}", b.job_id, i,
-                        self->system().render(err));
-          rp.deliver(refuse(errc::internal, "a shard failed to create the job"));
+          // The job ends here, on every shard: its name is free and no rank stays live.
+          auto why = fmt::format("shard {} of node {} did not set up the job's chunks: {}", i,
+                                 self->state.settings.node_name, self->system().render(err));
+          end_job(self, b.job_id, "failed", errc::internal, why);
+          if (rp.pending())
+            rp.deliver(refuse(errc::internal, why));
         });
   }
   if (job.uplink)

@@ -113,6 +113,8 @@ struct coordinator_settings {
   bool shared_params = false;
   /// A worker's hello may create a job nobody granted, without a token.
   bool open_jobs = false;
+  /// The shards must have set up a new job's chunks within this long, or it fails.
+  std::chrono::milliseconds shard_setup_timeout{defaults::shard_setup_timeout_ms};
 };
 
 rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,

@@ -24,6 +24,10 @@ constexpr uint32_t io_timeout_ms = 10'000;
 constexpr uint32_t request_timeout_ms = 120'000;
 /// How often shards look for steps that have waited too long.
 constexpr uint32_t timeout_scan_ms = 250;
+/// How long a node waits for its shards to set up a new job's chunks (allocating and
+/// zeroing its memory) before it fails the job: well below a poller's wait for the
+/// admission, so the worker hears why and the job's name is free again.
+constexpr uint32_t shard_setup_timeout_ms = 20'000;
 /// How long a NIC poller blocks in epoll when its mailbox is empty.
 constexpr int poll_block_ms = 2;
 /// Protocol magic ("RWF1") and version carried by every frame header.
