@@ -1,7 +1,9 @@
 // The coordinator survives its own restart (--state-db): killed with SIGKILL while a
 // job trains, the data path does not notice; started again with the same database, it
 // has its jobs back, and a job created before the kill admits its workers after it.
-// A database it cannot trust stops it at start, naming the file.
+// A node that restarted with it gets its waiting job granted again; a node that never
+// comes back fails its jobs after the node timeout. A database it cannot trust stops
+// it at start, naming the file.
 
 #include <csignal>
 #include <filesystem>
@@ -214,5 +216,62 @@ TEST_CASE("a state database the coordinator cannot trust stops it at start, name
   INFO(log2);
   CHECK(code2 == std::optional<int>{1});
   CHECK_THAT(log2, Catch::Contains("state database " + open + ": its mode is 0644"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a node that restarted with the coordinator gets its waiting job again; one "
+          "that never comes back fails its jobs after the node timeout",
+          "[integration][cluster][persist]") {
+  auto dir = scratch_dir();
+  auto db = dir + "/state.db";
+  // The rack-agg that embeds the coordinator: both die together, and come back.
+  auto listen = "127.0.0.1:" + std::to_string(free_port());
+  auto embedded = [&] {
+    return std::make_unique<node_process>(
+      std::vector<std::string>{"--name", "rack-a", "--state-db", db, "--node-timeout-ms",
+                               "2000"},
+      node_role{"rack-agg", false, {}, listen});
+  };
+  auto first = embedded();
+  auto b = std::make_unique<node_process>(std::vector<std::string>{"--name", "rack-b"},
+                                          node_role{"rack-agg", false, listen});
+  REQUIRE(first->wait_for_log("2 node(s) live", std::chrono::seconds(15)));
+  auto shell = [&](const std::string& code) {
+    return run_shell({"--connect", listen, "-c", code});
+  };
+  auto made = shell("print(rw.job_create{name = 'here', workers = 2, optimizer = 'sum', "
+                    "lr = 0.05, momentum = 0.9, weight_decay = 0, chunk_bytes = '4KiB', "
+                    "node = 'rack-a'}.token); "
+                    "print(rw.job_create{name = 'there', workers = 1, node = 'rack-b'}.id)");
+  INFO(made.err);
+  REQUIRE(made.code == 0);
+  auto token = made.out.substr(0, made.out.find('\n'));
+  first->process().signal(SIGKILL);
+  b->process().signal(SIGKILL);
+  CHECK(first->process().wait_until(clock_type::now() + std::chrono::seconds(5))
+        == std::optional<int>{128 + SIGKILL});
+  CHECK(b->process().wait_until(clock_type::now() + std::chrono::seconds(5))
+        == std::optional<int>{128 + SIGKILL});
+  first.reset();
+  b.reset();
+
+  auto again = embedded();
+  CHECK(again->wait_for_log("registry restored from " + db + ": 2 job(s), 2 live"));
+  // Its own node lost the job with it: granted again, with the token given out before.
+  CHECK(again->wait_for_log("job granted again: job='here'", std::chrono::seconds(10)));
+  // rack-b is gone for good: its job fails once the node timeout has passed.
+  CHECK(again->wait_for_log("node rack-b did not register again within 2000 ms",
+                            std::chrono::seconds(10)));
+  auto jobs = shell("for _, j in ipairs(rw.jobs()) do print(j.name, j.state) end; "
+                    "print(rw.job_status('there').reason)");
+  INFO(jobs.err);
+  CHECK(jobs.out == "here\tcreated\nthere\tfailed\nnode rack-b did not register again "
+                    "within 2000 ms of the coordinator's restart\n");
+  std::vector<worker_run> workers;
+  for (uint32_t r = 0; r < 2; ++r)
+    workers.push_back(paced_worker(again->address(), "here", r, 2, token, 3, 0));
+  auto deadline = clock_type::now() + std::chrono::seconds(60);
+  for (auto& w : workers)
+    check_verified(w, "here", deadline);
   std::filesystem::remove_all(dir);
 }
