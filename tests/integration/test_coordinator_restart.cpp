@@ -219,8 +219,8 @@ TEST_CASE("a state database the coordinator cannot trust stops it at start, name
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a node that restarted with the coordinator gets its waiting job again; one "
-          "that never comes back fails its jobs after the node timeout",
+TEST_CASE("a node that restarted with the coordinator gets its waiting job again, and "
+          "one that never comes back fails its jobs after the node timeout",
           "[integration][cluster][persist]") {
   auto dir = scratch_dir();
   auto db = dir + "/state.db";
