@@ -100,7 +100,7 @@ void drop_node(cluster_ptr self, uint32_t id, const std::string& why, bool grace
   fail_jobs_on(self, id, fmt::format("node {} {}", name, why));
 }
 
-caf::result<uint32_t> on_register(cluster_ptr self, node_info& info) {
+caf::result<node_admission> on_register(cluster_ptr self, node_info& info) {
   auto& st = self->state;
   auto sender = self->current_sender();
   if (!sender)
@@ -121,7 +121,8 @@ caf::result<uint32_t> on_register(cluster_ptr self, node_info& info) {
     }
   member m;
   m.info = std::move(info);
-  m.info.id = st.next_node_id++;
+  bool returning = st.awaited.count(m.info.name) != 0; // a restored job's node
+  m.info.id = admit_node_id(st, m.info.name);
   m.link = caf::actor_cast<node_link_actor>(sender);
   m.addr = caf::actor_cast<caf::actor_addr>(sender);
   m.last_seen = steady::now();
@@ -132,7 +133,10 @@ caf::result<uint32_t> on_register(cluster_ptr self, node_info& info) {
                fmt::join(m.info.endpoints, ", "), m.info.shards, st.nodes.size() + 1);
   auto id = m.info.id;
   st.nodes.emplace(id, std::move(m));
-  return id;
+  node_admission out{id, live_jobs_on(st, id)};
+  if (returning) // read-only questions: the answer above says what the node keeps
+    reconcile_node(self, id);
+  return out;
 }
 
 caf::result<ok_atom> on_heartbeat(cluster_ptr self, uint32_t id) {
@@ -153,11 +157,7 @@ std::vector<node_info> list_nodes(cluster_ptr self) {
     auto info = m.info;
     info.last_seen_ms = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(now - m.last_seen).count());
-    uint32_t live = 0;
-    for (auto& [jid, j] : self->state.jobs)
-      if (j.on_node(id) && !is_ended(j.report.state))
-        ++live;
-    info.jobs = live;
+    info.jobs = static_cast<uint32_t>(live_jobs_on(self->state, id).size());
     out.push_back(std::move(info));
   }
   return out;
@@ -173,6 +173,7 @@ void expire(cluster_ptr self) {
   for (auto id : late)
     drop_node(self, id,
               fmt::format("sent no heartbeat for {} ms", st.settings.node_timeout.count()));
+  expire_awaited(self);
 }
 
 cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
@@ -182,6 +183,8 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
   // Below 2^29: a hierarchical job's top level takes id + top_job_id_offset (2^30),
   // and ids from 2^31 up are open jobs'.
   self->state.next_job_id = 1 + static_cast<uint32_t>(runtime::random_u64() % (1u << 29));
+  self->state.started = steady::now();
+  restore_registry(self);
   self->set_down_handler([self](caf::down_msg& dm) {
     for (auto& [id, m] : self->state.nodes)
       if (m.addr == dm.source) {
@@ -194,7 +197,7 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
   return {
     [=](auth_atom) { return on_challenge(self); },
     [=](auth_atom, const std::string& proof) { return on_proof(self, proof); },
-    [=](register_atom, node_info& info) -> caf::result<uint32_t> {
+    [=](register_atom, node_info& info) -> caf::result<node_admission> {
       if (!trusted(self))
         return untrusted(self, "register");
       return on_register(self, info);

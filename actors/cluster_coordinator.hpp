@@ -12,11 +12,24 @@
 //                         by the secret over the nonce (runtime/credentials). Requests
 //                         from processes that have not are refused (unauthorized).
 //                         Without a secret every peer is trusted.
-//   link  -> coordinator  (register_atom, node_info) -> uint32_t node id
-//                         a rack-agg node joins (or rejoins after a lost connection).
-//                         The coordinator monitors the sender: when its connection
-//                         drops, or its heartbeats stop for node_timeout, the node is
-//                         gone and every live job placed on it fails.
+//   link  -> coordinator  (register_atom, node_info) -> node_admission
+//                         a rack-agg node joins (or rejoins after a lost connection):
+//                         its id and the live jobs the coordinator holds on it (the
+//                         node fails any other job it holds). The coordinator monitors
+//                         the sender: when its connection drops, or its heartbeats stop
+//                         for node_timeout, the node is gone and every live job placed
+//                         on it fails.
+//                         A coordinator started from a state database (--state-db)
+//                         comes back with its jobs; it keeps each node's place in them
+//                         by name: a node that registers under a name a restored job
+//                         lives on takes that place, and the coordinator asks it about
+//                         each such job (status_atom): one the node still serves goes on
+//                         as the node says; one the node no longer holds (it restarted
+//                         too) is granted again if no worker had joined, else it fails.
+//                         A node that does not come back within node_timeout of the
+//                         restart is gone: its jobs fail, as for a node that vanished.
+//                         Every job transition is written to the database before the
+//                         shell is answered (detail/cluster_store.hpp).
 //   link  -> coordinator  (heartbeat_atom, node id) -> ok_atom
 //                         an error (unknown_job) means the coordinator has forgotten
 //                         the node (it timed out): the link registers again
@@ -62,6 +75,7 @@
 //                         results are kept per node pair for defaults::probe_cache_ms
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -77,7 +91,7 @@ namespace rw::actors {
 using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<auth_atom>::with<std::string>,
   caf::replies_to<auth_atom, std::string>::with<ok_atom>,
-  caf::replies_to<register_atom, node_info>::with<uint32_t>,
+  caf::replies_to<register_atom, node_info>::with<node_admission>,
   caf::replies_to<heartbeat_atom, uint32_t>::with<ok_atom>,
   caf::reacts_to<leave_atom, uint32_t>,
   caf::reacts_to<event_atom, uint32_t, job_event>,
@@ -100,6 +114,11 @@ using node_link_actor = caf::typed_actor<
   caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>,
   caf::replies_to<probe_atom, rate_probe_request>::with<rate_probe_result>>;
 
+namespace detail {
+class cluster_store;
+struct stored_registry;
+} // namespace detail
+
 struct cluster_settings {
   /// Peers must prove they hold this before they are heard ("": every peer is).
   std::string secret;
@@ -109,6 +128,10 @@ struct cluster_settings {
   std::chrono::milliseconds node_timeout{defaults::node_timeout_ms};
   /// How long the coordinator waits for a node's answer (grant, status, stop).
   std::chrono::milliseconds node_request_timeout{defaults::node_request_timeout_ms};
+  /// Where the job registry is kept (null: in memory only, lost with the process) and
+  /// what it held when the coordinator started (detail/cluster_store.hpp).
+  std::shared_ptr<detail::cluster_store> store;
+  std::shared_ptr<const detail::stored_registry> restored;
 };
 
 cluster_coordinator_actor spawn_cluster_coordinator(caf::actor_system& sys,

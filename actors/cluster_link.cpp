@@ -55,13 +55,16 @@ void do_register(link_ptr self) {
   self->request(st.coordinator, st.settings.request_timeout, register_atom::value,
                 st.settings.node)
     .then(
-      [self](uint32_t id) {
+      [self](node_admission& admitted) {
         auto& st = self->state;
+        auto id = admitted.node_id;
         st.registering = false;
         st.node_id = id;
         st.failures = 0;
-        if (st.was_member) // the coordinator failed what this node held: so do we
-          self->send(st.rack, halt_atom::value,
+        // The coordinator failed what this node held but the jobs it still lists (it
+        // restarted from its state database): so do we. A fresh node holds nothing.
+        if (st.was_member || !admitted.live_jobs.empty())
+          self->send(st.rack, halt_atom::value, std::move(admitted.live_jobs),
                      std::string{"the cluster coordinator lost this node and failed its "
                                  "jobs"});
         st.was_member = true;

@@ -6,9 +6,13 @@
 // coordinator and the rack coordinator's job news back.
 //
 // Protocol
-//   link  -> coordinator   (register_atom, node_info) -> node id; then every heartbeat
-//                          (heartbeat_atom, id) -> ok_atom; an error or a down
-//                          message (the connection closed) means: register again
+//   link  -> coordinator   (register_atom, node_info) -> node_admission; then every
+//                          heartbeat (heartbeat_atom, id) -> ok_atom; an error or a
+//                          down message (the connection closed) means: register again.
+//                          After a rejoin, the link has the rack coordinator fail every
+//                          job but the admission's live jobs (halt_atom, keep, reason):
+//                          the coordinator failed them, or (restarted without a state
+//                          database) forgot them
 //   coordinator -> link    (grant_atom, job_grant) -> ok_atom
 //                          (status_atom, job id) -> job_event
 //                          (halt_atom, job id, reason) -> ok_atom

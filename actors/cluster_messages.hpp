@@ -79,6 +79,14 @@ struct node_info {
   std::string nic;                    // that device ("" if no single device holds it)
 };
 
+/// The coordinator's answer to a node's registration: the node's id, and the jobs the
+/// coordinator holds live on it. A node that registers again (the coordinator lost it,
+/// or restarted) keeps serving those and fails every other job it holds.
+struct node_admission {
+  uint32_t node_id = 0;
+  std::vector<uint32_t> live_jobs;
+};
+
 /// The coordinator asks a node to measure the rate from it to another node's data
 /// plane (transports/tcp/rate_probe), within `timeout_ms`.
 struct rate_probe_request {
@@ -229,6 +237,11 @@ typename Inspector::result_type inspect(Inspector& f, node_info& x) {
   return f(caf::meta::type_name("rw::node_info"), x.id, x.name, x.role, x.rack,
            x.endpoints, x.shards, x.jobs, x.last_seen_ms, x.uplink_gbps, x.core_gbps,
            x.nic_gbps, x.nic);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_admission& x) {
+  return f(caf::meta::type_name("rw::node_admission"), x.node_id, x.live_jobs);
 }
 
 template <class Inspector>

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/detail/cluster_store.hpp"
 #include "actors/detail/rack_choice.hpp"
 #include "runtime/credentials.hpp"
 #include "transports/tcp/locator.hpp"
@@ -49,6 +50,29 @@ transports::tcp::hello_answer hello_answer(caf::actor_system& sys,
   };
 }
 
+// Opens the state database (--state-db) and reads the registry it holds into `cs`;
+// throws, naming the file, when it cannot: a coordinator never starts empty over a
+// database it could not read.
+void open_state(const runtime::node_config& cfg, cluster_settings& cs) {
+  if (cfg.state_db.empty()) {
+    spdlog::info("cluster: no --state-db: the job registry is kept in memory only and is "
+                 "lost if this coordinator stops (nodes register again, but their jobs "
+                 "are failed and forgotten)");
+    return;
+  }
+  std::string error;
+  auto store = detail::cluster_store::open(cfg.state_db, error);
+  if (!store)
+    throw std::runtime_error(error);
+  auto registry = std::make_shared<detail::stored_registry>();
+  if (!store->load(*registry, error))
+    throw std::runtime_error(error);
+  spdlog::info("cluster: job registry persisted in {} ({} job(s) stored)", cfg.state_db,
+               registry->jobs.size());
+  cs.store = std::move(store);
+  cs.restored = std::move(registry);
+}
+
 } // namespace
 
 coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_config& cfg,
@@ -74,6 +98,7 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
   cs.max_chunk_bytes = cfg.max_chunk_bytes;
   cs.max_workers = cfg.max_workers;
   cs.node_timeout = std::chrono::milliseconds(cfg.node_timeout_ms);
+  open_state(cfg, cs);
   coordinator_ = spawn_cluster_coordinator(sys, cs);
   auto host = transports::tcp::is_wildcard(control.host) ? std::string{} : control.host;
   auto port = sys.middleman().publish(coordinator_, control.port,

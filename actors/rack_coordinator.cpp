@@ -411,7 +411,9 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     [=](abort_atom, uint32_t job_id, const std::string& reason) {
       return on_halt(self, job_id, reason, true);
     },
-    [=](halt_atom, const std::string& reason) { on_halt_all(self, reason); },
+    [=](halt_atom, const std::vector<uint32_t>& keep, const std::string& reason) {
+      on_halt_all(self, keep, reason);
+    },
     [=](register_atom, cluster_gateway& link) { self->state.link = std::move(link); },
     [=](locate_atom, std::string& address) {
       self->state.cluster_address = std::move(address);

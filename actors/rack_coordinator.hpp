@@ -43,9 +43,11 @@
 //   link   -> coordinator  (abort_atom, job_id, reason) -> ok_atom
 //                          the job failed on another of its nodes: it fails here too,
 //                          its workers get errc::unavailable with the reason
-//   link   -> coordinator  (halt_atom, reason)
-//                          the cluster dropped this node (it was silent too long) and
-//                          failed its jobs: every granted job here fails too
+//   link   -> coordinator  (halt_atom, keep, reason)
+//                          the node registered again: every granted job here but those
+//                          in `keep` (the live jobs the cluster coordinator holds on this
+//                          node) fails, with reason; a hierarchical job's top level goes
+//                          with its job
 //   link   -> coordinator  (register_atom, cluster_gateway)
 //                          report granted jobs' starts and ends there (event_atom); ask
 //                          there where a job lives (where_atom) and bind ranks (bind_atom)
@@ -93,7 +95,7 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<status_atom, uint32_t>::with<job_event>,
   caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>,
   caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>,
-  caf::reacts_to<halt_atom, std::string>,
+  caf::reacts_to<halt_atom, std::vector<uint32_t>, std::string>,
   caf::reacts_to<register_atom, cluster_gateway>,
   caf::reacts_to<locate_atom, std::string>,
   caf::replies_to<locate_atom>::with<std::string>,

@@ -174,6 +174,14 @@ std::vector<option_def> option_table(node_config& c) {
         c.cluster_secret_file),
     def("cluster.heartbeat_ms", "--heartbeat-ms",
         "how often a rack-agg node tells the coordinator it is alive", c.heartbeat_ms),
+    def("cluster.state_db", "--state-db",
+        "coordinator (embedded or --role coordinator): keep the job registry (jobs, "
+        "specs, layouts, tokens, the job id counter) in this SQLite file, written before "
+        "each answer, so a coordinator started again with it has its jobs back and their "
+        "tokens still admit workers. Created 0600; a file others may read is refused (it "
+        "holds the tokens); a damaged one stops the node. Empty: in memory only, lost "
+        "when the coordinator stops",
+        c.state_db),
     def("cluster.node_timeout_ms", "--node-timeout-ms",
         "coordinator: a node silent this long has left and its jobs fail",
         c.node_timeout_ms),
@@ -236,6 +244,9 @@ void check_node_config(const node_config& cfg) {
   if (cfg.role == "coordinator" && !cfg.coordinator.empty())
     throw std::runtime_error("--coordinator is for rack-agg nodes joining a cluster; a "
                              "--role coordinator node is the coordinator");
+  if (!cfg.coordinator.empty() && !cfg.state_db.empty())
+    throw std::runtime_error("--state-db is the coordinator's: a rack-agg that joins a "
+                             "cluster (--coordinator) runs none");
   if (cfg.heartbeat_ms == 0 || cfg.node_timeout_ms < 2 * cfg.heartbeat_ms)
     throw std::runtime_error(fmt::format(
       "--node-timeout-ms ({}) must be at least twice --heartbeat-ms ({}), which must be "

@@ -43,6 +43,9 @@ struct node_config {
   bool open_jobs = false;                // a worker's hello may create a job, no token
   std::string cluster_secret_file;       // nodes and shells prove this secret; "" = none
   uint32_t heartbeat_ms = defaults::heartbeat_ms;
+  /// The coordinator's state database (SQLite): the job registry survives a restart.
+  /// Empty: kept in memory only.
+  std::string state_db;
   uint32_t node_timeout_ms = defaults::node_timeout_ms;
 };
 

@@ -45,6 +45,7 @@ void complete(cluster_ptr self, job_entry& j) {
     return;
   }
   l.rank_racks = j.bound;
+  save_job(self, j.report.id);
   spdlog::info("job placed at join: job='{}' id={}: every rank has its rack (rank:rack {})",
                j.report.name, j.report.id, describe_map(j));
   auto waiting = std::move(j.waiting);

@@ -36,12 +36,15 @@ caf::error unknown(cluster_ptr self, const std::string& name) {
                                        fmt::join(names, ", ")));
 }
 
-void mark_ended(job_entry& j, const std::string& state, const std::string& reason) {
+// Ends job `j` with `state` and records it (state database) before anybody hears of it.
+void mark_ended(cluster_ptr self, job_entry& j, const std::string& state,
+                const std::string& reason) {
   if (is_ended(j.report.state))
     return;
   j.report.state = state;
   j.report.reason = reason;
   j.report.ended_unix_ms = unix_ms();
+  save_job(self, j.report.id);
   release_bindings(j, fmt::format("job '{}' {}{}{}", j.report.name, state,
                                   reason.empty() ? "" : ": ", reason));
 }
@@ -171,7 +174,7 @@ void end_everywhere(cluster_ptr self, job_entry& j, uint32_t id, uint32_t node_i
                     const std::string& state, const std::string& why) {
   spdlog::info("job ended: job='{}' id={} state={}{}{}", j.report.name, id, state,
                why.empty() ? "" : ": ", why);
-  mark_ended(j, state, why);
+  mark_ended(self, j, state, why);
   halt_on(self, others(j, node_id), id, why);
 }
 
@@ -235,11 +238,17 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
       auto it = self->state.jobs.find(id);
       if (failures.empty() && it == self->state.jobs.end())
         failures.push_back("the job's node left while the job was being created");
+      // Recorded before the shell hears of it: a coordinator that restarts has it.
+      if (failures.empty()) {
+        if (auto why = save_job(self, id); !why.empty())
+          failures.push_back("the job could not be recorded, so it was not created: " + why);
+      }
       if (!failures.empty()) {
         if (it != self->state.jobs.end()) {
           self->state.by_name.erase(it->second.report.name);
           self->state.jobs.erase(it);
         }
+        save_next_job_id(self); // its id stays taken
         // Nodes may have taken the grant after all (late): end it there too.
         halt_on(self, ids, id, "the job was not created (a node did not take it)");
         auto msg = fmt::format("{}", fmt::join(failures, "; "));
@@ -305,11 +314,12 @@ caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
       if (!answered_by_all(self, rp, it, failures))
         return;
       auto& r = it->second.report;
+      auto tensors = r.spec.tensors.size();
       std::vector<const std::vector<rank_report>*> parts;
       for (auto& [node, ev] : answers) {
         if (is_ended(ev.state)) {
           // It ended meanwhile: its final counts come with the node's end event.
-          mark_ended(it->second, ev.state, ev.reason);
+          mark_ended(self, it->second, ev.state, ev.reason);
           continue;
         }
         if (ev.spec.tensors.size() > r.spec.tensors.size())
@@ -318,6 +328,8 @@ caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
       }
       if (!is_ended(r.state) && !parts.empty())
         r.ranks = merge_ranks(parts);
+      if (r.spec.tensors.size() != tensors)
+        save_job(self, id); // the tensors its workers declared
       rp.deliver(r);
     },
     status_atom::value, id);
@@ -336,7 +348,7 @@ caf::result<job_report> stop_job(cluster_ptr self, const std::string& name) {
     if (self->state.nodes.count(n) != 0)
       live.push_back(n);
   if (live.empty()) {
-    mark_ended(*j, "stopped", stopped_by_operator);
+    mark_ended(self, *j, "stopped", stopped_by_operator);
     return j->report;
   }
   auto rp = self->make_response_promise<job_report>();
@@ -346,7 +358,7 @@ caf::result<job_report> stop_job(cluster_ptr self, const std::string& name) {
       auto it = self->state.jobs.find(id);
       if (!answered_by_all(self, rp, it, failures))
         return;
-      mark_ended(it->second, "stopped", stopped_by_operator);
+      mark_ended(self, it->second, "stopped", stopped_by_operator);
       spdlog::info("job stopped: job='{}' id={}", it->second.report.name, id);
       rp.deliver(it->second.report);
     },
@@ -364,6 +376,7 @@ caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name) {
     if (it == self->state.jobs.end())
       return;
     spdlog::info("job deleted: job='{}' id={}", it->second.report.name, id);
+    unsave_job(self, id);
     release_bindings(it->second, fmt::format("job '{}' was deleted", it->second.report.name));
     self->state.by_name.erase(it->second.report.name);
     self->state.jobs.erase(it);
@@ -398,7 +411,8 @@ void on_event(cluster_ptr self, uint32_t node_id, job_event& ev) {
     return; // deleted meanwhile, or not this node's
   auto& j = it->second;
   j.node_news[node_id] = ev;
-  if (ev.spec.tensors.size() >= j.report.spec.tensors.size())
+  auto tensors = j.report.spec.tensors.size();
+  if (ev.spec.tensors.size() >= tensors)
     j.report.spec = ev.spec;
   std::vector<const std::vector<rank_report>*> parts;
   for (auto& [n, news] : j.node_news)
@@ -409,8 +423,11 @@ void on_event(cluster_ptr self, uint32_t node_id, job_event& ev) {
     j.report.started_unix_ms = unix_ms();
     spdlog::info("job running: job='{}' id={} nodes=[{}]", j.report.name, ev.job_id,
                  fmt::join(j.report.layout.nodes, ","));
+    save_job(self, ev.job_id);
     return;
   }
+  if (j.report.spec.tensors.size() != tensors && !is_ended(ev.state))
+    save_job(self, ev.job_id);
   if (!is_ended(ev.state) || is_ended(j.report.state))
     return;
   if (ev.state == "finished") {
@@ -420,7 +437,7 @@ void on_event(cluster_ptr self, uint32_t node_id, job_event& ev) {
         return; // another node still serves the job
     }
     spdlog::info("job ended: job='{}' id={} state=finished", j.report.name, ev.job_id);
-    mark_ended(j, "finished", "");
+    mark_ended(self, j, "finished", "");
     return;
   }
   if (j.node_ids.size() == 1) {
@@ -450,7 +467,7 @@ void fail_jobs_on(cluster_ptr self, uint32_t node_id, const std::string& why) {
   for (auto& [id, j] : self->state.jobs)
     if (j.on_node(node_id) && !is_ended(j.report.state)) {
       spdlog::error("job failed: job='{}' id={}: {}", j.report.name, id, why);
-      mark_ended(j, "failed", why);
+      mark_ended(self, j, "failed", why);
       halt_on(self, others(j, node_id), id, why);
     }
 }
@@ -460,7 +477,7 @@ void fail_job(cluster_ptr self, uint32_t id, const std::string& why) {
   if (it == self->state.jobs.end() || is_ended(it->second.report.state))
     return;
   spdlog::error("job failed: job='{}' id={}: {}", it->second.report.name, id, why);
-  mark_ended(it->second, "failed", why);
+  mark_ended(self, it->second, "failed", why);
   halt_on(self, it->second.node_ids, id, why);
 }
 

@@ -16,14 +16,6 @@ namespace rw::actors::detail {
 
 namespace {
 
-uint32_t live_jobs_on(const cluster_state& st, uint32_t node_id) {
-  uint32_t load = 0;
-  for (auto& [jid, j] : st.jobs)
-    if (j.on_node(node_id) && !is_ended(j.report.state))
-      ++load;
-  return load;
-}
-
 std::string live_names(const cluster_state& st) {
   std::vector<std::string> names;
   for (auto& [id, m] : st.nodes)
@@ -88,7 +80,7 @@ std::vector<const member*> place_job(const cluster_state& st, const job_placemen
     const member* best = nullptr;
     uint32_t best_load = UINT32_MAX;
     for (auto& [id, m] : st.nodes) {
-      auto load = live_jobs_on(st, id);
+      auto load = static_cast<uint32_t>(live_jobs_on(st, id).size());
       if (load < best_load) {
         best = &m;
         best_load = load;

@@ -71,9 +71,15 @@ struct cluster_state {
   std::map<node_pair, core_probe> probe_cache; // measured, by node pair
   /// Probes under way, by node pair, and who waits for each.
   std::map<node_pair, std::vector<std::function<void(const core_probe&)>>> probing;
+  /// Restored from the state database: the id each node a restored job lives on will
+  /// get when it registers again, by name, until it does; and when this coordinator
+  /// started (a node not back within node_timeout of it is gone).
+  std::map<std::string, uint32_t> awaited;
+  steady::time_point started = steady::now();
   uint32_t next_node_id = 1;
   uint32_t next_job_id = 1; // from a random start, so a restarted coordinator's ids
-                             // do not meet the ones nodes remember from before
+                             // do not meet the ones nodes remember from before (or,
+                             // from a state database, where the last one left off)
   static inline const char* name = "rw.cluster_coordinator";
 };
 
@@ -121,6 +127,28 @@ caf::result<rank_map> bind_rank(cluster_ptr self, const rank_binding& b);
 void bindings_expired(cluster_ptr self, uint32_t id);
 /// Answers the held binding requests of a job that ended with `why`.
 void release_bindings(job_entry& j, const std::string& why);
+
+// --- cluster_persist.cpp ------------------------------------------------------------
+/// Takes the registry restored from the state database (settings.restored): its jobs,
+/// the next job id, and an id kept for each node a live job lives on (st.awaited).
+void restore_registry(cluster_ptr self);
+/// Writes job `id` as it is now to the state database (nothing without one). "" on
+/// success, else why not (logged).
+std::string save_job(cluster_ptr self, uint32_t id);
+/// Writes the next job id (ids taken by creations that failed are not reused).
+void save_next_job_id(cluster_ptr self);
+/// Deletes job `id` from the state database. "" on success, else why not (logged).
+std::string unsave_job(cluster_ptr self, uint32_t id);
+/// The id a registering node gets: the one kept for its name by a restored job, else a
+/// new one.
+uint32_t admit_node_id(cluster_state& st, const std::string& name);
+/// The live jobs placed on node `id`.
+std::vector<uint32_t> live_jobs_on(const cluster_state& st, uint32_t id);
+/// A node came back after the coordinator restarted: asks it about each live job it
+/// has a place in, and goes on as it says (see cluster_coordinator.hpp).
+void reconcile_node(cluster_ptr self, uint32_t node_id);
+/// Nodes of restored jobs not back within node_timeout of the start: their jobs fail.
+void expire_awaited(cluster_ptr self);
 
 // --- cluster_jobs.cpp --------------------------------------------------------------
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,

@@ -219,17 +219,24 @@ caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& 
                                                       st.settings.node_name, job_id));
 }
 
-void on_halt_all(rack_ptr self, const std::string& reason) {
+void on_halt_all(rack_ptr self, const std::vector<uint32_t>& keep,
+                 const std::string& reason) {
   auto& st = self->state;
+  // A hierarchical job's top level is kept or failed with its job.
+  auto kept = [&keep](uint32_t id) {
+    if (id >= top_job_id_offset && id < open_job_ids)
+      id -= top_job_id_offset;
+    return std::find(keep.begin(), keep.end(), id) != keep.end();
+  };
   std::vector<uint32_t> live;
   for (auto& [id, name] : st.names)
-    if (st.jobs.at(name).granted)
+    if (st.jobs.at(name).granted && !kept(id))
       live.push_back(id);
   for (auto id : live)
     end_job(self, id, "failed", errc::unavailable, reason);
   std::vector<std::string> waiting;
   for (auto& [name, g] : st.grants)
-    if (g.ended.empty())
+    if (g.ended.empty() && !kept(g.job_id))
       waiting.push_back(name);
   for (auto& name : waiting) {
     spdlog::warn("job failed: job='{}' id={} before any worker joined: {}", name,

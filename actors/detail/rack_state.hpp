@@ -117,8 +117,10 @@ caf::result<job_event> on_status(rack_ptr self, uint32_t job_id);
 /// its nodes: its workers get errc::stopped, or errc::unavailable with the reason.
 caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& reason,
                              bool failed = false);
-/// Fails every granted job (the cluster has dropped this node).
-void on_halt_all(rack_ptr self, const std::string& reason);
+/// Fails every granted job but those in `keep` (the node registered again: the cluster
+/// coordinator holds only those live on it).
+void on_halt_all(rack_ptr self, const std::vector<uint32_t>& keep,
+                 const std::string& reason);
 /// Tells the cluster a granted job started.
 void report_start(rack_ptr self, const job_info& job);
 /// Ends a job: reports it to the cluster with its final counts (if granted), then

@@ -16,6 +16,7 @@ packages=(
   libtomlplusplus-dev       # config files
   libxxhash-dev             # hashing
   libsodium-dev             # job tokens: random secrets, HMAC challenge-response
+  libsqlite3-dev            # the cluster coordinator's --state-db
   liblua5.4-dev             # rw-shell scripts
   libreadline-dev           # rw-shell line editing and history
 )

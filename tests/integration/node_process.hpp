@@ -35,6 +35,7 @@ struct node_role {
   std::string role = "rack-agg";
   bool open_jobs = true;
   std::string coordinator; // --coordinator (a member of another node's cluster)
+  std::string listen = "127.0.0.1:0"; // a fixed port: a node started again at one address
 };
 
 class node_process {
@@ -42,7 +43,7 @@ public:
   explicit node_process(std::vector<std::string> extra = {}, node_role how = {})
     : port_file_(temp_path("port")), log_path_(temp_path("node.log")) {
     std::vector<std::string> argv{RW_NODE_PATH, "--role", how.role, "--listen",
-                                  "127.0.0.1:0", "--port-file", port_file_,
+                                  how.listen, "--port-file", port_file_,
                                   "--log-level", "debug"};
     if (how.open_jobs)
       argv.push_back("--open-jobs");

@@ -3,7 +3,8 @@
 // tensor at once and writes the final parameters of every tensor, in order, as raw
 // float32 to --out. With --verify it also checks them bitwise against the
 // single-process reference (exit 5 if they differ); --hold-ms keeps it in the job
-// that long after its last step (exit 7 if an operator stops the job meanwhile).
+// that long after its last step (exit 7 if an operator stops the job meanwhile);
+// --step-delay-ms paces the steps.
 
 #include <cstring>
 #include <fstream>
@@ -20,7 +21,7 @@
 
 int main(int argc, char** argv) {
   std::string connect, job, optimizer = "sum", out, transport = "auto", token, rack;
-  uint32_t rank = 0, workers = 1, steps = 3, hold_ms = 0;
+  uint32_t rank = 0, workers = 1, steps = 3, hold_ms = 0, step_delay_ms = 0;
   bool verify = false;
   std::vector<uint32_t> rank_racks;
   CLI::App app{"rw-test-worker: one worker of the test fixture job"};
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
   app.add_option("--token", token, "the job's token (from rw.job_create)");
   app.add_flag("--verify", verify, "check the result against the single-process reference");
   app.add_option("--hold-ms", hold_ms, "stay in the job this long after the last step");
+  app.add_option("--step-delay-ms", step_delay_ms,
+                 "sleep this long before each step (a run that is mid-training for a while)");
   app.add_option("--rack", rack, "the worker's rack option");
   app.add_option("--rank-racks", rank_racks,
                  "each rank's rack, in rank order (a hierarchical job's sum order)")
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
       w.pull(tensors[t].name, params[t].data(), 0).get();
     }
     for (uint32_t s = 0; s < steps; ++s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
       std::vector<std::vector<float>> grads;
       std::vector<std::future<void>> pending;
       for (uint32_t t = 0; t < tensors.size(); ++t)

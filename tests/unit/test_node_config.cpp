@@ -80,6 +80,22 @@ TEST_CASE("values that parse but make no sense are refused", "[config]") {
   CHECK_THROWS_WITH(rw::runtime::check_node_config(c), Catch::Contains("--node-timeout-ms"));
 }
 
+TEST_CASE("the coordinator's state database is a flag and a key, and the coordinator's",
+          "[config]") {
+  auto path = write_temp("[cluster]\nstate_db = \"/var/lib/rw/state.db\"\n");
+  parsed file{{"--config", path}};
+  rw::runtime::load_node_config(path, file.app, file.cfg);
+  CHECK(file.cfg.state_db == "/var/lib/rw/state.db");
+  parsed flag{{"--config", path, "--state-db", "/tmp/other.db"}};
+  rw::runtime::load_node_config(path, flag.app, flag.cfg);
+  CHECK(flag.cfg.state_db == "/tmp/other.db");
+  CHECK(parsed{{}}.cfg.state_db.empty()); // in memory unless asked
+  // A rack-agg that joins another cluster runs no coordinator to persist.
+  flag.cfg.coordinator = "127.0.0.1:7700";
+  CHECK_THROWS_WITH(rw::runtime::check_node_config(flag.cfg), Catch::Contains("--state-db"));
+  std::remove(path.c_str());
+}
+
 TEST_CASE("the example configs under config/ load", "[config]") {
   for (auto* name : {"rack-agg.toml", "coordinator.toml"}) {
     parsed p{{}};

@@ -1,0 +1,228 @@
+// The coordinator's state database (actors/detail/cluster_store): a registry written
+// is the registry read back, in every job state; files that are not one, are damaged,
+// are held by another process or are readable by others are refused, naming the file.
+
+#include <filesystem>
+#include <fstream>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "actors/detail/cluster_store.hpp"
+
+using namespace rw;
+using namespace rw::actors;
+using namespace rw::actors::detail;
+
+namespace {
+
+std::string scratch(const std::string& stem) {
+  static int counter = 0;
+  auto dir = std::filesystem::temp_directory_path()
+             / ("rw-store-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
+  std::filesystem::create_directories(dir);
+  return (dir / stem).string();
+}
+
+stored_job make_job(uint32_t id, const std::string& name, const std::string& state) {
+  stored_job j;
+  auto& r = j.report;
+  r.id = id;
+  r.name = name;
+  r.state = state;
+  r.reason = state == "failed" ? "node rack-b sent no heartbeat for 2000 ms" : "";
+  r.node = "rack-a";
+  r.endpoints = {"127.0.0.1:7700", "127.0.0.1:7701"};
+  r.layout.nodes = {"rack-a", "rack-b"};
+  r.layout.addresses = {"127.0.0.1:7700", "127.0.0.1:7710"};
+  r.layout.racks = {"a", "b"};
+  r.layout.ring_version = 3 + id;
+  r.layout.reduction = "hierarchical";
+  r.layout.rank_racks = {0, 0, 1, 1};
+  r.layout.plan = "auto: hierarchical; link-bound time per GiB";
+  r.layout.join_timeout_ms = 20000;
+  r.spec.name = name;
+  r.spec.num_workers = 4;
+  r.spec.chunk_bytes = 4096;
+  r.spec.optimizer = {optimizer_kind::adam, 1e-3f};
+  r.spec.consistency = parse_consistency("ssp:2");
+  r.spec.tensors = {{"conv1.w", 9408, true}, {"fc.w", 512000, false}};
+  r.created_unix_ms = 1700000000000 + id;
+  r.started_unix_ms = state == "created" ? 0 : r.created_unix_ms + 5;
+  r.ended_unix_ms = is_ended(state) ? r.created_unix_ms + 50 : 0;
+  if (is_ended(state))
+    r.ranks = {{0, "left", "127.0.0.1:5000", 40, 80, 40, 1024, 2048, 77}};
+  j.token = "rwt1_" + std::string(63, 'a') + std::to_string(id % 10);
+  return j;
+}
+
+void check_same(const stored_job& a, const stored_job& b) {
+  auto& x = a.report;
+  auto& y = b.report;
+  CHECK(a.token == b.token);
+  CHECK(x.id == y.id);
+  CHECK(x.name == y.name);
+  CHECK(x.state == y.state);
+  CHECK(x.reason == y.reason);
+  CHECK(x.node == y.node);
+  CHECK(x.endpoints == y.endpoints);
+  CHECK(x.layout.nodes == y.layout.nodes);
+  CHECK(x.layout.addresses == y.layout.addresses);
+  CHECK(x.layout.racks == y.layout.racks);
+  CHECK(x.layout.ring_version == y.layout.ring_version);
+  CHECK(x.layout.reduction == y.layout.reduction);
+  CHECK(x.layout.rank_racks == y.layout.rank_racks);
+  CHECK(x.layout.plan == y.layout.plan);
+  CHECK(x.layout.join_timeout_ms == y.layout.join_timeout_ms);
+  CHECK(describe_mismatch(x.spec, y.spec).empty());
+  CHECK(x.spec.tensors.size() == y.spec.tensors.size());
+  CHECK(x.created_unix_ms == y.created_unix_ms);
+  CHECK(x.started_unix_ms == y.started_unix_ms);
+  CHECK(x.ended_unix_ms == y.ended_unix_ms);
+  REQUIRE(x.ranks.size() == y.ranks.size());
+  for (size_t i = 0; i < x.ranks.size(); ++i) {
+    CHECK(x.ranks[i].state == y.ranks[i].state);
+    CHECK(x.ranks[i].clock == y.ranks[i].clock);
+    CHECK(x.ranks[i].bytes_out == y.ranks[i].bytes_out);
+  }
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream{path, std::ios::binary} << bytes;
+  ::chmod(path.c_str(), 0600);
+}
+
+} // namespace
+
+TEST_CASE("the state database round-trips the registry in every job state",
+          "[cluster_store]") {
+  auto path = scratch("state.db");
+  std::vector<stored_job> jobs{make_job(7, "j-created", "created"),
+                               make_job(8, "j-running", "running"),
+                               make_job(9, "j-finished", "finished"),
+                               make_job(10, "j-failed", "failed"),
+                               make_job(11, "j-stopped", "stopped"),
+                               make_job(12, "j-gone", "created")};
+  {
+    std::string err;
+    auto store = cluster_store::open(path, err);
+    REQUIRE(store);
+    CHECK(err.empty());
+    stored_registry empty;
+    REQUIRE(store->load(empty, err));
+    CHECK(empty.next_job_id == 0);
+    CHECK(empty.jobs.empty());
+    for (auto& j : jobs)
+      REQUIRE(store->save_job(j, j.report.id + 1) == "");
+    // A job changes state: the row is replaced, not added.
+    jobs[1].report.state = "finished";
+    jobs[1].report.ended_unix_ms = 99;
+    REQUIRE(store->save_job(jobs[1], 9) == "");
+    // Ids taken by creations that failed still count; the counter never goes back.
+    REQUIRE(store->save_next_job_id(40) == "");
+    REQUIRE(store->save_next_job_id(20) == "");
+    REQUIRE(store->remove_job(12) == "");
+    jobs.pop_back();
+  }
+  // Created only for its owner, and so is what SQLite writes beside it.
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  std::string err;
+  auto store = cluster_store::open(path, err);
+  INFO(err);
+  REQUIRE(store);
+  stored_registry back;
+  REQUIRE(store->load(back, err));
+  CHECK(back.next_job_id == 40);
+  REQUIRE(back.jobs.size() == jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i)
+    check_same(jobs[i], back.jobs[i]);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST_CASE("a state database others may read is refused, naming the file",
+          "[cluster_store]") {
+  auto path = scratch("state.db");
+  std::string err;
+  REQUIRE(cluster_store::open(path, err));
+  ::chmod(path.c_str(), 0644);
+  CHECK_FALSE(cluster_store::open(path, err));
+  CHECK_THAT(err, Catch::Contains(path));
+  CHECK_THAT(err, Catch::Contains("mode is 0644"));
+  CHECK_THAT(err, Catch::Contains("chmod 600"));
+  ::chmod(path.c_str(), 0660);
+  CHECK_FALSE(cluster_store::open(path, err));
+  ::chmod(path.c_str(), 0600);
+  err.clear();
+  CHECK(cluster_store::open(path, err));
+  CHECK(err.empty());
+  // A directory that does not exist: said so, nothing created.
+  auto missing = path + ".d/state.db";
+  CHECK_FALSE(cluster_store::open(missing, err));
+  CHECK_THAT(err, Catch::Contains(missing));
+  CHECK_THAT(err, Catch::Contains("cannot create it"));
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST_CASE("a damaged or foreign state database is refused, never read as empty",
+          "[cluster_store]") {
+  std::string err;
+  // Not a database at all.
+  auto junk = scratch("junk.db");
+  write_bytes(junk, std::string(8192, '\x5a'));
+  CHECK_FALSE(cluster_store::open(junk, err));
+  CHECK_THAT(err, Catch::Contains(junk));
+  CHECK_THAT(err, Catch::Contains("not a database"));
+
+  // A real database whose pages were overwritten.
+  auto damaged = scratch("damaged.db");
+  {
+    auto store = cluster_store::open(damaged, err);
+    REQUIRE(store);
+    for (uint32_t id = 1; id <= 200; ++id)
+      REQUIRE(store->save_job(make_job(id, "job-" + std::to_string(id), "running"), id + 1)
+              == "");
+  }
+  auto size = std::filesystem::file_size(damaged);
+  REQUIRE(size > 16384);
+  {
+    std::fstream f{damaged, std::ios::in | std::ios::out | std::ios::binary};
+    f.seekp(4096 + 100);
+    std::string noise(8192, '\xa5');
+    f.write(noise.data(), static_cast<std::streamsize>(noise.size()));
+  }
+  err.clear();
+  CHECK_FALSE(cluster_store::open(damaged, err));
+  CHECK_THAT(err, Catch::Contains(damaged));
+  CHECK_THAT(err, Catch::Contains("damaged"));
+
+  std::filesystem::remove_all(std::filesystem::path(junk).parent_path());
+  std::filesystem::remove_all(std::filesystem::path(damaged).parent_path());
+}
+
+TEST_CASE("a state database another coordinator holds is refused", "[cluster_store]") {
+  auto path = scratch("state.db");
+  std::string err;
+  auto first = cluster_store::open(path, err);
+  REQUIRE(first);
+  REQUIRE(first->save_job(make_job(1, "a", "created"), 2) == "");
+  // Another process holding the file (the exclusive lock is per process: fork).
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::string child_err;
+    auto second = cluster_store::open(path, child_err);
+    bool said = child_err.find("another coordinator") != std::string::npos
+                && child_err.find(path) != std::string::npos;
+    _exit(!second && said ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
