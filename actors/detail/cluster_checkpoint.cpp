@@ -36,6 +36,7 @@ struct parts_acc {
   std::vector<std::pair<std::string, checkpoint_part>> parts; // by node name
   std::vector<std::string> failures;
   size_t pending = 0;
+  bool answered = false; // a failure answers at once: a dead node may never answer
 };
 
 // Writes the manifest from every node's part; the checkpoint's clock is the one all
@@ -82,8 +83,10 @@ void gather_parts(cluster_ptr self, uint32_t id, uint64_t clock, const std::stri
   auto acc = std::make_shared<parts_acc>();
   acc->pending = j.node_ids.size();
   auto finish = [self, acc, id, dir, done]() {
-    if (--acc->pending != 0)
+    --acc->pending;
+    if (acc->answered || (acc->pending != 0 && acc->failures.empty()))
       return;
+    acc->answered = true;
     auto it = self->state.jobs.find(id);
     if (it == self->state.jobs.end())
       acc->failures.push_back("the job was deleted meanwhile");

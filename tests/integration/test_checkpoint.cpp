@@ -6,6 +6,7 @@
 // refused with clear errors.
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -216,4 +217,48 @@ TEST_CASE("checkpoint_every writes a checkpoint at every N-th clock, without the
   CHECK(entries == std::vector<std::string>{"clock-0000000002", "clock-0000000004"});
   // Each is a checkpoint like any other: clock 4 on one node, on to 5 steps.
   restore_and_verify(c, "from-4", "'n1'", c.nodes[1]->address(), at(4), 4, 5);
+}
+
+TEST_CASE("a node that dies during a checkpoint fails it with the reason and leaves no "
+          "manifest",
+          "[integration][checkpoint]") {
+  rack_cluster c{{"a", "b"}};
+  std::string err;
+  auto token = c.create("doomed", 2, "adam", "nodes = {'n0', 'n1'}, reduction = 'flat'", &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  auto never = testing::temp_path("never");
+  std::vector<ckpt_worker> ws;
+  for (uint32_t r = 0; r < 2; ++r)
+    ws.push_back(start(c.nodes[r]->address(), "doomed", r, 2, token, 6,
+                       {"--pause-at", "3", "--resume-file", never, "--pause-limit-ms", "20000"}));
+  auto held = c.shell("rw.wait('doomed', 3, {timeout = 30}); print('held')");
+  INFO(held.err);
+  REQUIRE(held.out == "held\n");
+  scratch_dir dir;
+  // Clock 5 is ahead of the held workers: the checkpoint waits for it on the shards.
+  auto shell_err = testing::temp_path("shell.err");
+  tools::subprocess shell{{RW_SHELL_PATH, "--connect", c.coordinator.address(), "-c",
+                           "rw.checkpoint('doomed', '" + dir.path + "', {clock = 5})"},
+                          true, shell_err};
+  REQUIRE(c.coordinator.wait_for_log("checkpoint asked: job='doomed'", std::chrono::seconds(30)));
+  c.nodes[1]->process().signal(SIGKILL);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  shell.read_all(deadline);
+  auto code = shell.wait_until(deadline);
+  auto why = testing::read_file(shell_err);
+  INFO(why);
+  CHECK(code.has_value());
+  CHECK(code != std::optional<int>{0});
+  // The first failure answers: the dead node's, or the job's failure as the other node
+  // saw it (its workers lost n1 and left, or the cluster failed the job naming n1).
+  CHECK_THAT(why, Catch::Contains("failed, no manifest written: node n"));
+  CHECK(!fs::exists(fs::path{dir.path} / "MANIFEST"));
+  for (auto& w : ws) {
+    w.proc->signal(SIGKILL);
+    w.proc->wait_until(deadline);
+    std::remove(w.err_path.c_str());
+    std::remove(w.out_path.c_str());
+  }
+  std::remove(shell_err.c_str());
 }
