@@ -140,6 +140,11 @@ caf::result<checkpoint_part> on_checkpoint(rack_ptr self, uint32_t job_id, uint6
             g->error = describe(self->system(), err);
           finish();
         });
+  auto name = st.names.find(job_id);
+  spdlog::info("checkpoint requested: job='{}' id={} clock={} dir='{}': the shards copy its "
+               "chunks at that clock",
+               name == st.names.end() ? std::string{"(ended)"} : name->second, job_id,
+               clock == now_clock ? std::string{"(as they stand)"} : std::to_string(clock), dir);
   return rp;
 }
 

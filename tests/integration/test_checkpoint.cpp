@@ -72,15 +72,17 @@ void expect_verified(std::vector<ckpt_worker>& ws, const std::string& what) {
 // `steps`; they must end bitwise at the uninterrupted run's parameters.
 void restore_and_verify(rack_cluster& c, const std::string& name, const std::string& nodes,
                         const std::string& at, const std::string& dir, uint32_t from,
-                        uint32_t steps) {
+                        uint32_t steps, std::vector<std::string> extra = {}) {
   std::string err;
   auto token = c.create(name, 2, "adam", "nodes = {" + nodes + "}, reduction = 'flat', "
                                          "restore = '" + dir + "'", &err);
   INFO(err);
   REQUIRE(!token.empty());
   std::vector<ckpt_worker> ws;
+  extra.push_back("--start-clock");
+  extra.push_back(std::to_string(from));
   for (uint32_t r = 0; r < 2; ++r)
-    ws.push_back(start(at, name, r, 2, token, steps, {"--start-clock", std::to_string(from)}));
+    ws.push_back(start(at, name, r, 2, token, steps, extra));
   expect_verified(ws, name);
 }
 
@@ -261,4 +263,59 @@ TEST_CASE("a node that dies during a checkpoint fails it with the reason and lea
     std::remove(w.out_path.c_str());
   }
   std::remove(shell_err.c_str());
+}
+
+TEST_CASE("a hierarchical job is checkpointed at its chunks' homes; without a clock a running "
+          "job is taken at the next one",
+          "[integration][checkpoint]") {
+  rack_cluster c{{"a", "b"}};
+  std::string err;
+  auto token = c.create("hier", 2, "adam",
+                        "racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'b'}",
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  std::vector<ckpt_worker> ws;
+  for (uint32_t r = 0; r < 2; ++r)
+    ws.push_back(start(c.nodes[r]->address(), "hier", r, 2, token, 3, {"--rank-racks", "0,1"}));
+  expect_verified(ws, "hier");
+  scratch_dir hier;
+  auto taken = c.shell("rw.wait('hier', 'finished', {timeout = 30}); "
+                       "print(rw.checkpoint('hier', '" + hier.path + "').clock)");
+  INFO(taken.err);
+  REQUIRE(taken.out == "3\n");
+  // Restored flat on one node with no step to go: the workers read version 3 and find
+  // it bitwise the hierarchical run's (racks summed first).
+  restore_and_verify(c, "hier-back", "'n0'", c.nodes[0]->address(), hier.path, 3, 3,
+                     {"--rank-racks", "0,1"});
+
+  token = c.create("next", 2, "adam", "nodes = {'n0', 'n1'}, reduction = 'flat'", &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  auto resume = testing::temp_path("resume");
+  ws.clear();
+  for (uint32_t r = 0; r < 2; ++r)
+    ws.push_back(start(c.nodes[r]->address(), "next", r, 2, token, 6,
+                       {"--pause-at", "3", "--resume-file", resume}));
+  auto held = c.shell("rw.wait('next', 3, {timeout = 30}); print('held')");
+  INFO(held.err);
+  REQUIRE(held.out == "held\n");
+  scratch_dir next;
+  auto shell_err = testing::temp_path("shell.err");
+  tools::subprocess shell{{RW_SHELL_PATH, "--connect", c.coordinator.address(), "-c",
+                           "print(rw.checkpoint('next', '" + next.path + "').clock)"},
+                          true, shell_err};
+  // Once both nodes' shards wait for the clock, the workers go on and reach it.
+  for (auto& n : c.nodes)
+    CHECK(n->wait_for_log("checkpoint requested: job='next'", std::chrono::seconds(30)));
+  std::ofstream{resume} << "go";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto out = shell.read_all(deadline);
+  shell.wait_until(deadline);
+  INFO(testing::read_file(shell_err));
+  CHECK(out == "4\n"); // one past every rank's clock 3
+  expect_verified(ws, "next");
+  std::remove(resume.c_str());
+  std::remove(shell_err.c_str());
+  restore_and_verify(c, "next-back", "'n1'", c.nodes[1]->address(), next.path, 4, 6);
 }
