@@ -102,7 +102,8 @@ caf::result<checkpoint_part> on_checkpoint(rack_ptr self, uint32_t job_id, uint6
   auto& st = self->state;
   auto rp = self->make_response_promise<checkpoint_part>();
   auto g = std::make_shared<gathered>();
-  g->file->job = fmt::format("{}", job_id);
+  auto live = st.names.find(job_id); // a finished job's name is gone here: its id says it
+  g->file->job = live == st.names.end() ? fmt::format("job id {}", job_id) : live->second;
   g->file->clock = clock;
   g->file->node = st.settings.node_name;
   g->pending = st.shards.size();

@@ -3,7 +3,10 @@
 // those checkpoints on one and on three nodes go on, and their final parameters are
 // bitwise those of the uninterrupted run (the workers verify against the single-process
 // reference of all the steps). Bad directories, damaged files and spec mismatches are
-// refused with clear errors.
+// refused with clear errors. checkpoint_every writes a checkpoint at every N-th clock;
+// a node killed while a checkpoint waits fails it and no manifest is written; a
+// hierarchical job is checkpointed at its top level; without a clock a running job is
+// taken one past every rank's clock.
 
 #include <algorithm>
 #include <csignal>
