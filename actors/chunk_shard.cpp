@@ -1,6 +1,7 @@
 #include "actors/chunk_shard.hpp"
 
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -12,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/chunk_state.hpp"
+#include "actors/detail/shard_checkpoint.hpp"
 #include "actors/detail/shard_job.hpp"
 #include "actors/rack_uplink.hpp"
 #include "runtime/kernels.hpp"
@@ -37,6 +39,8 @@ struct shard_state {
     std::string why;
   };
   std::map<uint32_t, tombstone> tombstones; // why a job id is gone
+  // Finished jobs' chunks, oldest first, kept for checkpoints (kept_finished_jobs).
+  std::deque<std::pair<uint32_t, shard_job>> finished;
   shard_stats stats;
   int memory_numa = -1;
   // Pushes waiting to be served, lowest clock first (equal clocks in arrival order).
@@ -139,6 +143,9 @@ void fail_job(shard_state& st, uint32_t job_id, errc code, const std::string& wh
       w.conn->send_error(code, why, about(job_id, w.rank, t, c, w.version));
     return true;
   });
+  for (auto& p : it->second.checkpoints)
+    p.rp.deliver(cluster_error(code, fmt::format("checkpoint at clock {}: the job failed: {}",
+                                                 p.clock, why)));
   bury(st, job_id, code, why);
 }
 
@@ -163,6 +170,13 @@ shard_job* find_job(shard_ptr self, uint32_t job_id, const transports::connectio
   return nullptr;
 }
 
+// A periodic checkpoint's copies of every chunk here, for the coordinator to write.
+void send_periodic(shard_ptr self, uint32_t job_id, shard_job& job, uint64_t clock,
+                   chunk_snapshot snap) {
+  if (snap.chunks)
+    self->send(job.coordinator, ckpt_atom::value, job_id, clock, std::move(snap));
+}
+
 // Runs every step the chunk is ready for. A layer-wise step (LAMB, LARS) only prepares:
 // its share of the tensor's norms goes to the tensor's home shard, and the step ends
 // when the trust ratio comes back (on_trust).
@@ -185,6 +199,9 @@ void run_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
     }
     cs.complete_step(job.spec.optimizer, job.rescale, clock_type::now());
     ++st.stats.updates;
+    if (detail::checkpoint_clock(job, cs.version())) // before the next step can run here
+      send_periodic(self, job_id, job, cs.version(),
+                    detail::checkpoint_reached(job, tensor, chunk, cs));
     answer_ready(st, job_id, job, tensor, chunk, cs);
   }
 }
@@ -235,6 +252,9 @@ void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version
       continue;
     cs.finish_layerwise(job.spec.optimizer, trust, clock_type::now());
     ++self->state.stats.updates;
+    if (detail::checkpoint_clock(job, cs.version()))
+      send_periodic(self, job_id, job, cs.version(),
+                    detail::checkpoint_reached(job, tensor, c, cs));
     answer_ready(self->state, job_id, job, tensor, c, cs);
     run_steps(self, job_id, job, tensor, c, cs); // pushes held for the next step
   }
@@ -400,12 +420,47 @@ void on_pull(shard_ptr self, chunk_pull& p) {
   answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs);
 }
 
-void create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
+caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
   auto& st = self->state;
-  auto job = detail::make_shard_job(setup, std::move(coordinator), st.settings.numa);
+  shard_job job;
+  try {
+    job = detail::make_shard_job(setup, std::move(coordinator), st.settings.numa);
+  } catch (const std::exception& e) {
+    spdlog::error("shard {}: job {}: {}", st.settings.index, setup.job_id, e.what());
+    return cluster_error(errc::invalid_spec, e.what());
+  }
   st.memory_numa = job.memory_numa();
   st.stats.chunks += job.chunks.size();
   st.jobs.emplace(setup.job_id, std::move(job));
+  return ok_atom::value;
+}
+
+// A checkpoint of a job this shard holds, live or finished.
+caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id, uint64_t clock) {
+  auto& st = self->state;
+  shard_job* job = nullptr;
+  if (auto it = st.jobs.find(job_id); it != st.jobs.end())
+    job = &it->second;
+  for (auto& [id, kept] : st.finished)
+    if (id == job_id)
+      job = &kept;
+  if (job == nullptr) {
+    auto t = st.tombstones.find(job_id);
+    return cluster_error(errc::unknown_job,
+                         t == st.tombstones.end()
+                           ? fmt::format("shard {} has no job {}", st.settings.index, job_id)
+                           : fmt::format("job {} is gone: {}", job_id, t->second.why));
+  }
+  auto p = detail::start_checkpoint(
+    *job, clock, [&](auto fn) { for_each_own_chunk(st, *job, fn); });
+  if (!p.error.empty())
+    return cluster_error(errc::invalid_spec, p.error);
+  if (p.remaining == 0)
+    return p.taken;
+  p.rp = self->make_response_promise<chunk_snapshot>();
+  auto rp = p.rp;
+  job->checkpoints.push_back(std::move(p));
+  return rp;
 }
 
 void scan_timeouts(shard_ptr self) {
@@ -469,8 +524,10 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     [=](relay_atom, const relay_update& u) { on_relay(self, u); },
     [=](pull_atom, chunk_pull& p) { on_pull(self, p); },
     [=](create_atom, job_setup& setup, abort_sink& coordinator) {
-      create_job(self, setup, std::move(coordinator));
-      return ok_atom::value;
+      return create_job(self, setup, std::move(coordinator));
+    },
+    [=](ckpt_atom, uint32_t job_id, uint64_t clock) {
+      return on_checkpoint(self, job_id, clock);
     },
     [=](leave_atom, uint32_t job_id, uint32_t rank, const std::string& why) {
       auto it = self->state.jobs.find(job_id);
@@ -489,8 +546,14 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       auto it = self->state.jobs.find(job_id);
       if (it == self->state.jobs.end())
         return;
-      self->state.stats.chunks -= it->second.chunks.size();
-      bury(self->state, job_id, errc::unknown_job, "the job finished: every worker left");
+      auto& st = self->state;
+      st.stats.chunks -= it->second.chunks.size();
+      auto job = std::move(it->second);
+      bury(st, job_id, errc::unknown_job, "the job finished: every worker left");
+      detail::fail_checkpoints(job, "the job finished before every chunk reached it");
+      st.finished.emplace_back(job_id, std::move(job));
+      while (st.finished.size() > defaults::kept_finished_jobs)
+        st.finished.pop_front();
     },
     [=](norm_atom, uint32_t job_id, uint32_t tensor, uint64_t version, uint32_t chunk,
         double w2, double d2) { on_norm(self, job_id, tensor, version, chunk, w2, d2); },

@@ -23,11 +23,23 @@
 //                         a worker left: steps that still need it fail
 //   coordinator -> shard  (abort_atom, job_id, errc, reason)
 //                         fail every waiter of the job and drop it
-//   coordinator -> shard  (drop_atom, job_id)       the job ended: release its chunks
+//   coordinator -> shard  (drop_atom, job_id)       the job finished: its chunks stop
+//                         serving; the newest defaults::kept_finished_jobs finished jobs'
+//                         chunks are kept for a checkpoint, older ones released
+//   coordinator -> shard  (ckpt_atom, job_id, clock) -> chunk_snapshot
+//                         a copy of each of the job's chunks here at version `clock`,
+//                         taken right after its step to `clock` completes (at once if
+//                         it is there; detail/shard_checkpoint.hpp), or of every chunk
+//                         as it stands (clock UINT64_MAX); an error if a chunk is past
+//                         the clock, or the job ends first
 //   anyone      -> shard  (stats_atom) -> shard_stats
 //   coordinator -> shard  (stats_atom, job_id) -> job_counters
 //                         per rank of the job: pushes, pulls, bytes, wait, clock (empty
 //                         if the shard holds none of the job's chunks)
+//   shard -> coordinator  (ckpt_atom, job_id, clock, chunk_snapshot)
+//                         a job with periodic checkpoints (checkpoint_every N): every
+//                         chunk of the job here, copied right after its step to clock
+//                         (a multiple of N), once the last of them has reached it
 //   shard -> coordinator  (abort_atom, job_id, errc, reason)
 //                         a step waited longer than the step timeout
 //   shard -> home shard   (norm_atom, job_id, tensor, version, chunk, w2, d2)
@@ -57,7 +69,8 @@
 namespace rw::actors {
 
 /// The part of the coordinator's interface a shard reports to.
-using abort_sink = caf::typed_actor<caf::reacts_to<abort_atom, uint32_t, errc, std::string>>;
+using abort_sink = caf::typed_actor<caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
+                                    caf::reacts_to<ckpt_atom, uint32_t, uint64_t, chunk_snapshot>>;
 
 using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<push_atom, chunk_push>,
@@ -72,6 +85,7 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<work_atom>,
   caf::reacts_to<norm_atom, uint32_t, uint32_t, uint64_t, uint32_t, double, double>,
   caf::reacts_to<trust_atom, uint32_t, uint32_t, uint64_t, float>,
+  caf::replies_to<ckpt_atom, uint32_t, uint64_t>::with<chunk_snapshot>,
   caf::replies_to<stats_atom>::with<shard_stats>,
   caf::replies_to<stats_atom, uint32_t>::with<job_counters>>;
 

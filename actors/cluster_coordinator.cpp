@@ -263,6 +263,19 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
         return untrusted(self, "rank binding");
       return bind_rank(self, b);
     },
+    [=](checkpoint_atom, const std::string& name, const std::string& dir,
+        uint64_t clock) -> caf::result<checkpoint_info> {
+      if (!trusted(self))
+        return untrusted(self, "checkpoint");
+      return checkpoint_job(self, name, dir, clock);
+    },
+    [=](checkpoint_atom, uint32_t node_id, uint32_t job_id, uint64_t clock,
+        checkpoint_part& part) {
+      if (!trusted(self))
+        untrusted(self, "checkpoint part");
+      else
+        periodic_part(self, node_id, job_id, clock, part);
+    },
     [=](expire_atom, uint32_t job_id) {
       if (!trusted(self))
         untrusted(self, "join timeout");

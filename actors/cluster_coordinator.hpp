@@ -61,11 +61,26 @@
 //                         another rack for a bound rank: rank_taken). Answered once
 //                         every rank is bound, with the whole map; if the job's join
 //                         timeout runs out first, the job fails naming the missing ranks
+//   shell -> coordinator  (checkpoint_atom, name, dir, clock) -> checkpoint_info
+//                         a checkpoint of a BSP job (detail/cluster_checkpoint.cpp):
+//                         running, at `clock` (0: the first clock ahead of every rank's)
+//                         or finished, as it ended. Every node of the job writes its
+//                         chunks at that clock in parallel (checkpoint_atom to its
+//                         link); once all have, the manifest is written; a node that
+//                         fails or leaves fails the checkpoint, and no manifest is
+//                         written. Created with restore = dir, a job's nodes start
+//                         its chunks from that checkpoint
+//   link  -> coordinator  (checkpoint_atom, node id, job id, clock, checkpoint_part)
+//                         a job created with checkpoint_every = N: a node wrote its file
+//                         of clock c (a multiple of N; its shards copied each chunk
+//                         right after its step to c); once every node of the job has,
+//                         the coordinator writes the manifest of checkpoint_dir/clock-c
 //   coordinator -> itself (expire_atom, job id)  a job's join timeout ran out
 //   coordinator -> itself (tick_atom)  every node_timeout / 4: forget silent nodes
 //   coordinator -> link   (grant_atom, job_grant) -> ok_atom
 //                         (status_atom, job id) -> job_event
 //                         (halt_atom, job id, reason) -> ok_atom   an operator's stop
+//                         (checkpoint_atom, job id, clock, dir) -> checkpoint_part
 //                         (abort_atom, job id, reason) -> ok_atom  the job failed on
 //                         another of its nodes (or one left): it fails here too
 //                         (probe_atom, rate_probe_request) -> rate_probe_result
@@ -104,6 +119,8 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<where_atom, std::string>::with<job_layout>,
   caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
   caf::reacts_to<expire_atom, uint32_t>,
+  caf::replies_to<checkpoint_atom, std::string, std::string, uint64_t>::with<checkpoint_info>,
+  caf::reacts_to<checkpoint_atom, uint32_t, uint32_t, uint64_t, checkpoint_part>,
   caf::reacts_to<tick_atom>>;
 
 /// What the coordinator asks of a node: the node's cluster link answers.
@@ -112,7 +129,8 @@ using node_link_actor = caf::typed_actor<
   caf::replies_to<status_atom, uint32_t>::with<job_event>,
   caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>,
   caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>,
-  caf::replies_to<probe_atom, rate_probe_request>::with<rate_probe_result>>;
+  caf::replies_to<probe_atom, rate_probe_request>::with<rate_probe_result>,
+  caf::replies_to<checkpoint_atom, uint32_t, uint64_t, std::string>::with<checkpoint_part>>;
 
 namespace detail {
 class cluster_store;

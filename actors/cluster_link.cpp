@@ -176,14 +176,20 @@ bool from_coordinator(link_ptr self) {
 // Passes a coordinator's request on to the rack coordinator, and the answer back. Only
 // the coordinator this node registered with may ask.
 template <class Reply, class... Ts>
-caf::result<Reply> relay(link_ptr self, Ts&&... xs) {
+caf::result<Reply> relay_within(link_ptr self, std::chrono::milliseconds timeout, Ts&&... xs) {
   if (!from_coordinator(self))
     return cluster_error(errc::unauthorized, "only the cluster coordinator may ask this");
   auto rp = self->make_response_promise<Reply>();
-  self->request(self->state.rack, self->state.settings.request_timeout, std::forward<Ts>(xs)...)
+  self->request(self->state.rack, timeout, std::forward<Ts>(xs)...)
     .then([rp](Reply& r) mutable { rp.deliver(std::move(r)); },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
   return rp;
+}
+
+template <class Reply, class... Ts>
+caf::result<Reply> relay(link_ptr self, Ts&&... xs) {
+  return relay_within<Reply>(self, self->state.settings.request_timeout,
+                             std::forward<Ts>(xs)...);
 }
 
 // Asks the coordinator on the rack coordinator's behalf, within `timeout`.
@@ -219,6 +225,11 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
   return {
     [=](grant_atom, job_grant& g) { return relay<ok_atom>(self, grant_atom::value, std::move(g)); },
     [=](status_atom, uint32_t id) { return relay<job_event>(self, status_atom::value, id); },
+    [=](checkpoint_atom, uint32_t id, uint64_t clock, std::string& dir) {
+      return relay_within<checkpoint_part>(
+        self, std::chrono::milliseconds(defaults::checkpoint_timeout_ms),
+        checkpoint_atom::value, id, clock, std::move(dir));
+    },
     [=](halt_atom, uint32_t id, std::string& why) {
       return relay<ok_atom>(self, halt_atom::value, id, std::move(why));
     },
@@ -244,6 +255,16 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
         return;
       }
       self->send(st.coordinator, event_atom::value, st.node_id, std::move(ev));
+    },
+    [=](checkpoint_atom, uint32_t job_id, uint64_t clock, checkpoint_part& part) {
+      auto& st = self->state;
+      if (st.node_id == 0) {
+        spdlog::warn("cluster: job {}: checkpoint file {} of clock {} written but the "
+                     "coordinator is not reachable to hear it", job_id, part.file, clock);
+        return;
+      }
+      self->send(st.coordinator, checkpoint_atom::value, st.node_id, job_id, clock,
+                 std::move(part));
     },
     [=](where_atom, std::string& name) {
       return ask<job_layout>(self, self->state.settings.request_timeout, where_atom::value,

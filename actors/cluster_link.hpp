@@ -23,6 +23,9 @@
 //                          refused (unauthorized) from anyone but the coordinator
 //   rack coordinator -> link (event_atom, job_event)  forwarded as
 //                          (event_atom, node id, job_event)
+//   rack coordinator -> link (checkpoint_atom, job id, clock, checkpoint_part)
+//                          this node's file of a periodic checkpoint, forwarded as
+//                          (checkpoint_atom, node id, job id, clock, checkpoint_part)
 //   rack coordinator -> link (where_atom, name) -> job_layout
 //                          (bind_atom, rank_binding) -> rank_map
 //                          asked of the coordinator, its answer back (unavailable while
@@ -45,6 +48,7 @@ namespace rw::actors {
 
 using cluster_link_actor = node_link_actor::extend<
   caf::reacts_to<event_atom, job_event>,
+  caf::reacts_to<checkpoint_atom, uint32_t, uint64_t, checkpoint_part>,
   caf::replies_to<where_atom, std::string>::with<job_layout>,
   caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
   caf::replies_to<leave_atom>::with<ok_atom>,

@@ -27,6 +27,8 @@ void register_cluster_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<job_layout>("rw::job_layout");
   cfg.add_message_type<rank_binding>("rw::rank_binding");
   cfg.add_message_type<rank_map>("rw::rank_map");
+  cfg.add_message_type<checkpoint_part>("rw::checkpoint_part");
+  cfg.add_message_type<checkpoint_info>("rw::checkpoint_info");
   cfg.add_error_category(error_category, [](uint8_t code, caf::atom_value,
                                             const caf::message& context) {
     std::string text = to_string(static_cast<errc>(code));

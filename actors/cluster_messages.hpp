@@ -62,6 +62,7 @@ using probe_atom = caf::atom_constant<caf::atom("probe")>;
 using where_atom = caf::atom_constant<caf::atom("where")>;
 using bind_atom = caf::atom_constant<caf::atom("bind")>;
 using expire_atom = caf::atom_constant<caf::atom("expire")>;
+using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
 
 /// A rack-agg node as the cluster knows it.
 struct node_info {
@@ -152,6 +153,31 @@ struct job_placement {
   /// Without worker_racks, a hierarchical job's ranks are placed as its workers say
   /// hello; all must within this long of the first (0: defaults::join_timeout_ms).
   uint32_t join_timeout_ms = 0;
+  /// A checkpoint directory to start the job from ("": a new job at version 0).
+  std::string restore;
+  /// Periodic checkpoints: every this many clocks (0: none), each into its own
+  /// directory under checkpoint_dir (clock-NNNNNNNNNN).
+  uint64_t checkpoint_every = 0;
+  std::string checkpoint_dir;
+};
+
+/// A node's part of a checkpoint: the file it wrote, as the manifest lists it.
+struct checkpoint_part {
+  std::string file;
+  uint64_t bytes = 0;
+  uint64_t xxh64 = 0;
+  std::vector<uint32_t> tensors; // with chunks: the (tensor, chunk) ids it holds
+  std::vector<uint32_t> chunks;
+  uint64_t clock = 0;            // the chunks' version (one clock)
+};
+
+/// A checkpoint written: its directory, clock and files.
+struct checkpoint_info {
+  std::string job;
+  std::string dir;
+  uint64_t clock = 0;
+  std::vector<std::string> files;
+  uint64_t bytes = 0;
 };
 
 /// A node places a rank of a job placed at join in its rack (`node`: its index in the
@@ -178,6 +204,9 @@ struct job_grant {
   job_spec spec;
   std::string secret;
   job_layout layout;
+  std::string restore; // the checkpoint the job starts from ("": none)
+  uint64_t checkpoint_every = 0; // periodic checkpoints (0: none), into checkpoint_dir
+  std::string checkpoint_dir;
 };
 
 /// One worker of a job, as its node counts it. Counts are chunk messages.
@@ -275,12 +304,26 @@ typename Inspector::result_type inspect(Inspector& f, rank_map& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_placement& x) {
   return f(caf::meta::type_name("rw::job_placement"), x.node, x.nodes, x.racks,
-           x.reduction, x.worker_racks, x.join_timeout_ms);
+           x.reduction, x.worker_racks, x.join_timeout_ms, x.restore, x.checkpoint_every,
+           x.checkpoint_dir);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, checkpoint_part& x) {
+  return f(caf::meta::type_name("rw::checkpoint_part"), x.file, x.bytes, x.xxh64, x.tensors,
+           x.chunks, x.clock);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, checkpoint_info& x) {
+  return f(caf::meta::type_name("rw::checkpoint_info"), x.job, x.dir, x.clock, x.files,
+           x.bytes);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_grant& x) {
-  return f(caf::meta::type_name("rw::job_grant"), x.job_id, x.spec, x.secret, x.layout);
+  return f(caf::meta::type_name("rw::job_grant"), x.job_id, x.spec, x.secret, x.layout,
+           x.restore, x.checkpoint_every, x.checkpoint_dir);
 }
 
 template <class Inspector>

@@ -16,6 +16,7 @@
 #include "rackweave/errc.hpp"
 #include "rackweave/job_spec.hpp"
 #include "runtime/buffer_pool.hpp"
+#include "runtime/checkpoint/chunk_file.hpp"
 #include "runtime/chunking.hpp"
 #include "transports/control.hpp"
 #include "transports/shm/segment.hpp"
@@ -47,6 +48,7 @@ using trust_atom = caf::atom_constant<caf::atom("trust")>;
 using work_atom = caf::atom_constant<caf::atom("work")>;
 using proof_atom = caf::atom_constant<caf::atom("proof")>;
 using relay_atom = caf::atom_constant<caf::atom("relay")>;
+using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 
@@ -92,6 +94,18 @@ struct job_setup {
   /// The rank whose init sets version 0 (a hierarchical job's top level: the rack of
   /// the job's rank 0).
   uint32_t init_rank = 0;
+  /// A job restored from a checkpoint: the state of this shard's chunks (every one of
+  /// them, at the checkpoint's clock); empty: chunks start at version 0.
+  std::vector<runtime::checkpoint::chunk_record> restore;
+  /// Periodic checkpoints: every chunk is copied right after its step to each multiple
+  /// of this clock (0: never), and the shard's copies go to the coordinator.
+  uint64_t checkpoint_every = 0;
+};
+
+/// A shard's chunks of a job at a checkpoint's clock (shared: it is not copied again
+/// on its way to the file writer).
+struct chunk_snapshot {
+  std::shared_ptr<std::vector<runtime::checkpoint::chunk_record>> chunks;
 };
 
 /// A worker's hello, as the poller forwards it to the rack coordinator.
@@ -189,6 +203,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_push)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_pull)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_setup)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::relay_update)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_snapshot)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::hello_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::attach_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::proof_request)

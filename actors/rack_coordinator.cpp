@@ -152,6 +152,10 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
     job.layout = g->second.layout;
     job.internal = g->second.internal;
     job.init_rank = g->second.init_rank;
+    if (!is_hierarchical(g->second.layout)) { // a rack part holds no state of its own
+      job.checkpoint_every = g->second.checkpoint_every;
+      job.checkpoint_dir = g->second.checkpoint_dir;
+    }
     auto& nodes = job.layout.nodes;
     job.node_index = static_cast<uint32_t>(
       std::find(nodes.begin(), nodes.end(), st.settings.node_name) - nodes.begin());
@@ -163,6 +167,18 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
   } else {
     job.routes = std::make_shared<runtime::routing_table>(spec, uint32_t(st.shards.size()),
                                                          st.settings.shard_endpoints);
+  }
+  std::vector<std::vector<runtime::checkpoint::chunk_record>> restored;
+  if (auto g = st.grants.find(spec.name);
+      job.granted && g != st.grants.end() && !g->second.restore.empty()) {
+    auto why = load_restore(g->second.restore, spec, *job.routes, restored);
+    if (!why.empty()) {
+      spdlog::error("{}", why);
+      rp.deliver(refuse(errc::invalid_spec, why));
+      return;
+    }
+    spdlog::info("job '{}' id={}: restoring {} chunks homed here from checkpoint '{}'",
+                 spec.name, id, job.routes->local_chunks(), g->second.restore);
   }
   job.ranks.assign(spec.num_workers, rank_status::absent);
   job.ranks[rank] = rank_status::live;
@@ -207,7 +223,9 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
     peers.push_back(caf::actor_cast<caf::actor>(sh));
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
     job_setup setup{job.id, shard_spec, job.routes, i, job.params, peers, job.uplink,
-                    job.init_rank};
+                    job.init_rank, restored.empty() ? std::vector<runtime::checkpoint::chunk_record>{}
+                                                    : std::move(restored[i]),
+                    job.checkpoint_every};
     self->request(st.shards[i], st.settings.shard_setup_timeout, create_atom::value,
                   std::move(setup), sink)
       .then(
@@ -218,7 +236,7 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
         [=](caf::error& err) mutable {
           // The job ends here, on every shard: its name is free and no rank stays live.
           auto why = fmt::format("shard {} of node {} did not set up the job's chunks: {}", i,
-                                 self->state.settings.node_name, self->system().render(err));
+                                 self->state.settings.node_name, describe(self->system(), err));
           end_job(self, b.job_id, "failed", errc::internal, why);
           if (rp.pending())
             rp.deliver(refuse(errc::internal, why));
@@ -405,6 +423,12 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     [=](attach_atom, const attach_request& req) { return on_attach(self, req); },
     [=](grant_atom, job_grant& g) { return on_grant(self, g); },
     [=](status_atom, uint32_t job_id) { return on_status(self, job_id); },
+    [=](ckpt_atom, uint32_t job_id, uint64_t clock, chunk_snapshot& snap) {
+      on_periodic(self, job_id, clock, snap);
+    },
+    [=](checkpoint_atom, uint32_t job_id, uint64_t clock, const std::string& dir) {
+      return on_checkpoint(self, job_id, clock, dir);
+    },
     [=](halt_atom, uint32_t job_id, const std::string& reason) {
       return on_halt(self, job_id, reason);
     },

@@ -60,6 +60,21 @@
 //                          hello for a job the node does not hold is answered moved with
 //                          the job's node for the worker (where_atom), or with all of
 //                          them when the rules cannot tell (the worker measures).
+//   link   -> coordinator  (checkpoint_atom, job_id, clock, dir) -> checkpoint_part
+//                          this node's part of a checkpoint (detail/rack_checkpoint.cpp):
+//                          every shard copies its chunks of the job at `clock`
+//                          (UINT64_MAX: as they stand, a finished job), then a detached
+//                          writer writes dir/chunks-NODE.rwck durably and the answer
+//                          is its size, xxh64 and chunk ids. A job granted with a
+//                          checkpoint to restore starts, at its first worker, with the
+//                          state of the chunks homed here read from the checkpoint's
+//                          files (a worker whose tensors differ from it is refused).
+//   shard  -> coordinator  (ckpt_atom, job_id, clock, chunk_snapshot)
+//                          a job granted with checkpoint_every N: a shard's chunks at
+//                          clock (a multiple of N); once every shard holding chunks of
+//                          the job has sent them, the node writes its file into
+//                          checkpoint_dir/clock-NNNNNNNNNN and tells the cluster
+//                          (checkpoint_atom, job_id, clock, checkpoint_part to its link)
 //   link   -> coordinator  (locate_atom, address)   where the cluster coordinator is
 //   poller -> coordinator  (locate_atom) -> address  (empty: not known yet)
 
@@ -82,7 +97,8 @@ namespace rw::actors {
 using cluster_gateway = caf::typed_actor<
   caf::reacts_to<event_atom, job_event>,
   caf::replies_to<where_atom, std::string>::with<job_layout>,
-  caf::replies_to<bind_atom, rank_binding>::with<rank_map>>;
+  caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
+  caf::reacts_to<checkpoint_atom, uint32_t, uint64_t, checkpoint_part>>;
 
 /// Job ids from here up belong to open jobs (made by a worker's hello on a node with
 /// --open-jobs); ids below are the cluster coordinator's.
@@ -96,6 +112,8 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>,
   caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>,
   caf::reacts_to<halt_atom, std::vector<uint32_t>, std::string>,
+  caf::replies_to<checkpoint_atom, uint32_t, uint64_t, std::string>::with<checkpoint_part>,
+  caf::reacts_to<ckpt_atom, uint32_t, uint64_t, chunk_snapshot>,
   caf::reacts_to<register_atom, cluster_gateway>,
   caf::reacts_to<locate_atom, std::string>,
   caf::replies_to<locate_atom>::with<std::string>,

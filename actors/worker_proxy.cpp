@@ -255,9 +255,12 @@ void finish(proxy_ptr self, uint32_t t, uint64_t seq, errc code, const std::stri
 
 worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
                                                  std::shared_ptr<worker_link> link,
-                                                 std::chrono::milliseconds timeout) {
+                                                 std::chrono::milliseconds timeout,
+                                                 uint64_t start_clock) {
   auto& st = self->state;
   st.tensors.resize(link->num_tensors());
+  for (auto& q : st.tensors)
+    q.clock = start_clock;
   st.link = std::move(link);
   st.timeout = timeout;
   return {
@@ -305,8 +308,9 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
 
 worker_proxy_actor spawn_worker_proxy(caf::actor_system& sys,
                                       std::shared_ptr<worker_link> link,
-                                      std::chrono::milliseconds request_timeout) {
-  return sys.spawn(proxy_behavior, std::move(link), request_timeout);
+                                      std::chrono::milliseconds request_timeout,
+                                      uint64_t start_clock) {
+  return sys.spawn(proxy_behavior, std::move(link), request_timeout, start_clock);
 }
 
 } // namespace rw::actors

@@ -66,7 +66,8 @@ using worker_proxy_actor = caf::typed_actor<
 
 worker_proxy_actor spawn_worker_proxy(caf::actor_system& sys,
                                       std::shared_ptr<worker_link> link,
-                                      std::chrono::milliseconds request_timeout);
+                                      std::chrono::milliseconds request_timeout,
+                                      uint64_t start_clock = 0);
 
 } // namespace rw::actors
 

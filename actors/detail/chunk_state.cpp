@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
 namespace rw::actors::detail {
 
 chunk_state::chunk_state(uint32_t length, uint32_t workers, float* params, float* m,
@@ -44,6 +46,41 @@ bool chunk_state::needs(uint32_t rank) const noexcept {
     if (w.min_pushes > pushes_[rank])
       return true;
   return false;
+}
+
+runtime::checkpoint::chunk_record chunk_state::snapshot(uint32_t tensor,
+                                                        uint32_t chunk) const {
+  runtime::checkpoint::chunk_record r;
+  r.tensor = tensor;
+  r.chunk = chunk;
+  r.version = version_;
+  r.params.assign(params_, params_ + length_);
+  if (m_ != nullptr)
+    r.m.assign(m_, m_ + length_);
+  if (v_ != nullptr)
+    r.v.assign(v_, v_ + length_);
+  return r;
+}
+
+std::string chunk_state::restore(const runtime::checkpoint::chunk_record& r) {
+  auto fits = [&](const std::vector<float>& xs, const float* dst, const char* what) {
+    if (dst == nullptr ? xs.empty() : xs.size() == length_)
+      return std::string{};
+    return fmt::format("chunk {}/{}: the checkpoint's {} has {} floats, the chunk {}", r.tensor,
+                       r.chunk, what, xs.size(), dst == nullptr ? 0u : length_);
+  };
+  for (auto why : {fits(r.params, params_, "parameters"), fits(r.m, m_, "optimizer array m"),
+                   fits(r.v, v_, "optimizer array v")})
+    if (!why.empty())
+      return why;
+  std::memcpy(params_, r.params.data(), size_t{length_} * sizeof(float));
+  if (m_ != nullptr)
+    std::memcpy(m_, r.m.data(), size_t{length_} * sizeof(float));
+  if (v_ != nullptr)
+    std::memcpy(v_, r.v.data(), size_t{length_} * sizeof(float));
+  version_ = r.version;
+  initialized_ = true;
+  return {};
 }
 
 bool chunk_state::init(const float* values) {

@@ -24,10 +24,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "rackweave/job_spec.hpp"
 #include "runtime/buffer_pool.hpp"
+#include "runtime/checkpoint/chunk_file.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
 #include "transports/transport.hpp"
@@ -77,6 +79,14 @@ public:
   const float* params() const noexcept {
     return params_;
   }
+
+  /// Checkpoints (BSP, between steps): the chunk's parameters, optimizer arrays and
+  /// version, copied. Only called at a checkpoint's clock, never on an ordinary step.
+  runtime::checkpoint::chunk_record snapshot(uint32_t tensor, uint32_t chunk) const;
+  /// Takes the state a checkpoint holds as this chunk's version: parameters, the
+  /// optimizer arrays this chunk has, the version; the chunk needs no init. Returns
+  /// what does not fit (a length, an array the optimizer lacks or needs), else "".
+  std::string restore(const runtime::checkpoint::chunk_record& r);
 
   /// Sets version-0 values (rank 0's init). Returns false if already initialized or
   /// past version 0.

@@ -222,7 +222,22 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
     j.node_ids.push_back(m->info.id);
   auto id = j.report.id;
   auto ids = j.node_ids;
-  auto grant = job_grant{id, spec, j.token, j.report.layout};
+  if (!placement.restore.empty() && is_hierarchical(layout)) {
+    rp.deliver(cluster_error(errc::invalid_spec,
+                             "cannot place the job: a hierarchical job cannot start from a "
+                             "checkpoint; create it with reduction = 'flat'"));
+    return;
+  }
+  j.restore = placement.restore;
+  j.checkpoint_every = placement.checkpoint_every;
+  j.checkpoint_dir = placement.checkpoint_dir;
+  auto grant = job_grant{id,
+                         spec,
+                         j.token,
+                         j.report.layout,
+                         placement.restore,
+                         placement.checkpoint_every,
+                         placement.checkpoint_dir};
   if (nodes.size() > 1)
     spdlog::info("job placed: job='{}' id={} nodes=[{}] racks=[{}] reduction={} "
                  "ring_version={}; {}",
@@ -282,6 +297,11 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
     return cluster_error(errc::invalid_spec, "invalid job spec: " + why);
   if (auto* old = find(self, spec.name))
     return duplicate(*old);
+  if (placement.checkpoint_every > 0 && placement.checkpoint_dir.empty())
+    return cluster_error(errc::invalid_spec, "checkpoint_every needs checkpoint_dir");
+  if (!placement.restore.empty())
+    if (auto why = check_restore(spec, placement.restore); !why.empty())
+      return cluster_error(errc::invalid_spec, why);
   std::string why;
   auto nodes = place_job(st, placement, why);
   if (nodes.empty())

@@ -38,6 +38,13 @@ struct job_entry {
   std::vector<uint32_t> bound;
   std::vector<std::string> bound_why;
   std::vector<caf::typed_response_promise<rank_map>> waiting;
+  /// Checkpoints: the one the job started from, and periodic ones (every N clocks
+  /// into checkpoint_dir; 0: none).
+  std::string restore;
+  uint64_t checkpoint_every = 0;
+  std::string checkpoint_dir;
+  /// Periodic checkpoints' files written so far, by clock, by node name.
+  std::map<uint64_t, std::vector<std::pair<std::string, checkpoint_part>>> periodic;
 
   bool on_node(uint32_t id) const {
     return std::find(node_ids.begin(), node_ids.end(), id) != node_ids.end();
@@ -149,6 +156,18 @@ std::vector<uint32_t> live_jobs_on(const cluster_state& st, uint32_t id);
 void reconcile_node(cluster_ptr self, uint32_t node_id);
 /// Nodes of restored jobs not back within node_timeout of the start: their jobs fail.
 void expire_awaited(cluster_ptr self);
+// --- cluster_checkpoint.cpp -------------------------------------------------------
+/// A checkpoint of job `name` into `dir` at `clock` (0: the coordinator picks one; see
+/// cluster_coordinator.hpp).
+caf::result<checkpoint_info> checkpoint_job(cluster_ptr self, const std::string& name,
+                                            const std::string& dir, uint64_t clock);
+/// A job created with restore = dir: why it cannot start from it ("" if it can, as
+/// far as the spec without tensors tells; the nodes check the tensors).
+std::string check_restore(const job_spec& spec, const std::string& dir);
+/// Node `node_id` wrote its file of job `id`'s periodic checkpoint at `clock`: once
+/// every node of the job has, the manifest is written.
+void periodic_part(cluster_ptr self, uint32_t node_id, uint32_t id, uint64_t clock,
+                   checkpoint_part& part);
 
 // --- cluster_jobs.cpp --------------------------------------------------------------
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,

@@ -160,7 +160,9 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
                name, g.job_id, g.spec.num_workers, to_string(g.spec.consistency),
                to_string(g.spec.optimizer.kind), g.spec.chunk_bytes,
                fmt::join(g.layout.nodes, ","), g.layout.reduction, g.layout.ring_version);
-  st.grants[name] = grant_info{g.job_id, g.spec, g.secret, g.layout, {}, {}, false, 0, {}};
+  st.grants[name] =
+    grant_info{g.job_id, g.spec, g.secret, g.layout, {}, {}, false, 0, {}, g.restore,
+               g.checkpoint_every, g.checkpoint_dir};
   if (is_hierarchical(g.layout)) {
     // The top level the rack-aggs take part in: one rank per rack, the job's
     // optimizer (its gradient scale fixed for all the job's workers), chunks homed
@@ -172,7 +174,9 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
     auto layout = g.layout;
     layout.reduction = "flat";
     layout.rank_racks.clear();
-    grant_info t{g.job_id + top_job_id_offset, top, g.secret, layout, {}, {}, false, 0, {}};
+    // The state lives at the chunks' homes in the top level: its checkpoints are the job's.
+    grant_info t{g.job_id + top_job_id_offset, top, g.secret, layout, {}, {}, false, 0, {}, {},
+                 g.checkpoint_every, g.checkpoint_dir};
     t.internal = true;
     t.init_rank = g.layout.rank_racks.empty() ? 0 : g.layout.rank_racks.front();
     st.grants[top.name] = std::move(t);

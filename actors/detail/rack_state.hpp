@@ -4,6 +4,7 @@
 // the node: grants from the cluster, status, stop, the end of a job and its report).
 
 #include <deque>
+#include <map>
 #include <unordered_map>
 
 #include "actors/rack_coordinator.hpp"
@@ -33,6 +34,15 @@ struct job_info {
   std::vector<uint32_t> local_rank;
   std::vector<uint32_t> global_rank;
   std::shared_ptr<rack_uplink> uplink;
+  // Periodic checkpoints (0: none): per clock, the chunks the shards sent so far and
+  // how many shards did.
+  uint64_t checkpoint_every = 0;
+  std::string checkpoint_dir;
+  struct periodic_part {
+    std::shared_ptr<runtime::checkpoint::chunk_file> file;
+    size_t shards = 0;
+  };
+  std::map<uint64_t, periodic_part> periodic;
 
   uint32_t shard_rank(uint32_t rank) const {
     return local_rank.empty() ? rank : local_rank[rank];
@@ -64,6 +74,9 @@ struct grant_info {
   /// proved the token before this node learnt the map, and so the top level's init
   /// rank (the rack of rank 0): admitted once it has (take_map), refused if it ends.
   std::vector<held_join> held_top;
+  std::string restore; // the checkpoint the job starts from ("": none)
+  uint64_t checkpoint_every = 0; // periodic checkpoints (0: none) into checkpoint_dir
+  std::string checkpoint_dir;
 };
 
 struct rack_state {
@@ -107,6 +120,21 @@ void bind_then_admit(rack_ptr self, const hello_request& req, uint32_t id,
 /// sends the worker on (detail/rack_choice send_elsewhere); `refusal` if it has no
 /// such job or cannot be asked.
 caf::result<job_binding> send_on(rack_ptr self, const hello_request& req, job_binding refusal);
+
+// --- rack_checkpoint.cpp ---------------------------------------------------------
+/// This node's part of a checkpoint of job `job_id` at `clock` (UINT64_MAX: as the
+/// chunks stand) into `dir`: its chunk file, as the manifest lists it.
+caf::result<checkpoint_part> on_checkpoint(rack_ptr self, uint32_t job_id, uint64_t clock,
+                                           const std::string& dir);
+/// A shard's copies of a periodic checkpoint of job `job_id` at `clock`: once every
+/// shard holding chunks of the job has sent its own, the node's file is written into
+/// checkpoint_dir/clock-NNNNNNNNNN and its entry goes to the cluster (checkpoint_atom).
+void on_periodic(rack_ptr self, uint32_t job_id, uint64_t clock, chunk_snapshot& snap);
+/// A restored job's chunks homed here (by `routes`), per shard, from the checkpoint in
+/// `dir`; "" or why they cannot be (a bad manifest or file, a spec that differs).
+std::string load_restore(const std::string& dir, const job_spec& spec,
+                         const runtime::routing_table& routes,
+                         std::vector<std::vector<runtime::checkpoint::chunk_record>>& per_shard);
 
 // --- rack_jobs.cpp ---------------------------------------------------------------
 /// Takes a grant from the cluster (refused if a live job has the name).

@@ -1,6 +1,10 @@
 #include "actors/detail/shard_job.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "runtime/kernels.hpp"
 
@@ -11,6 +15,30 @@ int shard_job::memory_numa() const {
     return runtime::numa_node_of(memory.data());
   return chunks.empty() ? -1 : runtime::numa_node_of(chunks.front().params());
 }
+
+namespace {
+
+void restore_chunks(shard_job& job, const job_setup& setup, uint32_t index) {
+  if (setup.restore.empty())
+    return;
+  std::vector<bool> done(job.chunks.size(), false);
+  for (auto& r : setup.restore) {
+    if (r.tensor >= job.routes->num_tensors() || r.chunk >= job.routes->layout(r.tensor).count()
+        || job.routes->shard_of(r.tensor, r.chunk) != index)
+      throw std::runtime_error(fmt::format("restore: chunk {}/{} is not one of shard {}'s",
+                                           r.tensor, r.chunk, index));
+    auto local = job.routes->local_index(r.tensor, r.chunk);
+    if (auto why = job.chunks[local].restore(r); !why.empty())
+      throw std::runtime_error("restore: " + why);
+    done[local] = true;
+  }
+  auto missing = std::count(done.begin(), done.end(), false);
+  if (missing != 0)
+    throw std::runtime_error(fmt::format("restore: {} of shard {}'s chunks are missing from "
+                                         "the checkpoint", missing, index));
+}
+
+} // namespace
 
 shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa) {
   const auto index = setup.shard_index;
@@ -23,6 +51,7 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
   job.coordinator = std::move(coordinator);
   job.relay = std::move(setup.relay);
   job.init_rank = setup.init_rank;
+  job.checkpoint_every = setup.checkpoint_every;
   // One NUMA-local arena for the job's chunks on this shard: per chunk, the
   // parameters (unless the job shares them with colocated workers) and the
   // optimizer's arrays, each starting on a cache line.
@@ -76,6 +105,7 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
   if (job.shared) // first touch from this pinned thread puts the pages on its domain
     for (auto& cs : job.chunks)
       std::memset(const_cast<float*>(cs.params()), 0, cs.length() * sizeof(float));
+  restore_chunks(job, setup, index);
   return job;
 }
 

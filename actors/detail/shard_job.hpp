@@ -6,6 +6,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+
+#include <caf/typed_response_promise.hpp>
 #include <vector>
 
 #include "actors/chunk_shard.hpp"
@@ -14,6 +16,14 @@
 #include "runtime/topology.hpp"
 
 namespace rw::actors::detail {
+
+/// A checkpoint waiting for this shard's chunks of a job to reach its clock.
+struct pending_checkpoint {
+  uint64_t clock = 0;
+  size_t remaining = 0; // chunks not yet at the clock
+  chunk_snapshot taken;
+  caf::typed_response_promise<chunk_snapshot> rp;
+};
 
 struct shard_job {
   /// NUMA domain of the chunk memory (-1: the job has no chunks on this shard).
@@ -37,12 +47,18 @@ struct shard_job {
   // chunk, so they are added in chunk order whatever order they came in.
   std::map<std::pair<uint32_t, uint64_t>, std::vector<std::optional<runtime::norm_parts>>>
     norms;
+  std::vector<pending_checkpoint> checkpoints;
+  uint64_t checkpoint_every = 0;                 // periodic checkpoints (0: none)
+  std::map<uint64_t, chunk_snapshot> periodic;   // by clock, until every chunk is in
 };
 
 
 /// Lays out a new job's chunks of shard setup.shard_index: m, v and d where the
 /// optimizer needs them, each chunk's arrays on a cache line, all allocated on `numa`
 /// (the parameters in the shared segment, when the job has one, first touched here).
+/// A restored job's chunks take their state from setup.restore, which must hold every
+/// chunk of the shard, each fitting its chunk; throws std::runtime_error saying which
+/// does not.
 shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa);
 
 } // namespace rw::actors::detail

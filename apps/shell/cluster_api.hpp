@@ -33,6 +33,10 @@ public:
   virtual actors::job_report job_status(const std::string& name) = 0;
   virtual actors::job_report job_stop(const std::string& name) = 0;
   virtual void job_delete(const std::string& name) = 0;
+  /// Writes a checkpoint of the job into `dir` (a new or empty directory) at `clock`
+  /// (0: the coordinator picks the next clock; a finished job: as it ended).
+  virtual actors::checkpoint_info checkpoint(const std::string& name, const std::string& dir,
+                                             uint64_t clock) = 0;
   /// Where the coordinator is (HOST:PORT of its control address), for the prompt.
   virtual std::string coordinator() const = 0;
 };

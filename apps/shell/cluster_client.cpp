@@ -32,6 +32,11 @@ struct cluster_client::impl {
   // One request; a lost coordinator is found again first. Throws shell_error.
   template <class Result, class... Ts>
   Result ask(const char* what, Ts&&... xs) {
+    return ask_within<Result>(timeout, what, std::forward<Ts>(xs)...);
+  }
+
+  template <class Result, class... Ts>
+  Result ask_within(std::chrono::milliseconds timeout, const char* what, Ts&&... xs) {
     if (!coordinator)
       reach();
     caf::scoped_actor self{sys};
@@ -94,6 +99,16 @@ actors::job_report cluster_client::job_stop(const std::string& name) {
 
 void cluster_client::job_delete(const std::string& name) {
   impl_->ask<actors::ok_atom>("job_delete", actors::remove_atom::value, name);
+}
+
+actors::checkpoint_info cluster_client::checkpoint(const std::string& name,
+                                                   const std::string& dir, uint64_t clock) {
+  // A checkpoint waits for its clock and for every node's file.
+  auto wait = std::max(impl_->timeout, std::chrono::milliseconds(defaults::checkpoint_timeout_ms)
+                                         + impl_->timeout);
+  return impl_->ask_within<actors::checkpoint_info>(wait, "checkpoint",
+                                                    actors::checkpoint_atom::value, name, dir,
+                                                    clock);
 }
 
 std::string cluster_client::coordinator() const {

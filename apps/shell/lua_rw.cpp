@@ -1,6 +1,7 @@
 #include "apps/shell/lua_rw.hpp"
 
 #include <new>
+#include <stdexcept>
 #include <string>
 
 #include <fmt/format.h>
@@ -33,9 +34,15 @@ const command commands[] = {
   {"job_create", rw_job_create,
    "rw.job_create{name=, workers=, ...}",
    "creates a job; also consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
-   "weight_decay, rescale, eta, chunk_bytes, node. Returns the job with its token"},
+   "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, restore (a "
+   "checkpoint dir), checkpoint_every, checkpoint_dir. Returns the job with its token"},
   {"job_status", rw_job_status, "rw.job_status(name)", "the job: state, ranks, totals"},
   {"job_stop", rw_job_stop, "rw.job_stop(name)", "stops the job; returns it"},
+  {"checkpoint", rw_checkpoint, "rw.checkpoint(name, dir [, {clock=}])",
+   "writes the job's parameters, optimizer state and clock into dir (new or empty), "
+   "consistent at one clock (the next one, or clock=; a finished job as it ended); "
+   "returns {dir, clock, files, bytes}. rw.job_create{..., restore = dir} starts a job "
+   "from it; checkpoint_every = N, checkpoint_dir = D take one every N clocks"},
   {"job_delete", rw_job_delete, "rw.job_delete(name)", "removes the job from the registry; true"},
   {"wait", rw_wait, "rw.wait(name, cond [, {interval=, timeout=}])",
    "until cond holds: a state (created, running, finished, stopped, failed, ended), a "
@@ -127,6 +134,44 @@ int rw_job_delete(lua_State* L) {
     auto name = job_name(L, "rw.job_delete");
     context(L).api->job_delete(name);
     lua_pushboolean(L, 1);
+    return 1;
+  });
+}
+
+int rw_checkpoint(lua_State* L) {
+  return protect(L, [&] {
+    auto name = job_name(L, "rw.checkpoint");
+    auto dir = arg_string(L, 2, "rw.checkpoint", "a directory");
+    uint64_t clock = 0;
+    if (lua_gettop(L) >= 3 && !lua_isnil(L, 3)) {
+      if (lua_type(L, 3) != LUA_TTABLE)
+        throw std::invalid_argument("rw.checkpoint: the third argument is {clock = N}");
+      lua_getfield(L, 3, "clock");
+      if (!lua_isnil(L, -1)) {
+        int ok = 0;
+        auto c = lua_tointegerx(L, -1, &ok);
+        if (!ok || c <= 0)
+          throw std::invalid_argument("rw.checkpoint: clock must be a positive whole number");
+        clock = static_cast<uint64_t>(c);
+      }
+      lua_pop(L, 1);
+    }
+    auto info = context(L).api->checkpoint(name, dir, clock);
+    lua_createtable(L, 0, 5);
+    lua_pushlstring(L, info.job.data(), info.job.size());
+    lua_setfield(L, -2, "job");
+    lua_pushlstring(L, info.dir.data(), info.dir.size());
+    lua_setfield(L, -2, "dir");
+    lua_pushinteger(L, static_cast<lua_Integer>(info.clock));
+    lua_setfield(L, -2, "clock");
+    lua_pushinteger(L, static_cast<lua_Integer>(info.bytes));
+    lua_setfield(L, -2, "bytes");
+    lua_createtable(L, static_cast<int>(info.files.size()), 0);
+    for (size_t i = 0; i < info.files.size(); ++i) {
+      lua_pushlstring(L, info.files[i].data(), info.files[i].size());
+      lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+    }
+    lua_setfield(L, -2, "files");
     return 1;
   });
 }

@@ -87,7 +87,7 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
                                                 d.opts.job.num_workers - 1));
   for (uint32_t i = 0; i < d.opts.job.tensors.size(); ++i)
     d.index.emplace(d.opts.job.tensors[i].name, i);
-  d.clocks.assign(d.opts.job.tensors.size(), 0);
+  d.clocks.assign(d.opts.job.tensors.size(), d.opts.start_clock);
   d.ep = std::make_shared<transports::tcp::endpoint>(
     d.opts.request_timeout,
     transports::receive_limits{d.opts.job.chunk_bytes, defaults::max_control_bytes});
@@ -95,7 +95,8 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
   d.cfg.set("scheduler.max-threads", 2);
   d.cfg.set("logger.verbosity", caf::atom("quiet"));
   d.sys = std::make_unique<caf::actor_system>(d.cfg);
-  d.proxy = actors::spawn_worker_proxy(*d.sys, d.link, d.opts.request_timeout);
+  d.proxy = actors::spawn_worker_proxy(*d.sys, d.link, d.opts.request_timeout,
+                                       d.opts.start_clock);
   d.link->start(d.proxy);
 }
 

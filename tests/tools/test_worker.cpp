@@ -5,6 +5,10 @@
 // single-process reference (exit 5 if they differ); --hold-ms keeps it in the job
 // that long after its last step (exit 7 if an operator stops the job meanwhile);
 // --step-delay-ms paces the steps.
+// --start-clock K joins a job restored from a checkpoint at clock K: no init, every
+// tensor is read at version K and the steps run from K to --steps (the same gradients
+// as an uninterrupted run's). --pause-at K --resume-file F: after K steps, wait until F
+// exists (at most --pause-limit-ms, else exit 6), so a test can checkpoint at clock K.
 
 #include <cstring>
 #include <fstream>
@@ -22,6 +26,8 @@
 int main(int argc, char** argv) {
   std::string connect, job, optimizer = "sum", out, transport = "auto", token, rack;
   uint32_t rank = 0, workers = 1, steps = 3, hold_ms = 0, step_delay_ms = 0;
+  uint32_t start_clock = 0, pause_at = 0, pause_limit_ms = 60'000;
+  std::string resume_file;
   bool verify = false;
   std::vector<uint32_t> rank_racks;
   CLI::App app{"rw-test-worker: one worker of the test fixture job"};
@@ -39,6 +45,10 @@ int main(int argc, char** argv) {
   app.add_option("--step-delay-ms", step_delay_ms,
                  "sleep this long before each step (a run that is mid-training for a while)");
   app.add_option("--rack", rack, "the worker's rack option");
+  app.add_option("--start-clock", start_clock, "the clock a restored job goes on from");
+  app.add_option("--pause-at", pause_at, "after this many steps wait for --resume-file");
+  app.add_option("--resume-file", resume_file, "go on once this file exists");
+  app.add_option("--pause-limit-ms", pause_limit_ms, "longest pause (then exit 6)");
   app.add_option("--rank-racks", rank_racks,
                  "each rank's rack, in rank order (a hierarchical job's sum order)")
     ->delimiter(',');
@@ -57,6 +67,7 @@ int main(int argc, char** argv) {
   o.transport = transport;
   o.token = token;
   o.rack = rack;
+  o.start_clock = start_clock;
   try {
     rw::worker w{o};
     if (transport != "auto" && transport != w.transport()) {
@@ -67,6 +78,10 @@ int main(int argc, char** argv) {
     std::vector<std::vector<float>> params(tensors.size());
     for (uint32_t t = 0; t < tensors.size(); ++t) {
       params[t].resize(tensors[t].elements);
+      if (start_clock > 0) { // restored: the checkpoint's version, the same everywhere
+        w.pull(tensors[t].name, params[t].data(), start_clock).get();
+        continue;
+      }
       if (!tensors[t].has_init)
         continue;
       if (rank == 0) {
@@ -76,8 +91,18 @@ int main(int argc, char** argv) {
       // Every rank reads version 0; non-zero ranks wait for rank 0's init.
       w.pull(tensors[t].name, params[t].data(), 0).get();
     }
-    for (uint32_t s = 0; s < steps; ++s) {
+    for (uint32_t s = start_clock; s < steps; ++s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
+      if (!resume_file.empty() && s == pause_at) {
+        auto limit = std::chrono::steady_clock::now() + std::chrono::milliseconds(pause_limit_ms);
+        while (!std::ifstream{resume_file}.good()) {
+          if (std::chrono::steady_clock::now() > limit) {
+            std::cerr << "rank " << rank << ": " << resume_file << " did not appear\n";
+            return 6;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
       std::vector<std::vector<float>> grads;
       std::vector<std::future<void>> pending;
       for (uint32_t t = 0; t < tensors.size(); ++t)

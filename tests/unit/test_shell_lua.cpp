@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <lua.hpp>
 
 #include "apps/shell/cluster_api.hpp"
@@ -87,6 +88,11 @@ struct fake_cluster : rw::shell::cluster_api {
     return j;
   }
   void job_delete(const std::string& name) override { called("job_delete " + name); }
+  rw::actors::checkpoint_info checkpoint(const std::string& name, const std::string& dir,
+                                         uint64_t clock) override {
+    called(fmt::format("checkpoint {} {} {}", name, dir, clock));
+    return {name, dir, clock == 0 ? 7 : clock, {"chunks-n0.rwck"}, 4096};
+  }
   std::string coordinator() const override { return "10.0.0.9:7800"; }
 };
 
@@ -176,6 +182,23 @@ TEST_CASE("job_create turns its table into the spec asked for", "[shell]") {
   CHECK(sh.run("rw.job_create{name = 'o', workers = 4, nodes = {'rack-a', 'rack-b'}}") == "");
   CHECK(sh.api.placement.nodes == std::vector<std::string>{"rack-a", "rack-b"});
   CHECK(sh.eval("rw.nodes()[1].rack") == "\"r1\"");
+}
+
+TEST_CASE("rw.checkpoint and job_create's checkpoint fields reach the cluster", "[shell]") {
+  shell sh;
+  CHECK(sh.eval("rw.checkpoint('j', '/ck/a').clock") == "7");
+  CHECK(sh.eval("rw.checkpoint('j', '/ck/b', {clock = 12}).files[1]") == "\"chunks-n0.rwck\"");
+  CHECK(sh.api.calls == std::vector<std::string>{"checkpoint j /ck/a 0", "checkpoint j /ck/b 12"});
+  CHECK_THAT(sh.run("rw.checkpoint('j', '/ck/c', {clock = -1})"),
+             Catch::Contains("clock must be a positive whole number"));
+  CHECK_THAT(sh.run("rw.checkpoint('j')"), Catch::Contains("rw.checkpoint"));
+  CHECK(sh.run("rw.job_create{name = 'r', workers = 2, restore = '/ck/a', "
+               "checkpoint_every = 100, checkpoint_dir = '/ck/r'}") == "");
+  CHECK(sh.api.placement.restore == "/ck/a");
+  CHECK(sh.api.placement.checkpoint_every == 100);
+  CHECK(sh.api.placement.checkpoint_dir == "/ck/r");
+  CHECK_THAT(sh.run("rw.job_create{name = 'r', workers = 2, checkpoint_every = 0}"),
+             Catch::Contains("checkpoint_every must be a positive whole number"));
 }
 
 TEST_CASE("job_create refuses bad tables, naming the field", "[shell]") {

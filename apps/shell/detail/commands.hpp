@@ -12,6 +12,7 @@ int rw_jobs(lua_State* L);
 int rw_job_create(lua_State* L);
 int rw_job_status(lua_State* L);
 int rw_job_stop(lua_State* L);
+int rw_checkpoint(lua_State* L);
 int rw_job_delete(lua_State* L);
 int rw_coordinator(lua_State* L);
 int rw_show(lua_State* L);

@@ -20,7 +20,7 @@ constexpr const char* fn = "rw.job_create";
 constexpr const char* fields =
   "name, workers, consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
   "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, worker_racks, "
-  "join_timeout_ms";
+  "join_timeout_ms, restore, checkpoint_every, checkpoint_dir";
 constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, lars";
 
 [[noreturn]] void refuse(const std::string& what) {
@@ -155,6 +155,17 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
                          "(how long a hierarchical job placed at join waits for all its "
                          "workers), got {}",
                          describe_value(L, -1)));
+  } else if (key == "restore") {
+    req.placement.restore = string_field(L, key, "a checkpoint directory to start from");
+  } else if (key == "checkpoint_dir") {
+    req.placement.checkpoint_dir =
+      string_field(L, key, "where periodic checkpoints go (one directory per clock)");
+  } else if (key == "checkpoint_every") {
+    uint32_t every = 0;
+    if (!whole_u32(L, every) || every == 0)
+      refuse(fmt::format("checkpoint_every must be a positive whole number of clocks, got {}",
+                         describe_value(L, -1)));
+    req.placement.checkpoint_every = every;
   } else if (key == "reduction") {
     req.placement.reduction =
       string_field(L, key, "how the job reduces across nodes: auto, flat or hierarchical");

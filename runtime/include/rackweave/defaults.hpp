@@ -72,5 +72,10 @@ constexpr uint32_t probe_cache_ms = 60'000;
 constexpr uint32_t probe_retry_ms = 10'000;
 /// Cache line size for alignment of buffers and per-core counters.
 constexpr size_t cache_line = 64;
+/// How long a checkpoint may wait for its clock and for every node's file.
+constexpr uint32_t checkpoint_timeout_ms = 300'000;
+/// Finished jobs whose chunks a shard keeps (newest first), so a checkpoint can still
+/// be taken of them; older ones are released.
+constexpr size_t kept_finished_jobs = 4;
 
 } // namespace rw::defaults

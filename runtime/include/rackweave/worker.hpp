@@ -63,6 +63,9 @@ struct worker_options {
   /// How chunks travel: "auto" (shared memory when the node is on this host and allows
   /// it, else TCP), "tcp", or "shm" (shared memory or fail).
   std::string transport = "auto";
+  /// The clock this worker's first push carries: 0 for a new job; a job restored from
+  /// a checkpoint goes on from the checkpoint's clock (pull that version first).
+  uint64_t start_clock = 0;
 };
 
 class worker {

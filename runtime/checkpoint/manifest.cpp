@@ -1,0 +1,191 @@
+#include "runtime/checkpoint/manifest.hpp"
+
+#include <map>
+
+#include "runtime/checkpoint/detail/capnp_bytes.hpp"
+#include "runtime/checkpoint/files.hpp"
+#include "runtime/chunking.hpp"
+#include "schemas/checkpoint.capnp.h"
+
+namespace rw::runtime::checkpoint {
+
+std::string chunk_file_name(const std::string& node) {
+  return fmt::format("chunks-{}.rwck", node);
+}
+
+file_entry write_chunk_file(const std::string& dir, const chunk_file& f) {
+  auto bytes = encode(f);
+  file_entry e;
+  e.name = chunk_file_name(f.node);
+  e.bytes = bytes.size();
+  e.xxh64 = checksum(bytes);
+  for (auto& c : f.chunks)
+    e.chunks.emplace_back(c.tensor, c.chunk);
+  write_atomic(dir, e.name, bytes);
+  return e;
+}
+
+void write_manifest(const std::string& dir, const manifest& m) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<schema::Manifest>();
+  root.setFormat(format_version);
+  root.setJob(m.spec.name);
+  root.setWorkers(m.spec.num_workers);
+  root.setChunkBytes(m.spec.chunk_bytes);
+  root.setConsistency(to_string(m.spec.consistency));
+  auto o = root.initOptimizer();
+  auto& s = m.spec.optimizer;
+  o.setKind(to_string(s.kind));
+  o.setLearningRate(s.learning_rate);
+  o.setMomentum(s.momentum);
+  o.setBeta1(s.beta1);
+  o.setBeta2(s.beta2);
+  o.setEpsilon(s.epsilon);
+  o.setWeightDecay(s.weight_decay);
+  o.setRescale(s.rescale);
+  o.setEta(s.eta);
+  auto ts = root.initTensors(static_cast<unsigned>(m.spec.tensors.size()));
+  for (unsigned i = 0; i < m.spec.tensors.size(); ++i) {
+    ts[i].setName(m.spec.tensors[i].name);
+    ts[i].setElements(m.spec.tensors[i].elements);
+    ts[i].setHasInit(m.spec.tensors[i].has_init);
+  }
+  root.setClock(m.clock);
+  auto fs = root.initFiles(static_cast<unsigned>(m.files.size()));
+  for (unsigned i = 0; i < m.files.size(); ++i) {
+    auto& e = m.files[i];
+    fs[i].setName(e.name);
+    fs[i].setBytes(e.bytes);
+    fs[i].setXxh64(e.xxh64);
+    auto ids = fs[i].initChunks(static_cast<unsigned>(e.chunks.size()));
+    for (unsigned k = 0; k < e.chunks.size(); ++k) {
+      ids[k].setTensor(e.chunks[k].first);
+      ids[k].setChunk(e.chunks[k].second);
+    }
+  }
+  write_atomic(dir, manifest_name, detail::to_bytes(msg));
+}
+
+namespace {
+
+// Every chunk of every tensor is in exactly one file.
+void check_coverage(const std::string& dir, const manifest& m) {
+  std::map<std::pair<uint32_t, uint32_t>, const std::string*> seen;
+  for (auto& e : m.files)
+    for (auto& id : e.chunks) {
+      if (id.first >= m.spec.tensors.size())
+        throw checkpoint_error(fmt::format("checkpoint '{}': file {} names tensor #{}, the "
+                                           "job has {} tensors", dir, e.name, id.first,
+                                           m.spec.tensors.size()));
+      auto [it, fresh] = seen.emplace(id, &e.name);
+      if (!fresh)
+        throw checkpoint_error(fmt::format("checkpoint '{}': chunk {}/{} is in both {} and {}",
+                                           dir, id.first, id.second, *it->second, e.name));
+    }
+  for (uint32_t t = 0; t < m.spec.tensors.size(); ++t) {
+    auto count = chunk_layout{m.spec.tensors[t].elements, m.spec.chunk_bytes}.count();
+    for (uint32_t c = 0; c < count; ++c)
+      if (seen.count({t, c}) == 0)
+        throw checkpoint_error(fmt::format("checkpoint '{}': no file holds chunk {}/{} "
+                                           "(tensor '{}')", dir, t, c,
+                                           m.spec.tensors[t].name));
+  }
+}
+
+} // namespace
+
+manifest read_manifest(const std::string& dir) {
+  auto what = fmt::format("manifest of '{}'", dir);
+  auto m = detail::read_message(read_all(dir, manifest_name), what,
+                                [&](capnp::MessageReader& reader) {
+    auto root = reader.getRoot<schema::Manifest>();
+    if (root.getFormat() != format_version)
+      throw checkpoint_error(fmt::format("checkpoint: {} has format {}, this build reads {}",
+                                         what, root.getFormat(), format_version));
+    manifest m;
+    m.spec.name = root.getJob();
+    m.spec.num_workers = root.getWorkers();
+    m.spec.chunk_bytes = root.getChunkBytes();
+    try {
+      m.spec.consistency = parse_consistency(root.getConsistency().cStr());
+    } catch (const std::exception& e) {
+      throw checkpoint_error(fmt::format("checkpoint: {}: {}", what, e.what()));
+    }
+    auto o = root.getOptimizer();
+    auto kind = parse_optimizer_kind(o.getKind().cStr());
+    if (!kind)
+      throw checkpoint_error(fmt::format("checkpoint: {} names an unknown optimizer '{}'",
+                                         what, o.getKind().cStr()));
+    auto& s = m.spec.optimizer;
+    s.kind = *kind;
+    s.learning_rate = o.getLearningRate();
+    s.momentum = o.getMomentum();
+    s.beta1 = o.getBeta1();
+    s.beta2 = o.getBeta2();
+    s.epsilon = o.getEpsilon();
+    s.weight_decay = o.getWeightDecay();
+    s.rescale = o.getRescale();
+    s.eta = o.getEta();
+    for (auto t : root.getTensors())
+      m.spec.tensors.push_back({t.getName(), t.getElements(), t.getHasInit()});
+    m.clock = root.getClock();
+    for (auto f : root.getFiles()) {
+      file_entry e{f.getName(), f.getBytes(), f.getXxh64(), {}};
+      if (e.name.empty() || e.name.find('/') != std::string::npos)
+        throw checkpoint_error(fmt::format("checkpoint: {} names a bad file '{}'", what, e.name));
+      for (auto id : f.getChunks())
+        e.chunks.emplace_back(id.getTensor(), id.getChunk());
+      m.files.push_back(std::move(e));
+    }
+    return m;
+  });
+  if (m.spec.chunk_bytes == 0 || m.spec.chunk_bytes % sizeof(float) != 0)
+    throw checkpoint_error(fmt::format("checkpoint: {} has chunk size {}", what,
+                                       m.spec.chunk_bytes));
+  check_coverage(dir, m);
+  return m;
+}
+
+chunk_file read_chunk_file(const std::string& dir, const manifest& m, const file_entry& e) {
+  auto bytes = read_all(dir, e.name);
+  if (bytes.size() != e.bytes)
+    throw checkpoint_error(fmt::format("checkpoint '{}': {} is {} bytes, the manifest says {}",
+                                       dir, e.name, bytes.size(), e.bytes));
+  auto sum = checksum(bytes);
+  if (sum != e.xxh64)
+    throw checkpoint_error(fmt::format("checkpoint '{}': {} has checksum {:016x}, the manifest "
+                                       "says {:016x}: the file is damaged",
+                                       dir, e.name, sum, e.xxh64));
+  auto f = decode_chunk_file(bytes, fmt::format("'{}/{}'", dir, e.name));
+  if (f.clock != m.clock)
+    throw checkpoint_error(fmt::format("checkpoint '{}': {} is at clock {}, the manifest at {}",
+                                       dir, e.name, f.clock, m.clock));
+  for (auto& c : f.chunks)
+    if (c.version != m.clock)
+      throw checkpoint_error(fmt::format("checkpoint '{}': chunk {}/{} in {} is at version {}, "
+                                         "the checkpoint at clock {}",
+                                         dir, c.tensor, c.chunk, e.name, c.version, m.clock));
+  return f;
+}
+
+std::string restore_mismatch(const manifest& m, const job_spec& wanted) {
+  if (m.spec.chunk_bytes != wanted.chunk_bytes)
+    return fmt::format("the checkpoint has {}-byte chunks, the new job {}", m.spec.chunk_bytes,
+                       wanted.chunk_bytes);
+  if (m.spec.optimizer.kind != wanted.optimizer.kind)
+    return fmt::format("the checkpoint's optimizer is {}, the new job's {}",
+                       to_string(m.spec.optimizer.kind), to_string(wanted.optimizer.kind));
+  if (m.spec.tensors.size() != wanted.tensors.size())
+    return fmt::format("the checkpoint has {} tensors, the new job {}", m.spec.tensors.size(),
+                       wanted.tensors.size());
+  for (size_t i = 0; i < wanted.tensors.size(); ++i) {
+    auto& a = m.spec.tensors[i];
+    auto& b = wanted.tensors[i];
+    if (a.name != b.name || a.elements != b.elements)
+      return fmt::format("tensor #{} is '{}' with {} elements in the checkpoint, '{}' with {} "
+                         "in the new job", i, a.name, a.elements, b.name, b.elements);
+  }
+  return {};
+}
+
+} // namespace rw::runtime::checkpoint

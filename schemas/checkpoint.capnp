@@ -1,0 +1,67 @@
+@0xd7a4c2b19e3f5a60;
+# Checkpoints: a directory with one chunk file per node that wrote one and a manifest
+# that names them (runtime/checkpoint/). A file is one unpacked Cap'n Proto message;
+# the manifest holds each chunk file's size and xxh64, so a torn or altered file is
+# found before anything is read from it. No manifest: not a checkpoint.
+
+$import "/capnp/c++.capnp".namespace("rw::schema");
+
+# One chunk's state between two BSP steps.
+struct ChunkRecord {
+  tensor @0 :UInt32;
+  chunk @1 :UInt32;
+  version @2 :UInt64;     # updates applied: the checkpoint's clock
+  params @3 :Data;        # float32, little endian, the chunk's length
+  m @4 :Data;             # the optimizer's first array (momentum, Adam's m); empty if none
+  v @5 :Data;             # Adam's v; empty if none
+}
+
+# What one node wrote: the chunks it homed at the checkpoint's clock.
+struct ChunkFile {
+  job @0 :Text;
+  clock @1 :UInt64;
+  node @2 :Text;
+  chunks @3 :List(ChunkRecord);
+}
+
+struct ChunkId {
+  tensor @0 :UInt32;
+  chunk @1 :UInt32;
+}
+
+struct FileEntry {
+  name @0 :Text;          # relative to the checkpoint directory
+  bytes @1 :UInt64;
+  xxh64 @2 :UInt64;       # of the whole file, seed 0
+  chunks @3 :List(ChunkId);
+}
+
+struct Tensor {
+  name @0 :Text;
+  elements @1 :UInt64;
+  hasInit @2 :Bool;
+}
+
+struct Optimizer {
+  kind @0 :Text;
+  learningRate @1 :Float32;
+  momentum @2 :Float32;
+  beta1 @3 :Float32;
+  beta2 @4 :Float32;
+  epsilon @5 :Float32;
+  weightDecay @6 :Float32;
+  rescale @7 :Float32;
+  eta @8 :Float32;
+}
+
+struct Manifest {
+  format @0 :UInt32;      # 1
+  job @1 :Text;
+  workers @2 :UInt32;
+  chunkBytes @3 :UInt32;
+  consistency @4 :Text;
+  optimizer @5 :Optimizer;
+  tensors @6 :List(Tensor);
+  clock @7 :UInt64;
+  files @8 :List(FileEntry);
+}
