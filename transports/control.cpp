@@ -6,6 +6,7 @@
 #include <capnp/serialize.h>
 #include <fmt/format.h>
 
+#include "runtime/optimizer_fields.hpp"
 #include "schemas/control.capnp.h"
 
 namespace rw::transports {
@@ -54,14 +55,7 @@ bytes encode(const hello_msg& x) {
   auto o = root.initOptimizer();
   auto& s = x.spec.optimizer;
   o.setKind(static_cast<schema::OptimizerKind>(s.kind));
-  o.setLearningRate(s.learning_rate);
-  o.setMomentum(s.momentum);
-  o.setBeta1(s.beta1);
-  o.setBeta2(s.beta2);
-  o.setEpsilon(s.epsilon);
-  o.setWeightDecay(s.weight_decay);
-  o.setRescale(s.rescale);
-  o.setEta(s.eta);
+  runtime::set_hyper_parameters(o, s);
   auto ts = root.initTensors(static_cast<unsigned>(x.spec.tensors.size()));
   for (unsigned i = 0; i < ts.size(); ++i) {
     ts[i].setName(x.spec.tensors[i].name);
@@ -160,14 +154,7 @@ errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why
     }
     auto& s = out.spec.optimizer;
     s.kind = static_cast<optimizer_kind>(kind);
-    s.learning_rate = o.getLearningRate();
-    s.momentum = o.getMomentum();
-    s.beta1 = o.getBeta1();
-    s.beta2 = o.getBeta2();
-    s.epsilon = o.getEpsilon();
-    s.weight_decay = o.getWeightDecay();
-    s.rescale = o.getRescale();
-    s.eta = o.getEta();
+    runtime::get_hyper_parameters(o, s);
     out.spec.tensors.clear();
     for (auto t : root.getTensors())
       out.spec.tensors.push_back({t.getName().cStr(), t.getElements(), t.getHasInit()});

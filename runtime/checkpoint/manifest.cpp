@@ -5,6 +5,7 @@
 #include "runtime/checkpoint/detail/capnp_bytes.hpp"
 #include "runtime/checkpoint/files.hpp"
 #include "runtime/chunking.hpp"
+#include "runtime/optimizer_fields.hpp"
 #include "schemas/checkpoint.capnp.h"
 
 namespace rw::runtime::checkpoint {
@@ -36,14 +37,7 @@ void write_manifest(const std::string& dir, const manifest& m) {
   auto o = root.initOptimizer();
   auto& s = m.spec.optimizer;
   o.setKind(to_string(s.kind));
-  o.setLearningRate(s.learning_rate);
-  o.setMomentum(s.momentum);
-  o.setBeta1(s.beta1);
-  o.setBeta2(s.beta2);
-  o.setEpsilon(s.epsilon);
-  o.setWeightDecay(s.weight_decay);
-  o.setRescale(s.rescale);
-  o.setEta(s.eta);
+  runtime::set_hyper_parameters(o, s);
   auto ts = root.initTensors(static_cast<unsigned>(m.spec.tensors.size()));
   for (unsigned i = 0; i < m.spec.tensors.size(); ++i) {
     ts[i].setName(m.spec.tensors[i].name);
@@ -118,14 +112,7 @@ manifest read_manifest(const std::string& dir) {
                                          what, o.getKind().cStr()));
     auto& s = m.spec.optimizer;
     s.kind = *kind;
-    s.learning_rate = o.getLearningRate();
-    s.momentum = o.getMomentum();
-    s.beta1 = o.getBeta1();
-    s.beta2 = o.getBeta2();
-    s.epsilon = o.getEpsilon();
-    s.weight_decay = o.getWeightDecay();
-    s.rescale = o.getRescale();
-    s.eta = o.getEta();
+    runtime::get_hyper_parameters(o, s);
     for (auto t : root.getTensors())
       m.spec.tensors.push_back({t.getName(), t.getElements(), t.getHasInit()});
     m.clock = root.getClock();
