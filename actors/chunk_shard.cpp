@@ -291,11 +291,18 @@ void on_push(shard_ptr self, chunk_push& p) {
   auto result = cs.push(p.rank, p.clock, std::move(p.payload), clock_type::now());
   switch (result) {
     case detail::chunk_state::outcome::duplicate:
-      p.conn->send_error(errc::duplicate_push,
-                         fmt::format("duplicate push: rank {} already pushed clock {} of "
-                                     "chunk {}/{} (version is {}); not applied",
-                                     p.rank, p.clock, p.tensor, p.chunk, cs.version()),
-                         hdr);
+      // Counted before (a restarted worker goes on from its first clock not counted
+      // everywhere; a proxy re-sends what it had no answer to): dropped, and answered
+      // as the first push was.
+      ++st.stats.duplicates;
+      if (p.want_result) {
+        cs.wait(waiting(cs.push_waiter(p.conn, p.rank, p.clock)));
+        answer_ready(st, p.job_id, *job, p.tensor, p.chunk, cs);
+      } else {
+        auto ack = hdr;
+        ack.kind = frame_kind::ack;
+        p.conn->send(ack);
+      }
       return;
     case detail::chunk_state::outcome::too_far_ahead:
       p.conn->send_error(errc::clock_out_of_range,
@@ -330,6 +337,13 @@ void on_init(shard_ptr self, chunk_push& p) {
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, 0);
   const auto& tensor = job->spec.tensors[p.tensor];
+  bool repeated = p.rank == job->init_rank && tensor.has_init && cs.initialized();
+  if (repeated) { // the init rank restarted and sends version 0 again: already set
+    auto ack = hdr;
+    ack.kind = frame_kind::ack;
+    p.conn->send(ack);
+    return;
+  }
   if (p.rank != job->init_rank || !tensor.has_init
       || p.payload->size != size_t{cs.length()} * sizeof(float) || !cs.init(p.payload->floats())) {
     p.conn->send_error(errc::bad_chunk,
@@ -538,6 +552,26 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
         ++it->second.departed_count;
       }
       fail_steps_needing(self->state, job_id, it->second, rank, why);
+    },
+    [=](rejoin_atom, uint32_t job_id, uint32_t rank) {
+      auto it = self->state.jobs.find(job_id);
+      if (it == self->state.jobs.end() || rank >= it->second.departed.size()
+          || !it->second.departed[rank])
+        return;
+      it->second.departed[rank] = false;
+      --it->second.departed_count;
+    },
+    [=](resume_atom, uint32_t job_id, uint32_t rank) {
+      auto& st = self->state;
+      uint64_t lowest = UINT64_MAX;
+      auto it = st.jobs.find(job_id);
+      if (it == st.jobs.end() || rank >= it->second.departed.size())
+        return lowest;
+      for_each_own_chunk(st, it->second, [&](uint32_t, uint32_t, detail::chunk_state& cs) {
+        lowest = std::min(lowest, cs.next_clock(rank));
+        return true;
+      });
+      return lowest;
     },
     [=](abort_atom, uint32_t job_id, errc code, const std::string& why) {
       fail_job(self->state, job_id, code, why);

@@ -5,7 +5,10 @@
 //
 // Protocol
 //   poller      -> shard  (push_atom, chunk_push)
-//                         a gradient for (job, tensor, chunk, clock). Summed in rank
+//                         a gradient for (job, tensor, chunk, clock). A push of a
+//                         (rank, tensor, chunk, clock) already counted (a restarted
+//                         worker's, or a re-send) is dropped and answered as the first
+//                         was: an ack, or the update. Summed in rank
 //                         order; when every rank is in, the optimizer step runs and an
 //                         `update` frame goes to every worker waiting for the new
 //                         version (eager: push_pull needs no second request). A push
@@ -20,7 +23,13 @@
 //   coordinator -> shard  (create_atom, job_setup) -> ok_atom
 //                         allocate this shard's chunks of a new job
 //   coordinator -> shard  (leave_atom, job_id, rank, reason)
-//                         a worker left: steps that still need it fail
+//                         a worker said bye: steps that still need it fail
+//   coordinator -> shard  (rejoin_atom, job_id, rank)
+//                         a worker that said bye joined again: steps may need it again
+//   coordinator -> shard  (resume_atom, job_id, rank) -> uint64_t
+//                         the lowest clock of the rank's pushes that a chunk here has not
+//                         counted (UINT64_MAX: no chunk of the job here): where a worker
+//                         that joins, or joins again after a crash, goes on from
 //   coordinator -> shard  (abort_atom, job_id, errc, reason)
 //                         fail every waiter of the job and drop it
 //   coordinator -> shard  (drop_atom, job_id)       the job finished: its chunks stop
@@ -79,6 +88,8 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<pull_atom, chunk_pull>,
   caf::replies_to<create_atom, job_setup, abort_sink>::with<ok_atom>,
   caf::reacts_to<leave_atom, uint32_t, uint32_t, std::string>,
+  caf::reacts_to<rejoin_atom, uint32_t, uint32_t>,
+  caf::replies_to<resume_atom, uint32_t, uint32_t>::with<uint64_t>,
   caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
   caf::reacts_to<drop_atom, uint32_t>,
   caf::reacts_to<tick_atom>,

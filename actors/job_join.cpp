@@ -239,6 +239,8 @@ public:
     }
     out.routes = std::make_shared<runtime::job_routes>(std::move(tables), std::move(bases));
     out.conns = std::move(conns);
+    for (auto& w : welcomes)
+      out.resume_clock = std::min(out.resume_clock, w.resume_clock);
   }
 
   joined_job handshake() {
@@ -262,6 +264,7 @@ public:
       first->close(); // refused (or sent elsewhere): nothing more comes on it
       throw;
     }
+    out.resume_clock = welcome.resume_clock;
     auto single = [&] {
       return std::make_shared<runtime::job_routes>(std::make_shared<runtime::routing_table>(
         req.job, welcome.num_shards, welcome.shard_endpoints));

@@ -37,6 +37,8 @@ struct joined_job {
   std::vector<std::string> conn_nodes;           // the name of the node of each
   std::shared_ptr<const runtime::job_routes> routes;
   std::unique_ptr<transports::shm::worker_channel> shm; // null over TCP
+  /// Where the rank goes on from: the lowest of every node's welcome's resume clock.
+  uint64_t resume_clock = 0;
 };
 
 /// Joins the job through `ep` (whose poll the caller does not run meanwhile). Throws

@@ -49,6 +49,8 @@ using work_atom = caf::atom_constant<caf::atom("work")>;
 using proof_atom = caf::atom_constant<caf::atom("proof")>;
 using relay_atom = caf::atom_constant<caf::atom("relay")>;
 using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
+using resume_atom = caf::atom_constant<caf::atom("resume")>;
+using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 
@@ -147,6 +149,9 @@ struct job_binding {
   job_layout layout;
   uint32_t node_index = 0;
   uint32_t shard_rank = 0; // the worker's rank as the shards count it (in its rack)
+  /// The clock this rank goes on from: its first push some chunk here has not counted
+  /// (0 for a new job; a restored job's checkpoint clock; a restarted worker's step).
+  uint64_t resume_clock = 0;
 };
 
 /// A chunk's new parameters from its home (hierarchical jobs): version `version` of
@@ -170,6 +175,7 @@ struct shard_stats {
   uint64_t updates = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
+  uint64_t duplicates = 0;   // pushes already counted (a worker's re-send), dropped
   int cpu = -1;              // where the shard's thread ran when asked
   std::vector<int> affinity; // the CPUs it may run on
   int memory_numa = -1;      // NUMA domain of its newest job's chunk memory (-1: none)

@@ -115,6 +115,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   uint64_t max_job_bytes = cfg.max_job_mib == 0 ? ram / 2 : uint64_t{cfg.max_job_mib} << 20;
   coordinator_settings cs{name, cfg.max_chunk_bytes, cfg.max_workers, max_job_bytes,
                           plan_.shard_endpoints, cfg.shm, cfg.open_jobs};
+  cs.rejoin_timeout = std::chrono::milliseconds(cfg.rejoin_timeout_ms);
   coordinator_ = spawn_rack_coordinator(sys, cs, shards_);
   link_settings ls;
   ls.node.name = name;

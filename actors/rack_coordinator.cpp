@@ -59,20 +59,6 @@ std::optional<job_binding> check_hello(rack_ptr self, const hello_request& req) 
   return std::nullopt;
 }
 
-job_binding joined(const job_info& job, uint32_t rank, bool created) {
-  job_binding b;
-  b.job_id = job.id;
-  b.created = created;
-  b.routes = job.routes;
-  b.token = job.tokens[rank];
-  b.chunk_bytes = job.spec.chunk_bytes;
-  b.params_segment = job.params ? job.params->name() : std::string{};
-  b.layout = job.layout;
-  b.node_index = job.node_index;
-  b.shard_rank = job.shard_rank(rank);
-  return b;
-}
-
 // A later worker joins a job that has chunks already.
 job_binding join_job(rack_ptr self, job_info& job, const hello_request& req) {
   auto& spec = req.hello.spec;
@@ -81,21 +67,7 @@ job_binding join_job(rack_ptr self, job_info& job, const hello_request& req) {
     spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, rank, diff);
     return refuse(errc::spec_mismatch, diff);
   }
-  if (job.ranks[rank] != rank_status::absent) {
-    auto why = fmt::format("rank {} of job '{}' is {}", rank, spec.name,
-                           job.ranks[rank] == rank_status::live
-                             ? "already held by a connected worker"
-                             : "already used by a worker that left");
-    spdlog::warn("hello refused: peer={}: {}", req.peer, why);
-    return refuse(errc::rank_taken, why);
-  }
-  job.ranks[rank] = rank_status::live;
-  job.connections[rank] = 1;
-  job.tokens[rank] = runtime::random_u64();
-  job.peers[rank] = req.peer;
-  spdlog::info("worker joined: job='{}' id={} rank={} peer={}", spec.name, job.id, rank,
-               req.peer);
-  return joined(job, rank, false);
+  return join_rank(self, job, rank, req.peer);
 }
 
 // A hierarchical job's part on this node: its rack's ranks, summed here in rank order
@@ -188,6 +160,9 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
   job.tokens[rank] = runtime::random_u64();
   job.peers.assign(spec.num_workers, std::string{});
   job.peers[rank] = req.peer;
+  job.departures.assign(spec.num_workers, 0);
+  job.away_since.assign(spec.num_workers, {});
+  job.away_reason.assign(spec.num_workers, std::string{});
   if (st.settings.shared_params && job.layout.nodes.size() <= 1) {
     try {
       job.params = std::make_shared<transports::shm::mapping>(
@@ -231,7 +206,7 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
       .then(
         [=](ok_atom) mutable {
           if (--*pending == 0 && rp.pending())
-            rp.deliver(b);
+            answer_with_resume(self, b, rp); // 0, or a restored job's clock
         },
         [=](caf::error& err) mutable {
           // The job ends here, on every shard: its name is free and no rank stays live.
@@ -258,7 +233,7 @@ void admit(rack_ptr self, const hello_request& req, uint32_t id, binding_promise
   auto& st = self->state;
   auto it = st.jobs.find(req.hello.spec.name);
   if (it != st.jobs.end()) {
-    rp.deliver(join_job(self, it->second, req));
+    answer_with_resume(self, join_job(self, it->second, req), std::move(rp));
     return;
   }
   create_job(self, req, id != 0 ? id : st.next_open_id++, std::move(rp));
@@ -364,42 +339,6 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
   return joined(job, req.rank, false);
 }
 
-void on_leave(rack_ptr self, uint32_t job_id, uint32_t rank, bool graceful,
-              const std::string& reason) {
-  auto& st = self->state;
-  auto n = st.names.find(job_id);
-  if (n == st.names.end())
-    return; // the job already ended
-  auto& job = st.jobs.at(n->second);
-  if (rank >= job.ranks.size() || job.ranks[rank] != rank_status::live)
-    return;
-  if (job.connections[rank] > 0)
-    --job.connections[rank];
-  if (graceful && job.connections[rank] > 0)
-    return; // the rank's other connections are still up
-  job.ranks[rank] = rank_status::left;
-  bool others_live = std::any_of(job.ranks.begin(), job.ranks.end(),
-                                 [](rank_status s) { return s == rank_status::live; });
-  if (!graceful && others_live) {
-    spdlog::warn("worker left: job='{}' id={} rank={} without saying bye: {}", job.spec.name,
-                 job_id, rank, reason);
-    end_job(self, job_id, "failed", errc::worker_left,
-            fmt::format("job '{}' (id {}): worker rank {} disconnected mid-job ({})",
-                        job.spec.name, job_id, rank, reason));
-    return;
-  }
-  spdlog::info("worker left: job='{}' id={} rank={} ({})", job.spec.name, job_id, rank,
-               graceful ? "bye" : reason);
-  if (!others_live) {
-    end_job(self, job_id, "finished", errc::ok, "every worker has left");
-    return;
-  }
-  auto why = fmt::format("job '{}' (id {}): worker rank {} left the job", job.spec.name,
-                         job_id, rank);
-  for (auto& s : st.shards)
-    self->send(s, leave_atom::value, job_id, job.shard_rank(rank), why);
-}
-
 void on_replace(rack_ptr self, uint32_t index, chunk_shard_actor& shard) {
   auto& st = self->state;
   if (index >= st.shards.size())
@@ -448,6 +387,9 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     },
     [=](leave_atom, uint32_t job_id, uint32_t rank, bool graceful,
         const std::string& reason) { on_leave(self, job_id, rank, graceful, reason); },
+    [=](rejoin_atom, uint32_t job_id, uint32_t rank, uint32_t departure) {
+      on_rejoin_window(self, job_id, rank, departure);
+    },
     [=](abort_atom, uint32_t job_id, errc code, const std::string& why) {
       end_job(self, job_id, "failed", code, why);
     },

@@ -27,10 +27,17 @@
 //   poller -> coordinator  (leave_atom, job_id, rank, graceful, reason)
 //                          one of a rank's connections closed; the rank has left when
 //                          its last connection has. Graceful (bye first): the shards
-//                          fail only steps that still need the rank; when the last rank
-//                          has left the job ends (drop_atom). Not graceful: the job is
-//                          aborted (abort_atom to every shard) and every waiting worker
-//                          gets the reason.
+//                          fail only steps that still need the rank; when every rank of
+//                          the job has said bye the job finishes (drop_atom). Not
+//                          graceful: the rank is away; its steps wait for a worker that
+//                          joins again with its rank (a restarted process) for up to
+//                          the rejoin timeout, then the job is aborted (abort_atom to
+//                          every shard) and every waiting worker gets the reason. Any
+//                          rank away or gone with bye may join again while the job
+//                          lives: its welcome says which clock it goes on from (the
+//                          shards' resume_atom), and pushes it repeats are dropped.
+//   coordinator -> itself  (rejoin_atom, job_id, rank, departure)
+//                          the rank's rejoin window closed (departure: which absence)
 //   shard  -> coordinator  (abort_atom, job_id, errc, reason)
 //                          a step timed out: the job is aborted as above.
 //   supervisor -> coordinator (replace_atom, index, shard)
@@ -119,6 +126,7 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<locate_atom>::with<std::string>,
   caf::replies_to<attach_atom, attach_request>::with<job_binding>,
   caf::reacts_to<leave_atom, uint32_t, uint32_t, bool, std::string>,
+  caf::reacts_to<rejoin_atom, uint32_t, uint32_t, uint32_t>,
   caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
   caf::reacts_to<replace_atom, uint32_t, chunk_shard_actor>>;
 
@@ -135,6 +143,8 @@ struct coordinator_settings {
   bool open_jobs = false;
   /// The shards must have set up a new job's chunks within this long, or it fails.
   std::chrono::milliseconds shard_setup_timeout{defaults::shard_setup_timeout_ms};
+  /// A rank whose worker disconnected without bye may join again within this long.
+  std::chrono::milliseconds rejoin_timeout{defaults::rejoin_timeout_ms};
 };
 
 rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,

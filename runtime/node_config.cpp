@@ -151,6 +151,10 @@ std::vector<option_def> option_table(node_config& c) {
     def("timeouts.step_ms", "--step-timeout-ms",
         "how long a step waits for missing workers before the job fails",
         c.step_timeout_ms),
+    def("timeouts.rejoin_ms", "--rejoin-timeout-ms",
+        "how long a worker that disconnected without bye may take to join again with "
+        "its rank (a restarted process) before its job fails; its steps wait meanwhile",
+        c.rejoin_timeout_ms),
     def("timeouts.io_ms", "--io-timeout-ms",
         "how long a send may block on a worker that does not read", c.io_timeout_ms),
     def("cluster.coordinator", "--coordinator",
@@ -270,7 +274,7 @@ void check_node_config(const node_config& cfg) {
   if (isas.count(cfg.kernels) == 0)
     throw std::runtime_error(fmt::format(
       "unknown kernels '{}' (auto, scalar, avx2, avx512)", cfg.kernels));
-  if (cfg.step_timeout_ms == 0 || cfg.io_timeout_ms == 0)
+  if (cfg.step_timeout_ms == 0 || cfg.io_timeout_ms == 0 || cfg.rejoin_timeout_ms == 0)
     throw std::runtime_error("timeouts must be at least 1 ms");
 }
 

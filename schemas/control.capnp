@@ -96,6 +96,12 @@ struct Welcome {
   nodeIndex @13 :UInt32;        # which of them this node is
   ringVnodes @14 :UInt32;
   ringVersion @15 :UInt64;
+  # The clock this rank goes on from: the lowest clock of its pushes that some chunk on
+  # this node has not counted. 0 for a new job; a restored job's checkpoint clock; for a
+  # rank that joins again (a restarted worker), its first step not counted everywhere.
+  # Pushes it repeats below a chunk's own count are dropped as duplicates and answered
+  # as the first were (ack, or the update).
+  resumeClock @16 :UInt64;
 }
 
 struct ErrorInfo {

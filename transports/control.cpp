@@ -102,6 +102,7 @@ bytes encode(const welcome_msg& x) {
   root.setNodeIndex(x.node_index);
   root.setRingVnodes(x.ring_vnodes);
   root.setRingVersion(x.ring_version);
+  root.setResumeClock(x.resume_clock);
   return to_bytes(msg);
 }
 
@@ -204,6 +205,7 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
     out.node_index = root.getNodeIndex();
     out.ring_vnodes = root.getRingVnodes();
     out.ring_version = root.getRingVersion();
+    out.resume_clock = root.getResumeClock();
     if (out.job_nodes.size() > 1
         && (out.job_node_names.size() != out.job_nodes.size()
             || out.node_index >= out.job_nodes.size() || out.ring_vnodes == 0)) {

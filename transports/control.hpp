@@ -43,6 +43,7 @@ struct welcome_msg {
   uint32_t node_index = 0;                 // this node among them
   uint32_t ring_vnodes = 0;
   uint64_t ring_version = 0;
+  uint64_t resume_clock = 0; // where this rank goes on from (schemas/control.capnp)
 };
 
 /// The node's challenge to a worker that says it holds the job's token, and the

@@ -203,6 +203,13 @@ public:
   }
   /// Whether the open step (BSP), or a waiter (SSP), still needs `rank`.
   bool needs(uint32_t rank) const noexcept;
+  /// The clock of `rank`'s next push this chunk has not counted: where a worker that
+  /// restarts goes on from (its pushes below it are duplicates here).
+  uint64_t next_clock(uint32_t rank) const noexcept {
+    if (consistency_.model != consistency_spec::bsp)
+      return pushes_[rank] + (held_[rank] ? 1 : 0);
+    return version_ + (arrived_[rank] ? 1 : 0) + (ahead_[rank] ? 1 : 0);
+  }
 
 private:
   void absorb_in_order();

@@ -25,6 +25,7 @@ const char* to_string(rank_status s) {
   switch (s) {
     case rank_status::absent: return "absent";
     case rank_status::live: return "live";
+    case rank_status::away: return "away";
     case rank_status::left: return "left";
   }
   return "?";

@@ -12,7 +12,11 @@
 
 namespace rw::actors::detail {
 
-enum class rank_status : uint8_t { absent, live, left };
+/// A rank of a job: never joined; joined and connected; gone without bye (it may join
+/// again until its rejoin window closes); said bye (it may join again too).
+enum class rank_status : uint8_t { absent, live, away, left };
+
+constexpr uint32_t no_rank = UINT32_MAX;
 
 /// A job with chunks on the node (its first worker has joined).
 struct job_info {
@@ -23,6 +27,10 @@ struct job_info {
   std::vector<uint32_t> connections; // live connections per rank
   std::vector<uint64_t> tokens;      // attach token per rank (libsodium: unpredictable)
   std::vector<std::string> peers;    // where each rank connected from
+  // Per rank: how often it went away (the epoch of its rejoin window), since when and why.
+  std::vector<uint32_t> departures;
+  std::vector<std::chrono::steady_clock::time_point> away_since;
+  std::vector<std::string> away_reason;
   std::shared_ptr<const transports::shm::mapping> params; // shared parameters, if any
   bool granted = false;              // created through the cluster (has a grant)
   job_layout layout;                 // its nodes (several: only the chunks homed here)
@@ -47,9 +55,11 @@ struct job_info {
   uint32_t shard_rank(uint32_t rank) const {
     return local_rank.empty() ? rank : local_rank[rank];
   }
+  /// Whether `rank` joins on this node (a hierarchical job's rack part: its rack's).
+  bool belongs(uint32_t rank) const {
+    return local_rank.empty() || local_rank[rank] != no_rank;
+  }
 };
-
-constexpr uint32_t no_rank = UINT32_MAX;
 
 using binding_promise = caf::typed_response_promise<job_binding>;
 
@@ -99,6 +109,21 @@ job_binding refuse(errc code, std::string message);
 // --- rack_coordinator.cpp --------------------------------------------------------
 /// A worker who may join (open job, or proved the token) joins or creates the job.
 void admit(rack_ptr self, const hello_request& req, uint32_t id, binding_promise rp);
+
+// --- rack_ranks.cpp ---------------------------------------------------------------
+/// A worker joins `job` as `rank`: new, or again (a restarted process, or after bye).
+/// The binding, or the refusal (a connected worker holds the rank).
+job_binding join_rank(rack_ptr self, job_info& job, uint32_t rank, const std::string& peer);
+/// Answers a joined worker: `b` with where its rank goes on from (resume_clock: the
+/// lowest clock of its pushes some shard has not counted).
+void answer_with_resume(rack_ptr self, job_binding b, binding_promise rp);
+/// One of a rank's connections closed (graceful: it said bye first).
+void on_leave(rack_ptr self, uint32_t job_id, uint32_t rank, bool graceful,
+              const std::string& reason);
+/// A rank's rejoin window (its `departure`-th) closed: if it is still away, the job fails.
+void on_rejoin_window(rack_ptr self, uint32_t job_id, uint32_t rank, uint32_t departure);
+/// The binding of a joined rank (new or again) of `job`.
+job_binding joined(const job_info& job, uint32_t rank, bool created);
 
 // --- rack_placement.cpp ----------------------------------------------------------
 /// A hello for a granted job, before the token: its rack option must name a rack of

@@ -67,6 +67,8 @@ struct worker::impl {
     req.request_timeout = opts.request_timeout;
     auto joined = actors::join_job(*ep, req);
     welcome = joined.welcome;
+    if (opts.start_clock == 0) // where the node says the rank goes on from
+      opts.start_clock = joined.resume_clock;
     link = std::make_shared<actors::worker_link>(ep, std::move(joined.conns), welcome.job_id,
                                                  opts.rank, std::move(joined.routes),
                                                  std::move(joined.shm));
@@ -87,11 +89,11 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
                                                 d.opts.job.num_workers - 1));
   for (uint32_t i = 0; i < d.opts.job.tensors.size(); ++i)
     d.index.emplace(d.opts.job.tensors[i].name, i);
-  d.clocks.assign(d.opts.job.tensors.size(), d.opts.start_clock);
   d.ep = std::make_shared<transports::tcp::endpoint>(
     d.opts.request_timeout,
     transports::receive_limits{d.opts.job.chunk_bytes, defaults::max_control_bytes});
   d.handshake();
+  d.clocks.assign(d.opts.job.tensors.size(), d.opts.start_clock);
   d.cfg.set("scheduler.max-threads", 2);
   d.cfg.set("logger.verbosity", caf::atom("quiet"));
   d.sys = std::make_unique<caf::actor_system>(d.cfg);

@@ -9,7 +9,12 @@
 // tensor is read at version K and the steps run from K to --steps (the same gradients
 // as an uninterrupted run's). --pause-at K --resume-file F: after K steps, wait until F
 // exists (at most --pause-limit-ms, else exit 6), so a test can checkpoint at clock K.
+// Without --start-clock the worker goes on from where the node says its rank is (a
+// restarted worker: the first step it had not pushed everywhere), and says so.
+// --crash-at K: at step K, sends the first tensor's push and dies (exit 9, no bye), as a
+// killed process would, mid-step.
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -27,6 +32,7 @@ int main(int argc, char** argv) {
   std::string connect, job, optimizer = "sum", out, transport = "auto", token, rack;
   uint32_t rank = 0, workers = 1, steps = 3, hold_ms = 0, step_delay_ms = 0;
   uint32_t start_clock = 0, pause_at = 0, pause_limit_ms = 60'000;
+  int64_t crash_at = -1;
   std::string resume_file;
   bool verify = false;
   std::vector<uint32_t> rank_racks;
@@ -46,6 +52,7 @@ int main(int argc, char** argv) {
                  "sleep this long before each step (a run that is mid-training for a while)");
   app.add_option("--rack", rack, "the worker's rack option");
   app.add_option("--start-clock", start_clock, "the clock a restored job goes on from");
+  app.add_option("--crash-at", crash_at, "at this step push one tensor, then die (exit 9)");
   app.add_option("--pause-at", pause_at, "after this many steps wait for --resume-file");
   app.add_option("--resume-file", resume_file, "go on once this file exists");
   app.add_option("--pause-limit-ms", pause_limit_ms, "longest pause (then exit 6)");
@@ -75,11 +82,15 @@ int main(int argc, char** argv) {
       return 4;
     }
     auto& tensors = o.job.tensors;
+    // Restored, or joined again: the node said where this rank goes on from.
+    auto start = static_cast<uint32_t>(w.clock(tensors[0].name));
+    if (start > 0 && start_clock == 0)
+      std::cout << "rank " << rank << ": resumes at clock " << start << std::endl;
     std::vector<std::vector<float>> params(tensors.size());
     for (uint32_t t = 0; t < tensors.size(); ++t) {
       params[t].resize(tensors[t].elements);
-      if (start_clock > 0) { // restored: the checkpoint's version, the same everywhere
-        w.pull(tensors[t].name, params[t].data(), start_clock).get();
+      if (start > 0) { // that version (or a newer one, where the step completed)
+        w.pull(tensors[t].name, params[t].data(), start).get();
         continue;
       }
       if (!tensors[t].has_init)
@@ -91,7 +102,7 @@ int main(int argc, char** argv) {
       // Every rank reads version 0; non-zero ranks wait for rank 0's init.
       w.pull(tensors[t].name, params[t].data(), 0).get();
     }
-    for (uint32_t s = start_clock; s < steps; ++s) {
+    for (uint32_t s = start; s < steps; ++s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
       if (!resume_file.empty() && s == pause_at) {
         auto limit = std::chrono::steady_clock::now() + std::chrono::milliseconds(pause_limit_ms);
@@ -107,6 +118,12 @@ int main(int argc, char** argv) {
       std::vector<std::future<void>> pending;
       for (uint32_t t = 0; t < tensors.size(); ++t)
         grads.push_back(rw::testing::fixture_gradient(rank, s, t, tensors[t].elements));
+      if (crash_at >= 0 && s == static_cast<uint32_t>(crash_at)) {
+        auto sent = w.push(tensors[0].name, grads[0].data());
+        sent.wait_for(std::chrono::seconds(5)); // counted: the step is half done here
+        std::cout << "rank " << rank << ": crashing at step " << s << std::endl;
+        std::_Exit(9);
+      }
       for (uint32_t t = 0; t < tensors.size(); ++t)
         pending.push_back(w.push_pull(tensors[t].name, grads[t].data(), params[t].data()));
       for (auto& f : pending)

@@ -20,7 +20,7 @@ enum class errc : uint16_t {
   bad_rank,           // rank outside [0, workers)
   rank_taken,         // another live worker holds this rank
   bad_chunk,          // tensor or chunk index out of range, or wrong length
-  duplicate_push,     // a push for a clock already counted
+  duplicate_push,     // unused: a repeated push is dropped and answered as the first was
   clock_out_of_range, // a push for a clock too far ahead
   worker_left,        // a worker the step needs has left the job
   step_timeout,       // the step waited longer than the node allows

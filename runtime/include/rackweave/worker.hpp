@@ -63,8 +63,12 @@ struct worker_options {
   /// How chunks travel: "auto" (shared memory when the node is on this host and allows
   /// it, else TCP), "tcp", or "shm" (shared memory or fail).
   std::string transport = "auto";
-  /// The clock this worker's first push carries: 0 for a new job; a job restored from
-  /// a checkpoint goes on from the checkpoint's clock (pull that version first).
+  /// The clock this worker's first push carries. 0: where the node says this rank goes
+  /// on from, which clock(tensor) then returns: 0 for a new job; a job restored from a
+  /// checkpoint, the checkpoint's clock; a rank that joins again (a restarted process,
+  /// same rank, while the job lives), the first step it had not pushed everywhere.
+  /// Pull that version first and go on from there: pushes the node has counted already
+  /// are dropped as duplicates (and answered as the first were), so nothing counts twice.
   uint64_t start_clock = 0;
 };
 
