@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -29,22 +30,12 @@ using transports::frame_kind;
 
 constexpr size_t max_tombstones = 256;
 
+using detail::shard_book;
 using detail::shard_job;
 
 struct shard_state {
   shard_settings settings;
-  std::unordered_map<uint32_t, shard_job> jobs;
-  struct tombstone {
-    errc code;
-    std::string why;
-  };
-  std::map<uint32_t, tombstone> tombstones; // why a job id is gone
-  // Finished jobs' chunks, oldest first, kept for checkpoints (kept_finished_jobs).
-  std::deque<std::pair<uint32_t, shard_job>> finished;
-  shard_stats stats;
-  int memory_numa = -1;
-  // Pushes waiting to be served, lowest clock first (equal clocks in arrival order).
-  std::multimap<uint64_t, chunk_push> backlog;
+  std::shared_ptr<shard_book> book; // outlives the shard: its successor adopts it
   static inline const char* name = "rw.chunk_shard";
 };
 
@@ -72,7 +63,7 @@ void send_update(shard_state& st, uint32_t job_id, shard_job& job, uint32_t tens
   iovec iov{const_cast<float*>(cs.params()), h.payload_bytes};
   if (!w.conn->send(h, &iov, 1))
     return;
-  st.stats.bytes_out += h.payload_bytes;
+  st.book->stats.bytes_out += h.payload_bytes;
   if (w.rank < job.counters.size()) {
     auto& n = job.counters[w.rank];
     n.bytes_out += h.payload_bytes;
@@ -114,8 +105,8 @@ void for_each_own_chunk(const shard_state& st, shard_job& job, Fn fn) {
 // Answers a frame for a job this shard does not hold: gone (with why), or never known.
 void refuse_missing_job(const shard_state& st, const transports::connection_ptr& conn,
                         const frame_header& about) {
-  auto i = st.tombstones.find(about.job_id);
-  if (i != st.tombstones.end())
+  auto i = st.book->tombstones.find(about.job_id);
+  if (i != st.book->tombstones.end())
     conn->send_error(i->second.code, fmt::format("job {} is gone: {}", about.job_id, i->second.why),
                      about);
   else
@@ -123,16 +114,16 @@ void refuse_missing_job(const shard_state& st, const transports::connection_ptr&
 }
 
 void bury(shard_state& st, uint32_t job_id, errc code, std::string why) {
-  st.jobs.erase(job_id);
-  st.tombstones[job_id] = {code, std::move(why)};
-  while (st.tombstones.size() > max_tombstones)
-    st.tombstones.erase(st.tombstones.begin());
+  st.book->jobs.erase(job_id);
+  st.book->tombstones[job_id] = {code, std::move(why)};
+  while (st.book->tombstones.size() > max_tombstones)
+    st.book->tombstones.erase(st.book->tombstones.begin());
 }
 
 // Fails every waiter of `job` with `code` and drops the job.
 void fail_job(shard_state& st, uint32_t job_id, errc code, const std::string& why) {
-  auto it = st.jobs.find(job_id);
-  if (it == st.jobs.end()) {
+  auto it = st.book->jobs.find(job_id);
+  if (it == st.book->jobs.end()) {
     // A shard restarted empty hears of the jobs its predecessor held: frames for them
     // get the reason rather than "unknown job".
     bury(st, job_id, code, why);
@@ -163,8 +154,8 @@ void fail_steps_needing(shard_state& st, uint32_t job_id, shard_job& job, uint32
 shard_job* find_job(shard_ptr self, uint32_t job_id, const transports::connection_ptr& conn,
                     uint32_t rank, uint32_t tensor, uint32_t chunk, uint64_t clock) {
   auto& st = self->state;
-  auto it = st.jobs.find(job_id);
-  if (it != st.jobs.end())
+  auto it = st.book->jobs.find(job_id);
+  if (it != st.book->jobs.end())
     return &it->second;
   refuse_missing_job(st, conn, about(job_id, rank, tensor, chunk, clock));
   return nullptr;
@@ -198,7 +189,7 @@ void run_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
       return;
     }
     cs.complete_step(job.spec.optimizer, job.rescale, clock_type::now());
-    ++st.stats.updates;
+    ++st.book->stats.updates;
     if (detail::checkpoint_clock(job, cs.version())) // before the next step can run here
       send_periodic(self, job_id, job, cs.version(),
                     detail::checkpoint_reached(job, tensor, chunk, cs));
@@ -208,8 +199,8 @@ void run_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
 
 void on_norm(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version,
              uint32_t chunk, double w2, double d2) {
-  auto it = self->state.jobs.find(job_id);
-  if (it == self->state.jobs.end())
+  auto it = self->state.book->jobs.find(job_id);
+  if (it == self->state.book->jobs.end())
     return; // the job ended meanwhile
   auto& job = it->second;
   auto count = job.routes->layout(tensor).count();
@@ -239,8 +230,8 @@ void on_norm(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version,
 
 void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version,
               float trust) {
-  auto it = self->state.jobs.find(job_id);
-  if (it == self->state.jobs.end())
+  auto it = self->state.book->jobs.find(job_id);
+  if (it == self->state.book->jobs.end())
     return;
   auto& job = it->second;
   auto& layout = job.routes->layout(tensor);
@@ -251,7 +242,7 @@ void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version
     if (!cs.layerwise_pending() || cs.version() != version)
       continue;
     cs.finish_layerwise(job.spec.optimizer, trust, clock_type::now());
-    ++self->state.stats.updates;
+    ++self->state.book->stats.updates;
     if (detail::checkpoint_clock(job, cs.version()))
       send_periodic(self, job_id, job, cs.version(),
                     detail::checkpoint_reached(job, tensor, c, cs));
@@ -285,16 +276,16 @@ void on_push(shard_ptr self, chunk_push& p) {
       return;
     }
   }
-  ++st.stats.pushes;
+  ++st.book->stats.pushes;
   auto bytes = p.payload->size;
-  st.stats.bytes_in += bytes;
+  st.book->stats.bytes_in += bytes;
   auto result = cs.push(p.rank, p.clock, std::move(p.payload), clock_type::now());
   switch (result) {
     case detail::chunk_state::outcome::duplicate:
       // Counted before (a restarted worker goes on from its first clock not counted
       // everywhere; a proxy re-sends what it had no answer to): dropped, and answered
       // as the first push was.
-      ++st.stats.duplicates;
+      ++st.book->stats.duplicates;
       if (p.want_result) {
         cs.wait(waiting(cs.push_waiter(p.conn, p.rank, p.clock)));
         answer_ready(st, p.job_id, *job, p.tensor, p.chunk, cs);
@@ -366,8 +357,8 @@ void on_init(shard_ptr self, chunk_push& p) {
 // racks whose workers had none to give) or the result of the step the rack's partial
 // went into.
 void on_relay(shard_ptr self, const relay_update& u) {
-  auto it = self->state.jobs.find(u.job_id);
-  if (it == self->state.jobs.end())
+  auto it = self->state.book->jobs.find(u.job_id);
+  if (it == self->state.book->jobs.end())
     return; // the job ended meanwhile
   auto& job = it->second;
   auto& cs = job.chunks[job.routes->local_index(u.tensor, u.chunk)];
@@ -380,7 +371,7 @@ void on_relay(shard_ptr self, const relay_update& u) {
     cs.init(u.data); // rack 0 has them already: then this changes nothing
   } else if (cs.relay_pending() && u.version == cs.version() + 1) {
     cs.finish_relay(u.data, clock_type::now());
-    ++self->state.stats.updates;
+    ++self->state.book->stats.updates;
   } else {
     spdlog::warn("job {}: chunk {}/{} at version {} got version {} from its home; dropped",
                  u.job_id, u.tensor, u.chunk, cs.version(), u.version);
@@ -443,9 +434,9 @@ caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup, abort_sink coo
     spdlog::error("shard {}: job {}: {}", st.settings.index, setup.job_id, e.what());
     return cluster_error(errc::invalid_spec, e.what());
   }
-  st.memory_numa = job.memory_numa();
-  st.stats.chunks += job.chunks.size();
-  st.jobs.emplace(setup.job_id, std::move(job));
+  st.book->memory_numa = job.memory_numa();
+  st.book->stats.chunks += job.chunks.size();
+  st.book->jobs.emplace(setup.job_id, std::move(job));
   return ok_atom::value;
 }
 
@@ -453,15 +444,15 @@ caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup, abort_sink coo
 caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id, uint64_t clock) {
   auto& st = self->state;
   shard_job* job = nullptr;
-  if (auto it = st.jobs.find(job_id); it != st.jobs.end())
+  if (auto it = st.book->jobs.find(job_id); it != st.book->jobs.end())
     job = &it->second;
-  for (auto& [id, kept] : st.finished)
+  for (auto& [id, kept] : st.book->finished)
     if (id == job_id)
       job = &kept;
   if (job == nullptr) {
-    auto t = st.tombstones.find(job_id);
+    auto t = st.book->tombstones.find(job_id);
     return cluster_error(errc::unknown_job,
-                         t == st.tombstones.end()
+                         t == st.book->tombstones.end()
                            ? fmt::format("shard {} has no job {}", st.settings.index, job_id)
                            : fmt::format("job {} is gone: {}", job_id, t->second.why));
   }
@@ -480,7 +471,7 @@ caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id, uint6
 void scan_timeouts(shard_ptr self) {
   auto& st = self->state;
   auto now = clock_type::now();
-  for (auto& [job_id, job] : st.jobs) {
+  for (auto& [job_id, job] : st.book->jobs) {
     if (job.timed_out)
       continue;
     for_each_own_chunk(st, job, [&, id = job_id, &job = job](uint32_t t, uint32_t c,
@@ -500,8 +491,73 @@ void scan_timeouts(shard_ptr self) {
   }
 }
 
-chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings settings) {
+// Runs `fn`, a handler that changes job `job_id`'s chunks, marked in the book: if the
+// shard dies inside it, its successor knows that job's state may be half-changed.
+template <class Fn>
+void changing(shard_ptr self, uint32_t job_id, Fn fn) {
+  auto& book = *self->state.book;
+  book.changing = job_id;
+  fn();
+  book.changing.reset();
+}
+
+// Why job `job` cannot go on after its shard died (its state may be lost), or "".
+std::string lost_state(const shard_state& st, uint32_t job_id, shard_job& job) {
+  if (st.book->changing == job_id)
+    return "the shard died while changing the job's chunks";
+  if (runtime::is_layerwise(job.spec.optimizer.kind) && !job.chunks.empty())
+    return "a layer-wise optimizer's norm and trust messages between shards may have "
+           "died in the shard's mailbox";
+  bool waiting = false;
+  if (job.relay)
+    for_each_own_chunk(st, job, [&](uint32_t t, uint32_t, detail::chunk_state& cs) {
+      waiting = cs.relay_pending()
+                || (!cs.initialized() && job.spec.tensors[t].has_init); // its init comes from home
+      return !waiting;
+    });
+  if (waiting)
+    return "a step of the rack's part waited for its home's answer, which may have died "
+           "in the shard's mailbox";
+  return {};
+}
+
+// A shard that takes over a book its predecessor held (it died): the jobs whose state
+// is whole go on, the others fail; pushes its predecessor had queued are served.
+void adopt(shard_ptr self) {
+  auto& st = self->state;
+  auto& book = *st.book;
+  std::vector<uint32_t> kept;
+  std::vector<std::pair<uint32_t, std::string>> lost;
+  for (auto& [id, job] : book.jobs) {
+    // Checkpoint promises of the dead shard cannot be answered from here: dropped, the
+    // checkpoint fails by its timeout naming the shard.
+    job.checkpoints.clear();
+    auto why = lost_state(st, id, job);
+    if (why.empty())
+      kept.push_back(id);
+    else
+      lost.emplace_back(id, std::move(why));
+  }
+  for (auto& [id, why] : lost) {
+    auto& job = book.jobs.at(id);
+    auto reason = fmt::format("job '{}' (id {}): shard {} crashed and was restarted, but {}",
+                              job.spec.name, id, st.settings.index, why);
+    self->send(job.coordinator, abort_atom::value, id, errc::internal, reason);
+    fail_job(st, id, errc::internal, reason);
+  }
+  book.changing.reset();
+  for (size_t i = 0; i < book.backlog.size(); ++i)
+    self->send(self, work_atom::value);
+  spdlog::warn("shard {} (restart {}) took over its predecessor's chunks: jobs [{}] go "
+               "on; {} job(s) failed; {} queued pushes to serve",
+               st.settings.index, book.incarnation - 1, fmt::join(kept, ","), lost.size(),
+               book.backlog.size());
+}
+
+chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings settings,
+                                                std::shared_ptr<shard_book> book) {
   self->state.settings = settings;
+  self->state.book = std::move(book);
   if (settings.topo) {
     try {
       settings.topo->pin_current_thread(settings.core);
@@ -512,30 +568,42 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     }
   }
   self->delayed_send(self, settings.scan_interval, tick_atom::value);
+  if (self->state.book->incarnation++ > 0)
+    adopt(self);
   return {
     [=](push_atom, chunk_push& p) {
       // Order only matters when requests queue: with nothing waiting, serve at once.
       auto& st = self->state;
-      if (!st.settings.priority || (st.backlog.empty() && self->mailbox().empty())) {
-        on_push(self, p);
+      if (!st.settings.priority || (st.book->backlog.empty() && self->mailbox().empty())) {
+        changing(self, p.job_id, [&] { on_push(self, p); });
         return;
       }
       // The work token goes behind whatever is queued already: by the time it is taken,
       // every push that arrived meanwhile is in the backlog to choose from.
       auto clock = p.clock;
-      self->state.backlog.emplace(clock, std::move(p));
+      self->state.book->backlog.emplace(clock, std::move(p));
       self->send(self, work_atom::value);
     },
     [=](work_atom) {
-      auto& backlog = self->state.backlog;
+      auto& backlog = self->state.book->backlog;
       if (backlog.empty())
         return;
       auto next = std::move(backlog.begin()->second);
       backlog.erase(backlog.begin());
-      on_push(self, next);
+      changing(self, next.job_id, [&] { on_push(self, next); });
     },
-    [=](init_atom, chunk_push& p) { on_init(self, p); },
-    [=](relay_atom, const relay_update& u) { on_relay(self, u); },
+    [=](init_atom, chunk_push& p) { changing(self, p.job_id, [&] { on_init(self, p); }); },
+    [=](relay_atom, const relay_update& u) {
+      changing(self, u.job_id, [&] { on_relay(self, u); });
+    },
+    [=](crash_atom, const std::string& why) {
+      // Stuck a moment first, so requests queue in the mailbox and die with it (the
+      // workers' re-send must bring them back).
+      spdlog::warn("shard {}: crashing on purpose in 50 ms ({})", self->state.settings.index,
+                   why);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      throw std::runtime_error("injected fault: " + why);
+    },
     [=](pull_atom, chunk_pull& p) { on_pull(self, p); },
     [=](create_atom, job_setup& setup, abort_sink& coordinator) {
       return create_job(self, setup, std::move(coordinator));
@@ -544,8 +612,8 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       return on_checkpoint(self, job_id, clock);
     },
     [=](leave_atom, uint32_t job_id, uint32_t rank, const std::string& why) {
-      auto it = self->state.jobs.find(job_id);
-      if (it == self->state.jobs.end() || rank >= it->second.departed.size())
+      auto it = self->state.book->jobs.find(job_id);
+      if (it == self->state.book->jobs.end() || rank >= it->second.departed.size())
         return;
       if (!it->second.departed[rank]) {
         it->second.departed[rank] = true;
@@ -554,8 +622,8 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       fail_steps_needing(self->state, job_id, it->second, rank, why);
     },
     [=](rejoin_atom, uint32_t job_id, uint32_t rank) {
-      auto it = self->state.jobs.find(job_id);
-      if (it == self->state.jobs.end() || rank >= it->second.departed.size()
+      auto it = self->state.book->jobs.find(job_id);
+      if (it == self->state.book->jobs.end() || rank >= it->second.departed.size()
           || !it->second.departed[rank])
         return;
       it->second.departed[rank] = false;
@@ -564,8 +632,8 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     [=](resume_atom, uint32_t job_id, uint32_t rank) {
       auto& st = self->state;
       uint64_t lowest = UINT64_MAX;
-      auto it = st.jobs.find(job_id);
-      if (it == st.jobs.end() || rank >= it->second.departed.size())
+      auto it = st.book->jobs.find(job_id);
+      if (it == st.book->jobs.end() || rank >= it->second.departed.size())
         return lowest;
       for_each_own_chunk(st, it->second, [&](uint32_t, uint32_t, detail::chunk_state& cs) {
         lowest = std::min(lowest, cs.next_clock(rank));
@@ -577,39 +645,39 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       fail_job(self->state, job_id, code, why);
     },
     [=](drop_atom, uint32_t job_id) {
-      auto it = self->state.jobs.find(job_id);
-      if (it == self->state.jobs.end())
+      auto it = self->state.book->jobs.find(job_id);
+      if (it == self->state.book->jobs.end())
         return;
       auto& st = self->state;
-      st.stats.chunks -= it->second.chunks.size();
+      st.book->stats.chunks -= it->second.chunks.size();
       auto job = std::move(it->second);
       bury(st, job_id, errc::unknown_job, "the job finished: every worker left");
       detail::fail_checkpoints(job, "the job finished before every chunk reached it");
-      st.finished.emplace_back(job_id, std::move(job));
-      while (st.finished.size() > defaults::kept_finished_jobs)
-        st.finished.pop_front();
+      st.book->finished.emplace_back(job_id, std::move(job));
+      while (st.book->finished.size() > defaults::kept_finished_jobs)
+        st.book->finished.pop_front();
     },
     [=](norm_atom, uint32_t job_id, uint32_t tensor, uint64_t version, uint32_t chunk,
         double w2, double d2) { on_norm(self, job_id, tensor, version, chunk, w2, d2); },
     [=](trust_atom, uint32_t job_id, uint32_t tensor, uint64_t version, float trust) {
-      on_trust(self, job_id, tensor, version, trust);
+      changing(self, job_id, [&] { on_trust(self, job_id, tensor, version, trust); });
     },
     [=](tick_atom) {
       scan_timeouts(self);
       self->delayed_send(self, self->state.settings.scan_interval, tick_atom::value);
     },
     [=](stats_atom, uint32_t job_id) {
-      auto it = self->state.jobs.find(job_id);
+      auto it = self->state.book->jobs.find(job_id);
       // A job without chunks here counts nothing here.
-      if (it == self->state.jobs.end() || it->second.chunks.empty())
+      if (it == self->state.book->jobs.end() || it->second.chunks.empty())
         return job_counters{};
       return it->second.counters;
     },
     [=](stats_atom) {
-      auto s = self->state.stats;
+      auto s = self->state.book->stats;
       s.cpu = runtime::current_cpu();
       s.affinity = runtime::current_affinity();
-      s.memory_numa = self->state.memory_numa;
+      s.memory_numa = self->state.book->memory_numa;
       return s;
     },
   };
@@ -617,8 +685,14 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
 
 } // namespace
 
-chunk_shard_actor spawn_chunk_shard(caf::actor_system& sys, shard_settings settings) {
-  return sys.spawn<caf::detached>(shard_behavior, settings);
+std::shared_ptr<detail::shard_book> make_shard_book() {
+  return std::make_shared<detail::shard_book>();
+}
+
+chunk_shard_actor spawn_chunk_shard(caf::actor_system& sys, shard_settings settings,
+                                    std::shared_ptr<detail::shard_book> book) {
+  return sys.spawn<caf::detached>(shard_behavior, settings,
+                                  book ? std::move(book) : make_shard_book());
 }
 
 } // namespace rw::actors

@@ -41,6 +41,9 @@
 //                         it is there; detail/shard_checkpoint.hpp), or of every chunk
 //                         as it stands (clock UINT64_MAX); an error if a chunk is past
 //                         the clock, or the job ends first
+//   coordinator -> shard  (crash_atom, why)   fault injection: the shard stalls 50 ms
+//                         (requests queue in its mailbox), then throws, as a bug would,
+//                         between two messages; it dies and is restarted
 //   anyone      -> shard  (stats_atom) -> shard_stats
 //   coordinator -> shard  (stats_atom, job_id) -> job_counters
 //                         per rank of the job: pushes, pulls, bytes, wait, clock (empty
@@ -64,6 +67,20 @@
 //                         the next version; the initial values of version 0 come the
 //                         same way to racks whose workers do not send them
 // Failures reach the worker concerned as `error` frames; the shard keeps serving.
+//
+// Restart: a shard's jobs, chunks (parameters, optimizer state, versions, the step in
+// progress: partial sums, arrivals, waiters, subscribers), backlog and counters live in
+// its book, which its NUMA supervisor holds as well. When the shard dies, the
+// supervisor spawns its successor on the same core with the same book, and tells the
+// node's pollers and coordinator the new handle (replace_atom). What dies with the
+// shard is its mailbox: the pollers therefore send each worker a `resend` frame
+// naming the shard, and workers re-send every request still unanswered for chunks it
+// serves (repeated pushes are dropped, repeated answers ignored). A job goes on unless
+// its state may truly be lost: a handler was changing its chunks when the shard died;
+// it is layer-wise (LAMB, LARS: norm and trust messages between shards may have died
+// in the mailbox); or it is a hierarchical rack part with a step waiting for its
+// home's answer here. Those jobs fail with that reason (to the coordinator, abort_atom),
+// and checkpoints the dead shard was to answer fail by their timeout.
 
 #include <chrono>
 #include <cstdint>
@@ -77,6 +94,10 @@
 
 namespace rw::actors {
 
+namespace detail {
+struct shard_book;
+}
+
 /// The part of the coordinator's interface a shard reports to.
 using abort_sink = caf::typed_actor<caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
                                     caf::reacts_to<ckpt_atom, uint32_t, uint64_t, chunk_snapshot>>;
@@ -89,6 +110,7 @@ using chunk_shard_actor = caf::typed_actor<
   caf::replies_to<create_atom, job_setup, abort_sink>::with<ok_atom>,
   caf::reacts_to<leave_atom, uint32_t, uint32_t, std::string>,
   caf::reacts_to<rejoin_atom, uint32_t, uint32_t>,
+  caf::reacts_to<crash_atom, std::string>,
   caf::replies_to<resume_atom, uint32_t, uint32_t>::with<uint64_t>,
   caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
   caf::reacts_to<drop_atom, uint32_t>,
@@ -110,9 +132,15 @@ struct shard_settings {
   std::chrono::milliseconds scan_interval{defaults::timeout_scan_ms};
 };
 
+/// A new, empty shard book (detail/shard_job.hpp): what a shard holds, kept by its
+/// supervisor too so a restarted shard goes on with it.
+std::shared_ptr<detail::shard_book> make_shard_book();
+
 /// Spawns a shard as a detached actor (its own thread), which pins itself to
 /// settings.core first; if that fails it exits with the reason (ask it for stats to
-/// know it is up).
-chunk_shard_actor spawn_chunk_shard(caf::actor_system& sys, shard_settings settings);
+/// know it is up). It keeps its state in `book`; a book that a shard before it held
+/// (it died) is adopted: see "Restart" above.
+chunk_shard_actor spawn_chunk_shard(caf::actor_system& sys, shard_settings settings,
+                                    std::shared_ptr<detail::shard_book> book);
 
 } // namespace rw::actors

@@ -276,6 +276,12 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
       else
         periodic_part(self, node_id, job_id, clock, part);
     },
+    [=](inject_atom, const std::string& name, const std::string& kill,
+        const std::string& node, uint32_t index) -> caf::result<std::string> {
+      if (!trusted(self))
+        return untrusted(self, "fault injection");
+      return inject_fault(self, name, kill, node, index);
+    },
     [=](expire_atom, uint32_t job_id) {
       if (!trusted(self))
         untrusted(self, "join timeout");

@@ -70,6 +70,11 @@
 //                         fails or leaves fails the checkpoint, and no manifest is
 //                         written. Created with restore = dir, a job's nodes start
 //                         its chunks from that checkpoint
+//   shell -> coordinator  (inject_atom, name, kill, node, index) -> description
+//                         fault injection, for tests and demos
+//                         (detail/cluster_inject.cpp): kill "shard" crashes shard
+//                         `index` of node `node` ("": the job's first node) while the
+//                         job runs there (inject_atom, job id, kill, index to the node)
 //   link  -> coordinator  (checkpoint_atom, node id, job id, clock, checkpoint_part)
 //                         a job created with checkpoint_every = N: a node wrote its file
 //                         of clock c (a multiple of N; its shards copied each chunk
@@ -121,6 +126,7 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::reacts_to<expire_atom, uint32_t>,
   caf::replies_to<checkpoint_atom, std::string, std::string, uint64_t>::with<checkpoint_info>,
   caf::reacts_to<checkpoint_atom, uint32_t, uint32_t, uint64_t, checkpoint_part>,
+  caf::replies_to<inject_atom, std::string, std::string, std::string, uint32_t>::with<std::string>,
   caf::reacts_to<tick_atom>>;
 
 /// What the coordinator asks of a node: the node's cluster link answers.
@@ -130,7 +136,8 @@ using node_link_actor = caf::typed_actor<
   caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>,
   caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>,
   caf::replies_to<probe_atom, rate_probe_request>::with<rate_probe_result>,
-  caf::replies_to<checkpoint_atom, uint32_t, uint64_t, std::string>::with<checkpoint_part>>;
+  caf::replies_to<checkpoint_atom, uint32_t, uint64_t, std::string>::with<checkpoint_part>,
+  caf::replies_to<inject_atom, uint32_t, std::string, uint32_t>::with<std::string>>;
 
 namespace detail {
 class cluster_store;

@@ -230,6 +230,9 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
         self, std::chrono::milliseconds(defaults::checkpoint_timeout_ms),
         checkpoint_atom::value, id, clock, std::move(dir));
     },
+    [=](inject_atom, uint32_t id, std::string& kill, uint32_t index) {
+      return relay<std::string>(self, inject_atom::value, id, std::move(kill), index);
+    },
     [=](halt_atom, uint32_t id, std::string& why) {
       return relay<ok_atom>(self, halt_atom::value, id, std::move(why));
     },

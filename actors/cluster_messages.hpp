@@ -63,6 +63,7 @@ using where_atom = caf::atom_constant<caf::atom("where")>;
 using bind_atom = caf::atom_constant<caf::atom("bind")>;
 using expire_atom = caf::atom_constant<caf::atom("expire")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
+using inject_atom = caf::atom_constant<caf::atom("inject")>;
 
 /// A rack-agg node as the cluster knows it.
 struct node_info {
@@ -212,7 +213,7 @@ struct job_grant {
 /// One worker of a job, as its node counts it. Counts are chunk messages.
 struct rank_report {
   uint32_t rank = 0;
-  std::string state;      // "absent" (not joined yet), "live", "left"
+  std::string state;      // "absent" (not joined yet), "live", "away" (gone without bye, may rejoin), "left" (said bye)
   std::string peer;       // HOST:PORT it connected from ("" if absent)
   uint64_t clock = 0;     // steps pushed: the highest clock any of its pushes carried, + 1
   uint64_t pushes = 0;

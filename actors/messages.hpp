@@ -51,6 +51,8 @@ using relay_atom = caf::atom_constant<caf::atom("relay")>;
 using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
+using crash_atom = caf::atom_constant<caf::atom("crash")>;
+using resend_atom = caf::atom_constant<caf::atom("resend")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 

@@ -361,8 +361,26 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       }
     },
     [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
-      if (index < self->state.shards.size())
-        self->state.shards[index] = std::move(shard);
+      auto& st = self->state;
+      if (index >= st.shards.size())
+        return;
+      st.shards[index] = std::move(shard);
+      // Requests queued for the dead shard died with it: each worker re-sends what is
+      // still unanswered for the chunks that shard serves.
+      size_t told = 0;
+      for (auto& [id, b] : st.bindings) {
+        if (b.status != binding::joined || b.shm_companion || !b.conn || !b.conn->is_open())
+          continue;
+        transports::frame_header h;
+        h.kind = transports::frame_kind::resend;
+        h.job_id = b.job_id;
+        h.rank = b.rank;
+        h.chunk_index = index;
+        told += b.conn->send(h) ? 1 : 0;
+      }
+      spdlog::info("endpoint {}: shard {} was restarted; {} worker connection(s) asked to "
+                   "re-send what it had not answered",
+                   st.ep->describe(), index, told);
     },
   };
 }

@@ -11,6 +11,8 @@ namespace {
 struct supervisor_state {
   supervisor_settings settings;
   std::vector<chunk_shard_actor> shards;  // by position in settings.shards
+  std::vector<std::shared_ptr<detail::shard_book>> books; // each shard's state, kept
+  std::vector<uint32_t> restarts;         // by position, for the logs
   std::vector<nic_poller_actor> pollers;  // by position in settings.endpoints
   rack_coordinator_actor coordinator;
   std::vector<nic_poller_actor> all_pollers;
@@ -25,10 +27,12 @@ using sup_ptr = numa_supervisor_actor::stateful_pointer<supervisor_state>;
 void respawn_shard(sup_ptr self, size_t pos, const caf::error& reason) {
   auto& st = self->state;
   auto& settings = st.settings.shards[pos];
-  spdlog::error("shard {} on cpu {} (numa {}) failed: {}; restarting it empty",
+  ++st.restarts[pos];
+  spdlog::error("shard {} on cpu {} (numa {}) failed: {}; restarting it with its chunks' "
+                "state (restart {})",
                 settings.index, settings.core.os_cpu, settings.numa,
-                self->system().render(reason));
-  auto shard = spawn_chunk_shard(self->system(), settings);
+                self->system().render(reason), st.restarts[pos]);
+  auto shard = spawn_chunk_shard(self->system(), settings, st.books[pos]);
   self->monitor(shard);
   st.shards[pos] = shard;
   if (st.coordinator)
@@ -69,7 +73,9 @@ numa_supervisor_actor::behavior_type supervisor_behavior(sup_ptr self,
   auto& st = self->state;
   st.settings = std::move(settings);
   for (auto& s : st.settings.shards) {
-    st.shards.push_back(spawn_chunk_shard(self->system(), s));
+    st.books.push_back(make_shard_book());
+    st.restarts.push_back(0);
+    st.shards.push_back(spawn_chunk_shard(self->system(), s, st.books.back()));
     self->monitor(st.shards.back());
   }
   self->set_down_handler([=](caf::down_msg& down) { on_down(self, down); });

@@ -13,10 +13,13 @@
 //   node -> supervisor  (stop_atom) -> ok_atom
 //                       stops the pollers (connections closed), then the shards; answers
 //                       once every child is down
-// Monitoring: a shard that dies is logged, respawned on its core with empty state, and
-// announced (replace_atom, index, shard) to the coordinator, which aborts the jobs that
-// lost chunks, and to every poller. A poller that dies is logged; its endpoint's workers
-// see their connections close.
+// Monitoring: a shard that dies is logged and respawned on its core with its state: the
+// supervisor keeps each shard's book (detail/shard_job.hpp) and hands it to the
+// successor, which goes on with every job whose state is whole (chunk_shard.hpp,
+// "Restart"). The new handle is announced (replace_atom, index, shard) to the
+// coordinator and to every poller, which asks its workers to re-send what the dead
+// shard's mailbox held. A poller that dies is logged; its endpoint's workers see their
+// connections close.
 
 #include <memory>
 #include <vector>

@@ -344,11 +344,11 @@ void on_replace(rack_ptr self, uint32_t index, chunk_shard_actor& shard) {
   if (index >= st.shards.size())
     return;
   st.shards[index] = std::move(shard);
-  std::vector<std::pair<uint32_t, std::string>> live(st.names.begin(), st.names.end());
-  for (auto& [id, name] : live)
-    end_job(self, id, "failed", errc::internal,
-            fmt::format("job '{}' (id {}): shard {} failed and its chunks were lost", name,
-                        id, index));
+  // The successor holds the chunks' state and fails (abort_atom) only the jobs whose
+  // state may be lost; the pollers have the workers re-send what died in its mailbox.
+  spdlog::warn("shard {} was restarted with its state; {} live job(s) on the node go on "
+               "unless the shard reports them lost",
+               index, st.jobs.size());
 }
 
 rack_coordinator_actor::behavior_type
@@ -384,6 +384,27 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     [=](locate_atom) { return self->state.cluster_address; },
     [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
       on_replace(self, index, shard);
+    },
+    [=](inject_atom, uint32_t job_id, const std::string& kill,
+        uint32_t index) -> caf::result<std::string> {
+      auto& st = self->state;
+      auto n = st.names.find(job_id);
+      if (n == st.names.end())
+        return cluster_error(errc::unknown_job,
+                             fmt::format("node {} holds no live job {}: its first worker "
+                                         "has not joined, or it ended",
+                                         st.settings.node_name, job_id));
+      if (kill != "shard")
+        return cluster_error(errc::invalid_spec,
+                             fmt::format("a node can inject kill = 'shard', not '{}'", kill));
+      if (index >= st.shards.size())
+        return cluster_error(errc::invalid_spec,
+                             fmt::format("node {} has shards 0..{}, not {}",
+                                         st.settings.node_name, st.shards.size() - 1, index));
+      auto why = fmt::format("rw.inject on job '{}'", n->second);
+      spdlog::warn("fault injection: crashing shard {} ({})", index, why);
+      self->send(st.shards[index], crash_atom::value, why);
+      return fmt::format("crashed shard {} of node {}", index, st.settings.node_name);
     },
     [=](leave_atom, uint32_t job_id, uint32_t rank, bool graceful,
         const std::string& reason) { on_leave(self, job_id, rank, graceful, reason); },

@@ -41,8 +41,9 @@
 //   shard  -> coordinator  (abort_atom, job_id, errc, reason)
 //                          a step timed out: the job is aborted as above.
 //   supervisor -> coordinator (replace_atom, index, shard)
-//                          shard `index` failed and was restarted empty: every job
-//                          (each has chunks there) is aborted.
+//                          shard `index` failed and was restarted with its state:
+//                          later messages go to the new handle; the shard itself
+//                          reports the jobs whose state may be lost (abort_atom).
 //   link   -> coordinator  (status_atom, job_id) -> job_event
 //                          a granted job's state and per-rank counts (from the shards)
 //   link   -> coordinator  (halt_atom, job_id, reason) -> ok_atom
@@ -82,6 +83,10 @@
 //                          the job has sent them, the node writes its file into
 //                          checkpoint_dir/clock-NNNNNNNNNN and tells the cluster
 //                          (checkpoint_atom, job_id, clock, checkpoint_part to its link)
+//   link   -> coordinator  (inject_atom, job_id, kill, index) -> description
+//                          fault injection: kill "shard" crashes shard `index` (it
+//                          throws between two messages; its supervisor restarts it
+//                          with its state). Refused if the job has no chunks here.
 //   link   -> coordinator  (locate_atom, address)   where the cluster coordinator is
 //   poller -> coordinator  (locate_atom) -> address  (empty: not known yet)
 
@@ -128,7 +133,8 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::reacts_to<leave_atom, uint32_t, uint32_t, bool, std::string>,
   caf::reacts_to<rejoin_atom, uint32_t, uint32_t, uint32_t>,
   caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
-  caf::reacts_to<replace_atom, uint32_t, chunk_shard_actor>>;
+  caf::reacts_to<replace_atom, uint32_t, chunk_shard_actor>,
+  caf::replies_to<inject_atom, uint32_t, std::string, uint32_t>::with<std::string>>;
 
 struct coordinator_settings {
   std::string node_name;

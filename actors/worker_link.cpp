@@ -193,8 +193,11 @@ bool worker_link::belongs(const slot& s, bool is_update, bool unchanged, uint64_
 
 void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness,
                              bool changed) {
-  if (chunk < s.arrived.size())
+  if (chunk < s.arrived.size()) {
+    if (s.arrived[chunk] != 0)
+      return; // answered already: this answers a re-sent request
     s.arrived[chunk] = 1;
+  }
   s.staleness = std::max(s.staleness, staleness);
   s.changed += changed ? 1 : 0;
   if (--s.remaining > 0)
@@ -212,6 +215,8 @@ payload_target worker_link::on_header(const transports::connection_ptr&,
     error_buf_.resize(h.payload_bytes);
     return payload_target::into(error_buf_.data());
   }
+  if (h.kind == frame_kind::resend && h.payload_bytes == 0)
+    return payload_target::into(nullptr);
   if (h.kind != frame_kind::update && h.kind != frame_kind::ack) {
     spdlog::warn("worker rank {}: unexpected {} frame from the node; dropped", rank_,
                  transports::to_string(h.kind));
@@ -244,10 +249,17 @@ payload_target worker_link::on_header(const transports::connection_ptr&,
   return payload_target::into(reinterpret_cast<std::byte*>(dst));
 }
 
-void worker_link::on_frame(const transports::connection_ptr&, const frame_header& h,
+void worker_link::on_frame(const transports::connection_ptr& c, const frame_header& h,
                            payload_target& t) {
   if (t.action == payload_target::discard)
     return;
+  if (h.kind == frame_kind::resend) {
+    auto at = std::find(conns_.begin(), conns_.end(), c);
+    if (at != conns_.end())
+      caf::anon_send(proxy_, resend_atom::value, static_cast<uint32_t>(at - conns_.begin()),
+                     h.chunk_index);
+    return;
+  }
   if (h.kind == frame_kind::error) {
     transports::error_msg err;
     std::string why;

@@ -4,8 +4,10 @@
 // each chunk on the connection of the chunk's endpoint) and the receiver. An
 // `update` payload is received straight into the caller's output buffer at the
 // chunk's offset; `ack`, `update` and `error` frames are counted against the armed
-// operation and reported to the proxy. Frames that belong to no armed operation (late
-// answers to a failed one) are dropped.
+// operation and reported to the proxy, each chunk once (a repeated answer, to a
+// re-sent request, is ignored). Frames that belong to no armed operation (late answers
+// to a failed one) are dropped. A `resend` frame (a shard of the node restarted) goes
+// to the proxy as (resend_atom, connection index, shard).
 
 #include <atomic>
 #include <functional>
@@ -79,6 +81,11 @@ public:
 
   /// Whether chunk `chunk` of the armed (or last) operation on `tensor` has its answer.
   bool chunk_arrived(uint32_t tensor, uint32_t chunk) const;
+  /// Whether (tensor, chunk) is served by shard `shard` of the node connection `conn`
+  /// leads to (a `resend` frame's question).
+  bool served_by(uint32_t tensor, uint32_t chunk, uint32_t conn, uint32_t shard) const {
+    return routes_->served_by(tensor, chunk, routes_->node_of_connection(conn), shard);
+  }
 
   /// How many chunks the last completed operation on `tensor` received (a pull of
   /// changes counts only the chunks that had changed).

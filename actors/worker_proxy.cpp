@@ -22,6 +22,7 @@ struct tensor_queue {
   bool busy = false;
   uint64_t seq = 0;   // the running operation
   worker_op running{};
+  uint64_t running_clock = 0; // the clock the running operation's frames carry
   uint64_t clock = 0; // pushes made
 };
 
@@ -68,7 +69,10 @@ const char* op_name(worker_op::kind_t k) {
 // Posts every chunk of `op` on tensor `t` through shared memory: gradients land in the
 // segment's gradient region (no copy if the caller computed them there), and the node
 // is rung every few chunks so it starts summing before the whole tensor is posted.
-bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock) {
+using chunk_filter = std::vector<bool>; // empty: every chunk
+
+bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock,
+                 const chunk_filter& only) {
   auto& shm = *link.shm();
   auto& layout = link.layout(t);
   auto* grad = shm.gradient(t);
@@ -88,13 +92,15 @@ bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     r.flags = transports::flag_only_changed;
   if (op.kind == worker_op::pull && op.subscribe)
     r.flags = transports::flag_subscribe;
-  if (op.sparse) { // scattered straight into the gradient region
+  if (op.sparse && only.empty()) { // scattered straight into the gradient region
     std::memset(grad, 0, layout.elements * sizeof(float));
     for (size_t i = 0; i < op.count; ++i)
       grad[op.indices[i]] += op.values[i];
   }
   constexpr uint32_t ring_every = 64;
   for (uint32_t c = 0; c < layout.count(); ++c) {
+    if (!only.empty() && !only[c])
+      continue;
     if (op.src != nullptr && op.src != grad)
       std::memcpy(grad + layout.offset(c), op.src + layout.offset(c),
                   layout.length(c) * sizeof(float));
@@ -114,9 +120,10 @@ bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
 
 // Sends every chunk of `op` on tensor `t` straight from the caller's memory, in gather
 // writes of up to `batch` frames per connection; returns false if a connection failed.
-bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock) {
+bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock,
+                 const chunk_filter& only = {}) {
   if (link.shm() != nullptr)
-    return post_chunks(link, t, op, clock);
+    return post_chunks(link, t, op, clock, only);
   constexpr size_t batch = 64;
   auto& layout = link.layout(t);
   frame_header h;
@@ -172,6 +179,8 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     return ok;
   };
   for (uint32_t c = 0; c < layout.count(); ++c) {
+    if (!only.empty() && !only[c])
+      continue;
     h.chunk_index = c;
     iovec piece{nullptr, 0};
     if (op.sparse) {
@@ -230,6 +239,7 @@ void start_next(proxy_ptr self, uint32_t t) {
     case worker_op::push_pull: version = q.clock + 1; break;
   }
   st.link->arm(t, q.seq, expect_update, op.dst, version, op.only_changed);
+  q.running_clock = q.clock;
   bool sent = send_chunks(*st.link, t, op, q.clock);
   if (op.kind == worker_op::push || op.kind == worker_op::push_pull)
     ++q.clock;
@@ -281,6 +291,24 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
       for (uint32_t t = 0; t < st.tensors.size(); ++t)
         if (st.tensors[t].busy)
           finish(self, t, st.tensors[t].seq, code, why);
+    },
+    [=](resend_atom, uint32_t conn, uint32_t shard) {
+      auto& st = self->state;
+      if (st.lost)
+        return;
+      for (uint32_t t = 0; t < st.tensors.size(); ++t) {
+        auto& q = st.tensors[t];
+        if (!q.busy)
+          continue;
+        auto count = st.link->layout(t).count();
+        chunk_filter only(count, false);
+        bool any = false;
+        for (uint32_t c = 0; c < count; ++c)
+          if (st.link->served_by(t, c, conn, shard) && !st.link->chunk_arrived(t, c))
+            any = only[c] = true;
+        if (any)
+          send_chunks(*st.link, t, q.running, q.running_clock, only); // a failure: lost_atom
+      }
     },
     [=](timeout_atom, uint32_t t, uint64_t seq) {
       auto& q = self->state.tensors[t];

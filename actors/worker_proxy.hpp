@@ -16,6 +16,9 @@
 //   proxy    -> proxy  (timeout_atom, tensor, seq) no answer in time: the connection is
 //                      closed (the stream is stuck), which fails everything via lost_atom
 //   facade   -> proxy  (bye_atom) -> ok_atom       send bye after what is queued was sent
+//   receiver -> proxy  (resend_atom, conn, shard)  shard `shard` of the node behind
+//                      connection `conn` restarted: every chunk of a running operation
+//                      it serves whose answer has not come is sent again (same clock)
 
 #include <chrono>
 #include <cstdint>
@@ -62,6 +65,7 @@ using worker_proxy_actor = caf::typed_actor<
   caf::reacts_to<fail_atom, uint32_t, uint64_t, errc, std::string>,
   caf::reacts_to<lost_atom, errc, std::string>,
   caf::reacts_to<timeout_atom, uint32_t, uint64_t>,
+  caf::reacts_to<resend_atom, uint32_t, uint32_t>,
   caf::replies_to<bye_atom>::with<ok_atom>>;
 
 worker_proxy_actor spawn_worker_proxy(caf::actor_system& sys,

@@ -111,4 +111,11 @@ uint32_t job_routes::connection_of(uint32_t tensor, uint32_t chunk) const noexce
   return endpoint_base_[n] + tables_[n]->endpoint_of(tensor, chunk);
 }
 
+uint32_t job_routes::node_of_connection(uint32_t conn) const noexcept {
+  uint32_t n = 0;
+  while (n + 1 < endpoint_base_.size() && endpoint_base_[n + 1] <= conn)
+    ++n;
+  return n;
+}
+
 } // namespace rw::runtime

@@ -30,6 +30,11 @@ enum FrameKind {
   probe @16;     # node -> node: rate probe; payload (at most 256 KiB) is discarded. With
                  # flags bit 0 the receiver answers an ack whose `clock` is the probe
                  # bytes it took on this connection (at most 16 MiB per connection)
+  resend @17;    # node -> worker: shard `chunkIndex` of this node was restarted (with its
+                 # chunks' state) and requests queued for it may have died with it: the
+                 # worker re-sends every request of job `jobId` still unanswered for
+                 # chunks that shard serves. A re-sent push it had counted is dropped
+                 # and answered as the first was; a repeated answer is ignored. No payload.
 }
 
 struct FrameHeader {

@@ -33,6 +33,7 @@ enum class frame_kind : uint16_t {
   located = 15,   // node -> asker: the coordinator's control address (payload: Located)
   probe = 16,     // node -> node: rate probe bytes, discarded (flag_want_result: answer
                   // with an ack whose clock is the probe bytes taken on the connection)
+  resend = 17,    // node -> worker: shard chunk_index restarted: re-send what is unanswered
 };
 
 const char* to_string(frame_kind kind) noexcept;

@@ -159,6 +159,10 @@ void expire_awaited(cluster_ptr self);
 // --- cluster_checkpoint.cpp -------------------------------------------------------
 /// A checkpoint of job `name` into `dir` at `clock` (0: the coordinator picks one; see
 /// cluster_coordinator.hpp).
+/// Fault injection (detail/cluster_inject.cpp): what was done, or a clear error.
+caf::result<std::string> inject_fault(cluster_ptr self, const std::string& name,
+                                      const std::string& kill, const std::string& node,
+                                      uint32_t index);
 caf::result<checkpoint_info> checkpoint_job(cluster_ptr self, const std::string& name,
                                             const std::string& dir, uint64_t clock);
 /// A job created with restore = dir: why it cannot start from it ("" if it can, as

@@ -40,6 +40,7 @@ struct binding {
   bool said_bye = false;
   uint64_t clock = 0;               // the latest clock this worker pushed
   transports::connection_ptr shm;   // the worker's adopted segment (TCP connections)
+  transports::connection_ptr conn;  // joined TCP connections: this one (for resend frames)
   bool shm_companion = false;       // this is such a segment (on the shm poller)
   std::vector<std::byte> nonce;     // challenged: the nonce sent
   transports::hello_msg hello;      // challenged: the hello the proof is for

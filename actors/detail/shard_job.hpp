@@ -3,9 +3,11 @@
 // arena, or their parameters in the job's shared segment), the job's routing, and what
 // the shard needs to run the job's protocol.
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 
 #include <caf/typed_response_promise.hpp>
 #include <vector>
@@ -52,6 +54,27 @@ struct shard_job {
   std::map<uint64_t, chunk_snapshot> periodic;   // by clock, until every chunk is in
 };
 
+/// Everything a shard holds, kept outside the shard actor (its NUMA supervisor holds it
+/// too) so that a shard that crashes is restarted with its chunks' state: its
+/// successor adopts the book (chunk_shard.hpp, "Restart").
+struct shard_book {
+  std::unordered_map<uint32_t, shard_job> jobs;
+  struct tombstone {
+    errc code;
+    std::string why;
+  };
+  std::map<uint32_t, tombstone> tombstones; // why a job id is gone
+  // Finished jobs' chunks, oldest first, kept for checkpoints (kept_finished_jobs).
+  std::deque<std::pair<uint32_t, shard_job>> finished;
+  shard_stats stats;
+  int memory_numa = -1;
+  // Pushes waiting to be served, lowest clock first (equal clocks in arrival order).
+  std::multimap<uint64_t, chunk_push> backlog;
+  /// The job whose chunks a handler was changing, set while it does: a shard that dies
+  /// with it set may have left them half-changed, so that job cannot go on.
+  std::optional<uint32_t> changing;
+  uint32_t incarnation = 0; // shards that have held this book before the current one
+};
 
 /// Lays out a new job's chunks of shard setup.shard_index: m, v and d where the
 /// optimizer needs them, each chunk's arrays on a cache line, all allocated on `numa`

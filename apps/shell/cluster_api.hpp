@@ -37,6 +37,10 @@ public:
   /// (0: the coordinator picks the next clock; a finished job: as it ended).
   virtual actors::checkpoint_info checkpoint(const std::string& name, const std::string& dir,
                                              uint64_t clock) = 0;
+  /// Fault injection (tests, demos): kill = "shard" crashes shard `index` of node `node`
+  /// ("": the job's first node) under job `name`; returns what was done.
+  virtual std::string inject(const std::string& name, const std::string& kill,
+                             const std::string& node, uint32_t index) = 0;
   /// Where the coordinator is (HOST:PORT of its control address), for the prompt.
   virtual std::string coordinator() const = 0;
 };

@@ -111,6 +111,12 @@ actors::checkpoint_info cluster_client::checkpoint(const std::string& name,
                                                     clock);
 }
 
+std::string cluster_client::inject(const std::string& name, const std::string& kill,
+                                   const std::string& node, uint32_t index) {
+  return impl_->ask<std::string>("inject", actors::inject_atom::value, name, kill, node,
+                                 index);
+}
+
 std::string cluster_client::coordinator() const {
   return impl_->address;
 }

@@ -31,6 +31,8 @@ public:
   actors::job_report job_status(const std::string& name) override;
   actors::job_report job_stop(const std::string& name) override;
   void job_delete(const std::string& name) override;
+  std::string inject(const std::string& name, const std::string& kill,
+                     const std::string& node, uint32_t index) override;
   actors::checkpoint_info checkpoint(const std::string& name, const std::string& dir,
                                      uint64_t clock) override;
   std::string coordinator() const override;

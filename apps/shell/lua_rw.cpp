@@ -43,6 +43,9 @@ const command commands[] = {
    "consistent at one clock (the next one, or clock=; a finished job as it ended); "
    "returns {dir, clock, files, bytes}. rw.job_create{..., restore = dir} starts a job "
    "from it; checkpoint_every = N, checkpoint_dir = D take one every N clocks"},
+  {"inject", rw_inject, "rw.inject{job=, kill='shard' [, node=, shard=]}",
+   "fault injection for tests and demos: crashes a shard of the job's node (its "
+   "supervisor restarts it with its chunks' state; the job goes on); returns what it did"},
   {"job_delete", rw_job_delete, "rw.job_delete(name)", "removes the job from the registry; true"},
   {"wait", rw_wait, "rw.wait(name, cond [, {interval=, timeout=}])",
    "until cond holds: a state (created, running, finished, stopped, failed, ended), a "

@@ -93,6 +93,11 @@ struct fake_cluster : rw::shell::cluster_api {
     called(fmt::format("checkpoint {} {} {}", name, dir, clock));
     return {name, dir, clock == 0 ? 7 : clock, {"chunks-n0.rwck"}, 4096};
   }
+  std::string inject(const std::string& name, const std::string& kill,
+                     const std::string& node, uint32_t index) override {
+    called(fmt::format("inject {} {} '{}' {}", name, kill, node, index));
+    return "crashed shard " + std::to_string(index) + " of node n0";
+  }
   std::string coordinator() const override { return "10.0.0.9:7800"; }
 };
 
@@ -182,6 +187,21 @@ TEST_CASE("job_create turns its table into the spec asked for", "[shell]") {
   CHECK(sh.run("rw.job_create{name = 'o', workers = 4, nodes = {'rack-a', 'rack-b'}}") == "");
   CHECK(sh.api.placement.nodes == std::vector<std::string>{"rack-a", "rack-b"});
   CHECK(sh.eval("rw.nodes()[1].rack") == "\"r1\"");
+}
+
+TEST_CASE("rw.inject reaches the cluster; bad arguments are clear errors", "[shell]") {
+  shell sh;
+  CHECK(sh.eval("rw.inject{job = 'j', kill = 'shard', node = 'n1', shard = 2}")
+        == "\"crashed shard 2 of node n0\"");
+  CHECK(sh.eval("rw.inject{job = 'j', kill = 'shard'}") == "\"crashed shard 0 of node n0\"");
+  CHECK(sh.api.calls == std::vector<std::string>{"inject j shard 'n1' 2", "inject j shard '' 0"});
+  CHECK_THAT(sh.run("rw.inject{kill = 'shard'}"), Catch::Contains("job = NAME is required"));
+  CHECK_THAT(sh.run("rw.inject{job = 'j'}"), Catch::Contains("kill = 'shard' is required"));
+  CHECK_THAT(sh.run("rw.inject{job = 'j', kill = 'shard', shard = 1.5}"),
+             Catch::Contains("shard must be a whole number"));
+  CHECK_THAT(sh.run("rw.inject{job = 'j', kill = 'shard', shards = 1}"),
+             Catch::Contains("shards"));
+  CHECK_THAT(sh.run("rw.inject('j')"), Catch::Contains("rw.inject expects"));
 }
 
 TEST_CASE("rw.checkpoint and job_create's checkpoint fields reach the cluster", "[shell]") {

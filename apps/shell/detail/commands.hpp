@@ -25,4 +25,7 @@ int rw_sleep(lua_State* L);
 // watch.cpp
 int rw_watch(lua_State* L);
 
+// inject.cpp
+int rw_inject(lua_State* L);
+
 } // namespace rw::shell::detail

@@ -1,0 +1,57 @@
+// rw.inject: fault injection for tests and demos, through the cluster coordinator.
+#include <string>
+
+#include <fmt/format.h>
+#include <lua.hpp>
+
+#include "apps/shell/detail/commands.hpp"
+#include "apps/shell/detail/lua_guard.hpp"
+
+namespace rw::shell::detail {
+
+namespace {
+
+constexpr const char* fn = "rw.inject";
+
+// opts[field] as a string, or `fallback` when absent.
+std::string option_string(lua_State* L, const char* field, const std::string& fallback) {
+  lua_getfield(L, 1, field);
+  std::string out = fallback;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      throw std::invalid_argument(
+        fmt::format("{}: {} must be a string, got {}", fn, field, describe_value(L, -1)));
+    out = lua_tostring(L, -1);
+  }
+  lua_pop(L, 1);
+  return out;
+}
+
+} // namespace
+
+int rw_inject(lua_State* L) {
+  return protect(L, [&] {
+    if (lua_type(L, 1) != LUA_TTABLE)
+      throw std::invalid_argument(fmt::format(
+        "{} expects {{job = NAME, kill = 'shard' [, node = NAME, shard = N]}}, got {}", fn,
+        describe_value(L, 1)));
+    check_options(L, 1, fn, {"job", "kill", "node", "shard"});
+    auto job = option_string(L, "job", "");
+    if (job.empty())
+      throw std::invalid_argument(fmt::format("{}: job = NAME is required", fn));
+    auto kill = option_string(L, "kill", "");
+    if (kill.empty())
+      throw std::invalid_argument(fmt::format("{}: kill = 'shard' is required", fn));
+    auto node = option_string(L, "node", "");
+    auto shard = option_number(L, 1, fn, "shard", 0, false);
+    if (shard != static_cast<double>(static_cast<uint32_t>(shard)))
+      throw std::invalid_argument(fmt::format("{}: shard must be a whole number", fn));
+    auto done = ask(fn, [&] {
+      return context(L).api->inject(job, kill, node, static_cast<uint32_t>(shard));
+    });
+    lua_pushlstring(L, done.data(), done.size());
+    return 1;
+  });
+}
+
+} // namespace rw::shell::detail

@@ -1,0 +1,132 @@
+// Shard failover on 127.0.0.1: rw.inject crashes a shard of a job's node mid-training;
+// its NUMA supervisor restarts it with its chunks' state, the node's pollers ask the
+// workers to re-send what the dead shard had not answered, and every worker ends
+// bitwise at the single-process reference (the fault-free run's parameters): over
+// shared memory and TCP on one node, on two nodes (flat), twice in a row. A layer-wise
+// job, whose shards exchange messages the crash may have lost, fails with that reason;
+// bad injections are clear errors.
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "tests/integration/rack_cluster.hpp"
+
+using namespace rw;
+
+namespace {
+
+using testing::rack_cluster;
+
+struct run {
+  std::unique_ptr<tools::subprocess> proc;
+  std::string err_path = testing::temp_path("worker.err");
+  std::string out_path = testing::temp_path("worker.bin");
+  ~run() {
+    std::remove(err_path.c_str());
+    std::remove(out_path.c_str());
+  }
+};
+
+std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
+                           uint32_t workers, const std::string& optimizer,
+                           const std::string& token, const std::string& transport) {
+  auto w = std::make_unique<run>();
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
+                                "--rank", std::to_string(rank), "--workers",
+                                std::to_string(workers), "--optimizer", optimizer, "--steps",
+                                "20", "--token", token, "--out", w->out_path, "--verify",
+                                "--transport", transport, "--step-delay-ms", "80"};
+  w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
+  return w;
+}
+
+// Runs the job's workers (20 steps); once the job is at clock 3 (and again at 10 with
+// `twice`)
+// crashes shard `shard` of node `node`. Returns each worker's exit code and output.
+std::vector<std::pair<std::optional<int>, std::string>>
+crash_mid_job(rack_cluster& c, const std::vector<std::string>& connect, const std::string& job,
+              const std::string& optimizer, const std::string& transport,
+              const std::string& node, uint32_t shard, bool twice) {
+  std::string err;
+  auto token = c.create(job, static_cast<uint32_t>(connect.size()), optimizer,
+                        node.empty() ? "node = 'n0'" : "racks = {'a', 'b'}, reduction = 'flat'",
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  std::vector<std::unique_ptr<run>> ws;
+  for (uint32_t r = 0; r < connect.size(); ++r)
+    ws.push_back(start(connect[r], job, r, static_cast<uint32_t>(connect.size()), optimizer,
+                       token, transport));
+  for (int clock : twice ? std::vector<int>{3, 10} : std::vector<int>{3}) {
+    auto inj = c.shell(fmt::format("rw.wait('{}', {}, {{timeout = 30}}); "
+                                   "print(rw.inject{{job = '{}', kill = 'shard', node = '{}', "
+                                   "shard = {}}})",
+                                   job, clock, job, node, shard));
+    INFO(inj.err);
+    CHECK_THAT(inj.out, Catch::Contains(fmt::format("crashed shard {}", shard)));
+  }
+  std::vector<std::pair<std::optional<int>, std::string>> out;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (auto& w : ws) {
+    auto text = w->proc->read_all(deadline);
+    auto code = w->proc->wait_until(deadline);
+    out.emplace_back(code, text + testing::read_file(w->err_path));
+  }
+  return out;
+}
+
+void expect_verified(const std::vector<std::pair<std::optional<int>, std::string>>& runs,
+                     const std::string& what) {
+  for (size_t r = 0; r < runs.size(); ++r) {
+    INFO(what << " rank " << r << ": " << runs[r].second);
+    CHECK(runs[r].first == std::optional<int>{0});
+    CHECK_THAT(runs[r].second, Catch::Contains("verified, bitwise the reference"));
+  }
+}
+
+} // namespace
+
+TEST_CASE("a crashed shard is restarted with its state: the job goes on bitwise",
+          "[integration][failover]") {
+  rack_cluster c{{"a", "b"}};
+  auto a = c.nodes[0]->address();
+  auto b = c.nodes[1]->address();
+  for (std::string transport : {"shm", "tcp"}) {
+    auto job = "shard-" + transport;
+    expect_verified(crash_mid_job(c, {a, a, a}, job, "adam", transport, "", 0, false), job);
+    CHECK(c.nodes[0]->wait_for_log("took over its predecessor's chunks: jobs [",
+                                   std::chrono::seconds(5)));
+    CHECK(c.nodes[0]->wait_for_log("asked to re-send", std::chrono::seconds(5)));
+    auto s = c.shell("print(rw.wait('" + job + "', 'finished', {timeout = 30}).state)");
+    CHECK(s.out == "finished\n");
+  }
+  expect_verified(crash_mid_job(c, {a, b, a}, "shard-flat", "momentum", "tcp", "n1", 0, true),
+                  "shard-flat");
+  CHECK(c.nodes[1]->wait_for_log("(restart 2) took over", std::chrono::seconds(5)));
+}
+
+TEST_CASE("a layer-wise job whose shard crashed fails, saying why; bad injections",
+          "[integration][failover]") {
+  rack_cluster c{{"a"}};
+  auto a = c.nodes[0]->address();
+  auto runs = crash_mid_job(c, {a, a}, "shard-lamb", "lamb", "tcp", "", 0, false);
+  for (auto& [code, text] : runs) {
+    INFO(text);
+    CHECK(code == std::optional<int>{2});
+    CHECK_THAT(text, Catch::Contains("layer-wise optimizer's norm and trust messages"));
+  }
+  auto bad = [&](const std::string& args, const std::string& expect) {
+    auto r = c.shell("rw.inject{" + args + "}");
+    INFO(args << ": " << r.out << r.err);
+    CHECK(r.code != 0);
+    CHECK_THAT(r.err, Catch::Contains(expect));
+  };
+  bad("job = 'nope', kill = 'shard'", "no job named 'nope'");
+  bad("job = 'shard-lamb', kill = 'shard'", "has ended");
+  std::string err;
+  auto token = c.create("idle", 2, "sum", "node = 'n0'", &err);
+  REQUIRE(!token.empty());
+  bad("job = 'idle', kill = 'node'", "kill -9 it");
+  bad("job = 'idle', kill = 'shard', node = 'n7'", "no live node named 'n7'");
+  bad("job = 'idle', kill = 'shard'", "holds no live job"); // no worker has joined
+}
