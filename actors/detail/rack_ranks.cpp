@@ -80,39 +80,58 @@ job_binding join_rank(rack_ptr self, job_info& job, uint32_t rank, const std::st
   return joined(job, rank, false);
 }
 
+namespace {
+
+struct resume_gather {
+  job_binding b;
+  size_t remaining;
+  uint64_t lowest = UINT64_MAX;
+  binding_promise rp;
+};
+
+// Asks shard `i` where the rank goes on from. A shard that died meanwhile answers
+// request_receiver_down: its supervisor's successor (which the coordinator learns by
+// replace_atom, soon) is asked instead, a bounded number of times.
+void ask_resume(rack_ptr self, std::shared_ptr<resume_gather> g, uint32_t i, int attempts) {
+  auto& st = self->state;
+  self->request(st.shards[i], st.settings.shard_setup_timeout, resume_atom::value,
+                g->b.job_id, g->b.shard_rank)
+    .then(
+      [=](uint64_t clock) {
+        g->lowest = std::min(g->lowest, clock);
+        if (--g->remaining > 0 || !g->rp.pending())
+          return;
+        g->b.resume_clock = g->lowest == UINT64_MAX ? 0 : g->lowest;
+        if (g->b.resume_clock > 0)
+          spdlog::info("job id={}: rank (shard rank {}) goes on from clock {}", g->b.job_id,
+                       g->b.shard_rank, g->b.resume_clock);
+        g->rp.deliver(g->b);
+      },
+      [=](caf::error& err) {
+        if (attempts > 1 && err == caf::sec::request_receiver_down) {
+          ask_resume(self, g, i, attempts - 1);
+          return;
+        }
+        if (g->rp.pending())
+          g->rp.deliver(refuse(errc::internal,
+                               fmt::format("shard {} did not say where the rank goes on "
+                                           "from: {}",
+                                           i, describe(self->system(), err))));
+      });
+}
+
+} // namespace
+
 void answer_with_resume(rack_ptr self, job_binding b, binding_promise rp) {
   auto& st = self->state;
   if (b.code != errc::ok || st.shards.empty()) {
     rp.deliver(std::move(b));
     return;
   }
-  struct gather {
-    job_binding b;
-    size_t remaining;
-    uint64_t lowest = UINT64_MAX;
-  };
-  auto g = std::make_shared<gather>(gather{std::move(b), st.shards.size()});
-  for (auto& s : st.shards)
-    self->request(s, st.settings.shard_setup_timeout, resume_atom::value, g->b.job_id,
-                  g->b.shard_rank)
-      .then(
-        [=](uint64_t clock) mutable {
-          g->lowest = std::min(g->lowest, clock);
-          if (--g->remaining > 0 || !rp.pending())
-            return;
-          g->b.resume_clock = g->lowest == UINT64_MAX ? 0 : g->lowest;
-          if (g->b.resume_clock > 0)
-            spdlog::info("job id={}: rank (shard rank {}) goes on from clock {}",
-                         g->b.job_id, g->b.shard_rank, g->b.resume_clock);
-          rp.deliver(g->b);
-        },
-        [=](caf::error& err) mutable {
-          if (rp.pending())
-            rp.deliver(refuse(errc::internal,
-                              fmt::format("a shard did not say where the rank goes on "
-                                          "from: {}",
-                                          describe(self->system(), err))));
-        });
+  auto g = std::make_shared<resume_gather>(
+    resume_gather{std::move(b), st.shards.size(), UINT64_MAX, std::move(rp)});
+  for (uint32_t i = 0; i < st.shards.size(); ++i)
+    ask_resume(self, g, i, 100);
 }
 
 void on_leave(rack_ptr self, uint32_t job_id, uint32_t rank, bool graceful,

@@ -11,6 +11,8 @@
 // exists (at most --pause-limit-ms, else exit 6), so a test can checkpoint at clock K.
 // Without --start-clock the worker goes on from where the node says its rank is (a
 // restarted worker: the first step it had not pushed everywhere), and says so.
+// --extra-elements N adds a fourth tensor, "delta", of N floats (a job of benchmark
+// size: bench/failover.sh); every worker of the job must give the same N.
 // --crash-at K: at step K, sends the first tensor's push and dies (exit 9, no bye), as a
 // killed process would, mid-step.
 
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
   uint32_t rank = 0, workers = 1, steps = 3, hold_ms = 0, step_delay_ms = 0;
   uint32_t start_clock = 0, pause_at = 0, pause_limit_ms = 60'000;
   int64_t crash_at = -1;
+  uint64_t extra_elements = 0;
   std::string resume_file;
   bool verify = false;
   std::vector<uint32_t> rank_racks;
@@ -52,6 +55,7 @@ int main(int argc, char** argv) {
                  "sleep this long before each step (a run that is mid-training for a while)");
   app.add_option("--rack", rack, "the worker's rack option");
   app.add_option("--start-clock", start_clock, "the clock a restored job goes on from");
+  app.add_option("--extra-elements", extra_elements, "add a tensor 'delta' of this many floats");
   app.add_option("--crash-at", crash_at, "at this step push one tensor, then die (exit 9)");
   app.add_option("--pause-at", pause_at, "after this many steps wait for --resume-file");
   app.add_option("--resume-file", resume_file, "go on once this file exists");
@@ -70,6 +74,8 @@ int main(int argc, char** argv) {
   o.connect = connect;
   o.rank = rank;
   o.job = rw::testing::fixture_job(job, workers, *kind);
+  if (extra_elements > 0)
+    o.job.tensors.push_back({"delta", extra_elements, false});
   o.request_timeout = std::chrono::seconds(30);
   o.transport = transport;
   o.token = token;
