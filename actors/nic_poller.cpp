@@ -15,20 +15,20 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
   auto& st = self_->state;
   if (h.kind == frame_kind::probe)
     return on_probe_header(c, h);
-  if (st.probes.count(c->id()) != 0)
+  if (st.book->probes.count(c->id()) != 0)
     return refuse(c, h, errc::bad_frame,
                   fmt::format("a {} frame on a rate probe's connection",
                               transports::to_string(h.kind)));
   switch (h.kind) {
     case frame_kind::hello:
-      if (st.bindings.count(c->id()) != 0)
+      if (st.book->bindings.count(c->id()) != 0)
         return refuse(c, h, errc::bad_frame, "a second hello on one connection");
       if (h.payload_bytes == 0)
         return refuse(c, h, errc::bad_frame, "hello without a payload");
       return payload_target::into(st.buffer(st.settings.max_control_bytes));
     case frame_kind::proof: {
-      auto it = st.bindings.find(c->id());
-      if (it == st.bindings.end() || it->second.status != binding::challenged)
+      auto it = st.book->bindings.find(c->id());
+      if (it == st.book->bindings.end() || it->second.status != binding::challenged)
         return refuse(c, h, errc::bad_frame, "a proof without a challenge to answer");
       if (h.payload_bytes == 0)
         return refuse(c, h, errc::bad_frame, "proof without a payload");
@@ -39,7 +39,7 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
         return refuse(c, h, errc::bad_frame, "locate carries no payload");
       return payload_target::into(nullptr);
     case frame_kind::attach:
-      if (st.bindings.count(c->id()) != 0)
+      if (st.book->bindings.count(c->id()) != 0)
         return refuse(c, h, errc::bad_frame, "attach on a connection that already joined");
       if (h.payload_bytes != 0)
         return refuse(c, h, errc::bad_frame, "attach carries no payload");
@@ -79,7 +79,7 @@ void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
       on_probe(c, h);
       return;
     case frame_kind::bye:
-      st.bindings[c->id()].said_bye = true;
+      st.book->bindings[c->id()].said_bye = true;
       return;
     case frame_kind::pull:
       on_frame_pull(c, h);
@@ -99,7 +99,7 @@ void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
 // index out of range refuses the whole chunk: nothing of it is applied.
 void poller_sink::on_sparse(const connection_ptr& c, const frame_header& h, payload_target& t) {
   auto& st = self_->state;
-  auto& b = st.bindings[c->id()];
+  auto& b = st.book->bindings[c->id()];
   auto length = b.routes->layout(h.tensor_id).length(h.chunk_index);
   auto pairs = t.keep ? reinterpret_cast<const transports::sparse_pair*>(t.keep->bytes())
                       : nullptr; // an empty chunk: this worker adds nothing to it
@@ -135,19 +135,19 @@ void poller_sink::on_resident_frame(const connection_ptr& c, const frame_header&
 
 void poller_sink::on_closed(const connection_ptr& c, errc code, const std::string& why) {
   auto& st = self_->state;
-  if (auto p = st.probes.find(c->id()); p != st.probes.end()) {
+  if (auto p = st.book->probes.find(c->id()); p != st.book->probes.end()) {
     spdlog::debug("rate probe ended: peer={} bytes={}", c->peer(), p->second);
-    st.probes.erase(p);
+    st.book->probes.erase(p);
     return;
   }
-  auto it = st.bindings.find(c->id());
-  if (it != st.bindings.end() && it->second.shm_companion) {
-    st.bindings.erase(it); // its TCP connection reports the leave
+  auto it = st.book->bindings.find(c->id());
+  if (it != st.book->bindings.end() && it->second.shm_companion) {
+    st.book->bindings.erase(it); // its TCP connection reports the leave
     return;
   }
-  if (it != st.bindings.end() && it->second.shm)
+  if (it != st.book->bindings.end() && it->second.shm)
     it->second.shm->close(); // the shm poller drops the segment
-  if (it == st.bindings.end()) {
+  if (it == st.book->bindings.end()) {
     if (code == errc::ok)
       spdlog::debug("connection closed: peer={} before joining a job", c->peer());
     else
@@ -156,13 +156,13 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
     return;
   }
   auto b = it->second;
-  st.bindings.erase(it);
+  st.book->bindings.erase(it);
   if (b.status != binding::joined)
     return; // the hello reply will see the connection gone and tell the coordinator
   if (!b.said_bye)
     spdlog::warn("connection closed: peer={} job={} rank={}: {} ({})", c->peer(),
                  b.job_id, b.rank, why, to_string(code));
-  self_->send(st.coordinator, leave_atom::value, b.job_id, b.rank, b.said_bye,
+  self_->send(st.book->coordinator, leave_atom::value, b.job_id, b.rank, b.said_bye,
               fmt::format("{}: {}", c->peer(), why));
 }
 
@@ -178,8 +178,8 @@ payload_target poller_sink::refuse(const connection_ptr& c, const frame_header& 
 
 void poller_sink::on_frame_pull(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
-  auto& b = st.bindings[c->id()];
-  self_->send(st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)], pull_atom::value,
+  auto& b = st.book->bindings[c->id()];
+  self_->send(st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)], pull_atom::value,
               chunk_pull{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock, c,
                          (h.flags & transports::flag_only_changed) != 0,
                          (h.flags & transports::flag_subscribe) != 0});
@@ -189,19 +189,19 @@ uint64_t poller_sink::priority(const connection_ptr& c) const {
   auto& st = self_->state;
   if (!st.settings.priority)
     return 0;
-  auto it = st.bindings.find(c->id());
-  return it == st.bindings.end() ? 0 : it->second.clock;
+  auto it = st.book->bindings.find(c->id());
+  return it == st.book->bindings.end() ? 0 : it->second.clock;
 }
 
 void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
                    runtime::buffer_ref payload) {
   auto& st = self_->state;
-  auto& b = st.bindings[c->id()];
+  auto& b = st.book->bindings[c->id()];
   if (h.kind == frame_kind::push)
     b.clock = std::max(b.clock, h.clock);
   chunk_push p{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock,
                (h.flags & transports::flag_want_result) != 0, std::move(payload), c};
-  auto& shard = st.shards[b.routes->shard_of(h.tensor_id, h.chunk_index)];
+  auto& shard = st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)];
   if (h.kind == frame_kind::push)
     self_->send(shard, push_atom::value, std::move(p));
   else
@@ -221,8 +221,8 @@ bool poller_sink::admissible(const connection_ptr& c, const frame_header& h) {
 payload_target poller_sink::check_data(const connection_ptr& c, const frame_header& h,
                           bool allocate) {
   auto& st = self_->state;
-  auto it = st.bindings.find(c->id());
-  if (it == st.bindings.end() || it->second.status != binding::joined)
+  auto it = st.book->bindings.find(c->id());
+  if (it == st.book->bindings.end() || it->second.status != binding::joined)
     return refuse(c, h, errc::not_joined,
                   fmt::format("{} before the connection joined a job: send hello and "
                               "wait for welcome",
@@ -290,12 +290,17 @@ using detail::poller_sink;
 nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings settings,
                                                 std::shared_ptr<transports::endpoint> ep,
                                                 rack_coordinator_actor coordinator,
-                                                std::vector<chunk_shard_actor> shards) {
+                                                std::vector<chunk_shard_actor> shards,
+                                                std::shared_ptr<detail::poller_book> book) {
   auto& st = self->state;
   st.settings = std::move(settings);
   st.ep = std::move(ep);
-  st.coordinator = std::move(coordinator);
-  st.shards = std::move(shards);
+  st.book = std::move(book);
+  bool adopted = st.book->incarnation++ > 0;
+  if (!adopted) { // a successor keeps the handles its predecessor had learnt
+    st.book->coordinator = std::move(coordinator);
+    st.book->shards = std::move(shards);
+  }
   st.sink = std::make_unique<poller_sink>(self);
   if (st.settings.topo) {
     try {
@@ -306,8 +311,12 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       return nic_poller_actor::behavior_type::make_empty_behavior();
     }
   }
-  if (st.settings.prealloc_buffers > 0)
-    st.pools[defaults::chunk_bytes] = std::make_unique<runtime::buffer_pool>(
+  if (adopted)
+    spdlog::warn("poller of {} (restart {}) took over its predecessor's {} connection "
+                 "binding(s)",
+                 st.ep->describe(), st.book->incarnation - 1, st.book->bindings.size());
+  if (st.settings.prealloc_buffers > 0 && !adopted)
+    st.book->pools[defaults::chunk_bytes] = std::make_unique<runtime::buffer_pool>(
       defaults::chunk_bytes, st.settings.prealloc_buffers, st.settings.numa);
   self->send(self, poll_atom::value);
   return {
@@ -332,7 +341,7 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       poller_stats s;
       s.cpu = runtime::current_cpu();
       s.affinity = runtime::current_affinity();
-      for (auto& [bytes, pool] : st.pools) {
+      for (auto& [bytes, pool] : st.book->pools) {
         s.buffers += pool->allocated();
         if (s.buffer_numa < 0 && pool->allocated() > 0)
           s.buffer_numa = runtime::numa_node_of(pool->acquire()->bytes());
@@ -341,34 +350,34 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       return s;
     },
     [=](shm_atom, caf::actor& shm_poller, const std::string& bell) {
-      self->state.shm_poller = std::move(shm_poller);
-      self->state.shm_bell = bell;
+      self->state.book->shm_poller = std::move(shm_poller);
+      self->state.book->shm_bell = bell;
     },
     [=](adopt_atom, transports::connection_ptr& conn, job_binding& jb, uint32_t rank) {
       auto& st = self->state;
       auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
       b.shard_rank = jb.shard_rank;
       b.shm_companion = true;
-      st.bindings[conn->id()] = b;
+      st.book->bindings[conn->id()] = b;
       try {
         st.ep->adopt(conn);
         spdlog::info("shared memory adopted: job={} rank={} peer={}", jb.job_id, rank,
                      conn->peer());
       } catch (const std::exception& e) {
         spdlog::error("cannot adopt {}: {}", conn->peer(), e.what());
-        st.bindings.erase(conn->id());
+        st.book->bindings.erase(conn->id());
         conn->close();
       }
     },
     [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
       auto& st = self->state;
-      if (index >= st.shards.size())
+      if (index >= st.book->shards.size())
         return;
-      st.shards[index] = std::move(shard);
+      st.book->shards[index] = std::move(shard);
       // Requests queued for the dead shard died with it: each worker re-sends what is
       // still unanswered for the chunks that shard serves.
       size_t told = 0;
-      for (auto& [id, b] : st.bindings) {
+      for (auto& [id, b] : st.book->bindings) {
         if (b.status != binding::joined || b.shm_companion || !b.conn || !b.conn->is_open())
           continue;
         transports::frame_header h;
@@ -387,12 +396,18 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
 
 } // namespace
 
+std::shared_ptr<detail::poller_book> make_poller_book() {
+  return std::make_shared<detail::poller_book>();
+}
+
 nic_poller_actor spawn_nic_poller(caf::actor_system& sys, poller_settings settings,
                                   std::shared_ptr<transports::endpoint> ep,
                                   rack_coordinator_actor coordinator,
-                                  std::vector<chunk_shard_actor> shards) {
+                                  std::vector<chunk_shard_actor> shards,
+                                  std::shared_ptr<detail::poller_book> book) {
   return sys.spawn<caf::detached>(poller_behavior, std::move(settings), std::move(ep),
-                                  std::move(coordinator), std::move(shards));
+                                  std::move(coordinator), std::move(shards),
+                                  book ? std::move(book) : make_poller_book());
 }
 
 } // namespace rw::actors

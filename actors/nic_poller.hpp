@@ -30,6 +30,10 @@
 //                          payloads discarded into one scratch buffer, the last frame
 //                          answered with an `ack` carrying the bytes taken; bounded per
 //                          frame, per connection and in probes at once
+// Restart: a poller that dies is restarted by its NUMA supervisor on the same endpoint
+// with the same book: every connection stays open and bound to its (job, rank), so
+// workers notice nothing but a pause; frames sit in the sockets meanwhile. Lost with
+// the dead poller: admissions it was waiting on (those workers time out and retry).
 // A frame that fails a check gets an `error` frame; a stream that cannot be trusted
 // any more (bad magic, oversized length, truncation) is closed. Other connections are
 // unaffected.
@@ -68,11 +72,23 @@ struct poller_settings {
   bool priority = true; // read the worker furthest behind first when several are ready
 };
 
+namespace detail {
+struct poller_book;
+}
+
+/// A new, empty poller book (detail/poller_sink.hpp): what a poller holds beyond its
+/// endpoint, kept by its supervisor too so a restarted poller goes on with it.
+std::shared_ptr<detail::poller_book> make_poller_book();
+
 /// Spawns a poller as a detached actor driving `ep`; it pins itself to settings.core
-/// first and exits with the reason if it cannot.
+/// first and exits with the reason if it cannot. It keeps its bindings, buffer pools
+/// and the handles it learnt in `book` (null: a new one); a book another poller held
+/// before (it died) is adopted, and the coordinator and shards given are then ignored
+/// for the ones the book holds.
 nic_poller_actor spawn_nic_poller(caf::actor_system& sys, poller_settings settings,
                                   std::shared_ptr<transports::endpoint> ep,
                                   rack_coordinator_actor coordinator,
-                                  std::vector<chunk_shard_actor> shards);
+                                  std::vector<chunk_shard_actor> shards,
+                                  std::shared_ptr<detail::poller_book> book = nullptr);
 
 } // namespace rw::actors

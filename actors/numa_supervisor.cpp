@@ -14,6 +14,7 @@ struct supervisor_state {
   std::vector<std::shared_ptr<detail::shard_book>> books; // each shard's state, kept
   std::vector<uint32_t> restarts;         // by position, for the logs
   std::vector<nic_poller_actor> pollers;  // by position in settings.endpoints
+  std::vector<std::shared_ptr<detail::poller_book>> poller_books; // each poller's, kept
   rack_coordinator_actor coordinator;
   std::vector<nic_poller_actor> all_pollers;
   bool stopping = false;
@@ -53,14 +54,24 @@ void on_down(sup_ptr self, const caf::down_msg& down) {
       return;
     }
   }
-  for (auto& p : st.pollers) {
-    if (p.address() != down.source)
+  for (size_t i = 0; i < st.pollers.size(); ++i) {
+    if (st.pollers[i].address() != down.source)
       continue;
-    if (st.stopping)
+    if (st.stopping) {
       --st.children_up;
-    else
-      spdlog::error("poller of numa domain {} failed: {}", st.settings.numa,
-                    self->system().render(down.reason));
+      continue;
+    }
+    auto& e = st.settings.endpoints[i];
+    spdlog::error("poller of {} (numa domain {}) failed: {}; restarting it with its "
+                  "connections",
+                  e.ep->describe(), st.settings.numa, self->system().render(down.reason));
+    auto old = st.pollers[i];
+    st.pollers[i] = spawn_nic_poller(self->system(), e.settings, e.ep, st.coordinator, {},
+                                     st.poller_books[i]);
+    self->monitor(st.pollers[i]);
+    for (auto& p : st.all_pollers)
+      if (p == old)
+        p = st.pollers[i];
   }
   if (st.stopping && st.children_up == 0) {
     st.stopped.deliver(ok_atom::value);
@@ -86,8 +97,9 @@ numa_supervisor_actor::behavior_type supervisor_behavior(sup_ptr self,
       auto& st = self->state;
       st.coordinator = coordinator;
       for (auto& e : st.settings.endpoints) {
-        st.pollers.push_back(
-          spawn_nic_poller(self->system(), e.settings, e.ep, coordinator, all_shards));
+        st.poller_books.push_back(make_poller_book());
+        st.pollers.push_back(spawn_nic_poller(self->system(), e.settings, e.ep, coordinator,
+                                              all_shards, st.poller_books.back()));
         self->monitor(st.pollers.back());
       }
       return st.pollers;

@@ -18,8 +18,8 @@
 // successor, which goes on with every job whose state is whole (chunk_shard.hpp,
 // "Restart"). The new handle is announced (replace_atom, index, shard) to the
 // coordinator and to every poller, which asks its workers to re-send what the dead
-// shard's mailbox held. A poller that dies is logged; its endpoint's workers see their
-// connections close.
+// shard's mailbox held. A poller that dies is logged and respawned on its endpoint with
+// its book (nic_poller.hpp, "Restart"): its connections stay open and bound.
 
 #include <memory>
 #include <vector>

@@ -31,8 +31,8 @@ void poller_sink::on_hello(const connection_ptr& c, const frame_header& h, paylo
     refuse(c, h, errc::bad_frame, why);
     return;
   }
-  st.bindings[c->id()] = binding{};
-  auto pending = self_->request(st.coordinator, hello_timeout, hello_atom::value,
+  st.book->bindings[c->id()] = binding{};
+  auto pending = self_->request(st.book->coordinator, hello_timeout, hello_atom::value,
                                 hello_request{hello, c->peer()});
   join(c, hello.rank, std::move(pending), std::move(hello));
 }
@@ -51,10 +51,10 @@ transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c, const
                  c->peer(), jb.job_id, hello.rank, jb.layout.nodes.size());
     return nullptr;
   }
-  if (!st.shm_poller || !c->same_host()) {
+  if (!st.book->shm_poller || !c->same_host()) {
     spdlog::info("shared memory not used: peer={} job={} rank={}: {}", c->peer(),
                  jb.job_id, hello.rank,
-                 st.shm_poller ? "the worker is on another host"
+                 st.book->shm_poller ? "the worker is on another host"
                                : "this node has shared memory disabled");
     return nullptr;
   }
@@ -64,7 +64,7 @@ transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c, const
     auto conn = std::make_shared<transports::shm::connection>(
       std::move(seg), hello.spec, c->peer() + " (shm)", jb.job_id, hello.rank,
       !jb.params_segment.empty());
-    self_->send(caf::actor_cast<nic_poller_actor>(st.shm_poller), adopt_atom::value,
+    self_->send(caf::actor_cast<nic_poller_actor>(st.book->shm_poller), adopt_atom::value,
                 transports::connection_ptr{conn}, jb, hello.rank);
     return conn;
   } catch (const std::exception& e) {
@@ -76,7 +76,7 @@ transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c, const
 
 void poller_sink::challenge(const connection_ptr& c, uint32_t rank, const job_binding& jb,
                             transports::hello_msg hello) {
-  auto& b = self_->state.bindings[c->id()];
+  auto& b = self_->state.book->bindings[c->id()];
   b.status = binding::challenged;
   b.nonce = jb.challenge;
   b.hello = std::move(hello);
@@ -92,11 +92,11 @@ void poller_sink::challenge(const connection_ptr& c, uint32_t rank, const job_bi
 
 void poller_sink::on_proof(const connection_ptr& c, const frame_header& h, payload_target& t) {
   auto& st = self_->state;
-  auto& b = st.bindings[c->id()];
+  auto& b = st.book->bindings[c->id()];
   transports::proof_msg proof;
   std::string why;
   if (decode(t.dst, h.payload_bytes, proof, why) != errc::ok) {
-    st.bindings.erase(c->id());
+    st.book->bindings.erase(c->id());
     refuse(c, h, errc::bad_frame, why);
     return;
   }
@@ -104,7 +104,7 @@ void poller_sink::on_proof(const connection_ptr& c, const frame_header& h, paylo
   proof_request req{hello_request{hello, c->peer()}, std::move(b.nonce), std::move(proof.mac)};
   b = binding{}; // joining again, until the coordinator answers
   join(c, hello.rank,
-       self_->request(st.coordinator, proof_timeout, proof_atom::value, std::move(req)),
+       self_->request(st.book->coordinator, proof_timeout, proof_atom::value, std::move(req)),
        std::move(hello));
 }
 
@@ -112,7 +112,7 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
   auto self = self_;
   auto conn = c;
-  self_->request(st.coordinator, hello_timeout, locate_atom::value)
+  self_->request(st.book->coordinator, hello_timeout, locate_atom::value)
     .then(
       [self, conn](std::string& address) {
         frame_header reply;
@@ -140,9 +140,9 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
 
 void poller_sink::on_attach(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
-  st.bindings[c->id()] = binding{};
+  st.book->bindings[c->id()] = binding{};
   join(c, h.rank,
-       self_->request(st.coordinator, hello_timeout, attach_atom::value,
+       self_->request(st.book->coordinator, hello_timeout, attach_atom::value,
                       attach_request{h.job_id, h.rank, h.clock, c->peer()}));
 }
 
@@ -156,19 +156,19 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
   pending.then(
     [=](job_binding& jb) {
       auto& st = self->state;
-      auto it = st.bindings.find(conn->id());
+      auto it = st.book->bindings.find(conn->id());
       frame_header reply;
       reply.rank = rank;
       reply.job_id = jb.job_id;
       if (jb.code != errc::ok) {
-        if (it != st.bindings.end())
-          st.bindings.erase(it);
+        if (it != st.book->bindings.end())
+          st.book->bindings.erase(it);
         conn->send_error(jb.code, jb.message, reply, jb.candidates);
         return;
       }
-      if (it == st.bindings.end()) { // closed while joining
+      if (it == st.book->bindings.end()) { // closed while joining
         if (jb.challenge.empty())
-          self->send(st.coordinator, leave_atom::value, jb.job_id, rank, false,
+          self->send(st.book->coordinator, leave_atom::value, jb.job_id, rank, false,
                      conn->peer() + ": closed while joining");
         return;
       }
@@ -182,7 +182,7 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       it->second.shm = sink->adopt_shm(conn, jb, hello);
       transports::welcome_msg w;
       w.shm = it->second.shm != nullptr;
-      w.shm_bell = w.shm ? st.shm_bell : std::string{};
+      w.shm_bell = w.shm ? st.book->shm_bell : std::string{};
       w.shm_params = w.shm ? jb.params_segment : std::string{};
       w.job_id = jb.job_id;
       w.node_name = st.settings.node_name;
@@ -208,7 +208,7 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
     },
     [=](caf::error& err) {
       auto& st = self->state;
-      st.bindings.erase(conn->id());
+      st.book->bindings.erase(conn->id());
       auto msg = "the node could not admit the worker: " + self->system().render(err);
       spdlog::error("join failed: peer={}: {}", conn->peer(), msg);
       frame_header reply;

@@ -29,16 +29,16 @@ payload_target refuse_probe(const connection_ptr& c, const frame_header& h, errc
 
 payload_target poller_sink::on_probe_header(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
-  if (st.bindings.count(c->id()) != 0)
+  if (st.book->bindings.count(c->id()) != 0)
     return refuse_probe(c, h, errc::bad_frame, "a rate probe on a worker's connection");
-  auto it = st.probes.find(c->id());
-  if (it == st.probes.end()) {
-    if (st.probes.size() >= defaults::probe_max_connections)
+  auto it = st.book->probes.find(c->id());
+  if (it == st.book->probes.end()) {
+    if (st.book->probes.size() >= defaults::probe_max_connections)
       return refuse_probe(c, h, errc::unavailable,
                           fmt::format("this endpoint is taking {} rate probes already; try "
                                       "again shortly",
-                                      st.probes.size()));
-    it = st.probes.emplace(c->id(), 0).first;
+                                      st.book->probes.size()));
+    it = st.book->probes.emplace(c->id(), 0).first;
     spdlog::debug("rate probe started: peer={}", c->peer());
   }
   if (h.payload_bytes > defaults::probe_frame_bytes)
@@ -52,15 +52,15 @@ payload_target poller_sink::on_probe_header(const connection_ptr& c, const frame
   it->second += h.payload_bytes;
   if (h.payload_bytes == 0)
     return payload_target::into(nullptr);
-  if (!st.probe_scratch)
-    st.probe_scratch = std::make_unique<std::byte[]>(defaults::probe_frame_bytes);
-  return payload_target::into(st.probe_scratch.get());
+  if (!st.book->probe_scratch)
+    st.book->probe_scratch = std::make_unique<std::byte[]>(defaults::probe_frame_bytes);
+  return payload_target::into(st.book->probe_scratch.get());
 }
 
 void poller_sink::on_probe(const connection_ptr& c, const frame_header& h) {
   if ((h.flags & transports::flag_want_result) == 0)
     return;
-  auto taken = self_->state.probes[c->id()];
+  auto taken = self_->state.book->probes[c->id()];
   frame_header reply;
   reply.kind = frame_kind::ack;
   reply.clock = taken;

@@ -48,25 +48,33 @@ struct binding {
 
 class poller_sink;
 
-struct poller_state {
-  poller_settings settings;
-  std::shared_ptr<transports::endpoint> ep;
+/// What a poller holds that outlives it: its supervisor keeps the book, so a poller
+/// that dies is restarted on its endpoint with every connection's binding (chunk_shard's
+/// book is the same idea; nic_poller.hpp, "Restart").
+struct poller_book {
   rack_coordinator_actor coordinator;
   std::vector<chunk_shard_actor> shards;
   std::unordered_map<uint64_t, binding> bindings; // by connection id
   std::map<size_t, std::unique_ptr<runtime::buffer_pool>> pools; // by buffer size
-  std::unique_ptr<poller_sink> sink;
-  bool stopping = false;
   caf::actor shm_poller; // set on TCP pollers when colocated workers may use shm
   std::string shm_bell;
   /// Rate probes being taken: probe bytes so far, by connection id. Their payloads all
   /// land in one scratch buffer (allocated at the first probe) and are overwritten.
   std::unordered_map<uint64_t, uint64_t> probes;
   std::unique_ptr<std::byte[]> probe_scratch;
+  uint32_t incarnation = 0; // pollers that have held this book before the current one
+};
+
+struct poller_state {
+  poller_settings settings;
+  std::shared_ptr<transports::endpoint> ep;
+  std::shared_ptr<poller_book> book;
+  std::unique_ptr<poller_sink> sink;
+  bool stopping = false;
   static inline const char* name = "rw.nic_poller";
 
   runtime::buffer_ref buffer(size_t bytes) {
-    auto& pool = pools[bytes];
+    auto& pool = book->pools[bytes];
     if (!pool)
       pool = std::make_unique<runtime::buffer_pool>(bytes, 0, settings.numa);
     return pool->acquire();

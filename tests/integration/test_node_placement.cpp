@@ -128,6 +128,36 @@ TEST_CASE("the supervisor restarts a killed shard with its state: a waiting step
   node.stop();
 }
 
+TEST_CASE("the supervisor restarts a killed poller on its endpoint: connections stay "
+          "bound, steps go on",
+          "[integration][placement]") {
+  caf::actor_system_config cfg;
+  actors::register_cluster_types(cfg);
+  caf::actor_system sys{cfg};
+  actors::rack_agg_node node{sys, local_config()};
+  auto o0 = job(node.address(), "poller-victim", 2, 0);
+  auto o1 = job(node.address(), "poller-victim", 2, 1);
+  o0.transport = o1.transport = "tcp"; // every chunk through the TCP poller
+  worker w0{o0};
+  worker w1{o1};
+  std::vector<float> g0(20000, 1.0f), g1(20000, 2.0f), out0(20000), out1(20000);
+  auto first = w0.push_pull("t", g0.data(), out0.data());
+  w1.push_pull("t", g1.data(), out1.data()).get();
+  first.get();
+  auto fut = w0.push_pull("t", g0.data(), out0.data()); // waits for rank 1's step 1
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  caf::anon_send_exit(node.pollers()[0], caf::exit_reason::kill);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100)); // restarted meanwhile
+  // Rank 1's frames reach the successor, which still knows the connection's binding.
+  w1.push_pull("t", g1.data(), out1.data()).get();
+  REQUIRE(fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  fut.get();
+  CHECK(out0[19999] == 3.0f); // the step's sum, 1 + 2 (optimizer sum)
+  CHECK(out1[0] == 3.0f);
+  run_one_step(node.address(), "after-poller-restart"); // and new workers join
+  node.stop();
+}
+
 TEST_CASE("a config naming what the machine lacks fails at start",
           "[integration][placement]") {
   caf::actor_system_config cfg;
