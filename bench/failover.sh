@@ -208,7 +208,8 @@ for ((r = 0; r < workers; r++)); do
   start_worker ckpt "$token" "$r" --pause-at "$at" --resume-file "$tmp/resume"
   ps+=("$worker_pid")
 done
-shell "rw.checkpoint('ckpt', '$tmp/ckpt', {clock = $at})" >/dev/null
+shell "rw.wait('ckpt', $at, {timeout = 300, interval = 0.02})
+       rw.checkpoint('ckpt', '$tmp/ckpt', {clock = $at})" >/dev/null
 touch "$tmp/resume"
 wait_workers ckpt "${ps[@]}"
 t0=$(now_ms)
