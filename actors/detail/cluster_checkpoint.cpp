@@ -11,6 +11,7 @@
 // manifest is written here once every node homing chunks has (periodic_part).
 
 #include <algorithm>
+#include <filesystem>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -38,6 +39,20 @@ struct parts_acc {
   size_t pending = 0;
   bool answered = false; // a failure answers at once: a dead node may never answer
 };
+
+// A failed checkpoint's node files: removed (a directory without a manifest is not a
+// checkpoint; its files only take space). The nodes see `dir` at the same path.
+void discard_part(const std::string& dir, const std::string& node, const checkpoint_part& p) {
+  if (p.file.empty() || p.file.find('/') != std::string::npos)
+    return; // a plain file name in dir, as nodes write them; anything else is left alone
+  std::error_code ec;
+  std::filesystem::remove(std::filesystem::path(dir) / p.file, ec);
+  if (ec)
+    spdlog::warn("checkpoint into '{}' failed; node {}'s file {} could not be removed: {}",
+                 dir, node, p.file, ec.message());
+  else
+    spdlog::info("checkpoint into '{}' failed; node {}'s file {} removed", dir, node, p.file);
+}
 
 // Writes the manifest from every node's part; the checkpoint's clock is the one all
 // parts share.
@@ -94,6 +109,8 @@ void gather_parts(cluster_ptr self, uint32_t id, uint64_t clock, const std::stri
       done(cluster_error(errc::unavailable,
                          fmt::format("checkpoint into '{}' failed, no manifest written: {}",
                                      dir, fmt::join(acc->failures, "; "))));
+      for (auto& [node, p] : acc->parts) // the nodes that did write theirs
+        discard_part(dir, node, p);
       return;
     }
     done(write_manifest(it->second, dir, *acc));
@@ -110,7 +127,12 @@ void gather_parts(cluster_ptr self, uint32_t id, uint64_t clock, const std::stri
     auto name = m->second.info.name;
     self->request(m->second.link, timeout, checkpoint_atom::value, node_job, clock, dir)
       .then(
-        [acc, finish, name](checkpoint_part& p) {
+        [acc, finish, name, dir](checkpoint_part& p) {
+          if (acc->answered && !acc->failures.empty()) { // too late: already failed
+            --acc->pending;
+            discard_part(dir, name, p);
+            return;
+          }
           acc->parts.emplace_back(name, std::move(p));
           finish();
         },
