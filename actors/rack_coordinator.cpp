@@ -149,6 +149,16 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
       rp.deliver(refuse(errc::invalid_spec, why));
       return;
     }
+    if (is_hierarchical(job.layout)) {
+      // A rack's part holds every chunk's parameters at the checkpoint's version (for
+      // its workers' pulls, and to go on from that clock), not the optimizer's state,
+      // which is its top level's, at the chunks' homes.
+      for (auto& shard : restored)
+        for (auto& r : shard) {
+          r.m.clear();
+          r.v.clear();
+        }
+    }
     spdlog::info("job '{}' id={}: restoring {} chunks homed here from checkpoint '{}'",
                  spec.name, id, job.routes->local_chunks(), g->second.restore);
   }

@@ -222,12 +222,6 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
     j.node_ids.push_back(m->info.id);
   auto id = j.report.id;
   auto ids = j.node_ids;
-  if (!placement.restore.empty() && is_hierarchical(layout)) {
-    rp.deliver(cluster_error(errc::invalid_spec,
-                             "cannot place the job: a hierarchical job cannot start from a "
-                             "checkpoint; create it with reduction = 'flat'"));
-    return;
-  }
   j.restore = placement.restore;
   j.checkpoint_every = placement.checkpoint_every;
   j.checkpoint_dir = placement.checkpoint_dir;

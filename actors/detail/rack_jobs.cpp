@@ -175,9 +175,11 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
     auto layout = g.layout;
     layout.reduction = "flat";
     layout.rank_racks.clear();
-    // The state lives at the chunks' homes in the top level: its checkpoints are the job's.
-    grant_info t{g.job_id + top_job_id_offset, top, g.secret, layout, {}, {}, false, 0, {}, {},
-                 g.checkpoint_every, g.checkpoint_dir};
+    // The state lives at the chunks' homes in the top level: its checkpoints are the
+    // job's, and a restored job's top level starts from the checkpoint (each node the
+    // chunks it homes, with their optimizer state).
+    grant_info t{g.job_id + top_job_id_offset, top, g.secret, layout, {}, {}, false, 0, {},
+                 g.restore, g.checkpoint_every, g.checkpoint_dir};
     t.internal = true;
     t.init_rank = g.layout.rank_racks.empty() ? 0 : g.layout.rank_racks.front();
     st.grants[top.name] = std::move(t);

@@ -5,8 +5,8 @@
 // reference of all the steps). Bad directories, damaged files and spec mismatches are
 // refused with clear errors. checkpoint_every writes a checkpoint at every N-th clock;
 // a node killed while a checkpoint waits fails it and no manifest is written; a
-// hierarchical job is checkpointed at its top level; without a clock a running job is
-// taken one past every rank's clock.
+// hierarchical job is checkpointed at its top level and restored hierarchically or
+// flat; without a clock a running job is taken one past every rank's clock.
 
 #include <algorithm>
 #include <csignal>
@@ -291,6 +291,20 @@ TEST_CASE("a hierarchical job is checkpointed at its chunks' homes; without a cl
   // it bitwise the hierarchical run's (racks summed first).
   restore_and_verify(c, "hier-back", "'n0'", c.nodes[0]->address(), hier.path, 3, 3,
                      {"--rank-racks", "0,1"});
+  // Restored hierarchical again, three more steps: the top level starts from the
+  // checkpoint at the chunks' homes, each rack's part from its parameters; the workers
+  // go on from clock 3 (their welcome says so) and end at the 6-step run's result.
+  token = c.create("hier-again", 2, "adam",
+                   "racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'b'}, "
+                   "restore = '" + hier.path + "'",
+                   &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  ws.clear();
+  for (uint32_t r = 0; r < 2; ++r)
+    ws.push_back(start(c.nodes[r]->address(), "hier-again", r, 2, token, 6,
+                       {"--rank-racks", "0,1"}));
+  expect_verified(ws, "hier-again");
 
   token = c.create("next", 2, "adam", "nodes = {'n0', 'n1'}, reduction = 'flat'", &err);
   INFO(err);
