@@ -529,8 +529,8 @@ void adopt(shard_ptr self) {
   std::vector<uint32_t> kept;
   std::vector<std::pair<uint32_t, std::string>> lost;
   for (auto& [id, job] : book.jobs) {
-    // Checkpoint promises of the dead shard cannot be answered from here: dropped, the
-    // checkpoint fails by its timeout naming the shard.
+    // Checkpoint promises of the dead shard cannot be kept by this one: dropped; the
+    // node's coordinator fails those checkpoints when it learns of the restart.
     job.checkpoints.clear();
     auto why = lost_state(st, id, job);
     if (why.empty())

@@ -79,8 +79,10 @@
 // its state may truly be lost: a handler was changing its chunks when the shard died;
 // it is layer-wise (LAMB, LARS: norm and trust messages between shards may have died
 // in the mailbox); or it is a hierarchical rack part with a step waiting for its
-// home's answer here. Those jobs fail with that reason (to the coordinator, abort_atom),
-// and checkpoints the dead shard was to answer fail by their timeout.
+// home's answer here. Those jobs fail with that reason (to the coordinator, abort_atom).
+// Checkpoints the dead shard was to answer are dropped here (its promises cannot be
+// kept by another actor); the node's coordinator fails them when it learns of the
+// restart (replace_atom).
 
 #include <chrono>
 #include <cstdint>

@@ -202,11 +202,11 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     self->send(sup, peers_atom::value, coordinator_, every_poller);
 
   spdlog::info("node up: name={} role={} rack={} shards={} endpoints=[{}] kernels={} "
-               "pinned={} priority={} step_timeout_ms={} io_timeout_ms={} "
-               "max_chunk_bytes={} max_job_mib={}",
+               "pinned={} priority={} step_timeout_ms={} rejoin_timeout_ms={} "
+               "io_timeout_ms={} max_chunk_bytes={} max_job_mib={}",
                name, cfg.role, ls.node.rack, shards_.size(), fmt::join(addresses_, ", "),
                runtime::kernels().isa, cfg.pin, cfg.priority, cfg.step_timeout_ms,
-               cfg.io_timeout_ms,
+               cfg.rejoin_timeout_ms, cfg.io_timeout_ms,
                cfg.max_chunk_bytes, max_job_bytes >> 20);
   spdlog::info("cluster: {} open_jobs={}",
                cluster_ ? "this node embeds the coordinator, control " + cluster_->control_address()

@@ -354,6 +354,12 @@ void on_replace(rack_ptr self, uint32_t index, chunk_shard_actor& shard) {
   if (index >= st.shards.size())
     return;
   st.shards[index] = std::move(shard);
+  auto aborts = std::move(st.checkpoint_aborts);
+  st.checkpoint_aborts.clear();
+  for (auto& [hook, abort] : aborts)
+    abort(fmt::format("shard {} of node {} crashed while the checkpoint waited for its "
+                      "chunks; the job goes on: take the checkpoint again",
+                      index, st.settings.node_name));
   // The successor holds the chunks' state and fails (abort_atom) only the jobs whose
   // state may be lost; the pollers have the workers re-send what died in its mailbox.
   spdlog::warn("shard {} was restarted with its state; {} live job(s) on the node go on "

@@ -61,6 +61,8 @@ struct gathered {
   std::shared_ptr<ck::chunk_file> file = std::make_shared<ck::chunk_file>();
   size_t pending = 0;
   std::string error;
+  bool answered = false; // failed early (a shard crashed): later answers change nothing
+  uint64_t hook = 0;     // its entry in rack_state::checkpoint_aborts
 };
 
 // Every record at one version: the checkpoint's clock (now_clock: whatever it is).
@@ -108,9 +110,21 @@ caf::result<checkpoint_part> on_checkpoint(rack_ptr self, uint32_t job_id, uint6
   g->file->node = st.settings.node_name;
   g->pending = st.shards.size();
   auto timeout = std::chrono::milliseconds(defaults::checkpoint_timeout_ms);
-  auto finish = [=]() mutable {
-    if (--g->pending != 0)
+  // A shard that crashes cannot answer (its successor has no way to): the checkpoint
+  // fails at once with the reason, not at the timeout.
+  g->hook = st.next_checkpoint_hook++;
+  st.checkpoint_aborts[g->hook] = [=](const std::string& why) mutable {
+    if (g->answered)
       return;
+    g->answered = true;
+    spdlog::error("checkpoint of job {} at node {} failed: {}", job_id,
+                  self->state.settings.node_name, why);
+    rp.deliver(cluster_error(errc::unavailable, why));
+  };
+  auto finish = [=]() mutable {
+    if (--g->pending != 0 || g->answered)
+      return;
+    self->state.checkpoint_aborts.erase(g->hook);
     if (g->error.empty())
       g->error = one_clock(*g->file, clock);
     if (!g->error.empty()) {

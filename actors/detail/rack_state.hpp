@@ -4,6 +4,7 @@
 // the node: grants from the cluster, status, stop, the end of a job and its report).
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <unordered_map>
 
@@ -99,6 +100,10 @@ struct rack_state {
   cluster_gateway link;          // the node's cluster link (null: not in a cluster)
   std::string cluster_address;  // the cluster coordinator's control address
   uint32_t next_open_id = open_job_ids; // jobs made by a worker on an --open-jobs node
+  /// Checkpoints waiting on the shards, by hook id: each fails at once with the reason
+  /// given (a shard crashed and cannot answer for its predecessor).
+  std::map<uint64_t, std::function<void(const std::string&)>> checkpoint_aborts;
+  uint64_t next_checkpoint_hook = 0;
   static inline const char* name = "rw.rack_coordinator";
 };
 

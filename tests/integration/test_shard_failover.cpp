@@ -4,7 +4,10 @@
 // bitwise at the single-process reference (the fault-free run's parameters): over
 // shared memory and TCP on one node, on two nodes (flat), twice in a row. A layer-wise
 // job, whose shards exchange messages the crash may have lost, fails with that reason;
-// bad injections are clear errors.
+// bad injections are clear errors; a checkpoint the crash interrupts fails at once.
+
+#include <filesystem>
+#include <fstream>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -129,4 +132,58 @@ TEST_CASE("a layer-wise job whose shard crashed fails, saying why; bad injection
   bad("job = 'idle', kill = 'node'", "kill -9 it");
   bad("job = 'idle', kill = 'shard', node = 'n7'", "no live node named 'n7'");
   bad("job = 'idle', kill = 'shard'", "holds no live job"); // no worker has joined
+}
+
+TEST_CASE("a shard crash during a checkpoint fails the checkpoint at once; the job goes on",
+          "[integration][failover]") {
+  rack_cluster c{{"a"}};
+  auto a = c.nodes[0]->address();
+  std::string err;
+  auto token = c.create("ckpt-crash", 2, "adam", "node = 'n0'", &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  auto resume = testing::temp_path("resume");
+  std::vector<std::unique_ptr<run>> ws;
+  for (uint32_t r = 0; r < 2; ++r) {
+    ws.push_back(std::make_unique<run>());
+    std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", a, "--job", "ckpt-crash",
+                                  "--rank", std::to_string(r), "--workers", "2",
+                                  "--optimizer", "adam", "--steps", "6", "--token", token,
+                                  "--out", ws.back()->out_path, "--verify", "--pause-at", "3",
+                                  "--resume-file", resume, "--pause-limit-ms", "30000"};
+    ws.back()->proc = std::make_unique<tools::subprocess>(argv, true, ws.back()->err_path);
+  }
+  auto held = c.shell("rw.wait('ckpt-crash', 3, {timeout = 30}); print('held')");
+  REQUIRE(held.out == "held\n");
+  // Clock 5 is ahead of the held workers: the shards wait; then shard 0 crashes.
+  auto dir = testing::temp_path("ckpt");
+  auto shell_err = testing::temp_path("shell.err");
+  tools::subprocess shell{{RW_SHELL_PATH, "--connect", c.coordinator.address(), "-c",
+                           "rw.checkpoint('ckpt-crash', '" + dir + "', {clock = 5})"},
+                          true, shell_err};
+  REQUIRE(c.nodes[0]->wait_for_log("checkpoint requested: job='ckpt-crash'",
+                                   std::chrono::seconds(30)));
+  auto inj = c.shell("print(rw.inject{job = 'ckpt-crash', kill = 'shard', shard = 0})");
+  CHECK_THAT(inj.out, Catch::Contains("crashed shard 0"));
+  auto t0 = std::chrono::steady_clock::now();
+  auto deadline = t0 + std::chrono::seconds(60);
+  shell.read_all(deadline);
+  auto code = shell.wait_until(deadline);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)); // not the timeout
+  CHECK(code.has_value());
+  CHECK(code != std::optional<int>{0});
+  CHECK_THAT(testing::read_file(shell_err),
+             Catch::Contains("crashed while the checkpoint waited for its chunks"));
+  std::ofstream{resume} << "go";
+  for (size_t r = 0; r < ws.size(); ++r) {
+    auto text = ws[r]->proc->read_all(deadline);
+    auto rc = ws[r]->proc->wait_until(deadline);
+    INFO("rank " << r << ": " << text << testing::read_file(ws[r]->err_path));
+    CHECK(rc == std::optional<int>{0});
+    CHECK_THAT(text, Catch::Contains("verified, bitwise the reference"));
+  }
+  std::remove(resume.c_str());
+  std::remove(shell_err.c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
