@@ -354,6 +354,10 @@ void on_replace(rack_ptr self, uint32_t index, chunk_shard_actor& shard) {
   if (index >= st.shards.size())
     return;
   st.shards[index] = std::move(shard);
+  auto retries = std::move(st.on_shard_replaced[index]);
+  st.on_shard_replaced.erase(index);
+  for (auto& retry : retries)
+    retry();
   auto aborts = std::move(st.checkpoint_aborts);
   st.checkpoint_aborts.clear();
   for (auto& [hook, abort] : aborts)

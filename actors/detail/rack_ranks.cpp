@@ -90,11 +90,12 @@ struct resume_gather {
 };
 
 // Asks shard `i` where the rank goes on from. A shard that died meanwhile answers
-// request_receiver_down: its supervisor's successor (which the coordinator learns by
-// replace_atom, soon) is asked instead, a bounded number of times.
+// request_receiver_down: its supervisor's successor is asked instead, once the
+// coordinator knows it (replace_atom), a bounded number of times.
 void ask_resume(rack_ptr self, std::shared_ptr<resume_gather> g, uint32_t i, int attempts) {
   auto& st = self->state;
-  self->request(st.shards[i], st.settings.shard_setup_timeout, resume_atom::value,
+  auto asked = st.shards[i];
+  self->request(asked, st.settings.shard_setup_timeout, resume_atom::value,
                 g->b.job_id, g->b.shard_rank)
     .then(
       [=](uint64_t clock) {
@@ -109,7 +110,11 @@ void ask_resume(rack_ptr self, std::shared_ptr<resume_gather> g, uint32_t i, int
       },
       [=](caf::error& err) {
         if (attempts > 1 && err == caf::sec::request_receiver_down) {
-          ask_resume(self, g, i, attempts - 1);
+          if (self->state.shards[i] != asked)
+            ask_resume(self, g, i, attempts - 1); // the successor is known already
+          else
+            self->state.on_shard_replaced[i].push_back(
+              [=] { ask_resume(self, g, i, attempts - 1); });
           return;
         }
         if (g->rp.pending())
@@ -131,7 +136,7 @@ void answer_with_resume(rack_ptr self, job_binding b, binding_promise rp) {
   auto g = std::make_shared<resume_gather>(
     resume_gather{std::move(b), st.shards.size(), UINT64_MAX, std::move(rp)});
   for (uint32_t i = 0; i < st.shards.size(); ++i)
-    ask_resume(self, g, i, 100);
+    ask_resume(self, g, i, 5);
 }
 
 void on_leave(rack_ptr self, uint32_t job_id, uint32_t rank, bool graceful,

@@ -104,6 +104,8 @@ struct rack_state {
   /// given (a shard crashed and cannot answer for its predecessor).
   std::map<uint64_t, std::function<void(const std::string&)>> checkpoint_aborts;
   uint64_t next_checkpoint_hook = 0;
+  /// Requests to retry once shard `index`'s successor is known (replace_atom).
+  std::map<uint32_t, std::vector<std::function<void()>>> on_shard_replaced;
   static inline const char* name = "rw.rack_coordinator";
 };
 
