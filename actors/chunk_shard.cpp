@@ -124,7 +124,7 @@ void bury(shard_state& st, uint32_t job_id, errc code, std::string why) {
 void fail_job(shard_state& st, uint32_t job_id, errc code, const std::string& why) {
   auto it = st.book->jobs.find(job_id);
   if (it == st.book->jobs.end()) {
-    // A shard restarted empty hears of the jobs its predecessor held: frames for them
+    // A job this shard does not hold (it never had chunks here, or it ended): frames for it
     // get the reason rather than "unknown job".
     bury(st, job_id, code, why);
     return;
@@ -651,7 +651,7 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       auto& st = self->state;
       st.book->stats.chunks -= it->second.chunks.size();
       auto job = std::move(it->second);
-      bury(st, job_id, errc::unknown_job, "the job finished: every worker left");
+      bury(st, job_id, errc::unknown_job, "the job finished: every worker said bye");
       detail::fail_checkpoints(job, "the job finished before every chunk reached it");
       st.book->finished.emplace_back(job_id, std::move(job));
       while (st.book->finished.size() > defaults::kept_finished_jobs)
