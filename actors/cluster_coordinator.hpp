@@ -18,7 +18,9 @@
 //                         node fails any other job it holds). The coordinator monitors
 //                         the sender: when its connection drops, or its heartbeats stop
 //                         for node_timeout, the node is gone and every live job placed
-//                         on it fails.
+//                         on it fails - but a flat job with a complete periodic
+//                         checkpoint starts again from it on its nodes left (a new id,
+//                         the same name and token; detail/cluster_recover.cpp).
 //                         A coordinator started from a state database (--state-db)
 //                         comes back with its jobs; it keeps each node's place in them
 //                         by name: a node that registers under a name a restored job

@@ -311,6 +311,10 @@ void periodic_part(cluster_ptr self, uint32_t node_id, uint32_t id, uint64_t clo
   }
   spdlog::info("periodic checkpoint taken: job='{}' dir='{}' clock={} files={} bytes={}",
                j.report.name, info->dir, info->clock, info->files.size(), info->bytes);
+  if (info->clock >= j.last_checkpoint_clock) {
+    j.last_checkpoint = info->dir;
+    j.last_checkpoint_clock = info->clock;
+  }
 }
 
 } // namespace rw::actors::detail

@@ -121,6 +121,8 @@ void ask_nodes(cluster_ptr self, const std::vector<uint32_t>& ids, const char* w
   }
 }
 
+} // namespace
+
 // Fails the job on the given nodes, without waiting (it failed on another node, or a
 // node of it left).
 void halt_on(cluster_ptr self, const std::vector<uint32_t>& ids, uint32_t job_id,
@@ -133,6 +135,8 @@ void halt_on(cluster_ptr self, const std::vector<uint32_t>& ids, uint32_t job_id
     },
     abort_atom::value, job_id, why);
 }
+
+namespace {
 
 std::vector<uint32_t> others(const job_entry& j, uint32_t but) {
   std::vector<uint32_t> out;
@@ -158,6 +162,8 @@ bool answered_by_all(cluster_ptr self, Promise& rp, std::map<uint32_t, job_entry
   return true;
 }
 
+} // namespace
+
 job_layout layout_of(const std::vector<const member*>& nodes) {
   job_layout l;
   for (auto* m : nodes) {
@@ -167,6 +173,8 @@ job_layout layout_of(const std::vector<const member*>& nodes) {
   }
   return l;
 }
+
+namespace {
 
 // Ends job `j` (its node `node_id` reported `state` with `why`) and stops it on its
 // other nodes.
@@ -478,12 +486,18 @@ void on_event(cluster_ptr self, uint32_t node_id, job_event& ev) {
 }
 
 void fail_jobs_on(cluster_ptr self, uint32_t node_id, const std::string& why) {
+  std::vector<uint32_t> hit;
   for (auto& [id, j] : self->state.jobs)
-    if (j.on_node(node_id) && !is_ended(j.report.state)) {
-      spdlog::error("job failed: job='{}' id={}: {}", j.report.name, id, why);
-      mark_ended(self, j, "failed", why);
-      halt_on(self, others(j, node_id), id, why);
-    }
+    if (j.on_node(node_id) && !is_ended(j.report.state))
+      hit.push_back(id);
+  for (auto id : hit) {
+    if (restart_from_checkpoint(self, id, node_id, why))
+      continue;
+    auto& j = self->state.jobs.at(id);
+    spdlog::error("job failed: job='{}' id={}: {}", j.report.name, id, why);
+    mark_ended(self, j, "failed", why);
+    halt_on(self, others(j, node_id), id, why);
+  }
 }
 
 void fail_job(cluster_ptr self, uint32_t id, const std::string& why) {

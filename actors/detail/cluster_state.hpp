@@ -45,6 +45,10 @@ struct job_entry {
   std::string checkpoint_dir;
   /// Periodic checkpoints' files written so far, by clock, by node name.
   std::map<uint64_t, std::vector<std::pair<std::string, checkpoint_part>>> periodic;
+  /// The newest complete periodic checkpoint (its manifest written): where the job
+  /// restarts from when one of its nodes dies (detail/cluster_recover.cpp). "": none.
+  std::string last_checkpoint;
+  uint64_t last_checkpoint_clock = 0;
 
   bool on_node(uint32_t id) const {
     return std::find(node_ids.begin(), node_ids.end(), id) != node_ids.end();
@@ -156,13 +160,28 @@ std::vector<uint32_t> live_jobs_on(const cluster_state& st, uint32_t id);
 void reconcile_node(cluster_ptr self, uint32_t node_id);
 /// Nodes of restored jobs not back within node_timeout of the start: their jobs fail.
 void expire_awaited(cluster_ptr self);
+// --- cluster_jobs.cpp (shared) ----------------------------------------------------
+/// Fails job `job_id` on the nodes `ids`, without waiting for them.
+void halt_on(cluster_ptr self, const std::vector<uint32_t>& ids, uint32_t job_id,
+             const std::string& why);
+/// The layout of a job on `nodes` (names, addresses, racks; nothing else set).
+job_layout layout_of(const std::vector<const member*>& nodes);
+
+// --- cluster_recover.cpp ----------------------------------------------------------
+/// Node `dead` of job `id` died with `why`: if the job is flat, has a complete periodic
+/// checkpoint and live nodes left, it ends on them and starts again from the
+/// checkpoint on them (a new id, the same name and token; its workers join again and
+/// go on from the checkpoint's clock). Returns false when it cannot (the job fails).
+bool restart_from_checkpoint(cluster_ptr self, uint32_t id, uint32_t dead,
+                             const std::string& why);
+
 // --- cluster_checkpoint.cpp -------------------------------------------------------
-/// A checkpoint of job `name` into `dir` at `clock` (0: the coordinator picks one; see
-/// cluster_coordinator.hpp).
 /// Fault injection (detail/cluster_inject.cpp): what was done, or a clear error.
 caf::result<std::string> inject_fault(cluster_ptr self, const std::string& name,
                                       const std::string& kill, const std::string& node,
                                       uint32_t index);
+/// A checkpoint of job `name` into `dir` at `clock` (0: the coordinator picks one; see
+/// cluster_coordinator.hpp).
 caf::result<checkpoint_info> checkpoint_job(cluster_ptr self, const std::string& name,
                                             const std::string& dir, uint64_t clock);
 /// A job created with restore = dir: why it cannot start from it ("" if it can, as

@@ -1,0 +1,100 @@
+// Node failover from a periodic checkpoint on 127.0.0.1: a flat job over two nodes with
+// checkpoint_every loses a node to kill -9 mid-training; the coordinator starts it
+// again on the node left, from its newest complete checkpoint (a new id, the same name
+// and token); the workers, told why, are started again (as a launcher would) and end
+// bitwise at the single-process reference. (A job without a checkpoint fails, naming
+// the node: test_racks.cpp.)
+
+#include <csignal>
+#include <filesystem>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "tests/integration/rack_cluster.hpp"
+
+using namespace rw;
+
+namespace {
+
+using testing::rack_cluster;
+
+struct run {
+  std::unique_ptr<tools::subprocess> proc;
+  std::string err_path = testing::temp_path("worker.err");
+  std::string out_path = testing::temp_path("worker.bin");
+  ~run() {
+    std::remove(err_path.c_str());
+    std::remove(out_path.c_str());
+  }
+};
+
+std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
+                           const std::string& token) {
+  auto w = std::make_unique<run>();
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
+                                "--rank", std::to_string(rank), "--workers", "2",
+                                "--optimizer", "adam", "--steps", "16", "--token", token,
+                                "--out", w->out_path, "--verify", "--transport", "tcp",
+                                "--step-delay-ms", "60"};
+  w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
+  return w;
+}
+
+std::pair<std::optional<int>, std::string> finish(run& w) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto out = w.proc->read_all(deadline);
+  auto code = w.proc->wait_until(deadline);
+  return {code, out + testing::read_file(w.err_path)};
+}
+
+} // namespace
+
+TEST_CASE("a node killed mid-training: the job starts again from its checkpoint on the "
+          "node left, bitwise",
+          "[integration][failover]") {
+  rack_cluster c{{"a", "b"}};
+  auto a = c.nodes[0]->address();
+  auto b = c.nodes[1]->address();
+  auto dir = testing::temp_path("periodic");
+  std::string err;
+  auto token = c.create("survivor", 2, "adam",
+                        "racks = {'a', 'b'}, reduction = 'flat', checkpoint_every = 3, "
+                        "checkpoint_dir = '" + dir + "'",
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  std::vector<std::unique_ptr<run>> ws;
+  ws.push_back(start(a, "survivor", 0, token));
+  ws.push_back(start(b, "survivor", 1, token));
+  auto at = c.shell("rw.wait('survivor', 8, {timeout = 60}); print(rw.job_status('survivor').id)");
+  INFO(at.err);
+  REQUIRE(at.code == 0);
+  REQUIRE(c.coordinator.wait_for_log("periodic checkpoint taken: job='survivor'",
+                                     std::chrono::seconds(10)));
+  c.nodes[1]->process().signal(SIGKILL);
+  for (auto& w : ws) { // told why, they stop; a launcher starts them again
+    auto [code, out] = finish(*w);
+    INFO(out);
+    CHECK(code == std::optional<int>{2});
+  }
+  REQUIRE(c.coordinator.wait_for_log("job restarts: job='survivor'", std::chrono::seconds(10)));
+  auto status = c.shell("local j = rw.job_status('survivor'); print(j.state, j.id ~= " +
+                        at.out.substr(0, at.out.find('\n')) + ", #j.nodes, j.nodes[1])");
+  INFO(status.err);
+  CHECK(status.out == "created\ttrue\t1\tn0\n");
+  ws.clear();
+  for (uint32_t r = 0; r < 2; ++r)
+    ws.push_back(start(a, "survivor", r, token)); // the same token
+  for (auto& w : ws) {
+    auto [code, out] = finish(*w);
+    INFO(out);
+    CHECK(code == std::optional<int>{0});
+    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
+    CHECK_THAT(out, Catch::Contains("resumes at clock"));
+  }
+  auto done = c.shell("print(rw.wait('survivor', 'finished', {timeout = 30}).state)");
+  CHECK(done.out == "finished\n");
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
