@@ -274,13 +274,15 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
   }
   auto& grant = g->second;
   if (!grant.ended.empty()) {
-    spdlog::warn("hello refused: peer={} job='{}' rank={}: the job has ended ({})",
+    spdlog::warn("hello refused: peer={} job='{}' rank={}: the job has ended here ({})",
                  req.peer, spec.name, req.hello.rank, grant.ended);
-    return refuse(errc::unknown_job,
+    // It may live on elsewhere (started again from a checkpoint on other nodes): the
+    // cluster says where, else the worker hears why it ended here.
+    return send_on(self, req, refuse(errc::unknown_job,
                   fmt::format("job '{}' has ended ({}{}{}); create a new job to train "
                               "again",
                               spec.name, grant.ended, grant.reason.empty() ? "" : ": ",
-                              grant.reason));
+                              grant.reason)));
   }
   auto asked = grant.spec;
   asked.tensors = spec.tensors; // the grant leaves the tensors to the workers

@@ -2,11 +2,14 @@
 // checkpoint_every loses a node to kill -9 mid-training; the coordinator starts it
 // again on the node left, from its newest complete checkpoint (a new id, the same name
 // and token); the workers, told why, are started again (as a launcher would) and end
-// bitwise at the single-process reference. (A job without a checkpoint fails, naming
-// the node: test_racks.cpp.)
+// bitwise at the single-process reference. A node declared dead that comes back
+// (stopped, then continued) serves nothing of the job any more, and workers that say
+// hello there are sent on to the job's new node. (A job without a checkpoint fails, naming the node:
+// test_racks.cpp.)
 
 #include <csignal>
 #include <filesystem>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -95,6 +98,65 @@ TEST_CASE("a node killed mid-training: the job starts again from its checkpoint 
   }
   auto done = c.shell("print(rw.wait('survivor', 'finished', {timeout = 30}).state)");
   CHECK(done.out == "finished\n");
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+TEST_CASE("a node declared dead that comes back serves nothing stale; workers sent to it "
+          "are sent on to the job's new node",
+          "[integration][failover]") {
+  rack_cluster c{{"a", "b"}};
+  auto a = c.nodes[0]->address();
+  auto b = c.nodes[1]->address();
+  auto dir = testing::temp_path("periodic");
+  std::string err;
+  auto token = c.create("fenced", 2, "adam",
+                        "racks = {'a', 'b'}, reduction = 'flat', checkpoint_every = 2, "
+                        "checkpoint_dir = '" + dir + "'",
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  std::vector<std::unique_ptr<run>> ws;
+  ws.push_back(start(a, "fenced", 0, token));
+  ws.push_back(start(b, "fenced", 1, token));
+  auto at = c.shell("rw.wait('fenced', 4, {timeout = 60}); print('ok')");
+  REQUIRE(at.out == "ok\n");
+  REQUIRE(c.coordinator.wait_for_log("periodic checkpoint taken: job='fenced'",
+                                     std::chrono::seconds(10)));
+  // n1 stops answering (its connections stay open): declared dead once its heartbeats
+  // stop, and the job starts again on n0.
+  c.nodes[1]->process().signal(SIGSTOP);
+  REQUIRE(c.coordinator.wait_for_log("job restarts: job='fenced'", std::chrono::seconds(20)));
+  c.nodes[1]->process().signal(SIGCONT);
+  for (auto& w : ws) {
+    auto [code, out] = finish(*w);
+    INFO(out);
+    CHECK(code == std::optional<int>{2});
+  }
+  // Back, n1 registers again; the job it held there has ended (its workers left, or
+  // the coordinator's answer fails it): its stale chunks serve nobody.
+  CHECK(c.nodes[1]->wait_for_log("registering again", std::chrono::seconds(20)));
+  bool back = false;
+  for (int i = 0; i < 100 && !back; ++i) {
+    back = c.shell("print(#rw.nodes())").out == "2\n";
+    if (!back)
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  REQUIRE(back);
+  // Workers that say hello at n1 are sent on to n0, where the job lives now.
+  ws.clear();
+  for (uint32_t r = 0; r < 2; ++r)
+    ws.push_back(start(b, "fenced", r, token));
+  for (auto& w : ws) {
+    auto [code, out] = finish(*w);
+    INFO(out);
+    CHECK(code == std::optional<int>{0});
+    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
+  }
+  CHECK(c.nodes[1]->wait_for_log("worker sent on: ", std::chrono::seconds(5)));
+  auto where = c.shell("local j = rw.wait('fenced', 'finished', {timeout = 30}); "
+                       "print(j.state, table.concat(j.nodes, ','))");
+  CHECK(where.out == "finished\tn0\n");
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
