@@ -314,6 +314,7 @@ void periodic_part(cluster_ptr self, uint32_t node_id, uint32_t id, uint64_t clo
   if (info->clock >= j.last_checkpoint_clock) {
     j.last_checkpoint = info->dir;
     j.last_checkpoint_clock = info->clock;
+    save_job(self, j.report.id); // a coordinator that restarts knows it too
   }
 }
 

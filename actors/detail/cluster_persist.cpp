@@ -22,6 +22,11 @@ void restore_registry(cluster_ptr self) {
     job_entry j;
     j.report = s.report;
     j.token = s.token;
+    j.restore = s.restore;
+    j.checkpoint_every = s.checkpoint_every;
+    j.checkpoint_dir = s.checkpoint_dir;
+    j.last_checkpoint = s.last_checkpoint;
+    j.last_checkpoint_clock = s.last_checkpoint_clock;
     highest = std::max(highest, s.report.id);
     if (!is_ended(j.report.state)) {
       ++live;
@@ -53,7 +58,11 @@ std::string save_job(cluster_ptr self, uint32_t id) {
   auto it = st.jobs.find(id);
   if (!st.settings.store || it == st.jobs.end())
     return {};
-  auto why = st.settings.store->save_job(stored_job{it->second.report, it->second.token},
+  auto& j = it->second;
+  auto why = st.settings.store->save_job(stored_job{j.report, j.token, j.restore,
+                                                    j.checkpoint_every, j.checkpoint_dir,
+                                                    j.last_checkpoint,
+                                                    j.last_checkpoint_clock},
                                          st.next_job_id);
   if (!why.empty())
     spdlog::error("job {} ('{}', {}) not recorded: {}", id, it->second.report.name,

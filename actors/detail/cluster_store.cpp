@@ -10,6 +10,7 @@
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sqlite3.h>
 
 namespace rw::actors::detail {
@@ -27,6 +28,18 @@ CREATE TABLE jobs (
   state TEXT NOT NULL,
   token TEXT NOT NULL,
   report BLOB NOT NULL
+);
+)";
+
+// Schema 2: each job's checkpoints (a row only for a job that has any).
+const char* checkpoints_sql = R"(
+CREATE TABLE job_checkpoints (
+  id INTEGER PRIMARY KEY REFERENCES jobs (id) ON DELETE CASCADE,
+  restore TEXT NOT NULL,
+  every INTEGER NOT NULL,
+  dir TEXT NOT NULL,
+  last TEXT NOT NULL,
+  last_clock INTEGER NOT NULL
 );
 )";
 
@@ -153,9 +166,9 @@ std::unique_ptr<cluster_store> cluster_store::open(const std::string& path,
     return nullptr;
   }
   if (sqlite3_column_int(tables.s, 0) == 0) { // a new file: make the schema
-    auto sql = fmt::format("BEGIN IMMEDIATE; {} INSERT INTO schema_version VALUES ({}); "
+    auto sql = fmt::format("BEGIN IMMEDIATE; {} {} INSERT INTO schema_version VALUES ({}); "
                            "COMMIT;",
-                           schema_sql, cluster_store_schema);
+                           schema_sql, checkpoints_sql, cluster_store_schema);
     if (auto why = store->exec(sql); !why.empty()) {
       error = why;
       store->exec("ROLLBACK");
@@ -173,6 +186,22 @@ std::unique_ptr<cluster_store> cluster_store::open(const std::string& path,
     return nullptr;
   }
   auto v = sqlite3_column_int(version.s, 0);
+  if (v == 1) { // written before checkpoints were kept: add their table
+    sqlite3_finalize(version.s); // its read ends before the write begins
+    version.s = nullptr;
+    auto sql = fmt::format("BEGIN IMMEDIATE; {} UPDATE schema_version SET version = {}; "
+                           "COMMIT;",
+                           checkpoints_sql, cluster_store_schema);
+    if (auto why = store->exec(sql); !why.empty()) {
+      store->exec("ROLLBACK");
+      error = fmt::format("state database {}: cannot bring schema version 1 to {}: {}", path,
+                          cluster_store_schema, why);
+      return nullptr;
+    }
+    spdlog::info("state database {}: schema version 1 brought to {} (job checkpoints)", path,
+                 cluster_store_schema);
+    return store;
+  }
   if (v != cluster_store_schema) {
     error = fmt::format("state database {}: schema version {}, but this rw-node reads "
                         "version {} only",
@@ -229,6 +258,33 @@ bool cluster_store::load(stored_registry& out, std::string& error) {
     error = failure("reading the jobs");
     return false;
   }
+  statement c;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT id, restore, every, dir, last, last_clock FROM job_checkpoints",
+                         -1, &c.s, nullptr)
+      != SQLITE_OK) {
+    error = failure("reading the jobs' checkpoints");
+    return false;
+  }
+  auto text = [&](int col) {
+    auto* t = reinterpret_cast<const char*>(sqlite3_column_text(c.s, col));
+    return t == nullptr ? std::string{} : std::string{t};
+  };
+  while ((rc = sqlite3_step(c.s)) == SQLITE_ROW) {
+    auto id = static_cast<uint32_t>(sqlite3_column_int64(c.s, 0));
+    for (auto& j : out.jobs)
+      if (j.report.id == id) {
+        j.restore = text(1);
+        j.checkpoint_every = static_cast<uint64_t>(sqlite3_column_int64(c.s, 2));
+        j.checkpoint_dir = text(3);
+        j.last_checkpoint = text(4);
+        j.last_checkpoint_clock = static_cast<uint64_t>(sqlite3_column_int64(c.s, 5));
+      }
+  }
+  if (rc != SQLITE_DONE) {
+    error = failure("reading the jobs' checkpoints");
+    return false;
+  }
   return true;
 }
 
@@ -277,6 +333,26 @@ std::string cluster_store::save_job(const stored_job& job, uint32_t next_job_id)
         || sqlite3_step(q.s) != SQLITE_DONE)
       return fail(failure(fmt::format("writing job {} ('{}')", r.id, r.name)));
   }
+  if (!job.restore.empty() || job.checkpoint_every != 0 || !job.last_checkpoint.empty()) {
+    statement q;
+    auto bind_text = [&](int i, const std::string& s) {
+      return sqlite3_bind_text(q.s, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT)
+             == SQLITE_OK;
+    };
+    if (sqlite3_prepare_v2(db_,
+                           "INSERT OR REPLACE INTO job_checkpoints (id, restore, every, dir, "
+                           "last, last_clock) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                           -1, &q.s, nullptr)
+          != SQLITE_OK
+        || sqlite3_bind_int64(q.s, 1, job.report.id) != SQLITE_OK || !bind_text(2, job.restore)
+        || sqlite3_bind_int64(q.s, 3, static_cast<sqlite3_int64>(job.checkpoint_every))
+             != SQLITE_OK
+        || !bind_text(4, job.checkpoint_dir) || !bind_text(5, job.last_checkpoint)
+        || sqlite3_bind_int64(q.s, 6, static_cast<sqlite3_int64>(job.last_checkpoint_clock))
+             != SQLITE_OK
+        || sqlite3_step(q.s) != SQLITE_DONE)
+      return fail(failure(fmt::format("writing job {}'s checkpoints", job.report.id)));
+  }
   if (auto why = write_counter(next_job_id); !why.empty())
     return fail(why);
   if (auto why = exec("COMMIT"); !why.empty())
@@ -289,10 +365,12 @@ std::string cluster_store::save_next_job_id(uint32_t next_job_id) {
 }
 
 std::string cluster_store::remove_job(uint32_t id) {
-  statement q;
-  if (sqlite3_prepare_v2(db_, "DELETE FROM jobs WHERE id = ?1", -1, &q.s, nullptr) != SQLITE_OK
-      || sqlite3_bind_int64(q.s, 1, id) != SQLITE_OK || sqlite3_step(q.s) != SQLITE_DONE)
-    return failure(fmt::format("deleting job {}", id));
+  for (auto* sql : {"DELETE FROM job_checkpoints WHERE id = ?1", "DELETE FROM jobs WHERE id = ?1"}) {
+    statement q;
+    if (sqlite3_prepare_v2(db_, sql, -1, &q.s, nullptr) != SQLITE_OK
+        || sqlite3_bind_int64(q.s, 1, id) != SQLITE_OK || sqlite3_step(q.s) != SQLITE_DONE)
+      return failure(fmt::format("deleting job {}", id));
+  }
   return {};
 }
 

@@ -32,6 +32,14 @@ namespace rw::actors::detail {
 struct stored_job {
   job_report report;
   std::string token; // the token's secret, which the job's nodes verify workers with
+  /// Checkpoints (table job_checkpoints, schema 2): the one the job started from,
+  /// periodic ones, and the newest periodic one complete (where it restarts from when
+  /// a node dies).
+  std::string restore;
+  uint64_t checkpoint_every = 0;
+  std::string checkpoint_dir;
+  std::string last_checkpoint;
+  uint64_t last_checkpoint_clock = 0;
 };
 
 /// Everything the store holds.
@@ -40,8 +48,9 @@ struct stored_registry {
   std::vector<stored_job> jobs; // by id
 };
 
-/// The schema version this build reads and writes.
-constexpr int cluster_store_schema = 1;
+/// The schema version this build writes; it reads version 1 too (and brings it to 2:
+/// the job_checkpoints table, empty).
+constexpr int cluster_store_schema = 2;
 
 class cluster_store {
 public:

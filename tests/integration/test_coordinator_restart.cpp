@@ -2,8 +2,9 @@
 // job trains, the data path does not notice; started again with the same database, it
 // has its jobs back, and a job created before the kill admits its workers after it.
 // A node that restarted with it gets its waiting job granted again; a node that never
-// comes back fails its jobs after the node timeout. A database it cannot trust stops
-// it at start, naming the file.
+// comes back fails its jobs after the node timeout. A job's checkpoints are kept too:
+// its periodic checkpoints go on, and a node's death restarts it from the newest. A
+// database it cannot trust stops it at start, naming the file.
 
 #include <csignal>
 #include <filesystem>
@@ -273,5 +274,53 @@ TEST_CASE("a node that restarted with the coordinator gets its waiting job again
   auto deadline = clock_type::now() + std::chrono::seconds(60);
   for (auto& w : workers)
     check_verified(w, "here", deadline);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("after a coordinator restart a job's periodic checkpoints go on, and a node's "
+          "death restarts it from the newest",
+          "[integration][cluster][persist]") {
+  auto dir = scratch_dir();
+  auto db = dir + "/state.db";
+  auto ck = dir + "/periodic";
+  auto listen = "127.0.0.1:" + std::to_string(free_port());
+  auto coordinator = start_coordinator(listen, db);
+  node_process a{{"--name", "rack-a", "--rack", "a"}, {"rack-agg", false, listen}};
+  node_process b{{"--name", "rack-b", "--rack", "b"}, {"rack-agg", false, listen}};
+  REQUIRE(coordinator->wait_for_log("2 node(s) live", std::chrono::seconds(15)));
+  auto shell = [&](const std::string& code) {
+    return run_shell({"--connect", listen, "-c", code});
+  };
+  auto made = shell("print(rw.job_create{name = 'kept', workers = 2, optimizer = 'sum', "
+                    "lr = 0.05, momentum = 0.9, weight_decay = 0, chunk_bytes = '4KiB', "
+                    "racks = {'a', 'b'}, reduction = 'flat', checkpoint_every = 2, "
+                    "checkpoint_dir = '" + ck + "'}.token)");
+  INFO(made.err);
+  REQUIRE(made.code == 0);
+  auto token = made.out.substr(0, made.out.find('\n'));
+  std::vector<worker_run> ws;
+  ws.push_back(paced_worker(a.address(), "kept", 0, 2, token, 40, 60));
+  ws.push_back(paced_worker(b.address(), "kept", 1, 2, token, 40, 60));
+  REQUIRE(shell("rw.wait('kept', 3, {timeout = 30})").code == 0);
+  coordinator->process().signal(SIGKILL);
+  coordinator.reset();
+  coordinator = start_coordinator(listen, db);
+  REQUIRE(coordinator->wait_for_log("2 node(s) live", std::chrono::seconds(15)));
+  // The restarted coordinator knows the job's checkpoints: it writes the next manifest.
+  REQUIRE(coordinator->wait_for_log("periodic checkpoint taken: job='kept'",
+                                    std::chrono::seconds(20)));
+  b.process().signal(SIGKILL);
+  REQUIRE(coordinator->wait_for_log("job restarts: job='kept'", std::chrono::seconds(15)));
+  auto deadline = clock_type::now() + std::chrono::seconds(60);
+  for (auto& w : ws) { // told why, they stop; a launcher starts them again
+    w.proc->wait_until(deadline);
+    std::remove(w.err_path.c_str());
+    std::remove(w.out_path.c_str());
+  }
+  ws.clear();
+  for (uint32_t r = 0; r < 2; ++r)
+    ws.push_back(paced_worker(a.address(), "kept", r, 2, token, 40, 0));
+  for (uint32_t r = 0; r < 2; ++r)
+    check_verified(ws[r], "rank " + std::to_string(r), deadline);
   std::filesystem::remove_all(dir);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <sqlite3.h>
 
 #include "actors/detail/cluster_store.hpp"
 
@@ -63,6 +64,11 @@ void check_same(const stored_job& a, const stored_job& b) {
   auto& x = a.report;
   auto& y = b.report;
   CHECK(a.token == b.token);
+  CHECK(a.restore == b.restore);
+  CHECK(a.checkpoint_every == b.checkpoint_every);
+  CHECK(a.checkpoint_dir == b.checkpoint_dir);
+  CHECK(a.last_checkpoint == b.last_checkpoint);
+  CHECK(a.last_checkpoint_clock == b.last_checkpoint_clock);
   CHECK(x.id == y.id);
   CHECK(x.name == y.name);
   CHECK(x.state == y.state);
@@ -106,6 +112,12 @@ TEST_CASE("the state database round-trips the registry in every job state",
                                make_job(10, "j-failed", "failed"),
                                make_job(11, "j-stopped", "stopped"),
                                make_job(12, "j-gone", "created")};
+  // Checkpoints: periodic ones with the newest complete, and a restored job.
+  jobs[1].checkpoint_every = 5;
+  jobs[1].checkpoint_dir = "/ck/run";
+  jobs[1].last_checkpoint = "/ck/run/clock-0000000015";
+  jobs[1].last_checkpoint_clock = 15;
+  jobs[2].restore = "/ck/old";
   {
     std::string err;
     auto store = cluster_store::open(path, err);
@@ -224,5 +236,39 @@ TEST_CASE("a state database another coordinator holds is refused", "[cluster_sto
   REQUIRE(waitpid(pid, &status, 0) == pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST_CASE("a schema-1 state database is brought to schema 2 and keeps its jobs",
+          "[cluster_store]") {
+  auto path = scratch("v1.db");
+  auto job = make_job(3, "old", "running");
+  {
+    std::string err;
+    auto store = cluster_store::open(path, err);
+    REQUIRE(store);
+    REQUIRE(store->save_job(job, 4) == "");
+  }
+  { // As a build before job checkpoints wrote it: no such table, version 1.
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "DROP TABLE job_checkpoints; UPDATE schema_version SET version = 1",
+                       nullptr, nullptr, nullptr)
+          == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  std::string err;
+  auto store = cluster_store::open(path, err);
+  INFO(err);
+  REQUIRE(store);
+  stored_registry back;
+  REQUIRE(store->load(back, err));
+  REQUIRE(back.jobs.size() == 1);
+  check_same(job, back.jobs[0]);
+  job.checkpoint_every = 2; // and checkpoints can be kept from now on
+  job.checkpoint_dir = "/ck";
+  REQUIRE(store->save_job(job, 4) == "");
+  REQUIRE(store->load(back, err));
+  check_same(job, back.jobs[0]);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
