@@ -59,6 +59,26 @@ struct worker_run {
   std::string out_path;
 };
 
+/// A test worker process (the caller starts `proc` with these paths) whose files are
+/// removed at the end.
+struct worker_process {
+  std::unique_ptr<tools::subprocess> proc;
+  std::string err_path = temp_path("worker.err");
+  std::string out_path = temp_path("worker.bin");
+  ~worker_process() {
+    std::remove(err_path.c_str());
+    std::remove(out_path.c_str());
+  }
+};
+
+/// Waits up to `seconds` for `w` to end: its exit code, and its stdout then stderr.
+inline std::pair<std::optional<int>, std::string> finish(worker_process& w, int seconds = 60) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  auto out = w.proc->read_all(deadline);
+  auto code = w.proc->wait_until(deadline);
+  return {code, out + read_file(w.err_path)};
+}
+
 inline worker_run start_worker(const std::string& connect, const std::string& job,
                                uint32_t rank, uint32_t workers, const std::string& optimizer,
                                const std::string& token, uint32_t hold_ms = 0,

@@ -22,15 +22,8 @@ namespace {
 
 using testing::rack_cluster;
 
-struct run {
-  std::unique_ptr<tools::subprocess> proc;
-  std::string err_path = testing::temp_path("worker.err");
-  std::string out_path = testing::temp_path("worker.bin");
-  ~run() {
-    std::remove(err_path.c_str());
-    std::remove(out_path.c_str());
-  }
-};
+using run = testing::worker_process;
+using testing::finish;
 
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token) {
@@ -42,13 +35,6 @@ std::unique_ptr<run> start(const std::string& connect, const std::string& job, u
                                 "--step-delay-ms", "60"};
   w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
   return w;
-}
-
-std::pair<std::optional<int>, std::string> finish(run& w) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  auto out = w.proc->read_all(deadline);
-  auto code = w.proc->wait_until(deadline);
-  return {code, out + testing::read_file(w.err_path)};
 }
 
 } // namespace

@@ -20,15 +20,7 @@ namespace {
 
 using testing::rack_cluster;
 
-struct run {
-  std::unique_ptr<tools::subprocess> proc;
-  std::string err_path = testing::temp_path("worker.err");
-  std::string out_path = testing::temp_path("worker.bin");
-  ~run() {
-    std::remove(err_path.c_str());
-    std::remove(out_path.c_str());
-  }
-};
+using run = testing::worker_process;
 
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            uint32_t workers, const std::string& optimizer,

@@ -18,15 +18,8 @@ namespace {
 
 using testing::rack_cluster;
 
-struct run {
-  std::unique_ptr<tools::subprocess> proc;
-  std::string err_path = testing::temp_path("worker.err");
-  std::string out_path = testing::temp_path("worker.bin");
-  ~run() {
-    std::remove(err_path.c_str());
-    std::remove(out_path.c_str());
-  }
-};
+using run = testing::worker_process;
+using testing::finish;
 
 struct job_run {
   std::string job, optimizer = "adam", token, transport = "auto", rank_racks;
@@ -49,14 +42,6 @@ std::unique_ptr<run> start(const job_run& j, const std::string& connect, uint32_
   argv.insert(argv.end(), extra.begin(), extra.end());
   w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
   return w;
-}
-
-// Waits for `w` to end; returns its exit code and stdout.
-std::pair<std::optional<int>, std::string> finish(run& w, int seconds = 60) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  auto out = w.proc->read_all(deadline);
-  auto code = w.proc->wait_until(deadline);
-  return {code, out + testing::read_file(w.err_path)};
 }
 
 // Runs job `j` with rank `victim` crashing at each step of `crashes` in turn (started
