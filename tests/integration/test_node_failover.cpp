@@ -37,6 +37,38 @@ std::unique_ptr<run> start(const std::string& connect, const std::string& job, u
   return w;
 }
 
+// A flat job over both nodes with periodic checkpoints every `every` clocks, rank 0
+// saying hello to n0 and rank 1 to n1, once every rank is at `clock` and a periodic
+// checkpoint has been taken. Its directory is removed at the end.
+struct checkpointed_job {
+  std::string token;
+  std::string dir = testing::temp_path("periodic");
+  std::vector<std::unique_ptr<run>> ws;
+  ~checkpointed_job() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+void start_checkpointed(rack_cluster& c, checkpointed_job& j, const std::string& name,
+                        uint32_t every, uint32_t clock) {
+  std::string err;
+  j.token = c.create(name, 2, "adam",
+                     fmt::format("racks = {{'a', 'b'}}, reduction = 'flat', "
+                                 "checkpoint_every = {}, checkpoint_dir = '{}'",
+                                 every, j.dir),
+                     &err);
+  INFO(err);
+  REQUIRE(!j.token.empty());
+  j.ws.push_back(start(c.nodes[0]->address(), name, 0, j.token));
+  j.ws.push_back(start(c.nodes[1]->address(), name, 1, j.token));
+  auto at = c.shell(fmt::format("rw.wait('{}', {}, {{timeout = 60}}); print('ok')", name, clock));
+  INFO(at.err);
+  REQUIRE(at.out == "ok\n");
+  REQUIRE(c.coordinator.wait_for_log("periodic checkpoint taken: job='" + name + "'",
+                                     std::chrono::seconds(10)));
+}
+
 } // namespace
 
 TEST_CASE("a node killed mid-training: the job starts again from its checkpoint on the "
@@ -44,23 +76,12 @@ TEST_CASE("a node killed mid-training: the job starts again from its checkpoint 
           "[integration][failover]") {
   rack_cluster c{{"a", "b"}};
   auto a = c.nodes[0]->address();
-  auto b = c.nodes[1]->address();
-  auto dir = testing::temp_path("periodic");
-  std::string err;
-  auto token = c.create("survivor", 2, "adam",
-                        "racks = {'a', 'b'}, reduction = 'flat', checkpoint_every = 3, "
-                        "checkpoint_dir = '" + dir + "'",
-                        &err);
-  INFO(err);
-  REQUIRE(!token.empty());
-  std::vector<std::unique_ptr<run>> ws;
-  ws.push_back(start(a, "survivor", 0, token));
-  ws.push_back(start(b, "survivor", 1, token));
-  auto at = c.shell("rw.wait('survivor', 8, {timeout = 60}); print(rw.job_status('survivor').id)");
-  INFO(at.err);
+  checkpointed_job job;
+  start_checkpointed(c, job, "survivor", 3, 8);
+  auto& ws = job.ws;
+  auto& token = job.token;
+  auto at = c.shell("print(rw.job_status('survivor').id)");
   REQUIRE(at.code == 0);
-  REQUIRE(c.coordinator.wait_for_log("periodic checkpoint taken: job='survivor'",
-                                     std::chrono::seconds(10)));
   c.nodes[1]->process().signal(SIGKILL);
   for (auto& w : ws) { // told why, they stop; a launcher starts them again
     auto [code, out] = finish(*w);
@@ -84,31 +105,17 @@ TEST_CASE("a node killed mid-training: the job starts again from its checkpoint 
   }
   auto done = c.shell("print(rw.wait('survivor', 'finished', {timeout = 30}).state)");
   CHECK(done.out == "finished\n");
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
 
 TEST_CASE("a node declared dead that comes back serves nothing stale; workers sent to it "
           "are sent on to the job's new node",
           "[integration][failover]") {
   rack_cluster c{{"a", "b"}};
-  auto a = c.nodes[0]->address();
   auto b = c.nodes[1]->address();
-  auto dir = testing::temp_path("periodic");
-  std::string err;
-  auto token = c.create("fenced", 2, "adam",
-                        "racks = {'a', 'b'}, reduction = 'flat', checkpoint_every = 2, "
-                        "checkpoint_dir = '" + dir + "'",
-                        &err);
-  INFO(err);
-  REQUIRE(!token.empty());
-  std::vector<std::unique_ptr<run>> ws;
-  ws.push_back(start(a, "fenced", 0, token));
-  ws.push_back(start(b, "fenced", 1, token));
-  auto at = c.shell("rw.wait('fenced', 4, {timeout = 60}); print('ok')");
-  REQUIRE(at.out == "ok\n");
-  REQUIRE(c.coordinator.wait_for_log("periodic checkpoint taken: job='fenced'",
-                                     std::chrono::seconds(10)));
+  checkpointed_job job;
+  start_checkpointed(c, job, "fenced", 2, 4);
+  auto& ws = job.ws;
+  auto& token = job.token;
   // n1 stops answering (its connections stay open): declared dead once its heartbeats
   // stop, and the job starts again on n0.
   c.nodes[1]->process().signal(SIGSTOP);
@@ -143,6 +150,4 @@ TEST_CASE("a node declared dead that comes back serves nothing stale; workers se
   auto where = c.shell("local j = rw.wait('fenced', 'finished', {timeout = 30}); "
                        "print(j.state, table.concat(j.nodes, ','))");
   CHECK(where.out == "finished\tn0\n");
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
