@@ -151,12 +151,19 @@ void fail_steps_needing(shard_state& st, uint32_t job_id, shard_job& job, uint32
   });
 }
 
+// The job of a request, or null (refused if the job is gone; dropped unanswered if the
+// job is frozen for a move, or the chunk is not this shard's by the job's routes: it
+// was routed by a ring the job has left, and the worker sends it again by the new one).
 shard_job* find_job(shard_ptr self, uint32_t job_id, const transports::connection_ptr& conn,
                     uint32_t rank, uint32_t tensor, uint32_t chunk, uint64_t clock) {
   auto& st = self->state;
   auto it = st.book->jobs.find(job_id);
-  if (it != st.book->jobs.end())
+  if (it != st.book->jobs.end()) {
+    auto& job = it->second;
+    if (job.frozen || job.routes->shard_of(tensor, chunk) != st.settings.index)
+      return nullptr;
     return &it->second;
+  }
   refuse_missing_job(st, conn, about(job_id, rank, tensor, chunk, clock));
   return nullptr;
 }
@@ -171,8 +178,43 @@ void send_periodic(shard_ptr self, uint32_t job_id, shard_job& job, uint64_t clo
 // Runs every step the chunk is ready for. A layer-wise step (LAMB, LARS) only prepares:
 // its share of the tensor's norms goes to the tensor's home shard, and the step ends
 // when the trust ratio comes back (on_trust).
+void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
+                     uint32_t chunk, detail::chunk_state& cs);
+
+// A job moving: once each of its chunks here has settled, the copy asked for (and the
+// job freezes).
+void check_settled(shard_state& st, shard_job& job) {
+  if (!job.settling)
+    return;
+  bool all = true;
+  for_each_own_chunk(st, job, [&](uint32_t, uint32_t, detail::chunk_state& cs) {
+    all = cs.settled();
+    return all;
+  });
+  if (!all)
+    return;
+  chunk_snapshot snap;
+  snap.chunks = std::make_shared<std::vector<runtime::checkpoint::chunk_record>>();
+  for_each_own_chunk(st, job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
+    snap.chunks->push_back(cs.snapshot(t, c));
+    return true;
+  });
+  job.settling = false;
+  job.frozen = true;
+  if (job.settle_rp) {
+    job.settle_rp->deliver(std::move(snap));
+    job.settle_rp.reset();
+  }
+}
+
 void run_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
                uint32_t chunk, detail::chunk_state& cs) {
+  run_ready_steps(self, job_id, job, tensor, chunk, cs);
+  check_settled(self->state, job);
+}
+
+void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
+                     uint32_t chunk, detail::chunk_state& cs) {
   auto& st = self->state;
   while (cs.step_ready()) {
     if (job.relay) { // the rack's partial goes to the chunk's home; its answer ends the step
@@ -265,6 +307,8 @@ void on_push(shard_ptr self, chunk_push& p) {
                        hdr);
     return;
   }
+  if (job->settling && !cs.settling_admits(p.clock))
+    return; // it would begin a step while the job moves: sent again after the reroute
   bool check_departed = job->departed_count > 0 && cs.push_needs_everyone(p.want_result);
   for (uint32_t r = 0; check_departed && r < job->departed.size(); ++r) {
     // (A rank's own push may be served after its leave: the backlog reorders.)
@@ -440,6 +484,47 @@ caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup, abort_sink coo
   return ok_atom::value;
 }
 
+// A job moves: its chunks here settle, then their copy (chunk_shard.hpp, "fence").
+caf::result<chunk_snapshot> on_fence(shard_ptr self, uint32_t job_id) {
+  auto& st = self->state;
+  auto it = st.book->jobs.find(job_id);
+  if (it == st.book->jobs.end())
+    return cluster_error(errc::unknown_job,
+                         fmt::format("shard {} has no live job {}", st.settings.index, job_id));
+  auto& job = it->second;
+  if (job.spec.consistency.model != consistency_spec::bsp || job.relay)
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("job '{}' cannot move: only a flat BSP job's chunks "
+                                     "settle at a clock boundary",
+                                     job.spec.name));
+  if (job.settle_rp)
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("job '{}' is moving already", job.spec.name));
+  auto rp = self->make_response_promise<chunk_snapshot>();
+  job.settling = true;
+  job.frozen = false;
+  job.settle_rp = rp;
+  check_settled(st, job);
+  return rp;
+}
+
+// The moved job's chunks here, from the copies (chunk_shard.hpp, "reshape").
+caf::result<ok_atom> on_reshape(shard_ptr self, job_setup& setup) {
+  auto& st = self->state;
+  auto it = st.book->jobs.find(setup.job_id);
+  if (it == st.book->jobs.end())
+    return cluster_error(errc::unknown_job, fmt::format("shard {} has no live job {}",
+                                                        st.settings.index, setup.job_id));
+  auto coordinator = it->second.coordinator;
+  detail::fail_checkpoints(it->second, "the job moved between nodes before every chunk "
+                                       "reached the checkpoint's clock");
+  if (it->second.settle_rp)
+    it->second.settle_rp->deliver(cluster_error(errc::stopped, "the job was reshaped"));
+  st.book->stats.chunks -= it->second.chunks.size();
+  st.book->jobs.erase(it); // waiters dropped unanswered: they are sent again
+  return create_job(self, setup, std::move(coordinator));
+}
+
 // A checkpoint of a job this shard holds, live or finished.
 caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id, uint64_t clock) {
   auto& st = self->state;
@@ -532,6 +617,7 @@ void adopt(shard_ptr self) {
     // Checkpoint promises of the dead shard cannot be kept by this one: dropped; the
     // node's coordinator fails those checkpoints when it learns of the restart.
     job.checkpoints.clear();
+    job.settle_rp.reset(); // the node's coordinator gives the move up when it times out
     auto why = lost_state(st, id, job);
     if (why.empty())
       kept.push_back(id);
@@ -610,6 +696,20 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     },
     [=](ckpt_atom, uint32_t job_id, uint64_t clock) {
       return on_checkpoint(self, job_id, clock);
+    },
+    [=](fence_atom, uint32_t job_id) { return on_fence(self, job_id); },
+    [=](reshape_atom, job_setup& setup) { return on_reshape(self, setup); },
+    [=](thaw_atom, uint32_t job_id) {
+      auto it = self->state.book->jobs.find(job_id);
+      if (it == self->state.book->jobs.end())
+        return;
+      auto& job = it->second;
+      job.settling = false;
+      job.frozen = false;
+      if (job.settle_rp) {
+        job.settle_rp->deliver(cluster_error(errc::stopped, "the move was given up"));
+        job.settle_rp.reset();
+      }
     },
     [=](leave_atom, uint32_t job_id, uint32_t rank, const std::string& why) {
       auto it = self->state.book->jobs.find(job_id);

@@ -44,6 +44,20 @@
 //   coordinator -> shard  (crash_atom, why)   fault injection: the shard stalls 50 ms
 //                         (requests queue in its mailbox), then throws, as a bug would,
 //                         between two messages; it dies and is restarted
+//   coordinator -> shard  (fence_atom, job_id) -> chunk_snapshot
+//                         a BSP job moves (a node drained): its chunks here settle. A
+//                         push is still counted only if it finishes what was begun (a
+//                         step some rank is in, or a held next step); any other is
+//                         dropped unanswered (the worker sends it again after the
+//                         reroute). Once every chunk has no step in it, the answer is a
+//                         copy of each (parameters, optimizer state, version) and the
+//                         job is frozen: every request for it is dropped unanswered
+//   coordinator -> shard  (reshape_atom, job_setup) -> ok_atom
+//                         the job's chunks here become those of the new routes, from
+//                         setup.restore (the copies, kept or moved here); its waiters
+//                         are dropped unanswered (they are sent again); it serves again
+//   coordinator -> shard  (thaw_atom, job_id)   the move was given up: it serves again
+//                         as it stood (requests dropped meanwhile are sent again)
 //   anyone      -> shard  (stats_atom) -> shard_stats
 //   coordinator -> shard  (stats_atom, job_id) -> job_counters
 //                         per rank of the job: pushes, pulls, bytes, wait, clock (empty
@@ -121,6 +135,9 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<norm_atom, uint32_t, uint32_t, uint64_t, uint32_t, double, double>,
   caf::reacts_to<trust_atom, uint32_t, uint32_t, uint64_t, float>,
   caf::replies_to<ckpt_atom, uint32_t, uint64_t>::with<chunk_snapshot>,
+  caf::replies_to<fence_atom, uint32_t>::with<chunk_snapshot>,
+  caf::replies_to<reshape_atom, job_setup>::with<ok_atom>,
+  caf::reacts_to<thaw_atom, uint32_t>,
   caf::replies_to<stats_atom>::with<shard_stats>,
   caf::replies_to<stats_atom, uint32_t>::with<job_counters>>;
 

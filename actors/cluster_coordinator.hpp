@@ -82,6 +82,17 @@
 //                         of clock c (a multiple of N; its shards copied each chunk
 //                         right after its step to c); once every node of the job has,
 //                         the coordinator writes the manifest of checkpoint_dir/clock-c
+//   shell -> coordinator  (drain_atom, node name) -> description
+//                         drains a node (detail/cluster_drain.cpp): it takes no new
+//                         jobs, and every flat BSP job on it and other nodes moves, while
+//                         it trains, to the ring without it: fence (every node of the
+//                         job settles its chunks at a clock boundary; the ones the new
+//                         ring homes elsewhere come back as chunk files), reshape (each
+//                         node left rebuilds its part from what it kept and what moved to
+//                         it), reroute (workers hear the new ring and send again what is
+//                         unanswered). Only the chunks whose home changed move. A job
+//                         that cannot move (on this node alone, hierarchical, SSP or
+//                         async, not started) stays, and the answer says so
 //   coordinator -> itself (expire_atom, job id)  a job's join timeout ran out
 //   coordinator -> itself (tick_atom)  every node_timeout / 4: forget silent nodes
 //   coordinator -> link   (grant_atom, job_grant) -> ok_atom
@@ -90,6 +101,8 @@
 //                         (checkpoint_atom, job id, clock, dir) -> checkpoint_part
 //                         (abort_atom, job id, reason) -> ok_atom  the job failed on
 //                         another of its nodes (or one left): it fails here too
+//                         (fence_atom | reshape_atom | reroute_atom | thaw_atom, job
+//                         id, ...) moving a job (a drain; rack_coordinator.hpp)
 //                         (probe_atom, rate_probe_request) -> rate_probe_result
 //                         creating an `auto` job over racks where some node has no
 //                         configured core rate: each such node measures the rate to its
@@ -129,6 +142,7 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<checkpoint_atom, std::string, std::string, uint64_t>::with<checkpoint_info>,
   caf::reacts_to<checkpoint_atom, uint32_t, uint32_t, uint64_t, checkpoint_part>,
   caf::replies_to<inject_atom, std::string, std::string, std::string, uint32_t>::with<std::string>,
+  caf::replies_to<drain_atom, std::string>::with<std::string>,
   caf::reacts_to<tick_atom>>;
 
 /// What the coordinator asks of a node: the node's cluster link answers.
@@ -139,7 +153,11 @@ using node_link_actor = caf::typed_actor<
   caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>,
   caf::replies_to<probe_atom, rate_probe_request>::with<rate_probe_result>,
   caf::replies_to<checkpoint_atom, uint32_t, uint64_t, std::string>::with<checkpoint_part>,
-  caf::replies_to<inject_atom, uint32_t, std::string, uint32_t>::with<std::string>>;
+  caf::replies_to<inject_atom, uint32_t, std::string, uint32_t>::with<std::string>,
+  caf::replies_to<fence_atom, uint32_t, job_layout>::with<chunk_moves>,
+  caf::replies_to<reshape_atom, uint32_t, job_layout, chunk_moves>::with<ok_atom>,
+  caf::replies_to<reroute_atom, uint32_t, job_layout>::with<ok_atom>,
+  caf::replies_to<thaw_atom, uint32_t>::with<ok_atom>>;
 
 namespace detail {
 class cluster_store;

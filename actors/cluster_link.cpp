@@ -233,6 +233,22 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
     [=](inject_atom, uint32_t id, std::string& kill, uint32_t index) {
       return relay<std::string>(self, inject_atom::value, id, std::move(kill), index);
     },
+    [=](fence_atom, uint32_t id, job_layout& next) {
+      return relay_within<chunk_moves>(
+        self,
+        std::chrono::milliseconds(defaults::move_settle_timeout_ms)
+          + self->state.settings.request_timeout,
+        fence_atom::value, id, std::move(next));
+    },
+    [=](reshape_atom, uint32_t id, job_layout& next, chunk_moves& moves) {
+      return relay_within<ok_atom>(
+        self, std::chrono::milliseconds(defaults::shard_setup_timeout_ms), reshape_atom::value,
+        id, std::move(next), std::move(moves));
+    },
+    [=](reroute_atom, uint32_t id, job_layout& next) {
+      return relay<ok_atom>(self, reroute_atom::value, id, std::move(next));
+    },
+    [=](thaw_atom, uint32_t id) { return relay<ok_atom>(self, thaw_atom::value, id); },
     [=](halt_atom, uint32_t id, std::string& why) {
       return relay<ok_atom>(self, halt_atom::value, id, std::move(why));
     },

@@ -28,6 +28,7 @@ void register_cluster_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<rank_binding>("rw::rank_binding");
   cfg.add_message_type<rank_map>("rw::rank_map");
   cfg.add_message_type<checkpoint_part>("rw::checkpoint_part");
+  cfg.add_message_type<chunk_moves>("rw::chunk_moves");
   cfg.add_message_type<checkpoint_info>("rw::checkpoint_info");
   cfg.add_error_category(error_category, [](uint8_t code, caf::atom_value,
                                             const caf::message& context) {

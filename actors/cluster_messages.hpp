@@ -64,6 +64,11 @@ using bind_atom = caf::atom_constant<caf::atom("bind")>;
 using expire_atom = caf::atom_constant<caf::atom("expire")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
 using inject_atom = caf::atom_constant<caf::atom("inject")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using fence_atom = caf::atom_constant<caf::atom("fence")>;
+using reshape_atom = caf::atom_constant<caf::atom("reshape")>;
+using reroute_atom = caf::atom_constant<caf::atom("reroute")>;
+using thaw_atom = caf::atom_constant<caf::atom("thaw")>;
 
 /// A rack-agg node as the cluster knows it.
 struct node_info {
@@ -170,6 +175,17 @@ struct checkpoint_part {
   std::vector<uint32_t> tensors; // with chunks: the (tensor, chunk) ids it holds
   std::vector<uint32_t> chunks;
   uint64_t clock = 0;            // the chunks' version (one clock)
+};
+
+/// A moving job's chunks on their way to their homes on its new ring (a drain): per
+/// node name, a chunk file (runtime/checkpoint/chunk_file.hpp, schemas/checkpoint.capnp)
+/// holding each chunk's parameters, optimizer state and version.
+struct chunk_move {
+  std::string node;
+  std::vector<uint8_t> file;
+};
+struct chunk_moves {
+  std::vector<chunk_move> moves;
 };
 
 /// A checkpoint written: its directory, clock and files.
@@ -307,6 +323,16 @@ typename Inspector::result_type inspect(Inspector& f, job_placement& x) {
   return f(caf::meta::type_name("rw::job_placement"), x.node, x.nodes, x.racks,
            x.reduction, x.worker_racks, x.join_timeout_ms, x.restore, x.checkpoint_every,
            x.checkpoint_dir);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chunk_move& x) {
+  return f(caf::meta::type_name("rw::chunk_move"), x.node, x.file);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chunk_moves& x) {
+  return f(caf::meta::type_name("rw::chunk_moves"), x.moves);
 }
 
 template <class Inspector>

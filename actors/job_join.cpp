@@ -237,6 +237,17 @@ public:
       conns.insert(conns.end(), node_conns[i].begin(), node_conns[i].end());
       out.conn_nodes.insert(out.conn_nodes.end(), node_conns[i].size(), names[i]);
     }
+    auto basis = std::make_shared<runtime::routes_basis>();
+    basis->spec = req.job;
+    basis->vnodes = welcome.ring_vnodes;
+    basis->version = welcome.ring_version;
+    basis->names = names;
+    for (auto& w : welcomes) {
+      basis->num_shards.push_back(w.num_shards);
+      basis->shard_endpoints.push_back(w.shard_endpoints);
+    }
+    basis->endpoint_base = bases;
+    out.basis = std::move(basis);
     out.routes = std::make_shared<runtime::job_routes>(std::move(tables), std::move(bases));
     out.conns = std::move(conns);
     for (auto& w : welcomes)

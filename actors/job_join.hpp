@@ -36,6 +36,8 @@ struct joined_job {
   std::vector<transports::connection_ptr> conns; // every node's endpoints, node by node
   std::vector<std::string> conn_nodes;           // the name of the node of each
   std::shared_ptr<const runtime::job_routes> routes;
+  /// A job on several nodes: what routes it by a later ring (a node drained); else null.
+  std::shared_ptr<const runtime::routes_basis> basis;
   std::unique_ptr<transports::shm::worker_channel> shm; // null over TCP
   /// Where the rank goes on from: the lowest of every node's welcome's resume clock.
   uint64_t resume_clock = 0;

@@ -53,6 +53,7 @@ using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 using crash_atom = caf::atom_constant<caf::atom("crash")>;
 using resend_atom = caf::atom_constant<caf::atom("resend")>;
+using pollers_atom = caf::atom_constant<caf::atom("pollers")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 
@@ -195,6 +196,17 @@ struct rank_counters {
 };
 using job_counters = std::vector<rank_counters>;
 
+/// A job's routes changed on the node (a drain moved chunks): each poller binds the
+/// job's connections to `routes` (null: as they are) and sends each a `reroute` frame
+/// carrying `payload` (transports::reroute_msg); with `close`, the job has left the
+/// node, and the connections are closed after it.
+struct route_change {
+  uint32_t job_id = 0;
+  routing_ptr routes;
+  std::vector<std::byte> payload;
+  bool close = false;
+};
+
 /// Per-poller placement and buffers, for logs and tests.
 struct poller_stats {
   int cpu = -1;
@@ -219,4 +231,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_binding)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::shard_stats)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::poller_stats)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_counters)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::route_change)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::errc)

@@ -369,6 +369,32 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
         conn->close();
       }
     },
+    [=](reroute_atom, route_change& rc) {
+      auto& st = self->state;
+      std::vector<transports::connection_ptr> told;
+      for (auto& [id, b] : st.book->bindings) {
+        if (b.status != binding::joined || b.job_id != rc.job_id)
+          continue;
+        if (rc.routes)
+          b.routes = rc.routes;
+        if (b.shm_companion || !b.conn || !b.conn->is_open())
+          continue;
+        transports::frame_header h;
+        h.kind = transports::frame_kind::reroute;
+        h.job_id = b.job_id;
+        h.rank = b.rank;
+        h.payload_bytes = static_cast<uint32_t>(rc.payload.size());
+        iovec iov{rc.payload.data(), rc.payload.size()};
+        if (b.conn->send(h, &iov, 1))
+          told.push_back(b.conn);
+      }
+      if (rc.close)
+        for (auto& c : told)
+          c->close();
+      spdlog::info("endpoint {}: job {}: {} worker connection(s) told the job's new nodes{}",
+                   st.ep->describe(), rc.job_id, told.size(),
+                   rc.close ? " and closed (the job left this node)" : "");
+    },
     [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
       auto& st = self->state;
       if (index >= st.book->shards.size())

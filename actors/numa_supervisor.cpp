@@ -72,6 +72,10 @@ void on_down(sup_ptr self, const caf::down_msg& down) {
     for (auto& p : st.all_pollers)
       if (p == old)
         p = st.pollers[i];
+    std::vector<caf::actor> handles; // the coordinator tells them when a job moves
+    for (auto& p : st.all_pollers)
+      handles.push_back(caf::actor_cast<caf::actor>(p));
+    self->send(st.coordinator, pollers_atom::value, std::move(handles));
   }
   if (st.stopping && st.children_up == 0) {
     st.stopped.deliver(ok_atom::value);

@@ -200,6 +200,10 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     every_poller.push_back(shm_poller_);
   for (auto& sup : supervisors_)
     self->send(sup, peers_atom::value, coordinator_, every_poller);
+  std::vector<caf::actor> poller_handles;
+  for (auto& p : every_poller)
+    poller_handles.push_back(caf::actor_cast<caf::actor>(p));
+  self->send(coordinator_, pollers_atom::value, std::move(poller_handles));
 
   spdlog::info("node up: name={} role={} rack={} shards={} endpoints=[{}] kernels={} "
                "pinned={} priority={} step_timeout_ms={} rejoin_timeout_ms={} "

@@ -428,6 +428,19 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
       self->send(st.shards[index], crash_atom::value, why);
       return fmt::format("crashed shard {} of node {}", index, st.settings.node_name);
     },
+    [=](fence_atom, uint32_t job_id, const job_layout& next) {
+      return on_fence(self, job_id, next);
+    },
+    [=](reshape_atom, uint32_t job_id, const job_layout& next, const chunk_moves& moves) {
+      return on_reshape(self, job_id, next, moves);
+    },
+    [=](reroute_atom, uint32_t job_id, const job_layout& next) {
+      return on_reroute(self, job_id, next);
+    },
+    [=](thaw_atom, uint32_t job_id) { return on_thaw(self, job_id); },
+    [=](pollers_atom, std::vector<caf::actor>& pollers) {
+      self->state.pollers = std::move(pollers);
+    },
     [=](leave_atom, uint32_t job_id, uint32_t rank, bool graceful,
         const std::string& reason) { on_leave(self, job_id, rank, graceful, reason); },
     [=](rejoin_atom, uint32_t job_id, uint32_t rank, uint32_t departure) {

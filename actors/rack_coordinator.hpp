@@ -87,6 +87,17 @@
 //                          fault injection: kill "shard" crashes shard `index` (it
 //                          throws between two messages; its supervisor restarts it
 //                          with its state). Refused if the job has no chunks here.
+//   link   -> coordinator  (fence_atom, job_id, next layout) -> chunk_moves
+//                          (reshape_atom, job_id, next layout, chunk_moves) -> ok_atom
+//                          (reroute_atom, job_id, next layout) -> ok_atom
+//                          (thaw_atom, job_id) -> ok_atom
+//                          a flat BSP job moves to a new ring (a node drained;
+//                          detail/rack_moves.cpp): its chunks here settle and freeze,
+//                          those homed elsewhere on the new ring are the answer; then the
+//                          node rebuilds its part from the chunks it kept and those moved
+//                          to it; then its workers get a `reroute` frame (a node the new
+//                          ring leaves out lets the job go). Thaw: the move was given up
+//   node   -> coordinator  (pollers_atom, pollers)  every NIC poller of the node
 //   link   -> coordinator  (locate_atom, address)   where the cluster coordinator is
 //   poller -> coordinator  (locate_atom) -> address  (empty: not known yet)
 
@@ -134,7 +145,12 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::reacts_to<rejoin_atom, uint32_t, uint32_t, uint32_t>,
   caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
   caf::reacts_to<replace_atom, uint32_t, chunk_shard_actor>,
-  caf::replies_to<inject_atom, uint32_t, std::string, uint32_t>::with<std::string>>;
+  caf::replies_to<inject_atom, uint32_t, std::string, uint32_t>::with<std::string>,
+  caf::replies_to<fence_atom, uint32_t, job_layout>::with<chunk_moves>,
+  caf::replies_to<reshape_atom, uint32_t, job_layout, chunk_moves>::with<ok_atom>,
+  caf::replies_to<reroute_atom, uint32_t, job_layout>::with<ok_atom>,
+  caf::replies_to<thaw_atom, uint32_t>::with<ok_atom>,
+  caf::reacts_to<pollers_atom, std::vector<caf::actor>>>;
 
 struct coordinator_settings {
   std::string node_name;

@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "transports/control.hpp"
@@ -23,8 +24,12 @@ worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
     conns_(std::move(conns)),
     job_id_(job_id),
     rank_(rank),
-    routes_(std::move(routes)),
-    shm_(std::move(shm)) {
+    routes_(routes),
+    shapes_(std::move(routes)),
+    shm_(std::move(shm)),
+    retired_(new std::atomic<bool>[conns_.size()]) {
+  for (size_t i = 0; i < conns_.size(); ++i)
+    retired_[i].store(false);
   for (uint32_t t = 0; t < routes_->num_tensors(); ++t) {
     slots_.push_back(std::make_unique<slot>());
     slots_.back()->arrived.assign(routes_->layout(t).count(), 0);
@@ -133,7 +138,7 @@ void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* 
   s.expect_update = expect_update;
   s.dst = dst;
   s.version = version;
-  s.remaining = routes_->layout(tensor).count();
+  s.remaining = layout(tensor).count();
   s.staleness = 0;
   s.changes_only = changes_only;
   s.changed = 0;
@@ -146,7 +151,7 @@ void worker_link::set_subscription(uint32_t tensor, float* dst,
   std::lock_guard<std::mutex> guard{s.mtx};
   s.sub_dst = dst;
   s.on_version = std::move(on_version);
-  s.sub_versions.assign(routes_->layout(tensor).count(), UINT64_MAX);
+  s.sub_versions.assign(layout(tensor).count(), UINT64_MAX);
   s.sub_min = UINT64_MAX;
 }
 
@@ -217,6 +222,13 @@ payload_target worker_link::on_header(const transports::connection_ptr&,
   }
   if (h.kind == frame_kind::resend && h.payload_bytes == 0)
     return payload_target::into(nullptr);
+  if (h.kind == frame_kind::reroute) {
+    constexpr uint32_t max_reroute_bytes = 64 * 1024;
+    if (h.payload_bytes > max_reroute_bytes)
+      return payload_target::dropped();
+    reroute_buf_.resize(h.payload_bytes);
+    return payload_target::into(reroute_buf_.data());
+  }
   if (h.kind != frame_kind::update && h.kind != frame_kind::ack) {
     spdlog::warn("worker rank {}: unexpected {} frame from the node; dropped", rank_,
                  transports::to_string(h.kind));
@@ -253,6 +265,12 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
                            payload_target& t) {
   if (t.action == payload_target::discard)
     return;
+  if (h.kind == frame_kind::reroute) {
+    auto at = std::find(conns_.begin(), conns_.end(), c);
+    if (at != conns_.end())
+      on_reroute(static_cast<uint32_t>(at - conns_.begin()));
+    return;
+  }
   if (h.kind == frame_kind::resend) {
     auto at = std::find(conns_.begin(), conns_.end(), c);
     if (at != conns_.end())
@@ -293,8 +311,51 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
                h.kind == frame_kind::update);
 }
 
-void worker_link::on_closed(const transports::connection_ptr&, errc code,
+void worker_link::on_reroute(uint32_t conn) {
+  transports::reroute_msg msg;
+  std::string why;
+  if (decode(reroute_buf_.data(), reroute_buf_.size(), msg, why) != errc::ok) {
+    spdlog::warn("worker rank {}: undecodable reroute frame from the node ignored: {}", rank_,
+                 why);
+    return;
+  }
+  if (msg.ring_version > ring_version_) {
+    if (!basis_) {
+      spdlog::warn("worker rank {}: a reroute for a job on one node ignored", rank_);
+      return;
+    }
+    try {
+      auto next = basis_->rebuild(msg.nodes, msg.ring_version);
+      for (size_t n = 0; n < basis_->names.size(); ++n) {
+        if (std::find(msg.nodes.begin(), msg.nodes.end(), basis_->names[n]) != msg.nodes.end())
+          continue;
+        auto end = n + 1 < basis_->endpoint_base.size() ? basis_->endpoint_base[n + 1]
+                                                        : static_cast<uint32_t>(conns_.size());
+        for (auto i = basis_->endpoint_base[n]; i < end; ++i)
+          retired_[i].store(true, std::memory_order_release);
+      }
+      std::atomic_store(&routes_, std::move(next));
+      ring_version_ = msg.ring_version;
+      spdlog::info("worker rank {}: job {} moved to nodes [{}] (ring version {}): chunks go "
+                   "to their new homes; what is unanswered is sent again",
+                   rank_, job_id_, fmt::join(msg.nodes, ","), msg.ring_version);
+    } catch (const std::exception& e) {
+      spdlog::error("worker rank {}: cannot route by nodes [{}]: {}", rank_,
+                    fmt::join(msg.nodes, ","), e.what());
+      return;
+    }
+  }
+  if (!retired(conn))
+    caf::anon_send(proxy_, reroute_atom::value, conn);
+}
+
+void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
                             const std::string& why) {
+  auto at = std::find(conns_.begin(), conns_.end(), gone);
+  if (at != conns_.end() && retired(static_cast<uint32_t>(at - conns_.begin()))) {
+    spdlog::debug("worker rank {}: a drained node closed its connection: {}", rank_, why);
+    return; // the job left that node: expected
+  }
   if (closed_.exchange(true))
     return; // the first connection to go takes the others down; report once
   for (auto& c : conns_)

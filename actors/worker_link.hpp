@@ -7,7 +7,11 @@
 // operation and reported to the proxy, each chunk once (a repeated answer, to a
 // re-sent request, is ignored). Frames that belong to no armed operation (late answers
 // to a failed one) are dropped. A `resend` frame (a shard of the node restarted) goes
-// to the proxy as (resend_atom, connection index, shard).
+// to the proxy as (resend_atom, connection index, shard). A `reroute` frame (the job's
+// nodes changed: a node was drained) makes the link route by the new ring (set_basis)
+// and stop using the connections to nodes that left it (their closing is expected, not
+// a loss); then the proxy hears (reroute_atom, connection index) and re-sends what is
+// unanswered for the chunks homed on that connection's node.
 
 #include <atomic>
 #include <functional>
@@ -49,9 +53,25 @@ public:
   /// Closes the connection (with `why` as the reason reported) and joins the receiver.
   void stop(const std::string& why);
 
+  /// A job on several nodes: how to route it by a later ring (before start()).
+  void set_basis(std::shared_ptr<const runtime::routes_basis> basis) {
+    if (basis)
+      ring_version_ = basis->version;
+    basis_ = std::move(basis);
+  }
+
   /// The connection (index into conns()) that (tensor, chunk) travels on.
   uint32_t endpoint_of(uint32_t tensor, uint32_t chunk) const noexcept {
-    return routes_->connection_of(tensor, chunk);
+    return routes()->connection_of(tensor, chunk);
+  }
+  /// Whether connection `conn` leads to a node the job has left (a `reroute` said so).
+  bool retired(uint32_t conn) const noexcept {
+    return conn < conns_.size() && retired_[conn].load(std::memory_order_acquire);
+  }
+  /// Whether (tensor, chunk) is homed, by the current routes, on the node of `conn`.
+  bool homed_with(uint32_t tensor, uint32_t chunk, uint32_t conn) const noexcept {
+    auto r = routes();
+    return r->home_of(tensor, chunk) == r->node_of_connection(conn);
   }
   const std::vector<transports::connection_ptr>& conns() const noexcept {
     return conns_;
@@ -63,10 +83,10 @@ public:
     return rank_;
   }
   const runtime::chunk_layout& layout(uint32_t tensor) const {
-    return routes_->layout(tensor);
+    return shapes_->layout(tensor);
   }
   uint32_t num_tensors() const noexcept {
-    return routes_->num_tensors();
+    return shapes_->num_tensors();
   }
 
   /// Arms `tensor` for operation `seq`: expect `update` frames at version >=
@@ -84,7 +104,8 @@ public:
   /// Whether (tensor, chunk) is served by shard `shard` of the node connection `conn`
   /// leads to (a `resend` frame's question).
   bool served_by(uint32_t tensor, uint32_t chunk, uint32_t conn, uint32_t shard) const {
-    return routes_->served_by(tensor, chunk, routes_->node_of_connection(conn), shard);
+    auto r = routes();
+    return r->served_by(tensor, chunk, r->node_of_connection(conn), shard);
   }
 
   /// How many chunks the last completed operation on `tensor` received (a pull of
@@ -138,6 +159,12 @@ private:
   // Whether an update (or an unchanged ack) about `clock` belongs to the armed operation.
   static bool belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock);
 
+  std::shared_ptr<const runtime::job_routes> routes() const noexcept {
+    return std::atomic_load(&routes_);
+  }
+  // A `reroute` frame from connection `conn` (receiver thread).
+  void on_reroute(uint32_t conn);
+
   void run();
   void on_completion(const transports::shm::completion& c);
 
@@ -145,12 +172,17 @@ private:
   std::vector<transports::connection_ptr> conns_;
   uint32_t job_id_;
   uint32_t rank_;
-  std::shared_ptr<const runtime::job_routes> routes_;
+  std::shared_ptr<const runtime::job_routes> routes_; // swapped by a reroute (atomic_load)
+  std::shared_ptr<const runtime::job_routes> shapes_; // the first: tensor layouts, never swapped
   std::unique_ptr<transports::shm::worker_channel> shm_;
   std::vector<std::unique_ptr<slot>> slots_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_staleness_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_changed_;
   std::vector<std::byte> error_buf_;
+  std::vector<std::byte> reroute_buf_;
+  std::shared_ptr<const runtime::routes_basis> basis_;
+  uint64_t ring_version_ = 0; // the newest reroute taken (receiver thread)
+  std::unique_ptr<std::atomic<bool>[]> retired_;
   worker_proxy_actor proxy_;
   std::thread receiver_;
   std::atomic<bool> running_{false};

@@ -310,6 +310,24 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
           send_chunks(*st.link, t, q.running, q.running_clock, only); // a failure: lost_atom
       }
     },
+    [=](reroute_atom, uint32_t conn) {
+      auto& st = self->state;
+      if (st.lost)
+        return;
+      for (uint32_t t = 0; t < st.tensors.size(); ++t) {
+        auto& q = st.tensors[t];
+        if (!q.busy)
+          continue;
+        auto count = st.link->layout(t).count();
+        chunk_filter only(count, false);
+        bool any = false;
+        for (uint32_t c = 0; c < count; ++c)
+          if (st.link->homed_with(t, c, conn) && !st.link->chunk_arrived(t, c))
+            any = only[c] = true;
+        if (any)
+          send_chunks(*st.link, t, q.running, q.running_clock, only); // a failure: lost_atom
+      }
+    },
     [=](timeout_atom, uint32_t t, uint64_t seq) {
       auto& q = self->state.tensors[t];
       if (!q.busy || q.seq != seq)
@@ -325,8 +343,9 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
       h.job_id = link.job_id();
       h.rank = link.rank();
       if (!self->state.lost)
-        for (auto& c : link.conns())
-          c->send(h);
+        for (uint32_t i = 0; i < link.conns().size(); ++i)
+          if (!link.retired(i))
+            link.conns()[i]->send(h);
       return ok_atom::value;
     },
   };

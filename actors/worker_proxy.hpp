@@ -19,6 +19,10 @@
 //   receiver -> proxy  (resend_atom, conn, shard)  shard `shard` of the node behind
 //                      connection `conn` restarted: every chunk of a running operation
 //                      it serves whose answer has not come is sent again (same clock)
+//   receiver -> proxy  (reroute_atom, conn)  the job's nodes changed (the link routes
+//                      by the new ring already): every chunk of a running operation now
+//                      homed on the node behind `conn` whose answer has not come is sent
+//                      there again (same clock; answers already counted are repeated)
 
 #include <chrono>
 #include <cstdint>
@@ -66,6 +70,7 @@ using worker_proxy_actor = caf::typed_actor<
   caf::reacts_to<lost_atom, errc, std::string>,
   caf::reacts_to<timeout_atom, uint32_t, uint64_t>,
   caf::reacts_to<resend_atom, uint32_t, uint32_t>,
+  caf::reacts_to<reroute_atom, uint32_t>,
   caf::replies_to<bye_atom>::with<ok_atom>>;
 
 worker_proxy_actor spawn_worker_proxy(caf::actor_system& sys,

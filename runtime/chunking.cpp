@@ -118,4 +118,21 @@ uint32_t job_routes::node_of_connection(uint32_t conn) const noexcept {
   return n;
 }
 
+std::shared_ptr<const job_routes> routes_basis::rebuild(const std::vector<std::string>& nodes,
+                                                        uint64_t version) const {
+  hash_ring ring{nodes, vnodes, version};
+  std::vector<std::shared_ptr<const routing_table>> tables;
+  std::vector<uint32_t> bases;
+  for (uint32_t i = 0; i < nodes.size(); ++i) {
+    auto at = std::find(names.begin(), names.end(), nodes[i]);
+    if (at == names.end())
+      throw std::invalid_argument("node '" + nodes[i] + "' is not one this worker joined");
+    auto n = static_cast<size_t>(at - names.begin());
+    tables.push_back(
+      std::make_shared<routing_table>(spec, num_shards[n], shard_endpoints[n], &ring, i));
+    bases.push_back(endpoint_base[n]);
+  }
+  return std::make_shared<job_routes>(std::move(tables), std::move(bases));
+}
+
 } // namespace rw::runtime

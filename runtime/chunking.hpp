@@ -161,4 +161,23 @@ private:
   std::vector<uint32_t> endpoint_base_;
 };
 
+/// What a worker keeps to route a job on several nodes by a later ring of some of them
+/// (a node drained: runtime/ring keeps every other chunk where it was). Per node it
+/// joined, in the first ring's order: its name, its shards' endpoints (its welcome's)
+/// and its first connection in the worker's list.
+struct routes_basis {
+  job_spec spec;
+  uint32_t vnodes = 0;
+  uint64_t version = 0; // the ring's version when the worker joined
+  std::vector<std::string> names;
+  std::vector<uint32_t> num_shards;
+  std::vector<std::vector<std::vector<uint32_t>>> shard_endpoints;
+  std::vector<uint32_t> endpoint_base;
+
+  /// The routes by the ring of `nodes` (names in ring order) at `version`; throws
+  /// std::invalid_argument if a name is not one of `names` (or repeats).
+  std::shared_ptr<const job_routes> rebuild(const std::vector<std::string>& nodes,
+                                            uint64_t version) const;
+};
+
 } // namespace rw::runtime

@@ -113,3 +113,14 @@ struct ErrorInfo {
   # word is the address (older nodes).
   candidates @2 :List(Text);
 }
+
+# Node to worker (frame kind 18, `reroute`): the job's nodes changed while it runs (a
+# node was drained: its chunks moved, with their state, to their homes on the new
+# ring). The worker routes every chunk by the ring of `nodes` (names, in ring order; a
+# subset of the nodes it joined) at `ringVersion`, stops using the connections to nodes
+# no longer listed, and sends again every request still unanswered whose chunk is now
+# homed on the node that sent this frame. Every node of the job sends one.
+struct Reroute {
+  ringVersion @0 :UInt64;
+  nodes @1 :List(Text);
+}

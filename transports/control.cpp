@@ -140,6 +140,16 @@ bytes encode(const located_msg& x) {
   return to_bytes(msg);
 }
 
+bytes encode(const reroute_msg& x) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<schema::Reroute>();
+  root.setRingVersion(x.ring_version);
+  auto nodes = root.initNodes(static_cast<unsigned>(x.nodes.size()));
+  for (unsigned i = 0; i < x.nodes.size(); ++i)
+    nodes.set(i, x.nodes[i]);
+  return to_bytes(msg);
+}
+
 errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why) {
   return read_message(data, size, why, [&](capnp::MessageReader& r) {
     auto root = r.getRoot<schema::Hello>();
@@ -271,6 +281,21 @@ errc decode(const std::byte* data, size_t size, located_msg& out, std::string& w
     out.coordinator = root.getCoordinator().cStr();
     out.node_name = root.getNodeName().cStr();
     out.role = root.getRole().cStr();
+    return errc::ok;
+  });
+}
+
+errc decode(const std::byte* data, size_t size, reroute_msg& out, std::string& why) {
+  return read_message(data, size, why, [&](capnp::MessageReader& r) {
+    auto root = r.getRoot<schema::Reroute>();
+    out.ring_version = root.getRingVersion();
+    out.nodes.clear();
+    for (auto n : root.getNodes())
+      out.nodes.emplace_back(n.cStr());
+    if (out.nodes.empty()) {
+      why = "a reroute names no node";
+      return errc::bad_frame;
+    }
     return errc::ok;
   });
 }

@@ -62,6 +62,12 @@ struct located_msg {
   std::string role;
 };
 
+/// A job's new ring, from each of its nodes (frame kind `reroute`).
+struct reroute_msg {
+  uint64_t ring_version = 0;
+  std::vector<std::string> nodes; // names, in ring order
+};
+
 struct error_msg {
   errc code = errc::internal;
   std::string message;
@@ -75,6 +81,7 @@ bytes encode(const error_msg& x);
 bytes encode(const challenge_msg& x);
 bytes encode(const proof_msg& x);
 bytes encode(const located_msg& x);
+bytes encode(const reroute_msg& x);
 
 /// Each returns errc::ok or errc::bad_frame with `why` set.
 errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why);
@@ -83,5 +90,6 @@ errc decode(const std::byte* data, size_t size, error_msg& out, std::string& why
 errc decode(const std::byte* data, size_t size, challenge_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, proof_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, located_msg& out, std::string& why);
+errc decode(const std::byte* data, size_t size, reroute_msg& out, std::string& why);
 
 } // namespace rw::transports

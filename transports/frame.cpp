@@ -37,6 +37,7 @@ const char* to_string(frame_kind kind) noexcept {
     case frame_kind::located: return "located";
     case frame_kind::probe: return "probe";
     case frame_kind::resend: return "resend";
+    case frame_kind::reroute: return "reroute";
   }
   return "?";
 }
@@ -91,7 +92,7 @@ errc decode(const std::byte* in, frame_header& out, std::string& why) {
       return errc::bad_version;
     }
     auto kind = static_cast<uint16_t>(root.getKind());
-    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::resend)) {
+    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::reroute)) {
       why = fmt::format("unknown frame kind {}", kind);
       return errc::bad_frame;
     }

@@ -104,6 +104,32 @@ public:
     return initialized_ && arrivals_ > 0;
   }
 
+  /// Moving the chunk (a drain, BSP): whether nothing of a step is in it (it is
+  /// initialized, no push counted towards an open step or held for the next, no phase
+  /// pending), so its parameters, optimizer state and version are all of it.
+  bool settled() const noexcept {
+    if (!initialized_ || arrivals_ > 0 || layerwise_pending_ || relay_pending_)
+      return false;
+    for (auto& a : ahead_)
+      if (a)
+        return false;
+    return true;
+  }
+  /// While the chunk settles for a move: whether a push for `clock` may still be
+  /// counted. Only one that finishes what was begun: a repeat, a push into the open
+  /// step (some rank is in it) or into the held next step (some rank is held there).
+  bool settling_admits(uint64_t clock) const noexcept {
+    if (clock < version_)
+      return true;
+    if (clock == version_)
+      return arrivals_ > 0;
+    if (clock == version_ + 1)
+      for (auto& a : ahead_)
+        if (a)
+          return true;
+    return false;
+  }
+
   /// Layer-wise optimizers (LAMB, LARS), phase 1, when step_ready(): sums the step's
   /// gradients (rank order), prepares the direction and returns what this chunk adds
   /// to the tensor's norms. The step stays closed until finish_layerwise.

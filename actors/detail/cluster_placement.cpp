@@ -57,6 +57,10 @@ std::vector<const member*> place_job(const cluster_state& st, const job_placemen
         why = fmt::format("no live node is named '{}' (live nodes: {})", n, live_names(st));
         return {};
       }
+      if (m->drained) {
+        why = fmt::format("node '{}' was drained (rw.node_drain): it takes no new jobs", n);
+        return {};
+      }
       out.push_back(m);
     }
   } else if (!p.racks.empty()) {
@@ -68,7 +72,7 @@ std::vector<const member*> place_job(const cluster_state& st, const job_placemen
       }
       size_t before = out.size();
       for (auto& [id, m] : st.nodes)
-        if (m.info.rack == r)
+        if (m.info.rack == r && !m.drained)
           out.push_back(&m);
       if (out.size() == before) {
         why = fmt::format("rack '{}' has no live rack-agg node (live nodes: {})", r,
@@ -80,11 +84,17 @@ std::vector<const member*> place_job(const cluster_state& st, const job_placemen
     const member* best = nullptr;
     uint32_t best_load = UINT32_MAX;
     for (auto& [id, m] : st.nodes) {
+      if (m.drained)
+        continue;
       auto load = static_cast<uint32_t>(live_jobs_on(st, id).size());
       if (load < best_load) {
         best = &m;
         best_load = load;
       }
+    }
+    if (best == nullptr) {
+      why = "every live node was drained (rw.node_drain)";
+      return {};
     }
     out.push_back(best);
   }

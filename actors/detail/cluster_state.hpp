@@ -23,6 +23,7 @@ struct member {
   node_link_actor link;
   caf::actor_addr addr;
   steady::time_point last_seen;
+  bool drained = false; // rw.node_drain: it takes no new jobs
 };
 
 struct job_entry {
@@ -174,6 +175,10 @@ job_layout layout_of(const std::vector<const member*>& nodes);
 /// go on from the checkpoint's clock). Returns false when it cannot (the job fails).
 bool restart_from_checkpoint(cluster_ptr self, uint32_t id, uint32_t dead,
                              const std::string& why);
+
+// --- cluster_drain.cpp ------------------------------------------------------------
+/// rw.node_drain: what moved off the node and what stayed, or a clear error.
+caf::result<std::string> drain_node(cluster_ptr self, const std::string& name);
 
 // --- cluster_checkpoint.cpp -------------------------------------------------------
 /// Fault injection (detail/cluster_inject.cpp): what was done, or a clear error.

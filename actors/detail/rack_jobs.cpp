@@ -287,4 +287,18 @@ void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code
   st.names.erase(n);
 }
 
+void let_go(rack_ptr self, uint32_t job_id, const std::string& why) {
+  auto& st = self->state;
+  auto n = st.names.find(job_id);
+  if (n == st.names.end())
+    return;
+  auto name = n->second;
+  spdlog::info("job moved away: job='{}' id={}: {}", name, job_id, why);
+  remember_end(st, name, "moved", why);
+  for (auto& s : st.shards)
+    self->send(s, drop_atom::value, job_id);
+  st.jobs.erase(name);
+  st.names.erase(n);
+}
+
 } // namespace rw::actors::detail

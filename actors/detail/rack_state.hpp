@@ -52,6 +52,10 @@ struct job_info {
     size_t shards = 0;
   };
   std::map<uint64_t, periodic_part> periodic;
+  // Moving (a drain; detail/rack_moves.cpp): the chunks that stay here, copied once
+  // they settled, until the job is reshaped by its new ring.
+  bool moving = false;
+  std::vector<runtime::checkpoint::chunk_record> staying;
 
   uint32_t shard_rank(uint32_t rank) const {
     return local_rank.empty() ? rank : local_rank[rank];
@@ -106,6 +110,8 @@ struct rack_state {
   uint64_t next_checkpoint_hook = 0;
   /// Requests to retry once shard `index`'s successor is known (replace_atom).
   std::map<uint32_t, std::vector<std::function<void()>>> on_shard_replaced;
+  /// Every NIC poller of the node (told of a job's new routes when it moves).
+  std::vector<caf::actor> pollers;
   static inline const char* name = "rw.rack_coordinator";
 };
 
@@ -168,7 +174,26 @@ std::string load_restore(const std::string& dir, const job_spec& spec,
                          const runtime::routing_table& routes,
                          std::vector<std::vector<runtime::checkpoint::chunk_record>>& per_shard);
 
+// --- rack_moves.cpp --------------------------------------------------------------
+/// A flat BSP job moves to the ring of `next` (a node drained): its chunks here settle
+/// at a clock boundary and freeze; those homed elsewhere on the new ring are the answer,
+/// a chunk file per node; the others are kept for reshape.
+caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layout& next);
+/// The moved job's chunks here become those `next` homes here: the kept ones and the
+/// ones moved here (`incoming`); the pollers route its connections by the new table.
+caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout& next,
+                                const chunk_moves& incoming);
+/// Every node of the moved job is reshaped: its workers hear the new ring (a `reroute`
+/// frame on each connection). A node `next` does not list lets the job go quietly.
+caf::result<ok_atom> on_reroute(rack_ptr self, uint32_t job_id, const job_layout& next);
+/// The move was given up: the job serves again as it stood, and its workers send again
+/// what was dropped meanwhile.
+caf::result<ok_atom> on_thaw(rack_ptr self, uint32_t job_id);
+
 // --- rack_jobs.cpp ---------------------------------------------------------------
+/// A job that moved away from this node ends here without news to the cluster (it lives
+/// on): its chunks are dropped and a hello for it is sent on to where it lives.
+void let_go(rack_ptr self, uint32_t job_id, const std::string& why);
 /// Takes a grant from the cluster (refused if a live job has the name).
 caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g);
 /// A job's live status (ranks with counts), or its end, for the cluster.

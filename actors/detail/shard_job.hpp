@@ -52,6 +52,12 @@ struct shard_job {
   std::vector<pending_checkpoint> checkpoints;
   uint64_t checkpoint_every = 0;                 // periodic checkpoints (0: none)
   std::map<uint64_t, chunk_snapshot> periodic;   // by clock, until every chunk is in
+  // Moving the job (a node drained; chunk_shard.hpp, "Moving"): settling while its
+  // chunks finish the steps begun (settle_rp: the copy asked for once they have), then
+  // frozen: every request for it is dropped unanswered until it is reshaped or thawed.
+  bool settling = false;
+  bool frozen = false;
+  std::optional<caf::typed_response_promise<chunk_snapshot>> settle_rp;
 };
 
 /// Everything a shard holds, kept outside the shard actor (its NUMA supervisor holds it

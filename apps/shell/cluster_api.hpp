@@ -41,6 +41,10 @@ public:
   /// ("": the job's first node) under job `name`; returns what was done.
   virtual std::string inject(const std::string& name, const std::string& kill,
                              const std::string& node, uint32_t index) = 0;
+  /// Drains node `name`: it takes no new jobs, and every flat BSP job on several nodes
+  /// moves its chunks homed there, with their state, to the other nodes while it
+  /// trains; returns what moved and what stayed.
+  virtual std::string node_drain(const std::string& name) = 0;
   /// Where the coordinator is (HOST:PORT of its control address), for the prompt.
   virtual std::string coordinator() const = 0;
 };

@@ -111,6 +111,10 @@ actors::checkpoint_info cluster_client::checkpoint(const std::string& name,
                                                     clock);
 }
 
+std::string cluster_client::node_drain(const std::string& name) {
+  return impl_->ask<std::string>("node_drain", actors::drain_atom::value, name);
+}
+
 std::string cluster_client::inject(const std::string& name, const std::string& kill,
                                    const std::string& node, uint32_t index) {
   return impl_->ask<std::string>("inject", actors::inject_atom::value, name, kill, node,

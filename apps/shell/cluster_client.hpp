@@ -35,6 +35,7 @@ public:
                      const std::string& node, uint32_t index) override;
   actors::checkpoint_info checkpoint(const std::string& name, const std::string& dir,
                                      uint64_t clock) override;
+  std::string node_drain(const std::string& name) override;
   std::string coordinator() const override;
 
 private:

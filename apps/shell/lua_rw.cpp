@@ -47,6 +47,9 @@ const command commands[] = {
    "fault injection for tests and demos: crashes a shard of the job's node (its "
    "supervisor restarts it with its chunks' state; the job goes on); returns what it did"},
   {"job_delete", rw_job_delete, "rw.job_delete(name)", "removes the job from the registry; true"},
+  {"node_drain", rw_node_drain, "rw.node_drain(name)",
+   "the node takes no new jobs, and each flat BSP job on several nodes moves its chunks "
+   "there, with their state, to the other nodes while it trains; returns what moved"},
   {"wait", rw_wait, "rw.wait(name, cond [, {interval=, timeout=}])",
    "until cond holds: a state (created, running, finished, stopped, failed, ended), a "
    "clock every rank reached, or a function(job); returns the job"},
@@ -128,6 +131,15 @@ int rw_job_stop(lua_State* L) {
   return protect(L, [&] {
     auto name = job_name(L, "rw.job_stop");
     push_job(L, context(L).api->job_stop(name));
+    return 1;
+  });
+}
+
+int rw_node_drain(lua_State* L) {
+  return protect(L, [&] {
+    auto name = arg_string(L, 1, "rw.node_drain", "a node name");
+    auto done = context(L).api->node_drain(name);
+    lua_pushstring(L, done.c_str());
     return 1;
   });
 }

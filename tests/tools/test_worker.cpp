@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
   app.add_option("--start-clock", start_clock, "the clock a restored job goes on from");
   app.add_option("--extra-elements", extra_elements, "add a tensor 'delta' of this many floats");
   app.add_option("--crash-at", crash_at, "at this step push one tensor, then die (exit 9)");
+  bool split = false;
+  app.add_flag("--split", split, "push, then pull, rather than push_pull (pushes are acked)");
   app.add_option("--pause-at", pause_at, "after this many steps wait for --resume-file");
   app.add_option("--resume-file", resume_file, "go on once this file exists");
   app.add_option("--pause-limit-ms", pause_limit_ms, "longest pause (then exit 6)");
@@ -130,8 +132,18 @@ int main(int argc, char** argv) {
         std::cout << "rank " << rank << ": crashing at step " << s << std::endl;
         std::_Exit(9);
       }
-      for (uint32_t t = 0; t < tensors.size(); ++t)
-        pending.push_back(w.push_pull(tensors[t].name, grads[t].data(), params[t].data()));
+      if (split) { // acked pushes first, then the new version
+        for (uint32_t t = 0; t < tensors.size(); ++t)
+          pending.push_back(w.push(tensors[t].name, grads[t].data()));
+        for (auto& f : pending)
+          f.get();
+        pending.clear();
+        for (uint32_t t = 0; t < tensors.size(); ++t)
+          pending.push_back(w.pull(tensors[t].name, params[t].data(), s + 1));
+      } else {
+        for (uint32_t t = 0; t < tensors.size(); ++t)
+          pending.push_back(w.push_pull(tensors[t].name, grads[t].data(), params[t].data()));
+      }
       for (auto& f : pending)
         f.get();
     }

@@ -98,6 +98,10 @@ struct fake_cluster : rw::shell::cluster_api {
     called(fmt::format("inject {} {} '{}' {}", name, kill, node, index));
     return "crashed shard " + std::to_string(index) + " of node n0";
   }
+  std::string node_drain(const std::string& name) override {
+    called("node_drain " + name);
+    return "node " + name + " drained";
+  }
   std::string coordinator() const override { return "10.0.0.9:7800"; }
 };
 
@@ -187,6 +191,14 @@ TEST_CASE("job_create turns its table into the spec asked for", "[shell]") {
   CHECK(sh.run("rw.job_create{name = 'o', workers = 4, nodes = {'rack-a', 'rack-b'}}") == "");
   CHECK(sh.api.placement.nodes == std::vector<std::string>{"rack-a", "rack-b"});
   CHECK(sh.eval("rw.nodes()[1].rack") == "\"r1\"");
+}
+
+TEST_CASE("rw.node_drain reaches the cluster; a bad name is a clear error", "[shell]") {
+  shell sh;
+  CHECK(sh.eval("rw.node_drain('n1')") == "\"node n1 drained\"");
+  CHECK(sh.api.calls == std::vector<std::string>{"node_drain n1"});
+  CHECK_THAT(sh.run("rw.node_drain(3)"), Catch::Contains("rw.node_drain"));
+  CHECK_THAT(sh.run("rw.node_drain()"), Catch::Contains("a node name"));
 }
 
 TEST_CASE("rw.inject reaches the cluster; bad arguments are clear errors", "[shell]") {

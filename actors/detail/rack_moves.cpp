@@ -1,0 +1,279 @@
+// A job moving between nodes while it trains (a node drained), the node's side. The
+// cluster coordinator (detail/cluster_drain.cpp) drives three phases over every node of
+// the job: fence (each node's chunks settle at a clock boundary and freeze; the ones
+// the new ring homes elsewhere travel back as chunk files), reshape (each node of the
+// new ring rebuilds its part from the chunks it keeps and those moved to it), reroute
+// (workers hear the new ring; a node it leaves out lets the job go). Consistent
+// hashing moves only the chunks whose home changed; a chunk moves with its parameters,
+// optimizer state and version, so the result stays bitwise that of the job unmoved.
+
+#include <algorithm>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/detail/rack_state.hpp"
+#include "actors/nic_poller.hpp"
+#include "runtime/checkpoint/chunk_file.hpp"
+#include "runtime/ring.hpp"
+
+namespace rw::actors::detail {
+
+namespace {
+
+using runtime::checkpoint::chunk_record;
+
+job_info* live_job(rack_state& st, uint32_t job_id) {
+  auto n = st.names.find(job_id);
+  return n == st.names.end() ? nullptr : &st.jobs.at(n->second);
+}
+
+caf::error no_job(const rack_state& st, uint32_t job_id) {
+  return cluster_error(errc::unknown_job,
+                       fmt::format("node {} holds no live job {}: its first worker has not "
+                                   "joined, or it ended",
+                                   st.settings.node_name, job_id));
+}
+
+void tell_pollers(rack_ptr self, route_change rc) {
+  for (auto& p : self->state.pollers)
+    self->send(caf::actor_cast<nic_poller_actor>(p), reroute_atom::value, rc);
+}
+
+std::vector<std::byte> reroute_payload(const job_layout& l) {
+  return transports::encode(transports::reroute_msg{l.ring_version, l.nodes});
+}
+
+} // namespace
+
+caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layout& next) {
+  auto& st = self->state;
+  auto* job = live_job(st, job_id);
+  if (job == nullptr)
+    return no_job(st, job_id);
+  if (job->layout.nodes.size() < 2 || is_hierarchical(job->layout) || job->internal)
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("job '{}' cannot move: only a flat job on several "
+                                     "nodes moves chunk by chunk",
+                                     job->spec.name));
+  if (job->moving)
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("job '{}' is moving already", job->spec.name));
+  job->moving = true;
+  job->staying.clear();
+  auto rp = self->make_response_promise<chunk_moves>();
+  auto taken = std::make_shared<std::vector<chunk_record>>();
+  auto pending = std::make_shared<size_t>(st.shards.size());
+  auto failed = std::make_shared<std::string>();
+  auto name = job->spec.name;
+  auto started = std::chrono::steady_clock::now();
+  auto done = [self, rp, taken, failed, job_id, next, name, started]() mutable {
+    auto& st = self->state;
+    auto* job = live_job(st, job_id);
+    if (job == nullptr) {
+      rp.deliver(cluster_error(errc::unknown_job,
+                               fmt::format("job '{}' ended while it settled", name)));
+      return;
+    }
+    if (!failed->empty()) {
+      job->moving = false;
+      for (auto& s : st.shards)
+        self->send(s, thaw_atom::value, job_id);
+      rp.deliver(cluster_error(errc::timeout, *failed));
+      return;
+    }
+    runtime::hash_ring ring{next.nodes, next.vnodes, next.ring_version};
+    std::map<std::string, runtime::checkpoint::chunk_file> out;
+    uint64_t lowest = UINT64_MAX, highest = 0;
+    for (auto& r : *taken) {
+      lowest = std::min(lowest, r.version);
+      highest = std::max(highest, r.version);
+      auto& home = next.nodes[runtime::home_on_ring(ring, job->spec, r.tensor, r.chunk)];
+      if (home == st.settings.node_name) {
+        job->staying.push_back(std::move(r));
+        continue;
+      }
+      auto& f = out[home];
+      f.job = name;
+      f.node = st.settings.node_name;
+      f.chunks.push_back(std::move(r));
+    }
+    chunk_moves moves;
+    std::vector<std::string> where;
+    for (auto& [node, f] : out) {
+      where.push_back(fmt::format("{} to {}", f.chunks.size(), node));
+      moves.moves.push_back({node, runtime::checkpoint::encode(f)});
+    }
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - started)
+                .count();
+    spdlog::info("job settled for a move: job='{}' id={}: {} chunk(s) at versions {}..{} "
+                 "after {} ms; {} stay, moving [{}]",
+                 name, job_id, taken->size(), taken->empty() ? 0 : lowest, highest, ms,
+                 job->staying.size(), fmt::join(where, ", "));
+    rp.deliver(std::move(moves));
+  };
+  for (uint32_t i = 0; i < st.shards.size(); ++i)
+    self
+      ->request(st.shards[i], std::chrono::milliseconds(defaults::move_settle_timeout_ms),
+                fence_atom::value, job_id)
+      .then(
+        [taken, pending, done](chunk_snapshot& snap) mutable {
+          if (snap.chunks)
+            for (auto& r : *snap.chunks)
+              taken->push_back(std::move(r));
+          if (--*pending == 0)
+            done();
+        },
+        [self, i, taken, pending, failed, done, name](caf::error& err) mutable {
+          if (failed->empty())
+            *failed = fmt::format("job '{}': shard {} of node {} did not settle within {} ms "
+                                  "(is a worker away?): {}; the job goes on where it was",
+                                  name, i, self->state.settings.node_name,
+                                  defaults::move_settle_timeout_ms,
+                                  describe(self->system(), err));
+          if (--*pending == 0)
+            done();
+        });
+  return rp;
+}
+
+caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout& next,
+                                const chunk_moves& incoming) {
+  auto& st = self->state;
+  auto* job = live_job(st, job_id);
+  if (job == nullptr)
+    return no_job(st, job_id);
+  if (!job->moving)
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("job '{}' has not settled for a move here",
+                                     job->spec.name));
+  auto at = std::find(next.nodes.begin(), next.nodes.end(), st.settings.node_name);
+  if (at == next.nodes.end())
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("node {} is not among the job's new nodes [{}]",
+                                     st.settings.node_name, fmt::join(next.nodes, ",")));
+  auto index = static_cast<uint32_t>(at - next.nodes.begin());
+  runtime::hash_ring ring{next.nodes, next.vnodes, next.ring_version};
+  auto routes = std::make_shared<runtime::routing_table>(
+    job->spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, index);
+  std::vector<std::vector<chunk_record>> per_shard(st.shards.size());
+  size_t count = 0, arrived = 0;
+  auto place = [&](chunk_record& r) -> std::string {
+    if (r.tensor >= routes->num_tensors() || r.chunk >= routes->layout(r.tensor).count()
+        || !routes->is_local(r.tensor, r.chunk))
+      return fmt::format("chunk {}/{} is not homed on node {} by the new ring", r.tensor,
+                         r.chunk, st.settings.node_name);
+    per_shard[routes->shard_of(r.tensor, r.chunk)].push_back(std::move(r));
+    ++count;
+    return {};
+  };
+  for (auto& r : job->staying)
+    if (auto why = place(r); !why.empty())
+      return cluster_error(errc::internal, why);
+  for (auto& m : incoming.moves) {
+    if (m.node != st.settings.node_name)
+      continue;
+    runtime::checkpoint::chunk_file f;
+    try {
+      f = runtime::checkpoint::decode_chunk_file(m.file, "chunks moved to " + m.node);
+    } catch (const std::exception& e) {
+      return cluster_error(errc::bad_frame, e.what());
+    }
+    for (auto& r : f.chunks) {
+      if (auto why = place(r); !why.empty())
+        return cluster_error(errc::internal, why);
+      ++arrived;
+    }
+  }
+  if (count != routes->local_chunks())
+    return cluster_error(errc::internal,
+                         fmt::format("job '{}': node {} has {} of the {} chunks the new ring "
+                                     "homes here",
+                                     job->spec.name, st.settings.node_name, count,
+                                     routes->local_chunks()));
+  job->staying.clear();
+  auto rp = self->make_response_promise<ok_atom>();
+  auto pending = std::make_shared<size_t>(st.shards.size());
+  auto failed = std::make_shared<std::string>();
+  std::vector<caf::actor> peers;
+  for (auto& sh : st.shards)
+    peers.push_back(caf::actor_cast<caf::actor>(sh));
+  for (uint32_t i = 0; i < st.shards.size(); ++i) {
+    job_setup setup{job_id, job->spec, routes, i, nullptr, peers, nullptr, job->init_rank,
+                    std::move(per_shard[i]), job->checkpoint_every};
+    auto finish = [self, rp, pending, failed, job_id, next, routes, index, arrived]() mutable {
+      if (--*pending > 0)
+        return;
+      auto& st = self->state;
+      auto* job = live_job(st, job_id);
+      if (job == nullptr) {
+        rp.deliver(no_job(st, job_id));
+        return;
+      }
+      if (!failed->empty()) {
+        rp.deliver(cluster_error(errc::internal, *failed));
+        return;
+      }
+      job->routes = routes;
+      job->layout = next;
+      job->node_index = index;
+      job->moving = false;
+      if (auto g = st.grants.find(job->spec.name); g != st.grants.end())
+        g->second.layout = next;
+      // Pushes the pollers route by the old table reach shards that drop them (not
+      // theirs any more); the workers send them again after the reroute.
+      tell_pollers(self, route_change{job_id, routes, {}, false});
+      spdlog::info("job reshaped: job='{}' id={} nodes=[{}] ring_version={}: {} chunk(s) "
+                   "homed here, {} of them moved here",
+                   job->spec.name, job_id, fmt::join(next.nodes, ","), next.ring_version,
+                   routes->local_chunks(), arrived);
+      rp.deliver(ok_atom::value);
+    };
+    self->request(st.shards[i], st.settings.shard_setup_timeout, reshape_atom::value,
+                  std::move(setup))
+      .then([finish](ok_atom) mutable { finish(); },
+            [self, i, failed, finish](caf::error& err) mutable {
+              *failed = fmt::format("shard {} of node {} did not take the moved chunks: {}",
+                                    i, self->state.settings.node_name,
+                                    describe(self->system(), err));
+              finish();
+            });
+  }
+  return rp;
+}
+
+caf::result<ok_atom> on_reroute(rack_ptr self, uint32_t job_id, const job_layout& next) {
+  auto& st = self->state;
+  auto* job = live_job(st, job_id);
+  if (job == nullptr)
+    return no_job(st, job_id);
+  bool leaving =
+    std::find(next.nodes.begin(), next.nodes.end(), st.settings.node_name) == next.nodes.end();
+  tell_pollers(self, route_change{job_id, nullptr, reroute_payload(next), leaving});
+  if (leaving)
+    let_go(self, job_id,
+           fmt::format("its chunks moved to [{}] (ring version {})", fmt::join(next.nodes, ","),
+                       next.ring_version));
+  return ok_atom::value;
+}
+
+caf::result<ok_atom> on_thaw(rack_ptr self, uint32_t job_id) {
+  auto& st = self->state;
+  auto* job = live_job(st, job_id);
+  if (job == nullptr)
+    return no_job(st, job_id);
+  job->moving = false;
+  job->staying.clear();
+  for (auto& s : st.shards)
+    self->send(s, thaw_atom::value, job_id);
+  // Same ring: the workers send again what the settling shards dropped.
+  tell_pollers(self, route_change{job_id, nullptr, reroute_payload(job->layout), false});
+  spdlog::warn("job move given up: job='{}' id={}: it serves again on [{}]", job->spec.name,
+               job_id, fmt::join(job->layout.nodes, ","));
+  return ok_atom::value;
+}
+
+} // namespace rw::actors::detail

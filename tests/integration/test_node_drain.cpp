@@ -1,0 +1,85 @@
+// Rebalancing by drain on 127.0.0.1: a flat BSP job over three nodes trains while
+// rw.node_drain takes one node out. Its chunks move, with their state, to their homes
+// on the ring of the two nodes left; the workers keep their processes, re-route and
+// re-send what was unanswered, and end bitwise at the single-process reference. One
+// worker pushes and then pulls (its pushes are acked before the step completes), so a
+// push counted on a chunk that settles is never lost. The drained node takes no new
+// jobs; a job on it alone stays, and the drain says why.
+
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "tests/integration/rack_cluster.hpp"
+
+using namespace rw;
+
+namespace {
+
+using testing::rack_cluster;
+using run = testing::worker_process;
+using testing::finish;
+
+std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
+                           const std::string& token, bool split, const std::string& optimizer) {
+  auto w = std::make_unique<run>();
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
+                                "--rank", std::to_string(rank), "--workers", "2",
+                                "--optimizer", optimizer, "--steps", "30", "--token", token,
+                                "--out", w->out_path, "--verify", "--transport", "tcp",
+                                "--step-delay-ms", "40"};
+  if (split)
+    argv.push_back("--split");
+  w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
+  return w;
+}
+
+} // namespace
+
+TEST_CASE("a node drained mid-training: its chunks move with their state, bitwise",
+          "[integration][failover]") {
+  auto optimizer = GENERATE(std::string("adam"), std::string("lamb"));
+  rack_cluster c{{"a", "b", "c"}};
+  std::string err;
+  auto token = c.create("moving", 2, optimizer, "racks = {'a', 'b', 'c'}, reduction = 'flat'",
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  auto solo = c.create("alone", 1, "sgd", "node = 'n2'", &err);
+  REQUIRE(!solo.empty());
+  std::vector<std::unique_ptr<run>> ws;
+  ws.push_back(start(c.nodes[0]->address(), "moving", 0, token, false, optimizer));
+  ws.push_back(start(c.nodes[1]->address(), "moving", 1, token, true, optimizer));
+  auto at = c.shell("rw.wait('moving', 6, {timeout = 60}); print('ok')");
+  INFO(at.err);
+  REQUIRE(at.out == "ok\n");
+  auto drain = c.shell("print(rw.node_drain('n2'))");
+  INFO(drain.err);
+  CHECK_THAT(drain.out, Catch::Contains("moved 1 job(s): moving: moved to [n0,n1]"));
+  CHECK_THAT(drain.out, Catch::Contains("alone: no worker has joined it yet"));
+  for (auto& w : ws) {
+    auto [code, out] = finish(*w);
+    INFO(out);
+    CHECK(code == std::optional<int>{0});
+    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
+    CHECK_THAT(out, Catch::Contains("moved to nodes [n0,n1] (ring version 2)"));
+  }
+  auto status = c.shell("local j = rw.job_status('moving'); print(j.state, #j.nodes, "
+                        "j.ring_version)");
+  INFO(status.err);
+  CHECK_THAT(status.out, Catch::StartsWith("finished\t2\t2") || Catch::StartsWith("running\t2\t2"));
+  CHECK(c.nodes[2]->wait_for_log("job moved away: job='moving'", std::chrono::seconds(5)));
+  CHECK(c.coordinator.wait_for_log("job moved: job='moving'", std::chrono::seconds(5)));
+  auto refused = c.shell("rw.job_create{name = 'late', workers = 1, node = 'n2'}");
+  CHECK(refused.code != 0);
+  CHECK_THAT(refused.err, Catch::Contains("node 'n2' was drained"));
+}
+
+TEST_CASE("draining an unknown node is a clear error", "[integration][failover]") {
+  rack_cluster c{{"a"}};
+  auto r = c.shell("rw.node_drain('nowhere')");
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Catch::Contains("no live node is named 'nowhere'"));
+  CHECK_THAT(r.err, Catch::Contains("n0"));
+}
