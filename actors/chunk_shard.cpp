@@ -187,8 +187,8 @@ void check_settled(shard_state& st, shard_job& job) {
   if (!job.settling)
     return;
   bool all = true;
-  for_each_own_chunk(st, job, [&](uint32_t, uint32_t, detail::chunk_state& cs) {
-    all = cs.settled();
+  for_each_own_chunk(st, job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
+    all = !job.routes->is_owned(t, c) || cs.settled(); // replicas are rebuilt from homes
     return all;
   });
   if (!all)
@@ -196,7 +196,8 @@ void check_settled(shard_state& st, shard_job& job) {
   chunk_snapshot snap;
   snap.chunks = std::make_shared<std::vector<runtime::checkpoint::chunk_record>>();
   for_each_own_chunk(st, job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
-    snap.chunks->push_back(cs.snapshot(t, c));
+    if (job.routes->is_owned(t, c))
+      snap.chunks->push_back(cs.snapshot(t, c));
     return true;
   });
   job.settling = false;
@@ -300,7 +301,11 @@ void on_push(shard_ptr self, chunk_push& p) {
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, p.clock);
+  // A replica counts what its home counts and answers nobody: the home answers.
+  const bool owned = job->routes->is_owned(p.tensor, p.chunk);
   if (p.payload->size != size_t{cs.length()} * sizeof(float)) {
+    if (!owned)
+      return;
     p.conn->send_error(errc::bad_chunk,
                        fmt::format("chunk {}/{} holds {} bytes, push carries {}", p.tensor,
                                    p.chunk, cs.length() * sizeof(float), p.payload->size),
@@ -313,6 +318,8 @@ void on_push(shard_ptr self, chunk_push& p) {
   for (uint32_t r = 0; check_departed && r < job->departed.size(); ++r) {
     // (A rank's own push may be served after its leave: the backlog reorders.)
     if (r != p.rank && job->departed[r] && !cs.has_pushed(r, p.clock)) {
+      if (!owned)
+        return;
       p.conn->send_error(errc::worker_left,
                          fmt::format("job '{}': rank {} has left, clock {} cannot complete",
                                      job->spec.name, r, p.clock),
@@ -330,6 +337,8 @@ void on_push(shard_ptr self, chunk_push& p) {
       // everywhere; a proxy re-sends what it had no answer to): dropped, and answered
       // as the first push was.
       ++st.book->stats.duplicates;
+      if (!owned)
+        return;
       if (p.want_result) {
         cs.wait(waiting(cs.push_waiter(p.conn, p.rank, p.clock)));
         answer_ready(st, p.job_id, *job, p.tensor, p.chunk, cs);
@@ -340,6 +349,8 @@ void on_push(shard_ptr self, chunk_push& p) {
       }
       return;
     case detail::chunk_state::outcome::too_far_ahead:
+      if (!owned)
+        return;
       p.conn->send_error(errc::clock_out_of_range,
                          fmt::format("push for clock {} of chunk {}/{} is more than one "
                                      "step ahead of version {}; not applied",
@@ -349,13 +360,15 @@ void on_push(shard_ptr self, chunk_push& p) {
     default:
       break;
   }
-  if (p.rank < job->counters.size()) { // counted once accepted
+  if (owned && p.rank < job->counters.size()) { // counted once accepted (at the home)
     auto& counted = job->counters[p.rank];
     ++counted.pushes;
     counted.bytes_in += bytes;
     counted.clock = std::max(counted.clock, p.clock + 1);
   }
-  if (p.want_result) {
+  if (!owned) {
+    // counted only
+  } else if (p.want_result) {
     cs.wait(waiting(cs.push_waiter(p.conn, p.rank, p.clock)));
   } else {
     auto ack = hdr;
@@ -372,8 +385,11 @@ void on_init(shard_ptr self, chunk_push& p) {
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, 0);
   const auto& tensor = job->spec.tensors[p.tensor];
+  const bool owned = job->routes->is_owned(p.tensor, p.chunk); // replicas answer nobody
   bool repeated = p.rank == job->init_rank && tensor.has_init && cs.initialized();
   if (repeated) { // the init rank restarted and sends version 0 again: already set
+    if (!owned)
+      return;
     auto ack = hdr;
     ack.kind = frame_kind::ack;
     p.conn->send(ack);
@@ -381,6 +397,8 @@ void on_init(shard_ptr self, chunk_push& p) {
   }
   if (p.rank != job->init_rank || !tensor.has_init
       || p.payload->size != size_t{cs.length()} * sizeof(float) || !cs.init(p.payload->floats())) {
+    if (!owned)
+      return;
     p.conn->send_error(errc::bad_chunk,
                        fmt::format("init of chunk {}/{} refused: only rank 0 initialises, "
                                    "once, a tensor declared with initial values",
@@ -390,9 +408,11 @@ void on_init(shard_ptr self, chunk_push& p) {
   }
   if (job->relay) // the chunk's home and the other racks start from these values too
     job->relay->init(p.tensor, p.chunk, p.payload->floats());
-  auto ack = hdr;
-  ack.kind = frame_kind::ack;
-  p.conn->send(ack);
+  if (owned) {
+    auto ack = hdr;
+    ack.kind = frame_kind::ack;
+    p.conn->send(ack);
+  }
   run_steps(self, p.job_id, *job, p.tensor, p.chunk, cs);
   answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs);
 }
@@ -525,6 +545,37 @@ caf::result<ok_atom> on_reshape(shard_ptr self, job_setup& setup) {
   return create_job(self, setup, std::move(coordinator));
 }
 
+// A node of the job died: the chunks here go on by the new routes, state and all
+// (chunk_shard.hpp, "takeover").
+caf::result<ok_atom> on_takeover(shard_ptr self, route_change& rc) {
+  auto& st = self->state;
+  auto it = st.book->jobs.find(rc.job_id);
+  if (it == st.book->jobs.end())
+    return cluster_error(errc::unknown_job, fmt::format("shard {} has no live job {}",
+                                                        st.settings.index, rc.job_id));
+  auto& job = it->second;
+  auto& next = *rc.routes;
+  std::vector<detail::chunk_state> kept;
+  size_t owned = 0;
+  for (uint32_t t = 0; t < next.num_tensors(); ++t)
+    for (uint32_t c = 0; c < next.layout(t).count(); ++c) {
+      if (next.shard_of(t, c) != st.settings.index)
+        continue;
+      if (job.routes->shard_of(t, c) != st.settings.index)
+        return cluster_error(errc::internal,
+                             fmt::format("job '{}': chunk {}/{} was not served by shard {} "
+                                         "before the takeover",
+                                         job.spec.name, t, c, st.settings.index));
+      kept.push_back(std::move(job.chunks[job.routes->local_index(t, c)]));
+      owned += next.is_owned(t, c) ? 1 : 0;
+    }
+  st.book->stats.chunks -= job.chunks.size() - kept.size();
+  job.chunks = std::move(kept);
+  job.owned_chunks = owned;
+  job.routes = rc.routes;
+  return ok_atom::value;
+}
+
 // A checkpoint of a job this shard holds, live or finished.
 caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id, uint64_t clock) {
   auto& st = self->state;
@@ -541,8 +592,11 @@ caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id, uint6
                            ? fmt::format("shard {} has no job {}", st.settings.index, job_id)
                            : fmt::format("job {} is gone: {}", job_id, t->second.why));
   }
-  auto p = detail::start_checkpoint(
-    *job, clock, [&](auto fn) { for_each_own_chunk(st, *job, fn); });
+  auto p = detail::start_checkpoint(*job, clock, [&](auto fn) {
+    for_each_own_chunk(st, *job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
+      return !job->routes->is_owned(t, c) || fn(t, c, cs); // replicas: their home's copy
+    });
+  });
   if (!p.error.empty())
     return cluster_error(errc::invalid_spec, p.error);
   if (p.remaining == 0)
@@ -699,6 +753,11 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     },
     [=](fence_atom, uint32_t job_id) { return on_fence(self, job_id); },
     [=](reshape_atom, job_setup& setup) { return on_reshape(self, setup); },
+    [=](takeover_atom, route_change& rc) {
+      caf::result<ok_atom> out = ok_atom::value;
+      changing(self, rc.job_id, [&] { out = on_takeover(self, rc); });
+      return out;
+    },
     [=](thaw_atom, uint32_t job_id) {
       auto it = self->state.book->jobs.find(job_id);
       if (it == self->state.book->jobs.end())

@@ -56,6 +56,13 @@
 //                         the job's chunks here become those of the new routes, from
 //                         setup.restore (the copies, kept or moved here); its waiters
 //                         are dropped unanswered (they are sent again); it serves again
+//   coordinator -> shard  (takeover_atom, route_change) -> ok_atom
+//                         a node of the job died: the job goes on by `routes` (the ring
+//                         without it), where every chunk this shard serves it served
+//                         before (as home or replica) on the same shard: the chunks keep
+//                         their state, the step in progress included; a replica that is
+//                         now the home answers from now on (its workers send again what
+//                         is unanswered); the ones no longer served here are dropped
 //   coordinator -> shard  (thaw_atom, job_id)   the move was given up: it serves again
 //                         as it stood (requests dropped meanwhile are sent again)
 //   anyone      -> shard  (stats_atom) -> shard_stats
@@ -138,6 +145,7 @@ using chunk_shard_actor = caf::typed_actor<
   caf::replies_to<fence_atom, uint32_t>::with<chunk_snapshot>,
   caf::replies_to<reshape_atom, job_setup>::with<ok_atom>,
   caf::reacts_to<thaw_atom, uint32_t>,
+  caf::replies_to<takeover_atom, route_change>::with<ok_atom>,
   caf::replies_to<stats_atom>::with<shard_stats>,
   caf::replies_to<stats_atom, uint32_t>::with<job_counters>>;
 

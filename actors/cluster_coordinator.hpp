@@ -157,7 +157,8 @@ using node_link_actor = caf::typed_actor<
   caf::replies_to<fence_atom, uint32_t, job_layout>::with<chunk_moves>,
   caf::replies_to<reshape_atom, uint32_t, job_layout, chunk_moves>::with<ok_atom>,
   caf::replies_to<reroute_atom, uint32_t, job_layout>::with<ok_atom>,
-  caf::replies_to<thaw_atom, uint32_t>::with<ok_atom>>;
+  caf::replies_to<thaw_atom, uint32_t>::with<ok_atom>,
+  caf::replies_to<takeover_atom, uint32_t, job_layout>::with<ok_atom>>;
 
 namespace detail {
 class cluster_store;

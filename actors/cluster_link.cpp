@@ -249,6 +249,11 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
       return relay<ok_atom>(self, reroute_atom::value, id, std::move(next));
     },
     [=](thaw_atom, uint32_t id) { return relay<ok_atom>(self, thaw_atom::value, id); },
+    [=](takeover_atom, uint32_t id, job_layout& next) {
+      return relay_within<ok_atom>(
+        self, std::chrono::milliseconds(defaults::shard_setup_timeout_ms), takeover_atom::value,
+        id, std::move(next));
+    },
     [=](halt_atom, uint32_t id, std::string& why) {
       return relay<ok_atom>(self, halt_atom::value, id, std::move(why));
     },

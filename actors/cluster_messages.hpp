@@ -69,6 +69,7 @@ using fence_atom = caf::atom_constant<caf::atom("fence")>;
 using reshape_atom = caf::atom_constant<caf::atom("reshape")>;
 using reroute_atom = caf::atom_constant<caf::atom("reroute")>;
 using thaw_atom = caf::atom_constant<caf::atom("thaw")>;
+using takeover_atom = caf::atom_constant<caf::atom("takeover")>;
 
 /// A rack-agg node as the cluster knows it.
 struct node_info {
@@ -130,6 +131,10 @@ struct job_layout {
   /// nearest agg), and every rank must say hello within this long of the first. 0: the
   /// map is fixed at creation.
   uint32_t join_timeout_ms = 0;
+  /// A flat BSP job on several nodes: each chunk also served by this many other nodes
+  /// (0 or 1; runtime::replica_on_ring), which count every push as its home does, so
+  /// one that takes over when the home dies has the step in progress too.
+  uint32_t replicas = 0;
 };
 
 /// A job over several nodes whose workers each talk to their own rack's node alone.
@@ -165,6 +170,9 @@ struct job_placement {
   /// directory under checkpoint_dir (clock-NNNNNNNNNN).
   uint64_t checkpoint_every = 0;
   std::string checkpoint_dir;
+  /// Replicas of each chunk (flat BSP jobs on several nodes): 0 or 1; -1: the default
+  /// (defaults::replicas).
+  int32_t replicas = -1;
 };
 
 /// A node's part of a checkpoint: the file it wrote, as the manifest lists it.
@@ -305,7 +313,7 @@ typename Inspector::result_type inspect(Inspector& f, rate_probe_result& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_layout& x) {
   return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks, x.vnodes,
-           x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms);
+           x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms, x.replicas);
 }
 
 template <class Inspector>
@@ -322,7 +330,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_placement& x) {
   return f(caf::meta::type_name("rw::job_placement"), x.node, x.nodes, x.racks,
            x.reduction, x.worker_racks, x.join_timeout_ms, x.restore, x.checkpoint_every,
-           x.checkpoint_dir);
+           x.checkpoint_dir, x.replicas);
 }
 
 template <class Inspector>

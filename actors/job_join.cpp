@@ -232,7 +232,8 @@ public:
     std::vector<transports::connection_ptr> conns;
     for (uint32_t i = 0; i < n; ++i) {
       tables.push_back(std::make_shared<runtime::routing_table>(
-        req.job, welcomes[i].num_shards, welcomes[i].shard_endpoints, &ring, i));
+        req.job, welcomes[i].num_shards, welcomes[i].shard_endpoints, &ring, i,
+        welcome.replicas));
       bases.push_back(static_cast<uint32_t>(conns.size()));
       conns.insert(conns.end(), node_conns[i].begin(), node_conns[i].end());
       out.conn_nodes.insert(out.conn_nodes.end(), node_conns[i].size(), names[i]);

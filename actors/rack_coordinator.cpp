@@ -135,7 +135,8 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
   if (job.layout.nodes.size() > 1 && !is_hierarchical(job.layout)) {
     runtime::hash_ring ring{job.layout.nodes, job.layout.vnodes, job.layout.ring_version};
     job.routes = std::make_shared<runtime::routing_table>(
-      spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, job.node_index);
+      spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, job.node_index,
+      job.layout.replicas);
   } else {
     job.routes = std::make_shared<runtime::routing_table>(spec, uint32_t(st.shards.size()),
                                                          st.settings.shard_endpoints);
@@ -438,6 +439,9 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
       return on_reroute(self, job_id, next);
     },
     [=](thaw_atom, uint32_t job_id) { return on_thaw(self, job_id); },
+    [=](takeover_atom, uint32_t job_id, const job_layout& next) {
+      return on_takeover(self, job_id, next);
+    },
     [=](pollers_atom, std::vector<caf::actor>& pollers) {
       self->state.pollers = std::move(pollers);
     },

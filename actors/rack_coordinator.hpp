@@ -97,6 +97,11 @@
 //                          node rebuilds its part from the chunks it kept and those moved
 //                          to it; then its workers get a `reroute` frame (a node the new
 //                          ring leaves out lets the job go). Thaw: the move was given up
+//   link   -> coordinator  (takeover_atom, job_id, next layout) -> ok_atom
+//                          a node of a job with replicas died: the job goes on by the
+//                          ring without it (next); every shard keeps the chunks it
+//                          served, replicas of the dead node's chunks become their
+//                          homes; then reroute as for a move (detail/rack_moves.cpp)
 //   node   -> coordinator  (pollers_atom, pollers)  every NIC poller of the node
 //   link   -> coordinator  (locate_atom, address)   where the cluster coordinator is
 //   poller -> coordinator  (locate_atom) -> address  (empty: not known yet)
@@ -150,6 +155,7 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<reshape_atom, uint32_t, job_layout, chunk_moves>::with<ok_atom>,
   caf::replies_to<reroute_atom, uint32_t, job_layout>::with<ok_atom>,
   caf::replies_to<thaw_atom, uint32_t>::with<ok_atom>,
+  caf::replies_to<takeover_atom, uint32_t, job_layout>::with<ok_atom>,
   caf::reacts_to<pollers_atom, std::vector<caf::actor>>>;
 
 struct coordinator_settings {

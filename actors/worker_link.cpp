@@ -114,6 +114,7 @@ void worker_link::on_completion(const transports::shm::completion& c) {
 }
 
 void worker_link::abandon(const std::string& why) {
+  abandoned_.store(true, std::memory_order_release); // closes from here on are ours
   {
     std::lock_guard<std::mutex> guard{reason_mtx_};
     if (close_reason_.empty())
@@ -325,7 +326,7 @@ void worker_link::on_reroute(uint32_t conn) {
       return;
     }
     try {
-      auto next = basis_->rebuild(msg.nodes, msg.ring_version);
+      auto next = basis_->rebuild(msg.nodes, msg.ring_version, msg.replicas);
       for (size_t n = 0; n < basis_->names.size(); ++n) {
         if (std::find(msg.nodes.begin(), msg.nodes.end(), basis_->names[n]) != msg.nodes.end())
           continue;
@@ -349,12 +350,40 @@ void worker_link::on_reroute(uint32_t conn) {
     caf::anon_send(proxy_, reroute_atom::value, conn);
 }
 
+bool worker_link::retire_node_of(uint32_t conn, std::string& name) {
+  if (!basis_)
+    return false;
+  size_t node = 0;
+  while (node + 1 < basis_->endpoint_base.size() && basis_->endpoint_base[node + 1] <= conn)
+    ++node;
+  name = basis_->names[node];
+  auto end = node + 1 < basis_->endpoint_base.size() ? basis_->endpoint_base[node + 1]
+                                                     : static_cast<uint32_t>(conns_.size());
+  for (auto i = basis_->endpoint_base[node]; i < end; ++i)
+    retired_[i].store(true, std::memory_order_release);
+  for (uint32_t i = 0; i < conns_.size(); ++i)
+    if (!retired(i) && conns_[i]->is_open())
+      return true;
+  return false;
+}
+
 void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
                             const std::string& why) {
   auto at = std::find(conns_.begin(), conns_.end(), gone);
-  if (at != conns_.end() && retired(static_cast<uint32_t>(at - conns_.begin()))) {
+  auto index = static_cast<uint32_t>(at - conns_.begin());
+  if (at != conns_.end() && retired(index)) {
     spdlog::debug("worker rank {}: a drained node closed its connection: {}", rank_, why);
     return; // the job left that node: expected
+  }
+  std::string node;
+  if (at != conns_.end() && replicas_ > 0 && !closed_.load() && !abandoned_.load()
+      && retire_node_of(index, node)) {
+    // Its chunks' replicas take over: the nodes left send a reroute; until then what
+    // is unanswered waits (bounded by the request timeout).
+    spdlog::warn("worker rank {}: node {} of job {} closed its connection ({}); its chunks' "
+                 "replicas take over: waiting for the job's new ring",
+                 rank_, node, job_id_, why);
+    return;
   }
   if (closed_.exchange(true))
     return; // the first connection to go takes the others down; report once

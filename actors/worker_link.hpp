@@ -54,17 +54,24 @@ public:
   void stop(const std::string& why);
 
   /// A job on several nodes: how to route it by a later ring (before start()).
-  void set_basis(std::shared_ptr<const runtime::routes_basis> basis) {
+  void set_basis(std::shared_ptr<const runtime::routes_basis> basis, uint32_t replicas = 0) {
     if (basis)
       ring_version_ = basis->version;
     basis_ = std::move(basis);
+    replicas_ = replicas;
   }
 
   /// The connection (index into conns()) that (tensor, chunk) travels on.
   uint32_t endpoint_of(uint32_t tensor, uint32_t chunk) const noexcept {
     return routes()->connection_of(tensor, chunk);
   }
-  /// Whether connection `conn` leads to a node the job has left (a `reroute` said so).
+  /// The connection a push or init of (tensor, chunk) also takes, to the chunk's
+  /// replica (UINT32_MAX: none).
+  uint32_t replica_endpoint_of(uint32_t tensor, uint32_t chunk) const noexcept {
+    return routes()->replica_connection_of(tensor, chunk);
+  }
+  /// Whether connection `conn` leads to a node the job has left (a `reroute` said so,
+  /// or, with replicas, the node's connection closed: the job goes on without it).
   bool retired(uint32_t conn) const noexcept {
     return conn < conns_.size() && retired_[conn].load(std::memory_order_acquire);
   }
@@ -182,11 +189,16 @@ private:
   std::vector<std::byte> reroute_buf_;
   std::shared_ptr<const runtime::routes_basis> basis_;
   uint64_t ring_version_ = 0; // the newest reroute taken (receiver thread)
+  uint32_t replicas_ = 0;     // the job keeps replicas: a node's loss is not the job's
+  // Retires every connection of the node behind connection `conn` (its name in `node`);
+  // false if no other connection is left open.
+  bool retire_node_of(uint32_t conn, std::string& node);
   std::unique_ptr<std::atomic<bool>[]> retired_;
   worker_proxy_actor proxy_;
   std::thread receiver_;
   std::atomic<bool> running_{false};
   std::atomic<bool> closed_{false};
+  std::atomic<bool> abandoned_{false}; // the worker closed its connections itself
   std::mutex reason_mtx_;
   std::string close_reason_;
 };

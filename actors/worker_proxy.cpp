@@ -169,15 +169,22 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     std::vector<iovec> payloads;
   };
   std::vector<pending> per_conn(link.conns().size());
+  bool failed = false;
+  // A connection to a node the job left (or lost: its replicas take over) is skipped;
+  // what it would have carried is sent again after the reroute.
   auto flush = [&](size_t e) {
     auto& p = per_conn[e];
-    bool ok = p.headers.empty()
+    bool ok = p.headers.empty() || link.retired(static_cast<uint32_t>(e))
               || link.conns()[e]->send_batch(p.headers.data(), p.payloads.data(),
                                              static_cast<int>(p.headers.size()));
     p.headers.clear();
     p.payloads.clear();
-    return ok;
+    failed = failed || !ok;
+    return true;
   };
+  // Pushes and inits go to the chunk's replica as well (it counts them; only the home
+  // answers).
+  const bool to_replica = op.kind != worker_op::pull;
   for (uint32_t c = 0; c < layout.count(); ++c) {
     if (!only.empty() && !only[c])
       continue;
@@ -197,13 +204,21 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     auto e = link.endpoint_of(t, c);
     per_conn[e].headers.push_back(h);
     per_conn[e].payloads.push_back(piece);
-    if (per_conn[e].headers.size() == batch && !flush(e))
-      return false;
+    if (per_conn[e].headers.size() == batch)
+      flush(e);
+    if (!to_replica)
+      continue;
+    auto r = link.replica_endpoint_of(t, c);
+    if (r == UINT32_MAX)
+      continue;
+    per_conn[r].headers.push_back(h);
+    per_conn[r].payloads.push_back(piece);
+    if (per_conn[r].headers.size() == batch)
+      flush(r);
   }
   for (size_t e = 0; e < per_conn.size(); ++e)
-    if (!flush(e))
-      return false;
-  return true;
+    flush(e);
+  return !failed;
 }
 
 void start_next(proxy_ptr self, uint32_t t) {
@@ -240,13 +255,11 @@ void start_next(proxy_ptr self, uint32_t t) {
   }
   st.link->arm(t, q.seq, expect_update, op.dst, version, op.only_changed);
   q.running_clock = q.clock;
-  bool sent = send_chunks(*st.link, t, op, q.clock);
+  // A failed send: the receiver reports the close with its reason (lost_atom), which
+  // fails `op`; with replicas the job may go on without that node (a reroute re-sends).
+  send_chunks(*st.link, t, op, q.clock);
   if (op.kind == worker_op::push || op.kind == worker_op::push_pull)
     ++q.clock;
-  if (!sent) {
-    // The receiver reports the close with its reason (lost_atom) and that fails `op`.
-    return;
-  }
   self->delayed_send(self, st.timeout, timeout_atom::value, t, q.seq);
 }
 

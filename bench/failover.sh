@@ -16,13 +16,15 @@
 #   node          kill -9 node n1 at clock --at: the coordinator starts the job again on
 #                 n0 from its newest periodic checkpoint (checkpoint_every 5); the
 #                 workers are started again there (as a launcher would)
+#   takeover      n1 started again, then kill -9 n1 at clock --at under a job with
+#                 replicas = 1: the replicas on n0 take over; no worker restarts
 # recovery_ms: from the kill to the first step every rank completed after it (the
 # step in flight, i.e. every rank's clock past the highest clock any rank had); for the
 # coordinator, to the restarted coordinator answering rw.job_status for the job; for
 # restore, from rw.job_create{restore = ...} to the restored job's first step done.
 # Also the cost of what node failover needs when nothing fails: the fault-free job
-# with checkpoint_every 5 against without. Node join and replicas = 1 are reported as
-# not measured: a node joining a running job and ring replication are not built yet.
+# (replicas = 0) with checkpoint_every 5, and with replicas = 1, against without. Node
+# join is reported as not measured: a node joining a running job is not built yet.
 # Prints one JSON line per fault with --json (the table on stderr), writes
 # bench/RESULTS.md (the failover section).
 #
@@ -84,15 +86,18 @@ start_coordinator() {
 start_coordinator
 node_addr=() node_pid=()
 racks=(a b c) # n2 (rack c) serves the drain's job only, and is drained
-for i in 0 1 2; do
-  rack=${racks[i]}
-  "$node_bin" --role rack-agg --name "n$i" --rack "$rack" --listen 127.0.0.1:0 \
-    --port-file "$tmp/port$i" --coordinator "$coord" --log-level info >"$tmp/n$i.log" 2>&1 &
+# start_node I: node nI in its rack (again, after a kill: a new process, a new port).
+start_node() {
+  local i=$1
+  rm -f "$tmp/port$i"
+  "$node_bin" --role rack-agg --name "n$i" --rack "${racks[i]}" --listen 127.0.0.1:0 \
+    --port-file "$tmp/port$i" --coordinator "$coord" --log-level info >>"$tmp/n$i.log" 2>&1 &
   pids+=("$!")
-  node_pid+=("$!")
+  node_pid[i]=$!
   wait_for_port "$tmp/port$i" "$!" || { note "node n$i did not start"; cat "$tmp/n$i.log" >&2; exit 1; }
-  node_addr+=("$(<"$tmp/port$i")")
-done
+  node_addr[i]=$(<"$tmp/port$i")
+}
+for i in 0 1 2; do start_node "$i"; done
 shell() { timeout -k 5 120 "$shell_bin" --connect "$coord" -c "$1"; }
 for _ in {1..100}; do
   [[ $(shell 'print(#rw.nodes())' 2>/dev/null) == 3 ]] && break
@@ -182,6 +187,9 @@ run_job() {
       drain)
         # Synchronous: answered once the job's chunks have moved off n2.
         shell "print(rw.node_drain('n2'))" >"$tmp/drain.out" ;;
+      takeover)
+        # The replicas of n1's chunks (on n0) take over; the workers go on.
+        kill -KILL "${node_pid[1]}"; wait "${node_pid[1]}" 2>/dev/null || true ;;
       node)
         kill -KILL "${node_pid[1]}"; wait "${node_pid[1]}" 2>/dev/null || true
         # Told why, the workers stop; a launcher starts them again, at the node left,
@@ -211,16 +219,17 @@ run_job() {
   wait_workers "$name" "${ps[@]}"
 }
 
-# The fault-free run, then each fault.
+# The fault-free run (no replicas), then each fault.
+flat="racks = {'a', 'b'}, reduction = 'flat'"
 t0=$(now_ms)
-run_job baseline "racks = {'a', 'b'}, reduction = 'flat'" none
+run_job baseline "$flat, replicas = 0" none
 step_ms=$(awk -v d=$(($(now_ms) - t0)) -v n="$steps" 'BEGIN {printf "%.1f", d / n}')
 check_numbers "the fault-free step time" "$step_ms"
 say "fault-free: $step_ms ms per step (the whole run: processes, join, $steps steps, bye)"
 # What node failover costs when nothing fails: the same job with periodic checkpoints.
 every=$((smoke ? 2 : 5))
 t0=$(now_ms)
-run_job periodic "racks = {'a', 'b'}, reduction = 'flat', checkpoint_every = $every,
+run_job periodic "$flat, replicas = 0, checkpoint_every = $every,
                   checkpoint_dir = '$tmp/periodic'" none
 periodic_ms=$(awk -v d=$(($(now_ms) - t0)) -v n="$steps" 'BEGIN {printf "%.1f", d / n}')
 cost=$(awk -v a="$periodic_ms" -v b="$step_ms" 'BEGIN {printf "%.3f", a / b}')
@@ -228,6 +237,16 @@ check_numbers "the periodic-checkpoint cost" "$periodic_ms" "$cost"
 periodic_ok=false
 if same_as_baseline periodic; then periodic_ok=true; fi
 say "checkpoint_every = $every: $periodic_ms ms per step, ${cost}x the run without; verified=$periodic_ok"
+# What replicas cost when nothing fails: the same job with replicas = 1 (each push goes
+# to the chunk's home and its replica, which counts it too).
+t0=$(now_ms)
+run_job replicated "$flat, replicas = 1" none
+replicated_ms=$(awk -v d=$(($(now_ms) - t0)) -v n="$steps" 'BEGIN {printf "%.1f", d / n}')
+replica_cost=$(awk -v a="$replicated_ms" -v b="$step_ms" 'BEGIN {printf "%.3f", a / b}')
+check_numbers "the replicas' cost" "$replicated_ms" "$replica_cost"
+replicated_ok=false
+if same_as_baseline replicated; then replicated_ok=true; fi
+say "replicas = 1: $replicated_ms ms per step, ${replica_cost}x the run without; verified=$replicated_ok"
 for fault in worker shard coordinator; do
   run_job "$fault" "racks = {'a', 'b'}, reduction = 'flat'" "$fault"
   verified=false
@@ -269,17 +288,30 @@ report drain "$verified" "$recovery" "$steps"
 
 # A node killed: the job starts again on the node left from its newest periodic
 # checkpoint (last: the cluster has one node after it).
-run_job node "racks = {'a', 'b'}, reduction = 'flat', checkpoint_every = $every,
+run_job node "$flat, replicas = 0, checkpoint_every = $every,
               checkpoint_dir = '$tmp/periodic-node'" node
 verified=false
 if same_as_baseline node; then verified=true; fi
 report node "$verified" "$recovery" "$steps"
 
-missing="a node joining a running job, and ring replication, are not built yet"
-say "not measured: node join, and replicas = 1 against 0: $missing"
+# n1 again (a new process), then killed under a job with replicas: the replicas on n0
+# take over its chunks and the workers go on (they are not restarted).
+start_node 1
+for _ in {1..100}; do
+  [[ $(shell 'print(#rw.nodes())' 2>/dev/null) == 3 ]] && break
+  sleep 0.1
+done
+run_job takeover "$flat, replicas = 1" takeover
+verified=false
+if same_as_baseline takeover; then verified=true; fi
+report takeover "$verified" "$recovery" "$steps"
+
+missing="a node joining a running job is not built yet"
+say "not measured: node join: $missing"
 
 fails=0
 [[ $periodic_ok == true ]] || fails=1
+[[ $replicated_ok == true ]] || fails=$((fails + 1))
 for line in "${results[@]}"; do
   read -r _ v rec _ <<<"$line"
   check_numbers "recovery_ms" "$rec"
@@ -320,7 +352,15 @@ done
   echo "boundary and move with their state to their homes on the ring of n0 and n1; the"
   echo "workers are not restarted. (n2 serves only that job.)"
   echo
-  echo "Not measured: node join, and the cost of replicas = 1: $missing."
+  echo "Takeover: kill -9 n1 under a job created with \`replicas = 1\` (every chunk also"
+  echo "served by the next node of the ring, which counts every push as its home does and"
+  echo "answers nobody): the replicas on n0 take over its chunks, state and step in progress"
+  echo "included, and the workers go on without a restart (the job then has no replicas)."
+  echo "What replicas cost without a fault: $replicated_ms ms per step against $step_ms,"
+  echo "${replica_cost}x (verified: $([[ $replicated_ok == true ]] && echo yes || echo FAIL)); each"
+  echo "worker sends every gradient twice and each node sums its replicas' chunks too."
+  echo
+  echo "Not measured: node join: $missing."
   echo "<!-- failover:end -->"
 } >"$tmp/section.md"
 update_results failover "$tmp/section.md"

@@ -28,7 +28,7 @@ uint32_t chunk_layout::length(uint32_t index) const noexcept {
 
 routing_table::routing_table(const job_spec& spec, uint32_t num_shards,
                              std::vector<std::vector<uint32_t>> shard_endpoints,
-                             const hash_ring* ring, uint32_t self_node)
+                             const hash_ring* ring, uint32_t self_node, uint32_t replicas)
   : num_shards_(num_shards), shard_endpoints_(std::move(shard_endpoints)) {
   if (num_shards == 0)
     throw std::invalid_argument("routing table needs at least one shard");
@@ -49,12 +49,22 @@ routing_table::routing_table(const job_spec& spec, uint32_t num_shards,
     return;
   if (self_node >= ring->nodes().size())
     throw std::invalid_argument("routing table for a node that is not on the ring");
-  local_seq_.assign(total_chunks_, no_seq);
+  index_.assign(total_chunks_, no_seq);
+  owned_.assign(total_chunks_, 0);
   local_chunks_ = 0;
+  bool replicated = replicas > 0 && ring->nodes().size() > 1;
+  std::vector<uint64_t> per_shard(num_shards, 0);
   for (uint32_t t = 0; t < spec.tensors.size(); ++t)
-    for (uint32_t c = 0; c < layouts_[t].count(); ++c)
-      if (home_on_ring(*ring, spec, t, c) == self_node)
-        local_seq_[first_[t] + c] = local_chunks_++;
+    for (uint32_t c = 0; c < layouts_[t].count(); ++c) {
+      auto g = first_[t] + c;
+      bool owned = home_on_ring(*ring, spec, t, c) == self_node;
+      bool replica = !owned && replicated && replica_on_ring(*ring, spec, t, c) == self_node;
+      if (!owned && !replica)
+        continue;
+      index_[g] = per_shard[g % num_shards]++;
+      owned_[g] = owned ? 1 : 0;
+      ++(owned ? local_chunks_ : replica_chunks_);
+    }
 }
 
 std::vector<uint64_t> routing_table::chunks_per_shard() const {
@@ -86,6 +96,12 @@ uint32_t home_on_ring(const hash_ring& ring, const job_spec& spec, uint32_t tens
   return ring.owner(spec.tensors[tensor].name, is_layerwise(spec.optimizer.kind) ? 0 : chunk);
 }
 
+uint32_t replica_on_ring(const hash_ring& ring, const job_spec& spec, uint32_t tensor,
+                         uint32_t chunk) noexcept {
+  return ring.successor_of_key(
+    hash_ring::key(spec.tensors[tensor].name, is_layerwise(spec.optimizer.kind) ? 0 : chunk));
+}
+
 job_routes::job_routes(std::shared_ptr<const routing_table> single)
   : tables_{std::move(single)}, endpoint_base_{0} {
 }
@@ -101,9 +117,21 @@ uint32_t job_routes::home_of(uint32_t tensor, uint32_t chunk) const noexcept {
   // The tables know which chunks are theirs; ask them rather than hash again. Every
   // chunk has one home: node 0 when no other node has it (and always with one node).
   for (uint32_t n = 1; n < tables_.size(); ++n)
-    if (tables_[n]->is_local(tensor, chunk))
+    if (tables_[n]->is_local(tensor, chunk) && tables_[n]->is_owned(tensor, chunk))
       return n;
   return 0;
+}
+
+uint32_t job_routes::replica_of(uint32_t tensor, uint32_t chunk) const noexcept {
+  for (uint32_t n = 0; n < tables_.size(); ++n)
+    if (tables_[n]->is_local(tensor, chunk) && !tables_[n]->is_owned(tensor, chunk))
+      return n;
+  return UINT32_MAX;
+}
+
+uint32_t job_routes::replica_connection_of(uint32_t tensor, uint32_t chunk) const noexcept {
+  auto n = replica_of(tensor, chunk);
+  return n == UINT32_MAX ? UINT32_MAX : endpoint_base_[n] + tables_[n]->endpoint_of(tensor, chunk);
 }
 
 uint32_t job_routes::connection_of(uint32_t tensor, uint32_t chunk) const noexcept {
@@ -119,7 +147,8 @@ uint32_t job_routes::node_of_connection(uint32_t conn) const noexcept {
 }
 
 std::shared_ptr<const job_routes> routes_basis::rebuild(const std::vector<std::string>& nodes,
-                                                        uint64_t version) const {
+                                                        uint64_t version,
+                                                        uint32_t replicas) const {
   hash_ring ring{nodes, vnodes, version};
   std::vector<std::shared_ptr<const routing_table>> tables;
   std::vector<uint32_t> bases;
@@ -129,7 +158,7 @@ std::shared_ptr<const job_routes> routes_basis::rebuild(const std::vector<std::s
       throw std::invalid_argument("node '" + nodes[i] + "' is not one this worker joined");
     auto n = static_cast<size_t>(at - names.begin());
     tables.push_back(
-      std::make_shared<routing_table>(spec, num_shards[n], shard_endpoints[n], &ring, i));
+      std::make_shared<routing_table>(spec, num_shards[n], shard_endpoints[n], &ring, i, replicas));
     bases.push_back(endpoint_base[n]);
   }
   return std::make_shared<job_routes>(std::move(tables), std::move(bases));

@@ -11,10 +11,16 @@
 //
 // A job on several nodes gives each chunk a home node by consistent hashing
 // (runtime/ring; home_on_ring): each chunk on its own, or, for a layer-wise optimizer
-// (LAMB, LARS, whose trust ratio spans a tensor), each tensor whole, at its chunk 0's. A node's table then routes only the chunks homed on it: they
-// are spread over its shards and endpoints as above, in (tensor, index) order of the
-// node's own chunks; shard_of() of any other chunk is not_here. A worker's job_routes
-// holds one such table per node of the job and says which connection each chunk takes.
+// (LAMB, LARS, whose trust ratio spans a tensor), each tensor whole, at its chunk 0's.
+// With replicas = 1 each chunk is also served by its replica node (replica_on_ring: the
+// next other node on the ring, the home it gets if its home leaves). A node's table
+// then routes only the chunks it serves, homed there or replicated there (is_owned
+// tells which): chunk number g of the job (in (tensor, index) order) goes to shard
+// g mod shards, so a chunk that stays on a node when the ring changes stays on its
+// shard, and each shard's chunks take its endpoints in turn, in (tensor, index) order;
+// shard_of() of any other chunk is not_here. A worker's job_routes holds one such
+// table per node of the job and says which connection each chunk takes to its home
+// (and to its replica).
 
 #include <cstddef>
 #include <cstdint>
@@ -45,9 +51,12 @@ public:
   /// means one endpoint, 0, for every shard.
   /// With `ring`, the table of node `self_node` of the ring: only the chunks homed
   /// there are routed.
+  /// With `replicas` (0 or 1; with a ring of two nodes or more), the chunks replicated
+  /// on this node are routed too.
   routing_table(const job_spec& spec, uint32_t num_shards,
                 std::vector<std::vector<uint32_t>> shard_endpoints = {},
-                const hash_ring* ring = nullptr, uint32_t self_node = 0);
+                const hash_ring* ring = nullptr, uint32_t self_node = 0,
+                uint32_t replicas = 0);
 
   /// What shard_of() says of a chunk homed on another node.
   static constexpr uint32_t not_here = UINT32_MAX;
@@ -68,44 +77,53 @@ public:
   uint64_t local_chunks() const noexcept {
     return local_chunks_;
   }
-  /// Whether (tensor, chunk) is homed on this node. Preconditions: both in range.
+  /// Whether (tensor, chunk) is served on this node: homed here, or replicated here.
+  /// Preconditions: both in range.
   bool is_local(uint32_t tensor, uint32_t chunk) const noexcept {
-    return seq(tensor, chunk) != no_seq;
+    return index_of(tensor, chunk) != no_seq;
+  }
+  /// Whether (tensor, chunk) is homed on this node (its replica answers nobody).
+  bool is_owned(uint32_t tensor, uint32_t chunk) const noexcept {
+    return owned_.empty() ? true : owned_[first_[tensor] + chunk] != 0;
+  }
+  /// Chunks replicated on this node (0 without replicas).
+  uint64_t replica_chunks() const noexcept {
+    return replica_chunks_;
   }
   /// Shard index owning (tensor, chunk), or not_here. Preconditions: both in range.
   uint32_t shard_of(uint32_t tensor, uint32_t chunk) const noexcept {
-    auto s = seq(tensor, chunk);
-    return s == no_seq ? not_here : static_cast<uint32_t>(s % num_shards_);
+    if (index_of(tensor, chunk) == no_seq)
+      return not_here;
+    return static_cast<uint32_t>((first_[tensor] + chunk) % num_shards_);
   }
   /// Endpoint (index into the node's endpoint list) that (tensor, chunk) travels on.
   /// Precondition: is_local(tensor, chunk).
   uint32_t endpoint_of(uint32_t tensor, uint32_t chunk) const noexcept {
-    auto seq = this->seq(tensor, chunk);
-    auto shard = seq % num_shards_;
+    auto shard = (first_[tensor] + chunk) % num_shards_;
     auto& eps = shard_endpoints_[shard];
     // Each shard starts its rotation at its own index, so the remainders of different
     // shards fall on different endpoints.
-    return eps[(seq / num_shards_ + shard) % eps.size()];
+    return eps[(index_of(tensor, chunk) + shard) % eps.size()];
   }
   const std::vector<std::vector<uint32_t>>& shard_endpoints() const noexcept {
     return shard_endpoints_;
   }
   /// Chunks each endpoint carries (for the load log line and tests).
   std::vector<uint64_t> chunks_per_endpoint() const;
-  /// Position of (tensor, chunk) among the chunks its shard owns.
+  /// Position of (tensor, chunk) among the chunks its shard serves.
   /// Precondition: is_local(tensor, chunk).
   uint64_t local_index(uint32_t tensor, uint32_t chunk) const noexcept {
-    return seq(tensor, chunk) / num_shards_;
+    return index_of(tensor, chunk);
   }
   /// Chunks each shard owns (for the load log line and tests).
   std::vector<uint64_t> chunks_per_shard() const;
 
 private:
   static constexpr uint64_t no_seq = UINT64_MAX;
-  // The chunk's number among this node's chunks, or no_seq if homed elsewhere.
-  uint64_t seq(uint32_t tensor, uint32_t chunk) const noexcept {
+  // The chunk's position among its shard's chunks here, or no_seq if not served here.
+  uint64_t index_of(uint32_t tensor, uint32_t chunk) const noexcept {
     auto g = first_[tensor] + chunk;
-    return local_seq_.empty() ? g : local_seq_[g];
+    return index_.empty() ? g / num_shards_ : index_[g];
   }
 
   uint32_t num_shards_;
@@ -114,12 +132,18 @@ private:
   std::vector<uint64_t> first_; // job-wide sequence number of each tensor's chunk 0
   uint64_t total_chunks_ = 0;
   uint64_t local_chunks_ = 0;
-  std::vector<uint64_t> local_seq_; // by job-wide chunk number; empty: every chunk local
+  uint64_t replica_chunks_ = 0;
+  std::vector<uint64_t> index_;  // by job-wide chunk number; empty: every chunk local
+  std::vector<uint8_t> owned_;   // by job-wide chunk number (with a ring)
 };
 
 /// Index (in the ring's node order) of the home of chunk `chunk` of tensor `tensor`.
 uint32_t home_on_ring(const hash_ring& ring, const job_spec& spec, uint32_t tensor,
                       uint32_t chunk) noexcept;
+/// Index of its replica's node (hash_ring::successor_of_key; a layer-wise optimizer's
+/// tensor whole, as its home): the home's on a ring of one node.
+uint32_t replica_on_ring(const hash_ring& ring, const job_spec& spec, uint32_t tensor,
+                         uint32_t chunk) noexcept;
 
 /// A worker's view of a job's routes: one routing table per node of the job (a single
 /// one without a ring) and where each node's endpoints start in the worker's list of
@@ -146,6 +170,10 @@ public:
   uint32_t home_of(uint32_t tensor, uint32_t chunk) const noexcept;
   /// The worker's connection (index into its list) that (tensor, chunk) travels on.
   uint32_t connection_of(uint32_t tensor, uint32_t chunk) const noexcept;
+  /// The node replicating (tensor, chunk), or UINT32_MAX (no replicas).
+  uint32_t replica_of(uint32_t tensor, uint32_t chunk) const noexcept;
+  /// The connection its pushes and inits also take to its replica, or UINT32_MAX.
+  uint32_t replica_connection_of(uint32_t tensor, uint32_t chunk) const noexcept;
   /// The node (in the job's node order) connection `conn` leads to.
   uint32_t node_of_connection(uint32_t conn) const noexcept;
   /// Whether (tensor, chunk) is served by shard `shard` of node `node`.
@@ -174,10 +202,11 @@ struct routes_basis {
   std::vector<std::vector<std::vector<uint32_t>>> shard_endpoints;
   std::vector<uint32_t> endpoint_base;
 
-  /// The routes by the ring of `nodes` (names in ring order) at `version`; throws
-  /// std::invalid_argument if a name is not one of `names` (or repeats).
+  /// The routes by the ring of `nodes` (names in ring order) at `version`, with
+  /// `replicas`; throws std::invalid_argument if a name is not one of `names` (or
+  /// repeats).
   std::shared_ptr<const job_routes> rebuild(const std::vector<std::string>& nodes,
-                                            uint64_t version) const;
+                                            uint64_t version, uint32_t replicas) const;
 };
 
 } // namespace rw::runtime

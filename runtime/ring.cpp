@@ -44,6 +44,19 @@ uint32_t hash_ring::owner_of_key(uint64_t key) const noexcept {
   return it->second;
 }
 
+uint32_t hash_ring::successor_of_key(uint64_t key) const noexcept {
+  auto it = std::lower_bound(points_.begin(), points_.end(), key,
+                             [](const auto& p, uint64_t k) { return p.first < k; });
+  auto start = static_cast<size_t>(it - points_.begin()) % points_.size();
+  auto owner = points_[start].second;
+  for (size_t i = 1; i < points_.size(); ++i) {
+    auto n = points_[(start + i) % points_.size()].second;
+    if (n != owner)
+      return n;
+  }
+  return owner;
+}
+
 uint32_t hash_ring::owner(std::string_view tensor, uint32_t chunk) const noexcept {
   return owner_of_key(key(tensor, chunk));
 }

@@ -31,6 +31,10 @@ public:
   uint32_t owner(std::string_view tensor, uint32_t chunk) const noexcept;
   /// Index into nodes() of the node owning a raw 64-bit key.
   uint32_t owner_of_key(uint64_t key) const noexcept;
+  /// Index into nodes() of the key's replica: the first node other than its owner met
+  /// walking on from the key; the node that owns the key once its owner leaves the ring.
+  /// The owner itself on a ring of one node.
+  uint32_t successor_of_key(uint64_t key) const noexcept;
   /// The key of chunk `chunk` of tensor `tensor`.
   static uint64_t key(std::string_view tensor, uint32_t chunk) noexcept;
 

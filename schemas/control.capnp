@@ -102,6 +102,11 @@ struct Welcome {
   # Pushes it repeats below a chunk's own count are dropped as duplicates and answered
   # as the first were (ack, or the update).
   resumeClock @16 :UInt64;
+  # Replicas of each chunk (0 or 1): with 1, every chunk is also served by its replica
+  # node (the next other node on the ring), to which the worker sends each push and
+  # init as well; only the home answers. When a node dies the job goes on: the
+  # worker waits for a `reroute` (it does not fail on that node's connections closing).
+  replicas @17 :UInt32;
 }
 
 struct ErrorInfo {
@@ -123,4 +128,5 @@ struct ErrorInfo {
 struct Reroute {
   ringVersion @0 :UInt64;
   nodes @1 :List(Text);
+  replicas @2 :UInt32;  # replicas of each chunk on the new ring (0 after a takeover)
 }

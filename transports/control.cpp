@@ -102,6 +102,7 @@ bytes encode(const welcome_msg& x) {
   root.setNodeIndex(x.node_index);
   root.setRingVnodes(x.ring_vnodes);
   root.setRingVersion(x.ring_version);
+  root.setReplicas(x.replicas);
   root.setResumeClock(x.resume_clock);
   return to_bytes(msg);
 }
@@ -144,6 +145,7 @@ bytes encode(const reroute_msg& x) {
   capnp::MallocMessageBuilder msg;
   auto root = msg.initRoot<schema::Reroute>();
   root.setRingVersion(x.ring_version);
+  root.setReplicas(x.replicas);
   auto nodes = root.initNodes(static_cast<unsigned>(x.nodes.size()));
   for (unsigned i = 0; i < x.nodes.size(); ++i)
     nodes.set(i, x.nodes[i]);
@@ -215,6 +217,7 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
     out.node_index = root.getNodeIndex();
     out.ring_vnodes = root.getRingVnodes();
     out.ring_version = root.getRingVersion();
+    out.replicas = root.getReplicas();
     out.resume_clock = root.getResumeClock();
     if (out.job_nodes.size() > 1
         && (out.job_node_names.size() != out.job_nodes.size()
@@ -289,6 +292,7 @@ errc decode(const std::byte* data, size_t size, reroute_msg& out, std::string& w
   return read_message(data, size, why, [&](capnp::MessageReader& r) {
     auto root = r.getRoot<schema::Reroute>();
     out.ring_version = root.getRingVersion();
+    out.replicas = root.getReplicas();
     out.nodes.clear();
     for (auto n : root.getNodes())
       out.nodes.emplace_back(n.cStr());

@@ -44,6 +44,7 @@ struct welcome_msg {
   uint32_t ring_vnodes = 0;
   uint64_t ring_version = 0;
   uint64_t resume_clock = 0; // where this rank goes on from (schemas/control.capnp)
+  uint32_t replicas = 0;     // replicas of each chunk (schemas/control.capnp)
 };
 
 /// The node's challenge to a worker that says it holds the job's token, and the
@@ -66,6 +67,7 @@ struct located_msg {
 struct reroute_msg {
   uint64_t ring_version = 0;
   std::vector<std::string> nodes; // names, in ring order
+  uint32_t replicas = 0;          // replicas of each chunk on that ring
 };
 
 struct error_msg {

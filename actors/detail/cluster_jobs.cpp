@@ -216,6 +216,19 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
     rp.deliver(cluster_error(errc::invalid_spec, "cannot place the job: " + why));
     return;
   }
+  // Replicas: a flat BSP job on several nodes (a replica counts pushes in rank order as
+  // its home does; under SSP or async the order of arrival would make them differ).
+  bool replicable = nodes.size() > 1 && layout.reduction == "flat"
+                    && spec.consistency.model == consistency_spec::bsp;
+  auto asked = placement.replicas < 0 ? defaults::replicas
+                                      : static_cast<uint32_t>(placement.replicas);
+  if (placement.replicas > 0 && !replicable) {
+    rp.deliver(cluster_error(
+      errc::invalid_spec,
+      "cannot place the job: replicas = 1 needs a flat BSP job on two nodes or more"));
+    return;
+  }
+  layout.replicas = replicable ? asked : 0;
   job_entry j;
   j.report.id = st.next_job_id++;
   j.report.name = spec.name;
@@ -491,7 +504,7 @@ void fail_jobs_on(cluster_ptr self, uint32_t node_id, const std::string& why) {
     if (j.on_node(node_id) && !is_ended(j.report.state))
       hit.push_back(id);
   for (auto id : hit) {
-    if (restart_from_checkpoint(self, id, node_id, why))
+    if (take_over(self, id, node_id, why) || restart_from_checkpoint(self, id, node_id, why))
       continue;
     auto& j = self->state.jobs.at(id);
     spdlog::error("job failed: job='{}' id={}: {}", j.report.name, id, why);

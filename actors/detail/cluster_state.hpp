@@ -176,6 +176,12 @@ job_layout layout_of(const std::vector<const member*>& nodes);
 bool restart_from_checkpoint(cluster_ptr self, uint32_t id, uint32_t dead,
                              const std::string& why);
 
+// --- cluster_takeover.cpp ---------------------------------------------------------
+/// Node `dead` of job `id` died with `why`: if the job keeps replicas (flat, BSP,
+/// replicas = 1) and its other nodes are live, they take over its chunks and it goes on
+/// (its workers are not restarted). Returns false when it cannot.
+bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& why);
+
 // --- cluster_drain.cpp ------------------------------------------------------------
 /// rw.node_drain: what moved off the node and what stayed, or a clear error.
 caf::result<std::string> drain_node(cluster_ptr self, const std::string& name);

@@ -199,6 +199,7 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
         w.node_index = jb.node_index;
         w.ring_vnodes = jb.layout.vnodes;
         w.ring_version = jb.layout.ring_version;
+        w.replicas = jb.layout.replicas;
       }
       auto payload = transports::encode(w);
       reply.kind = frame_kind::welcome;

@@ -42,8 +42,41 @@ void tell_pollers(rack_ptr self, route_change rc) {
     self->send(caf::actor_cast<nic_poller_actor>(p), reroute_atom::value, rc);
 }
 
+// Every shard has taken the new routes (or `failed` says why not).
+void finish_takeover(rack_ptr self, caf::typed_response_promise<ok_atom> rp, uint32_t job_id,
+                     const job_layout& next, routing_ptr routes, uint32_t index,
+                     uint64_t before, const std::string& failed,
+                     std::chrono::steady_clock::time_point started) {
+  auto& st = self->state;
+  auto* job = live_job(st, job_id);
+  if (job == nullptr) {
+    rp.deliver(no_job(st, job_id));
+    return;
+  }
+  if (!failed.empty()) {
+    rp.deliver(cluster_error(errc::internal, failed));
+    return;
+  }
+  job->routes = routes;
+  job->layout = next;
+  job->node_index = index;
+  if (auto g = st.grants.find(job->spec.name); g != st.grants.end())
+    g->second.layout = next;
+  for (auto& p : st.pollers)
+    self->send(caf::actor_cast<nic_poller_actor>(p), reroute_atom::value,
+               route_change{job_id, routes, {}, false});
+  spdlog::warn("job taken over: job='{}' id={} nodes=[{}] ring_version={}: {} chunk(s) "
+               "homed here, {} of them were replicas of the dead node's; in {} us",
+               job->spec.name, job_id, fmt::join(next.nodes, ","), next.ring_version,
+               routes->local_chunks(), routes->local_chunks() - before,
+               std::chrono::duration_cast<std::chrono::microseconds>(
+                 std::chrono::steady_clock::now() - started)
+                 .count());
+  rp.deliver(ok_atom::value);
+}
+
 std::vector<std::byte> reroute_payload(const job_layout& l) {
-  return transports::encode(transports::reroute_msg{l.ring_version, l.nodes});
+  return transports::encode(transports::reroute_msg{l.ring_version, l.nodes, l.replicas});
 }
 
 } // namespace
@@ -87,18 +120,24 @@ caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layo
     runtime::hash_ring ring{next.nodes, next.vnodes, next.ring_version};
     std::map<std::string, runtime::checkpoint::chunk_file> out;
     uint64_t lowest = UINT64_MAX, highest = 0;
+    bool replicated = next.replicas > 0 && next.nodes.size() > 1;
     for (auto& r : *taken) {
       lowest = std::min(lowest, r.version);
       highest = std::max(highest, r.version);
-      auto& home = next.nodes[runtime::home_on_ring(ring, job->spec, r.tensor, r.chunk)];
-      if (home == st.settings.node_name) {
-        job->staying.push_back(std::move(r));
-        continue;
+      // To its home on the new ring, and to its replica there.
+      std::vector<std::string> to{next.nodes[runtime::home_on_ring(ring, job->spec, r.tensor, r.chunk)]};
+      if (replicated)
+        to.push_back(next.nodes[runtime::replica_on_ring(ring, job->spec, r.tensor, r.chunk)]);
+      for (auto& node : to) {
+        if (node == st.settings.node_name) {
+          job->staying.push_back(r);
+          continue;
+        }
+        auto& f = out[node];
+        f.job = name;
+        f.node = st.settings.node_name;
+        f.chunks.push_back(r);
       }
-      auto& f = out[home];
-      f.job = name;
-      f.node = st.settings.node_name;
-      f.chunks.push_back(std::move(r));
     }
     chunk_moves moves;
     std::vector<std::string> where;
@@ -158,7 +197,8 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
   auto index = static_cast<uint32_t>(at - next.nodes.begin());
   runtime::hash_ring ring{next.nodes, next.vnodes, next.ring_version};
   auto routes = std::make_shared<runtime::routing_table>(
-    job->spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, index);
+    job->spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, index,
+    next.replicas);
   std::vector<std::vector<chunk_record>> per_shard(st.shards.size());
   size_t count = 0, arrived = 0;
   auto place = [&](chunk_record& r) -> std::string {
@@ -188,12 +228,12 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
       ++arrived;
     }
   }
-  if (count != routes->local_chunks())
+  auto served = routes->local_chunks() + routes->replica_chunks();
+  if (count != served)
     return cluster_error(errc::internal,
                          fmt::format("job '{}': node {} has {} of the {} chunks the new ring "
-                                     "homes here",
-                                     job->spec.name, st.settings.node_name, count,
-                                     routes->local_chunks()));
+                                     "has it serve",
+                                     job->spec.name, st.settings.node_name, count, served));
   job->staying.clear();
   auto rp = self->make_response_promise<ok_atom>();
   auto pending = std::make_shared<size_t>(st.shards.size());
@@ -258,6 +298,47 @@ caf::result<ok_atom> on_reroute(rack_ptr self, uint32_t job_id, const job_layout
            fmt::format("its chunks moved to [{}] (ring version {})", fmt::join(next.nodes, ","),
                        next.ring_version));
   return ok_atom::value;
+}
+
+caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layout& next) {
+  auto& st = self->state;
+  auto* job = live_job(st, job_id);
+  if (job == nullptr)
+    return no_job(st, job_id);
+  if (job->layout.replicas == 0)
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("job '{}' keeps no replicas to take over with",
+                                     job->spec.name));
+  auto at = std::find(next.nodes.begin(), next.nodes.end(), st.settings.node_name);
+  if (at == next.nodes.end())
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("node {} is not among the job's new nodes [{}]",
+                                     st.settings.node_name, fmt::join(next.nodes, ",")));
+  auto index = static_cast<uint32_t>(at - next.nodes.begin());
+  runtime::hash_ring ring{next.nodes, next.vnodes, next.ring_version};
+  auto routes = std::make_shared<runtime::routing_table>(
+    job->spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, index,
+    next.replicas);
+  auto before = job->routes->local_chunks();
+  auto rp = self->make_response_promise<ok_atom>();
+  auto pending = std::make_shared<size_t>(st.shards.size());
+  auto failed = std::make_shared<std::string>();
+  auto started = std::chrono::steady_clock::now();
+  for (uint32_t i = 0; i < st.shards.size(); ++i)
+    self->request(st.shards[i], st.settings.shard_setup_timeout, takeover_atom::value,
+                  route_change{job_id, routes, {}, false})
+      .then(
+        [=](ok_atom) mutable {
+          if (--*pending == 0)
+            finish_takeover(self, rp, job_id, next, routes, index, before, *failed, started);
+        },
+        [=](caf::error& err) mutable {
+          *failed = fmt::format("shard {} of node {} could not take over: {}", i,
+                                self->state.settings.node_name, describe(self->system(), err));
+          if (--*pending == 0)
+            finish_takeover(self, rp, job_id, next, routes, index, before, *failed, started);
+        });
+  return rp;
 }
 
 caf::result<ok_atom> on_thaw(rack_ptr self, uint32_t job_id) {

@@ -189,6 +189,9 @@ caf::result<ok_atom> on_reroute(rack_ptr self, uint32_t job_id, const job_layout
 /// The move was given up: the job serves again as it stood, and its workers send again
 /// what was dropped meanwhile.
 caf::result<ok_atom> on_thaw(rack_ptr self, uint32_t job_id);
+/// A node of the job (replicas = 1) died: the shards go on by the ring of `next`, each
+/// chunk's state kept where it is (a replica of the dead node's becomes the home).
+caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layout& next);
 
 // --- rack_jobs.cpp ---------------------------------------------------------------
 /// A job that moved away from this node ends here without news to the cluster (it lives

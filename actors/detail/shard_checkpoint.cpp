@@ -28,6 +28,8 @@ std::string cannot_checkpoint(const shard_job& job, uint32_t tensor, uint32_t ch
 
 chunk_snapshot checkpoint_reached(shard_job& job, uint32_t tensor, uint32_t chunk,
                                   const chunk_state& cs) {
+  if (!job.routes->is_owned(tensor, chunk))
+    return {}; // a replica: its home's copy is the checkpoint's
   auto& all = job.checkpoints;
   for (auto it = all.begin(); it != all.end();) {
     if (it->clock != cs.version()) {
@@ -50,7 +52,7 @@ chunk_snapshot checkpoint_reached(shard_job& job, uint32_t tensor, uint32_t chun
   if (!periodic.chunks)
     periodic.chunks = std::make_shared<std::vector<runtime::checkpoint::chunk_record>>();
   periodic.chunks->push_back(cs.snapshot(tensor, chunk));
-  if (periodic.chunks->size() == job.chunks.size()) {
+  if (periodic.chunks->size() == job.owned_chunks) {
     done = std::move(periodic);
     job.periodic.erase(v);
   }

@@ -100,6 +100,7 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
       float* d = runtime::is_layerwise(kind) || job.relay ? take(len) : nullptr;
       job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
                               job.spec.tensors[t].has_init, job.spec.consistency, d);
+      job.owned_chunks += job.routes->is_owned(t, c) ? 1 : 0;
     }
   }
   if (job.shared) // first touch from this pinned thread puts the pages on its domain

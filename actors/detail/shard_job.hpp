@@ -37,6 +37,9 @@ struct shard_job {
   routing_ptr routes;
   float rescale = 1.0f;
   std::vector<detail::chunk_state> chunks; // by routes->local_index(tensor, chunk)
+  // Of them, homed here (the others are replicas: they count every push as their home
+  // does, answer nobody, and are in no checkpoint).
+  size_t owned_chunks = 0;
   std::vector<bool> departed;              // ranks that left
   job_counters counters;                   // by rank, for job status
   uint32_t departed_count = 0;

@@ -72,7 +72,7 @@ struct worker::impl {
     link = std::make_shared<actors::worker_link>(ep, std::move(joined.conns), welcome.job_id,
                                                  opts.rank, std::move(joined.routes),
                                                  std::move(joined.shm));
-    link->set_basis(std::move(joined.basis));
+    link->set_basis(std::move(joined.basis), joined.welcome.replicas);
   }
 };
 

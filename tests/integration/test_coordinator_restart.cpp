@@ -293,7 +293,7 @@ TEST_CASE("after a coordinator restart a job's periodic checkpoints go on, and a
   };
   auto made = shell("print(rw.job_create{name = 'kept', workers = 2, optimizer = 'sum', "
                     "lr = 0.05, momentum = 0.9, weight_decay = 0, chunk_bytes = '4KiB', "
-                    "racks = {'a', 'b'}, reduction = 'flat', checkpoint_every = 2, "
+                    "racks = {'a', 'b'}, reduction = 'flat', replicas = 0, checkpoint_every = 2, "
                     "checkpoint_dir = '" + ck + "'}.token)");
   INFO(made.err);
   REQUIRE(made.code == 0);

@@ -54,7 +54,7 @@ void start_checkpointed(rack_cluster& c, checkpointed_job& j, const std::string&
                         uint32_t every, uint32_t clock) {
   std::string err;
   j.token = c.create(name, 2, "adam",
-                     fmt::format("racks = {{'a', 'b'}}, reduction = 'flat', "
+                     fmt::format("racks = {{'a', 'b'}}, reduction = 'flat', replicas = 0, "
                                  "checkpoint_every = {}, checkpoint_dir = '{}'",
                                  every, j.dir),
                      &err);

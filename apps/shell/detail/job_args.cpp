@@ -20,7 +20,7 @@ constexpr const char* fn = "rw.job_create";
 constexpr const char* fields =
   "name, workers, consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
   "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, worker_racks, "
-  "join_timeout_ms, restore, checkpoint_every, checkpoint_dir";
+  "join_timeout_ms, restore, checkpoint_every, checkpoint_dir, replicas";
 constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, lars";
 
 [[noreturn]] void refuse(const std::string& what) {
@@ -166,6 +166,13 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
       refuse(fmt::format("checkpoint_every must be a positive whole number of clocks, got {}",
                          describe_value(L, -1)));
     req.placement.checkpoint_every = every;
+  } else if (key == "replicas") {
+    uint32_t n = 0;
+    if (!whole_u32(L, n) || n > 1)
+      refuse(fmt::format("replicas must be 0 or 1 (each chunk also served by the next node "
+                         "of the ring, which takes over if its home dies), got {}",
+                         describe_value(L, -1)));
+    req.placement.replicas = static_cast<int32_t>(n);
   } else if (key == "reduction") {
     req.placement.reduction =
       string_field(L, key, "how the job reduces across nodes: auto, flat or hierarchical");

@@ -120,6 +120,7 @@ void push_job(lua_State* L, const actors::job_report& job) {
   set_strings(L, "node_endpoints", job.layout.addresses);
   set_strings(L, "racks", job.layout.racks);
   set(L, "ring_version", job.layout.ring_version);
+  set(L, "replicas", job.layout.replicas);
   set(L, "reduction", job.layout.reduction);
   set(L, "plan", job.layout.plan);
   // Hierarchical: each rank's rack, once known (a job placed at join: once every rank

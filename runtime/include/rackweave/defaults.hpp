@@ -77,6 +77,9 @@ constexpr uint32_t probe_retry_ms = 10'000;
 constexpr size_t cache_line = 64;
 /// How long a checkpoint may wait for its clock and for every node's file.
 constexpr uint32_t checkpoint_timeout_ms = 300'000;
+/// Replicas of each chunk of a flat BSP job on several nodes, unless the job says
+/// (rw.job_create{replicas = 0 | 1}).
+constexpr uint32_t replicas = 1;
 /// How long a moving job's chunks may take to settle at a clock boundary (a drain);
 /// past it the move is given up and the job goes on where it was.
 constexpr uint32_t move_settle_timeout_ms = 10'000;

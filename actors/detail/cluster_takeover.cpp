@@ -1,0 +1,98 @@
+// Node failover by replicas: a flat BSP job created with replicas = 1 has every chunk
+// served by its home and by its replica (the next other node on the ring), which
+// counts every push as the home does and answers nobody. When a node dies, the ring
+// without it homes each of its chunks exactly at that replica (consistent hashing), so
+// nothing moves: every node left keeps the chunks it served, state and step in progress
+// included, and the replicas of the dead node's chunks answer from now on. Two phases
+// over the nodes left: takeover (each takes the new routes), then reroute (its workers
+// hear the new ring and send again what is unanswered; pushes a replica had counted
+// are dropped and answered as the first were). The job goes on without replicas (a
+// second node's death fails it, or restarts it from a checkpoint); re-replicating onto
+// the nodes left is not built.
+
+#include <algorithm>
+#include <chrono>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/detail/cluster_ask.hpp"
+
+namespace rw::actors::detail {
+
+bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& why) {
+  auto& st = self->state;
+  auto it = st.jobs.find(id);
+  if (it == st.jobs.end())
+    return false;
+  auto& j = it->second;
+  auto& before = j.report.layout;
+  if (before.replicas == 0 || is_hierarchical(before) || j.report.state != "running")
+    return false;
+  job_layout next = before;
+  next.nodes.clear();
+  next.addresses.clear();
+  next.racks.clear();
+  std::vector<uint32_t> kept;
+  for (size_t i = 0; i < j.node_ids.size(); ++i) {
+    if (j.node_ids[i] == dead)
+      continue;
+    if (st.nodes.count(j.node_ids[i]) == 0)
+      return false; // another of its nodes is gone too: the replicas may be with it
+    kept.push_back(j.node_ids[i]);
+    next.nodes.push_back(before.nodes.at(i));
+    if (i < before.addresses.size())
+      next.addresses.push_back(before.addresses[i]);
+    if (i < before.racks.size())
+      next.racks.push_back(before.racks[i]);
+  }
+  if (kept.empty() || kept.size() == j.node_ids.size())
+    return false;
+  next.ring_version = before.ring_version + 1;
+  next.replicas = 0;
+  next.plan = before.plan + "; replicas took over from a dead node";
+  auto name = j.report.name;
+  spdlog::warn("node failover: job='{}' id={}: {}; the replicas on [{}] take over its chunks "
+               "(ring version {})",
+               name, id, why, fmt::join(next.nodes, ","), next.ring_version);
+  // From here the job lives on the nodes left (a second loss meanwhile fails it).
+  j.report.layout = next;
+  j.node_ids = kept;
+  j.node_news.erase(dead);
+  j.report.node = next.nodes.front();
+  if (auto m = st.nodes.find(kept.front()); m != st.nodes.end())
+    j.report.endpoints = m->second.info.endpoints;
+  save_job(self, id);
+  auto t0 = std::chrono::steady_clock::now();
+  ask_each<ok_atom>(
+    self, kept,
+    std::chrono::milliseconds(defaults::shard_setup_timeout_ms) + st.settings.node_request_timeout,
+    "took over the dead node's chunks",
+    [=](auto&, std::vector<std::string>& failures) {
+      if (!failures.empty()) {
+        fail_job(self, id,
+                 fmt::format("{}; the replicas could not take over: {}", why,
+                             fmt::join(failures, "; ")));
+        return;
+      }
+      ask_each<ok_atom>(
+        self, kept, self->state.settings.node_request_timeout, "told its workers the new ring",
+        [=](auto&, std::vector<std::string>& failures) {
+          for (auto& f : failures)
+            spdlog::warn("job '{}': {}", name, f);
+          spdlog::warn("job taken over: job='{}' id={}: it goes on on [{}] (ring version {}, "
+                       "no replicas now) {} ms after the node's loss was noticed",
+                       name, id, fmt::join(next.nodes, ","), next.ring_version,
+                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count());
+        },
+        reroute_atom::value, id, next);
+    },
+    takeover_atom::value, id, next);
+  return true;
+}
+
+} // namespace rw::actors::detail

@@ -1,0 +1,86 @@
+// Node failover by replicas on 127.0.0.1: a flat BSP job over three nodes keeps every
+// chunk on its home and on its replica (replicas = 1, the default). A node is killed
+// (kill -9) mid-training: the replicas of its chunks, which counted every push as their
+// home did, take over; the workers keep their processes, re-route and re-send what was
+// unanswered, and end bitwise at the single-process reference. One worker pushes and
+// then pulls: its pushes are acked by the home before the step completes, and the
+// replica has them too, so none is lost.
+
+#include <csignal>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "tests/integration/rack_cluster.hpp"
+
+using namespace rw;
+
+namespace {
+
+using testing::rack_cluster;
+using run = testing::worker_process;
+using testing::finish;
+
+std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
+                           const std::string& token, bool split, const std::string& optimizer) {
+  auto w = std::make_unique<run>();
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
+                                "--rank", std::to_string(rank), "--workers", "2",
+                                "--optimizer", optimizer, "--steps", "30", "--token", token,
+                                "--out", w->out_path, "--verify", "--transport", "tcp",
+                                "--step-delay-ms", "40"};
+  if (split)
+    argv.push_back("--split");
+  w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
+  return w;
+}
+
+} // namespace
+
+TEST_CASE("a node killed mid-training: its chunks' replicas take over, no worker restarts, "
+          "bitwise",
+          "[integration][failover]") {
+  auto optimizer = GENERATE(std::string("adam"), std::string("lamb"));
+  rack_cluster c{{"a", "b", "c"}};
+  std::string err;
+  auto token = c.create("kept", 2, optimizer, "racks = {'a', 'b', 'c'}, reduction = 'flat'",
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  auto before = c.shell("print(rw.job_status('kept').replicas)");
+  CHECK(before.out == "1\n");
+  std::vector<std::unique_ptr<run>> ws;
+  ws.push_back(start(c.nodes[0]->address(), "kept", 0, token, false, optimizer));
+  ws.push_back(start(c.nodes[1]->address(), "kept", 1, token, true, optimizer));
+  auto at = c.shell("rw.wait('kept', 6, {timeout = 60}); print('ok')");
+  INFO(at.err);
+  REQUIRE(at.out == "ok\n");
+  c.nodes[2]->process().signal(SIGKILL);
+  for (auto& w : ws) {
+    auto [code, out] = finish(*w);
+    INFO(out);
+    CHECK(code == std::optional<int>{0});
+    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
+    CHECK_THAT(out, Catch::Contains("moved to nodes [n0,n1] (ring version 2)"));
+  }
+  CHECK(c.coordinator.wait_for_log("job taken over: job='kept'", std::chrono::seconds(5)));
+  auto status = c.shell("local j = rw.job_status('kept'); print(#j.nodes, j.ring_version, "
+                        "j.replicas)");
+  INFO(status.err);
+  CHECK(status.out == "2\t2\t0\n");
+}
+
+TEST_CASE("replicas are refused where they cannot work, and counted once in job status",
+          "[integration][failover]") {
+  rack_cluster c{{"a", "b"}};
+  std::string err;
+  CHECK(c.create("one", 1, "sgd", "node = 'n0', replicas = 1", &err).empty());
+  CHECK_THAT(err, Catch::Contains("replicas = 1 needs a flat BSP job on two nodes or more"));
+  CHECK(c.create("ssp", 2, "sgd", "racks = {'a', 'b'}, consistency = 'ssp:1', replicas = 1",
+                 &err)
+          .empty());
+  CHECK(c.create("bad", 2, "sgd", "racks = {'a', 'b'}, replicas = 2", &err).empty());
+  CHECK_THAT(err, Catch::Contains("replicas must be 0 or 1"));
+  auto solo = c.shell("print(rw.job_create{name = 'solo', workers = 1, node = 'n0'}.replicas)");
+  CHECK(solo.out == "0\n");
+}
