@@ -69,9 +69,9 @@ int run_driver(comm_args a, const std::string& command) {
     throw std::invalid_argument(fmt::format("--rack names {} racks for {} workers: give one "
                                             "for all, or one per worker",
                                             rack_options.size(), a.workers));
-  if (a.open_job && (!racks.empty() || a.reduction != "auto"))
-    throw std::invalid_argument("--open-job runs on one node: it takes no --worker-racks or "
-                                "--reduction");
+  if (a.open_job && (!racks.empty() || a.reduction != "auto" || a.replicas >= 0))
+    throw std::invalid_argument("--open-job runs on one node: it takes no --worker-racks, "
+                                "--reduction or --replicas");
   std::unique_ptr<rw::bench::cluster_job> job;
   if (!a.open_job) {
     rw::bench::cluster_job_request req;
@@ -81,6 +81,7 @@ int run_driver(comm_args a, const std::string& command) {
     req.worker_racks = racks;
     req.rack_options = rack_options;
     req.reduction = a.reduction;
+    req.replicas = a.replicas;
     job = std::make_unique<rw::bench::cluster_job>(req);
   }
   const std::vector<std::string> one_node{"(open job)"};
@@ -270,6 +271,10 @@ int main(int argc, char** argv) {
                    "how the job reduces across its nodes: auto, flat or hierarchical")
     ->check(CLI::IsMember({"auto", "flat", "hierarchical"}))
     ->capture_default_str();
+  comm->add_option("--replicas", a.replicas,
+                   "0 or 1: each chunk of a flat BSP job on several nodes also served by "
+                   "the next node of the ring (default: the coordinator's, 1)")
+    ->check(CLI::Range(0, 1));
   auto* worker = app.add_subcommand("comm-worker", "one worker of `comm` (internal)");
   worker->group(""); // hidden
   add_common(worker, a);

@@ -18,7 +18,8 @@ namespace rw::actors::detail {
 namespace {
 
 // A job's report is kept as CAF's binary form of rw::job_report (its inspect overload
-// in cluster_messages.hpp): a change there is a change of schema version.
+// in cluster_messages.hpp): a change there is a change of schema version, or (as for
+// job_layout's replicas, added at the end of its fields) a fallback in decode().
 const char* schema_sql = R"(
 CREATE TABLE schema_version (version INTEGER NOT NULL);
 CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -86,12 +87,44 @@ std::vector<char> encode(const job_report& report) {
   return buf;
 }
 
-bool decode(const void* data, int size, job_report& out) {
+// A report written before job_layout had `replicas` (its binary form ends without it):
+// read field by field as it was, the job without replicas.
+struct layout_before_replicas {
+  job_layout* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, layout_before_replicas& l) {
+  auto& x = *l.x;
+  return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks, x.vnodes,
+           x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms);
+}
+struct report_before_replicas {
+  job_report* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, report_before_replicas& r) {
+  auto& x = *r.x;
+  layout_before_replicas layout{&x.layout};
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
+           x.endpoints, layout, x.spec, x.created_unix_ms, x.started_unix_ms,
+           x.ended_unix_ms, x.ranks);
+}
+
+template <class T>
+bool decode_as(const void* data, int size, T&& out) {
   caf::binary_deserializer source{nullptr, static_cast<const char*>(data),
                                   static_cast<size_t>(size)};
   if (auto err = source(out))
     return false;
   return source.remaining() == 0;
+}
+
+bool decode(const void* data, int size, job_report& out) {
+  if (decode_as(data, size, out))
+    return true;
+  out = job_report{};
+  report_before_replicas old{&out};
+  return decode_as(data, size, old);
 }
 
 } // namespace

@@ -30,6 +30,7 @@ struct comm_args {
   bool open_job = false;  // join an --open-jobs node's job without the coordinator
   std::string worker_racks;   // comma-separated rack per rank
   std::string reduction = "auto";
+  int replicas = -1;          // -1: the coordinator's default
   std::string secret_file;    // --cluster-secret-file
   uint32_t rank = 0;      // comm-worker only
   std::string stop_file;  // comm-worker only: the pacing worker creates it when done

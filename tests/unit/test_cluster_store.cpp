@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <caf/binary_serializer.hpp>
 #include <catch2/catch.hpp>
 #include <sqlite3.h>
 
@@ -45,6 +46,7 @@ stored_job make_job(uint32_t id, const std::string& name, const std::string& sta
   r.layout.rank_racks = {0, 0, 1, 1};
   r.layout.plan = "auto: hierarchical; link-bound time per GiB";
   r.layout.join_timeout_ms = 20000;
+  r.layout.replicas = id % 2;
   r.spec.name = name;
   r.spec.num_workers = 4;
   r.spec.chunk_bytes = 4096;
@@ -81,6 +83,7 @@ void check_same(const stored_job& a, const stored_job& b) {
   CHECK(x.layout.ring_version == y.layout.ring_version);
   CHECK(x.layout.reduction == y.layout.reduction);
   CHECK(x.layout.rank_racks == y.layout.rank_racks);
+  CHECK(x.layout.replicas == y.layout.replicas);
   CHECK(x.layout.plan == y.layout.plan);
   CHECK(x.layout.join_timeout_ms == y.layout.join_timeout_ms);
   CHECK(describe_mismatch(x.spec, y.spec).empty());
@@ -270,5 +273,67 @@ TEST_CASE("a schema-1 state database is brought to schema 2 and keeps its jobs",
   REQUIRE(store->save_job(job, 4) == "");
   REQUIRE(store->load(back, err));
   check_same(job, back.jobs[0]);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+namespace {
+
+// job_report as a build before job_layout's `replicas` wrote it.
+struct old_layout {
+  job_layout* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, old_layout& l) {
+  auto& x = *l.x;
+  return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks, x.vnodes,
+           x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms);
+}
+struct old_report {
+  job_report* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, old_report& r) {
+  auto& x = *r.x;
+  old_layout layout{&x.layout};
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
+           x.endpoints, layout, x.spec, x.created_unix_ms, x.started_unix_ms,
+           x.ended_unix_ms, x.ranks);
+}
+
+} // namespace
+
+TEST_CASE("a job written before replicas existed is read back without replicas",
+          "[cluster_store]") {
+  auto path = scratch("pre-replicas.db");
+  auto job = make_job(5, "older", "running");
+  {
+    std::string err;
+    auto store = cluster_store::open(path, err);
+    REQUIRE(store);
+    REQUIRE(store->save_job(job, 6) == "");
+  }
+  job.report.layout.replicas = 0;
+  { // Its report as the older build encoded it.
+    std::vector<char> blob;
+    caf::binary_serializer sink{nullptr, blob};
+    old_report old{&job.report};
+    REQUIRE(!sink(old));
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, "UPDATE jobs SET report = ?", -1, &st, nullptr) == SQLITE_OK);
+    sqlite3_bind_blob(st, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    CHECK(sqlite3_step(st) == SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+  }
+  std::string err;
+  auto store = cluster_store::open(path, err);
+  REQUIRE(store);
+  stored_registry back;
+  REQUIRE(store->load(back, err));
+  REQUIRE(back.jobs.size() == 1);
+  check_same(job, back.jobs[0]);
+  CHECK(back.jobs[0].report.layout.replicas == 0);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
