@@ -249,6 +249,11 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
       return relay<ok_atom>(self, reroute_atom::value, id, std::move(next));
     },
     [=](thaw_atom, uint32_t id) { return relay<ok_atom>(self, thaw_atom::value, id); },
+    [=](drain_atom) {
+      // The node is told to stop (SIGTERM): its jobs move off it first.
+      return ask<std::string>(self, std::chrono::milliseconds(defaults::drain_timeout_ms),
+                              drain_atom::value, self->state.settings.node.name);
+    },
     [=](takeover_atom, uint32_t id, job_layout& next) {
       return relay_within<ok_atom>(
         self, std::chrono::milliseconds(defaults::shard_setup_timeout_ms), takeover_atom::value,

@@ -52,6 +52,7 @@ using cluster_link_actor = node_link_actor::extend<
   caf::replies_to<where_atom, std::string>::with<job_layout>,
   caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
   caf::replies_to<leave_atom>::with<ok_atom>,
+  caf::replies_to<drain_atom>::with<std::string>,
   caf::reacts_to<tick_atom>>;
 
 struct link_settings {

@@ -240,6 +240,19 @@ rack_agg_node::~rack_agg_node() {
   stop();
 }
 
+std::string rack_agg_node::drain() {
+  if (!link_)
+    return "not in a cluster: nothing to drain";
+  caf::scoped_actor self{sys_};
+  std::string out;
+  self
+    ->request(link_, std::chrono::milliseconds(defaults::drain_timeout_ms) + std::chrono::seconds(5),
+              drain_atom::value)
+    .receive([&](std::string& done) { out = std::move(done); },
+             [&](caf::error& err) { out = "the drain failed: " + describe(sys_, err); });
+  return out;
+}
+
 void rack_agg_node::stop() {
   if (stopped_)
     return;

@@ -52,6 +52,10 @@ public:
   const nic_poller_actor& shm_poller() const noexcept {
     return shm_poller_;
   }
+  /// Drains this node at the cluster coordinator (rw.node_drain): it takes no new jobs
+  /// and its flat BSP jobs move off it. Blocks until done; returns what moved and what
+  /// stayed, or why it could not (not in a cluster, the coordinator unreachable).
+  std::string drain();
   const runtime::placement& plan() const noexcept {
     return plan_;
   }

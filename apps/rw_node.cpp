@@ -2,6 +2,7 @@
 // also has a key in the TOML file given with --config (see config/rack-agg.toml).
 
 #include <csignal>
+#include <future>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -42,7 +43,11 @@ const char* description =
   "are --uplink-gbps, else the NIC's reported speed, else as fast as the core link).\n"
   "A probe that fails falls back to equal links; the plan says where every number\n"
   "came from (rw.job_status(name).plan, and the coordinator's log).\n\n"
-  "Stops cleanly on SIGINT or SIGTERM. Logs go to stderr.";
+  "Stops on SIGINT at once (its jobs' workers see it go; jobs with replicas go on\n"
+  "without it). On SIGTERM a rack-agg in a cluster drains itself first, as\n"
+  "rw.node_drain does: it takes no new jobs, and every flat BSP job on it and other\n"
+  "nodes moves its chunks, with their state, to the other nodes while it trains\n"
+  "(up to 120 s; a second SIGTERM or SIGINT stops at once). Logs go to stderr.";
 
 } // namespace
 
@@ -108,6 +113,23 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("node stopping: {}", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  if (sig == SIGTERM && node) {
+    // Its jobs move off it first; another signal meanwhile stops it at once.
+    spdlog::info("node draining: its jobs move to the other nodes before it stops");
+    auto drained = std::async(std::launch::async, [&] { return node->drain(); });
+    bool again = false;
+    while (!again && drained.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
+      timespec tick{0, 100'000'000};
+      again = sigtimedwait(&signals, nullptr, &tick) > 0;
+    }
+    if (again) {
+      spdlog::warn("node stopping at once: a second signal came during the drain");
+      node->stop(); // its cluster link goes: the drain's request fails at once
+      drained.wait();
+    } else {
+      spdlog::info("{}", drained.get());
+    }
+  }
   if (node)
     node->stop();
   if (coordinator)

@@ -6,6 +6,7 @@
 // push counted on a chunk that settles is never lost. The drained node takes no new
 // jobs; a job on it alone stays, and the drain says why.
 
+#include <csignal>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -82,4 +83,32 @@ TEST_CASE("draining an unknown node is a clear error", "[integration][failover]"
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Catch::Contains("no live node is named 'nowhere'"));
   CHECK_THAT(r.err, Catch::Contains("n0"));
+}
+
+TEST_CASE("SIGTERM on a node that holds chunks drains it before it stops",
+          "[integration][failover]") {
+  rack_cluster c{{"a", "b", "c"}};
+  std::string err;
+  auto token = c.create("leaving", 2, "adam", "racks = {'a', 'b', 'c'}, reduction = 'flat'",
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  std::vector<std::unique_ptr<run>> ws;
+  ws.push_back(start(c.nodes[0]->address(), "leaving", 0, token, false, "adam"));
+  ws.push_back(start(c.nodes[1]->address(), "leaving", 1, token, true, "adam"));
+  auto at = c.shell("rw.wait('leaving', 6, {timeout = 60}); print('ok')");
+  REQUIRE(at.out == "ok\n");
+  c.nodes[2]->process().signal(SIGTERM);
+  auto code = c.nodes[2]->process().wait_until(std::chrono::steady_clock::now()
+                                               + std::chrono::seconds(60));
+  CHECK(code == std::optional<int>{0});
+  INFO(c.nodes[2]->log());
+  CHECK_THAT(c.nodes[2]->log(), Catch::Contains("node n2 drained in"));
+  CHECK_THAT(c.nodes[2]->log(), Catch::Contains("moved 1 job(s): leaving: moved to [n0,n1]"));
+  for (auto& w : ws) {
+    auto [rc, out] = finish(*w);
+    INFO(out);
+    CHECK(rc == std::optional<int>{0});
+    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
+  }
 }

@@ -80,6 +80,8 @@ constexpr uint32_t checkpoint_timeout_ms = 300'000;
 /// Replicas of each chunk of a flat BSP job on several nodes, unless the job says
 /// (rw.job_create{replicas = 0 | 1}).
 constexpr uint32_t replicas = 1;
+/// How long a node told to stop (SIGTERM) waits for its jobs to move off it.
+constexpr uint32_t drain_timeout_ms = 120'000;
 /// How long a moving job's chunks may take to settle at a clock boundary (a drain);
 /// past it the move is given up and the job goes on where it was.
 constexpr uint32_t move_settle_timeout_ms = 10'000;
