@@ -83,6 +83,15 @@ void answer_ready(shard_state& st, uint32_t job_id, shard_job& job, uint32_t ten
     send_update(st, job_id, job, tensor, chunk, cs, w, transports::flag_subscribe);
 }
 
+// A replica counted (or had counted) a push or init: it says so, so the worker's
+// operation waits for its replica too (transports::flag_replica).
+void replica_ack(const transports::connection_ptr& conn, frame_header hdr) {
+  hdr.kind = frame_kind::ack;
+  hdr.flags = transports::flag_replica;
+  hdr.payload_bytes = 0;
+  conn->send(hdr);
+}
+
 // A request about to wait for an answer, stamped so its wait is counted.
 detail::waiter waiting(detail::waiter w) {
   w.since = clock_type::now();
@@ -166,6 +175,13 @@ shard_job* find_job(shard_ptr self, uint32_t job_id, const transports::connectio
   }
   refuse_missing_job(st, conn, about(job_id, rank, tensor, chunk, clock));
   return nullptr;
+}
+
+// Whether a push or init was routed by a ring the job has left: dropped unanswered
+// (a home would count what the new ring's replica never sees); the worker sends it
+// again by the new ring after the reroute.
+bool stale_ring(const shard_job& job, const chunk_push& p) {
+  return p.ring != 0 && p.ring < static_cast<uint32_t>(job.ring_version);
 }
 
 // A periodic checkpoint's copies of every chunk here, for the coordinator to write.
@@ -297,7 +313,7 @@ void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version
 void on_push(shard_ptr self, chunk_push& p) {
   auto& st = self->state;
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
-  if (job == nullptr)
+  if (job == nullptr || stale_ring(*job, p))
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, p.clock);
@@ -337,8 +353,10 @@ void on_push(shard_ptr self, chunk_push& p) {
       // everywhere; a proxy re-sends what it had no answer to): dropped, and answered
       // as the first push was.
       ++st.book->stats.duplicates;
-      if (!owned)
+      if (!owned) {
+        replica_ack(p.conn, hdr);
         return;
+      }
       if (p.want_result) {
         cs.wait(waiting(cs.push_waiter(p.conn, p.rank, p.clock)));
         answer_ready(st, p.job_id, *job, p.tensor, p.chunk, cs);
@@ -367,7 +385,7 @@ void on_push(shard_ptr self, chunk_push& p) {
     counted.clock = std::max(counted.clock, p.clock + 1);
   }
   if (!owned) {
-    // counted only
+    replica_ack(p.conn, hdr); // counted; the home answers
   } else if (p.want_result) {
     cs.wait(waiting(cs.push_waiter(p.conn, p.rank, p.clock)));
   } else {
@@ -380,7 +398,7 @@ void on_push(shard_ptr self, chunk_push& p) {
 
 void on_init(shard_ptr self, chunk_push& p) {
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
-  if (job == nullptr)
+  if (job == nullptr || stale_ring(*job, p))
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, 0);
@@ -388,8 +406,10 @@ void on_init(shard_ptr self, chunk_push& p) {
   const bool owned = job->routes->is_owned(p.tensor, p.chunk); // replicas answer nobody
   bool repeated = p.rank == job->init_rank && tensor.has_init && cs.initialized();
   if (repeated) { // the init rank restarted and sends version 0 again: already set
-    if (!owned)
+    if (!owned) {
+      replica_ack(p.conn, hdr);
       return;
+    }
     auto ack = hdr;
     ack.kind = frame_kind::ack;
     p.conn->send(ack);
@@ -412,6 +432,8 @@ void on_init(shard_ptr self, chunk_push& p) {
     auto ack = hdr;
     ack.kind = frame_kind::ack;
     p.conn->send(ack);
+  } else {
+    replica_ack(p.conn, hdr);
   }
   run_steps(self, p.job_id, *job, p.tensor, p.chunk, cs);
   answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs);
@@ -573,6 +595,7 @@ caf::result<ok_atom> on_takeover(shard_ptr self, route_change& rc) {
   job.chunks = std::move(kept);
   job.owned_chunks = owned;
   job.routes = rc.routes;
+  job.ring_version = rc.ring_version;
   return ok_atom::value;
 }
 

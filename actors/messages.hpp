@@ -68,6 +68,7 @@ struct chunk_push {
   bool want_result; // push_pull: answer with the updated chunk, not an ack
   runtime::buffer_ref payload;
   transports::connection_ptr conn;
+  uint32_t ring = 0; // the ring version the worker routed it by (0: not stamped)
 };
 
 /// A request for a chunk at version >= min_version; or, with only_changed, for the
@@ -105,6 +106,9 @@ struct job_setup {
   /// Periodic checkpoints: every chunk is copied right after its step to each multiple
   /// of this clock (0: never), and the shard's copies go to the coordinator.
   uint64_t checkpoint_every = 0;
+  /// The job's ring version (several nodes): a push or init routed by an older ring is
+  /// dropped unanswered, and sent again by the new one.
+  uint64_t ring_version = 0;
 };
 
 /// A shard's chunks of a job at a checkpoint's clock (shared: it is not copied again
@@ -205,6 +209,7 @@ struct route_change {
   routing_ptr routes;
   std::vector<std::byte> payload;
   bool close = false;
+  uint64_t ring_version = 0; // the ring of `routes`
 };
 
 /// Per-poller placement and buffers, for logs and tests.

@@ -200,7 +200,7 @@ void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
   if (h.kind == frame_kind::push)
     b.clock = std::max(b.clock, h.clock);
   chunk_push p{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock,
-               (h.flags & transports::flag_want_result) != 0, std::move(payload), c};
+               (h.flags & transports::flag_want_result) != 0, std::move(payload), c, h.ring};
   auto& shard = st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)];
   if (h.kind == frame_kind::push)
     self_->send(shard, push_atom::value, std::move(p));
@@ -249,6 +249,9 @@ payload_target poller_sink::check_data(const connection_ptr& c, const frame_head
     return refuse(c, h, errc::bad_chunk,
                   fmt::format("chunk {} of tensor {} does not exist (it has {})",
                               h.chunk_index, h.tensor_id, layout.count()));
+  if (!b.routes->is_local(h.tensor_id, h.chunk_index) && b.previous
+      && b.previous->is_local(h.tensor_id, h.chunk_index))
+    return payload_target::dropped(); // sent by the ring the job just left: sent again
   if (!b.routes->is_local(h.tensor_id, h.chunk_index))
     return refuse(c, h, errc::bad_chunk,
                   fmt::format("chunk {}/{} of job {} is homed on another node of the job, "
@@ -375,10 +378,12 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       for (auto& [id, b] : st.book->bindings) {
         if (b.status != binding::joined || b.job_id != rc.job_id)
           continue;
-        if (rc.routes)
+        if (rc.routes && rc.routes != b.routes) {
+          b.previous = b.routes;
           b.routes = rc.routes;
-        if (b.shm_companion || !b.conn || !b.conn->is_open())
-          continue;
+        }
+        if (rc.payload.empty() || b.shm_companion || !b.conn || !b.conn->is_open())
+          continue; // new routes only: the reroute frame comes once every node has them
         transports::frame_header h;
         h.kind = transports::frame_kind::reroute;
         h.job_id = b.job_id;
@@ -391,9 +396,11 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       if (rc.close)
         for (auto& c : told)
           c->close();
-      spdlog::info("endpoint {}: job {}: {} worker connection(s) told the job's new nodes{}",
-                   st.ep->describe(), rc.job_id, told.size(),
-                   rc.close ? " and closed (the job left this node)" : "");
+      if (!rc.payload.empty())
+        spdlog::info("endpoint {}: job {}: {} worker connection(s) told the job's new nodes{}",
+                     st.ep->describe(), rc.job_id, told.size(),
+                     rc.close ? " and closed (the job left this node)" : "");
+      return ok_atom::value;
     },
     [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
       auto& st = self->state;

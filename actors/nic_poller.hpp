@@ -21,7 +21,9 @@
 //   supervisor -> poller   (replace_atom, index, shard)  shard `index` was restarted
 //   coordinator -> poller  (reroute_atom, route_change)  a job's routes changed (a
 //                          drain): its connections take the new routes and get a
-//                          `reroute` frame (and are closed if the job left the node)
+//                          `reroute` frame (and are closed if the job left the node);
+//                          answered once done, so frames read after the answer are
+//                          checked by the new routes
 //   anyone -> poller       (stats_atom) -> poller_stats   where it runs, its buffers
 //   node -> TCP poller     (shm_atom, shm poller, doorbell name)
 //                          colocated workers may offer shared memory: a hello naming a
@@ -61,7 +63,7 @@ using nic_poller_actor = caf::typed_actor<
   caf::replies_to<stats_atom>::with<poller_stats>,
   caf::reacts_to<shm_atom, caf::actor, std::string>,
   caf::reacts_to<adopt_atom, transports::connection_ptr, job_binding, uint32_t>,
-  caf::reacts_to<reroute_atom, route_change>>;
+  caf::replies_to<reroute_atom, route_change>::with<ok_atom>>;
 
 struct poller_settings {
   std::string node_name;

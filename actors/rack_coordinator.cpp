@@ -212,6 +212,7 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
                     job.init_rank, restored.empty() ? std::vector<runtime::checkpoint::chunk_record>{}
                                                     : std::move(restored[i]),
                     job.checkpoint_every};
+    setup.ring_version = job.layout.nodes.size() > 1 ? job.layout.ring_version : 0;
     self->request(st.shards[i], st.settings.shard_setup_timeout, create_atom::value,
                   std::move(setup), sink)
       .then(

@@ -132,18 +132,29 @@ void worker_link::stop(const std::string& why) {
 }
 
 void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst,
-                      uint64_t version, bool changes_only) {
+                      uint64_t version, bool changes_only, bool mirrored) {
   auto& s = *slots_[tensor];
+  auto count = layout(tensor).count();
+  auto r = routes();
   std::lock_guard<std::mutex> guard{s.mtx};
   s.seq = seq;
   s.expect_update = expect_update;
   s.dst = dst;
   s.version = version;
-  s.remaining = layout(tensor).count();
+  s.remaining = count;
   s.staleness = 0;
   s.changes_only = changes_only;
   s.changed = 0;
   std::fill(s.arrived.begin(), s.arrived.end(), 0);
+  s.mirror = mirrored && replicas_ > 0 && basis_;
+  s.push_clock = expect_update && version > 0 ? version - 1 : version;
+  s.mirrored.assign(count, 1);
+  if (s.mirror)
+    for (uint32_t c = 0; c < count; ++c)
+      if (r->replica_of(tensor, c) != UINT32_MAX) {
+        s.mirrored[c] = 0;
+        ++s.remaining;
+      }
 }
 
 void worker_link::set_subscription(uint32_t tensor, float* dst,
@@ -159,7 +170,8 @@ void worker_link::set_subscription(uint32_t tensor, float* dst,
 bool worker_link::chunk_arrived(uint32_t tensor, uint32_t chunk) const {
   auto& s = *slots_[tensor];
   std::lock_guard<std::mutex> guard{s.mtx};
-  return chunk < s.arrived.size() && s.arrived[chunk] != 0;
+  return chunk < s.arrived.size() && s.arrived[chunk] != 0
+         && (chunk >= s.mirrored.size() || s.mirrored[chunk] != 0);
 }
 
 uint64_t worker_link::published(slot& s, uint32_t chunk, uint64_t version) {
@@ -206,7 +218,20 @@ void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t 
   }
   s.staleness = std::max(s.staleness, staleness);
   s.changed += changed ? 1 : 0;
-  if (--s.remaining > 0)
+  --s.remaining;
+  finish_if_done(tensor, s);
+}
+
+void worker_link::mirror_done(uint32_t tensor, slot& s, uint32_t chunk) {
+  if (chunk >= s.mirrored.size() || s.mirrored[chunk] != 0)
+    return; // acked already (a re-sent push's repeat), or no replica awaited
+  s.mirrored[chunk] = 1;
+  --s.remaining;
+  finish_if_done(tensor, s);
+}
+
+void worker_link::finish_if_done(uint32_t tensor, slot& s) {
+  if (s.seq == 0 || s.remaining > 0)
     return;
   last_staleness_[tensor]->store(s.staleness, std::memory_order_release);
   last_changed_[tensor]->store(s.changed, std::memory_order_release);
@@ -237,6 +262,8 @@ payload_target worker_link::on_header(const transports::connection_ptr&,
   }
   if (h.tensor_id >= slots_.size() || h.chunk_index >= layout(h.tensor_id).count())
     return payload_target::dropped();
+  if (h.kind == frame_kind::ack && (h.flags & transports::flag_replica) != 0)
+    return h.payload_bytes == 0 ? payload_target::into(nullptr) : payload_target::dropped();
   auto& layout = this->layout(h.tensor_id);
   auto& s = *slots_[h.tensor_id];
   std::lock_guard<std::mutex> guard{s.mtx};
@@ -301,6 +328,11 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
   }
   auto& s = *slots_[h.tensor_id];
   std::unique_lock<std::mutex> guard{s.mtx};
+  if (h.kind == frame_kind::ack && (h.flags & transports::flag_replica) != 0) {
+    if (s.seq != 0 && s.mirror && h.clock == s.push_clock)
+      mirror_done(h.tensor_id, s, h.chunk_index);
+    return;
+  }
   if (h.kind == frame_kind::update && (h.flags & transports::flag_subscribe)) {
     auto whole = published(s, h.chunk_index, h.clock);
     guard.unlock(); // announce without the slot locked
@@ -320,7 +352,7 @@ void worker_link::on_reroute(uint32_t conn) {
                  why);
     return;
   }
-  if (msg.ring_version > ring_version_) {
+  if (msg.ring_version > ring_version_.load()) {
     if (!basis_) {
       spdlog::warn("worker rank {}: a reroute for a job on one node ignored", rank_);
       return;
@@ -335,8 +367,18 @@ void worker_link::on_reroute(uint32_t conn) {
         for (auto i = basis_->endpoint_base[n]; i < end; ++i)
           retired_[i].store(true, std::memory_order_release);
       }
-      std::atomic_store(&routes_, std::move(next));
-      ring_version_ = msg.ring_version;
+      std::atomic_store(&routes_, next);
+      ring_version_.store(msg.ring_version, std::memory_order_release);
+      // A chunk without a replica on the new ring: its ack is no longer awaited.
+      for (uint32_t t = 0; t < slots_.size(); ++t) {
+        auto& s = *slots_[t];
+        std::lock_guard<std::mutex> guard{s.mtx};
+        if (s.seq == 0 || !s.mirror)
+          continue;
+        for (uint32_t c = 0; c < s.mirrored.size(); ++c)
+          if (s.mirrored[c] == 0 && next->replica_of(t, c) == UINT32_MAX)
+            mirror_done(t, s, c);
+      }
       spdlog::info("worker rank {}: job {} moved to nodes [{}] (ring version {}): chunks go "
                    "to their new homes; what is unanswered is sent again",
                    rank_, job_id_, fmt::join(msg.nodes, ","), msg.ring_version);

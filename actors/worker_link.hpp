@@ -70,6 +70,10 @@ public:
   uint32_t replica_endpoint_of(uint32_t tensor, uint32_t chunk) const noexcept {
     return routes()->replica_connection_of(tensor, chunk);
   }
+  /// The ring version pushes are routed by, for their header (0: one node).
+  uint32_t ring_stamp() const noexcept {
+    return basis_ ? static_cast<uint32_t>(ring_version_.load(std::memory_order_acquire)) : 0;
+  }
   /// Whether connection `conn` leads to a node the job has left (a `reroute` said so,
   /// or, with replicas, the node's connection closed: the job goes on without it).
   bool retired(uint32_t conn) const noexcept {
@@ -98,15 +102,18 @@ public:
 
   /// Arms `tensor` for operation `seq`: expect `update` frames at version >=
   /// `version` into `dst` (expect_update), or `ack` frames for clock `version`. With
-  /// `changes_only`, an "unchanged" ack for version - 1 also completes a chunk.
+  /// `changes_only`, an "unchanged" ack for version - 1 also completes a chunk. With
+  /// `mirrored` (a push or init), each chunk that has a replica also waits for the
+  /// replica's ack (flag_replica) of that push.
   void arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst, uint64_t version,
-           bool changes_only = false);
+           bool changes_only = false, bool mirrored = false);
 
   /// Sets up a subscription: updates flagged as subscribed go into `dst`, and
   /// `on_version(v)` runs (on the receiver thread) once every chunk reached v.
   void set_subscription(uint32_t tensor, float* dst, std::function<void(uint64_t)> on_version);
 
-  /// Whether chunk `chunk` of the armed (or last) operation on `tensor` has its answer.
+  /// Whether chunk `chunk` of the armed (or last) operation on `tensor` has its answer
+  /// (and its replica's ack, where one is awaited).
   bool chunk_arrived(uint32_t tensor, uint32_t chunk) const;
   /// Whether (tensor, chunk) is served by shard `shard` of the node connection `conn`
   /// leads to (a `resend` frame's question).
@@ -148,6 +155,9 @@ private:
     bool changes_only = false;
     uint32_t changed = 0;
     std::vector<uint8_t> arrived; // by chunk, for the armed (or last) operation
+    bool mirror = false;           // replicas' acks awaited too
+    uint64_t push_clock = 0;       // the clock those acks carry
+    std::vector<uint8_t> mirrored; // by chunk: its replica acked (or it has none)
     // The tensor's subscription, if any.
     float* sub_dst = nullptr;
     std::function<void(uint64_t)> on_version;
@@ -163,6 +173,11 @@ private:
 
   // Called with the slot locked: one more chunk of the armed operation is in.
   void chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness, bool changed);
+  // Called with the slot locked: the replica of `chunk` acked the armed push.
+  void mirror_done(uint32_t tensor, slot& s, uint32_t chunk);
+  // Called with the slot locked, after an answer counted: completes the operation if
+  // nothing more is awaited.
+  void finish_if_done(uint32_t tensor, slot& s);
   // Whether an update (or an unchanged ack) about `clock` belongs to the armed operation.
   static bool belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock);
 
@@ -188,7 +203,7 @@ private:
   std::vector<std::byte> error_buf_;
   std::vector<std::byte> reroute_buf_;
   std::shared_ptr<const runtime::routes_basis> basis_;
-  uint64_t ring_version_ = 0; // the newest reroute taken (receiver thread)
+  std::atomic<uint64_t> ring_version_{0}; // the ring routed by (a reroute swaps it)
   uint32_t replicas_ = 0;     // the job keeps replicas: a node's loss is not the job's
   // Retires every connection of the node behind connection `conn` (its name in `node`);
   // false if no other connection is left open.

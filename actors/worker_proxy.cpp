@@ -140,6 +140,7 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
       break;
   }
   h.clock = op.kind == worker_op::pull ? op.min_version : clock;
+  h.ring = link.ring_stamp(); // routed by this ring (a node on a newer one drops it)
   if (op.kind == worker_op::pull && op.only_changed)
     h.flags = transports::flag_only_changed;
   if (op.kind == worker_op::pull && op.subscribe)
@@ -253,7 +254,8 @@ void start_next(proxy_ptr self, uint32_t t) {
     case worker_op::pull: version = op.only_changed ? op.min_version + 1 : op.min_version; break;
     case worker_op::push_pull: version = q.clock + 1; break;
   }
-  st.link->arm(t, q.seq, expect_update, op.dst, version, op.only_changed);
+  st.link->arm(t, q.seq, expect_update, op.dst, version, op.only_changed,
+               op.kind != worker_op::pull); // pushes and inits: replicas ack them too
   q.running_clock = q.clock;
   // A failed send: the receiver reports the close with its reason (lost_atom), which
   // fails `op`; with replicas the job may go on without that node (a reroute re-sends).

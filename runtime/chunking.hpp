@@ -176,9 +176,10 @@ public:
   uint32_t replica_connection_of(uint32_t tensor, uint32_t chunk) const noexcept;
   /// The node (in the job's node order) connection `conn` leads to.
   uint32_t node_of_connection(uint32_t conn) const noexcept;
-  /// Whether (tensor, chunk) is served by shard `shard` of node `node`.
+  /// Whether (tensor, chunk) is served by shard `shard` of node `node` (as its home, or
+  /// as its replica).
   bool served_by(uint32_t tensor, uint32_t chunk, uint32_t node, uint32_t shard) const noexcept {
-    return home_of(tensor, chunk) == node && tables_[node]->shard_of(tensor, chunk) == shard;
+    return node < tables_.size() && tables_[node]->shard_of(tensor, chunk) == shard;
   }
   const routing_table& table(uint32_t node) const {
     return *tables_.at(node);

@@ -35,6 +35,8 @@ enum FrameKind {
                  # worker re-sends every request of job `jobId` still unanswered for
                  # chunks that shard serves. A re-sent push it had counted is dropped
                  # and answered as the first was; a repeated answer is ignored. No payload.
+  reroute @18;   # node -> worker: the job's nodes changed (payload: control.capnp Reroute):
+                 # route by the new ring, send again what is unanswered
 }
 
 struct FrameHeader {
@@ -55,4 +57,8 @@ struct FrameHeader {
   clock @10 :UInt64;        # push: the worker's clock; pull/update: version
   staleness @11 :UInt32;    # update: how many clocks the slowest worker's pushes
                             # included in it are behind the reader's (0 under bsp)
+  ring @12 :UInt32;         # push, init (a job on several nodes): the ring version the
+                            # worker routed it by; a node whose job is on a newer ring
+                            # drops it unanswered (the worker sends it again by the new
+                            # ring after the `reroute`). 0: not stamped (one node)
 }

@@ -60,6 +60,7 @@ void encode(const frame_header& h, std::byte* out) {
   root.setPayloadBytes(h.payload_bytes);
   root.setClock(h.clock);
   root.setStaleness(h.staleness);
+  root.setRing(h.ring);
   auto segments = msg.getSegmentsForOutput();
   // One segment of exactly segment_words: the header's layout is fixed by the schema.
   uint32_t table[2] = {0, static_cast<uint32_t>(segment_words)};
@@ -106,6 +107,7 @@ errc decode(const std::byte* in, frame_header& out, std::string& why) {
     out.payload_bytes = root.getPayloadBytes();
     out.clock = root.getClock();
     out.staleness = root.getStaleness();
+    out.ring = root.getRing();
   } catch (const kj::Exception& e) {
     why = fmt::format("frame header does not decode: {}", e.getDescription().cStr());
     return errc::bad_frame;

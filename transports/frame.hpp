@@ -49,6 +49,11 @@ constexpr uint16_t flag_only_changed = 2;
 /// Flag bit: this pull subscribes to the chunk; updates it causes carry the same flag.
 constexpr uint16_t flag_subscribe = 4;
 
+/// Flag bit on an `ack`: from the chunk's replica (replicas = 1), which counted the push
+/// or init of `clock`. A worker's operation completes once the home has answered and
+/// the replica has acked, so no replica falls behind its home.
+constexpr uint16_t flag_replica = 8;
+
 /// One entry of a push_sparse payload.
 struct sparse_pair {
   uint32_t index; // within the chunk
@@ -67,6 +72,7 @@ struct frame_header {
   uint32_t payload_bytes = 0;
   uint64_t clock = 0;
   uint32_t staleness = 0;
+  uint32_t ring = 0; // push, init: the ring version routed by (0: not stamped)
 };
 
 constexpr size_t frame_header_bytes = 64;

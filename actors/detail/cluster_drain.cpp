@@ -1,17 +1,8 @@
 // rw.node_drain: a node leaves the jobs it serves while they train. The node takes no
-// new jobs; every flat BSP job on it and other nodes moves to the ring without it, one
-// job after another, in three phases over the job's nodes (the nodes' side:
-// detail/rack_moves.cpp):
-//   fence    every node settles its chunks of the job at a clock boundary (steps begun
-//            finish, none begins) and freezes them; the chunks the new ring homes
-//            elsewhere come back, per new home, as chunk files
-//   reshape  each node of the new ring rebuilds its part from the chunks it kept and
-//            those moved to it
-//   reroute  every node tells its workers the new ring; they send again what is
-//            unanswered; the drained node lets the job go
-// Consistent hashing moves only the chunks the drained node homed. A failed fence gives
-// the move up (every node thaws; the job goes on where it was); a failed reshape fails
-// the job, as its state is then split. The job's ring version goes one up.
+// new jobs; every flat BSP job on it and other nodes moves to the ring without it (the
+// ring version one up), one job after another (detail/cluster_move.cpp: fence, reshape,
+// reroute). Consistent hashing moves only the chunks the drained node served (with
+// replicas: each chunk's copy also goes to its new replica).
 
 #include <algorithm>
 #include <chrono>
@@ -62,10 +53,8 @@ void job_done(cluster_ptr self, std::shared_ptr<drain_run> run, std::string line
 }
 
 void move_job(cluster_ptr self, std::shared_ptr<drain_run> run, uint32_t id) {
-  auto& st = self->state;
-  auto& j = st.jobs.at(id);
-  auto name = j.report.name;
-  auto before = j.report.layout;
+  auto& j = self->state.jobs.at(id);
+  auto& before = j.report.layout;
   job_layout next = before;
   next.nodes.clear();
   next.addresses.clear();
@@ -82,81 +71,10 @@ void move_job(cluster_ptr self, std::shared_ptr<drain_run> run, uint32_t id) {
       next.racks.push_back(before.racks[i]);
   }
   next.ring_version = before.ring_version + 1;
-  auto all = j.node_ids;
-  auto t0 = steady_clock::now();
-  auto settle = std::chrono::milliseconds(defaults::move_settle_timeout_ms)
-                + 2 * st.settings.node_request_timeout;
-  spdlog::info("job moving: job='{}' id={}: off node {}, from [{}] to [{}] (ring version {})",
-               name, id, run->node, fmt::join(before.nodes, ","), fmt::join(next.nodes, ","),
-               next.ring_version);
-  ask_each<chunk_moves>(
-    self, all, settle, "settled its chunks",
-    [=](std::map<uint32_t, chunk_moves>& fenced, std::vector<std::string>& failures) {
-      auto& st = self->state;
-      if (st.jobs.count(id) == 0)
-        return job_done(self, run, fmt::format("{}: it ended while it settled", name), false);
-      if (!failures.empty()) {
-        auto why = fmt::format("the move was given up, the job goes on where it was: {}",
-                               fmt::join(failures, "; "));
-        spdlog::warn("job move failed: job='{}' id={}: {}", name, id, why);
-        ask_each<ok_atom>(self, all, st.settings.node_request_timeout, "thawed the job",
-                          [](auto&, auto&) {}, thaw_atom::value, id);
-        return job_done(self, run, fmt::format("{}: {}", name, why), false);
-      }
-      chunk_moves pooled;
-      size_t files = 0, bytes = 0;
-      for (auto& [from, m] : fenced)
-        for (auto& mv : m.moves) {
-          ++files;
-          bytes += mv.file.size();
-          pooled.moves.push_back(std::move(mv));
-        }
-      auto t1 = steady_clock::now();
-      ask_each<ok_atom>(
-        self, kept, std::chrono::milliseconds(defaults::shard_setup_timeout_ms)
-                      + st.settings.node_request_timeout,
-        "took its part of the moved job",
-        [=](auto&, std::vector<std::string>& failures) {
-          auto& st = self->state;
-          if (st.jobs.count(id) == 0)
-            return job_done(self, run, fmt::format("{}: it ended while it moved", name), false);
-          if (!failures.empty()) {
-            auto why = fmt::format("its chunks could not be rebuilt on the nodes left: {}",
-                                   fmt::join(failures, "; "));
-            fail_job(self, id, why);
-            return job_done(self, run, fmt::format("{}: failed: {}", name, why), false);
-          }
-          auto& j = st.jobs.at(id);
-          j.report.layout = next;
-          j.node_ids = kept;
-          j.report.node = next.nodes.front();
-          if (auto m = st.nodes.find(kept.front()); m != st.nodes.end())
-            j.report.endpoints = m->second.info.endpoints;
-          save_job(self, id);
-          ask_each<ok_atom>(
-            self, all, st.settings.node_request_timeout, "told its workers the new ring",
-            [=](auto&, std::vector<std::string>& failures) {
-              for (auto& f : failures)
-                spdlog::warn("job '{}': {}", name, f);
-              auto ms = [](auto a, auto b) {
-                return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
-              };
-              auto done = steady_clock::now();
-              spdlog::info("job moved: job='{}' id={}: off node {} to [{}] (ring version {}) "
-                           "in {} ms: settled in {} ms, {} chunk file(s) of {} bytes moved "
-                           "and rebuilt in {} ms",
-                           name, id, run->node, fmt::join(next.nodes, ","), next.ring_version,
-                           ms(t0, done), ms(t0, t1), files, bytes, ms(t1, done));
-              job_done(self, run,
-                       fmt::format("{}: moved to [{}] in {} ms ({} bytes of chunks)", name,
-                                   fmt::join(next.nodes, ","), ms(t0, done), bytes),
-                       true);
-            },
-            reroute_atom::value, id, next);
-        },
-        reshape_atom::value, id, next, std::move(pooled));
-    },
-    fence_atom::value, id, next);
+  move_job_to(self, id, next, kept, "off node " + run->node,
+              [self, run](std::string line, bool moved) {
+                job_done(self, run, std::move(line), moved);
+              });
 }
 
 void next_job(cluster_ptr self, std::shared_ptr<drain_run> run) {

@@ -182,6 +182,12 @@ bool restart_from_checkpoint(cluster_ptr self, uint32_t id, uint32_t dead,
 /// (its workers are not restarted). Returns false when it cannot.
 bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& why);
 
+// --- cluster_move.cpp -------------------------------------------------------------
+/// Moves running job `id` to the layout `next` (its nodes `kept`, by id, in ring
+/// order), `what` saying why in the logs; done(line, moved) once it has, or not.
+void move_job_to(cluster_ptr self, uint32_t id, job_layout next, std::vector<uint32_t> kept,
+                 std::string what, std::function<void(std::string, bool)> done);
+
 // --- cluster_drain.cpp ------------------------------------------------------------
 /// rw.node_drain: what moved off the node and what stayed, or a clear error.
 caf::result<std::string> drain_node(cluster_ptr self, const std::string& name);

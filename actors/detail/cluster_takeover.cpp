@@ -6,9 +6,11 @@
 // included, and the replicas of the dead node's chunks answer from now on. Two phases
 // over the nodes left: takeover (each takes the new routes), then reroute (its workers
 // hear the new ring and send again what is unanswered; pushes a replica had counted
-// are dropped and answered as the first were). The job goes on without replicas (a
-// second node's death fails it, or restarts it from a checkpoint); re-replicating onto
-// the nodes left is not built.
+// are dropped and answered as the first were). The job goes on without replicas; where
+// two nodes or more are left it then gets them back: a move to the same nodes with
+// replicas = 1 (detail/cluster_move.cpp) copies every chunk's state to its new replica
+// at a clock boundary, so a second node's death is survived too. (With one node left,
+// a second loss falls back to a checkpoint, or fails the job.)
 
 #include <algorithm>
 #include <chrono>
@@ -88,6 +90,18 @@ bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& 
                        std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::steady_clock::now() - t0)
                          .count());
+          if (kept.size() < 2)
+            return;
+          auto again = next;
+          again.ring_version = next.ring_version + 1;
+          again.replicas = 1;
+          move_job_to(self, id, again, kept, "its replicas made again after a takeover",
+                      [name](const std::string& line, bool moved) {
+                        if (moved)
+                          spdlog::info("job has replicas again: {}", line);
+                        else
+                          spdlog::warn("job '{}' goes on without replicas: {}", name, line);
+                      });
         },
         reroute_atom::value, id, next);
     },

@@ -36,6 +36,7 @@ struct binding {
   uint32_t rank = 0;
   uint32_t shard_rank = 0; // the rank the shards know it by (a rack job's: in the rack)
   routing_ptr routes;
+  routing_ptr previous; // the routes before the job's ring last changed (null: none)
   uint32_t chunk_bytes = 0;
   bool said_bye = false;
   uint64_t clock = 0;               // the latest clock this worker pushed

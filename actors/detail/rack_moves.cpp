@@ -8,6 +8,7 @@
 // optimizer state and version, so the result stays bitwise that of the job unmoved.
 
 #include <algorithm>
+#include <functional>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -37,9 +38,25 @@ caf::error no_job(const rack_state& st, uint32_t job_id) {
                                    st.settings.node_name, job_id));
 }
 
-void tell_pollers(rack_ptr self, route_change rc) {
-  for (auto& p : self->state.pollers)
-    self->send(caf::actor_cast<nic_poller_actor>(p), reroute_atom::value, rc);
+// Tells every poller; then() once all have taken it (a poller that does not answer
+// within the shard setup timeout is logged and not waited for).
+void tell_pollers(rack_ptr self, route_change rc, std::function<void()> then = [] {}) {
+  auto& pollers = self->state.pollers;
+  auto pending = std::make_shared<size_t>(pollers.size() + 1);
+  auto one = [pending, then] {
+    if (--*pending == 0)
+      then();
+  };
+  for (auto& p : pollers)
+    self->request(caf::actor_cast<nic_poller_actor>(p), self->state.settings.shard_setup_timeout,
+                  reroute_atom::value, rc)
+      .then([one](ok_atom) { one(); },
+            [one, job = rc.job_id](caf::error& err) {
+              spdlog::warn("job {}: a poller did not take the job's new routes: {}", job,
+                           to_string(err));
+              one();
+            });
+  one();
 }
 
 // Every shard has taken the new routes (or `failed` says why not).
@@ -62,9 +79,6 @@ void finish_takeover(rack_ptr self, caf::typed_response_promise<ok_atom> rp, uin
   job->node_index = index;
   if (auto g = st.grants.find(job->spec.name); g != st.grants.end())
     g->second.layout = next;
-  for (auto& p : st.pollers)
-    self->send(caf::actor_cast<nic_poller_actor>(p), reroute_atom::value,
-               route_change{job_id, routes, {}, false});
   spdlog::warn("job taken over: job='{}' id={} nodes=[{}] ring_version={}: {} chunk(s) "
                "homed here, {} of them were replicas of the dead node's; in {} us",
                job->spec.name, job_id, fmt::join(next.nodes, ","), next.ring_version,
@@ -72,7 +86,10 @@ void finish_takeover(rack_ptr self, caf::typed_response_promise<ok_atom> rp, uin
                std::chrono::duration_cast<std::chrono::microseconds>(
                  std::chrono::steady_clock::now() - started)
                  .count());
-  rp.deliver(ok_atom::value);
+  // Answered once the pollers check frames by the new routes: the workers hear of the
+  // new ring only after every node has answered.
+  tell_pollers(self, route_change{job_id, routes, {}, false},
+               [rp]() mutable { rp.deliver(ok_atom::value); });
 }
 
 std::vector<std::byte> reroute_payload(const job_layout& l) {
@@ -244,6 +261,7 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
     job_setup setup{job_id, job->spec, routes, i, nullptr, peers, nullptr, job->init_rank,
                     std::move(per_shard[i]), job->checkpoint_every};
+    setup.ring_version = next.ring_version;
     auto finish = [self, rp, pending, failed, job_id, next, routes, index, arrived]() mutable {
       if (--*pending > 0)
         return;
@@ -263,14 +281,15 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
       job->moving = false;
       if (auto g = st.grants.find(job->spec.name); g != st.grants.end())
         g->second.layout = next;
-      // Pushes the pollers route by the old table reach shards that drop them (not
-      // theirs any more); the workers send them again after the reroute.
-      tell_pollers(self, route_change{job_id, routes, {}, false});
       spdlog::info("job reshaped: job='{}' id={} nodes=[{}] ring_version={}: {} chunk(s) "
                    "homed here, {} of them moved here",
                    job->spec.name, job_id, fmt::join(next.nodes, ","), next.ring_version,
                    routes->local_chunks(), arrived);
-      rp.deliver(ok_atom::value);
+      // Pushes the pollers route by the old table reach shards that drop them (not
+      // theirs any more); the workers send them again after the reroute, which comes
+      // once every node's pollers have the new routes.
+      tell_pollers(self, route_change{job_id, routes, {}, false},
+                   [rp]() mutable { rp.deliver(ok_atom::value); });
     };
     self->request(st.shards[i], st.settings.shard_setup_timeout, reshape_atom::value,
                   std::move(setup))
@@ -326,7 +345,7 @@ caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layou
   auto started = std::chrono::steady_clock::now();
   for (uint32_t i = 0; i < st.shards.size(); ++i)
     self->request(st.shards[i], st.settings.shard_setup_timeout, takeover_atom::value,
-                  route_change{job_id, routes, {}, false})
+                  route_change{job_id, routes, {}, false, next.ring_version})
       .then(
         [=](ok_atom) mutable {
           if (--*pending == 0)

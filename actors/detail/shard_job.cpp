@@ -52,6 +52,7 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
   job.relay = std::move(setup.relay);
   job.init_rank = setup.init_rank;
   job.checkpoint_every = setup.checkpoint_every;
+  job.ring_version = setup.ring_version;
   // One NUMA-local arena for the job's chunks on this shard: per chunk, the
   // parameters (unless the job shares them with colocated workers) and the
   // optimizer's arrays, each starting on a cache line.

@@ -60,6 +60,7 @@ struct shard_job {
   // frozen: every request for it is dropped unanswered until it is reshaped or thawed.
   bool settling = false;
   bool frozen = false;
+  uint64_t ring_version = 0; // pushes and inits routed by an older ring are dropped
   std::optional<caf::typed_response_promise<chunk_snapshot>> settle_rp;
 };
 

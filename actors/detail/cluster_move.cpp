@@ -1,0 +1,113 @@
+// Moving a running job to a new layout (the ring of `next`: fewer nodes after a drain,
+// or the same nodes with replicas again after a takeover), the coordinator's side, in
+// three phases over the job's nodes (the nodes' side: detail/rack_moves.cpp):
+//   fence    every node of the job settles its chunks at a clock boundary (steps begun
+//            finish, none begins) and freezes them; the chunks the new ring has served
+//            elsewhere (their new home, and their new replica) come back, per node, as
+//            chunk files
+//   reshape  each node of the new ring rebuilds its part from the chunks it kept and
+//            those moved to it
+//   reroute  every node tells its workers the new ring; they send again what is
+//            unanswered; a node the new ring leaves out lets the job go
+// A failed fence gives the move up (every node thaws; the job goes on where it was); a
+// failed reshape fails the job, as its state is then split.
+
+#include <chrono>
+#include <functional>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/detail/cluster_ask.hpp"
+
+namespace rw::actors::detail {
+
+using steady_clock = std::chrono::steady_clock;
+
+void move_job_to(cluster_ptr self, uint32_t id, job_layout next, std::vector<uint32_t> kept,
+                 std::string what, std::function<void(std::string, bool)> done) {
+  auto& st = self->state;
+  auto& j = st.jobs.at(id);
+  auto name = j.report.name;
+  auto before = j.report.layout;
+  auto all = j.node_ids;
+  auto t0 = steady_clock::now();
+  auto settle = std::chrono::milliseconds(defaults::move_settle_timeout_ms)
+                + 2 * st.settings.node_request_timeout;
+  spdlog::info("job moving: job='{}' id={}: {}, from [{}] to [{}] (ring version {}, replicas "
+               "{})",
+               name, id, what, fmt::join(before.nodes, ","), fmt::join(next.nodes, ","),
+               next.ring_version, next.replicas);
+  ask_each<chunk_moves>(
+    self, all, settle, "settled its chunks",
+    [=](std::map<uint32_t, chunk_moves>& fenced, std::vector<std::string>& failures) {
+      auto& st = self->state;
+      if (st.jobs.count(id) == 0)
+        return done(fmt::format("{}: it ended while it settled", name), false);
+      if (!failures.empty()) {
+        auto why = fmt::format("the move was given up, the job goes on where it was: {}",
+                               fmt::join(failures, "; "));
+        spdlog::warn("job move failed: job='{}' id={}: {}", name, id, why);
+        ask_each<ok_atom>(self, all, st.settings.node_request_timeout, "thawed the job",
+                          [](auto&, auto&) {}, thaw_atom::value, id);
+        return done(fmt::format("{}: {}", name, why), false);
+      }
+      chunk_moves pooled;
+      size_t files = 0, bytes = 0;
+      for (auto& [from, m] : fenced)
+        for (auto& mv : m.moves) {
+          ++files;
+          bytes += mv.file.size();
+          pooled.moves.push_back(std::move(mv));
+        }
+      auto t1 = steady_clock::now();
+      ask_each<ok_atom>(
+        self, kept, std::chrono::milliseconds(defaults::shard_setup_timeout_ms)
+                      + st.settings.node_request_timeout,
+        "took its part of the moved job",
+        [=](auto&, std::vector<std::string>& failures) {
+          auto& st = self->state;
+          if (st.jobs.count(id) == 0)
+            return done(fmt::format("{}: it ended while it moved", name), false);
+          if (!failures.empty()) {
+            auto why = fmt::format("its chunks could not be rebuilt on the nodes left: {}",
+                                   fmt::join(failures, "; "));
+            fail_job(self, id, why);
+            return done(fmt::format("{}: failed: {}", name, why), false);
+          }
+          auto& j = st.jobs.at(id);
+          j.report.layout = next;
+          j.node_ids = kept;
+          j.report.node = next.nodes.front();
+          if (auto m = st.nodes.find(kept.front()); m != st.nodes.end())
+            j.report.endpoints = m->second.info.endpoints;
+          save_job(self, id);
+          ask_each<ok_atom>(
+            self, all, st.settings.node_request_timeout, "told its workers the new ring",
+            [=](auto&, std::vector<std::string>& failures) {
+              for (auto& f : failures)
+                spdlog::warn("job '{}': {}", name, f);
+              auto ms = [](auto a, auto b) {
+                return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
+              };
+              auto end = steady_clock::now();
+              spdlog::info("job moved: job='{}' id={}: {} to [{}] (ring version {}, replicas {}) "
+                           "in {} ms: settled in {} ms, {} chunk file(s) of {} bytes moved "
+                           "and rebuilt in {} ms",
+                           name, id, what, fmt::join(next.nodes, ","), next.ring_version,
+                           next.replicas,
+                           ms(t0, end), ms(t0, t1), files, bytes, ms(t1, end));
+              done(fmt::format("{}: moved to [{}] in {} ms ({} bytes of chunks)", name,
+                               fmt::join(next.nodes, ","), ms(t0, end), bytes),
+                   true);
+            },
+            reroute_atom::value, id, next);
+        },
+        reshape_atom::value, id, next, std::move(pooled));
+    },
+    fence_atom::value, id, next);
+}
+
+} // namespace rw::actors::detail
