@@ -323,7 +323,8 @@ done
   echo "## Failover: faults during training, bitwise against the fault-free run"
   echo
   echo "$(date -u +%Y-%m-%d), $(machine_facts); a --role coordinator (state database) and"
-  echo "rack-agg nodes n0 (rack a), n1 (rack b) on 127.0.0.1; every process on this one machine."
+  echo "rack-agg nodes n0 (rack a), n1 (rack b), n2 (rack c: the drain's job only) on 127.0.0.1;"
+  echo "every process on this one machine."
   echo
   echo "Command: \`$(invocation_of --workers "$workers" --bytes "$bytes" --steps "$steps" --at "$at")\`."
   echo "One BSP Adam job per fault, W = $workers over both nodes (flat, TCP), the test"
@@ -354,11 +355,12 @@ done
   echo
   echo "Takeover: kill -9 n1 under a job created with \`replicas = 1\` (every chunk also"
   echo "served by the next node of the ring, which counts every push as its home does and"
-  echo "answers nobody): the replicas on n0 take over its chunks, state and step in progress"
+  echo "only acks it): the replicas on n0 take over its chunks, state and step in progress"
   echo "included, and the workers go on without a restart (the job then has no replicas)."
   echo "What replicas cost without a fault: $replicated_ms ms per step against $step_ms,"
   echo "${replica_cost}x (verified: $([[ $replicated_ok == true ]] && echo yes || echo FAIL)); each"
-  echo "worker sends every gradient twice and each node sums its replicas' chunks too."
+  echo "worker sends every gradient twice, each node sums its replicas' chunks too, and a"
+  echo "push waits for its replica's ack (the target, 1.15x, is not met on this machine)."
   echo
   echo "Not measured: node join: $missing."
   echo "<!-- failover:end -->"
