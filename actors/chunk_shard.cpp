@@ -16,6 +16,7 @@
 #include "actors/detail/chunk_state.hpp"
 #include "actors/detail/shard_checkpoint.hpp"
 #include "actors/detail/shard_job.hpp"
+#include "actors/detail/shard_moves.hpp"
 #include "actors/rack_uplink.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
@@ -177,13 +178,6 @@ shard_job* find_job(shard_ptr self, uint32_t job_id, const transports::connectio
   return nullptr;
 }
 
-// Whether a push or init was routed by a ring the job has left: dropped unanswered
-// (a home would count what the new ring's replica never sees); the worker sends it
-// again by the new ring after the reroute.
-bool stale_ring(const shard_job& job, const chunk_push& p) {
-  return p.ring != 0 && p.ring < static_cast<uint32_t>(job.ring_version);
-}
-
 // A periodic checkpoint's copies of every chunk here, for the coordinator to write.
 void send_periodic(shard_ptr self, uint32_t job_id, shard_job& job, uint64_t clock,
                    chunk_snapshot snap) {
@@ -197,37 +191,10 @@ void send_periodic(shard_ptr self, uint32_t job_id, shard_job& job, uint64_t clo
 void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
                      uint32_t chunk, detail::chunk_state& cs);
 
-// A job moving: once each of its chunks here has settled, the copy asked for (and the
-// job freezes).
-void check_settled(shard_state& st, shard_job& job) {
-  if (!job.settling)
-    return;
-  bool all = true;
-  for_each_own_chunk(st, job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
-    all = !job.routes->is_owned(t, c) || cs.settled(); // replicas are rebuilt from homes
-    return all;
-  });
-  if (!all)
-    return;
-  chunk_snapshot snap;
-  snap.chunks = std::make_shared<std::vector<runtime::checkpoint::chunk_record>>();
-  for_each_own_chunk(st, job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
-    if (job.routes->is_owned(t, c))
-      snap.chunks->push_back(cs.snapshot(t, c));
-    return true;
-  });
-  job.settling = false;
-  job.frozen = true;
-  if (job.settle_rp) {
-    job.settle_rp->deliver(std::move(snap));
-    job.settle_rp.reset();
-  }
-}
-
 void run_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
                uint32_t chunk, detail::chunk_state& cs) {
   run_ready_steps(self, job_id, job, tensor, chunk, cs);
-  check_settled(self->state, job);
+  detail::check_settled(job, self->state.settings.index); // a moving job's chunks
 }
 
 void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
@@ -313,7 +280,7 @@ void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version
 void on_push(shard_ptr self, chunk_push& p) {
   auto& st = self->state;
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
-  if (job == nullptr || stale_ring(*job, p))
+  if (job == nullptr || detail::stale_ring(*job, p))
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, p.clock);
@@ -398,7 +365,7 @@ void on_push(shard_ptr self, chunk_push& p) {
 
 void on_init(shard_ptr self, chunk_push& p) {
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
-  if (job == nullptr || stale_ring(*job, p))
+  if (job == nullptr || detail::stale_ring(*job, p))
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, 0);
@@ -534,19 +501,13 @@ caf::result<chunk_snapshot> on_fence(shard_ptr self, uint32_t job_id) {
     return cluster_error(errc::unknown_job,
                          fmt::format("shard {} has no live job {}", st.settings.index, job_id));
   auto& job = it->second;
-  if (job.spec.consistency.model != consistency_spec::bsp || job.relay)
-    return cluster_error(errc::invalid_spec,
-                         fmt::format("job '{}' cannot move: only a flat BSP job's chunks "
-                                     "settle at a clock boundary",
-                                     job.spec.name));
-  if (job.settle_rp)
-    return cluster_error(errc::invalid_spec,
-                         fmt::format("job '{}' is moving already", job.spec.name));
+  if (auto why = detail::cannot_settle(job); !why.empty())
+    return cluster_error(errc::invalid_spec, why);
   auto rp = self->make_response_promise<chunk_snapshot>();
   job.settling = true;
   job.frozen = false;
   job.settle_rp = rp;
-  check_settled(st, job);
+  detail::check_settled(job, st.settings.index);
   return rp;
 }
 
@@ -575,27 +536,10 @@ caf::result<ok_atom> on_takeover(shard_ptr self, route_change& rc) {
   if (it == st.book->jobs.end())
     return cluster_error(errc::unknown_job, fmt::format("shard {} has no live job {}",
                                                         st.settings.index, rc.job_id));
-  auto& job = it->second;
-  auto& next = *rc.routes;
-  std::vector<detail::chunk_state> kept;
-  size_t owned = 0;
-  for (uint32_t t = 0; t < next.num_tensors(); ++t)
-    for (uint32_t c = 0; c < next.layout(t).count(); ++c) {
-      if (next.shard_of(t, c) != st.settings.index)
-        continue;
-      if (job.routes->shard_of(t, c) != st.settings.index)
-        return cluster_error(errc::internal,
-                             fmt::format("job '{}': chunk {}/{} was not served by shard {} "
-                                         "before the takeover",
-                                         job.spec.name, t, c, st.settings.index));
-      kept.push_back(std::move(job.chunks[job.routes->local_index(t, c)]));
-      owned += next.is_owned(t, c) ? 1 : 0;
-    }
-  st.book->stats.chunks -= job.chunks.size() - kept.size();
-  job.chunks = std::move(kept);
-  job.owned_chunks = owned;
-  job.routes = rc.routes;
-  job.ring_version = rc.ring_version;
+  size_t released = 0;
+  if (auto why = detail::retarget(it->second, st.settings.index, rc, released); !why.empty())
+    return cluster_error(errc::internal, why);
+  st.book->stats.chunks -= released;
   return ok_atom::value;
 }
 

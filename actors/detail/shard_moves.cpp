@@ -1,0 +1,80 @@
+#include "actors/detail/shard_moves.hpp"
+
+#include <fmt/format.h>
+
+namespace rw::actors::detail {
+
+namespace {
+
+// Calls fn(tensor, chunk, state) for each chunk of `job` on shard `index`, until fn
+// returns false.
+template <class Fn>
+void each_chunk(shard_job& job, uint32_t index, Fn fn) {
+  auto& routes = *job.routes;
+  for (uint32_t t = 0; t < routes.num_tensors(); ++t)
+    for (uint32_t c = 0; c < routes.layout(t).count(); ++c)
+      if (routes.shard_of(t, c) == index && !fn(t, c, job.chunks[routes.local_index(t, c)]))
+        return;
+}
+
+} // namespace
+
+std::string cannot_settle(const shard_job& job) {
+  if (job.spec.consistency.model != consistency_spec::bsp || job.relay)
+    return fmt::format("job '{}' cannot move: only a flat BSP job's chunks settle at a "
+                       "clock boundary",
+                       job.spec.name);
+  if (job.settle_rp)
+    return fmt::format("job '{}' is moving already", job.spec.name);
+  return {};
+}
+
+void check_settled(shard_job& job, uint32_t index) {
+  if (!job.settling)
+    return;
+  bool all = true;
+  each_chunk(job, index, [&](uint32_t t, uint32_t c, chunk_state& cs) {
+    all = !job.routes->is_owned(t, c) || cs.settled(); // replicas are rebuilt from homes
+    return all;
+  });
+  if (!all)
+    return;
+  chunk_snapshot snap;
+  snap.chunks = std::make_shared<std::vector<runtime::checkpoint::chunk_record>>();
+  each_chunk(job, index, [&](uint32_t t, uint32_t c, chunk_state& cs) {
+    if (job.routes->is_owned(t, c))
+      snap.chunks->push_back(cs.snapshot(t, c));
+    return true;
+  });
+  job.settling = false;
+  job.frozen = true;
+  if (job.settle_rp) {
+    job.settle_rp->deliver(std::move(snap));
+    job.settle_rp.reset();
+  }
+}
+
+std::string retarget(shard_job& job, uint32_t index, const route_change& rc, size_t& released) {
+  auto& next = *rc.routes;
+  std::vector<chunk_state> kept;
+  size_t owned = 0;
+  for (uint32_t t = 0; t < next.num_tensors(); ++t)
+    for (uint32_t c = 0; c < next.layout(t).count(); ++c) {
+      if (next.shard_of(t, c) != index)
+        continue;
+      if (job.routes->shard_of(t, c) != index)
+        return fmt::format("job '{}': chunk {}/{} was not served by shard {} before the "
+                           "takeover",
+                           job.spec.name, t, c, index);
+      kept.push_back(std::move(job.chunks[job.routes->local_index(t, c)]));
+      owned += next.is_owned(t, c) ? 1 : 0;
+    }
+  released = job.chunks.size() - kept.size();
+  job.chunks = std::move(kept);
+  job.owned_chunks = owned;
+  job.routes = rc.routes;
+  job.ring_version = rc.ring_version;
+  return {};
+}
+
+} // namespace rw::actors::detail

@@ -1,0 +1,33 @@
+#pragma once
+// A shard's side of a job changing nodes while it runs (chunk_shard.hpp: "fence",
+// "reshape", "takeover"): chunks settling at a clock boundary and the copy taken then,
+// chunks kept in place under new routes when a node died, and pushes routed by a ring
+// the job has left. Pure logic on a shard_job; the shard actor sends what comes out.
+
+#include <cstdint>
+#include <string>
+
+#include "actors/detail/shard_job.hpp"
+
+namespace rw::actors::detail {
+
+/// Whether a push or init was routed by a ring the job has left: the shard drops it
+/// unanswered (a home would count what the new ring's replica never sees); the worker
+/// sends it again by the new ring after the reroute.
+inline bool stale_ring(const shard_job& job, const chunk_push& p) {
+  return p.ring != 0 && p.ring < static_cast<uint32_t>(job.ring_version);
+}
+
+/// Why the job cannot move at a clock boundary ("" if it can).
+std::string cannot_settle(const shard_job& job);
+
+/// A settling job: once every chunk homed on shard `index` has settled, their copy goes
+/// to the promise waiting for it and the job freezes. Does nothing otherwise.
+void check_settled(shard_job& job, uint32_t index);
+
+/// A node of the job died: the chunks of shard `index` go on by `rc.routes`, each
+/// keeping its state (every chunk the new routes put here was here before); the ones
+/// not served here any more are dropped (`released` says how many). "" or why not.
+std::string retarget(shard_job& job, uint32_t index, const route_change& rc, size_t& released);
+
+} // namespace rw::actors::detail
