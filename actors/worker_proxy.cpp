@@ -278,6 +278,28 @@ void finish(proxy_ptr self, uint32_t t, uint64_t seq, errc code, const std::stri
   start_next(self, t);
 }
 
+// Sends again every chunk of a running operation that `where(tensor, chunk)` picks and
+// whose answer (or replica's ack) has not come (a failure: lost_atom).
+template <class Where>
+void resend_where(proxy_ptr self, Where where) {
+  auto& st = self->state;
+  if (st.lost)
+    return;
+  for (uint32_t t = 0; t < st.tensors.size(); ++t) {
+    auto& q = st.tensors[t];
+    if (!q.busy)
+      continue;
+    auto count = st.link->layout(t).count();
+    chunk_filter only(count, false);
+    bool any = false;
+    for (uint32_t c = 0; c < count; ++c)
+      if (where(t, c) && !st.link->chunk_arrived(t, c))
+        any = only[c] = true;
+    if (any)
+      send_chunks(*st.link, t, q.running, q.running_clock, only);
+  }
+}
+
 worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
                                                  std::shared_ptr<worker_link> link,
                                                  std::chrono::milliseconds timeout,
@@ -308,40 +330,14 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
           finish(self, t, st.tensors[t].seq, code, why);
     },
     [=](resend_atom, uint32_t conn, uint32_t shard) {
-      auto& st = self->state;
-      if (st.lost)
-        return;
-      for (uint32_t t = 0; t < st.tensors.size(); ++t) {
-        auto& q = st.tensors[t];
-        if (!q.busy)
-          continue;
-        auto count = st.link->layout(t).count();
-        chunk_filter only(count, false);
-        bool any = false;
-        for (uint32_t c = 0; c < count; ++c)
-          if (st.link->served_by(t, c, conn, shard) && !st.link->chunk_arrived(t, c))
-            any = only[c] = true;
-        if (any)
-          send_chunks(*st.link, t, q.running, q.running_clock, only); // a failure: lost_atom
-      }
+      resend_where(self, [&](uint32_t t, uint32_t c) {
+        return self->state.link->served_by(t, c, conn, shard);
+      });
     },
     [=](reroute_atom, uint32_t conn) {
-      auto& st = self->state;
-      if (st.lost)
-        return;
-      for (uint32_t t = 0; t < st.tensors.size(); ++t) {
-        auto& q = st.tensors[t];
-        if (!q.busy)
-          continue;
-        auto count = st.link->layout(t).count();
-        chunk_filter only(count, false);
-        bool any = false;
-        for (uint32_t c = 0; c < count; ++c)
-          if (st.link->homed_with(t, c, conn) && !st.link->chunk_arrived(t, c))
-            any = only[c] = true;
-        if (any)
-          send_chunks(*st.link, t, q.running, q.running_clock, only); // a failure: lost_atom
-      }
+      resend_where(self, [&](uint32_t t, uint32_t c) {
+        return self->state.link->homed_with(t, c, conn);
+      });
     },
     [=](timeout_atom, uint32_t t, uint64_t seq) {
       auto& q = self->state.tensors[t];

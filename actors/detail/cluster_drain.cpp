@@ -53,24 +53,8 @@ void job_done(cluster_ptr self, std::shared_ptr<drain_run> run, std::string line
 }
 
 void move_job(cluster_ptr self, std::shared_ptr<drain_run> run, uint32_t id) {
-  auto& j = self->state.jobs.at(id);
-  auto& before = j.report.layout;
-  job_layout next = before;
-  next.nodes.clear();
-  next.addresses.clear();
-  next.racks.clear();
   std::vector<uint32_t> kept;
-  for (size_t i = 0; i < j.node_ids.size(); ++i) {
-    if (j.node_ids[i] == run->node_id)
-      continue;
-    kept.push_back(j.node_ids[i]);
-    next.nodes.push_back(before.nodes.at(i));
-    if (i < before.addresses.size())
-      next.addresses.push_back(before.addresses[i]);
-    if (i < before.racks.size())
-      next.racks.push_back(before.racks[i]);
-  }
-  next.ring_version = before.ring_version + 1;
+  auto next = layout_without(self->state.jobs.at(id), run->node_id, kept);
   move_job_to(self, id, next, kept, "off node " + run->node,
               [self, run](std::string line, bool moved) {
                 job_done(self, run, std::move(line), moved);

@@ -26,6 +26,27 @@ namespace rw::actors::detail {
 
 using steady_clock = std::chrono::steady_clock;
 
+job_layout layout_without(const job_entry& j, uint32_t node_id, std::vector<uint32_t>& kept) {
+  auto& before = j.report.layout;
+  job_layout next = before;
+  next.nodes.clear();
+  next.addresses.clear();
+  next.racks.clear();
+  kept.clear();
+  for (size_t i = 0; i < j.node_ids.size(); ++i) {
+    if (j.node_ids[i] == node_id)
+      continue;
+    kept.push_back(j.node_ids[i]);
+    next.nodes.push_back(before.nodes.at(i));
+    if (i < before.addresses.size())
+      next.addresses.push_back(before.addresses[i]);
+    if (i < before.racks.size())
+      next.racks.push_back(before.racks[i]);
+  }
+  next.ring_version = before.ring_version + 1;
+  return next;
+}
+
 void move_job_to(cluster_ptr self, uint32_t id, job_layout next, std::vector<uint32_t> kept,
                  std::string what, std::function<void(std::string, bool)> done) {
   auto& st = self->state;

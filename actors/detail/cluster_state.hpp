@@ -183,6 +183,9 @@ bool restart_from_checkpoint(cluster_ptr self, uint32_t id, uint32_t dead,
 bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& why);
 
 // --- cluster_move.cpp -------------------------------------------------------------
+/// Job `j`'s layout without node `node_id` (its ids left, in ring order, in `kept`),
+/// the ring version one up; everything else as it is.
+job_layout layout_without(const job_entry& j, uint32_t node_id, std::vector<uint32_t>& kept);
 /// Moves running job `id` to the layout `next` (its nodes `kept`, by id, in ring
 /// order), `what` saying why in the logs; done(line, moved) once it has, or not.
 void move_job_to(cluster_ptr self, uint32_t id, job_layout next, std::vector<uint32_t> kept,

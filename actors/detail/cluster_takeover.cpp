@@ -33,26 +33,13 @@ bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& 
   auto& before = j.report.layout;
   if (before.replicas == 0 || is_hierarchical(before) || j.report.state != "running")
     return false;
-  job_layout next = before;
-  next.nodes.clear();
-  next.addresses.clear();
-  next.racks.clear();
-  std::vector<uint32_t> kept;
-  for (size_t i = 0; i < j.node_ids.size(); ++i) {
-    if (j.node_ids[i] == dead)
-      continue;
-    if (st.nodes.count(j.node_ids[i]) == 0)
+  for (auto n : j.node_ids)
+    if (n != dead && st.nodes.count(n) == 0)
       return false; // another of its nodes is gone too: the replicas may be with it
-    kept.push_back(j.node_ids[i]);
-    next.nodes.push_back(before.nodes.at(i));
-    if (i < before.addresses.size())
-      next.addresses.push_back(before.addresses[i]);
-    if (i < before.racks.size())
-      next.racks.push_back(before.racks[i]);
-  }
+  std::vector<uint32_t> kept;
+  auto next = layout_without(j, dead, kept);
   if (kept.empty() || kept.size() == j.node_ids.size())
     return false;
-  next.ring_version = before.ring_version + 1;
   next.replicas = 0;
   next.plan = before.plan + "; replicas took over from a dead node";
   auto name = j.report.name;

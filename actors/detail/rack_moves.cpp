@@ -38,6 +38,22 @@ caf::error no_job(const rack_state& st, uint32_t job_id) {
                                    st.settings.node_name, job_id));
 }
 
+// This node's routes for `job` on the ring of `next` (its index there in `index`), or
+// null if `next` leaves it out.
+std::shared_ptr<const runtime::routing_table> routes_here(const rack_state& st,
+                                                          const job_info& job,
+                                                          const job_layout& next,
+                                                          uint32_t& index) {
+  auto at = std::find(next.nodes.begin(), next.nodes.end(), st.settings.node_name);
+  if (at == next.nodes.end())
+    return nullptr;
+  index = static_cast<uint32_t>(at - next.nodes.begin());
+  runtime::hash_ring ring{next.nodes, next.vnodes, next.ring_version};
+  return std::make_shared<runtime::routing_table>(job.spec, uint32_t(st.shards.size()),
+                                                  st.settings.shard_endpoints, &ring, index,
+                                                  next.replicas);
+}
+
 // Tells every poller; then() once all have taken it (a poller that does not answer
 // within the shard setup timeout is logged and not waited for).
 void tell_pollers(rack_ptr self, route_change rc, std::function<void()> then = [] {}) {
@@ -206,16 +222,12 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
     return cluster_error(errc::invalid_spec,
                          fmt::format("job '{}' has not settled for a move here",
                                      job->spec.name));
-  auto at = std::find(next.nodes.begin(), next.nodes.end(), st.settings.node_name);
-  if (at == next.nodes.end())
+  uint32_t index = 0;
+  auto routes = routes_here(st, *job, next, index);
+  if (!routes)
     return cluster_error(errc::invalid_spec,
                          fmt::format("node {} is not among the job's new nodes [{}]",
                                      st.settings.node_name, fmt::join(next.nodes, ",")));
-  auto index = static_cast<uint32_t>(at - next.nodes.begin());
-  runtime::hash_ring ring{next.nodes, next.vnodes, next.ring_version};
-  auto routes = std::make_shared<runtime::routing_table>(
-    job->spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, index,
-    next.replicas);
   std::vector<std::vector<chunk_record>> per_shard(st.shards.size());
   size_t count = 0, arrived = 0;
   auto place = [&](chunk_record& r) -> std::string {
@@ -328,16 +340,12 @@ caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layou
     return cluster_error(errc::invalid_spec,
                          fmt::format("job '{}' keeps no replicas to take over with",
                                      job->spec.name));
-  auto at = std::find(next.nodes.begin(), next.nodes.end(), st.settings.node_name);
-  if (at == next.nodes.end())
+  uint32_t index = 0;
+  auto routes = routes_here(st, *job, next, index);
+  if (!routes)
     return cluster_error(errc::invalid_spec,
                          fmt::format("node {} is not among the job's new nodes [{}]",
                                      st.settings.node_name, fmt::join(next.nodes, ",")));
-  auto index = static_cast<uint32_t>(at - next.nodes.begin());
-  runtime::hash_ring ring{next.nodes, next.vnodes, next.ring_version};
-  auto routes = std::make_shared<runtime::routing_table>(
-    job->spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, index,
-    next.replicas);
   auto before = job->routes->local_chunks();
   auto rp = self->make_response_promise<ok_atom>();
   auto pending = std::make_shared<size_t>(st.shards.size());
