@@ -61,14 +61,11 @@ public:
     replicas_ = replicas;
   }
 
-  /// The connection (index into conns()) that (tensor, chunk) travels on.
-  uint32_t endpoint_of(uint32_t tensor, uint32_t chunk) const noexcept {
-    return routes()->connection_of(tensor, chunk);
-  }
-  /// The connection a push or init of (tensor, chunk) also takes, to the chunk's
-  /// replica (UINT32_MAX: none).
-  uint32_t replica_endpoint_of(uint32_t tensor, uint32_t chunk) const noexcept {
-    return routes()->replica_connection_of(tensor, chunk);
+  /// The routes chunks travel by now (one snapshot per operation: a reroute swaps
+  /// them): connection_of(tensor, chunk) indexes conns(); replica_connection_of is the
+  /// connection a push or init also takes, to the chunk's replica.
+  std::shared_ptr<const runtime::job_routes> routes() const noexcept {
+    return std::atomic_load(&routes_);
   }
   /// The ring version pushes are routed by, for their header (0: one node).
   uint32_t ring_stamp() const noexcept {
@@ -181,9 +178,6 @@ private:
   // Whether an update (or an unchanged ack) about `clock` belongs to the armed operation.
   static bool belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock);
 
-  std::shared_ptr<const runtime::job_routes> routes() const noexcept {
-    return std::atomic_load(&routes_);
-  }
   // A `reroute` frame from connection `conn` (receiver thread).
   void on_reroute(uint32_t conn);
 

@@ -186,6 +186,7 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   // Pushes and inits go to the chunk's replica as well (it counts them; only the home
   // answers).
   const bool to_replica = op.kind != worker_op::pull;
+  const auto routes = link.routes(); // one snapshot for the whole operation
   for (uint32_t c = 0; c < layout.count(); ++c) {
     if (!only.empty() && !only[c])
       continue;
@@ -202,14 +203,14 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
       h.payload_bytes = layout.length(c) * sizeof(float);
       piece = {const_cast<float*>(op.src + layout.offset(c)), h.payload_bytes};
     }
-    auto e = link.endpoint_of(t, c);
+    auto e = routes->connection_of(t, c);
     per_conn[e].headers.push_back(h);
     per_conn[e].payloads.push_back(piece);
     if (per_conn[e].headers.size() == batch)
       flush(e);
     if (!to_replica)
       continue;
-    auto r = link.replica_endpoint_of(t, c);
+    auto r = routes->replica_connection_of(t, c);
     if (r == UINT32_MAX)
       continue;
     per_conn[r].headers.push_back(h);

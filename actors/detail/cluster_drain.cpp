@@ -20,8 +20,8 @@ namespace {
 
 using steady_clock = std::chrono::steady_clock;
 
-// Why job `j` cannot move off node `node` ("" if it can).
-std::string unmovable(const cluster_state& st, const job_entry& j) {
+// Why job `j` cannot move off a node ("" if it can).
+std::string unmovable(const job_entry& j) {
   if (j.report.state != "running")
     return j.report.state == "created" ? "no worker has joined it yet" : "it has ended";
   if (j.node_ids.size() < 2)
@@ -31,7 +31,6 @@ std::string unmovable(const cluster_state& st, const job_entry& j) {
   if (j.report.spec.consistency.model != consistency_spec::bsp)
     return fmt::format("it is {}: only BSP settles at a clock boundary",
                        to_string(j.report.spec.consistency));
-  (void) st;
   return {};
 }
 
@@ -116,7 +115,7 @@ caf::result<std::string> drain_node(cluster_ptr self, const std::string& name) {
   for (auto& [id, j] : st.jobs) {
     if (!j.on_node(node_id) || (j.report.state != "created" && j.report.state != "running"))
       continue;
-    auto why = unmovable(st, j);
+    auto why = unmovable(j);
     if (why.empty())
       run->todo.push_back(id);
     else

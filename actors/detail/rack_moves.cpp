@@ -75,6 +75,28 @@ void tell_pollers(rack_ptr self, route_change rc, std::function<void()> then = [
   one();
 }
 
+caf::error not_on_ring(const rack_state& st, const job_layout& next) {
+  return cluster_error(errc::invalid_spec,
+                       fmt::format("node {} is not among the job's new nodes [{}]",
+                                   st.settings.node_name, fmt::join(next.nodes, ",")));
+}
+
+// Every shard holds the job by `routes`: the node does too, and answers `rp` once its
+// pollers check frames by them (the workers hear of the new ring only after every node
+// has answered).
+void adopt_ring(rack_ptr self, job_info& job, const job_layout& next, routing_ptr routes,
+                uint32_t index, caf::typed_response_promise<ok_atom> rp) {
+  auto& st = self->state;
+  job.routes = routes;
+  job.layout = next;
+  job.node_index = index;
+  job.moving = false;
+  if (auto g = st.grants.find(job.spec.name); g != st.grants.end())
+    g->second.layout = next;
+  tell_pollers(self, route_change{job.id, routes, {}, false},
+               [rp]() mutable { rp.deliver(ok_atom::value); });
+}
+
 // Every shard has taken the new routes (or `failed` says why not).
 void finish_takeover(rack_ptr self, caf::typed_response_promise<ok_atom> rp, uint32_t job_id,
                      const job_layout& next, routing_ptr routes, uint32_t index,
@@ -90,11 +112,6 @@ void finish_takeover(rack_ptr self, caf::typed_response_promise<ok_atom> rp, uin
     rp.deliver(cluster_error(errc::internal, failed));
     return;
   }
-  job->routes = routes;
-  job->layout = next;
-  job->node_index = index;
-  if (auto g = st.grants.find(job->spec.name); g != st.grants.end())
-    g->second.layout = next;
   spdlog::warn("job taken over: job='{}' id={} nodes=[{}] ring_version={}: {} chunk(s) "
                "homed here, {} of them were replicas of the dead node's; in {} us",
                job->spec.name, job_id, fmt::join(next.nodes, ","), next.ring_version,
@@ -102,10 +119,7 @@ void finish_takeover(rack_ptr self, caf::typed_response_promise<ok_atom> rp, uin
                std::chrono::duration_cast<std::chrono::microseconds>(
                  std::chrono::steady_clock::now() - started)
                  .count());
-  // Answered once the pollers check frames by the new routes: the workers hear of the
-  // new ring only after every node has answered.
-  tell_pollers(self, route_change{job_id, routes, {}, false},
-               [rp]() mutable { rp.deliver(ok_atom::value); });
+  adopt_ring(self, *job, next, routes, index, rp);
 }
 
 std::vector<std::byte> reroute_payload(const job_layout& l) {
@@ -225,9 +239,7 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
   uint32_t index = 0;
   auto routes = routes_here(st, *job, next, index);
   if (!routes)
-    return cluster_error(errc::invalid_spec,
-                         fmt::format("node {} is not among the job's new nodes [{}]",
-                                     st.settings.node_name, fmt::join(next.nodes, ",")));
+    return not_on_ring(st, next);
   std::vector<std::vector<chunk_record>> per_shard(st.shards.size());
   size_t count = 0, arrived = 0;
   auto place = [&](chunk_record& r) -> std::string {
@@ -287,21 +299,13 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
         rp.deliver(cluster_error(errc::internal, *failed));
         return;
       }
-      job->routes = routes;
-      job->layout = next;
-      job->node_index = index;
-      job->moving = false;
-      if (auto g = st.grants.find(job->spec.name); g != st.grants.end())
-        g->second.layout = next;
       spdlog::info("job reshaped: job='{}' id={} nodes=[{}] ring_version={}: {} chunk(s) "
                    "homed here, {} of them moved here",
                    job->spec.name, job_id, fmt::join(next.nodes, ","), next.ring_version,
                    routes->local_chunks(), arrived);
       // Pushes the pollers route by the old table reach shards that drop them (not
-      // theirs any more); the workers send them again after the reroute, which comes
-      // once every node's pollers have the new routes.
-      tell_pollers(self, route_change{job_id, routes, {}, false},
-                   [rp]() mutable { rp.deliver(ok_atom::value); });
+      // theirs any more); the workers send them again after the reroute.
+      adopt_ring(self, *job, next, routes, index, rp);
     };
     self->request(st.shards[i], st.settings.shard_setup_timeout, reshape_atom::value,
                   std::move(setup))
@@ -343,9 +347,7 @@ caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layou
   uint32_t index = 0;
   auto routes = routes_here(st, *job, next, index);
   if (!routes)
-    return cluster_error(errc::invalid_spec,
-                         fmt::format("node {} is not among the job's new nodes [{}]",
-                                     st.settings.node_name, fmt::join(next.nodes, ",")));
+    return not_on_ring(st, next);
   auto before = job->routes->local_chunks();
   auto rp = self->make_response_promise<ok_atom>();
   auto pending = std::make_shared<size_t>(st.shards.size());

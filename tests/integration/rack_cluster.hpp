@@ -71,6 +71,23 @@ struct worker_process {
   }
 };
 
+/// Starts rank `rank` of `job` (two workers, over TCP, checked against the
+/// single-process reference) at `connect` with the job's token; `args` adds the rest
+/// (--optimizer, --steps, --step-delay-ms, ...).
+inline std::unique_ptr<worker_process> start_verified(const std::string& connect,
+                                                      const std::string& job, uint32_t rank,
+                                                      const std::string& token,
+                                                      const std::vector<std::string>& args) {
+  auto w = std::make_unique<worker_process>();
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
+                                "--rank", std::to_string(rank), "--workers", "2",
+                                "--token", token, "--out", w->out_path, "--verify",
+                                "--transport", "tcp"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
+  return w;
+}
+
 /// Waits up to `seconds` for `w` to end: its exit code, and its stdout then stderr.
 inline std::pair<std::optional<int>, std::string> finish(worker_process& w, int seconds = 60) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);

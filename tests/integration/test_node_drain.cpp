@@ -24,16 +24,10 @@ using testing::finish;
 
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token, bool split, const std::string& optimizer) {
-  auto w = std::make_unique<run>();
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
-                                "--rank", std::to_string(rank), "--workers", "2",
-                                "--optimizer", optimizer, "--steps", "30", "--token", token,
-                                "--out", w->out_path, "--verify", "--transport", "tcp",
-                                "--step-delay-ms", "40"};
+  std::vector<std::string> args{"--optimizer", optimizer, "--steps", "30", "--step-delay-ms", "40"};
   if (split)
-    argv.push_back("--split");
-  w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
-  return w;
+    args.push_back("--split");
+  return testing::start_verified(connect, job, rank, token, args);
 }
 
 } // namespace

@@ -27,14 +27,8 @@ using testing::finish;
 
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token) {
-  auto w = std::make_unique<run>();
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
-                                "--rank", std::to_string(rank), "--workers", "2",
-                                "--optimizer", "adam", "--steps", "16", "--token", token,
-                                "--out", w->out_path, "--verify", "--transport", "tcp",
-                                "--step-delay-ms", "60"};
-  w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
-  return w;
+  return testing::start_verified(connect, job, rank, token,
+                                 {"--optimizer", "adam", "--steps", "16", "--step-delay-ms", "60"});
 }
 
 // A flat job over both nodes with periodic checkpoints every `every` clocks, rank 0

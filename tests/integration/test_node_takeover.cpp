@@ -27,20 +27,13 @@ using testing::finish;
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token, bool split, const std::string& optimizer,
                            uint32_t steps = 30, const std::string& resume_file = {}) {
-  auto w = std::make_unique<run>();
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
-                                "--rank", std::to_string(rank), "--workers", "2",
-                                "--optimizer", optimizer, "--steps", std::to_string(steps), "--token", token,
-                                "--out", w->out_path, "--verify", "--transport", "tcp",
+  std::vector<std::string> args{"--optimizer", optimizer, "--steps", std::to_string(steps),
                                 "--step-delay-ms", "40"};
   if (split)
-    argv.push_back("--split");
+    args.push_back("--split");
   if (!resume_file.empty()) // held at step 20 until the file exists
-    for (auto& a : {std::string("--pause-at"), std::string("20"), std::string("--resume-file"),
-                    resume_file})
-      argv.push_back(a);
-  w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
-  return w;
+    args.insert(args.end(), {"--pause-at", "20", "--resume-file", resume_file});
+  return testing::start_verified(connect, job, rank, token, args);
 }
 
 } // namespace
