@@ -1,5 +1,6 @@
 #include "actors/chunk_shard.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -489,6 +490,13 @@ caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup, abort_sink coo
   }
   st.book->memory_numa = job.memory_numa();
   st.book->stats.chunks += job.chunks.size();
+  // A job that comes back (it moved away and a node join brought it here again) is
+  // live: no older copy or tombstone answers for it.
+  st.book->tombstones.erase(setup.job_id);
+  auto& done = st.book->finished;
+  done.erase(std::remove_if(done.begin(), done.end(),
+                            [&](auto& f) { return f.first == setup.job_id; }),
+             done.end());
   st.book->jobs.emplace(setup.job_id, std::move(job));
   return ok_atom::value;
 }

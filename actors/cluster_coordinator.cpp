@@ -281,6 +281,11 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
         return untrusted(self, "draining a node");
       return drain_node(self, name);
     },
+    [=](node_join_atom, const std::string& name) -> caf::result<std::string> {
+      if (!trusted(self))
+        return untrusted(self, "joining a node to the running jobs");
+      return join_node(self, name);
+    },
     [=](inject_atom, const std::string& name, const std::string& kill,
         const std::string& node, uint32_t index) -> caf::result<std::string> {
       if (!trusted(self))

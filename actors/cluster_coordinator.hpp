@@ -93,6 +93,13 @@
 //                         unanswered). Only the chunks whose home changed move. A job
 //                         that cannot move (on this node alone, hierarchical, SSP or
 //                         async, not started) stays, and the answer says so
+//   shell -> coordinator  (node_join_atom, node name) -> description
+//                         a node joins the running jobs (detail/cluster_join.cpp): it
+//                         takes new jobs again (after a drain), and every flat BSP job
+//                         on two nodes or more that it is not in moves, while it trains,
+//                         to the ring with it (the same three phases; the node is granted
+//                         the job first and its workers connect to it on the reroute).
+//                         Only the chunks the new node homes (and their replicas) move
 //   coordinator -> itself (expire_atom, job id)  a job's join timeout ran out
 //   coordinator -> itself (tick_atom)  every node_timeout / 4: forget silent nodes
 //   coordinator -> link   (grant_atom, job_grant) -> ok_atom
@@ -143,6 +150,7 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::reacts_to<checkpoint_atom, uint32_t, uint32_t, uint64_t, checkpoint_part>,
   caf::replies_to<inject_atom, std::string, std::string, std::string, uint32_t>::with<std::string>,
   caf::replies_to<drain_atom, std::string>::with<std::string>,
+  caf::replies_to<node_join_atom, std::string>::with<std::string>,
   caf::reacts_to<tick_atom>>;
 
 /// What the coordinator asks of a node: the node's cluster link answers.

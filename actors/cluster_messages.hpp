@@ -65,6 +65,7 @@ using expire_atom = caf::atom_constant<caf::atom("expire")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
 using inject_atom = caf::atom_constant<caf::atom("inject")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using node_join_atom = caf::atom_constant<caf::atom("nodejoin")>;
 using fence_atom = caf::atom_constant<caf::atom("fence")>;
 using reshape_atom = caf::atom_constant<caf::atom("reshape")>;
 using reroute_atom = caf::atom_constant<caf::atom("reroute")>;
@@ -232,6 +233,10 @@ struct job_grant {
   std::string restore; // the checkpoint the job starts from ("": none)
   uint64_t checkpoint_every = 0; // periodic checkpoints (0: none), into checkpoint_dir
   std::string checkpoint_dir;
+  /// The node joins the running job (rw.node_join): `spec` has its tensors, and the
+  /// job's chunks come in the move's reshape (detail/rack_moves.cpp), not from a first
+  /// worker; hellos wait for that.
+  bool joining = false;
 };
 
 /// One worker of a job, as its node counts it. Counts are chunk messages.
@@ -358,7 +363,7 @@ typename Inspector::result_type inspect(Inspector& f, checkpoint_info& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_grant& x) {
   return f(caf::meta::type_name("rw::job_grant"), x.job_id, x.spec, x.secret, x.layout,
-           x.restore, x.checkpoint_every, x.checkpoint_dir);
+           x.restore, x.checkpoint_every, x.checkpoint_dir, x.joining);
 }
 
 template <class Inspector>

@@ -1,5 +1,6 @@
 #include "actors/job_join.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -24,13 +25,24 @@ class handshake_sink final : public transports::frame_sink {
 public:
   /// With `want_challenge` (a hello with a token), a welcome that no challenge came
   /// before is refused: the node did not check the token, so this is not that job.
+  /// With `others`, only connection `mine` is the handshake's: frames and closes on the
+  /// endpoint's other connections go to `others` (a running worker joining one more
+  /// node: its link's connections carry on meanwhile).
   handshake_sink(const std::string& token, const std::string& job, uint32_t rank,
-                 bool want_challenge)
-    : token_(token), job_(job), rank_(rank), want_challenge_(want_challenge) {
+                 bool want_challenge, transports::frame_sink* others = nullptr,
+                 transports::connection_ptr mine = nullptr)
+    : token_(token),
+      job_(job),
+      rank_(rank),
+      want_challenge_(want_challenge),
+      others_(others),
+      mine_(std::move(mine)) {
   }
 
-  payload_target on_header(const transports::connection_ptr&,
+  payload_target on_header(const transports::connection_ptr& c,
                            const frame_header& h) override {
+    if (others_ != nullptr && c != mine_)
+      return others_->on_header(c, h);
     if (h.kind != frame_kind::welcome && h.kind != frame_kind::error
         && h.kind != frame_kind::challenge)
       return payload_target::dropped();
@@ -39,6 +51,8 @@ public:
   }
   void on_frame(const transports::connection_ptr& c, const frame_header& h,
                 payload_target& t) override {
+    if (others_ != nullptr && c != mine_)
+      return others_->on_frame(c, h, t);
     if (t.action == payload_target::discard)
       return;
     std::string why;
@@ -67,8 +81,10 @@ public:
     candidates = std::move(err.candidates);
     fail(err.code, err.message);
   }
-  void on_closed(const transports::connection_ptr&, errc code,
+  void on_closed(const transports::connection_ptr& c, errc code,
                  const std::string& why) override {
+    if (others_ != nullptr && c != mine_)
+      return others_->on_closed(c, code, why);
     if (!answered)
       fail(errc::io_error, "the node closed the connection during the hello: " + why);
   }
@@ -117,17 +133,25 @@ private:
   uint32_t rank_;
   bool want_challenge_;
   bool challenged_ = false;
+  transports::frame_sink* others_;
+  transports::connection_ptr mine_;
 };
 
 
 class joiner {
 public:
-  joiner(transports::tcp::endpoint& ep, const join_request& req) : ep(ep), req(req) {
+  /// With `others`: the endpoint has other connections, whose frames go there while
+  /// this one waits for a node's answer.
+  joiner(transports::tcp::endpoint& ep, const join_request& req,
+         transports::frame_sink* others = nullptr)
+    : ep(ep), req(req), others(others) {
   }
 
-  // Waits for the node's welcome (or error) on the endpoint's connections.
-  transports::welcome_msg await_welcome(const std::string& what, bool want_challenge = false) {
-    handshake_sink sink{req.token, req.job.name, req.rank, want_challenge};
+  // Waits for the node's welcome (or error) on connection `c`.
+  transports::welcome_msg await_welcome(const transports::connection_ptr& c,
+                                        const std::string& what, bool want_challenge = false) {
+    handshake_sink sink{req.token, req.job.name, req.rank, want_challenge, others,
+                        others != nullptr ? c : nullptr};
     auto deadline = std::chrono::steady_clock::now() + req.request_timeout;
     while (!sink.answered && std::chrono::steady_clock::now() < deadline)
       ep.poll(50, sink);
@@ -164,7 +188,7 @@ public:
     iovec iov{payload.data(), payload.size()};
     if (!c->send(h, &iov, 1))
       throw rw::error(errc::io_error, "cannot send hello to " + address);
-    return await_welcome("hello from " + address, !req.token.empty());
+    return await_welcome(c, "hello from " + address, !req.token.empty());
   }
 
   // `address` with a wildcard host replaced by the host `via` reached.
@@ -194,7 +218,7 @@ public:
       a.clock = w.token;
       if (!conns[i]->send(a))
         throw rw::error(errc::io_error, "cannot attach to " + addr);
-      await_welcome("attach to " + addr);
+      await_welcome(conns[i], "attach to " + addr);
     }
     return conns;
   }
@@ -315,12 +339,44 @@ public:
     return std::move(out);
   }
 
+  // One more node of the running job (named `node` at `address` on the ring at
+  // `ring_version`): hello, the welcome checked, then attach to its other endpoints.
+  joined_node join_one(const std::string& address, const std::string& node, uint32_t job_id,
+                       uint64_t ring_version) {
+    transports::hello_msg hello{req.job, req.rank, {}, 0, !req.token.empty(), req.rack, {}};
+    auto at = reachable(address, req.connect);
+    joined_node out;
+    auto c = connect(at);
+    try {
+      out.welcome = say_hello(c, at, hello);
+      auto& w = out.welcome;
+      auto index = std::find(w.job_node_names.begin(), w.job_node_names.end(), node);
+      if (w.job_id != job_id || w.ring_version != ring_version || index == w.job_node_names.end()
+          || w.node_index != static_cast<uint32_t>(index - w.job_node_names.begin()))
+        throw rw::error(errc::spec_mismatch,
+                        fmt::format("node {} at {} does not hold job '{}' (id {}) as node {} of "
+                                    "its ring version {} (it answered job id {}, nodes [{}], "
+                                    "ring version {})",
+                                    node, at, req.job.name, job_id, node, ring_version, w.job_id,
+                                    fmt::join(w.job_node_names, ","), w.ring_version));
+      out.conns = attach_all(w, c, at);
+    } catch (...) {
+      c->close();
+      for (auto& other : out.conns)
+        if (other)
+          other->close();
+      throw;
+    }
+    return out;
+  }
+
   /// After a `moved` answer: the candidates it named (empty: only the message's).
   std::vector<std::string> moved_to;
 
 private:
   transports::tcp::endpoint& ep;
   const join_request& req;
+  transports::frame_sink* others;
   transports::welcome_msg welcome;
   joined_job out;
 };
@@ -370,6 +426,13 @@ void drain(transports::tcp::endpoint& ep) {
 constexpr int max_hellos = 3;
 
 } // namespace
+
+joined_node join_node(transports::tcp::endpoint& ep, const join_request& req,
+                      const std::string& address, const std::string& node, uint32_t job_id,
+                      uint64_t ring_version, transports::frame_sink& others) {
+  joiner j{ep, req, &others};
+  return j.join_one(address, node, job_id, ring_version);
+}
 
 joined_job join_job(transports::tcp::endpoint& ep, const join_request& req) {
   auto at = req;

@@ -51,4 +51,19 @@ struct joined_job {
 
 joined_job join_job(transports::tcp::endpoint& ep, const join_request& req);
 
+/// One more node of a job the worker is in, while it runs (a node joined the job).
+struct joined_node {
+  transports::welcome_msg welcome;
+  std::vector<transports::connection_ptr> conns; // the node's endpoints, in order
+};
+
+/// Joins node `node` (at `address`) of job `job_id` whose ring is now at
+/// `ring_version` (its `reroute` named the node): hello with the token proved, the
+/// welcome checked, then attach to the node's other endpoints. Called on the thread
+/// that polls `ep`; frames and closes on the endpoint's other connections go to
+/// `others` meanwhile. Throws rw::error; its connections are closed then.
+joined_node join_node(transports::tcp::endpoint& ep, const join_request& req,
+                      const std::string& address, const std::string& node, uint32_t job_id,
+                      uint64_t ring_version, transports::frame_sink& others);
+
 } // namespace rw::actors

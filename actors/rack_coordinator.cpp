@@ -292,6 +292,14 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
     spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, req.hello.rank, diff);
     return refuse(errc::spec_mismatch, diff);
   }
+  if (grant.joining && st.jobs.count(spec.name) == 0) {
+    auto why = fmt::format("job '{}' is moving onto node {} (rw.node_join) and is not served "
+                           "here until its chunks arrive; say hello to one of its nodes [{}]",
+                           spec.name, st.settings.node_name,
+                           fmt::join(grant.layout.addresses, ","));
+    spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, req.hello.rank, why);
+    return refuse(errc::unavailable, why);
+  }
   if (auto elsewhere = place_hello(self, grant, req))
     return *elsewhere;
   if (!req.hello.has_token) {

@@ -16,19 +16,27 @@ using transports::frame_header;
 using transports::frame_kind;
 using transports::payload_target;
 
+namespace {
+// Connections a link can hold in all (a node joining appends its own): far above any
+// job's nodes times endpoints.
+constexpr uint32_t max_link_connections = 1024;
+} // namespace
+
 worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
                          std::vector<transports::connection_ptr> conns, uint32_t job_id,
                          uint32_t rank, std::shared_ptr<const runtime::job_routes> routes,
                          std::unique_ptr<transports::shm::worker_channel> shm)
   : ep_(std::move(ep)),
-    conns_(std::move(conns)),
+    conns_(std::make_shared<const conn_list>(std::move(conns))),
     job_id_(job_id),
     rank_(rank),
     routes_(routes),
     shapes_(std::move(routes)),
     shm_(std::move(shm)),
-    retired_(new std::atomic<bool>[conns_.size()]) {
-  for (size_t i = 0; i < conns_.size(); ++i)
+    retired_capacity_(std::max<uint32_t>(max_link_connections,
+                                         static_cast<uint32_t>(conns_->size()))) {
+  retired_.reset(new std::atomic<bool>[retired_capacity_]);
+  for (uint32_t i = 0; i < retired_capacity_; ++i)
     retired_[i].store(false);
   for (uint32_t t = 0; t < routes_->num_tensors(); ++t) {
     slots_.push_back(std::make_unique<slot>());
@@ -50,8 +58,11 @@ void worker_link::start(worker_proxy_actor proxy) {
 
 void worker_link::run() {
   if (!shm_) {
-    while (running_ && !closed_)
+    while (running_ && !closed_) {
       ep_->poll(100, *this);
+      if (pending_)
+        join_pending();
+    }
     return;
   }
   // Shared memory: completions arrive in the segment; the TCP connection still says
@@ -120,7 +131,7 @@ void worker_link::abandon(const std::string& why) {
     if (close_reason_.empty())
       close_reason_ = why;
   }
-  for (auto& c : conns_)
+  for (auto& c : *conns())
     c->close();
 }
 
@@ -146,7 +157,7 @@ void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* 
   s.changes_only = changes_only;
   s.changed = 0;
   std::fill(s.arrived.begin(), s.arrived.end(), 0);
-  s.mirror = mirrored && replicas_ > 0 && basis_;
+  s.mirror = mirrored && replicas_ > 0 && multi_node_;
   s.push_clock = expect_update && version > 0 ? version - 1 : version;
   s.mirrored.assign(count, 1);
   if (s.mirror)
@@ -294,16 +305,13 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
   if (t.action == payload_target::discard)
     return;
   if (h.kind == frame_kind::reroute) {
-    auto at = std::find(conns_.begin(), conns_.end(), c);
-    if (at != conns_.end())
-      on_reroute(static_cast<uint32_t>(at - conns_.begin()));
+    if (auto i = index_of(c); i != UINT32_MAX)
+      on_reroute(i);
     return;
   }
   if (h.kind == frame_kind::resend) {
-    auto at = std::find(conns_.begin(), conns_.end(), c);
-    if (at != conns_.end())
-      caf::anon_send(proxy_, resend_atom::value, static_cast<uint32_t>(at - conns_.begin()),
-                     h.chunk_index);
+    if (auto i = index_of(c); i != UINT32_MAX)
+      caf::anon_send(proxy_, resend_atom::value, i, h.chunk_index);
     return;
   }
   if (h.kind == frame_kind::error) {
@@ -344,6 +352,12 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
                h.kind == frame_kind::update);
 }
 
+uint32_t worker_link::index_of(const transports::connection_ptr& c) const {
+  auto list = conns();
+  auto at = std::find(list->begin(), list->end(), c);
+  return at == list->end() ? UINT32_MAX : static_cast<uint32_t>(at - list->begin());
+}
+
 void worker_link::on_reroute(uint32_t conn) {
   transports::reroute_msg msg;
   std::string why;
@@ -352,44 +366,136 @@ void worker_link::on_reroute(uint32_t conn) {
                  why);
     return;
   }
+  if (pending_ && msg.ring_version <= pending_->ring_version) {
+    pending_conns_.push_back(conn); // answered once the pending one is taken
+    return;
+  }
   if (msg.ring_version > ring_version_.load()) {
     if (!basis_) {
       spdlog::warn("worker rank {}: a reroute for a job on one node ignored", rank_);
       return;
     }
-    try {
-      auto next = basis_->rebuild(msg.nodes, msg.ring_version, msg.replicas);
-      for (size_t n = 0; n < basis_->names.size(); ++n) {
-        if (std::find(msg.nodes.begin(), msg.nodes.end(), basis_->names[n]) != msg.nodes.end())
-          continue;
-        auto end = n + 1 < basis_->endpoint_base.size() ? basis_->endpoint_base[n + 1]
-                                                        : static_cast<uint32_t>(conns_.size());
-        for (auto i = basis_->endpoint_base[n]; i < end; ++i)
-          retired_[i].store(true, std::memory_order_release);
+    for (auto& n : msg.nodes)
+      if (!connected_to(n)) {
+        pending_ = std::move(msg); // a node joined: said hello to after this poll
+        pending_conns_.assign(1, conn);
+        return;
       }
-      std::atomic_store(&routes_, next);
-      ring_version_.store(msg.ring_version, std::memory_order_release);
-      // A chunk without a replica on the new ring: its ack is no longer awaited.
-      for (uint32_t t = 0; t < slots_.size(); ++t) {
-        auto& s = *slots_[t];
-        std::lock_guard<std::mutex> guard{s.mtx};
-        if (s.seq == 0 || !s.mirror)
-          continue;
-        for (uint32_t c = 0; c < s.mirrored.size(); ++c)
-          if (s.mirrored[c] == 0 && next->replica_of(t, c) == UINT32_MAX)
-            mirror_done(t, s, c);
-      }
-      spdlog::info("worker rank {}: job {} moved to nodes [{}] (ring version {}): chunks go "
-                   "to their new homes; what is unanswered is sent again",
-                   rank_, job_id_, fmt::join(msg.nodes, ","), msg.ring_version);
-    } catch (const std::exception& e) {
-      spdlog::error("worker rank {}: cannot route by nodes [{}]: {}", rank_,
-                    fmt::join(msg.nodes, ","), e.what());
+    if (!adopt_ring(msg))
       return;
-    }
   }
   if (!retired(conn))
     caf::anon_send(proxy_, reroute_atom::value, conn);
+}
+
+bool worker_link::connected_to(const std::string& node) const {
+  auto at = std::find(basis_->names.begin(), basis_->names.end(), node);
+  if (at == basis_->names.end())
+    return false;
+  return !retired(basis_->endpoint_base[at - basis_->names.begin()]);
+}
+
+bool worker_link::adopt_ring(const transports::reroute_msg& msg) {
+  try {
+    auto next = basis_->rebuild(msg.nodes, msg.ring_version, msg.replicas);
+    auto list = conns();
+    for (size_t n = 0; n < basis_->names.size(); ++n) {
+      if (std::find(msg.nodes.begin(), msg.nodes.end(), basis_->names[n]) != msg.nodes.end())
+        continue;
+      auto end = n + 1 < basis_->endpoint_base.size() ? basis_->endpoint_base[n + 1]
+                                                      : static_cast<uint32_t>(list->size());
+      for (auto i = basis_->endpoint_base[n]; i < end; ++i)
+        retired_[i].store(true, std::memory_order_release);
+    }
+    std::atomic_store(&routes_, next);
+    ring_version_.store(msg.ring_version, std::memory_order_release);
+    // A chunk without a replica on the new ring: its ack is no longer awaited.
+    for (uint32_t t = 0; t < slots_.size(); ++t) {
+      auto& s = *slots_[t];
+      std::lock_guard<std::mutex> guard{s.mtx};
+      if (s.seq == 0 || !s.mirror)
+        continue;
+      for (uint32_t c = 0; c < s.mirrored.size(); ++c)
+        if (s.mirrored[c] == 0 && next->replica_of(t, c) == UINT32_MAX)
+          mirror_done(t, s, c);
+    }
+    spdlog::info("worker rank {}: job {} moved to nodes [{}] (ring version {}): chunks go "
+                 "to their new homes; what is unanswered is sent again",
+                 rank_, job_id_, fmt::join(msg.nodes, ","), msg.ring_version);
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::error("worker rank {}: cannot route by nodes [{}]: {}", rank_,
+                  fmt::join(msg.nodes, ","), e.what());
+    return false;
+  }
+}
+
+void worker_link::join_pending() {
+  auto& msg = *pending_;
+  auto basis = std::make_shared<runtime::routes_basis>(*basis_);
+  auto list = std::make_shared<conn_list>(*conns());
+  std::vector<uint32_t> first_of_new;
+  std::string failure;
+  for (size_t i = 0; i < msg.nodes.size() && failure.empty(); ++i) {
+    auto& node = msg.nodes[i];
+    if (connected_to(node))
+      continue;
+    // A node the job left before (drained) comes back: its old connections stay
+    // retired under another name; the new ones are the node's.
+    for (auto& name : basis->names)
+      if (name == node)
+        name += " (left)";
+    if (!joiner_ || i >= msg.addresses.size()) {
+      failure = fmt::format("the job's new ring adds node {} and {}", node,
+                            joiner_ ? "the node sent no address for it (an older node)"
+                                    : "this link cannot join a node");
+      break;
+    }
+    try {
+      auto started = std::chrono::steady_clock::now();
+      auto joined = joiner_(node, msg.addresses[i], msg.ring_version, *this);
+      if (list->size() + joined.conns.size() > retired_capacity_)
+        throw rw::error(errc::internal, fmt::format("more than {} connections in all",
+                                                    retired_capacity_));
+      basis->names.push_back(node);
+      basis->num_shards.push_back(joined.welcome.num_shards);
+      basis->shard_endpoints.push_back(joined.welcome.shard_endpoints);
+      basis->endpoint_base.push_back(static_cast<uint32_t>(list->size()));
+      first_of_new.push_back(static_cast<uint32_t>(list->size()));
+      list->insert(list->end(), joined.conns.begin(), joined.conns.end());
+      spdlog::info("worker rank {}: joined node {} of job {} at {} ({} connection(s)) in {} "
+                   "ms",
+                   rank_, node, job_id_, msg.addresses[i], joined.conns.size(),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - started)
+                     .count());
+    } catch (const std::exception& e) {
+      failure = fmt::format("cannot join node {} of the job's new ring at {}: {}", node,
+                            msg.addresses[i], e.what());
+    }
+  }
+  auto conns_that_sent = std::move(pending_conns_);
+  auto taken = std::move(*pending_);
+  pending_.reset();
+  pending_conns_.clear();
+  if (!failure.empty()) {
+    spdlog::error("worker rank {}: {}", rank_, failure);
+    for (auto i = conns()->size(); i < list->size(); ++i)
+      (*list)[i]->close();
+    abandon(failure); // the job cannot go on without that node: fail what waits
+    return;
+  }
+  // The connections first, then the routes that use them (the proxy loads the routes,
+  // then the connections).
+  std::atomic_store(&conns_, std::shared_ptr<const conn_list>(std::move(list)));
+  basis_ = std::move(basis);
+  if (!adopt_ring(taken))
+    return;
+  for (auto c : conns_that_sent)
+    if (!retired(c))
+      caf::anon_send(proxy_, reroute_atom::value, c);
+  for (auto c : first_of_new)
+    caf::anon_send(proxy_, reroute_atom::value, c);
 }
 
 bool worker_link::retire_node_of(uint32_t conn, std::string& name) {
@@ -399,26 +505,27 @@ bool worker_link::retire_node_of(uint32_t conn, std::string& name) {
   while (node + 1 < basis_->endpoint_base.size() && basis_->endpoint_base[node + 1] <= conn)
     ++node;
   name = basis_->names[node];
+  auto list = conns();
   auto end = node + 1 < basis_->endpoint_base.size() ? basis_->endpoint_base[node + 1]
-                                                     : static_cast<uint32_t>(conns_.size());
+                                                     : static_cast<uint32_t>(list->size());
   for (auto i = basis_->endpoint_base[node]; i < end; ++i)
     retired_[i].store(true, std::memory_order_release);
-  for (uint32_t i = 0; i < conns_.size(); ++i)
-    if (!retired(i) && conns_[i]->is_open())
+  for (uint32_t i = 0; i < list->size(); ++i)
+    if (!retired(i) && (*list)[i]->is_open())
       return true;
   return false;
 }
 
 void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
                             const std::string& why) {
-  auto at = std::find(conns_.begin(), conns_.end(), gone);
-  auto index = static_cast<uint32_t>(at - conns_.begin());
-  if (at != conns_.end() && retired(index)) {
+  auto index = index_of(gone);
+  bool known = index != UINT32_MAX;
+  if (known && retired(index)) {
     spdlog::debug("worker rank {}: a drained node closed its connection: {}", rank_, why);
     return; // the job left that node: expected
   }
   std::string node;
-  if (at != conns_.end() && replicas_ > 0 && !closed_.load() && !abandoned_.load()
+  if (known && replicas_ > 0 && !closed_.load() && !abandoned_.load()
       && retire_node_of(index, node)) {
     // Its chunks' replicas take over: the nodes left send a reroute; until then what
     // is unanswered waits (bounded by the request timeout).
@@ -429,7 +536,7 @@ void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
   }
   if (closed_.exchange(true))
     return; // the first connection to go takes the others down; report once
-  for (auto& c : conns_)
+  for (auto& c : *conns())
     c->close();
   std::string reason;
   auto lost_code = code == errc::ok ? errc::io_error : code;

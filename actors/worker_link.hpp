@@ -11,16 +11,22 @@
 // nodes changed: a node was drained) makes the link route by the new ring (set_basis)
 // and stop using the connections to nodes that left it (their closing is expected, not
 // a loss); then the proxy hears (reroute_atom, connection index) and re-sends what is
-// unanswered for the chunks homed on that connection's node.
+// unanswered for the chunks homed on that connection's node. A reroute that names a
+// node the worker has no connection to (it joined the job) is taken between two polls:
+// the receiver says hello to that node (the joiner given to set_basis), appends its
+// connections, then routes by the new ring and has the proxy re-send what is homed
+// there too.
 
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "actors/job_join.hpp"
 #include "actors/worker_proxy.hpp"
 #include "runtime/chunking.hpp"
 #include "transports/shm/worker_channel.hpp"
@@ -53,12 +59,24 @@ public:
   /// Closes the connection (with `why` as the reason reported) and joins the receiver.
   void stop(const std::string& why);
 
-  /// A job on several nodes: how to route it by a later ring (before start()).
-  void set_basis(std::shared_ptr<const runtime::routes_basis> basis, uint32_t replicas = 0) {
+  /// Joins one more node of the job (named, at HOST:PORT, on the ring of that
+  /// version), its frames on the link's connections going to the given sink meanwhile;
+  /// throws rw::error (actors/job_join.hpp join_node).
+  using node_joiner = std::function<joined_node(const std::string& node,
+                                                const std::string& address,
+                                                uint64_t ring_version,
+                                                transports::frame_sink& others)>;
+
+  /// A job on several nodes: how to route it by a later ring, and how to join a node
+  /// that ring adds (before start()).
+  void set_basis(std::shared_ptr<const runtime::routes_basis> basis, uint32_t replicas = 0,
+                 node_joiner joiner = nullptr) {
     if (basis)
       ring_version_ = basis->version;
+    multi_node_ = basis != nullptr;
     basis_ = std::move(basis);
     replicas_ = replicas;
+    joiner_ = std::move(joiner);
   }
 
   /// The routes chunks travel by now (one snapshot per operation: a reroute swaps
@@ -69,20 +87,24 @@ public:
   }
   /// The ring version pushes are routed by, for their header (0: one node).
   uint32_t ring_stamp() const noexcept {
-    return basis_ ? static_cast<uint32_t>(ring_version_.load(std::memory_order_acquire)) : 0;
+    return multi_node_ ? static_cast<uint32_t>(ring_version_.load(std::memory_order_acquire))
+                       : 0;
   }
   /// Whether connection `conn` leads to a node the job has left (a `reroute` said so,
   /// or, with replicas, the node's connection closed: the job goes on without it).
   bool retired(uint32_t conn) const noexcept {
-    return conn < conns_.size() && retired_[conn].load(std::memory_order_acquire);
+    return conn < retired_capacity_ && retired_[conn].load(std::memory_order_acquire);
   }
   /// Whether (tensor, chunk) is homed, by the current routes, on the node of `conn`.
   bool homed_with(uint32_t tensor, uint32_t chunk, uint32_t conn) const noexcept {
     auto r = routes();
     return r->home_of(tensor, chunk) == r->node_of_connection(conn);
   }
-  const std::vector<transports::connection_ptr>& conns() const noexcept {
-    return conns_;
+  using conn_list = std::vector<transports::connection_ptr>;
+  /// Every connection so far (a node joining appends its own; none is removed):
+  /// connection e of the routes is element e.
+  std::shared_ptr<const conn_list> conns() const noexcept {
+    return std::atomic_load(&conns_);
   }
   uint32_t job_id() const noexcept {
     return job_id_;
@@ -180,12 +202,23 @@ private:
 
   // A `reroute` frame from connection `conn` (receiver thread).
   void on_reroute(uint32_t conn);
+  // Routes by the ring of `msg` (every node of it known): retires the connections of
+  // the nodes it leaves out. False (logged) if it cannot.
+  bool adopt_ring(const transports::reroute_msg& msg);
+  // The reroute held while the nodes it adds are joined (receiver thread, between two
+  // polls); the proxy then re-sends for each connection that sent it and for the new
+  // nodes.
+  void join_pending();
+  // Whether the link has live connections to node `node` (receiver thread).
+  bool connected_to(const std::string& node) const;
+  // Index of connection `c`, or UINT32_MAX.
+  uint32_t index_of(const transports::connection_ptr& c) const;
 
   void run();
   void on_completion(const transports::shm::completion& c);
 
   std::shared_ptr<transports::endpoint> ep_;
-  std::vector<transports::connection_ptr> conns_;
+  std::shared_ptr<const conn_list> conns_; // appended to by the receiver (atomic_store)
   uint32_t job_id_;
   uint32_t rank_;
   std::shared_ptr<const runtime::job_routes> routes_; // swapped by a reroute (atomic_load)
@@ -196,13 +229,18 @@ private:
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_changed_;
   std::vector<std::byte> error_buf_;
   std::vector<std::byte> reroute_buf_;
-  std::shared_ptr<const runtime::routes_basis> basis_;
+  std::shared_ptr<const runtime::routes_basis> basis_; // receiver thread only
+  bool multi_node_ = false;                            // basis_ set (before start)
+  node_joiner joiner_;
+  std::optional<transports::reroute_msg> pending_; // waiting for its new nodes' joins
+  std::vector<uint32_t> pending_conns_;            // the connections that sent it
   std::atomic<uint64_t> ring_version_{0}; // the ring routed by (a reroute swaps it)
   uint32_t replicas_ = 0;     // the job keeps replicas: a node's loss is not the job's
   // Retires every connection of the node behind connection `conn` (its name in `node`);
   // false if no other connection is left open.
   bool retire_node_of(uint32_t conn, std::string& node);
-  std::unique_ptr<std::atomic<bool>[]> retired_;
+  std::unique_ptr<std::atomic<bool>[]> retired_; // by connection, up to the capacity
+  uint32_t retired_capacity_ = 0;
   worker_proxy_actor proxy_;
   std::thread receiver_;
   std::atomic<bool> running_{false};

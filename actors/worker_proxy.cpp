@@ -169,15 +169,19 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     std::vector<frame_header> headers;
     std::vector<iovec> payloads;
   };
-  std::vector<pending> per_conn(link.conns().size());
+  // One snapshot of the routes for the whole operation, then of the connections (a
+  // node joining appends its connections before the routes that use them).
+  const auto routes = link.routes();
+  const auto conns = link.conns();
+  std::vector<pending> per_conn(conns->size());
   bool failed = false;
   // A connection to a node the job left (or lost: its replicas take over) is skipped;
   // what it would have carried is sent again after the reroute.
   auto flush = [&](size_t e) {
     auto& p = per_conn[e];
     bool ok = p.headers.empty() || link.retired(static_cast<uint32_t>(e))
-              || link.conns()[e]->send_batch(p.headers.data(), p.payloads.data(),
-                                             static_cast<int>(p.headers.size()));
+              || (*conns)[e]->send_batch(p.headers.data(), p.payloads.data(),
+                                         static_cast<int>(p.headers.size()));
     p.headers.clear();
     p.payloads.clear();
     failed = failed || !ok;
@@ -186,7 +190,6 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   // Pushes and inits go to the chunk's replica as well (it counts them; only the home
   // answers).
   const bool to_replica = op.kind != worker_op::pull;
-  const auto routes = link.routes(); // one snapshot for the whole operation
   for (uint32_t c = 0; c < layout.count(); ++c) {
     if (!only.empty() && !only[c])
       continue;
@@ -354,10 +357,11 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
       h.kind = frame_kind::bye;
       h.job_id = link.job_id();
       h.rank = link.rank();
+      auto conns = link.conns();
       if (!self->state.lost)
-        for (uint32_t i = 0; i < link.conns().size(); ++i)
+        for (uint32_t i = 0; i < conns->size(); ++i)
           if (!link.retired(i))
-            link.conns()[i]->send(h);
+            (*conns)[i]->send(h);
       return ok_atom::value;
     },
   };

@@ -129,4 +129,6 @@ struct Reroute {
   ringVersion @0 :UInt64;
   nodes @1 :List(Text);
   replicas @2 :UInt32;  # replicas of each chunk on the new ring (0 after a takeover)
+  addresses @3 :List(Text);  # each node's worker address (HOST:PORT), as `nodes`: a
+                             # worker says hello to a node it has no connection to yet
 }

@@ -149,6 +149,9 @@ bytes encode(const reroute_msg& x) {
   auto nodes = root.initNodes(static_cast<unsigned>(x.nodes.size()));
   for (unsigned i = 0; i < x.nodes.size(); ++i)
     nodes.set(i, x.nodes[i]);
+  auto addresses = root.initAddresses(static_cast<unsigned>(x.addresses.size()));
+  for (unsigned i = 0; i < x.addresses.size(); ++i)
+    addresses.set(i, x.addresses[i]);
   return to_bytes(msg);
 }
 
@@ -298,6 +301,14 @@ errc decode(const std::byte* data, size_t size, reroute_msg& out, std::string& w
       out.nodes.emplace_back(n.cStr());
     if (out.nodes.empty()) {
       why = "a reroute names no node";
+      return errc::bad_frame;
+    }
+    out.addresses.clear();
+    for (auto a : root.getAddresses())
+      out.addresses.emplace_back(a.cStr());
+    if (!out.addresses.empty() && out.addresses.size() != out.nodes.size()) {
+      why = fmt::format("a reroute names {} nodes and {} addresses", out.nodes.size(),
+                        out.addresses.size());
       return errc::bad_frame;
     }
     return errc::ok;

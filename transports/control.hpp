@@ -68,6 +68,9 @@ struct reroute_msg {
   uint64_t ring_version = 0;
   std::vector<std::string> nodes; // names, in ring order
   uint32_t replicas = 0;          // replicas of each chunk on that ring
+  /// Each node's worker address (HOST:PORT), as `nodes` (empty from an older node): a
+  /// node the worker is not connected to yet (one joined the job) is reached there.
+  std::vector<std::string> addresses;
 };
 
 struct error_msg {

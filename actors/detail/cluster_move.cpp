@@ -26,6 +26,63 @@ namespace rw::actors::detail {
 
 using steady_clock = std::chrono::steady_clock;
 
+std::string unmovable(const job_entry& j) {
+  if (j.report.state != "running")
+    return j.report.state == "created" ? "no worker has joined it yet" : "it has ended";
+  if (j.node_ids.size() < 2)
+    return "it lives on one node alone (its workers are connected to no other)";
+  if (is_hierarchical(j.report.layout))
+    return "it reduces hierarchically (one rack-agg per rack)";
+  if (j.report.spec.consistency.model != consistency_spec::bsp)
+    return fmt::format("it is {}: only BSP settles at a clock boundary",
+                       to_string(j.report.spec.consistency));
+  return {};
+}
+
+member* live_node(cluster_state& st, const std::string& name) {
+  for (auto& [id, m] : st.nodes)
+    if (m.info.name == name)
+      return &m;
+  return nullptr;
+}
+
+caf::error no_node(const cluster_state& st, const char* call, const std::string& name) {
+  std::vector<std::string> names;
+  for (auto& [id, m] : st.nodes)
+    names.push_back(m.info.name);
+  return cluster_error(errc::invalid_spec,
+                       fmt::format("{}: no live node is named '{}' (live nodes: {})", call, name,
+                                   fmt::join(names, ", ")));
+}
+
+void run_moves(cluster_ptr self, std::shared_ptr<moves_run> run) {
+  auto& st = self->state;
+  while (!run->todo.empty()) {
+    auto id = run->todo.front();
+    run->todo.erase(run->todo.begin());
+    auto it = st.jobs.find(id);
+    if (it == st.jobs.end())
+      continue;
+    if (live_node(st, run->node) == nullptr) {
+      run->stayed.push_back(fmt::format("{}: node {} left the cluster meanwhile",
+                                        it->second.report.name, run->node));
+      continue;
+    }
+    bool started = run->move_one(id, [self, run](std::string line, bool moved) {
+      (moved ? run->moved : run->stayed).push_back(std::move(line));
+      run_moves(self, run);
+    });
+    if (started)
+      return;
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now()
+                                                                  - run->started)
+              .count();
+  auto summary = run->summary(*run, ms);
+  spdlog::info("{}", summary);
+  run->rp.deliver(summary);
+}
+
 job_layout layout_without(const job_entry& j, uint32_t node_id, std::vector<uint32_t>& kept) {
   auto& before = j.report.layout;
   job_layout next = before;

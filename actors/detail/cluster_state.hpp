@@ -191,9 +191,39 @@ job_layout layout_without(const job_entry& j, uint32_t node_id, std::vector<uint
 void move_job_to(cluster_ptr self, uint32_t id, job_layout next, std::vector<uint32_t> kept,
                  std::string what, std::function<void(std::string, bool)> done);
 
+/// Why running job `j` cannot move between nodes ("" if it can): not running, on one
+/// node, hierarchical, not BSP.
+std::string unmovable(const job_entry& j);
+/// The live node named `name`, or null.
+member* live_node(cluster_state& st, const std::string& name);
+/// `call`'s error for a node name that no live node has (naming the live ones).
+caf::error no_node(const cluster_state& st, const char* call, const std::string& name);
+
+/// Jobs moved one after another for one node (a drain, a join); the promise answered
+/// with summary(run, elapsed ms) once every job moved or stayed.
+struct moves_run {
+  std::string node;
+  std::vector<uint32_t> todo; // jobs to move, in id order
+  std::vector<std::string> moved;
+  std::vector<std::string> stayed;
+  caf::typed_response_promise<std::string> rp;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  /// Starts moving job `id` (done(line, moved) once it has or not); false if it has
+  /// nothing to move any more.
+  std::function<bool(uint32_t, std::function<void(std::string, bool)>)> move_one;
+  std::function<std::string(const moves_run&, int64_t)> summary;
+};
+/// Moves `run`'s jobs one after another (a job that ended meanwhile, or whose node left
+/// the cluster, is skipped), then answers its promise.
+void run_moves(cluster_ptr self, std::shared_ptr<moves_run> run);
+
 // --- cluster_drain.cpp ------------------------------------------------------------
 /// rw.node_drain: what moved off the node and what stayed, or a clear error.
 caf::result<std::string> drain_node(cluster_ptr self, const std::string& name);
+
+// --- cluster_join.cpp -------------------------------------------------------------
+/// rw.node_join: what moved onto the node and what stayed, or a clear error.
+caf::result<std::string> join_node(cluster_ptr self, const std::string& name);
 
 // --- cluster_checkpoint.cpp -------------------------------------------------------
 /// Fault injection (detail/cluster_inject.cpp): what was done, or a clear error.

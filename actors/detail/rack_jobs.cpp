@@ -161,9 +161,15 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
                name, g.job_id, g.spec.num_workers, to_string(g.spec.consistency),
                to_string(g.spec.optimizer.kind), g.spec.chunk_bytes,
                fmt::join(g.layout.nodes, ","), g.layout.reduction, g.layout.ring_version);
+  if (g.joining && (is_hierarchical(g.layout) || g.spec.tensors.empty()))
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("node {} cannot join job '{}': only a flat job whose "
+                                     "tensors are known moves onto a node",
+                                     st.settings.node_name, name));
   st.grants[name] =
     grant_info{g.job_id, g.spec, g.secret, g.layout, {}, {}, false, 0, {}, g.restore,
                g.checkpoint_every, g.checkpoint_dir};
+  st.grants[name].joining = g.joining;
   if (is_hierarchical(g.layout)) {
     // The top level the rack-aggs take part in: one rank per rack, the job's
     // optimizer (its gradient scale fixed for all the job's workers), chunks homed
@@ -290,8 +296,14 @@ void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code
 void let_go(rack_ptr self, uint32_t job_id, const std::string& why) {
   auto& st = self->state;
   auto n = st.names.find(job_id);
-  if (n == st.names.end())
+  if (n == st.names.end()) {
+    // Granted to join, never live here (the move onto this node was given up).
+    if (auto* g = find_grant(st, job_id); g != nullptr && g->ended.empty()) {
+      spdlog::info("job not joined: job='{}' id={}: {}", g->spec.name, job_id, why);
+      remember_end(st, g->spec.name, "moved", why);
+    }
     return;
+  }
   auto name = n->second;
   spdlog::info("job moved away: job='{}' id={}: {}", name, job_id, why);
   remember_end(st, name, "moved", why);

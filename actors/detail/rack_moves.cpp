@@ -1,4 +1,5 @@
-// A job moving between nodes while it trains (a node drained), the node's side. The
+// A job moving between nodes while it trains (a node drained, or one joined), the
+// node's side. The
 // cluster coordinator (detail/cluster_drain.cpp) drives three phases over every node of
 // the job: fence (each node's chunks settle at a clock boundary and freeze; the ones
 // the new ring homes elsewhere travel back as chunk files), reshape (each node of the
@@ -122,8 +123,50 @@ void finish_takeover(rack_ptr self, caf::typed_response_promise<ok_atom> rp, uin
   adopt_ring(self, *job, next, routes, index, rp);
 }
 
+// A job this node joins (rw.node_join, its grant says so): live here from now on, with
+// no worker yet and no chunk on a shard until the reshape creates them; null if no
+// grant says so or `next` leaves the node out.
+job_info* host_job(rack_ptr self, uint32_t job_id, const job_layout& next) {
+  auto& st = self->state;
+  grant_info* g = nullptr;
+  for (auto& [name, gi] : st.grants)
+    if (gi.job_id == job_id && gi.ended.empty() && gi.joining)
+      g = &gi;
+  if (g == nullptr || st.jobs.count(g->spec.name) != 0)
+    return nullptr;
+  job_info job;
+  job.id = job_id;
+  job.granted = true;
+  job.spec = g->spec;
+  job.init_rank = g->init_rank;
+  job.checkpoint_every = g->checkpoint_every;
+  job.checkpoint_dir = g->checkpoint_dir;
+  job.routes = routes_here(st, job, next, job.node_index);
+  if (!job.routes)
+    return nullptr;
+  job.layout = next;
+  auto n = job.spec.num_workers;
+  job.ranks.assign(n, rank_status::absent);
+  job.connections.assign(n, 0);
+  job.tokens.assign(n, 0);
+  job.peers.assign(n, std::string{});
+  job.departures.assign(n, 0);
+  job.away_since.assign(n, {});
+  job.away_reason.assign(n, std::string{});
+  job.moving = true;
+  job.arriving = true;
+  auto name = job.spec.name;
+  spdlog::info("job joining: job='{}' id={} nodes=[{}] ring_version={}: node {} takes {} "
+               "chunk(s) of it (and {} replica(s)); its workers connect once it is rerouted",
+               name, job_id, fmt::join(next.nodes, ","), next.ring_version,
+               st.settings.node_name, job.routes->local_chunks(), job.routes->replica_chunks());
+  st.names[job_id] = name;
+  return &st.jobs.emplace(name, std::move(job)).first->second;
+}
+
 std::vector<std::byte> reroute_payload(const job_layout& l) {
-  return transports::encode(transports::reroute_msg{l.ring_version, l.nodes, l.replicas});
+  return transports::encode(
+    transports::reroute_msg{l.ring_version, l.nodes, l.replicas, l.addresses});
 }
 
 } // namespace
@@ -231,6 +274,8 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
   auto& st = self->state;
   auto* job = live_job(st, job_id);
   if (job == nullptr)
+    job = host_job(self, job_id, next);
+  if (job == nullptr)
     return no_job(st, job_id);
   if (!job->moving)
     return cluster_error(errc::invalid_spec,
@@ -282,6 +327,7 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
   std::vector<caf::actor> peers;
   for (auto& sh : st.shards)
     peers.push_back(caf::actor_cast<caf::actor>(sh));
+  bool arriving = job->arriving;
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
     job_setup setup{job_id, job->spec, routes, i, nullptr, peers, nullptr, job->init_rank,
                     std::move(per_shard[i]), job->checkpoint_every};
@@ -303,19 +349,28 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
                    "homed here, {} of them moved here",
                    job->spec.name, job_id, fmt::join(next.nodes, ","), next.ring_version,
                    routes->local_chunks(), arrived);
+      if (job->arriving) { // joined: hellos are served from now on
+        job->arriving = false;
+        if (auto g = st.grants.find(job->spec.name); g != st.grants.end())
+          g->second.joining = false;
+      }
       // Pushes the pollers route by the old table reach shards that drop them (not
       // theirs any more); the workers send them again after the reroute.
       adopt_ring(self, *job, next, routes, index, rp);
     };
-    self->request(st.shards[i], st.settings.shard_setup_timeout, reshape_atom::value,
-                  std::move(setup))
-      .then([finish](ok_atom) mutable { finish(); },
-            [self, i, failed, finish](caf::error& err) mutable {
-              *failed = fmt::format("shard {} of node {} did not take the moved chunks: {}",
-                                    i, self->state.settings.node_name,
-                                    describe(self->system(), err));
-              finish();
-            });
+    auto sent = arriving ? self->request(st.shards[i], st.settings.shard_setup_timeout,
+                                         create_atom::value, std::move(setup),
+                                         caf::actor_cast<abort_sink>(self))
+                         : self->request(st.shards[i], st.settings.shard_setup_timeout,
+                                         reshape_atom::value, std::move(setup));
+    std::move(sent).then([finish](ok_atom) mutable { finish(); },
+                         [self, i, failed, finish](caf::error& err) mutable {
+                           *failed = fmt::format("shard {} of node {} did not take the "
+                                                 "moved chunks: {}",
+                                                 i, self->state.settings.node_name,
+                                                 describe(self->system(), err));
+                           finish();
+                         });
   }
   return rp;
 }
@@ -373,6 +428,13 @@ caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layou
 caf::result<ok_atom> on_thaw(rack_ptr self, uint32_t job_id) {
   auto& st = self->state;
   auto* job = live_job(st, job_id);
+  bool joining = false;
+  for (auto& [name, g] : st.grants)
+    joining |= g.job_id == job_id && g.ended.empty() && g.joining;
+  if ((job == nullptr && joining) || (job != nullptr && job->arriving)) {
+    let_go(self, job_id, "the move onto this node was given up");
+    return ok_atom::value;
+  }
   if (job == nullptr)
     return no_job(st, job_id);
   job->moving = false;

@@ -56,6 +56,8 @@ struct job_info {
   // they settled, until the job is reshaped by its new ring.
   bool moving = false;
   std::vector<runtime::checkpoint::chunk_record> staying;
+  // Joined by a move (rw.node_join): no shard holds it until the reshape creates it.
+  bool arriving = false;
 
   uint32_t shard_rank(uint32_t rank) const {
     return local_rank.empty() ? rank : local_rank[rank];
@@ -92,6 +94,9 @@ struct grant_info {
   std::string restore; // the checkpoint the job starts from ("": none)
   uint64_t checkpoint_every = 0; // periodic checkpoints (0: none) into checkpoint_dir
   std::string checkpoint_dir;
+  /// The node joins the running job (job_grant::joining): until the move's reshape
+  /// makes it live here, hellos for it are refused as not yet served.
+  bool joining = false;
 };
 
 struct rack_state {
@@ -181,13 +186,14 @@ std::string load_restore(const std::string& dir, const job_spec& spec,
 caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layout& next);
 /// The moved job's chunks here become those `next` homes here: the kept ones and the
 /// ones moved here (`incoming`); the pollers route its connections by the new table.
+/// A node joining the job (its grant says so) holds it from here on, no worker yet.
 caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout& next,
                                 const chunk_moves& incoming);
 /// Every node of the moved job is reshaped: its workers hear the new ring (a `reroute`
 /// frame on each connection). A node `next` does not list lets the job go quietly.
 caf::result<ok_atom> on_reroute(rack_ptr self, uint32_t job_id, const job_layout& next);
 /// The move was given up: the job serves again as it stood, and its workers send again
-/// what was dropped meanwhile.
+/// what was dropped meanwhile. A node that was joining it lets it go.
 caf::result<ok_atom> on_thaw(rack_ptr self, uint32_t job_id);
 /// A node of the job (replicas = 1) died: the shards go on by the ring of `next`, each
 /// chunk's state kept where it is (a replica of the dead node's becomes the home).

@@ -45,6 +45,10 @@ public:
   /// moves its chunks homed there, with their state, to the other nodes while it
   /// trains; returns what moved and what stayed.
   virtual std::string node_drain(const std::string& name) = 0;
+  /// Joins node `name` to the running jobs: it takes new jobs (again, after a drain),
+  /// and every flat BSP job on two nodes or more moves the chunks the ring with it homes
+  /// there, with their state, onto it while it trains; returns what moved and what stayed.
+  virtual std::string node_join(const std::string& name) = 0;
   /// Where the coordinator is (HOST:PORT of its control address), for the prompt.
   virtual std::string coordinator() const = 0;
 };

@@ -115,6 +115,10 @@ std::string cluster_client::node_drain(const std::string& name) {
   return impl_->ask<std::string>("node_drain", actors::drain_atom::value, name);
 }
 
+std::string cluster_client::node_join(const std::string& name) {
+  return impl_->ask<std::string>("node_join", actors::node_join_atom::value, name);
+}
+
 std::string cluster_client::inject(const std::string& name, const std::string& kill,
                                    const std::string& node, uint32_t index) {
   return impl_->ask<std::string>("inject", actors::inject_atom::value, name, kill, node,

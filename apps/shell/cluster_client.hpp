@@ -36,6 +36,7 @@ public:
   actors::checkpoint_info checkpoint(const std::string& name, const std::string& dir,
                                      uint64_t clock) override;
   std::string node_drain(const std::string& name) override;
+  std::string node_join(const std::string& name) override;
   std::string coordinator() const override;
 
 private:

@@ -50,6 +50,10 @@ const command commands[] = {
   {"node_drain", rw_node_drain, "rw.node_drain(name)",
    "the node takes no new jobs, and each flat BSP job on several nodes moves its chunks "
    "there, with their state, to the other nodes while it trains; returns what moved"},
+  {"node_join", rw_node_join, "rw.node_join(name)",
+   "the node takes new jobs (again, after a drain), and each flat BSP job on two nodes or "
+   "more moves the chunks the ring with it homes there, with their state, onto it while "
+   "it trains (its workers connect to it); returns what moved"},
   {"wait", rw_wait, "rw.wait(name, cond [, {interval=, timeout=}])",
    "until cond holds: a state (created, running, finished, stopped, failed, ended), a "
    "clock every rank reached, or a function(job); returns the job"},
@@ -139,6 +143,15 @@ int rw_node_drain(lua_State* L) {
   return protect(L, [&] {
     auto name = arg_string(L, 1, "rw.node_drain", "a node name");
     auto done = context(L).api->node_drain(name);
+    lua_pushstring(L, done.c_str());
+    return 1;
+  });
+}
+
+int rw_node_join(lua_State* L) {
+  return protect(L, [&] {
+    auto name = arg_string(L, 1, "rw.node_join", "a node name");
+    auto done = context(L).api->node_join(name);
     lua_pushstring(L, done.c_str());
     return 1;
   });

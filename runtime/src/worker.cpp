@@ -72,7 +72,13 @@ struct worker::impl {
     link = std::make_shared<actors::worker_link>(ep, std::move(joined.conns), welcome.job_id,
                                                  opts.rank, std::move(joined.routes),
                                                  std::move(joined.shm));
-    link->set_basis(std::move(joined.basis), joined.welcome.replicas);
+    // A node that joins the job later is said hello to as this one was.
+    auto joiner = [tcp = ep, req, job_id = welcome.job_id](
+                    const std::string& node, const std::string& address, uint64_t ring_version,
+                    transports::frame_sink& others) {
+      return actors::join_node(*tcp, req, address, node, job_id, ring_version, others);
+    };
+    link->set_basis(std::move(joined.basis), joined.welcome.replicas, joiner);
   }
 };
 

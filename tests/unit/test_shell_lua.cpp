@@ -102,6 +102,10 @@ struct fake_cluster : rw::shell::cluster_api {
     called("node_drain " + name);
     return "node " + name + " drained";
   }
+  std::string node_join(const std::string& name) override {
+    called("node_join " + name);
+    return "node " + name + " joined";
+  }
   std::string coordinator() const override { return "10.0.0.9:7800"; }
 };
 
@@ -199,6 +203,14 @@ TEST_CASE("rw.node_drain reaches the cluster; a bad name is a clear error", "[sh
   CHECK(sh.api.calls == std::vector<std::string>{"node_drain n1"});
   CHECK_THAT(sh.run("rw.node_drain(3)"), Catch::Contains("rw.node_drain"));
   CHECK_THAT(sh.run("rw.node_drain()"), Catch::Contains("a node name"));
+}
+
+TEST_CASE("rw.node_join reaches the cluster; a bad name is a clear error", "[shell]") {
+  shell sh;
+  CHECK(sh.eval("rw.node_join('n2')") == "\"node n2 joined\"");
+  CHECK(sh.api.calls == std::vector<std::string>{"node_join n2"});
+  CHECK_THAT(sh.run("rw.node_join({})"), Catch::Contains("rw.node_join"));
+  CHECK_THAT(sh.run("rw.node_join()"), Catch::Contains("a node name"));
 }
 
 TEST_CASE("rw.inject reaches the cluster; bad arguments are clear errors", "[shell]") {

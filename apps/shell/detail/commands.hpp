@@ -15,6 +15,7 @@ int rw_job_stop(lua_State* L);
 int rw_checkpoint(lua_State* L);
 int rw_job_delete(lua_State* L);
 int rw_node_drain(lua_State* L);
+int rw_node_join(lua_State* L);
 int rw_coordinator(lua_State* L);
 int rw_show(lua_State* L);
 int rw_help(lua_State* L);

@@ -1,0 +1,132 @@
+// Rebalancing by join on 127.0.0.1: a flat BSP job trains on two nodes while
+// rw.node_join brings a third into it. The chunks the ring with the new node homes
+// there (and their replicas) move, with their state; the workers keep their processes,
+// say hello to the new node when the reroute names it, re-send what was unanswered, and
+// end bitwise at the single-process reference. A node drained and joined again takes
+// the job back (its old copy of the job answers for nothing).
+
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "tests/integration/rack_cluster.hpp"
+
+using namespace rw;
+
+namespace {
+
+using testing::rack_cluster;
+using run = testing::worker_process;
+using testing::finish;
+
+std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
+                           const std::string& token, bool split, uint32_t steps) {
+  std::vector<std::string> args{"--optimizer", "adam", "--steps", std::to_string(steps),
+                                "--step-delay-ms", "40"};
+  if (split)
+    args.push_back("--split");
+  return testing::start_verified(connect, job, rank, token, args);
+}
+
+void wait_clock(rack_cluster& c, const std::string& job, int clock) {
+  auto at = c.shell(fmt::format("rw.wait('{}', {}, {{timeout = 60}}); print('ok')", job, clock));
+  INFO(at.err);
+  REQUIRE(at.out == "ok\n");
+}
+
+} // namespace
+
+TEST_CASE("a node joins a running job: chunks move onto it with their state, bitwise",
+          "[integration][failover]") {
+  auto replicas = GENERATE(0, 1);
+  rack_cluster c{{"a", "b", "c"}};
+  std::string err;
+  auto token = c.create("growing", 2, "adam",
+                        fmt::format("nodes = {{'n0', 'n1'}}, reduction = 'flat', replicas = {}",
+                                    replicas),
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  std::vector<std::unique_ptr<run>> ws;
+  ws.push_back(start(c.nodes[0]->address(), "growing", 0, token, false, 30));
+  ws.push_back(start(c.nodes[1]->address(), "growing", 1, token, true, 30));
+  wait_clock(c, "growing", 6);
+  auto join = c.shell("print(rw.node_join('n2'))");
+  INFO(join.err);
+  CHECK_THAT(join.out, Catch::Contains("node n2 joined in"));
+  CHECK_THAT(join.out, Catch::Contains("moved 1 job(s) onto it: growing: moved to [n0,n1,n2]"));
+  for (auto& w : ws) {
+    auto [code, out] = finish(*w);
+    INFO(out);
+    CHECK(code == std::optional<int>{0});
+    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
+    CHECK_THAT(out, Catch::Contains("joined node n2 of job"));
+    CHECK_THAT(out, Catch::Contains("moved to nodes [n0,n1,n2] (ring version 2)"));
+  }
+  CHECK(c.nodes[2]->wait_for_log("job joining: job='growing'", std::chrono::seconds(5)));
+  CHECK(c.nodes[2]->wait_for_log("worker joined: job='growing'", std::chrono::seconds(5)));
+  auto status = c.shell("local j = rw.job_status('growing'); print(j.state, #j.nodes, "
+                        "j.ring_version)");
+  INFO(status.err);
+  CHECK_THAT(status.out, Catch::StartsWith("finished\t3\t2") || Catch::StartsWith("running\t3\t2"));
+}
+
+TEST_CASE("a drained node joined again takes the job back, bitwise",
+          "[integration][failover]") {
+  rack_cluster c{{"a", "b", "c"}};
+  std::string err;
+  auto token = c.create("tide", 2, "adam", "racks = {'a', 'b', 'c'}, reduction = 'flat'", &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  std::vector<std::unique_ptr<run>> ws;
+  ws.push_back(start(c.nodes[0]->address(), "tide", 0, token, false, 60));
+  ws.push_back(start(c.nodes[1]->address(), "tide", 1, token, true, 60));
+  wait_clock(c, "tide", 5);
+  auto drain = c.shell("print(rw.node_drain('n2'))");
+  INFO(drain.err);
+  CHECK_THAT(drain.out, Catch::Contains("tide: moved to [n0,n1]"));
+  auto refused = c.shell("rw.job_create{name = 'late', workers = 1, node = 'n2'}");
+  CHECK_THAT(refused.err, Catch::Contains("node 'n2' was drained"));
+  auto join = c.shell("print(rw.node_join('n2'))");
+  INFO(join.err);
+  CHECK_THAT(join.out, Catch::Contains("it takes new jobs again"));
+  CHECK_THAT(join.out, Catch::Contains("tide: moved to [n0,n1,n2]"));
+  for (auto& w : ws) {
+    auto [code, out] = finish(*w, 90);
+    INFO(out);
+    CHECK(code == std::optional<int>{0});
+    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
+    CHECK_THAT(out, Catch::Contains("(ring version 3)"));
+    CHECK_THAT(out, Catch::Contains("joined node n2 of job"));
+  }
+  auto status = c.shell("local j = rw.job_status('tide'); print(#j.nodes, j.ring_version)");
+  CHECK_THAT(status.out, Catch::StartsWith("3\t3"));
+  auto placed = c.shell("print(rw.job_create{name = 'later', workers = 1, node = 'n2'}.node)");
+  INFO(placed.err);
+  CHECK(placed.out == "n2\n");
+}
+
+TEST_CASE("joining an unknown node is a clear error; a job on one node stays",
+          "[integration][failover]") {
+  rack_cluster c{{"a", "b"}};
+  auto r = c.shell("rw.node_join('nowhere')");
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Catch::Contains("rw.node_join: no live node is named 'nowhere'"));
+  std::string err;
+  auto token = c.create("single", 2, "adam", "node = 'n0'", &err);
+  REQUIRE(!token.empty());
+  std::vector<std::unique_ptr<run>> ws;
+  for (uint32_t rank = 0; rank < 2; ++rank)
+    ws.push_back(start(c.nodes[0]->address(), "single", rank, token, false, 20));
+  wait_clock(c, "single", 2);
+  auto join = c.shell("print(rw.node_join('n1'))");
+  INFO(join.err);
+  CHECK_THAT(join.out, Catch::Contains("moved 0 job(s) onto it"));
+  CHECK_THAT(join.out, Catch::Contains("single: it lives on one node alone"));
+  for (auto& w : ws) {
+    auto [code, out] = finish(*w);
+    INFO(out);
+    CHECK(code == std::optional<int>{0});
+  }
+}
