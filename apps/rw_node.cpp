@@ -47,7 +47,9 @@ const char* description =
   "without it). On SIGTERM a rack-agg in a cluster drains itself first, as\n"
   "rw.node_drain does: it takes no new jobs, and every flat BSP job on it and other\n"
   "nodes moves its chunks, with their state, to the other nodes while it trains\n"
-  "(up to 120 s; a second SIGTERM or SIGINT stops at once). Logs go to stderr.";
+  "(up to 120 s; a second SIGTERM or SIGINT stops at once). A node that registers\n"
+  "takes new jobs; rw.node_join(name) in rw-shell also moves a share of the running\n"
+  "flat BSP jobs onto it. Logs go to stderr.";
 
 } // namespace
 
