@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -251,6 +252,10 @@ public:
                                     fmt::join(names, ","), welcome.ring_version));
       node_conns[i] = attach_all(w, std::move(c), address);
     }
+    for (uint32_t i = 0; i < n; ++i)
+      out.node_addresses.push_back(i == welcome.node_index
+                                     ? req.connect
+                                     : reachable(welcome.job_nodes[i], req.connect));
     std::vector<std::shared_ptr<const runtime::routing_table>> tables;
     std::vector<uint32_t> bases;
     std::vector<transports::connection_ptr> conns;
@@ -333,6 +338,7 @@ public:
       // One connection per node endpoint; attach to the others with the token.
       out.conns = attach_all(welcome, first, req.connect);
       out.conn_nodes.assign(out.conns.size(), welcome.node_name);
+      out.node_addresses = {req.connect};
       out.routes = single();
     }
     out.welcome = welcome;
@@ -351,8 +357,12 @@ public:
       out.welcome = say_hello(c, at, hello);
       auto& w = out.welcome;
       auto index = std::find(w.job_node_names.begin(), w.job_node_names.end(), node);
-      if (w.job_id != job_id || w.ring_version != ring_version || index == w.job_node_names.end()
-          || w.node_index != static_cast<uint32_t>(index - w.job_node_names.begin()))
+      bool same_ring = ring_version == 0 // a reconnect: the node itself is what counts
+                         ? w.node_name == node
+                         : w.ring_version == ring_version && index != w.job_node_names.end()
+                             && w.node_index
+                                  == static_cast<uint32_t>(index - w.job_node_names.begin());
+      if (w.job_id != job_id || !same_ring)
         throw rw::error(errc::spec_mismatch,
                         fmt::format("node {} at {} does not hold job '{}' (id {}) as node {} of "
                                     "its ring version {} (it answered job id {}, nodes [{}], "
@@ -424,6 +434,11 @@ void drain(transports::tcp::endpoint& ep) {
 // A node outside the job may send the worker to the job's nodes, and that node to its
 // rack's agg: at most this many hellos in all.
 constexpr int max_hellos = 3;
+// A node sent back to itself (the cluster places the job there and the node's grant is
+// still on its way: a job restarted from a checkpoint) is asked again after a pause, at
+// most this many times.
+constexpr int max_same_node_hellos = 15;
+constexpr auto same_node_pause = std::chrono::milliseconds(200);
 
 } // namespace
 
@@ -436,12 +451,13 @@ joined_node join_node(transports::tcp::endpoint& ep, const join_request& req,
 
 joined_job join_job(transports::tcp::endpoint& ep, const join_request& req) {
   auto at = req;
+  int same_node = 0;
   for (int hello = 1;; ++hello) {
     joiner j{ep, at};
     try {
       return j.handshake();
     } catch (const rw::error& e) {
-      if (e.code() != errc::moved || hello >= max_hellos)
+      if (e.code() != errc::moved || hello - same_node >= max_hellos)
         throw;
       auto next = j.moved_to;
       if (next.empty()) { // an older node: the address is the message's first word
@@ -450,8 +466,15 @@ joined_job join_job(transports::tcp::endpoint& ep, const join_request& req) {
       }
       at.picked_by.clear();
       if (next.size() == 1) {
-        if (next[0].empty() || next[0] == at.connect)
+        if (next[0].empty())
           throw;
+        if (next[0] == at.connect) {
+          if (++same_node > max_same_node_hellos)
+            throw;
+          drain(ep);
+          std::this_thread::sleep_for(same_node_pause);
+          continue;
+        }
         at.connect = next[0];
       } else {
         at.connect = nearest(at, next, at.picked_by);

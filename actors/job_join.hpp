@@ -35,6 +35,7 @@ struct joined_job {
   transports::welcome_msg welcome;              // the first node's
   std::vector<transports::connection_ptr> conns; // every node's endpoints, node by node
   std::vector<std::string> conn_nodes;           // the name of the node of each
+  std::vector<std::string> node_addresses;       // each node's HOST:PORT, in that order
   std::shared_ptr<const runtime::job_routes> routes;
   /// A job on several nodes: what routes it by a later ring (a node drained); else null.
   std::shared_ptr<const runtime::routes_basis> basis;
@@ -47,7 +48,9 @@ struct joined_job {
 /// rw::error: refused, unreachable, timed out. A node that answers `moved` is
 /// followed: to the one node it names, or, when it names several (it could not tell
 /// which is nearest), to the one with the lowest TCP connect round trip (measured here,
-/// bounded, and said on stderr with the numbers).
+/// bounded, and said on stderr with the numbers). A node that names itself (the cluster
+/// placed the job there and its grant is on its way) is asked again every 200 ms, up
+/// to 15 times.
 
 joined_job join_job(transports::tcp::endpoint& ep, const join_request& req);
 
@@ -58,8 +61,9 @@ struct joined_node {
 };
 
 /// Joins node `node` (at `address`) of job `job_id` whose ring is now at
-/// `ring_version` (its `reroute` named the node): hello with the token proved, the
-/// welcome checked, then attach to the node's other endpoints. Called on the thread
+/// `ring_version` (its `reroute` named the node; 0: a reconnect to a node of the job,
+/// whose welcome need only name it): hello with the token proved, the welcome checked,
+/// then attach to the node's other endpoints. Called on the thread
 /// that polls `ep`; frames and closes on the endpoint's other connections go to
 /// `others` meanwhile. Throws rw::error; its connections are closed then.
 joined_node join_node(transports::tcp::endpoint& ep, const join_request& req,

@@ -53,6 +53,7 @@ using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 using crash_atom = caf::atom_constant<caf::atom("crash")>;
 using resend_atom = caf::atom_constant<caf::atom("resend")>;
+using cut_atom = caf::atom_constant<caf::atom("cut")>;
 using pollers_atom = caf::atom_constant<caf::atom("pollers")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;

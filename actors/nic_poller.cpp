@@ -402,6 +402,16 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
                      rc.close ? " and closed (the job left this node)" : "");
       return ok_atom::value;
     },
+    [=](cut_atom, uint32_t job_id, uint32_t rank) {
+      uint32_t cut = 0;
+      for (auto& [id, b] : self->state.book->bindings)
+        if (b.status == binding::joined && b.job_id == job_id
+            && (rank == UINT32_MAX || b.rank == rank) && b.conn && b.conn->is_open()) {
+          b.conn->close();
+          ++cut;
+        }
+      return cut;
+    },
     [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
       auto& st = self->state;
       if (index >= st.book->shards.size())

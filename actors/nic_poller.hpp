@@ -24,6 +24,10 @@
 //                          `reroute` frame (and are closed if the job left the node);
 //                          answered once done, so frames read after the answer are
 //                          checked by the new routes
+//   node -> poller         (cut_atom, job_id, rank) -> connections closed
+//                          fault injection (rw.inject kill = 'link'): closes the
+//                          connections of the job's worker `rank` (UINT32_MAX: every
+//                          rank), as a cut link would; the workers say hello again
 //   anyone -> poller       (stats_atom) -> poller_stats   where it runs, its buffers
 //   node -> TCP poller     (shm_atom, shm poller, doorbell name)
 //                          colocated workers may offer shared memory: a hello naming a
@@ -63,7 +67,8 @@ using nic_poller_actor = caf::typed_actor<
   caf::replies_to<stats_atom>::with<poller_stats>,
   caf::reacts_to<shm_atom, caf::actor, std::string>,
   caf::reacts_to<adopt_atom, transports::connection_ptr, job_binding, uint32_t>,
-  caf::replies_to<reroute_atom, route_change>::with<ok_atom>>;
+  caf::replies_to<reroute_atom, route_change>::with<ok_atom>,
+  caf::replies_to<cut_atom, uint32_t, uint32_t>::with<uint32_t>>;
 
 struct poller_settings {
   std::string node_name;

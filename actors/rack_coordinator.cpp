@@ -417,26 +417,8 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
       on_replace(self, index, shard);
     },
-    [=](inject_atom, uint32_t job_id, const std::string& kill,
-        uint32_t index) -> caf::result<std::string> {
-      auto& st = self->state;
-      auto n = st.names.find(job_id);
-      if (n == st.names.end())
-        return cluster_error(errc::unknown_job,
-                             fmt::format("node {} holds no live job {}: its first worker "
-                                         "has not joined, or it ended",
-                                         st.settings.node_name, job_id));
-      if (kill != "shard")
-        return cluster_error(errc::invalid_spec,
-                             fmt::format("a node can inject kill = 'shard', not '{}'", kill));
-      if (index >= st.shards.size())
-        return cluster_error(errc::invalid_spec,
-                             fmt::format("node {} has shards 0..{}, not {}",
-                                         st.settings.node_name, st.shards.size() - 1, index));
-      auto why = fmt::format("rw.inject on job '{}'", n->second);
-      spdlog::warn("fault injection: crashing shard {} ({})", index, why);
-      self->send(st.shards[index], crash_atom::value, why);
-      return fmt::format("crashed shard {} of node {}", index, st.settings.node_name);
+    [=](inject_atom, uint32_t job_id, const std::string& kill, uint32_t index) {
+      return on_inject(self, job_id, kill, index);
     },
     [=](fence_atom, uint32_t job_id, const job_layout& next) {
       return on_fence(self, job_id, next);

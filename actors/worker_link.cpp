@@ -62,6 +62,8 @@ void worker_link::run() {
       ep_->poll(100, *this);
       if (pending_)
         join_pending();
+      if (reconnecting_)
+        reconnect_nodes();
     }
     return;
   }
@@ -388,13 +390,6 @@ void worker_link::on_reroute(uint32_t conn) {
     caf::anon_send(proxy_, reroute_atom::value, conn);
 }
 
-bool worker_link::connected_to(const std::string& node) const {
-  auto at = std::find(basis_->names.begin(), basis_->names.end(), node);
-  if (at == basis_->names.end())
-    return false;
-  return !retired(basis_->endpoint_base[at - basis_->names.begin()]);
-}
-
 bool worker_link::adopt_ring(const transports::reroute_msg& msg) {
   try {
     auto next = basis_->rebuild(msg.nodes, msg.ring_version, msg.replicas);
@@ -409,6 +404,7 @@ bool worker_link::adopt_ring(const transports::reroute_msg& msg) {
     }
     std::atomic_store(&routes_, next);
     ring_version_.store(msg.ring_version, std::memory_order_release);
+    ring_nodes_ = msg.nodes;
     // A chunk without a replica on the new ring: its ack is no longer awaited.
     for (uint32_t t = 0; t < slots_.size(); ++t) {
       auto& s = *slots_[t];
@@ -428,74 +424,6 @@ bool worker_link::adopt_ring(const transports::reroute_msg& msg) {
                   fmt::join(msg.nodes, ","), e.what());
     return false;
   }
-}
-
-void worker_link::join_pending() {
-  auto& msg = *pending_;
-  auto basis = std::make_shared<runtime::routes_basis>(*basis_);
-  auto list = std::make_shared<conn_list>(*conns());
-  std::vector<uint32_t> first_of_new;
-  std::string failure;
-  for (size_t i = 0; i < msg.nodes.size() && failure.empty(); ++i) {
-    auto& node = msg.nodes[i];
-    if (connected_to(node))
-      continue;
-    // A node the job left before (drained) comes back: its old connections stay
-    // retired under another name; the new ones are the node's.
-    for (auto& name : basis->names)
-      if (name == node)
-        name += " (left)";
-    if (!joiner_ || i >= msg.addresses.size()) {
-      failure = fmt::format("the job's new ring adds node {} and {}", node,
-                            joiner_ ? "the node sent no address for it (an older node)"
-                                    : "this link cannot join a node");
-      break;
-    }
-    try {
-      auto started = std::chrono::steady_clock::now();
-      auto joined = joiner_(node, msg.addresses[i], msg.ring_version, *this);
-      if (list->size() + joined.conns.size() > retired_capacity_)
-        throw rw::error(errc::internal, fmt::format("more than {} connections in all",
-                                                    retired_capacity_));
-      basis->names.push_back(node);
-      basis->num_shards.push_back(joined.welcome.num_shards);
-      basis->shard_endpoints.push_back(joined.welcome.shard_endpoints);
-      basis->endpoint_base.push_back(static_cast<uint32_t>(list->size()));
-      first_of_new.push_back(static_cast<uint32_t>(list->size()));
-      list->insert(list->end(), joined.conns.begin(), joined.conns.end());
-      spdlog::info("worker rank {}: joined node {} of job {} at {} ({} connection(s)) in {} "
-                   "ms",
-                   rank_, node, job_id_, msg.addresses[i], joined.conns.size(),
-                   std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::steady_clock::now() - started)
-                     .count());
-    } catch (const std::exception& e) {
-      failure = fmt::format("cannot join node {} of the job's new ring at {}: {}", node,
-                            msg.addresses[i], e.what());
-    }
-  }
-  auto conns_that_sent = std::move(pending_conns_);
-  auto taken = std::move(*pending_);
-  pending_.reset();
-  pending_conns_.clear();
-  if (!failure.empty()) {
-    spdlog::error("worker rank {}: {}", rank_, failure);
-    for (auto i = conns()->size(); i < list->size(); ++i)
-      (*list)[i]->close();
-    abandon(failure); // the job cannot go on without that node: fail what waits
-    return;
-  }
-  // The connections first, then the routes that use them (the proxy loads the routes,
-  // then the connections).
-  std::atomic_store(&conns_, std::shared_ptr<const conn_list>(std::move(list)));
-  basis_ = std::move(basis);
-  if (!adopt_ring(taken))
-    return;
-  for (auto c : conns_that_sent)
-    if (!retired(c))
-      caf::anon_send(proxy_, reroute_atom::value, c);
-  for (auto c : first_of_new)
-    caf::anon_send(proxy_, reroute_atom::value, c);
 }
 
 bool worker_link::retire_node_of(uint32_t conn, std::string& name) {
@@ -521,12 +449,15 @@ void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
   auto index = index_of(gone);
   bool known = index != UINT32_MAX;
   if (known && retired(index)) {
-    spdlog::debug("worker rank {}: a drained node closed its connection: {}", rank_, why);
-    return; // the job left that node: expected
+    spdlog::debug("worker rank {}: a connection the job no longer uses closed: {}", rank_,
+                  why);
+    return; // a node the job left, or one being reconnected: expected
   }
+  bool running = known && !closed_.load() && !abandoned_.load();
+  if (running && begin_reconnect(index, why))
+    return; // said hello to again between two polls
   std::string node;
-  if (known && replicas_ > 0 && !closed_.load() && !abandoned_.load()
-      && retire_node_of(index, node)) {
+  if (running && replicas_ > 0 && retire_node_of(index, node)) {
     // Its chunks' replicas take over: the nodes left send a reroute; until then what
     // is unanswered waits (bounded by the request timeout).
     spdlog::warn("worker rank {}: node {} of job {} closed its connection ({}); its chunks' "
@@ -534,17 +465,20 @@ void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
                  rank_, node, job_id_, why);
     return;
   }
+  lose(code == errc::ok ? errc::io_error : code,
+       fmt::format("connection to the node lost: {}", why));
+}
+
+void worker_link::lose(errc code, const std::string& why) {
   if (closed_.exchange(true))
     return; // the first connection to go takes the others down; report once
   for (auto& c : *conns())
     c->close();
-  std::string reason;
-  auto lost_code = code == errc::ok ? errc::io_error : code;
+  std::string reason = why;
+  auto lost_code = code;
   {
     std::lock_guard<std::mutex> guard{reason_mtx_};
-    if (close_reason_.empty()) {
-      reason = fmt::format("connection to the node lost: {}", why);
-    } else {
+    if (!close_reason_.empty()) {
       reason = close_reason_;
       if (close_reason_.find("timed out") != std::string::npos)
         lost_code = errc::timeout;

@@ -15,9 +15,16 @@
 // node the worker has no connection to (it joined the job) is taken between two polls:
 // the receiver says hello to that node (the joiner given to set_basis), appends its
 // connections, then routes by the new ring and has the proxy re-send what is homed
-// there too.
+// there too. A node whose connections close under a running worker (a cut link; a node
+// that closed them) is said hello to again the same way, as the same rank, for up to
+// defaults::reconnect_window_ms (a refused connect ends that at once): its new
+// connections take the old ones' places and the proxy re-sends what that node serves
+// and has not answered. Only then is the loss the job's (with replicas: the node's
+// replicas take over; without: every operation fails). Both live in
+// worker_link_nodes.cpp.
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -74,6 +81,8 @@ public:
     if (basis)
       ring_version_ = basis->version;
     multi_node_ = basis != nullptr;
+    if (basis)
+      ring_nodes_ = basis->names;
     basis_ = std::move(basis);
     replicas_ = replicas;
     joiner_ = std::move(joiner);
@@ -94,6 +103,17 @@ public:
   /// or, with replicas, the node's connection closed: the job goes on without it).
   bool retired(uint32_t conn) const noexcept {
     return conn < retired_capacity_ && retired_[conn].load(std::memory_order_acquire);
+  }
+  /// The job's nodes in connection order: `conn_nodes[e]` names connection e's node,
+  /// `addresses` each node's HOST:PORT, in that order (before start(); for reconnects).
+  void set_nodes(const std::vector<std::string>& conn_nodes,
+                 const std::vector<std::string>& addresses);
+
+  /// Whether (tensor, chunk) is homed, or has its replica, on the node of `conn`.
+  bool touches(uint32_t tensor, uint32_t chunk, uint32_t conn) const noexcept {
+    auto r = routes();
+    auto n = r->node_of_connection(conn);
+    return r->home_of(tensor, chunk) == n || r->replica_of(tensor, chunk) == n;
   }
   /// Whether (tensor, chunk) is homed, by the current routes, on the node of `conn`.
   bool homed_with(uint32_t tensor, uint32_t chunk, uint32_t conn) const noexcept {
@@ -214,6 +234,31 @@ private:
   // Index of connection `c`, or UINT32_MAX.
   uint32_t index_of(const transports::connection_ptr& c) const;
 
+  // The job's nodes, in connection order (receiver thread only): where each is, its
+  // first connection, and, while its connections are lost, since when and why.
+  struct node_at {
+    std::string name;
+    std::string address;
+    uint32_t base = 0;
+    bool down = false;
+    std::chrono::steady_clock::time_point since, next_try;
+    std::string why;
+  };
+  // The node connection `conn` leads to (an index into nodes_), and its connections.
+  size_t node_for(uint32_t conn) const;
+  std::pair<uint32_t, uint32_t> conn_range(size_t node) const;
+  // Connection `conn` closed under a running worker: its node's connections are retired
+  // and closed and the node is said hello to again (reconnect_nodes). False if this
+  // link cannot (shared memory, no joiner).
+  bool begin_reconnect(uint32_t conn, const std::string& why);
+  // Between two polls: says hello again to each node that is down and due.
+  void reconnect_nodes();
+  // A node's loss is final (`why`): with replicas and another node left, its replicas
+  // take over (a reroute comes); else the link is lost.
+  void give_up(const std::string& node, const std::string& why);
+  // Every operation fails with `why` (once).
+  void lose(errc code, const std::string& why);
+
   void run();
   void on_completion(const transports::shm::completion& c);
 
@@ -234,6 +279,9 @@ private:
   node_joiner joiner_;
   std::optional<transports::reroute_msg> pending_; // waiting for its new nodes' joins
   std::vector<uint32_t> pending_conns_;            // the connections that sent it
+  std::vector<node_at> nodes_;
+  std::vector<std::string> ring_nodes_; // the nodes of the ring routed by
+  bool reconnecting_ = false;           // some node is down
   std::atomic<uint64_t> ring_version_{0}; // the ring routed by (a reroute swaps it)
   uint32_t replicas_ = 0;     // the job keeps replicas: a node's loss is not the job's
   // Retires every connection of the node behind connection `conn` (its name in `node`);

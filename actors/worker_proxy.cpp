@@ -335,7 +335,9 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
     },
     [=](resend_atom, uint32_t conn, uint32_t shard) {
       resend_where(self, [&](uint32_t t, uint32_t c) {
-        return self->state.link->served_by(t, c, conn, shard);
+        auto& link = *self->state.link;
+        return shard == UINT32_MAX ? link.touches(t, c, conn)
+                                   : link.served_by(t, c, conn, shard);
       });
     },
     [=](reroute_atom, uint32_t conn) {

@@ -18,7 +18,9 @@
 //   facade   -> proxy  (bye_atom) -> ok_atom       send bye after what is queued was sent
 //   receiver -> proxy  (resend_atom, conn, shard)  shard `shard` of the node behind
 //                      connection `conn` restarted: every chunk of a running operation
-//                      it serves whose answer has not come is sent again (same clock)
+//                      it serves whose answer has not come is sent again (same clock);
+//                      shard UINT32_MAX: the link said hello to that node again (its
+//                      connections had closed), so every chunk homed or mirrored there
 //   receiver -> proxy  (reroute_atom, conn)  the job's nodes changed (the link routes
 //                      by the new ring already): every chunk of a running operation now
 //                      homed on the node behind `conn` whose answer has not come is sent

@@ -14,10 +14,11 @@ caf::result<std::string> inject_fault(cluster_ptr self, const std::string& name,
                                       const std::string& kill, const std::string& node,
                                       uint32_t index) {
   auto& st = self->state;
-  if (kill != "shard")
+  if (kill != "shard" && kill != "link")
     return cluster_error(errc::invalid_spec,
                          fmt::format("rw.inject: kill = '{}' is not injected here; kill = "
-                                     "'shard' crashes a shard (a worker, a node or the "
+                                     "'shard' crashes a shard, kill = 'link' closes a "
+                                     "worker's connections (a worker, a node or the "
                                      "coordinator is a process: kill -9 it)",
                                      kill));
   auto by = st.by_name.find(name);

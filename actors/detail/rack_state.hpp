@@ -179,6 +179,13 @@ std::string load_restore(const std::string& dir, const job_spec& spec,
                          const runtime::routing_table& routes,
                          std::vector<std::vector<runtime::checkpoint::chunk_record>>& per_shard);
 
+// --- rack_inject.cpp -------------------------------------------------------------
+/// Fault injection into job `job_id`'s part here (rw.inject): kill "shard" crashes
+/// shard `index`; kill "link" closes the connections of the job's worker rank `index`
+/// (UINT32_MAX: every rank), as a cut link would. What was done, or why not.
+caf::result<std::string> on_inject(rack_ptr self, uint32_t job_id, const std::string& kill,
+                                   uint32_t index);
+
 // --- rack_moves.cpp --------------------------------------------------------------
 /// A flat BSP job moves to the ring of `next` (a node drained): its chunks here settle
 /// at a clock boundary and freeze; those homed elsewhere on the new ring are the answer,

@@ -37,8 +37,9 @@ public:
   /// (0: the coordinator picks the next clock; a finished job: as it ended).
   virtual actors::checkpoint_info checkpoint(const std::string& name, const std::string& dir,
                                              uint64_t clock) = 0;
-  /// Fault injection (tests, demos): kill = "shard" crashes shard `index` of node `node`
-  /// ("": the job's first node) under job `name`; returns what was done.
+  /// Fault injection (tests, demos) into job `name` on node `node` ("": the job's first
+  /// node): kill = "shard" crashes shard `index`; kill = "link" closes the connections
+  /// of the job's worker rank `index` (UINT32_MAX: every rank); returns what was done.
   virtual std::string inject(const std::string& name, const std::string& kill,
                              const std::string& node, uint32_t index) = 0;
   /// Drains node `name`: it takes no new jobs, and every flat BSP job on several nodes

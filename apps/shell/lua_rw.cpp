@@ -43,9 +43,11 @@ const command commands[] = {
    "consistent at one clock (the next one, or clock=; a finished job as it ended); "
    "returns {dir, clock, files, bytes}. rw.job_create{..., restore = dir} starts a job "
    "from it; checkpoint_every = N, checkpoint_dir = D take one every N clocks"},
-  {"inject", rw_inject, "rw.inject{job=, kill='shard' [, node=, shard=]}",
-   "fault injection for tests and demos: crashes a shard of the job's node (its "
-   "supervisor restarts it with its chunks' state; the job goes on); returns what it did"},
+  {"inject", rw_inject, "rw.inject{job=, kill='shard'|'link' [, node=, shard= | rank=]}",
+   "fault injection for tests and demos: 'shard' crashes a shard of the job's node (its "
+   "supervisor restarts it with its chunks' state; the job goes on); 'link' closes the "
+   "connections of the job's worker rank (default: every rank) on that node, as a cut "
+   "link would (the workers say hello again and re-send); returns what it did"},
   {"job_delete", rw_job_delete, "rw.job_delete(name)", "removes the job from the registry; true"},
   {"node_drain", rw_node_drain, "rw.node_drain(name)",
    "the node takes no new jobs, and each flat BSP job on several nodes moves its chunks "

@@ -72,12 +72,18 @@ struct worker::impl {
     link = std::make_shared<actors::worker_link>(ep, std::move(joined.conns), welcome.job_id,
                                                  opts.rank, std::move(joined.routes),
                                                  std::move(joined.shm));
-    // A node that joins the job later is said hello to as this one was.
+    // A node that joins the job later, or whose connections closed under the worker, is
+    // said hello to as this one was (a reconnect with a short connect timeout: the
+    // receiver waits in it).
     auto joiner = [tcp = ep, req, job_id = welcome.job_id](
                     const std::string& node, const std::string& address, uint64_t ring_version,
                     transports::frame_sink& others) {
-      return actors::join_node(*tcp, req, address, node, job_id, ring_version, others);
+      auto again = req;
+      if (ring_version == 0)
+        again.connect_timeout = std::min(req.connect_timeout, std::chrono::milliseconds(1000));
+      return actors::join_node(*tcp, again, address, node, job_id, ring_version, others);
     };
+    link->set_nodes(joined.conn_nodes, joined.node_addresses);
     link->set_basis(std::move(joined.basis), joined.welcome.replicas, joiner);
   }
 };

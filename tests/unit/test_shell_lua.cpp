@@ -220,12 +220,26 @@ TEST_CASE("rw.inject reaches the cluster; bad arguments are clear errors", "[she
   CHECK(sh.eval("rw.inject{job = 'j', kill = 'shard'}") == "\"crashed shard 0 of node n0\"");
   CHECK(sh.api.calls == std::vector<std::string>{"inject j shard 'n1' 2", "inject j shard '' 0"});
   CHECK_THAT(sh.run("rw.inject{kill = 'shard'}"), Catch::Contains("job = NAME is required"));
-  CHECK_THAT(sh.run("rw.inject{job = 'j'}"), Catch::Contains("kill = 'shard' is required"));
+  CHECK_THAT(sh.run("rw.inject{job = 'j'}"), Catch::Contains("kill = 'shard' or kill = 'link' is required"));
   CHECK_THAT(sh.run("rw.inject{job = 'j', kill = 'shard', shard = 1.5}"),
              Catch::Contains("shard must be a whole number"));
   CHECK_THAT(sh.run("rw.inject{job = 'j', kill = 'shard', shards = 1}"),
              Catch::Contains("shards"));
   CHECK_THAT(sh.run("rw.inject('j')"), Catch::Contains("rw.inject expects"));
+}
+
+TEST_CASE("rw.inject kill = 'link' takes a rank, every rank by default", "[shell]") {
+  shell sh;
+  sh.eval("rw.inject{job = 'j', kill = 'link', node = 'n1', rank = 3}");
+  sh.eval("rw.inject{job = 'j', kill = 'link'}");
+  CHECK(sh.api.calls
+        == std::vector<std::string>{"inject j link 'n1' 3", "inject j link '' 4294967295"});
+  CHECK_THAT(sh.run("rw.inject{job = 'j', kill = 'link', shard = 1}"),
+             Catch::Contains("shard = goes with kill = 'shard'"));
+  CHECK_THAT(sh.run("rw.inject{job = 'j', kill = 'shard', rank = 1}"),
+             Catch::Contains("rank = goes with kill = 'link'"));
+  CHECK_THAT(sh.run("rw.inject{job = 'j', kill = 'link', rank = -2}"),
+             Catch::Contains("option rank must be a whole number >= 0, got -2"));
 }
 
 TEST_CASE("rw.checkpoint and job_create's checkpoint fields reach the cluster", "[shell]") {

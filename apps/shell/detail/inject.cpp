@@ -1,4 +1,5 @@
 // rw.inject: fault injection for tests and demos, through the cluster coordinator.
+#include <cmath>
 #include <string>
 
 #include <fmt/format.h>
@@ -33,22 +34,36 @@ int rw_inject(lua_State* L) {
   return protect(L, [&] {
     if (lua_type(L, 1) != LUA_TTABLE)
       throw std::invalid_argument(fmt::format(
-        "{} expects {{job = NAME, kill = 'shard' [, node = NAME, shard = N]}}, got {}", fn,
-        describe_value(L, 1)));
-    check_options(L, 1, fn, {"job", "kill", "node", "shard"});
+        "{} expects {{job = NAME, kill = 'shard' [, node = NAME, shard = N]}} or {{job = "
+        "NAME, kill = 'link' [, node = NAME, rank = R]}}, got {}",
+        fn, describe_value(L, 1)));
+    check_options(L, 1, fn, {"job", "kill", "node", "shard", "rank"});
     auto job = option_string(L, "job", "");
     if (job.empty())
       throw std::invalid_argument(fmt::format("{}: job = NAME is required", fn));
     auto kill = option_string(L, "kill", "");
     if (kill.empty())
-      throw std::invalid_argument(fmt::format("{}: kill = 'shard' is required", fn));
+      throw std::invalid_argument(
+        fmt::format("{}: kill = 'shard' or kill = 'link' is required", fn));
     auto node = option_string(L, "node", "");
-    auto shard = option_number(L, 1, fn, "shard", 0, false);
-    if (shard != static_cast<double>(static_cast<uint32_t>(shard)))
-      throw std::invalid_argument(fmt::format("{}: shard must be a whole number", fn));
-    auto done = ask(fn, [&] {
-      return context(L).api->inject(job, kill, node, static_cast<uint32_t>(shard));
-    });
+    // shard = N for kill = 'shard'; rank = R (default: every rank) for kill = 'link'.
+    bool link = kill == "link";
+    auto* field = link ? "rank" : "shard";
+    auto* other = link ? "shard" : "rank";
+    lua_getfield(L, 1, other);
+    bool misplaced = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (misplaced)
+      throw std::invalid_argument(
+        fmt::format("{}: {} = goes with kill = '{}', not kill = '{}'", fn, other,
+                    link ? "shard" : "link", kill));
+    auto index = option_number(L, 1, fn, field, link ? -1.0 : 0.0, false, "a whole number");
+    bool every = link && index == -1.0; // rank absent: every rank
+    if (!every && (index < 0 || index >= 4294967295.0 || index != std::floor(index)))
+      throw std::invalid_argument(
+        fmt::format("{}: {} must be a whole number from 0", fn, field));
+    auto which = every ? UINT32_MAX : static_cast<uint32_t>(index);
+    auto done = ask(fn, [&] { return context(L).api->inject(job, kill, node, which); });
     lua_pushlstring(L, done.data(), done.size());
     return 1;
   });

@@ -65,7 +65,7 @@ void check_options(lua_State* L, int index, const char* fn,
 }
 
 double option_number(lua_State* L, int index, const char* fn, const char* field,
-                     double fallback, bool positive) {
+                     double fallback, bool positive, const char* what) {
   if (lua_isnoneornil(L, index))
     return fallback;
   index = lua_absindex(L, index);
@@ -80,8 +80,8 @@ double option_number(lua_State* L, int index, const char* fn, const char* field,
   auto got = describe_value(L, -1);
   lua_pop(L, 1);
   if (!ok || !(positive ? value > 0 : value >= 0))
-    throw std::invalid_argument(fmt::format("{}: option {} must be a number of seconds {} 0, "
-                                            "got {}", fn, field, positive ? ">" : ">=", got));
+    throw std::invalid_argument(fmt::format("{}: option {} must be {} {} 0, got {}", fn, field,
+                                            what, positive ? ">" : ">=", got));
   return value;
 }
 

@@ -87,8 +87,8 @@ void check_options(lua_State* L, int index, const char* fn,
                    std::initializer_list<const char*> allowed);
 
 /// opts[field] (opts at `index`, may be nil) as a number >= 0, or > 0 when `positive`;
-/// `fallback` when absent.
+/// `fallback` when absent; an error calls it `what` ("a number of seconds").
 double option_number(lua_State* L, int index, const char* fn, const char* field,
-                     double fallback, bool positive);
+                     double fallback, bool positive, const char* what = "a number of seconds");
 
 } // namespace rw::shell::detail

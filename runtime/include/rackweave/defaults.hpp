@@ -25,6 +25,11 @@ constexpr uint32_t rejoin_timeout_ms = 15'000;
 constexpr uint32_t io_timeout_ms = 10'000;
 /// How long a worker waits for any reply (welcome, update, ack) before failing.
 constexpr uint32_t request_timeout_ms = 120'000;
+/// How long a worker keeps saying hello again to a node whose connections closed under
+/// it (a cut link, a node that closed them) before the loss is the job's; well inside
+/// the node's rejoin_timeout_ms. A refused connect (nobody listens: the node is gone)
+/// gives up at once.
+constexpr uint32_t reconnect_window_ms = 10'000;
 /// How often shards look for steps that have waited too long.
 constexpr uint32_t timeout_scan_ms = 250;
 /// How long a node waits for its shards to set up a new job's chunks (allocating and
