@@ -8,6 +8,8 @@
 # run (cmp of the raw float32 files):
 #   worker        kill -9 a worker at clock --at, start it again with the same rank
 #   shard         rw.inject{kill = 'shard'} on n0 at clock --at
+#   link          rw.inject{kill = 'link', rank = 1} on n0 at clock --at: n0 closes rank
+#                 1's connections as a cut link would; the worker says hello again
 #   coordinator   kill -9 the coordinator at clock --at, start it again (same state db)
 #   restore       rw.checkpoint at clock --at, then restore it on one node (not two) and
 #                 run the rest of the steps there
@@ -51,7 +53,7 @@ while (($#)); do
     --steps) steps=$2; shift 2 ;;
     --at) at=$2; shift 2 ;;
     --json) json=1; shift ;;
-    -h|--help) sed -n 2,27p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,29p "$0"; exit 0 ;;
     *) usage_error "unknown option $1" ;;
   esac
 done
@@ -186,6 +188,9 @@ run_job() {
         ps[1]=$worker_pid ;;
       shard)
         shell "rw.inject{job = '$name', kill = 'shard', node = 'n0', shard = 0}" >/dev/null ;;
+      link)
+        shell "print(rw.inject{job = '$name', kill = 'link', node = 'n0', rank = 1})" \
+          >"$tmp/link.out" ;;
       drain)
         # Synchronous: answered once the job's chunks have moved off n2.
         shell "print(rw.node_drain('n2'))" >"$tmp/drain.out" ;;
@@ -252,10 +257,12 @@ check_numbers "the replicas' cost" "$replicated_ms" "$replica_cost"
 replicated_ok=false
 if same_as_baseline replicated; then replicated_ok=true; fi
 say "replicas = 1: $replicated_ms ms per step, ${replica_cost}x the run without; verified=$replicated_ok"
-for fault in worker shard coordinator; do
+for fault in worker shard link coordinator; do
   run_job "$fault" "racks = {'a', 'b'}, reduction = 'flat'" "$fault"
   verified=false
   if same_as_baseline "$fault"; then verified=true; fi
+  # A cut that closed nothing tested nothing.
+  if [[ $fault == link ]] && ! grep -q "closed [1-9]" "$tmp/link.out"; then verified=false; fi
   report "$fault" "$verified" "$recovery" "$steps"
 done
 
@@ -354,6 +361,10 @@ done
     read -r f v rec s <<<"$line"
     echo "| $f | $([[ $v == true ]] && echo yes || echo FAIL) | $rec | $s |"
   done
+  echo
+  echo "Link: n0 closes rank 1's connections (\`rw.inject{kill = 'link'}\`), as a cut link"
+  echo "would; the worker process, not restarted, says hello to n0 again as rank 1 and"
+  echo "sends again what n0 had not answered (the node drops what it had counted)."
   echo
   echo "Node: the coordinator starts the job again on the node left from its newest"
   echo "periodic checkpoint (\`checkpoint_every = $every\`); the workers, told why, are started"

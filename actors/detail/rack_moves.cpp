@@ -1,12 +1,12 @@
-// A job moving between nodes while it trains (a node drained, or one joined), the
-// node's side. The
-// cluster coordinator (detail/cluster_drain.cpp) drives three phases over every node of
-// the job: fence (each node's chunks settle at a clock boundary and freeze; the ones
-// the new ring homes elsewhere travel back as chunk files), reshape (each node of the
-// new ring rebuilds its part from the chunks it keeps and those moved to it), reroute
-// (workers hear the new ring; a node it leaves out lets the job go). Consistent
-// hashing moves only the chunks whose home changed; a chunk moves with its parameters,
-// optimizer state and version, so the result stays bitwise that of the job unmoved.
+// A job moving between nodes while it trains (a node drained, or one joined), the node's
+// side. The cluster coordinator (detail/cluster_move.cpp, for detail/cluster_drain.cpp
+// and detail/cluster_join.cpp) drives three phases over every node of the job: fence
+// (each node's chunks settle at a clock boundary and freeze; the ones the new ring homes
+// elsewhere travel back as chunk files), reshape (each node of the new ring rebuilds its
+// part from the chunks it keeps and those moved to it), reroute (workers hear the new
+// ring; a node it leaves out lets the job go). Consistent hashing moves only the chunks
+// whose home changed; a chunk moves with its parameters, optimizer state and version, so
+// the result stays bitwise that of the job unmoved.
 
 #include <algorithm>
 #include <functional>
