@@ -368,8 +368,12 @@ void worker_link::on_reroute(uint32_t conn) {
                  why);
     return;
   }
-  if (pending_ && msg.ring_version <= pending_->ring_version) {
-    pending_conns_.push_back(conn); // answered once the pending one is taken
+  if (pending_) {
+    // Nodes are being joined (this frame came while one answered, or before the next
+    // poll): a newer ring waits its turn; the frame's connection is answered after.
+    if (msg.ring_version > pending_->ring_version)
+      pending_ = std::move(msg);
+    pending_conns_.push_back(conn);
     return;
   }
   if (msg.ring_version > ring_version_.load()) {

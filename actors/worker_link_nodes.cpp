@@ -61,7 +61,7 @@ bool worker_link::connected_to(const std::string& node) const {
 }
 
 void worker_link::join_pending() {
-  auto& msg = *pending_;
+  auto msg = *pending_; // a newer reroute may replace pending_ while a node answers
   auto basis = std::make_shared<runtime::routes_basis>(*basis_);
   auto list = std::make_shared<conn_list>(*conns());
   std::vector<uint32_t> first_of_new;
@@ -108,10 +108,15 @@ void worker_link::join_pending() {
                             msg.addresses[i], e.what());
     }
   }
-  auto conns_that_sent = std::move(pending_conns_);
-  auto taken = std::move(*pending_);
-  pending_.reset();
-  pending_conns_.clear();
+  // A newer ring that came meanwhile stays pending, with every connection that sent a
+  // reroute: it is taken after the next poll.
+  bool newer = pending_->ring_version > msg.ring_version;
+  std::vector<uint32_t> conns_that_sent;
+  if (!newer) {
+    conns_that_sent = std::move(pending_conns_);
+    pending_.reset();
+    pending_conns_.clear();
+  }
   if (!failure.empty()) {
     spdlog::error("worker rank {}: {}", rank_, failure);
     for (auto i = conns()->size(); i < list->size(); ++i)
@@ -123,7 +128,7 @@ void worker_link::join_pending() {
   // then the connections).
   std::atomic_store(&conns_, std::shared_ptr<const conn_list>(std::move(list)));
   basis_ = std::move(basis);
-  if (!adopt_ring(taken))
+  if (!adopt_ring(msg))
     return;
   for (auto c : conns_that_sent)
     if (!retired(c))
