@@ -452,12 +452,19 @@ void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
                             const std::string& why) {
   auto index = index_of(gone);
   bool known = index != UINT32_MAX;
-  if (known && retired(index)) {
+  if (!known) {
+    // Not one of the link's: a hello to a node that failed (its connection closed by the
+    // join), or a connection a reconnect replaced.
+    spdlog::debug("worker rank {}: a connection the link does not hold closed: {}", rank_,
+                  why);
+    return;
+  }
+  if (retired(index)) {
     spdlog::debug("worker rank {}: a connection the job no longer uses closed: {}", rank_,
                   why);
     return; // a node the job left, or one being reconnected: expected
   }
-  bool running = known && !closed_.load() && !abandoned_.load();
+  bool running = !closed_.load() && !abandoned_.load();
   if (running && begin_reconnect(index, why))
     return; // said hello to again between two polls
   std::string node;
