@@ -1,3 +1,7 @@
+// rw::worker (rackweave/worker.hpp), the public worker API, built on the actors below it:
+// it joins the job (job_join), then hands each operation to its worker proxy, whose
+// frames the worker link sends and whose answers the link's receiver counts. It lives
+// with the actors because it drives them; the header is runtime's public one.
 #include "rackweave/worker.hpp"
 
 #include <mutex>
