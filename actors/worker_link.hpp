@@ -20,8 +20,8 @@
 // defaults::reconnect_window_ms (a refused connect ends that at once): its new
 // connections take the old ones' places and the proxy re-sends what that node serves
 // and has not answered. Only then is the loss the job's (with replicas: the node's
-// replicas take over; without: every operation fails). Both live in
-// worker_link_nodes.cpp.
+// replicas take over; without: every operation fails). Reroutes, joins and hellos
+// again live in worker_link_nodes.cpp.
 
 #include <atomic>
 #include <chrono>

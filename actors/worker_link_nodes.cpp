@@ -1,7 +1,8 @@
-// worker_link's nodes (worker_link.hpp): joining a node a reroute adds, and saying
-// hello again to a node whose connections closed under a running worker. Both run on
-// the receiver thread, between two polls of the endpoint; frames on the other
-// connections go on being handled while a node answers (job_join.hpp join_node).
+// worker_link's nodes (worker_link.hpp): a reroute (the job's ring changed: routes by
+// it, joining a node it adds), and saying hello again to a node whose connections
+// closed under a running worker. All run on the receiver thread; joins and hellos
+// again run between two polls of the endpoint, frames on the other connections going
+// on being handled while a node answers (job_join.hpp join_node).
 
 #include "actors/worker_link.hpp"
 
@@ -13,6 +14,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+
+#include "transports/control.hpp"
 
 namespace rw::actors {
 
@@ -51,6 +54,94 @@ std::pair<uint32_t, uint32_t> worker_link::conn_range(size_t node) const {
   auto end = node + 1 < nodes_.size() ? nodes_[node + 1].base
                                       : static_cast<uint32_t>(conns()->size());
   return {nodes_[node].base, end};
+}
+
+void worker_link::on_reroute(uint32_t conn) {
+  transports::reroute_msg msg;
+  std::string why;
+  if (decode(reroute_buf_.data(), reroute_buf_.size(), msg, why) != errc::ok) {
+    spdlog::warn("worker rank {}: undecodable reroute frame from the node ignored: {}", rank_,
+                 why);
+    return;
+  }
+  if (pending_) {
+    // Nodes are being joined (this frame came while one answered, or before the next
+    // poll): a newer ring waits its turn; the frame's connection is answered after.
+    if (msg.ring_version > pending_->ring_version)
+      pending_ = std::move(msg);
+    pending_conns_.push_back(conn);
+    return;
+  }
+  if (msg.ring_version > ring_version_.load()) {
+    if (!basis_) {
+      spdlog::warn("worker rank {}: a reroute for a job on one node ignored", rank_);
+      return;
+    }
+    for (auto& n : msg.nodes)
+      if (!connected_to(n)) {
+        pending_ = std::move(msg); // a node joined: said hello to after this poll
+        pending_conns_.assign(1, conn);
+        return;
+      }
+    if (!adopt_ring(msg))
+      return;
+  }
+  if (!retired(conn))
+    caf::anon_send(proxy_, reroute_atom::value, conn);
+}
+
+bool worker_link::adopt_ring(const transports::reroute_msg& msg) {
+  try {
+    auto next = basis_->rebuild(msg.nodes, msg.ring_version, msg.replicas);
+    auto list = conns();
+    for (size_t n = 0; n < basis_->names.size(); ++n) {
+      if (std::find(msg.nodes.begin(), msg.nodes.end(), basis_->names[n]) != msg.nodes.end())
+        continue;
+      auto end = n + 1 < basis_->endpoint_base.size() ? basis_->endpoint_base[n + 1]
+                                                      : static_cast<uint32_t>(list->size());
+      for (auto i = basis_->endpoint_base[n]; i < end; ++i)
+        retired_[i].store(true, std::memory_order_release);
+    }
+    std::atomic_store(&routes_, next);
+    ring_version_.store(msg.ring_version, std::memory_order_release);
+    ring_nodes_ = msg.nodes;
+    // A chunk without a replica on the new ring: its ack is no longer awaited.
+    for (uint32_t t = 0; t < slots_.size(); ++t) {
+      auto& s = *slots_[t];
+      std::lock_guard<std::mutex> guard{s.mtx};
+      if (s.seq == 0 || !s.mirror)
+        continue;
+      for (uint32_t c = 0; c < s.mirrored.size(); ++c)
+        if (s.mirrored[c] == 0 && next->replica_of(t, c) == UINT32_MAX)
+          mirror_done(t, s, c);
+    }
+    spdlog::info("worker rank {}: job {} moved to nodes [{}] (ring version {}): chunks go "
+                 "to their new homes; what is unanswered is sent again",
+                 rank_, job_id_, fmt::join(msg.nodes, ","), msg.ring_version);
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::error("worker rank {}: cannot route by nodes [{}]: {}", rank_,
+                  fmt::join(msg.nodes, ","), e.what());
+    return false;
+  }
+}
+
+bool worker_link::retire_node_of(uint32_t conn, std::string& name) {
+  if (!basis_)
+    return false;
+  size_t node = 0;
+  while (node + 1 < basis_->endpoint_base.size() && basis_->endpoint_base[node + 1] <= conn)
+    ++node;
+  name = basis_->names[node];
+  auto list = conns();
+  auto end = node + 1 < basis_->endpoint_base.size() ? basis_->endpoint_base[node + 1]
+                                                     : static_cast<uint32_t>(list->size());
+  for (auto i = basis_->endpoint_base[node]; i < end; ++i)
+    retired_[i].store(true, std::memory_order_release);
+  for (uint32_t i = 0; i < list->size(); ++i)
+    if (!retired(i) && (*list)[i]->is_open())
+      return true;
+  return false;
 }
 
 bool worker_link::connected_to(const std::string& node) const {

@@ -32,6 +32,13 @@ struct rack_cluster {
   shell_run shell(const std::string& code) {
     return run_shell({"--connect", coordinator.address(), "-c", code});
   }
+  /// Whether every rank of `job` reached `clock` within 60 s.
+  bool wait_clock(const std::string& job, int clock) {
+    return shell("rw.wait('" + job + "', " + std::to_string(clock)
+                 + ", {timeout = 60}); print('ok')")
+             .out
+           == "ok\n";
+  }
 
   // Creates a job with the fixture's settings; returns its token ("" and the error in
   // `err` if refused).
@@ -86,6 +93,22 @@ inline std::unique_ptr<worker_process> start_verified(const std::string& connect
   argv.insert(argv.end(), args.begin(), args.end());
   w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
   return w;
+}
+
+/// A verified worker of two paced at 40 ms a step, so a fault lands while it runs:
+/// `optimizer`, `steps`; with `split` it pushes, then pulls; `extra` arguments after.
+inline std::unique_ptr<worker_process> start_paced(const std::string& connect,
+                                                   const std::string& job, uint32_t rank,
+                                                   const std::string& token,
+                                                   const std::string& optimizer, uint32_t steps,
+                                                   bool split,
+                                                   std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"--optimizer", optimizer, "--steps", std::to_string(steps),
+                                "--step-delay-ms", "40"};
+  if (split)
+    args.push_back("--split");
+  args.insert(args.end(), extra.begin(), extra.end());
+  return start_verified(connect, job, rank, token, args);
 }
 
 /// Waits up to `seconds` for `w` to end: its exit code, and its stdout then stderr.

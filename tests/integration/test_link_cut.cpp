@@ -4,7 +4,6 @@
 // bitwise at the single-process reference. No process restarts.
 
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "tests/integration/rack_cluster.hpp"
 
@@ -18,10 +17,7 @@ using testing::finish;
 
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token, bool split) {
-  std::vector<std::string> args{"--optimizer", "adam", "--steps", "30", "--step-delay-ms", "40"};
-  if (split)
-    args.push_back("--split");
-  return testing::start_verified(connect, job, rank, token, args);
+  return testing::start_paced(connect, job, rank, token, "adam", 30, split);
 }
 
 } // namespace
@@ -40,9 +36,7 @@ TEST_CASE("a cut link: the worker says hello again and the job goes on, bitwise"
   std::vector<std::unique_ptr<run>> ws;
   ws.push_back(start(c.nodes[0]->address(), "cut", 0, token, false));
   ws.push_back(start(c.nodes[0]->address(), "cut", 1, token, true));
-  auto at = c.shell("rw.wait('cut', 6, {timeout = 60}); print('ok')");
-  INFO(at.err);
-  REQUIRE(at.out == "ok\n");
+  REQUIRE(c.wait_clock("cut", 6));
   auto cut = c.shell("print(rw.inject{job = 'cut', kill = 'link', node = 'n0', rank = 1})");
   INFO(cut.err);
   CHECK_THAT(cut.out, Catch::Contains("of rank 1 of job 'cut' on node n0"));
@@ -69,8 +63,7 @@ TEST_CASE("rw.inject kill = 'link' refuses a rank the job does not have",
   std::vector<std::unique_ptr<run>> ws;
   for (uint32_t r = 0; r < 2; ++r)
     ws.push_back(start(c.nodes[0]->address(), "small", r, token, false));
-  auto at = c.shell("rw.wait('small', 2, {timeout = 60}); print('ok')");
-  REQUIRE(at.out == "ok\n");
+  REQUIRE(c.wait_clock("small", 2));
   auto bad = c.shell("rw.inject{job = 'small', kill = 'link', rank = 7}");
   CHECK(bad.code != 0);
   CHECK_THAT(bad.err, Catch::Contains("has ranks 0..1, not 7"));

@@ -24,10 +24,7 @@ using testing::finish;
 
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token, bool split, const std::string& optimizer) {
-  std::vector<std::string> args{"--optimizer", optimizer, "--steps", "30", "--step-delay-ms", "40"};
-  if (split)
-    args.push_back("--split");
-  return testing::start_verified(connect, job, rank, token, args);
+  return testing::start_paced(connect, job, rank, token, optimizer, 30, split);
 }
 
 } // namespace
@@ -46,9 +43,7 @@ TEST_CASE("a node drained mid-training: its chunks move with their state, bitwis
   std::vector<std::unique_ptr<run>> ws;
   ws.push_back(start(c.nodes[0]->address(), "moving", 0, token, false, optimizer));
   ws.push_back(start(c.nodes[1]->address(), "moving", 1, token, true, optimizer));
-  auto at = c.shell("rw.wait('moving', 6, {timeout = 60}); print('ok')");
-  INFO(at.err);
-  REQUIRE(at.out == "ok\n");
+  REQUIRE(c.wait_clock("moving", 6));
   auto drain = c.shell("print(rw.node_drain('n2'))");
   INFO(drain.err);
   CHECK_THAT(drain.out, Catch::Contains("moved 1 job(s): moving: moved to [n0,n1]"));
@@ -90,8 +85,7 @@ TEST_CASE("SIGTERM on a node that holds chunks drains it before it stops",
   std::vector<std::unique_ptr<run>> ws;
   ws.push_back(start(c.nodes[0]->address(), "leaving", 0, token, false, "adam"));
   ws.push_back(start(c.nodes[1]->address(), "leaving", 1, token, true, "adam"));
-  auto at = c.shell("rw.wait('leaving', 6, {timeout = 60}); print('ok')");
-  REQUIRE(at.out == "ok\n");
+  REQUIRE(c.wait_clock("leaving", 6));
   c.nodes[2]->process().signal(SIGTERM);
   auto code = c.nodes[2]->process().wait_until(std::chrono::steady_clock::now()
                                                + std::chrono::seconds(60));

@@ -22,17 +22,7 @@ using testing::finish;
 
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token, bool split, uint32_t steps) {
-  std::vector<std::string> args{"--optimizer", "adam", "--steps", std::to_string(steps),
-                                "--step-delay-ms", "40"};
-  if (split)
-    args.push_back("--split");
-  return testing::start_verified(connect, job, rank, token, args);
-}
-
-void wait_clock(rack_cluster& c, const std::string& job, int clock) {
-  auto at = c.shell(fmt::format("rw.wait('{}', {}, {{timeout = 60}}); print('ok')", job, clock));
-  INFO(at.err);
-  REQUIRE(at.out == "ok\n");
+  return testing::start_paced(connect, job, rank, token, "adam", steps, split);
 }
 
 } // namespace
@@ -51,7 +41,7 @@ TEST_CASE("a node joins a running job: chunks move onto it with their state, bit
   std::vector<std::unique_ptr<run>> ws;
   ws.push_back(start(c.nodes[0]->address(), "growing", 0, token, false, 30));
   ws.push_back(start(c.nodes[1]->address(), "growing", 1, token, true, 30));
-  wait_clock(c, "growing", 6);
+  REQUIRE(c.wait_clock("growing", 6));
   auto join = c.shell("print(rw.node_join('n2'))");
   INFO(join.err);
   CHECK_THAT(join.out, Catch::Contains("node n2 joined in"));
@@ -82,7 +72,7 @@ TEST_CASE("a drained node joined again takes the job back, bitwise",
   std::vector<std::unique_ptr<run>> ws;
   ws.push_back(start(c.nodes[0]->address(), "tide", 0, token, false, 60));
   ws.push_back(start(c.nodes[1]->address(), "tide", 1, token, true, 60));
-  wait_clock(c, "tide", 5);
+  REQUIRE(c.wait_clock("tide", 5));
   auto drain = c.shell("print(rw.node_drain('n2'))");
   INFO(drain.err);
   CHECK_THAT(drain.out, Catch::Contains("tide: moved to [n0,n1]"));
@@ -119,7 +109,7 @@ TEST_CASE("joining an unknown node is a clear error; a job on one node stays",
   std::vector<std::unique_ptr<run>> ws;
   for (uint32_t rank = 0; rank < 2; ++rank)
     ws.push_back(start(c.nodes[0]->address(), "single", rank, token, false, 20));
-  wait_clock(c, "single", 2);
+  REQUIRE(c.wait_clock("single", 2));
   auto join = c.shell("print(rw.node_join('n1'))");
   INFO(join.err);
   CHECK_THAT(join.out, Catch::Contains("moved 0 job(s) onto it"));
