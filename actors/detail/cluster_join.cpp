@@ -100,6 +100,12 @@ caf::result<std::string> join_node(cluster_ptr self, const std::string& name) {
   }
   run->move_one = [self, node_id](uint32_t id, std::function<void(std::string, bool)> done) {
     auto& j = self->state.jobs.at(id);
+    if (self->state.nodes.count(node_id) == 0) { // it registered again meanwhile
+      done(fmt::format("{}: the node registered again during the join; join it again",
+                       j.report.name),
+           false);
+      return true;
+    }
     if (j.on_node(node_id) || !unmovable(j).empty())
       return false;
     join_job(self, id, node_id, std::move(done));
