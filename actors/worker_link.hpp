@@ -231,6 +231,8 @@ private:
   void join_pending();
   // Whether the link has live connections to node `node` (receiver thread).
   bool connected_to(const std::string& node) const;
+  // Whether a connection the job still uses is open.
+  bool any_open() const;
   // Index of connection `c`, or UINT32_MAX.
   uint32_t index_of(const transports::connection_ptr& c) const;
 

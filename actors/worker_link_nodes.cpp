@@ -127,17 +127,18 @@ bool worker_link::adopt_ring(const transports::reroute_msg& msg) {
 }
 
 bool worker_link::retire_node_of(uint32_t conn, std::string& name) {
-  if (!basis_)
+  if (!multi_node_ || nodes_.empty())
     return false;
-  size_t node = 0;
-  while (node + 1 < basis_->endpoint_base.size() && basis_->endpoint_base[node + 1] <= conn)
-    ++node;
-  name = basis_->names[node];
-  auto list = conns();
-  auto end = node + 1 < basis_->endpoint_base.size() ? basis_->endpoint_base[node + 1]
-                                                     : static_cast<uint32_t>(list->size());
-  for (auto i = basis_->endpoint_base[node]; i < end; ++i)
+  auto k = node_for(conn);
+  name = nodes_[k].name;
+  auto [from, to] = conn_range(k);
+  for (auto i = from; i < to; ++i)
     retired_[i].store(true, std::memory_order_release);
+  return any_open();
+}
+
+bool worker_link::any_open() const {
+  auto list = conns();
   for (uint32_t i = 0; i < list->size(); ++i)
     if (!retired(i) && (*list)[i]->is_open())
       return true;
@@ -306,17 +307,13 @@ void worker_link::reconnect_nodes() {
 }
 
 void worker_link::give_up(const std::string& node, const std::string& why) {
-  if (replicas_ > 0 && multi_node_) {
-    auto list = conns();
-    for (uint32_t i = 0; i < list->size(); ++i)
-      if (!retired(i) && (*list)[i]->is_open()) {
-        // Its chunks' replicas take over: the nodes left send a reroute; until then
-        // what is unanswered waits (bounded by the request timeout).
-        spdlog::warn("worker rank {}: {}; its chunks' replicas take over: waiting for the "
-                     "job's new ring",
-                     rank_, why);
-        return;
-      }
+  if (replicas_ > 0 && multi_node_ && any_open()) {
+    // Its chunks' replicas take over: the nodes left send a reroute; until then what is
+    // unanswered waits (bounded by the request timeout).
+    spdlog::warn("worker rank {}: {}; its chunks' replicas take over: waiting for the "
+                 "job's new ring",
+                 rank_, why);
+    return;
   }
   spdlog::error("worker rank {}: {}", rank_, why);
   lose(errc::io_error, why);

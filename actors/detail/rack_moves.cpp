@@ -126,12 +126,17 @@ void finish_takeover(rack_ptr self, caf::typed_response_promise<ok_atom> rp, uin
 // A job this node joins (rw.node_join, its grant says so): live here from now on, with
 // no worker yet and no chunk on a shard until the reshape creates them; null if no
 // grant says so or `next` leaves the node out.
+// The live grant that has this node join job `job_id` (rw.node_join), or null.
+grant_info* joining_grant(rack_state& st, uint32_t job_id) {
+  for (auto& [name, g] : st.grants)
+    if (g.job_id == job_id && g.ended.empty() && g.joining)
+      return &g;
+  return nullptr;
+}
+
 job_info* host_job(rack_ptr self, uint32_t job_id, const job_layout& next) {
   auto& st = self->state;
-  grant_info* g = nullptr;
-  for (auto& [name, gi] : st.grants)
-    if (gi.job_id == job_id && gi.ended.empty() && gi.joining)
-      g = &gi;
+  auto* g = joining_grant(st, job_id);
   if (g == nullptr || st.jobs.count(g->spec.name) != 0)
     return nullptr;
   job_info job;
@@ -428,10 +433,8 @@ caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layou
 caf::result<ok_atom> on_thaw(rack_ptr self, uint32_t job_id) {
   auto& st = self->state;
   auto* job = live_job(st, job_id);
-  bool joining = false;
-  for (auto& [name, g] : st.grants)
-    joining |= g.job_id == job_id && g.ended.empty() && g.joining;
-  if ((job == nullptr && joining) || (job != nullptr && job->arriving)) {
+  if ((job == nullptr && joining_grant(st, job_id) != nullptr)
+      || (job != nullptr && job->arriving)) {
     let_go(self, job_id, "the move onto this node was given up");
     return ok_atom::value;
   }

@@ -119,6 +119,20 @@ inline std::pair<std::optional<int>, std::string> finish(worker_process& w, int 
   return {code, out + read_file(w.err_path)};
 }
 
+/// Waits (up to `seconds` each) for every worker of `ws` to end, and checks that each
+/// exited 0 with its parameters bitwise the reference and said each line of `also`.
+inline void check_all_verified(std::vector<std::unique_ptr<worker_process>>& ws,
+                               const std::vector<std::string>& also = {}, int seconds = 60) {
+  for (auto& w : ws) {
+    auto [code, out] = finish(*w, seconds);
+    INFO(out);
+    CHECK(code == std::optional<int>{0});
+    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
+    for (auto& line : also)
+      CHECK_THAT(out, Catch::Contains(line));
+  }
+}
+
 inline worker_run start_worker(const std::string& connect, const std::string& job,
                                uint32_t rank, uint32_t workers, const std::string& optimizer,
                                const std::string& token, uint32_t hold_ms = 0,

@@ -20,7 +20,6 @@ namespace {
 
 using testing::rack_cluster;
 using run = testing::worker_process;
-using testing::finish;
 
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token, bool split, const std::string& optimizer) {
@@ -48,13 +47,7 @@ TEST_CASE("a node drained mid-training: its chunks move with their state, bitwis
   INFO(drain.err);
   CHECK_THAT(drain.out, Catch::Contains("moved 1 job(s): moving: moved to [n0,n1]"));
   CHECK_THAT(drain.out, Catch::Contains("alone: no worker has joined it yet"));
-  for (auto& w : ws) {
-    auto [code, out] = finish(*w);
-    INFO(out);
-    CHECK(code == std::optional<int>{0});
-    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
-    CHECK_THAT(out, Catch::Contains("moved to nodes [n0,n1] (ring version 2)"));
-  }
+  testing::check_all_verified(ws, {"moved to nodes [n0,n1] (ring version 2)"});
   auto status = c.shell("local j = rw.job_status('moving'); print(j.state, #j.nodes, "
                         "j.ring_version)");
   INFO(status.err);
@@ -93,10 +86,5 @@ TEST_CASE("SIGTERM on a node that holds chunks drains it before it stops",
   INFO(c.nodes[2]->log());
   CHECK_THAT(c.nodes[2]->log(), Catch::Contains("node n2 drained in"));
   CHECK_THAT(c.nodes[2]->log(), Catch::Contains("moved 1 job(s): leaving: moved to [n0,n1]"));
-  for (auto& w : ws) {
-    auto [rc, out] = finish(*w);
-    INFO(out);
-    CHECK(rc == std::optional<int>{0});
-    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
-  }
+  testing::check_all_verified(ws);
 }

@@ -46,14 +46,8 @@ TEST_CASE("a node joins a running job: chunks move onto it with their state, bit
   INFO(join.err);
   CHECK_THAT(join.out, Catch::Contains("node n2 joined in"));
   CHECK_THAT(join.out, Catch::Contains("moved 1 job(s) onto it: growing: moved to [n0,n1,n2]"));
-  for (auto& w : ws) {
-    auto [code, out] = finish(*w);
-    INFO(out);
-    CHECK(code == std::optional<int>{0});
-    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
-    CHECK_THAT(out, Catch::Contains("joined node n2 of job"));
-    CHECK_THAT(out, Catch::Contains("moved to nodes [n0,n1,n2] (ring version 2)"));
-  }
+  testing::check_all_verified(
+    ws, {"joined node n2 of job", "moved to nodes [n0,n1,n2] (ring version 2)"});
   CHECK(c.nodes[2]->wait_for_log("job joining: job='growing'", std::chrono::seconds(5)));
   CHECK(c.nodes[2]->wait_for_log("worker joined: job='growing'", std::chrono::seconds(5)));
   auto status = c.shell("local j = rw.job_status('growing'); print(j.state, #j.nodes, "
@@ -82,14 +76,7 @@ TEST_CASE("a drained node joined again takes the job back, bitwise",
   INFO(join.err);
   CHECK_THAT(join.out, Catch::Contains("it takes new jobs again"));
   CHECK_THAT(join.out, Catch::Contains("tide: moved to [n0,n1,n2]"));
-  for (auto& w : ws) {
-    auto [code, out] = finish(*w, 90);
-    INFO(out);
-    CHECK(code == std::optional<int>{0});
-    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
-    CHECK_THAT(out, Catch::Contains("(ring version 3)"));
-    CHECK_THAT(out, Catch::Contains("joined node n2 of job"));
-  }
+  testing::check_all_verified(ws, {"(ring version 3)", "joined node n2 of job"}, 90);
   auto status = c.shell("local j = rw.job_status('tide'); print(#j.nodes, j.ring_version)");
   CHECK_THAT(status.out, Catch::StartsWith("3\t3"));
   auto placed = c.shell("print(rw.job_create{name = 'later', workers = 1, node = 'n2'}.node)");

@@ -22,7 +22,6 @@ namespace {
 
 using testing::rack_cluster;
 using run = testing::worker_process;
-using testing::finish;
 
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token, bool split, const std::string& optimizer,
@@ -62,14 +61,8 @@ TEST_CASE("nodes killed mid-training: their chunks' replicas take over, no worke
   REQUIRE(mid.out == "running\t2\t3\t1\n");
   std::ofstream{resume} << "go\n"; // on from step 20, and n1 dies under way
   c.nodes[1]->process().signal(SIGKILL);
-  for (auto& w : ws) {
-    auto [code, out] = finish(*w);
-    INFO(out);
-    CHECK(code == std::optional<int>{0});
-    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
-    CHECK_THAT(out, Catch::Contains("moved to nodes [n0,n1] (ring version 2)"));
-    CHECK_THAT(out, Catch::Contains("moved to nodes [n0] (ring version 4)"));
-  }
+  testing::check_all_verified(ws, {"moved to nodes [n0,n1] (ring version 2)",
+                                   "moved to nodes [n0] (ring version 4)"});
   auto status = c.shell("local j = rw.job_status('kept'); print(#j.nodes, j.ring_version, "
                         "j.replicas)");
   INFO(status.err);
