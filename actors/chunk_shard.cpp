@@ -18,6 +18,7 @@
 #include "actors/detail/shard_checkpoint.hpp"
 #include "actors/detail/shard_job.hpp"
 #include "actors/detail/shard_moves.hpp"
+#include "actors/mirror_link.hpp"
 #include "actors/rack_uplink.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
@@ -57,6 +58,12 @@ frame_header about(uint32_t job, uint32_t rank, uint32_t tensor, uint32_t chunk,
 void send_update(shard_state& st, uint32_t job_id, shard_job& job, uint32_t tensor,
                  uint32_t chunk, const detail::chunk_state& cs, const detail::waiter& w,
                  uint16_t flags = 0) {
+  if (w.ack_only) { // a push of a replicated chunk: its step is on the replica too
+    auto ack = about(job_id, w.rank, tensor, chunk, w.version - 1);
+    ack.kind = frame_kind::ack;
+    w.conn->send(ack);
+    return;
+  }
   auto h = about(job_id, w.rank, tensor, chunk, cs.version());
   h.kind = frame_kind::update;
   h.flags = flags;
@@ -85,8 +92,7 @@ void answer_ready(shard_state& st, uint32_t job_id, shard_job& job, uint32_t ten
     send_update(st, job_id, job, tensor, chunk, cs, w, transports::flag_subscribe);
 }
 
-// A replica counted (or had counted) a push or init: it says so, so the worker's
-// operation waits for its replica too (transports::flag_replica).
+// A replica took an init, or its home's sum of a step (transports::flag_replica).
 void replica_ack(const transports::connection_ptr& conn, frame_header hdr) {
   hdr.kind = frame_kind::ack;
   hdr.flags = transports::flag_replica;
@@ -202,6 +208,17 @@ void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t t
                      uint32_t chunk, detail::chunk_state& cs) {
   auto& st = self->state;
   while (cs.step_ready()) {
+    if (job.mirror && !cs.summed() && job.routes->is_owned(tensor, chunk)) {
+      auto node = job.routes->mirror_of(tensor, chunk);
+      if (node != runtime::routing_table::not_here) {
+        // The replica gets the step's sum first; its ack runs the step (on_mirrored).
+        auto clock = cs.version();
+        const float* sum = cs.prepare_mirror();
+        job.mirror->send(st.settings.index, tensor, chunk, clock, job.ring_version, node, sum,
+                         cs.length());
+        return;
+      }
+    }
     if (job.relay) { // the rack's partial goes to the chunk's home; its answer ends the step
       auto clock = cs.version();
       job.relay->push(tensor, chunk, clock, cs.prepare_relay());
@@ -278,18 +295,101 @@ void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version
   }
 }
 
+// At a chunk's replica: its home's sum of step p.clock (actors/mirror_link), taken as the
+// whole step, acked, and applied in order. Taken while the job settles or is frozen for
+// a move too: the home's step waits for this ack, and a replica is rebuilt from its
+// home's copy after a move anyway.
+void on_mirror_push(shard_ptr self, chunk_push& p) {
+  auto& st = self->state;
+  auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, p.clock);
+  auto it = st.book->jobs.find(p.job_id);
+  if (it == st.book->jobs.end()) {
+    refuse_missing_job(st, p.conn, hdr);
+    return;
+  }
+  auto& job = it->second;
+  if (job.routes->shard_of(p.tensor, p.chunk) != st.settings.index
+      || job.routes->is_owned(p.tensor, p.chunk) || detail::stale_ring(job, p))
+    return; // routed by another ring: the home sends it again by its new one
+  auto& cs = job.chunks[job.routes->local_index(p.tensor, p.chunk)];
+  if (p.payload->size != size_t{cs.length()} * sizeof(float)) {
+    p.conn->send_error(errc::bad_chunk,
+                       fmt::format("chunk {}/{} holds {} bytes, the mirrored sum carries {}",
+                                   p.tensor, p.chunk, cs.length() * sizeof(float),
+                                   p.payload->size),
+                       hdr);
+    return;
+  }
+  st.book->stats.bytes_in += p.payload->size;
+  auto result = cs.push_total(p.clock, std::move(p.payload));
+  if (result == detail::chunk_state::outcome::too_far_ahead) {
+    p.conn->send_error(errc::clock_out_of_range,
+                       fmt::format("the sum of step {} of chunk {}/{} is ahead of the "
+                                   "replica's version {}",
+                                   p.clock, p.tensor, p.chunk, cs.version()),
+                       hdr);
+    return;
+  }
+  replica_ack(p.conn, hdr);
+  if (result == detail::chunk_state::outcome::duplicate) {
+    ++st.book->stats.duplicates;
+    return;
+  }
+  run_steps(self, p.job_id, job, p.tensor, p.chunk, cs);
+}
+
+// At a chunk's home: its replica has the sum of step `clock`; the step runs.
+void on_mirrored(shard_ptr self, uint32_t job_id, uint32_t tensor, uint32_t chunk,
+                 uint64_t clock) {
+  auto& st = self->state;
+  auto it = st.book->jobs.find(job_id);
+  if (it == st.book->jobs.end())
+    return;
+  auto& job = it->second;
+  if (job.routes->shard_of(tensor, chunk) != st.settings.index)
+    return;
+  auto& cs = job.chunks[job.routes->local_index(tensor, chunk)];
+  if (!cs.mirror_pending() || cs.version() != clock)
+    return; // an ack of a repeat
+  cs.end_mirror();
+  run_steps(self, job_id, job, tensor, chunk, cs);
+}
+
+// Where a push of a chunk homed here waits for its answer: the new version (push_pull),
+// or an ack; a replicated chunk's ack waits until its step is on the replica too. A
+// repeat (`counted_before`) is answered at once if its answer is there.
+void answer_push(shard_state& st, shard_job& job, chunk_push& p, detail::chunk_state& cs,
+                 bool counted_before) {
+  if (p.want_result || job.routes->mirror_of(p.tensor, p.chunk) != runtime::routing_table::not_here) {
+    auto w = waiting(cs.push_waiter(p.conn, p.rank, p.clock));
+    w.ack_only = !p.want_result; // BSP: version clock + 1 is the step's
+    cs.wait(std::move(w));
+    if (counted_before)
+      answer_ready(st, p.job_id, job, p.tensor, p.chunk, cs);
+    return;
+  }
+  auto ack = about(p.job_id, p.rank, p.tensor, p.chunk, p.clock);
+  ack.kind = frame_kind::ack;
+  p.conn->send(ack);
+}
+
 void on_push(shard_ptr self, chunk_push& p) {
   auto& st = self->state;
+  if (p.rank == transports::mirror_rank) {
+    on_mirror_push(self, p);
+    return;
+  }
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
   if (job == nullptr || detail::stale_ring(*job, p))
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, p.clock);
-  // A replica counts what its home counts and answers nobody: the home answers.
+  // A replica takes each step's sum from its home (on_mirror_push), never a worker's
+  // push: one routed here by a ring the job has left is dropped, and sent again.
   const bool owned = job->routes->is_owned(p.tensor, p.chunk);
+  if (!owned)
+    return;
   if (p.payload->size != size_t{cs.length()} * sizeof(float)) {
-    if (!owned)
-      return;
     p.conn->send_error(errc::bad_chunk,
                        fmt::format("chunk {}/{} holds {} bytes, push carries {}", p.tensor,
                                    p.chunk, cs.length() * sizeof(float), p.payload->size),
@@ -302,8 +402,6 @@ void on_push(shard_ptr self, chunk_push& p) {
   for (uint32_t r = 0; check_departed && r < job->departed.size(); ++r) {
     // (A rank's own push may be served after its leave: the backlog reorders.)
     if (r != p.rank && job->departed[r] && !cs.has_pushed(r, p.clock)) {
-      if (!owned)
-        return;
       p.conn->send_error(errc::worker_left,
                          fmt::format("job '{}': rank {} has left, clock {} cannot complete",
                                      job->spec.name, r, p.clock),
@@ -321,22 +419,9 @@ void on_push(shard_ptr self, chunk_push& p) {
       // everywhere; a proxy re-sends what it had no answer to): dropped, and answered
       // as the first push was.
       ++st.book->stats.duplicates;
-      if (!owned) {
-        replica_ack(p.conn, hdr);
-        return;
-      }
-      if (p.want_result) {
-        cs.wait(waiting(cs.push_waiter(p.conn, p.rank, p.clock)));
-        answer_ready(st, p.job_id, *job, p.tensor, p.chunk, cs);
-      } else {
-        auto ack = hdr;
-        ack.kind = frame_kind::ack;
-        p.conn->send(ack);
-      }
+      answer_push(st, *job, p, cs, true);
       return;
     case detail::chunk_state::outcome::too_far_ahead:
-      if (!owned)
-        return;
       p.conn->send_error(errc::clock_out_of_range,
                          fmt::format("push for clock {} of chunk {}/{} is more than one "
                                      "step ahead of version {}; not applied",
@@ -346,21 +431,13 @@ void on_push(shard_ptr self, chunk_push& p) {
     default:
       break;
   }
-  if (owned && p.rank < job->counters.size()) { // counted once accepted (at the home)
+  if (p.rank < job->counters.size()) { // counted once accepted
     auto& counted = job->counters[p.rank];
     ++counted.pushes;
     counted.bytes_in += bytes;
     counted.clock = std::max(counted.clock, p.clock + 1);
   }
-  if (!owned) {
-    replica_ack(p.conn, hdr); // counted; the home answers
-  } else if (p.want_result) {
-    cs.wait(waiting(cs.push_waiter(p.conn, p.rank, p.clock)));
-  } else {
-    auto ack = hdr;
-    ack.kind = frame_kind::ack;
-    p.conn->send(ack);
-  }
+  answer_push(st, *job, p, cs, false);
   run_steps(self, p.job_id, *job, p.tensor, p.chunk, cs);
 }
 
@@ -536,6 +613,28 @@ caf::result<ok_atom> on_reshape(shard_ptr self, job_setup& setup) {
   return create_job(self, setup, std::move(coordinator));
 }
 
+// Steps whose sum waits for a replica's ack: sent again to the replica the job's routes
+// name now, or, where they name none (a takeover leaves the job without replicas), run
+// at once.
+void remirror(shard_ptr self, uint32_t job_id, shard_job& job) {
+  auto& st = self->state;
+  for_each_own_chunk(st, job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
+    if (!cs.mirror_pending() || !job.mirror)
+      return true;
+    auto node = job.routes->mirror_of(t, c);
+    if (node == runtime::routing_table::not_here) {
+      job.mirror->cancel(t, c);
+      cs.end_mirror();
+      run_steps(self, job_id, job, t, c, cs);
+    } else {
+      // The sum is still in the chunk's d (nothing runs until the ack).
+      job.mirror->send(st.settings.index, t, c, cs.version(), job.ring_version, node,
+                       cs.mirror_sum(), cs.length());
+    }
+    return true;
+  });
+}
+
 // A node of the job died: the chunks here go on by the new routes, state and all
 // (chunk_shard.hpp, "takeover").
 caf::result<ok_atom> on_takeover(shard_ptr self, route_change& rc) {
@@ -548,6 +647,7 @@ caf::result<ok_atom> on_takeover(shard_ptr self, route_change& rc) {
   if (auto why = detail::retarget(it->second, st.settings.index, rc, released); !why.empty())
     return cluster_error(errc::internal, why);
   st.book->stats.chunks -= released;
+  remirror(self, rc.job_id, it->second);
   return ok_atom::value;
 }
 
@@ -661,6 +761,8 @@ void adopt(shard_ptr self) {
     fail_job(st, id, errc::internal, reason);
   }
   book.changing.reset();
+  for (auto& id : kept) // acks of mirrored sums may have died in the mailbox
+    remirror(self, id, book.jobs.at(id));
   for (size_t i = 0; i < book.backlog.size(); ++i)
     self->send(self, work_atom::value);
   spdlog::warn("shard {} (restart {}) took over its predecessor's chunks: jobs [{}] go "
@@ -710,6 +812,9 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     [=](init_atom, chunk_push& p) { changing(self, p.job_id, [&] { on_init(self, p); }); },
     [=](relay_atom, const relay_update& u) {
       changing(self, u.job_id, [&] { on_relay(self, u); });
+    },
+    [=](mirror_atom, uint32_t job_id, uint32_t tensor, uint32_t chunk, uint64_t clock) {
+      changing(self, job_id, [&] { on_mirrored(self, job_id, tensor, chunk, clock); });
     },
     [=](crash_atom, const std::string& why) {
       // Stuck a moment first, so requests queue in the mailbox and die with it (the
@@ -769,8 +874,10 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       auto it = st.book->jobs.find(job_id);
       if (it == st.book->jobs.end() || rank >= it->second.departed.size())
         return lowest;
-      for_each_own_chunk(st, it->second, [&](uint32_t, uint32_t, detail::chunk_state& cs) {
-        lowest = std::min(lowest, cs.next_clock(rank));
+      auto& job = it->second;
+      for_each_own_chunk(st, job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
+        if (job.routes->is_owned(t, c)) // a replica counts no worker's pushes
+          lowest = std::min(lowest, cs.next_clock(rank));
         return true;
       });
       return lowest;

@@ -87,6 +87,13 @@
 //                         chunk's new parameters from its home end the step here, as
 //                         the next version; the initial values of version 0 come the
 //                         same way to racks whose workers do not send them
+//   mirror link -> shard (mirror_atom, job_id, tensor, chunk, clock)
+//                         replicas = 1: the chunk's replica has the sum of step `clock`
+//                         (actors/mirror_link); the step runs, from that sum
+//   poller      -> shard  (push_atom, chunk_push) of rank transports::mirror_rank: at a
+//                         chunk's replica, its home's sum of a step, taken as the whole
+//                         step (its optimizer step runs on it) and acked (flag_replica);
+//                         a repeat is acked again and dropped
 // Failures reach the worker concerned as `error` frames; the shard keeps serving.
 //
 // Restart: a shard's jobs, chunks (parameters, optimizer state, versions, the step in
@@ -129,6 +136,7 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<push_atom, chunk_push>,
   caf::reacts_to<init_atom, chunk_push>,
   caf::reacts_to<relay_atom, relay_update>,
+  caf::reacts_to<mirror_atom, uint32_t, uint32_t, uint32_t, uint64_t>,
   caf::reacts_to<pull_atom, chunk_pull>,
   caf::replies_to<create_atom, job_setup, abort_sink>::with<ok_atom>,
   caf::reacts_to<leave_atom, uint32_t, uint32_t, std::string>,

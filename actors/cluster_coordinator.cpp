@@ -298,6 +298,12 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
       else
         bindings_expired(self, job_id);
     },
+    [=](replicate_atom, uint32_t job_id, uint64_t ring_version, uint32_t attempt) {
+      if (!trusted(self))
+        untrusted(self, "replicas after a takeover");
+      else
+        replicate_again(self, job_id, ring_version, attempt);
+    },
     [=](tick_atom) {
       expire(self);
       self->delayed_send(self, scan, tick_atom::value);

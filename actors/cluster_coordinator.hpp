@@ -101,6 +101,8 @@
 //                         the job first and its workers connect to it on the reroute).
 //                         Only the chunks the new node homes (and their replicas) move
 //   coordinator -> itself (expire_atom, job id)  a job's join timeout ran out
+//   coordinator -> itself (replicate_atom, job id, ring version, attempt)  a job taken
+//                         over on that ring gets its replicas back (detail/cluster_takeover)
 //   coordinator -> itself (tick_atom)  every node_timeout / 4: forget silent nodes
 //   coordinator -> link   (grant_atom, job_grant) -> ok_atom
 //                         (status_atom, job id) -> job_event
@@ -146,6 +148,7 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<where_atom, std::string>::with<job_layout>,
   caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
   caf::reacts_to<expire_atom, uint32_t>,
+  caf::reacts_to<replicate_atom, uint32_t, uint64_t, uint32_t>,
   caf::replies_to<checkpoint_atom, std::string, std::string, uint64_t>::with<checkpoint_info>,
   caf::reacts_to<checkpoint_atom, uint32_t, uint32_t, uint64_t, checkpoint_part>,
   caf::replies_to<inject_atom, std::string, std::string, std::string, uint32_t>::with<std::string>,

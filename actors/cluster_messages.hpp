@@ -62,6 +62,7 @@ using probe_atom = caf::atom_constant<caf::atom("probe")>;
 using where_atom = caf::atom_constant<caf::atom("where")>;
 using bind_atom = caf::atom_constant<caf::atom("bind")>;
 using expire_atom = caf::atom_constant<caf::atom("expire")>;
+using replicate_atom = caf::atom_constant<caf::atom("replicate")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
 using inject_atom = caf::atom_constant<caf::atom("inject")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;

@@ -449,6 +449,27 @@ joined_node join_node(transports::tcp::endpoint& ep, const join_request& req,
   return j.join_one(address, node, job_id, ring_version);
 }
 
+transports::connection_ptr join_as_mirror(transports::tcp::endpoint& ep,
+                                          const join_request& req, const std::string& address,
+                                          transports::frame_sink& others) {
+  auto at = req;
+  at.rank = transports::mirror_rank;
+  joiner j{ep, at, &others};
+  auto c = j.connect(address);
+  transports::hello_msg hello;
+  hello.spec = req.job;
+  hello.rank = transports::mirror_rank;
+  hello.has_token = true;
+  hello.mirror = true;
+  try {
+    j.say_hello(c, address, hello);
+  } catch (...) {
+    c->close();
+    throw;
+  }
+  return c;
+}
+
 joined_job join_job(transports::tcp::endpoint& ep, const join_request& req) {
   auto at = req;
   int same_node = 0;

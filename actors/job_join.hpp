@@ -70,4 +70,13 @@ joined_node join_node(transports::tcp::endpoint& ep, const join_request& req,
                       const std::string& address, const std::string& node, uint32_t job_id,
                       uint64_t ring_version, transports::frame_sink& others);
 
+/// A chunk's home node, sending each step's summed gradient to the chunk's replica
+/// node (actors/mirror_link): connects to `address` and says hello as
+/// transports::mirror_rank of job `req.job` (Hello.mirror), proving `req.token`; returns
+/// the connection once welcomed. Called on the thread that polls `ep`; frames and
+/// closes on its other connections go to `others` meanwhile. Throws rw::error.
+transports::connection_ptr join_as_mirror(transports::tcp::endpoint& ep,
+                                          const join_request& req, const std::string& address,
+                                          transports::frame_sink& others);
+
 } // namespace rw::actors

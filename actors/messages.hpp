@@ -25,6 +25,7 @@
 namespace rw::actors {
 
 class rack_uplink;
+class mirror_link;
 
 using push_atom = caf::atom_constant<caf::atom("push")>;
 using pull_atom = caf::atom_constant<caf::atom("pull")>;
@@ -55,6 +56,7 @@ using crash_atom = caf::atom_constant<caf::atom("crash")>;
 using resend_atom = caf::atom_constant<caf::atom("resend")>;
 using cut_atom = caf::atom_constant<caf::atom("cut")>;
 using pollers_atom = caf::atom_constant<caf::atom("pollers")>;
+using mirror_atom = caf::atom_constant<caf::atom("mirror")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 
@@ -110,6 +112,9 @@ struct job_setup {
   /// The job's ring version (several nodes): a push or init routed by an older ring is
   /// dropped unanswered, and sent again by the new one.
   uint64_t ring_version = 0;
+  /// A flat job on several nodes: the node's link to its chunks' replicas (a replicated
+  /// chunk's step runs once its replica has the step's sum; actors/mirror_link).
+  std::shared_ptr<mirror_link> mirror = nullptr;
 };
 
 /// A shard's chunks of a job at a checkpoint's clock (shared: it is not copied again

@@ -159,6 +159,10 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
   st.book->bindings.erase(it);
   if (b.status != binding::joined)
     return; // the hello reply will see the connection gone and tell the coordinator
+  if (b.rank == transports::mirror_rank) { // another node's mirror link: no rank left
+    spdlog::info("mirror link closed: peer={} job={}: {}", c->peer(), b.job_id, why);
+    return;
+  }
   if (!b.said_bye)
     spdlog::warn("connection closed: peer={} job={} rank={}: {} ({})", c->peer(),
                  b.job_id, b.rank, why, to_string(code));

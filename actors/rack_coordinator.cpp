@@ -207,12 +207,14 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
   std::vector<caf::actor> peers;
   for (auto& sh : st.shards)
     peers.push_back(caf::actor_cast<caf::actor>(sh));
+  mirror_ring(self, job, job.layout);
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
     job_setup setup{job.id, shard_spec, job.routes, i, job.params, peers, job.uplink,
                     job.init_rank, restored.empty() ? std::vector<runtime::checkpoint::chunk_record>{}
                                                     : std::move(restored[i]),
                     job.checkpoint_every};
     setup.ring_version = job.layout.nodes.size() > 1 ? job.layout.ring_version : 0;
+    setup.mirror = job.mirror;
     self->request(st.shards[i], st.settings.shard_setup_timeout, create_atom::value,
                   std::move(setup), sink)
       .then(
@@ -257,6 +259,8 @@ namespace {
 
 caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
   auto& st = self->state;
+  if (req.hello.mirror)
+    return mirror_hello(self, req);
   if (auto refused = check_hello(self, req))
     return *refused;
   auto& spec = req.hello.spec;
@@ -318,6 +322,8 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
 
 caf::result<job_binding> on_proof(rack_ptr self, proof_request& p) {
   auto& st = self->state;
+  if (p.hello.hello.mirror)
+    return mirror_proof(self, p);
   auto& req = p.hello;
   auto& spec = req.hello.spec;
   auto g = st.grants.find(spec.name);
@@ -366,6 +372,9 @@ void on_replace(rack_ptr self, uint32_t index, chunk_shard_actor& shard) {
   if (index >= st.shards.size())
     return;
   st.shards[index] = std::move(shard);
+  for (auto& [name, job] : st.jobs)
+    if (job.mirror)
+      job.mirror->set_shard(index, st.shards[index]);
   auto retries = std::move(st.on_shard_replaced[index]);
   st.on_shard_replaced.erase(index);
   for (auto& retry : retries)

@@ -90,7 +90,7 @@ public:
 
   /// The routes chunks travel by now (one snapshot per operation: a reroute swaps
   /// them): connection_of(tensor, chunk) indexes conns(); replica_connection_of is the
-  /// connection a push or init also takes, to the chunk's replica.
+  /// connection an init also takes, to the chunk's replica.
   std::shared_ptr<const runtime::job_routes> routes() const noexcept {
     return std::atomic_load(&routes_);
   }
@@ -142,8 +142,8 @@ public:
   /// Arms `tensor` for operation `seq`: expect `update` frames at version >=
   /// `version` into `dst` (expect_update), or `ack` frames for clock `version`. With
   /// `changes_only`, an "unchanged" ack for version - 1 also completes a chunk. With
-  /// `mirrored` (a push or init), each chunk that has a replica also waits for the
-  /// replica's ack (flag_replica) of that push.
+  /// `mirrored` (an init), each chunk that has a replica also waits for the replica's
+  /// ack (flag_replica) of it.
   void arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst, uint64_t version,
            bool changes_only = false, bool mirrored = false);
 

@@ -187,9 +187,9 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     failed = failed || !ok;
     return true;
   };
-  // Pushes and inits go to the chunk's replica as well (it counts them; only the home
-  // answers).
-  const bool to_replica = op.kind != worker_op::pull;
+  // Inits go to the chunk's replica as well (it sets version 0 too; only the home
+  // answers). A push goes to the home alone: the home sends the step's sum on.
+  const bool to_replica = op.kind == worker_op::init;
   for (uint32_t c = 0; c < layout.count(); ++c) {
     if (!only.empty() && !only[c])
       continue;
@@ -259,7 +259,7 @@ void start_next(proxy_ptr self, uint32_t t) {
     case worker_op::push_pull: version = q.clock + 1; break;
   }
   st.link->arm(t, q.seq, expect_update, op.dst, version, op.only_changed,
-               op.kind != worker_op::pull); // pushes and inits: replicas ack them too
+               op.kind == worker_op::init); // inits: replicas ack them too
   q.running_clock = q.clock;
   // A failed send: the receiver reports the close with its reason (lost_atom), which
   // fails `op`; with replicas the job may go on without that node (a reroute re-sends).

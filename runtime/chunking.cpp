@@ -54,6 +54,8 @@ routing_table::routing_table(const job_spec& spec, uint32_t num_shards,
   local_chunks_ = 0;
   bool replicated = replicas > 0 && ring->nodes().size() > 1;
   std::vector<uint64_t> per_shard(num_shards, 0);
+  if (replicated)
+    mirror_.assign(total_chunks_, not_here);
   for (uint32_t t = 0; t < spec.tensors.size(); ++t)
     for (uint32_t c = 0; c < layouts_[t].count(); ++c) {
       auto g = first_[t] + c;
@@ -63,6 +65,8 @@ routing_table::routing_table(const job_spec& spec, uint32_t num_shards,
         continue;
       index_[g] = per_shard[g % num_shards]++;
       owned_[g] = owned ? 1 : 0;
+      if (owned && replicated)
+        mirror_[g] = replica_on_ring(*ring, spec, t, c);
       ++(owned ? local_chunks_ : replica_chunks_);
     }
 }

@@ -90,6 +90,17 @@ public:
   uint64_t replica_chunks() const noexcept {
     return replica_chunks_;
   }
+  /// Whether the table's ring keeps a replica of each chunk (replicas = 1, two nodes
+  /// or more).
+  bool replicated() const noexcept {
+    return !mirror_.empty();
+  }
+  /// The ring index of the replica node of (tensor, chunk), a chunk homed here, or
+  /// not_here (no replicas, or the chunk is not homed here). Its home sends it each
+  /// step's summed gradient (actors/mirror_link).
+  uint32_t mirror_of(uint32_t tensor, uint32_t chunk) const noexcept {
+    return mirror_.empty() ? not_here : mirror_[first_[tensor] + chunk];
+  }
   /// Shard index owning (tensor, chunk), or not_here. Preconditions: both in range.
   uint32_t shard_of(uint32_t tensor, uint32_t chunk) const noexcept {
     if (index_of(tensor, chunk) == no_seq)
@@ -135,6 +146,7 @@ private:
   uint64_t replica_chunks_ = 0;
   std::vector<uint64_t> index_;  // by job-wide chunk number; empty: every chunk local
   std::vector<uint8_t> owned_;   // by job-wide chunk number (with a ring)
+  std::vector<uint32_t> mirror_; // by job-wide chunk number: replica of a chunk homed here
 };
 
 /// Index (in the ring's node order) of the home of chunk `chunk` of tensor `tensor`.

@@ -54,6 +54,9 @@ struct Hello {
                             # placed at join puts it there unless it shares a host
   pickedBy @12 :Text;       # why the worker says hello here ("": it was told to), e.g.
                             # the round trips it measured to the job's aggs
+  mirror @13 :Bool;         # not a worker: a node of the job (rank = mirror_rank) that
+                            # sends each step's summed gradient of the chunks it homes
+                            # to their replica here (replicas = 1); proves the token
 }
 
 struct Challenge {

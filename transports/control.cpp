@@ -69,6 +69,7 @@ bytes encode(const hello_msg& x) {
   root.setHasToken(x.has_token);
   root.setRack(x.rack);
   root.setPickedBy(x.picked_by);
+  root.setMirror(x.mirror);
   return to_bytes(msg);
 }
 
@@ -186,6 +187,7 @@ errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why
     out.has_token = root.getHasToken();
     out.rack = root.getRack().cStr();
     out.picked_by = root.getPickedBy().cStr();
+    out.mirror = root.getMirror();
     return errc::ok;
   });
 }

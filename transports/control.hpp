@@ -23,6 +23,7 @@ struct hello_msg {
   bool has_token = false; // the worker will prove it holds the job's token
   std::string rack;       // the worker's rack option ("": none)
   std::string picked_by;  // why the worker chose this node ("": it was told to)
+  bool mirror = false;    // a home node's mirror link, not a worker (rank = mirror_rank)
 };
 
 struct welcome_msg {

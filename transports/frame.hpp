@@ -49,10 +49,14 @@ constexpr uint16_t flag_only_changed = 2;
 /// Flag bit: this pull subscribes to the chunk; updates it causes carry the same flag.
 constexpr uint16_t flag_subscribe = 4;
 
-/// Flag bit on an `ack`: from the chunk's replica (replicas = 1), which counted the push
-/// or init of `clock`. A worker's operation completes once the home has answered and
-/// the replica has acked, so no replica falls behind its home.
+/// Flag bit on an `ack`: from the chunk's replica (replicas = 1), which counted the init
+/// of a worker (a worker's init completes once the home and the replica have it), or,
+/// on a mirror link, took the home's summed gradient of step `clock`.
 constexpr uint16_t flag_replica = 8;
+
+/// The rank a mirror link (a chunk's home node sending each step's sum to the chunk's
+/// replica node; Hello.mirror) says hello as and stamps its frames with.
+constexpr uint32_t mirror_rank = 0xFFFFFFFEu;
 
 /// One entry of a push_sparse payload.
 struct sparse_pair {

@@ -176,6 +176,10 @@ void chunk_state::complete_step(const optimizer_spec& spec, float rescale,
 }
 
 uint32_t chunk_state::gather_inputs(const float** in, std::vector<const float*>& more) const {
+  if (summed_ || total_) { // the whole step's sum, from the home or made here
+    in[0] = summed_ ? d_ : total_->floats();
+    return 1;
+  }
   uint32_t count = (next_ > 0 ? 1 : 0) + (workers_ - next_);
   if (count > 64) {
     more.resize(count);
@@ -190,12 +194,17 @@ uint32_t chunk_state::gather_inputs(const float** in, std::vector<const float*>&
 }
 
 void chunk_state::release_inputs() {
+  total_.reset();
+  if (summed_)
+    return; // already released by prepare_mirror
   sum_.reset();
   for (uint32_t r = next_; r < workers_; ++r)
     held_[r].reset();
 }
 
 void chunk_state::open_next_step(std::chrono::steady_clock::time_point now) {
+  summed_ = false;
+  total_ = std::move(total_ahead_);
   next_ = 0;
   arrivals_ = 0;
   std::fill(arrived_.begin(), arrived_.end(), false);
@@ -219,6 +228,23 @@ runtime::norm_parts chunk_state::prepare_layerwise(const optimizer_spec& spec, f
                                     length_);
 }
 
+const float* chunk_state::prepare_mirror() {
+  sum_step_into(d_);
+  summed_ = true;
+  mirror_pending_ = true;
+  return d_;
+}
+
+chunk_state::outcome chunk_state::push_total(uint64_t clock, runtime::buffer_ref sum) {
+  if (clock < version_ || (clock == version_ && total_)
+      || (clock == version_ + 1 && total_ahead_))
+    return outcome::duplicate;
+  if (clock > version_ + 1)
+    return outcome::too_far_ahead;
+  (clock == version_ ? total_ : total_ahead_) = std::move(sum);
+  return step_ready() ? outcome::step_ready : outcome::counted;
+}
+
 float* chunk_state::prepare_relay() {
   sum_step_into(d_);
   relay_pending_ = true;
@@ -226,6 +252,8 @@ float* chunk_state::prepare_relay() {
 }
 
 void chunk_state::sum_step_into(float* out) {
+  if (summed_ && out == d_)
+    return; // it is there
   const float* inputs[64];
   std::vector<const float*> more;
   auto count = gather_inputs(inputs, more);

@@ -16,6 +16,12 @@
 // the step in progress; a push for v+1 (a worker that pushed without waiting) is held
 // for the next step; anything older is a duplicate and anything newer is refused.
 //
+// Replicas (replicas = 1, BSP): a chunk's home sums its step, then sends the sum to
+// the chunk's replica node (prepare_mirror) and closes the step; only once the replica
+// has it (end_mirror) does the optimizer run from that sum, so no version is answered
+// that the replica could not rebuild. The replica takes the sum as the whole step
+// (push_total) and runs the same optimizer on it: both copies stay bitwise equal.
+//
 // SSP and async: every push is its own update, applied as it arrives (so version is the
 // number of pushes applied from all ranks); a rank's pushes must come in clock order.
 // A push_pull from a rank at clock c waits until every rank has pushed at least
@@ -46,6 +52,9 @@ struct waiter {
   uint64_t reader_clock = 0; // the clock the answer is for (staleness is measured to it)
   /// When the request began waiting (epoch: not counted, as for subscriptions).
   std::chrono::steady_clock::time_point since{};
+  /// A push without want_result of a replicated chunk: answered with an ack (not the
+  /// parameters) once its step is on the replica too.
+  bool ack_only = false;
 
   /// How far along the waiting worker is: lower means further behind.
   uint64_t progress() const noexcept {
@@ -100,7 +109,8 @@ public:
   /// push is waiting to be applied (SSP, async).
   bool step_ready() const noexcept {
     if (consistency_.model == consistency_spec::bsp)
-      return initialized_ && !layerwise_pending_ && !relay_pending_ && arrivals_ == workers_;
+      return initialized_ && !layerwise_pending_ && !relay_pending_ && !mirror_pending_
+             && (arrivals_ == workers_ || total_);
     return initialized_ && arrivals_ > 0;
   }
 
@@ -108,7 +118,8 @@ public:
   /// initialized, no push counted towards an open step or held for the next, no phase
   /// pending), so its parameters, optimizer state and version are all of it.
   bool settled() const noexcept {
-    if (!initialized_ || arrivals_ > 0 || layerwise_pending_ || relay_pending_)
+    if (!initialized_ || arrivals_ > 0 || layerwise_pending_ || relay_pending_
+        || mirror_pending_ || total_ || total_ahead_)
       return false;
     for (auto& a : ahead_)
       if (a)
@@ -156,6 +167,30 @@ public:
   /// parameters are its own, never a shared segment); bumps the version and opens the
   /// next step.
   void finish_relay(const float* params, std::chrono::steady_clock::time_point now);
+
+  /// Replicated chunks (BSP), the home, when step_ready(): sums the step's gradients
+  /// (rank order) into `d` and returns it, for the replica. The step stays closed until
+  /// end_mirror(); then step_ready() again, and the step runs from that sum.
+  const float* prepare_mirror();
+  bool mirror_pending() const noexcept {
+    return mirror_pending_;
+  }
+  /// Whether the step's sum is in `d` already (sent to the replica): it is not sent again.
+  bool summed() const noexcept {
+    return summed_;
+  }
+  /// The sum prepare_mirror() returned, while mirror_pending().
+  const float* mirror_sum() const noexcept {
+    return d_;
+  }
+  /// The replica has the step's sum (its ack), or there is no replica any more.
+  void end_mirror() noexcept {
+    mirror_pending_ = false;
+  }
+  /// The replica's side: the home's sum of step `clock` (length() floats), taken as
+  /// the whole step (duplicate: it has it, or has applied it; too_far_ahead: beyond
+  /// the step after the next).
+  outcome push_total(uint64_t clock, runtime::buffer_ref sum);
 
   /// The waiter for a push_pull of `rank` at `clock` under this chunk's model.
   waiter push_waiter(transports::connection_ptr conn, uint32_t rank, uint64_t clock) const;
@@ -257,9 +292,13 @@ private:
   // Sums the step's gradients, rank order, into `out` and releases them.
   void sum_step_into(float* out);
 
-  float* d_; // layer-wise direction, or a rack's partial sum, between the phases
+  float* d_; // layer-wise direction, a rack's partial sum, or a replicated step's sum
   bool layerwise_pending_ = false;
   bool relay_pending_ = false;
+  bool mirror_pending_ = false; // the home waits for its replica's ack of the sum in d_
+  bool summed_ = false;         // the step's sum is in d_ (the replica has it)
+  runtime::buffer_ref total_;       // a replica: the home's sum of step version_
+  runtime::buffer_ref total_ahead_; // ... and of the step after it
   uint64_t version_ = 0;
   bool initialized_;
 

@@ -181,6 +181,9 @@ bool restart_from_checkpoint(cluster_ptr self, uint32_t id, uint32_t dead,
 /// replicas = 1) and its other nodes are live, they take over its chunks and it goes on
 /// (its workers are not restarted). Returns false when it cannot.
 bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& why);
+/// A job taken over on ring `from` gets its replicas back (attempt `attempt`): a move to
+/// the same nodes with replicas = 1, unless it ended, moved or lost a node meanwhile.
+void replicate_again(cluster_ptr self, uint32_t id, uint64_t from, uint32_t attempt);
 
 // --- cluster_move.cpp -------------------------------------------------------------
 /// Job `j`'s layout without node `node_id` (its ids left, in ring order, in `kept`),

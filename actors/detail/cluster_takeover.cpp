@@ -1,13 +1,14 @@
 // Node failover by replicas: a flat BSP job created with replicas = 1 has every chunk
-// served by its home and by its replica (the next other node on the ring), which
-// counts every push as the home does and answers nobody. When a node dies, the ring
-// without it homes each of its chunks exactly at that replica (consistent hashing), so
-// nothing moves: every node left keeps the chunks it served, state and step in progress
-// included, and the replicas of the dead node's chunks answer from now on. Two phases
-// over the nodes left: takeover (each takes the new routes), then reroute (its workers
-// hear the new ring and send again what is unanswered; pushes a replica had counted
-// are dropped and answered as the first were). The job goes on without replicas; where
-// two nodes or more are left it then gets them back: a move to the same nodes with
+// served by its home and by its replica (the next other node on the ring), which takes
+// each step's sum from the home and runs the same step on it (actors/mirror_link); the
+// home answers only steps its replica has. When a node dies, the ring without it homes
+// each of its chunks exactly at that replica (consistent hashing), so nothing moves:
+// every node left keeps the chunks it served, state included, and the replicas of the
+// dead node's chunks answer from now on. Two phases over the nodes left: takeover (each
+// takes the new routes; a home whose step waited for the dead replica's ack runs it),
+// then reroute (its workers hear the new ring and send again what is unanswered; pushes
+// of a step the replica has are dropped and answered). The job goes on without replicas; where
+// two nodes or more are left it then gets them back (a second later): a move to the same nodes with
 // replicas = 1 (detail/cluster_move.cpp) copies every chunk's state to its new replica
 // at a clock boundary, so a second node's death is survived too. (With one node left,
 // a second loss falls back to a checkpoint, or fails the job.)
@@ -23,6 +24,49 @@
 #include "actors/detail/cluster_ask.hpp"
 
 namespace rw::actors::detail {
+
+namespace {
+
+// A job taken over gets its replicas back this long after: the steps the takeover
+// interrupted complete first (workers send again what was unanswered), so the move
+// settles at once. A move given up (a step that did not settle) is tried again as
+// long, up to replicate_attempts times.
+constexpr auto replicate_pause = std::chrono::seconds(1);
+constexpr uint32_t replicate_attempts = 3;
+
+} // namespace
+
+void replicate_again(cluster_ptr self, uint32_t id, uint64_t from, uint32_t attempt) {
+  auto it = self->state.jobs.find(id);
+  if (it == self->state.jobs.end())
+    return;
+  auto& j = it->second;
+  auto& now = j.report.layout;
+  if (j.report.state != "running" || now.ring_version != from || now.replicas != 0
+      || j.node_ids.size() < 2)
+    return; // it ended, or moved, or lost a node meanwhile
+  auto again = now;
+  again.ring_version = from + 1;
+  again.replicas = 1;
+  auto name = j.report.name;
+  move_job_to(self, id, again, j.node_ids, "its replicas made again after a takeover",
+              [=](const std::string& line, bool moved) {
+                if (moved) {
+                  spdlog::info("job has replicas again: {}", line);
+                } else if (attempt < replicate_attempts) {
+                  spdlog::warn("job '{}' has no replicas yet: {}; trying again in {} ms "
+                               "(attempt {} of {})",
+                               name, line,
+                               std::chrono::duration_cast<std::chrono::milliseconds>(replicate_pause).count(),
+                               attempt + 1,
+                               replicate_attempts);
+                  self->delayed_send(self, replicate_pause, replicate_atom::value, id, from,
+                                     attempt + 1);
+                } else {
+                  spdlog::warn("job '{}' goes on without replicas: {}", name, line);
+                }
+              });
+}
 
 bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& why) {
   auto& st = self->state;
@@ -79,16 +123,8 @@ bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& 
                          .count());
           if (kept.size() < 2)
             return;
-          auto again = next;
-          again.ring_version = next.ring_version + 1;
-          again.replicas = 1;
-          move_job_to(self, id, again, kept, "its replicas made again after a takeover",
-                      [name](const std::string& line, bool moved) {
-                        if (moved)
-                          spdlog::info("job has replicas again: {}", line);
-                        else
-                          spdlog::warn("job '{}' goes on without replicas: {}", name, line);
-                      });
+          self->delayed_send(self, replicate_pause, replicate_atom::value, id,
+                             next.ring_version, uint32_t{1});
         },
         reroute_atom::value, id, next);
     },

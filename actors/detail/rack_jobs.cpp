@@ -289,6 +289,8 @@ void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code
   }
   if (job.uplink)
     job.uplink->stop(); // leaves the top level: its other participants see the rack go
+  if (job.mirror)
+    job.mirror->stop();
   st.jobs.erase(n->second);
   st.names.erase(n);
 }
@@ -309,6 +311,8 @@ void let_go(rack_ptr self, uint32_t job_id, const std::string& why) {
   remember_end(st, name, "moved", why);
   for (auto& s : st.shards)
     self->send(s, drop_atom::value, job_id);
+  if (auto j = st.jobs.find(name); j != st.jobs.end() && j->second.mirror)
+    j->second.mirror->stop();
   st.jobs.erase(name);
   st.names.erase(n);
 }

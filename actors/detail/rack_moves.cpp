@@ -333,10 +333,12 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
   for (auto& sh : st.shards)
     peers.push_back(caf::actor_cast<caf::actor>(sh));
   bool arriving = job->arriving;
+  mirror_ring(self, *job, next);
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
     job_setup setup{job_id, job->spec, routes, i, nullptr, peers, nullptr, job->init_rank,
                     std::move(per_shard[i]), job->checkpoint_every};
     setup.ring_version = next.ring_version;
+    setup.mirror = job->mirror;
     auto finish = [self, rp, pending, failed, job_id, next, routes, index, arrived]() mutable {
       if (--*pending > 0)
         return;
@@ -413,6 +415,7 @@ caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layou
   auto pending = std::make_shared<size_t>(st.shards.size());
   auto failed = std::make_shared<std::string>();
   auto started = std::chrono::steady_clock::now();
+  mirror_ring(self, *job, next);
   for (uint32_t i = 0; i < st.shards.size(); ++i)
     self->request(st.shards[i], st.settings.shard_setup_timeout, takeover_atom::value,
                   route_change{job_id, routes, {}, false, next.ring_version})

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "actors/rack_coordinator.hpp"
+#include "actors/mirror_link.hpp"
 #include "actors/rack_uplink.hpp"
 
 namespace rw::actors::detail {
@@ -43,6 +44,9 @@ struct job_info {
   std::vector<uint32_t> local_rank;
   std::vector<uint32_t> global_rank;
   std::shared_ptr<rack_uplink> uplink;
+  // A flat job on several nodes: each replicated chunk's step goes to its replica
+  // first (actors/mirror_link).
+  std::shared_ptr<mirror_link> mirror;
   // Periodic checkpoints (0: none): per clock, the chunks the shards sent so far and
   // how many shards did.
   uint64_t checkpoint_every = 0;
@@ -185,6 +189,17 @@ std::string load_restore(const std::string& dir, const job_spec& spec,
 /// (UINT32_MAX: every rank), as a cut link would. What was done, or why not.
 caf::result<std::string> on_inject(rack_ptr self, uint32_t job_id, const std::string& kill,
                                    uint32_t index);
+
+// --- rack_mirror.cpp -------------------------------------------------------------
+/// A hello from another node's mirror link (Hello.mirror): refused, or answered with
+/// a challenge (the link proves the job's token).
+job_binding mirror_hello(rack_ptr self, const hello_request& req);
+/// Its proof: the connection is bound to the job as transports::mirror_rank (no rank
+/// of the job; its pushes are the sums of the chunks replicated here).
+job_binding mirror_proof(rack_ptr self, const proof_request& p);
+/// A flat job on several nodes: its mirror link, made (and started) if it has none,
+/// told the ring of `layout` before any shard routes by it.
+void mirror_ring(rack_ptr self, job_info& job, const job_layout& layout);
 
 // --- rack_moves.cpp --------------------------------------------------------------
 /// A flat BSP job moves to the ring of `next` (a node drained): its chunks here settle

@@ -50,6 +50,7 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
   job.counters.assign(job.spec.num_workers, rank_counters{});
   job.coordinator = std::move(coordinator);
   job.relay = std::move(setup.relay);
+  job.mirror = std::move(setup.mirror);
   job.init_rank = setup.init_rank;
   job.checkpoint_every = setup.checkpoint_every;
   job.ring_version = setup.ring_version;
@@ -64,7 +65,12 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
   }
   job.peers = setup.peers;
   auto state = runtime::state_arrays(job.spec.optimizer.kind);
-  auto arrays = state + (job.shared ? 0 : 1) + (job.relay ? 1 : 0); // relay: the partial
+  // d: a rack's partial (relay), or a replicated step's sum (mirror); layer-wise
+  // optimizers have it already.
+  const bool needs_d = runtime::is_layerwise(job.spec.optimizer.kind) || job.relay
+                       || job.routes->replicated();
+  auto arrays = state + (job.shared ? 0 : 1)
+                + (needs_d && !runtime::is_layerwise(job.spec.optimizer.kind) ? 1 : 0);
   auto stride = [](uint32_t len) {
     return (size_t{len} * sizeof(float) + defaults::cache_line - 1) / defaults::cache_line
            * defaults::cache_line;
@@ -98,7 +104,7 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
       auto kind = job.spec.optimizer.kind;
       float* m = state >= 1 ? take(len) : nullptr;
       float* v = (kind == optimizer_kind::adam || kind == optimizer_kind::lamb) ? take(len) : nullptr;
-      float* d = runtime::is_layerwise(kind) || job.relay ? take(len) : nullptr;
+      float* d = needs_d ? take(len) : nullptr;
       job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
                               job.spec.tensors[t].has_init, job.spec.consistency, d);
       job.owned_chunks += job.routes->is_owned(t, c) ? 1 : 0;

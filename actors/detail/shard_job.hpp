@@ -37,8 +37,8 @@ struct shard_job {
   routing_ptr routes;
   float rescale = 1.0f;
   std::vector<detail::chunk_state> chunks; // by routes->local_index(tensor, chunk)
-  // Of them, homed here (the others are replicas: they count every push as their home
-  // does, answer nobody, and are in no checkpoint).
+  // Of them, homed here (the others are replicas: they take each step's sum from their
+  // home and run the same step on it, answer nobody, and are in no checkpoint).
   size_t owned_chunks = 0;
   std::vector<bool> departed;              // ranks that left
   job_counters counters;                   // by rank, for job status
@@ -47,6 +47,7 @@ struct shard_job {
   bool timed_out = false;
   std::vector<caf::actor> peers; // every shard of the node, by index
   std::shared_ptr<rack_uplink> relay; // a hierarchical job's rack part (else null)
+  std::shared_ptr<mirror_link> mirror; // a flat job on several nodes (else null)
   uint32_t init_rank = 0;             // who sets version 0
   // Home shard of a tensor (LAMB, LARS): per (tensor, version) the parts received, by
   // chunk, so they are added in chunk order whatever order they came in.

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -66,7 +67,8 @@ public:
   ~node_process() {
     proc_.clear(); // SIGTERM, then SIGKILL if needed
     std::remove(port_file_.c_str());
-    std::remove(log_path_.c_str());
+    if (std::getenv("RW_KEEP_LOGS") == nullptr) // set: kept for a look after a failure
+      std::remove(log_path_.c_str());
   }
 
   const std::string& address() const {
