@@ -813,8 +813,12 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     [=](relay_atom, const relay_update& u) {
       changing(self, u.job_id, [&] { on_relay(self, u); });
     },
-    [=](mirror_atom, uint32_t job_id, uint32_t tensor, uint32_t chunk, uint64_t clock) {
-      changing(self, job_id, [&] { on_mirrored(self, job_id, tensor, chunk, clock); });
+    [=](mirror_atom, uint32_t job_id, const std::vector<uint64_t>& acked) {
+      changing(self, job_id, [&] {
+        for (size_t i = 0; i + 2 < acked.size(); i += 3)
+          on_mirrored(self, job_id, static_cast<uint32_t>(acked[i]),
+                      static_cast<uint32_t>(acked[i + 1]), acked[i + 2]);
+      });
     },
     [=](crash_atom, const std::string& why) {
       // Stuck a moment first, so requests queue in the mailbox and die with it (the

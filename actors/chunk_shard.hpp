@@ -60,9 +60,11 @@
 //                         a node of the job died: the job goes on by `routes` (the ring
 //                         without it), where every chunk this shard serves it served
 //                         before (as home or replica) on the same shard: the chunks keep
-//                         their state, the step in progress included; a replica that is
-//                         now the home answers from now on (its workers send again what
-//                         is unanswered); the ones no longer served here are dropped
+//                         their state (a home keeps its step in progress; a step whose sum
+//                         waited for a replica the new routes do not name runs now, or
+//                         goes to the replica they name); a replica that is now the home
+//                         answers from now on (its workers send again what is
+//                         unanswered); the ones no longer served here are dropped
 //   coordinator -> shard  (thaw_atom, job_id)   the move was given up: it serves again
 //                         as it stood (requests dropped meanwhile are sent again)
 //   anyone      -> shard  (stats_atom) -> shard_stats
@@ -87,9 +89,9 @@
 //                         chunk's new parameters from its home end the step here, as
 //                         the next version; the initial values of version 0 come the
 //                         same way to racks whose workers do not send them
-//   mirror link -> shard (mirror_atom, job_id, tensor, chunk, clock)
-//                         replicas = 1: the chunk's replica has the sum of step `clock`
-//                         (actors/mirror_link); the step runs, from that sum
+//   mirror link -> shard (mirror_atom, job_id, [tensor, chunk, clock]...)
+//                         replicas = 1: each chunk's replica has the sum of its step
+//                         `clock` (actors/mirror_link); those steps run, from their sums
 //   poller      -> shard  (push_atom, chunk_push) of rank transports::mirror_rank: at a
 //                         chunk's replica, its home's sum of a step, taken as the whole
 //                         step (its optimizer step runs on it) and acked (flag_replica);
@@ -136,7 +138,7 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<push_atom, chunk_push>,
   caf::reacts_to<init_atom, chunk_push>,
   caf::reacts_to<relay_atom, relay_update>,
-  caf::reacts_to<mirror_atom, uint32_t, uint32_t, uint32_t, uint64_t>,
+  caf::reacts_to<mirror_atom, uint32_t, std::vector<uint64_t>>,
   caf::reacts_to<pull_atom, chunk_pull>,
   caf::replies_to<create_atom, job_setup, abort_sink>::with<ok_atom>,
   caf::reacts_to<leave_atom, uint32_t, uint32_t, std::string>,

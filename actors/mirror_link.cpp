@@ -1,5 +1,7 @@
 #include "actors/mirror_link.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -66,6 +68,9 @@ void mirror_link::set_shard(uint32_t index, chunk_shard_actor shard) {
 
 void mirror_link::send(uint32_t shard, uint32_t tensor, uint32_t chunk, uint64_t clock,
                        uint64_t ring, uint32_t node, const float* sum, uint32_t length) {
+  // A copy: the shard reuses its buffer after the step; sends share it.
+  auto data = std::make_shared<const std::vector<float>>(sum, sum + length);
+  bool idle = false;
   {
     std::lock_guard<std::mutex> guard{mtx_};
     auto& p = pending_[{tensor, chunk}];
@@ -73,12 +78,18 @@ void mirror_link::send(uint32_t shard, uint32_t tensor, uint32_t chunk, uint64_t
     p.clock = clock;
     p.ring = ring;
     p.node = node;
-    // A copy: the shard reuses its buffer after the step; sends share it.
-    p.sum = std::make_shared<const std::vector<float>>(sum, sum + length);
+    p.sum = std::move(data);
     p.sent_at = {};
     p.warned = false;
+    p.sends = 0;
+    idle = fresh_.empty();
+    if (!p.queued) {
+      p.queued = true;
+      fresh_.emplace_back(tensor, chunk);
+    }
   }
-  wake_.notify_one();
+  if (idle)
+    wake_.notify_one();
 }
 
 void mirror_link::cancel(uint32_t tensor, uint32_t chunk) {
@@ -93,65 +104,99 @@ std::string mirror_link::address_of(uint64_t ring, uint32_t node) const {
   return it->second[node];
 }
 
-// The sending thread: every new sum at once, in (tensor, chunk) order; every sum
-// unacked for retry_after again.
+// The sending thread: new sums as they come; every sum unacked for retry_after again.
 void mirror_link::send_loop() {
   std::unique_lock<std::mutex> lock{mtx_};
+  auto last_scan = std::chrono::steady_clock::now();
   while (running_.load()) {
-    wake_.wait_for(lock, send_tick);
+    wake_.wait_for(lock, send_tick, [&] { return !fresh_.empty() || !running_.load(); });
     if (!running_.load())
       return;
     auto now = std::chrono::steady_clock::now();
-    // The map may change while a send has the lock released: walk by key.
-    for (auto it = pending_.begin(); it != pending_.end() && running_.load();) {
-      auto k = it->first;
-      auto& p = it->second;
-      bool due = p.sent_at == time_point{} || now - p.sent_at >= s_.retry_after;
-      if (due)
-        transmit(k, p, lock); // may release the lock
-      it = pending_.upper_bound(k);
+    if (now - last_scan >= send_tick) {
+      queue_overdue();
+      last_scan = now;
+    }
+    transmit(lock);
+  }
+}
+
+void mirror_link::queue_overdue() {
+  auto now = std::chrono::steady_clock::now();
+  for (auto& [k, p] : pending_) {
+    if (p.queued)
+      continue;
+    // Unacked too long, or not sent (its node was not connected when it was due).
+    if (p.sent_at == time_point{} || now - p.sent_at >= s_.retry_after) {
+      p.sent_at = {};
+      p.queued = true;
+      fresh_.push_back(k);
     }
   }
 }
 
-bool mirror_link::transmit(const key& k, pending& p, std::unique_lock<std::mutex>& lock) {
-  auto address = address_of(p.ring, p.node);
-  auto& node = peers_[address];
-  if (address.empty() || !node.conn) {
-    if (!address.empty()
-        && std::find(wanted_.begin(), wanted_.end(), address) == wanted_.end())
-      wanted_.push_back(address);
-    return false;
+void mirror_link::transmit(std::unique_lock<std::mutex>& lock) {
+  constexpr size_t send_batch = 64;
+  struct batch {
+    transports::connection_ptr conn;
+    std::string address;
+    std::vector<frame_header> headers;
+    std::vector<iovec> pieces;
+    std::vector<std::shared_ptr<const std::vector<float>>> keep;
+  };
+  while (!fresh_.empty() && running_.load()) {
+    std::map<std::string, batch> out; // by address
+    size_t taken = 0;
+    while (!fresh_.empty() && taken < send_batch) {
+      auto k = fresh_.front();
+      fresh_.pop_front();
+      auto it = pending_.find(k);
+      if (it == pending_.end())
+        continue; // acked or cancelled
+      auto& p = it->second;
+      p.queued = false;
+      auto address = address_of(p.ring, p.node);
+      auto& node = peers_[address];
+      if (address.empty() || !node.conn) { // sent once connected (queue_overdue)
+        if (!address.empty()
+            && std::find(wanted_.begin(), wanted_.end(), address) == wanted_.end())
+          wanted_.push_back(address);
+        continue;
+      }
+      auto& b = out[address];
+      b.conn = node.conn;
+      b.address = address;
+      frame_header h;
+      h.kind = frame_kind::push;
+      h.flags = transports::flag_replica;
+      h.job_id = s_.job_id;
+      h.rank = transports::mirror_rank;
+      h.tensor_id = k.first;
+      h.chunk_index = k.second;
+      h.clock = p.clock;
+      h.ring = static_cast<uint32_t>(p.ring);
+      h.payload_bytes = static_cast<uint32_t>(p.sum->size() * sizeof(float));
+      b.headers.push_back(h);
+      b.pieces.push_back({const_cast<float*>(p.sum->data()), h.payload_bytes});
+      b.keep.push_back(p.sum); // an ack or a new sum may replace the entry meanwhile
+      (p.sends++ > 0 ? resent_ : sent_).fetch_add(1);
+      p.sent_at = std::chrono::steady_clock::now();
+      ++taken;
+    }
+    if (out.empty())
+      return;
+    lock.unlock();
+    for (auto& [address, b] : out)
+      if (!b.conn->send_batch(b.headers.data(), b.pieces.data(),
+                              static_cast<int>(b.headers.size()))) {
+        spdlog::warn("job {}: node {} could not send {} step sum(s) to the replica at {}; "
+                     "sent again in {} ms",
+                     s_.job_id, s_.node_name, b.headers.size(), address,
+                     s_.retry_after.count());
+        b.conn->close();
+      }
+    lock.lock();
   }
-  bool again = p.sent_at != time_point{};
-  frame_header h;
-  h.kind = frame_kind::push;
-  h.flags = transports::flag_replica;
-  h.job_id = s_.job_id;
-  h.rank = transports::mirror_rank;
-  h.tensor_id = k.first;
-  h.chunk_index = k.second;
-  h.clock = p.clock;
-  h.ring = static_cast<uint32_t>(p.ring);
-  h.payload_bytes = static_cast<uint32_t>(p.sum->size() * sizeof(float));
-  p.sent_at = std::chrono::steady_clock::now();
-  // An ack or a new sum may replace the entry while the lock is released: the frame
-  // holds its own reference to the sum.
-  auto data = p.sum;
-  auto conn = node.conn;
-  lock.unlock();
-  iovec piece{const_cast<float*>(data->data()), h.payload_bytes};
-  bool ok = conn->send(h, &piece, 1);
-  lock.lock();
-  (again ? resent_ : sent_).fetch_add(1);
-  if (!ok) {
-    spdlog::warn("job {}: node {} could not send the sum of chunk {}/{} (clock {}) to its "
-                 "replica at {}; sent again in {} ms",
-                 s_.job_id, s_.node_name, k.first, k.second, h.clock, address,
-                 s_.retry_after.count());
-    conn->close();
-  }
-  return ok;
 }
 
 // The reading thread: connects to the nodes the sender wants, then reads acks.
@@ -159,6 +204,7 @@ void mirror_link::read_loop() {
   while (running_.load(std::memory_order_acquire)) {
     connect_wanted();
     ep_->poll(20, *this);
+    flush_acks();
   }
   ep_->close_all(*this);
 }
@@ -207,6 +253,21 @@ void mirror_link::connect_wanted() {
   }
 }
 
+void mirror_link::flush_acks() {
+  if (acks_.empty())
+    return;
+  std::vector<std::pair<chunk_shard_actor, std::vector<uint64_t>>> out;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (auto& [shard, acks] : acks_)
+      if (shard < s_.shards.size())
+        out.emplace_back(s_.shards[shard], std::move(acks));
+  }
+  acks_.clear();
+  for (auto& [shard, acks] : out)
+    caf::anon_send(shard, mirror_atom::value, s_.job_id, std::move(acks));
+}
+
 payload_target mirror_link::on_header(const transports::connection_ptr&, const frame_header& h) {
   if (h.kind == frame_kind::error) {
     error_buf_.resize(h.payload_bytes);
@@ -218,18 +279,17 @@ payload_target mirror_link::on_header(const transports::connection_ptr&, const f
 void mirror_link::on_frame(const transports::connection_ptr& c, const frame_header& h,
                            payload_target&) {
   if (h.kind == frame_kind::ack && (h.flags & transports::flag_replica) != 0) {
-    chunk_shard_actor shard;
+    uint32_t shard = 0;
     {
       std::lock_guard<std::mutex> guard{mtx_};
       auto it = pending_.find({h.tensor_id, h.chunk_index});
       if (it == pending_.end() || it->second.clock != h.clock)
         return; // a repeat's ack, or of a sum cancelled since
-      if (it->second.shard < s_.shards.size())
-        shard = s_.shards[it->second.shard];
+      shard = it->second.shard;
       pending_.erase(it);
     }
-    if (shard)
-      caf::anon_send(shard, mirror_atom::value, s_.job_id, h.tensor_id, h.chunk_index, h.clock);
+    auto& acks = acks_[shard];
+    acks.insert(acks.end(), {h.tensor_id, h.chunk_index, h.clock});
     return;
   }
   if (h.kind != frame_kind::error)

@@ -16,18 +16,21 @@
 //                      job's token proved (actors/job_join: join_as_mirror)
 //   replica -> link    ack with flag_replica: the replica has the sum (it applies it
 //                      in order); error frames are logged and the sum sent again
-//   link  -> shard     (mirror_atom, job, tensor, chunk, clock): the step may run
+//   link  -> shard     (mirror_atom, job, [tensor, chunk, clock]...): those steps may
+//                      run (the acks one read of the connections brought, per shard)
 //   shard -> link      cancel(tensor, chunk): the step ran without the replica (a
 //                      takeover left the chunk none)
 // A sum not acked within retry_after is sent again (a cut connection is made again
 // first): the replica drops a repeat and acks it, so a sum lost on the way, or an ack
 // lost in a restarted shard's mailbox, costs a retry, not the job. The rack
 // coordinator tells the link each ring the job takes (set_ring, before its shards use
-// it) and each restarted shard (set_shard). One thread connects and reads; one sends.
+// it) and each restarted shard (set_shard). One thread connects and reads; one sends,
+// new sums first, in the order they came, up to send_batch of them per system call.
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -95,7 +98,9 @@ private:
     uint32_t node = 0;
     std::shared_ptr<const std::vector<float>> sum;
     time_point sent_at{};  // epoch: not sent yet
-    bool warned = false;   // a refusal or a failed send was logged
+    bool warned = false;   // a refusal was logged
+    bool queued = false;   // in fresh_
+    uint32_t sends = 0;
   };
   struct peer {
     transports::connection_ptr conn; // null: not connected
@@ -105,9 +110,12 @@ private:
   void read_loop();
   void send_loop();
   void connect_wanted();
-  // Sends `p` (the caller holds mtx_, which the send releases meanwhile); false: the
-  // node is not connected yet.
-  bool transmit(const key& k, pending& p, std::unique_lock<std::mutex>& lock);
+  // Sends the sums queued in fresh_ (the caller holds mtx_, which the sends release
+  // meanwhile); the ones whose node is not connected wait for a retry.
+  void transmit(std::unique_lock<std::mutex>& lock);
+  // Queues again every sum unacked for retry_after (mtx_ held).
+  void queue_overdue();
+  void flush_acks(); // the reading thread: the acks read, to their shards
   std::string address_of(uint64_t ring, uint32_t node) const; // mtx_ held
 
   mirror_settings s_;
@@ -116,6 +124,8 @@ private:
   std::condition_variable wake_;
   std::map<uint64_t, std::vector<std::string>> rings_; // the newest few
   std::map<key, pending> pending_;
+  std::deque<key> fresh_;              // to send, oldest first
+  std::map<uint32_t, std::vector<uint64_t>> acks_; // by shard: (tensor, chunk, clock)...
   std::map<std::string, peer> peers_; // by address
   std::vector<std::string> wanted_;   // addresses to connect to (the reading thread)
   std::vector<std::byte> error_buf_;

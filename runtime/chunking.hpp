@@ -20,7 +20,8 @@
 // shard, and each shard's chunks take its endpoints in turn, in (tensor, index) order;
 // shard_of() of any other chunk is not_here. A worker's job_routes holds one such
 // table per node of the job and says which connection each chunk takes to its home
-// (and to its replica).
+// (and, for an init, to its replica). A home's table names the replica of each chunk
+// it homes (mirror_of): the home sends it each step's sum.
 
 #include <cstddef>
 #include <cstdint>

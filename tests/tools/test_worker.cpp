@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
   app.add_option("--rack", rack, "the worker's rack option");
   app.add_option("--start-clock", start_clock, "the clock a restored job goes on from");
   app.add_option("--extra-elements", extra_elements, "add a tensor 'delta' of this many floats");
+  uint32_t chunk_bytes = 0;
+  app.add_option("--chunk-bytes", chunk_bytes, "the job's chunk size (default: the fixture's)");
   app.add_option("--crash-at", crash_at, "at this step push one tensor, then die (exit 9)");
   bool split = false;
   app.add_flag("--split", split, "push, then pull, rather than push_pull (pushes are acked)");
@@ -78,6 +80,8 @@ int main(int argc, char** argv) {
   o.job = rw::testing::fixture_job(job, workers, *kind);
   if (extra_elements > 0)
     o.job.tensors.push_back({"delta", extra_elements, false});
+  if (chunk_bytes > 0)
+    o.job.chunk_bytes = chunk_bytes;
   o.request_timeout = std::chrono::seconds(30);
   o.transport = transport;
   o.token = token;
