@@ -81,7 +81,6 @@ void mirror_link::send(uint32_t shard, uint32_t tensor, uint32_t chunk, uint64_t
     p.sum = std::move(data);
     p.sent_at = {};
     p.warned = false;
-    p.sends = 0;
     idle = fresh_.empty();
     if (!p.queued) {
       p.queued = true;
@@ -179,7 +178,6 @@ void mirror_link::transmit(std::unique_lock<std::mutex>& lock) {
       b.headers.push_back(h);
       b.pieces.push_back({const_cast<float*>(p.sum->data()), h.payload_bytes});
       b.keep.push_back(p.sum); // an ack or a new sum may replace the entry meanwhile
-      (p.sends++ > 0 ? resent_ : sent_).fetch_add(1);
       p.sent_at = std::chrono::steady_clock::now();
       ++taken;
     }

@@ -72,14 +72,6 @@ public:
             uint32_t node, const float* sum, uint32_t length);
   void cancel(uint32_t tensor, uint32_t chunk);
 
-  /// Sums sent and sums sent again (for the node's stats and tests).
-  uint64_t sent() const noexcept {
-    return sent_.load();
-  }
-  uint64_t resent() const noexcept {
-    return resent_.load();
-  }
-
   // frame_sink (the reading thread)
   transports::payload_target on_header(const transports::connection_ptr& c,
                                        const transports::frame_header& h) override;
@@ -100,7 +92,6 @@ private:
     time_point sent_at{};  // epoch: not sent yet
     bool warned = false;   // a refusal was logged
     bool queued = false;   // in fresh_
-    uint32_t sends = 0;
   };
   struct peer {
     transports::connection_ptr conn; // null: not connected
@@ -130,8 +121,6 @@ private:
   std::vector<std::string> wanted_;   // addresses to connect to (the reading thread)
   std::vector<std::byte> error_buf_;
   std::atomic<bool> running_{false};
-  std::atomic<uint64_t> sent_{0};
-  std::atomic<uint64_t> resent_{0};
   std::thread reader_;
   std::thread sender_;
 };
