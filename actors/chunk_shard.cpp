@@ -39,6 +39,8 @@ using detail::shard_job;
 struct shard_state {
   shard_settings settings;
   std::shared_ptr<shard_book> book; // outlives the shard: its successor adopts it
+  // Acks of mirrored sums taken, not yet sent (flush_atom sends them).
+  std::vector<std::pair<transports::connection_ptr, frame_header>> replica_acks;
   static inline const char* name = "rw.chunk_shard";
 };
 
@@ -98,6 +100,27 @@ void replica_ack(const transports::connection_ptr& conn, frame_header hdr) {
   hdr.flags = transports::flag_replica;
   hdr.payload_bytes = 0;
   conn->send(hdr);
+}
+
+// Sends the acks of the mirrored sums taken since the last flush: per connection, in the
+// order taken, one send_batch.
+void flush_replica_acks(shard_state& st) {
+  auto& acks = st.replica_acks;
+  std::vector<frame_header> headers;
+  std::vector<iovec> none;
+  for (size_t i = 0; i < acks.size();) {
+    auto conn = acks[i].first;
+    headers.clear();
+    for (size_t j = i; j < acks.size(); ++j)
+      if (acks[j].first == conn)
+        headers.push_back(acks[j].second);
+    none.assign(headers.size(), iovec{nullptr, 0});
+    conn->send_batch(headers.data(), none.data(), static_cast<int>(headers.size()));
+    // What is left (from i on) is other connections' acks.
+    acks.erase(std::remove_if(acks.begin() + static_cast<std::ptrdiff_t>(i), acks.end(),
+                              [&](const auto& a) { return a.first == conn; }),
+               acks.end());
+  }
 }
 
 // A request about to wait for an answer, stamped so its wait is counted.
@@ -330,7 +353,11 @@ void on_mirror_push(shard_ptr self, chunk_push& p) {
                        hdr);
     return;
   }
-  replica_ack(p.conn, hdr);
+  hdr.kind = frame_kind::ack;
+  hdr.flags = transports::flag_replica;
+  if (st.replica_acks.empty()) // behind the sums queued now: their acks go out together
+    self->send(self, flush_atom::value);
+  st.replica_acks.emplace_back(p.conn, hdr);
   if (result == detail::chunk_state::outcome::duplicate) {
     ++st.book->stats.duplicates;
     return;
@@ -809,6 +836,7 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       backlog.erase(backlog.begin());
       changing(self, next.job_id, [&] { on_push(self, next); });
     },
+    [=](flush_atom) { flush_replica_acks(self->state); },
     [=](init_atom, chunk_push& p) { changing(self, p.job_id, [&] { on_init(self, p); }); },
     [=](relay_atom, const relay_update& u) {
       changing(self, u.job_id, [&] { on_relay(self, u); });

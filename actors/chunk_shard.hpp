@@ -95,7 +95,11 @@
 //   poller      -> shard  (push_atom, chunk_push) of rank transports::mirror_rank: at a
 //                         chunk's replica, its home's sum of a step, taken as the whole
 //                         step (its optimizer step runs on it) and acked (flag_replica);
-//                         a repeat is acked again and dropped
+//                         a repeat is acked again and dropped. The acks wait for the
+//   shard       -> itself (flush_atom): sent behind the mirrored sums queued with the
+//                         first; then the acks of all taken since go out, one system
+//                         call per connection (an ack lost with a crashed shard: the
+//                         home's link sends the sum again a second later)
 // Failures reach the worker concerned as `error` frames; the shard keeps serving.
 //
 // Restart: a shard's jobs, chunks (parameters, optimizer state, versions, the step in
@@ -149,6 +153,7 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<drop_atom, uint32_t>,
   caf::reacts_to<tick_atom>,
   caf::reacts_to<work_atom>,
+  caf::reacts_to<flush_atom>,
   caf::reacts_to<norm_atom, uint32_t, uint32_t, uint64_t, uint32_t, double, double>,
   caf::reacts_to<trust_atom, uint32_t, uint32_t, uint64_t, float>,
   caf::replies_to<ckpt_atom, uint32_t, uint64_t>::with<chunk_snapshot>,

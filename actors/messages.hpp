@@ -57,6 +57,7 @@ using resend_atom = caf::atom_constant<caf::atom("resend")>;
 using cut_atom = caf::atom_constant<caf::atom("cut")>;
 using pollers_atom = caf::atom_constant<caf::atom("pollers")>;
 using mirror_atom = caf::atom_constant<caf::atom("mirror")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 

@@ -29,13 +29,18 @@
 # restore, from rw.job_create{restore = ...} to the restored job's first step done.
 # Also the cost of what node failover needs when nothing fails: the fault-free job
 # (replicas = 0) with checkpoint_every 5, and with replicas = 1, against without.
-# Prints one JSON line per fault with --json (the table on stderr), writes
+# Prints one JSON line per fault with --json (the table on stderr), and one per cost
+# ({"cost":"replicas","ratio":...}, {"cost":"checkpoint_every",...}); writes
 # bench/RESULTS.md (the failover section).
 #
 #   bash bench/failover.sh [--workers 4] [--bytes 16MiB] [--steps 40] [--at 10]
-#                          [--chunk-bytes 4096]
+#                          [--chunk-bytes 32768] [--repeat 3] [--cost-only]
 #                          [--json] [--smoke] [--build-dir DIR]
 #
+# --chunk-bytes: the jobs' chunk size (default: a job's default, 32 KiB).
+# --repeat N: how many pairs of fault-free runs, without and with replicas, in turn.
+# --cost-only: the fault-free runs alone (what checkpoints and replicas cost), printed,
+# bench/RESULTS.md left as it is.
 # --smoke (see lib/common.sh): 3 workers, 64 KiB, 12 steps, fault at clock 4.
 set -euo pipefail
 # shellcheck source=lib/common.sh
@@ -44,9 +49,9 @@ cd "$(dirname "$0")/.."
 common_options "$@"
 set -- ${rest[@]+"${rest[@]}"}
 
-workers=4 bytes=16MiB steps=40 at=10 json=0 delay=0 chunk_bytes=4096
+workers=4 bytes=16MiB steps=40 at=10 json=0 delay=0 chunk_bytes=32768 cost_only=0 repeat=3
 # (Smoke steps are paced, so a fault lands while the job still runs.)
-if ((smoke)); then workers=3 bytes=64KiB steps=12 at=4 delay=100; fi
+if ((smoke)); then workers=3 bytes=64KiB steps=12 at=4 delay=100 repeat=1; fi
 while (($#)); do
   case $1 in
     --workers) workers=$2; shift 2 ;;
@@ -55,11 +60,13 @@ while (($#)); do
     --at) at=$2; shift 2 ;;
     --chunk-bytes) chunk_bytes=$2; shift 2 ;;
     --json) json=1; shift ;;
+    --cost-only) cost_only=1; shift ;;
+    --repeat) repeat=$2; shift 2 ;;
     -h|--help) sed -n 2,30p "$0"; exit 0 ;;
     *) usage_error "unknown option $1" ;;
   esac
 done
-for v in workers steps at chunk_bytes; do
+for v in workers steps at chunk_bytes repeat; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || usage_error "--$v must be a positive integer, not '${!v}'"
 done
 ((workers >= 2)) || usage_error "--workers must be at least 2 (a step waits for the others)"
@@ -148,6 +155,15 @@ clock_max() {
   shell "local m = 0; for _, r in ipairs(rw.job_status('$1').ranks) do
            if r.clock > m then m = r.clock end end; print(m)"
 }
+# steady_ms NAME: the job's step time once it runs, from clock 2 to the last: the
+# slowest rank's, as each worker timed its own steps (rw-test-worker prints it).
+steady_ms() {
+  local ms
+  ms=$(sed -n 's/^rank [0-9]*: steps [0-9]*\.\.[0-9]* took \([0-9.e+]*\) ms per step$/\1/p' \
+    "$tmp/$1".*.out | sort -g | tail -n 1)
+  [[ -n $ms ]] || { note "$1: no worker printed its step time"; return 1; }
+  awk -v m="$ms" 'BEGIN {printf "%.1f", m}'
+}
 # same_as_baseline NAME: every rank's final parameters bitwise the fault-free run's.
 same_as_baseline() {
   local r
@@ -232,34 +248,53 @@ run_job() {
   wait_workers "$name" "${ps[@]}"
 }
 
-# The fault-free run (no replicas), then each fault.
+# The fault-free run (no replicas) and, in turn with it, the same job with replicas = 1
+# (each chunk's home sends the step's sum to the chunk's replica and waits for its ack):
+# --repeat pairs, each pair's ratio; the cost is their median (the machine is shared).
 flat="racks = {'a', 'b'}, reduction = 'flat'"
-t0=$(now_ms)
-run_job baseline "$flat, replicas = 0" none
-step_ms=$(awk -v d=$(($(now_ms) - t0)) -v n="$steps" 'BEGIN {printf "%.1f", d / n}')
-check_numbers "the fault-free step time" "$step_ms"
-say "fault-free: $step_ms ms per step (the whole run: processes, join, $steps steps, bye)"
-# What node failover costs when nothing fails: the same job with periodic checkpoints.
+plain_runs=() replicated_runs=() pair_costs=() replicated_ok=true
+for ((i = 1; i <= repeat; i++)); do
+  plain=baseline replicated=replicated
+  ((i == 1)) || plain=baseline$i replicated=replicated$i
+  t0=$(now_ms)
+  run_job "$plain" "$flat, replicas = 0" none
+  ((i > 1)) || run_ms=$(awk -v d=$(($(now_ms) - t0)) -v n="$steps" 'BEGIN {printf "%.1f", d / n}')
+  same_as_baseline "$plain" || { note "$plain: not bitwise the first fault-free run"; exit 1; }
+  run_job "$replicated" "$flat, replicas = 1" none
+  same_as_baseline "$replicated" || replicated_ok=false
+  plain_runs+=("$(steady_ms "$plain")")
+  replicated_runs+=("$(steady_ms "$replicated")")
+  pair_costs+=("$(awk -v a="${replicated_runs[-1]}" -v b="${plain_runs[-1]}" 'BEGIN {printf "%.3f", a / b}')")
+  say "pair $i: replicas = 0 ${plain_runs[-1]} ms per step, replicas = 1 ${replicated_runs[-1]}: ${pair_costs[-1]}x"
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+step_ms=$(median "${plain_runs[@]}")
+replicated_ms=$(median "${replicated_runs[@]}")
+replica_cost=$(median "${pair_costs[@]}")
+check_numbers "the fault-free step time" "$run_ms" "$step_ms"
+check_numbers "the replicas' cost" "$replicated_ms" "$replica_cost"
+say "fault-free: $step_ms ms per step from clock 2 on, the median of $repeat runs (the first: $run_ms over its whole run: processes, join, $steps steps, bye)"
+say "replicas = 1: $replicated_ms ms per step, ${replica_cost}x the run without (the median of $repeat pairs' ratios); verified=$replicated_ok"
+# What node failover costs when nothing fails without replicas: periodic checkpoints.
 every=$((smoke ? 2 : 5))
-t0=$(now_ms)
 run_job periodic "$flat, replicas = 0, checkpoint_every = $every,
                   checkpoint_dir = '$tmp/periodic'" none
-periodic_ms=$(awk -v d=$(($(now_ms) - t0)) -v n="$steps" 'BEGIN {printf "%.1f", d / n}')
+periodic_ms=$(steady_ms periodic)
 cost=$(awk -v a="$periodic_ms" -v b="$step_ms" 'BEGIN {printf "%.3f", a / b}')
 check_numbers "the periodic-checkpoint cost" "$periodic_ms" "$cost"
 periodic_ok=false
 if same_as_baseline periodic; then periodic_ok=true; fi
-say "checkpoint_every = $every: $periodic_ms ms per step, ${cost}x the run without; verified=$periodic_ok"
-# What replicas cost when nothing fails: the same job with replicas = 1 (each chunk's
-# home sends the step's sum to the chunk's replica and waits for its ack).
-t0=$(now_ms)
-run_job replicated "$flat, replicas = 1" none
-replicated_ms=$(awk -v d=$(($(now_ms) - t0)) -v n="$steps" 'BEGIN {printf "%.1f", d / n}')
-replica_cost=$(awk -v a="$replicated_ms" -v b="$step_ms" 'BEGIN {printf "%.3f", a / b}')
-check_numbers "the replicas' cost" "$replicated_ms" "$replica_cost"
-replicated_ok=false
-if same_as_baseline replicated; then replicated_ok=true; fi
-say "replicas = 1: $replicated_ms ms per step, ${replica_cost}x the run without; verified=$replicated_ok"
+say "checkpoint_every = $every: $periodic_ms ms per step, ${cost}x the median run without; verified=$periodic_ok"
+if ((json)); then
+  printf '{"cost":"replicas","ratio":%s,"ms":%s,"baseline_ms":%s,"runs":%s,"verified":%s,"chunk_bytes":%s}\n' \
+    "$replica_cost" "$replicated_ms" "$step_ms" "$repeat" "$replicated_ok" "$chunk_bytes"
+  printf '{"cost":"checkpoint_every","every":%s,"ratio":%s,"ms":%s,"baseline_ms":%s,"runs":1,"verified":%s,"chunk_bytes":%s}\n' \
+    "$every" "$cost" "$periodic_ms" "$step_ms" "$periodic_ok" "$chunk_bytes"
+fi
+if ((cost_only)); then
+  [[ $periodic_ok == true && $replicated_ok == true ]] || { note "a fault-free run was not verified"; exit 1; }
+  exit 0
+fi
 for fault in worker shard link coordinator; do
   run_job "$fault" "racks = {'a', 'b'}, reduction = 'flat'" "$fault"
   verified=false
@@ -355,8 +390,9 @@ done
   echo "worker's final parameters are bitwise those of the fault-free run (\`cmp\`)."
   echo "Recovery: from the kill to every rank past the step in flight (coordinator: to it"
   echo "answering again; restore: from job_create to the restored job's first step)."
-  echo "The fault-free run took $step_ms ms per step (its whole run over $steps steps:"
-  echo "processes, joins, steps, byes); chunks of $chunk_bytes bytes."
+  echo "The fault-free run took $step_ms ms per step from clock 2 on, as its slowest worker"
+  echo "timed it, the median of $repeat runs ($run_ms over the first's whole run: processes,"
+  echo "joins, steps, byes); chunks of $chunk_bytes bytes."
   echo
   echo "| fault | verified | recovery ms | steps |"
   echo "|---|---|---|---|"
@@ -392,7 +428,8 @@ done
   echo "chunks with their state, and the workers go on without a restart, sending again"
   echo "what was unanswered (the job then has no replicas, and gets them back a second later)."
   echo "What replicas cost without a fault: $replicated_ms ms per step against $step_ms,"
-  echo "${replica_cost}x (verified: $([[ $replicated_ok == true ]] && echo yes || echo FAIL)): one sum"
+  echo "${replica_cost}x, the median of $repeat pairs of runs in turn ($(IFS=' '; echo "${pair_costs[*]}"))"
+  echo "(verified: $([[ $replicated_ok == true ]] && echo yes || echo FAIL)): one sum"
   echo "per chunk and step between nodes, one node-to-node round trip more per step, and"
   echo "the optimizer run on the replica's node too; with chunks of $chunk_bytes bytes every"
   echo "sum is a frame, a shard message and an ack of its own (the issue's target: 1.15x)."

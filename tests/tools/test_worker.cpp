@@ -16,6 +16,8 @@
 // --crash-at K: at step K, sends the first tensor's push and dies (exit 9, no bye), as a
 // killed process would, mid-step.
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -114,7 +116,13 @@ int main(int argc, char** argv) {
       // Every rank reads version 0; non-zero ranks wait for rank 0's init.
       w.pull(tensors[t].name, params[t].data(), 0).get();
     }
+    // The steady state: the steps after the first two (joins, inits and first pulls
+    // settle there), timed for bench/failover.sh.
+    uint32_t timed_from = std::min(start + 2, steps);
+    auto timed_start = std::chrono::steady_clock::now();
     for (uint32_t s = start; s < steps; ++s) {
+      if (s == timed_from)
+        timed_start = std::chrono::steady_clock::now();
       std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
       if (!resume_file.empty() && s == pause_at) {
         auto limit = std::chrono::steady_clock::now() + std::chrono::milliseconds(pause_limit_ms);
@@ -150,6 +158,11 @@ int main(int argc, char** argv) {
       }
       for (auto& f : pending)
         f.get();
+    }
+    if (steps > timed_from) {
+      std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - timed_start;
+      std::cout << "rank " << rank << ": steps " << timed_from << ".." << steps << " took "
+                << took.count() / (steps - timed_from) << " ms per step" << std::endl;
     }
     std::ofstream file{out, std::ios::binary};
     for (auto& p : params)
