@@ -15,8 +15,13 @@
 //                         without want_result is answered with an `ack` frame.
 //                         With priority on, pushes first wait in the shard's backlog:
 //                         each (work_atom) the shard sends itself takes the backlog's
-//                         lowest clock, so when pushes queue the worker furthest behind
-//                         is served first.
+//                         lowest clocks (a few), so when pushes queue the worker furthest
+//                         behind is served first. Answers made while one message serves
+//                         many chunks (a batch, the backlog, a replica's acks) go out
+//                         when it ends, each worker's in one gather write.
+//   poller      -> shard  (push_atom, [chunk_push])  the pushes a poller read in one
+//                         round, in the order read: served as that many pushes (with
+//                         priority on, lowest clock first; behind the backlog if one waits)
 //   poller      -> shard  (init_atom, chunk_push)   rank 0's initial values (version 0)
 //   poller      -> shard  (pull_atom, chunk_pull)   answered with an `update` frame as
 //                         soon as the chunk's version reaches min_version
@@ -140,6 +145,7 @@ using abort_sink = caf::typed_actor<caf::reacts_to<abort_atom, uint32_t, errc, s
 
 using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<push_atom, chunk_push>,
+  caf::reacts_to<push_atom, std::vector<chunk_push>>,
   caf::reacts_to<init_atom, chunk_push>,
   caf::reacts_to<relay_atom, relay_update>,
   caf::reacts_to<mirror_atom, uint32_t, std::vector<uint64_t>>,

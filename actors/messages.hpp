@@ -232,6 +232,7 @@ struct poller_stats {
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::transports::connection_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_push)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<rw::actors::chunk_push>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_pull)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_setup)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::relay_update)

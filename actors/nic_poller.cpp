@@ -166,6 +166,7 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
   if (!b.said_bye)
     spdlog::warn("connection closed: peer={} job={} rank={}: {} ({})", c->peer(),
                  b.job_id, b.rank, why, to_string(code));
+  flush();
   self_->send(st.book->coordinator, leave_atom::value, b.job_id, b.rank, b.said_bye,
               fmt::format("{}: {}", c->peer(), why));
 }
@@ -183,6 +184,7 @@ payload_target poller_sink::refuse(const connection_ptr& c, const frame_header& 
 void poller_sink::on_frame_pull(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
   auto& b = st.book->bindings[c->id()];
+  flush();
   self_->send(st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)], pull_atom::value,
               chunk_pull{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock, c,
                          (h.flags & transports::flag_only_changed) != 0,
@@ -205,11 +207,29 @@ void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
     b.clock = std::max(b.clock, h.clock);
   chunk_push p{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock,
                (h.flags & transports::flag_want_result) != 0, std::move(payload), c, h.ring};
-  auto& shard = st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)];
-  if (h.kind == frame_kind::push)
-    self_->send(shard, push_atom::value, std::move(p));
-  else
-    self_->send(shard, init_atom::value, std::move(p));
+  auto index = b.routes->shard_of(h.tensor_id, h.chunk_index);
+  if (h.kind == frame_kind::push) {
+    if (st.outbox.size() <= index)
+      st.outbox.resize(st.book->shards.size());
+    st.outbox[index].push_back(std::move(p));
+    return;
+  }
+  flush();
+  self_->send(st.book->shards[index], init_atom::value, std::move(p));
+}
+
+void poller_sink::flush() {
+  auto& st = self_->state;
+  for (size_t i = 0; i < st.outbox.size(); ++i) {
+    auto& pushes = st.outbox[i];
+    if (pushes.empty())
+      continue;
+    if (pushes.size() == 1)
+      self_->send(st.book->shards[i], push_atom::value, std::move(pushes.front()));
+    else
+      self_->send(st.book->shards[i], push_atom::value, std::move(pushes));
+    pushes = {};
+  }
 }
 
 // Checks a data frame against the connection's binding; refuses it (error frame)
@@ -333,6 +353,7 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
         return;
       int block = self->mailbox().empty() ? st.settings.block_ms : 0;
       st.ep->poll(block, *st.sink);
+      st.sink->flush();
       self->send(self, poll_atom::value);
     },
     [=](stop_atom) {

@@ -16,7 +16,10 @@
 //                          a worker joining this further endpoint with its token
 //   poller -> shard        (push_atom | init_atom, chunk_push), (pull_atom, chunk_pull)
 //                          for frames of a joined connection, checked against its job's
-//                          routing table first (job, rank, tensor, chunk, length)
+//                          routing table first (job, rank, tensor, chunk, length); the
+//                          pushes of one round go to each shard together
+//                          (push_atom, [chunk_push]), sent before any other message of
+//                          the round, so a shard sees each connection's frames in order
 //   poller -> coordinator  (leave_atom, job_id, rank, graceful, reason) on close
 //   supervisor -> poller   (replace_atom, index, shard)  shard `index` was restarted
 //   coordinator -> poller  (reroute_atom, route_change)  a job's routes changed (a

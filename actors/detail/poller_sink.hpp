@@ -71,6 +71,9 @@ struct poller_state {
   std::shared_ptr<transports::endpoint> ep;
   std::shared_ptr<poller_book> book;
   std::unique_ptr<poller_sink> sink;
+  /// Pushes read in this round of the endpoint, by shard index: each shard gets them in
+  /// one message at the round's end (poller_sink::flush), not one message per chunk.
+  std::vector<std::vector<chunk_push>> outbox;
   bool stopping = false;
   static inline const char* name = "rw.nic_poller";
 
@@ -99,6 +102,9 @@ public:
   void on_resident_frame(const connection_ptr& c, const frame_header& h,
                          runtime::buffer_ref payload) override;
   void on_closed(const connection_ptr& c, errc code, const std::string& why) override;
+  // Sends the round's pushes to their shards (one message per shard); before any other
+  // message leaves the poller, so a shard sees a connection's frames in their order.
+  void flush();
 private:
   payload_target refuse(const connection_ptr& c, const frame_header& h, errc code,
                         const std::string& why);
