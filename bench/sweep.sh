@@ -215,6 +215,18 @@ for w, size in cases:
         row.append(f"{a / b:.2f}x" if a and b else "-")
     cores_rows.append(row)
 
+# The chunk-cost target (data-path issue): 32 KiB chunks within 1.15x the step time
+# of 1 MiB chunks, for every W and S the chunk sweep ran both at.
+chunk_cost = []
+by_chunk = {(r["workers"], r["size"], r["chunk_bytes"]): r for r in recs if r["sweep"] == "chunk"}
+for (w, size, cb), r in by_chunk.items():
+    big = by_chunk.get((w, size, 1 << 20), {})
+    if cb == 32 << 10 and r["median_ms"] and big.get("median_ms"):
+        ratio = r["median_ms"] / big["median_ms"]
+        chunk_cost.append(f"W = {w}, {size}: 32 KiB chunks {r['median_ms']:.1f} ms against "
+                          f"{big['median_ms']:.1f} ms with 1 MiB chunks, {ratio:.2f}x "
+                          f"(target 1.15x: {'met' if ratio <= 1.15 else 'not met'})")
+
 def text_table(head, rows):
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     return "".join("  ".join(c.rjust(widths[i]) for i, c in enumerate(r)) + "\n"
@@ -226,6 +238,8 @@ def md_table(head, rows):
 with open(txt_path, "w") as f:
     f.write(f"chunk size (one node, default shards = {cores}):\n")
     f.write(text_table(chunk_head, chunk_rows))
+    for line in chunk_cost:
+        f.write(f"chunk cost: {line}\n")
     f.write("\ncore scaling (32KiB chunks; speedup = median with the first shard count / "
             "median with the last):\n")
     f.write(text_table(cores_head, cores_rows))
@@ -248,6 +262,10 @@ md = ["<!-- sweep:begin -->",
       "",
       *md_table(chunk_head, chunk_rows),
       "",
+      *[f"Chunk cost: {line}. Each poller hands each shard a round's pushes in one "
+        "message, and a shard serving many chunks in one message sends each worker's "
+        "answers in one gather write." for line in chunk_cost],
+      *([""] if chunk_cost else []),
       "Core scaling, 32KiB chunks, one node per shard count "
       "([sweep-cores.png](sweep-cores.png)); speedup is the median with the first shard "
       "count over the median with the last:",
