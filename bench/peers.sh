@@ -17,6 +17,10 @@
 #   torch-gloo     bench/peers/torch_allreduce.py: torch.distributed, gloo backend
 #   mpi-shm        build/peers/mpi-allreduce under mpirun, OpenMPI defaults
 #   mpi-tcp        the same with --mca pml ob1 --mca btl tcp,self, loopback only
+# Beside them, the loopback ceiling: one iperf3 TCP stream on 127.0.0.1 (3 s; 1 s in
+# smoke mode), measured once when rackweave-tcp runs and iperf3 is installed
+# (bench/setup-peers.sh installs it), against which rackweave-tcp's bytes through the
+# node (2 x W x S per step: every push in, every update out) are put.
 # --iters defaults to 10 at every size (a 64 MiB run of every system at W = 8 takes
 # well under a minute here). Every run is bounded by --timeout seconds (default 300);
 # a system that fails or times out is reported on stderr and marked in its row.
@@ -70,7 +74,8 @@ done
 tmp=$(mktemp -d)
 node_pid=
 run_pids=()
-cleanup() { release "${run_pids[@]}" ${node_pid:+"$node_pid"}; }
+iperf_server=
+cleanup() { release "${run_pids[@]}" ${node_pid:+"$node_pid"} ${iperf_server:+"$iperf_server"}; }
 set_exit_traps cleanup
 
 # run OUT ERR CMD...: runs CMD bounded by the timeout (run_limit seconds, default
@@ -267,6 +272,48 @@ print("%.3f %.3f" % (m, p))' "$line" 2>>"$err") || rc=1
 
 say "peers: ${active[*]}; workers: $workers; bytes: $sizes; $iters iterations after $warmup warm-up"
 : >"$tmp/results.jsonl"
+
+# The loopback ceiling: one iperf3 stream, client and server on 127.0.0.1.
+iperf_free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+if [[ " ${active[*]} " == *" rackweave-tcp "* ]]; then
+  if command -v iperf3 >/dev/null; then
+    iperf_port=$(iperf_free_port)
+    iperf_secs=3
+    ((smoke)) && iperf_secs=1
+    timeout -k 5 60 iperf3 --server --one-off --bind 127.0.0.1 --port "$iperf_port" \
+      >"$tmp/iperf3-server.log" 2>&1 </dev/null &
+    iperf_server=$!
+    gbps=
+    for _ in {1..50}; do # until the server listens
+      if run_limit=60 run "$tmp/iperf3.json" "$tmp/iperf3.err" iperf3 --client 127.0.0.1 \
+           --port "$iperf_port" --time "$iperf_secs" --json; then
+        gbps=$(python3 -c 'import json, math, sys
+d = json.load(open(sys.argv[1])); g = d["end"]["sum_received"]["bits_per_second"] / 1e9
+assert math.isfinite(g) and g > 0, g
+print("%.3f" % g)' "$tmp/iperf3.json" 2>>"$tmp/iperf3.err") && break
+      fi
+      grep -q "Connection refused" "$tmp/iperf3.json" "$tmp/iperf3.err" 2>/dev/null || break
+      sleep 0.1
+    done
+    stop_pids "$iperf_server"
+    iperf_server=
+    if [[ -n $gbps ]]; then
+      note "iperf3: one loopback TCP stream, ${iperf_secs} s: $gbps Gbit/s"
+      line="{\"system\":\"iperf3\",\"gbps\":$gbps}"
+    else
+      note "iperf3 failed:"; tail -n 5 "$tmp/iperf3.err" "$tmp/iperf3.json" >&2
+      line="{\"system\":\"iperf3\",\"gbps\":null,\"error\":\"failed\"}"
+    fi
+    echo "$line" >>"$tmp/results.jsonl"
+    ((json)) && echo "$line"
+  elif ((smoke)); then
+    note "smoke: partly skipped: iperf3 (not installed; bash bench/setup-peers.sh installs it)"
+    skipped+="iperf3 (not installed); "
+  else
+    note "skipping the loopback ceiling: iperf3 is not installed (bash bench/setup-peers.sh)"
+    skipped+="iperf3 (not installed); "
+  fi
+fi
 for w in $workers; do
   for s in $sizes; do
     b=$(to_bytes "$s")
@@ -302,8 +349,12 @@ def to_bytes(t):
     return int(t)
 
 res = {}
+iperf_gbps = None
 for line in open(res_path):
     d = json.loads(line)
+    if d["system"] == "iperf3":
+        iperf_gbps = d.get("gbps")
+        continue
     res[(d["system"], d["workers"], d["bytes"])] = d
 rw = [s for s in systems if s.startswith("rackweave-")]
 peers = [s for s in systems if not s.startswith("rackweave-")]
@@ -311,7 +362,7 @@ ratio_cols = [f"{p}/rw" for p in peers]
 if "rackweave-tcp" in systems and "mpi-tcp" in systems:
     ratio_cols.append("rw-tcp/mpi-tcp")
 head = ["workers", "bytes"] + [f"{s} ms" for s in systems] + ratio_cols + ["notes"]
-rows, target_lines = [], []
+rows, target_lines, cell_lines, ceiling_lines = [], [], [], []
 for w in workers:
     for s in sizes:
         b = to_bytes(s)
@@ -327,7 +378,25 @@ for w in workers:
             row.append(f"{a / m:.2f}" if a is not None and m else "-")
         row.append("FAILED: " + ", ".join(failed) if failed else "")
         rows.append(row)
+        peer_ok = [med[p] for p in peers if med[p] is not None]
+        if best_rw and peer_ok:
+            best_peer = min(peer_ok)
+            bp = [p for p in peers if med[p] == best_peer][0]
+            cell_lines.append(
+                f"- W = {w}, {s}: {best_rw / best_peer:.2f} ({best_rw:.3f} ms against {bp}'s "
+                f"{best_peer:.3f} ms): **{'met' if best_rw <= 0.8 * best_peer else 'not met'}**")
         if w == "4" and b == 64 << 20:
+            a = med.get("rackweave-tcp")
+            if a is not None and iperf_gbps:
+                g = 2 * int(w) * b * 8 / (a / 1e3) / 1e9
+                ceiling_lines.append(
+                    f"- rackweave-tcp >= 0.85 x one iperf3 loopback stream: 2 x W x S = "
+                    f"{2 * int(w) * b >> 20} MiB through the node in {a:.3f} ms, {g:.2f} Gbit/s, "
+                    f"against {iperf_gbps:.2f} Gbit/s: {g / iperf_gbps:.2f}x: "
+                    f"**{'met' if g >= 0.85 * iperf_gbps else 'not met'}**")
+            else:
+                ceiling_lines.append("- rackweave-tcp >= 0.85 x one iperf3 loopback stream: "
+                                     "not measured (rackweave-tcp or iperf3 did not run)")
             peer_ok = [med[p] for p in peers if med[p] is not None]
             if best_rw and peer_ok:
                 best_peer = min(peer_ok)
@@ -413,7 +482,12 @@ md = ["<!-- peers:begin -->",
       "Median ms:", ""]
 md += md_table(head, rows)
 md += ["", "p90 ms:", ""] + md_table(p90_head, p90_rows)
-md += ["", "Targets at W = 4, S = 64MiB:", "", *target_lines, "<!-- peers:end -->"]
+if iperf_gbps:
+    md += ["", f"Loopback ceiling: one iperf3 TCP stream (`iperf3 --client 127.0.0.1 --json`, "
+           f"same run) carried {iperf_gbps:.2f} Gbit/s."]
+md += ["", "RackWeave's best against the best peer, every cell (target: <= 0.8):", "",
+       *(cell_lines or ["- not measured (a RackWeave system or every peer failed)"])]
+md += ["", "Targets at W = 4, S = 64MiB:", "", *target_lines, *ceiling_lines, "<!-- peers:end -->"]
 open(md_path, "w").write("\n".join(md) + "\n")
 PY
 report_rc=$?
@@ -427,6 +501,8 @@ if ((report_rc == 0)); then
   say ""
   say "targets at W=4, S=64MiB:"
   sed -n '/^Targets at/,/peers:end/{/^- /p}' "$tmp/section.md" >&3
+  say "RackWeave's best against the best peer (target <= 0.8):"
+  sed -n "/^RackWeave's best against/,/^Targets at/{/^- /p}" "$tmp/section.md" >&3
 else
   note "could not build the report"; exit 1
 fi

@@ -32,6 +32,7 @@ packages=(
   "${build_packages[@]}"
   python3-torch                # torch.distributed, gloo backend
   python3-matplotlib
+  iperf3                       # peers.sh: one loopback TCP stream, the ceiling
 )
 
 missing=()
