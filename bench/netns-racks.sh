@@ -20,7 +20,7 @@
 #   bash bench/netns.sh --racks R [--workers W] [--bytes S] [--rate B] [--oversub O]
 #                       [--chunk-bytes C] [--verify] [--iters N] [--warmup K]
 #                       [--timeout S] [--json] [--smoke] [--build-dir DIR]
-#                       [--only SYSTEM,...]
+#                       [--only SYSTEM,...] [--congestion cubic|bbr|reno]
 #
 # (netns.sh hands --racks 2 and more to this script.) Defaults: 2 racks, 4 workers,
 # 16MiB, 1gbit, 4:1, 32KiB chunks, 10 iterations after 2 warm-up, 120 s per run. Needs
@@ -59,6 +59,7 @@ while (($#)); do
     --workers) workers=$2; shift 2 ;;
     --bytes) size=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
+    --congestion) congestion=$2; shift 2 ;;
     --oversub) oversub=$2; shift 2 ;;
     --chunk-bytes) chunk=$2; shift 2 ;;
     --verify) verify=1; shift ;;
@@ -75,6 +76,7 @@ bytes=$(to_bytes "$size") && ((bytes > 0 && bytes % 4 == 0)) ||
 to_bytes "$chunk" >/dev/null || usage_error "bad --chunk-bytes $chunk (e.g. 32KiB)"
 worker_bps=$(rate_bps "$rate") || usage_error "bad --rate $rate (e.g. 1gbit)"
 check_run_counts "$iters" "$warmup" "$run_timeout"
+check_congestion
 for sys_name in ${only//,/ }; do
   case $sys_name in
     rackweave-hierarchical|rackweave-flat|gloo-ring|torch-gloo) ;;
@@ -353,7 +355,7 @@ else
 fi
 elapsed=$(($(date +%s) - started))
 
-machine="$(machine_facts), load average $(load_avg) at the end"
+machine="$(machine_facts), load average $(load_avg) at the end; TCP congestion control $congestion in every namespace (--congestion)"
 report_rc=0
 python3 bench/lib/racks_report.py "$tmp/results" "$tmp/table.txt" "$tmp/section.md" \
   "$racks" "$workers" "$bytes" "$size" "$worker_bps" "$agg_bps" "$core_bps" "$oversub" \

@@ -13,6 +13,7 @@
 #   bash bench/netns.sh [--workers W] [--bytes S] [--iters N] [--warmup K]
 #                       [--rate R] [--agg-rate R] [--agg-links K] [--chunk-bytes C]
 #                       [--verify] [--timeout S] [--json] [--smoke] [--build-dir DIR]
+#                       [--congestion cubic|bbr|reno]   (TCP in every namespace; cubic)
 #   bash bench/netns.sh --racks R ...   several racks and a core: bench/netns-racks.sh
 #
 # Defaults: 4 workers, 16MiB, 10 timed iterations after 2 warm-up, worker links 1gbit,
@@ -65,9 +66,10 @@ while (($#)); do
     --rate) rate=$2; shift 2 ;;
     --agg-rate) agg_rate=$2; shift 2 ;;
     --agg-links) agg_links=$2; shift 2 ;;
+    --congestion) congestion=$2; shift 2 ;;
     --chunk-bytes) chunk=$2; shift 2 ;;
     --verify) verify=1; shift ;;
-    *) run_option 2,28 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    *) run_option 2,29 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 agg_rate=${agg_rate:-$rate}
@@ -83,6 +85,7 @@ agg_bps=$(rate_bps "$agg_rate") || usage_error "bad --agg-rate $agg_rate"
 [[ $agg_links =~ ^[1-9][0-9]*$ ]] && ((agg_links <= 254)) ||
   usage_error "--agg-links takes 1..254"
 check_run_counts "$iters" "$warmup" "$run_timeout"
+check_congestion
 if ((EUID != 0)); then
   ((smoke)) && skip_smoke "needs root (ip netns, tc)"
   usage_error "needs root (ip netns, tc)"
@@ -228,7 +231,7 @@ if ((run_gloo)); then
 fi
 elapsed=$(($(date +%s) - started))
 
-machine="$(machine_facts), load average $(load_avg) at the end"
+machine="$(machine_facts), load average $(load_avg) at the end; TCP congestion control $congestion in every namespace (--congestion)"
 commands=(
   "ip netns exec $agg_ns rw-node ${node_args[*]} --port-file FILE"
   "ip netns exec ${prefix}wR rw-bench comm-worker ${worker_args[*]/#$tmp\/rw.stop/FILE} --rank R   (R = 0..$((workers - 1)), all at once)"

@@ -30,10 +30,25 @@ shape() { # NS DEV BPS
   burst=$(burst_of "$3")
   tc -n "$1" qdisc replace dev "$2" root tbf rate "${3}bit" burst "$burst" latency 10ms
 }
+# TCP congestion control in every namespace (--congestion): set, not inherited, so a
+# run measures the same TCP whatever the machine's default. cubic, Linux's default,
+# unless asked otherwise: under BBR (this machine's default) RackWeave's step on the
+# 4 x 1 Gbit/s rack took 1.37 x its bound against 1.13 x under cubic, Gloo's 1.08 x
+# against 1.06 x (bench/RESULTS.md, netns section).
+congestion=${congestion:-cubic}
+check_congestion() { # usage error unless the kernel offers $congestion
+  local allowed
+  allowed=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control \
+    /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null | tr ' \t' '\n\n' |
+    sort -u | tr '\n' ' ')
+  [[ " $allowed " == *" $congestion "* ]] ||
+    usage_error "--congestion $congestion: this kernel offers ${allowed:-none}"
+}
 add_ns() {
   ip netns add "$1"
   namespaces+=("$1")
   ip -n "$1" link set lo up
+  ip netns exec "$1" sysctl -q -w net.ipv4.tcp_congestion_control="$congestion" >/dev/null
 }
 
 # launch OUT NS CMD...: CMD in namespace NS, in the background, bounded by --timeout.
