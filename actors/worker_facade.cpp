@@ -13,6 +13,7 @@
 #include "actors/job_join.hpp"
 #include "actors/worker_link.hpp"
 #include "actors/worker_proxy.hpp"
+#include "runtime/layerwise.hpp"
 #include "transports/tcp/endpoint.hpp"
 
 namespace rw {
@@ -115,7 +116,8 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
   d.cfg.set("logger.verbosity", caf::atom("quiet"));
   d.sys = std::make_unique<caf::actor_system>(d.cfg);
   d.proxy = actors::spawn_worker_proxy(*d.sys, d.link, d.opts.request_timeout,
-                                       d.opts.start_clock);
+                                       d.opts.start_clock, d.opts.push_window_bytes,
+                                       runtime::is_layerwise(d.opts.job.optimizer.kind));
   d.link->start(d.proxy);
 }
 

@@ -155,6 +155,7 @@ void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* 
   s.dst = dst;
   s.version = version;
   s.remaining = count;
+  s.answered = 0;
   s.staleness = 0;
   s.changes_only = changes_only;
   s.changed = 0;
@@ -178,6 +179,19 @@ void worker_link::set_subscription(uint32_t tensor, float* dst,
   s.on_version = std::move(on_version);
   s.sub_versions.assign(layout(tensor).count(), UINT64_MAX);
   s.sub_min = UINT64_MAX;
+}
+
+void worker_link::wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
+                                std::chrono::steady_clock::time_point until) {
+  auto& s = *slots_[tensor];
+  std::unique_lock<std::mutex> lock{s.mtx};
+  // Woken per answer; the close is seen within a few milliseconds (no wake for it).
+  while (s.seq == seq && s.answered < answered && !closed()) {
+    auto next = std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(5));
+    if (s.answered_cv.wait_until(lock, next) == std::cv_status::timeout
+        && std::chrono::steady_clock::now() >= until)
+      return;
+  }
 }
 
 bool worker_link::chunk_arrived(uint32_t tensor, uint32_t chunk) const {
@@ -232,6 +246,8 @@ void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t 
   s.staleness = std::max(s.staleness, staleness);
   s.changed += changed ? 1 : 0;
   --s.remaining;
+  ++s.answered;
+  s.answered_cv.notify_all();
   finish_if_done(tensor, s);
 }
 

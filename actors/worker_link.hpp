@@ -27,6 +27,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -151,6 +152,11 @@ public:
   /// `on_version(v)` runs (on the receiver thread) once every chunk reached v.
   void set_subscription(uint32_t tensor, float* dst, std::function<void(uint64_t)> on_version);
 
+  /// Waits until operation `seq` on `tensor` has at least `answered` chunks answered,
+  /// is over, or the link closed, or `until` (the push window: worker_proxy).
+  void wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
+                     std::chrono::steady_clock::time_point until);
+
   /// Whether chunk `chunk` of the armed (or last) operation on `tensor` has its answer
   /// (and its replica's ack, where one is awaited).
   bool chunk_arrived(uint32_t tensor, uint32_t chunk) const;
@@ -190,6 +196,8 @@ private:
     float* dst = nullptr;
     uint64_t version = 0;
     uint32_t remaining = 0;
+    uint32_t answered = 0;              // chunks answered (replicas' acks aside)
+    std::condition_variable answered_cv; // wait_answered waits on it
     uint32_t staleness = 0; // the largest served to the armed operation so far
     bool changes_only = false;
     uint32_t changed = 0;

@@ -42,6 +42,8 @@ struct proxy_state {
 
   std::shared_ptr<worker_link> link;
   std::chrono::milliseconds timeout{};
+  uint64_t push_window_bytes = 0;
+  bool layerwise = false;
   std::vector<tensor_queue> tensors;
   uint64_t next_seq = 1;
   bool lost = false;
@@ -120,8 +122,12 @@ bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
 
 // Sends every chunk of `op` on tensor `t` straight from the caller's memory, in gather
 // writes of up to `batch` frames per connection; returns false if a connection failed.
+// With `window` (chunks; 0: none), chunk c goes out only once c - window chunks of
+// operation `seq` are answered: a worker that got ahead of the others (whose pushes
+// of the same chunks its answers wait for) leaves the links to them.
 bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock,
-                 const chunk_filter& only = {}) {
+                 const chunk_filter& only = {}, uint64_t seq = 0, uint32_t window = 0,
+                 std::chrono::steady_clock::time_point until = {}) {
   if (link.shm() != nullptr)
     return post_chunks(link, t, op, clock, only);
   constexpr size_t batch = 64;
@@ -190,9 +196,15 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   // Inits go to the chunk's replica as well (it sets version 0 too; only the home
   // answers). A push goes to the home alone: the home sends the step's sum on.
   const bool to_replica = op.kind == worker_op::init;
+  const uint32_t window_step = std::max<uint32_t>(window / 4, 1);
   for (uint32_t c = 0; c < layout.count(); ++c) {
     if (!only.empty() && !only[c])
       continue;
+    if (window > 0 && c >= window && c % window_step == 0) {
+      for (size_t e = 0; e < per_conn.size(); ++e) // what waits must be on its way
+        flush(e);
+      link.wait_answered(t, seq, c - window + 1, until);
+    }
     h.chunk_index = c;
     iovec piece{nullptr, 0};
     if (op.sparse) {
@@ -263,7 +275,15 @@ void start_next(proxy_ptr self, uint32_t t) {
   q.running_clock = q.clock;
   // A failed send: the receiver reports the close with its reason (lost_atom), which
   // fails `op`; with replicas the job may go on without that node (a reroute re-sends).
-  send_chunks(*st.link, t, op, q.clock);
+  // The push window, for push_pull: its answers wait for every worker's push of the
+  // chunk (not for layer-wise optimizers, whose answers wait for the whole tensor).
+  uint32_t window = 0;
+  if (op.kind == worker_op::push_pull && st.push_window_bytes > 0 && !st.layerwise) {
+    auto chunk = st.link->layout(t).chunk_elems * sizeof(float);
+    window = static_cast<uint32_t>(std::max<uint64_t>(st.push_window_bytes / chunk, 4));
+  }
+  send_chunks(*st.link, t, op, q.clock, {}, q.seq, window,
+              std::chrono::steady_clock::now() + st.timeout);
   if (op.kind == worker_op::push || op.kind == worker_op::push_pull)
     ++q.clock;
   self->delayed_send(self, st.timeout, timeout_atom::value, t, q.seq);
@@ -307,13 +327,16 @@ void resend_where(proxy_ptr self, Where where) {
 worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
                                                  std::shared_ptr<worker_link> link,
                                                  std::chrono::milliseconds timeout,
-                                                 uint64_t start_clock) {
+                                                 uint64_t start_clock,
+                                                 uint64_t push_window_bytes, bool layerwise) {
   auto& st = self->state;
   st.tensors.resize(link->num_tensors());
   for (auto& q : st.tensors)
     q.clock = start_clock;
   st.link = std::move(link);
   st.timeout = timeout;
+  st.push_window_bytes = push_window_bytes;
+  st.layerwise = layerwise;
   return {
     [=](submit_atom, worker_op& op) {
       auto t = op.tensor;
@@ -374,8 +397,10 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
 worker_proxy_actor spawn_worker_proxy(caf::actor_system& sys,
                                       std::shared_ptr<worker_link> link,
                                       std::chrono::milliseconds request_timeout,
-                                      uint64_t start_clock) {
-  return sys.spawn(proxy_behavior, std::move(link), request_timeout, start_clock);
+                                      uint64_t start_clock, uint64_t push_window_bytes,
+                                      bool layerwise) {
+  return sys.spawn(proxy_behavior, std::move(link), request_timeout, start_clock,
+                   push_window_bytes, layerwise);
 }
 
 } // namespace rw::actors

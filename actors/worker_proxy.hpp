@@ -75,10 +75,13 @@ using worker_proxy_actor = caf::typed_actor<
   caf::reacts_to<reroute_atom, uint32_t>,
   caf::replies_to<bye_atom>::with<ok_atom>>;
 
+/// `push_window_bytes` (0: none): how far a push_pull's chunks may run ahead of those
+/// answered (not with `layerwise`, whose answers wait for the whole tensor).
 worker_proxy_actor spawn_worker_proxy(caf::actor_system& sys,
                                       std::shared_ptr<worker_link> link,
                                       std::chrono::milliseconds request_timeout,
-                                      uint64_t start_clock = 0);
+                                      uint64_t start_clock = 0,
+                                      uint64_t push_window_bytes = 0, bool layerwise = false);
 
 } // namespace rw::actors
 

@@ -106,6 +106,10 @@ int run_driver(comm_args a, const std::string& command) {
       argv.push_back("--straggler");
       argv.push_back(a.straggler);
     }
+    if (!a.push_window_text.empty()) {
+      argv.push_back("--push-window");
+      argv.push_back(a.push_window_text);
+    }
     if (a.verify)
       argv.push_back("--verify");
     if (a.barrier)
@@ -220,6 +224,9 @@ void add_common(CLI::App* cmd, comm_args& a) {
   cmd->add_option("--warmup", a.warmup, "untimed iterations first")->capture_default_str();
   cmd->add_option("--chunk-bytes", a.chunk_text, "chunk size of the job")
     ->capture_default_str();
+  cmd->add_option("--push-window", a.push_window_text,
+                  "how far each worker's pushes may run ahead of its answered chunks "
+                  "over TCP (e.g. 512KiB; 0: no window; default: the worker's, 512KiB)");
   cmd->add_option("--job", a.job, "job name (default: a fresh one per run)");
   cmd->add_flag("--verify", a.verify, "check every element of every result exactly");
   cmd->add_flag("--barrier", a.barrier,

@@ -14,6 +14,7 @@
 #                       [--rate R] [--agg-rate R] [--agg-links K] [--chunk-bytes C]
 #                       [--verify] [--timeout S] [--json] [--smoke] [--build-dir DIR]
 #                       [--congestion cubic|bbr|reno]   (TCP in every namespace; cubic)
+#                       [--no-results]   (print only; bench/rack-bound.sh runs it so)
 #   bash bench/netns.sh --racks R ...   several racks and a core: bench/netns-racks.sh
 #
 # Defaults: 4 workers, 16MiB, 10 timed iterations after 2 warm-up, worker links 1gbit,
@@ -58,6 +59,7 @@ chunk=32KiB
 run_timeout=120
 json=0
 verify=0
+no_results=0
 if ((smoke)); then workers=2 size=1MiB iters=2 warmup=1 run_timeout=60 verify=1; fi
 while (($#)); do
   case $1 in
@@ -67,9 +69,10 @@ while (($#)); do
     --agg-rate) agg_rate=$2; shift 2 ;;
     --agg-links) agg_links=$2; shift 2 ;;
     --congestion) congestion=$2; shift 2 ;;
+    --no-results) no_results=1; shift ;;
     --chunk-bytes) chunk=$2; shift 2 ;;
     --verify) verify=1; shift ;;
-    *) run_option 2,29 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    *) run_option 2,30 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 agg_rate=${agg_rate:-$rate}
@@ -323,5 +326,6 @@ if ((report_rc)) || grep -q FAIL "$tmp/results"; then
   note "a system failed or measured below its bound: bench/RESULTS.md left alone"
   exit 1
 fi
+((no_results)) && exit 0
 update_results netns "$tmp/section.md"
 ((smoke)) || say "written: bench/RESULTS.md"

@@ -19,6 +19,7 @@ struct comm_args {
   uint32_t iters = 10;
   uint32_t warmup = 1;
   std::string chunk_text = "32KiB";
+  std::string push_window_text; // "" : the worker's default (defaults::push_window_bytes)
   std::string job;
   bool verify = false;
   bool barrier = false;   // every worker ready before each iteration (untimed)

@@ -118,6 +118,8 @@ int run_worker(const comm_args& a) {
   o.transport = a.transport;
   o.token = read_token(a.token_file);
   o.rack = a.rack;
+  if (!a.push_window_text.empty())
+    o.push_window_bytes = rw::tools::parse_bytes(a.push_window_text);
   auto straggler = parse_straggler(a.straggler, a.workers);
   // The pacing worker runs the iterations asked for; the others run until it is done.
   bool pacer = static_cast<int>(a.rank) == (straggler.rank >= 0 ? straggler.rank : 0);

@@ -33,8 +33,8 @@ shape() { # NS DEV BPS
 # TCP congestion control in every namespace (--congestion): set, not inherited, so a
 # run measures the same TCP whatever the machine's default. cubic, Linux's default,
 # unless asked otherwise: under BBR (this machine's default) RackWeave's step on the
-# 4 x 1 Gbit/s rack took 1.37 x its bound against 1.13 x under cubic, Gloo's 1.08 x
-# against 1.06 x (bench/RESULTS.md, netns section).
+# 4 x 1 Gbit/s rack took 1.37 x its bound against 1.13 x under cubic before the
+# worker's push window, 1.09 x under both with it (bench/RESULTS.md, rack-bound).
 congestion=${congestion:-cubic}
 check_congestion() { # usage error unless the kernel offers $congestion
   local allowed

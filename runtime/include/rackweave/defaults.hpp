@@ -21,6 +21,12 @@ constexpr uint32_t step_timeout_ms = 60'000;
 /// How long a rank whose worker disconnected without bye may take to join again (a
 /// restarted process, same rank) before its job fails; its steps wait meanwhile.
 constexpr uint32_t rejoin_timeout_ms = 15'000;
+/// A worker's push window over TCP: how far its pushes of one push_pull may run ahead
+/// of the chunks already answered (bytes; 0: no window). A worker that got ahead of the
+/// others, whose pushes of the same chunks its answers wait for, then leaves the shared
+/// links to them (bench/RESULTS.md, rack-bound). Raise it for links whose bandwidth-delay
+/// product exceeds it.
+constexpr uint64_t push_window_bytes = 512 * 1024;
 /// How long one frame send may block on a peer that does not read.
 constexpr uint32_t io_timeout_ms = 10'000;
 /// How long a worker waits for any reply (welcome, update, ack) before failing.
