@@ -92,6 +92,7 @@ void worker_link::on_completion(const transports::shm::completion& c) {
     if (s.seq != 0) {
       auto seq = s.seq;
       s.seq = 0;
+      interruptions_.fetch_add(1, std::memory_order_acq_rel);
       caf::anon_send(proxy_, fail_atom::value, c.tensor, seq, static_cast<errc>(c.code),
                      shm_->error_text(c.extra));
     }
@@ -182,11 +183,11 @@ void worker_link::set_subscription(uint32_t tensor, float* dst,
 }
 
 void worker_link::wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
-                                std::chrono::steady_clock::time_point until) {
+                                std::chrono::steady_clock::time_point until, uint64_t since) {
   auto& s = *slots_[tensor];
   std::unique_lock<std::mutex> lock{s.mtx};
-  // Woken per answer; the close is seen within a few milliseconds (no wake for it).
-  while (s.seq == seq && s.answered < answered && !closed()) {
+  // Woken per answer; a close or an interruption is seen within a few milliseconds.
+  while (s.seq == seq && s.answered < answered && !closed() && interruptions() == since) {
     auto next = std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(5));
     if (s.answered_cv.wait_until(lock, next) == std::cv_status::timeout
         && std::chrono::steady_clock::now() >= until)
@@ -328,8 +329,10 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
     return;
   }
   if (h.kind == frame_kind::resend) {
-    if (auto i = index_of(c); i != UINT32_MAX)
+    if (auto i = index_of(c); i != UINT32_MAX) {
+      interruptions_.fetch_add(1, std::memory_order_acq_rel);
       caf::anon_send(proxy_, resend_atom::value, i, h.chunk_index);
+    }
     return;
   }
   if (h.kind == frame_kind::error) {
@@ -343,6 +346,7 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
       if (s.seq != 0) {
         auto seq = s.seq;
         s.seq = 0;
+        interruptions_.fetch_add(1, std::memory_order_acq_rel);
         caf::anon_send(proxy_, fail_atom::value, h.tensor_id, seq, err.code, err.message);
         return;
       }
@@ -423,6 +427,7 @@ void worker_link::lose(errc code, const std::string& why) {
         lost_code = errc::timeout;
     }
   }
+  interruptions_.fetch_add(1, std::memory_order_acq_rel);
   caf::anon_send(proxy_, lost_atom::value, lost_code, reason);
 }
 

@@ -89,6 +89,12 @@ public:
     joiner_ = std::move(joiner);
   }
 
+  /// Whether the job's chunks have replicas on other nodes (a push_pull's answer then
+  /// waits for the replica's ack of the step's sum too).
+  bool replicated() const noexcept {
+    return multi_node_ && replicas_ > 0;
+  }
+
   /// The routes chunks travel by now (one snapshot per operation: a reroute swaps
   /// them): connection_of(tensor, chunk) indexes conns(); replica_connection_of is the
   /// connection an init also takes, to the chunk's replica.
@@ -153,9 +159,15 @@ public:
   void set_subscription(uint32_t tensor, float* dst, std::function<void(uint64_t)> on_version);
 
   /// Waits until operation `seq` on `tensor` has at least `answered` chunks answered,
-  /// is over, or the link closed, or `until` (the push window: worker_proxy).
+  /// is over, the link closed, `until`, or the receiver told the proxy something
+  /// (interruptions() moved past `since`: a resend, a reroute, a failure, which the
+  /// proxy must be free to handle). The push window: worker_proxy.
   void wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
-                     std::chrono::steady_clock::time_point until);
+                     std::chrono::steady_clock::time_point until, uint64_t since);
+  /// How many times the receiver has told the proxy of a resend, reroute or failure.
+  uint64_t interruptions() const noexcept {
+    return interruptions_.load(std::memory_order_acquire);
+  }
 
   /// Whether chunk `chunk` of the armed (or last) operation on `tensor` has its answer
   /// (and its replica's ack, where one is awaited).
@@ -303,6 +315,7 @@ private:
   std::thread receiver_;
   std::atomic<bool> running_{false};
   std::atomic<bool> closed_{false};
+  std::atomic<uint64_t> interruptions_{0}; // wait_answered returns on a change
   std::atomic<bool> abandoned_{false}; // the worker closed its connections itself
   std::mutex reason_mtx_;
   std::string close_reason_;

@@ -86,8 +86,10 @@ void worker_link::on_reroute(uint32_t conn) {
     if (!adopt_ring(msg))
       return;
   }
-  if (!retired(conn))
+  if (!retired(conn)) {
+    interruptions_.fetch_add(1, std::memory_order_acq_rel);
     caf::anon_send(proxy_, reroute_atom::value, conn);
+  }
 }
 
 bool worker_link::adopt_ring(const transports::reroute_msg& msg) {
@@ -222,11 +224,16 @@ void worker_link::join_pending() {
   basis_ = std::move(basis);
   if (!adopt_ring(msg))
     return;
-  for (auto c : conns_that_sent)
-    if (!retired(c))
+  for (auto c : conns_that_sent) {
+    if (!retired(c)) {
+      interruptions_.fetch_add(1, std::memory_order_acq_rel);
       caf::anon_send(proxy_, reroute_atom::value, c);
-  for (auto c : first_of_new)
+    }
+  }
+  for (auto c : first_of_new) {
+    interruptions_.fetch_add(1, std::memory_order_acq_rel);
     caf::anon_send(proxy_, reroute_atom::value, c);
+  }
 }
 
 bool worker_link::begin_reconnect(uint32_t conn, const std::string& why) {
@@ -288,6 +295,7 @@ void worker_link::reconnect_nodes() {
       spdlog::info("worker rank {}: back on node {} of job {} after {} ms (lost: {}); what "
                    "it serves and has not answered is sent again",
                    rank_, n.name, job_id_, ms_since(n.since), n.why);
+      interruptions_.fetch_add(1, std::memory_order_acq_rel);
       caf::anon_send(proxy_, resend_atom::value, from, UINT32_MAX);
     } catch (const std::exception& e) {
       bool refused = std::strstr(e.what(), std::strerror(ECONNREFUSED)) != nullptr;

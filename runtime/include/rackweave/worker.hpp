@@ -72,8 +72,9 @@ struct worker_options {
   uint64_t start_clock = 0;
   /// Push window over TCP (push_pull): chunk c is sent once the chunks up to c minus
   /// this many bytes' worth are answered, so no worker runs far ahead of the others on
-  /// shared links. 0: no window. Not applied to layer-wise optimizers (LAMB, LARS),
-  /// whose answers wait for the whole tensor, nor over shared memory.
+  /// shared links. 0: no window. Four times this where the job has replicas (answers
+  /// wait for a node-to-node round trip more). Not applied to layer-wise optimizers
+  /// (LAMB, LARS), whose answers wait for the whole tensor, nor over shared memory.
   uint64_t push_window_bytes = defaults::push_window_bytes;
 };
 
