@@ -8,7 +8,7 @@
 #   bash bench/peers.sh [--workers "2 4 8"] [--bytes "4MiB 64MiB"] [--iters N]
 #                       [--warmup K] [--systems "rackweave-tcp rackweave-shm gloo
 #                       torch-gloo mpi-shm mpi-tcp"] [--timeout S] [--json]
-#                       [--smoke] [--build-dir DIR]
+#                       [--smoke] [--build-dir DIR] [--no-results]
 #
 # Systems:
 #   rackweave-tcp  rw-bench comm through one rw-node --role rack-agg on 127.0.0.1
@@ -21,6 +21,7 @@
 # smoke mode), measured once when rackweave-tcp runs and iperf3 is installed
 # (bench/setup-peers.sh installs it), against which rackweave-tcp's bytes through the
 # node (2 x W x S per step: every push in, every update out) are put.
+# --no-results: print only, bench/RESULTS.md left alone (bench/scaling.sh runs it so).
 # --iters defaults to 10 at every size (a 64 MiB run of every system at W = 8 takes
 # well under a minute here). Every run is bounded by --timeout seconds (default 300);
 # a system that fails or times out is reported on stderr and marked in its row.
@@ -45,13 +46,15 @@ warmup=2
 systems="rackweave-tcp rackweave-shm gloo torch-gloo mpi-shm mpi-tcp"
 run_timeout=300
 json=0
+no_results=0
 if ((smoke)); then workers=2 sizes=1MiB iters=2 warmup=1 run_timeout=120; fi
 while (($#)); do
   case $1 in
     --workers) workers=$2; shift 2 ;;
     --bytes) sizes=$2; shift 2 ;;
     --systems) systems=$2; shift 2 ;;
-    *) run_option 2,27 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    --no-results) no_results=1; shift ;;
+    *) run_option 2,32 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 for s in $systems; do
@@ -383,7 +386,7 @@ for w in workers:
             best_peer = min(peer_ok)
             bp = [p for p in peers if med[p] == best_peer][0]
             cell_lines.append(
-                f"- W = {w}, {s}: {best_rw / best_peer:.2f} ({best_rw:.3f} ms against {bp}'s "
+                f"- W = {w}, {s}: {best_rw / best_peer:.3f} ({best_rw:.3f} ms against {bp}'s "
                 f"{best_peer:.3f} ms): **{'met' if best_rw <= 0.8 * best_peer else 'not met'}**")
         if w == "4" and b == 64 << 20:
             a = med.get("rackweave-tcp")
@@ -511,6 +514,7 @@ say "took ${elapsed} s"
 if ((smoke)) && grep -q '"error"' "$tmp/results.jsonl"; then
   note "smoke: a system failed (see above)"; exit 1
 fi
+((no_results)) && exit 0
 results=bench/RESULTS.md
 update_results peers "$tmp/section.md" || { note "could not write $results"; exit 1; }
 ((smoke)) || say "written: $results"
