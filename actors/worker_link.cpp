@@ -182,17 +182,20 @@ void worker_link::set_subscription(uint32_t tensor, float* dst,
   s.sub_min = UINT64_MAX;
 }
 
-void worker_link::wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
+bool worker_link::wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
                                 std::chrono::steady_clock::time_point until, uint64_t since) {
   auto& s = *slots_[tensor];
   std::unique_lock<std::mutex> lock{s.mtx};
   // Woken per answer; a close or an interruption is seen within a few milliseconds.
-  while (s.seq == seq && s.answered < answered && !closed() && interruptions() == since) {
+  while (s.seq == seq && s.answered < answered) {
+    if (closed() || interruptions() != since)
+      return false;
     auto next = std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(5));
     if (s.answered_cv.wait_until(lock, next) == std::cv_status::timeout
         && std::chrono::steady_clock::now() >= until)
-      return;
+      return false;
   }
+  return true;
 }
 
 bool worker_link::chunk_arrived(uint32_t tensor, uint32_t chunk) const {

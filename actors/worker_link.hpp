@@ -162,7 +162,9 @@ public:
   /// is over, the link closed, `until`, or the receiver told the proxy something
   /// (interruptions() moved past `since`: a resend, a reroute, a failure, which the
   /// proxy must be free to handle). The push window: worker_proxy.
-  void wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
+  /// True if the chunks were answered (or the operation is over); false on a close,
+  /// an interruption or `until`.
+  bool wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
                      std::chrono::steady_clock::time_point until, uint64_t since);
   /// How many times the receiver has told the proxy of a resend, reroute or failure.
   uint64_t interruptions() const noexcept {

@@ -124,10 +124,12 @@ bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
 // writes of up to `batch` frames per connection; returns false if a connection failed.
 // With `window` (chunks; 0: none), chunk c goes out only once c - window chunks of
 // operation `seq` are answered: a worker that got ahead of the others (whose pushes
-// of the same chunks its answers wait for) leaves the links to them.
+// of the same chunks its answers wait for) leaves the links to them. A wait lasts at
+// most max_window_wait; then the operation's other chunks go out unpaced.
+constexpr std::chrono::milliseconds max_window_wait{200};
+
 bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock,
-                 const chunk_filter& only = {}, uint64_t seq = 0, uint32_t window = 0,
-                 std::chrono::steady_clock::time_point until = {}) {
+                 const chunk_filter& only = {}, uint64_t seq = 0, uint32_t window = 0) {
   if (link.shm() != nullptr)
     return post_chunks(link, t, op, clock, only);
   constexpr size_t batch = 64;
@@ -204,10 +206,12 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     if (window > 0 && c >= window && c % window_step == 0) {
       for (size_t e = 0; e < per_conn.size(); ++e) // what waits must be on its way
         flush(e);
-      link.wait_answered(t, seq, c - window + 1, until, since);
-      // Interrupted (a resend, a reroute, a failure the proxy must handle): the rest
-      // goes out unpaced, and the proxy is free sooner.
-      if (link.interruptions() != since)
+      // Interrupted (a resend, a reroute, a failure the proxy must handle), or no
+      // answer for a while (a straggler; other workers sending their operations in
+      // another order, whose answers wait for this worker's next one): the rest goes out
+      // unpaced, and the proxy is free sooner.
+      if (!link.wait_answered(t, seq, c - window + 1,
+                              std::chrono::steady_clock::now() + max_window_wait, since))
         window = 0;
     }
     h.chunk_index = c;
@@ -291,8 +295,7 @@ void start_next(proxy_ptr self, uint32_t t) {
     auto bytes = st.push_window_bytes * (st.link->replicated() ? 4 : 1);
     window = static_cast<uint32_t>(std::max<uint64_t>(bytes / chunk, 4));
   }
-  send_chunks(*st.link, t, op, q.clock, {}, q.seq, window,
-              std::chrono::steady_clock::now() + st.timeout);
+  send_chunks(*st.link, t, op, q.clock, {}, q.seq, window);
   if (op.kind == worker_op::push || op.kind == worker_op::push_pull)
     ++q.clock;
   self->delayed_send(self, st.timeout, timeout_atom::value, t, q.seq);
