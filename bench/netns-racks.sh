@@ -5,7 +5,9 @@
 # link oversubscribed O:1 (C = W/R x B / O). Every host is a namespace; every link is a
 # veth pair shaped with tc tbf on both ends. Runs, in one go:
 #   rackweave-hierarchical  a job over every rack's agg, reduction = "hierarchical"
-#   rackweave-flat          the same job, reduction = "flat" (each chunk to its home)
+#   rackweave-flat          the same job, reduction = "flat" (each chunk to its home),
+#                           replicas = 0 (as hierarchical jobs have none: a replica's sums
+#                           would cross the core too, S/2 more per rack link each way)
 #   gloo-ring               Gloo's ring all-reduce, ranks in rack order
 #   torch-gloo              torch.distributed all_reduce, gloo backend
 # and puts each median step time beside its link bound, the busiest link's bytes at its
@@ -64,7 +66,7 @@ while (($#)); do
     --chunk-bytes) chunk=$2; shift 2 ;;
     --verify) verify=1; shift ;;
     --only) only=$2; shift 2 ;;
-    *) run_option 2,31 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    *) run_option 2,33 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 [[ $racks =~ ^[0-9]+$ ]] && ((racks >= 2 && racks <= 9)) || usage_error "--racks takes 2..9"
@@ -238,7 +240,8 @@ rack_list() {
 run_rackweave() {
   local red=$1 sys="rackweave-$1" job="racks-$$-$1" r st res
   if ! shell_in_rack0 -c "local j = rw.job_create{name = '$job', workers = $workers, \
-      racks = {$(rack_list)}, reduction = '$red', chunk_bytes = '$chunk'}; print(j.token)" \
+      racks = {$(rack_list)}, reduction = '$red', chunk_bytes = '$chunk', \
+      $([[ $red == flat ]] && echo "replicas = 0,")}; print(j.token)" \
       >"$tmp/$sys.token" 2>"$tmp/$sys.create.err"; then
     local why
     why=$(sed -e 's/^rw-shell: //' -e 's/^(command line):1: //' "$tmp/$sys.create.err" | tail -n 1)
