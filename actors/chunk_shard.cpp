@@ -7,7 +7,6 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -16,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/chunk_state.hpp"
+#include "actors/detail/shard_answers.hpp"
 #include "actors/detail/shard_checkpoint.hpp"
 #include "actors/detail/shard_job.hpp"
 #include "actors/detail/shard_moves.hpp"
@@ -43,20 +43,8 @@ using detail::shard_job;
 struct shard_state {
   shard_settings settings;
   std::shared_ptr<shard_book> book; // outlives the shard: its successor adopts it
-  // Acks of mirrored sums taken, not yet sent (flush_atom sends them).
-  std::vector<std::pair<transports::connection_ptr, frame_header>> replica_acks;
-  // Answers (updates, acks) held while a handler serves many chunks (a poller's batch,
-  // the backlog, a replica's acks), sent per connection when it ends (deferred_answers):
-  // one system call per worker, not per chunk. `held_params`: the parameters they point
-  // at, which no step may change before they are sent (flush_answers first).
-  struct held_frame {
-    transports::connection_ptr conn;
-    frame_header header;
-    iovec payload;
-  };
-  bool deferring = false;
-  std::vector<held_frame> held;
-  std::unordered_set<const float*> held_params;
+  // Updates and acks, held while one message serves many chunks (detail/shard_answers).
+  detail::shard_answers answers;
   static inline const char* name = "rw.chunk_shard";
 };
 
@@ -73,70 +61,13 @@ frame_header about(uint32_t job, uint32_t rank, uint32_t tensor, uint32_t chunk,
   return h;
 }
 
-// Sends the answers held (shard_state::held), each connection's in one gather write, in
-// the order they were made.
-void flush_answers(shard_state& st) {
-  auto& held = st.held;
-  std::vector<frame_header> headers;
-  std::vector<iovec> payloads;
-  std::vector<bool> sent(held.size(), false);
-  for (size_t i = 0; i < held.size(); ++i) {
-    if (sent[i])
-      continue;
-    headers.clear();
-    payloads.clear();
-    for (size_t j = i; j < held.size(); ++j) {
-      if (sent[j] || held[j].conn != held[i].conn)
-        continue;
-      sent[j] = true;
-      headers.push_back(held[j].header);
-      payloads.push_back(held[j].payload);
-    }
-    held[i].conn->send_batch(headers.data(), payloads.data(), static_cast<int>(headers.size()));
-  }
-  held.clear();
-  st.held_params.clear();
-}
-
-// Sends an answer frame now, or holds it while the handler defers (deferred_answers).
-// `payload`: the chunk's parameters, or {nullptr, 0}. False: the send failed.
-bool answer(shard_state& st, const transports::connection_ptr& conn, const frame_header& h,
-            iovec payload = {nullptr, 0}) {
-  if (!st.deferring)
-    return payload.iov_len > 0 ? conn->send(h, &payload, 1) : conn->send(h);
-  st.held.push_back({conn, h, payload});
-  if (payload.iov_len > 0)
-    st.held_params.insert(static_cast<const float*>(payload.iov_base));
-  return true;
-}
-
-// Holds the answers made while it lives; sends them when it ends.
-class deferred_answers {
-public:
-  explicit deferred_answers(shard_state& st) : st_(st), outer_(st.deferring) {
-    st_.deferring = true;
-  }
-  ~deferred_answers() {
-    if (outer_)
-      return;
-    st_.deferring = false;
-    flush_answers(st_);
-  }
-  deferred_answers(const deferred_answers&) = delete;
-  deferred_answers& operator=(const deferred_answers&) = delete;
-
-private:
-  shard_state& st_;
-  bool outer_;
-};
-
 void send_update(shard_state& st, uint32_t job_id, shard_job& job, uint32_t tensor,
                  uint32_t chunk, const detail::chunk_state& cs, const detail::waiter& w,
                  uint16_t flags = 0) {
   if (w.ack_only) { // a push of a replicated chunk: its step is on the replica too
     auto ack = about(job_id, w.rank, tensor, chunk, w.version - 1);
     ack.kind = frame_kind::ack;
-    answer(st, w.conn, ack);
+    st.answers.send(w.conn, ack);
     return;
   }
   auto h = about(job_id, w.rank, tensor, chunk, cs.version());
@@ -144,7 +75,7 @@ void send_update(shard_state& st, uint32_t job_id, shard_job& job, uint32_t tens
   h.flags = flags;
   h.staleness = static_cast<uint32_t>(cs.staleness(w));
   h.payload_bytes = cs.length() * sizeof(float);
-  if (!answer(st, w.conn, h, iovec{const_cast<float*>(cs.params()), h.payload_bytes}))
+  if (!st.answers.send(w.conn, h, iovec{const_cast<float*>(cs.params()), h.payload_bytes}))
     return;
   st.book->stats.bytes_out += h.payload_bytes;
   if (w.rank < job.counters.size()) {
@@ -172,27 +103,6 @@ void replica_ack(const transports::connection_ptr& conn, frame_header hdr) {
   hdr.flags = transports::flag_replica;
   hdr.payload_bytes = 0;
   conn->send(hdr);
-}
-
-// Sends the acks of the mirrored sums taken since the last flush: per connection, in the
-// order taken, one send_batch.
-void flush_replica_acks(shard_state& st) {
-  auto& acks = st.replica_acks;
-  std::vector<frame_header> headers;
-  std::vector<iovec> none;
-  for (size_t i = 0; i < acks.size();) {
-    auto conn = acks[i].first;
-    headers.clear();
-    for (size_t j = i; j < acks.size(); ++j)
-      if (acks[j].first == conn)
-        headers.push_back(acks[j].second);
-    none.assign(headers.size(), iovec{nullptr, 0});
-    conn->send_batch(headers.data(), none.data(), static_cast<int>(headers.size()));
-    // What is left (from i on) is other connections' acks.
-    acks.erase(std::remove_if(acks.begin() + static_cast<std::ptrdiff_t>(i), acks.end(),
-                              [&](const auto& a) { return a.first == conn; }),
-               acks.end());
-  }
 }
 
 // A request about to wait for an answer, stamped so its wait is counted.
@@ -226,7 +136,7 @@ void refuse_missing_job(const shard_state& st, const transports::connection_ptr&
 }
 
 void bury(shard_state& st, uint32_t job_id, errc code, std::string why) {
-  flush_answers(st); // before the job's chunks (which answers held may point at) go
+  st.answers.flush(); // before the job's chunks (which answers held may point at) go
   st.book->jobs.erase(job_id);
   st.book->tombstones[job_id] = {code, std::move(why)};
   while (st.book->tombstones.size() > max_tombstones)
@@ -328,8 +238,8 @@ void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t t
                  job_id, tensor, version, chunk, parts.w2, parts.d2);
       return;
     }
-    if (!st.held_params.empty() && st.held_params.count(cs.params()) > 0)
-      flush_answers(st); // answers held point at the parameters this step changes
+    if (st.answers.points_at(cs.params()))
+      st.answers.flush(); // answers held point at the parameters this step changes
     cs.complete_step(job.spec.optimizer, job.rescale, clock_type::now());
     ++st.book->stats.updates;
     if (detail::checkpoint_clock(job, cs.version())) // before the next step can run here
@@ -430,9 +340,8 @@ void on_mirror_push(shard_ptr self, chunk_push& p) {
   }
   hdr.kind = frame_kind::ack;
   hdr.flags = transports::flag_replica;
-  if (st.replica_acks.empty()) // behind the sums queued now: their acks go out together
+  if (st.answers.add_replica_ack(p.conn, hdr)) // behind the sums queued now: together
     self->send(self, flush_atom::value);
-  st.replica_acks.emplace_back(p.conn, hdr);
   if (result == detail::chunk_state::outcome::duplicate) {
     ++st.book->stats.duplicates;
     return;
@@ -472,7 +381,7 @@ void answer_push(shard_state& st, shard_job& job, chunk_push& p, detail::chunk_s
   }
   auto ack = about(p.job_id, p.rank, p.tensor, p.chunk, p.clock);
   ack.kind = frame_kind::ack;
-  answer(st, p.conn, ack);
+  st.answers.send(p.conn, ack);
 }
 
 void on_push(shard_ptr self, chunk_push& p) {
@@ -918,7 +827,7 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       if (st.settings.priority)
         std::stable_sort(batch.begin(), batch.end(),
                          [](const chunk_push& a, const chunk_push& b) { return a.clock < b.clock; });
-      deferred_answers together{st};
+      detail::shard_answers::holding together{st.answers};
       for (auto& p : batch)
         changing(self, p.job_id, [&] { on_push(self, p); });
     },
@@ -926,20 +835,20 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       // The backlog's lowest clocks, a few at a time (the work tokens of those served
       // here find less, or nothing, to do), their answers sent together.
       auto& backlog = self->state.book->backlog;
-      deferred_answers together{self->state};
+      detail::shard_answers::holding together{self->state.answers};
       for (int served = 0; served < max_served_per_work && !backlog.empty(); ++served) {
         auto next = std::move(backlog.begin()->second);
         backlog.erase(backlog.begin());
         changing(self, next.job_id, [&] { on_push(self, next); });
       }
     },
-    [=](flush_atom) { flush_replica_acks(self->state); },
+    [=](flush_atom) { self->state.answers.flush_replica_acks(); },
     [=](init_atom, chunk_push& p) { changing(self, p.job_id, [&] { on_init(self, p); }); },
     [=](relay_atom, const relay_update& u) {
       changing(self, u.job_id, [&] { on_relay(self, u); });
     },
     [=](mirror_atom, uint32_t job_id, const std::vector<uint64_t>& acked) {
-      deferred_answers together{self->state};
+      detail::shard_answers::holding together{self->state.answers};
       changing(self, job_id, [&] {
         for (size_t i = 0; i + 2 < acked.size(); i += 3)
           on_mirrored(self, job_id, static_cast<uint32_t>(acked[i]),

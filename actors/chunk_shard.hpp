@@ -18,7 +18,8 @@
 //                         lowest clocks (a few), so when pushes queue the worker furthest
 //                         behind is served first. Answers made while one message serves
 //                         many chunks (a batch, the backlog, a replica's acks) go out
-//                         when it ends, each worker's in one gather write.
+//                         when it ends, each worker's in one gather write
+//                         (detail/shard_answers).
 //   poller      -> shard  (push_atom, [chunk_push])  the pushes a poller read in one
 //                         round, in the order read: served as that many pushes (with
 //                         priority on, lowest clock first; behind the backlog if one waits)
