@@ -8,8 +8,10 @@
 #
 #   bash bench/scaling.sh [--workers "2 4 8 16"] [--bytes "4MiB 16MiB 64MiB 256MiB"]
 #                         [--iters N] [--warmup K] [--systems "rackweave-tcp gloo"]
-#                         [--timeout S] [--smoke] [--build-dir DIR]
+#                         [--timeout S] [--json] [--smoke] [--build-dir DIR]
 #
+# --json: stdout carries only bench/peers.sh's JSON lines, one per (system, W, S), and
+# its loopback ceiling (iperf3).
 # Defaults: 3 timed iterations after 1 warm-up per cell (a 16 x 256 MiB step moves
 # 8 GiB). --smoke (see lib/common.sh): W = 2 and 3 at 1MiB, 2 iterations after 1,
 # plotted into a scratch directory, RESULTS.md and the plot left alone.
@@ -25,18 +27,14 @@ set -- ${rest[@]+"${rest[@]}"}
 workers="2 4 8 16"
 sizes="4MiB 16MiB 64MiB 256MiB"
 systems="rackweave-tcp gloo"
-iters=3 warmup=1 run_timeout=300
+iters=3 warmup=1 run_timeout=300 json=0
 if ((smoke)); then workers="2 3" sizes=1MiB iters=2 warmup=1 run_timeout=120; fi
 while (($#)); do
   case $1 in
     --workers) workers=$2; shift 2 ;;
     --bytes) sizes=$2; shift 2 ;;
     --systems) systems=$2; shift 2 ;;
-    --iters) iters=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --timeout) run_timeout=$2; shift 2 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
-    *) usage_error "unknown option $1" ;;
+    *) run_option 2,16 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 check_run_counts "$iters" "$warmup" "$run_timeout"
@@ -48,7 +46,7 @@ if ! "$plot_python" -c 'import matplotlib' 2>/dev/null; then
   plot=0
 fi
 build_tree
-open_report 0
+open_report "$json"
 
 tmp=$(mktemp -d)
 run_pid=
@@ -66,6 +64,7 @@ wait "$run_pid" || st=$?
 run_pid=
 if ((st)); then note "bench/peers.sh failed (exit $st):"; tail -n 15 "$tmp/peers.err" >&2; exit 1; fi
 elapsed=$(($(date +%s) - started))
+((json)) && grep '^{' "$tmp/results.jsonl"
 
 png=bench/scaling.png
 ((smoke)) && png=$tmp/scaling.png
