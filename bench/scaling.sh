@@ -34,7 +34,7 @@ while (($#)); do
     --workers) workers=$2; shift 2 ;;
     --bytes) sizes=$2; shift 2 ;;
     --systems) systems=$2; shift 2 ;;
-    *) run_option 2,16 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    *) run_option 2,17 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 check_run_counts "$iters" "$warmup" "$run_timeout"
