@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <optional>
@@ -16,6 +17,7 @@
 
 #include "actors/detail/chunk_state.hpp"
 #include "actors/detail/shard_answers.hpp"
+#include "actors/detail/shard_balance.hpp"
 #include "actors/detail/shard_checkpoint.hpp"
 #include "actors/detail/shard_job.hpp"
 #include "actors/detail/shard_moves.hpp"
@@ -112,16 +114,28 @@ detail::waiter waiting(detail::waiter w) {
 }
 
 // Calls fn(tensor, chunk, state) for every chunk of `job` this shard owns, until fn
-// returns false.
+// returns false (not those whose state is still on its way from another shard).
 template <class Fn>
 void for_each_own_chunk(const shard_state& st, shard_job& job, Fn fn) {
-  for (uint32_t t = 0; t < job.routes->num_tensors(); ++t) {
-    auto& layout = job.routes->layout(t);
-    for (uint32_t c = 0; c < layout.count(); ++c)
-      if (job.routes->shard_of(t, c) == st.settings.index
-          && !fn(t, c, job.chunks[job.routes->local_index(t, c)]))
-        return;
-  }
+  detail::for_each_chunk(job, st.settings.index,
+                         [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
+                           return job.awaits(t, c) || fn(t, c, cs);
+                         });
+}
+
+// A request for a chunk whose state is on its way from another shard of the node
+// (in-node balancing): kept, in order, until it has come. Whether it was.
+bool stash_if_arriving(shard_job& job, uint32_t tensor, uint32_t chunk, shard_job::stashed::kind_t kind,
+             chunk_push* push, chunk_pull* pull) {
+  if (!job.awaits(tensor, chunk))
+    return false;
+  shard_job::stashed s{kind, {}, {}};
+  if (push != nullptr)
+    s.push = std::move(*push);
+  if (pull != nullptr)
+    s.pull = std::move(*pull);
+  job.stash.push_back(std::move(s));
+  return true;
 }
 
 // Answers a frame for a job this shard does not hold: gone (with why), or never known.
@@ -391,7 +405,8 @@ void on_push(shard_ptr self, chunk_push& p) {
     return;
   }
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
-  if (job == nullptr || detail::stale_ring(*job, p))
+  if (job == nullptr || detail::stale_ring(*job, p)
+      || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::a_push, &p, nullptr))
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, p.clock);
@@ -442,6 +457,7 @@ void on_push(shard_ptr self, chunk_push& p) {
     default:
       break;
   }
+  cs.add_load(cs.length() + detail::push_load_overhead);
   if (p.rank < job->counters.size()) { // counted once accepted
     auto& counted = job->counters[p.rank];
     ++counted.pushes;
@@ -454,7 +470,8 @@ void on_push(shard_ptr self, chunk_push& p) {
 
 void on_init(shard_ptr self, chunk_push& p) {
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
-  if (job == nullptr || detail::stale_ring(*job, p))
+  if (job == nullptr || detail::stale_ring(*job, p)
+      || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::an_init, &p, nullptr))
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, 0);
@@ -525,7 +542,7 @@ void on_relay(shard_ptr self, const relay_update& u) {
 
 void on_pull(shard_ptr self, chunk_pull& p) {
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.min_version);
-  if (job == nullptr)
+  if (job == nullptr || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::a_pull, nullptr, &p))
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   if (!p.subscribe && p.rank < job->counters.size())
@@ -726,10 +743,97 @@ void changing(shard_ptr self, uint32_t job_id, Fn fn) {
   book.changing.reset();
 }
 
+// In-node balancing, step 1 (detail/shard_balance.hpp): the chunks the move gives this
+// shard wait for their state.
+caf::result<ok_atom> on_expect(shard_ptr self, const shard_move& m) {
+  auto& st = self->state;
+  auto it = st.book->jobs.find(m.job_id);
+  if (it == st.book->jobs.end())
+    return cluster_error(errc::unknown_job, fmt::format("shard {} has no live job {}",
+                                                        st.settings.index, m.job_id));
+  if (auto why = detail::expect_chunks(it->second, st.settings.index, m.next); !why.empty())
+    return cluster_error(errc::invalid_spec, fmt::format("job {}: shard {}: {}", m.job_id,
+                                                         st.settings.index, why));
+  return ok_atom::value;
+}
+
+// Step 3: the chunks the move takes from this shard go to `to`, whose answer ends it.
+caf::result<ok_atom> on_migrate(shard_ptr self, const shard_move& m, const caf::actor& to) {
+  auto& st = self->state;
+  auto it = st.book->jobs.find(m.job_id);
+  if (it == st.book->jobs.end())
+    return cluster_error(errc::unknown_job, fmt::format("shard {} has no live job {}",
+                                                        st.settings.index, m.job_id));
+  auto& job = it->second;
+  if (!job.incoming.empty())
+    return cluster_error(errc::internal, fmt::format("job {}: shard {} is receiving chunks "
+                                                     "itself",
+                                                     m.job_id, st.settings.index));
+  st.answers.flush(); // nothing held may point at a chunk once another shard runs it
+  auto h = std::make_shared<detail::chunk_handoff>();
+  changing(self, m.job_id, [&] {
+    *h = detail::give_chunks(*st.book, m.job_id, job, st.settings.index, m.next);
+  });
+  st.book->stats.chunks -= h->chunks.size();
+  st.book->stats.moved_out += h->chunks.size();
+  for (auto& [clock, snap] : detail::take_complete_periodic(job))
+    send_periodic(self, m.job_id, job, clock, std::move(snap));
+  return self->delegate(caf::actor_cast<chunk_shard_actor>(to), adopt_atom::value, h);
+}
+
+// The chunks arrive: they take their places, and what waited for them is served.
+caf::result<ok_atom> on_adopt(shard_ptr self, const handoff_ptr& h) {
+  auto& st = self->state;
+  auto it = st.book->jobs.find(h->job_id);
+  if (it == st.book->jobs.end())
+    return cluster_error(errc::unknown_job, fmt::format("shard {} has no live job {}",
+                                                        st.settings.index, h->job_id));
+  auto& job = it->second;
+  std::string error;
+  std::vector<shard_job::stashed> serve;
+  changing(self, h->job_id, [&] { serve = detail::take_chunks(job, *h, error); });
+  if (!error.empty() && serve.empty())
+    return cluster_error(errc::internal, fmt::format("job {}: shard {}: {}", h->job_id,
+                                                     st.settings.index, error));
+  st.book->stats.chunks += h->chunks.size();
+  st.book->stats.moved_in += h->chunks.size();
+  for (auto& [clock, snap] : detail::take_complete_periodic(job))
+    send_periodic(self, h->job_id, job, clock, std::move(snap));
+  detail::shard_answers::holding together{st.answers};
+  for (auto& r : serve) {
+    switch (r.kind) {
+      case shard_job::stashed::a_push:
+        changing(self, r.push.job_id, [&] { on_push(self, r.push); });
+        break;
+      case shard_job::stashed::an_init:
+        changing(self, r.push.job_id, [&] { on_init(self, r.push); });
+        break;
+      case shard_job::stashed::a_pull:
+        on_pull(self, r.pull);
+        break;
+    }
+  }
+  if (!error.empty())
+    return cluster_error(errc::internal, fmt::format("job {}: shard {}: {}", h->job_id,
+                                                     st.settings.index, error));
+  return ok_atom::value;
+}
+
+// CPU time this thread (the shard's: it is detached) has used.
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return 0;
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 // Why job `job` cannot go on after its shard died (its state may be lost), or "".
 std::string lost_state(const shard_state& st, uint32_t job_id, shard_job& job) {
   if (st.book->changing == job_id)
     return "the shard died while changing the job's chunks";
+  if (!job.incoming.empty())
+    return "chunks moving here from another shard of the node (balancing) may have died "
+           "in the shard's mailbox";
   if (runtime::is_layerwise(job.spec.optimizer.kind) && !job.chunks.empty())
     return "a layer-wise optimizer's norm and trust messages between shards may have "
            "died in the shard's mailbox";
@@ -953,8 +1057,17 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
         return job_counters{};
       return it->second.counters;
     },
+    [=](plan_atom, double share) {
+      return detail::plan_shed(*self->state.book, self->state.settings.index, share);
+    },
+    [=](expect_atom, const shard_move& m) { return on_expect(self, m); },
+    [=](migrate_atom, const shard_move& m, const caf::actor& to) {
+      return on_migrate(self, m, to);
+    },
+    [=](adopt_atom, const handoff_ptr& h) { return on_adopt(self, h); },
     [=](stats_atom) {
       auto s = self->state.book->stats;
+      s.busy_ns = thread_cpu_ns();
       s.cpu = runtime::current_cpu();
       s.affinity = runtime::current_affinity();
       s.memory_numa = self->state.book->memory_numa;

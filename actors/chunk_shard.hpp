@@ -106,6 +106,18 @@
 //                         first; then the acks of all taken since go out, one system
 //                         call per connection (an ack lost with a crashed shard: the
 //                         home's link sends the sum again a second later)
+//   coordinator -> shard  (plan_atom, share) -> balance_plan
+//                         in-node balancing (detail/shard_balance.hpp): the chunks of one
+//                         movable job it would give another shard, heaviest by the load
+//                         they gave it since its last plan, at most `share` of its load
+//   coordinator -> shard  (expect_atom, shard_move) -> ok_atom
+//                         the job's chunks `move.next` gives this shard: their places
+//                         wait for their state; requests for them meanwhile are stashed
+//   coordinator -> shard  (migrate_atom, shard_move, new shard) -> ok_atom
+//                         the chunks `move.next` takes from this shard go, state, backlog
+//                         and all, to the new shard (adopt), whose answer this is
+//   shard       -> shard  (adopt_atom, chunk_handoff) -> ok_atom
+//                         they take their places; then the requests stashed for them
 // Failures reach the worker concerned as `error` frames; the shard keeps serving.
 //
 // Restart: a shard's jobs, chunks (parameters, optimizer state, versions, the step in
@@ -125,6 +137,7 @@
 // restart (replace_atom).
 
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <string>
 
@@ -138,7 +151,9 @@ namespace rw::actors {
 
 namespace detail {
 struct shard_book;
-}
+struct chunk_handoff;
+} // namespace detail
+using handoff_ptr = std::shared_ptr<detail::chunk_handoff>;
 
 /// The part of the coordinator's interface a shard reports to.
 using abort_sink = caf::typed_actor<caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
@@ -168,6 +183,10 @@ using chunk_shard_actor = caf::typed_actor<
   caf::replies_to<reshape_atom, job_setup>::with<ok_atom>,
   caf::reacts_to<thaw_atom, uint32_t>,
   caf::replies_to<takeover_atom, route_change>::with<ok_atom>,
+  caf::replies_to<plan_atom, double>::with<balance_plan>,
+  caf::replies_to<expect_atom, shard_move>::with<ok_atom>,
+  caf::replies_to<migrate_atom, shard_move, caf::actor>::with<ok_atom>,
+  caf::replies_to<adopt_atom, handoff_ptr>::with<ok_atom>,
   caf::replies_to<stats_atom>::with<shard_stats>,
   caf::replies_to<stats_atom, uint32_t>::with<job_counters>>;
 
@@ -193,3 +212,5 @@ chunk_shard_actor spawn_chunk_shard(caf::actor_system& sys, shard_settings setti
                                     std::shared_ptr<detail::shard_book> book);
 
 } // namespace rw::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::handoff_ptr)

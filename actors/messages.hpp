@@ -3,6 +3,7 @@
 // carries local references (pooled buffers, connections, routing tables) and never
 // crosses the network, so each is an allowed unsafe message type.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,6 +59,10 @@ using cut_atom = caf::atom_constant<caf::atom("cut")>;
 using pollers_atom = caf::atom_constant<caf::atom("pollers")>;
 using mirror_atom = caf::atom_constant<caf::atom("mirror")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using plan_atom = caf::atom_constant<caf::atom("plan")>;
+using expect_atom = caf::atom_constant<caf::atom("expect")>;
+using migrate_atom = caf::atom_constant<caf::atom("migrate")>;
+using balance_atom = caf::atom_constant<caf::atom("balance")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 
@@ -182,6 +187,26 @@ struct relay_update {
   std::shared_ptr<const std::vector<float>> keep; // what `data` points into, if owned
 };
 
+/// In-node balancing (actors/detail/shard_balance.hpp): the chunks of one job a busy
+/// shard offers to give another, heaviest first (empty: nothing it can give), with the
+/// load they gave it since its last plan and the load of all its chunks then.
+struct balance_plan {
+  uint32_t job_id = 0;
+  std::vector<std::array<uint32_t, 2>> chunks; // (tensor, chunk)
+  uint64_t load = 0;
+  uint64_t shard_load = 0;
+  std::string why_none; // when `chunks` is empty: why
+};
+
+/// A job's chunks moving between two shards of the node: the node's routes for the
+/// job once they have (routes->shard_of names the new shard of each moved chunk).
+struct shard_move {
+  uint32_t job_id = 0;
+  routing_ptr next;
+  uint32_t from = 0;
+  uint32_t to = 0;
+};
+
 /// Per-shard counters and placement, for logs and tests.
 struct shard_stats {
   uint64_t chunks = 0;
@@ -193,6 +218,9 @@ struct shard_stats {
   int cpu = -1;              // where the shard's thread ran when asked
   std::vector<int> affinity; // the CPUs it may run on
   int memory_numa = -1;      // NUMA domain of its newest job's chunk memory (-1: none)
+  uint64_t busy_ns = 0;      // CPU time its thread has used (all the work it did)
+  uint64_t moved_in = 0;     // chunks other shards of the node gave it (balancing)
+  uint64_t moved_out = 0;    // chunks it gave them
 };
 
 /// What a shard counted for one rank of one job (job status). Counts are chunk
@@ -242,6 +270,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::attach_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::proof_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_binding)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::shard_stats)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::balance_plan)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::shard_move)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::poller_stats)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_counters)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::route_change)

@@ -452,7 +452,9 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
         h.kind = transports::frame_kind::resend;
         h.job_id = b.job_id;
         h.rank = b.rank;
-        h.chunk_index = index;
+        // A worker knows a chunk's first shard only: once chunks moved between shards
+        // (in-node balancing), it re-sends everything unanswered (repeats are dropped).
+        h.chunk_index = b.routes && b.routes->is_remapped() ? UINT32_MAX : index;
         told += b.conn->send(h) ? 1 : 0;
       }
       spdlog::info("endpoint {}: shard {} was restarted; {} worker connection(s) asked to "

@@ -116,6 +116,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   coordinator_settings cs{name, cfg.max_chunk_bytes, cfg.max_workers, max_job_bytes,
                           plan_.shard_endpoints, cfg.shm, cfg.open_jobs};
   cs.rejoin_timeout = std::chrono::milliseconds(cfg.rejoin_timeout_ms);
+  cs.balance_interval = std::chrono::milliseconds(cfg.balance ? cfg.balance_ms : 0);
+  cs.balance_ratio = cfg.balance_ratio;
   coordinator_ = spawn_rack_coordinator(sys, cs, shards_);
   link_settings ls;
   ls.node.name = name;
@@ -206,10 +208,14 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   self->send(coordinator_, pollers_atom::value, std::move(poller_handles));
 
   spdlog::info("node up: name={} role={} rack={} shards={} endpoints=[{}] kernels={} "
-               "pinned={} priority={} step_timeout_ms={} rejoin_timeout_ms={} "
+               "pinned={} priority={} balance={} step_timeout_ms={} rejoin_timeout_ms={} "
                "io_timeout_ms={} max_chunk_bytes={} max_job_mib={}",
                name, cfg.role, ls.node.rack, shards_.size(), fmt::join(addresses_, ", "),
-               runtime::kernels().isa, cfg.pin, cfg.priority, cfg.step_timeout_ms,
+               runtime::kernels().isa, cfg.pin, cfg.priority,
+               cfg.balance ? fmt::format("every {} ms, ratio {}", cfg.balance_ms,
+                                         cfg.balance_ratio)
+                           : std::string{"off"},
+               cfg.step_timeout_ms,
                cfg.rejoin_timeout_ms, cfg.io_timeout_ms,
                cfg.max_chunk_bytes, max_job_bytes >> 20);
   spdlog::info("cluster: {} open_jobs={}",

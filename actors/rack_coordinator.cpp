@@ -397,6 +397,8 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
                      std::vector<chunk_shard_actor> shards) {
   self->state.settings = std::move(settings);
   self->state.shards = std::move(shards);
+  if (self->state.settings.balance_interval.count() > 0)
+    self->delayed_send(self, self->state.settings.balance_interval, balance_atom::value);
   return {
     [=](hello_atom, hello_request& req) { return on_hello(self, req); },
     [=](proof_atom, proof_request& p) { return on_proof(self, p); },
@@ -406,7 +408,11 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     [=](ckpt_atom, uint32_t job_id, uint64_t clock, chunk_snapshot& snap) {
       on_periodic(self, job_id, clock, snap);
     },
-    [=](checkpoint_atom, uint32_t job_id, uint64_t clock, const std::string& dir) {
+    [=](checkpoint_atom, uint32_t job_id, uint64_t clock,
+        const std::string& dir) -> caf::result<checkpoint_part> {
+      if (auto rp = after_balancing<checkpoint_part>(self, checkpoint_atom::value, job_id,
+                                                     clock, dir))
+        return *rp;
       return on_checkpoint(self, job_id, clock, dir);
     },
     [=](halt_atom, uint32_t job_id, const std::string& reason) {
@@ -429,19 +435,33 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     [=](inject_atom, uint32_t job_id, const std::string& kill, uint32_t index) {
       return on_inject(self, job_id, kill, index);
     },
-    [=](fence_atom, uint32_t job_id, const job_layout& next) {
+    [=](fence_atom, uint32_t job_id, const job_layout& next) -> caf::result<chunk_moves> {
+      if (auto rp = after_balancing<chunk_moves>(self, fence_atom::value, job_id, next))
+        return *rp;
       return on_fence(self, job_id, next);
     },
-    [=](reshape_atom, uint32_t job_id, const job_layout& next, const chunk_moves& moves) {
+    [=](reshape_atom, uint32_t job_id, const job_layout& next,
+        const chunk_moves& moves) -> caf::result<ok_atom> {
+      if (auto rp = after_balancing<ok_atom>(self, reshape_atom::value, job_id, next, moves))
+        return *rp;
       return on_reshape(self, job_id, next, moves);
     },
-    [=](reroute_atom, uint32_t job_id, const job_layout& next) {
+    [=](reroute_atom, uint32_t job_id, const job_layout& next) -> caf::result<ok_atom> {
+      if (auto rp = after_balancing<ok_atom>(self, reroute_atom::value, job_id, next))
+        return *rp;
       return on_reroute(self, job_id, next);
     },
-    [=](thaw_atom, uint32_t job_id) { return on_thaw(self, job_id); },
-    [=](takeover_atom, uint32_t job_id, const job_layout& next) {
+    [=](thaw_atom, uint32_t job_id) -> caf::result<ok_atom> {
+      if (auto rp = after_balancing<ok_atom>(self, thaw_atom::value, job_id))
+        return *rp;
+      return on_thaw(self, job_id);
+    },
+    [=](takeover_atom, uint32_t job_id, const job_layout& next) -> caf::result<ok_atom> {
+      if (auto rp = after_balancing<ok_atom>(self, takeover_atom::value, job_id, next))
+        return *rp;
       return on_takeover(self, job_id, next);
     },
+    [=](balance_atom) { on_balance(self); },
     [=](pollers_atom, std::vector<caf::actor>& pollers) {
       self->state.pollers = std::move(pollers);
     },

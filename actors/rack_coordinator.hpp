@@ -105,6 +105,13 @@
 //   node   -> coordinator  (pollers_atom, pollers)  every NIC poller of the node
 //   link   -> coordinator  (locate_atom, address)   where the cluster coordinator is
 //   poller -> coordinator  (locate_atom) -> address  (empty: not known yet)
+//   coordinator -> itself  (balance_atom)  every balance_interval: in-node balancing
+//                          (detail/rack_balance.cpp) compares the shards' busy time;
+//                          a shard persistently busier than the least busy one of its
+//                          NUMA domain gives it chunks (detail/shard_balance.hpp).
+//                          Fence, reshape, reroute, thaw, takeover and checkpoint
+//                          requests that come while chunks move are served once they
+//                          have
 
 #include <chrono>
 #include <string>
@@ -156,7 +163,8 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<reroute_atom, uint32_t, job_layout>::with<ok_atom>,
   caf::replies_to<thaw_atom, uint32_t>::with<ok_atom>,
   caf::replies_to<takeover_atom, uint32_t, job_layout>::with<ok_atom>,
-  caf::reacts_to<pollers_atom, std::vector<caf::actor>>>;
+  caf::reacts_to<pollers_atom, std::vector<caf::actor>>,
+  caf::reacts_to<balance_atom>>;
 
 struct coordinator_settings {
   std::string node_name;
@@ -173,6 +181,13 @@ struct coordinator_settings {
   std::chrono::milliseconds shard_setup_timeout{defaults::shard_setup_timeout_ms};
   /// A rank whose worker disconnected without bye may join again within this long.
   std::chrono::milliseconds rejoin_timeout{defaults::rejoin_timeout_ms};
+  /// In-node balancing (detail/rack_balance.cpp): how often the shards' busy times are
+  /// compared (0: never); how much busier (ratio) the busiest shard of a NUMA domain
+  /// must be than its least busy one, and in how many comparisons in a row, before
+  /// chunks move from it.
+  std::chrono::milliseconds balance_interval{0};
+  double balance_ratio = defaults::balance_ratio;
+  uint32_t balance_windows = defaults::balance_windows;
 };
 
 rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,

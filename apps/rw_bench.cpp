@@ -50,6 +50,10 @@ int run_driver(comm_args a, const std::string& command) {
     throw std::invalid_argument("--workers and --iters must be at least 1");
   auto model = rw::parse_consistency(a.consistency); // says what is wrong
   parse_straggler(a.straggler, a.workers);
+  bench_tensors(bytes / 4, a.layers); // says what is wrong
+  if (a.layers != 0 && a.transport == "shm")
+    throw std::invalid_argument("--layers runs over TCP: shared memory gives each tensor "
+                                "its own place, not one gradient end to end");
   if (a.verify && model.model != rw::consistency_spec::bsp)
     throw std::invalid_argument("--verify checks the exact BSP result: it needs --consistency bsp");
   a.stop_file = fmt::format("/tmp/rw-bench-{}-{}.stop", getpid(),
@@ -105,6 +109,10 @@ int run_driver(comm_args a, const std::string& command) {
     if (!a.straggler.empty()) {
       argv.push_back("--straggler");
       argv.push_back(a.straggler);
+    }
+    if (a.layers != 0) {
+      argv.push_back("--layers");
+      argv.push_back(std::to_string(a.layers));
     }
     if (!a.push_window_text.empty()) {
       argv.push_back("--push-window");
@@ -227,6 +235,13 @@ void add_common(CLI::App* cmd, comm_args& a) {
   cmd->add_option("--push-window", a.push_window_text,
                   "how far each worker's pushes may run ahead of its answered chunks "
                   "over TCP (e.g. 512KiB; 0: no window; default: the worker's, 512KiB)");
+  cmd->add_option("--layers", a.layers,
+                  "cut the gradient into N layers, each a weight and a 256-element bias "
+                  "(layerI.w, layerI.b), exchanged together each iteration; with "
+                  "--chunk-bytes near --bytes/N each weight is one chunk and, round-robin, "
+                  "lands on the same shard: a skewed job (bench/balance.sh). 0: one tensor "
+                  "(TCP only)")
+    ->capture_default_str();
   cmd->add_option("--job", a.job, "job name (default: a fresh one per run)");
   cmd->add_flag("--verify", a.verify, "check every element of every result exactly");
   cmd->add_flag("--barrier", a.barrier,

@@ -1,9 +1,11 @@
 #include "runtime/chunking.hpp"
 
-#include "runtime/layerwise.hpp"
-
 #include <algorithm>
 #include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "runtime/layerwise.hpp"
 
 namespace rw::runtime {
 
@@ -78,6 +80,31 @@ std::vector<uint64_t> routing_table::chunks_per_shard() const {
       if (is_local(t, c))
         ++load[shard_of(t, c)];
   return load;
+}
+
+std::shared_ptr<const routing_table>
+routing_table::remapped(const std::vector<std::array<uint32_t, 3>>& moves) const {
+  auto next = std::make_shared<routing_table>(*this);
+  if (next->moved_shard_.empty()) {
+    next->moved_shard_.assign(total_chunks_, not_here);
+    for (uint32_t t = 0; t < num_tensors(); ++t)
+      for (uint32_t c = 0; c < layouts_[t].count(); ++c)
+        next->moved_shard_[first_[t] + c] = first_shard_of(t, c);
+  }
+  for (auto& [t, c, shard] : moves) {
+    if (t >= num_tensors() || c >= layouts_[t].count() || !is_local(t, c))
+      throw std::invalid_argument(fmt::format("chunk {}/{} is not served here", t, c));
+    if (shard >= num_shards_)
+      throw std::invalid_argument(fmt::format("shard {} does not exist (the node has {})",
+                                              shard, num_shards_));
+    next->moved_shard_[first_[t] + c] = shard;
+  }
+  next->moved_index_.assign(total_chunks_, no_seq);
+  std::vector<uint64_t> count(num_shards_, 0);
+  for (uint64_t g = 0; g < total_chunks_; ++g)
+    if (next->moved_shard_[g] != not_here)
+      next->moved_index_[g] = count[next->moved_shard_[g]]++;
+  return next;
 }
 
 std::vector<uint64_t> routing_table::chunks_per_endpoint() const {

@@ -18,12 +18,17 @@
 // tells which): chunk number g of the job (in (tensor, index) order) goes to shard
 // g mod shards, so a chunk that stays on a node when the ring changes stays on its
 // shard, and each shard's chunks take its endpoints in turn, in (tensor, index) order;
-// shard_of() of any other chunk is not_here. A worker's job_routes holds one such
+// shard_of() of any other chunk is not_here. A node may move chunks between shards of
+// one NUMA domain while a job runs (remapped(): actors/detail/shard_balance.hpp); only
+// the node's copy of its table changes: a chunk keeps the endpoint it travelled on
+// (endpoint_of is that of its first shard), so a worker's table never needs to know.
+// A worker's job_routes holds one such
 // table per node of the job and says which connection each chunk takes to its home
 // (and, for an init, to its replica). A home's table names the replica of each chunk
 // it homes (mirror_of): the home sends it each step's sum.
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -106,7 +111,26 @@ public:
   uint32_t shard_of(uint32_t tensor, uint32_t chunk) const noexcept {
     if (index_of(tensor, chunk) == no_seq)
       return not_here;
+    if (!moved_shard_.empty())
+      return moved_shard_[first_[tensor] + chunk];
     return static_cast<uint32_t>((first_[tensor] + chunk) % num_shards_);
+  }
+  /// The shard (tensor, chunk) was first given, before any move (not_here if it is not
+  /// served here).
+  uint32_t first_shard_of(uint32_t tensor, uint32_t chunk) const noexcept {
+    if (index_of(tensor, chunk) == no_seq)
+      return not_here;
+    return static_cast<uint32_t>((first_[tensor] + chunk) % num_shards_);
+  }
+  /// This table with chunks moved to other shards: each (tensor, chunk, shard) of
+  /// `moves` (chunks served here; shards in range, else std::invalid_argument). Every
+  /// other chunk stays where it is; each shard's chunks are numbered again in
+  /// (tensor, index) order (local_index).
+  std::shared_ptr<const routing_table>
+  remapped(const std::vector<std::array<uint32_t, 3>>& moves) const;
+  /// Whether a chunk has ever moved from the shard it was first given.
+  bool is_remapped() const noexcept {
+    return !moved_shard_.empty();
   }
   /// Endpoint (index into the node's endpoint list) that (tensor, chunk) travels on.
   /// Precondition: is_local(tensor, chunk).
@@ -125,7 +149,12 @@ public:
   /// Position of (tensor, chunk) among the chunks its shard serves.
   /// Precondition: is_local(tensor, chunk).
   uint64_t local_index(uint32_t tensor, uint32_t chunk) const noexcept {
-    return index_of(tensor, chunk);
+    return moved_index_.empty() ? index_of(tensor, chunk)
+                                : moved_index_[first_[tensor] + chunk];
+  }
+  /// Job-wide chunk number of (tensor, chunk): its position in (tensor, index) order.
+  uint64_t global_index(uint32_t tensor, uint32_t chunk) const noexcept {
+    return first_[tensor] + chunk;
   }
   /// Chunks each shard owns (for the load log line and tests).
   std::vector<uint64_t> chunks_per_shard() const;
@@ -148,6 +177,10 @@ private:
   std::vector<uint64_t> index_;  // by job-wide chunk number; empty: every chunk local
   std::vector<uint8_t> owned_;   // by job-wide chunk number (with a ring)
   std::vector<uint32_t> mirror_; // by job-wide chunk number: replica of a chunk homed here
+  // After a move between shards (empty before): by job-wide chunk number, the shard
+  // serving it and its position among that shard's chunks.
+  std::vector<uint32_t> moved_shard_;
+  std::vector<uint64_t> moved_index_;
 };
 
 /// Index (in the ring's node order) of the home of chunk `chunk` of tensor `tensor`.

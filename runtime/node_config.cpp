@@ -135,6 +135,20 @@ std::vector<option_def> option_table(node_config& c) {
         c.shard_cores),
     def("shards.numa", "--shard-numa", "NUMA domains shards may use (default: all)",
         c.shard_numa),
+    def("shards.balance", "--balance",
+        "in-node balancing: every --balance-ms the node compares its shards' CPU time; "
+        "when one is busier than the least busy shard of its NUMA domain by more than "
+        "--balance-ratio (and 5 points of a core) three times in a row, chunks of a job "
+        "move between them, at once and with all their state (flat jobs without "
+        "replicas or a layer-wise optimizer; logged as 'balance:'). --no-balance: "
+        "chunks stay where the job's routes first put them",
+        c.balance),
+    def("shards.balance_ms", "--balance-ms",
+        "how often (ms) the shards' busy time is compared for --balance", c.balance_ms),
+    def("shards.balance_ratio", "--balance-ratio",
+        "how many times busier than the least busy shard a shard must be for --balance "
+        "to move chunks from it (more than 1)",
+        c.balance_ratio),
     def("buffers.prealloc", "--prealloc-buffers",
         "receive buffers each poller allocates at start (NUMA-local, reused)",
         c.prealloc_buffers),
@@ -276,6 +290,11 @@ void check_node_config(const node_config& cfg) {
       "unknown kernels '{}' (auto, scalar, avx2, avx512)", cfg.kernels));
   if (cfg.step_timeout_ms == 0 || cfg.io_timeout_ms == 0 || cfg.rejoin_timeout_ms == 0)
     throw std::runtime_error("timeouts must be at least 1 ms");
+  if (cfg.balance && (cfg.balance_ms < 100 || !(cfg.balance_ratio > 1.0)))
+    throw std::runtime_error(fmt::format(
+      "--balance-ms ({}) must be at least 100 and --balance-ratio ({}) above 1 (or turn "
+      "balancing off with --no-balance)",
+      cfg.balance_ms, cfg.balance_ratio));
 }
 
 } // namespace rw::runtime

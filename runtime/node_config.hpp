@@ -30,6 +30,9 @@ struct node_config {
   uint32_t shards = 0;                   // serving cores; 0 = one per allowed core
   std::vector<uint32_t> shard_cores;     // OS CPU numbers shards may use; empty = all
   std::vector<uint32_t> shard_numa;      // NUMA domains shards may use; empty = all
+  bool balance = true;                   // move chunks from a busy shard to an idle one
+  uint32_t balance_ms = defaults::balance_ms;     // how often shards' busy time is compared
+  double balance_ratio = defaults::balance_ratio; // how much busier is too busy
   uint32_t prealloc_buffers = 512;       // receive buffers each poller allocates at start
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_control_bytes = defaults::max_control_bytes;

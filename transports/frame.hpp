@@ -34,6 +34,7 @@ enum class frame_kind : uint16_t {
   probe = 16,     // node -> node: rate probe bytes, discarded (flag_want_result: answer
                   // with an ack whose clock is the probe bytes taken on the connection)
   resend = 17,    // node -> worker: shard chunk_index restarted: re-send what is unanswered
+                  // for the chunks it serves (UINT32_MAX: for every chunk on this link)
   reroute = 18,   // node -> worker: the job's nodes changed (payload: Reroute); route by
                   // the new ring, re-send what is unanswered for chunks homed on the sender
 };

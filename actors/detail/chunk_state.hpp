@@ -31,6 +31,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rackweave/job_spec.hpp"
@@ -87,6 +88,19 @@ public:
   }
   const float* params() const noexcept {
     return params_;
+  }
+
+  /// Work this chunk gave its shard since the last take_load() (the shard adds it per
+  /// push it counts): what balancing weighs chunks by (detail/shard_balance). It moves
+  /// with the chunk.
+  void add_load(uint64_t units) noexcept {
+    load_ += units;
+  }
+  uint64_t take_load() noexcept {
+    return std::exchange(load_, 0);
+  }
+  uint64_t load() const noexcept {
+    return load_;
   }
 
   /// Checkpoints (BSP, between steps): the chunk's parameters, optimizer arrays and
@@ -319,6 +333,7 @@ private:
   consistency_spec consistency_;
   std::vector<uint64_t> pushes_; // SSP, async: pushes applied, by rank
   uint64_t min_pushes_ = 0;
+  uint64_t load_ = 0;
 };
 
 } // namespace rw::actors::detail

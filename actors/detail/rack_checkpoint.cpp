@@ -179,10 +179,9 @@ void on_periodic(rack_ptr self, uint32_t job_id, uint64_t clock, chunk_snapshot&
   for (auto& r : *snap.chunks)
     part.file->chunks.push_back(std::move(r));
   ++part.shards;
-  size_t holding = 0;
-  for (auto count : job.routes->chunks_per_shard())
-    holding += count > 0 ? 1 : 0;
-  if (part.shards < holding)
+  // Complete with a copy of every chunk homed here, however many parts brought them (a
+  // shard sends its copies in two parts when chunks moved between shards meanwhile).
+  if (part.file->chunks.size() < job.routes->local_chunks())
     return;
   auto file = std::move(part.file);
   job.periodic.erase(clock);

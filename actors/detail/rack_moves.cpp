@@ -55,27 +55,6 @@ std::shared_ptr<const runtime::routing_table> routes_here(const rack_state& st,
                                                   next.replicas);
 }
 
-// Tells every poller; then() once all have taken it (a poller that does not answer
-// within the shard setup timeout is logged and not waited for).
-void tell_pollers(rack_ptr self, route_change rc, std::function<void()> then = [] {}) {
-  auto& pollers = self->state.pollers;
-  auto pending = std::make_shared<size_t>(pollers.size() + 1);
-  auto one = [pending, then] {
-    if (--*pending == 0)
-      then();
-  };
-  for (auto& p : pollers)
-    self->request(caf::actor_cast<nic_poller_actor>(p), self->state.settings.shard_setup_timeout,
-                  reroute_atom::value, rc)
-      .then([one](ok_atom) { one(); },
-            [one, job = rc.job_id](caf::error& err) {
-              spdlog::warn("job {}: a poller did not take the job's new routes: {}", job,
-                           to_string(err));
-              one();
-            });
-  one();
-}
-
 caf::error not_on_ring(const rack_state& st, const job_layout& next) {
   return cluster_error(errc::invalid_spec,
                        fmt::format("node {} is not among the job's new nodes [{}]",
@@ -175,6 +154,25 @@ std::vector<std::byte> reroute_payload(const job_layout& l) {
 }
 
 } // namespace
+
+void tell_pollers(rack_ptr self, route_change rc, std::function<void()> then) {
+  auto& pollers = self->state.pollers;
+  auto pending = std::make_shared<size_t>(pollers.size() + 1);
+  auto one = [pending, then] {
+    if (--*pending == 0)
+      then();
+  };
+  for (auto& p : pollers)
+    self->request(caf::actor_cast<nic_poller_actor>(p), self->state.settings.shard_setup_timeout,
+                  reroute_atom::value, rc)
+      .then([one](ok_atom) { one(); },
+            [one, job = rc.job_id](caf::error& err) {
+              spdlog::warn("job {}: a poller did not take the job's new routes: {}", job,
+                           to_string(err));
+              one();
+            });
+  one();
+}
 
 caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layout& next) {
   auto& st = self->state;

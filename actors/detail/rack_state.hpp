@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "actors/rack_coordinator.hpp"
@@ -121,6 +122,19 @@ struct rack_state {
   std::map<uint32_t, std::vector<std::function<void()>>> on_shard_replaced;
   /// Every NIC poller of the node (told of a job's new routes when it moves).
   std::vector<caf::actor> pollers;
+  /// In-node balancing (detail/rack_balance.cpp).
+  struct balancer {
+    std::vector<uint64_t> busy_ns; // each shard's CPU time at the last sample
+    std::chrono::steady_clock::time_point sampled{};
+    uint32_t busiest = UINT32_MAX; // the shard too busy in the last samples
+    uint32_t streak = 0;           // in how many samples in a row
+    bool moving = false;
+    std::vector<std::function<void()>> deferred; // requests held while chunks move
+    std::string last_refusal;     // the last reason a busy shard gave nothing (logged once)
+    bool report = false;          // log the shards' busy time at the next sample (a move ran)
+    uint64_t moves = 0;
+    uint64_t chunks_moved = 0;
+  } balance;
   static inline const char* name = "rw.rack_coordinator";
 };
 
@@ -220,6 +234,33 @@ caf::result<ok_atom> on_thaw(rack_ptr self, uint32_t job_id);
 /// A node of the job (replicas = 1) died: the shards go on by the ring of `next`, each
 /// chunk's state kept where it is (a replica of the dead node's becomes the home).
 caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layout& next);
+
+/// Tells every poller of the node a job's routes (route_change); then() once all have
+/// taken them (a poller that does not answer in time is logged and not waited for).
+void tell_pollers(rack_ptr self, route_change rc, std::function<void()> then = [] {});
+
+// --- rack_balance.cpp ------------------------------------------------------------
+/// One balancing sample (balance_atom): each shard's busy time since the last; the
+/// next sample is scheduled (nothing when settings.balance_interval is 0).
+void on_balance(rack_ptr self);
+
+/// A request that must not run while chunks move between the node's shards (fence,
+/// reshape, reroute, thaw, takeover, checkpoint): while a move runs, the promise of its
+/// answer, the request being asked again of this actor once the move ends; nothing
+/// otherwise (serve it now).
+template <class R, class... Ts>
+std::optional<caf::typed_response_promise<R>> after_balancing(rack_ptr self, Ts... xs) {
+  auto& b = self->state.balance;
+  if (!b.moving)
+    return std::nullopt;
+  auto rp = self->make_response_promise<R>();
+  b.deferred.push_back([self, rp, xs...]() mutable {
+    self->request(caf::actor_cast<rack_coordinator_actor>(self), caf::infinite, xs...)
+      .then([rp](R& r) mutable { rp.deliver(std::move(r)); },
+            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  });
+  return rp;
+}
 
 // --- rack_jobs.cpp ---------------------------------------------------------------
 /// A job that moved away from this node ends here without news to the cluster (it lives

@@ -52,9 +52,32 @@ chunk_snapshot checkpoint_reached(shard_job& job, uint32_t tensor, uint32_t chun
   if (!periodic.chunks)
     periodic.chunks = std::make_shared<std::vector<runtime::checkpoint::chunk_record>>();
   periodic.chunks->push_back(cs.snapshot(tensor, chunk));
-  if (periodic.chunks->size() == job.owned_chunks) {
+  if (job.routes->is_remapped() ? every_chunk_reached(job, v)
+                                 : periodic.chunks->size() == job.owned_chunks) {
     done = std::move(periodic);
     job.periodic.erase(v);
+  }
+  return done;
+}
+
+bool every_chunk_reached(const shard_job& job, uint64_t clock) {
+  if (!job.incoming.empty())
+    return false; // chunks on their way here may not have
+  for (auto& cs : job.chunks)
+    if (cs.version() < clock)
+      return false;
+  return true;
+}
+
+std::vector<std::pair<uint64_t, chunk_snapshot>> take_complete_periodic(shard_job& job) {
+  std::vector<std::pair<uint64_t, chunk_snapshot>> done;
+  for (auto it = job.periodic.begin(); it != job.periodic.end();) {
+    if (every_chunk_reached(job, it->first)) {
+      done.emplace_back(it->first, std::move(it->second));
+      it = job.periodic.erase(it);
+    } else {
+      ++it;
+    }
   }
   return done;
 }

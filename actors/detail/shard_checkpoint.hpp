@@ -8,6 +8,8 @@
 // steps pay one test of an empty vector.
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "actors/detail/shard_job.hpp"
 
@@ -34,9 +36,19 @@ inline bool checkpoint_clock(const shard_job& job, uint64_t version) {
 
 /// The chunk's step to cs.version() just completed: copies it into every pending
 /// checkpoint at that clock and answers those now complete. Returns a periodic
-/// checkpoint's copies once every chunk of the shard is in (null chunks otherwise).
+/// checkpoint's copies once every chunk of the shard is in (null chunks otherwise); for
+/// a job whose chunks moved between shards, once every chunk here is past the clock.
 chunk_snapshot checkpoint_reached(shard_job& job, uint32_t tensor, uint32_t chunk,
                                   const chunk_state& cs);
+
+/// Whether every chunk the shard holds of `job` is at `clock` or past it (a job whose
+/// chunks moved between shards sends a periodic checkpoint's copies then: each chunk
+/// was copied on the shard where it reached the clock).
+bool every_chunk_reached(const shard_job& job, uint64_t clock);
+
+/// Chunks left the shard: the periodic checkpoints every remaining chunk has reached,
+/// taken out of the job, to send.
+std::vector<std::pair<uint64_t, chunk_snapshot>> take_complete_periodic(shard_job& job);
 
 /// Fails every pending checkpoint of the job (it ended) with `why`.
 void fail_checkpoints(shard_job& job, const std::string& why);

@@ -11,8 +11,8 @@
 namespace rw::actors::detail {
 
 int shard_job::memory_numa() const {
-  if (memory.size() > 0)
-    return runtime::numa_node_of(memory.data());
+  if (memory && memory->size() > 0)
+    return runtime::numa_node_of(memory->data());
   return chunks.empty() ? -1 : runtime::numa_node_of(chunks.front().params());
 }
 
@@ -82,10 +82,10 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
       if (job.routes->shard_of(t, c) == index)
         bytes += arrays * stride(layout.length(c));
   }
-  job.memory = runtime::numa_region(bytes, numa);
+  job.memory = std::make_shared<runtime::numa_region>(bytes, numa);
   auto per_shard = job.routes->chunks_per_shard();
   job.chunks.reserve(per_shard[index]);
-  auto* next = job.memory.data();
+  auto* next = job.memory->data();
   auto take = [&](uint32_t len) {
     auto* p = reinterpret_cast<float*>(next);
     next += stride(len);

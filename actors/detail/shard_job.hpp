@@ -32,7 +32,11 @@ struct shard_job {
   int memory_numa() const;
 
   job_spec spec;
-  runtime::numa_region memory;             // chunk state: params (unless shared), m, v
+  // Chunk state: params (unless shared), m, v. Shared: a chunk that moves to another
+  // shard of the node (balancing) keeps its memory, and that shard keeps the arena.
+  std::shared_ptr<runtime::numa_region> memory = std::make_shared<runtime::numa_region>();
+  // Arenas of the shards chunks moved here from, kept while this job's chunks live.
+  std::vector<std::shared_ptr<runtime::numa_region>> borrowed;
   std::shared_ptr<const transports::shm::mapping> shared; // the job's shared params
   routing_ptr routes;
   float rescale = 1.0f;
@@ -63,6 +67,21 @@ struct shard_job {
   bool frozen = false;
   uint64_t ring_version = 0; // pushes and inits routed by an older ring are dropped
   std::optional<caf::typed_response_promise<chunk_snapshot>> settle_rp;
+  // In-node balancing (detail/shard_balance.hpp): chunks the routes already put here
+  // whose state is still on its way from the shard they leave (by local index; empty:
+  // none), and the requests for them that came meanwhile, served in order once it is.
+  std::vector<bool> incoming;
+  struct stashed {
+    enum kind_t : uint8_t { a_push, an_init, a_pull } kind;
+    chunk_push push; // a_push, an_init
+    chunk_pull pull; // a_pull
+  };
+  std::vector<stashed> stash;
+
+  /// Whether (tensor, chunk), served here, still waits for its state from another shard.
+  bool awaits(uint32_t tensor, uint32_t chunk) const {
+    return !incoming.empty() && incoming[routes->local_index(tensor, chunk)];
+  }
 };
 
 /// Everything a shard holds, kept outside the shard actor (its NUMA supervisor holds it
@@ -86,6 +105,17 @@ struct shard_book {
   std::optional<uint32_t> changing;
   uint32_t incarnation = 0; // shards that have held this book before the current one
 };
+
+/// Calls fn(tensor, chunk, state) for each chunk of `job` that shard `index` serves
+/// (by job.routes), in (tensor, index) order, until fn returns false.
+template <class Fn>
+void for_each_chunk(shard_job& job, uint32_t index, Fn fn) {
+  auto& routes = *job.routes;
+  for (uint32_t t = 0; t < routes.num_tensors(); ++t)
+    for (uint32_t c = 0; c < routes.layout(t).count(); ++c)
+      if (routes.shard_of(t, c) == index && !fn(t, c, job.chunks[routes.local_index(t, c)]))
+        return;
+}
 
 /// Lays out a new job's chunks of shard setup.shard_index: m, v and d where the
 /// optimizer needs them, each chunk's arrays on a cache line, all allocated on `numa`

@@ -4,21 +4,6 @@
 
 namespace rw::actors::detail {
 
-namespace {
-
-// Calls fn(tensor, chunk, state) for each chunk of `job` on shard `index`, until fn
-// returns false.
-template <class Fn>
-void each_chunk(shard_job& job, uint32_t index, Fn fn) {
-  auto& routes = *job.routes;
-  for (uint32_t t = 0; t < routes.num_tensors(); ++t)
-    for (uint32_t c = 0; c < routes.layout(t).count(); ++c)
-      if (routes.shard_of(t, c) == index && !fn(t, c, job.chunks[routes.local_index(t, c)]))
-        return;
-}
-
-} // namespace
-
 std::string cannot_settle(const shard_job& job) {
   if (job.spec.consistency.model != consistency_spec::bsp || job.relay)
     return fmt::format("job '{}' cannot move: only a flat BSP job's chunks settle at a "
@@ -30,10 +15,10 @@ std::string cannot_settle(const shard_job& job) {
 }
 
 void check_settled(shard_job& job, uint32_t index) {
-  if (!job.settling)
+  if (!job.settling || !job.incoming.empty()) // chunks arriving from another shard: wait
     return;
   bool all = true;
-  each_chunk(job, index, [&](uint32_t t, uint32_t c, chunk_state& cs) {
+  for_each_chunk(job, index, [&](uint32_t t, uint32_t c, chunk_state& cs) {
     all = !job.routes->is_owned(t, c) || cs.settled(); // replicas are rebuilt from homes
     return all;
   });
@@ -41,7 +26,7 @@ void check_settled(shard_job& job, uint32_t index) {
     return;
   chunk_snapshot snap;
   snap.chunks = std::make_shared<std::vector<runtime::checkpoint::chunk_record>>();
-  each_chunk(job, index, [&](uint32_t t, uint32_t c, chunk_state& cs) {
+  for_each_chunk(job, index, [&](uint32_t t, uint32_t c, chunk_state& cs) {
     if (job.routes->is_owned(t, c))
       snap.chunks->push_back(cs.snapshot(t, c));
     return true;

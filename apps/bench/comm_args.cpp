@@ -59,4 +59,22 @@ job_spec bench_spec(const comm_args& a) {
   return spec;
 }
 
+std::vector<tensor_spec> bench_tensors(uint64_t elems, uint32_t layers) {
+  if (layers == 0)
+    return {{"gradient", elems, false}};
+  if (elems < uint64_t{layers} * (bias_elems + 1))
+    throw std::invalid_argument(fmt::format("--layers {}: the gradient ({} elements) is too "
+                                            "small for {} weights and {}-element biases",
+                                            layers, elems, layers, bias_elems));
+  std::vector<tensor_spec> out;
+  uint64_t weight = elems / layers - bias_elems;
+  for (uint32_t i = 0; i < layers; ++i) {
+    uint64_t w = i + 1 < layers ? weight : elems - uint64_t{layers - 1} * (weight + bias_elems)
+                                                - bias_elems;
+    out.push_back({fmt::format("layer{}.w", i), w, false});
+    out.push_back({fmt::format("layer{}.b", i), bias_elems, false});
+  }
+  return out;
+}
+
 } // namespace rw::bench

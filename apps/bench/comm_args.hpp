@@ -20,6 +20,7 @@ struct comm_args {
   uint32_t warmup = 1;
   std::string chunk_text = "32KiB";
   std::string push_window_text; // "" : the worker's default (defaults::push_window_bytes)
+  uint32_t layers = 0;    // 0: one tensor; N: N layers, a weight and a small bias each
   std::string job;
   bool verify = false;
   bool barrier = false;   // every worker ready before each iteration (untimed)
@@ -55,5 +56,14 @@ straggler_spec parse_straggler(const std::string& text, uint32_t workers);
 
 /// The benchmark's job, as the coordinator creates it (no tensors: workers declare them).
 job_spec bench_spec(const comm_args& a);
+
+/// Elements of each layer's bias with --layers.
+constexpr uint64_t bias_elems = 256;
+
+/// The tensors the gradient of `elems` elements is cut into, in order, end to end:
+/// "gradient" whole (layers 0), or per layer "layerI.w" then "layerI.b" (bias_elems;
+/// the weights share the rest, the last one taking the remainder). Throws
+/// std::invalid_argument when a weight would be empty.
+std::vector<tensor_spec> bench_tensors(uint64_t elems, uint32_t layers);
 
 } // namespace rw::bench

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <thread>
 
@@ -112,7 +113,8 @@ int run_worker(const comm_args& a) {
   o.connect = a.connect;
   o.rank = a.rank;
   o.job = bench_spec(a);
-  o.job.tensors = {{"gradient", elems, false}};
+  o.job.tensors = bench_tensors(elems, a.layers);
+  const auto layers = o.job.tensors; // end to end in the gradient
   if (a.barrier) // its chunk comes back once every worker has pushed it
     o.job.tensors.push_back({"barrier", 1, false});
   o.transport = a.transport;
@@ -134,10 +136,11 @@ int run_worker(const comm_args& a) {
     const auto& own = bases[a.verify ? a.rank : 0];
     // Over shared memory the gradient is computed in, and the result read from, the
     // worker's segment: zero copies, as a training loop using shm would do.
-    std::vector<float> grad_buf(w.shared_gradient("gradient") ? 0 : elems);
-    std::vector<float> out_buf(w.shared_result("gradient") ? 0 : elems);
-    float* grad = w.shared_gradient("gradient") ? w.shared_gradient("gradient") : grad_buf.data();
-    const float* out = w.shared_result("gradient") ? w.shared_result("gradient") : out_buf.data();
+    const auto& first = layers.front().name; // "gradient" unless --layers (TCP only)
+    std::vector<float> grad_buf(w.shared_gradient(first) ? 0 : elems);
+    std::vector<float> out_buf(w.shared_result(first) ? 0 : elems);
+    float* grad = w.shared_gradient(first) ? w.shared_gradient(first) : grad_buf.data();
+    const float* out = w.shared_result(first) ? w.shared_result(first) : out_buf.data();
     float* out_arg = out_buf.empty() ? nullptr : out_buf.data(); // null: read in place
     std::vector<float> expect(a.verify ? elems : 0), tmp;
     auto groups = rank_groups(a.rank_racks, a.workers);
@@ -157,7 +160,18 @@ int run_worker(const comm_args& a) {
           w.push_pull("barrier", &ready, &all_ready).get();
           t0 = clock_type::now();
         }
-        w.push_pull("gradient", grad, out_arg).get();
+        if (a.layers == 0) {
+          w.push_pull("gradient", grad, out_arg).get();
+        } else { // every layer at once, as a framework hands over its buckets
+          std::vector<std::future<void>> all;
+          uint64_t at = 0;
+          for (auto& t : layers) {
+            all.push_back(w.push_pull(t.name, grad + at, out_arg + at));
+            at += t.elements;
+          }
+          for (auto& f : all)
+            f.get();
+        }
       } catch (const rw::error&) {
         if (!pacer && stop_seen())
           break; // the pacing worker left while this one waited for it: the run is over
@@ -165,7 +179,7 @@ int run_worker(const comm_args& a) {
       }
       auto t1 = clock_type::now();
       ++done;
-      max_staleness = std::max(max_staleness, w.last_staleness("gradient"));
+      max_staleness = std::max(max_staleness, w.last_staleness(layers.front().name));
       if (it >= a.warmup)
         times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       if (!a.verify)

@@ -51,3 +51,36 @@ TEST_CASE("the routing table spreads chunks evenly and indexes them densely",
     }
   }
 }
+
+TEST_CASE("chunks moved between shards keep their endpoint", "[chunking][balance]") {
+  rw::job_spec spec;
+  spec.chunk_bytes = 16; // 4 floats
+  spec.tensors = {{"w0", 4}, {"b0", 1}, {"w1", 4}, {"b1", 1}};
+  routing_table t{spec, 2, {{0, 1}, {0, 1}}};
+  // Round-robin: every weight on shard 0, every bias on shard 1.
+  REQUIRE(t.shard_of(0, 0) == 0);
+  REQUIRE(t.shard_of(2, 0) == 0);
+  REQUIRE(t.shard_of(1, 0) == 1);
+  CHECK_FALSE(t.is_remapped());
+  auto m = t.remapped({{2, 0, 1}});
+  CHECK(m->is_remapped());
+  CHECK(m->shard_of(2, 0) == 1);
+  CHECK(m->first_shard_of(2, 0) == 0);
+  CHECK(m->shard_of(0, 0) == 0);
+  CHECK(m->chunks_per_shard() == std::vector<uint64_t>{1, 3});
+  // Shard 1's chunks numbered again in (tensor, index) order: b0, w1, b1.
+  CHECK(m->local_index(1, 0) == 0);
+  CHECK(m->local_index(2, 0) == 1);
+  CHECK(m->local_index(3, 0) == 2);
+  CHECK(m->local_index(0, 0) == 0);
+  for (uint32_t x = 0; x < 4; ++x)
+    CHECK(m->endpoint_of(x, 0) == t.endpoint_of(x, 0)); // workers notice nothing
+  // Moved back: the first table's numbering again.
+  auto back = m->remapped({{2, 0, 0}});
+  for (uint32_t x = 0; x < 4; ++x) {
+    CHECK(back->shard_of(x, 0) == t.shard_of(x, 0));
+    CHECK(back->local_index(x, 0) == t.local_index(x, 0));
+  }
+  CHECK_THROWS_AS(t.remapped({{0, 0, 2}}), std::invalid_argument); // no shard 2
+  CHECK_THROWS_AS(t.remapped({{4, 0, 1}}), std::invalid_argument); // no tensor 4
+}

@@ -42,6 +42,12 @@ constexpr uint32_t timeout_scan_ms = 250;
 /// zeroing its memory) before it fails the job: well below a poller's wait for the
 /// admission, so the worker hears why and the job's name is free again.
 constexpr uint32_t shard_setup_timeout_ms = 20'000;
+/// In-node balancing (rw-node --balance): how often the node compares its shards' busy
+/// time, how much busier the busiest must be than the least busy shard of its NUMA
+/// domain, and for how many comparisons in a row, before chunks move between them.
+constexpr uint32_t balance_ms = 1'000;
+constexpr double balance_ratio = 1.25;
+constexpr uint32_t balance_windows = 3;
 /// How long a NIC poller blocks in epoll when its mailbox is empty.
 constexpr int poll_block_ms = 2;
 /// Protocol magic ("RWF1") and version carried by every frame header.
