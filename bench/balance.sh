@@ -6,8 +6,8 @@
 # `rw-node --shards 2` on 127.0.0.1, every result verified bitwise (--verify):
 #   skewed        the skewed job, --no-balance (chunks stay where routes put them)
 #   balanced      the skewed job, --balance-ms B (chunks move to the idle shard)
-#   even          one tensor of the same size (--layers 0), --no-balance: what the
-#                 job costs when round-robin spreads it evenly
+#   even          the same layers in chunks of half a weight, --no-balance: each weight
+#                 two chunks, so round-robin spreads the weights evenly (the floor)
 # Prints each run's median step time and what the balanced node logged (its moves, and
 # its shards' busy time after them), and writes bench/RESULTS.md (the balance section).
 #
@@ -51,6 +51,7 @@ check_run_counts "$iters" "$warmup" "$run_timeout"
 total=$(to_bytes "$bytes")
 [[ -n $chunk ]] || chunk=$(((total / layers + 3) / 4 * 4))
 check_sizes "$chunk"
+half=$(($(to_bytes "$chunk") / 8 * 4))
 
 open_report "$json"
 started=$(date +%s)
@@ -66,10 +67,10 @@ cleanup() {
 set_exit_traps cleanup
 snapshot_rackweave "$tmp/bin" comm
 
-# run KIND LAYERS [rw-node options]: a node of two shards, one rw-bench run, the node
+# run KIND CHUNK [rw-node options]: a node of two shards, one rw-bench run, the node
 # stopped; appends the run's record to results.jsonl.
 run() {
-  local kind=$1 l=$2 st=0 line rec; shift 2
+  local kind=$1 c=$2 st=0 line rec; shift 2
   rm -f "$tmp/port"
   timeout -k 5 $((run_timeout + 30)) "$tmp/bin/rw-node" --role rack-agg --open-jobs \
     --listen 127.0.0.1:0 --port-file "$tmp/port" --shards 2 "$@" \
@@ -78,7 +79,7 @@ run() {
   wait_for_port "$tmp/port" "$node_pid" ||
     { note "rw-node $* did not start:"; cat "$tmp/node.log" >&2; exit 1; }
   timeout -k 5 "$run_timeout" "$tmp/bin/rw-bench" comm --connect "$(<"$tmp/port")" \
-    --open-job --workers "$workers" --bytes "$bytes" --layers "$l" --chunk-bytes "$chunk" \
+    --open-job --workers "$workers" --bytes "$bytes" --layers "$layers" --chunk-bytes "$c" \
     --iters "$iters" --warmup "$warmup" --verify --json \
     >"$tmp/run.out" 2>"$tmp/run.err" </dev/null &
   run_pid=$!
@@ -124,9 +125,9 @@ failures=0
 : >"$tmp/results.jsonl"
 say "balance: W=$workers x $bytes, $layers layers, chunks of $chunk, 2 shards, $repeat repeat(s)"
 for ((i = 0; i < repeat; i++)); do
-  run skewed "$layers" --no-balance
-  run balanced "$layers" --balance-ms "$balance_ms"
-  run even 0 --no-balance
+  run skewed "$chunk" --no-balance
+  run balanced "$chunk" --balance-ms "$balance_ms"
+  run even "$half" --no-balance
 done
 elapsed=$(($(date +%s) - started))
 
@@ -147,12 +148,12 @@ moves = [r["moves"] for r in bal]
 rows = [["skewed, --no-balance", fmt(sk), "-", "-"],
         ["skewed, --balance", fmt(ba), ", ".join(str(m) for m in moves),
          "; ".join(f"[{', '.join(r['busy_before'])}] -> [{r['busy_after']}]" for r in bal if r["moves"]) or "-"],
-        ["even (one tensor), --no-balance", fmt(ev), "-", "-"]]
+        ["even (chunks of half a weight), --no-balance", fmt(ev), "-", "-"]]
 ratio = f"{ba / sk:.2f}x" if ba and sk else "-"
 versus_even = f"{ba / ev:.2f}x" if ba and ev else "-"
 lines = [f"skewed job: {w} workers x {size}, {layers} layers (weight + 256-element bias), "
          f"chunks of {chunk}, 2 shards",
-         *(f"  {r[0]:34s} median {r[1]:>7s} ms  moves {r[2]:>5s}  shard busy {r[3]}" for r in rows),
+         *(f"  {r[0]:45s} median {r[1]:>7s} ms  moves {r[2]:>5s}  shard busy {r[3]}" for r in rows),
          f"  balanced / skewed {ratio}; balanced / even {versus_even}; all verified bitwise: "
          f"{'yes' if all(r['verified'] for r in recs) else 'NO'}"]
 print("\n".join(lines))
@@ -170,7 +171,8 @@ md = ["<!-- balance:begin -->",
       f"{bms} ms and moves chunks after three samples in a row with one shard more than "
       "1.25x busier (and 5 points) than the other. Median step time over the run's "
       "iterations, then over the repeats; the balanced run's median includes its first "
-      "iterations, before the move. Shard busy: the busy and idle shard's share of a core "
+      "iterations, before the move. Even: the same job in chunks of half a weight, so "
+      "round-robin spreads the weights over both shards. Shard busy: the busy and idle shard's share of a core "
       "when the move started -> both shards' share in the next sample after it.",
       "",
       "| run | median ms | moves | shard busy |",
