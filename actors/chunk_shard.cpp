@@ -125,8 +125,8 @@ void for_each_own_chunk(const shard_state& st, shard_job& job, Fn fn) {
 
 // A request for a chunk whose state is on its way from another shard of the node
 // (in-node balancing): kept, in order, until it has come. Whether it was.
-bool stash_if_arriving(shard_job& job, uint32_t tensor, uint32_t chunk, shard_job::stashed::kind_t kind,
-             chunk_push* push, chunk_pull* pull) {
+bool stash_if_arriving(shard_job& job, uint32_t tensor, uint32_t chunk,
+                       shard_job::stashed::kind_t kind, chunk_push* push, chunk_pull* pull) {
   if (!job.awaits(tensor, chunk))
     return false;
   shard_job::stashed s{kind, {}, {}};
@@ -542,7 +542,8 @@ void on_relay(shard_ptr self, const relay_update& u) {
 
 void on_pull(shard_ptr self, chunk_pull& p) {
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.min_version);
-  if (job == nullptr || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::a_pull, nullptr, &p))
+  if (job == nullptr
+      || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::a_pull, nullptr, &p))
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   if (!p.subscribe && p.rank < job->counters.size())
@@ -754,6 +755,9 @@ caf::result<ok_atom> on_expect(shard_ptr self, const shard_move& m) {
   if (auto why = detail::expect_chunks(it->second, st.settings.index, m.next); !why.empty())
     return cluster_error(errc::invalid_spec, fmt::format("job {}: shard {}: {}", m.job_id,
                                                          st.settings.index, why));
+  auto& incoming = it->second.incoming; // counted from now: a drop counts them out
+  st.book->stats.chunks +=
+    static_cast<uint64_t>(std::count(incoming.begin(), incoming.end(), true));
   return ok_atom::value;
 }
 
@@ -795,7 +799,6 @@ caf::result<ok_atom> on_adopt(shard_ptr self, const handoff_ptr& h) {
   if (!error.empty() && serve.empty())
     return cluster_error(errc::internal, fmt::format("job {}: shard {}: {}", h->job_id,
                                                      st.settings.index, error));
-  st.book->stats.chunks += h->chunks.size();
   st.book->stats.moved_in += h->chunks.size();
   for (auto& [clock, snap] : detail::take_complete_periodic(job))
     send_periodic(self, h->job_id, job, clock, std::move(snap));
