@@ -142,6 +142,8 @@ bool stash_if_arriving(shard_job& job, uint32_t tensor, uint32_t chunk,
 void refuse_missing_job(const shard_state& st, const transports::connection_ptr& conn,
                         const frame_header& about) {
   auto i = st.book->tombstones.find(about.job_id);
+  if (i != st.book->tombstones.end() && i->second.code == errc::moved)
+    return; // routed by a ring the job left: the worker sends it again by the new one
   if (i != st.book->tombstones.end())
     conn->send_error(i->second.code, fmt::format("job {} is gone: {}", about.job_id, i->second.why),
                      about);
@@ -830,6 +832,22 @@ uint64_t thread_cpu_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// A job leaves the shard (it finished, or moved to other nodes): its chunks are kept a
+// while for a checkpoint; frames for it are answered by `code` and `why`.
+void drop_job(shard_ptr self, uint32_t job_id, errc code, const std::string& why) {
+  auto it = self->state.book->jobs.find(job_id);
+  if (it == self->state.book->jobs.end())
+    return;
+  auto& st = self->state;
+  st.book->stats.chunks -= it->second.chunks.size();
+  auto job = std::move(it->second);
+  bury(st, job_id, code, why);
+  detail::fail_checkpoints(job, "the job finished before every chunk reached it");
+  st.book->finished.emplace_back(job_id, std::move(job));
+  while (st.book->finished.size() > defaults::kept_finished_jobs)
+    st.book->finished.pop_front();
+}
+
 // Why job `job` cannot go on after its shard died (its state may be lost), or "".
 std::string lost_state(const shard_state& st, uint32_t job_id, shard_job& job) {
   if (st.book->changing == job_id)
@@ -1032,19 +1050,11 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       fail_job(self->state, job_id, code, why);
     },
     [=](drop_atom, uint32_t job_id) {
-      auto it = self->state.book->jobs.find(job_id);
-      if (it == self->state.book->jobs.end())
-        return;
-      auto& st = self->state;
-      st.book->stats.chunks -= it->second.chunks.size();
-      auto job = std::move(it->second);
-      bury(st, job_id, errc::unknown_job, "the job finished: every worker said bye");
-      detail::fail_checkpoints(job, "the job finished before every chunk reached it");
-      st.book->finished.emplace_back(job_id, std::move(job));
-      while (st.book->finished.size() > defaults::kept_finished_jobs)
-        st.book->finished.pop_front();
+      drop_job(self, job_id, errc::unknown_job, "the job finished: every worker said bye");
     },
-    [=](norm_atom, uint32_t job_id, uint32_t tensor, uint64_t version, uint32_t chunk,
+    [=](drop_atom, uint32_t job_id, errc code, const std::string& why) {
+      drop_job(self, job_id, code, why);
+    },    [=](norm_atom, uint32_t job_id, uint32_t tensor, uint64_t version, uint32_t chunk,
         double w2, double d2) { on_norm(self, job_id, tensor, version, chunk, w2, d2); },
     [=](trust_atom, uint32_t job_id, uint32_t tensor, uint64_t version, float trust) {
       changing(self, job_id, [&] { on_trust(self, job_id, tensor, version, trust); });

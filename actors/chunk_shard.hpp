@@ -41,6 +41,10 @@
 //   coordinator -> shard  (drop_atom, job_id)       the job finished: its chunks stop
 //                         serving; the newest defaults::kept_finished_jobs finished jobs'
 //                         chunks are kept for a checkpoint, older ones released
+//   coordinator -> shard  (drop_atom, job_id, errc::moved, why)  the job moved to other
+//                         nodes: dropped as above, and frames for it that come late
+//                         (routed by the ring it left) are dropped unanswered, as the
+//                         worker sends them again by its new ring
 //   coordinator -> shard  (ckpt_atom, job_id, clock) -> chunk_snapshot
 //                         a copy of each of the job's chunks here at version `clock`,
 //                         taken right after its step to `clock` completes (at once if
@@ -173,6 +177,7 @@ using chunk_shard_actor = caf::typed_actor<
   caf::replies_to<resume_atom, uint32_t, uint32_t>::with<uint64_t>,
   caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
   caf::reacts_to<drop_atom, uint32_t>,
+  caf::reacts_to<drop_atom, uint32_t, errc, std::string>,
   caf::reacts_to<tick_atom>,
   caf::reacts_to<work_atom>,
   caf::reacts_to<flush_atom>,

@@ -309,8 +309,12 @@ void let_go(rack_ptr self, uint32_t job_id, const std::string& why) {
   auto name = n->second;
   spdlog::info("job moved away: job='{}' id={}: {}", name, job_id, why);
   remember_end(st, name, "moved", why);
+  // Frames for it still on their way (routed by the ring it left) are dropped
+  // unanswered: their workers send them again by the new ring.
   for (auto& s : st.shards)
-    self->send(s, drop_atom::value, job_id);
+    self->send(s, drop_atom::value, job_id, errc::moved,
+               fmt::format("job {} moved away from node {}: {}", job_id,
+                           st.settings.node_name, why));
   if (auto j = st.jobs.find(name); j != st.jobs.end() && j->second.mirror)
     j->second.mirror->stop();
   st.jobs.erase(name);
