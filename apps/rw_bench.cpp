@@ -51,6 +51,11 @@ int run_driver(comm_args a, const std::string& command) {
   auto model = rw::parse_consistency(a.consistency); // says what is wrong
   parse_straggler(a.straggler, a.workers);
   bench_tensors(bytes / 4, a.layers); // says what is wrong
+  if ((a.checkpoint_every != 0) != !a.checkpoint_dir.empty())
+    throw std::invalid_argument("--checkpoint-every and --checkpoint-dir go together");
+  if (a.checkpoint_every != 0 && a.open_job)
+    throw std::invalid_argument("--checkpoint-every needs a job made through the coordinator, "
+                                "not --open-job");
   if (a.layers != 0 && a.transport == "shm")
     throw std::invalid_argument("--layers runs over TCP: shared memory gives each tensor "
                                 "its own place, not one gradient end to end");
@@ -86,6 +91,8 @@ int run_driver(comm_args a, const std::string& command) {
     req.rack_options = rack_options;
     req.reduction = a.reduction;
     req.replicas = a.replicas;
+    req.checkpoint_every = a.checkpoint_every;
+    req.checkpoint_dir = a.checkpoint_dir;
     job = std::make_unique<rw::bench::cluster_job>(req);
   }
   const std::vector<std::string> one_node{"(open job)"};
@@ -293,6 +300,11 @@ int main(int argc, char** argv) {
                    "how the job reduces across its nodes: auto, flat or hierarchical")
     ->check(CLI::IsMember({"auto", "flat", "hierarchical"}))
     ->capture_default_str();
+  comm->add_option("--checkpoint-every", a.checkpoint_every,
+                   "N: the job takes a checkpoint every N clocks into --checkpoint-dir "
+                   "(through the coordinator: not with --open-job)");
+  comm->add_option("--checkpoint-dir", a.checkpoint_dir,
+                   "where --checkpoint-every writes (DIR/clock-NNNNNNNNNN)");
   comm->add_option("--replicas", a.replicas,
                    "0 or 1: each chunk of a flat BSP job on several nodes also served by "
                    "the next node of the ring (default: the coordinator's, 1)")

@@ -66,6 +66,8 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
     actors::job_placement where;
     where.reduction = d.req.reduction;
     where.replicas = d.req.replicas;
+    where.checkpoint_every = d.req.checkpoint_every;
+    where.checkpoint_dir = d.req.checkpoint_dir;
     auto& named = d.req.worker_racks.empty() ? d.req.rack_options : d.req.worker_racks;
     for (auto& r : named)
       if (std::find(where.racks.begin(), where.racks.end(), r) == where.racks.end())

@@ -23,6 +23,8 @@ struct cluster_job_request {
   std::vector<std::string> rack_options;
   std::string reduction = "auto";
   int replicas = -1; // -1: the coordinator's default
+  uint64_t checkpoint_every = 0; // periodic checkpoints into checkpoint_dir (0: none)
+  std::string checkpoint_dir;
   std::chrono::milliseconds timeout{10'000};
 };
 

@@ -21,6 +21,8 @@ struct comm_args {
   std::string chunk_text = "32KiB";
   std::string push_window_text; // "" : the worker's default (defaults::push_window_bytes)
   uint32_t layers = 0;    // 0: one tensor; N: N layers, a weight and a small bias each
+  uint64_t checkpoint_every = 0; // periodic checkpoints of the job (0: none)
+  std::string checkpoint_dir;
   std::string job;
   bool verify = false;
   bool barrier = false;   // every worker ready before each iteration (untimed)

@@ -17,12 +17,16 @@ namespace rw::testing {
 
 // A --role coordinator and one rack-agg node per entry of `racks` (named n0, n1, ...).
 struct rack_cluster {
-  explicit rack_cluster(const std::vector<std::string>& racks)
+  /// `node_args`: more options for every rack-agg node.
+  explicit rack_cluster(const std::vector<std::string>& racks,
+                        const std::vector<std::string>& node_args = {})
     : coordinator({"--name", "coord"}, {"coordinator", false, {}}) {
-    for (size_t i = 0; i < racks.size(); ++i)
+    for (size_t i = 0; i < racks.size(); ++i) {
+      std::vector<std::string> args{"--name", "n" + std::to_string(i), "--rack", racks[i]};
+      args.insert(args.end(), node_args.begin(), node_args.end());
       nodes.push_back(std::make_unique<node_process>(
-        std::vector<std::string>{"--name", "n" + std::to_string(i), "--rack", racks[i]},
-        node_role{"rack-agg", false, coordinator.address()}));
+        args, node_role{"rack-agg", false, coordinator.address()}));
+    }
     auto live = std::to_string(racks.size()) + " node(s) live";
     if (!coordinator.wait_for_log(live, std::chrono::seconds(15)))
       throw std::runtime_error("the nodes did not join; the coordinator's log:\n"

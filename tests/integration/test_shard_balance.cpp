@@ -1,23 +1,32 @@
 // In-node balancing end to end: a skewed job (every weight on one shard, every bias on
 // the other) on a node of two shards. Its chunks move to the idle shard while it runs,
-// and every result stays bitwise the rank-order sum (rw-bench --verify); with
+// and every result stays bitwise the rank-order sum (rw-bench --verify); periodic
+// checkpoints taken across the move hold every chunk once, at their clock; with
 // --no-balance nothing moves.
+
+#include <filesystem>
+#include <set>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "runtime/checkpoint/manifest.hpp"
 #include "tests/integration/node_process.hpp"
+#include "tests/integration/rack_cluster.hpp"
 
 using namespace rw;
 
 namespace {
 
-// rw-bench comm on the skewed job; its exit code and output.
-std::pair<int, std::string> skewed_run(const std::string& address, uint32_t iters) {
-  std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", address, "--open-job",
+// rw-bench comm on the skewed job (--open-job unless `extra` says otherwise); its exit
+// code and output.
+std::pair<int, std::string> skewed_run(const std::string& address, uint32_t iters,
+                                       std::vector<std::string> extra = {"--open-job"}) {
+  std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", address,
                                 "--workers", "4", "--bytes", "16MiB", "--layers", "16",
                                 "--chunk-bytes", "1MiB", "--iters", std::to_string(iters),
                                 "--verify"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
   tools::subprocess bench{argv, true};
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   auto text = bench.read_all(deadline);
@@ -45,4 +54,45 @@ TEST_CASE("with --no-balance chunks stay", "[integration][balance]") {
   REQUIRE(rc == 0);
   CHECK(out.find("verified: yes") != std::string::npos);
   CHECK(node.log().find("balance: job") == std::string::npos);
+}
+
+TEST_CASE("periodic checkpoints stay whole while chunks move between shards",
+          "[integration][balance]") {
+  namespace fs = std::filesystem;
+  testing::rack_cluster c{{"a"}, {"--shards", "2", "--no-pin", "--balance-ms", "100"}};
+  auto dir = testing::temp_path("balance-ckpt");
+  auto [rc, out] = skewed_run(c.nodes[0]->address(), 60,
+                              {"--checkpoint-every", "5", "--checkpoint-dir", dir});
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("verified: yes") != std::string::npos);
+  INFO(c.nodes[0]->log());
+  REQUIRE(c.nodes[0]->wait_for_log("moved from shard 0 (busy"));
+  // Every checkpoint taken, before the move and after it, holds each of the job's 32
+  // chunks once, all at its clock.
+  // The last of them (60 clocks after the warm-up's one) is in once the coordinator
+  // says so; the others came before it.
+  REQUIRE(c.coordinator.wait_for_log(fmt::format("/clock-{:010}' clock=60", 60),
+                                     std::chrono::seconds(30)));
+  size_t checked = 0;
+  for (auto& e : fs::directory_iterator(dir)) {
+    INFO(e.path());
+    auto m = runtime::checkpoint::read_manifest(e.path().string());
+    std::set<std::pair<uint32_t, uint32_t>> seen;
+    size_t records = 0;
+    for (auto& f : m.files) {
+      auto file = runtime::checkpoint::read_chunk_file(e.path().string(), m, f);
+      for (auto& r : file.chunks) {
+        CHECK(r.version == m.clock);
+        seen.insert({r.tensor, r.chunk});
+        ++records;
+      }
+    }
+    CHECK(records == 32);
+    CHECK(seen.size() == 32);
+    ++checked;
+  }
+  CHECK(checked == 12); // clocks 5, 10, .. 60
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
