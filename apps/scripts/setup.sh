@@ -19,6 +19,8 @@ packages=(
   libsqlite3-dev            # the cluster coordinator's --state-db
   liblua5.4-dev             # rw-shell scripts
   libreadline-dev           # rw-shell line editing and history
+  pybind11-dev python3-dev  # the rackweave Python package
+  python3-numpy python3-pytest python3-torch  # its buffers and its tests
 )
 
 missing=()
@@ -37,3 +39,16 @@ fi
 build_type=${RW_BUILD_TYPE:-RelWithDebInfo}
 cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" >/dev/null
 cmake --build build -j"${RW_JOBS:-2}"
+
+# `import rackweave` for Debian's /usr/bin/python3: a .pth file pointing at the build's
+# package (build/python), written only when it changes.
+site=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+pth="$site/rackweave.pth"
+want="$(pwd)/build/python"
+if [[ ! -f $pth || $(<"$pth") != "$want" ]]; then
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" mkdir -p "$site"
+  echo "$want" | "${sudo_cmd[@]}" tee "$pth" >/dev/null
+  echo "setup: /usr/bin/python3 imports rackweave from $want ($pth)"
+fi

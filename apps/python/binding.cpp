@@ -1,0 +1,295 @@
+// The `rackweave` Python package's native part: rw::worker (rackweave/worker.hpp) for
+// Python, on the same public facade C++ users embed.
+//
+//   w = rackweave.Worker(connect="127.0.0.1:7700", job="j", rank=0, workers=2,
+//                        tensors={"w": 1024}, optimizer="sum", token=token)
+//   w.push_pull("w", grad, out).result()
+//
+// Buffers are used in place, never copied: NumPy arrays and CPU torch tensors that are
+// float32 and C-contiguous, of exactly the tensor's size (outputs writable). Anything
+// else is a TypeError (dtype, layout, device) or ValueError (size) at the call, never a
+// silent copy. Each call returns a Future holding the buffers it uses until it
+// completes; result() waits with the GIL released, so other Python threads (other
+// workers) run meanwhile. A Future dropped before completion waits for it first, so a
+// buffer is never freed while the node still writes into it. Failures raise
+// rackweave.Error, whose `code` is the errc name ("unknown_job", "timeout", ...).
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "rackweave/worker.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+// A float32 buffer of a call, checked: its address, and the object kept alive.
+struct checked_buffer {
+  float* data = nullptr;
+  py::object owner;
+};
+
+std::string type_name(const py::handle& h) {
+  return py::str(py::type::handle_of(h).attr("__name__"));
+}
+
+// `obj` as `elems` float32 elements in place: a NumPy array or a CPU torch tensor.
+checked_buffer float_buffer(const py::object& obj, uint64_t elems, const std::string& what,
+                            bool writable) {
+  checked_buffer out;
+  out.owner = obj;
+  if (py::hasattr(obj, "data_ptr") && py::hasattr(obj, "is_contiguous")) { // torch.Tensor
+    auto dtype = py::str(obj.attr("dtype")).cast<std::string>();
+    if (dtype != "torch.float32")
+      throw py::type_error(what + ": a float32 tensor is needed, not " + dtype);
+    auto device = py::str(obj.attr("device")).cast<std::string>();
+    if (device != "cpu")
+      throw py::type_error(what + ": the tensor is on " + device + "; RackWeave reads and "
+                           "writes CPU memory (move it with .cpu())");
+    if (!obj.attr("is_contiguous")().cast<bool>())
+      throw py::type_error(what + ": the tensor is not contiguous (call .contiguous() "
+                           "first: RackWeave does not copy behind your back)");
+    auto n = obj.attr("numel")().cast<uint64_t>();
+    if (n != elems)
+      throw py::value_error(what + ": the tensor has " + std::to_string(n) +
+                            " elements, the job's tensor " + std::to_string(elems));
+    if (writable && obj.attr("requires_grad").cast<bool>() && py::hasattr(obj, "is_leaf")
+        && obj.attr("is_leaf").cast<bool>())
+      throw py::type_error(what + ": the tensor requires grad; write into one that does "
+                           "not (a .detach() view, or torch.no_grad())");
+    out.data = reinterpret_cast<float*>(obj.attr("data_ptr")().cast<uintptr_t>());
+    return out;
+  }
+  if (!py::hasattr(obj, "__array_interface__"))
+    throw py::type_error(what + ": a NumPy array or a torch tensor is needed, not " +
+                         type_name(obj));
+  py::dict ai = obj.attr("__array_interface__");
+  auto typestr = ai["typestr"].cast<std::string>();
+  if (typestr != "<f4")
+    throw py::type_error(what + ": a float32 array is needed, not typestr " + typestr);
+  if (!ai.contains("strides") || !ai["strides"].is_none()) {
+    // Strides given: contiguous only if they are C order's.
+    bool c_order = py::bool_(obj.attr("flags")["C_CONTIGUOUS"]);
+    if (!c_order)
+      throw py::type_error(what + ": the array is not C-contiguous (numpy."
+                           "ascontiguousarray it first: RackWeave does not copy behind "
+                           "your back)");
+  }
+  uint64_t n = 1;
+  for (auto d : ai["shape"].cast<py::tuple>())
+    n *= d.cast<uint64_t>();
+  if (n != elems)
+    throw py::value_error(what + ": the array has " + std::to_string(n) +
+                          " elements, the job's tensor " + std::to_string(elems));
+  auto data = ai["data"].cast<py::tuple>();
+  if (writable && data[1].cast<bool>())
+    throw py::type_error(what + ": the array is read-only");
+  out.data = reinterpret_cast<float*>(data[0].cast<uintptr_t>());
+  return out;
+}
+
+// One call in flight: its future and the buffers it uses.
+class call_future {
+public:
+  call_future(std::future<void> f, std::vector<py::object> keep)
+    : f_(f.share()), keep_(std::move(keep)) {
+  }
+  call_future(const call_future&) = delete;
+  call_future& operator=(const call_future&) = delete;
+  ~call_future() {
+    if (f_.valid()) { // the node may still write into the buffers: wait for it
+      py::gil_scoped_release nogil;
+      f_.wait();
+    }
+  }
+
+  /// Waits (the GIL released) until the call completes, at most `timeout` seconds;
+  /// raises rackweave.Error if it failed, TimeoutError if it is still running.
+  void result(std::optional<double> timeout) {
+    {
+      py::gil_scoped_release nogil;
+      if (timeout) {
+        auto wait = std::chrono::duration<double>(*timeout);
+        if (f_.wait_for(wait) != std::future_status::ready) {
+          py::gil_scoped_acquire gil;
+          PyErr_SetString(PyExc_TimeoutError, "the call is still running");
+          throw py::error_already_set();
+        }
+      } else {
+        f_.wait();
+      }
+    }
+    f_.get(); // rethrows the call's rw::error
+  }
+  bool done() const {
+    return f_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+
+private:
+  std::shared_future<void> f_;
+  std::vector<py::object> keep_;
+};
+
+class py_worker {
+public:
+  explicit py_worker(rw::worker_options o) {
+    py::gil_scoped_release nogil;
+    w_ = std::make_unique<rw::worker>(std::move(o));
+  }
+
+  std::unique_ptr<call_future> push(const std::string& t, const py::object& grad) {
+    auto g = float_buffer(grad, elements(t), "push('" + t + "') gradient", false);
+    return start(w_->push(t, g.data), {g.owner});
+  }
+  std::unique_ptr<call_future> pull(const std::string& t, const py::object& out,
+                                    uint64_t min_version) {
+    auto o = float_buffer(out, elements(t), "pull('" + t + "') output", true);
+    return start(w_->pull(t, o.data, min_version), {o.owner});
+  }
+  std::unique_ptr<call_future> push_pull(const std::string& t, const py::object& grad,
+                                         const py::object& out) {
+    auto g = float_buffer(grad, elements(t), "push_pull('" + t + "') gradient", false);
+    auto o = float_buffer(out, elements(t), "push_pull('" + t + "') output", true);
+    return start(w_->push_pull(t, g.data, o.data), {g.owner, o.owner});
+  }
+  std::unique_ptr<call_future> init(const std::string& t, const py::object& values) {
+    auto v = float_buffer(values, elements(t), "init('" + t + "') values", false);
+    return start(w_->init(t, v.data), {v.owner});
+  }
+  void close() {
+    py::gil_scoped_release nogil;
+    w_->close();
+  }
+  rw::worker& get() {
+    return *w_;
+  }
+
+private:
+  uint64_t elements(const std::string& t) const {
+    for (auto& s : w_->spec().tensors)
+      if (s.name == t)
+        return s.elements;
+    throw rw::error(rw::errc::unknown_tensor,
+                    "tensor '" + t + "' is not part of job '" + w_->spec().name + "'");
+  }
+  static std::unique_ptr<call_future> start(std::future<void> f, std::vector<py::object> keep) {
+    return std::make_unique<call_future>(std::move(f), std::move(keep));
+  }
+
+  std::unique_ptr<rw::worker> w_;
+};
+
+// The job's tensors from {"name": elements} or [(name, elements[, has_init]), ...].
+std::vector<rw::tensor_spec> tensors_from(const py::object& obj) {
+  std::vector<rw::tensor_spec> out;
+  if (py::isinstance<py::dict>(obj)) {
+    for (auto item : obj.cast<py::dict>())
+      out.push_back({item.first.cast<std::string>(), item.second.cast<uint64_t>(), false});
+    return out;
+  }
+  for (auto item : obj) {
+    auto t = item.cast<py::tuple>();
+    if (t.size() < 2 || t.size() > 3)
+      throw py::value_error("tensors: each entry is (name, elements[, has_init])");
+    out.push_back({t[0].cast<std::string>(), t[1].cast<uint64_t>(),
+                   t.size() == 3 && t[2].cast<bool>()});
+  }
+  return out;
+}
+
+} // namespace
+
+PYBIND11_MODULE(_rackweave, m) {
+  m.doc() = "RackWeave workers: gradient exchange through a rack-scale parameter service";
+
+  static py::exception<rw::error> error_type(m, "Error");
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p)
+        std::rethrow_exception(p);
+    } catch (const rw::error& e) {
+      auto type = py::reinterpret_borrow<py::object>(error_type.ptr());
+      py::object inst = type(e.what());
+      inst.attr("code") = rw::to_string(e.code());
+      PyErr_SetObject(error_type.ptr(), inst.ptr());
+    }
+  });
+
+  py::class_<call_future>(m, "Future",
+                          "A call in flight; it holds the buffers it uses until done.")
+    .def("result", &call_future::result, py::arg("timeout") = py::none(),
+         "Waits until the call completes (at most `timeout` seconds: TimeoutError); "
+         "raises rackweave.Error if it failed.")
+    .def("done", &call_future::done, "Whether the call has completed.");
+
+  py::class_<py_worker>(m, "Worker", "One rank of a job (rackweave/worker.hpp).")
+    .def(py::init([](const std::string& connect, const std::string& job, uint32_t rank,
+                     uint32_t workers, const py::object& tensors, const std::string& token,
+                     const std::string& optimizer, float lr, float momentum,
+                     float weight_decay, float beta1, float beta2, float eps,
+                     uint32_t chunk_bytes, const std::string& consistency,
+                     const std::string& transport, double timeout) {
+           rw::worker_options o;
+           o.connect = connect;
+           o.rank = rank;
+           o.token = token;
+           o.transport = transport;
+           o.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+           o.job.name = job;
+           o.job.num_workers = workers;
+           o.job.chunk_bytes = chunk_bytes;
+           auto kind = rw::parse_optimizer_kind(optimizer);
+           if (!kind)
+             throw py::value_error("unknown optimizer '" + optimizer +
+                                   "' (sum, sgd, momentum, nesterov, adam, lamb, lars)");
+           o.job.optimizer.kind = *kind;
+           o.job.optimizer.learning_rate = lr;
+           o.job.optimizer.momentum = momentum;
+           o.job.optimizer.weight_decay = weight_decay;
+           o.job.optimizer.beta1 = beta1;
+           o.job.optimizer.beta2 = beta2;
+           o.job.optimizer.epsilon = eps;
+           try {
+             o.job.consistency = rw::parse_consistency(consistency);
+           } catch (const std::exception& e) {
+             throw py::value_error(e.what());
+           }
+           o.job.tensors = tensors_from(tensors);
+           return std::make_unique<py_worker>(std::move(o));
+         }),
+         py::arg("connect"), py::arg("job"), py::arg("rank"), py::arg("workers"),
+         py::arg("tensors"), py::arg("token") = "", py::arg("optimizer") = "sum",
+         py::arg("lr") = 0.01f, py::arg("momentum") = 0.9f, py::arg("weight_decay") = 0.0f,
+         py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f, py::arg("eps") = 1e-8f,
+         py::arg("chunk_bytes") = rw::defaults::chunk_bytes, py::arg("consistency") = "bsp",
+         py::arg("transport") = "tcp", py::arg("timeout") = 120.0,
+         "Connects to the node at `connect` (HOST:PORT) and joins job `job` as `rank` "
+         "(GIL released meanwhile). The spec (workers, tensors, optimizer and its "
+         "hyper-parameters, chunk_bytes, consistency) must match the job's; `token` is "
+         "the job's, as rw.job_create returned it ('' : a node started with --open-jobs). "
+         "`timeout`: seconds a call may wait for the node.")
+    .def("push", &py_worker::push, py::arg("tensor"), py::arg("grad"),
+         "Adds `grad` to the tensor's next clock.")
+    .def("pull", &py_worker::pull, py::arg("tensor"), py::arg("out"),
+         py::arg("min_version") = 0, "The tensor at version >= min_version, into `out`.")
+    .def("push_pull", &py_worker::push_pull, py::arg("tensor"), py::arg("grad"),
+         py::arg("out"), "push, then the updated tensor into `out`.")
+    .def("init", &py_worker::init, py::arg("tensor"), py::arg("values"),
+         "Rank 0, tensors declared (name, elements, True): the values of version 0.")
+    .def("close", &py_worker::close, "Leaves the job (bye); calls afterwards fail.")
+    .def("clock", [](py_worker& w, const std::string& t) { return w.get().clock(t); },
+         py::arg("tensor"), "How many pushes this worker made to the tensor.")
+    .def_property_readonly("rank", [](py_worker& w) { return w.get().rank(); })
+    .def_property_readonly("job_id", [](py_worker& w) { return w.get().job_id(); })
+    .def_property_readonly("transport",
+                           [](py_worker& w) { return std::string{w.get().transport()}; })
+    .def("__enter__", [](py::object self) { return self; })
+    .def("__exit__", [](py_worker& w, py::args) { w.close(); });
+}
