@@ -24,6 +24,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "apps/python/cluster.hpp"
 #include "rackweave/worker.hpp"
 
 namespace py = pybind11;
@@ -292,4 +293,6 @@ PYBIND11_MODULE(_rackweave, m) {
                            [](py_worker& w) { return std::string{w.get().transport()}; })
     .def("__enter__", [](py::object self) { return self; })
     .def("__exit__", [](py_worker& w, py::args) { w.close(); });
+
+  rw::python::add_cluster_calls(m);
 }

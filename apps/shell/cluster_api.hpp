@@ -10,12 +10,23 @@
 #include <vector>
 
 #include "actors/cluster_messages.hpp"
+#include "rackweave/errc.hpp"
 
 namespace rw::shell {
 
 class shell_error : public std::runtime_error {
 public:
-  using std::runtime_error::runtime_error;
+  /// `code`: the coordinator's reason (a refusal), or unavailable / timeout when it
+  /// could not be reached or did not answer.
+  explicit shell_error(const std::string& message, errc code = errc::unavailable)
+    : std::runtime_error(message), code_(code) {
+  }
+  errc code() const noexcept {
+    return code_;
+  }
+
+private:
+  errc code_;
 };
 
 class cluster_api {

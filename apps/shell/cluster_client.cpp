@@ -42,6 +42,7 @@ struct cluster_client::impl {
     caf::scoped_actor self{sys};
     std::optional<Result> result;
     std::string failure;
+    errc code = errc::internal;
     bool timed_out = false;
     bool lost = false;
     self->request(coordinator, timeout, std::forward<Ts>(xs)...)
@@ -49,6 +50,8 @@ struct cluster_client::impl {
                [&](caf::error& err) {
                  timed_out = err == caf::sec::request_timeout;
                  lost = err.category() != caf::atom("rw"); // not the coordinator's answer
+                 if (!lost)
+                   code = static_cast<errc>(err.code());
                  failure = actors::describe(sys, err);
                });
     if (result)
@@ -57,11 +60,12 @@ struct cluster_client::impl {
       coordinator = nullptr; // find it again next time
       if (timed_out)
         throw shell_error(fmt::format("{}: the coordinator at {} did not answer within {} ms",
-                                      what, address, timeout.count()));
+                                      what, address, timeout.count()),
+                          errc::timeout);
       throw shell_error(fmt::format("{}: the connection to the coordinator at {} failed: {}",
                                     what, address, failure));
     }
-    throw shell_error(fmt::format("{}: {}", what, failure));
+    throw shell_error(fmt::format("{}: {}", what, failure), code);
   }
 };
 

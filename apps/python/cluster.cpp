@@ -1,0 +1,135 @@
+#include "apps/python/cluster.hpp"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <pybind11/stl.h>
+
+#include "actors/cluster_messages.hpp"
+#include "apps/shell/cluster_client.hpp"
+#include "rackweave/errc.hpp"
+#include "runtime/credentials.hpp"
+
+namespace py = pybind11;
+
+namespace rw::python {
+
+namespace {
+
+// A connection to the coordinator found through the node at `connect`, for one call.
+struct coordinator_session {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<shell::cluster_client> client;
+
+  coordinator_session(const std::string& connect, const std::string& secret_file,
+                      double timeout) {
+    actors::register_cluster_types(cfg);
+    cfg.set("logger.verbosity", caf::atom("quiet"));
+    cfg.set("scheduler.max-threads", 2);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    std::string secret;
+    if (!secret_file.empty()) {
+      std::string warning;
+      secret = runtime::read_secret_file(secret_file, warning);
+      if (!warning.empty())
+        PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1);
+    }
+    auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+    try {
+      py::gil_scoped_release nogil;
+      client = std::make_unique<shell::cluster_client>(*sys, connect, ms, secret);
+    } catch (const shell::shell_error& e) {
+      throw rw::error(e.code(), e.what());
+    }
+  }
+};
+
+} // namespace
+
+void add_cluster_calls(py::module_& m) {
+  m.def(
+    "create_job",
+    [](const std::string& connect, const std::string& job, uint32_t workers,
+       const std::string& optimizer, float lr, float momentum, float weight_decay, float beta1,
+       float beta2, float eps, uint32_t chunk_bytes, const std::string& consistency,
+       const std::string& node, const std::vector<std::string>& racks,
+       const std::string& reduction, int replicas, uint64_t checkpoint_every,
+       const std::string& checkpoint_dir, const std::string& secret_file, double timeout) {
+      job_spec spec;
+      spec.name = job;
+      spec.num_workers = workers;
+      spec.chunk_bytes = chunk_bytes;
+      auto kind = parse_optimizer_kind(optimizer);
+      if (!kind)
+        throw py::value_error("unknown optimizer '" + optimizer +
+                              "' (sum, sgd, momentum, nesterov, adam, lamb, lars)");
+      spec.optimizer.kind = *kind;
+      spec.optimizer.learning_rate = lr;
+      spec.optimizer.momentum = momentum;
+      spec.optimizer.weight_decay = weight_decay;
+      spec.optimizer.beta1 = beta1;
+      spec.optimizer.beta2 = beta2;
+      spec.optimizer.epsilon = eps;
+      try {
+        spec.consistency = parse_consistency(consistency);
+      } catch (const std::exception& e) {
+        throw py::value_error(e.what());
+      }
+      actors::job_placement where;
+      where.node = node;
+      where.racks = racks;
+      where.reduction = reduction;
+      where.replicas = replicas;
+      where.checkpoint_every = checkpoint_every;
+      where.checkpoint_dir = checkpoint_dir;
+      coordinator_session s{connect, secret_file, timeout};
+      actors::job_created created;
+      try {
+        py::gil_scoped_release nogil;
+        created = s.client->job_create(spec, where);
+      } catch (const shell::shell_error& e) {
+        throw rw::error(e.code(), e.what());
+      }
+      py::dict out;
+      out["name"] = created.job.name;
+      out["id"] = created.job.id;
+      out["token"] = created.token;
+      out["node"] = created.job.node;
+      out["endpoints"] = created.job.endpoints;
+      out["nodes"] = created.job.layout.nodes;
+      out["reduction"] = created.job.layout.reduction;
+      return out;
+    },
+    py::arg("connect"), py::arg("job"), py::arg("workers"), py::arg("optimizer") = "sum",
+    py::arg("lr") = 0.01f, py::arg("momentum") = 0.9f, py::arg("weight_decay") = 0.0f,
+    py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f, py::arg("eps") = 1e-8f,
+    py::arg("chunk_bytes") = defaults::chunk_bytes, py::arg("consistency") = "bsp",
+    py::arg("node") = "", py::arg("racks") = std::vector<std::string>{},
+    py::arg("reduction") = "auto", py::arg("replicas") = -1, py::arg("checkpoint_every") = 0,
+    py::arg("checkpoint_dir") = "", py::arg("secret_file") = "", py::arg("timeout") = 10.0,
+    "Creates job `job` through the cluster coordinator found through the node at "
+    "`connect` (any node's HOST:PORT), as rw.job_create does; returns a dict with its "
+    "name, id, token (shown once: the workers prove it), node, endpoints (where its "
+    "workers connect), nodes and reduction. The workers' spec must match this one; "
+    "the first worker declares the tensors.");
+  m.def(
+    "delete_job",
+    [](const std::string& connect, const std::string& job, const std::string& secret_file,
+       double timeout) {
+      coordinator_session s{connect, secret_file, timeout};
+      try {
+        py::gil_scoped_release nogil;
+        s.client->job_delete(job);
+      } catch (const shell::shell_error& e) {
+        throw rw::error(e.code(), e.what());
+      }
+    },
+    py::arg("connect"), py::arg("job"), py::arg("secret_file") = "", py::arg("timeout") = 10.0,
+    "Stops job `job` if it runs and forgets it, as rw.job_delete does.");
+}
+
+} // namespace rw::python

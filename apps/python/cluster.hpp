@@ -1,0 +1,14 @@
+#pragma once
+// The rackweave package's cluster calls: creating and deleting a job through the
+// cluster coordinator, as rw-shell's rw.job_create and rw.job_delete do, so a training
+// script needs no shell.
+
+#include <pybind11/pybind11.h>
+
+namespace rw::python {
+
+/// Adds create_job and delete_job to `m`. Their failures throw rw::error (the module
+/// turns it into rackweave.Error).
+void add_cluster_calls(pybind11::module_& m);
+
+} // namespace rw::python

@@ -1,0 +1,49 @@
+"""Creating and deleting a job from Python, through the coordinator; its token admits
+the workers, a wrong one is refused."""
+
+import numpy as np
+import pytest
+
+import rackweave
+from rwnode import running_node
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One rack-agg that embeds the coordinator, jobs by token only (no --open-jobs)."""
+    with running_node("--name", "py0") as address:
+        yield address
+
+
+def test_a_job_created_from_python_admits_its_workers(cluster):
+    job = rackweave.create_job(cluster, "from-python", workers=1, optimizer="sgd", lr=0.5)
+    assert job["name"] == "from-python" and job["token"] and job["node"] == "py0"
+    assert job["endpoints"] == [cluster]
+    with pytest.raises(rackweave.Error) as e:
+        rackweave.create_job(cluster, "from-python", workers=1)
+    assert e.value.code == "duplicate_name"
+    with pytest.raises(rackweave.Error) as e:
+        rackweave.Worker(connect=cluster, job="from-python", rank=0, workers=1,
+                         tensors={"w": 4}, optimizer="sgd", lr=0.5, token="wrong" * 8)
+    assert e.value.code == "unauthorized"
+    with rackweave.Worker(connect=job["endpoints"][0], job="from-python", rank=0, workers=1,
+                          tensors={"w": 4}, optimizer="sgd", lr=0.5,
+                          token=job["token"]) as w:
+        out = np.empty(4, np.float32)
+        w.push_pull("w", np.ones(4, np.float32), out).result()
+        assert out.tolist() == [-0.5] * 4
+    rackweave.delete_job(cluster, "from-python")
+    with pytest.raises(rackweave.Error) as e:
+        rackweave.delete_job(cluster, "from-python")
+    assert e.value.code == "unknown_job"
+
+
+def test_bad_job_requests(cluster):
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        rackweave.create_job(cluster, "bad", workers=1, optimizer="nope")
+    with pytest.raises(rackweave.Error) as e:
+        rackweave.create_job(cluster, "bad", workers=0)
+    assert e.value.code == "invalid_spec"
+    with pytest.raises(rackweave.Error) as e:
+        rackweave.create_job("127.0.0.1:1", "bad", workers=1, timeout=2)
+    assert e.value.code == "unavailable"
