@@ -1,10 +1,11 @@
-"""rw-node for the package's tests: started on a free loopback port, stopped (by its
-PID) when the test is done with it."""
+"""Helpers of the package's tests: rw-node on a free loopback port, stopped (by its PID)
+when the test is done with it; ranks run as threads of the test process."""
 
 import contextlib
 import os
 import subprocess
 import tempfile
+import threading
 import time
 
 
@@ -32,3 +33,24 @@ def running_node(*options):
             proc.kill()
             proc.wait()
         log.close()
+
+
+def run_ranks(workers, body):
+    """Runs body(rank) for every rank in its own thread (the GIL is released while a
+    call waits); re-raises the first failure."""
+    errors = []
+
+    def one(rank):
+        try:
+            body(rank)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    if errors:
+        raise errors[0]

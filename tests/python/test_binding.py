@@ -1,12 +1,12 @@
 """The rackweave package's Worker: every call, the errors, and zero copies."""
 
 import itertools
-import threading
 
 import numpy as np
 import pytest
 
 import rackweave
+from rwnode import run_ranks
 
 _jobs = itertools.count()
 
@@ -18,27 +18,6 @@ def job_name():
 def gradient(rank, n, step=0):
     rng = np.random.default_rng(1000 * rank + step)
     return rng.uniform(-1, 1, n).astype(np.float32)
-
-
-def run_ranks(workers, body):
-    """Runs body(rank) for every rank in its own thread (the GIL is released while a
-    call waits); re-raises the first failure."""
-    errors = []
-
-    def one(rank):
-        try:
-            body(rank)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=one, args=(r,)) for r in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a rank hung"
-    if errors:
-        raise errors[0]
 
 
 def test_push_pull_is_the_rank_order_sum_bitwise(node):

@@ -1,0 +1,115 @@
+"""PyTorch on RackWeave: the optimizer runs on the node.
+
+    opt = rackweave.torch.ServerOptimizer(model.named_parameters(), optimizer="momentum",
+                                          lr=0.1, job="digits", token=token)
+    for x, y in batches:
+        loss = loss_fn(model(x), y)
+        loss.backward()          # each parameter's gradient goes to the node as soon as
+        opt.step()               # backward has it; step() waits for the new parameters
+        opt.zero_grad()
+
+Each trainable parameter is a tensor of the job, of its name. At construction rank 0's
+values become version 0 and every rank starts from them. With overlap (the default)
+a parameter's gradient is pushed from an autograd hook the moment backward produces
+it, so communication overlaps the rest of backward; the node sums it over the ranks
+(in rank order), runs the optimizer and writes the new values straight into the
+parameter's memory. step() waits until every parameter has them. One backward per
+step: gradient accumulation over several backward calls needs overlap=False (step()
+then pushes the accumulated .grad).
+
+Where arguments are left out, torchrun's environment fills them in: RANK, WORLD_SIZE,
+and RACKWEAVE_CONNECT (HOST:PORT of the job's node), RACKWEAVE_JOB, RACKWEAVE_TOKEN.
+"""
+
+import os
+
+import torch as _torch
+
+from ._rackweave import Worker
+
+__all__ = ["ServerOptimizer"]
+
+
+def _from_env(value, name, convert=str, default=None):
+    if value is not None:
+        return value
+    if name in os.environ:
+        return convert(os.environ[name])
+    if default is not None:
+        return default
+    raise ValueError(f"ServerOptimizer: give it, or set {name} (as torchrun does)")
+
+
+class ServerOptimizer:
+    """The node's optimizer for a model's parameters; see the module's doc."""
+
+    def __init__(self, named_parameters, optimizer="momentum", lr=0.01, momentum=0.9,
+                 weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, *, connect=None, job=None,
+                 rank=None, workers=None, token=None, chunk_bytes=32768, overlap=True,
+                 timeout=120.0):
+        self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
+        if not self.params:
+            raise ValueError("ServerOptimizer: no parameter requires grad")
+        for n, p in self.params:
+            if p.device.type != "cpu" or p.dtype != _torch.float32 or not p.is_contiguous():
+                raise TypeError(f"ServerOptimizer: parameter '{n}' must be a contiguous "
+                                f"float32 CPU tensor (it is {p.dtype} on {p.device})")
+        self.rank = _from_env(rank, "RANK", int)
+        self.workers = _from_env(workers, "WORLD_SIZE", int)
+        self.worker = Worker(
+            connect=_from_env(connect, "RACKWEAVE_CONNECT"), job=_from_env(job, "RACKWEAVE_JOB"),
+            rank=self.rank, workers=self.workers,
+            tensors=[(n, p.numel(), True) for n, p in self.params],
+            token=_from_env(token, "RACKWEAVE_TOKEN", default=""), optimizer=optimizer, lr=lr,
+            momentum=momentum, weight_decay=weight_decay, beta1=betas[0], beta2=betas[1],
+            eps=eps, chunk_bytes=chunk_bytes, transport="tcp", timeout=timeout)
+        self.overlap = overlap
+        self._pending = {}
+        self._hooks = []
+        # Version 0: rank 0's values, everywhere.
+        if self.rank == 0:
+            for f in [self.worker.init(n, p.data.view(-1)) for n, p in self.params]:
+                f.result()
+        for f in [self.worker.pull(n, p.data.view(-1), 0) for n, p in self.params]:
+            f.result()
+        if overlap:
+            for n, p in self.params:
+                self._hooks.append(p.register_hook(self._pusher(n, p)))
+
+    def _pusher(self, name, param):
+        def hook(grad):
+            if name in self._pending:
+                raise RuntimeError(f"ServerOptimizer: a second backward reached '{name}' "
+                                   "before step(); accumulate with overlap=False")
+            g = grad if grad.is_contiguous() else grad.contiguous()
+            self._pending[name] = self.worker.push_pull(name, g.view(-1), param.data.view(-1))
+            return None
+        return hook
+
+    def step(self):
+        """Waits until every parameter holds the node's next version of it."""
+        if not self.overlap:
+            for n, p in self.params:
+                if p.grad is None:
+                    raise RuntimeError(f"ServerOptimizer: '{n}' has no gradient to push")
+                self._pending[n] = self.worker.push_pull(n, p.grad.view(-1), p.data.view(-1))
+        missing = [n for n, _ in self.params if n not in self._pending]
+        if missing:
+            raise RuntimeError("ServerOptimizer: backward produced no gradient for "
+                               f"{missing[:5]}: every rank must push every parameter")
+        pending, self._pending = self._pending, {}
+        for n, _ in self.params:
+            pending[n].result()
+
+    def zero_grad(self, set_to_none=True):
+        for _, p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    def close(self):
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.worker.close()

@@ -1,0 +1,100 @@
+"""rackweave.torch.ServerOptimizer against a single-process reference: two ranks (threads
+of this process), each on its own data; the node sums their gradients in rank order and
+runs SGD, which is the reference's step on the mean gradient."""
+
+import itertools
+
+import pytest
+
+from rwnode import run_ranks
+
+torch = pytest.importorskip("torch")
+import rackweave.torch as rwt  # noqa: E402 - after the skip
+
+STEPS, LR, WORKERS = 4, 0.1, 2
+_jobs = itertools.count()
+
+
+def make_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+def data(rank):
+    g = torch.Generator().manual_seed(100 + rank)
+    return torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g)
+
+
+def reference_losses():
+    """Per step, each rank's loss: one model (rank 0's start), SGD on the ranks' mean
+    gradient."""
+    model = make_model(0)
+    losses = []
+    for _ in range(STEPS):
+        grads, step_losses = [], []
+        for r in range(WORKERS):
+            model.zero_grad()
+            x, y = data(r)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            step_losses.append(loss.item())
+            grads.append([p.grad.clone() for p in model.parameters()])
+        with torch.no_grad():
+            for i, p in enumerate(model.parameters()):
+                p -= LR * (grads[0][i] + grads[1][i]) / WORKERS
+        losses.append(step_losses)
+    return losses
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_server_sgd_matches_the_reference(node, overlap):
+    job = f"torch-{next(_jobs)}"
+    got = [[None] * WORKERS for _ in range(STEPS)]
+    # Made here, one after the other: torch's seed is global to the process.
+    models = [make_model(r) for r in range(WORKERS)]  # rank 1's start is replaced by rank 0's
+
+    def rank(r):
+        model = models[r]
+        opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=LR,
+                                  connect=node, job=job, rank=r, workers=WORKERS,
+                                  overlap=overlap)
+        x, y = data(r)
+        for s in range(STEPS):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            got[s][r] = loss.item()
+        opt.close()
+
+    run_ranks(WORKERS, rank)
+    want = reference_losses()
+    for s in range(STEPS):
+        assert got[s] == pytest.approx(want[s], rel=1e-5, abs=1e-6), f"step {s}"
+    assert want[-1][0] < want[0][0]  # it trains
+
+
+def test_torchrun_environment(node, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RACKWEAVE_CONNECT", node)
+    monkeypatch.setenv("RACKWEAVE_JOB", f"torch-{next(_jobs)}")
+    model = make_model(0)
+    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=LR)
+    assert (opt.rank, opt.workers) == (0, 1)
+    x, y = data(0)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    opt.close()
+
+
+def test_bad_models_are_refused(node):
+    with pytest.raises(TypeError, match="float32"):
+        rwt.ServerOptimizer(make_model(0).double().named_parameters(), connect=node,
+                            job="never", rank=0, workers=1)
+    frozen = make_model(0)
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="no parameter"):
+        rwt.ServerOptimizer(frozen.named_parameters(), connect=node, job="never", rank=0,
+                            workers=1)
