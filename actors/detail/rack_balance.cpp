@@ -38,11 +38,6 @@ void end_move(rack_ptr self) {
     retry();
 }
 
-job_info* live_job(rack_state& st, uint32_t job_id) {
-  auto n = st.names.find(job_id);
-  return n == st.names.end() ? nullptr : &st.jobs.at(n->second);
-}
-
 // Step 3 (the pollers have the new routes): the chunks leave `from` for `to`.
 void migrate(rack_ptr self, shard_move m, size_t count, uint64_t bytes, double busy_from,
              double busy_to, clock_type::time_point started) {
@@ -55,7 +50,6 @@ void migrate(rack_ptr self, shard_move m, size_t count, uint64_t bytes, double b
         auto& st = self->state;
         auto per_shard = m.next->chunks_per_shard();
         ++st.balance.moves;
-        st.balance.chunks_moved += count;
         auto* job = live_job(st, m.job_id);
         spdlog::info("balance: job '{}' (id {}): {} chunk(s), {:.2f} MiB, moved from shard {} "
                      "(busy {:.0f}%) to shard {} (busy {:.0f}%) in {} us; the job's chunks "

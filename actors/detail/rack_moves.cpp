@@ -27,11 +27,6 @@ namespace {
 
 using runtime::checkpoint::chunk_record;
 
-job_info* live_job(rack_state& st, uint32_t job_id) {
-  auto n = st.names.find(job_id);
-  return n == st.names.end() ? nullptr : &st.jobs.at(n->second);
-}
-
 caf::error no_job(const rack_state& st, uint32_t job_id) {
   return cluster_error(errc::unknown_job,
                        fmt::format("node {} holds no live job {}: its first worker has not "

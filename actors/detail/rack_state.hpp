@@ -132,8 +132,7 @@ struct rack_state {
     std::vector<std::function<void()>> deferred; // requests held while chunks move
     std::string last_refusal;     // the last reason a busy shard gave nothing (logged once)
     bool report = false;          // log the shards' busy time at the next sample (a move ran)
-    uint64_t moves = 0;
-    uint64_t chunks_moved = 0;
+    uint64_t moves = 0; // chunk moves between shards so far (logged with each)
   } balance;
   static inline const char* name = "rw.rack_coordinator";
 };
@@ -141,6 +140,12 @@ struct rack_state {
 using rack_ptr = rack_coordinator_actor::stateful_pointer<rack_state>;
 
 job_binding refuse(errc code, std::string message);
+
+/// The live job of id `job_id` (its first worker joined, it has not ended), or null.
+inline job_info* live_job(rack_state& st, uint32_t job_id) {
+  auto n = st.names.find(job_id);
+  return n == st.names.end() ? nullptr : &st.jobs.at(n->second);
+}
 
 // --- rack_coordinator.cpp --------------------------------------------------------
 /// A worker who may join (open job, or proved the token) joins or creates the job.

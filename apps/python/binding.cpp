@@ -25,6 +25,7 @@
 #include <pybind11/stl.h>
 
 #include "apps/python/cluster.hpp"
+#include "apps/python/spec.hpp"
 #include "rackweave/worker.hpp"
 
 namespace py = pybind11;
@@ -243,25 +244,8 @@ PYBIND11_MODULE(_rackweave, m) {
            o.token = token;
            o.transport = transport;
            o.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
-           o.job.name = job;
-           o.job.num_workers = workers;
-           o.job.chunk_bytes = chunk_bytes;
-           auto kind = rw::parse_optimizer_kind(optimizer);
-           if (!kind)
-             throw py::value_error("unknown optimizer '" + optimizer +
-                                   "' (sum, sgd, momentum, nesterov, adam, lamb, lars)");
-           o.job.optimizer.kind = *kind;
-           o.job.optimizer.learning_rate = lr;
-           o.job.optimizer.momentum = momentum;
-           o.job.optimizer.weight_decay = weight_decay;
-           o.job.optimizer.beta1 = beta1;
-           o.job.optimizer.beta2 = beta2;
-           o.job.optimizer.epsilon = eps;
-           try {
-             o.job.consistency = rw::parse_consistency(consistency);
-           } catch (const std::exception& e) {
-             throw py::value_error(e.what());
-           }
+           o.job = rw::python::spec_from(job, workers, optimizer, lr, momentum, weight_decay,
+                                         beta1, beta2, eps, chunk_bytes, consistency);
            o.job.tensors = tensors_from(tensors);
            return std::make_unique<py_worker>(std::move(o));
          }),

@@ -1,4 +1,5 @@
 #include "apps/python/cluster.hpp"
+#include "apps/python/spec.hpp"
 
 #include <chrono>
 #include <memory>
@@ -59,26 +60,8 @@ void add_cluster_calls(py::module_& m) {
        const std::string& node, const std::vector<std::string>& racks,
        const std::string& reduction, int replicas, uint64_t checkpoint_every,
        const std::string& checkpoint_dir, const std::string& secret_file, double timeout) {
-      job_spec spec;
-      spec.name = job;
-      spec.num_workers = workers;
-      spec.chunk_bytes = chunk_bytes;
-      auto kind = parse_optimizer_kind(optimizer);
-      if (!kind)
-        throw py::value_error("unknown optimizer '" + optimizer +
-                              "' (sum, sgd, momentum, nesterov, adam, lamb, lars)");
-      spec.optimizer.kind = *kind;
-      spec.optimizer.learning_rate = lr;
-      spec.optimizer.momentum = momentum;
-      spec.optimizer.weight_decay = weight_decay;
-      spec.optimizer.beta1 = beta1;
-      spec.optimizer.beta2 = beta2;
-      spec.optimizer.epsilon = eps;
-      try {
-        spec.consistency = parse_consistency(consistency);
-      } catch (const std::exception& e) {
-        throw py::value_error(e.what());
-      }
+      auto spec = spec_from(job, workers, optimizer, lr, momentum, weight_decay, beta1, beta2,
+                            eps, chunk_bytes, consistency);
       actors::job_placement where;
       where.node = node;
       where.racks = racks;

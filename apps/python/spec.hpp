@@ -1,0 +1,42 @@
+#pragma once
+// A job's spec from the keyword arguments rackweave.Worker and rackweave.create_job
+// share (workers, optimizer and its hyper-parameters, chunk size, consistency).
+
+#include <string>
+
+#include <pybind11/pybind11.h>
+
+#include "rackweave/job_spec.hpp"
+
+namespace rw::python {
+
+/// The spec, without tensors. An unknown optimizer or a bad consistency is a
+/// ValueError saying which.
+inline job_spec spec_from(const std::string& job, uint32_t workers, const std::string& optimizer,
+                          float lr, float momentum, float weight_decay, float beta1,
+                          float beta2, float eps, uint32_t chunk_bytes,
+                          const std::string& consistency) {
+  job_spec spec;
+  spec.name = job;
+  spec.num_workers = workers;
+  spec.chunk_bytes = chunk_bytes;
+  auto kind = parse_optimizer_kind(optimizer);
+  if (!kind)
+    throw pybind11::value_error("unknown optimizer '" + optimizer +
+                                "' (sum, sgd, momentum, nesterov, adam, lamb, lars)");
+  spec.optimizer.kind = *kind;
+  spec.optimizer.learning_rate = lr;
+  spec.optimizer.momentum = momentum;
+  spec.optimizer.weight_decay = weight_decay;
+  spec.optimizer.beta1 = beta1;
+  spec.optimizer.beta2 = beta2;
+  spec.optimizer.epsilon = eps;
+  try {
+    spec.consistency = parse_consistency(consistency);
+  } catch (const std::exception& e) {
+    throw pybind11::value_error(e.what());
+  }
+  return spec;
+}
+
+} // namespace rw::python
