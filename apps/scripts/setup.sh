@@ -21,6 +21,7 @@ packages=(
   libreadline-dev           # rw-shell line editing and history
   pybind11-dev python3-dev  # the rackweave Python package
   python3-numpy python3-pytest python3-torch  # its buffers and its tests
+  python3-sklearn python3-matplotlib  # the digits demo's data set; bench/torch.sh's plots
 )
 
 missing=()

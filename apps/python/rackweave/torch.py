@@ -1,4 +1,6 @@
-"""PyTorch on RackWeave: the optimizer runs on the node.
+"""PyTorch on RackWeave, two ways.
+
+1. The optimizer runs on the node (ServerOptimizer):
 
     opt = rackweave.torch.ServerOptimizer(model.named_parameters(), optimizer="momentum",
                                           lr=0.1, job="digits", token=token)
@@ -17,17 +19,33 @@ parameter's memory. step() waits until every parameter has them. One backward pe
 step: gradient accumulation over several backward calls needs overlap=False (step()
 then pushes the accumulated .grad).
 
+2. Any DDP model exchanges its gradients through the node (a DDP communication hook):
+
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp.register_comm_hook(rackweave.torch.HookState(model.named_parameters(), job="j"),
+                           rackweave.torch.allreduce_hook)
+
+The job's optimizer is `sum`: the node adds the ranks' gradients in rank order and the
+hook divides by the number of ranks, so the bucket gets their mean as DDP's own
+all-reduce gives it (bitwise the same where that number is a power of two, which
+makes the division exact); each parameter is a tensor of the job, so DDP's buckets may change (they do after the first iteration) without the node
+noticing. Each bucket's parameters are pushed as DDP hands the bucket over, and the
+mean is written back into the bucket in place. The process group DDP needs (gloo)
+still broadcasts the initial parameters; no gradient goes through it.
+
 Where arguments are left out, torchrun's environment fills them in: RANK, WORLD_SIZE,
-and RACKWEAVE_CONNECT (HOST:PORT of the job's node), RACKWEAVE_JOB, RACKWEAVE_TOKEN.
+and RACKWEAVE_CONNECT (HOST:PORT of the job's node), RACKWEAVE_JOB, RACKWEAVE_TOKEN,
+RACKWEAVE_TRANSPORT (default "auto": shared memory with a node on this host, else TCP).
 """
 
+import concurrent.futures
 import os
 
 import torch as _torch
 
 from ._rackweave import Worker
 
-__all__ = ["ServerOptimizer"]
+__all__ = ["HookState", "ServerOptimizer", "allreduce_hook"]
 
 
 def _from_env(value, name, convert=str, default=None):
@@ -37,7 +55,7 @@ def _from_env(value, name, convert=str, default=None):
         return convert(os.environ[name])
     if default is not None:
         return default
-    raise ValueError(f"ServerOptimizer: give it, or set {name} (as torchrun does)")
+    raise ValueError(f"rackweave.torch: give it, or set {name} (as torchrun does)")
 
 
 class ServerOptimizer:
@@ -46,7 +64,7 @@ class ServerOptimizer:
     def __init__(self, named_parameters, optimizer="momentum", lr=0.01, momentum=0.9,
                  weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, *, connect=None, job=None,
                  rank=None, workers=None, token=None, chunk_bytes=32768, overlap=True,
-                 timeout=120.0):
+                 transport=None, timeout=120.0):
         self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not self.params:
             raise ValueError("ServerOptimizer: no parameter requires grad")
@@ -62,7 +80,9 @@ class ServerOptimizer:
             tensors=[(n, p.numel(), True) for n, p in self.params],
             token=_from_env(token, "RACKWEAVE_TOKEN", default=""), optimizer=optimizer, lr=lr,
             momentum=momentum, weight_decay=weight_decay, beta1=betas[0], beta2=betas[1],
-            eps=eps, chunk_bytes=chunk_bytes, transport="tcp", timeout=timeout)
+            eps=eps, chunk_bytes=chunk_bytes,
+            transport=_from_env(transport, "RACKWEAVE_TRANSPORT", default="auto"),
+            timeout=timeout)
         self.overlap = overlap
         self._pending = {}
         self._hooks = []
@@ -113,3 +133,63 @@ class ServerOptimizer:
             h.remove()
         self._hooks = []
         self.worker.close()
+
+
+class HookState:
+    """The state of allreduce_hook: a worker of a `sum` job whose tensors are the
+    model's trainable parameters (by name)."""
+
+    def __init__(self, named_parameters, *, connect=None, job=None, rank=None, workers=None,
+                 token=None, chunk_bytes=32768, transport=None, timeout=120.0):
+        params = [(n, p) for n, p in named_parameters if p.requires_grad]
+        if not params:
+            raise ValueError("HookState: no parameter requires grad")
+        self.names = {id(p): n for n, p in params}
+        self.rank = _from_env(rank, "RANK", int)
+        self.workers = _from_env(workers, "WORLD_SIZE", int)
+        self.worker = Worker(
+            connect=_from_env(connect, "RACKWEAVE_CONNECT"), job=_from_env(job, "RACKWEAVE_JOB"),
+            rank=self.rank, workers=self.workers,
+            tensors=[(n, p.numel(), False) for n, p in params],
+            token=_from_env(token, "RACKWEAVE_TOKEN", default=""), optimizer="sum",
+            chunk_bytes=chunk_bytes,
+            transport=_from_env(transport, "RACKWEAVE_TRANSPORT", default="auto"),
+            timeout=timeout)
+        # Completes each bucket's torch future once the node has answered every one of
+        # its parameters (waiting releases the GIL); in order, so buckets finish in turn.
+        self._waiter = concurrent.futures.ThreadPoolExecutor(1, "rackweave-hook")
+
+    def close(self):
+        self._waiter.shutdown(wait=True)
+        self.worker.close()
+
+
+def allreduce_hook(state, bucket):
+    """DDP communication hook: the mean of the ranks' gradients of the bucket (summed by
+    the node in rank order, then divided by the ranks) in the bucket's buffer."""
+    buf = bucket.buffer()
+    calls = []
+    offset = 0
+    for p in bucket.parameters():
+        name = state.names.get(id(p))
+        if name is None:
+            raise RuntimeError("allreduce_hook: a parameter of the DDP model is not one "
+                               "HookState was given (pass the same model's named_parameters())")
+        view = buf[offset:offset + p.numel()]
+        calls.append(state.worker.push_pull(name, view, view))
+        offset += p.numel()
+    if offset != buf.numel():
+        raise RuntimeError(f"allreduce_hook: the bucket holds {buf.numel()} elements, its "
+                           f"parameters {offset}")
+    done = _torch.futures.Future()
+
+    def wait():
+        try:
+            for c in calls:
+                c.result()
+            done.set_result(buf.div_(state.workers))
+        except BaseException as e:  # noqa: BLE001 - handed to DDP, which raises it
+            done.set_exception(e)
+
+    state._waiter.submit(wait)
+    return done

@@ -1,0 +1,86 @@
+"""The example models and their data, the same on every rank (no download).
+
+digits: a small CNN on the 8x8 handwritten digits scikit-learn ships (load_digits, 1797
+        images, 10 classes), 80 % train / 20 % test, split by a fixed seed.
+resnet: a ResNet-style CNN (three stages of basic blocks, GroupNorm, ~2.8 M parameters)
+        on generated 3x16x16 images: each of 10 classes is a fixed random pattern, each
+        image its class's pattern, randomly shifted, plus noise.
+"""
+
+import torch
+from torch import nn
+
+MODELS = ("digits", "resnet")
+
+
+def digits_data():
+    """(x_train, y_train, x_test, y_test): float32 images N x 1 x 8 x 8 in [0, 1]."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(d.target, dtype=torch.int64)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(1234))
+    x, y = x[order], y[order]
+    cut = int(len(y) * 0.8)
+    return x[:cut], y[:cut], x[cut:], y[cut:]
+
+
+def digits_model():
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def resnet_data(train=4096, test=1024):
+    g = torch.Generator().manual_seed(4321)
+    # Blocky patterns (4x4 cells of 4x4 pixels): a shift of a few pixels keeps the class.
+    patterns = torch.randn(10, 3, 4, 4, generator=g).repeat_interleave(4, 2).repeat_interleave(4, 3)
+
+    def make(n):
+        y = torch.randint(0, 10, (n,), generator=g)
+        shift = torch.randint(-2, 3, (n, 2), generator=g)
+        x = torch.stack([torch.roll(patterns[c], (int(s[0]), int(s[1])), (1, 2))
+                         for c, s in zip(y.tolist(), shift)])
+        return x + torch.randn(x.shape, generator=g), y
+
+    x_train, y_train = make(train)
+    x_test, y_test = make(test)
+    return x_train, y_train, x_test, y_test
+
+
+class _Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.norm1 = nn.GroupNorm(8, cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.norm2 = nn.GroupNorm(8, cout)
+        self.skip = None
+        if stride != 1 or cin != cout:
+            self.skip = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.GroupNorm(8, cout))
+
+    def forward(self, x):
+        out = torch.relu(self.norm1(self.conv1(x)))
+        out = self.norm2(self.conv2(out))
+        return torch.relu(out + (x if self.skip is None else self.skip(x)))
+
+
+def resnet_model():
+    # GroupNorm, not BatchNorm: no running statistics, so the parameters are the whole
+    # model state and every rank holds the same model.
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.GroupNorm(8, 64), nn.ReLU(),
+        _Block(64, 64, 1), _Block(64, 128, 2), _Block(128, 256, 2), _Block(256, 256, 1),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
+
+
+def build(name):
+    """(model, data): the model made from the current torch seed."""
+    if name == "digits":
+        return digits_model(), digits_data()
+    if name == "resnet":
+        return resnet_model(), resnet_data()
+    raise ValueError(f"unknown model '{name}' ({', '.join(MODELS)})")

@@ -1,0 +1,158 @@
+"""One rank of a data-parallel training run, as torchrun starts it:
+
+    python3 -m rackweave.torchrun --standalone --nproc_per_node 4 train.py --system server
+
+--system server: rackweave.torch.ServerOptimizer, momentum SGD on the node (job
+                 RACKWEAVE_JOB at RACKWEAVE_CONNECT with RACKWEAVE_TOKEN, optimizer
+                 "momentum" with this run's lr and momentum);
+         hook:   torch DDP with rackweave.torch.allreduce_hook (a "sum" job), momentum
+                 SGD in the process;
+         ddp:    torch DDP over gloo, momentum SGD in the process (the comparison).
+The three do the same arithmetic up to the order of summation: each step every rank
+takes its slice of a global batch (the same shuffle everywhere), the gradients are
+averaged over the ranks and momentum SGD steps. Rank 0 prints a progress line and, at
+the end, test accuracy; with --json-out it writes the run's figures there.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402 - next to this file
+
+SYSTEMS = ("server", "hook", "ddp")
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=models.MODELS, default="digits")
+    p.add_argument("--system", choices=SYSTEMS, default="server")
+    p.add_argument("--epochs", type=int, default=10, help="passes over the training set")
+    p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
+    p.add_argument("--batch", type=int, default=32, help="examples per rank per step")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--progress-every", type=float, default=1.0,
+                   help="seconds between progress lines (0: only at the end of each epoch)")
+    p.add_argument("--json-out", default="", help="rank 0 writes the run's figures here")
+    a = p.parse_args(argv)
+    for k in ("epochs", "batch"):
+        if getattr(a, k) <= 0:
+            p.error(f"--{k} must be positive")
+    return a
+
+
+def exchanged_bytes(system, params, workers):
+    """Payload bytes one rank sends plus receives per step: RackWeave pushes the gradient
+    and receives the result (4 bytes each way per element); gloo's ring all-reduce sends
+    and receives 2 (W-1)/W of the gradient each way."""
+    if system == "ddp":
+        return int(2 * 2 * (workers - 1) / workers * 4 * params)
+    return 8 * params
+
+
+def main(argv):
+    a = parse(argv)
+    rank, workers = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)  # several ranks (and the node) share this host's cores
+    torch.manual_seed(a.seed)
+    model, (x_train, y_train, x_test, y_test) = models.build(a.model)
+    params = sum(p.numel() for p in model.parameters())
+
+    import rackweave.torch as rwt
+
+    closing = []
+    if a.system == "server":
+        opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="momentum", lr=a.lr,
+                                  momentum=a.momentum)
+        closing.append(opt.close)
+        net = model
+    else:
+        dist.init_process_group("gloo")
+        net = torch.nn.parallel.DistributedDataParallel(model)
+        if a.system == "hook":
+            state = rwt.HookState(model.named_parameters())
+            net.register_comm_hook(state, rwt.allreduce_hook)
+            closing.append(state.close)
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    per_step = exchanged_bytes(a.system, params, workers)
+    global_batch = a.batch * workers
+    steps_per_epoch = len(y_train) // global_batch
+    total = a.epochs * steps_per_epoch
+    if a.max_steps:
+        total = min(total, a.max_steps)
+    if rank == 0:
+        print(f"{a.model}/{a.system}: {workers} ranks, {params} parameters, "
+              f"{steps_per_epoch} steps per epoch of {global_batch} examples, {total} steps",
+              flush=True)
+
+    times, curve = [], []  # per step: seconds; (seconds since start, loss)
+    start = last_print = time.perf_counter()
+    step = 0
+    for epoch in range(a.epochs):
+        order = torch.randperm(len(y_train), generator=torch.Generator().manual_seed(epoch))
+        seen = correct = 0
+        loss_sum = 0.0
+        for s in range(steps_per_epoch):
+            if step == total:
+                break
+            mine = order[s * global_batch + rank * a.batch:][:a.batch]
+            x, y = x_train[mine], y_train[mine]
+            t0 = time.perf_counter()
+            out = net(x)
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            now = time.perf_counter()
+            times.append(now - t0)
+            step += 1
+            curve.append((now - start, loss.item()))
+            seen += len(y)
+            correct += (out.argmax(1) == y).sum().item()
+            loss_sum += loss.item() * len(y)
+            end_of_epoch = s == steps_per_epoch - 1 or step == total
+            if rank == 0 and (end_of_epoch or (a.progress_every > 0
+                                              and now - last_print >= a.progress_every)):
+                last_print = now
+                rate = step / (now - start)
+                print(f"{a.model}/{a.system} epoch {epoch + 1}/{a.epochs} step {step}/{total} "
+                      f"loss {loss_sum / seen:.4f} acc {100.0 * correct / seen:.1f}% "
+                      f"{rate:.1f} steps/s {rate * per_step / 1e6:.1f} MB/s exchanged",
+                      flush=True)
+        if step == total:
+            break
+
+    with torch.no_grad():
+        accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
+    for close in closing:
+        close()
+    if a.system != "server":
+        dist.destroy_process_group()
+    if rank == 0:
+        median_ms = 1000.0 * statistics.median(times)
+        print(f"{a.model}/{a.system}: test accuracy {100.0 * accuracy:.2f}%, median step "
+              f"{median_ms:.2f} ms over {step} steps", flush=True)
+        if a.json_out:
+            with open(a.json_out, "w") as f:
+                json.dump({"model": a.model, "system": a.system, "workers": workers,
+                           "parameters": params, "steps": step,
+                           "median_step_ms": round(median_ms, 3),
+                           "accuracy": round(accuracy, 4),
+                           "final_loss": round(curve[-1][1], 4),
+                           "bytes_per_step": per_step, "curve": curve}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
