@@ -143,9 +143,9 @@ class joiner {
 public:
   /// With `others`: the endpoint has other connections, whose frames go there while
   /// this one waits for a node's answer.
-  joiner(transports::tcp::endpoint& ep, const join_request& req,
+  joiner(transports::tcp::endpoint& ep, join_request req,
          transports::frame_sink* others = nullptr)
-    : ep(ep), req(req), others(others) {
+    : ep(ep), req(std::move(req)), others(others) {
   }
 
   // Waits for the node's welcome (or error) on connection `c`.
@@ -287,8 +287,13 @@ public:
   joined_job handshake() {
     transports::hello_msg hello{req.job, req.rank, {}, 0, !req.token.empty(), req.rack,
                                 req.picked_by};
+    hello.spec_from_job = req.spec_from_job;
+    if (req.spec_from_job && req.transport == "shm")
+      throw rw::error(errc::invalid_spec,
+                      "transport shm needs the job's spec stated (the shared memory segment "
+                      "is sized from its tensors before the hello); use auto or tcp");
     std::unique_ptr<transports::shm::worker_channel> channel;
-    if (req.transport != "tcp") {
+    if (req.transport != "tcp" && !req.spec_from_job) {
       try {
         channel = std::make_unique<transports::shm::worker_channel>(req.job);
         hello.shm_segment = channel->name();
@@ -304,6 +309,17 @@ public:
     } catch (...) {
       first->close(); // refused (or sent elsewhere): nothing more comes on it
       throw;
+    }
+    if (req.spec_from_job) { // from here on the worker states the job's spec
+      if (welcome.spec.name != req.job.name || welcome.spec.tensors.empty())
+        throw rw::error(errc::spec_mismatch,
+                        fmt::format("the node at {} did not send job '{}''s spec (it sent "
+                                    "'{}' with {} tensors)", req.connect, req.job.name,
+                                    welcome.spec.name, welcome.spec.tensors.size()));
+      req.job = welcome.spec;
+      req.spec_from_job = false;
+      hello.spec = req.job;
+      hello.spec_from_job = false;
     }
     out.resume_clock = welcome.resume_clock;
     auto single = [&] {
@@ -385,7 +401,7 @@ public:
 
 private:
   transports::tcp::endpoint& ep;
-  const join_request& req;
+  join_request req; // with spec_from_job: the job's spec once the first node sent it
   transports::frame_sink* others;
   transports::welcome_msg welcome;
   joined_job out;

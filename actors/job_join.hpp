@@ -29,6 +29,10 @@ struct join_request {
   std::string picked_by; // why `connect` ("": the caller chose it), sent in the hello
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds request_timeout{defaults::request_timeout_ms};
+  /// State only job.name (and job.tensors, for a job without tensors yet): the node
+  /// sends the job's spec (joined_job::welcome.spec). Over TCP only: a shared memory
+  /// segment is sized from the tensors before the hello.
+  bool spec_from_job = false;
 };
 
 struct joined_job {

@@ -171,6 +171,8 @@ struct job_binding {
   /// The clock this rank goes on from: its first push some chunk here has not counted
   /// (0 for a new job; a restored job's checkpoint clock; a restarted worker's step).
   uint64_t resume_clock = 0;
+  /// The job's spec as the node serves it, for the welcome (null: none is sent).
+  std::shared_ptr<const job_spec> spec;
 };
 
 /// A chunk's new parameters from its home (hierarchical jobs): version `version` of

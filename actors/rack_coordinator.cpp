@@ -27,6 +27,48 @@ namespace {
 
 using namespace detail;
 
+// A hello that states no spec (Hello.specFromJob) gets the job's: the running job's
+// on this node, else its grant's with the tensors the worker declares (a job created
+// without tensors: the first worker declares them). Tensors the worker declares for a
+// job that has them must be the same. Returns the refusal, or nothing.
+std::optional<job_binding> resolve_spec(rack_ptr self, hello_request& req) {
+  auto& h = req.hello;
+  if (!h.spec_from_job)
+    return std::nullopt;
+  auto& st = self->state;
+  auto name = h.spec.name;
+  auto declared = std::move(h.spec.tensors);
+  if (auto j = st.jobs.find(name); j != st.jobs.end()) {
+    h.spec = j->second.spec;
+  } else if (auto g = st.grants.find(name); g != st.grants.end() && g->second.ended.empty()) {
+    h.spec = g->second.spec;
+    if (h.spec.tensors.empty())
+      h.spec.tensors = declared;
+  } else {
+    auto why = fmt::format("no job named '{}' on node {}: a worker that states no spec joins "
+                           "a job created through the cluster (rw.job_create, "
+                           "rackweave.create_job) or already running here",
+                           name, st.settings.node_name);
+    spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, h.rank, why);
+    return refuse(errc::unknown_job, why);
+  }
+  if (h.spec.tensors.empty()) {
+    auto why = fmt::format("job '{}' has no tensors yet: the first worker to join declares "
+                           "them (worker_options.job.tensors; Python: tensors=...)", name);
+    spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, h.rank, why);
+    return refuse(errc::invalid_spec, why);
+  }
+  if (!declared.empty()) {
+    auto theirs = h.spec;
+    theirs.tensors = std::move(declared);
+    if (auto diff = describe_mismatch(h.spec, theirs); !diff.empty()) {
+      spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, h.rank, diff);
+      return refuse(errc::spec_mismatch, diff);
+    }
+  }
+  return std::nullopt;
+}
+
 // Checks a hello on its own: a valid spec, a rank inside it, a size the node allows.
 // Returns the refusal, or nothing.
 std::optional<job_binding> check_hello(rack_ptr self, const hello_request& req) {
@@ -261,6 +303,8 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
   auto& st = self->state;
   if (req.hello.mirror)
     return mirror_hello(self, req);
+  if (auto refused = resolve_spec(self, req))
+    return *refused;
   if (auto refused = check_hello(self, req))
     return *refused;
   auto& spec = req.hello.spec;
@@ -325,6 +369,8 @@ caf::result<job_binding> on_proof(rack_ptr self, proof_request& p) {
   if (p.hello.hello.mirror)
     return mirror_proof(self, p);
   auto& req = p.hello;
+  if (auto refused = resolve_spec(self, req)) // the job may have started since the hello
+    return *refused;
   auto& spec = req.hello.spec;
   auto g = st.grants.find(spec.name);
   if (g == st.grants.end() || !g->second.ended.empty())

@@ -70,8 +70,14 @@ struct worker::impl {
     req.rack = opts.rack;
     req.connect_timeout = opts.connect_timeout;
     req.request_timeout = opts.request_timeout;
+    req.spec_from_job = opts.spec_from_job;
     auto joined = actors::join_job(*ep, req);
     welcome = joined.welcome;
+    if (opts.spec_from_job) { // the job's spec, as the node sent it; stated from now on
+      opts.job = welcome.spec;
+      req.job = welcome.spec;
+      req.spec_from_job = false;
+    }
     if (opts.start_clock == 0) // where the node says the rank goes on from
       opts.start_clock = joined.resume_clock;
     link = std::make_shared<actors::worker_link>(ep, std::move(joined.conns), welcome.job_id,
@@ -96,21 +102,29 @@ struct worker::impl {
 worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
   auto& d = *impl_;
   d.opts = std::move(options);
-  if (auto why = validate(d.opts.job, defaults::max_chunk_bytes, defaults::max_workers);
-      !why.empty())
-    throw rw::error(errc::invalid_spec, "invalid job spec: " + why);
+  if (d.opts.spec_from_job) {
+    if (d.opts.job.name.empty())
+      throw rw::error(errc::invalid_spec, "invalid job spec: the job needs a name");
+  } else {
+    if (auto why = validate(d.opts.job, defaults::max_chunk_bytes, defaults::max_workers);
+        !why.empty())
+      throw rw::error(errc::invalid_spec, "invalid job spec: " + why);
+    if (d.opts.rank >= d.opts.job.num_workers)
+      throw rw::error(errc::bad_rank, fmt::format("rank {} is outside 0..{}", d.opts.rank,
+                                                  d.opts.job.num_workers - 1));
+  }
   if (d.opts.transport != "auto" && d.opts.transport != "tcp" && d.opts.transport != "shm")
     throw rw::error(errc::invalid_spec, "transport must be auto, tcp or shm, not '"
                                           + d.opts.transport + "'");
-  if (d.opts.rank >= d.opts.job.num_workers)
-    throw rw::error(errc::bad_rank, fmt::format("rank {} is outside 0..{}", d.opts.rank,
-                                                d.opts.job.num_workers - 1));
-  for (uint32_t i = 0; i < d.opts.job.tensors.size(); ++i)
-    d.index.emplace(d.opts.job.tensors[i].name, i);
+  // Frames up to the largest chunk any job may have until the spec is known.
   d.ep = std::make_shared<transports::tcp::endpoint>(
     d.opts.request_timeout,
-    transports::receive_limits{d.opts.job.chunk_bytes, defaults::max_control_bytes});
+    transports::receive_limits{d.opts.spec_from_job ? defaults::max_chunk_bytes
+                                                    : d.opts.job.chunk_bytes,
+                               defaults::max_control_bytes});
   d.handshake();
+  for (uint32_t i = 0; i < d.opts.job.tensors.size(); ++i)
+    d.index.emplace(d.opts.job.tensors[i].name, i);
   d.clocks.assign(d.opts.job.tensors.size(), d.opts.start_clock);
   d.cfg.set("scheduler.max-threads", 2);
   d.cfg.set("logger.verbosity", caf::atom("quiet"));

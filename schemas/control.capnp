@@ -57,6 +57,22 @@ struct Hello {
   mirror @13 :Bool;         # not a worker: a node of the job (rank = mirror_rank) that
                             # sends each step's summed gradient of the chunks it homes
                             # to their replica here (replicas = 1); proves the token
+  specFromJob @14 :Bool;    # the worker states only jobName (and, for a job whose
+                            # tensors nobody has declared yet, tensors): the node takes
+                            # the rest from the job it holds (its grant or, once it
+                            # runs, its chunks) and sends the whole spec in the welcome;
+                            # numWorkers, chunkBytes, optimizer, consistency are unread
+}
+
+# A job's whole spec, as the node serves it (Welcome.job).
+struct JobSpec {
+  name @0 :Text;
+  numWorkers @1 :UInt32;
+  chunkBytes @2 :UInt32;
+  optimizer @3 :Optimizer;
+  tensors @4 :List(TensorSpec);
+  consistency @5 :ConsistencyModel;
+  staleness @6 :UInt32;
 }
 
 struct Challenge {
@@ -110,6 +126,9 @@ struct Welcome {
   # init as well; only the home answers. When a node dies the job goes on: the
   # worker waits for a `reroute` (it does not fail on that node's connections closing).
   replicas @17 :UInt32;
+  # The job's spec as this node serves it: what a worker that stated none (specFromJob)
+  # works with (its tensors, chunk size, workers). Empty name on an attach's welcome.
+  job @18 :JobSpec;
 }
 
 struct ErrorInfo {

@@ -43,6 +43,37 @@ errc read_message(const std::byte* data, size_t size, std::string& why, Fn fn) {
   }
 }
 
+void set_tensors(capnp::List<schema::TensorSpec>::Builder ts, const job_spec& spec) {
+  for (unsigned i = 0; i < ts.size(); ++i) {
+    ts[i].setName(spec.tensors[i].name);
+    ts[i].setElements(spec.tensors[i].elements);
+    ts[i].setHasInit(spec.tensors[i].has_init);
+  }
+}
+
+void get_tensors(capnp::List<schema::TensorSpec>::Reader ts, job_spec& spec) {
+  spec.tensors.clear();
+  for (auto t : ts)
+    spec.tensors.push_back({t.getName().cStr(), t.getElements(), t.getHasInit()});
+}
+
+// The optimizer's kind and the consistency model off the wire, checked.
+errc get_kinds(schema::Optimizer::Reader o, uint16_t model, job_spec& spec, std::string& why) {
+  auto kind = static_cast<uint16_t>(o.getKind());
+  if (kind > static_cast<uint16_t>(optimizer_kind::lars)) {
+    why = fmt::format("unknown optimizer kind {}", kind);
+    return errc::bad_frame;
+  }
+  spec.optimizer.kind = static_cast<optimizer_kind>(kind);
+  runtime::get_hyper_parameters(o, spec.optimizer);
+  if (model > static_cast<uint16_t>(consistency_spec::async)) {
+    why = fmt::format("unknown consistency model {}", model);
+    return errc::bad_frame;
+  }
+  spec.consistency.model = static_cast<consistency_spec::model_t>(model);
+  return errc::ok;
+}
+
 } // namespace
 
 bytes encode(const hello_msg& x) {
@@ -56,12 +87,7 @@ bytes encode(const hello_msg& x) {
   auto& s = x.spec.optimizer;
   o.setKind(static_cast<schema::OptimizerKind>(s.kind));
   runtime::set_hyper_parameters(o, s);
-  auto ts = root.initTensors(static_cast<unsigned>(x.spec.tensors.size()));
-  for (unsigned i = 0; i < ts.size(); ++i) {
-    ts[i].setName(x.spec.tensors[i].name);
-    ts[i].setElements(x.spec.tensors[i].elements);
-    ts[i].setHasInit(x.spec.tensors[i].has_init);
-  }
+  set_tensors(root.initTensors(static_cast<unsigned>(x.spec.tensors.size())), x.spec);
   root.setShmSegment(x.shm_segment);
   root.setShmNonce(x.shm_nonce);
   root.setConsistency(static_cast<schema::ConsistencyModel>(x.spec.consistency.model));
@@ -70,6 +96,7 @@ bytes encode(const hello_msg& x) {
   root.setRack(x.rack);
   root.setPickedBy(x.picked_by);
   root.setMirror(x.mirror);
+  root.setSpecFromJob(x.spec_from_job);
   return to_bytes(msg);
 }
 
@@ -105,6 +132,16 @@ bytes encode(const welcome_msg& x) {
   root.setRingVersion(x.ring_version);
   root.setReplicas(x.replicas);
   root.setResumeClock(x.resume_clock);
+  auto job = root.initJob();
+  job.setName(x.spec.name);
+  job.setNumWorkers(x.spec.num_workers);
+  job.setChunkBytes(x.spec.chunk_bytes);
+  auto o = job.initOptimizer();
+  o.setKind(static_cast<schema::OptimizerKind>(x.spec.optimizer.kind));
+  runtime::set_hyper_parameters(o, x.spec.optimizer);
+  set_tensors(job.initTensors(static_cast<unsigned>(x.spec.tensors.size())), x.spec);
+  job.setConsistency(static_cast<schema::ConsistencyModel>(x.spec.consistency.model));
+  job.setStaleness(x.spec.consistency.staleness);
   return to_bytes(msg);
 }
 
@@ -163,31 +200,19 @@ errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why
     out.spec.num_workers = root.getNumWorkers();
     out.rank = root.getRank();
     out.spec.chunk_bytes = root.getChunkBytes();
-    auto o = root.getOptimizer();
-    auto kind = static_cast<uint16_t>(o.getKind());
-    if (kind > static_cast<uint16_t>(optimizer_kind::lars)) {
-      why = fmt::format("unknown optimizer kind {}", kind);
-      return errc::bad_frame;
-    }
-    auto& s = out.spec.optimizer;
-    s.kind = static_cast<optimizer_kind>(kind);
-    runtime::get_hyper_parameters(o, s);
-    out.spec.tensors.clear();
-    for (auto t : root.getTensors())
-      out.spec.tensors.push_back({t.getName().cStr(), t.getElements(), t.getHasInit()});
+    auto kinds = get_kinds(root.getOptimizer(), static_cast<uint16_t>(root.getConsistency()),
+                           out.spec, why);
+    if (kinds != errc::ok)
+      return kinds;
+    get_tensors(root.getTensors(), out.spec);
     out.shm_segment = root.getShmSegment().cStr();
     out.shm_nonce = root.getShmNonce();
-    auto model = static_cast<uint16_t>(root.getConsistency());
-    if (model > static_cast<uint16_t>(consistency_spec::async)) {
-      why = fmt::format("unknown consistency model {}", model);
-      return errc::bad_frame;
-    }
-    out.spec.consistency.model = static_cast<consistency_spec::model_t>(model);
     out.spec.consistency.staleness = root.getStaleness();
     out.has_token = root.getHasToken();
     out.rack = root.getRack().cStr();
     out.picked_by = root.getPickedBy().cStr();
     out.mirror = root.getMirror();
+    out.spec_from_job = root.getSpecFromJob();
     return errc::ok;
   });
 }
@@ -224,6 +249,17 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
     out.ring_version = root.getRingVersion();
     out.replicas = root.getReplicas();
     out.resume_clock = root.getResumeClock();
+    auto job = root.getJob();
+    out.spec = job_spec{};
+    out.spec.name = job.getName().cStr();
+    out.spec.num_workers = job.getNumWorkers();
+    out.spec.chunk_bytes = job.getChunkBytes();
+    auto kinds = get_kinds(job.getOptimizer(), static_cast<uint16_t>(job.getConsistency()),
+                           out.spec, why);
+    if (kinds != errc::ok)
+      return kinds;
+    get_tensors(job.getTensors(), out.spec);
+    out.spec.consistency.staleness = job.getStaleness();
     if (out.job_nodes.size() > 1
         && (out.job_node_names.size() != out.job_nodes.size()
             || out.node_index >= out.job_nodes.size() || out.ring_vnodes == 0)) {

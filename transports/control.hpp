@@ -24,6 +24,9 @@ struct hello_msg {
   std::string rack;       // the worker's rack option ("": none)
   std::string picked_by;  // why the worker chose this node ("": it was told to)
   bool mirror = false;    // a home node's mirror link, not a worker (rank = mirror_rank)
+  /// The worker states only spec.name (and, for a job without tensors yet,
+  /// spec.tensors): the node fills in the rest from the job (schemas/control.capnp).
+  bool spec_from_job = false;
 };
 
 struct welcome_msg {
@@ -46,6 +49,7 @@ struct welcome_msg {
   uint64_t ring_version = 0;
   uint64_t resume_clock = 0; // where this rank goes on from (schemas/control.capnp)
   uint32_t replicas = 0;     // replicas of each chunk (schemas/control.capnp)
+  job_spec spec;             // the job's spec as the node serves it (empty name: none)
 };
 
 /// The node's challenge to a worker that says it holds the job's token, and the

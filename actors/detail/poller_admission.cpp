@@ -193,6 +193,8 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       w.shard_endpoints = jb.routes->shard_endpoints();
       w.token = jb.token;
       w.resume_clock = jb.resume_clock;
+      if (jb.spec)
+        w.spec = *jb.spec;
       if (jb.layout.nodes.size() > 1 && jb.layout.reduction == "flat") {
         w.job_nodes = jb.layout.addresses;
         w.job_node_names = jb.layout.nodes;

@@ -42,6 +42,7 @@ job_binding joined(const job_info& job, uint32_t rank, bool created) {
   b.layout = job.layout;
   b.node_index = job.node_index;
   b.shard_rank = job.shard_rank(rank);
+  b.spec = std::make_shared<const job_spec>(job.spec);
   return b;
 }
 

@@ -206,6 +206,27 @@ std::vector<rw::tensor_spec> tensors_from(const py::object& obj) {
   return out;
 }
 
+// A job spec as a dict (Worker.spec).
+py::dict spec_dict(const rw::job_spec& s) {
+  py::dict d;
+  d["name"] = s.name;
+  d["workers"] = s.num_workers;
+  d["chunk_bytes"] = s.chunk_bytes;
+  d["optimizer"] = std::string{rw::to_string(s.optimizer.kind)};
+  d["lr"] = s.optimizer.learning_rate;
+  d["momentum"] = s.optimizer.momentum;
+  d["weight_decay"] = s.optimizer.weight_decay;
+  d["beta1"] = s.optimizer.beta1;
+  d["beta2"] = s.optimizer.beta2;
+  d["eps"] = s.optimizer.epsilon;
+  d["consistency"] = rw::to_string(s.consistency);
+  py::list tensors;
+  for (auto& t : s.tensors)
+    tensors.append(py::make_tuple(t.name, t.elements, t.has_init));
+  d["tensors"] = tensors;
+  return d;
+}
+
 } // namespace
 
 PYBIND11_MODULE(_rackweave, m) {
@@ -233,33 +254,58 @@ PYBIND11_MODULE(_rackweave, m) {
 
   py::class_<py_worker>(m, "Worker", "One rank of a job (rackweave/worker.hpp).")
     .def(py::init([](const std::string& connect, const std::string& job, uint32_t rank,
-                     uint32_t workers, const py::object& tensors, const std::string& token,
-                     const std::string& optimizer, float lr, float momentum,
-                     float weight_decay, float beta1, float beta2, float eps,
-                     uint32_t chunk_bytes, const std::string& consistency,
-                     const std::string& transport, double timeout) {
+                     std::optional<uint32_t> workers, const py::object& tensors,
+                     const std::string& token, std::optional<std::string> optimizer,
+                     std::optional<float> lr, std::optional<float> momentum,
+                     std::optional<float> weight_decay, std::optional<float> beta1,
+                     std::optional<float> beta2, std::optional<float> eps,
+                     std::optional<uint32_t> chunk_bytes,
+                     std::optional<std::string> consistency, const std::string& transport,
+                     double timeout) {
            rw::worker_options o;
            o.connect = connect;
            o.rank = rank;
            o.token = token;
            o.transport = transport;
            o.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
-           o.job = rw::python::spec_from(job, workers, optimizer, lr, momentum, weight_decay,
-                                         beta1, beta2, eps, chunk_bytes, consistency);
-           o.job.tensors = tensors_from(tensors);
+           if (!workers) {
+             // The job's name and token alone: the node sends the rest.
+             if (optimizer || lr || momentum || weight_decay || beta1 || beta2 || eps
+                 || chunk_bytes || consistency)
+               throw py::value_error("a spec is stated with workers=...: give workers too, "
+                                     "or leave out optimizer, its hyper-parameters, "
+                                     "chunk_bytes and consistency to take the job's");
+             o.spec_from_job = true;
+             o.job.name = job;
+           } else {
+             o.job = rw::python::spec_from(
+               job, *workers, optimizer.value_or("sum"), lr.value_or(0.01f),
+               momentum.value_or(0.9f), weight_decay.value_or(0.0f), beta1.value_or(0.9f),
+               beta2.value_or(0.999f), eps.value_or(1e-8f),
+               chunk_bytes.value_or(rw::defaults::chunk_bytes), consistency.value_or("bsp"));
+             if (tensors.is_none())
+               throw py::value_error("a stated spec needs tensors=...");
+           }
+           if (!tensors.is_none())
+             o.job.tensors = tensors_from(tensors);
            return std::make_unique<py_worker>(std::move(o));
          }),
-         py::arg("connect"), py::arg("job"), py::arg("rank"), py::arg("workers"),
-         py::arg("tensors"), py::arg("token") = "", py::arg("optimizer") = "sum",
-         py::arg("lr") = 0.01f, py::arg("momentum") = 0.9f, py::arg("weight_decay") = 0.0f,
-         py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f, py::arg("eps") = 1e-8f,
-         py::arg("chunk_bytes") = rw::defaults::chunk_bytes, py::arg("consistency") = "bsp",
-         py::arg("transport") = "tcp", py::arg("timeout") = 120.0,
+         py::arg("connect"), py::arg("job"), py::arg("rank"), py::arg("workers") = py::none(),
+         py::arg("tensors") = py::none(), py::arg("token") = "",
+         py::arg("optimizer") = py::none(), py::arg("lr") = py::none(),
+         py::arg("momentum") = py::none(), py::arg("weight_decay") = py::none(),
+         py::arg("beta1") = py::none(), py::arg("beta2") = py::none(),
+         py::arg("eps") = py::none(), py::arg("chunk_bytes") = py::none(),
+         py::arg("consistency") = py::none(), py::arg("transport") = "tcp",
+         py::arg("timeout") = 120.0,
          "Connects to the node at `connect` (HOST:PORT) and joins job `job` as `rank` "
-         "(GIL released meanwhile). The spec (workers, tensors, optimizer and its "
-         "hyper-parameters, chunk_bytes, consistency) must match the job's; `token` is "
-         "the job's, as rw.job_create returned it ('' : a node started with --open-jobs). "
-         "`timeout`: seconds a call may wait for the node.")
+         "(GIL released meanwhile). With `workers` the worker states the spec (workers, "
+         "tensors, optimizer='sum', lr=0.01, momentum=0.9, weight_decay=0, beta1=0.9, "
+         "beta2=0.999, eps=1e-8, chunk_bytes=32768, consistency='bsp'), which must match "
+         "the job's. Without it, the job's name and token are enough: the node sends the "
+         "spec (`spec`); `tensors` then declares the tensors of a job that has none yet "
+         "(or must match). `token` is the job's, as rw.job_create returned it ('' : a "
+         "node started with --open-jobs). `timeout`: seconds a call may wait for the node.")
     .def("push", &py_worker::push, py::arg("tensor"), py::arg("grad"),
          "Adds `grad` to the tensor's next clock.")
     .def("pull", &py_worker::pull, py::arg("tensor"), py::arg("out"),
@@ -273,6 +319,10 @@ PYBIND11_MODULE(_rackweave, m) {
          py::arg("tensor"), "How many pushes this worker made to the tensor.")
     .def_property_readonly("rank", [](py_worker& w) { return w.get().rank(); })
     .def_property_readonly("job_id", [](py_worker& w) { return w.get().job_id(); })
+    .def_property_readonly("spec", [](py_worker& w) { return spec_dict(w.get().spec()); },
+                           "The job's spec: name, workers, chunk_bytes, optimizer, lr, "
+                           "momentum, weight_decay, beta1, beta2, eps, consistency, and "
+                           "tensors as [(name, elements, has_init)].")
     .def_property_readonly("transport",
                            [](py_worker& w) { return std::string{w.get().transport()}; })
     .def("__enter__", [](py::object self) { return self; })

@@ -10,7 +10,11 @@
         opt.step()               # backward has it; step() waits for the new parameters
         opt.zero_grad()
 
-Each trainable parameter is a tensor of the job, of its name. At construction rank 0's
+Each trainable parameter is a tensor of the job, of its name. Without `optimizer` the
+job's own optimizer and hyper-parameters apply: its name and token are enough (the
+first rank to join declares the tensors; over TCP, as shared memory needs the spec
+stated); with it, the spec is stated (defaults lr=0.01, momentum=0.9, weight_decay=0,
+betas=(0.9, 0.999), eps=1e-8, chunk_bytes=32768) and must match the job's. At construction rank 0's
 values become version 0 and every rank starts from them. With overlap (the default)
 a parameter's gradient is pushed from an autograd hook the moment backward produces
 it, so communication overlaps the rest of backward; the node sums it over the ranks
@@ -61,9 +65,9 @@ def _from_env(value, name, convert=str, default=None):
 class ServerOptimizer:
     """The node's optimizer for a model's parameters; see the module's doc."""
 
-    def __init__(self, named_parameters, optimizer="momentum", lr=0.01, momentum=0.9,
-                 weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, *, connect=None, job=None,
-                 rank=None, workers=None, token=None, chunk_bytes=32768, overlap=True,
+    def __init__(self, named_parameters, optimizer=None, lr=None, momentum=None,
+                 weight_decay=None, betas=None, eps=None, *, connect=None, job=None,
+                 rank=None, workers=None, token=None, chunk_bytes=None, overlap=True,
                  transport=None, timeout=120.0):
         self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not self.params:
@@ -73,16 +77,31 @@ class ServerOptimizer:
                 raise TypeError(f"ServerOptimizer: parameter '{n}' must be a contiguous "
                                 f"float32 CPU tensor (it is {p.dtype} on {p.device})")
         self.rank = _from_env(rank, "RANK", int)
-        self.workers = _from_env(workers, "WORLD_SIZE", int)
-        self.worker = Worker(
+        joining = dict(
             connect=_from_env(connect, "RACKWEAVE_CONNECT"), job=_from_env(job, "RACKWEAVE_JOB"),
-            rank=self.rank, workers=self.workers,
-            tensors=[(n, p.numel(), True) for n, p in self.params],
-            token=_from_env(token, "RACKWEAVE_TOKEN", default=""), optimizer=optimizer, lr=lr,
-            momentum=momentum, weight_decay=weight_decay, beta1=betas[0], beta2=betas[1],
-            eps=eps, chunk_bytes=chunk_bytes,
+            rank=self.rank, tensors=[(n, p.numel(), True) for n, p in self.params],
+            token=_from_env(token, "RACKWEAVE_TOKEN", default=""),
             transport=_from_env(transport, "RACKWEAVE_TRANSPORT", default="auto"),
             timeout=timeout)
+        hyper = (lr, momentum, weight_decay, betas, eps, chunk_bytes)
+        if optimizer is None:
+            # The job's optimizer and hyper-parameters (its name and token are enough).
+            if any(v is not None for v in hyper):
+                raise ValueError("ServerOptimizer: hyper-parameters without an optimizer: "
+                                 "give optimizer=... too, or none of them to take the job's")
+            if joining["transport"] == "auto":
+                joining["transport"] = "tcp"  # shared memory needs the spec stated
+            self.worker = Worker(**joining)
+            self.workers = self.worker.spec["workers"]
+        else:
+            b1, b2 = betas if betas is not None else (0.9, 0.999)
+            self.workers = _from_env(workers, "WORLD_SIZE", int)
+            self.worker = Worker(
+                **joining, workers=self.workers, optimizer=optimizer,
+                lr=0.01 if lr is None else lr, momentum=0.9 if momentum is None else momentum,
+                weight_decay=0.0 if weight_decay is None else weight_decay, beta1=b1, beta2=b2,
+                eps=1e-8 if eps is None else eps,
+                chunk_bytes=32768 if chunk_bytes is None else chunk_bytes)
         self.overlap = overlap
         self._pending = {}
         self._hooks = []

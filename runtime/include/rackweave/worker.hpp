@@ -50,8 +50,16 @@ struct worker_options {
   /// The job to join. Its name, workers, chunk size, optimizer and consistency must
   /// match what the job was created with; the first worker to join declares the
   /// tensors (and, on a node with --open-jobs, may create a job that was never
-  /// created), later ones must match.
+  /// created), later ones must match. With spec_from_job only the name (and, if this
+  /// worker declares them, the tensors) is read.
   job_spec job;
+  /// Join with the job's name (and token) alone: the node sends the rest of the spec
+  /// (workers, chunk size, optimizer, consistency, tensors), which spec() then returns.
+  /// Tensors given in `job.tensors` declare them for a job nobody has declared them for
+  /// yet, or must match. The job must exist: created through the cluster (rw.job_create)
+  /// or already running on the node. Chunks travel over TCP (transport auto or tcp; shm
+  /// is refused: its segment is sized from the tensors before the hello).
+  bool spec_from_job = false;
   /// This worker's rank in 0..job.num_workers-1; gradients are summed in rank order.
   uint32_t rank = 0;
   /// The job's token, as creating the job returned it (rw-shell: rw.job_create). The
@@ -88,6 +96,7 @@ public:
   worker(const worker&) = delete;
   worker& operator=(const worker&) = delete;
 
+  /// The job's spec (with spec_from_job: as the node sent it).
   const job_spec& spec() const noexcept;
   uint32_t rank() const noexcept;
   /// Whether this worker's hello created the job.
