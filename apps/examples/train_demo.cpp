@@ -181,9 +181,9 @@ int train(const args& a) {
   std::vector<std::future<void>> pending;
   if (report)
     for (auto& [name, t] : init_values.tensors())
-      pending.push_back(w.init(name, t->data()));
+      pending.push_back(w.init(name, *t));
   for (auto& [name, t] : params.tensors())
-    pending.push_back(w.pull(name, t->data(), 0));
+    pending.push_back(w.pull(name, *t, 0));
   for (auto& f : pending)
     f.get();
 
@@ -215,8 +215,7 @@ int train(const args& a) {
     auto outs = params.tensors();
     pending.clear();
     for (size_t t = 0; t < grads.size(); ++t)
-      pending.push_back(w.push_pull(grads[t].first, grads[t].second->data(),
-                                    outs[t].second->data()));
+      pending.push_back(w.push_pull(grads[t].first, *grads[t].second, *outs[t].second));
     for (auto& f : pending)
       f.get();
 

@@ -19,7 +19,7 @@ for v in workers epochs; do
   fi
 done
 
-bash apps/scripts/setup.sh
+[[ -n ${RW_BUILD_DIR:-} ]] || bash apps/scripts/setup.sh
 
 source apps/scripts/local_node.sh
 start_node
@@ -28,7 +28,8 @@ echo "demo: training the digits CNN with $workers ranks for $epochs epochs, thro
   "node and then with torch DDP (gloo) for comparison"
 failed=0
 rc=0
-/usr/bin/python3 apps/examples/torch/compare.py --connect "$address" --model digits \
+PYTHONPATH=$build/python${PYTHONPATH:+:$PYTHONPATH} \
+  /usr/bin/python3 apps/examples/torch/compare.py --connect "$address" --model digits \
   --workers "$workers" --systems server,ddp -- --epochs "$epochs" </dev/null &
 run_pid=$!
 pids+=("$run_pid")

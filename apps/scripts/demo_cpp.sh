@@ -16,7 +16,7 @@ for v in workers steps; do
   fi
 done
 
-bash apps/scripts/setup.sh
+[[ -n ${RW_BUILD_DIR:-} ]] || bash apps/scripts/setup.sh
 
 source apps/scripts/local_node.sh
 start_node
@@ -27,8 +27,8 @@ echo "demo: creating a job through rw-shell (config/examples/train_job.lua): $wo
   "train a 2-32-1 MLP on two spirals for $steps steps, proving the job's token"
 failed=0
 rc=0
-build/apps/rw-shell --connect "$address" -f config/examples/train_job.lua -- \
-  build/apps/examples/rw-train-demo "$workers" "$steps" </dev/null &
+"$build/apps/rw-shell" --connect "$address" -f config/examples/train_job.lua -- \
+  "$build/apps/examples/rw-train-demo" "$workers" "$steps" </dev/null &
 shell_pid=$!
 pids+=("$shell_pid")
 wait "$shell_pid" || rc=$?

@@ -1,10 +1,13 @@
 # Sourced by the demos: a rack-agg node (embedding the cluster coordinator) on a free
 # 127.0.0.1 port, and the bookkeeping that stops every process a demo starts, by PID,
-# however the demo exits. Sets `tmp` (a scratch directory, removed at exit).
+# however the demo exits. Sets `tmp` (a scratch directory, removed at exit) and `build`
+# (RW_BUILD_DIR: a build to use as it is, as the tests do; default ./build, which the
+# demo first brings up to date with setup.sh).
 #   start_node       starts it: sets node_pid and address (HOST:PORT)
 #   stop_node        SIGTERM, waits up to 5 s; returns non-zero if it did not stop cleanly
 #   pids+=("$pid")   any other process to stop at exit; forget PID once it is reaped
 
+build=${RW_BUILD_DIR:-build}
 tmp=$(mktemp -d)
 pids=() # started and not yet reaped
 
@@ -36,7 +39,7 @@ trap 'exit 143' TERM
 
 start_node() {
   echo "demo: starting rack-agg node on 127.0.0.1 (a free port)"
-  build/apps/rw-node --role rack-agg --listen 127.0.0.1:0 --port-file "$tmp/port" \
+  "$build/apps/rw-node" --role rack-agg --listen 127.0.0.1:0 --port-file "$tmp/port" \
     >"$tmp/node.log" 2>&1 &
   node_pid=$!
   pids+=("$node_pid")

@@ -30,6 +30,7 @@ const char* to_string(errc code) noexcept {
     case errc::duplicate_name: return "duplicate_name";
     case errc::unavailable: return "unavailable";
     case errc::moved: return "moved";
+    case errc::bad_buffer: return "bad_buffer";
   }
   return "unknown_error";
 }

@@ -1,5 +1,6 @@
 #include "rackweave/job_spec.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <stdexcept>
@@ -135,6 +136,69 @@ std::string describe_mismatch(const job_spec& ours, const job_spec& theirs) {
                          i, x.name, x.elements, ours.name, y.name, y.elements);
   }
   return {};
+}
+
+std::string validate(const hyper_change& c) {
+  struct field {
+    const char* name;
+    const std::optional<float>& value;
+    float below; // exclusive upper bound (0: none)
+  };
+  const field fields[] = {{"lr", c.learning_rate, 0.0f},
+                          {"momentum", c.momentum, 1.0f},
+                          {"weight_decay", c.weight_decay, 0.0f},
+                          {"beta1", c.beta1, 1.0f},
+                          {"beta2", c.beta2, 1.0f}};
+  bool any = false;
+  for (auto& f : fields) {
+    if (!f.value)
+      continue;
+    any = true;
+    float v = *f.value;
+    if (!std::isfinite(v) || v < 0.0f)
+      return fmt::format("{} must be a finite number >= 0, not {}", f.name, v);
+    if (f.below > 0.0f && v >= f.below)
+      return fmt::format("{} must be below {}, not {}", f.name, f.below, v);
+  }
+  if (!any)
+    return "no hyper-parameter to change (lr, momentum, weight_decay, beta1, beta2)";
+  return {};
+}
+
+std::string describe(const hyper_change& c) {
+  std::string out;
+  auto add = [&](const char* name, const std::optional<float>& v) {
+    if (v)
+      out += fmt::format("{}={} ", name, *v);
+  };
+  add("lr", c.learning_rate);
+  add("momentum", c.momentum);
+  add("weight_decay", c.weight_decay);
+  add("beta1", c.beta1);
+  add("beta2", c.beta2);
+  return out + fmt::format("at clock {}", c.at_clock);
+}
+
+optimizer_spec optimizer_at(const job_spec& spec, uint64_t clock) {
+  auto out = spec.optimizer;
+  std::vector<const hyper_change*> due;
+  for (auto& c : spec.schedule)
+    if (c.at_clock <= clock)
+      due.push_back(&c);
+  std::stable_sort(due.begin(), due.end(), [](auto* a, auto* b) { return a->at_clock < b->at_clock; });
+  for (auto* c : due) {
+    if (c->learning_rate)
+      out.learning_rate = *c->learning_rate;
+    if (c->momentum)
+      out.momentum = *c->momentum;
+    if (c->weight_decay)
+      out.weight_decay = *c->weight_decay;
+    if (c->beta1)
+      out.beta1 = *c->beta1;
+    if (c->beta2)
+      out.beta2 = *c->beta2;
+  }
+  return out;
 }
 
 } // namespace rw

@@ -342,3 +342,36 @@ TEST_CASE("a sparse frame with an index out of range is refused and nothing appl
   std::memcpy(&first, f->payload.data() + 5 * sizeof(float), sizeof(float));
   CHECK(first == 0.0f);
 }
+
+TEST_CASE("a buffer of the wrong length is refused at the call; the right one works",
+          "[integration][bad]") {
+  testing::node_process node;
+  worker w{options(node.address(), small_job("lengths", 1, 3000), 0)};
+  std::vector<float> g(3000, 2.0f), out(3000), short_out(2999);
+  std::vector<uint64_t> idx{1, 2};
+  std::vector<float> vals{1.0f, 2.0f, 3.0f};
+  auto code_and_text = [](auto fn) {
+    try {
+      fn();
+    } catch (const rw::error& e) {
+      return std::make_pair(e.code(), std::string{e.what()});
+    }
+    return std::make_pair(errc::ok, std::string{});
+  };
+  auto [code, text] = code_and_text([&] { w.push_pull("t", g, short_out); });
+  CHECK(code == errc::bad_buffer);
+  CHECK(text == "tensor 't': 2999 elements in the output, 3000 in the tensor");
+  CHECK(code_and_text([&] { w.push("t", rw::const_floats{g.data(), 3001}); }).first
+        == errc::bad_buffer);
+  CHECK(code_and_text([&] { w.pull("t", short_out, 0); }).first == errc::bad_buffer);
+  auto sparse = code_and_text([&] { w.push_sparse("t", idx, vals); });
+  CHECK(sparse.first == errc::bad_buffer);
+  CHECK(sparse.second == "tensor 't': 3 elements in the sparse values, 2 in the indices");
+  CHECK(code_and_text([&] { w.push("nope", g); }).first == errc::unknown_tensor);
+  // Nothing was sent: the clock did not move, and the right lengths go through.
+  CHECK(w.clock("t") == 0);
+  w.push_pull("t", g, out).get();
+  CHECK(out[0] == 2.0f);
+  CHECK(out[2999] == 2.0f);
+  CHECK(w.clock("t") == 1);
+}

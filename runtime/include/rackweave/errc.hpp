@@ -35,6 +35,7 @@ enum class errc : uint16_t {
   unavailable,        // the cluster (coordinator or a node) cannot be reached in time
   moved,              // hello at the wrong node: the message starts with the right one's
                       // HOST:PORT (a hierarchical job's worker goes to its rack's agg)
+  bad_buffer,         // a buffer whose length is not the tensor's (worker side)
 };
 
 const char* to_string(errc code) noexcept;

@@ -60,14 +60,41 @@ struct tensor_spec {
   bool has_init = false; // rank 0 supplies initial values; otherwise zeros
 };
 
+/// A change of the optimizer's hyper-parameters from a clock on: every field given
+/// replaces the job's for the step of clock `at_clock` (the one that makes version
+/// at_clock + 1) and every later one, for every chunk of the job
+/// (rw.job_set{name, lr = ..., at_clock = ...}; Python rackweave.set_hyper).
+struct hyper_change {
+  uint64_t at_clock = 0;
+  std::optional<float> learning_rate;
+  std::optional<float> momentum;
+  std::optional<float> weight_decay;
+  std::optional<float> beta1;
+  std::optional<float> beta2;
+};
+
+/// Returns an empty string when `change` is valid on its own (at least one field; each
+/// finite, lr and weight decay >= 0, momentum and betas in [0, 1)), else what is wrong.
+std::string validate(const hyper_change& change);
+
+/// "lr=0.01 momentum=0.9 at clock 30": what the change sets.
+std::string describe(const hyper_change& change);
+
 struct job_spec {
   std::string name;
   uint32_t num_workers = 1;
   uint32_t chunk_bytes = defaults::chunk_bytes;
-  optimizer_spec optimizer;
+  optimizer_spec optimizer; // as created: the hyper-parameters of clock 0
   std::vector<tensor_spec> tensors;
   consistency_spec consistency;
+  /// Hyper-parameter changes made since, in the order they were made (not compared
+  /// between specs: a worker states the job as created).
+  std::vector<hyper_change> schedule;
 };
+
+/// The optimizer the step of clock `clock` runs: `spec.optimizer` with every change of
+/// the schedule whose at_clock <= clock applied, by at_clock, then in the order made.
+optimizer_spec optimizer_at(const job_spec& spec, uint64_t clock);
 
 /// Returns an empty string when `spec` is valid on its own, else what is wrong.
 std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,

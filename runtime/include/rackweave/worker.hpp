@@ -8,7 +8,7 @@
 //               {rw::optimizer_kind::adam, /*lr*/ 1e-3f}, {{"w1", 1 << 20}, {"b1", 256}}};
 //   opts.token = token;                       // from rw.job_create{...} in rw-shell
 //   rw::worker w{opts};                       // connects, joins (or creates) the job
-//   w.push_pull("w1", grad.data(), params.data()).get();  // new parameters in `params`
+//   w.push_pull("w1", grad, params).get();    // new parameters in `params` (std::vector)
 //
 // Every call returns a future that completes when the node has answered, or throws
 // rw::error (errc.hpp) when the node refused the request, the job failed, the
@@ -16,6 +16,12 @@
 // once instead, from the call itself: an undeclared tensor name (unknown_tensor), init
 // from a rank other than 0 (bad_rank) or of a tensor without has_init (invalid_spec),
 // any call after close() (closed).
+//
+// Buffers are rw::view<T>s: a pointer with its length in elements, made from any
+// contiguous container (std::vector, std::array) or from (pointer, count). A length
+// other than the tensor's throws rw::error(errc::bad_buffer) at the call, naming both;
+// nothing is sent. The raw-pointer overloads remain for callers that checked already:
+// they read and write the tensor's length and cannot tell a short buffer.
 //
 // Buffers passed to a call are used in place (no copies) and must stay alive until its
 // own future completes, even when another call's future failed: calls in flight on
@@ -30,12 +36,43 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "rackweave/defaults.hpp"
 #include "rackweave/errc.hpp"
 #include "rackweave/job_spec.hpp"
 
 namespace rw {
+
+/// A buffer of `size()` elements at `data()`, for the size-checked calls.
+template <class T>
+class view {
+public:
+  view(T* data, size_t size) noexcept : data_(data), size_(size) {
+  }
+  /// Any contiguous container whose data() converts to T* (a const one only to a
+  /// view of const T).
+  template <class C, class P = decltype(std::declval<C&>().data()),
+            class = std::enable_if_t<std::is_convertible_v<P, T*>>,
+            class = decltype(std::declval<C&>().size())>
+  view(C& container) noexcept : data_(container.data()), size_(container.size()) {
+  }
+  T* data() const noexcept {
+    return data_;
+  }
+  size_t size() const noexcept {
+    return size_;
+  }
+
+private:
+  T* data_;
+  size_t size_;
+};
+
+using floats = view<float>;
+using const_floats = view<const float>;
+using const_indices = view<const uint64_t>;
 
 struct worker_options {
   /// HOST:PORT of a node: the job's, or any node of the cluster (also a coordinator's
@@ -173,6 +210,20 @@ public:
   /// stay put until this worker pushes the tensor again. Over TCP both are null.
   float* shared_gradient(const std::string& tensor) const;
   const float* shared_result(const std::string& tensor) const;
+
+  /// The size-checked calls: as above, each buffer's length checked against the
+  /// tensor's elements (sparse: indices and values of equal length) at the call.
+  std::future<void> init(const std::string& tensor, const_floats values);
+  std::future<void> push(const std::string& tensor, const_floats grad);
+  std::future<void> pull(const std::string& tensor, floats out, uint64_t min_version);
+  std::future<void> push_pull(const std::string& tensor, const_floats grad, floats out);
+  std::future<void> push_sparse(const std::string& tensor, const_indices indices,
+                                const_floats values);
+  std::future<void> push_pull_sparse(const std::string& tensor, const_indices indices,
+                                     const_floats values, floats out);
+  std::future<void> pull_changed(const std::string& tensor, floats out, uint64_t since);
+  std::future<void> subscribe(const std::string& tensor, floats out,
+                              std::function<void(uint64_t version)> on_version);
 
   /// Leaves the job (bye) and disconnects; calls afterwards throw. Idempotent.
   void close();
