@@ -18,6 +18,7 @@
 #include "actors/detail/chunk_state.hpp"
 #include "actors/detail/shard_answers.hpp"
 #include "actors/detail/shard_balance.hpp"
+#include "actors/detail/shard_hyper.hpp"
 #include "actors/detail/shard_checkpoint.hpp"
 #include "actors/detail/shard_job.hpp"
 #include "actors/detail/shard_moves.hpp"
@@ -230,6 +231,8 @@ void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t t
                      uint32_t chunk, detail::chunk_state& cs) {
   auto& st = self->state;
   while (cs.step_ready()) {
+    if (!job.pending_hyper.empty() && cs.version() >= detail::held_from(job))
+      return; // a hyper-parameter change for this clock is being agreed on: it decides
     if (job.mirror && !cs.summed() && job.routes->is_owned(tensor, chunk)) {
       auto node = job.routes->mirror_of(tensor, chunk);
       if (node != runtime::routing_table::not_here) {
@@ -256,7 +259,7 @@ void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t t
     }
     if (st.answers.points_at(cs.params()))
       st.answers.flush(); // answers held point at the parameters this step changes
-    cs.complete_step(job.spec.optimizer, job.rescale, clock_type::now());
+    cs.complete_step(detail::optimizer_for(job, cs.version()), job.rescale, clock_type::now());
     ++st.book->stats.updates;
     if (detail::checkpoint_clock(job, cs.version())) // before the next step can run here
       send_periodic(self, job_id, job, cs.version(),
@@ -1001,6 +1004,21 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       caf::result<ok_atom> out = ok_atom::value;
       changing(self, rc.job_id, [&] { out = on_takeover(self, rc); });
       return out;
+    },
+    [=](hyper_atom, uint32_t job_id, uint64_t id, hyper_change& change) -> uint64_t {
+      auto it = self->state.book->jobs.find(job_id);
+      return it == self->state.book->jobs.end() ? 0 : detail::prepare_hyper(it->second, id, change);
+    },
+    [=](hyper_atom, uint32_t job_id, uint64_t id, bool apply) {
+      auto it = self->state.book->jobs.find(job_id);
+      if (it == self->state.book->jobs.end() || !detail::end_hyper(it->second, id, apply))
+        return;
+      auto& job = it->second;
+      detail::for_each_chunk(job, self->state.settings.index,
+                             [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
+                               run_steps(self, job_id, job, t, c, cs); // those held
+                               return true;
+                             });
     },
     [=](thaw_atom, uint32_t job_id) {
       auto it = self->state.book->jobs.find(job_id);

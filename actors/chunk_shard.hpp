@@ -77,6 +77,11 @@
 //                         unanswered); the ones no longer served here are dropped
 //   coordinator -> shard  (thaw_atom, job_id)   the move was given up: it serves again
 //                         as it stood (requests dropped meanwhile are sent again)
+//   coordinator -> shard  (hyper_atom, job_id, id, hyper_change) -> highest version
+//                         prepares a hyper-parameter change: the job's steps of clocks
+//                         >= its at_clock wait here until (hyper_atom, job_id, id, apply)
+//                         commits it into the schedule (apply) or drops it; then they run
+//                         (detail/shard_hyper.hpp)
 //   anyone      -> shard  (stats_atom) -> shard_stats
 //   coordinator -> shard  (stats_atom, job_id) -> job_counters
 //                         per rank of the job: pushes, pulls, bytes, wait, clock (empty
@@ -187,6 +192,8 @@ using chunk_shard_actor = caf::typed_actor<
   caf::replies_to<fence_atom, uint32_t>::with<chunk_snapshot>,
   caf::replies_to<reshape_atom, job_setup>::with<ok_atom>,
   caf::reacts_to<thaw_atom, uint32_t>,
+  caf::replies_to<hyper_atom, uint32_t, uint64_t, hyper_change>::with<uint64_t>,
+  caf::reacts_to<hyper_atom, uint32_t, uint64_t, bool>,
   caf::replies_to<takeover_atom, route_change>::with<ok_atom>,
   caf::replies_to<plan_atom, double>::with<balance_plan>,
   caf::replies_to<expect_atom, shard_move>::with<ok_atom>,

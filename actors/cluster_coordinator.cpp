@@ -243,6 +243,12 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
         return untrusted(self, "job status");
       return job_status(self, name);
     },
+    [=](hyper_atom, const std::string& name, const hyper_change& change)
+      -> caf::result<uint64_t> {
+      if (!trusted(self))
+        return untrusted(self, "job set");
+      return set_hyper(self, name, change);
+    },
     [=](stop_atom, const std::string& name) -> caf::result<job_report> {
       if (!trusted(self))
         return untrusted(self, "job stop");

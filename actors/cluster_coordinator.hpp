@@ -49,6 +49,11 @@
 //                         token
 //   shell -> coordinator  (status_atom, name) -> job_report
 //                         a running job's per-worker counts come from its node, live
+//   shell -> coordinator  (hyper_atom, name, hyper_change) -> highest clock reached
+//                         changes the job's hyper-parameters from at_clock on: prepared on
+//                         every node of the job (their steps of clocks >= at_clock wait),
+//                         then committed everywhere if no chunk had run the step of
+//                         at_clock, else dropped everywhere (clock_out_of_range)
 //   shell -> coordinator  (stop_atom, name) -> job_report
 //                         ends a job: its node aborts it (workers get errc::stopped)
 //   shell -> coordinator  (remove_atom, name) -> ok_atom
@@ -144,6 +149,7 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<create_atom, job_spec, job_placement>::with<job_created>,
   caf::replies_to<status_atom, std::string>::with<job_report>,
   caf::replies_to<stop_atom, std::string>::with<job_report>,
+  caf::replies_to<hyper_atom, std::string, hyper_change>::with<uint64_t>,
   caf::replies_to<remove_atom, std::string>::with<ok_atom>,
   caf::replies_to<where_atom, std::string>::with<job_layout>,
   caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
@@ -169,7 +175,9 @@ using node_link_actor = caf::typed_actor<
   caf::replies_to<reshape_atom, uint32_t, job_layout, chunk_moves>::with<ok_atom>,
   caf::replies_to<reroute_atom, uint32_t, job_layout>::with<ok_atom>,
   caf::replies_to<thaw_atom, uint32_t>::with<ok_atom>,
-  caf::replies_to<takeover_atom, uint32_t, job_layout>::with<ok_atom>>;
+  caf::replies_to<takeover_atom, uint32_t, job_layout>::with<ok_atom>,
+  caf::replies_to<hyper_atom, uint32_t, uint64_t, hyper_change>::with<uint64_t>,
+  caf::replies_to<hyper_atom, uint32_t, uint64_t, bool>::with<ok_atom>>;
 
 namespace detail {
 class cluster_store;

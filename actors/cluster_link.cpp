@@ -249,6 +249,12 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
       return relay<ok_atom>(self, reroute_atom::value, id, std::move(next));
     },
     [=](thaw_atom, uint32_t id) { return relay<ok_atom>(self, thaw_atom::value, id); },
+    [=](hyper_atom, uint32_t id, uint64_t change_id, hyper_change& change) {
+      return relay<uint64_t>(self, hyper_atom::value, id, change_id, std::move(change));
+    },
+    [=](hyper_atom, uint32_t id, uint64_t change_id, bool apply) {
+      return relay<ok_atom>(self, hyper_atom::value, id, change_id, apply);
+    },
     [=](drain_atom) {
       // The node is told to stop (SIGTERM): its jobs move off it first.
       return ask<std::string>(self, std::chrono::milliseconds(defaults::drain_timeout_ms),

@@ -13,6 +13,7 @@ const auto error_category = caf::atom("rw");
 void register_cluster_types(caf::actor_system_config& cfg) {
   cfg.load<caf::io::middleman>();
   cfg.add_message_type<job_spec>("rw::job_spec");
+  cfg.add_message_type<hyper_change>("rw::hyper_change");
   cfg.add_message_type<node_info>("rw::node_info");
   cfg.add_message_type<node_admission>("rw::node_admission");
   cfg.add_message_type<std::vector<node_info>>("std::vector<rw::node_info>");

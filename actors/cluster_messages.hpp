@@ -5,12 +5,14 @@
 // by register_cluster_types; none holds a local reference.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
+#include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
 
 #include "rackweave/defaults.hpp"
@@ -37,10 +39,32 @@ typename Inspector::result_type inspect(Inspector& f, tensor_spec& x) {
   return f(caf::meta::type_name("rw::tensor_spec"), x.name, x.elements, x.has_init);
 }
 
+// Each optional field as a presence bit and a value.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hyper_change& x) {
+  std::optional<float>* fields[] = {&x.learning_rate, &x.momentum, &x.weight_decay, &x.beta1,
+                                    &x.beta2};
+  uint8_t present = 0;
+  float values[5] = {};
+  if constexpr (Inspector::reads_state)
+    for (int i = 0; i < 5; ++i)
+      if (*fields[i]) {
+        present |= static_cast<uint8_t>(1u << i);
+        values[i] = **fields[i];
+      }
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    for (int i = 0; i < 5; ++i)
+      *fields[i] = (present >> i) & 1u ? std::optional<float>{values[i]} : std::nullopt;
+    return caf::none;
+  });
+  return f(caf::meta::type_name("rw::hyper_change"), x.at_clock, present, values[0], values[1],
+           values[2], values[3], values[4], load);
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_spec& x) {
   return f(caf::meta::type_name("rw::job_spec"), x.name, x.num_workers, x.chunk_bytes,
-           x.optimizer, x.tensors, x.consistency);
+           x.optimizer, x.tensors, x.consistency, x.schedule);
 }
 
 } // namespace rw
@@ -48,6 +72,7 @@ typename Inspector::result_type inspect(Inspector& f, job_spec& x) {
 namespace rw::actors {
 
 using register_atom = caf::atom_constant<caf::atom("register")>;
+using hyper_atom = caf::atom_constant<caf::atom("hyper")>;
 using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>;
 using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
 using jobs_atom = caf::atom_constant<caf::atom("jobs")>;

@@ -165,6 +165,9 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
   if (auto g = st.grants.find(spec.name); job.granted && g != st.grants.end()) {
     job.layout = g->second.layout;
     job.internal = g->second.internal;
+    // Hyper-parameter changes made before (a job restarted from its checkpoint after a
+    // node died keeps its schedule): the worker states the job as created.
+    job.spec.schedule = g->second.spec.schedule;
     job.init_rank = g->second.init_rank;
     if (!is_hierarchical(g->second.layout)) { // a rack part holds no state of its own
       job.checkpoint_every = g->second.checkpoint_every;
@@ -225,7 +228,7 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
                    spec.name, e.what());
     }
   }
-  auto shard_spec = spec;
+  auto shard_spec = job.spec;
   if (is_hierarchical(job.layout))
     shard_spec = rack_part(self, job, spec);
   uint64_t bytes = 0;
@@ -506,6 +509,17 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
       if (auto rp = after_balancing<ok_atom>(self, takeover_atom::value, job_id, next))
         return *rp;
       return on_takeover(self, job_id, next);
+    },
+    [=](hyper_atom, uint32_t job_id, uint64_t id,
+        const hyper_change& change) -> caf::result<uint64_t> {
+      if (auto rp = after_balancing<uint64_t>(self, hyper_atom::value, job_id, id, change))
+        return *rp;
+      return on_hyper_prepare(self, job_id, id, change);
+    },
+    [=](hyper_atom, uint32_t job_id, uint64_t id, bool apply) -> caf::result<ok_atom> {
+      if (auto rp = after_balancing<ok_atom>(self, hyper_atom::value, job_id, id, apply))
+        return *rp;
+      return on_hyper_end(self, job_id, id, apply);
     },
     [=](balance_atom) { on_balance(self); },
     [=](pollers_atom, std::vector<caf::actor>& pollers) {

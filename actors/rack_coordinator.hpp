@@ -56,6 +56,10 @@
 //                          in `keep` (the live jobs the cluster coordinator holds on this
 //                          node) fails, with reason; a hierarchical job's top level goes
 //                          with its job
+//   link   -> coordinator  (hyper_atom, job_id, id, hyper_change) -> highest version
+//                          prepares a hyper-parameter change on every shard (their steps
+//                          of clocks >= at_clock wait); (hyper_atom, job_id, id, apply)
+//                          -> ok_atom commits or drops it (detail/rack_hyper.cpp)
 //   link   -> coordinator  (register_atom, cluster_gateway)
 //                          report granted jobs' starts and ends there (event_atom); ask
 //                          there where a job lives (where_atom) and bind ranks (bind_atom)
@@ -163,6 +167,8 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<reroute_atom, uint32_t, job_layout>::with<ok_atom>,
   caf::replies_to<thaw_atom, uint32_t>::with<ok_atom>,
   caf::replies_to<takeover_atom, uint32_t, job_layout>::with<ok_atom>,
+  caf::replies_to<hyper_atom, uint32_t, uint64_t, hyper_change>::with<uint64_t>,
+  caf::replies_to<hyper_atom, uint32_t, uint64_t, bool>::with<ok_atom>,
   caf::reacts_to<pollers_atom, std::vector<caf::actor>>,
   caf::reacts_to<balance_atom>>;
 

@@ -250,6 +250,11 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
                                     const job_placement& placement);
 caf::result<job_report> job_status(cluster_ptr self, const std::string& name);
 caf::result<job_report> stop_job(cluster_ptr self, const std::string& name);
+/// rw.job_set: changes the job's hyper-parameters from change.at_clock on, on every node
+/// of the job at once or nowhere (detail/cluster_hyper.cpp); answers the highest clock
+/// the job's chunks had reached.
+caf::result<uint64_t> set_hyper(cluster_ptr self, const std::string& name,
+                                const hyper_change& change);
 caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name);
 void on_event(cluster_ptr self, uint32_t node_id, job_event& ev);
 /// Every live job on the node fails (the node left or vanished).

@@ -134,6 +134,13 @@ struct rack_state {
     bool report = false;          // log the shards' busy time at the next sample (a move ran)
     uint64_t moves = 0; // chunk moves between shards so far (logged with each)
   } balance;
+  /// Hyper-parameter changes prepared on the shards and not yet committed or dropped,
+  /// by id (detail/rack_hyper.cpp); each is dropped by itself if nobody ends it in time.
+  struct prepared_hyper {
+    uint32_t job_id = 0;
+    hyper_change change;
+  };
+  std::map<uint64_t, prepared_hyper> hyper;
   static inline const char* name = "rw.rack_coordinator";
 };
 
@@ -248,6 +255,15 @@ void tell_pollers(rack_ptr self, route_change rc, std::function<void()> then = [
 /// One balancing sample (balance_atom): each shard's busy time since the last; the
 /// next sample is scheduled (nothing when settings.balance_interval is 0).
 void on_balance(rack_ptr self);
+
+// --- rack_hyper.cpp ------------------------------------------------------------------
+
+/// Prepares hyper-parameter change `id` on every shard of the job (their steps of
+/// clocks >= at_clock wait); answers the highest version of the job's chunks here.
+caf::result<uint64_t> on_hyper_prepare(rack_ptr self, uint32_t job_id, uint64_t id,
+                                       const hyper_change& change);
+/// Commits (apply) or drops prepared change `id` on every shard.
+caf::result<ok_atom> on_hyper_end(rack_ptr self, uint32_t job_id, uint64_t id, bool apply);
 
 /// A request that must not run while chunks move between the node's shards (fence,
 /// reshape, reroute, thaw, takeover, checkpoint): while a move runs, the promise of its

@@ -77,6 +77,9 @@ struct shard_job {
     chunk_pull pull; // a_pull
   };
   std::vector<stashed> stash;
+  // Hyper-parameter changes prepared and not yet committed or dropped, by id
+  // (detail/shard_hyper.hpp): steps of clocks at or past the lowest at_clock wait.
+  std::map<uint64_t, hyper_change> pending_hyper;
 
   /// Whether (tensor, chunk), served here, still waits for its state from another shard.
   bool awaits(uint32_t tensor, uint32_t chunk) const {

@@ -51,6 +51,32 @@ struct coordinator_session {
 
 } // namespace
 
+uint64_t set_hyper(const std::string& connect, const std::string& job,
+                   const hyper_change& change, const std::string& secret_file, double timeout) {
+  coordinator_session s{connect, secret_file, timeout};
+  try {
+    py::gil_scoped_release nogil;
+    return s.client->job_set(job, change);
+  } catch (const shell::shell_error& e) {
+    throw rw::error(e.code(), e.what());
+  }
+}
+
+hyper_change hyper_from(uint64_t at_clock, std::optional<float> lr,
+                        std::optional<float> momentum, std::optional<float> weight_decay,
+                        std::optional<float> beta1, std::optional<float> beta2) {
+  hyper_change c;
+  c.at_clock = at_clock;
+  c.learning_rate = lr;
+  c.momentum = momentum;
+  c.weight_decay = weight_decay;
+  c.beta1 = beta1;
+  c.beta2 = beta2;
+  if (auto why = validate(c); !why.empty())
+    throw py::value_error("set_hyper: " + why);
+  return c;
+}
+
 void add_cluster_calls(py::module_& m) {
   m.def(
     "create_job",
@@ -113,6 +139,23 @@ void add_cluster_calls(py::module_& m) {
     },
     py::arg("connect"), py::arg("job"), py::arg("secret_file") = "", py::arg("timeout") = 10.0,
     "Stops job `job` if it runs and forgets it, as rw.job_delete does.");
+  m.def(
+    "set_hyper",
+    [](const std::string& connect, const std::string& job, uint64_t at_clock,
+       std::optional<float> lr, std::optional<float> momentum, std::optional<float> weight_decay,
+       std::optional<float> beta1, std::optional<float> beta2, const std::string& secret_file,
+       double timeout) {
+      auto change = hyper_from(at_clock, lr, momentum, weight_decay, beta1, beta2);
+      return set_hyper(connect, job, change, secret_file, timeout);
+    },
+    py::arg("connect"), py::arg("job"), py::arg("at_clock"), py::arg("lr") = py::none(),
+    py::arg("momentum") = py::none(), py::arg("weight_decay") = py::none(),
+    py::arg("beta1") = py::none(), py::arg("beta2") = py::none(),
+    py::arg("secret_file") = "", py::arg("timeout") = 10.0,
+    "Changes the running BSP job's optimizer hyper-parameters (those given) for the step "
+    "of clock `at_clock` and every later one, on every chunk and node, as rw.job_set does; "
+    "returns the highest clock the job had reached. Refused (rackweave.Error "
+    "clock_out_of_range) if a chunk has run that step already.");
 }
 
 } // namespace rw::python

@@ -43,6 +43,9 @@ public:
                                          const actors::job_placement& placement) = 0;
   virtual actors::job_report job_status(const std::string& name) = 0;
   virtual actors::job_report job_stop(const std::string& name) = 0;
+  /// Changes the running job's hyper-parameters from change.at_clock on, on every node
+  /// of the job or on none; returns the highest clock its chunks had reached.
+  virtual uint64_t job_set(const std::string& name, const hyper_change& change) = 0;
   virtual void job_delete(const std::string& name) = 0;
   /// Writes a checkpoint of the job into `dir` (a new or empty directory) at `clock`
   /// (0: the coordinator picks the next clock; a finished job: as it ended).

@@ -101,6 +101,10 @@ actors::job_report cluster_client::job_stop(const std::string& name) {
   return impl_->ask<actors::job_report>("job_stop", actors::stop_atom::value, name);
 }
 
+uint64_t cluster_client::job_set(const std::string& name, const hyper_change& change) {
+  return impl_->ask<uint64_t>("job_set", actors::hyper_atom::value, name, change);
+}
+
 void cluster_client::job_delete(const std::string& name) {
   impl_->ask<actors::ok_atom>("job_delete", actors::remove_atom::value, name);
 }

@@ -30,6 +30,7 @@ public:
                                  const actors::job_placement& placement) override;
   actors::job_report job_status(const std::string& name) override;
   actors::job_report job_stop(const std::string& name) override;
+  uint64_t job_set(const std::string& name, const hyper_change& change) override;
   void job_delete(const std::string& name) override;
   std::string inject(const std::string& name, const std::string& kill,
                      const std::string& node, uint32_t index) override;

@@ -38,6 +38,11 @@ const command commands[] = {
    "checkpoint dir), checkpoint_every, checkpoint_dir. Returns the job with its token"},
   {"job_status", rw_job_status, "rw.job_status(name)", "the job: state, ranks, totals"},
   {"job_stop", rw_job_stop, "rw.job_stop(name)", "stops the job; returns it"},
+  {"job_set", rw_job_set,
+   "rw.job_set{name=, at_clock=, lr=, momentum=, weight_decay=, beta1=, beta2=}",
+   "changes a running BSP job's optimizer hyper-parameters (those given) for the step of "
+   "clock at_clock and every later one, on every chunk, every node; refused if a chunk "
+   "has run that step already. Returns the highest clock the job had reached"},
   {"checkpoint", rw_checkpoint, "rw.checkpoint(name, dir [, {clock=}])",
    "writes the job's parameters, optimizer state and clock into dir (new or empty), "
    "consistent at one clock (the next one, or clock=; a finished job as it ended); "

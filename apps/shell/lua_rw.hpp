@@ -9,6 +9,7 @@
 //   rw.jobs()                  -> { job, ... }   (job tables, creation order)
 //   rw.job_create{name =, workers =, ...}  -> job table plus `token`
 //   rw.job_status(name) / rw.job_stop(name) -> job table;  rw.job_delete(name) -> true
+//   rw.job_set{name=, at_clock=, lr=, ...} -> the clock the job had reached
 //   rw.wait(name, condition [, {interval =, timeout =}]) -> job table once it holds
 //   rw.watch(name [, {interval =, seconds =}])           -> the last job table
 //   rw.sleep(seconds), rw.coordinator(), rw.show(value), rw.help()

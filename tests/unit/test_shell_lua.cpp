@@ -88,6 +88,10 @@ struct fake_cluster : rw::shell::cluster_api {
     return j;
   }
   void job_delete(const std::string& name) override { called("job_delete " + name); }
+  uint64_t job_set(const std::string& name, const rw::hyper_change& c) override {
+    called(fmt::format("job_set {} {}", name, rw::describe(c)));
+    return 7;
+  }
   rw::actors::checkpoint_info checkpoint(const std::string& name, const std::string& dir,
                                          uint64_t clock) override {
     called(fmt::format("checkpoint {} {} {}", name, dir, clock));
@@ -472,4 +476,23 @@ TEST_CASE("scripts get their arguments and report failure", "[shell]") {
   CHECK(rw::shell::run_script(sh.L, {src::code, "rw.wait('j', 'nope')"}, {}) == 1);
   CHECK(rw::shell::run_script(sh.L, {src::code, "this is not lua"}, {}) == 1);
   CHECK(rw::shell::run_script(sh.L, {src::file, "/nonexistent/x.lua"}, {}) == 1);
+}
+
+TEST_CASE("rw.job_set reaches the cluster with the fields given; bad ones are clear errors",
+          "[shell]") {
+  shell sh;
+  CHECK(sh.eval("rw.job_set{name = 'j', at_clock = 30, lr = 0.5, momentum = 0.8}") == "7");
+  CHECK(sh.api.calls == std::vector<std::string>{"job_set j lr=0.5 momentum=0.8 at clock 30"});
+  CHECK_THAT(sh.run("rw.job_set{name = 'j', lr = 0.1}"), Catch::Contains("at_clock = C is required"));
+  CHECK_THAT(sh.run("rw.job_set{name = 'j', at_clock = 1}"),
+             Catch::Contains("no hyper-parameter to change"));
+  CHECK_THAT(sh.run("rw.job_set{name = 'j', at_clock = 1.5, lr = 1}"),
+             Catch::Contains("at_clock must be a whole number"));
+  CHECK_THAT(sh.run("rw.job_set{name = 'j', at_clock = 1, momentum = 1}"),
+             Catch::Contains("momentum must be below 1"));
+  CHECK_THAT(sh.run("rw.job_set{name = 'j', at_clock = 1, lr = 'x'}"),
+             Catch::Contains("lr must be a number"));
+  CHECK_THAT(sh.run("rw.job_set{name = 'j', at_clock = 1, eta = 1}"), Catch::Contains("eta"));
+  CHECK_THAT(sh.run("rw.job_set{at_clock = 1, lr = 1}"), Catch::Contains("name = NAME"));
+  CHECK(sh.api.calls.size() == 1);
 }

@@ -62,13 +62,20 @@ def _from_env(value, name, convert=str, default=None):
     raise ValueError(f"rackweave.torch: give it, or set {name} (as torchrun does)")
 
 
-class ServerOptimizer:
-    """The node's optimizer for a model's parameters; see the module's doc."""
+class ServerOptimizer(_torch.optim.Optimizer):
+    """The node's optimizer for a model's parameters; see the module's doc.
+
+    A torch Optimizer with one param group holding the job's hyper-parameters (lr,
+    momentum, weight_decay, betas), so any torch LR scheduler drives it: when rank 0's
+    group differs from what the node runs, the change is made for the clock about to be
+    pushed (rackweave.set_hyper, through the job's coordinator; `secret_file` if the
+    cluster has a secret) before any of its gradients leaves, so every rank's step of
+    that clock uses it. The other ranks' groups are not read."""
 
     def __init__(self, named_parameters, optimizer=None, lr=None, momentum=None,
                  weight_decay=None, betas=None, eps=None, *, connect=None, job=None,
                  rank=None, workers=None, token=None, chunk_bytes=None, overlap=True,
-                 transport=None, timeout=120.0):
+                 transport=None, timeout=120.0, secret_file=None):
         self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not self.params:
             raise ValueError("ServerOptimizer: no parameter requires grad")
@@ -105,6 +112,13 @@ class ServerOptimizer:
         self.overlap = overlap
         self._pending = {}
         self._hooks = []
+        self._secret_file = _from_env(secret_file, "RACKWEAVE_SECRET_FILE", default="")
+        job = self.worker.spec
+        super().__init__([p for _, p in self.params],
+                         dict(lr=job["lr"], momentum=job["momentum"],
+                              weight_decay=job["weight_decay"],
+                              betas=(job["beta1"], job["beta2"])))
+        self._running = self._hyper()  # what the node runs now
         # Version 0: rank 0's values, everywhere.
         if self.rank == 0:
             for f in [self.worker.init(n, p.data.view(-1)) for n, p in self.params]:
@@ -115,19 +129,43 @@ class ServerOptimizer:
             for n, p in self.params:
                 self._hooks.append(p.register_hook(self._pusher(n, p)))
 
+    def _hyper(self):
+        g = self.param_groups[0]
+        return dict(lr=g["lr"], momentum=g["momentum"], weight_decay=g["weight_decay"],
+                    beta1=g["betas"][0], beta2=g["betas"][1])
+
+    def _before_pushing(self):
+        """Rank 0, before the first gradient of a step leaves: the group's changes
+        (an LR scheduler's) for the clock about to be pushed."""
+        if self.rank != 0:
+            return
+        now = self._hyper()
+        changed = {k: v for k, v in now.items() if v != self._running[k]}
+        if not changed:
+            return
+        at = self.worker.clock(self.params[0][0])
+        self.worker.set_hyper(at, secret_file=self._secret_file, **changed)
+        self._running = now
+
     def _pusher(self, name, param):
         def hook(grad):
             if name in self._pending:
                 raise RuntimeError(f"ServerOptimizer: a second backward reached '{name}' "
                                    "before step(); accumulate with overlap=False")
+            if not self._pending:
+                self._before_pushing()
             g = grad if grad.is_contiguous() else grad.contiguous()
             self._pending[name] = self.worker.push_pull(name, g.view(-1), param.data.view(-1))
             return None
         return hook
 
-    def step(self):
+    def step(self, closure=None):
         """Waits until every parameter holds the node's next version of it."""
+        if closure is not None:
+            raise ValueError("ServerOptimizer.step: closures are not supported (the node "
+                             "steps once per pushed gradient)")
         if not self.overlap:
+            self._before_pushing()
             for n, p in self.params:
                 if p.grad is None:
                     raise RuntimeError(f"ServerOptimizer: '{n}' has no gradient to push")

@@ -30,4 +30,7 @@ int rw_watch(lua_State* L);
 // inject.cpp
 int rw_inject(lua_State* L);
 
+// job_set.cpp
+int rw_job_set(lua_State* L);
+
 } // namespace rw::shell::detail
