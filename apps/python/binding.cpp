@@ -15,6 +15,7 @@
 // rackweave.Error, whose `code` is the errc name ("unknown_job", "timeout", ...).
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -42,15 +43,26 @@ std::string type_name(const py::handle& h) {
   return py::str(py::type::handle_of(h).attr("__name__"));
 }
 
-// `obj` as `elems` float32 elements in place: a NumPy array or a CPU torch tensor.
-checked_buffer float_buffer(const py::object& obj, uint64_t elems, const std::string& what,
-                            bool writable) {
-  checked_buffer out;
+enum class element { f32, i64 };
+
+// `obj` in place, of `kind` (float32; or 64-bit integers: int64 or uint64), C-contiguous,
+// on the CPU: a NumPy array or a torch tensor; `count` its elements.
+struct typed_buffer {
+  void* data = nullptr;
+  uint64_t count = 0;
+  py::object owner;
+};
+
+typed_buffer buffer_of(const py::object& obj, const std::string& what, bool writable,
+                       element kind) {
+  const char* want = kind == element::f32 ? "a float32" : "an int64 (or uint64)";
+  typed_buffer out;
   out.owner = obj;
   if (py::hasattr(obj, "data_ptr") && py::hasattr(obj, "is_contiguous")) { // torch.Tensor
     auto dtype = py::str(obj.attr("dtype")).cast<std::string>();
-    if (dtype != "torch.float32")
-      throw py::type_error(what + ": a float32 tensor is needed, not " + dtype);
+    bool ok = kind == element::f32 ? dtype == "torch.float32" : dtype == "torch.int64";
+    if (!ok)
+      throw py::type_error(what + ": " + want + " tensor is needed, not " + dtype);
     auto device = py::str(obj.attr("device")).cast<std::string>();
     if (device != "cpu")
       throw py::type_error(what + ": the tensor is on " + device + "; RackWeave reads and "
@@ -58,15 +70,12 @@ checked_buffer float_buffer(const py::object& obj, uint64_t elems, const std::st
     if (!obj.attr("is_contiguous")().cast<bool>())
       throw py::type_error(what + ": the tensor is not contiguous (call .contiguous() "
                            "first: RackWeave does not copy behind your back)");
-    auto n = obj.attr("numel")().cast<uint64_t>();
-    if (n != elems)
-      throw py::value_error(what + ": the tensor has " + std::to_string(n) +
-                            " elements, the job's tensor " + std::to_string(elems));
+    out.count = obj.attr("numel")().cast<uint64_t>();
     if (writable && obj.attr("requires_grad").cast<bool>() && py::hasattr(obj, "is_leaf")
         && obj.attr("is_leaf").cast<bool>())
       throw py::type_error(what + ": the tensor requires grad; write into one that does "
                            "not (a .detach() view, or torch.no_grad())");
-    out.data = reinterpret_cast<float*>(obj.attr("data_ptr")().cast<uintptr_t>());
+    out.data = reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>());
     return out;
   }
   if (!py::hasattr(obj, "__array_interface__"))
@@ -74,8 +83,9 @@ checked_buffer float_buffer(const py::object& obj, uint64_t elems, const std::st
                          type_name(obj));
   py::dict ai = obj.attr("__array_interface__");
   auto typestr = ai["typestr"].cast<std::string>();
-  if (typestr != "<f4")
-    throw py::type_error(what + ": a float32 array is needed, not typestr " + typestr);
+  bool ok = kind == element::f32 ? typestr == "<f4" : (typestr == "<i8" || typestr == "<u8");
+  if (!ok)
+    throw py::type_error(what + ": " + want + " array is needed, not typestr " + typestr);
   if (!ai.contains("strides") || !ai["strides"].is_none()) {
     // Strides given: contiguous only if they are C order's.
     bool c_order = py::bool_(obj.attr("flags")["C_CONTIGUOUS"]);
@@ -87,14 +97,22 @@ checked_buffer float_buffer(const py::object& obj, uint64_t elems, const std::st
   uint64_t n = 1;
   for (auto d : ai["shape"].cast<py::tuple>())
     n *= d.cast<uint64_t>();
-  if (n != elems)
-    throw py::value_error(what + ": the array has " + std::to_string(n) +
-                          " elements, the job's tensor " + std::to_string(elems));
+  out.count = n;
   auto data = ai["data"].cast<py::tuple>();
   if (writable && data[1].cast<bool>())
     throw py::type_error(what + ": the array is read-only");
-  out.data = reinterpret_cast<float*>(data[0].cast<uintptr_t>());
+  out.data = reinterpret_cast<void*>(data[0].cast<uintptr_t>());
   return out;
+}
+
+// `obj` as `elems` float32 elements in place: a NumPy array or a CPU torch tensor.
+checked_buffer float_buffer(const py::object& obj, uint64_t elems, const std::string& what,
+                            bool writable) {
+  auto b = buffer_of(obj, what, writable, element::f32);
+  if (b.count != elems)
+    throw py::value_error(what + ": it has " + std::to_string(b.count) +
+                          " elements, the job's tensor " + std::to_string(elems));
+  return {static_cast<float*>(b.data), b.owner};
 }
 
 // One call in flight: its future and the buffers it uses.
@@ -141,9 +159,23 @@ private:
 
 class py_worker {
 public:
-  explicit py_worker(rw::worker_options o) {
+  explicit py_worker(rw::worker_options o) : connect_(o.connect) {
     py::gil_scoped_release nogil;
     w_ = std::make_unique<rw::worker>(std::move(o));
+  }
+
+  /// Rank 0 only: the job's hyper-parameters from at_clock on (rackweave.set_hyper
+  /// through the coordinator found through this worker's node).
+  uint64_t set_hyper(uint64_t at_clock, std::optional<float> lr, std::optional<float> momentum,
+                     std::optional<float> weight_decay, std::optional<float> beta1,
+                     std::optional<float> beta2, const std::string& secret_file,
+                     double timeout) {
+    if (w_->rank() != 0)
+      throw rw::error(rw::errc::bad_rank,
+                      "only rank 0 changes the job's hyper-parameters (this is rank "
+                        + std::to_string(w_->rank()) + ")");
+    auto change = rw::python::hyper_from(at_clock, lr, momentum, weight_decay, beta1, beta2);
+    return rw::python::set_hyper(connect_, w_->spec().name, change, secret_file, timeout);
   }
 
   std::unique_ptr<call_future> push(const std::string& t, const py::object& grad) {
@@ -161,6 +193,57 @@ public:
     auto o = float_buffer(out, elements(t), "push_pull('" + t + "') output", true);
     return start(w_->push_pull(t, g.data, o.data), {g.owner, o.owner});
   }
+  std::unique_ptr<call_future> push_sparse(const std::string& t, const py::object& indices,
+                                           const py::object& values) {
+    auto [i, v] = sparse_pair(t, "push_sparse", indices, values);
+    return start(w_->push_sparse(t, static_cast<const uint64_t*>(i.data),
+                                 static_cast<const float*>(v.data), i.count),
+                 {i.owner, v.owner});
+  }
+  std::unique_ptr<call_future> push_pull_sparse(const std::string& t, const py::object& indices,
+                                                const py::object& values,
+                                                const py::object& out) {
+    auto [i, v] = sparse_pair(t, "push_pull_sparse", indices, values);
+    auto o = float_buffer(out, elements(t), "push_pull_sparse('" + t + "') output", true);
+    return start(w_->push_pull_sparse(t, static_cast<const uint64_t*>(i.data),
+                                      static_cast<const float*>(v.data), i.count, o.data),
+                 {i.owner, v.owner, o.owner});
+  }
+  std::unique_ptr<call_future> pull_changed(const std::string& t, const py::object& out,
+                                            uint64_t since) {
+    auto o = float_buffer(out, elements(t), "pull_changed('" + t + "') output", true);
+    return start(w_->pull_changed(t, o.data, since), {o.owner});
+  }
+  /// `out` is kept (the node writes into it until the worker closes); `on_version` runs
+  /// on the receiver thread with the GIL taken.
+  std::unique_ptr<call_future> subscribe(const std::string& t, const py::object& out,
+                                         const py::object& on_version) {
+    auto o = float_buffer(out, elements(t), "subscribe('" + t + "') output", true);
+    std::function<void(uint64_t)> cb = [](uint64_t) {};
+    if (!on_version.is_none()) {
+      if (!PyCallable_Check(on_version.ptr()))
+        throw py::type_error("subscribe: on_version must be callable, not " +
+                             type_name(on_version));
+      // Released with the GIL held, whatever thread drops the last copy.
+      std::shared_ptr<py::object> fn(new py::object(on_version), [](py::object* f) {
+        py::gil_scoped_acquire gil;
+        delete f;
+      });
+      cb = [fn](uint64_t version) {
+        py::gil_scoped_acquire gil;
+        try {
+          (*fn)(version);
+        } catch (py::error_already_set& e) {
+          e.discard_as_unraisable("rackweave subscribe on_version");
+        }
+      };
+    }
+    subscribed_.push_back(o.owner);
+    return start(w_->subscribe(t, o.data, std::move(cb)), {o.owner});
+  }
+  uint32_t last_changed(const std::string& t) const {
+    return w_->last_changed(t);
+  }
   std::unique_ptr<call_future> init(const std::string& t, const py::object& values) {
     auto v = float_buffer(values, elements(t), "init('" + t + "') values", false);
     return start(w_->init(t, v.data), {v.owner});
@@ -174,6 +257,21 @@ public:
   }
 
 private:
+  std::string connect_;
+  std::vector<py::object> subscribed_; // outputs the node writes into until close
+
+  // A sparse push's indices and values, checked: as many of each, indices in range.
+  std::pair<typed_buffer, typed_buffer> sparse_pair(const std::string& t, const char* call,
+                                                    const py::object& indices,
+                                                    const py::object& values) {
+    auto what = std::string{call} + "('" + t + "') ";
+    auto i = buffer_of(indices, what + "indices", false, element::i64);
+    auto v = buffer_of(values, what + "values", false, element::f32);
+    if (i.count != v.count)
+      throw py::value_error(what + ": " + std::to_string(i.count) + " indices but " +
+                            std::to_string(v.count) + " values");
+    return {i, v};
+  }
   uint64_t elements(const std::string& t) const {
     for (auto& s : w_->spec().tensors)
       if (s.name == t)
@@ -312,6 +410,25 @@ PYBIND11_MODULE(_rackweave, m) {
          py::arg("min_version") = 0, "The tensor at version >= min_version, into `out`.")
     .def("push_pull", &py_worker::push_pull, py::arg("tensor"), py::arg("grad"),
          py::arg("out"), "push, then the updated tensor into `out`.")
+    .def("push_sparse", &py_worker::push_sparse, py::arg("tensor"), py::arg("indices"),
+         py::arg("values"),
+         "A sparse push: values[i] is added at element indices[i] (int64 or uint64 indices, "
+         "float32 values, as many of each); every other element counts as zero.")
+    .def("push_pull_sparse", &py_worker::push_pull_sparse, py::arg("tensor"),
+         py::arg("indices"), py::arg("values"), py::arg("out"),
+         "push_sparse, then the updated tensor into `out`.")
+    .def("pull_changed", &py_worker::pull_changed, py::arg("tensor"), py::arg("out"),
+         py::arg("since"),
+         "Only the chunks newer than version `since` into `out` (the rest is left as it "
+         "is); last_changed(tensor) then says how many.")
+    .def("last_changed", &py_worker::last_changed, py::arg("tensor"),
+         "Chunks the last completed pull, push_pull or pull_changed on the tensor received.")
+    .def("subscribe", &py_worker::subscribe, py::arg("tensor"), py::arg("out"),
+         py::arg("on_version") = py::none(),
+         "Eager notification: from now on every new version of the tensor is written into "
+         "`out` as the node makes it (kept alive until close), and on_version(v) is called "
+         "once every chunk has reached version v, on the worker's receiver thread (keep it "
+         "short). The Future completes once the subscription is in place.")
     .def("init", &py_worker::init, py::arg("tensor"), py::arg("values"),
          "Rank 0, tensors declared (name, elements, True): the values of version 0.")
     .def("close", &py_worker::close, "Leaves the job (bye); calls afterwards fail.")
@@ -319,6 +436,15 @@ PYBIND11_MODULE(_rackweave, m) {
          py::arg("tensor"), "How many pushes this worker made to the tensor.")
     .def_property_readonly("rank", [](py_worker& w) { return w.get().rank(); })
     .def_property_readonly("job_id", [](py_worker& w) { return w.get().job_id(); })
+    .def("set_hyper", &py_worker::set_hyper, py::arg("at_clock"), py::arg("lr") = py::none(),
+         py::arg("momentum") = py::none(), py::arg("weight_decay") = py::none(),
+         py::arg("beta1") = py::none(), py::arg("beta2") = py::none(),
+         py::arg("secret_file") = "", py::arg("timeout") = 10.0,
+         "Rank 0 only: the job's hyper-parameters (those given) from the step of clock "
+         "`at_clock` on, for every chunk (rackweave.set_hyper through the coordinator found "
+         "through this worker's node). Call it before pushing clock `at_clock`: a change "
+         "for a step some chunk has run is refused (clock_out_of_range). Returns the "
+         "highest clock the job had reached.")
     .def_property_readonly("spec", [](py_worker& w) { return spec_dict(w.get().spec()); },
                            "The job's spec: name, workers, chunk_bytes, optimizer, lr, "
                            "momentum, weight_decay, beta1, beta2, eps, consistency, and "
