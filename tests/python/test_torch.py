@@ -46,8 +46,9 @@ def reference_losses():
     return losses
 
 
-@pytest.mark.parametrize("overlap", [True, False])
-def test_server_sgd_matches_the_reference(node, overlap):
+@pytest.mark.parametrize("overlap,lazy", [(True, False), (False, False), (True, True),
+                                          (False, True)])
+def test_server_sgd_matches_the_reference(node, overlap, lazy):
     job = f"torch-{next(_jobs)}"
     got = [[None] * WORKERS for _ in range(STEPS)]
     # Made here, one after the other: torch's seed is global to the process.
@@ -57,7 +58,7 @@ def test_server_sgd_matches_the_reference(node, overlap):
         model = models[r]
         opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=LR,
                                   connect=node, job=job, rank=r, workers=WORKERS,
-                                  overlap=overlap)
+                                  overlap=overlap, model=model if lazy else None)
         x, y = data(r)
         for s in range(STEPS):
             loss = torch.nn.functional.mse_loss(model(x), y)

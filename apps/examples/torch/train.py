@@ -74,7 +74,7 @@ def main(argv):
     closing = []
     if a.system == "server":
         opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="momentum", lr=a.lr,
-                                  momentum=a.momentum)
+                                  momentum=a.momentum, model=model)
         closing.append(opt.close)
         net = model
     else:

@@ -19,7 +19,10 @@ values become version 0 and every rank starts from them. With overlap (the defau
 a parameter's gradient is pushed from an autograd hook the moment backward produces
 it, so communication overlaps the rest of backward; the node sums it over the ranks
 (in rank order), runs the optimizer and writes the new values straight into the
-parameter's memory. step() waits until every parameter has them. One backward per
+parameter's memory. step() waits until every parameter has them; given the model too
+(`model=model`), step() returns at once and each module's forward waits only for its
+own parameters, so the next forward overlaps the last answers (`synchronize()` waits
+for all, e.g. before saving). One backward per
 step: gradient accumulation over several backward calls needs overlap=False (step()
 then pushes the accumulated .grad).
 
@@ -75,7 +78,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
     def __init__(self, named_parameters, optimizer=None, lr=None, momentum=None,
                  weight_decay=None, betas=None, eps=None, *, connect=None, job=None,
                  rank=None, workers=None, token=None, chunk_bytes=None, overlap=True,
-                 transport=None, timeout=120.0, secret_file=None):
+                 transport=None, timeout=120.0, secret_file=None, model=None):
         self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not self.params:
             raise ValueError("ServerOptimizer: no parameter requires grad")
@@ -128,6 +131,32 @@ class ServerOptimizer(_torch.optim.Optimizer):
         if overlap:
             for n, p in self.params:
                 self._hooks.append(p.register_hook(self._pusher(n, p)))
+        # With the model: step() returns at once, and each module's forward waits for its
+        # own parameters' new values only (a forward pre-hook), so the last layers'
+        # answers overlap the next step's first layers.
+        self._inflight = {}  # name -> the Future of its last push
+        self._lazy = model is not None
+        if self._lazy:
+            mine = {id(p): n for n, p in self.params}
+            for m in model.modules():
+                names = [mine[id(p)] for p in m.parameters(recurse=False) if id(p) in mine]
+                if names:
+                    self._hooks.append(m.register_forward_pre_hook(self._waiter(names)))
+
+    def _waiter(self, names):
+        def hook(module, inputs):
+            for n in names:
+                f = self._inflight.pop(n, None)
+                if f is not None:
+                    f.result()
+        return hook
+
+    def synchronize(self):
+        """Waits until every parameter holds its newest version (with `model`, step()
+        does not; reading parameters outside the model's forward needs this first)."""
+        inflight, self._inflight = self._inflight, {}
+        for f in inflight.values():
+            f.result()
 
     def _hyper(self):
         g = self.param_groups[0]
@@ -155,12 +184,16 @@ class ServerOptimizer(_torch.optim.Optimizer):
             if not self._pending:
                 self._before_pushing()
             g = grad if grad.is_contiguous() else grad.contiguous()
+            before = self._inflight.pop(name, None)  # a parameter no forward waited for
+            if before is not None:
+                before.result()
             self._pending[name] = self.worker.push_pull(name, g.view(-1), param.data.view(-1))
             return None
         return hook
 
     def step(self, closure=None):
-        """Waits until every parameter holds the node's next version of it."""
+        """Waits until every parameter holds the node's next version of it; with `model`
+        it returns at once and each module's next forward waits for its parameters."""
         if closure is not None:
             raise ValueError("ServerOptimizer.step: closures are not supported (the node "
                              "steps once per pushed gradient)")
@@ -169,12 +202,18 @@ class ServerOptimizer(_torch.optim.Optimizer):
             for n, p in self.params:
                 if p.grad is None:
                     raise RuntimeError(f"ServerOptimizer: '{n}' has no gradient to push")
+                before = self._inflight.pop(n, None)
+                if before is not None:
+                    before.result()
                 self._pending[n] = self.worker.push_pull(n, p.grad.view(-1), p.data.view(-1))
         missing = [n for n, _ in self.params if n not in self._pending]
         if missing:
             raise RuntimeError("ServerOptimizer: backward produced no gradient for "
                                f"{missing[:5]}: every rank must push every parameter")
         pending, self._pending = self._pending, {}
+        if self._lazy:
+            self._inflight.update(pending)
+            return
         for n, _ in self.params:
             pending[n].result()
 
@@ -186,6 +225,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
                 p.grad.zero_()
 
     def close(self):
+        self.synchronize()
         for h in self._hooks:
             h.remove()
         self._hooks = []
