@@ -305,6 +305,11 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
       return ask<job_layout>(self, self->state.settings.request_timeout, where_atom::value,
                              std::move(name));
     },
+    [=](hyper_atom, std::string& name, hyper_change& change) {
+      // Two rounds over the job's nodes, each bounded by the coordinator's own timeout.
+      return ask<uint64_t>(self, 3 * self->state.settings.request_timeout, hyper_atom::value,
+                           std::move(name), std::move(change));
+    },
     [=](bind_atom, rank_binding& b) {
       // Held by the coordinator until every rank is bound: at most the longest join
       // timeout, and the coordinator's own answer time.

@@ -51,6 +51,7 @@ using cluster_link_actor = node_link_actor::extend<
   caf::reacts_to<checkpoint_atom, uint32_t, uint64_t, checkpoint_part>,
   caf::replies_to<where_atom, std::string>::with<job_layout>,
   caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
+  caf::replies_to<hyper_atom, std::string, hyper_change>::with<uint64_t>,
   caf::replies_to<leave_atom>::with<ok_atom>,
   caf::replies_to<drain_atom>::with<std::string>,
   caf::reacts_to<tick_atom>>;

@@ -50,6 +50,8 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
     case frame_kind::pull:
     case frame_kind::bye:
       return check_data(c, h);
+    case frame_kind::hyper:
+      return on_hyper_header(c, h);
     default:
       return refuse(c, h, errc::bad_frame,
                     fmt::format("a worker may not send {} frames",
@@ -86,6 +88,9 @@ void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
       return;
     case frame_kind::push_sparse:
       on_sparse(c, h, t);
+      return;
+    case frame_kind::hyper:
+      on_hyper(c, h, t);
       return;
     default: // push, init
       t.keep->size = h.payload_bytes;

@@ -516,6 +516,9 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
         return *rp;
       return on_hyper_prepare(self, job_id, id, change);
     },
+    [=](hyper_atom, uint32_t job_id, const hyper_change& change) -> caf::result<uint64_t> {
+      return on_hyper_request(self, job_id, change);
+    },
     [=](hyper_atom, uint32_t job_id, uint64_t id, bool apply) -> caf::result<ok_atom> {
       if (auto rp = after_balancing<ok_atom>(self, hyper_atom::value, job_id, id, apply))
         return *rp;

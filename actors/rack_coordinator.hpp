@@ -60,6 +60,10 @@
 //                          prepares a hyper-parameter change on every shard (their steps
 //                          of clocks >= at_clock wait); (hyper_atom, job_id, id, apply)
 //                          -> ok_atom commits or drops it (detail/rack_hyper.cpp)
+//   poller -> coordinator  (hyper_atom, job_id, hyper_change) -> the clock reached
+//                          rank 0's worker asks (frame `hyper`): a job of the cluster
+//                          goes to the cluster coordinator (rw.job_set, over every node
+//                          of the job); an open job is prepared and committed here
 //   link   -> coordinator  (register_atom, cluster_gateway)
 //                          report granted jobs' starts and ends there (event_atom); ask
 //                          there where a job lives (where_atom) and bind ranks (bind_atom)
@@ -137,7 +141,8 @@ using cluster_gateway = caf::typed_actor<
   caf::reacts_to<event_atom, job_event>,
   caf::replies_to<where_atom, std::string>::with<job_layout>,
   caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
-  caf::reacts_to<checkpoint_atom, uint32_t, uint64_t, checkpoint_part>>;
+  caf::reacts_to<checkpoint_atom, uint32_t, uint64_t, checkpoint_part>,
+  caf::replies_to<hyper_atom, std::string, hyper_change>::with<uint64_t>>;
 
 /// Job ids from here up belong to open jobs (made by a worker's hello on a node with
 /// --open-jobs); ids below are the cluster coordinator's.
@@ -169,6 +174,7 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<takeover_atom, uint32_t, job_layout>::with<ok_atom>,
   caf::replies_to<hyper_atom, uint32_t, uint64_t, hyper_change>::with<uint64_t>,
   caf::replies_to<hyper_atom, uint32_t, uint64_t, bool>::with<ok_atom>,
+  caf::replies_to<hyper_atom, uint32_t, hyper_change>::with<uint64_t>,
   caf::reacts_to<pollers_atom, std::vector<caf::actor>>,
   caf::reacts_to<balance_atom>>;
 

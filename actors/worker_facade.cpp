@@ -14,6 +14,7 @@
 #include "actors/worker_link.hpp"
 #include "actors/worker_proxy.hpp"
 #include "runtime/layerwise.hpp"
+#include "transports/control.hpp"
 #include "transports/tcp/endpoint.hpp"
 
 namespace rw {
@@ -385,6 +386,23 @@ std::future<void> worker::subscribe(const std::string& tensor, floats out,
                                     std::function<void(uint64_t version)> on_version) {
   check_length(out, worker_elements(spec(), tensor), tensor, "output");
   return subscribe(tensor, out.data(), std::move(on_version));
+}
+
+uint64_t worker::set_hyper(const hyper_change& change) {
+  auto& d = *impl_;
+  if (d.opts.rank != 0)
+    throw rw::error(errc::bad_rank,
+                    fmt::format("only rank 0 changes the job's hyper-parameters (this is rank "
+                                "{})", d.opts.rank));
+  if (auto why = validate(change); !why.empty())
+    throw rw::error(errc::invalid_spec, "set_hyper: " + why);
+  {
+    std::lock_guard<std::mutex> guard{d.mtx};
+    if (d.closed)
+      throw rw::error(errc::closed, "the worker is closed");
+  }
+  auto payload = transports::encode(change);
+  return d.link->request_hyper(payload, d.opts.request_timeout);
 }
 
 } // namespace rw

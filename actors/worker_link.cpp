@@ -140,6 +140,8 @@ void worker_link::abandon(const std::string& why) {
 
 void worker_link::stop(const std::string& why) {
   abandon(why);
+  hyper_cv_.notify_all(); // a set_hyper waiting gives up
+
   running_ = false;
   if (receiver_.joinable())
     receiver_.join();
@@ -273,8 +275,48 @@ void worker_link::finish_if_done(uint32_t tensor, slot& s) {
   caf::anon_send(proxy_, done_atom::value, tensor, seq);
 }
 
+uint64_t worker_link::request_hyper(const std::vector<std::byte>& payload,
+                                    std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> one{hyper_call_};
+  {
+    std::lock_guard<std::mutex> guard{hyper_mtx_};
+    hyper_answer_.reset();
+  }
+  frame_header h;
+  h.kind = frame_kind::hyper;
+  h.job_id = job_id_;
+  h.rank = rank_;
+  h.payload_bytes = static_cast<uint32_t>(payload.size());
+  iovec iov{const_cast<std::byte*>(payload.data()), payload.size()};
+  auto list = conns();
+  if (closed() || list->empty() || !list->front()->send(h, &iov, 1))
+    throw rw::error(errc::io_error, "cannot send the hyper-parameter change: the worker's "
+                                    "connection to its node is closed");
+  std::unique_lock<std::mutex> guard{hyper_mtx_};
+  if (!hyper_cv_.wait_for(guard, timeout, [&] { return hyper_answer_.has_value() || closed(); }))
+    throw rw::error(errc::timeout, fmt::format("no answer to the hyper-parameter change "
+                                               "within {} ms", timeout.count()));
+  if (!hyper_answer_)
+    throw rw::error(errc::io_error, "the worker's connection closed before the node answered "
+                                    "the hyper-parameter change");
+  auto& [answer, text] = *hyper_answer_;
+  if (answer.error_code == errc::ok)
+    return answer.clock;
+  transports::error_msg err;
+  std::string why;
+  if (transports::decode(text.data(), text.size(), err, why) != errc::ok)
+    err = {answer.error_code, "the node refused the change (" + why + ")", {}};
+  throw rw::error(answer.error_code, err.message);
+}
+
 payload_target worker_link::on_header(const transports::connection_ptr&,
                                       const frame_header& h) {
+  if (h.kind == frame_kind::hyper) {
+    if (h.payload_bytes > 64 * 1024)
+      return payload_target::dropped();
+    hyper_buf_.resize(h.payload_bytes);
+    return payload_target::into(h.payload_bytes == 0 ? nullptr : hyper_buf_.data());
+  }
   if (h.kind == frame_kind::error) {
     error_buf_.resize(h.payload_bytes);
     return payload_target::into(error_buf_.data());
@@ -326,6 +368,14 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
                            payload_target& t) {
   if (t.action == payload_target::discard)
     return;
+  if (h.kind == frame_kind::hyper) {
+    {
+      std::lock_guard<std::mutex> guard{hyper_mtx_};
+      hyper_answer_.emplace(h, hyper_buf_);
+    }
+    hyper_cv_.notify_all();
+    return;
+  }
   if (h.kind == frame_kind::reroute) {
     if (auto i = index_of(c); i != UINT32_MAX)
       on_reroute(i);

@@ -136,6 +136,11 @@ public:
   uint32_t job_id() const noexcept {
     return job_id_;
   }
+  /// Sends a `hyper` frame (payload: HyperChange) on the first connection and waits up
+  /// to `timeout` for the node's answer: the clock the job had reached. Throws
+  /// rw::error (the node's refusal, a closed link, or errc::timeout).
+  uint64_t request_hyper(const std::vector<std::byte>& payload,
+                         std::chrono::milliseconds timeout);
   uint32_t rank() const noexcept {
     return rank_;
   }
@@ -298,6 +303,12 @@ private:
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_changed_;
   std::vector<std::byte> error_buf_;
   std::vector<std::byte> reroute_buf_;
+  // One `hyper` request at a time (request_hyper): its answer, once the receiver has it.
+  std::mutex hyper_call_;
+  std::mutex hyper_mtx_;
+  std::condition_variable hyper_cv_;
+  std::optional<std::pair<transports::frame_header, std::vector<std::byte>>> hyper_answer_;
+  std::vector<std::byte> hyper_buf_; // receiver thread only
   std::shared_ptr<const runtime::routes_basis> basis_; // receiver thread only
   bool multi_node_ = false;                            // basis_ set (before start)
   node_joiner joiner_;

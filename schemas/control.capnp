@@ -141,6 +141,20 @@ struct ErrorInfo {
   candidates @2 :List(Text);
 }
 
+# Worker (rank 0) to node (frame kind 19, `hyper`): change the job's optimizer
+# hyper-parameters for the step of clock atClock and every later one, on every chunk
+# and node of the job (rw.job_set). Bit i of `present` says field i is given: lr,
+# momentum, weightDecay, beta1, beta2.
+struct HyperChange {
+  atClock @0 :UInt64;
+  present @1 :UInt8;
+  lr @2 :Float32;
+  momentum @3 :Float32;
+  weightDecay @4 :Float32;
+  beta1 @5 :Float32;
+  beta2 @6 :Float32;
+}
+
 # Node to worker (frame kind 18, `reroute`): the job's nodes changed while it runs (a
 # node was drained: its chunks moved, with their state, to their homes on the new
 # ring). The worker routes every chunk by the ring of `nodes` (names, in ring order; a

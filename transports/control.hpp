@@ -92,6 +92,7 @@ bytes encode(const challenge_msg& x);
 bytes encode(const proof_msg& x);
 bytes encode(const located_msg& x);
 bytes encode(const reroute_msg& x);
+bytes encode(const hyper_change& x);
 
 /// Each returns errc::ok or errc::bad_frame with `why` set.
 errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why);
@@ -101,5 +102,6 @@ errc decode(const std::byte* data, size_t size, challenge_msg& out, std::string&
 errc decode(const std::byte* data, size_t size, proof_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, located_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, reroute_msg& out, std::string& why);
+errc decode(const std::byte* data, size_t size, hyper_change& out, std::string& why);
 
 } // namespace rw::transports

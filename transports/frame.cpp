@@ -38,6 +38,7 @@ const char* to_string(frame_kind kind) noexcept {
     case frame_kind::probe: return "probe";
     case frame_kind::resend: return "resend";
     case frame_kind::reroute: return "reroute";
+    case frame_kind::hyper: return "hyper";
   }
   return "?";
 }
@@ -93,7 +94,7 @@ errc decode(const std::byte* in, frame_header& out, std::string& why) {
       return errc::bad_version;
     }
     auto kind = static_cast<uint16_t>(root.getKind());
-    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::reroute)) {
+    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::hyper)) {
       why = fmt::format("unknown frame kind {}", kind);
       return errc::bad_frame;
     }

@@ -37,6 +37,9 @@ enum class frame_kind : uint16_t {
                   // for the chunks it serves (UINT32_MAX: for every chunk on this link)
   reroute = 18,   // node -> worker: the job's nodes changed (payload: Reroute); route by
                   // the new ring, re-send what is unanswered for chunks homed on the sender
+  hyper = 19,     // worker (rank 0) -> node: change the job's hyper-parameters from a clock
+                  // on (payload: HyperChange); node -> worker: the answer (clock: the
+                  // clock the job had reached; refused: error_code, payload ErrorInfo)
 };
 
 const char* to_string(frame_kind kind) noexcept;

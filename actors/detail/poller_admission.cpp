@@ -108,6 +108,67 @@ void poller_sink::on_proof(const connection_ptr& c, const frame_header& h, paylo
        std::move(hello));
 }
 
+payload_target poller_sink::on_hyper_header(const connection_ptr& c, const frame_header& h) {
+  auto& st = self_->state;
+  auto it = st.book->bindings.find(c->id());
+  if (it == st.book->bindings.end() || it->second.status != binding::joined)
+    return refuse(c, h, errc::not_joined, "hyper before the connection joined a job");
+  if (h.job_id != it->second.job_id || h.rank != it->second.rank)
+    return refuse(c, h, errc::bad_rank,
+                  fmt::format("hyper for job {} rank {} on a connection that joined job {} "
+                              "as rank {}",
+                              h.job_id, h.rank, it->second.job_id, it->second.rank));
+  constexpr uint32_t max_hyper_bytes = 4096;
+  if (h.payload_bytes == 0 || h.payload_bytes > max_hyper_bytes)
+    return refuse(c, h, errc::bad_frame,
+                  fmt::format("hyper carries a HyperChange of 1..{} bytes, not {}",
+                              max_hyper_bytes, h.payload_bytes));
+  return payload_target::into(st.buffer(max_hyper_bytes));
+}
+
+void poller_sink::on_hyper(const connection_ptr& c, const frame_header& h, payload_target& t) {
+  auto& st = self_->state;
+  frame_header reply;
+  reply.kind = frame_kind::hyper;
+  reply.job_id = h.job_id;
+  reply.rank = h.rank;
+  auto answer = [](const connection_ptr& conn, frame_header r, errc code,
+                   const std::string& message) {
+    r.error_code = code;
+    auto payload = transports::encode(transports::error_msg{code, message, {}});
+    r.payload_bytes = static_cast<uint32_t>(payload.size());
+    iovec iov{payload.data(), payload.size()};
+    conn->send(r, &iov, 1);
+  };
+  hyper_change change;
+  std::string why;
+  if (transports::decode(t.keep->bytes(), h.payload_bytes, change, why) != errc::ok)
+    return answer(c, reply, errc::bad_frame, "hyper: " + why);
+  if (h.rank != 0)
+    return answer(c, reply, errc::bad_rank,
+                  fmt::format("only rank 0 changes the job's hyper-parameters (this is rank "
+                              "{})", h.rank));
+  if (auto bad = validate(change); !bad.empty())
+    return answer(c, reply, errc::invalid_spec, "hyper: " + bad);
+  spdlog::info("hyper-parameters: job id={} rank 0 at {} asks for {}", h.job_id, c->peer(),
+               describe(change));
+  auto self = self_;
+  auto conn = c;
+  // Two rounds over the job's nodes, each bounded: the cluster's answer or a timeout.
+  self_->request(st.book->coordinator, std::chrono::seconds(60), hyper_atom::value, h.job_id,
+                 change)
+    .then(
+      [conn, reply](uint64_t reached) mutable {
+        reply.clock = reached;
+        conn->send(reply);
+      },
+      [self, conn, reply, answer](caf::error& err) {
+        auto code = err.category() == caf::atom("rw") ? static_cast<errc>(err.code())
+                                                       : errc::unavailable;
+        answer(conn, reply, code, describe(self->system(), err));
+      });
+}
+
 void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
   auto self = self_;

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/rack_state.hpp"
+#include "runtime/credentials.hpp"
 #include "runtime/layerwise.hpp"
 
 namespace rw::actors::detail {
@@ -101,6 +102,65 @@ caf::result<ok_atom> on_hyper_end(rack_ptr self, uint32_t job_id, uint64_t id, b
                  job_id, id, describe(change));
   }
   return ok_atom::value;
+}
+
+caf::result<uint64_t> on_hyper_request(rack_ptr self, uint32_t job_id,
+                                       const hyper_change& change) {
+  auto& st = self->state;
+  auto* job = live_job(st, job_id);
+  if (job == nullptr)
+    return cluster_error(errc::unknown_job,
+                         fmt::format("job {} is not running on node {}", job_id,
+                                     st.settings.node_name));
+  if (job->granted) {
+    if (!st.link)
+      return cluster_error(errc::unavailable,
+                           fmt::format("node {} is not in touch with the cluster coordinator, "
+                                       "which changes job '{}' on every node",
+                                       st.settings.node_name, job->spec.name));
+    auto rp = self->make_response_promise<uint64_t>();
+    self->request(st.link, caf::infinite, hyper_atom::value, job->spec.name, change)
+      .then([rp](uint64_t reached) mutable { rp.deliver(reached); },
+            [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+    return rp;
+  }
+  // An open job lives on this node alone: the same two rounds, over its shards.
+  auto& spec = job->spec;
+  if (spec.consistency.model != consistency_spec::bsp)
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("job '{}' runs {}: a change at a clock is exact only "
+                                     "under bsp", spec.name, to_string(spec.consistency)));
+  if (runtime::is_layerwise(spec.optimizer.kind))
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("job '{}' uses {}: its hyper-parameters cannot change "
+                                     "during training yet", spec.name,
+                                     to_string(spec.optimizer.kind)));
+  auto id = runtime::random_u64();
+  auto rp = self->make_response_promise<uint64_t>();
+  auto me = caf::actor_cast<rack_coordinator_actor>(self);
+  self->request(me, caf::infinite, hyper_atom::value, job_id, id, change)
+    .then(
+      [self, me, rp, job_id, id, change](uint64_t reached) mutable {
+        bool apply = reached <= change.at_clock;
+        self->request(me, caf::infinite, hyper_atom::value, job_id, id, apply)
+          .then(
+            [rp, apply, reached, change](ok_atom) mutable {
+              if (apply)
+                rp.deliver(reached);
+              else
+                rp.deliver(cluster_error(
+                  errc::clock_out_of_range,
+                  fmt::format("the job has run the step of clock {} already (it is at clock "
+                              "{}): at_clock must be >= {}",
+                              change.at_clock, reached, reached)));
+            },
+            [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      },
+      [self, me, rp, job_id, id](caf::error& err) mutable {
+        caf::anon_send(me, hyper_atom::value, job_id, id, false);
+        rp.deliver(std::move(err));
+      });
+  return rp;
 }
 
 } // namespace rw::actors::detail

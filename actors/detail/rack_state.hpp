@@ -264,6 +264,10 @@ caf::result<uint64_t> on_hyper_prepare(rack_ptr self, uint32_t job_id, uint64_t 
                                        const hyper_change& change);
 /// Commits (apply) or drops prepared change `id` on every shard.
 caf::result<ok_atom> on_hyper_end(rack_ptr self, uint32_t job_id, uint64_t id, bool apply);
+/// Rank 0's worker asks for a change: through the cluster (every node of the job), or,
+/// for an open job, prepared and committed on this node's shards.
+caf::result<uint64_t> on_hyper_request(rack_ptr self, uint32_t job_id,
+                                       const hyper_change& change);
 
 /// A request that must not run while chunks move between the node's shards (fence,
 /// reshape, reroute, thaw, takeover, checkpoint): while a move runs, the promise of its

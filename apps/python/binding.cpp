@@ -159,23 +159,18 @@ private:
 
 class py_worker {
 public:
-  explicit py_worker(rw::worker_options o) : connect_(o.connect) {
+  explicit py_worker(rw::worker_options o) {
     py::gil_scoped_release nogil;
     w_ = std::make_unique<rw::worker>(std::move(o));
   }
 
-  /// Rank 0 only: the job's hyper-parameters from at_clock on (rackweave.set_hyper
-  /// through the coordinator found through this worker's node).
+  /// Rank 0 only: the job's hyper-parameters from at_clock on (worker::set_hyper).
   uint64_t set_hyper(uint64_t at_clock, std::optional<float> lr, std::optional<float> momentum,
                      std::optional<float> weight_decay, std::optional<float> beta1,
-                     std::optional<float> beta2, const std::string& secret_file,
-                     double timeout) {
-    if (w_->rank() != 0)
-      throw rw::error(rw::errc::bad_rank,
-                      "only rank 0 changes the job's hyper-parameters (this is rank "
-                        + std::to_string(w_->rank()) + ")");
+                     std::optional<float> beta2) {
     auto change = rw::python::hyper_from(at_clock, lr, momentum, weight_decay, beta1, beta2);
-    return rw::python::set_hyper(connect_, w_->spec().name, change, secret_file, timeout);
+    py::gil_scoped_release nogil;
+    return w_->set_hyper(change);
   }
 
   std::unique_ptr<call_future> push(const std::string& t, const py::object& grad) {
@@ -257,7 +252,6 @@ public:
   }
 
 private:
-  std::string connect_;
   std::vector<py::object> subscribed_; // outputs the node writes into until close
 
   // A sparse push's indices and values, checked: as many of each, indices in range.
@@ -439,11 +433,10 @@ PYBIND11_MODULE(_rackweave, m) {
     .def("set_hyper", &py_worker::set_hyper, py::arg("at_clock"), py::arg("lr") = py::none(),
          py::arg("momentum") = py::none(), py::arg("weight_decay") = py::none(),
          py::arg("beta1") = py::none(), py::arg("beta2") = py::none(),
-         py::arg("secret_file") = "", py::arg("timeout") = 10.0,
          "Rank 0 only: the job's hyper-parameters (those given) from the step of clock "
-         "`at_clock` on, for every chunk (rackweave.set_hyper through the coordinator found "
-         "through this worker's node). Call it before pushing clock `at_clock`: a change "
-         "for a step some chunk has run is refused (clock_out_of_range). Returns the "
+         "`at_clock` on, for every chunk on every node (its node asks the cluster's "
+         "coordinator, as rw.job_set does). Call it before pushing clock `at_clock`: a "
+         "change for a step some chunk has run is refused (clock_out_of_range). Returns the "
          "highest clock the job had reached.")
     .def_property_readonly("spec", [](py_worker& w) { return spec_dict(w.get().spec()); },
                            "The job's spec: name, workers, chunk_bytes, optimizer, lr, "

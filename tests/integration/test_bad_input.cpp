@@ -10,6 +10,7 @@
 #include "rackweave/worker.hpp"
 #include "tests/integration/node_process.hpp"
 #include "tests/integration/raw_client.hpp"
+#include "transports/control.hpp"
 
 using namespace rw;
 using transports::frame_header;
@@ -374,4 +375,55 @@ TEST_CASE("a buffer of the wrong length is refused at the call; the right one wo
   CHECK(out[0] == 2.0f);
   CHECK(out[2999] == 2.0f);
   CHECK(w.clock("t") == 1);
+}
+
+TEST_CASE("bad hyper frames get clear answers and change nothing", "[integration][bad]") {
+  testing::node_process node;
+  auto spec = small_job("hyper-bad", 2);
+  testing::raw_client r0{node.address()};
+  auto id = r0.join(spec, 0);
+  testing::raw_client r1{node.address()};
+  r1.join(spec, 1);
+  frame_header h;
+  h.kind = frame_kind::hyper;
+  h.job_id = id;
+  h.rank = 0;
+  // Not a HyperChange.
+  std::vector<std::byte> junk(24, std::byte{0x5a});
+  h.payload_bytes = static_cast<uint32_t>(junk.size());
+  r0.send_frame(h, junk.data());
+  auto a = r0.read_frame();
+  REQUIRE(a);
+  CHECK(a->header.kind == frame_kind::hyper);
+  CHECK(a->header.error_code == errc::bad_frame);
+  // A valid change from rank 1.
+  hyper_change c;
+  c.at_clock = 3;
+  c.learning_rate = 0.5f;
+  auto payload = transports::encode(c);
+  frame_header h1 = h;
+  h1.rank = 1;
+  h1.payload_bytes = static_cast<uint32_t>(payload.size());
+  r1.send_frame(h1, payload.data());
+  auto b = r1.read_frame();
+  REQUIRE(b);
+  CHECK(b->header.kind == frame_kind::hyper);
+  CHECK(b->header.error_code == errc::bad_rank);
+  // No field to change.
+  hyper_change none;
+  none.at_clock = 3;
+  auto empty = transports::encode(none);
+  h.payload_bytes = static_cast<uint32_t>(empty.size());
+  r0.send_frame(h, empty.data());
+  auto e = r0.read_frame();
+  REQUIRE(e);
+  CHECK(e->header.error_code == errc::invalid_spec);
+  // A hyper frame before joining is refused like any data frame.
+  testing::raw_client stranger{node.address()};
+  stranger.send_frame(h, empty.data());
+  auto s = stranger.read_frame();
+  REQUIRE(s);
+  CHECK(s->header.kind == frame_kind::error);
+  CHECK(s->header.error_code == errc::not_joined);
+  check_node_serves(node.address(), "after-hyper-bad");
 }

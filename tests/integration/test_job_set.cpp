@@ -66,13 +66,64 @@ TEST_CASE("rw.job_set changes the learning rate at a clock on every node, exactl
   CHECK(late.code != 0);
   CHECK_THAT(late.err, Catch::Contains("at_clock must be >= 3"));
   step(); // clock 3: still 0.5, the refused change left nothing behind
+  // Rank 0's own API (a `hyper` frame to its node, which asks the cluster): lr 0.25 and
+  // weight decay 0 from clock 4; another rank may not.
+  hyper_change by_rank0;
+  by_rank0.at_clock = 4;
+  by_rank0.learning_rate = 0.25f;
+  by_rank0.weight_decay = 0.0f;
+  CHECK(w0.set_hyper(by_rank0) == 4);
+  try {
+    w1.set_hyper(by_rank0);
+    FAIL("rank 1 changed the job's hyper-parameters");
+  } catch (const error& e) {
+    CHECK(e.code() == errc::bad_rank);
+  }
+  step(); // clock 4
+  auto lr_at = [](int clock) { return clock < 2 ? 0.05f : clock < 4 ? 0.5f : 0.25f; };
   for (uint64_t i = 0; i < n; ++i) {
     float p = 0.0f;
-    for (int clock = 0; clock < 4; ++clock)
-      p = sgd(p, g0[i] + g1[i], 0.5f, clock < 2 ? 0.05f : 0.5f, 0.01f);
+    for (int clock = 0; clock < 5; ++clock)
+      p = sgd(p, g0[i] + g1[i], 0.5f, lr_at(clock), clock < 4 ? 0.01f : 0.0f);
     REQUIRE(out0[i] == p);
     REQUIRE(out1[i] == p);
   }
   auto status = c.shell("print(rw.job_status('sched').state)");
   CHECK(status.out == "running\n");
+}
+
+TEST_CASE("an open job's rank 0 changes its hyper-parameters on its node",
+          "[integration][job_set]") {
+  testing::node_process node{{"--open-jobs"}};
+  worker_options o;
+  o.connect = node.address();
+  o.job.name = "open-sched";
+  o.job.num_workers = 1;
+  o.job.chunk_bytes = 4096;
+  o.job.optimizer.kind = optimizer_kind::sgd;
+  o.job.optimizer.learning_rate = 0.1f;
+  o.job.tensors = {{"w", 3000, false}};
+  o.request_timeout = std::chrono::seconds(20);
+  worker w{o};
+  std::vector<float> g(3000, 1.0f), out(3000);
+  w.push_pull("w", g, out).get(); // clock 0: lr 0.1
+  hyper_change c;
+  c.at_clock = 1;
+  c.learning_rate = 0.5f;
+  CHECK(w.set_hyper(c) == 1);
+  w.push_pull("w", g, out).get(); // clock 1: lr 0.5
+  float want = sgd(sgd(0.0f, 1.0f, 1.0f, 0.1f, 0.0f), 1.0f, 1.0f, 0.5f, 0.0f);
+  CHECK(out[0] == want);
+  CHECK(out[2999] == want);
+  try {
+    w.set_hyper(c); // clock 1 has run
+    FAIL("a change for a clock already run was taken");
+  } catch (const error& e) {
+    CHECK(e.code() == errc::clock_out_of_range);
+    CHECK_THAT(e.what(), Catch::Contains("at_clock must be >= 2"));
+  }
+  hyper_change none;
+  none.at_clock = 5;
+  CHECK_THROWS_AS(w.set_hyper(none), error); // nothing to change
+  CHECK(node.wait_for_log("hyper-parameters: job='open-sched'"));
 }

@@ -71,14 +71,13 @@ class ServerOptimizer(_torch.optim.Optimizer):
     A torch Optimizer with one param group holding the job's hyper-parameters (lr,
     momentum, weight_decay, betas), so any torch LR scheduler drives it: when rank 0's
     group differs from what the node runs, the change is made for the clock about to be
-    pushed (rackweave.set_hyper, through the job's coordinator; `secret_file` if the
-    cluster has a secret) before any of its gradients leaves, so every rank's step of
-    that clock uses it. The other ranks' groups are not read."""
+    pushed (Worker.set_hyper: rank 0's node has it made on every node of the job) before
+    any of its gradients leaves, so every rank's step of that clock uses it. The other ranks' groups are not read."""
 
     def __init__(self, named_parameters, optimizer=None, lr=None, momentum=None,
                  weight_decay=None, betas=None, eps=None, *, connect=None, job=None,
                  rank=None, workers=None, token=None, chunk_bytes=None, overlap=True,
-                 transport=None, timeout=120.0, secret_file=None, model=None):
+                 transport=None, timeout=120.0, model=None):
         self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not self.params:
             raise ValueError("ServerOptimizer: no parameter requires grad")
@@ -115,7 +114,6 @@ class ServerOptimizer(_torch.optim.Optimizer):
         self.overlap = overlap
         self._pending = {}
         self._hooks = []
-        self._secret_file = _from_env(secret_file, "RACKWEAVE_SECRET_FILE", default="")
         job = self.worker.spec
         super().__init__([p for _, p in self.params],
                          dict(lr=job["lr"], momentum=job["momentum"],
@@ -173,7 +171,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
         if not changed:
             return
         at = self.worker.clock(self.params[0][0])
-        self.worker.set_hyper(at, secret_file=self._secret_file, **changed)
+        self.worker.set_hyper(at, **changed)
         self._running = now
 
     def _pusher(self, name, param):

@@ -225,6 +225,15 @@ public:
   std::future<void> subscribe(const std::string& tensor, floats out,
                               std::function<void(uint64_t version)> on_version);
 
+  /// Rank 0 only: the job's optimizer hyper-parameters (those `change` gives) for the
+  /// step of clock change.at_clock and every later one, for every chunk on every node
+  /// (as rw.job_set; a job of the cluster goes through its coordinator). Blocks until
+  /// the node answers (at most the request timeout); returns the highest clock the job
+  /// had reached. Call it before pushing clock at_clock: a change for a step some chunk
+  /// has run is refused (clock_out_of_range) and nothing changes. BSP jobs only; not
+  /// LAMB/LARS or hierarchical jobs (invalid_spec).
+  uint64_t set_hyper(const hyper_change& change);
+
   /// Leaves the job (bye) and disconnects; calls afterwards throw. Idempotent.
   void close();
 
