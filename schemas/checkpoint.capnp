@@ -54,6 +54,18 @@ struct Optimizer {
   eta @8 :Float32;
 }
 
+# A hyper-parameter change (rw.job_set) the job had made: bit i of `present` says field
+# i is given (lr, momentum, weightDecay, beta1, beta2).
+struct ScheduledChange {
+  atClock @0 :UInt64;
+  present @1 :UInt8;
+  lr @2 :Float32;
+  momentum @3 :Float32;
+  weightDecay @4 :Float32;
+  beta1 @5 :Float32;
+  beta2 @6 :Float32;
+}
+
 struct Manifest {
   format @0 :UInt32;      # 1
   job @1 :Text;
@@ -64,4 +76,5 @@ struct Manifest {
   tensors @6 :List(Tensor);
   clock @7 :UInt64;
   files @8 :List(FileEntry);
+  schedule @9 :List(ScheduledChange); # in the order made; a restored job goes on with it
 }

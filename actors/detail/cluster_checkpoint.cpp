@@ -253,7 +253,7 @@ caf::result<checkpoint_info> checkpoint_job(cluster_ptr self, const std::string&
   return rp;
 }
 
-std::string check_restore(const job_spec& spec, const std::string& dir) {
+std::string check_restore(job_spec& spec, const std::string& dir) {
   try {
     auto m = ck::read_manifest(dir);
     auto as_if = spec;
@@ -263,6 +263,7 @@ std::string check_restore(const job_spec& spec, const std::string& dir) {
     if (spec.consistency.model != consistency_spec::bsp)
       return fmt::format("job '{}' runs {}: a checkpoint restores a BSP job",
                          spec.name, to_string(spec.consistency));
+    spec.schedule = m.spec.schedule; // the hyper-parameter changes made before it
   } catch (const ck::checkpoint_error& e) {
     return e.what();
   }

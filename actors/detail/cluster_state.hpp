@@ -239,7 +239,7 @@ caf::result<checkpoint_info> checkpoint_job(cluster_ptr self, const std::string&
                                             const std::string& dir, uint64_t clock);
 /// A job created with restore = dir: why it cannot start from it ("" if it can, as
 /// far as the spec without tensors tells; the nodes check the tensors).
-std::string check_restore(const job_spec& spec, const std::string& dir);
+std::string check_restore(job_spec& spec, const std::string& dir);
 /// Node `node_id` wrote its file of job `id`'s periodic checkpoint at `clock`: once
 /// every node of the job has, the manifest is written.
 void periodic_part(cluster_ptr self, uint32_t node_id, uint32_t id, uint64_t clock,

@@ -4,6 +4,7 @@
 // up to the clock and the new one from it; a change for a clock some chunk has stepped
 // is refused and changes nothing.
 
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -126,4 +127,53 @@ TEST_CASE("an open job's rank 0 changes its hyper-parameters on its node",
   none.at_clock = 5;
   CHECK_THROWS_AS(w.set_hyper(none), error); // nothing to change
   CHECK(node.wait_for_log("hyper-parameters: job='open-sched'"));
+}
+
+TEST_CASE("a checkpoint keeps the job's hyper-parameter changes; the restored job goes on "
+          "with them",
+          "[integration][job_set][checkpoint]") {
+  testing::rack_cluster c{{"a"}};
+  std::string err;
+  auto token = c.create("before", 1, "sgd", "node = 'n0'", &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  auto join = [&](const std::string& job, const std::string& tok) {
+    worker_options o;
+    o.connect = c.nodes[0]->address();
+    o.job.name = job;
+    o.job.tensors = {{"w", 3000, false}};
+    o.spec_from_job = true;
+    o.token = tok;
+    o.request_timeout = std::chrono::seconds(20);
+    return o;
+  };
+  std::vector<float> g(3000, 1.0f), out(3000);
+  {
+    worker w{join("before", token)};
+    w.push_pull("w", g, out).get(); // clock 0: lr 0.05
+    hyper_change c1;
+    c1.at_clock = 1;
+    c1.learning_rate = 0.5f;
+    CHECK(w.set_hyper(c1) == 1);
+    w.push_pull("w", g, out).get(); // clock 1: lr 0.5
+  } // bye: the job finishes at clock 2
+  auto dir = testing::temp_path("sched-ckpt");
+  auto taken = c.shell("rw.wait('before', 'finished', {timeout = 30}); "
+                       "print(rw.checkpoint('before', '" + dir + "').clock)");
+  INFO(taken.err);
+  REQUIRE(taken.out == "2\n");
+  auto made = c.shell("print(rw.job_create{name = 'after', workers = 1, optimizer = 'sgd', "
+                      "lr = 0.05, weight_decay = 0.01, chunk_bytes = '4KiB', node = 'n0', "
+                      "restore = '" + dir + "'}.token)");
+  INFO(made.err);
+  REQUIRE(made.code == 0);
+  worker w{join("after", made.out.substr(0, made.out.find('\n')))};
+  CHECK(w.clock("w") == 2);
+  w.push_pull("w", g, out).get(); // clock 2: still lr 0.5, from the checkpoint's schedule
+  float p = 0.0f;
+  for (float lr : {0.05f, 0.5f, 0.5f})
+    p = sgd(p, 1.0f, 1.0f, lr, 0.01f);
+  CHECK(out[0] == p);
+  CHECK(out[2999] == p);
+  std::filesystem::remove_all(dir);
 }
