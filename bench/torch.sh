@@ -6,6 +6,8 @@
 #   server   rackweave.torch.ServerOptimizer (momentum SGD on the node)
 #   hook     torch DDP with rackweave.torch.allreduce_hook (the node sums), SGD in process
 #   ddp      torch DDP over gloo, SGD in process
+#   local    no exchange at all: the same ranks on their own (the compute floor; each
+#            system's step minus it is what its exchange costs on this host)
 # Models (apps/examples/torch/models.py): digits, a small CNN (38 k parameters) on
 # scikit-learn's handwritten digits, 10 epochs of 4 x 32 examples; resnet, a
 # ResNet-style CNN (2.4 M parameters) on generated 3x16x16 images, 100 steps of 4 x 8.
@@ -15,10 +17,10 @@
 # step_vs_ddp, ...). Writes bench/RESULTS.md (the torch section) and
 # bench/torch-loss.png (loss against time, per model, the three systems).
 #
-#   bash bench/torch.sh [--models "digits resnet"] [--systems "server hook ddp"]
+#   bash bench/torch.sh [--models "digits resnet"] [--systems "server hook ddp local"]
 #                       [--workers W] [--timeout S] [--json] [--smoke] [--build-dir DIR]
 #
-# Defaults: both models, the three systems, W = 4, 900 s per model at most.
+# Defaults: both models, the four systems, W = 4, 900 s per model at most.
 # --smoke (lib/common.sh): W = 2, 4 steps of each model, no plot.
 set -euo pipefail
 # shellcheck source=lib/common.sh
@@ -29,7 +31,7 @@ invocation=$(invocation_of "$@")
 common_options "$@"
 set -- ${rest[@]+"${rest[@]}"}
 
-models="digits resnet" systems="server hook ddp" workers=4 run_timeout=900 json=0
+models="digits resnet" systems="server hook ddp local" workers=4 run_timeout=900 json=0
 iters=1 warmup=0 # run_option's, unused here
 while (($#)); do
   case $1 in
@@ -45,7 +47,8 @@ for m in $models; do
   [[ $m == digits || $m == resnet ]] || usage_error "unknown model $m (digits, resnet)"
 done
 for s in $systems; do
-  [[ $s == server || $s == hook || $s == ddp ]] || usage_error "unknown system $s (server, hook, ddp)"
+  [[ $s == server || $s == hook || $s == ddp || $s == local ]] ||
+    usage_error "unknown system $s (server, hook, ddp, local)"
 done
 py=/usr/bin/python3 # Debian's, the one with python3-torch
 $py -c 'import torch, sklearn' 2>/dev/null ||
@@ -121,24 +124,28 @@ res, md_path, invocation, machine, elapsed, w, models, systems, curves, plot = s
 recs = [json.loads(l) for l in open(res)]
 models, systems = models.split(), systems.split()
 names = {"server": "rackweave ServerOptimizer", "hook": "rackweave DDP hook",
-         "ddp": "torch DDP (gloo)"}
+         "ddp": "torch DDP (gloo)", "local": "no exchange (compute floor)"}
 def ok(r):
     m = r.get("median_step_ms")
     return ("error" not in r and isinstance(m, (int, float)) and math.isfinite(m) and m > 0
             and isinstance(r.get("accuracy"), (int, float)) and 0 <= r["accuracy"] <= 1)
 rows, lines = [], []
 for model in models:
+    floor = next((r["median_step_ms"] for r in recs if r.get("model") == model
+                  and r.get("system") == "local" and ok(r)), None)
     for s in systems:
         r = next((r for r in recs if r.get("model") == model and r.get("system") == s), None)
         if r is None or not ok(r):
-            rows.append([model, names[s], "FAIL", "-", "-", "-", "-"])
+            rows.append([model, names[s], "FAIL", "-", "-", "-", "-", "-"])
             continue
+        over = "-" if floor is None or s == "local" else f"{r['median_step_ms'] - floor:.2f}"
         rows.append([model, names[s], f"{r['median_step_ms']:.2f}",
-                     f"{r.get('step_vs_ddp', '-')}", f"{100 * r['accuracy']:.2f}",
+                     f"{r.get('step_vs_ddp', '-')}", over, f"{100 * r['accuracy']:.2f}",
                      f"{r['final_loss']:.4f}", f"{r['bytes_per_step'] / 1e6:.2f}"])
 for row in rows:
-    lines.append(f"  {row[0]:7s} {row[1]:27s} median {row[2]:>8s} ms  vs DDP {row[3]:>6s}  "
-                 f"accuracy {row[4]:>6s} %  loss {row[5]:>7s}  {row[6]:>6s} MB/step/rank")
+    lines.append(f"  {row[0]:7s} {row[1]:28s} median {row[2]:>8s} ms  vs DDP {row[3]:>6s}  "
+                 f"over the floor {row[4]:>6s} ms  accuracy {row[5]:>6s} %  loss {row[6]:>7s}  "
+                 f"{row[7]:>6s} MB/step/rank")
 print("\n".join(lines))
 # Loss against time, one panel per model.
 try:
@@ -147,7 +154,7 @@ try:
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
     for ax, model in zip(axes[0], models):
-        for s in systems:
+        for s in [s for s in systems if s != "local"]:
             path = os.path.join(curves, f"{model}-{s}.json")
             if os.path.exists(path):
                 c = json.load(open(path))["curve"]
@@ -174,10 +181,15 @@ md = ["<!-- torch:begin -->",
       "comparison. Step: forward, backward, exchange and optimizer, median over the run. "
       "MB/step/rank: payload a rank sends plus receives (RackWeave: the gradient out and "
       "the result back; gloo's ring: 2 (W-1)/W of the gradient each way). Accuracy: on "
-      "the held-out set after the run.",
+      "the held-out set after the run. The floor: the same ranks training on their own, "
+      "without any exchange; a system's step less the floor is what its exchange costs "
+      "here. On this host the ranks and the node share the same cores, so an exchange's "
+      "CPU time (the node's sums and optimizer, the workers' copies; gloo's ring inside the "
+      "ranks) is taken from the ranks' compute: on a rack the node runs on its own "
+      "machine.",
       "",
-      "| model | system | median step ms | vs DDP | test accuracy % | final loss | MB/step/rank |",
-      "|---|---|---|---|---|---|---|",
+      "| model | system | median step ms | vs DDP | over the floor ms | test accuracy % | final loss | MB/step/rank |",
+      "|---|---|---|---|---|---|---|---|",
       *[f"| {' | '.join(r)} |" for r in rows],
       "",
       "![loss against time](torch-loss.png)" if plotted else "",

@@ -22,9 +22,9 @@ import time
 import rackweave
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SYSTEMS = ("server", "hook", "ddp")
+SYSTEMS = ("server", "hook", "ddp", "local")
 NAMES = {"server": "rackweave ServerOptimizer", "hook": "rackweave DDP hook",
-         "ddp": "torch DDP (gloo)"}
+         "ddp": "torch DDP (gloo)", "local": "no exchange (compute floor)"}
 
 
 def parse(argv):
@@ -57,18 +57,20 @@ def option(args, name, default):
 
 
 def run(a, system, out_dir):
+    chunk = int(option(a.train_args, "--chunk-bytes", 32768))
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # as train.py sets; torchrun warns if unset
     job = None
-    if system != "ddp":
+    if system in ("server", "hook"):
         job = f"{a.model}-{system}-{os.getpid()}-{int(time.time())}"
         if system == "server":
             created = rackweave.create_job(
                 a.connect, job, workers=a.workers, optimizer="momentum",
                 lr=option(a.train_args, "--lr", 0.05),
-                momentum=option(a.train_args, "--momentum", 0.9))
+                momentum=option(a.train_args, "--momentum", 0.9), chunk_bytes=chunk)
         else:
-            created = rackweave.create_job(a.connect, job, workers=a.workers, optimizer="sum")
+            created = rackweave.create_job(a.connect, job, workers=a.workers, optimizer="sum",
+                                           chunk_bytes=chunk)
         env.update(RACKWEAVE_CONNECT=a.connect, RACKWEAVE_JOB=job,
                    RACKWEAVE_TOKEN=created["token"])
     result = os.path.join(out_dir, f"{system}.json")
@@ -120,7 +122,7 @@ def main(argv):
             continue
         line = (f"{NAMES[system]:>26}: test accuracy {100.0 * r['accuracy']:6.2f}%  median step "
                 f"{r['median_step_ms']:8.2f} ms  {r['bytes_per_step'] / 1e6:6.2f} MB/step/rank")
-        if base and system != "ddp":
+        if base and system not in ("ddp", "local"):
             line += (f"  ({r['step_vs_ddp']:.2f}x DDP's step, accuracy "
                      f"{r['accuracy_vs_ddp_points']:+.2f} points)")
         print(line, flush=True)

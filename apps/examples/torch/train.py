@@ -7,7 +7,9 @@
                  "momentum" with this run's lr and momentum);
          hook:   torch DDP with rackweave.torch.allreduce_hook (a "sum" job), momentum
                  SGD in the process;
-         ddp:    torch DDP over gloo, momentum SGD in the process (the comparison).
+         ddp:    torch DDP over gloo, momentum SGD in the process (the comparison);
+         local:  no exchange at all, each rank on its own (the compute floor: what the
+                 same ranks cost on this host without any communication).
 The three do the same arithmetic up to the order of summation: each step every rank
 takes its slice of a global batch (the same shuffle everywhere), the gradients are
 averaged over the ranks and momentum SGD steps. Rank 0 prints a progress line and, at
@@ -28,7 +30,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402 - next to this file
 
-SYSTEMS = ("server", "hook", "ddp")
+SYSTEMS = ("server", "hook", "ddp", "local")
 
 
 def parse(argv):
@@ -42,6 +44,8 @@ def parse(argv):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chunk-bytes", type=int, default=32768,
+                   help="the RackWeave job's chunk size (the job must have the same)")
     p.add_argument("--progress-every", type=float, default=1.0,
                    help="seconds between progress lines (0: only at the end of each epoch)")
     p.add_argument("--json-out", default="", help="rank 0 writes the run's figures here")
@@ -58,6 +62,8 @@ def exchanged_bytes(system, params, workers):
     and receives 2 (W-1)/W of the gradient each way."""
     if system == "ddp":
         return int(2 * 2 * (workers - 1) / workers * 4 * params)
+    if system == "local":
+        return 0
     return 8 * params
 
 
@@ -74,14 +80,17 @@ def main(argv):
     closing = []
     if a.system == "server":
         opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="momentum", lr=a.lr,
-                                  momentum=a.momentum, model=model)
+                                  momentum=a.momentum, model=model, chunk_bytes=a.chunk_bytes)
         closing.append(opt.close)
         net = model
+    elif a.system == "local":
+        net = model
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     else:
         dist.init_process_group("gloo")
         net = torch.nn.parallel.DistributedDataParallel(model)
         if a.system == "hook":
-            state = rwt.HookState(model.named_parameters())
+            state = rwt.HookState(model.named_parameters(), chunk_bytes=a.chunk_bytes)
             net.register_comm_hook(state, rwt.allreduce_hook)
             closing.append(state.close)
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
@@ -137,7 +146,7 @@ def main(argv):
         accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
     for close in closing:
         close()
-    if a.system != "server":
+    if a.system in ("hook", "ddp"):
         dist.destroy_process_group()
     if rank == 0:
         median_ms = 1000.0 * statistics.median(times)
