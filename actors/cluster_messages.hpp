@@ -249,8 +249,9 @@ struct rank_map {
 };
 
 /// Where a job lives and how its workers prove they belong to it. Sent by the
-/// coordinator to the job's node; `spec` has no tensors (the first worker declares
-/// them), `secret` is the token's key (hex), never sent to workers.
+/// coordinator to the job's node; `spec` has the tensors the job was created with (none:
+/// the first worker declares them), `secret` is the token's key (hex), never sent to
+/// workers.
 struct job_grant {
   uint32_t job_id = 0;
   job_spec spec;

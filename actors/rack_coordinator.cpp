@@ -338,7 +338,8 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
                               grant.reason)));
   }
   auto asked = grant.spec;
-  asked.tensors = spec.tensors; // the grant leaves the tensors to the workers
+  if (asked.tensors.empty())
+    asked.tensors = spec.tensors; // the grant leaves the tensors to the workers
   if (auto diff = describe_mismatch(asked, spec); !diff.empty()) {
     spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, req.hello.rank, diff);
     return refuse(errc::spec_mismatch, diff);

@@ -59,6 +59,7 @@ build_tree
 open_report "$json"
 started=$(date +%s)
 load_start=$(load_avg)
+facts=$(machine_facts) # before OMP_NUM_THREADS=1, which nproc would report
 tmp=$(mktemp -d)
 node_pid= run_pid=
 cleanup() {
@@ -114,7 +115,7 @@ for model in $models; do
 done
 elapsed=$(($(date +%s) - started))
 
-machine="$(machine_facts); load average $load_start at the start, $(load_avg) at the end"
+machine="$facts; load average $load_start at the start, $(load_avg) at the end"
 plot=bench/torch-loss.png
 ((smoke)) && plot=$tmp/torch-loss.png # checked, then thrown away
 $py - "$tmp/results.jsonl" "$tmp/section.md" "$invocation" "$machine" "$elapsed" \

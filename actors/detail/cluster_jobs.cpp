@@ -302,11 +302,10 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
                                     const job_placement& placement) {
   auto& st = self->state;
-  if (!spec.tensors.empty())
-    return cluster_error(errc::invalid_spec, "a job is created without tensors: its "
-                                             "workers declare them when they join");
+  // Tensors given here are the job's (workers read them); else the first worker declares.
   auto probe = spec;
-  probe.tensors.push_back({"probe", 1, false});
+  if (probe.tensors.empty())
+    probe.tensors.push_back({"probe", 1, false});
   if (auto why = validate(probe, st.settings.max_chunk_bytes, st.settings.max_workers);
       !why.empty())
     return cluster_error(errc::invalid_spec, "invalid job spec: " + why);

@@ -126,9 +126,7 @@ void regrant_or_fail(cluster_ptr self, uint32_t node_id, uint32_t id,
   auto m = self->state.nodes.find(node_id);
   if (m == self->state.nodes.end())
     return; // gone again: its departure fails the job
-  auto spec = j.report.spec;
-  spec.tensors.clear();
-  job_grant grant{id, spec, j.token, j.report.layout};
+  job_grant grant{id, j.report.spec, j.token, j.report.layout}; // tensors if created with them
   self->request(m->second.link, self->state.settings.node_request_timeout, grant_atom::value,
                 grant)
     .then(

@@ -87,8 +87,31 @@ std::vector<char> encode(const job_report& report) {
   return buf;
 }
 
+// A spec written before job_spec had `schedule` (hyper-parameter changes): as it was,
+// with no changes.
+struct spec_before_schedule {
+  job_spec* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spec_before_schedule& s) {
+  auto& x = *s.x;
+  return f(caf::meta::type_name("rw::job_spec"), x.name, x.num_workers, x.chunk_bytes,
+           x.optimizer, x.tensors, x.consistency);
+}
+struct report_before_schedule {
+  job_report* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, report_before_schedule& r) {
+  auto& x = *r.x;
+  spec_before_schedule spec{&x.spec};
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
+           x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms,
+           x.ended_unix_ms, x.ranks);
+}
+
 // A report written before job_layout had `replicas` (its binary form ends without it):
-// read field by field as it was, the job without replicas.
+// read field by field as it was, the job without replicas (nor a schedule).
 struct layout_before_replicas {
   job_layout* x;
 };
@@ -105,8 +128,9 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, report_before_replicas& r) {
   auto& x = *r.x;
   layout_before_replicas layout{&x.layout};
+  spec_before_schedule spec{&x.spec};
   return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-           x.endpoints, layout, x.spec, x.created_unix_ms, x.started_unix_ms,
+           x.endpoints, layout, spec, x.created_unix_ms, x.started_unix_ms,
            x.ended_unix_ms, x.ranks);
 }
 
@@ -121,6 +145,10 @@ bool decode_as(const void* data, int size, T&& out) {
 
 bool decode(const void* data, int size, job_report& out) {
   if (decode_as(data, size, out))
+    return true;
+  out = job_report{};
+  report_before_schedule before_schedule{&out};
+  if (decode_as(data, size, before_schedule))
     return true;
   out = job_report{};
   report_before_replicas old{&out};

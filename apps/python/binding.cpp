@@ -280,24 +280,6 @@ private:
   std::unique_ptr<rw::worker> w_;
 };
 
-// The job's tensors from {"name": elements} or [(name, elements[, has_init]), ...].
-std::vector<rw::tensor_spec> tensors_from(const py::object& obj) {
-  std::vector<rw::tensor_spec> out;
-  if (py::isinstance<py::dict>(obj)) {
-    for (auto item : obj.cast<py::dict>())
-      out.push_back({item.first.cast<std::string>(), item.second.cast<uint64_t>(), false});
-    return out;
-  }
-  for (auto item : obj) {
-    auto t = item.cast<py::tuple>();
-    if (t.size() < 2 || t.size() > 3)
-      throw py::value_error("tensors: each entry is (name, elements[, has_init])");
-    out.push_back({t[0].cast<std::string>(), t[1].cast<uint64_t>(),
-                   t.size() == 3 && t[2].cast<bool>()});
-  }
-  return out;
-}
-
 // A job spec as a dict (Worker.spec).
 py::dict spec_dict(const rw::job_spec& s) {
   py::dict d;
@@ -379,7 +361,7 @@ PYBIND11_MODULE(_rackweave, m) {
                throw py::value_error("a stated spec needs tensors=...");
            }
            if (!tensors.is_none())
-             o.job.tensors = tensors_from(tensors);
+             o.job.tensors = rw::python::tensors_from(tensors);
            return std::make_unique<py_worker>(std::move(o));
          }),
          py::arg("connect"), py::arg("job"), py::arg("rank"), py::arg("workers") = py::none(),

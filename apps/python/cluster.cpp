@@ -85,9 +85,12 @@ void add_cluster_calls(py::module_& m) {
        float beta2, float eps, uint32_t chunk_bytes, const std::string& consistency,
        const std::string& node, const std::vector<std::string>& racks,
        const std::string& reduction, int replicas, uint64_t checkpoint_every,
-       const std::string& checkpoint_dir, const std::string& secret_file, double timeout) {
+       const std::string& checkpoint_dir, const std::string& secret_file, double timeout,
+       const py::object& tensors) {
       auto spec = spec_from(job, workers, optimizer, lr, momentum, weight_decay, beta1, beta2,
                             eps, chunk_bytes, consistency);
+      if (!tensors.is_none())
+        spec.tensors = tensors_from(tensors);
       actors::job_placement where;
       where.node = node;
       where.racks = racks;
@@ -120,11 +123,14 @@ void add_cluster_calls(py::module_& m) {
     py::arg("node") = "", py::arg("racks") = std::vector<std::string>{},
     py::arg("reduction") = "auto", py::arg("replicas") = -1, py::arg("checkpoint_every") = 0,
     py::arg("checkpoint_dir") = "", py::arg("secret_file") = "", py::arg("timeout") = 10.0,
+    py::arg("tensors") = py::none(),
     "Creates job `job` through the cluster coordinator found through the node at "
     "`connect` (any node's HOST:PORT), as rw.job_create does; returns a dict with its "
     "name, id, token (shown once: the workers prove it), node, endpoints (where its "
-    "workers connect), nodes and reduction. The workers' spec must match this one; "
-    "the first worker declares the tensors.");
+    "workers connect), nodes and reduction. The workers' spec must match this one. "
+    "`tensors` ({name: elements} or [(name, elements[, has_init])]) declares the job's "
+    "tensors now, so workers may join with the job's name and token alone; without it "
+    "the first worker declares them.");
   m.def(
     "delete_job",
     [](const std::string& connect, const std::string& job, const std::string& secret_file,

@@ -3,6 +3,7 @@
 // share (workers, optimizer and its hyper-parameters, chunk size, consistency).
 
 #include <string>
+#include <vector>
 
 #include <pybind11/pybind11.h>
 
@@ -37,6 +38,25 @@ inline job_spec spec_from(const std::string& job, uint32_t workers, const std::s
     throw pybind11::value_error(e.what());
   }
   return spec;
+}
+
+/// The job's tensors from {"name": elements} or [(name, elements[, has_init]), ...]
+/// (a list keeps their order).
+inline std::vector<tensor_spec> tensors_from(const pybind11::object& obj) {
+  std::vector<tensor_spec> out;
+  if (pybind11::isinstance<pybind11::dict>(obj)) {
+    for (auto item : obj.cast<pybind11::dict>())
+      out.push_back({item.first.cast<std::string>(), item.second.cast<uint64_t>(), false});
+    return out;
+  }
+  for (auto item : obj) {
+    auto t = item.cast<pybind11::tuple>();
+    if (t.size() < 2 || t.size() > 3)
+      throw pybind11::value_error("tensors: each entry is (name, elements[, has_init])");
+    out.push_back({t[0].cast<std::string>(), t[1].cast<uint64_t>(),
+                   t.size() == 3 && t[2].cast<bool>()});
+  }
+  return out;
 }
 
 } // namespace rw::python

@@ -37,8 +37,8 @@ public:
   virtual std::vector<actors::node_info> nodes() = 0;
   /// Every job the registry holds, in creation order.
   virtual std::vector<actors::job_report> jobs() = 0;
-  /// Creates a job (spec without tensors) where `placement` says (all empty: the
-  /// coordinator picks one node).
+  /// Creates a job (its tensors, or none: the first worker declares them) where
+  /// `placement` says (all empty: the coordinator picks one node).
   virtual actors::job_created job_create(const job_spec& spec,
                                          const actors::job_placement& placement) = 0;
   virtual actors::job_report job_status(const std::string& name) = 0;

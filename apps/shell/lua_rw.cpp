@@ -35,7 +35,9 @@ const command commands[] = {
    "rw.job_create{name=, workers=, ...}",
    "creates a job; also consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
    "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, restore (a "
-   "checkpoint dir), checkpoint_every, checkpoint_dir. Returns the job with its token"},
+   "checkpoint dir), checkpoint_every, checkpoint_dir, tensors (a list: {{'w', 1024}, "
+   "{name = 'b', elements = 16, has_init = true}}; else the first worker declares them). "
+   "Returns the job with its token"},
   {"job_status", rw_job_status, "rw.job_status(name)", "the job: state, ranks, totals"},
   {"job_stop", rw_job_stop, "rw.job_stop(name)", "stops the job; returns it"},
   {"job_set", rw_job_set,

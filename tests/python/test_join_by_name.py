@@ -95,3 +95,35 @@ def test_server_optimizer_takes_the_jobs_optimizer(cluster):
     with pytest.raises(ValueError, match="without an optimizer"):
         rwt.ServerOptimizer(lin.named_parameters(), lr=0.1, connect=cluster, job="x", rank=0)
     rackweave.delete_job(cluster, "by-name-torch")
+
+
+def test_tensors_declared_at_create(cluster):
+    job = rackweave.create_job(cluster, "declared", workers=2, optimizer="sum",
+                               tensors=[("w", 10), ("b", 3, True)])
+    token = job["token"]
+    # Nobody states anything: the tensors come from the job.
+    w0 = rackweave.Worker(connect=cluster, job="declared", rank=0, token=token)
+    assert w0.spec["tensors"] == [("w", 10, False), ("b", 3, True)]
+    with pytest.raises(rackweave.Error) as e:
+        rackweave.Worker(connect=cluster, job="declared", rank=1, token=token,
+                         tensors={"w": 11})
+    assert e.value.code == "spec_mismatch"
+    with pytest.raises(rackweave.Error) as e:  # a stated spec is checked against them too
+        rackweave.Worker(connect=cluster, job="declared", rank=1, token=token, workers=2,
+                         tensors={"w": 10})
+    assert e.value.code == "spec_mismatch"
+    w1 = rackweave.Worker(connect=cluster, job="declared", rank=1, token=token, workers=2,
+                          tensors=[("w", 10), ("b", 3, True)])
+    outs = [np.zeros(10, np.float32), np.zeros(10, np.float32)]
+
+    def step(r):
+        (w0, w1)[r].push_pull("w", np.full(10, r + 1.0, np.float32), outs[r]).result()
+
+    run_ranks(2, step)
+    assert outs[0].tolist() == outs[1].tolist() == [3.0] * 10
+    w0.close()
+    w1.close()
+    rackweave.delete_job(cluster, "declared")
+    with pytest.raises(rackweave.Error) as e:
+        rackweave.create_job(cluster, "bad-tensors", workers=1, tensors={"w": 0})
+    assert e.value.code == "invalid_spec"

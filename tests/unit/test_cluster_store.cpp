@@ -53,6 +53,13 @@ stored_job make_job(uint32_t id, const std::string& name, const std::string& sta
   r.spec.optimizer = {optimizer_kind::adam, 1e-3f};
   r.spec.consistency = parse_consistency("ssp:2");
   r.spec.tensors = {{"conv1.w", 9408, true}, {"fc.w", 512000, false}};
+  if (id % 2 == 1) { // a job whose hyper-parameters changed (rw.job_set)
+    rw::hyper_change c;
+    c.at_clock = 30 + id;
+    c.learning_rate = 1e-4f;
+    c.beta2 = 0.99f;
+    r.spec.schedule.push_back(c);
+  }
   r.created_unix_ms = 1700000000000 + id;
   r.started_unix_ms = state == "created" ? 0 : r.created_unix_ms + 5;
   r.ended_unix_ms = is_ended(state) ? r.created_unix_ms + 50 : 0;
@@ -88,6 +95,13 @@ void check_same(const stored_job& a, const stored_job& b) {
   CHECK(x.layout.join_timeout_ms == y.layout.join_timeout_ms);
   CHECK(describe_mismatch(x.spec, y.spec).empty());
   CHECK(x.spec.tensors.size() == y.spec.tensors.size());
+  REQUIRE(x.spec.schedule.size() == y.spec.schedule.size());
+  for (size_t i = 0; i < x.spec.schedule.size(); ++i) {
+    CHECK(x.spec.schedule[i].at_clock == y.spec.schedule[i].at_clock);
+    CHECK(x.spec.schedule[i].learning_rate == y.spec.schedule[i].learning_rate);
+    CHECK(x.spec.schedule[i].momentum == y.spec.schedule[i].momentum);
+    CHECK(x.spec.schedule[i].beta2 == y.spec.schedule[i].beta2);
+  }
   CHECK(x.created_unix_ms == y.created_unix_ms);
   CHECK(x.started_unix_ms == y.started_unix_ms);
   CHECK(x.ended_unix_ms == y.ended_unix_ms);
@@ -288,16 +302,47 @@ typename Inspector::result_type inspect(Inspector& f, old_layout& l) {
   return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks, x.vnodes,
            x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms);
 }
+// job_spec as a build before its `schedule` wrote it.
+struct old_spec {
+  rw::job_spec* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, old_spec& s) {
+  auto& x = *s.x;
+  return f(caf::meta::type_name("rw::job_spec"), x.name, x.num_workers, x.chunk_bytes,
+           x.optimizer, x.tensors, x.consistency);
+}
 struct old_report {
   job_report* x;
+  bool layout_before_replicas = true;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, old_report& r) {
   auto& x = *r.x;
   old_layout layout{&x.layout};
+  old_spec spec{&x.spec};
+  if (r.layout_before_replicas)
+    return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
+             x.endpoints, layout, spec, x.created_unix_ms, x.started_unix_ms,
+             x.ended_unix_ms, x.ranks);
   return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-           x.endpoints, layout, x.spec, x.created_unix_ms, x.started_unix_ms,
-           x.ended_unix_ms, x.ranks);
+           x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms, x.ended_unix_ms,
+           x.ranks);
+}
+
+// Replaces every stored report with `old`'s encoding.
+void store_old(const std::string& path, old_report old) {
+  std::vector<char> blob;
+  caf::binary_serializer sink{nullptr, blob};
+  REQUIRE(!sink(old));
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "UPDATE jobs SET report = ?", -1, &st, nullptr) == SQLITE_OK);
+  sqlite3_bind_blob(st, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  CHECK(sqlite3_step(st) == SQLITE_DONE);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
 }
 
 } // namespace
@@ -313,20 +358,8 @@ TEST_CASE("a job written before replicas existed is read back without replicas",
     REQUIRE(store->save_job(job, 6) == "");
   }
   job.report.layout.replicas = 0;
-  { // Its report as the older build encoded it.
-    std::vector<char> blob;
-    caf::binary_serializer sink{nullptr, blob};
-    old_report old{&job.report};
-    REQUIRE(!sink(old));
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    sqlite3_stmt* st = nullptr;
-    REQUIRE(sqlite3_prepare_v2(db, "UPDATE jobs SET report = ?", -1, &st, nullptr) == SQLITE_OK);
-    sqlite3_bind_blob(st, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
-    CHECK(sqlite3_step(st) == SQLITE_DONE);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-  }
+  job.report.spec.schedule.clear();
+  store_old(path, old_report{&job.report}); // its report as the older build encoded it
   std::string err;
   auto store = cluster_store::open(path, err);
   REQUIRE(store);
@@ -335,5 +368,29 @@ TEST_CASE("a job written before replicas existed is read back without replicas",
   REQUIRE(back.jobs.size() == 1);
   check_same(job, back.jobs[0]);
   CHECK(back.jobs[0].report.layout.replicas == 0);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST_CASE("a job written before hyper-parameter schedules existed is read back with none",
+          "[cluster_store]") {
+  auto path = scratch("pre-schedule.db");
+  auto job = make_job(7, "older", "running"); // odd: it has a schedule
+  REQUIRE(!job.report.spec.schedule.empty());
+  {
+    std::string err;
+    auto store = cluster_store::open(path, err);
+    REQUIRE(store);
+    REQUIRE(store->save_job(job, 8) == "");
+  }
+  job.report.spec.schedule.clear();
+  store_old(path, old_report{&job.report, false});
+  std::string err;
+  auto store = cluster_store::open(path, err);
+  REQUIRE(store);
+  stored_registry back;
+  REQUIRE(store->load(back, err));
+  REQUIRE(back.jobs.size() == 1);
+  check_same(job, back.jobs[0]);
+  CHECK(back.jobs[0].report.layout.replicas == job.report.layout.replicas);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }

@@ -496,3 +496,24 @@ TEST_CASE("rw.job_set reaches the cluster with the fields given; bad ones are cl
   CHECK_THAT(sh.run("rw.job_set{at_clock = 1, lr = 1}"), Catch::Contains("name = NAME"));
   CHECK(sh.api.calls.size() == 1);
 }
+
+TEST_CASE("rw.job_create declares tensors in order, by position or by name", "[shell]") {
+  shell sh;
+  CHECK(sh.run("rw.job_create{name = 'j', workers = 2, tensors = {{'w', 1024}, "
+               "{name = 'b', elements = 16, has_init = true}}}") == "");
+  REQUIRE(sh.api.spec.tensors.size() == 2);
+  CHECK(sh.api.spec.tensors[0].name == "w");
+  CHECK(sh.api.spec.tensors[0].elements == 1024);
+  CHECK(!sh.api.spec.tensors[0].has_init);
+  CHECK(sh.api.spec.tensors[1].name == "b");
+  CHECK(sh.api.spec.tensors[1].elements == 16);
+  CHECK(sh.api.spec.tensors[1].has_init);
+  CHECK_THAT(sh.run("rw.job_create{name = 'j', workers = 2, tensors = {w = 3}}"),
+             Catch::Contains("tensors must be a list"));
+  CHECK_THAT(sh.run("rw.job_create{name = 'j', workers = 2, tensors = {{'w', 1.5}}}"),
+             Catch::Contains("elements must be a positive whole number"));
+  CHECK_THAT(sh.run("rw.job_create{name = 'j', workers = 2, tensors = {{3, 4}}}"),
+             Catch::Contains("the name must be a string"));
+  CHECK_THAT(sh.run("rw.job_create{name = 'j', workers = 2, tensors = {{'w', 4, 'yes'}}}"),
+             Catch::Contains("has_init must be true or false"));
+}

@@ -20,7 +20,7 @@ constexpr const char* fn = "rw.job_create";
 constexpr const char* fields =
   "name, workers, consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
   "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, worker_racks, "
-  "join_timeout_ms, restore, checkpoint_every, checkpoint_dir, replicas";
+  "join_timeout_ms, restore, checkpoint_every, checkpoint_dir, replicas, tensors";
 constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, lars";
 
 [[noreturn]] void refuse(const std::string& what) {
@@ -95,6 +95,61 @@ uint32_t chunk_field(lua_State* L) {
   if (parsed > std::numeric_limits<uint32_t>::max())
     refuse(bad);
   return static_cast<uint32_t>(parsed);
+}
+
+// tensors = {{"w", 1024}, {name = "b", elements = 16, has_init = true}, ...}: a list, in
+// the job's tensor order; each entry {name, elements[, has_init]} by position or by name.
+std::vector<tensor_spec> tensors_field(lua_State* L) {
+  constexpr const char* form = "tensors must be a list such as {{\"w\", 1024}, {name = \"b\", "
+                               "elements = 16, has_init = true}}";
+  if (lua_type(L, -1) != LUA_TTABLE)
+    refuse(fmt::format("{}, got {}", form, describe_value(L, -1)));
+  std::vector<tensor_spec> out;
+  auto n = luaL_len(L, -1);
+  lua_pushnil(L);
+  int entries = 0;
+  while (lua_next(L, -2) != 0) {
+    ++entries;
+    lua_pop(L, 1);
+  }
+  if (n == 0 || entries != n)
+    refuse(fmt::format("{} (a non-empty list)", form));
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_rawgeti(L, -1, i);
+    if (lua_type(L, -1) != LUA_TTABLE)
+      refuse(fmt::format("tensors[{}]: {}, got {}", i, form, describe_value(L, -1)));
+    tensor_spec t;
+    auto get = [&](int pos, const char* name) {
+      lua_getfield(L, -1, name);
+      if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_rawgeti(L, -1, pos);
+      }
+    };
+    get(1, "name");
+    if (lua_type(L, -1) != LUA_TSTRING)
+      refuse(fmt::format("tensors[{}]: the name must be a string, got {}", i,
+                         describe_value(L, -1)));
+    t.name = lua_tostring(L, -1);
+    lua_pop(L, 1);
+    get(2, "elements");
+    double e = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1.0;
+    if (lua_isinteger(L, -1))
+      e = static_cast<double>(lua_tointeger(L, -1));
+    if (!(e >= 1) || std::floor(e) != e || e > 9.0e15)
+      refuse(fmt::format("tensors[{}] ('{}'): elements must be a positive whole number, got {}",
+                         i, t.name, describe_value(L, -1)));
+    t.elements = static_cast<uint64_t>(e);
+    lua_pop(L, 1);
+    get(3, "has_init");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+      refuse(fmt::format("tensors[{}] ('{}'): has_init must be true or false, got {}", i,
+                         t.name, describe_value(L, -1)));
+    t.has_init = lua_toboolean(L, -1) != 0;
+    lua_pop(L, 2); // has_init, the entry
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 void read_field(lua_State* L, const std::string& key, create_request& req, bool& have_name,
@@ -173,6 +228,8 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
                          "of the ring, which takes over if its home dies), got {}",
                          describe_value(L, -1)));
     req.placement.replicas = static_cast<int32_t>(n);
+  } else if (key == "tensors") {
+    spec.tensors = tensors_field(L);
   } else if (key == "reduction") {
     req.placement.reduction =
       string_field(L, key, "how the job reduces across nodes: auto, flat or hierarchical");

@@ -10,6 +10,8 @@
 //   chunk_bytes (whole number, or a size string such as "32KiB"; default
 //       rw::defaults::chunk_bytes)
 //   node (string: the node to place the job on; absent: the coordinator picks)
+//   tensors (a list, in order: {{"w", 1024}, {name = "b", elements = 16, has_init =
+//       true}}; absent: the first worker to join declares them)
 //
 // Only types and forms are checked here (a fractional worker count, an unknown
 // optimizer); ranges are the coordinator's to judge. A refusal throws
@@ -25,7 +27,7 @@ struct lua_State;
 namespace rw::shell::detail {
 
 struct create_request {
-  job_spec spec; // without tensors: the first worker declares them
+  job_spec spec; // without tensors (none given): the first worker declares them
   actors::job_placement placement;
 };
 
