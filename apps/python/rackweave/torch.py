@@ -11,20 +11,19 @@
         opt.zero_grad()
 
 Each trainable parameter is a tensor of the job, of its name. Without `optimizer` the
-job's own optimizer and hyper-parameters apply: its name and token are enough (the
-first rank to join declares the tensors; over TCP, as shared memory needs the spec
-stated); with it, the spec is stated (defaults lr=0.01, momentum=0.9, weight_decay=0,
-betas=(0.9, 0.999), eps=1e-8, chunk_bytes=32768) and must match the job's. At construction rank 0's
-values become version 0 and every rank starts from them. With overlap (the default)
-a parameter's gradient is pushed from an autograd hook the moment backward produces
-it, so communication overlaps the rest of backward; the node sums it over the ranks
-(in rank order), runs the optimizer and writes the new values straight into the
-parameter's memory. step() waits until every parameter has them; given the model too
-(`model=model`), step() returns at once and each module's forward waits only for its
-own parameters, so the next forward overlaps the last answers (`synchronize()` waits
-for all, e.g. before saving). One backward per
-step: gradient accumulation over several backward calls needs overlap=False (step()
-then pushes the accumulated .grad).
+job's own optimizer and hyper-parameters apply: its name and token are enough (the first
+rank to join declares the tensors; over TCP, as shared memory needs the spec stated);
+with it, the spec is stated (defaults lr=0.01, momentum=0.9, weight_decay=0, betas=(0.9,
+0.999), eps=1e-8, chunk_bytes=32768) and must match the job's. At construction rank 0's
+values become version 0 and every rank starts from them. With overlap (the default) a
+parameter's gradient is pushed from an autograd hook the moment backward produces it, so
+communication overlaps the rest of backward; the node sums it over the ranks (in rank
+order), runs the optimizer and writes the new values straight into the parameter's
+memory. step() waits until every parameter has them; given the model too
+(`model=model`), step() returns at once and each module's forward waits only for its own
+parameters, so the next forward overlaps the last answers (`synchronize()` waits for
+all, e.g. before saving). One backward per step: gradient accumulation over several
+backward calls needs overlap=False (step() then pushes the accumulated .grad).
 
 2. Any DDP model exchanges its gradients through the node (a DDP communication hook):
 
@@ -34,11 +33,12 @@ then pushes the accumulated .grad).
 
 The job's optimizer is `sum`: the node adds the ranks' gradients in rank order and the
 hook divides by the number of ranks, so the bucket gets their mean as DDP's own
-all-reduce gives it (bitwise the same where that number is a power of two, which
-makes the division exact); each parameter is a tensor of the job, so DDP's buckets may change (they do after the first iteration) without the node
-noticing. Each bucket's parameters are pushed as DDP hands the bucket over, and the
-mean is written back into the bucket in place. The process group DDP needs (gloo)
-still broadcasts the initial parameters; no gradient goes through it.
+all-reduce gives it (bitwise the same where that number is a power of two, which makes
+the division exact); each parameter is a tensor of the job, so DDP's buckets may change
+(they do after the first iteration) without the node noticing. Each bucket's parameters
+are pushed as DDP hands the bucket over, and the mean is written back into the bucket in
+place. The process group DDP needs (gloo) still broadcasts the initial parameters; no
+gradient goes through it.
 
 Where arguments are left out, torchrun's environment fills them in: RANK, WORLD_SIZE,
 and RACKWEAVE_CONNECT (HOST:PORT of the job's node), RACKWEAVE_JOB, RACKWEAVE_TOKEN,
