@@ -11,6 +11,7 @@ from rwnode import run_ranks, running_node
 
 torch = pytest.importorskip("torch")
 import rackweave.torch as rwt  # noqa: E402 - after the skip
+from torchref import make_model, rank_data, reference_losses  # noqa: E402
 
 STEPS, LR, WORKERS = 6, 0.1, 2
 _jobs = itertools.count()
@@ -22,33 +23,8 @@ def cluster():
         yield address
 
 
-def make_model(seed):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-
-
 def data(rank):
-    g = torch.Generator().manual_seed(200 + rank)
-    return torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g)
-
-
-def reference_losses(lr_at):
-    model = make_model(0)
-    losses = []
-    for s in range(STEPS):
-        grads, step_losses = [], []
-        for r in range(WORKERS):
-            model.zero_grad()
-            x, y = data(r)
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            step_losses.append(loss.item())
-            grads.append([p.grad.clone() for p in model.parameters()])
-        with torch.no_grad():
-            for i, p in enumerate(model.parameters()):
-                p -= lr_at(s) * (grads[0][i] + grads[1][i]) / WORKERS
-        losses.append(step_losses)
-    return losses
+    return rank_data(200, rank)
 
 
 @pytest.mark.parametrize("overlap", [True, False])
@@ -75,8 +51,8 @@ def test_an_lr_scheduler_drives_the_node(cluster, overlap):
         opt.close()
 
     run_ranks(WORKERS, rank)
-    want = reference_losses(lambda s: LR * 0.5 ** (s // 2))
-    constant = reference_losses(lambda s: LR)
+    want = reference_losses(STEPS, WORKERS, lambda s: LR * 0.5 ** (s // 2), data)
+    constant = reference_losses(STEPS, WORKERS, lambda s: LR, data)
     for s in range(STEPS):
         assert got[s] == pytest.approx(want[s], rel=1e-5, abs=1e-6), f"step {s}"
     # The schedule made a difference the comparison can see.

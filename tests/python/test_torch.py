@@ -10,40 +10,18 @@ from rwnode import run_ranks
 
 torch = pytest.importorskip("torch")
 import rackweave.torch as rwt  # noqa: E402 - after the skip
+from torchref import make_model, rank_data, reference_losses  # noqa: E402
 
 STEPS, LR, WORKERS = 4, 0.1, 2
 _jobs = itertools.count()
 
 
-def make_model(seed):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-
-
 def data(rank):
-    g = torch.Generator().manual_seed(100 + rank)
-    return torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g)
+    return rank_data(100, rank)
 
 
-def reference_losses():
-    """Per step, each rank's loss: one model (rank 0's start), SGD on the ranks' mean
-    gradient."""
-    model = make_model(0)
-    losses = []
-    for _ in range(STEPS):
-        grads, step_losses = [], []
-        for r in range(WORKERS):
-            model.zero_grad()
-            x, y = data(r)
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            step_losses.append(loss.item())
-            grads.append([p.grad.clone() for p in model.parameters()])
-        with torch.no_grad():
-            for i, p in enumerate(model.parameters()):
-                p -= LR * (grads[0][i] + grads[1][i]) / WORKERS
-        losses.append(step_losses)
-    return losses
+def reference():
+    return reference_losses(STEPS, WORKERS, lambda s: LR, data)
 
 
 @pytest.mark.parametrize("overlap,lazy", [(True, False), (False, False), (True, True),
@@ -69,7 +47,7 @@ def test_server_sgd_matches_the_reference(node, overlap, lazy):
         opt.close()
 
     run_ranks(WORKERS, rank)
-    want = reference_losses()
+    want = reference()
     for s in range(STEPS):
         assert got[s] == pytest.approx(want[s], rel=1e-5, abs=1e-6), f"step {s}"
     assert want[-1][0] < want[0][0]  # it trains
