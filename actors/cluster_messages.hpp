@@ -5,7 +5,6 @@
 // by register_cluster_types; none holds a local reference.
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "rackweave/defaults.hpp"
 #include "rackweave/errc.hpp"
 #include "rackweave/job_spec.hpp"
+#include "runtime/optimizer_fields.hpp"
 
 namespace rw {
 
@@ -39,22 +39,16 @@ typename Inspector::result_type inspect(Inspector& f, tensor_spec& x) {
   return f(caf::meta::type_name("rw::tensor_spec"), x.name, x.elements, x.has_init);
 }
 
-// Each optional field as a presence bit and a value.
+// Presence bits and values (runtime/optimizer_fields.hpp).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hyper_change& x) {
-  std::optional<float>* fields[] = {&x.learning_rate, &x.momentum, &x.weight_decay, &x.beta1,
-                                    &x.beta2};
+  float values[runtime::hyper_fields] = {};
   uint8_t present = 0;
-  float values[5] = {};
   if constexpr (Inspector::reads_state)
-    for (int i = 0; i < 5; ++i)
-      if (*fields[i]) {
-        present |= static_cast<uint8_t>(1u << i);
-        values[i] = **fields[i];
-      }
+    present = runtime::to_bits(x, values);
   auto load = caf::meta::load_callback([&]() -> caf::error {
-    for (int i = 0; i < 5; ++i)
-      *fields[i] = (present >> i) & 1u ? std::optional<float>{values[i]} : std::nullopt;
+    if (!runtime::from_bits(x, present, values))
+      return caf::make_error(caf::sec::invalid_argument, "hyper_change with unknown fields");
     return caf::none;
   });
   return f(caf::meta::type_name("rw::hyper_change"), x.at_clock, present, values[0], values[1],

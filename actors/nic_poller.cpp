@@ -49,9 +49,8 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
     case frame_kind::init:
     case frame_kind::pull:
     case frame_kind::bye:
-      return check_data(c, h);
     case frame_kind::hyper:
-      return on_hyper_header(c, h);
+      return check_data(c, h);
     default:
       return refuse(c, h, errc::bad_frame,
                     fmt::format("a worker may not send {} frames",
@@ -269,6 +268,14 @@ payload_target poller_sink::check_data(const connection_ptr& c, const frame_head
     return h.payload_bytes == 0
              ? payload_target::into(nullptr)
              : refuse(c, h, errc::bad_frame, "bye carries no payload");
+  if (h.kind == frame_kind::hyper) {
+    constexpr uint32_t max_hyper_bytes = 4096;
+    if (h.payload_bytes == 0 || h.payload_bytes > max_hyper_bytes)
+      return refuse(c, h, errc::bad_frame,
+                    fmt::format("hyper carries a HyperChange of 1..{} bytes, not {}",
+                                max_hyper_bytes, h.payload_bytes));
+    return payload_target::into(st.buffer(max_hyper_bytes));
+  }
   if (h.tensor_id >= b.routes->num_tensors())
     return refuse(c, h, errc::bad_chunk,
                   fmt::format("tensor {} does not exist (the job has {})", h.tensor_id,

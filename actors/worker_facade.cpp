@@ -42,8 +42,13 @@ struct worker::impl {
     return it->second;
   }
 
+  /// The tensor's elements, or unknown_tensor.
+  uint64_t elements(const std::string& name) const {
+    return opts.job.tensors[tensor(name)].elements;
+  }
+
   runtime::chunk_layout layout(const std::string& name) const {
-    return {opts.job.tensors[tensor(name)].elements, opts.job.chunk_bytes};
+    return {elements(name), opts.job.chunk_bytes};
   }
 
   std::future<void> submit(actors::worker_op op) {
@@ -330,34 +335,25 @@ void check_length(const view<T>& v, uint64_t elements, const std::string& tensor
                                 v.size(), what, elements, against));
 }
 
-// The tensor's elements, or unknown_tensor.
-uint64_t worker_elements(const job_spec& spec, const std::string& tensor) {
-  for (auto& t : spec.tensors)
-    if (t.name == tensor)
-      return t.elements;
-  throw rw::error(errc::unknown_tensor,
-                  fmt::format("tensor '{}' is not part of job '{}'", tensor, spec.name));
-}
-
 } // namespace
 
 std::future<void> worker::init(const std::string& tensor, const_floats values) {
-  check_length(values, worker_elements(spec(), tensor), tensor, "initial values");
+  check_length(values, impl_->elements(tensor), tensor, "initial values");
   return init(tensor, values.data());
 }
 
 std::future<void> worker::push(const std::string& tensor, const_floats grad) {
-  check_length(grad, worker_elements(spec(), tensor), tensor, "gradient");
+  check_length(grad, impl_->elements(tensor), tensor, "gradient");
   return push(tensor, grad.data());
 }
 
 std::future<void> worker::pull(const std::string& tensor, floats out, uint64_t min_version) {
-  check_length(out, worker_elements(spec(), tensor), tensor, "output");
+  check_length(out, impl_->elements(tensor), tensor, "output");
   return pull(tensor, out.data(), min_version);
 }
 
 std::future<void> worker::push_pull(const std::string& tensor, const_floats grad, floats out) {
-  auto n = worker_elements(spec(), tensor);
+  auto n = impl_->elements(tensor);
   check_length(grad, n, tensor, "gradient");
   check_length(out, n, tensor, "output");
   return push_pull(tensor, grad.data(), out.data());
@@ -365,26 +361,25 @@ std::future<void> worker::push_pull(const std::string& tensor, const_floats grad
 
 std::future<void> worker::push_sparse(const std::string& tensor, const_indices indices,
                                       const_floats values) {
-  worker_elements(spec(), tensor);
   check_length(values, indices.size(), tensor, "sparse values", "the indices");
   return push_sparse(tensor, indices.data(), values.data(), indices.size());
 }
 
 std::future<void> worker::push_pull_sparse(const std::string& tensor, const_indices indices,
                                            const_floats values, floats out) {
-  check_length(out, worker_elements(spec(), tensor), tensor, "output");
+  check_length(out, impl_->elements(tensor), tensor, "output");
   check_length(values, indices.size(), tensor, "sparse values", "the indices");
   return push_pull_sparse(tensor, indices.data(), values.data(), indices.size(), out.data());
 }
 
 std::future<void> worker::pull_changed(const std::string& tensor, floats out, uint64_t since) {
-  check_length(out, worker_elements(spec(), tensor), tensor, "output");
+  check_length(out, impl_->elements(tensor), tensor, "output");
   return pull_changed(tensor, out.data(), since);
 }
 
 std::future<void> worker::subscribe(const std::string& tensor, floats out,
                                     std::function<void(uint64_t version)> on_version) {
-  check_length(out, worker_elements(spec(), tensor), tensor, "output");
+  check_length(out, impl_->elements(tensor), tensor, "output");
   return subscribe(tensor, out.data(), std::move(on_version));
 }
 

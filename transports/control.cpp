@@ -1,7 +1,6 @@
 #include "transports/control.hpp"
 
 #include <cstring>
-#include <optional>
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
@@ -356,41 +355,19 @@ errc decode(const std::byte* data, size_t size, reroute_msg& out, std::string& w
 
 bytes encode(const hyper_change& x) {
   capnp::MallocMessageBuilder msg;
-  auto root = msg.initRoot<schema::HyperChange>();
-  root.setAtClock(x.at_clock);
-  const std::optional<float>* fields[] = {&x.learning_rate, &x.momentum, &x.weight_decay,
-                                          &x.beta1, &x.beta2};
-  uint8_t present = 0;
-  for (int i = 0; i < 5; ++i)
-    if (*fields[i])
-      present |= static_cast<uint8_t>(1u << i);
-  root.setPresent(present);
-  root.setLr(x.learning_rate.value_or(0.0f));
-  root.setMomentum(x.momentum.value_or(0.0f));
-  root.setWeightDecay(x.weight_decay.value_or(0.0f));
-  root.setBeta1(x.beta1.value_or(0.0f));
-  root.setBeta2(x.beta2.value_or(0.0f));
+  runtime::set_hyper_change(msg.initRoot<schema::HyperChange>(), x);
   return to_bytes(msg);
 }
 
 errc decode(const std::byte* data, size_t size, hyper_change& out, std::string& why) {
   return read_message(data, size, why, [&](capnp::MessageReader& r) {
     auto root = r.getRoot<schema::HyperChange>();
-    auto present = root.getPresent();
-    if (present >= 32) {
-      why = fmt::format("hyper change with unknown fields (present bits {:#x})", present);
+    out = hyper_change{};
+    if (!runtime::get_hyper_change(root, out)) {
+      why = fmt::format("hyper change with unknown fields (present bits {:#x})",
+                        root.getPresent());
       return errc::bad_frame;
     }
-    out = hyper_change{};
-    out.at_clock = root.getAtClock();
-    auto take = [&](int bit, float v) {
-      return (present >> bit) & 1u ? std::optional<float>{v} : std::nullopt;
-    };
-    out.learning_rate = take(0, root.getLr());
-    out.momentum = take(1, root.getMomentum());
-    out.weight_decay = take(2, root.getWeightDecay());
-    out.beta1 = take(3, root.getBeta1());
-    out.beta2 = take(4, root.getBeta2());
     return errc::ok;
   });
 }

@@ -15,8 +15,8 @@
 
 #include "actors/detail/cluster_ask.hpp"
 #include "actors/detail/cluster_state.hpp"
+#include "actors/detail/hyper_rules.hpp"
 #include "runtime/credentials.hpp"
-#include "runtime/layerwise.hpp"
 
 namespace rw::actors::detail {
 
@@ -31,14 +31,8 @@ std::string cannot_change(const job_entry& j) {
     return fmt::format("job '{}' has not started (no worker has joined it yet): its "
                        "hyper-parameters are the ones it was created with until then",
                        spec.name);
-  if (spec.consistency.model != consistency_spec::bsp)
-    return fmt::format("job '{}' runs {}: a change at a clock is exact only under bsp (under "
-                       "ssp and async a chunk's steps do not wait for every rank)",
-                       spec.name, to_string(spec.consistency));
-  if (runtime::is_layerwise(spec.optimizer.kind))
-    return fmt::format("job '{}' uses {}, whose steps span a whole tensor: its "
-                       "hyper-parameters cannot change during training yet",
-                       spec.name, to_string(spec.optimizer.kind));
+  if (auto why = hyper_unchangeable(spec); !why.empty())
+    return why;
   if (j.report.layout.reduction == "hierarchical")
     return fmt::format("job '{}' is hierarchical: its hyper-parameters cannot change during "
                        "training yet", spec.name);

@@ -108,24 +108,6 @@ void poller_sink::on_proof(const connection_ptr& c, const frame_header& h, paylo
        std::move(hello));
 }
 
-payload_target poller_sink::on_hyper_header(const connection_ptr& c, const frame_header& h) {
-  auto& st = self_->state;
-  auto it = st.book->bindings.find(c->id());
-  if (it == st.book->bindings.end() || it->second.status != binding::joined)
-    return refuse(c, h, errc::not_joined, "hyper before the connection joined a job");
-  if (h.job_id != it->second.job_id || h.rank != it->second.rank)
-    return refuse(c, h, errc::bad_rank,
-                  fmt::format("hyper for job {} rank {} on a connection that joined job {} "
-                              "as rank {}",
-                              h.job_id, h.rank, it->second.job_id, it->second.rank));
-  constexpr uint32_t max_hyper_bytes = 4096;
-  if (h.payload_bytes == 0 || h.payload_bytes > max_hyper_bytes)
-    return refuse(c, h, errc::bad_frame,
-                  fmt::format("hyper carries a HyperChange of 1..{} bytes, not {}",
-                              max_hyper_bytes, h.payload_bytes));
-  return payload_target::into(st.buffer(max_hyper_bytes));
-}
-
 void poller_sink::on_hyper(const connection_ptr& c, const frame_header& h, payload_target& t) {
   auto& st = self_->state;
   frame_header reply;

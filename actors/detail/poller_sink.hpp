@@ -127,7 +127,6 @@ private:
   // Tells the asker where the cluster coordinator is.
   void on_locate(const connection_ptr& c, const frame_header& h);
   // Rank 0 changes the job's hyper-parameters (frame `hyper`; poller_admission.cpp).
-  payload_target on_hyper_header(const connection_ptr& c, const frame_header& h);
   void on_hyper(const connection_ptr& c, const frame_header& h, payload_target& t);
   // A rate probe frame: where its payload goes (the scratch buffer), or its refusal.
   payload_target on_probe_header(const connection_ptr& c, const frame_header& h);

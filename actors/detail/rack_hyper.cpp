@@ -11,8 +11,8 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/rack_state.hpp"
+#include "actors/detail/hyper_rules.hpp"
 #include "runtime/credentials.hpp"
-#include "runtime/layerwise.hpp"
 
 namespace rw::actors::detail {
 
@@ -125,16 +125,8 @@ caf::result<uint64_t> on_hyper_request(rack_ptr self, uint32_t job_id,
     return rp;
   }
   // An open job lives on this node alone: the same two rounds, over its shards.
-  auto& spec = job->spec;
-  if (spec.consistency.model != consistency_spec::bsp)
-    return cluster_error(errc::invalid_spec,
-                         fmt::format("job '{}' runs {}: a change at a clock is exact only "
-                                     "under bsp", spec.name, to_string(spec.consistency)));
-  if (runtime::is_layerwise(spec.optimizer.kind))
-    return cluster_error(errc::invalid_spec,
-                         fmt::format("job '{}' uses {}: its hyper-parameters cannot change "
-                                     "during training yet", spec.name,
-                                     to_string(spec.optimizer.kind)));
+  if (auto why = hyper_unchangeable(job->spec); !why.empty())
+    return cluster_error(errc::invalid_spec, why);
   auto id = runtime::random_u64();
   auto rp = self->make_response_promise<uint64_t>();
   auto me = caf::actor_cast<rack_coordinator_actor>(self);

@@ -51,32 +51,6 @@ struct coordinator_session {
 
 } // namespace
 
-uint64_t set_hyper(const std::string& connect, const std::string& job,
-                   const hyper_change& change, const std::string& secret_file, double timeout) {
-  coordinator_session s{connect, secret_file, timeout};
-  try {
-    py::gil_scoped_release nogil;
-    return s.client->job_set(job, change);
-  } catch (const shell::shell_error& e) {
-    throw rw::error(e.code(), e.what());
-  }
-}
-
-hyper_change hyper_from(uint64_t at_clock, std::optional<float> lr,
-                        std::optional<float> momentum, std::optional<float> weight_decay,
-                        std::optional<float> beta1, std::optional<float> beta2) {
-  hyper_change c;
-  c.at_clock = at_clock;
-  c.learning_rate = lr;
-  c.momentum = momentum;
-  c.weight_decay = weight_decay;
-  c.beta1 = beta1;
-  c.beta2 = beta2;
-  if (auto why = validate(c); !why.empty())
-    throw py::value_error("set_hyper: " + why);
-  return c;
-}
-
 void add_cluster_calls(py::module_& m) {
   m.def(
     "create_job",
@@ -152,7 +126,13 @@ void add_cluster_calls(py::module_& m) {
        std::optional<float> beta1, std::optional<float> beta2, const std::string& secret_file,
        double timeout) {
       auto change = hyper_from(at_clock, lr, momentum, weight_decay, beta1, beta2);
-      return set_hyper(connect, job, change, secret_file, timeout);
+      coordinator_session s{connect, secret_file, timeout};
+      try {
+        py::gil_scoped_release nogil;
+        return s.client->job_set(job, change);
+      } catch (const shell::shell_error& e) {
+        throw rw::error(e.code(), e.what());
+      }
     },
     py::arg("connect"), py::arg("job"), py::arg("at_clock"), py::arg("lr") = py::none(),
     py::arg("momentum") = py::none(), py::arg("weight_decay") = py::none(),

@@ -1,7 +1,10 @@
 #pragma once
-// A job's spec from the keyword arguments rackweave.Worker and rackweave.create_job
-// share (workers, optimizer and its hyper-parameters, chunk size, consistency).
+// A job's spec (workers, optimizer and its hyper-parameters, chunk size, consistency,
+// tensors) and a hyper-parameter change from the keyword arguments of rackweave.Worker,
+// rackweave.create_job and set_hyper.
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +41,17 @@ inline job_spec spec_from(const std::string& job, uint32_t workers, const std::s
     throw pybind11::value_error(e.what());
   }
   return spec;
+}
+
+/// A hyper_change from Python's keyword arguments (a ValueError if it is not valid).
+inline hyper_change hyper_from(uint64_t at_clock, std::optional<float> lr,
+                               std::optional<float> momentum,
+                               std::optional<float> weight_decay, std::optional<float> beta1,
+                               std::optional<float> beta2) {
+  hyper_change c{at_clock, lr, momentum, weight_decay, beta1, beta2};
+  if (auto why = validate(c); !why.empty())
+    throw pybind11::value_error("set_hyper: " + why);
+  return c;
 }
 
 /// The job's tensors from {"name": elements} or [(name, elements[, has_init]), ...]

@@ -1,7 +1,6 @@
 #include "runtime/checkpoint/manifest.hpp"
 
 #include <map>
-#include <optional>
 
 #include "runtime/checkpoint/detail/capnp_bytes.hpp"
 #include "runtime/checkpoint/files.hpp"
@@ -47,22 +46,8 @@ void write_manifest(const std::string& dir, const manifest& m) {
   }
   root.setClock(m.clock);
   auto sched = root.initSchedule(static_cast<unsigned>(m.spec.schedule.size()));
-  for (unsigned i = 0; i < sched.size(); ++i) {
-    auto& c = m.spec.schedule[i];
-    const std::optional<float>* fields[] = {&c.learning_rate, &c.momentum, &c.weight_decay,
-                                            &c.beta1, &c.beta2};
-    uint8_t present = 0;
-    for (int f = 0; f < 5; ++f)
-      if (*fields[f])
-        present |= static_cast<uint8_t>(1u << f);
-    sched[i].setAtClock(c.at_clock);
-    sched[i].setPresent(present);
-    sched[i].setLr(c.learning_rate.value_or(0.0f));
-    sched[i].setMomentum(c.momentum.value_or(0.0f));
-    sched[i].setWeightDecay(c.weight_decay.value_or(0.0f));
-    sched[i].setBeta1(c.beta1.value_or(0.0f));
-    sched[i].setBeta2(c.beta2.value_or(0.0f));
-  }
+  for (unsigned i = 0; i < sched.size(); ++i)
+    runtime::set_hyper_change(sched[i], m.spec.schedule[i]);
   auto fs = root.initFiles(static_cast<unsigned>(m.files.size()));
   for (unsigned i = 0; i < m.files.size(); ++i) {
     auto& e = m.files[i];
@@ -135,18 +120,9 @@ manifest read_manifest(const std::string& dir) {
       m.spec.tensors.push_back({t.getName(), t.getElements(), t.getHasInit()});
     m.clock = root.getClock();
     for (auto c : root.getSchedule()) {
-      auto present = c.getPresent();
-      auto take = [&](int bit, float v) {
-        return (present >> bit) & 1u ? std::optional<float>{v} : std::nullopt;
-      };
       hyper_change h;
-      h.at_clock = c.getAtClock();
-      h.learning_rate = take(0, c.getLr());
-      h.momentum = take(1, c.getMomentum());
-      h.weight_decay = take(2, c.getWeightDecay());
-      h.beta1 = take(3, c.getBeta1());
-      h.beta2 = take(4, c.getBeta2());
-      if (auto why = validate(h); !why.empty())
+      auto why = runtime::get_hyper_change(c, h) ? validate(h) : "unknown fields";
+      if (!why.empty())
         throw checkpoint_error(fmt::format("checkpoint: {} holds a bad hyper-parameter "
                                            "change: {}", what, why));
       m.spec.schedule.push_back(h);
