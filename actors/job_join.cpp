@@ -6,10 +6,12 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include "rackweave/errc.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/ring.hpp"
+#include "actors/detail/fabric_join.hpp"
 #include "transports/tcp/probe.hpp"
 
 namespace rw::actors {
@@ -293,7 +295,7 @@ public:
                       "transport shm needs the job's spec stated (the shared memory segment "
                       "is sized from its tensors before the hello); use auto or tcp");
     std::unique_ptr<transports::shm::worker_channel> channel;
-    if (req.transport != "tcp" && !req.spec_from_job) {
+    if ((req.transport == "auto" || req.transport == "shm") && !req.spec_from_job) {
       try {
         channel = std::make_unique<transports::shm::worker_channel>(req.job);
         hello.shm_segment = channel->name();
@@ -348,6 +350,35 @@ public:
                                       "is on another host, or runs with --no-shm); use "
                                       "transport auto or tcp"));
     channel.reset(); // removes the segment
+    if (welcome.job_nodes.size() <= 1
+        && (req.transport == "fabric" || (req.transport == "auto" && !welcome.fabric.empty()))) {
+      try {
+        auto link = detail::join_fabric(ep, first, welcome, req);
+        // One connection serves every shard: each shard's endpoint is 0.
+        std::vector<std::vector<uint32_t>> at_zero(welcome.num_shards, {0});
+        out.routes = std::make_shared<runtime::job_routes>(
+          std::make_shared<runtime::routing_table>(req.job, welcome.num_shards, at_zero));
+        out.conns = {link.conn};
+        out.conn_nodes = {welcome.node_name};
+        out.node_addresses = {req.connect};
+        out.fabric = link.ep;
+        out.companion = first;
+        out.welcome = welcome;
+        return std::move(out);
+      } catch (const rw::error& e) {
+        if (req.transport == "fabric") {
+          first->close();
+          throw rw::error(e.code(), std::string("transport fabric: ") + e.what());
+        }
+        spdlog::info("worker rank {}: fabric not used ({}); chunks travel over TCP", req.rank,
+                     e.what());
+      }
+    } else if (req.transport == "fabric") {
+      first->close();
+      throw rw::error(errc::unavailable,
+                      "transport fabric: the job spans several nodes, so its chunks travel "
+                      "to their homes over TCP; use transport auto or tcp");
+    }
     if (welcome.job_nodes.size() > 1) {
       join_nodes(std::move(first), std::move(hello));
     } else {

@@ -24,7 +24,7 @@ struct join_request {
   job_spec job;
   uint32_t rank = 0;
   std::string token;     // "": no credentials (a node with --open-jobs)
-  std::string transport = "auto"; // auto, tcp or shm
+  std::string transport = "auto"; // auto, tcp, shm or fabric
   std::string rack;      // the worker's rack option ("": none; see rack_choice.hpp)
   std::string picked_by; // why `connect` ("": the caller chose it), sent in the hello
   std::chrono::milliseconds connect_timeout{5000};
@@ -44,6 +44,10 @@ struct joined_job {
   /// A job on several nodes: what routes it by a later ring (a node drained); else null.
   std::shared_ptr<const runtime::routes_basis> basis;
   std::unique_ptr<transports::shm::worker_channel> shm; // null over TCP
+  /// Over fabric: the worker's fabric endpoint (its one connection is conns[0], serving
+  /// every shard) and the TCP connection that stays for liveness. Null otherwise.
+  std::shared_ptr<transports::endpoint> fabric;
+  transports::connection_ptr companion;
   /// Where the rank goes on from: the lowest of every node's welcome's resume clock.
   uint64_t resume_clock = 0;
 };

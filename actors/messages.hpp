@@ -45,6 +45,7 @@ using attach_atom = caf::atom_constant<caf::atom("attach")>;
 using replace_atom = caf::atom_constant<caf::atom("replace")>;
 using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
 using shm_atom = caf::atom_constant<caf::atom("shm")>;
+using fabric_atom = caf::atom_constant<caf::atom("fabric")>;
 using norm_atom = caf::atom_constant<caf::atom("norm")>;
 using trust_atom = caf::atom_constant<caf::atom("trust")>;
 using work_atom = caf::atom_constant<caf::atom("work")>;
@@ -261,6 +262,7 @@ struct poller_stats {
 } // namespace rw::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::transports::connection_ptr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<rw::transports::endpoint>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_push)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<rw::actors::chunk_push>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_pull)

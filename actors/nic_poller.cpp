@@ -38,6 +38,16 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
       if (h.payload_bytes != 0)
         return refuse(c, h, errc::bad_frame, "locate carries no payload");
       return payload_target::into(nullptr);
+    case frame_kind::fabric: {
+      auto it = st.book->bindings.find(c->id());
+      if (it == st.book->bindings.end() || it->second.status != binding::joined)
+        return refuse(c, h, errc::not_joined, "a fabric offer before the welcome");
+      if (h.payload_bytes == 0 || h.payload_bytes > 4096)
+        return refuse(c, h, errc::bad_frame,
+                      fmt::format("a fabric frame carries a FabricOffer of 1..4096 bytes, "
+                                  "not {}", h.payload_bytes));
+      return payload_target::into(st.buffer(4096));
+    }
     case frame_kind::attach:
       if (st.book->bindings.count(c->id()) != 0)
         return refuse(c, h, errc::bad_frame, "attach on a connection that already joined");
@@ -90,6 +100,9 @@ void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
       return;
     case frame_kind::hyper:
       on_hyper(c, h, t);
+      return;
+    case frame_kind::fabric:
+      on_fabric(c, h, t);
       return;
     default: // push, init
       t.keep->size = h.payload_bytes;
@@ -149,8 +162,19 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
     st.book->bindings.erase(it); // its TCP connection reports the leave
     return;
   }
+  if (it != st.book->bindings.end() && it->second.tcp) { // a fabric connection
+    if (code != errc::ok || it->second.tcp->is_open())
+      spdlog::warn("fabric connection closed: peer={} job={} rank={}: {} ({}); closing its "
+                   "TCP link too", c->peer(), it->second.job_id, it->second.rank, why,
+                   to_string(code));
+    it->second.tcp->close(); // its poller reports the leave
+    st.book->bindings.erase(it);
+    return;
+  }
   if (it != st.book->bindings.end() && it->second.shm)
     it->second.shm->close(); // the shm poller drops the segment
+  if (it != st.book->bindings.end() && it->second.fabric)
+    it->second.fabric->close(); // the fabric poller drops it
   if (it == st.book->bindings.end()) {
     if (code == errc::ok)
       spdlog::debug("connection closed: peer={} before joining a job", c->peer());
@@ -409,6 +433,29 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
         conn->close();
       }
     },
+    [=](fabric_atom, caf::actor& poller, std::shared_ptr<transports::endpoint>& ep) {
+      self->state.book->fabric_poller = std::move(poller);
+      self->state.book->fabric_ep = std::move(ep);
+    },
+    [=](adopt_atom, transports::connection_ptr& conn, transports::connection_ptr& tcp,
+        job_binding& jb, uint32_t rank) {
+      auto& st = self->state;
+      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
+      b.shard_rank = jb.shard_rank;
+      b.conn = conn; // resend and reroute frames travel on it, as the worker's data does
+      b.tcp = tcp;
+      st.book->bindings[conn->id()] = b;
+      try {
+        st.ep->adopt(conn);
+        spdlog::info("fabric connection adopted: job={} rank={} peer={}", jb.job_id, rank,
+                     conn->peer());
+      } catch (const std::exception& e) {
+        spdlog::error("cannot adopt {}: {}", conn->peer(), e.what());
+        st.book->bindings.erase(conn->id());
+        conn->close();
+        tcp->close();
+      }
+    },
     [=](reroute_atom, route_change& rc) {
       auto& st = self->state;
       std::vector<transports::connection_ptr> told;
@@ -419,7 +466,7 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
           b.previous = b.routes;
           b.routes = rc.routes;
         }
-        if (rc.payload.empty() || b.shm_companion || !b.conn || !b.conn->is_open())
+        if (rc.payload.empty() || b.shm_companion || b.fabric || !b.conn || !b.conn->is_open())
           continue; // new routes only: the reroute frame comes once every node has them
         transports::frame_header h;
         h.kind = transports::frame_kind::reroute;
@@ -458,7 +505,8 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       // still unanswered for the chunks that shard serves.
       size_t told = 0;
       for (auto& [id, b] : st.book->bindings) {
-        if (b.status != binding::joined || b.shm_companion || !b.conn || !b.conn->is_open())
+        if (b.status != binding::joined || b.shm_companion || b.fabric || !b.conn
+            || !b.conn->is_open())
           continue;
         transports::frame_header h;
         h.kind = transports::frame_kind::resend;

@@ -38,6 +38,15 @@
 //   TCP poller -> shm poller (adopt_atom, connection, job_binding, rank)
 //                          serve this worker's segment (its TCP connection stays for
 //                          control and liveness; closing it releases the segment)
+//   node -> TCP poller     (fabric_atom, fabric poller, fabric endpoint)
+//                          the node runs a libfabric endpoint: welcomes of one-node and
+//                          hierarchical jobs advertise its provider, and a joined
+//                          worker's `fabric` frame (its FabricOffer) gets a connection
+//                          made on that endpoint and the node's offer back
+//   TCP poller -> fabric poller (adopt_atom, fabric connection, TCP connection,
+//                          job_binding, rank) serve this worker's fabric connection,
+//                          bound like its TCP one; either closing closes the other (the
+//                          TCP connection's poller reports the leave)
 //   node -> poller         `probe` frames: another node's rate probe (poller_probe.cpp);
 //                          payloads discarded into one scratch buffer, the last frame
 //                          answered with an `ack` carrying the bytes taken; bounded per
@@ -70,6 +79,9 @@ using nic_poller_actor = caf::typed_actor<
   caf::replies_to<stats_atom>::with<poller_stats>,
   caf::reacts_to<shm_atom, caf::actor, std::string>,
   caf::reacts_to<adopt_atom, transports::connection_ptr, job_binding, uint32_t>,
+  caf::reacts_to<fabric_atom, caf::actor, std::shared_ptr<transports::endpoint>>,
+  caf::reacts_to<adopt_atom, transports::connection_ptr, transports::connection_ptr,
+                 job_binding, uint32_t>,
   caf::replies_to<reroute_atom, route_change>::with<ok_atom>,
   caf::replies_to<cut_atom, uint32_t, uint32_t>::with<uint32_t>>;
 

@@ -12,6 +12,7 @@
 #include "runtime/credentials.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/nic_speed.hpp"
+#include "transports/fabric/endpoint.hpp"
 #include "transports/shm/endpoint.hpp"
 #include "transports/tcp/endpoint.hpp"
 
@@ -195,11 +196,55 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                  shm_ep->bell_name());
     shm_where = fmt::format("{} (cpu {})", shm_ep->describe(), s.core.os_cpu);
   }
-  // Every poller, the shared-memory one included, hears of a restarted shard: one left
-  // out would keep routing its workers' chunks to the dead shard.
+  std::string fabric_where = "off";
+  if (cfg.fabric != "off") {
+    auto host = transports::tcp::parse_address(addresses_.front()).host;
+    if (host == "0.0.0.0" || host == "::")
+      host.clear();
+    std::shared_ptr<transports::fabric::domain> dom;
+    try {
+      dom = transports::fabric::domain::open(cfg.fabric, host);
+    } catch (const std::exception& e) {
+      if (cfg.fabric != "auto")
+        throw std::runtime_error(std::string(e.what()) + " (--fabric " + cfg.fabric
+                                 + "; --fabric off runs TCP and shared memory only)");
+      spdlog::warn("fabric: --fabric auto found no usable provider: {}; TCP only", e.what());
+    }
+    if (dom) {
+      poller_settings s;
+      s.node_name = name;
+      s.endpoints = addresses_;
+      s.max_control_bytes = cfg.max_control_bytes;
+      s.topo = pinned;
+      s.core = plan_.endpoints.front().poller.core;
+      s.numa = dom->numa() >= 0 ? static_cast<uint32_t>(dom->numa())
+                                : plan_.endpoints.front().poller.numa;
+      for (auto& core : topo_->cores()) // a core of the NIC's domain, when it has one
+        if (dom->numa() >= 0 && core.numa == static_cast<uint32_t>(dom->numa())
+            && s.core.numa != core.numa)
+          s.core = core;
+      s.priority = cfg.priority;
+      transports::fabric::endpoint_settings es;
+      es.slots = cfg.fabric_slots;
+      es.numa = s.numa;
+      es.io_timeout_ms = static_cast<int>(cfg.io_timeout_ms);
+      auto fab_ep = std::make_shared<transports::fabric::endpoint>(dom, es);
+      fabric_poller_ = spawn_nic_poller(sys, s, fab_ep, coordinator_, shards_);
+      for (auto& p : pollers_)
+        self->send(p, fabric_atom::value, caf::actor_cast<caf::actor>(fabric_poller_),
+                   std::shared_ptr<transports::endpoint>{fab_ep});
+      fabric_where = fmt::format("{} ({}; poller cpu {}, {} slots per worker)",
+                                 fab_ep->describe(), dom->describe(), s.core.os_cpu,
+                                 es.slots);
+    }
+  }
+  // Every poller, the shared-memory and fabric ones included, hears of a restarted
+  // shard: one left out would keep routing its workers' chunks to the dead shard.
   auto every_poller = pollers_;
   if (shm_poller_)
     every_poller.push_back(shm_poller_);
+  if (fabric_poller_)
+    every_poller.push_back(fabric_poller_);
   for (auto& sup : supervisors_)
     self->send(sup, peers_atom::value, coordinator_, every_poller);
   std::vector<caf::actor> poller_handles;
@@ -224,6 +269,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                cfg.open_jobs);
   spdlog::info("topology: {}", topo_->describe());
   spdlog::info("shared memory for colocated workers: {}", shm_where);
+  spdlog::info("fabric: {}", fabric_where);
   for (uint32_t i = 0; i < plan_.shards.size(); ++i)
     spdlog::info("shard {}: cpu {} numa {}", i, plan_.shards[i].core.os_cpu,
                  plan_.shards[i].numa);
@@ -272,6 +318,10 @@ void rack_agg_node::stop() {
   if (shm_poller_) {
     self->send(shm_poller_, stop_atom::value);
     self->wait_for(shm_poller_);
+  }
+  if (fabric_poller_) {
+    self->send(fabric_poller_, stop_atom::value);
+    self->wait_for(fabric_poller_);
   }
   for (auto& sup : supervisors_)
     self->request(sup, std::chrono::seconds(30), stop_atom::value)

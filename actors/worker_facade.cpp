@@ -89,6 +89,8 @@ struct worker::impl {
     link = std::make_shared<actors::worker_link>(ep, std::move(joined.conns), welcome.job_id,
                                                  opts.rank, std::move(joined.routes),
                                                  std::move(joined.shm));
+    if (joined.fabric)
+      link->use_fabric(std::move(joined.fabric), std::move(joined.companion));
     // A node that joins the job later, or whose connections closed under the worker, is
     // said hello to as this one was (a reconnect with a short connect timeout: the
     // receiver waits in it).
@@ -119,8 +121,9 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
       throw rw::error(errc::bad_rank, fmt::format("rank {} is outside 0..{}", d.opts.rank,
                                                   d.opts.job.num_workers - 1));
   }
-  if (d.opts.transport != "auto" && d.opts.transport != "tcp" && d.opts.transport != "shm")
-    throw rw::error(errc::invalid_spec, "transport must be auto, tcp or shm, not '"
+  if (d.opts.transport != "auto" && d.opts.transport != "tcp" && d.opts.transport != "shm"
+      && d.opts.transport != "fabric")
+    throw rw::error(errc::invalid_spec, "transport must be auto, tcp, shm or fabric, not '"
                                           + d.opts.transport + "'");
   // Frames up to the largest chunk any job may have until the spec is known.
   d.ep = std::make_shared<transports::tcp::endpoint>(
@@ -301,7 +304,9 @@ uint32_t worker::last_staleness(const std::string& tensor) const {
 }
 
 const char* worker::transport() const noexcept {
-  return impl_->link && impl_->link->shm() ? "shm" : "tcp";
+  if (impl_->link && impl_->link->shm())
+    return "shm";
+  return impl_->link && impl_->link->companion() ? "fabric" : "tcp";
 }
 
 float* worker::shared_gradient(const std::string& tensor) const {

@@ -56,7 +56,22 @@ void worker_link::start(worker_proxy_actor proxy) {
   receiver_ = std::thread([this] { run(); });
 }
 
+void worker_link::use_fabric(std::shared_ptr<transports::endpoint> fabric,
+                             transports::connection_ptr companion) {
+  fabric_ = std::move(fabric);
+  companion_ = std::move(companion);
+}
+
 void worker_link::run() {
+  if (fabric_) {
+    // Answers arrive on the fabric endpoint (blocking there while idle); the TCP
+    // endpoint says when the node goes away.
+    while (running_ && !closed_) {
+      fabric_->poll(20, *this);
+      ep_->poll(0, *this);
+    }
+    return;
+  }
   if (!shm_) {
     while (running_ && !closed_) {
       ep_->poll(100, *this);
@@ -136,6 +151,8 @@ void worker_link::abandon(const std::string& why) {
   }
   for (auto& c : *conns())
     c->close();
+  if (companion_)
+    companion_->close();
 }
 
 void worker_link::stop(const std::string& why) {
@@ -435,6 +452,15 @@ uint32_t worker_link::index_of(const transports::connection_ptr& c) const {
 
 void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
                             const std::string& why) {
+  if (fabric_ && (gone == companion_ || index_of(gone) != UINT32_MAX)) {
+    // Either half of a fabric link: no reconnect (a hello again would be over TCP).
+    lose(code == errc::ok ? errc::io_error : code,
+         fmt::format("{} to the node lost: {}",
+                     gone == companion_ ? "the TCP link beside the fabric connection"
+                                        : "the fabric connection",
+                     why));
+    return;
+  }
   auto index = index_of(gone);
   bool known = index != UINT32_MAX;
   if (!known) {
@@ -470,6 +496,8 @@ void worker_link::lose(errc code, const std::string& why) {
     return; // the first connection to go takes the others down; report once
   for (auto& c : *conns())
     c->close();
+  if (companion_)
+    companion_->close();
   std::string reason = why;
   auto lost_code = code;
   {

@@ -57,6 +57,15 @@ public:
   transports::shm::worker_channel* shm() const noexcept {
     return shm_.get();
   }
+  /// Chunks travel over libfabric: `fabric` is the worker's fabric endpoint (its one
+  /// connection is conns[0]) and `companion` the TCP connection kept for liveness;
+  /// either closing loses the link (no reconnect over fabric). Before start().
+  void use_fabric(std::shared_ptr<transports::endpoint> fabric,
+                  transports::connection_ptr companion);
+  /// The TCP connection beside a fabric link, or null.
+  const transports::connection_ptr& companion() const noexcept {
+    return companion_;
+  }
   bool closed() const noexcept {
     return closed_.load(std::memory_order_acquire);
   }
@@ -298,6 +307,8 @@ private:
   std::shared_ptr<const runtime::job_routes> routes_; // swapped by a reroute (atomic_load)
   std::shared_ptr<const runtime::job_routes> shapes_; // the first: tensor layouts, never swapped
   std::unique_ptr<transports::shm::worker_channel> shm_;
+  std::shared_ptr<transports::endpoint> fabric_; // null unless use_fabric
+  transports::connection_ptr companion_;
   std::vector<std::unique_ptr<slot>> slots_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_staleness_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_changed_;

@@ -399,6 +399,8 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
         for (uint32_t i = 0; i < conns->size(); ++i)
           if (!link.retired(i))
             (*conns)[i]->send(h);
+      if (!self->state.lost && link.companion()) // the node counts a leave on its TCP link
+        link.companion()->send(h);
       return ok_atom::value;
     },
   };

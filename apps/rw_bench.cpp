@@ -268,8 +268,10 @@ void add_common(CLI::App* cmd, comm_args& a) {
                   "worker; without --worker-racks the job goes on those racks' nodes and a "
                   "hierarchical job places each worker at its rack's agg as it joins)");
   cmd->add_option("--transport", a.transport,
-                  "tcp, shm (shared memory with a node on this host) or auto")
-    ->check(CLI::IsMember({"tcp", "shm", "auto"}))
+                  "tcp, shm (shared memory with a node on this host), fabric (libfabric RMA "
+                  "with a node started with --fabric; one-node jobs) or auto (shm, else "
+                  "fabric, else tcp)")
+    ->check(CLI::IsMember({"tcp", "shm", "fabric", "auto"}))
     ->capture_default_str();
 }
 

@@ -122,6 +122,19 @@ std::vector<option_def> option_table(node_config& c) {
         "let workers on this host exchange data through shared memory (--no-shm: TCP "
         "only)",
         c.shm),
+    def("node.fabric", "--fabric",
+        "open a libfabric RMA endpoint beside TCP, on this provider: verbs (InfiniBand, "
+        "RoCE; rdma-core), efa (AWS), tcp (libfabric over sockets: tests, no RDMA "
+        "hardware), auto (the first of verbs, efa, tcp found) or off. Welcomes advertise "
+        "it; workers with transport auto or fabric then send their chunks as RMA writes "
+        "into slots registered once (one-node and hierarchical jobs). FI_PROVIDER and "
+        "the other FI_* variables of libfabric apply",
+        c.fabric),
+    def("node.fabric_slots", "--fabric-slots",
+        "receive slots (each one chunk) the node registers and grants every fabric "
+        "worker: how many of its frames may be in flight (1 to 4096); registered memory "
+        "counts against the locked-memory limit (ulimit -l)",
+        c.fabric_slots),
     def("scheduling.priority", "--priority",
         "when requests queue, serve the worker furthest behind first (--no-priority: "
         "arrival order)",
@@ -288,6 +301,13 @@ void check_node_config(const node_config& cfg) {
   if (isas.count(cfg.kernels) == 0)
     throw std::runtime_error(fmt::format(
       "unknown kernels '{}' (auto, scalar, avx2, avx512)", cfg.kernels));
+  static const std::set<std::string> fabrics{"off", "auto", "verbs", "efa", "tcp"};
+  if (fabrics.count(cfg.fabric) == 0)
+    throw std::runtime_error(fmt::format(
+      "unknown fabric provider '{}' (auto, verbs, efa, tcp, off)", cfg.fabric));
+  if (cfg.fabric_slots == 0 || cfg.fabric_slots > 4096)
+    throw std::runtime_error(
+      fmt::format("--fabric-slots must be 1 to 4096 (it is {})", cfg.fabric_slots));
   if (cfg.step_timeout_ms == 0 || cfg.io_timeout_ms == 0 || cfg.rejoin_timeout_ms == 0)
     throw std::runtime_error("timeouts must be at least 1 ms");
   if (cfg.balance && (cfg.balance_ms < 100 || !(cfg.balance_ratio > 1.0)))

@@ -25,6 +25,8 @@ struct node_config {
   std::string log_level = "info";
   bool pin = true;                       // pin shards and pollers to cores
   bool shm = true;                       // colocated workers may use shared memory
+  std::string fabric = "off";            // libfabric provider: auto, verbs, efa, tcp, off
+  uint32_t fabric_slots = 256;           // receive slots (credits) per fabric peer
   bool priority = true;                  // serve the worker furthest behind first
   std::string kernels = "auto";          // auto, scalar, avx2, avx512
   uint32_t shards = 0;                   // serving cores; 0 = one per allowed core

@@ -90,6 +90,21 @@ struct Located {
   role @2 :Text;            # its role (rack-agg, coordinator)
 }
 
+# One side of a fabric connection (transports/fabric): its endpoint's address and the
+# receive slots it grants the other side. Each slot holds a frame: the 64-byte header,
+# then the payload; the writer fills a slot with one RMA write whose 32-bit immediate is
+# (connIndex << 12 | slot), and the receiver gives the slot back with a message whose
+# immediate is the same pair in the writer's numbering.
+struct FabricOffer {
+  provider @0 :Text;       # short name: "tcp", "verbs", "efa"
+  address @1 :Data;        # fi_getname of the sender's endpoint
+  slotsAddress @2 :UInt64; # where slot 0 is, as the provider names it for RMA
+  slotsKey @3 :UInt64;     # the key of the slots' registration
+  slotBytes @4 :UInt32;    # each slot's size, header included
+  slotCount @5 :UInt32;    # at most 4096
+  connIndex @6 :UInt32;    # the sender's index of this connection (< 2^20)
+}
+
 struct ShardEndpoints {
   endpoints @0 :List(UInt32); # indexes into Welcome.endpoints that serve this shard
 }
@@ -129,6 +144,10 @@ struct Welcome {
   # The job's spec as this node serves it: what a worker that stated none (specFromJob)
   # works with (its tensors, chunk size, workers). Empty name on an attach's welcome.
   job @18 :JobSpec;
+  # The libfabric provider this node's fabric endpoint runs ("tcp", "verbs", "efa"; ""
+  # none, or not for this job): a worker that can open the same provider may send a
+  # `fabric` frame with its FabricOffer.
+  fabric @19 :Text;
 }
 
 struct ErrorInfo {

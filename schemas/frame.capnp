@@ -37,6 +37,14 @@ enum FrameKind {
                  # and answered as the first was; a repeated answer is ignored. No payload.
   reroute @18;   # node -> worker: the job's nodes changed (payload: control.capnp Reroute):
                  # route by the new ring, send again what is unanswered
+  hyper @19;     # worker (rank 0) -> node: change the job's hyper-parameters from a clock
+                 # on (payload: control.capnp HyperChange); node -> worker: the answer
+                 # (`clock`: the clock the job had reached; refused: errorCode and an
+                 # ErrorInfo payload)
+  fabric @20;    # worker -> node, on its joined TCP connection (after the welcome), and
+                 # the node's answer: payload is a control.capnp FabricOffer. From then on
+                 # the worker's frames travel as RMA writes into the slots the other side
+                 # offered (transports/fabric); the TCP connection stays for liveness
 }
 
 struct FrameHeader {

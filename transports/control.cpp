@@ -142,6 +142,7 @@ bytes encode(const welcome_msg& x) {
   set_tensors(job.initTensors(static_cast<unsigned>(x.spec.tensors.size())), x.spec);
   job.setConsistency(static_cast<schema::ConsistencyModel>(x.spec.consistency.model));
   job.setStaleness(x.spec.consistency.staleness);
+  root.setFabric(x.fabric);
   return to_bytes(msg);
 }
 
@@ -260,6 +261,7 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
       return kinds;
     get_tensors(job.getTensors(), out.spec);
     out.spec.consistency.staleness = job.getStaleness();
+    out.fabric = root.getFabric().cStr();
     if (out.job_nodes.size() > 1
         && (out.job_node_names.size() != out.job_nodes.size()
             || out.node_index >= out.job_nodes.size() || out.ring_vnodes == 0)) {
@@ -366,6 +368,50 @@ errc decode(const std::byte* data, size_t size, hyper_change& out, std::string& 
     if (!runtime::get_hyper_change(root, out)) {
       why = fmt::format("hyper change with unknown fields (present bits {:#x})",
                         root.getPresent());
+      return errc::bad_frame;
+    }
+    return errc::ok;
+  });
+}
+
+bytes encode(const fabric_offer& x) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<schema::FabricOffer>();
+  root.setProvider(x.provider);
+  root.setAddress(kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.address.data()),
+                               x.address.size()));
+  root.setSlotsAddress(x.slots_address);
+  root.setSlotsKey(x.slots_key);
+  root.setSlotBytes(x.slot_bytes);
+  root.setSlotCount(x.slot_count);
+  root.setConnIndex(x.conn_index);
+  return to_bytes(msg);
+}
+
+errc decode(const std::byte* data, size_t size, fabric_offer& out, std::string& why) {
+  return read_message(data, size, why, [&](capnp::MessageReader& r) {
+    auto root = r.getRoot<schema::FabricOffer>();
+    out.provider = root.getProvider().cStr();
+    auto a = root.getAddress();
+    out.address.assign(reinterpret_cast<const std::byte*>(a.begin()),
+                       reinterpret_cast<const std::byte*>(a.end()));
+    out.slots_address = root.getSlotsAddress();
+    out.slots_key = root.getSlotsKey();
+    out.slot_bytes = root.getSlotBytes();
+    out.slot_count = root.getSlotCount();
+    out.conn_index = root.getConnIndex();
+    if (out.address.empty() || out.address.size() > 256) {
+      why = fmt::format("a fabric offer with a {}-byte address (1 to 256)", out.address.size());
+      return errc::bad_frame;
+    }
+    if (out.slot_count == 0 || out.slot_count > 4096 || out.slot_bytes < 128) {
+      why = fmt::format("a fabric offer of {} slots of {} bytes (1 to 4096 slots of at "
+                        "least 128 bytes)", out.slot_count, out.slot_bytes);
+      return errc::bad_frame;
+    }
+    if (out.conn_index >= (1u << 20)) {
+      why = fmt::format("a fabric offer with connection index {} (below 2^20)",
+                        out.conn_index);
       return errc::bad_frame;
     }
     return errc::ok;

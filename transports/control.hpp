@@ -50,6 +50,18 @@ struct welcome_msg {
   uint64_t resume_clock = 0; // where this rank goes on from (schemas/control.capnp)
   uint32_t replicas = 0;     // replicas of each chunk (schemas/control.capnp)
   job_spec spec;             // the job's spec as the node serves it (empty name: none)
+  std::string fabric;        // the node's fabric provider for this job ("": none)
+};
+
+/// One side of a fabric connection (frame kind `fabric`; schemas/control.capnp).
+struct fabric_offer {
+  std::string provider;
+  std::vector<std::byte> address;
+  uint64_t slots_address = 0;
+  uint64_t slots_key = 0;
+  uint32_t slot_bytes = 0;
+  uint32_t slot_count = 0;
+  uint32_t conn_index = 0;
 };
 
 /// The node's challenge to a worker that says it holds the job's token, and the
@@ -93,6 +105,7 @@ bytes encode(const proof_msg& x);
 bytes encode(const located_msg& x);
 bytes encode(const reroute_msg& x);
 bytes encode(const hyper_change& x);
+bytes encode(const fabric_offer& x);
 
 /// Each returns errc::ok or errc::bad_frame with `why` set.
 errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why);
@@ -103,5 +116,6 @@ errc decode(const std::byte* data, size_t size, proof_msg& out, std::string& why
 errc decode(const std::byte* data, size_t size, located_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, reroute_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, hyper_change& out, std::string& why);
+errc decode(const std::byte* data, size_t size, fabric_offer& out, std::string& why);
 
 } // namespace rw::transports

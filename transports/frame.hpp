@@ -40,6 +40,8 @@ enum class frame_kind : uint16_t {
   hyper = 19,     // worker (rank 0) -> node: change the job's hyper-parameters from a clock
                   // on (payload: HyperChange); node -> worker: the answer (clock: the
                   // clock the job had reached; refused: error_code, payload ErrorInfo)
+  fabric = 20,    // worker -> node (joined TCP connection), and the answer: payload
+                  // FabricOffer; the worker's chunks then travel over libfabric
 };
 
 const char* to_string(frame_kind kind) noexcept;

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/poller_sink.hpp"
+#include "transports/fabric/endpoint.hpp"
 #include "transports/shm/connection.hpp"
 
 namespace rw::actors::detail {
@@ -72,6 +73,65 @@ transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c, const
                  hello.rank, e.what());
     return nullptr;
   }
+}
+
+void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h, payload_target& t) {
+  auto& st = self_->state;
+  auto& b = st.book->bindings[c->id()];
+  frame_header reply;
+  reply.kind = frame_kind::fabric;
+  reply.job_id = b.job_id;
+  reply.rank = b.rank;
+  auto decline = [&](errc code, const std::string& why) {
+    spdlog::info("fabric not used: peer={} job={} rank={}: {}", c->peer(), b.job_id, b.rank,
+                 why);
+    c->send_error(code, "fabric: " + why, reply);
+  };
+  auto* ep = dynamic_cast<transports::fabric::endpoint*>(st.book->fabric_ep.get());
+  if (ep == nullptr)
+    return decline(errc::unavailable, "this node runs no fabric endpoint (rw-node --fabric)");
+  if (b.fabric)
+    return decline(errc::bad_frame, "a second fabric offer on one connection");
+  if (b.shm)
+    return decline(errc::bad_frame, "this worker's chunks travel through shared memory");
+  if (!b.single_home)
+    return decline(errc::unavailable, "the job spans several nodes: its chunks travel to "
+                                      "their homes over TCP");
+  transports::fabric_offer offer;
+  std::string why;
+  if (transports::decode(t.keep->bytes(), h.payload_bytes, offer, why) != errc::ok)
+    return decline(errc::bad_frame, why);
+  auto& mine = ep->fabric_domain().provider();
+  if (offer.provider != mine)
+    return decline(errc::unavailable,
+                   fmt::format("the worker runs provider '{}', this node '{}'",
+                               offer.provider, mine));
+  std::shared_ptr<transports::fabric::connection> conn;
+  try {
+    // A slot holds any frame the worker sends: a chunk, its sparse pairs, a hyper change.
+    conn = ep->open(c->peer() + " (fabric)", std::max<uint32_t>(2 * b.chunk_bytes, 4096));
+    conn->bind(offer);
+  } catch (const rw::error& e) {
+    if (conn)
+      conn->close();
+    return decline(e.code(), e.what());
+  }
+  b.fabric = conn;
+  job_binding jb;
+  jb.job_id = b.job_id;
+  jb.routes = b.routes;
+  jb.chunk_bytes = b.chunk_bytes;
+  jb.shard_rank = b.shard_rank;
+  // Adopted before the answer leaves: the worker writes only once it has the answer,
+  // and frames written before the fabric poller adopts the connection are held.
+  self_->send(caf::actor_cast<nic_poller_actor>(st.book->fabric_poller), adopt_atom::value,
+              transports::connection_ptr{conn}, c, std::move(jb), b.rank);
+  auto payload = transports::encode(conn->offer());
+  reply.payload_bytes = static_cast<uint32_t>(payload.size());
+  iovec iov{payload.data(), payload.size()};
+  c->send(reply, &iov, 1);
+  spdlog::info("fabric: job={} rank={} peer={}: {} slots of {} bytes each way", b.job_id,
+               b.rank, c->peer(), offer.slot_count, offer.slot_bytes);
 }
 
 void poller_sink::challenge(const connection_ptr& c, uint32_t rank, const job_binding& jb,
@@ -223,10 +283,18 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       it->second.shard_rank = jb.shard_rank;
       it->second.conn = conn;
       it->second.shm = sink->adopt_shm(conn, jb, hello);
+      it->second.single_home = jb.layout.nodes.size() <= 1 || is_hierarchical(jb.layout);
       transports::welcome_msg w;
       w.shm = it->second.shm != nullptr;
       w.shm_bell = w.shm ? st.book->shm_bell : std::string{};
       w.shm_params = w.shm ? jb.params_segment : std::string{};
+      // Fabric is offered where the worker's chunks all come here (as for shm), to a
+      // worker that did not take shared memory.
+      if (st.book->fabric_ep && it->second.single_home && !w.shm
+          && rank != transports::mirror_rank)
+        w.fabric = static_cast<transports::fabric::endpoint&>(*st.book->fabric_ep)
+                     .fabric_domain()
+                     .provider();
       w.job_id = jb.job_id;
       w.node_name = st.settings.node_name;
       w.created = jb.created;

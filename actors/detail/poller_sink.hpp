@@ -43,6 +43,9 @@ struct binding {
   transports::connection_ptr shm;   // the worker's adopted segment (TCP connections)
   transports::connection_ptr conn;  // joined TCP connections: this one (for resend frames)
   bool shm_companion = false;       // this is such a segment (on the shm poller)
+  transports::connection_ptr fabric; // the worker's fabric connection (TCP connections)
+  transports::connection_ptr tcp;    // a fabric connection's TCP link (fabric poller)
+  bool single_home = true;           // the job's chunks all live here (shm, fabric)
   std::vector<std::byte> nonce;     // challenged: the nonce sent
   transports::hello_msg hello;      // challenged: the hello the proof is for
 };
@@ -59,6 +62,8 @@ struct poller_book {
   std::map<size_t, std::unique_ptr<runtime::buffer_pool>> pools; // by buffer size
   caf::actor shm_poller; // set on TCP pollers when colocated workers may use shm
   std::string shm_bell;
+  caf::actor fabric_poller; // set on TCP pollers when the node runs a fabric endpoint
+  std::shared_ptr<transports::endpoint> fabric_ep;
   /// Rate probes being taken: probe bytes so far, by connection id. Their payloads all
   /// land in one scratch buffer (allocated at the first probe) and are overwritten.
   std::unordered_map<uint64_t, uint64_t> probes;
@@ -126,6 +131,10 @@ private:
   void on_proof(const connection_ptr& c, const frame_header& h, payload_target& t);
   // Tells the asker where the cluster coordinator is.
   void on_locate(const connection_ptr& c, const frame_header& h);
+  // A joined worker's fabric offer: a connection on the node's fabric endpoint, handed
+  // to the fabric poller, and the node's offer back (or an error frame; the worker
+  // goes on over TCP). poller_admission.cpp.
+  void on_fabric(const connection_ptr& c, const frame_header& h, payload_target& t);
   // Rank 0 changes the job's hyper-parameters (frame `hyper`; poller_admission.cpp).
   void on_hyper(const connection_ptr& c, const frame_header& h, payload_target& t);
   // A rate probe frame: where its payload goes (the scratch buffer), or its refusal.

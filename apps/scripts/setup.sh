@@ -17,6 +17,7 @@ packages=(
   libxxhash-dev             # hashing
   libsodium-dev             # job tokens: random secrets, HMAC challenge-response
   libsqlite3-dev            # the cluster coordinator's --state-db
+  libfabric-dev libfabric-bin  # the fabric transport (RDMA: verbs, efa; tcp for tests), fi_info
   liblua5.4-dev             # rw-shell scripts
   libreadline-dev           # rw-shell line editing and history
   pybind11-dev python3-dev  # the rackweave Python package

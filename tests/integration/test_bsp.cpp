@@ -10,6 +10,7 @@
 #include "runtime/chunking.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
+#include "tests/integration/job_options.hpp"
 #include "tests/integration/node_process.hpp"
 #include "tests/tools/fixture_job.hpp"
 #include "tests/tools/fixture_reference.hpp"
@@ -53,8 +54,8 @@ std::vector<std::string> run_workers(const std::string& address, const std::stri
 
 // One protocol suite, instantiated per transport.
 TEST_CASE("BSP push_pull is bitwise the single-process reference", "[integration][bsp]") {
-  testing::node_process node;
-  for (std::string transport : {"tcp", "shm"})
+  testing::node_process node{testing::fabric_node_args()};
+  for (const std::string& transport : testing::protocol_transports())
   for (uint32_t workers : {1u, 2u, 4u}) {
     for (auto kind : {optimizer_kind::sum, optimizer_kind::sgd, optimizer_kind::momentum,
                       optimizer_kind::nesterov, optimizer_kind::adam, optimizer_kind::lamb,

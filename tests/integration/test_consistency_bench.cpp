@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "tests/integration/job_options.hpp"
 #include "tests/integration/node_process.hpp"
 
 using namespace rw;
@@ -74,4 +75,28 @@ TEST_CASE("rw-bench comm: staleness stays within the model's bound under a strag
   CHECK(bad.exit == 2);
   auto bad_straggler = run_bench(node.address(), {"--straggler", "7:10ms"});
   CHECK(bad_straggler.exit == 2);
+}
+
+// The protocol suite's SSP and async instance: the same bounds over every transport.
+TEST_CASE("SSP and async keep their bounds over every transport",
+          "[integration][consistency]") {
+  testing::node_process node{testing::fabric_node_args()};
+  for (const std::string& transport : testing::protocol_transports()) {
+    DYNAMIC_SECTION(transport) {
+      auto ssp = run_bench(node.address(), {"--transport", transport, "--consistency", "ssp:2",
+                                            "--straggler", "1:20ms"});
+      INFO(ssp.json);
+      REQUIRE(ssp.exit == 0);
+      CHECK(field(ssp.json, "max_staleness") <= 2);
+      auto its = list_field(ssp.json, "iterations");
+      REQUIRE(its.size() == 3);
+      for (auto n : its)
+        CHECK(n <= its[1] + 3);
+      auto async = run_bench(node.address(), {"--transport", transport, "--consistency",
+                                              "async"});
+      INFO(async.json);
+      REQUIRE(async.exit == 0);
+      CHECK(list_field(async.json, "iterations").size() == 3);
+    }
+  }
 }

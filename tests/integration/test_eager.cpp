@@ -24,8 +24,8 @@ worker_options options(const std::string& address, const std::string& job, uint3
 
 TEST_CASE("subscribers get every new version without asking, and chunks report readiness",
           "[integration][eager]") {
-  testing::node_process node;
-  for (std::string transport : {"tcp", "shm"}) {
+  testing::node_process node{testing::fabric_node_args()};
+  for (const std::string& transport : testing::protocol_transports()) {
     DYNAMIC_SECTION(transport) {
       auto job = "eager-" + transport;
       worker a{options(node.address(), job, 0, transport)};

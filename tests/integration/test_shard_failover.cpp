@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "tests/integration/job_options.hpp"
 #include "tests/integration/rack_cluster.hpp"
 
 using namespace rw;
@@ -83,10 +84,10 @@ void expect_verified(const std::vector<std::pair<std::optional<int>, std::string
 
 TEST_CASE("a crashed shard is restarted with its state: the job goes on bitwise",
           "[integration][failover]") {
-  rack_cluster c{{"a", "b"}};
+  rack_cluster c{{"a", "b"}, testing::fabric_node_args()};
   auto a = c.nodes[0]->address();
   auto b = c.nodes[1]->address();
-  for (std::string transport : {"shm", "tcp"}) {
+  for (const std::string& transport : testing::protocol_transports()) {
     auto job = "shard-" + transport;
     expect_verified(crash_mid_job(c, {a, a, a}, job, "adam", transport, "", 0, false), job);
     CHECK(c.nodes[0]->wait_for_log("took over its predecessor's chunks: jobs [",

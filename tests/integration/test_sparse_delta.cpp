@@ -21,8 +21,8 @@ worker_options options(const std::string& address, const std::string& job, uint3
 
 TEST_CASE("dense and sparse pushes combine exactly, and pulls of changes send only changes",
           "[integration][sparse]") {
-  testing::node_process node;
-  for (std::string transport : {"tcp", "shm"}) {
+  testing::node_process node{testing::fabric_node_args()};
+  for (const std::string& transport : testing::protocol_transports()) {
     DYNAMIC_SECTION(transport) {
       auto job = "sparse-" + transport;
       worker dense_worker{options(node.address(), job, 0, transport)};

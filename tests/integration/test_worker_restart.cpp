@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "tests/integration/job_options.hpp"
 #include "tests/integration/rack_cluster.hpp"
 
 using namespace rw;
@@ -90,12 +91,12 @@ std::string create_on(const testing::node_process& node, const std::string& name
 } // namespace
 
 TEST_CASE("a worker killed mid-step and started again with its rank goes on: bitwise the "
-          "fault-free result, over shm, TCP, two nodes and two racks",
+          "fault-free result, over shm, TCP, fabric, two nodes and two racks",
           "[integration][failover]") {
-  rack_cluster c{{"a", "b"}};
+  rack_cluster c{{"a", "b"}, testing::fabric_node_args()};
   auto a = c.nodes[0]->address();
   auto b = c.nodes[1]->address();
-  for (std::string transport : {"shm", "tcp"}) {
+  for (const std::string& transport : testing::protocol_transports()) {
     job_run j;
     j.job = "restart-" + transport;
     j.transport = transport;

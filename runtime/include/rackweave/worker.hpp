@@ -106,7 +106,10 @@ struct worker_options {
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds request_timeout{defaults::request_timeout_ms};
   /// How chunks travel: "auto" (shared memory when the node is on this host and allows
-  /// it, else TCP), "tcp", or "shm" (shared memory or fail).
+  /// it; else libfabric RMA when the node runs --fabric and this host has its provider;
+  /// else TCP), "tcp", "shm" (shared memory or fail) or "fabric" (libfabric or fail).
+  /// Shared memory and fabric serve one-node and hierarchical jobs; a job on several
+  /// flat nodes travels over TCP.
   std::string transport = "auto";
   /// The clock this worker's first push carries. 0: where the node says this rank goes
   /// on from, which clock(tensor) then returns: 0 for a new job; a job restored from a
@@ -201,7 +204,7 @@ public:
   /// behind this worker's (always 0 under BSP; at most s under SSP(s)).
   uint32_t last_staleness(const std::string& tensor) const;
 
-  /// "shm" or "tcp": how this worker's chunks travel.
+  /// "shm", "fabric" or "tcp": how this worker's chunks travel.
   const char* transport() const noexcept;
 
   /// With shared memory: compute the gradient in shared_gradient(), call push_pull

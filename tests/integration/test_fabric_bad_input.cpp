@@ -1,0 +1,106 @@
+// Bad input on the fabric path, each a clear error while the node serves everyone else:
+// a fabric offer before the welcome, one that does not decode, one for a provider the
+// node does not run, one too large, and a node without --fabric. (Immediates naming no
+// slot, writes into held slots, a peer that stops giving slots back: unit/test_fabric; a
+// worker killed mid-step over fabric: test_worker_restart.)
+
+#include <catch2/catch.hpp>
+
+#include "rackweave/worker.hpp"
+#include "tests/integration/job_options.hpp"
+#include "tests/integration/node_process.hpp"
+#include "tests/integration/raw_client.hpp"
+#include "transports/control.hpp"
+
+using namespace rw;
+using transports::frame_header;
+using transports::frame_kind;
+
+namespace {
+
+job_spec small_job(const std::string& name, uint32_t workers) {
+  job_spec s;
+  s.name = name;
+  s.num_workers = workers;
+  s.chunk_bytes = 4096;
+  s.tensors = {{"t", 3000, false}};
+  return s;
+}
+
+frame_header fabric_frame(uint32_t job, uint32_t bytes) {
+  frame_header h;
+  h.kind = frame_kind::fabric;
+  h.job_id = job;
+  h.payload_bytes = bytes;
+  return h;
+}
+
+std::string expect_error(testing::raw_client& c, errc code) {
+  auto f = c.read_frame();
+  REQUIRE(f.has_value());
+  REQUIRE(f->header.kind == frame_kind::error);
+  auto e = f->error();
+  INFO(e.message);
+  CHECK(e.code == code);
+  return e.message;
+}
+
+void check_serves(const std::string& address, const std::string& job,
+                  const std::string& transport) {
+  rw::worker w{testing::job_options(address, job, 0, transport, 3000, 1)};
+  CHECK(std::string(w.transport()) == transport);
+  std::vector<float> g(3000, 2.0f), out(3000, 0.0f);
+  w.push_pull("t", g.data(), out.data()).get();
+  CHECK(out[0] == 2.0f);
+  CHECK(out[2999] == 2.0f);
+}
+
+} // namespace
+
+TEST_CASE("fabric: bad offers get clear errors and the node serves on",
+          "[integration][fabric]") {
+  testing::node_process node{testing::fabric_node_args()};
+  CHECK(node.wait_for_log("fabric: fabric://tcp;ofi_rxm"));
+
+  SECTION("an offer before the welcome") {
+    testing::raw_client c{node.address()};
+    std::vector<std::byte> junk(16);
+    c.send_frame(fabric_frame(1, 16), junk.data());
+    CHECK_THAT(expect_error(c, errc::not_joined), Catch::Contains("before the welcome"));
+  }
+  SECTION("an offer that does not decode, then one of another provider") {
+    testing::raw_client c{node.address()};
+    auto job = c.join(small_job("fab-bad", 2), 0);
+    std::vector<std::byte> junk(64, std::byte{0x41});
+    c.send_frame(fabric_frame(job, 64), junk.data());
+    expect_error(c, errc::bad_frame);
+    transports::fabric_offer o;
+    o.provider = "verbs";
+    o.address.assign(16, std::byte{1});
+    o.slot_bytes = 8192;
+    o.slot_count = 4;
+    auto bytes = transports::encode(o);
+    c.send_frame(fabric_frame(job, static_cast<uint32_t>(bytes.size())), bytes.data());
+    CHECK_THAT(expect_error(c, errc::unavailable), Catch::Contains("provider 'verbs'"));
+  }
+  SECTION("an offer far too large") {
+    testing::raw_client c{node.address()};
+    auto job = c.join(small_job("fab-big", 2), 0);
+    c.send_frame(fabric_frame(job, 1u << 20));
+    expect_error(c, errc::bad_frame);
+  }
+  check_serves(node.address(), "fab-after", "fabric");
+}
+
+TEST_CASE("fabric: a node without --fabric says so; auto goes on over TCP",
+          "[integration][fabric]") {
+  testing::node_process node;
+  try {
+    rw::worker w{testing::job_options(node.address(), "fab-none", 0, "fabric", 3000, 1)};
+    FAIL("transport fabric joined a node without --fabric");
+  } catch (const rw::error& e) {
+    CHECK(e.code() == errc::unavailable);
+    CHECK_THAT(e.what(), Catch::Contains("offers no fabric endpoint"));
+  }
+  check_serves(node.address(), "fab-tcp", "tcp");
+}

@@ -1,0 +1,261 @@
+// The fabric transport over libfabric's tcp provider on 127.0.0.1: frames both ways,
+// payloads in place, credits bounding what is in flight, and the bad inputs a peer can
+// send (an immediate naming no slot, a write into a slot still held, an offer of
+// another provider).
+#include <catch2/catch.hpp>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_rma.h>
+
+#include <rdma/fi_errno.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "rackweave/errc.hpp"
+#include "transports/fabric/endpoint.hpp"
+
+using namespace rw;
+using namespace rw::transports;
+
+namespace {
+
+struct recorder final : frame_sink {
+  std::mutex mtx; // the pump thread records, the test reads
+  std::vector<frame_header> headers;
+  std::vector<std::vector<float>> payloads;
+  std::vector<runtime::buffer_ref> held; // resident frames kept (slots not given back)
+  bool keep = false;
+  std::vector<std::string> closed;
+  std::vector<float> target;
+
+  payload_target on_header(const connection_ptr&, const frame_header& h) override {
+    std::lock_guard<std::mutex> guard{mtx};
+    target.assign(h.payload_bytes / sizeof(float), 0);
+    return payload_target::into(reinterpret_cast<std::byte*>(target.data()));
+  }
+  void on_frame(const connection_ptr&, const frame_header& h, payload_target&) override {
+    std::lock_guard<std::mutex> guard{mtx};
+    headers.push_back(h);
+    payloads.push_back(target);
+  }
+  void on_closed(const connection_ptr&, errc, const std::string& why) override {
+    std::lock_guard<std::mutex> guard{mtx};
+    closed.push_back(why);
+  }
+  void on_resident_frame(const connection_ptr&, const frame_header& h,
+                         runtime::buffer_ref p) override {
+    std::lock_guard<std::mutex> guard{mtx};
+    headers.push_back(h);
+    std::vector<float> v;
+    if (p)
+      v.assign(p->floats(), p->floats() + p->size / sizeof(float));
+    payloads.push_back(v);
+    if (keep && p)
+      held.push_back(std::move(p));
+  }
+};
+
+struct pair_fixture {
+  std::shared_ptr<fabric::endpoint> a, b;
+  std::shared_ptr<fabric::connection> ab, ba;
+  recorder ra, rb;
+
+  explicit pair_fixture(uint32_t slots = 8) {
+    auto d = fabric::domain::open("tcp", "127.0.0.1");
+    fabric::endpoint_settings s;
+    s.slots = slots;
+    s.io_timeout_ms = 2000;
+    a = std::make_shared<fabric::endpoint>(d, s);
+    b = std::make_shared<fabric::endpoint>(fabric::domain::open("tcp", "127.0.0.1"), s);
+    ab = a->open("b", 4096);
+    ba = b->open("a", 4096);
+    ab->bind(ba->offer());
+    ba->bind(ab->offer());
+    a->adopt(ab);
+    b->adopt(ba);
+    // Both endpoints are polled all along, as a NIC poller and a worker's receiver do:
+    // the provider makes progress (connection setup included) only when polled.
+    pumper = std::thread([this] {
+      while (!stop) {
+        a->poll(1, ra);
+        b->poll(1, rb);
+        if (auto* r = rogue.load())
+          r->progress_tx();
+      }
+    });
+  }
+  ~pair_fixture() {
+    stop = true;
+    pumper.join();
+  }
+  // Waits until `done` (checked with both recorders locked) or 5 s.
+  template <class Pred>
+  bool pump(Pred done) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < until) {
+      {
+        std::scoped_lock lock{ra.mtx, rb.mtx};
+        if (done())
+          return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::scoped_lock lock{ra.mtx, rb.mtx};
+    return done();
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<fabric::core*> rogue{nullptr}; // a misbehaving third peer, progressed too
+  std::thread pumper;
+};
+
+// Posts a raw write from `rogue` (retrying while the provider sets up the connection).
+long rogue_write(fabric::core& rogue, fi_addr_t dest, const fabric::region& r, void* buf,
+                 uint32_t imm, uint64_t addr, uint64_t key, fabric::tx_op& op) {
+  long rc = -FI_EAGAIN;
+  for (int i = 0; i < 5000 && rc == -FI_EAGAIN; ++i) {
+    rc = fi_writedata(rogue.ep, buf, 64, r.desc(), imm, dest, addr, key, op.context);
+    if (rc == -FI_EAGAIN)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return rc;
+}
+
+frame_header push_of(uint32_t chunk, uint32_t bytes) {
+  frame_header h;
+  h.kind = frame_kind::push;
+  h.job_id = 7;
+  h.rank = 1;
+  h.chunk_index = chunk;
+  h.clock = 3;
+  h.payload_bytes = bytes;
+  return h;
+}
+
+} // namespace
+
+TEST_CASE("fabric: frames travel both ways with their payloads, in place", "[fabric]") {
+  pair_fixture f;
+  std::vector<float> grad(512);
+  std::iota(grad.begin(), grad.end(), 1.0f);
+  iovec iov{grad.data(), grad.size() * sizeof(float)};
+  REQUIRE(f.ab->send(push_of(2, iov.iov_len), &iov, 1));
+  frame_header u;
+  u.kind = frame_kind::update;
+  u.chunk_index = 5;
+  u.payload_bytes = 16;
+  float upd[4] = {1.5f, -2, 3, 4};
+  iovec uiov{upd, sizeof upd};
+  REQUIRE(f.ba->send(u, &uiov, 1));
+  REQUIRE(f.pump([&] { return f.rb.headers.size() == 1 && f.ra.headers.size() == 1; }));
+  CHECK(f.rb.headers[0].kind == frame_kind::push);
+  CHECK(f.rb.headers[0].chunk_index == 2);
+  CHECK(f.rb.headers[0].clock == 3);
+  CHECK(f.rb.payloads[0] == grad);
+  CHECK(f.ra.headers[0].kind == frame_kind::update); // copied through on_header
+  CHECK(f.ra.payloads[0] == std::vector<float>(upd, upd + 4));
+}
+
+TEST_CASE("fabric: a sender waits for credits; slots held by the receiver bound it",
+          "[fabric]") {
+  pair_fixture f{4};
+  f.rb.keep = true; // the receiver holds every pushed chunk: no slot goes back
+  std::vector<float> grad(64, 1.0f);
+  iovec iov{grad.data(), grad.size() * sizeof(float)};
+  for (uint32_t i = 0; i < 4; ++i)
+    REQUIRE(f.ab->send(push_of(i, iov.iov_len), &iov, 1));
+  REQUIRE(f.pump([&] { return f.rb.held.size() == 4; }));
+  // A fifth frame needs a slot back: release one while the sender waits.
+  std::thread sender([&] { CHECK(f.ab->send(push_of(4, iov.iov_len), &iov, 1)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  {
+    std::lock_guard<std::mutex> guard{f.rb.mtx};
+    f.rb.held.erase(f.rb.held.begin()); // slot 0 goes back to the sender
+  }
+  REQUIRE(f.pump([&] { return f.rb.headers.size() == 5; }));
+  sender.join();
+  std::lock_guard<std::mutex> guard{f.rb.mtx};
+  CHECK(f.rb.headers.back().chunk_index == 4);
+  CHECK(f.ab->is_open());
+  f.rb.held.clear();
+}
+
+TEST_CASE("fabric: a peer that gives no slot back is cut off after the I/O timeout",
+          "[fabric]") {
+  pair_fixture f{2};
+  f.rb.keep = true;
+  std::vector<float> grad(16, 1.0f);
+  iovec iov{grad.data(), grad.size() * sizeof(float)};
+  REQUIRE(f.ab->send(push_of(0, iov.iov_len), &iov, 1));
+  REQUIRE(f.ab->send(push_of(1, iov.iov_len), &iov, 1));
+  REQUIRE(f.pump([&] { return f.rb.held.size() == 2; }));
+  CHECK_FALSE(f.ab->send(push_of(2, iov.iov_len), &iov, 1)); // 2 s without a credit
+  CHECK_FALSE(f.ab->is_open());
+  CHECK_THAT(f.ab->close_reason(), Catch::Contains("gave no slot back"));
+  REQUIRE(f.pump([&] { return f.ra.closed.size() == 1; }));
+  std::lock_guard<std::mutex> guard{f.rb.mtx};
+  f.rb.held.clear();
+}
+
+TEST_CASE("fabric: bad input from a peer", "[fabric]") {
+  pair_fixture f;
+  std::vector<float> grad(16, 2.0f);
+  iovec iov{grad.data(), grad.size() * sizeof(float)};
+
+  SECTION("a frame larger than the peer's slots is refused, not truncated") {
+    std::vector<float> big(2048);
+    iovec biov{big.data(), big.size() * sizeof(float)};
+    CHECK_FALSE(f.ab->send(push_of(0, biov.iov_len), &biov, 1));
+    CHECK_THAT(f.ab->close_reason(), Catch::Contains("does not fit"));
+  }
+  SECTION("an offer of another provider") {
+    auto o = f.ab->offer();
+    o.provider = "verbs";
+    auto c = f.b->open("x", 4096);
+    CHECK_THROWS_WITH(c->bind(o), Catch::Contains("provider 'verbs'"));
+  }
+  SECTION("a write whose immediate names no slot is counted; the connection goes on") {
+    // A third endpoint writes with an immediate for connection index 999 (none).
+    auto offer = f.ba->offer();
+    auto d = fabric::domain::open("tcp", "127.0.0.1");
+    fabric::core rogue{d};
+    f.rogue = &rogue;
+    fi_addr_t dest = FI_ADDR_UNSPEC;
+    REQUIRE(fi_av_insert(rogue.av, offer.address.data(), 1, &dest, 0, nullptr) == 1);
+    std::vector<std::byte> junk(128);
+    fabric::region r{*d, junk.data(), junk.size(), FI_WRITE};
+    fabric::tx_op op;
+    REQUIRE(rogue_write(rogue, dest, r, junk.data(), fabric::immediate(999, 0),
+                        offer.slots_address, offer.slots_key, op) == 0);
+    REQUIRE(f.pump([&] { return f.b->bad_immediates() == 1; }));
+    REQUIRE(f.ab->send(push_of(1, iov.iov_len), &iov, 1));
+    REQUIRE(f.pump([&] { return f.rb.headers.size() == 1; }));
+    CHECK(f.ba->is_open());
+    f.rogue = nullptr;
+  }
+  SECTION("a header that does not decode closes that connection only") {
+    auto offer = f.ba->offer();
+    auto d = fabric::domain::open("tcp", "127.0.0.1");
+    fabric::core rogue{d};
+    f.rogue = &rogue;
+    fi_addr_t dest = FI_ADDR_UNSPEC;
+    REQUIRE(fi_av_insert(rogue.av, offer.address.data(), 1, &dest, 0, nullptr) == 1);
+    std::vector<std::byte> junk(128, std::byte{0x5a});
+    fabric::region r{*d, junk.data(), junk.size(), FI_WRITE};
+    fabric::tx_op op;
+    // Slot 7 of the connection: the real peer has not used it yet.
+    REQUIRE(rogue_write(rogue, dest, r, junk.data(), fabric::immediate(offer.conn_index, 7),
+                        offer.slots_address + 7ull * offer.slot_bytes, offer.slots_key,
+                        op) == 0);
+    REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
+    CHECK_FALSE(f.ba->is_open());
+    CHECK_THAT(f.rb.closed[0], Catch::Contains("malformed"));
+    f.rogue = nullptr;
+  }
+}

@@ -1,0 +1,363 @@
+#include "transports/fabric/connection.hpp"
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace rw::transports::fabric {
+
+namespace {
+using clock_type = std::chrono::steady_clock;
+constexpr int max_pieces = 8; // gathered per write; more go through the bounce buffer
+constexpr int bounced = -2;   // post() completed the frame itself (bounce buffer)
+} // namespace
+
+connection::connection(std::shared_ptr<core> c, std::string peer, uint32_t slot_bytes,
+                       uint32_t slot_count, uint32_t numa, int io_timeout_ms)
+  : core_(std::move(c)),
+    peer_(std::move(peer)),
+    io_timeout_ms_(io_timeout_ms),
+    slot_bytes_(slot_bytes),
+    slot_count_(slot_count),
+    slots_(size_t{slot_bytes} * slot_count, numa),
+    occupied_(new std::atomic<bool>[slot_count]) {
+  for (uint32_t i = 0; i < slot_count; ++i)
+    occupied_[i].store(false);
+  slots_region_ = std::make_unique<region>(*core_->dom, slots_.data(), slots_.size(),
+                                           FI_REMOTE_WRITE | FI_RECV);
+}
+
+connection::~connection() {
+  if (bound_)
+    fi_av_remove(core_->av, &peer_addr_, 1, 0);
+}
+
+fabric_offer connection::offer() const {
+  fabric_offer o;
+  o.provider = core_->dom->provider();
+  o.address = core_->address();
+  o.slots_address = slots_region_->remote_address(slots_.data());
+  o.slots_key = slots_region_->key();
+  o.slot_bytes = slot_bytes_;
+  o.slot_count = slot_count_;
+  o.conn_index = index_;
+  return o;
+}
+
+void connection::bind(const fabric_offer& peer) {
+  if (peer.provider != core_->dom->provider())
+    throw rw::error(errc::bad_frame,
+                    fmt::format("fabric: the peer runs provider '{}', this side '{}'",
+                                peer.provider, core_->dom->provider()));
+  if (peer.slot_bytes < frame_header_bytes + 64 || peer.slot_count == 0
+      || peer.slot_count > max_slots || peer.conn_index >= max_connections)
+    throw rw::error(errc::bad_frame,
+                    fmt::format("fabric: the peer offers {} slots of {} bytes as connection "
+                                "{}: out of range", peer.slot_count, peer.slot_bytes,
+                                peer.conn_index));
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  auto n = fi_av_insert(core_->av, peer.address.data(), 1, &addr, 0, nullptr);
+  if (n != 1)
+    throw rw::error(errc::bad_frame,
+                    fmt::format("fabric: provider {} refused the peer's {}-byte address ({})",
+                                core_->dom->provider_name(), peer.address.size(),
+                                n < 0 ? fi_error_text(n) : std::string{"not inserted"}));
+  std::lock_guard<std::mutex> guard{credit_mtx_};
+  peer_addr_ = addr;
+  peer_index_ = peer.conn_index;
+  peer_slots_ = peer.slots_address;
+  peer_key_ = peer.slots_key;
+  peer_slot_bytes_ = peer.slot_bytes;
+  peer_slot_count_ = peer.slot_count;
+  for (uint32_t s = 0; s < peer.slot_count; ++s)
+    credits_.push_back(s);
+  out_.assign(peer.slot_count, false);
+  auto ops = 2 * peer.slot_count; // a credit may come back before its write's completion
+  ops_.reset(new tx_op[ops]);
+  op_slot_.assign(ops, 0);
+  for (uint32_t i = 0; i < ops; ++i)
+    free_ops_.push_back(static_cast<int>(i));
+  headers_.resize(size_t{ops} * frame_header_bytes);
+  headers_region_ = std::make_unique<region>(*core_->dom, headers_.data(), headers_.size(),
+                                             FI_SEND | FI_WRITE);
+  bounce_.resize(peer.slot_bytes);
+  bound_ = true;
+}
+
+bool connection::is_open() const noexcept {
+  return open_.load(std::memory_order_acquire);
+}
+
+void connection::fail(errc code, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> guard{why_mtx_};
+    if (!open_.load())
+      return;
+    why_ = why;
+    close_code_ = code;
+    open_.store(false, std::memory_order_release);
+  }
+  credit_cv_.notify_all();
+  core_->closed_epoch.fetch_add(1);
+  if (core_->rx_waitable)
+    fi_cq_signal(core_->rx_cq); // the endpoint reports the close now, not at its timeout
+}
+
+void connection::close() {
+  fail(errc::ok, "closed");
+}
+
+std::string connection::close_reason() const {
+  std::lock_guard<std::mutex> guard{why_mtx_};
+  return why_;
+}
+
+int connection::take_credit() {
+  std::unique_lock<std::mutex> lock{credit_mtx_};
+  auto deadline = clock_type::now() + std::chrono::milliseconds(io_timeout_ms_);
+  while (credits_.empty() && is_open()) {
+    // Credits arrive on the endpoint's thread; meanwhile keep the transmit queue moving.
+    lock.unlock();
+    core_->progress_tx();
+    lock.lock();
+    if (credits_.empty() && is_open()
+        && credit_cv_.wait_until(lock, std::min(deadline, clock_type::now()
+                                                            + std::chrono::milliseconds(1)))
+             == std::cv_status::timeout
+        && clock_type::now() >= deadline) {
+      lock.unlock();
+      fail(errc::timeout, fmt::format("the peer gave no slot back within {} ms (all {} were "
+                                      "in use: it stopped reading)",
+                                      io_timeout_ms_, peer_slot_count_));
+      return -1;
+    }
+  }
+  if (!is_open())
+    return -1;
+  auto s = credits_.front();
+  credits_.pop_front();
+  out_[s] = true;
+  return static_cast<int>(s);
+}
+
+int connection::take_op() {
+  std::unique_lock<std::mutex> lock{credit_mtx_};
+  auto deadline = clock_type::now() + std::chrono::milliseconds(io_timeout_ms_);
+  while (free_ops_.empty()) {
+    lock.unlock();
+    core_->progress_tx();
+    std::this_thread::yield();
+    lock.lock();
+    if (clock_type::now() >= deadline || !is_open())
+      return -1;
+  }
+  auto op = free_ops_.back();
+  free_ops_.pop_back();
+  return op;
+}
+
+bool connection::credit(uint32_t s) noexcept {
+  {
+    std::lock_guard<std::mutex> guard{credit_mtx_};
+    if (s >= peer_slot_count_ || !out_[s])
+      return false;
+    out_[s] = false;
+    credits_.push_back(s);
+  }
+  credit_cv_.notify_one();
+  return true;
+}
+
+int connection::post(const frame_header& h, const iovec* payload, int count) {
+  if (!is_open() || !bound_)
+    return -1;
+  size_t total = 0;
+  for (int i = 0; i < count; ++i)
+    total += payload[i].iov_len;
+  if (frame_header_bytes + total > peer_slot_bytes_) {
+    fail(errc::frame_too_large,
+         fmt::format("a {} frame of {} bytes does not fit the peer's {}-byte slots",
+                     to_string(h.kind), total, peer_slot_bytes_));
+    return -1;
+  }
+  auto slot = take_credit();
+  if (slot < 0)
+    return -1;
+  auto op = take_op();
+  if (op < 0) {
+    fail(errc::timeout, fmt::format("no write completed within {} ms", io_timeout_ms_));
+    return -1;
+  }
+  op_slot_[op] = static_cast<uint32_t>(slot);
+  auto* header = headers_.data() + size_t(op) * frame_header_bytes;
+  encode(h, header);
+
+  iovec iov[max_pieces + 1];
+  void* desc[max_pieces + 1];
+  std::shared_ptr<region> held[max_pieces + 1];
+  size_t pieces = 0;
+  std::unique_lock<std::mutex> bounce_lock;
+  auto limit = std::min<size_t>(core_->dom->iov_limit(), max_pieces + 1);
+  if (size_t(count) + 1 > limit) { // gather here: header and payload into one buffer
+    bounce_lock = std::unique_lock<std::mutex>{bounce_mtx_};
+    std::memcpy(bounce_.data(), header, frame_header_bytes);
+    size_t at = frame_header_bytes;
+    for (int i = 0; i < count; ++i) {
+      std::memcpy(bounce_.data() + at, payload[i].iov_base, payload[i].iov_len);
+      at += payload[i].iov_len;
+    }
+    held[0] = core_->send_memory.get(bounce_.data(), bounce_.size());
+    iov[0] = {bounce_.data(), at};
+    desc[0] = held[0]->desc();
+    pieces = 1;
+  } else {
+    iov[0] = {header, frame_header_bytes};
+    desc[0] = headers_region_->desc();
+    pieces = 1;
+    for (int i = 0; i < count; ++i) {
+      if (payload[i].iov_len == 0)
+        continue;
+      try {
+        held[pieces] = core_->send_memory.get(payload[i].iov_base, payload[i].iov_len);
+      } catch (const rw::error& e) {
+        fail(e.code(), e.what());
+        return -1;
+      }
+      iov[pieces] = payload[i];
+      desc[pieces] = held[pieces]->desc();
+      ++pieces;
+    }
+  }
+  fi_rma_iov rma{peer_slots_ + uint64_t(slot) * peer_slot_bytes_, frame_header_bytes + total,
+                 peer_key_};
+  fi_msg_rma msg{};
+  msg.msg_iov = iov;
+  msg.desc = desc;
+  msg.iov_count = pieces;
+  msg.addr = peer_addr_;
+  msg.rma_iov = &rma;
+  msg.rma_iov_count = 1;
+  msg.context = ops_[op].context;
+  msg.data = immediate(peer_index_, static_cast<uint32_t>(slot));
+  ops_[op].state.store(tx_op::pending);
+  auto deadline = clock_type::now() + std::chrono::milliseconds(io_timeout_ms_);
+  while (true) {
+    auto rc = fi_writemsg(core_->ep, &msg, FI_REMOTE_CQ_DATA | FI_COMPLETION);
+    if (rc == 0)
+      break;
+    if (rc != -FI_EAGAIN || clock_type::now() >= deadline) {
+      ops_[op].state.store(tx_op::idle);
+      fail(errc::io_error, fmt::format("an RMA write to the peer failed: {}", fi_error_text(rc)));
+      return -1;
+    }
+    core_->progress_tx();
+    std::this_thread::yield();
+  }
+  if (bounce_lock.owns_lock()) // the bounce buffer is reused: finish this write first
+    return wait(op) ? bounced : -1;
+  return op;
+}
+
+bool connection::wait(int op) {
+  if (op == bounced)
+    return true;
+  auto deadline = clock_type::now() + std::chrono::milliseconds(io_timeout_ms_);
+  for (int spins = 0;; ++spins) {
+    auto s = ops_[op].state.load(std::memory_order_acquire);
+    if (s == tx_op::done || s < 0) {
+      ops_[op].state.store(tx_op::idle);
+      {
+        std::lock_guard<std::mutex> guard{credit_mtx_};
+        free_ops_.push_back(op);
+      }
+      if (s < 0) {
+        fail(errc::io_error, fmt::format("an RMA write to the peer failed: {}",
+                                         fi_error_text(s)));
+        return false;
+      }
+      return true;
+    }
+    core_->progress_tx();
+    if (clock_type::now() >= deadline) { // the op stays pending: the connection stays
+      fail(errc::timeout,               // in the endpoint's table until it completes
+           fmt::format("an RMA write did not complete within {} ms", io_timeout_ms_));
+      return false;
+    }
+    if (spins > 64)
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    else
+      std::this_thread::yield();
+  }
+}
+
+bool connection::send(const frame_header& h, const iovec* payload, int count) {
+  auto op = post(h, payload, count);
+  return op != -1 && wait(op);
+}
+
+bool connection::send_batch(const frame_header* headers, const iovec* payloads, int n) {
+  // Every write in flight at once, then their completions: the window is the peer's
+  // slots, not one frame.
+  std::vector<int> ops;
+  ops.reserve(n);
+  bool ok = true;
+  for (int i = 0; i < n && ok; ++i) {
+    int count = payloads[i].iov_len > 0 ? 1 : 0;
+    auto op = post(headers[i], &payloads[i], count);
+    if (op == -1)
+      ok = false;
+    else
+      ops.push_back(op);
+  }
+  for (auto op : ops)
+    ok = wait(op) && ok;
+  return ok;
+}
+
+bool connection::idle() const noexcept {
+  if (!ops_)
+    return true;
+  for (size_t i = 0; i < op_slot_.size(); ++i)
+    if (ops_[i].state.load() == tx_op::pending)
+      return false;
+  return true;
+}
+
+bool connection::occupy(uint32_t s) noexcept {
+  return s < slot_count_ && !occupied_[s].exchange(true);
+}
+
+bool connection::frame_at(uint32_t s, frame_header& h, std::string& why) const {
+  if (decode(slots_.data() + size_t(s) * slot_bytes_, h, why) != errc::ok)
+    return false;
+  if (frame_header_bytes + size_t{h.payload_bytes} > slot_bytes_) {
+    why = fmt::format("a {} frame says {} payload bytes; its slot holds {}", to_string(h.kind),
+                      h.payload_bytes, slot_bytes_ - frame_header_bytes);
+    return false;
+  }
+  return true;
+}
+
+std::byte* connection::payload_at(uint32_t s) const noexcept {
+  return slots_.data() + size_t(s) * slot_bytes_ + frame_header_bytes;
+}
+
+void connection::release(uint32_t s) noexcept {
+  if (s >= slot_count_)
+    return;
+  occupied_[s].store(false);
+  if (!is_open() || !bound_)
+    return;
+  if (!core_->send_credit(peer_addr_, peer_index_, s, io_timeout_ms_))
+    fail(errc::io_error, "could not give a slot back to the peer (its endpoint is gone?)");
+}
+
+} // namespace rw::transports::fabric

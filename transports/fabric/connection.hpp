@@ -1,0 +1,133 @@
+#pragma once
+// One peer over libfabric, under the transport contract (transports/transport.hpp).
+//
+// Each side grants the other a window of receive slots (registered once, when the
+// connection is made, on the endpoint's NUMA domain) and says so in its FabricOffer.
+// `send` takes one of the peer's free slots (a credit), fills it with one RMA write
+// with immediate data (header then payload, gathered straight from the caller's
+// memory, registered once through the endpoint's registration cache) and returns when
+// the write completed locally, so the caller's memory is free again as after a TCP
+// send. The receiver hands the slot to its sink in place and, once the last reference
+// to the frame is gone, gives it back with a credit message. A sender without credit
+// waits at most the I/O timeout, then the connection is closed: a fast peer cannot
+// overrun a slow one, and a peer that stops giving slots back is cut off.
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/topology.hpp"
+#include "transports/control.hpp"
+#include "transports/fabric/core.hpp"
+#include "transports/transport.hpp"
+
+namespace rw::transports::fabric {
+
+class connection final : public transports::connection,
+                         public std::enable_shared_from_this<connection> {
+public:
+  /// Not bound yet: this side's slots (`slot_count` of `slot_bytes`, header included)
+  /// are allocated and registered. Use endpoint::open. Throws rw::error.
+  connection(std::shared_ptr<core> c, std::string peer, uint32_t slot_bytes,
+             uint32_t slot_count, uint32_t numa, int io_timeout_ms);
+  ~connection() override;
+
+  /// What this side offers the peer (FabricOffer).
+  fabric_offer offer() const;
+  /// Takes the peer's offer: its address into the address vector, its slots as
+  /// credits. Throws rw::error(errc::bad_frame) for an offer of another provider or one
+  /// whose address the provider refuses.
+  void bind(const fabric_offer& peer);
+
+  bool send(const frame_header& h, const iovec* payload, int count) override;
+  using transports::connection::send;
+  bool send_batch(const frame_header* headers, const iovec* payloads, int n) override;
+  void close() override;
+  bool is_open() const noexcept override;
+  const std::string& peer() const noexcept override {
+    return peer_;
+  }
+
+  uint32_t index() const noexcept {
+    return index_;
+  }
+  /// Why it closed (for the endpoint's report) and how.
+  std::string close_reason() const;
+  errc close_code() const noexcept {
+    return close_code_;
+  }
+  /// Closes with a reason (the first reason given is kept).
+  void fail(errc code, const std::string& why);
+
+  // --- receiving (the endpoint's thread) ---------------------------------------------
+  uint32_t slot_count() const noexcept {
+    return slot_count_;
+  }
+  /// Marks slot `s` as holding a frame; false if it already did (the peer wrote into a
+  /// slot it had not been given back).
+  bool occupy(uint32_t s) noexcept;
+  /// Decodes the header in slot `s`; false with `why` if it cannot be trusted.
+  bool frame_at(uint32_t s, frame_header& h, std::string& why) const;
+  std::byte* payload_at(uint32_t s) const noexcept;
+  /// Gives slot `s` back to the peer (any thread).
+  void release(uint32_t s) noexcept;
+  /// The peer gave back slot `s` of its own; false if it was not out.
+  bool credit(uint32_t s) noexcept;
+  /// No write of this side is in flight: the connection may leave the table.
+  bool idle() const noexcept;
+
+  bool adopted = false;                 // endpoint thread: its frames are delivered
+  bool reported = false;                // endpoint thread: its close was reported
+  std::vector<uint32_t> held;           // endpoint thread: slots written before adoption
+
+private:
+  friend class endpoint; // assigns the index
+  int take_credit();
+  int take_op();
+  /// Posts one frame; -1 when it failed (the connection is closed then).
+  int post(const frame_header& h, const iovec* payload, int count);
+  bool wait(int op);
+
+  std::shared_ptr<core> core_;
+  std::string peer_;
+  int io_timeout_ms_;
+  uint32_t index_ = 0;
+
+  // This side's slots, written by the peer.
+  uint32_t slot_bytes_;
+  uint32_t slot_count_;
+  runtime::numa_region slots_;
+  std::unique_ptr<region> slots_region_;
+  std::unique_ptr<std::atomic<bool>[]> occupied_;
+
+  // The peer's slots, written by this side.
+  bool bound_ = false;
+  uint64_t peer_addr_ = 0; // fi_addr_t
+  uint32_t peer_index_ = 0;
+  uint64_t peer_slots_ = 0;
+  uint64_t peer_key_ = 0;
+  uint32_t peer_slot_bytes_ = 0;
+  uint32_t peer_slot_count_ = 0;
+  std::mutex credit_mtx_;
+  std::condition_variable credit_cv_;
+  std::deque<uint32_t> credits_;       // the peer's free slots
+  std::vector<bool> out_;              // the peer's slots this side wrote, not yet back
+  std::vector<uint32_t> op_slot_;      // op -> the peer slot it writes
+  std::vector<int> free_ops_;
+  std::unique_ptr<tx_op[]> ops_;
+  std::vector<std::byte> headers_;     // one frame header per op, registered
+  std::unique_ptr<region> headers_region_;
+  std::vector<std::byte> bounce_;      // for a frame in more pieces than the provider gathers
+  std::mutex bounce_mtx_;
+
+  std::atomic<bool> open_{true};
+  mutable std::mutex why_mtx_;
+  std::string why_;
+  errc close_code_ = errc::ok;
+};
+
+} // namespace rw::transports::fabric

@@ -1,0 +1,99 @@
+#pragma once
+// What a fabric endpoint and its connections share: one reliable-datagram endpoint on
+// the domain, its address vector, a receive completion queue (RMA writes with
+// immediate data into this side's slots, and credit messages) and a transmit one, the
+// small receive buffers credit messages land in, and the table of connections by the
+// index peers stamp into their immediates.
+//
+// Immediate data (32 bits): the receiver's connection index (20 bits) and a slot of
+// that connection (12 bits). A write names the slot it filled; a credit message (no
+// payload) names a slot of the receiver's peer that is free again.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transports/fabric/domain.hpp"
+#include "transports/fabric/registration.hpp"
+
+struct fid_ep;
+struct fid_av;
+struct fid_cq;
+
+namespace rw::transports::fabric {
+
+constexpr uint32_t slot_bits = 12;
+constexpr uint32_t max_slots = 1u << slot_bits;              // per connection
+constexpr uint32_t max_connections = 1u << (32 - slot_bits); // per endpoint
+
+constexpr uint32_t immediate(uint32_t conn_index, uint32_t slot) {
+  return conn_index << slot_bits | slot;
+}
+constexpr uint32_t imm_connection(uint64_t imm) {
+  return static_cast<uint32_t>(imm) >> slot_bits;
+}
+constexpr uint32_t imm_slot(uint64_t imm) {
+  return static_cast<uint32_t>(imm) & (max_slots - 1);
+}
+
+/// A transmit in flight: its completion sets `state` (the context is its first member).
+struct tx_op {
+  alignas(8) unsigned char context[64]; // fi_context2, kept opaque here
+  enum : int { idle = 0, pending = 1, done = 2 };
+  std::atomic<int> state{idle}; // idle, pending, done, or -errno
+};
+
+class connection;
+
+struct core {
+  /// Opens an endpoint on `d`: throws rw::error(errc::unavailable) with the provider's
+  /// reason.
+  explicit core(std::shared_ptr<domain> d);
+  ~core();
+  core(const core&) = delete;
+  core& operator=(const core&) = delete;
+
+  /// This endpoint's address, as peers insert it into their address vectors.
+  std::vector<std::byte> address() const;
+
+  /// Reads the transmit queue's completions (any thread; one at a time, others skip).
+  void progress_tx() noexcept;
+
+  /// Sends a credit for `slot` to the peer at `dest`, stamped with the peer's index of
+  /// this connection. False if the provider would not take it within `timeout_ms`.
+  bool send_credit(uint64_t dest, uint32_t peer_index, uint32_t slot, int timeout_ms) noexcept;
+
+  /// Reposts receive buffer `i` (after its message or its consumed immediate).
+  void repost(size_t i) noexcept;
+  /// The posted receive buffer `context` belongs to, or SIZE_MAX.
+  size_t receive_of(void* context) const noexcept;
+
+  std::shared_ptr<domain> dom;
+  fid_ep* ep = nullptr;
+  fid_av* av = nullptr;
+  fid_cq* rx_cq = nullptr;
+  fid_cq* tx_cq = nullptr;
+  bool rx_waitable = false; // rx_cq has a wait object: fi_cq_sread blocks on it
+  std::atomic<uint64_t> closed_epoch{0}; // bumped by each connection that closes
+  /// Local buffers this side sends from (tensors, arenas, header staging).
+  registration_cache send_memory;
+
+  std::mutex table_mtx; // guards conns (connections open and close on other threads)
+  std::vector<std::shared_ptr<connection>> conns; // by index; null: free
+
+  /// Allocates an index for `c`. Throws rw::error(errc::unavailable) when full.
+  uint32_t add(std::shared_ptr<connection> c);
+  std::shared_ptr<connection> find(uint32_t index);
+
+private:
+  std::mutex tx_mtx_;
+  std::vector<std::byte> recv_bufs_;
+  std::unique_ptr<region> recv_region_;
+  std::vector<tx_op> recv_ctx_; // contexts of the posted receives
+  uint32_t next_index_ = 0;
+};
+
+} // namespace rw::transports::fabric

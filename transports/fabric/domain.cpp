@@ -1,0 +1,235 @@
+#include "transports/fabric/domain.hpp"
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include <fmt/ranges.h>
+
+#include <fmt/format.h>
+
+#include "rackweave/errc.hpp"
+
+namespace rw::transports::fabric {
+
+namespace {
+
+constexpr uint64_t needed_caps = FI_MSG | FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_SEND
+                                 | FI_RECV;
+// Every registration rule RackWeave can follow; the provider grants a subset.
+constexpr uint64_t mr_modes = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+// The order `auto` prefers: real RDMA first.
+const char* const preference[] = {"verbs", "efa", "tcp"};
+
+std::string short_name(const std::string& full) {
+  return full.substr(0, full.find(';'));
+}
+
+struct info_deleter {
+  void operator()(fi_info* p) const noexcept {
+    if (p)
+      fi_freeinfo(p);
+  }
+};
+using info_ptr = std::unique_ptr<fi_info, info_deleter>;
+
+info_ptr hints_for(const std::string& provider) {
+  info_ptr h{fi_allocinfo()};
+  if (!h)
+    throw rw::error(errc::internal, "fabric: fi_allocinfo failed");
+  h->caps = needed_caps;
+  h->ep_attr->type = FI_EP_RDM;
+  h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+  h->domain_attr->mr_mode = static_cast<int>(mr_modes);
+  h->domain_attr->threading = FI_THREAD_SAFE;
+  h->domain_attr->cq_data_size = 4;
+  if (provider != "auto")
+    h->fabric_attr->prov_name = strdup(provider.c_str());
+  return h;
+}
+
+// Every provider fi_getinfo lists with no requirement at all, for error messages.
+std::vector<std::string> providers_here() {
+  fi_info* all = nullptr;
+  std::vector<std::string> out;
+  if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, nullptr, &all) == 0) {
+    for (auto* i = all; i != nullptr; i = i->next) {
+      auto name = short_name(i->fabric_attr->prov_name);
+      if (std::find(out.begin(), out.end(), name) == out.end())
+        out.push_back(name);
+    }
+    fi_freeinfo(all);
+  }
+  return out;
+}
+
+// What `provider` lacks, said from what it offers without our requirements.
+std::string lack(const std::string& provider) {
+  info_ptr h{fi_allocinfo()};
+  h->fabric_attr->prov_name = strdup(provider.c_str());
+  fi_info* got = nullptr;
+  if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, h.get(), &got) != 0 || !got)
+    return {};
+  std::string out;
+  bool rdm = false, rma = false;
+  size_t cq_data = 0;
+  for (auto* i = got; i != nullptr; i = i->next) {
+    rdm |= i->ep_attr->type == FI_EP_RDM;
+    rma |= (i->caps & FI_RMA) != 0;
+    cq_data = std::max(cq_data, i->domain_attr->cq_data_size);
+  }
+  fi_freeinfo(got);
+  std::vector<std::string> missing;
+  if (!rdm)
+    missing.push_back("reliable datagram endpoints (FI_EP_RDM)");
+  if (!rma)
+    missing.push_back("RMA writes (FI_RMA)");
+  if (cq_data < 4)
+    missing.push_back(fmt::format("4 bytes of immediate data (it carries {})", cq_data));
+  if (missing.empty())
+    missing.push_back("thread-safe domains or the memory registration modes RackWeave "
+                      "follows (FI_MR_LOCAL, VIRT_ADDR, ALLOCATED, PROV_KEY)");
+  return fmt::format("{}", fmt::join(missing, ", "));
+}
+
+int nic_numa(const fi_info* info, std::string& nic) {
+  if (info->nic == nullptr || info->nic->device_attr == nullptr)
+    return -1;
+  if (info->nic->device_attr->name)
+    nic = info->nic->device_attr->name;
+  auto* bus = info->nic->bus_attr;
+  std::string path;
+  if (bus != nullptr && bus->bus_type == FI_BUS_PCI) {
+    auto& p = bus->attr.pci;
+    path = fmt::format("/sys/bus/pci/devices/{:04x}:{:02x}:{:02x}.{:x}/numa_node", p.domain_id,
+                       p.bus_id, p.device_id, p.function_id);
+  } else if (!nic.empty()) {
+    path = "/sys/class/net/" + nic + "/device/numa_node";
+  }
+  if (path.empty())
+    return -1;
+  if (auto* f = fopen(path.c_str(), "r")) {
+    int n = -1;
+    if (fscanf(f, "%d", &n) != 1)
+      n = -1;
+    fclose(f);
+    return n;
+  }
+  return -1;
+}
+
+} // namespace
+
+bool known_provider(const std::string& name) {
+  return name == "auto" || name == "verbs" || name == "efa" || name == "tcp";
+}
+
+std::string fi_error_text(long rc) {
+  return fmt::format("{} ({})", fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)), rc);
+}
+
+std::shared_ptr<domain> domain::open(const std::string& provider,
+                                     const std::string& source_host) {
+  if (!known_provider(provider))
+    throw rw::error(errc::invalid_spec,
+                    fmt::format("fabric provider '{}' is not one of auto, verbs, efa, tcp",
+                                provider));
+  std::vector<std::string> tries;
+  if (provider == "auto")
+    tries.assign(std::begin(preference), std::end(preference));
+  else
+    tries.push_back(provider);
+  std::vector<std::string> why;
+  for (auto& name : tries) {
+    auto hints = hints_for(name);
+    fi_info* got = nullptr;
+    auto flags = source_host.empty() ? 0 : FI_SOURCE;
+    auto rc = fi_getinfo(FI_VERSION(1, 9), source_host.empty() ? nullptr : source_host.c_str(),
+                         nullptr, flags, hints.get(), &got);
+    if (rc != 0 && !source_host.empty()) // the provider may not bind by address
+      rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints.get(), &got);
+    if (rc != 0 || got == nullptr) {
+      auto here = providers_here();
+      if (std::find(here.begin(), here.end(), name) == here.end())
+        why.push_back(fmt::format("no libfabric provider '{}' on this machine (it has: {})",
+                                  name, fmt::join(here, ", ")));
+      else
+        why.push_back(fmt::format("provider '{}' lacks {}", name, lack(name)));
+      continue;
+    }
+    info_ptr list{got};
+    // With `auto`, tcp's offers are ofi_rxm over tcp; skip providers layered on others
+    // than the one asked for (a "udp;ofi_rxd" for "tcp").
+    fi_info* pick = nullptr;
+    for (auto* i = got; i != nullptr && pick == nullptr; i = i->next)
+      if (short_name(i->fabric_attr->prov_name) == name)
+        pick = i;
+    if (pick == nullptr) {
+      why.push_back(fmt::format("provider '{}' offered only layered providers", name));
+      continue;
+    }
+    std::shared_ptr<domain> d{new domain};
+    d->info_ = fi_dupinfo(pick);
+    d->provider_name_ = pick->fabric_attr->prov_name;
+    d->short_name_ = name;
+    d->numa_ = nic_numa(pick, d->nic_);
+    if (auto rc2 = fi_fabric(d->info_->fabric_attr, &d->fabric_, nullptr); rc2 != 0)
+      throw rw::error(errc::unavailable, fmt::format("fabric: opening provider {}: {}",
+                                                     d->provider_name_, fi_error_text(rc2)));
+    if (auto rc2 = fi_domain(d->fabric_, d->info_, &d->domain_, nullptr); rc2 != 0)
+      throw rw::error(errc::unavailable,
+                      fmt::format("fabric: opening domain {} of provider {}: {}",
+                                  d->info_->domain_attr->name, d->provider_name_,
+                                  fi_error_text(rc2)));
+    return d;
+  }
+  throw rw::error(errc::unavailable, fmt::format("fabric: {}", fmt::join(why, "; ")));
+}
+
+domain::~domain() {
+  if (domain_)
+    fi_close(&domain_->fid);
+  if (fabric_)
+    fi_close(&fabric_->fid);
+  if (info_)
+    fi_freeinfo(info_);
+}
+
+bool domain::mr_local() const noexcept {
+  return (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || (info_->mode & FI_LOCAL_MR);
+}
+bool domain::mr_virt_addr() const noexcept {
+  return (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
+}
+bool domain::mr_prov_key() const noexcept {
+  return (info_->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
+}
+bool domain::rx_cq_data() const noexcept {
+  return (info_->mode & FI_RX_CQ_DATA) != 0;
+}
+size_t domain::iov_limit() const noexcept {
+  return std::max<size_t>(1, std::min(info_->tx_attr->iov_limit, info_->tx_attr->rma_iov_limit
+                                                                   ? info_->tx_attr->iov_limit
+                                                                   : 1));
+}
+size_t domain::max_msg_size() const noexcept {
+  return info_->ep_attr->max_msg_size;
+}
+uint64_t domain::next_key() noexcept {
+  return next_key_++;
+}
+
+std::string domain::describe() const {
+  return fmt::format("provider={} fabric={} domain={} nic={} numa={}", provider_name_,
+                     info_->fabric_attr->name ? info_->fabric_attr->name : "?",
+                     info_->domain_attr->name ? info_->domain_attr->name : "?",
+                     nic_.empty() ? "(unknown)" : nic_,
+                     numa_ < 0 ? std::string{"(unknown)"} : std::to_string(numa_));
+}
+
+} // namespace rw::transports::fabric

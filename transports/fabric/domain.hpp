@@ -1,0 +1,89 @@
+#pragma once
+// A libfabric provider opened for RackWeave: the fabric and the domain of one NIC, with
+// what the data path needs checked once (reliable datagram endpoints, messages and RMA
+// writes carrying 32 bits of immediate data, thread-safe use) and the provider's memory
+// registration rules read from what it granted. Shared by a node's fabric endpoint and
+// a worker's.
+//
+// Providers: "verbs" (rdma-core: InfiniBand, RoCE; through ofi_rxm), "efa" (AWS),
+// "tcp" (through ofi_rxm: how it is tested without RDMA hardware), or "auto" (the first
+// of those fi_getinfo offers).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+struct fi_info;
+struct fid_fabric;
+struct fid_domain;
+
+namespace rw::transports::fabric {
+
+/// The provider names accepted by --fabric (besides "off").
+bool known_provider(const std::string& name);
+
+class domain {
+public:
+  /// Opens `provider` (auto, verbs, efa or tcp) on the interface of `source_host` (""
+  /// for the provider's default). Throws rw::error(errc::unavailable) naming what is
+  /// missing: no such provider on this machine, or one that lacks a needed capability.
+  static std::shared_ptr<domain> open(const std::string& provider,
+                                      const std::string& source_host = {});
+  ~domain();
+
+  domain(const domain&) = delete;
+  domain& operator=(const domain&) = delete;
+
+  fi_info* info() const noexcept {
+    return info_;
+  }
+  fid_domain* handle() const noexcept {
+    return domain_;
+  }
+  /// The provider's full name ("tcp;ofi_rxm") and the short one a peer matches ("tcp").
+  const std::string& provider_name() const noexcept {
+    return provider_name_;
+  }
+  const std::string& provider() const noexcept {
+    return short_name_;
+  }
+  /// The NIC (its device or interface name, "" if the provider does not say) and its
+  /// NUMA domain (-1: unknown), from the provider's NIC attributes and hwloc.
+  const std::string& nic() const noexcept {
+    return nic_;
+  }
+  int numa() const noexcept {
+    return numa_;
+  }
+
+  /// Registration rules granted: local buffers need a descriptor, remote addresses are
+  /// virtual addresses, the provider picks keys, writes with immediate data consume a
+  /// posted receive.
+  bool mr_local() const noexcept;
+  bool mr_virt_addr() const noexcept;
+  bool mr_prov_key() const noexcept;
+  bool rx_cq_data() const noexcept;
+  size_t iov_limit() const noexcept;
+  size_t max_msg_size() const noexcept;
+  /// A key for a new registration when the application picks them.
+  uint64_t next_key() noexcept;
+
+  /// "provider=tcp;ofi_rxm fabric=... domain=... nic=lo numa=0".
+  std::string describe() const;
+
+private:
+  domain() = default;
+  fi_info* info_ = nullptr;
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  std::string provider_name_;
+  std::string short_name_;
+  std::string nic_;
+  int numa_ = -1;
+  uint64_t next_key_ = 1;
+};
+
+/// libfabric's text for a negative return code.
+std::string fi_error_text(long rc);
+
+} // namespace rw::transports::fabric

@@ -1,0 +1,282 @@
+#include "transports/fabric/endpoint.hpp"
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace rw::transports::fabric {
+
+namespace {
+constexpr int entries_per_read = 64;
+constexpr int max_entries_per_poll = 4096; // then the poller looks at its mailbox
+constexpr auto bad_imm_log_every = std::chrono::seconds(10);
+
+/// A frame in a receive slot, lent to the sink; the slot goes back to the peer when
+/// the last reference is gone.
+class slot_view final : public runtime::payload {
+public:
+  slot_view(std::shared_ptr<connection> c, uint32_t slot, uint32_t bytes)
+    : payload(c->payload_at(slot), bytes, true), conn_(std::move(c)), slot_(slot) {
+    size = bytes;
+  }
+
+private:
+  void recycle() noexcept override {
+    conn_->release(slot_);
+    delete this;
+  }
+  std::shared_ptr<connection> conn_;
+  uint32_t slot_;
+};
+
+bool resident(frame_kind k) {
+  return k == frame_kind::push || k == frame_kind::init || k == frame_kind::pull;
+}
+} // namespace
+
+endpoint::endpoint(std::shared_ptr<domain> d, endpoint_settings s)
+  : core_(std::make_shared<core>(std::move(d))), settings_(s) {
+  settings_.slots = std::clamp<uint32_t>(settings_.slots, 1, max_slots);
+}
+
+endpoint::~endpoint() {
+  std::vector<std::shared_ptr<connection>> conns;
+  {
+    std::lock_guard<std::mutex> guard{core_->table_mtx};
+    conns.swap(core_->conns); // connections point back at the core: break the cycle
+  }
+  for (auto& c : conns)
+    if (c)
+      c->close();
+}
+
+std::shared_ptr<connection> endpoint::open(const std::string& peer, uint32_t max_payload) {
+  auto bytes = (uint64_t{frame_header_bytes} + std::max<uint32_t>(max_payload, 4096) + 63)
+               / 64 * 64;
+  if (bytes > UINT32_MAX)
+    throw rw::error(errc::frame_too_large,
+                    fmt::format("fabric: {} payload bytes per frame is too many", max_payload));
+  auto c = std::make_shared<connection>(core_, peer, static_cast<uint32_t>(bytes),
+                                        settings_.slots, settings_.numa,
+                                        settings_.io_timeout_ms);
+  c->index_ = core_->add(c);
+  return c;
+}
+
+void endpoint::adopt(connection_ptr c) {
+  auto f = std::dynamic_pointer_cast<connection>(c);
+  if (!f)
+    throw std::logic_error("the fabric endpoint adopts fabric connections only");
+  std::lock_guard<std::mutex> guard{incoming_mtx_};
+  incoming_.push_back(std::move(f));
+  if (core_->rx_waitable)
+    fi_cq_signal(core_->rx_cq);
+}
+
+size_t endpoint::connection_count() const noexcept {
+  return live_.load();
+}
+
+std::string endpoint::describe() const {
+  auto& d = *core_->dom;
+  return fmt::format("fabric://{}/{}", d.provider_name(),
+                     d.info()->domain_attr->name ? d.info()->domain_attr->name : "?");
+}
+
+void endpoint::deliver(const std::shared_ptr<connection>& c, uint32_t slot, frame_sink& sink) {
+  if (!c->is_open())
+    return; // closing: its frames are dropped with it
+  if (!c->occupy(slot)) {
+    c->fail(errc::bad_frame,
+            fmt::format("the peer wrote into slot {} while it still held a frame (it "
+                        "overran its credits)", slot));
+    return;
+  }
+  frame_header h;
+  std::string why;
+  if (!c->frame_at(slot, h, why)) {
+    // No error frame: sending one would wait on this very thread's progress. The
+    // sink hears the close with the reason (a node closes the worker's TCP link too).
+    spdlog::warn("fabric: peer={}: a frame that cannot be trusted: {}; closing", c->peer(), why);
+    c->fail(errc::bad_frame, why);
+    return;
+  }
+  runtime::buffer_ref view;
+  if (h.payload_bytes > 0)
+    view.reset(new slot_view(c, slot, h.payload_bytes));
+  if (resident(h.kind))
+    sink.on_resident_frame(c, h, std::move(view));
+  else
+    sink.frame_sink::on_resident_frame(c, h, std::move(view)); // copied where it goes
+  if (h.payload_bytes == 0)
+    c->release(slot);
+}
+
+void endpoint::on_write(uint64_t imm, frame_sink& sink) {
+  auto index = imm_connection(imm);
+  auto slot = imm_slot(imm);
+  auto c = core_->find(index);
+  if (!c || slot >= c->slot_count()) {
+    auto n = bad_imm_.fetch_add(1) + 1;
+    static std::atomic<int64_t> last_log{0};
+    auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   bad_imm_log_every).count();
+    if (now - last_log.load() > every) {
+      last_log.store(now);
+      spdlog::warn("fabric: a write's immediate {:#010x} names no slot (connection {} slot "
+                   "{}{}): ignored; {} such writes so far",
+                   imm, index, slot, c ? fmt::format(" of {}", c->slot_count()) : " unknown",
+                   n);
+    }
+    return;
+  }
+  if (!c->adopted) {
+    c->held.push_back(slot);
+    return;
+  }
+  deliver(c, slot, sink);
+}
+
+void endpoint::on_credit(uint64_t imm) {
+  auto c = core_->find(imm_connection(imm));
+  if (!c)
+    return; // a credit for a connection already gone
+  if (!c->credit(imm_slot(imm)))
+    c->fail(errc::bad_frame,
+            fmt::format("the peer gave back slot {} it had not been sent", imm_slot(imm)));
+}
+
+int endpoint::drain(int timeout_ms, frame_sink& sink) {
+  fi_cq_data_entry e[entries_per_read];
+  int handled = 0;
+  bool waited = false;
+  while (handled < max_entries_per_poll) {
+    auto n = fi_cq_read(core_->rx_cq, e, entries_per_read);
+    if (n == -FI_EAGAIN && handled == 0 && !waited && timeout_ms > 0) {
+      waited = true;
+      if (core_->rx_waitable) {
+        n = fi_cq_sread(core_->rx_cq, e, entries_per_read, nullptr, timeout_ms);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 2)));
+        continue;
+      }
+    }
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(core_->rx_cq, &err, 0) > 0) {
+        spdlog::warn("fabric: a receive failed: {}", fi_error_text(-static_cast<long>(err.err)));
+        auto i = core_->receive_of(err.op_context);
+        if (i != SIZE_MAX)
+          core_->repost(i);
+      }
+      continue;
+    }
+    if (n <= 0)
+      break;
+    for (long i = 0; i < n; ++i) {
+      auto& x = e[i];
+      auto posted = core_->receive_of(x.op_context);
+      if (x.flags & FI_REMOTE_WRITE) {
+        if (posted != SIZE_MAX) // FI_RX_CQ_DATA: the immediate took a posted receive
+          core_->repost(posted);
+        if (x.flags & FI_REMOTE_CQ_DATA)
+          on_write(x.data, sink);
+      } else if (x.flags & FI_RECV) {
+        if (x.flags & FI_REMOTE_CQ_DATA)
+          on_credit(x.data);
+        if (posted != SIZE_MAX)
+          core_->repost(posted);
+      }
+      ++handled;
+    }
+  }
+  return handled;
+}
+
+void endpoint::sweep(frame_sink& sink) {
+  auto epoch = core_->closed_epoch.load();
+  if (epoch == swept_epoch_ && !pending_removal_)
+    return;
+  swept_epoch_ = epoch;
+  pending_removal_ = false;
+  std::vector<std::shared_ptr<connection>> closed;
+  {
+    std::lock_guard<std::mutex> guard{core_->table_mtx};
+    for (auto& c : core_->conns)
+      if (c && !c->is_open())
+        closed.push_back(c);
+  }
+  for (auto& c : closed) {
+    if (c->adopted && !c->reported) {
+      c->reported = true;
+      live_.fetch_sub(1);
+      sink.on_closed(c, c->close_code(), c->close_reason());
+    }
+    if (!c->idle()) { // a write still in flight points into it: keep it a while
+      pending_removal_ = true;
+      continue;
+    }
+    std::lock_guard<std::mutex> guard{core_->table_mtx};
+    if (c->index() < core_->conns.size() && core_->conns[c->index()] == c)
+      core_->conns[c->index()].reset();
+  }
+}
+
+int endpoint::poll(int timeout_ms, frame_sink& sink) {
+  std::vector<std::shared_ptr<connection>> fresh;
+  {
+    std::lock_guard<std::mutex> guard{incoming_mtx_};
+    fresh.swap(incoming_);
+  }
+  int handled = 0;
+  for (auto& c : fresh) {
+    c->adopted = true;
+    live_.fetch_add(1);
+    for (auto slot : c->held) {
+      deliver(c, slot, sink);
+      ++handled;
+    }
+    c->held.clear();
+  }
+  handled += drain(handled > 0 ? 0 : timeout_ms, sink);
+  core_->progress_tx();
+  sweep(sink);
+  return handled;
+}
+
+void endpoint::close_all(frame_sink& sink) {
+  {
+    std::lock_guard<std::mutex> guard{incoming_mtx_};
+    for (auto& c : incoming_) {
+      c->adopted = true;
+      live_.fetch_add(1);
+    }
+    incoming_.clear();
+  }
+  std::vector<std::shared_ptr<connection>> conns;
+  {
+    std::lock_guard<std::mutex> guard{core_->table_mtx};
+    conns.swap(core_->conns);
+  }
+  for (auto& c : conns) {
+    if (!c)
+      continue;
+    c->fail(errc::io_error, "endpoint shut down");
+    if (c->adopted && !c->reported) {
+      c->reported = true;
+      live_.fetch_sub(1);
+      sink.on_closed(c, errc::io_error, "endpoint shut down");
+    }
+  }
+}
+
+} // namespace rw::transports::fabric

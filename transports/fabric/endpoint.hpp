@@ -1,0 +1,80 @@
+#pragma once
+// A fabric endpoint: one reliable-datagram endpoint on a NIC's domain and every
+// connection made on it, driven by one thread (the NIC poller's, or a worker's
+// receiver). Connections are made in two halves: `open` allocates and registers this
+// side's slots (its offer), `connection::bind` takes the peer's offer; frames the peer
+// writes before `adopt` are held and delivered in order once adopted.
+//
+// Receiving: a write's immediate names (connection, slot); the header is read from the
+// slot and the payload handed to the sink in place (push, init and pull as resident
+// frames, zero-copy; other kinds through on_header / on_frame). An immediate that names
+// no slot is counted and logged (it cannot be told apart from noise, so nobody is cut
+// off for it); a write into a slot still held, or a header that does not decode, closes
+// that connection (the sink hears why). Others go on.
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "rackweave/defaults.hpp"
+#include "transports/fabric/connection.hpp"
+#include "transports/fabric/domain.hpp"
+#include "transports/transport.hpp"
+
+namespace rw::transports::fabric {
+
+struct endpoint_settings {
+  uint32_t slots = 256;  // receive slots granted to each peer (credits), at most 4096
+  uint32_t numa = 0;     // where slot memory lives (the NIC's domain)
+  int io_timeout_ms = defaults::io_timeout_ms;
+};
+
+class endpoint final : public transports::endpoint {
+public:
+  /// Throws rw::error(errc::unavailable) if the provider cannot open an endpoint.
+  endpoint(std::shared_ptr<domain> d, endpoint_settings s);
+  ~endpoint() override;
+
+  /// A new connection to `peer` (named for logs) whose slots take frames with up to
+  /// `max_payload` payload bytes. Thread-safe. Throws rw::error (registration refused:
+  /// the message names ulimit -l).
+  std::shared_ptr<connection> open(const std::string& peer, uint32_t max_payload);
+
+  void adopt(connection_ptr c) override;
+  int poll(int timeout_ms, frame_sink& sink) override;
+  void close_all(frame_sink& sink) override;
+  size_t connection_count() const noexcept override;
+  std::string describe() const override;
+
+  const domain& fabric_domain() const noexcept {
+    return *core_->dom;
+  }
+  /// Immediates that named no slot, since the start.
+  uint64_t bad_immediates() const noexcept {
+    return bad_imm_.load();
+  }
+  /// Local registrations made for sending (steady state: no new ones).
+  uint64_t registrations() const noexcept {
+    return core_->send_memory.registrations();
+  }
+
+private:
+  void on_write(uint64_t imm, frame_sink& sink);
+  void on_credit(uint64_t imm);
+  void deliver(const std::shared_ptr<connection>& c, uint32_t slot, frame_sink& sink);
+  int drain(int timeout_ms, frame_sink& sink);
+  void sweep(frame_sink& sink);
+
+  std::shared_ptr<core> core_;
+  endpoint_settings settings_;
+  std::mutex incoming_mtx_;
+  std::vector<std::shared_ptr<connection>> incoming_; // adopted, not yet polled
+  std::atomic<size_t> live_{0};
+  std::atomic<uint64_t> bad_imm_{0};
+  uint64_t swept_epoch_ = 0;
+  bool pending_removal_ = false;
+};
+
+} // namespace rw::transports::fabric

@@ -1,0 +1,113 @@
+#include "transports/fabric/registration.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_errno.h>
+
+#include <fmt/format.h>
+
+#include "rackweave/errc.hpp"
+
+namespace rw::transports::fabric {
+
+namespace {
+constexpr uintptr_t page = 4096;
+constexpr uintptr_t wide_span = 1u << 20;
+
+std::string memlock_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_MEMLOCK, &r) != 0)
+    return "unknown";
+  if (r.rlim_cur == RLIM_INFINITY)
+    return "unlimited";
+  return fmt::format("{} KiB", r.rlim_cur / 1024);
+}
+} // namespace
+
+region::region(domain& d, const void* data, size_t bytes, uint64_t access)
+  : begin_(static_cast<const std::byte*>(data)), bytes_(bytes), virt_addr_(d.mr_virt_addr()) {
+  uint64_t requested = d.mr_prov_key() ? 0 : d.next_key();
+  auto rc = fi_mr_reg(d.handle(), data, bytes, access, 0, requested, 0, &mr_, nullptr);
+  if (rc != 0)
+    throw rw::error(errc::io_error,
+                    fmt::format("fabric: registering {} bytes at {} with provider {} failed: "
+                                "{}. The locked-memory limit (ulimit -l) is {}; registered "
+                                "memory counts against it: raise it (ulimit -l unlimited, or "
+                                "LimitMEMLOCK=infinity in a systemd unit) or lower "
+                                "--fabric-slots",
+                                bytes, data, d.provider_name(), fi_error_text(rc),
+                                memlock_limit()));
+  desc_ = fi_mr_desc(mr_);
+  key_ = fi_mr_key(mr_);
+}
+
+region::~region() {
+  if (mr_)
+    fi_close(&mr_->fid);
+}
+
+uint64_t region::remote_address(const void* p) const noexcept {
+  auto at = static_cast<const std::byte*>(p);
+  return virt_addr_ ? reinterpret_cast<uint64_t>(at) : static_cast<uint64_t>(at - begin_);
+}
+
+registration_cache::registration_cache(std::shared_ptr<domain> d, uint64_t access,
+                                       size_t max_regions)
+  : domain_(std::move(d)), access_(access), max_regions_(max_regions) {
+}
+
+std::shared_ptr<region> registration_cache::get(const void* p, size_t n) {
+  auto* b = static_cast<const std::byte*>(p);
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto it = by_start_.upper_bound(b);
+  if (it != by_start_.begin()) {
+    auto& r = std::prev(it)->second;
+    if (r->contains(b, n))
+      return r;
+  }
+  // A whole span around the buffer first (the tensor's next chunks fall in it); if
+  // the provider will not register memory outside the buffer, its pages alone.
+  auto span = [&](uintptr_t unit, const std::byte*& s) {
+    auto start = reinterpret_cast<uintptr_t>(b) & ~(unit - 1);
+    auto stop = (reinterpret_cast<uintptr_t>(b) + n + unit - 1) & ~(unit - 1);
+    s = reinterpret_cast<const std::byte*>(start);
+    return std::make_shared<region>(*domain_, s, stop - start, access_);
+  };
+  const std::byte* s = nullptr;
+  std::shared_ptr<region> r;
+  try {
+    r = span(wide_span, s);
+  } catch (const rw::error&) {
+    r = span(page, s); // throws what the provider said
+  }
+  // Overlapping registrations are fine for the provider; the map keeps the newest.
+  ++made_;
+  if (by_start_.count(s))
+    age_.remove(s);
+  by_start_[s] = r;
+  age_.push_back(s);
+  trim();
+  return r;
+}
+
+void registration_cache::trim() {
+  for (auto it = age_.begin(); by_start_.size() > max_regions_ && it != age_.end();) {
+    auto found = by_start_.find(*it);
+    if (found != by_start_.end() && found->second.use_count() == 1) {
+      by_start_.erase(found);
+      it = age_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+size_t registration_cache::size() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return by_start_.size();
+}
+
+} // namespace rw::transports::fabric
