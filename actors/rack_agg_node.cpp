@@ -50,6 +50,22 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     eps.push_back(ep);
   }
 
+  // The fabric provider too: a missing one stops the node before anything runs.
+  std::shared_ptr<transports::fabric::domain> dom;
+  if (cfg.fabric != "off") {
+    auto host = transports::tcp::parse_address(addresses_.front()).host;
+    if (host == "0.0.0.0" || host == "::")
+      host.clear();
+    try {
+      dom = transports::fabric::domain::open(cfg.fabric, host);
+    } catch (const std::exception& e) {
+      if (cfg.fabric != "auto")
+        throw std::runtime_error(std::string(e.what()) + " (--fabric " + cfg.fabric
+                                 + "; --fabric off runs TCP and shared memory only)");
+      spdlog::warn("fabric: --fabric auto found no usable provider: {}; TCP only", e.what());
+    }
+  }
+
   // One supervisor per NUMA domain that has shards or endpoints.
   auto pinned = cfg.pin ? topo_ : nullptr;
   std::map<uint32_t, supervisor_settings> domains;
@@ -197,20 +213,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     shm_where = fmt::format("{} (cpu {})", shm_ep->describe(), s.core.os_cpu);
   }
   std::string fabric_where = "off";
-  if (cfg.fabric != "off") {
-    auto host = transports::tcp::parse_address(addresses_.front()).host;
-    if (host == "0.0.0.0" || host == "::")
-      host.clear();
-    std::shared_ptr<transports::fabric::domain> dom;
-    try {
-      dom = transports::fabric::domain::open(cfg.fabric, host);
-    } catch (const std::exception& e) {
-      if (cfg.fabric != "auto")
-        throw std::runtime_error(std::string(e.what()) + " (--fabric " + cfg.fabric
-                                 + "; --fabric off runs TCP and shared memory only)");
-      spdlog::warn("fabric: --fabric auto found no usable provider: {}; TCP only", e.what());
-    }
-    if (dom) {
+  if (dom) {
+    {
       poller_settings s;
       s.node_name = name;
       s.endpoints = addresses_;

@@ -6,13 +6,19 @@
 # bench/RESULTS.md (the section between the peers markers).
 #
 #   bash bench/peers.sh [--workers "2 4 8"] [--bytes "4MiB 64MiB"] [--iters N]
-#                       [--warmup K] [--systems "rackweave-tcp rackweave-shm gloo
-#                       torch-gloo mpi-shm mpi-tcp"] [--timeout S] [--json]
+#                       [--warmup K] [--systems "rackweave-tcp rackweave-shm
+#                       rackweave-fabric gloo torch-gloo mpi-shm mpi-tcp"] [--timeout S]
+#                       [--json]
 #                       [--smoke] [--build-dir DIR] [--no-results]
 #
 # Systems:
 #   rackweave-tcp  rw-bench comm through one rw-node --role rack-agg on 127.0.0.1
 #   rackweave-shm  the same with --transport shm (only once rw-bench comm offers it)
+#   rackweave-fabric  the same with --transport fabric, the node started with --fabric tcp
+#                  (libfabric's tcp provider over loopback: software overhead, not RDMA)
+# For each rackweave-* run the node's CPU time (user + sys, from /proc) is read before
+# and after: "node_cpu_ns_per_byte" divides it by the bytes through the node (2 x W x S
+# per iteration, warm-up included).
 #   gloo           build/peers/gloo-allreduce: Gloo TCP transport, FileStore rendezvous
 #   torch-gloo     bench/peers/torch_allreduce.py: torch.distributed, gloo backend
 #   mpi-shm        build/peers/mpi-allreduce under mpirun, OpenMPI defaults
@@ -43,7 +49,7 @@ workers="2 4 8"
 sizes="4MiB 64MiB"
 iters=10
 warmup=2
-systems="rackweave-tcp rackweave-shm gloo torch-gloo mpi-shm mpi-tcp"
+systems="rackweave-tcp rackweave-shm rackweave-fabric gloo torch-gloo mpi-shm mpi-tcp"
 run_timeout=300
 json=0
 no_results=0
@@ -59,7 +65,7 @@ while (($#)); do
 done
 for s in $systems; do
   case $s in
-    rackweave-tcp|rackweave-shm|gloo|torch-gloo|mpi-shm|mpi-tcp) ;;
+    rackweave-tcp|rackweave-shm|rackweave-fabric|gloo|torch-gloo|mpi-shm|mpi-tcp) ;;
     *) usage_error "unknown system $s" ;;
   esac
 done
@@ -168,9 +174,11 @@ fi
 need_node=0
 for s in "${active[@]}"; do [[ $s == rackweave-* ]] && ((rw_built)) && need_node=1; done
 address=
+node_fabric=()
+[[ " ${active[*]} " == *" rackweave-fabric "* ]] && node_fabric=(--fabric tcp)
 if ((need_node)); then
   "$build/apps/rw-node" --role rack-agg --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" \
-    --log-level warn 2>"$tmp/node.log" &
+    --log-level warn "${node_fabric[@]}" 2>"$tmp/node.log" &
   node_pid=$!
   wait_for_port "$tmp/port" "$node_pid" ||
     { note "rw-node did not start"; cat "$tmp/node.log" >&2; exit 1; }
@@ -201,24 +209,29 @@ print(f"{pct(0.5):.3f} {pct(0.9):.3f}")
 PY
 }
 
+# node_cpu: the node's user + sys CPU time so far, in clock ticks.
+node_cpu() { awk '{print $14 + $15}' "/proc/$node_pid/stat" 2>/dev/null || echo 0; }
+
 # measure SYSTEM W BYTES LABEL: sets res="median p90" on success; on failure returns non-zero
 # after saying why on stderr. (Not called in a subshell, so the traps see run_pids.)
 measure() {
   local sys=$1 w=$2 b=$3 label=$4 out=$tmp/$1.$2.$3.out err=$tmp/$1.$2.$3.err rc=0 line st
-  res=
+  res= cpu=
   if ((!peers_built)) && [[ $sys == gloo || $sys == mpi-* ]]; then
     echo "not measured: bench/setup-peers.sh (the peer build) failed" >"$err"
     note "$sys W=$w S=$label failed: $(<"$err")"
     return 1
   fi
   case $sys in
-    rackweave-tcp|rackweave-shm)
+    rackweave-tcp|rackweave-shm|rackweave-fabric)
       if ((!rw_built)); then
         echo "not measured: apps/scripts/setup.sh (the RackWeave build) failed" >"$err"
         rc=1
       else
-        local extra=()
+        local extra=() cpu0
         [[ $sys == rackweave-shm ]] && extra=(--transport shm)
+        [[ $sys == rackweave-fabric ]] && extra=(--transport fabric)
+        cpu0=$(node_cpu)
         run "$out" "$err" "$build/apps/rw-bench" comm --connect "$address" --workers "$w" \
           --bytes "$b" --iters "$iters" --warmup "$warmup" --json \
           --timeout-s $((run_timeout - 10 > 0 ? run_timeout - 10 : run_timeout)) "${extra[@]}" || rc=$?
@@ -228,6 +241,11 @@ measure() {
 d = json.loads(sys.argv[1]); m, p = d["median_ms"], d["p90_ms"]
 assert all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in (m, p)), d
 print("%.3f %.3f" % (m, p))' "$line" 2>>"$err") || rc=1
+          # CPU ns per byte through the node: 2 x W x S per iteration, warm-up included.
+          ((rc == 0)) && cpu=$(python3 -c 'import sys, os
+t0, t1, w, b, n = map(int, sys.argv[1:6]); hz = os.sysconf("SC_CLK_TCK")
+print("%.3f" % ((t1 - t0) / hz * 1e9 / (2 * w * b * n)))' "$cpu0" "$(node_cpu)" "$w" "$b" \
+            $((iters + warmup)))
         fi
       fi ;;
     gloo)
@@ -324,8 +342,8 @@ for w in $workers; do
       t0=$(date +%s)
       if measure "$sys" "$w" "$b" "$s"; then
         read -r med p90 <<<"$res"
-        line="{\"system\":\"$sys\",\"workers\":$w,\"bytes\":$b,\"median_ms\":$med,\"p90_ms\":$p90}"
-        note "$sys W=$w S=$s: median $med ms, p90 $p90 ms ($(($(date +%s) - t0)) s)"
+        line="{\"system\":\"$sys\",\"workers\":$w,\"bytes\":$b,\"median_ms\":$med,\"p90_ms\":$p90${cpu:+,\"node_cpu_ns_per_byte\":$cpu}}"
+        note "$sys W=$w S=$s: median $med ms, p90 $p90 ms${cpu:+, node CPU $cpu ns/byte} ($(($(date +%s) - t0)) s)"
       else
         line="{\"system\":\"$sys\",\"workers\":$w,\"bytes\":$b,\"median_ms\":null,\"p90_ms\":null,\"error\":\"failed\"}"
       fi
@@ -424,6 +442,13 @@ for w in workers:
 if not target_lines:
     target_lines = ["- not measured in this run (needs W = 4 at 64MiB)"]
 
+cpu_head = ["workers", "bytes"] + [f"{x} node CPU ns/B" for x in rw]
+cpu_rows = []
+for w in workers:
+    for s in sizes:
+        d = [(res.get((x, int(w), to_bytes(s))) or {}).get("node_cpu_ns_per_byte") for x in rw]
+        cpu_rows.append([w, s] + [f"{v:.3f}" if v is not None else "-" for v in d])
+
 p90_head = ["workers", "bytes"] + [f"{x} p90" for x in systems]
 p90_rows = []
 for w in workers:
@@ -466,6 +491,9 @@ md = ["<!-- peers:begin -->",
       "--warmup K --json` through one `rw-node --role rack-agg` on 127.0.0.1 (optimizer "
       "`sum`)",
       "- `rackweave-shm`: the same with `--transport shm` (only when rw-bench offers it)",
+      "- `rackweave-fabric`: the same with `--transport fabric`, the node started with "
+      "`--fabric tcp`: libfabric's tcp provider (ofi_rxm over sockets) on loopback, so "
+      "this measures the fabric path's software overhead beside rackweave-tcp, not RDMA",
       "- RackWeave rows run without `--verify` (rw-bench checks outside the timed call but "
       "with no barrier, so a checking worker would delay the others' next step; "
       "`bench/comm.sh` verifies the same path bitwise) and with no barrier between "
@@ -485,6 +513,10 @@ md = ["<!-- peers:begin -->",
       "Median ms:", ""]
 md += md_table(head, rows)
 md += ["", "p90 ms:", ""] + md_table(p90_head, p90_rows)
+if rw:
+    md += ["", "The node's CPU time (user + sys, /proc) per byte through it (2 x W x S per "
+           "iteration, warm-up included; every process shares the same cores):", ""]
+    md += md_table(cpu_head, cpu_rows)
 if iperf_gbps:
     md += ["", f"Loopback ceiling: one iperf3 TCP stream (`iperf3 --client 127.0.0.1 --json`, "
            f"same run) carried {iperf_gbps:.2f} Gbit/s."]

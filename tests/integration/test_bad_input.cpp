@@ -344,7 +344,7 @@ TEST_CASE("a sparse frame with an index out of range is refused and nothing appl
   CHECK(first == 0.0f);
 }
 
-TEST_CASE("a buffer of the wrong length is refused at the call; the right one works",
+TEST_CASE("a buffer of the wrong length is refused at the call, the right one works",
           "[integration][bad]") {
   testing::node_process node;
   worker w{options(node.address(), small_job("lengths", 1, 3000), 0)};

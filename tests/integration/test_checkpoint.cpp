@@ -268,7 +268,7 @@ TEST_CASE("a node that dies during a checkpoint fails it with the reason and lea
   std::remove(shell_err.c_str());
 }
 
-TEST_CASE("a hierarchical job is checkpointed at its chunks' homes; without a clock a running "
+TEST_CASE("a hierarchical job is checkpointed at its chunks' homes, without a clock a running "
           "job is taken at the next one",
           "[integration][checkpoint]") {
   rack_cluster c{{"a", "b"}};

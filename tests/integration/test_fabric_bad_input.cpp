@@ -4,6 +4,8 @@
 // slot, writes into held slots, a peer that stops giving slots back: unit/test_fabric; a
 // worker killed mid-step over fabric: test_worker_restart.)
 
+#include <filesystem>
+
 #include <catch2/catch.hpp>
 
 #include "rackweave/worker.hpp"
@@ -92,7 +94,7 @@ TEST_CASE("fabric: bad offers get clear errors and the node serves on",
   check_serves(node.address(), "fab-after", "fabric");
 }
 
-TEST_CASE("fabric: a node without --fabric says so; auto goes on over TCP",
+TEST_CASE("fabric: a node without --fabric says so, and serves over TCP",
           "[integration][fabric]") {
   testing::node_process node;
   try {
@@ -103,4 +105,25 @@ TEST_CASE("fabric: a node without --fabric says so; auto goes on over TCP",
     CHECK_THAT(e.what(), Catch::Contains("offers no fabric endpoint"));
   }
   check_serves(node.address(), "fab-tcp", "tcp");
+}
+
+TEST_CASE("fabric: a node asked for a provider this machine lacks says so and exits",
+          "[integration][fabric]") {
+  std::error_code ec;
+  std::filesystem::directory_iterator rdma{"/sys/class/infiniband", ec};
+  if (!ec && rdma != std::filesystem::directory_iterator{}) {
+    WARN("this machine has RDMA devices: verbs may well open here; not checked");
+    return;
+  }
+  auto log = testing::temp_path("verbs.log");
+  tools::subprocess p{{RW_NODE_PATH, "--role", "rack-agg", "--listen", "127.0.0.1:0",
+                       "--fabric", "verbs"},
+                      false, log};
+  auto rc = p.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+  auto out = testing::read_file(log);
+  std::remove(log.c_str());
+  REQUIRE(rc.has_value());
+  CHECK(*rc == 1);
+  CHECK_THAT(out, Catch::Contains("no libfabric provider 'verbs' on this machine"));
+  CHECK_THAT(out, Catch::Contains("--fabric off"));
 }

@@ -129,7 +129,7 @@ TEST_CASE("an open job's rank 0 changes its hyper-parameters on its node",
   CHECK(node.wait_for_log("hyper-parameters: job='open-sched'"));
 }
 
-TEST_CASE("a checkpoint keeps the job's hyper-parameter changes; the restored job goes on "
+TEST_CASE("a checkpoint keeps the job's hyper-parameter changes, the restored job goes on "
           "with them",
           "[integration][job_set][checkpoint]") {
   testing::rack_cluster c{{"a"}};

@@ -101,7 +101,7 @@ TEST_CASE("a node killed mid-training: the job starts again from its checkpoint 
   CHECK(done.out == "finished\n");
 }
 
-TEST_CASE("a node declared dead that comes back serves nothing stale; workers sent to it "
+TEST_CASE("a node declared dead that comes back serves nothing stale, workers sent to it "
           "are sent on to the job's new node",
           "[integration][failover]") {
   rack_cluster c{{"a", "b"}};

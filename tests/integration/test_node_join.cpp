@@ -84,7 +84,7 @@ TEST_CASE("a drained node joined again takes the job back, bitwise",
   CHECK(placed.out == "n2\n");
 }
 
-TEST_CASE("joining an unknown node is a clear error; a job on one node stays",
+TEST_CASE("joining an unknown node is a clear error, a job on one node stays",
           "[integration][failover]") {
   rack_cluster c{{"a", "b"}};
   auto r = c.shell("rw.node_join('nowhere')");

@@ -101,7 +101,7 @@ TEST_CASE("a crashed shard is restarted with its state: the job goes on bitwise"
   CHECK(c.nodes[1]->wait_for_log("(restart 2) took over", std::chrono::seconds(5)));
 }
 
-TEST_CASE("a layer-wise job whose shard crashed fails, saying why; bad injections",
+TEST_CASE("a layer-wise job whose shard crashed fails, saying why, bad injections",
           "[integration][failover]") {
   rack_cluster c{{"a"}};
   auto a = c.nodes[0]->address();
@@ -127,7 +127,7 @@ TEST_CASE("a layer-wise job whose shard crashed fails, saying why; bad injection
   bad("job = 'idle', kill = 'shard'", "holds no live job"); // no worker has joined
 }
 
-TEST_CASE("a shard crash during a checkpoint fails the checkpoint at once; the job goes on",
+TEST_CASE("a shard crash during a checkpoint fails the checkpoint at once, the job goes on",
           "[integration][failover]") {
   rack_cluster c{{"a"}};
   auto a = c.nodes[0]->address();

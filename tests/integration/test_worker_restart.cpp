@@ -166,7 +166,7 @@ TEST_CASE("a worker that does not come back fails its job after the rejoin timeo
   CHECK_THAT(s.out, Catch::Contains("worker rank 1 disconnected mid-job"));
 }
 
-TEST_CASE("a job finishes when every rank has said bye; a rank that said bye may join "
+TEST_CASE("a job finishes when every rank has said bye, a rank that said bye may join "
           "again meanwhile",
           "[integration][failover]") {
   testing::node_process node{{}, {"rack-agg", false, {}}};

@@ -162,7 +162,7 @@ TEST_CASE("fabric: frames travel both ways with their payloads, in place", "[fab
   CHECK(f.ra.payloads[0] == std::vector<float>(upd, upd + 4));
 }
 
-TEST_CASE("fabric: a sender waits for credits; slots held by the receiver bound it",
+TEST_CASE("fabric: a sender waits for credits, slots held by the receiver bound it",
           "[fabric]") {
   pair_fixture f{4};
   f.rb.keep = true; // the receiver holds every pushed chunk: no slot goes back

@@ -201,7 +201,7 @@ TEST_CASE("job_create turns its table into the spec asked for", "[shell]") {
   CHECK(sh.eval("rw.nodes()[1].rack") == "\"r1\"");
 }
 
-TEST_CASE("rw.node_drain reaches the cluster; a bad name is a clear error", "[shell]") {
+TEST_CASE("rw.node_drain reaches the cluster, a bad name is a clear error", "[shell]") {
   shell sh;
   CHECK(sh.eval("rw.node_drain('n1')") == "\"node n1 drained\"");
   CHECK(sh.api.calls == std::vector<std::string>{"node_drain n1"});
@@ -209,7 +209,7 @@ TEST_CASE("rw.node_drain reaches the cluster; a bad name is a clear error", "[sh
   CHECK_THAT(sh.run("rw.node_drain()"), Catch::Contains("a node name"));
 }
 
-TEST_CASE("rw.node_join reaches the cluster; a bad name is a clear error", "[shell]") {
+TEST_CASE("rw.node_join reaches the cluster, a bad name is a clear error", "[shell]") {
   shell sh;
   CHECK(sh.eval("rw.node_join('n2')") == "\"node n2 joined\"");
   CHECK(sh.api.calls == std::vector<std::string>{"node_join n2"});
@@ -217,7 +217,7 @@ TEST_CASE("rw.node_join reaches the cluster; a bad name is a clear error", "[she
   CHECK_THAT(sh.run("rw.node_join()"), Catch::Contains("a node name"));
 }
 
-TEST_CASE("rw.inject reaches the cluster; bad arguments are clear errors", "[shell]") {
+TEST_CASE("rw.inject reaches the cluster, bad arguments are clear errors", "[shell]") {
   shell sh;
   CHECK(sh.eval("rw.inject{job = 'j', kill = 'shard', node = 'n1', shard = 2}")
         == "\"crashed shard 2 of node n0\"");
@@ -478,7 +478,7 @@ TEST_CASE("scripts get their arguments and report failure", "[shell]") {
   CHECK(rw::shell::run_script(sh.L, {src::file, "/nonexistent/x.lua"}, {}) == 1);
 }
 
-TEST_CASE("rw.job_set reaches the cluster with the fields given; bad ones are clear errors",
+TEST_CASE("rw.job_set reaches the cluster with the fields given, bad ones are clear errors",
           "[shell]") {
   shell sh;
   CHECK(sh.eval("rw.job_set{name = 'j', at_clock = 30, lr = 0.5, momentum = 0.8}") == "7");

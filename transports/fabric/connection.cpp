@@ -291,8 +291,10 @@ bool connection::wait(int op) {
            fmt::format("an RMA write did not complete within {} ms", io_timeout_ms_));
       return false;
     }
-    if (spins > 64)
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    // A write completes in microseconds once the provider is driven: keep driving it
+    // (yielding the core to others meanwhile) before napping.
+    if (spins > 4096)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     else
       std::this_thread::yield();
   }

@@ -97,9 +97,27 @@ std::string lack(const std::string& provider) {
   return fmt::format("{}", fmt::join(missing, ", "));
 }
 
+int read_int(const std::string& path) {
+  int n = -1;
+  if (auto* f = fopen(path.c_str(), "r")) {
+    if (fscanf(f, "%d", &n) != 1)
+      n = -1;
+    fclose(f);
+  }
+  return n;
+}
+
+// The NIC and its NUMA domain: from the provider's NIC attributes (PCI address) where it
+// gives them, else from the domain's name (an RDMA device, or a network interface for
+// the tcp provider) as sysfs lists it.
 int nic_numa(const fi_info* info, std::string& nic) {
-  if (info->nic == nullptr || info->nic->device_attr == nullptr)
-    return -1;
+  if (info->nic == nullptr || info->nic->device_attr == nullptr) {
+    if (info->domain_attr->name == nullptr)
+      return -1;
+    nic = info->domain_attr->name;
+    auto n = read_int("/sys/class/infiniband/" + nic + "/device/numa_node");
+    return n >= 0 ? n : read_int("/sys/class/net/" + nic + "/device/numa_node");
+  }
   if (info->nic->device_attr->name)
     nic = info->nic->device_attr->name;
   auto* bus = info->nic->bus_attr;
@@ -111,16 +129,7 @@ int nic_numa(const fi_info* info, std::string& nic) {
   } else if (!nic.empty()) {
     path = "/sys/class/net/" + nic + "/device/numa_node";
   }
-  if (path.empty())
-    return -1;
-  if (auto* f = fopen(path.c_str(), "r")) {
-    int n = -1;
-    if (fscanf(f, "%d", &n) != 1)
-      n = -1;
-    fclose(f);
-    return n;
-  }
-  return -1;
+  return path.empty() ? -1 : read_int(path);
 }
 
 } // namespace
