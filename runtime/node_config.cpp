@@ -132,7 +132,8 @@ std::vector<option_def> option_table(node_config& c) {
         c.fabric),
     def("node.fabric_slots", "--fabric-slots",
         "receive slots (each one chunk) the node registers and grants every fabric "
-        "worker: how many of its frames may be in flight (1 to 4096); registered memory "
+        "worker: how many of its frames may be in flight (1 to 4096; fewer, down to 4, "
+        "where a job's chunks would take more than 64 MiB per worker); registered memory "
         "counts against the locked-memory limit (ulimit -l)",
         c.fabric_slots),
     def("scheduling.priority", "--priority",

@@ -259,3 +259,18 @@ TEST_CASE("fabric: bad input from a peer", "[fabric]") {
     f.rogue = nullptr;
   }
 }
+
+TEST_CASE("fabric: jobs with large chunks get fewer slots, within the memory bound",
+          "[fabric]") {
+  fabric::endpoint_settings s;
+  s.slots = 256;
+  s.max_bytes_per_connection = 64ull << 20;
+  fabric::endpoint ep{fabric::domain::open("tcp", "127.0.0.1"), s};
+  auto small = ep.open("small", 32 * 1024);
+  CHECK(small->slot_count() == 256);
+  auto large = ep.open("large", 8u << 20); // 8 MiB frames: 7 fit in 64 MiB, 4 at least
+  CHECK(large->slot_count() == 7);
+  s.max_bytes_per_connection = 1 << 20;
+  fabric::endpoint tight{fabric::domain::open("tcp", "127.0.0.1"), s};
+  CHECK(tight.open("huge", 8u << 20)->slot_count() == 4);
+}

@@ -64,9 +64,11 @@ std::shared_ptr<connection> endpoint::open(const std::string& peer, uint32_t max
   if (bytes > UINT32_MAX)
     throw rw::error(errc::frame_too_large,
                     fmt::format("fabric: {} payload bytes per frame is too many", max_payload));
-  auto c = std::make_shared<connection>(core_, peer, static_cast<uint32_t>(bytes),
-                                        settings_.slots, settings_.numa,
-                                        settings_.io_timeout_ms);
+  auto slots = static_cast<uint32_t>(std::clamp<uint64_t>(
+    settings_.max_bytes_per_connection / bytes, std::min<uint32_t>(4, settings_.slots),
+    settings_.slots));
+  auto c = std::make_shared<connection>(core_, peer, static_cast<uint32_t>(bytes), slots,
+                                        settings_.numa, settings_.io_timeout_ms);
   c->index_ = core_->add(c);
   return c;
 }

@@ -27,6 +27,9 @@ namespace rw::transports::fabric {
 
 struct endpoint_settings {
   uint32_t slots = 256;  // receive slots granted to each peer (credits), at most 4096
+  /// At most this much slot memory per connection: jobs with large chunks get fewer
+  /// slots (never fewer than 4).
+  uint64_t max_bytes_per_connection = 64ull << 20;
   uint32_t numa = 0;     // where slot memory lives (the NIC's domain)
   int io_timeout_ms = defaults::io_timeout_ms;
 };
