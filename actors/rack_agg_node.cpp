@@ -195,9 +195,9 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
         fail_with("the NIC pollers failed to start"));
     check();
   }
-  std::string shm_where = "off";
-  if (cfg.shm) {
-    auto shm_ep = std::make_shared<transports::shm::endpoint>();
+  // The shared-memory and fabric pollers: on the first endpoint's poller core unless
+  // said otherwise.
+  auto side_poller = [&] {
     poller_settings s;
     s.node_name = name;
     s.endpoints = addresses_;
@@ -206,6 +206,12 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     s.core = plan_.endpoints.front().poller.core;
     s.numa = plan_.endpoints.front().poller.numa;
     s.priority = cfg.priority;
+    return s;
+  };
+  std::string shm_where = "off";
+  if (cfg.shm) {
+    auto shm_ep = std::make_shared<transports::shm::endpoint>();
+    auto s = side_poller();
     shm_poller_ = spawn_nic_poller(sys, s, shm_ep, coordinator_, shards_);
     for (auto& p : pollers_)
       self->send(p, shm_atom::value, caf::actor_cast<caf::actor>(shm_poller_),
@@ -215,19 +221,12 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   std::string fabric_where = "off";
   if (dom) {
     {
-      poller_settings s;
-      s.node_name = name;
-      s.endpoints = addresses_;
-      s.max_control_bytes = cfg.max_control_bytes;
-      s.topo = pinned;
-      s.core = plan_.endpoints.front().poller.core;
-      s.numa = dom->numa() >= 0 ? static_cast<uint32_t>(dom->numa())
-                                : plan_.endpoints.front().poller.numa;
-      for (auto& core : topo_->cores()) // a core of the NIC's domain, when it has one
-        if (dom->numa() >= 0 && core.numa == static_cast<uint32_t>(dom->numa())
-            && s.core.numa != core.numa)
+      auto s = side_poller();
+      if (dom->numa() >= 0) // the NIC's domain, and a core of it when it has one
+        s.numa = static_cast<uint32_t>(dom->numa());
+      for (auto& core : topo_->cores())
+        if (dom->numa() >= 0 && core.numa == s.numa && s.core.numa != s.numa)
           s.core = core;
-      s.priority = cfg.priority;
       transports::fabric::endpoint_settings es;
       es.slots = cfg.fabric_slots;
       es.numa = s.numa;

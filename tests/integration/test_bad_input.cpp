@@ -9,6 +9,7 @@
 
 #include "rackweave/worker.hpp"
 #include "tests/integration/node_process.hpp"
+#include "tests/integration/expect_error.hpp"
 #include "tests/integration/raw_client.hpp"
 #include "transports/control.hpp"
 
@@ -56,17 +57,7 @@ frame_header data_header(frame_kind kind, uint32_t job, uint32_t rank, uint32_t 
   return h;
 }
 
-// Expects the next frame to be an error with `code`; returns its message.
-std::string expect_error(testing::raw_client& c, errc code) {
-  auto f = c.read_frame();
-  REQUIRE(f.has_value());
-  REQUIRE(f->header.kind == frame_kind::error);
-  auto e = f->error();
-  INFO(e.message);
-  CHECK(e.code == code);
-  CHECK(f->header.error_code == code);
-  return e.message;
-}
+using testing::expect_error;
 
 template <class Fn>
 errc error_code_of(Fn fn) {

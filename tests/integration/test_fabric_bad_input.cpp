@@ -11,6 +11,7 @@
 #include "rackweave/worker.hpp"
 #include "tests/integration/job_options.hpp"
 #include "tests/integration/node_process.hpp"
+#include "tests/integration/expect_error.hpp"
 #include "tests/integration/raw_client.hpp"
 #include "transports/control.hpp"
 
@@ -37,15 +38,6 @@ frame_header fabric_frame(uint32_t job, uint32_t bytes) {
   return h;
 }
 
-std::string expect_error(testing::raw_client& c, errc code) {
-  auto f = c.read_frame();
-  REQUIRE(f.has_value());
-  REQUIRE(f->header.kind == frame_kind::error);
-  auto e = f->error();
-  INFO(e.message);
-  CHECK(e.code == code);
-  return e.message;
-}
 
 void check_serves(const std::string& address, const std::string& job,
                   const std::string& transport) {
@@ -58,6 +50,8 @@ void check_serves(const std::string& address, const std::string& job,
 }
 
 } // namespace
+
+using testing::expect_error;
 
 TEST_CASE("fabric: bad offers get clear errors and the node serves on",
           "[integration][fabric]") {

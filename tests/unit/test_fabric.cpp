@@ -86,8 +86,9 @@ struct pair_fixture {
       while (!stop) {
         a->poll(1, ra);
         b->poll(1, rb);
-        if (auto* r = rogue.load())
-          r->progress_tx();
+        std::lock_guard<std::mutex> guard{rogue_mtx};
+        if (rogue != nullptr)
+          rogue->progress_tx();
       }
     });
   }
@@ -111,21 +112,51 @@ struct pair_fixture {
     return done();
   }
   std::atomic<bool> stop{false};
-  std::atomic<fabric::core*> rogue{nullptr}; // a misbehaving third peer, progressed too
+  std::mutex rogue_mtx;
+  fabric::core* rogue = nullptr; // a misbehaving third peer, progressed too
   std::thread pumper;
 };
 
-// Posts a raw write from `rogue` (retrying while the provider sets up the connection).
-long rogue_write(fabric::core& rogue, fi_addr_t dest, const fabric::region& r, void* buf,
-                 uint32_t imm, uint64_t addr, uint64_t key, fabric::tx_op& op) {
-  long rc = -FI_EAGAIN;
-  for (int i = 0; i < 5000 && rc == -FI_EAGAIN; ++i) {
-    rc = fi_writedata(rogue.ep, buf, 64, r.desc(), imm, dest, addr, key, op.context);
-    if (rc == -FI_EAGAIN)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+// A misbehaving third peer: its own endpoint, writing 64 bytes of `fill` into b's
+// slots with any immediate it likes. It lives (and is progressed) as long as the pair.
+struct rogue_peer {
+  explicit rogue_peer(pair_fixture& f)
+    : dom(fabric::domain::open("tcp", "127.0.0.1")), core(dom), junk(128),
+      mem(*dom, junk.data(), junk.size(), FI_WRITE), f_(f) {
+    offer = f.ba->offer();
+    REQUIRE(fi_av_insert(core.av, offer.address.data(), 1, &dest, 0, nullptr) == 1);
+    std::lock_guard<std::mutex> guard{f.rogue_mtx};
+    f.rogue = &core;
   }
-  return rc;
-}
+  ~rogue_peer() {
+    std::lock_guard<std::mutex> guard{f_.rogue_mtx};
+    f_.rogue = nullptr;
+  }
+  // Posts the write (retrying while the provider sets up the connection).
+  long write(std::byte fill, uint32_t imm, uint32_t slot) {
+    std::fill(junk.begin(), junk.end(), fill);
+    long rc = -FI_EAGAIN;
+    for (int i = 0; i < 5000 && rc == -FI_EAGAIN; ++i) {
+      rc = fi_writedata(core.ep, junk.data(), 64, mem.desc(), imm, dest,
+                        offer.slots_address + uint64_t(slot) * offer.slot_bytes,
+                        offer.slots_key, op.context);
+      if (rc == -FI_EAGAIN)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return rc;
+  }
+
+  std::shared_ptr<fabric::domain> dom;
+  fabric::core core;
+  std::vector<std::byte> junk;
+  fabric::region mem;
+  fabric::tx_op op;
+  fi_addr_t dest = FI_ADDR_UNSPEC;
+  transports::fabric_offer offer;
+
+private:
+  pair_fixture& f_;
+};
 
 frame_header push_of(uint32_t chunk, uint32_t bytes) {
   frame_header h;
@@ -222,41 +253,20 @@ TEST_CASE("fabric: bad input from a peer", "[fabric]") {
   }
   SECTION("a write whose immediate names no slot is counted; the connection goes on") {
     // A third endpoint writes with an immediate for connection index 999 (none).
-    auto offer = f.ba->offer();
-    auto d = fabric::domain::open("tcp", "127.0.0.1");
-    fabric::core rogue{d};
-    f.rogue = &rogue;
-    fi_addr_t dest = FI_ADDR_UNSPEC;
-    REQUIRE(fi_av_insert(rogue.av, offer.address.data(), 1, &dest, 0, nullptr) == 1);
-    std::vector<std::byte> junk(128);
-    fabric::region r{*d, junk.data(), junk.size(), FI_WRITE};
-    fabric::tx_op op;
-    REQUIRE(rogue_write(rogue, dest, r, junk.data(), fabric::immediate(999, 0),
-                        offer.slots_address, offer.slots_key, op) == 0);
+    rogue_peer rogue{f};
+    REQUIRE(rogue.write(std::byte{0}, fabric::immediate(999, 0), 0) == 0);
     REQUIRE(f.pump([&] { return f.b->bad_immediates() == 1; }));
     REQUIRE(f.ab->send(push_of(1, iov.iov_len), &iov, 1));
     REQUIRE(f.pump([&] { return f.rb.headers.size() == 1; }));
     CHECK(f.ba->is_open());
-    f.rogue = nullptr;
   }
   SECTION("a header that does not decode closes that connection only") {
-    auto offer = f.ba->offer();
-    auto d = fabric::domain::open("tcp", "127.0.0.1");
-    fabric::core rogue{d};
-    f.rogue = &rogue;
-    fi_addr_t dest = FI_ADDR_UNSPEC;
-    REQUIRE(fi_av_insert(rogue.av, offer.address.data(), 1, &dest, 0, nullptr) == 1);
-    std::vector<std::byte> junk(128, std::byte{0x5a});
-    fabric::region r{*d, junk.data(), junk.size(), FI_WRITE};
-    fabric::tx_op op;
+    rogue_peer rogue{f};
     // Slot 7 of the connection: the real peer has not used it yet.
-    REQUIRE(rogue_write(rogue, dest, r, junk.data(), fabric::immediate(offer.conn_index, 7),
-                        offer.slots_address + 7ull * offer.slot_bytes, offer.slots_key,
-                        op) == 0);
+    REQUIRE(rogue.write(std::byte{0x5a}, fabric::immediate(rogue.offer.conn_index, 7), 7) == 0);
     REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
     CHECK_FALSE(f.ba->is_open());
     CHECK_THAT(f.rb.closed[0], Catch::Contains("malformed"));
-    f.rogue = nullptr;
   }
 }
 
