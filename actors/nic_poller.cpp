@@ -350,6 +350,28 @@ using detail::poller_ptr;
 using detail::binding;
 using detail::poller_sink;
 
+// Serves a connection another poller set up for a joined worker (its shm segment or
+// fabric connection), bound as `b`; one that cannot be adopted is closed, with the
+// TCP connection it came with.
+void adopt(poller_ptr self, const transports::connection_ptr& conn, binding b,
+           const char* what) {
+  auto& st = self->state;
+  auto job = b.job_id;
+  auto rank = b.rank;
+  auto tcp = b.tcp;
+  st.book->bindings[conn->id()] = std::move(b);
+  try {
+    st.ep->adopt(conn);
+    spdlog::info("{} adopted: job={} rank={} peer={}", what, job, rank, conn->peer());
+  } catch (const std::exception& e) {
+    spdlog::error("cannot adopt {}: {}", conn->peer(), e.what());
+    st.book->bindings.erase(conn->id());
+    conn->close();
+    if (tcp)
+      tcp->close();
+  }
+}
+
 nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings settings,
                                                 std::shared_ptr<transports::endpoint> ep,
                                                 rack_coordinator_actor coordinator,
@@ -418,20 +440,10 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       self->state.book->shm_bell = bell;
     },
     [=](adopt_atom, transports::connection_ptr& conn, job_binding& jb, uint32_t rank) {
-      auto& st = self->state;
       auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
       b.shard_rank = jb.shard_rank;
       b.shm_companion = true;
-      st.book->bindings[conn->id()] = b;
-      try {
-        st.ep->adopt(conn);
-        spdlog::info("shared memory adopted: job={} rank={} peer={}", jb.job_id, rank,
-                     conn->peer());
-      } catch (const std::exception& e) {
-        spdlog::error("cannot adopt {}: {}", conn->peer(), e.what());
-        st.book->bindings.erase(conn->id());
-        conn->close();
-      }
+      adopt(self, conn, std::move(b), "shared memory");
     },
     [=](fabric_atom, caf::actor& poller, std::shared_ptr<transports::endpoint>& ep) {
       self->state.book->fabric_poller = std::move(poller);
@@ -439,22 +451,11 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
     },
     [=](adopt_atom, transports::connection_ptr& conn, transports::connection_ptr& tcp,
         job_binding& jb, uint32_t rank) {
-      auto& st = self->state;
       auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
       b.shard_rank = jb.shard_rank;
       b.conn = conn; // resend and reroute frames travel on it, as the worker's data does
       b.tcp = tcp;
-      st.book->bindings[conn->id()] = b;
-      try {
-        st.ep->adopt(conn);
-        spdlog::info("fabric connection adopted: job={} rank={} peer={}", jb.job_id, rank,
-                     conn->peer());
-      } catch (const std::exception& e) {
-        spdlog::error("cannot adopt {}: {}", conn->peer(), e.what());
-        st.book->bindings.erase(conn->id());
-        conn->close();
-        tcp->close();
-      }
+      adopt(self, conn, std::move(b), "fabric connection");
     },
     [=](reroute_atom, route_change& rc) {
       auto& st = self->state;

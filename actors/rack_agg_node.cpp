@@ -220,26 +220,24 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   }
   std::string fabric_where = "off";
   if (dom) {
-    {
-      auto s = side_poller();
-      if (dom->numa() >= 0) // the NIC's domain, and a core of it when it has one
-        s.numa = static_cast<uint32_t>(dom->numa());
-      for (auto& core : topo_->cores())
-        if (dom->numa() >= 0 && core.numa == s.numa && s.core.numa != s.numa)
-          s.core = core;
-      transports::fabric::endpoint_settings es;
-      es.slots = cfg.fabric_slots;
-      es.numa = s.numa;
-      es.io_timeout_ms = static_cast<int>(cfg.io_timeout_ms);
-      auto fab_ep = std::make_shared<transports::fabric::endpoint>(dom, es);
-      fabric_poller_ = spawn_nic_poller(sys, s, fab_ep, coordinator_, shards_);
-      for (auto& p : pollers_)
-        self->send(p, fabric_atom::value, caf::actor_cast<caf::actor>(fabric_poller_),
-                   std::shared_ptr<transports::endpoint>{fab_ep});
-      fabric_where = fmt::format("{} ({}; poller cpu {}, {} slots per worker)",
-                                 fab_ep->describe(), dom->describe(), s.core.os_cpu,
-                                 es.slots);
-    }
+    auto s = side_poller();
+    if (dom->numa() >= 0) // the NIC's domain, and a core of it when it has one
+      s.numa = static_cast<uint32_t>(dom->numa());
+    for (auto& core : topo_->cores())
+      if (dom->numa() >= 0 && core.numa == s.numa && s.core.numa != s.numa)
+        s.core = core;
+    transports::fabric::endpoint_settings es;
+    es.slots = cfg.fabric_slots;
+    es.numa = s.numa;
+    es.io_timeout_ms = static_cast<int>(cfg.io_timeout_ms);
+    auto fab_ep = std::make_shared<transports::fabric::endpoint>(dom, es);
+    fabric_poller_ = spawn_nic_poller(sys, s, fab_ep, coordinator_, shards_);
+    for (auto& p : pollers_)
+      self->send(p, fabric_atom::value, caf::actor_cast<caf::actor>(fabric_poller_),
+                 std::shared_ptr<transports::endpoint>{fab_ep});
+    fabric_where = fmt::format("{} ({}; poller cpu {}, {} slots per worker)",
+                               fab_ep->describe(), dom->describe(), s.core.os_cpu,
+                               es.slots);
   }
   // Every poller, the shared-memory and fabric ones included, hears of a restarted
   // shard: one left out would keep routing its workers' chunks to the dead shard.

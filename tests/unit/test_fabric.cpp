@@ -191,6 +191,10 @@ TEST_CASE("fabric: frames travel both ways with their payloads, in place", "[fab
   CHECK(f.rb.payloads[0] == grad);
   CHECK(f.ra.headers[0].kind == frame_kind::update); // copied through on_header
   CHECK(f.ra.payloads[0] == std::vector<float>(upd, upd + 4));
+  // The same memory sent again is not registered again.
+  auto made = f.a->registrations();
+  REQUIRE(f.ab->send(push_of(3, iov.iov_len), &iov, 1));
+  CHECK(f.a->registrations() == made);
 }
 
 TEST_CASE("fabric: a sender waits for credits, slots held by the receiver bound it",

@@ -209,25 +209,14 @@ domain::~domain() {
     fi_freeinfo(info_);
 }
 
-bool domain::mr_local() const noexcept {
-  return (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || (info_->mode & FI_LOCAL_MR);
-}
 bool domain::mr_virt_addr() const noexcept {
   return (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
 }
 bool domain::mr_prov_key() const noexcept {
   return (info_->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
 }
-bool domain::rx_cq_data() const noexcept {
-  return (info_->mode & FI_RX_CQ_DATA) != 0;
-}
 size_t domain::iov_limit() const noexcept {
-  return std::max<size_t>(1, std::min(info_->tx_attr->iov_limit, info_->tx_attr->rma_iov_limit
-                                                                   ? info_->tx_attr->iov_limit
-                                                                   : 1));
-}
-size_t domain::max_msg_size() const noexcept {
-  return info_->ep_attr->max_msg_size;
+  return std::max<size_t>(1, info_->tx_attr->iov_limit);
 }
 uint64_t domain::next_key() noexcept {
   return next_key_++;

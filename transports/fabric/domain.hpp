@@ -56,15 +56,14 @@ public:
     return numa_;
   }
 
-  /// Registration rules granted: local buffers need a descriptor, remote addresses are
-  /// virtual addresses, the provider picks keys, writes with immediate data consume a
-  /// posted receive.
-  bool mr_local() const noexcept;
+  /// Registration rules granted: remote addresses are virtual addresses, the provider
+  /// picks keys. (Descriptors are always passed, so FI_MR_LOCAL needs nothing more; a
+  /// write's immediate that consumed a posted receive (FI_RX_CQ_DATA) is recognised by
+  /// its context.)
   bool mr_virt_addr() const noexcept;
   bool mr_prov_key() const noexcept;
-  bool rx_cq_data() const noexcept;
+  /// Local pieces one write may gather.
   size_t iov_limit() const noexcept;
-  size_t max_msg_size() const noexcept;
   /// A key for a new registration when the application picks them.
   uint64_t next_key() noexcept;
 

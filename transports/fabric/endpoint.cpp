@@ -128,12 +128,9 @@ void endpoint::on_write(uint64_t imm, frame_sink& sink) {
   auto c = core_->find(index);
   if (!c || slot >= c->slot_count()) {
     auto n = bad_imm_.fetch_add(1) + 1;
-    static std::atomic<int64_t> last_log{0};
-    auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                   bad_imm_log_every).count();
-    if (now - last_log.load() > every) {
-      last_log.store(now);
+    auto now = std::chrono::steady_clock::now();
+    if (n == 1 || now - bad_imm_logged_ > bad_imm_log_every) { // the endpoint's thread only
+      bad_imm_logged_ = now;
       spdlog::warn("fabric: a write's immediate {:#010x} names no slot (connection {} slot "
                    "{}{}): ignored; {} such writes so far",
                    imm, index, slot, c ? fmt::format(" of {}", c->slot_count()) : " unknown",

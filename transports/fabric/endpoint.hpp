@@ -13,6 +13,7 @@
 // that connection (the sink hears why). Others go on.
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +77,7 @@ private:
   std::vector<std::shared_ptr<connection>> incoming_; // adopted, not yet polled
   std::atomic<size_t> live_{0};
   std::atomic<uint64_t> bad_imm_{0};
+  std::chrono::steady_clock::time_point bad_imm_logged_{}; // rate-limits their log line
   uint64_t swept_epoch_ = 0;
   bool pending_removal_ = false;
 };

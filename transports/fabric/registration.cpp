@@ -105,9 +105,4 @@ void registration_cache::trim() {
   }
 }
 
-size_t registration_cache::size() const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  return by_start_.size();
-}
-
 } // namespace rw::transports::fabric

@@ -72,7 +72,6 @@ public:
   /// The registration covering [p, p + n), made now if none does. Thread-safe.
   std::shared_ptr<region> get(const void* p, size_t n);
 
-  size_t size() const;
   /// Registrations made so far (a steady state makes none).
   uint64_t registrations() const noexcept {
     return made_;
