@@ -228,6 +228,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
         s.core = core;
     transports::fabric::endpoint_settings es;
     es.slots = cfg.fabric_slots;
+    es.pool_bytes = uint64_t{cfg.fabric_pool_mib} << 20;
     es.numa = s.numa;
     es.io_timeout_ms = static_cast<int>(cfg.io_timeout_ms);
     auto fab_ep = std::make_shared<transports::fabric::endpoint>(dom, es);
@@ -235,9 +236,10 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     for (auto& p : pollers_)
       self->send(p, fabric_atom::value, caf::actor_cast<caf::actor>(fabric_poller_),
                  std::shared_ptr<transports::endpoint>{fab_ep});
-    fabric_where = fmt::format("{} ({}; poller cpu {}, {} slots per worker)",
+    fabric_where = fmt::format("{} ({}; poller cpu {}, up to {} slots per worker from a "
+                               "{} MiB receive pool)",
                                fab_ep->describe(), dom->describe(), s.core.os_cpu,
-                               es.slots);
+                               es.slots, cfg.fabric_pool_mib);
   }
   // Every poller, the shared-memory and fabric ones included, hears of a restarted
   // shard: one left out would keep routing its workers' chunks to the dead shard.

@@ -136,6 +136,12 @@ std::vector<option_def> option_table(node_config& c) {
         "where a job's chunks would take more than 64 MiB per worker); registered memory "
         "counts against the locked-memory limit (ulimit -l)",
         c.fabric_slots),
+    def("node.fabric_pool_mib", "--fabric-pool",
+        "MiB of receive memory the fabric endpoint allocates on its NIC's NUMA domain and "
+        "registers once at start; each fabric worker's slots are lent from it (at most "
+        "half of what is free, so later workers get fewer slots; a worker whose smallest "
+        "window does not fit is refused and stays on TCP). Counts against ulimit -l",
+        c.fabric_pool_mib),
     def("scheduling.priority", "--priority",
         "when requests queue, serve the worker furthest behind first (--no-priority: "
         "arrival order)",
@@ -306,6 +312,9 @@ void check_node_config(const node_config& cfg) {
   if (fabrics.count(cfg.fabric) == 0)
     throw std::runtime_error(fmt::format(
       "unknown fabric provider '{}' (auto, verbs, efa, tcp, off)", cfg.fabric));
+  if (cfg.fabric_pool_mib < 1 || cfg.fabric_pool_mib > (1u << 20))
+    throw std::runtime_error(
+      fmt::format("--fabric-pool must be 1 to 1048576 MiB (it is {})", cfg.fabric_pool_mib));
   if (cfg.fabric_slots == 0 || cfg.fabric_slots > 4096)
     throw std::runtime_error(
       fmt::format("--fabric-slots must be 1 to 4096 (it is {})", cfg.fabric_slots));

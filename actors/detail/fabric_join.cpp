@@ -77,10 +77,10 @@ fabric_link join_fabric(transports::tcp::endpoint& ep, const transports::connect
   transports::fabric::endpoint_settings es;
   es.io_timeout_ms = static_cast<int>(std::min<int64_t>(req.request_timeout.count(),
                                                         defaults::io_timeout_ms));
+  auto max_payload = std::max<uint32_t>(req.job.chunk_bytes, control_room);
   link.ep = std::make_shared<transports::fabric::endpoint>(
-    transports::fabric::domain::open(welcome.fabric), es);
-  link.conn = link.ep->open("node " + req.connect + " (fabric)",
-                            std::max<uint32_t>(req.job.chunk_bytes, control_room));
+    transports::fabric::domain::open(welcome.fabric), es, max_payload);
+  link.conn = link.ep->open("node " + req.connect + " (fabric)", max_payload);
   auto payload = transports::encode(link.conn->offer());
   frame_header h;
   h.kind = frame_kind::fabric;

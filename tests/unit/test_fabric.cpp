@@ -71,6 +71,7 @@ struct pair_fixture {
     auto d = fabric::domain::open("tcp", "127.0.0.1");
     fabric::endpoint_settings s;
     s.slots = slots;
+    s.pool_bytes = 4u << 20;
     s.io_timeout_ms = 2000;
     a = std::make_shared<fabric::endpoint>(d, s);
     b = std::make_shared<fabric::endpoint>(fabric::domain::open("tcp", "127.0.0.1"), s);
@@ -287,4 +288,48 @@ TEST_CASE("fabric: jobs with large chunks get fewer slots, within the memory bou
   s.max_bytes_per_connection = 1 << 20;
   fabric::endpoint tight{fabric::domain::open("tcp", "127.0.0.1"), s};
   CHECK(tight.open("huge", 8u << 20)->slot_count() == 4);
+}
+
+TEST_CASE("fabric: peers' slots are lent from one pool registered at start", "[fabric]") {
+  fabric::endpoint_settings s;
+  s.slots = 64;
+  s.pool_bytes = 40u << 20;
+  fabric::endpoint ep{fabric::domain::open("tcp", "127.0.0.1"), s};
+  CHECK(ep.pool().capacity() == 40u << 20);
+  CHECK(ep.pool().lent() == 0);
+  // 1 MiB chunks: each peer takes at most half of what is free, down to 4 slots.
+  std::vector<std::shared_ptr<fabric::connection>> peers;
+  std::vector<uint32_t> slots;
+  for (int i = 0; i < 4; ++i) {
+    peers.push_back(ep.open("peer " + std::to_string(i), 1u << 20));
+    slots.push_back(peers.back()->slot_count());
+  }
+  CHECK(slots == std::vector<uint32_t>{19, 10, 5, 4});
+  CHECK(ep.pool().lent() == uint64_t{19 + 10 + 5 + 4} * fabric::slot_bytes_for(1u << 20));
+  // No room for a fifth: refused with what to raise.
+  try {
+    ep.open("peer 4", 1u << 20);
+    FAIL("a fifth peer was given slots the pool does not have");
+  } catch (const rw::error& e) {
+    CHECK(e.code() == rw::errc::unavailable);
+    CHECK_THAT(e.what(), Catch::Contains("--fabric-pool") && Catch::Contains("4 slots"));
+  }
+  // A peer that leaves gives its window back once the endpoint let go of it.
+  peers[0]->close();
+  peers.erase(peers.begin());
+  recorder sink;
+  auto unit = fabric::slot_bytes_for(1u << 20);
+  for (int i = 0; i < 100 && ep.pool().lent() > uint64_t{19} * unit; ++i)
+    ep.poll(1, sink);
+  CHECK(ep.pool().lent() == uint64_t{10 + 5 + 4} * unit);
+  CHECK(ep.open("peer 5", 1u << 20)->slot_count() >= 4);
+}
+
+TEST_CASE("fabric: a worker's endpoint holds exactly its one connection", "[fabric]") {
+  fabric::endpoint_settings s;
+  s.slots = 256;
+  fabric::endpoint ep{fabric::domain::open("tcp", "127.0.0.1"), s, 1u << 20};
+  CHECK(ep.pool().capacity() == fabric::pool_for_one(s, 1u << 20));
+  CHECK(ep.open("node", 1u << 20)->slot_count() == 63); // 64 MiB / (1 MiB + header)
+  CHECK(ep.pool().lent() == ep.pool().capacity());
 }

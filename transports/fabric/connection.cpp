@@ -6,6 +6,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -21,18 +22,17 @@ constexpr int bounced = -2;   // post() completed the frame itself (bounce buffe
 } // namespace
 
 connection::connection(std::shared_ptr<core> c, std::string peer, uint32_t slot_bytes,
-                       uint32_t slot_count, uint32_t numa, int io_timeout_ms)
+                       std::unique_ptr<slot_pool::window> slots, int io_timeout_ms)
   : core_(std::move(c)),
     peer_(std::move(peer)),
     io_timeout_ms_(io_timeout_ms),
     slot_bytes_(slot_bytes),
-    slot_count_(slot_count),
-    slots_(size_t{slot_bytes} * slot_count, numa),
-    occupied_(new std::atomic<bool>[slot_count]) {
-  for (uint32_t i = 0; i < slot_count; ++i)
+    slot_count_(static_cast<uint32_t>(std::min<uint64_t>(slots->size() / slot_bytes,
+                                                         max_slots))),
+    slots_(std::move(slots)),
+    occupied_(new std::atomic<bool>[slot_count_]) {
+  for (uint32_t i = 0; i < slot_count_; ++i)
     occupied_[i].store(false);
-  slots_region_ = std::make_unique<region>(*core_->dom, slots_.data(), slots_.size(),
-                                           FI_REMOTE_WRITE | FI_RECV);
 }
 
 connection::~connection() {
@@ -44,8 +44,8 @@ fabric_offer connection::offer() const {
   fabric_offer o;
   o.provider = core_->dom->provider();
   o.address = core_->address();
-  o.slots_address = slots_region_->remote_address(slots_.data());
-  o.slots_key = slots_region_->key();
+  o.slots_address = slots_->registration().remote_address(slots_->data());
+  o.slots_key = slots_->registration().key();
   o.slot_bytes = slot_bytes_;
   o.slot_count = slot_count_;
   o.conn_index = index_;
@@ -338,7 +338,7 @@ bool connection::occupy(uint32_t s) noexcept {
 }
 
 bool connection::frame_at(uint32_t s, frame_header& h, std::string& why) const {
-  if (decode(slots_.data() + size_t(s) * slot_bytes_, h, why) != errc::ok)
+  if (decode(slots_->data() + size_t(s) * slot_bytes_, h, why) != errc::ok)
     return false;
   if (frame_header_bytes + size_t{h.payload_bytes} > slot_bytes_) {
     why = fmt::format("a {} frame says {} payload bytes; its slot holds {}", to_string(h.kind),
@@ -349,7 +349,7 @@ bool connection::frame_at(uint32_t s, frame_header& h, std::string& why) const {
 }
 
 std::byte* connection::payload_at(uint32_t s) const noexcept {
-  return slots_.data() + size_t(s) * slot_bytes_ + frame_header_bytes;
+  return slots_->data() + size_t(s) * slot_bytes_ + frame_header_bytes;
 }
 
 void connection::release(uint32_t s) noexcept {

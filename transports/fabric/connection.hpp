@@ -1,8 +1,9 @@
 #pragma once
 // One peer over libfabric, under the transport contract (transports/transport.hpp).
 //
-// Each side grants the other a window of receive slots (registered once, when the
-// connection is made, on the endpoint's NUMA domain) and says so in its FabricOffer.
+// Each side grants the other a window of receive slots (lent from the endpoint's
+// receive pool, registered once when the endpoint was made) and says so in its
+// FabricOffer.
 // `send` takes one of the peer's free slots (a credit), fills it with one RMA write
 // with immediate data (header then payload, gathered straight from the caller's
 // memory, registered once through the endpoint's registration cache) and returns when
@@ -23,6 +24,7 @@
 #include "runtime/topology.hpp"
 #include "transports/control.hpp"
 #include "transports/fabric/core.hpp"
+#include "transports/fabric/slot_pool.hpp"
 #include "transports/transport.hpp"
 
 namespace rw::transports::fabric {
@@ -30,10 +32,10 @@ namespace rw::transports::fabric {
 class connection final : public transports::connection,
                          public std::enable_shared_from_this<connection> {
 public:
-  /// Not bound yet: this side's slots (`slot_count` of `slot_bytes`, header included)
-  /// are allocated and registered. Use endpoint::open. Throws rw::error.
+  /// Not bound yet: this side's slots (`slot_bytes` each, header included) are the
+  /// window lent from the endpoint's receive pool. Use endpoint::open.
   connection(std::shared_ptr<core> c, std::string peer, uint32_t slot_bytes,
-             uint32_t slot_count, uint32_t numa, int io_timeout_ms);
+             std::unique_ptr<slot_pool::window> slots, int io_timeout_ms);
   ~connection() override;
 
   /// What this side offers the peer (FabricOffer).
@@ -100,8 +102,7 @@ private:
   // This side's slots, written by the peer.
   uint32_t slot_bytes_;
   uint32_t slot_count_;
-  runtime::numa_region slots_;
-  std::unique_ptr<region> slots_region_;
+  std::unique_ptr<slot_pool::window> slots_;
   std::unique_ptr<std::atomic<bool>[]> occupied_;
 
   // The peer's slots, written by this side.

@@ -18,6 +18,7 @@ namespace {
 constexpr int entries_per_read = 64;
 constexpr int max_entries_per_poll = 4096; // then the poller looks at its mailbox
 constexpr auto bad_imm_log_every = std::chrono::seconds(10);
+constexpr uint32_t min_slots = 4; // per connection, however large its chunks
 
 /// A frame in a receive slot, lent to the sink; the slot goes back to the peer when
 /// the last reference is gone.
@@ -42,9 +43,33 @@ bool resident(frame_kind k) {
 }
 } // namespace
 
+uint64_t slot_bytes_for(uint32_t max_payload) {
+  return (uint64_t{frame_header_bytes} + std::max<uint32_t>(max_payload, 4096) + 63) / 64 * 64;
+}
+
+namespace {
+uint32_t wanted_slots(const endpoint_settings& s, uint64_t slot_bytes) {
+  return static_cast<uint32_t>(std::clamp<uint64_t>(
+    s.max_bytes_per_connection / slot_bytes, std::min<uint32_t>(min_slots, s.slots), s.slots));
+}
+} // namespace
+
+uint64_t pool_for_one(const endpoint_settings& s, uint32_t max_payload) {
+  auto bytes = slot_bytes_for(max_payload);
+  return bytes * wanted_slots(s, bytes);
+}
+
 endpoint::endpoint(std::shared_ptr<domain> d, endpoint_settings s)
   : core_(std::make_shared<core>(std::move(d))), settings_(s) {
   settings_.slots = std::clamp<uint32_t>(settings_.slots, 1, max_slots);
+  pool_ = slot_pool::make(core_->dom, settings_.pool_bytes, settings_.numa, true);
+}
+
+endpoint::endpoint(std::shared_ptr<domain> d, endpoint_settings s, uint32_t max_payload)
+  : core_(std::make_shared<core>(std::move(d))), settings_(s) {
+  settings_.slots = std::clamp<uint32_t>(settings_.slots, 1, max_slots);
+  settings_.pool_bytes = pool_for_one(settings_, max_payload);
+  pool_ = slot_pool::make(core_->dom, settings_.pool_bytes, settings_.numa, false);
 }
 
 endpoint::~endpoint() {
@@ -59,16 +84,14 @@ endpoint::~endpoint() {
 }
 
 std::shared_ptr<connection> endpoint::open(const std::string& peer, uint32_t max_payload) {
-  auto bytes = (uint64_t{frame_header_bytes} + std::max<uint32_t>(max_payload, 4096) + 63)
-               / 64 * 64;
+  auto bytes = slot_bytes_for(max_payload);
   if (bytes > UINT32_MAX)
     throw rw::error(errc::frame_too_large,
                     fmt::format("fabric: {} payload bytes per frame is too many", max_payload));
-  auto slots = static_cast<uint32_t>(std::clamp<uint64_t>(
-    settings_.max_bytes_per_connection / bytes, std::min<uint32_t>(4, settings_.slots),
-    settings_.slots));
-  auto c = std::make_shared<connection>(core_, peer, static_cast<uint32_t>(bytes), slots,
-                                        settings_.numa, settings_.io_timeout_ms);
+  auto want = wanted_slots(settings_, bytes);
+  auto window = pool_->lend(bytes, std::min(want, min_slots), want);
+  auto c = std::make_shared<connection>(core_, peer, static_cast<uint32_t>(bytes),
+                                        std::move(window), settings_.io_timeout_ms);
   c->index_ = core_->add(c);
   return c;
 }

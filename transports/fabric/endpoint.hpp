@@ -31,19 +31,33 @@ struct endpoint_settings {
   /// At most this much slot memory per connection: jobs with large chunks get fewer
   /// slots (never fewer than 4).
   uint64_t max_bytes_per_connection = 64ull << 20;
+  /// The receive pool, allocated and registered when the endpoint is made; each
+  /// connection's slots are a window of it. 0: room for exactly one connection of the
+  /// largest window (a worker's endpoint; see pool_for_one).
+  uint64_t pool_bytes = 256ull << 20;
   uint32_t numa = 0;     // where slot memory lives (the NIC's domain)
   int io_timeout_ms = defaults::io_timeout_ms;
 };
 
+/// Slot bytes (header included, 64-byte multiple) for frames of up to `max_payload`.
+uint64_t slot_bytes_for(uint32_t max_payload);
+/// A pool that holds one connection's largest window for frames of `max_payload`.
+uint64_t pool_for_one(const endpoint_settings& s, uint32_t max_payload);
+
 class endpoint final : public transports::endpoint {
 public:
-  /// Throws rw::error(errc::unavailable) if the provider cannot open an endpoint.
+  /// Allocates and registers the receive pool. Throws rw::error(errc::unavailable) if
+  /// the provider cannot open an endpoint, rw::error(errc::io_error) naming ulimit -l
+  /// if it will not register the pool.
   endpoint(std::shared_ptr<domain> d, endpoint_settings s);
+  /// A worker's endpoint: its pool holds one connection for frames of `max_payload`.
+  endpoint(std::shared_ptr<domain> d, endpoint_settings s, uint32_t max_payload);
   ~endpoint() override;
 
   /// A new connection to `peer` (named for logs) whose slots take frames with up to
-  /// `max_payload` payload bytes. Thread-safe. Throws rw::error (registration refused:
-  /// the message names ulimit -l).
+  /// `max_payload` payload bytes, lent from the receive pool. Thread-safe. Throws
+  /// rw::error(errc::unavailable) when the pool has no room (the message names
+  /// --fabric-pool).
   std::shared_ptr<connection> open(const std::string& peer, uint32_t max_payload);
 
   void adopt(connection_ptr c) override;
@@ -59,6 +73,9 @@ public:
   uint64_t bad_immediates() const noexcept {
     return bad_imm_.load();
   }
+  const slot_pool& pool() const noexcept {
+    return *pool_;
+  }
   /// Local registrations made for sending (steady state: no new ones).
   uint64_t registrations() const noexcept {
     return core_->send_memory.registrations();
@@ -73,6 +90,7 @@ private:
 
   std::shared_ptr<core> core_;
   endpoint_settings settings_;
+  std::shared_ptr<slot_pool> pool_;
   std::mutex incoming_mtx_;
   std::vector<std::shared_ptr<connection>> incoming_; // adopted, not yet polled
   std::atomic<size_t> live_{0};
