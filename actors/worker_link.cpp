@@ -167,8 +167,14 @@ void worker_link::stop(const std::string& why) {
 void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst,
                       uint64_t version, bool changes_only, bool mirrored) {
   auto& s = *slots_[tensor];
-  auto count = layout(tensor).count();
+  auto& l = layout(tensor);
+  auto count = l.count();
   auto r = routes();
+  // Where the results go, for a transport that writes them there itself (fabric):
+  // told before the operation's first frame, on the connection its answers come by.
+  if (expect_update && dst != nullptr)
+    for (auto& c : *conns())
+      c->place_results(tensor, dst, l.elements * sizeof(float), l.chunk_elems * sizeof(float));
   std::lock_guard<std::mutex> guard{s.mtx};
   s.seq = seq;
   s.expect_update = expect_update;

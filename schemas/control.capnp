@@ -105,6 +105,19 @@ struct FabricOffer {
   connIndex @6 :UInt32;    # the sender's index of this connection (< 2^20)
 }
 
+# Where a worker wants a tensor's results (frame kind `place`, fabric only): chunk c of
+# an update for `tensor` (not a subscription's) is written straight to
+# `address + c * chunkBytes` under `key`, its frame header still into a slot (flagged
+# placed). A worker sends it when an operation's output buffer is not the one it last
+# named for that tensor.
+struct FabricPlace {
+  tensor @0 :UInt32;
+  address @1 :UInt64;    # the output buffer's start, as the provider names it for RMA
+  key @2 :UInt64;        # its registration's key (remote write)
+  bytes @3 :UInt64;      # its length: nothing is written outside it
+  chunkBytes @4 :UInt32; # the job's full chunk, in bytes
+}
+
 struct ShardEndpoints {
   endpoints @0 :List(UInt32); # indexes into Welcome.endpoints that serve this shard
 }

@@ -45,6 +45,11 @@ enum FrameKind {
                  # the node's answer: payload is a control.capnp FabricOffer. From then on
                  # the worker's frames travel as RMA writes into the slots the other side
                  # offered (transports/fabric); the TCP connection stays for liveness
+  place @21;     # worker -> node over a fabric connection only: where the results of a
+                 # tensor (`tensorId`) go (payload: control.capnp FabricPlace). Updates
+                 # are then written straight into that memory and their header, flagged
+                 # `placed` (16), into a slot. The fabric transport consumes it: the
+                 # node's actors never see it
 }
 
 struct FrameHeader {

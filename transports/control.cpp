@@ -418,4 +418,33 @@ errc decode(const std::byte* data, size_t size, fabric_offer& out, std::string& 
   });
 }
 
+bytes encode(const fabric_place& x) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<schema::FabricPlace>();
+  root.setTensor(x.tensor);
+  root.setAddress(x.address);
+  root.setKey(x.key);
+  root.setBytes(x.bytes);
+  root.setChunkBytes(x.chunk_bytes);
+  return to_bytes(msg);
+}
+
+errc decode(const std::byte* data, size_t size, fabric_place& out, std::string& why) {
+  return read_message(data, size, why, [&](capnp::MessageReader& r) {
+    auto root = r.getRoot<schema::FabricPlace>();
+    out.tensor = root.getTensor();
+    out.address = root.getAddress();
+    out.key = root.getKey();
+    out.bytes = root.getBytes();
+    out.chunk_bytes = root.getChunkBytes();
+    if (out.bytes == 0 || out.chunk_bytes == 0 || out.chunk_bytes % 4 != 0
+        || out.address + out.bytes < out.address) {
+      why = fmt::format("a fabric place of {} bytes in chunks of {} at {:#x}", out.bytes,
+                        out.chunk_bytes, out.address);
+      return errc::bad_frame;
+    }
+    return errc::ok;
+  });
+}
+
 } // namespace rw::transports

@@ -64,6 +64,15 @@ struct fabric_offer {
   uint32_t conn_index = 0;
 };
 
+/// Where a worker wants a tensor's results (frame kind `place`; schemas/control.capnp).
+struct fabric_place {
+  uint32_t tensor = 0;
+  uint64_t address = 0;
+  uint64_t key = 0;
+  uint64_t bytes = 0;
+  uint32_t chunk_bytes = 0;
+};
+
 /// The node's challenge to a worker that says it holds the job's token, and the
 /// worker's proof (runtime/credentials).
 struct challenge_msg {
@@ -106,6 +115,7 @@ bytes encode(const located_msg& x);
 bytes encode(const reroute_msg& x);
 bytes encode(const hyper_change& x);
 bytes encode(const fabric_offer& x);
+bytes encode(const fabric_place& x);
 
 /// Each returns errc::ok or errc::bad_frame with `why` set.
 errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why);
@@ -117,5 +127,6 @@ errc decode(const std::byte* data, size_t size, located_msg& out, std::string& w
 errc decode(const std::byte* data, size_t size, reroute_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, hyper_change& out, std::string& why);
 errc decode(const std::byte* data, size_t size, fabric_offer& out, std::string& why);
+errc decode(const std::byte* data, size_t size, fabric_place& out, std::string& why);
 
 } // namespace rw::transports

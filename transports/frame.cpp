@@ -40,6 +40,7 @@ const char* to_string(frame_kind kind) noexcept {
     case frame_kind::reroute: return "reroute";
     case frame_kind::hyper: return "hyper";
     case frame_kind::fabric: return "fabric";
+    case frame_kind::place: return "place";
   }
   return "?";
 }
@@ -95,7 +96,7 @@ errc decode(const std::byte* in, frame_header& out, std::string& why) {
       return errc::bad_version;
     }
     auto kind = static_cast<uint16_t>(root.getKind());
-    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::fabric)) {
+    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::place)) {
       why = fmt::format("unknown frame kind {}", kind);
       return errc::bad_frame;
     }

@@ -42,6 +42,8 @@ enum class frame_kind : uint16_t {
                   // clock the job had reached; refused: error_code, payload ErrorInfo)
   fabric = 20,    // worker -> node (joined TCP connection), and the answer: payload
                   // FabricOffer; the worker's chunks then travel over libfabric
+  place = 21,     // worker -> node, fabric only: where a tensor's results go (payload:
+                  // FabricPlace); consumed by the fabric transport
 };
 
 const char* to_string(frame_kind kind) noexcept;
@@ -59,6 +61,11 @@ constexpr uint16_t flag_subscribe = 4;
 /// of a worker (a worker's init completes once the home and the replica have it), or,
 /// on a mirror link, took the home's summed gradient of step `clock`.
 constexpr uint16_t flag_replica = 8;
+
+/// Flag bit of the fabric transport only, on an `update` whose header is in a slot: its
+/// payload was written straight into the output buffer the receiver named (frame kind
+/// `place`). The receiving endpoint clears it before a sink sees the frame.
+constexpr uint16_t flag_placed = 16;
 
 /// The rank a mirror link (a chunk's home node sending each step's sum to the chunk's
 /// replica node; Hello.mirror) says hello as and stamps its frames with.

@@ -47,7 +47,9 @@ void endpoint::adopt(connection_ptr) {
 void frame_sink::on_resident_frame(const connection_ptr& c, const frame_header& h,
                                    runtime::buffer_ref payload) {
   auto t = on_header(c, h);
-  if (t.action == payload_target::receive && t.dst != nullptr && payload)
+  // A payload already where the sink wants it (placed by the sender) is not copied.
+  if (t.action == payload_target::receive && t.dst != nullptr && payload
+      && t.dst != payload->bytes())
     std::memcpy(t.dst, payload->bytes(), std::min<size_t>(h.payload_bytes, payload->size));
   if (t.action != payload_target::close)
     on_frame(c, h, t);

@@ -78,6 +78,17 @@ public:
     return send(h, nullptr, 0);
   }
 
+  /// Where this side wants the results (updates) of `tensor` to land: [dst, dst +
+  /// bytes), chunk c at dst + c * chunk_bytes. A transport that can write into its
+  /// peer's memory (fabric) tells the peer, and the updates' payloads arrive already
+  /// there (a sink's target that is that memory needs no copy); others ignore it.
+  /// False if the connection failed.
+  virtual bool place_results(uint32_t tensor, float* dst, uint64_t bytes,
+                             uint32_t chunk_bytes) {
+    (void)tensor, (void)dst, (void)bytes, (void)chunk_bytes;
+    return true;
+  }
+
   /// Sends `n` frames, frame i being headers[i] and the one piece payloads[i] (an empty
   /// piece for none), as one write where the backend can. Same guarantees as send.
   virtual bool send_batch(const frame_header* headers, const iovec* payloads, int n);

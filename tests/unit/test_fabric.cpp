@@ -10,6 +10,7 @@
 
 #include <rdma/fi_errno.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -34,16 +35,24 @@ struct recorder final : frame_sink {
   bool keep = false;
   std::vector<std::string> closed;
   std::vector<float> target;
+  // Where updates go when set (as a worker's output buffer), chunk c at c * chunk_bytes.
+  std::byte* results = nullptr;
+  uint32_t chunk_bytes = 0;
+  uint64_t copies_skipped = 0; // targets the payload was already in
 
   payload_target on_header(const connection_ptr&, const frame_header& h) override {
     std::lock_guard<std::mutex> guard{mtx};
+    if (results != nullptr && h.kind == frame_kind::update
+        && (h.flags & flag_subscribe) == 0)
+      return payload_target::into(results + uint64_t{h.chunk_index} * chunk_bytes);
     target.assign(h.payload_bytes / sizeof(float), 0);
     return payload_target::into(reinterpret_cast<std::byte*>(target.data()));
   }
-  void on_frame(const connection_ptr&, const frame_header& h, payload_target&) override {
+  void on_frame(const connection_ptr&, const frame_header& h, payload_target& t) override {
     std::lock_guard<std::mutex> guard{mtx};
     headers.push_back(h);
-    payloads.push_back(target);
+    auto* f = reinterpret_cast<const float*>(t.dst);
+    payloads.emplace_back(f, f + h.payload_bytes / sizeof(float));
   }
   void on_closed(const connection_ptr&, errc, const std::string& why) override {
     std::lock_guard<std::mutex> guard{mtx};
@@ -67,11 +76,13 @@ struct pair_fixture {
   std::shared_ptr<fabric::connection> ab, ba;
   recorder ra, rb;
 
-  explicit pair_fixture(uint32_t slots = 8) {
+  explicit pair_fixture(uint32_t slots = 8,
+                        fabric::placement placing = fabric::placement::scatter) {
     auto d = fabric::domain::open("tcp", "127.0.0.1");
     fabric::endpoint_settings s;
     s.slots = slots;
     s.pool_bytes = 4u << 20;
+    s.max_placement = placing;
     s.io_timeout_ms = 2000;
     a = std::make_shared<fabric::endpoint>(d, s);
     b = std::make_shared<fabric::endpoint>(fabric::domain::open("tcp", "127.0.0.1"), s);
@@ -136,6 +147,14 @@ struct rogue_peer {
   // Posts the write (retrying while the provider sets up the connection).
   long write(std::byte fill, uint32_t imm, uint32_t slot) {
     std::fill(junk.begin(), junk.end(), fill);
+    return post(imm, slot);
+  }
+  // Writes a well-formed header `h` (no payload).
+  long write(const frame_header& h, uint32_t imm, uint32_t slot) {
+    encode(h, junk.data());
+    return post(imm, slot);
+  }
+  long post(uint32_t imm, uint32_t slot) {
     long rc = -FI_EAGAIN;
     for (int i = 0; i < 5000 && rc == -FI_EAGAIN; ++i) {
       rc = fi_writedata(core.ep, junk.data(), 64, mem.desc(), imm, dest,
@@ -332,4 +351,86 @@ TEST_CASE("fabric: a worker's endpoint holds exactly its one connection", "[fabr
   CHECK(ep.pool().capacity() == fabric::pool_for_one(s, 1u << 20));
   CHECK(ep.open("node", 1u << 20)->slot_count() == 63); // 64 MiB / (1 MiB + header)
   CHECK(ep.pool().lent() == ep.pool().capacity());
+}
+
+TEST_CASE("fabric: updates land straight in the worker's output buffer", "[fabric]") {
+  for (auto mode : {fabric::placement::scatter, fabric::placement::ordered}) {
+    DYNAMIC_SECTION("placement " << fabric::to_string(mode)) {
+      pair_fixture f{8, mode};
+      REQUIRE(f.a->result_placement() == mode);
+      // a is the worker: tensor 3's results (4 chunks of 256 floats, the last of 100)
+      // go into `out`.
+      std::vector<float> out(3 * 256 + 100, -1.0f);
+      {
+        std::lock_guard<std::mutex> guard{f.ra.mtx};
+        f.ra.results = reinterpret_cast<std::byte*>(out.data());
+        f.ra.chunk_bytes = 1024;
+      }
+      REQUIRE(f.ab->place_results(3, out.data(), out.size() * sizeof(float), 1024));
+      REQUIRE(f.pump([&] { return f.ba->placing(3); }));
+
+      frame_header u;
+      u.kind = frame_kind::update;
+      u.tensor_id = 3;
+      std::vector<float> last(100, 7.5f), second(256);
+      std::iota(second.begin(), second.end(), 0.5f);
+      iovec s{second.data(), 1024};
+      u.chunk_index = 1;
+      u.payload_bytes = 1024;
+      REQUIRE(f.ba->send(u, &s, 1));
+      u.chunk_index = 3;
+      u.payload_bytes = 400;
+      iovec l{last.data(), 400};
+      auto sent = f.ba->send(u, &l, 1);
+      INFO(f.ba->close_reason());
+      REQUIRE(sent);
+      REQUIRE(f.pump([&] { return f.ra.headers.size() == 2; }));
+      CHECK(f.a->placed_frames() == 2);
+      CHECK(f.ra.headers[0].flags == 0); // the transport's flag is its own
+      CHECK(f.ra.headers[0].chunk_index == 1);
+      CHECK(std::vector<float>(out.begin() + 768, out.end()) == last);
+      CHECK(std::vector<float>(out.begin() + 256, out.begin() + 512) == second);
+      CHECK(std::all_of(out.begin(), out.begin() + 256, [](float x) { return x == -1.0f; }));
+      CHECK(std::all_of(out.begin() + 512, out.begin() + 768,
+                        [](float x) { return x == -1.0f; }));
+
+      // A subscription's update travels through a slot, into the sink's own target.
+      u.flags = flag_subscribe;
+      u.chunk_index = 0;
+      u.payload_bytes = 1024;
+      REQUIRE(f.ba->send(u, &s, 1));
+      REQUIRE(f.pump([&] { return f.ra.headers.size() == 3; }));
+      CHECK(f.a->placed_frames() == 2);
+      CHECK(f.ra.payloads[2] == second);
+      CHECK(out[0] == -1.0f);
+
+      // A chunk that would reach past the buffer is not placed: it comes through a slot
+      // (into the sink's own target here).
+      {
+        std::lock_guard<std::mutex> guard{f.ra.mtx};
+        f.ra.results = nullptr;
+      }
+      u.flags = 0;
+      u.chunk_index = 3;
+      u.payload_bytes = 1024;
+      REQUIRE(f.ba->send(u, &s, 1));
+      REQUIRE(f.pump([&] { return f.ra.headers.size() == 4; }));
+      CHECK(f.a->placed_frames() == 2);
+      CHECK(f.ra.payloads[3] == second);
+    }
+  }
+}
+
+TEST_CASE("fabric: a placed frame for no buffer closes that connection", "[fabric]") {
+  pair_fixture f;
+  rogue_peer rogue{f};
+  frame_header h;
+  h.kind = frame_kind::update;
+  h.flags = flag_placed;
+  h.tensor_id = 9;
+  h.payload_bytes = 1024;
+  REQUIRE(rogue.write(h, fabric::immediate(rogue.offer.conn_index, 6), 6) == 0);
+  REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
+  CHECK_THAT(f.rb.closed[0], Catch::Contains("no output buffer"));
+  CHECK(f.rb.headers.empty());
 }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace rw::transports::fabric {
 
@@ -80,7 +81,9 @@ void connection::bind(const fabric_offer& peer) {
   for (uint32_t s = 0; s < peer.slot_count; ++s)
     credits_.push_back(s);
   out_.assign(peer.slot_count, false);
-  auto ops = 2 * peer.slot_count; // a credit may come back before its write's completion
+  // A credit may come back before its write's completion; a placed write in order
+  // takes two ops.
+  auto ops = 3 * peer.slot_count;
   ops_.reset(new tx_op[ops]);
   op_slot_.assign(ops, 0);
   for (uint32_t i = 0; i < ops; ++i)
@@ -88,6 +91,7 @@ void connection::bind(const fabric_offer& peer) {
   headers_.resize(size_t{ops} * frame_header_bytes);
   headers_region_ = std::make_unique<region>(*core_->dom, headers_.data(), headers_.size(),
                                              FI_SEND | FI_WRITE);
+  paired_.assign(ops, -1);
   bounce_.resize(peer.slot_bytes);
   bound_ = true;
 }
@@ -161,6 +165,7 @@ int connection::take_op() {
   }
   auto op = free_ops_.back();
   free_ops_.pop_back();
+  paired_[op] = -1;
   return op;
 }
 
@@ -176,13 +181,62 @@ bool connection::credit(uint32_t s) noexcept {
   return true;
 }
 
+bool connection::target_of(const frame_header& h, uint64_t bytes, fi_rma_iov& out) {
+  if (h.kind != frame_kind::update || (h.flags & flag_subscribe) != 0
+      || core_->place_mode == placement::off)
+    return false;
+  std::lock_guard<std::mutex> guard{place_mtx_};
+  if (h.tensor_id >= remote_places_.size())
+    return false;
+  auto& p = remote_places_[h.tensor_id];
+  auto offset = uint64_t{h.chunk_index} * p.chunk_bytes;
+  if (p.bytes == 0 || offset + bytes > p.bytes)
+    return false;
+  out = {p.address + offset, bytes, p.key};
+  return true;
+}
+
+bool connection::issue(int op, const iovec* iov, void** desc, size_t pieces,
+                       const fi_rma_iov* rma, size_t targets, uint64_t data, bool with_data) {
+  fi_msg_rma msg{};
+  msg.msg_iov = iov;
+  msg.desc = desc;
+  msg.iov_count = pieces;
+  msg.addr = peer_addr_;
+  msg.rma_iov = rma;
+  msg.rma_iov_count = targets;
+  msg.context = ops_[op].context;
+  msg.data = data;
+  ops_[op].state.store(tx_op::pending);
+  auto flags = FI_COMPLETION | (with_data ? FI_REMOTE_CQ_DATA : 0);
+  auto deadline = clock_type::now() + std::chrono::milliseconds(io_timeout_ms_);
+  while (true) {
+    auto rc = fi_writemsg(core_->ep, &msg, flags);
+    if (rc == 0)
+      return true;
+    if (rc != -FI_EAGAIN || clock_type::now() >= deadline) {
+      ops_[op].state.store(tx_op::idle);
+      {
+        std::lock_guard<std::mutex> guard{credit_mtx_};
+        free_ops_.push_back(op);
+      }
+      fail(errc::io_error, fmt::format("an RMA write to the peer failed: {}", fi_error_text(rc)));
+      return false;
+    }
+    core_->progress_tx();
+    std::this_thread::yield();
+  }
+}
+
 int connection::post(const frame_header& h, const iovec* payload, int count) {
   if (!is_open() || !bound_)
     return -1;
   size_t total = 0;
   for (int i = 0; i < count; ++i)
     total += payload[i].iov_len;
-  if (frame_header_bytes + total > peer_slot_bytes_) {
+  fi_rma_iov target{};
+  bool placed = total > 0 && target_of(h, total, target);
+  if (!placed && frame_header_bytes + total > peer_slot_bytes_) {
     fail(errc::frame_too_large,
          fmt::format("a {} frame of {} bytes does not fit the peer's {}-byte slots",
                      to_string(h.kind), total, peer_slot_bytes_));
@@ -198,23 +252,38 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
   }
   op_slot_[op] = static_cast<uint32_t>(slot);
   auto* header = headers_.data() + size_t(op) * frame_header_bytes;
-  encode(h, header);
+  if (placed) {
+    auto flagged = h;
+    flagged.flags |= flag_placed;
+    encode(flagged, header);
+  } else {
+    encode(h, header);
+  }
 
+  // The local pieces: the header, then the payload (gathered where the caller keeps
+  // it, or through the bounce buffer when the provider gathers fewer pieces).
   iovec iov[max_pieces + 1];
   void* desc[max_pieces + 1];
   std::shared_ptr<region> held[max_pieces + 1];
   size_t pieces = 0;
   std::unique_lock<std::mutex> bounce_lock;
   auto limit = std::min<size_t>(core_->dom->iov_limit(), max_pieces + 1);
-  if (size_t(count) + 1 > limit) { // gather here: header and payload into one buffer
+  if (size_t(count) + 1 > limit) {
     bounce_lock = std::unique_lock<std::mutex>{bounce_mtx_};
+    if (bounce_.size() < frame_header_bytes + total)
+      bounce_.resize(frame_header_bytes + total);
     std::memcpy(bounce_.data(), header, frame_header_bytes);
     size_t at = frame_header_bytes;
     for (int i = 0; i < count; ++i) {
       std::memcpy(bounce_.data() + at, payload[i].iov_base, payload[i].iov_len);
       at += payload[i].iov_len;
     }
-    held[0] = core_->send_memory.get(bounce_.data(), bounce_.size());
+    try {
+      held[0] = core_->send_memory.get(bounce_.data(), bounce_.size());
+    } catch (const rw::error& e) {
+      fail(e.code(), e.what());
+      return -1;
+    }
     iov[0] = {bounce_.data(), at};
     desc[0] = held[0]->desc();
     pieces = 1;
@@ -236,31 +305,50 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
       ++pieces;
     }
   }
-  fi_rma_iov rma{peer_slots_ + uint64_t(slot) * peer_slot_bytes_, frame_header_bytes + total,
-                 peer_key_};
-  fi_msg_rma msg{};
-  msg.msg_iov = iov;
-  msg.desc = desc;
-  msg.iov_count = pieces;
-  msg.addr = peer_addr_;
-  msg.rma_iov = &rma;
-  msg.rma_iov_count = 1;
-  msg.context = ops_[op].context;
-  msg.data = immediate(peer_index_, static_cast<uint32_t>(slot));
-  ops_[op].state.store(tx_op::pending);
-  auto deadline = clock_type::now() + std::chrono::milliseconds(io_timeout_ms_);
-  while (true) {
-    auto rc = fi_writemsg(core_->ep, &msg, FI_REMOTE_CQ_DATA | FI_COMPLETION);
-    if (rc == 0)
-      break;
-    if (rc != -FI_EAGAIN || clock_type::now() >= deadline) {
-      ops_[op].state.store(tx_op::idle);
-      fail(errc::io_error, fmt::format("an RMA write to the peer failed: {}", fi_error_text(rc)));
+  auto imm = immediate(peer_index_, static_cast<uint32_t>(slot));
+  auto slot_addr = peer_slots_ + uint64_t(slot) * peer_slot_bytes_;
+  bool ok;
+  if (!placed) {
+    fi_rma_iov rma{slot_addr, frame_header_bytes + total, peer_key_};
+    ok = issue(op, iov, desc, pieces, &rma, 1, imm, true);
+  } else if (core_->place_mode == placement::scatter) {
+    // One write, two places: the header into the slot, the payload into the buffer.
+    fi_rma_iov rma[2] = {{slot_addr, frame_header_bytes, peer_key_}, target};
+    ok = issue(op, iov, desc, pieces, rma, 2, imm, true);
+  } else {
+    // The header first, then the payload with the immediate: placed in that order.
+    auto first = take_op();
+    if (first < 0) {
+      fail(errc::timeout, fmt::format("no write completed within {} ms", io_timeout_ms_));
       return -1;
     }
-    core_->progress_tx();
-    std::this_thread::yield();
+    std::memcpy(headers_.data() + size_t(first) * frame_header_bytes, header,
+                frame_header_bytes);
+    iovec head{headers_.data() + size_t(first) * frame_header_bytes, frame_header_bytes};
+    void* head_desc = headers_region_->desc();
+    fi_rma_iov to_slot{slot_addr, frame_header_bytes, peer_key_};
+    if (!issue(first, &head, &head_desc, 1, &to_slot, 1, 0, false))
+      return -1;
+    paired_[op] = first;
+    iovec body[max_pieces + 1];
+    size_t n = 0;
+    if (bounce_lock.owns_lock()) {
+      body[n++] = {bounce_.data() + frame_header_bytes, total};
+    } else {
+      for (size_t i = 1; i < pieces; ++i)
+        body[n++] = iov[i];
+    }
+    ok = issue(op, body, bounce_lock.owns_lock() ? desc : desc + 1, n, &target, 1, imm, true);
+    if (!ok) {
+      wait(first);
+      return -1;
+    }
   }
+  if (!ok)
+    return -1;
+  sent_.fetch_add(1, std::memory_order_relaxed);
+  if (placed)
+    placed_sent_.fetch_add(1, std::memory_order_relaxed);
   if (bounce_lock.owns_lock()) // the bounce buffer is reused: finish this write first
     return wait(op) ? bounced : -1;
   return op;
@@ -269,6 +357,7 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
 bool connection::wait(int op) {
   if (op == bounced)
     return true;
+  auto first = paired_[op];
   auto deadline = clock_type::now() + std::chrono::milliseconds(io_timeout_ms_);
   for (int spins = 0;; ++spins) {
     auto s = ops_[op].state.load(std::memory_order_acquire);
@@ -278,12 +367,13 @@ bool connection::wait(int op) {
         std::lock_guard<std::mutex> guard{credit_mtx_};
         free_ops_.push_back(op);
       }
+      auto ok = first < 0 || wait(first);
       if (s < 0) {
         fail(errc::io_error, fmt::format("an RMA write to the peer failed: {}",
                                          fi_error_text(s)));
         return false;
       }
-      return true;
+      return ok;
     }
     core_->progress_tx();
     if (clock_type::now() >= deadline) { // the op stays pending: the connection stays
@@ -298,6 +388,82 @@ bool connection::wait(int op) {
     else
       std::this_thread::yield();
   }
+}
+
+bool connection::place_results(uint32_t tensor, float* dst, uint64_t bytes,
+                               uint32_t chunk_bytes) {
+  if (core_->place_mode == placement::off || dst == nullptr || bytes == 0 || chunk_bytes == 0
+      || tensor >= max_placed_tensors)
+    return true; // results travel through the slots
+  auto* base = reinterpret_cast<std::byte*>(dst);
+  {
+    std::lock_guard<std::mutex> guard{place_mtx_};
+    if (tensor < local_places_.size() && local_places_[tensor].base == base
+        && local_places_[tensor].bytes == bytes)
+      return true; // the node knows this buffer already
+  }
+  std::shared_ptr<region> reg;
+  try {
+    reg = core_->target_memory.get(base, bytes);
+  } catch (const rw::error& e) { // not registrable: results come through the slots
+    spdlog::warn("fabric: peer={}: results of tensor {} go through slots: {}", peer_, tensor,
+                 e.what());
+    return true;
+  }
+  fabric_place p;
+  p.tensor = tensor;
+  p.address = reg->remote_address(base);
+  p.key = reg->key();
+  p.bytes = bytes;
+  p.chunk_bytes = chunk_bytes;
+  {
+    std::lock_guard<std::mutex> guard{place_mtx_};
+    if (local_places_.size() <= tensor)
+      local_places_.resize(tensor + 1);
+    local_places_[tensor] = {std::move(reg), base, bytes, chunk_bytes};
+  }
+  auto payload = encode(p);
+  frame_header h;
+  h.kind = frame_kind::place;
+  h.tensor_id = tensor;
+  h.payload_bytes = static_cast<uint32_t>(payload.size());
+  iovec iov{payload.data(), payload.size()};
+  return send(h, &iov, 1);
+}
+
+bool connection::set_place(const fabric_place& p, std::string& why) {
+  if (p.tensor >= max_placed_tensors) {
+    why = fmt::format("a place for tensor {} (at most {} tensors)", p.tensor,
+                      max_placed_tensors);
+    return false;
+  }
+  std::lock_guard<std::mutex> guard{place_mtx_};
+  if (remote_places_.size() <= p.tensor)
+    remote_places_.resize(p.tensor + 1);
+  remote_places_[p.tensor] = {p.address, p.key, p.bytes, p.chunk_bytes};
+  return true;
+}
+
+bool connection::placing(uint32_t tensor) const {
+  std::lock_guard<std::mutex> guard{place_mtx_};
+  return tensor < remote_places_.size() && remote_places_[tensor].bytes > 0;
+}
+
+std::byte* connection::placed_at(const frame_header& h, std::string& why) const {
+  std::lock_guard<std::mutex> guard{place_mtx_};
+  if (h.tensor_id >= local_places_.size() || local_places_[h.tensor_id].base == nullptr) {
+    why = fmt::format("a placed {} frame for tensor {}, which has no output buffer here",
+                      to_string(h.kind), h.tensor_id);
+    return nullptr;
+  }
+  auto& p = local_places_[h.tensor_id];
+  auto offset = uint64_t{h.chunk_index} * p.chunk_bytes;
+  if (offset + h.payload_bytes > p.bytes) {
+    why = fmt::format("a placed frame for chunk {}/{} ({} bytes) outside its {}-byte buffer",
+                      h.tensor_id, h.chunk_index, h.payload_bytes, p.bytes);
+    return nullptr;
+  }
+  return p.base + offset;
 }
 
 bool connection::send(const frame_header& h, const iovec* payload, int count) {
@@ -340,7 +506,7 @@ bool connection::occupy(uint32_t s) noexcept {
 bool connection::frame_at(uint32_t s, frame_header& h, std::string& why) const {
   if (decode(slots_->data() + size_t(s) * slot_bytes_, h, why) != errc::ok)
     return false;
-  if (frame_header_bytes + size_t{h.payload_bytes} > slot_bytes_) {
+  if ((h.flags & flag_placed) == 0 && frame_header_bytes + size_t{h.payload_bytes} > slot_bytes_) {
     why = fmt::format("a {} frame says {} payload bytes; its slot holds {}", to_string(h.kind),
                       h.payload_bytes, slot_bytes_ - frame_header_bytes);
     return false;

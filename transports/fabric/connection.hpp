@@ -12,6 +12,13 @@
 // to the frame is gone, gives it back with a credit message. A sender without credit
 // waits at most the I/O timeout, then the connection is closed: a fast peer cannot
 // overrun a slow one, and a peer that stops giving slots back is cut off.
+//
+// Results in place: a worker names, per tensor, the output buffer of its operation
+// (place_results: registered once through the cache, told to the node in a `place`
+// frame). The node then writes each update's payload straight into that buffer and
+// only its header, flagged placed, into a slot; the worker's sink finds the payload
+// already where it wanted it (no copy). Placement is checked on both sides against
+// the buffer's bounds; subscriptions' updates still travel through slots.
 
 #include <atomic>
 #include <condition_variable>
@@ -27,7 +34,12 @@
 #include "transports/fabric/slot_pool.hpp"
 #include "transports/transport.hpp"
 
+struct fi_rma_iov;
+
 namespace rw::transports::fabric {
+
+/// Tensors a connection keeps a placement for.
+constexpr uint32_t max_placed_tensors = 1u << 16;
 
 class connection final : public transports::connection,
                          public std::enable_shared_from_this<connection> {
@@ -46,6 +58,8 @@ public:
   void bind(const fabric_offer& peer);
 
   bool send(const frame_header& h, const iovec* payload, int count) override;
+  bool place_results(uint32_t tensor, float* dst, uint64_t bytes,
+                     uint32_t chunk_bytes) override;
   using transports::connection::send;
   bool send_batch(const frame_header* headers, const iovec* payloads, int n) override;
   void close() override;
@@ -77,6 +91,20 @@ public:
   std::byte* payload_at(uint32_t s) const noexcept;
   /// Gives slot `s` back to the peer (any thread).
   void release(uint32_t s) noexcept;
+  /// Where the payload of a placed frame `h` was written (inside a buffer this side
+  /// named for its tensor), or null with `why`.
+  std::byte* placed_at(const frame_header& h, std::string& why) const;
+  /// The peer says where it wants a tensor's results; false with `why` if out of range.
+  bool set_place(const fabric_place& p, std::string& why);
+  /// Whether the peer named a buffer for `tensor`'s results.
+  bool placing(uint32_t tensor) const;
+  /// Frames sent, and of them updates written straight into the peer's buffers.
+  uint64_t frames_sent() const noexcept {
+    return sent_.load(std::memory_order_relaxed);
+  }
+  uint64_t placed_sent() const noexcept {
+    return placed_sent_.load(std::memory_order_relaxed);
+  }
   /// The peer gave back slot `s` of its own; false if it was not out.
   bool credit(uint32_t s) noexcept;
   /// No write of this side is in flight: the connection may leave the table.
@@ -88,10 +116,28 @@ public:
 
 private:
   friend class endpoint; // assigns the index
+  struct local_place {  // a buffer this side named (place_results)
+    std::shared_ptr<region> reg;
+    std::byte* base = nullptr;
+    uint64_t bytes = 0;
+    uint32_t chunk_bytes = 0;
+  };
+  struct remote_place { // a buffer the peer named
+    uint64_t address = 0;
+    uint64_t key = 0;
+    uint64_t bytes = 0;
+    uint32_t chunk_bytes = 0;
+  };
   int take_credit();
   int take_op();
   /// Posts one frame; -1 when it failed (the connection is closed then).
   int post(const frame_header& h, const iovec* payload, int count);
+  /// Issues one RMA write for op `op`; false when it failed (the connection is closed).
+  bool issue(int op, const iovec* iov, void** desc, size_t pieces, const fi_rma_iov* rma,
+             size_t targets, uint64_t data, bool with_data);
+  /// Where an update's payload goes in the peer's memory, if the peer named a buffer
+  /// for its tensor and the chunk fits in it.
+  bool target_of(const frame_header& h, uint64_t bytes, fi_rma_iov& out);
   bool wait(int op);
 
   std::shared_ptr<core> core_;
@@ -122,9 +168,16 @@ private:
   std::unique_ptr<tx_op[]> ops_;
   std::vector<std::byte> headers_;     // one frame header per op, registered
   std::unique_ptr<region> headers_region_;
+  std::vector<int> paired_;            // op -> the header write posted before it, or -1
   std::vector<std::byte> bounce_;      // for a frame in more pieces than the provider gathers
   std::mutex bounce_mtx_;
 
+  mutable std::mutex place_mtx_;
+  std::vector<local_place> local_places_;   // by tensor: where this side wants results
+  std::vector<remote_place> remote_places_; // by tensor: where the peer wants them
+
+  std::atomic<uint64_t> sent_{0};
+  std::atomic<uint64_t> placed_sent_{0};
   std::atomic<bool> open_{true};
   mutable std::mutex why_mtx_;
   std::string why_;

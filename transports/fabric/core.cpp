@@ -30,7 +30,10 @@ void check(long rc, const char* what, const domain& d) {
 static_assert(sizeof(fi_context2) <= sizeof(tx_op::context), "tx_op too small");
 
 core::core(std::shared_ptr<domain> d)
-  : dom(d), send_memory(d, FI_SEND | FI_WRITE), recv_ctx_(posted_receives) {
+  : dom(d),
+    send_memory(d, FI_SEND | FI_WRITE),
+    target_memory(d, FI_REMOTE_WRITE, 4096, 4096),
+    recv_ctx_(posted_receives) {
   check(fi_endpoint(dom->handle(), dom->info(), &ep, nullptr), "opening an endpoint", *dom);
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_TABLE;

@@ -80,6 +80,10 @@ struct core {
   std::atomic<uint64_t> closed_epoch{0}; // bumped by each connection that closes
   /// Local buffers this side sends from (tensors, arenas, header staging).
   registration_cache send_memory;
+  /// Output buffers peers write results into (connection::place_results), by pages.
+  registration_cache target_memory;
+  /// How results are placed: the provider's best, or less if the settings say so.
+  placement place_mode = placement::off;
 
   std::mutex table_mtx; // guards conns (connections open and close on other threads)
   std::vector<std::shared_ptr<connection>> conns; // by index; null: free

@@ -218,6 +218,23 @@ bool domain::mr_prov_key() const noexcept {
 size_t domain::iov_limit() const noexcept {
   return std::max<size_t>(1, info_->tx_attr->iov_limit);
 }
+fabric::placement domain::placement() const noexcept {
+  if (info_->tx_attr->rma_iov_limit >= 2)
+    return placement::scatter;
+  // Ordered placement of the header's 64 bytes before the payload's write.
+  if ((info_->tx_attr->msg_order & (FI_ORDER_WAW | FI_ORDER_RMA_WAW)) != 0
+      && info_->ep_attr->max_order_waw_size >= 64)
+    return placement::ordered;
+  return placement::off;
+}
+
+const char* to_string(placement p) noexcept {
+  switch (p) {
+    case placement::scatter: return "scatter";
+    case placement::ordered: return "ordered";
+    default: return "off";
+  }
+}
 uint64_t domain::next_key() noexcept {
   return next_key_++;
 }

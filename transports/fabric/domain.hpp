@@ -19,6 +19,13 @@ struct fid_domain;
 
 namespace rw::transports::fabric {
 
+/// How an update can be written straight into the receiver's memory while its header
+/// still lands in a slot: one write to two remote places (`scatter`: the provider
+/// takes two RMA targets per write), two writes placed in the order posted
+/// (`ordered`: FI_ORDER_WAW), or not at all (`off`: the payload goes into the slot).
+enum class placement : uint8_t { off = 0, ordered = 1, scatter = 2 };
+const char* to_string(placement p) noexcept;
+
 /// The provider names accepted by --fabric (besides "off").
 bool known_provider(const std::string& name);
 
@@ -64,6 +71,8 @@ public:
   bool mr_prov_key() const noexcept;
   /// Local pieces one write may gather.
   size_t iov_limit() const noexcept;
+  /// The best placement of results the provider allows.
+  fabric::placement placement() const noexcept;
   /// A key for a new registration when the application picks them.
   uint64_t next_key() noexcept;
 

@@ -38,6 +38,19 @@ private:
   uint32_t slot_;
 };
 
+/// A placed update's payload, in the receiver's own output buffer: nothing to give back.
+class placed_view final : public runtime::payload {
+public:
+  placed_view(std::byte* at, uint32_t bytes) : payload(at, bytes, true) {
+    size = bytes;
+  }
+
+private:
+  void recycle() noexcept override {
+    delete this;
+  }
+};
+
 bool resident(frame_kind k) {
   return k == frame_kind::push || k == frame_kind::init || k == frame_kind::pull;
 }
@@ -62,6 +75,7 @@ uint64_t pool_for_one(const endpoint_settings& s, uint32_t max_payload) {
 endpoint::endpoint(std::shared_ptr<domain> d, endpoint_settings s)
   : core_(std::make_shared<core>(std::move(d))), settings_(s) {
   settings_.slots = std::clamp<uint32_t>(settings_.slots, 1, max_slots);
+  core_->place_mode = std::min(core_->dom->placement(), settings_.max_placement);
   pool_ = slot_pool::make(core_->dom, settings_.pool_bytes, settings_.numa, true);
 }
 
@@ -69,10 +83,14 @@ endpoint::endpoint(std::shared_ptr<domain> d, endpoint_settings s, uint32_t max_
   : core_(std::make_shared<core>(std::move(d))), settings_(s) {
   settings_.slots = std::clamp<uint32_t>(settings_.slots, 1, max_slots);
   settings_.pool_bytes = pool_for_one(settings_, max_payload);
+  core_->place_mode = std::min(core_->dom->placement(), settings_.max_placement);
   pool_ = slot_pool::make(core_->dom, settings_.pool_bytes, settings_.numa, false);
 }
 
 endpoint::~endpoint() {
+  if (auto n = placed_.load(); n > 0)
+    spdlog::debug("fabric: {} closed; {} updates arrived straight in their output buffers "
+                 "(placement {})", describe(), n, to_string(core_->place_mode));
   std::vector<std::shared_ptr<connection>> conns;
   {
     std::lock_guard<std::mutex> guard{core_->table_mtx};
@@ -131,6 +149,27 @@ void endpoint::deliver(const std::shared_ptr<connection>& c, uint32_t slot, fram
     // No error frame: sending one would wait on this very thread's progress. The
     // sink hears the close with the reason (a node closes the worker's TCP link too).
     spdlog::warn("fabric: peer={}: a frame that cannot be trusted: {}; closing", c->peer(), why);
+    c->fail(errc::bad_frame, why);
+    return;
+  }
+  if (h.kind == frame_kind::place || (h.flags & flag_placed) != 0) {
+    // The transport's own: where the peer wants results, or an update already there.
+    if (h.kind == frame_kind::place) {
+      fabric_place p;
+      if (decode(c->payload_at(slot), h.payload_bytes, p, why) == errc::ok
+          && c->set_place(p, why)) {
+        c->release(slot);
+        return;
+      }
+    } else if (auto* at = c->placed_at(h, why)) {
+      h.flags &= static_cast<uint16_t>(~flag_placed);
+      placed_.fetch_add(1, std::memory_order_relaxed);
+      sink.frame_sink::on_resident_frame(
+        c, h, runtime::buffer_ref{new placed_view(at, h.payload_bytes)});
+      c->release(slot);
+      return;
+    }
+    spdlog::warn("fabric: peer={}: {}; closing", c->peer(), why);
     c->fail(errc::bad_frame, why);
     return;
   }

@@ -36,6 +36,9 @@ struct endpoint_settings {
   /// largest window (a worker's endpoint; see pool_for_one).
   uint64_t pool_bytes = 256ull << 20;
   uint32_t numa = 0;     // where slot memory lives (the NIC's domain)
+  /// Results placed straight into the receiver's buffers: at most this (the provider's
+  /// best otherwise; tests lower it to exercise `ordered` and `off`).
+  placement max_placement = placement::scatter;
   int io_timeout_ms = defaults::io_timeout_ms;
 };
 
@@ -69,6 +72,14 @@ public:
   const domain& fabric_domain() const noexcept {
     return *core_->dom;
   }
+  /// How results are placed into peers' buffers here.
+  placement result_placement() const noexcept {
+    return core_->place_mode;
+  }
+  /// Updates that arrived already in their output buffer (placed), since the start.
+  uint64_t placed_frames() const noexcept {
+    return placed_.load();
+  }
   /// Immediates that named no slot, since the start.
   uint64_t bad_immediates() const noexcept {
     return bad_imm_.load();
@@ -95,6 +106,7 @@ private:
   std::vector<std::shared_ptr<connection>> incoming_; // adopted, not yet polled
   std::atomic<size_t> live_{0};
   std::atomic<uint64_t> bad_imm_{0};
+  std::atomic<uint64_t> placed_{0};
   std::chrono::steady_clock::time_point bad_imm_logged_{}; // rate-limits their log line
   uint64_t swept_epoch_ = 0;
   bool pending_removal_ = false;

@@ -1,6 +1,7 @@
 #include "transports/fabric/registration.hpp"
 
 #include <sys/resource.h>
+#include <algorithm>
 #include <unistd.h>
 
 #include <rdma/fabric.h>
@@ -15,7 +16,6 @@ namespace rw::transports::fabric {
 
 namespace {
 constexpr uintptr_t page = 4096;
-constexpr uintptr_t wide_span = 1u << 20;
 
 std::string memlock_limit() {
   rlimit r{};
@@ -55,8 +55,9 @@ uint64_t region::remote_address(const void* p) const noexcept {
 }
 
 registration_cache::registration_cache(std::shared_ptr<domain> d, uint64_t access,
-                                       size_t max_regions)
-  : domain_(std::move(d)), access_(access), max_regions_(max_regions) {
+                                       size_t max_regions, uintptr_t span)
+  : domain_(std::move(d)), access_(access), max_regions_(max_regions),
+    span_(std::max<uintptr_t>(span, page)) {
 }
 
 std::shared_ptr<region> registration_cache::get(const void* p, size_t n) {
@@ -79,8 +80,10 @@ std::shared_ptr<region> registration_cache::get(const void* p, size_t n) {
   const std::byte* s = nullptr;
   std::shared_ptr<region> r;
   try {
-    r = span(wide_span, s);
+    r = span(span_, s);
   } catch (const rw::error&) {
+    if (span_ == page)
+      throw;
     r = span(page, s); // throws what the provider said
   }
   // Overlapping registrations are fine for the provider; the map keeps the newest.

@@ -67,7 +67,11 @@ private:
 class registration_cache {
 public:
   /// Keeps at most `max_regions` unused registrations (in-use ones are never dropped).
-  registration_cache(std::shared_ptr<domain> d, uint64_t access, size_t max_regions = 4096);
+  /// A miss registers the `span`-aligned range around the buffer (its pages if the
+  /// provider refuses that); memory peers may write is registered by pages (`span`
+  /// 4096), so nothing beside the buffer is exposed.
+  registration_cache(std::shared_ptr<domain> d, uint64_t access, size_t max_regions = 4096,
+                     uintptr_t span = 1u << 20);
 
   /// The registration covering [p, p + n), made now if none does. Thread-safe.
   std::shared_ptr<region> get(const void* p, size_t n);
@@ -83,6 +87,7 @@ private:
   std::shared_ptr<domain> domain_;
   uint64_t access_;
   size_t max_regions_;
+  uintptr_t span_;
   mutable std::mutex mtx_;
   std::map<const std::byte*, std::shared_ptr<region>> by_start_;
   std::list<const std::byte*> age_; // oldest registration first
