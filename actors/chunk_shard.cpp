@@ -599,6 +599,15 @@ caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup, abort_sink coo
     spdlog::error("shard {}: job {}: {}", st.settings.index, setup.job_id, e.what());
     return cluster_error(errc::invalid_spec, e.what());
   }
+  if (st.settings.register_memory && job.memory->size() > 0) {
+    try {
+      job.memory_registration = st.settings.register_memory(job.memory->data(),
+                                                            job.memory->size());
+    } catch (const std::exception& e) { // its answers register on their first send
+      spdlog::warn("shard {}: job {}: the parameter arena ({} bytes) was not registered "
+                   "ahead: {}", st.settings.index, setup.job_id, job.memory->size(), e.what());
+    }
+  }
   st.book->memory_numa = job.memory_numa();
   st.book->stats.chunks += job.chunks.size();
   // A job that comes back (it moved away and a node join brought it here again) is

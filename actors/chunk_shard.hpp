@@ -154,6 +154,7 @@
 #include <caf/typed_actor.hpp>
 
 #include "actors/messages.hpp"
+#include "runtime/memory_registrar.hpp"
 #include "runtime/topology.hpp"
 
 namespace rw::actors {
@@ -210,6 +211,9 @@ struct shard_settings {
   bool priority = true; // answer the waiting worker furthest behind first
   std::chrono::milliseconds step_timeout{defaults::step_timeout_ms};
   std::chrono::milliseconds scan_interval{defaults::timeout_scan_ms};
+  /// Registers a new job's arena with the transports that send from it (the fabric
+  /// endpoint's NIC); empty: none does.
+  runtime::memory_registrar register_memory;
 };
 
 /// A new, empty shard book (detail/shard_job.hpp): what a shard holds, kept by its

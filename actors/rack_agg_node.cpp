@@ -12,6 +12,7 @@
 #include "runtime/credentials.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/nic_speed.hpp"
+#include "transports/fabric/core.hpp"
 #include "transports/fabric/endpoint.hpp"
 #include "transports/shm/endpoint.hpp"
 #include "transports/tcp/endpoint.hpp"
@@ -65,6 +66,9 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
       spdlog::warn("fabric: --fabric auto found no usable provider: {}; TCP only", e.what());
     }
   }
+  // What the fabric endpoint sends from, registered once: the shards pin each job's
+  // arena in it as the job is made.
+  auto send_cache = dom ? transports::fabric::core::make_send_cache(dom) : nullptr;
 
   // One supervisor per NUMA domain that has shards or endpoints.
   auto pinned = cfg.pin ? topo_ : nullptr;
@@ -78,6 +82,10 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     s.numa = p.numa;
     s.step_timeout = std::chrono::milliseconds(cfg.step_timeout_ms);
     s.priority = cfg.priority;
+    if (send_cache) // each job's arena registered with the NIC when the job is made
+      s.register_memory = [send_cache](const void* data, size_t bytes) {
+        return send_cache->pin(data, bytes);
+      };
     domains[p.numa].numa = p.numa;
     domains[p.numa].shards.push_back(s);
   }
@@ -229,6 +237,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     transports::fabric::endpoint_settings es;
     es.slots = cfg.fabric_slots;
     es.pool_bytes = uint64_t{cfg.fabric_pool_mib} << 20;
+    es.send_memory = send_cache;
     es.numa = s.numa;
     es.io_timeout_ms = static_cast<int>(cfg.io_timeout_ms);
     auto fab_ep = std::make_shared<transports::fabric::endpoint>(dom, es);

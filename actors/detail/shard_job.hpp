@@ -35,6 +35,9 @@ struct shard_job {
   // Chunk state: params (unless shared), m, v. Shared: a chunk that moves to another
   // shard of the node (balancing) keeps its memory, and that shard keeps the arena.
   std::shared_ptr<runtime::numa_region> memory = std::make_shared<runtime::numa_region>();
+  // The arena's registration with the fabric NIC (shard_settings::register_memory),
+  // dropped with the job, before the arena is freed.
+  std::shared_ptr<void> memory_registration;
   // Arenas of the shards chunks moved here from, kept while this job's chunks live.
   std::vector<std::shared_ptr<runtime::numa_region>> borrowed;
   std::shared_ptr<const transports::shm::mapping> shared; // the job's shared params

@@ -434,3 +434,30 @@ TEST_CASE("fabric: a placed frame for no buffer closes that connection", "[fabri
   CHECK_THAT(f.rb.closed[0], Catch::Contains("no output buffer"));
   CHECK(f.rb.headers.empty());
 }
+
+TEST_CASE("fabric: memory pinned ahead is found by sends and forgotten with its handle",
+          "[fabric]") {
+  auto d = fabric::domain::open("tcp", "127.0.0.1");
+  auto cache = fabric::core::make_send_cache(d);
+  std::vector<float> arena(300000); // about 1.2 MiB, spanning pages
+  // An earlier send's registration over part of it (as from memory freed since).
+  auto old = cache->get(arena.data() + 1000, 4096);
+  auto before = cache->registrations();
+  old.reset();
+  auto handle = cache->pin(arena.data(), arena.size() * sizeof(float));
+  CHECK(cache->registrations() == before + 1);
+  // Chunks anywhere in the arena hit the pinned registration: none made on send.
+  auto a = cache->get(arena.data() + 5, 4000);
+  auto b = cache->get(arena.data() + 250000, 40000);
+  CHECK(cache->registrations() == before + 1);
+  CHECK(a == b);
+  CHECK(a->contains(arena.data(), arena.size() * sizeof(float)));
+  // The handle gone (the job ended): the cache forgets it; a send in flight (a, b)
+  // keeps its registration alive until done.
+  handle.reset();
+  CHECK(a->contains(arena.data(), 4));
+  a.reset();
+  b.reset();
+  cache->get(arena.data() + 5, 4000);
+  CHECK(cache->registrations() == before + 2);
+}

@@ -279,7 +279,7 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
       at += payload[i].iov_len;
     }
     try {
-      held[0] = core_->send_memory.get(bounce_.data(), bounce_.size());
+      held[0] = core_->send_memory->get(bounce_.data(), bounce_.size());
     } catch (const rw::error& e) {
       fail(e.code(), e.what());
       return -1;
@@ -295,7 +295,7 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
       if (payload[i].iov_len == 0)
         continue;
       try {
-        held[pieces] = core_->send_memory.get(payload[i].iov_base, payload[i].iov_len);
+        held[pieces] = core_->send_memory->get(payload[i].iov_base, payload[i].iov_len);
       } catch (const rw::error& e) {
         fail(e.code(), e.what());
         return -1;

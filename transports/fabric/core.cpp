@@ -29,9 +29,13 @@ void check(long rc, const char* what, const domain& d) {
 
 static_assert(sizeof(fi_context2) <= sizeof(tx_op::context), "tx_op too small");
 
-core::core(std::shared_ptr<domain> d)
+std::shared_ptr<registration_cache> core::make_send_cache(std::shared_ptr<domain> d) {
+  return std::make_shared<registration_cache>(std::move(d), FI_SEND | FI_WRITE);
+}
+
+core::core(std::shared_ptr<domain> d, std::shared_ptr<registration_cache> sends)
   : dom(d),
-    send_memory(d, FI_SEND | FI_WRITE),
+    send_memory(sends ? std::move(sends) : make_send_cache(d)),
     target_memory(d, FI_REMOTE_WRITE, 4096, 4096),
     recv_ctx_(posted_receives) {
   check(fi_endpoint(dom->handle(), dom->info(), &ep, nullptr), "opening an endpoint", *dom);

@@ -50,11 +50,16 @@ class connection;
 
 struct core {
   /// Opens an endpoint on `d`: throws rw::error(errc::unavailable) with the provider's
-  /// reason.
-  explicit core(std::shared_ptr<domain> d);
+  /// reason. `send_memory`: the cache of memory it sends from (shared with whoever pins
+  /// memory ahead, a node's shards); null: its own.
+  explicit core(std::shared_ptr<domain> d,
+                std::shared_ptr<registration_cache> send_memory = nullptr);
   ~core();
   core(const core&) = delete;
   core& operator=(const core&) = delete;
+
+  /// A cache for memory to send from on `d` (FI_SEND | FI_WRITE).
+  static std::shared_ptr<registration_cache> make_send_cache(std::shared_ptr<domain> d);
 
   /// This endpoint's address, as peers insert it into their address vectors.
   std::vector<std::byte> address() const;
@@ -79,7 +84,7 @@ struct core {
   bool rx_waitable = false; // rx_cq has a wait object: fi_cq_sread blocks on it
   std::atomic<uint64_t> closed_epoch{0}; // bumped by each connection that closes
   /// Local buffers this side sends from (tensors, arenas, header staging).
-  registration_cache send_memory;
+  std::shared_ptr<registration_cache> send_memory;
   /// Output buffers peers write results into (connection::place_results), by pages.
   registration_cache target_memory;
   /// How results are placed: the provider's best, or less if the settings say so.

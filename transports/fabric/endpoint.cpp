@@ -73,14 +73,14 @@ uint64_t pool_for_one(const endpoint_settings& s, uint32_t max_payload) {
 }
 
 endpoint::endpoint(std::shared_ptr<domain> d, endpoint_settings s)
-  : core_(std::make_shared<core>(std::move(d))), settings_(s) {
+  : core_(std::make_shared<core>(std::move(d), s.send_memory)), settings_(s) {
   settings_.slots = std::clamp<uint32_t>(settings_.slots, 1, max_slots);
   core_->place_mode = std::min(core_->dom->placement(), settings_.max_placement);
   pool_ = slot_pool::make(core_->dom, settings_.pool_bytes, settings_.numa, true);
 }
 
 endpoint::endpoint(std::shared_ptr<domain> d, endpoint_settings s, uint32_t max_payload)
-  : core_(std::make_shared<core>(std::move(d))), settings_(s) {
+  : core_(std::make_shared<core>(std::move(d), s.send_memory)), settings_(s) {
   settings_.slots = std::clamp<uint32_t>(settings_.slots, 1, max_slots);
   settings_.pool_bytes = pool_for_one(settings_, max_payload);
   core_->place_mode = std::min(core_->dom->placement(), settings_.max_placement);

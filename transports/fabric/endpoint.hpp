@@ -39,6 +39,9 @@ struct endpoint_settings {
   /// Results placed straight into the receiver's buffers: at most this (the provider's
   /// best otherwise; tests lower it to exercise `ordered` and `off`).
   placement max_placement = placement::scatter;
+  /// The cache of memory sent from, shared with whoever pins memory ahead of sending
+  /// (core::make_send_cache; null: the endpoint's own).
+  std::shared_ptr<registration_cache> send_memory;
   int io_timeout_ms = defaults::io_timeout_ms;
 };
 
@@ -89,7 +92,7 @@ public:
   }
   /// Local registrations made for sending (steady state: no new ones).
   uint64_t registrations() const noexcept {
-    return core_->send_memory.registrations();
+    return core_->send_memory->registrations();
   }
 
 private:

@@ -96,6 +96,47 @@ std::shared_ptr<region> registration_cache::get(const void* p, size_t n) {
   return r;
 }
 
+std::shared_ptr<void> registration_cache::pin(const void* p, size_t n) {
+  auto* b = static_cast<const std::byte*>(p);
+  auto* s = reinterpret_cast<const std::byte*>(reinterpret_cast<uintptr_t>(b) & ~(page - 1));
+  auto* e = reinterpret_cast<const std::byte*>((reinterpret_cast<uintptr_t>(b) + n + page - 1)
+                                               & ~(page - 1));
+  auto r = std::make_shared<region>(*domain_, s, static_cast<size_t>(e - s), access_);
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    // Unused registrations over these addresses may be of memory freed since.
+    for (auto it = by_start_.begin(); it != by_start_.end();) {
+      auto& old = it->second;
+      if (old->begin() < e && s < old->end() && old.use_count() == 1) {
+        age_.remove(it->first);
+        it = by_start_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    ++made_;
+    if (by_start_.count(s))
+      age_.remove(s);
+    by_start_[s] = r;
+    age_.push_back(s);
+  }
+  std::weak_ptr<registration_cache> cache = shared_from_this();
+  return std::shared_ptr<void>(r.get(), [cache, s, r](void*) mutable {
+    if (auto c = cache.lock())
+      c->forget(s, r.get());
+    r.reset(); // deregistered once no send in flight holds it
+  });
+}
+
+void registration_cache::forget(const std::byte* start, const region* r) noexcept {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto it = by_start_.find(start);
+  if (it != by_start_.end() && it->second.get() == r) {
+    by_start_.erase(it);
+    age_.remove(start);
+  }
+}
+
 void registration_cache::trim() {
   for (auto it = age_.begin(); by_start_.size() > max_regions_ && it != age_.end();) {
     auto found = by_start_.find(*it);

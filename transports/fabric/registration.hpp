@@ -64,7 +64,7 @@ private:
   bool virt_addr_;
 };
 
-class registration_cache {
+class registration_cache : public std::enable_shared_from_this<registration_cache> {
 public:
   /// Keeps at most `max_regions` unused registrations (in-use ones are never dropped).
   /// A miss registers the `span`-aligned range around the buffer (its pages if the
@@ -76,6 +76,13 @@ public:
   /// The registration covering [p, p + n), made now if none does. Thread-safe.
   std::shared_ptr<region> get(const void* p, size_t n);
 
+  /// Registers [p, p + n) (its pages) now, for as long as the returned handle lives:
+  /// sends from it find this registration, and when the handle goes the cache forgets
+  /// it (the memory may then be freed and its addresses reused: no stale registration
+  /// stays behind). Unused registrations overlapping it are dropped first. A node
+  /// pins a job's parameter arena when the job is created. Thread-safe.
+  std::shared_ptr<void> pin(const void* p, size_t n);
+
   /// Registrations made so far (a steady state makes none).
   uint64_t registrations() const noexcept {
     return made_;
@@ -83,6 +90,7 @@ public:
 
 private:
   void trim();
+  void forget(const std::byte* start, const region* r) noexcept;
 
   std::shared_ptr<domain> domain_;
   uint64_t access_;
