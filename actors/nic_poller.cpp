@@ -452,8 +452,7 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       adopt(self, conn, std::move(b), "shared memory");
     },
     [=](fabric_atom, caf::actor& poller, std::shared_ptr<transports::endpoint>& ep) {
-      self->state.book->fabric_poller = std::move(poller);
-      self->state.book->fabric_ep = std::move(ep);
+      self->state.book->fabrics.push_back({std::move(poller), std::move(ep)});
     },
     [=](adopt_atom, transports::connection_ptr& conn, transports::connection_ptr& tcp,
         job_binding& jb, uint32_t rank) {

@@ -66,9 +66,30 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
       spdlog::warn("fabric: --fabric auto found no usable provider: {}; TCP only", e.what());
     }
   }
-  // What the fabric endpoint sends from, registered once: the shards pin each job's
-  // arena in it as the job is made.
-  auto send_cache = dom ? transports::fabric::core::make_send_cache(dom) : nullptr;
+  // One domain per NIC asked for (--fabric-nics), each with what its endpoint sends
+  // from, registered once: the shards pin each job's arena in every one as the job is
+  // made.
+  std::vector<std::shared_ptr<transports::fabric::domain>> doms;
+  if (dom && cfg.fabric_nics.empty()) {
+    doms.push_back(dom);
+  } else if (dom) {
+    std::vector<std::string> nics;
+    for (size_t at = 0; at <= cfg.fabric_nics.size();) {
+      auto comma = std::min(cfg.fabric_nics.find(',', at), cfg.fabric_nics.size());
+      if (comma > at)
+        nics.push_back(cfg.fabric_nics.substr(at, comma - at));
+      at = comma + 1;
+    }
+    try {
+      doms = transports::fabric::domain::open_nics(dom->provider(), nics);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string(e.what()) + " (--fabric-nics "
+                               + cfg.fabric_nics + ")");
+    }
+  }
+  std::vector<std::shared_ptr<transports::fabric::registration_cache>> send_caches;
+  for (auto& d : doms)
+    send_caches.push_back(transports::fabric::core::make_send_cache(d));
 
   // One supervisor per NUMA domain that has shards or endpoints.
   auto pinned = cfg.pin ? topo_ : nullptr;
@@ -82,9 +103,12 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     s.numa = p.numa;
     s.step_timeout = std::chrono::milliseconds(cfg.step_timeout_ms);
     s.priority = cfg.priority;
-    if (send_cache) // each job's arena registered with the NIC when the job is made
-      s.register_memory = [send_cache](const void* data, size_t bytes) {
-        return send_cache->pin(data, bytes);
+    if (!send_caches.empty()) // each job's arena registered with the NICs as it is made
+      s.register_memory = [send_caches](const void* data, size_t bytes) {
+        auto pins = std::make_shared<std::vector<std::shared_ptr<void>>>();
+        for (auto& c : send_caches)
+          pins->push_back(c->pin(data, bytes));
+        return std::shared_ptr<void>(std::move(pins));
       };
     domains[p.numa].numa = p.numa;
     domains[p.numa].shards.push_back(s);
@@ -226,37 +250,41 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                  shm_ep->bell_name());
     shm_where = fmt::format("{} (cpu {})", shm_ep->describe(), s.core.os_cpu);
   }
-  std::string fabric_where = "off";
-  if (dom) {
+  std::vector<std::string> fabric_where;
+  for (size_t n = 0; n < doms.size(); ++n) {
+    auto& d = doms[n];
     auto s = side_poller();
-    if (dom->numa() >= 0) // the NIC's domain, and a core of it when it has one
-      s.numa = static_cast<uint32_t>(dom->numa());
+    if (d->numa() >= 0) // the NIC's domain, and a core of it when it has one
+      s.numa = static_cast<uint32_t>(d->numa());
     for (auto& core : topo_->cores())
-      if (dom->numa() >= 0 && core.numa == s.numa && s.core.numa != s.numa)
+      if (d->numa() >= 0 && core.numa == s.numa && s.core.numa != s.numa)
         s.core = core;
     transports::fabric::endpoint_settings es;
     es.slots = cfg.fabric_slots;
     es.pool_bytes = uint64_t{cfg.fabric_pool_mib} << 20;
-    es.send_memory = send_cache;
+    es.send_memory = send_caches[n];
     es.numa = s.numa;
     es.io_timeout_ms = static_cast<int>(cfg.io_timeout_ms);
-    auto fab_ep = std::make_shared<transports::fabric::endpoint>(dom, es);
-    fabric_poller_ = spawn_nic_poller(sys, s, fab_ep, coordinator_, shards_);
+    auto fab_ep = std::make_shared<transports::fabric::endpoint>(d, es);
+    auto poller = spawn_nic_poller(sys, s, fab_ep, coordinator_, shards_);
+    fabric_pollers_.push_back(poller);
     for (auto& p : pollers_)
-      self->send(p, fabric_atom::value, caf::actor_cast<caf::actor>(fabric_poller_),
+      self->send(p, fabric_atom::value, caf::actor_cast<caf::actor>(poller),
                  std::shared_ptr<transports::endpoint>{fab_ep});
-    fabric_where = fmt::format("{} ({}; poller cpu {}, up to {} slots per worker from a "
-                               "{} MiB receive pool)",
-                               fab_ep->describe(), dom->describe(), s.core.os_cpu,
-                               es.slots, cfg.fabric_pool_mib);
+    fabric_where.push_back(fmt::format(
+      "{} ({}; poller cpu {}, up to {} slots per worker from a {} MiB receive pool, results "
+      "placed: {})",
+      fab_ep->describe(), d->describe(), s.core.os_cpu, es.slots, cfg.fabric_pool_mib,
+      to_string(fab_ep->result_placement())));
   }
+  if (fabric_where.empty())
+    fabric_where.push_back("off");
   // Every poller, the shared-memory and fabric ones included, hears of a restarted
   // shard: one left out would keep routing its workers' chunks to the dead shard.
   auto every_poller = pollers_;
   if (shm_poller_)
     every_poller.push_back(shm_poller_);
-  if (fabric_poller_)
-    every_poller.push_back(fabric_poller_);
+  every_poller.insert(every_poller.end(), fabric_pollers_.begin(), fabric_pollers_.end());
   for (auto& sup : supervisors_)
     self->send(sup, peers_atom::value, coordinator_, every_poller);
   std::vector<caf::actor> poller_handles;
@@ -281,7 +309,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                cfg.open_jobs);
   spdlog::info("topology: {}", topo_->describe());
   spdlog::info("shared memory for colocated workers: {}", shm_where);
-  spdlog::info("fabric: {}", fabric_where);
+  for (auto& f : fabric_where)
+    spdlog::info("fabric: {}", f);
   for (uint32_t i = 0; i < plan_.shards.size(); ++i)
     spdlog::info("shard {}: cpu {} numa {}", i, plan_.shards[i].core.os_cpu,
                  plan_.shards[i].numa);
@@ -331,9 +360,9 @@ void rack_agg_node::stop() {
     self->send(shm_poller_, stop_atom::value);
     self->wait_for(shm_poller_);
   }
-  if (fabric_poller_) {
-    self->send(fabric_poller_, stop_atom::value);
-    self->wait_for(fabric_poller_);
+  for (auto& p : fabric_pollers_) {
+    self->send(p, stop_atom::value);
+    self->wait_for(p);
   }
   for (auto& sup : supervisors_)
     self->request(sup, std::chrono::seconds(30), stop_atom::value)

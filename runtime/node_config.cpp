@@ -136,6 +136,13 @@ std::vector<option_def> option_table(node_config& c) {
         "where a job's chunks would take more than 64 MiB per worker); registered memory "
         "counts against the locked-memory limit (ulimit -l)",
         c.fabric_slots),
+    def("node.fabric_nics", "--fabric-nics",
+        "the NICs to open a fabric endpoint on, each with its own receive pool and poller "
+        "in the NIC's NUMA domain (workers go to the least loaded): 'all' the provider "
+        "offers, or names separated by commas (RDMA devices such as mlx5_0,mlx5_1; "
+        "interfaces for the tcp provider). Empty: the one serving the first --listen "
+        "address",
+        c.fabric_nics),
     def("node.fabric_pool_mib", "--fabric-pool",
         "MiB of receive memory the fabric endpoint allocates on its NIC's NUMA domain and "
         "registers once at start; each fabric worker's slots are lent from it (at most "

@@ -28,6 +28,7 @@ struct node_config {
   std::string fabric = "off";            // libfabric provider: auto, verbs, efa, tcp, off
   uint32_t fabric_slots = 256;           // receive slots (credits) per fabric peer
   uint32_t fabric_pool_mib = 256;        // receive pool registered at start, lent to peers
+  std::string fabric_nics;               // NICs with a fabric endpoint: "", "all" or names
   bool priority = true;                  // serve the worker furthest behind first
   std::string kernels = "auto";          // auto, scalar, avx2, avx512
   uint32_t shards = 0;                   // serving cores; 0 = one per allowed core

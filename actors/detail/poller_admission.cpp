@@ -87,7 +87,16 @@ void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h, payl
                  why);
     c->send_error(code, "fabric: " + why, reply);
   };
-  auto* ep = dynamic_cast<transports::fabric::endpoint*>(st.book->fabric_ep.get());
+  // The NIC whose receive pool has lent least (the fewest workers) takes this one.
+  const poller_book::fabric_path* path = nullptr;
+  transports::fabric::endpoint* ep = nullptr;
+  for (auto& f : st.book->fabrics) {
+    auto* e = dynamic_cast<transports::fabric::endpoint*>(f.ep.get());
+    if (e != nullptr && (ep == nullptr || e->pool().lent() < ep->pool().lent())) {
+      ep = e;
+      path = &f;
+    }
+  }
   if (ep == nullptr)
     return decline(errc::unavailable, "this node runs no fabric endpoint (rw-node --fabric)");
   if (b.fabric)
@@ -124,14 +133,15 @@ void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h, payl
   jb.shard_rank = b.shard_rank;
   // Adopted before the answer leaves: the worker writes only once it has the answer,
   // and frames written before the fabric poller adopts the connection are held.
-  self_->send(caf::actor_cast<nic_poller_actor>(st.book->fabric_poller), adopt_atom::value,
+  self_->send(caf::actor_cast<nic_poller_actor>(path->poller), adopt_atom::value,
               transports::connection_ptr{conn}, c, std::move(jb), b.rank);
   auto payload = transports::encode(conn->offer());
   reply.payload_bytes = static_cast<uint32_t>(payload.size());
   iovec iov{payload.data(), payload.size()};
   c->send(reply, &iov, 1);
-  spdlog::info("fabric: job={} rank={} peer={}: {} slots of {} bytes each way", b.job_id,
-               b.rank, c->peer(), offer.slot_count, offer.slot_bytes);
+  spdlog::info("fabric: job={} rank={} peer={}: on {}; it grants {} slots of {} bytes, this "
+               "node {} of {}", b.job_id, b.rank, c->peer(), ep->describe(), offer.slot_count,
+               offer.slot_bytes, conn->slot_count(), conn->offer().slot_bytes);
 }
 
 void poller_sink::challenge(const connection_ptr& c, uint32_t rank, const job_binding& jb,
@@ -290,9 +300,9 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       w.shm_params = w.shm ? jb.params_segment : std::string{};
       // Fabric is offered where the worker's chunks all come here (as for shm), to a
       // worker that did not take shared memory.
-      if (st.book->fabric_ep && it->second.single_home && !w.shm
+      if (!st.book->fabrics.empty() && it->second.single_home && !w.shm
           && rank != transports::mirror_rank)
-        w.fabric = static_cast<transports::fabric::endpoint&>(*st.book->fabric_ep)
+        w.fabric = static_cast<transports::fabric::endpoint&>(*st.book->fabrics.front().ep)
                      .fabric_domain()
                      .provider();
       w.job_id = jb.job_id;

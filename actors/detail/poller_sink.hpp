@@ -62,8 +62,13 @@ struct poller_book {
   std::map<size_t, std::unique_ptr<runtime::buffer_pool>> pools; // by buffer size
   caf::actor shm_poller; // set on TCP pollers when colocated workers may use shm
   std::string shm_bell;
-  caf::actor fabric_poller; // set on TCP pollers when the node runs a fabric endpoint
-  std::shared_ptr<transports::endpoint> fabric_ep;
+  /// The node's fabric endpoints (one per NIC) and their pollers, told to TCP pollers
+  /// when the node runs fabric; a worker's offer goes to the least loaded.
+  struct fabric_path {
+    caf::actor poller;
+    std::shared_ptr<transports::endpoint> ep;
+  };
+  std::vector<fabric_path> fabrics;
   /// Rate probes being taken: probe bytes so far, by connection id. Their payloads all
   /// land in one scratch buffer (allocated at the first probe) and are overwritten.
   std::unordered_map<uint64_t, uint64_t> probes;

@@ -182,22 +182,64 @@ std::shared_ptr<domain> domain::open(const std::string& provider,
       why.push_back(fmt::format("provider '{}' offered only layered providers", name));
       continue;
     }
-    std::shared_ptr<domain> d{new domain};
-    d->info_ = fi_dupinfo(pick);
-    d->provider_name_ = pick->fabric_attr->prov_name;
-    d->short_name_ = name;
-    d->numa_ = nic_numa(pick, d->nic_);
-    if (auto rc2 = fi_fabric(d->info_->fabric_attr, &d->fabric_, nullptr); rc2 != 0)
-      throw rw::error(errc::unavailable, fmt::format("fabric: opening provider {}: {}",
-                                                     d->provider_name_, fi_error_text(rc2)));
-    if (auto rc2 = fi_domain(d->fabric_, d->info_, &d->domain_, nullptr); rc2 != 0)
-      throw rw::error(errc::unavailable,
-                      fmt::format("fabric: opening domain {} of provider {}: {}",
-                                  d->info_->domain_attr->name, d->provider_name_,
-                                  fi_error_text(rc2)));
-    return d;
+    return make(pick, name);
   }
   throw rw::error(errc::unavailable, fmt::format("fabric: {}", fmt::join(why, "; ")));
+}
+
+std::shared_ptr<domain> domain::make(const fi_info* pick, const std::string& short_name) {
+  std::shared_ptr<domain> d{new domain};
+  d->info_ = fi_dupinfo(pick);
+  d->provider_name_ = pick->fabric_attr->prov_name;
+  d->short_name_ = short_name;
+  d->numa_ = nic_numa(pick, d->nic_);
+  if (auto rc = fi_fabric(d->info_->fabric_attr, &d->fabric_, nullptr); rc != 0)
+    throw rw::error(errc::unavailable, fmt::format("fabric: opening provider {}: {}",
+                                                   d->provider_name_, fi_error_text(rc)));
+  if (auto rc = fi_domain(d->fabric_, d->info_, &d->domain_, nullptr); rc != 0)
+    throw rw::error(errc::unavailable,
+                    fmt::format("fabric: opening domain {} of provider {}: {}",
+                                d->info_->domain_attr->name, d->provider_name_,
+                                fi_error_text(rc)));
+  return d;
+}
+
+std::vector<std::shared_ptr<domain>> domain::open_nics(const std::string& provider,
+                                                       const std::vector<std::string>& nics) {
+  auto hints = hints_for(provider);
+  fi_info* got = nullptr;
+  if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints.get(), &got) != 0 || !got)
+    throw rw::error(errc::unavailable,
+                    fmt::format("fabric: provider '{}' offers no domain here", provider));
+  info_ptr list{got};
+  // One per domain (a NIC; the tcp provider's are network interfaces), the first
+  // offer of each (several address families may share one).
+  std::vector<std::pair<std::string, const fi_info*>> here;
+  for (auto* i = got; i != nullptr; i = i->next) {
+    if (short_name(i->fabric_attr->prov_name) != provider || !i->domain_attr->name)
+      continue;
+    std::string name = i->domain_attr->name;
+    if (std::none_of(here.begin(), here.end(), [&](auto& h) { return h.first == name; }))
+      here.emplace_back(name, i);
+  }
+  std::vector<std::string> names;
+  for (auto& h : here)
+    names.push_back(h.first);
+  bool all = nics.size() == 1 && nics[0] == "all";
+  std::vector<std::shared_ptr<domain>> out;
+  for (auto& h : here)
+    if (all || std::find(nics.begin(), nics.end(), h.first) != nics.end())
+      out.push_back(make(h.second, provider));
+  if (!all)
+    for (auto& want : nics)
+      if (std::find(names.begin(), names.end(), want) == names.end())
+        throw rw::error(errc::invalid_spec,
+                        fmt::format("fabric: provider '{}' has no NIC '{}' here (it has: {})",
+                                    provider, want, fmt::join(names, ", ")));
+  if (out.empty())
+    throw rw::error(errc::unavailable,
+                    fmt::format("fabric: provider '{}' offers no NIC here", provider));
+  return out;
 }
 
 domain::~domain() {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 struct fi_info;
 struct fid_fabric;
@@ -36,6 +37,11 @@ public:
   /// missing: no such provider on this machine, or one that lacks a needed capability.
   static std::shared_ptr<domain> open(const std::string& provider,
                                       const std::string& source_host = {});
+  /// One domain per NIC of `provider` (a short name: verbs, efa, tcp): every one it
+  /// offers for {"all"}, else the ones named (a name it lacks is an error listing the
+  /// NICs it has). Throws rw::error.
+  static std::vector<std::shared_ptr<domain>> open_nics(const std::string& provider,
+                                                        const std::vector<std::string>& nics);
   ~domain();
 
   domain(const domain&) = delete;
@@ -81,6 +87,7 @@ public:
 
 private:
   domain() = default;
+  static std::shared_ptr<domain> make(const fi_info* pick, const std::string& short_name);
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;

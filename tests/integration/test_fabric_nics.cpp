@@ -1,0 +1,82 @@
+// A node with a fabric endpoint per NIC (--fabric-nics): workers spread over the NICs,
+// each NIC's endpoint with its own pool and poller, results verified; a NIC the
+// provider lacks stops the node with the NICs it has.
+
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "rackweave/worker.hpp"
+#include "tests/integration/job_options.hpp"
+#include "tests/integration/node_process.hpp"
+#include "transports/fabric/domain.hpp"
+
+using namespace rw;
+
+namespace {
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+} // namespace
+
+TEST_CASE("fabric: one endpoint per NIC, workers spread over them",
+          "[integration][fabric]") {
+  auto nics = transports::fabric::domain::open_nics("tcp", {"all"});
+  REQUIRE(!nics.empty());
+  if (nics.size() < 2)
+    WARN("the tcp provider offers one NIC here: the spread is not exercised");
+  testing::node_process node{{"--fabric", "tcp", "--fabric-nics", "all", "--fabric-pool", "32"}};
+  for (auto& d : nics)
+    CHECK(node.wait_for_log("fabric: fabric://tcp;ofi_rxm/" + d->nic()));
+
+  const uint32_t workers = 2;
+  std::vector<std::vector<float>> outs(workers, std::vector<float>(3000, 0.0f));
+  std::vector<std::string> errors(workers);
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < workers; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        rw::worker w{testing::job_options(node.address(), "nics", r, "fabric", 3000, workers)};
+        std::vector<float> g(3000, float(r + 1));
+        w.push_pull("t", g.data(), outs[r].data()).get();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks)
+    t.join();
+  for (uint32_t r = 0; r < workers; ++r) {
+    INFO("rank " << r);
+    CHECK(errors[r].empty());
+    CHECK(outs[r][0] == 3.0f); // 1 + 2
+    CHECK(outs[r][2999] == 3.0f);
+  }
+  auto log = node.log();
+  if (nics.size() >= 2) {
+    // Each worker on its own NIC (the least loaded pool takes the next one).
+    size_t used = 0;
+    for (auto& d : nics)
+      used += occurrences(log, "on fabric://tcp;ofi_rxm/" + d->nic() + ";") > 0;
+    CHECK(used == workers);
+  } else {
+    CHECK(occurrences(log, "on fabric://tcp;ofi_rxm/") == workers);
+  }
+}
+
+TEST_CASE("fabric: a NIC the provider lacks stops the node with the ones it has",
+          "[integration][fabric]") {
+  auto log = testing::temp_path("nics.log");
+  tools::subprocess p{{RW_NODE_PATH, "--role", "rack-agg", "--listen", "127.0.0.1:0",
+                       "--fabric", "tcp", "--fabric-nics", "no-such-nic0"},
+                      false, log};
+  auto rc = p.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+  auto out = testing::read_file(log);
+  std::remove(log.c_str());
+  REQUIRE(rc.has_value());
+  CHECK(*rc == 1);
+  CHECK_THAT(out, Catch::Contains("has no NIC 'no-such-nic0' here (it has: ")
+                    && Catch::Contains("lo"));
+}
