@@ -4,8 +4,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <vector>
+
 #include <catch2/catch.hpp>
 
+#include "transports/shm/connection.hpp"
 #include "transports/shm/segment.hpp"
 
 using namespace rw::transports::shm;
@@ -71,4 +74,39 @@ TEST_CASE("shared memory segments of dead processes are removed", "[shm]") {
   CHECK(rw::transports::shm::remove_stale_segments() >= 1);
   CHECK(shm_open(stale.c_str(), O_RDWR, 0) < 0);
   CHECK_NOTHROW(rw::transports::shm::open_node_bell(live.name()));
+}
+
+TEST_CASE("the node keeps the tensor table it checked: a worker rewriting it moves nothing",
+          "[shm]") {
+  auto spec = spec_of(5000);
+  auto mine = create_worker_segment(spec, 42); // the worker's mapping: it may write anything
+  connection conn{open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, false};
+  auto* table = tensor_table(mine.as<header>());
+  const auto planned = table[0];
+  // After the check, the worker swaps tensor 0's gradient and result regions (and could
+  // as well point them outside the segment).
+  table[0].result_offset = planned.grad_offset;
+  table[0].grad_offset = planned.result_offset;
+  auto* result = reinterpret_cast<float*>(mine.data() + planned.result_offset) + 1024;
+  auto* gradient = reinterpret_cast<float*>(mine.data() + planned.grad_offset) + 1024;
+
+  // An update for chunk 1 lands where the node planned the result.
+  std::vector<float> update(1024, 9.0f);
+  rw::transports::frame_header h;
+  h.kind = rw::transports::frame_kind::update;
+  h.tensor_id = 0;
+  h.chunk_index = 1;
+  h.payload_bytes = 4096;
+  iovec iov{update.data(), 4096};
+  REQUIRE(conn.send(h, &iov, 1));
+  CHECK(result[0] == 9.0f);
+  CHECK(gradient[0] == 0.0f);
+
+  // The node reads chunk 1's gradient where it planned it too.
+  gradient[0] = 5.0f;
+  uint32_t bytes = 0;
+  auto* g = conn.gradient(0, 1, bytes);
+  REQUIRE(g != nullptr);
+  CHECK(bytes == 4096);
+  CHECK(reinterpret_cast<const float*>(g)[0] == 5.0f);
 }

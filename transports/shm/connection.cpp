@@ -12,7 +12,7 @@ connection::connection(mapping segment, const job_spec& spec, std::string peer,
                        uint32_t job_id, uint32_t rank, bool worker_reads_params)
   : segment_(std::move(segment)),
     header_(segment_.as<header>()),
-    tensors_(tensor_table(header_)),
+    tensors_(plan_regions(spec, planned_bytes_)),
     peer_(std::move(peer)),
     job_id_(job_id),
     rank_(rank),

@@ -63,7 +63,11 @@ private:
 
   mapping segment_;
   header* header_;
-  tensor_entry* tensors_;
+  size_t planned_bytes_ = 0; // the segment's size as planned (set with tensors_)
+  // Where each tensor's regions are, as the node planned them from the job spec (and
+  // checked the segment against): never re-read from the segment, which the worker
+  // may rewrite at any time.
+  std::vector<tensor_entry> tensors_;
   std::vector<runtime::chunk_layout> layouts_;
   std::string peer_;
   uint32_t job_id_;
