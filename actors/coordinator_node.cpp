@@ -87,10 +87,7 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
     cfg.control.empty() ? listen_host + ":0" : cfg.control);
   cluster_settings cs;
   if (!cfg.cluster_secret_file.empty()) {
-    std::string warning;
-    cs.secret = runtime::read_secret_file(cfg.cluster_secret_file, warning);
-    if (!warning.empty())
-      spdlog::warn("cluster secret: {}", warning);
+    cs.secret = runtime::read_secret_file(cfg.cluster_secret_file);
   } else {
     spdlog::warn("cluster: no --cluster-secret-file: any process that reaches the control "
                  "address can register nodes and create, stop or delete jobs");

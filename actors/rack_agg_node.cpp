@@ -201,15 +201,12 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   } else {
     ls.via = cfg.coordinator;
     if (!cfg.cluster_secret_file.empty()) {
-      std::string warning;
       try {
-        ls.secret = runtime::read_secret_file(cfg.cluster_secret_file, warning);
+        ls.secret = runtime::read_secret_file(cfg.cluster_secret_file);
       } catch (const std::exception& e) {
         failure = e.what();
         check();
       }
-      if (!warning.empty())
-        spdlog::warn("cluster secret: {}", warning);
     }
   }
   link_ = spawn_cluster_link(sys, ls, coordinator_);

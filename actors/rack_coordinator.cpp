@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/detail/chunk_state.hpp"
 #include "actors/detail/rack_state.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/kernels.hpp"
@@ -87,12 +88,22 @@ std::optional<job_binding> check_hello(rack_ptr self, const hello_request& req) 
     return refuse(errc::bad_rank, fmt::format("rank {} is outside 0..{}", rank,
                                               spec.num_workers - 1));
   }
+  // Parameters and optimizer state, each chunk's arrays on cache lines, and each
+  // chunk's bookkeeping on its shard (a job of many small chunks costs more than its
+  // floats).
   uint64_t footprint = 0;
-  for (auto& t : spec.tensors)
-    footprint += t.elements * sizeof(float) * (1 + runtime::state_arrays(spec.optimizer.kind));
+  const uint64_t arrays = 1 + runtime::state_arrays(spec.optimizer.kind);
+  for (auto& t : spec.tensors) {
+    runtime::chunk_layout layout{t.elements, spec.chunk_bytes};
+    const uint64_t full = (uint64_t{layout.chunk_elems} * sizeof(float) + 63) / 64 * 64;
+    const uint64_t count = layout.count();
+    const uint64_t last = (uint64_t{layout.length(layout.count() - 1)} * sizeof(float) + 63)
+                          / 64 * 64;
+    footprint += arrays * ((count - 1) * full + last) + count * sizeof(detail::chunk_state);
+  }
   if (footprint > st.settings.max_job_bytes) {
-    auto why = fmt::format("job '{}' needs {} MiB of node memory for parameters and "
-                           "optimizer state; this node allows {} MiB per job "
+    auto why = fmt::format("job '{}' needs {} MiB of node memory for parameters, "
+                           "optimizer state and per-chunk bookkeeping; this node allows {} MiB per job "
                            "(--max-job-mib)",
                            spec.name, footprint >> 20, st.settings.max_job_bytes >> 20);
     spdlog::warn("hello refused: peer={}: {}", req.peer, why);

@@ -90,15 +90,12 @@ int main(int argc, char** argv) {
 
   std::string secret;
   if (!secret_file.empty()) {
-    std::string warning;
     try {
-      secret = rw::runtime::read_secret_file(secret_file, warning);
+      secret = rw::runtime::read_secret_file(secret_file);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rw-shell: %s\n", e.what());
       return 2;
     }
-    if (!warning.empty())
-      std::fprintf(stderr, "rw-shell: warning: %s\n", warning.c_str());
   }
   caf::actor_system_config cfg;
   rw::actors::register_cluster_types(cfg);

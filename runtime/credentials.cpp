@@ -4,6 +4,8 @@
 
 #include <sys/stat.h>
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <stdexcept>
 
@@ -52,7 +54,7 @@ bool well_formed_token(const std::string& token) {
   return true;
 }
 
-std::string read_secret_file(const std::string& path, std::string& warning) {
+std::string read_secret_file(const std::string& path) {
   std::ifstream in{path};
   if (!in)
     throw std::runtime_error("cannot read the cluster secret file " + path);
@@ -65,7 +67,10 @@ std::string read_secret_file(const std::string& path, std::string& warning) {
                              "characters (make one: head -c 32 /dev/urandom | base64)");
   struct stat info {};
   if (stat(path.c_str(), &info) == 0 && (info.st_mode & (S_IRWXG | S_IRWXO)) != 0)
-    warning = path + " can be read by other users: chmod 600 it";
+    throw std::runtime_error(
+      fmt::format("the cluster secret file {} is open to other users (mode {:04o}): a "
+                  "secret others can read is no secret; chmod 600 {}",
+                  path, info.st_mode & 07777, path));
   return secret;
 }
 

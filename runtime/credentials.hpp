@@ -25,9 +25,9 @@ std::string make_token();
 bool well_formed_token(const std::string& token);
 
 /// The cluster secret in `path` (its first line, trimmed). Throws std::runtime_error
-/// naming the file when it cannot be read or is empty; `warning` is set when the file
-/// can be read by users other than its owner.
-std::string read_secret_file(const std::string& path, std::string& warning);
+/// naming the file when it cannot be read, is shorter than 16 characters, or is open to
+/// users other than its owner (any group or other permission bit: chmod 600).
+std::string read_secret_file(const std::string& path);
 
 /// What a peer sends to prove it holds the cluster secret, for `nonce`.
 byte_vector prove_cluster(const std::string& secret, const byte_vector& nonce);

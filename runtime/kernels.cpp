@@ -8,15 +8,23 @@ namespace rw::runtime {
 
 namespace {
 
+bool feature(const std::string& f) {
+  // __builtin_cpu_supports takes string literals only.
+  if (f == "avx2")
+    return __builtin_cpu_supports("avx2");
+  if (f == "avx512f")
+    return __builtin_cpu_supports("avx512f");
+  if (f == "avx512dq")
+    return __builtin_cpu_supports("avx512dq");
+  return false;
+}
+
 bool cpu_has(const std::string& isa) {
   __builtin_cpu_init();
-  if (isa == "scalar")
-    return true;
-  if (isa == "avx2")
-    return __builtin_cpu_supports("avx2");
-  if (isa == "avx512")
-    return __builtin_cpu_supports("avx512f");
-  return false;
+  if (isa != "scalar" && isa != "avx2" && isa != "avx512")
+    return false;
+  auto needed = cpu_features(isa);
+  return std::all_of(needed.begin(), needed.end(), feature);
 }
 
 const kernel_table& table(const std::string& isa) {
@@ -39,6 +47,15 @@ std::atomic<const kernel_table*>& current() {
 }
 
 } // namespace
+
+std::vector<std::string> cpu_features(const std::string& isa) {
+  // Exactly the -m flags runtime/detail/kernels_<isa>.cpp is built with (CMakeLists.txt).
+  if (isa == "avx2")
+    return {"avx2"};
+  if (isa == "avx512")
+    return {"avx512f", "avx512dq"};
+  return {};
+}
 
 std::vector<std::string> supported_isas() {
   std::vector<std::string> out;

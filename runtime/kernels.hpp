@@ -47,6 +47,10 @@ const kernel_table& kernels() noexcept;
 /// Instruction sets this CPU can run, best last: "scalar", then "avx2", "avx512".
 std::vector<std::string> supported_isas();
 
+/// The CPU features an instruction set's kernels are compiled for (every one must be
+/// present for them to run): avx512 needs avx512f and avx512dq.
+std::vector<std::string> cpu_features(const std::string& isa);
+
 /// Uses `isa` ("auto", "scalar", "avx2", "avx512") from now on. Throws
 /// std::invalid_argument for an unknown name or one this CPU cannot run.
 void select_kernels(const std::string& isa);

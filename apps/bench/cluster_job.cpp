@@ -34,10 +34,7 @@ namespace {
 std::string read_secret(const std::string& path) {
   if (path.empty())
     return {};
-  std::string warning;
-  auto secret = runtime::read_secret_file(path, warning);
-  if (!warning.empty())
-    std::cerr << "rw-bench: " << warning << "\n";
+  auto secret = runtime::read_secret_file(path);
   return secret;
 }
 

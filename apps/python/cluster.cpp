@@ -34,10 +34,7 @@ struct coordinator_session {
     sys = std::make_unique<caf::actor_system>(cfg);
     std::string secret;
     if (!secret_file.empty()) {
-      std::string warning;
-      secret = runtime::read_secret_file(secret_file, warning);
-      if (!warning.empty())
-        PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1);
+      secret = runtime::read_secret_file(secret_file);
     }
     auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
     try {

@@ -85,6 +85,15 @@ std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
       return fmt::format("tensor '{}' must have 1..2^34 elements, got {}", t.name,
                          t.elements);
   }
+  // Chunk indexes and counts are 32-bit on the wire and in the node's tables, and every
+  // chunk has bookkeeping on its shard: a job has at most 2^24 of them.
+  constexpr uint64_t max_chunks = uint64_t{1} << 24;
+  uint64_t chunks = 0;
+  for (auto& t : spec.tensors)
+    chunks += (t.elements + spec.chunk_bytes / 4 - 1) / (spec.chunk_bytes / 4);
+  if (chunks > max_chunks)
+    return fmt::format("the job's tensors make {} chunks of {} bytes; at most 2^24 "
+                       "(16777216) per job: use larger chunks", chunks, spec.chunk_bytes);
   if (spec.consistency.model > consistency_spec::async)
     return "unknown consistency model";
   auto& o = spec.optimizer;

@@ -279,6 +279,29 @@ TEST_CASE("a job larger than the node allows is refused before any allocation",
   check_node_serves(node.address(), "after-huge");
 }
 
+TEST_CASE("a job's per-chunk bookkeeping counts against the node's job memory limit",
+          "[integration][bad]") {
+  testing::node_process node{{"--max-job-mib", "4"}};
+  // 256 KiB of parameters, but in 65536 chunks of one float: their bookkeeping on the
+  // shard is far more than their floats.
+  auto spec = small_job("tiny-chunks", 1, 1u << 16);
+  spec.chunk_bytes = 4;
+  try {
+    worker w{options(node.address(), spec, 0)};
+    FAIL("a job whose chunks' bookkeeping exceeds the limit was admitted");
+  } catch (const rw::error& e) {
+    CHECK(e.code() == errc::invalid_spec);
+    CHECK_THAT(e.what(), Catch::Contains("per-chunk bookkeeping")
+                           && Catch::Contains("allows 4 MiB per job"));
+  }
+  // The same floats in 4 KiB chunks fit.
+  auto fits = small_job("big-chunks", 1, 1u << 16);
+  worker w{options(node.address(), fits, 0)};
+  std::vector<float> g(1u << 16, 1.0f), out(1u << 16);
+  w.push_pull("t", g.data(), out.data()).get();
+  CHECK(out[65535] == 1.0f);
+}
+
 TEST_CASE("shared memory is used on this host unless the node or the worker says no",
           "[integration][shm]") {
   {

@@ -1,3 +1,9 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
 #include <catch2/catch.hpp>
 
 #include "runtime/credentials.hpp"
@@ -35,4 +41,18 @@ TEST_CASE("a proof answers one challenge, for one job and rank, with one token",
   // The proof does not contain the token.
   auto* raw = reinterpret_cast<const char*>(mac.data());
   CHECK(std::string(raw, mac.size()).find(token.substr(5, 8)) == std::string::npos);
+}
+
+TEST_CASE("a cluster secret file open to other users is refused", "[credentials]") {
+  auto path = std::string{"/tmp/rw-secret-test-"} + std::to_string(::getpid());
+  std::ofstream{path} << "correct-horse-battery-staple-42\n";
+  ::chmod(path.c_str(), 0600);
+  CHECK(read_secret_file(path) == "correct-horse-battery-staple-42");
+  ::chmod(path.c_str(), 0640);
+  CHECK_THROWS_WITH(read_secret_file(path), Catch::Contains("open to other users")
+                                              && Catch::Contains("0640")
+                                              && Catch::Contains("chmod 600"));
+  ::chmod(path.c_str(), 0604);
+  CHECK_THROWS_WITH(read_secret_file(path), Catch::Contains("chmod 600"));
+  std::remove(path.c_str());
 }

@@ -56,3 +56,21 @@ TEST_CASE("optimizer names parse", "[job_spec]") {
   CHECK(rw::parse_optimizer_kind("nesterov") == rw::optimizer_kind::nesterov);
   CHECK_FALSE(rw::parse_optimizer_kind("adamw"));
 }
+
+TEST_CASE("a job's chunk count fits its bookkeeping: no truncation to 32 bits",
+          "[job_spec]") {
+  auto s = good();
+  s.chunk_bytes = 4;
+  s.tensors[0].elements = uint64_t{1} << 34; // 2^34 chunks of one element
+  CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("chunks") && Catch::Contains("2^24"));
+  // Spread over tensors, the job's total counts.
+  s.tensors = {{"a", uint64_t{1} << 23, false}, {"b", uint64_t{1} << 23, false},
+               {"c", 1, false}};
+  CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("16777217 chunks"));
+  s.tensors.pop_back();
+  CHECK(rw::validate(s, 1 << 20, 16).empty()); // exactly 2^24
+  // Large chunks: the same elements are few chunks.
+  s.chunk_bytes = 1 << 20;
+  s.tensors = {{"w", uint64_t{1} << 34, false}};
+  CHECK(rw::validate(s, 1 << 20, 16).empty());
+}

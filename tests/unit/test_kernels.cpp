@@ -105,3 +105,18 @@ TEST_CASE("kernel selection refuses unknown instruction sets", "[kernels]") {
   rw::runtime::select_kernels("auto");
   CHECK(std::string(rw::runtime::kernels().isa) == rw::runtime::supported_isas().back());
 }
+
+TEST_CASE("kernels run only where the CPU has every feature they are built for",
+          "[kernels]") {
+  using rw::runtime::cpu_features;
+  CHECK(cpu_features("scalar").empty());
+  CHECK(cpu_features("avx2") == std::vector<std::string>{"avx2"});
+  // kernels_avx512.cpp is built with -mavx512f -mavx512dq: avx512f alone is not enough.
+  CHECK(cpu_features("avx512") == std::vector<std::string>{"avx512f", "avx512dq"});
+  __builtin_cpu_init();
+  for (auto& isa : rw::runtime::supported_isas())
+    if (isa == "avx512") {
+      CHECK(__builtin_cpu_supports("avx512f"));
+      CHECK(__builtin_cpu_supports("avx512dq"));
+    }
+}
