@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -98,5 +99,23 @@ private:
   std::vector<tools::subprocess> proc_;
   std::string address_;
 };
+
+/// A rack-agg on 127.0.0.1:0 started with `args` that is expected to stop on its own
+/// (within 20 s): its exit code (none if it did not stop) and what it logged.
+struct start_failure {
+  std::optional<int> code;
+  std::string log;
+};
+inline start_failure node_that_stops(const std::vector<std::string>& args) {
+  auto log = temp_path("stops.log");
+  std::vector<std::string> argv{RW_NODE_PATH, "--role", "rack-agg", "--listen", "127.0.0.1:0"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  tools::subprocess p{argv, false, log};
+  start_failure out;
+  out.code = p.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+  out.log = read_file(log);
+  std::remove(log.c_str());
+  return out;
+}
 
 } // namespace rw::testing

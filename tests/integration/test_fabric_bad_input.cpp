@@ -109,15 +109,9 @@ TEST_CASE("fabric: a node asked for a provider this machine lacks says so and ex
     WARN("this machine has RDMA devices: verbs may well open here; not checked");
     return;
   }
-  auto log = testing::temp_path("verbs.log");
-  tools::subprocess p{{RW_NODE_PATH, "--role", "rack-agg", "--listen", "127.0.0.1:0",
-                       "--fabric", "verbs"},
-                      false, log};
-  auto rc = p.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(20));
-  auto out = testing::read_file(log);
-  std::remove(log.c_str());
-  REQUIRE(rc.has_value());
-  CHECK(*rc == 1);
-  CHECK_THAT(out, Catch::Contains("no libfabric provider 'verbs' on this machine"));
-  CHECK_THAT(out, Catch::Contains("--fabric off"));
+  auto stopped = testing::node_that_stops({"--fabric", "verbs"});
+  REQUIRE(stopped.code.has_value());
+  CHECK(*stopped.code == 1);
+  CHECK_THAT(stopped.log, Catch::Contains("no libfabric provider 'verbs' on this machine"));
+  CHECK_THAT(stopped.log, Catch::Contains("--fabric off"));
 }

@@ -68,15 +68,9 @@ TEST_CASE("fabric: one endpoint per NIC, workers spread over them",
 
 TEST_CASE("fabric: a NIC the provider lacks stops the node with the ones it has",
           "[integration][fabric]") {
-  auto log = testing::temp_path("nics.log");
-  tools::subprocess p{{RW_NODE_PATH, "--role", "rack-agg", "--listen", "127.0.0.1:0",
-                       "--fabric", "tcp", "--fabric-nics", "no-such-nic0"},
-                      false, log};
-  auto rc = p.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(20));
-  auto out = testing::read_file(log);
-  std::remove(log.c_str());
-  REQUIRE(rc.has_value());
-  CHECK(*rc == 1);
-  CHECK_THAT(out, Catch::Contains("has no NIC 'no-such-nic0' here (it has: ")
+  auto stopped = testing::node_that_stops({"--fabric", "tcp", "--fabric-nics", "no-such-nic0"});
+  REQUIRE(stopped.code.has_value());
+  CHECK(*stopped.code == 1);
+  CHECK_THAT(stopped.log, Catch::Contains("has no NIC 'no-such-nic0' here (it has: ")
                     && Catch::Contains("lo"));
 }
