@@ -615,7 +615,7 @@ caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup, abort_sink coo
   st.book->tombstones.erase(setup.job_id);
   auto& done = st.book->finished;
   done.erase(std::remove_if(done.begin(), done.end(),
-                            [&](auto& f) { return f.first == setup.job_id; }),
+                            [&](auto& f) { return f.id == setup.job_id; }),
              done.end());
   st.book->jobs.emplace(setup.job_id, std::move(job));
   return ok_atom::value;
@@ -700,9 +700,9 @@ caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id, uint6
   shard_job* job = nullptr;
   if (auto it = st.book->jobs.find(job_id); it != st.book->jobs.end())
     job = &it->second;
-  for (auto& [id, kept] : st.book->finished)
-    if (id == job_id)
-      job = &kept;
+  for (auto& kept : st.book->finished)
+    if (kept.id == job_id)
+      job = &kept.job;
   if (job == nullptr) {
     auto t = st.book->tombstones.find(job_id);
     return cluster_error(errc::unknown_job,
@@ -844,6 +844,21 @@ uint64_t thread_cpu_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// Finished jobs kept past their time are released: their arena goes back to the system
+// and a checkpoint of them is refused saying so (the tombstone's reason).
+void release_finished(shard_state& st) {
+  auto now = std::chrono::steady_clock::now();
+  auto& done = st.book->finished;
+  while (!done.empty() && done.front().release_at <= now) {
+    auto id = done.front().id;
+    done.pop_front();
+    if (auto t = st.book->tombstones.find(id); t != st.book->tombstones.end())
+      t->second.why += fmt::format("; its chunks were released {} ms after it ended "
+                                   "(--keep-finished-ms)",
+                                   st.settings.keep_finished.count());
+  }
+}
+
 // A job leaves the shard (it finished, or moved to other nodes): its chunks are kept a
 // while for a checkpoint; frames for it are answered by `code` and `why`.
 void drop_job(shard_ptr self, uint32_t job_id, errc code, const std::string& why) {
@@ -855,7 +870,9 @@ void drop_job(shard_ptr self, uint32_t job_id, errc code, const std::string& why
   auto job = std::move(it->second);
   bury(st, job_id, code, why);
   detail::fail_checkpoints(job, "the job finished before every chunk reached it");
-  st.book->finished.emplace_back(job_id, std::move(job));
+  if (st.settings.keep_finished.count() > 0)
+    st.book->finished.push_back({job_id, std::move(job),
+                                 std::chrono::steady_clock::now() + st.settings.keep_finished});
   while (st.book->finished.size() > defaults::kept_finished_jobs)
     st.book->finished.pop_front();
 }
@@ -1088,6 +1105,7 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     },
     [=](tick_atom) {
       scan_timeouts(self);
+      release_finished(self->state);
       self->delayed_send(self, self->state.settings.scan_interval, tick_atom::value);
     },
     [=](stats_atom, uint32_t job_id) {

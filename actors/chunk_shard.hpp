@@ -40,7 +40,8 @@
 //                         fail every waiter of the job and drop it
 //   coordinator -> shard  (drop_atom, job_id)       the job finished: its chunks stop
 //                         serving; the newest defaults::kept_finished_jobs finished jobs'
-//                         chunks are kept for a checkpoint, older ones released
+//                         chunks are kept for a checkpoint, older ones released, and
+//                         each is released `keep_finished` after it finished
 //   coordinator -> shard  (drop_atom, job_id, errc::moved, why)  the job moved to other
 //                         nodes: dropped as above, and frames for it that come late
 //                         (routed by the ring it left) are dropped unanswered, as the
@@ -211,6 +212,8 @@ struct shard_settings {
   bool priority = true; // answer the waiting worker furthest behind first
   std::chrono::milliseconds step_timeout{defaults::step_timeout_ms};
   std::chrono::milliseconds scan_interval{defaults::timeout_scan_ms};
+  /// How long a finished job's chunks stay for a checkpoint (0: released at once).
+  std::chrono::milliseconds keep_finished{defaults::keep_finished_ms};
   /// Registers a new job's arena with the transports that send from it (the fabric
   /// endpoint's NIC); empty: none does.
   runtime::memory_registrar register_memory;

@@ -7,6 +7,7 @@
 #include "actors/detail/poller_sink.hpp"
 #include "transports/fabric/connection.hpp"
 #include "transports/shm/connection.hpp"
+#include "transports/sparse.hpp"
 
 namespace rw::actors {
 
@@ -119,21 +120,16 @@ void poller_sink::on_sparse(const connection_ptr& c, const frame_header& h, payl
   auto& st = self_->state;
   auto& b = st.book->bindings[c->id()];
   auto length = b.routes->layout(h.tensor_id).length(h.chunk_index);
-  auto pairs = t.keep ? reinterpret_cast<const transports::sparse_pair*>(t.keep->bytes())
-                      : nullptr; // an empty chunk: this worker adds nothing to it
-  auto count = h.payload_bytes / sizeof(transports::sparse_pair);
-  for (size_t i = 0; i < count; ++i)
-    if (pairs[i].index >= length) {
-      refuse(c, h, errc::bad_chunk,
-             fmt::format("sparse index {} is out of range for chunk {}/{} ({} elements); "
-                         "nothing of the chunk was applied",
-                         pairs[i].index, h.tensor_id, h.chunk_index, length));
-      return;
-    }
   auto dense = st.buffer(b.chunk_bytes);
-  std::memset(dense->bytes(), 0, length * sizeof(float));
-  for (size_t i = 0; i < count; ++i)
-    dense->floats()[pairs[i].index] += pairs[i].value;
+  // An empty chunk (no payload): this worker adds nothing to it.
+  auto why = transports::densify_sparse(t.keep ? t.keep->bytes() : nullptr, h.payload_bytes,
+                                        dense->floats(), length);
+  if (!why.empty()) {
+    refuse(c, h, errc::bad_chunk,
+           fmt::format("chunk {}/{}: {}; nothing of the chunk was applied", h.tensor_id,
+                       h.chunk_index, why));
+    return;
+  }
   dense->size = length * sizeof(float);
   auto as_push = h;
   as_push.kind = frame_kind::push;
@@ -329,11 +325,11 @@ payload_target poller_sink::check_data(const connection_ptr& c, const frame_head
   auto expect = layout.length(h.chunk_index) * sizeof(float);
   if (h.kind == frame_kind::push_sparse) {
     // Pairs of 8 bytes, never more than the dense chunk (a worker sends dense then).
-    if (h.payload_bytes % sizeof(transports::sparse_pair) != 0 || h.payload_bytes > expect)
+    if (auto why = transports::check_sparse_size(h.payload_bytes, layout.length(h.chunk_index));
+        !why.empty())
       return refuse(c, h, errc::bad_chunk,
-                    fmt::format("sparse chunk {}/{} carries {} bytes: a whole number of "
-                                "8-byte pairs, at most {} bytes, is expected",
-                                h.tensor_id, h.chunk_index, h.payload_bytes, expect));
+                    fmt::format("sparse chunk {}/{} carries {}", h.tensor_id, h.chunk_index,
+                                why));
     if (!allocate)
       return payload_target::into(nullptr);
     return h.payload_bytes == 0 ? payload_target::into(nullptr)
@@ -418,6 +414,7 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       int block = self->mailbox().empty() ? st.settings.block_ms : 0;
       st.ep->poll(block, *st.sink);
       st.sink->flush();
+      release_idle_buffers(self);
       self->send(self, poll_atom::value);
     },
     [=](stop_atom) {

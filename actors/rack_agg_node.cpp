@@ -102,6 +102,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     s.core = p.core;
     s.numa = p.numa;
     s.step_timeout = std::chrono::milliseconds(cfg.step_timeout_ms);
+    s.keep_finished = std::chrono::milliseconds(cfg.keep_finished_ms);
     s.priority = cfg.priority;
     if (!send_caches.empty()) // each job's arena registered with the NICs as it is made
       s.register_memory = [send_caches](const void* data, size_t bytes) {

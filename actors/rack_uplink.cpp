@@ -105,8 +105,17 @@ void rack_uplink::run() {
                  "connection(s)",
                  s_.rack_job_id, s_.node_name, s_.join.job.name, s_.join.rank,
                  joined_.conns.size());
-    // Tensors with initial values: every rack learns them from the chunks' homes.
-    for (uint32_t t = 0; t < s_.join.job.tensors.size(); ++t) {
+    // Tensors with initial values: every rack learns them from the chunks' homes. Not
+    // in a job restored from a checkpoint (the top level goes on from a clock > 0): the
+    // rack's part has its parameters from the checkpoint, and the homes would answer
+    // with their current version, not version 0, which would land in a partial's
+    // buffer (on_header) while that partial is on its way to the home.
+    const bool restored = joined_.resume_clock > 0;
+    if (restored)
+      spdlog::info("job {}: the top level '{}' goes on from clock {}: no initial values "
+                   "to learn",
+                   s_.rack_job_id, s_.join.job.name, joined_.resume_clock);
+    for (uint32_t t = 0; t < s_.join.job.tensors.size() && !restored; ++t) {
       if (!s_.join.job.tensors[t].has_init)
         continue;
       runtime::chunk_layout layout{s_.join.job.tensors[t].elements, s_.join.job.chunk_bytes};

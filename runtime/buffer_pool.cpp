@@ -95,6 +95,31 @@ size_t buffer_pool::allocated() const noexcept {
   return core_->allocated;
 }
 
+size_t buffer_pool::trim(size_t keep) {
+  std::vector<pooled_buffer*> to_free;
+  size_t before = 0;
+  size_t after = 0;
+  {
+    std::lock_guard<std::mutex> guard{core_->mtx};
+    auto& c = *core_;
+    if (c.allocated <= keep || c.free_list.size() != c.allocated)
+      return 0; // small already, or a buffer is still out: its slab stays
+    for (auto& slab : c.slabs)
+      before += slab.size();
+    to_free.swap(c.free_list);
+    c.slabs.clear(); // every buffer of them is in to_free, none referenced
+    c.slab_used = 0;
+    c.allocated = 0;
+    for (size_t i = 0; i < keep; ++i)
+      c.free_list.push_back(c.make());
+    for (auto& slab : c.slabs)
+      after += slab.size();
+  }
+  for (auto* p : to_free)
+    delete p; // the objects only: their memory was the slabs'
+  return before - after;
+}
+
 size_t buffer_pool::free_count() const noexcept {
   std::lock_guard<std::mutex> guard{core_->mtx};
   return core_->free_list.size();

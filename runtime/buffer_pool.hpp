@@ -6,8 +6,9 @@
 // and hands the shard a `buffer_ref` (a reference count, never a copy). When the last
 // reference goes, the buffer returns to the pool's free list. The pool only grows (to
 // the protocol's natural bound: what is held while a step waits for its slowest
-// worker) and never frees a buffer that is still referenced, even after the pool
-// itself is gone.
+// worker) while it is used, never frees a buffer that is still referenced, even after
+// the pool itself is gone, and gives its memory back when told to (trim) once none of
+// its buffers is out: a poller does so when it has no job left.
 
 #include <atomic>
 #include <cstddef>
@@ -50,6 +51,11 @@ public:
 
   /// A free buffer, allocating a new one when none is free.
   buffer_ref acquire();
+
+  /// When every buffer is free and more than `keep` were allocated: frees all of the
+  /// pool's slabs (back to the system) and allocates `keep` buffers afresh. Returns the
+  /// bytes given back (0: nothing done, a buffer is still out or the pool is small).
+  size_t trim(size_t keep);
 
   size_t buffer_bytes() const noexcept;
   size_t allocated() const noexcept; // buffers ever allocated

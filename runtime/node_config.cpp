@@ -198,6 +198,11 @@ std::vector<option_def> option_table(node_config& c) {
         c.rejoin_timeout_ms),
     def("timeouts.io_ms", "--io-timeout-ms",
         "how long a send may block on a worker that does not read", c.io_timeout_ms),
+    def("timeouts.keep_finished_ms", "--keep-finished-ms",
+        "how long a finished job's chunks stay on the node so a checkpoint of it can "
+        "still be taken (the newest 4 jobs at most); then their memory is released; 0: "
+        "at once",
+        c.keep_finished_ms),
     def("cluster.coordinator", "--coordinator",
         "join the cluster whose coordinator any node at this HOST:PORT (its --listen "
         "address) points to; empty: this rack-agg embeds the coordinator",

@@ -45,6 +45,7 @@ struct node_config {
   uint32_t step_timeout_ms = defaults::step_timeout_ms;
   uint32_t rejoin_timeout_ms = defaults::rejoin_timeout_ms;
   uint32_t io_timeout_ms = defaults::io_timeout_ms;
+  uint32_t keep_finished_ms = defaults::keep_finished_ms; // finished jobs' chunks kept
   // The cluster
   std::string coordinator;               // any node's --listen address; "" = embed it
   std::string control;                   // the coordinator's middleman HOST:PORT

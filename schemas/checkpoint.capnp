@@ -4,7 +4,9 @@
 # the manifest holds each chunk file's size and xxh64, so a torn or altered file is
 # found before anything is read from it. No manifest: not a checkpoint.
 
-$import "/capnp/c++.capnp".namespace("rw::schema");
+# Its own C++ namespace: control.capnp has a struct Optimizer too, and two classes of
+# one name are an ODR violation (clang -O1 linked the wrong one; tests/sanitize.sh).
+$import "/capnp/c++.capnp".namespace("rw::schema::ckpt");
 
 # One chunk's state between two BSP steps.
 struct ChunkRecord {

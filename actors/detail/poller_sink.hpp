@@ -4,6 +4,7 @@
 // poller_admission.cpp (hello, attach, the welcome, adopting shared memory) and
 // poller_probe.cpp (another node's rate probe: bytes taken and discarded).
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -85,6 +86,8 @@ struct poller_state {
   /// one message at the round's end (poller_sink::flush), not one message per chunk.
   std::vector<std::vector<chunk_push>> outbox;
   bool stopping = false;
+  /// When the poller next looks whether it has no job left (release_idle_buffers).
+  std::chrono::steady_clock::time_point next_idle_check{};
   static inline const char* name = "rw.nic_poller";
 
   runtime::buffer_ref buffer(size_t bytes) {
@@ -96,6 +99,11 @@ struct poller_state {
 };
 
 using poller_ptr = nic_poller_actor::stateful_pointer<poller_state>;
+
+/// At most once a second: when no connection of the poller is joined to a job, its
+/// receive buffer pools give their memory back (the start's pool down to its
+/// preallocated size, other sizes' pools entirely) and the poller logs how much.
+void release_idle_buffers(poller_ptr self);
 
 class poller_sink final : public transports::frame_sink {
 public:

@@ -33,7 +33,9 @@ balance_plan plan_shed(shard_book& book, uint32_t index, double share) {
   balance_plan plan;
   uint64_t best_load = 0;
   std::vector<candidate> best;
-  for (auto& [id, job] : book.jobs) {
+  for (auto& entry : book.jobs) {
+    auto id = entry.first;
+    auto& job = entry.second; // a plain reference: lambdas cannot capture a binding (C++17)
     uint64_t job_load = 0;
     std::vector<candidate> mine;
     const bool movable = cannot_balance(job).empty();

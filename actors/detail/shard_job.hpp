@@ -100,8 +100,14 @@ struct shard_book {
     std::string why;
   };
   std::map<uint32_t, tombstone> tombstones; // why a job id is gone
-  // Finished jobs' chunks, oldest first, kept for checkpoints (kept_finished_jobs).
-  std::deque<std::pair<uint32_t, shard_job>> finished;
+  // Finished jobs' chunks, oldest first, kept for checkpoints: at most
+  // kept_finished_jobs of them, each until its release time (shard_settings).
+  struct kept_job {
+    uint32_t id;
+    shard_job job;
+    std::chrono::steady_clock::time_point release_at;
+  };
+  std::deque<kept_job> finished;
   shard_stats stats;
   int memory_numa = -1;
   // Pushes waiting to be served, lowest clock first (equal clocks in arrival order).

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs every Debian package RackWeave builds or tests with (idempotent), then
 # configures and builds the tree in ./build. Safe to run again: apt skips what is
-# installed and the build is incremental.
+# installed and the build is incremental. With --packages-only it stops after the
+# packages (tests/fuzz/run.sh and tests/sanitize.sh build their own trees).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+packages_only=0
+[[ ${1:-} == --packages-only ]] && packages_only=1
 
 packages=(
   build-essential cmake pkg-config
@@ -23,6 +26,7 @@ packages=(
   pybind11-dev python3-dev  # the rackweave Python package
   python3-numpy python3-pytest python3-torch  # its buffers and its tests
   python3-sklearn python3-matplotlib  # the digits demo's data set; bench/torch.sh's plots
+  clang-14 libclang-rt-14-dev llvm-14  # libFuzzer, sanitizer runtimes, llvm-symbolizer
 )
 
 missing=()
@@ -37,6 +41,8 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+((packages_only)) && exit 0
 
 build_type=${RW_BUILD_TYPE:-RelWithDebInfo}
 cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" >/dev/null

@@ -26,7 +26,7 @@ std::vector<float> take(capnp::Data::Reader in, const std::string& what) {
 
 std::vector<uint8_t> encode(const chunk_file& f) {
   capnp::MallocMessageBuilder msg;
-  auto root = msg.initRoot<schema::ChunkFile>();
+  auto root = msg.initRoot<schema::ckpt::ChunkFile>();
   root.setJob(f.job);
   root.setClock(f.clock);
   root.setNode(f.node);
@@ -46,7 +46,7 @@ std::vector<uint8_t> encode(const chunk_file& f) {
 
 chunk_file decode_chunk_file(const std::vector<uint8_t>& bytes, const std::string& what) {
   return detail::read_message(bytes, what, [&](capnp::MessageReader& reader) {
-    auto root = reader.getRoot<schema::ChunkFile>();
+    auto root = reader.getRoot<schema::ckpt::ChunkFile>();
     chunk_file f;
     f.job = root.getJob();
     f.clock = root.getClock();

@@ -28,7 +28,7 @@ file_entry write_chunk_file(const std::string& dir, const chunk_file& f) {
 
 void write_manifest(const std::string& dir, const manifest& m) {
   capnp::MallocMessageBuilder msg;
-  auto root = msg.initRoot<schema::Manifest>();
+  auto root = msg.initRoot<schema::ckpt::Manifest>();
   root.setFormat(format_version);
   root.setJob(m.spec.name);
   root.setWorkers(m.spec.num_workers);
@@ -95,7 +95,7 @@ manifest read_manifest(const std::string& dir) {
   auto what = fmt::format("manifest of '{}'", dir);
   auto m = detail::read_message(read_all(dir, manifest_name), what,
                                 [&](capnp::MessageReader& reader) {
-    auto root = reader.getRoot<schema::Manifest>();
+    auto root = reader.getRoot<schema::ckpt::Manifest>();
     if (root.getFormat() != format_version)
       throw checkpoint_error(fmt::format("checkpoint: {} has format {}, this build reads {}",
                                          what, root.getFormat(), format_version));

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -335,4 +336,29 @@ TEST_CASE("a hierarchical job is checkpointed at its chunks' homes, without a cl
   std::remove(resume.c_str());
   std::remove(shell_err.c_str());
   restore_and_verify(c, "next-back", "'n1'", c.nodes[1]->address(), next.path, 4, 6);
+}
+
+TEST_CASE("a finished job's chunks are released after --keep-finished-ms and a checkpoint "
+          "of it is then refused saying so",
+          "[integration][checkpoint]") {
+  rack_cluster c{{"a"}, {"--keep-finished-ms", "500"}};
+  std::string err;
+  auto token = c.create("brief", 2, "adam", "nodes = {'n0'}", &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  std::vector<ckpt_worker> ws;
+  for (uint32_t r = 0; r < 2; ++r)
+    ws.push_back(start(c.nodes[0]->address(), "brief", r, 2, token, 2));
+  expect_verified(ws, "brief");
+  auto finished = c.shell("rw.wait('brief', 'finished', {timeout = 30}); print('finished')");
+  INFO(finished.err);
+  REQUIRE(finished.out == "finished\n");
+  // Well past 500 ms and the shards' 250 ms scan: the chunks are gone.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  scratch_dir dir;
+  auto late = c.shell("rw.checkpoint('brief', '" + dir.path + "')");
+  CHECK(late.out.empty());
+  CHECK_THAT(late.err, Catch::Contains("released 500 ms after it ended"));
+  CHECK_THAT(late.err, Catch::Contains("--keep-finished-ms"));
+  CHECK(!fs::exists(fs::path{dir.path} / "MANIFEST"));
 }

@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -37,3 +38,29 @@ TEST_CASE("a buffer may outlive its pool", "[pool]") {
   kept.reset(); // freed, not returned to the dead pool (ASan/valgrind would flag it)
 }
 
+
+TEST_CASE("a pool gives its memory back once no buffer is out, down to what it keeps",
+          "[pool]") {
+  buffer_pool pool{1 << 20, 2}; // 1 MiB buffers: two per 2 MiB slab
+  std::vector<buffer_ref> held;
+  for (int i = 0; i < 16; ++i)
+    held.push_back(pool.acquire());
+  CHECK(pool.allocated() == 16);
+  // A buffer still out: nothing is freed (its slab holds it).
+  held.resize(1);
+  CHECK(pool.trim(2) == 0);
+  CHECK(pool.allocated() == 16);
+  held.clear();
+  // All free: the 16 MiB go back, two fresh buffers stay.
+  CHECK(pool.trim(2) == 14u << 20);
+  CHECK(pool.allocated() == 2);
+  CHECK(pool.free_count() == 2);
+  // Already small: nothing to do; the pool still serves and grows.
+  CHECK(pool.trim(2) == 0);
+  auto a = pool.acquire();
+  auto b = pool.acquire();
+  auto c = pool.acquire();
+  CHECK(pool.allocated() == 3);
+  a->bytes()[0] = std::byte{1}; // the new memory is usable
+  c->bytes()[(1 << 20) - 1] = std::byte{2};
+}

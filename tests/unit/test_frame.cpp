@@ -1,4 +1,8 @@
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -163,4 +167,37 @@ TEST_CASE("the credential and locate messages round-trip", "[frame]") {
   frame_header fd;
   REQUIRE(decode(buf, fd, why) == rw::errc::ok);
   CHECK(fd.kind == rw::transports::frame_kind::located);
+}
+
+TEST_CASE("a control message that lists more than its bytes can hold is refused",
+          "[frame]") {
+  // Found by tests/fuzz/fuzz_welcome: 568 bytes whose tensor list claims 434176
+  // zero-size elements, which decoded into as many tensor specs (an amplification: a
+  // hello of that shape would have cost the node 20 MB before any authentication).
+  std::ifstream in{std::string(RW_SOURCE_DIR) + "/tests/fuzz/seeds/fuzz_welcome/amplified-tensors",
+                   std::ios::binary};
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+  REQUIRE(bytes.size() == 568);
+  std::string why;
+  rw::transports::welcome_msg w;
+  CHECK(rw::transports::decode(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(), w,
+                               why)
+        == rw::errc::bad_frame);
+  CHECK_THAT(why, Catch::Contains("traversal limit"));
+  rw::transports::hello_msg h;
+  CHECK(rw::transports::decode(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(), h,
+                               why)
+        == rw::errc::bad_frame);
+  // A real welcome still decodes: its reader reads each word once.
+  rw::transports::welcome_msg real;
+  real.node_name = "n1";
+  real.endpoints = {"10.0.0.1:7100"};
+  real.shard_endpoints = {{0}};
+  real.spec.name = "big";
+  for (uint32_t i = 0; i < 2000; ++i)
+    real.spec.tensors.push_back({"layer" + std::to_string(i), 1024, i % 2 == 0});
+  auto enc = rw::transports::encode(real);
+  rw::transports::welcome_msg back;
+  REQUIRE(rw::transports::decode(enc.data(), enc.size(), back, why) == rw::errc::ok);
+  CHECK(back.spec.tensors.size() == 2000);
 }

@@ -105,5 +105,8 @@ constexpr uint32_t move_settle_timeout_ms = 10'000;
 /// Finished jobs whose chunks a shard keeps (newest first), so a checkpoint can still
 /// be taken of them; older ones are released.
 constexpr size_t kept_finished_jobs = 4;
+/// How long a finished job's chunks are kept for such a checkpoint (node option
+/// --keep-finished-ms): then they are released and the node's memory comes back.
+constexpr uint32_t keep_finished_ms = 60'000;
 
 } // namespace rw::defaults

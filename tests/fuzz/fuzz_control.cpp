@@ -1,0 +1,30 @@
+// One control-message decoder (transports/control.hpp), chosen at build time by
+// RW_FUZZ_MESSAGE (tests/fuzz/CMakeLists.txt builds one target per message): any bytes
+// decode or are refused with a reason; what decodes re-encodes to bytes that decode, and
+// encoding is stable from then on (encode(decode(encode(m))) == encode(m)).
+
+#include <cstdint>
+#include <string>
+
+#include "tests/fuzz/fuzz_check.hpp"
+#include "transports/control.hpp"
+
+namespace tr = rw::transports;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using message = RW_FUZZ_MESSAGE;
+  message m;
+  std::string why;
+  if (tr::decode(reinterpret_cast<const std::byte*>(data), size, m, why) != rw::errc::ok) {
+    if (why.empty())
+      rw::fuzz::fail("a refused message comes without a reason");
+    return 0;
+  }
+  auto once = tr::encode(m);
+  message again;
+  if (tr::decode(once.data(), once.size(), again, why) != rw::errc::ok)
+    rw::fuzz::fail("a decoded message does not decode once encoded: " + why);
+  if (tr::encode(again) != once)
+    rw::fuzz::fail("a message changes through encode and decode");
+  return 0;
+}

@@ -1,0 +1,180 @@
+// rw-fuzz-seeds DIR: writes the seed corpora of the fuzz targets, DIR/<target>/<seed>:
+// the messages and frames a worker and a node exchange in a session (a hello for a
+// two-tensor Adam job under SSP, the welcome of a three-node job, a challenge and its
+// proof, the error that moves a worker, located, reroute, a hyper-parameter change,
+// a fabric offer and placement), built with the same encoders the peers use. The TOML
+// and Lua seeds are files in tests/fuzz/seeds (tests/fuzz/run.sh adds them).
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/fuzz/fuzz_check.hpp"
+#include "transports/control.hpp"
+#include "transports/frame.hpp"
+
+namespace fs = std::filesystem;
+namespace tr = rw::transports;
+
+namespace {
+
+void write(const fs::path& dir, const std::string& target, const std::string& name,
+           const void* data, size_t size) {
+  fs::create_directories(dir / target);
+  std::ofstream out{dir / target / name, std::ios::binary};
+  out.write(static_cast<const char*>(data), std::streamsize(size));
+  if (!out)
+    rw::fuzz::fail("cannot write seed " + (dir / target / name).string());
+}
+
+void write(const fs::path& dir, const std::string& target, const std::string& name,
+           const tr::bytes& b) {
+  write(dir, target, name, b.data(), b.size());
+}
+
+rw::job_spec session_job() {
+  rw::job_spec spec;
+  spec.name = "resnet-a";
+  spec.num_workers = 4;
+  spec.chunk_bytes = 1 << 20;
+  spec.optimizer.kind = rw::optimizer_kind::adam;
+  spec.optimizer.learning_rate = 0.001f;
+  spec.tensors = {{"conv1.weight", 9408, true}, {"fc.bias", 1000, false}};
+  spec.consistency.model = rw::consistency_spec::ssp;
+  spec.consistency.staleness = 2;
+  rw::hyper_change c;
+  c.at_clock = 40;
+  c.learning_rate = 0.0005f;
+  spec.schedule.push_back(c);
+  return spec;
+}
+
+void frames(const fs::path& dir) {
+  auto header = [&](const std::string& name, tr::frame_kind kind, uint16_t flags,
+                    uint32_t payload) {
+    tr::frame_header h;
+    h.kind = kind;
+    h.flags = flags;
+    h.job_id = 7;
+    h.rank = 2;
+    h.tensor_id = 1;
+    h.chunk_index = 3;
+    h.payload_bytes = payload;
+    h.clock = 12;
+    h.ring = 1;
+    alignas(8) std::byte out[tr::frame_header_bytes];
+    tr::encode(h, out);
+    write(dir, "fuzz_frame_header", name, out, sizeof out);
+  };
+  header("push", tr::frame_kind::push, tr::flag_want_result, 4096);
+  header("pull", tr::frame_kind::pull, tr::flag_only_changed | tr::flag_subscribe, 0);
+  header("update", tr::frame_kind::update, 0, 4096);
+  header("sparse", tr::frame_kind::push_sparse, 0, 64);
+  header("hello", tr::frame_kind::hello, 0, 512);
+  header("bye", tr::frame_kind::bye, 0, 0);
+}
+
+void sparse(const fs::path& dir) {
+  // Length 1024 (two bytes: length - 1), then pairs.
+  std::vector<unsigned char> in{0xff, 0x03};
+  for (uint32_t i : {0u, 5u, 5u, 1023u}) {
+    tr::sparse_pair p{i, 0.25f * float(i)};
+    auto* b = reinterpret_cast<const unsigned char*>(&p);
+    in.insert(in.end(), b, b + sizeof p);
+  }
+  write(dir, "fuzz_sparse", "four_pairs", in.data(), in.size());
+  write(dir, "fuzz_sparse", "empty", in.data(), 2);
+}
+
+void control(const fs::path& dir) {
+  tr::hello_msg hello;
+  hello.spec = session_job();
+  hello.rank = 2;
+  hello.shm_segment = "/rw-4242-7";
+  hello.shm_nonce = 99;
+  hello.has_token = true;
+  hello.rack = "a";
+  write(dir, "fuzz_hello", "worker", tr::encode(hello));
+  hello.spec.tensors.clear();
+  hello.spec_from_job = true;
+  hello.mirror = true;
+  write(dir, "fuzz_hello", "by_name", tr::encode(hello));
+
+  tr::welcome_msg w;
+  w.job_id = 7;
+  w.node_name = "n1";
+  w.created = true;
+  w.endpoints = {"10.0.0.1:7100", "10.0.1.1:7100"};
+  w.num_shards = 2;
+  w.shard_endpoints = {{0}, {1}};
+  w.token = 0x1234;
+  w.shm = true;
+  w.shm_bell = "/rw-bell";
+  w.job_nodes = {"10.0.0.1:7100", "10.0.0.2:7100", "10.0.0.3:7100"};
+  w.job_node_names = {"n0", "n1", "n2"};
+  w.node_index = 1;
+  w.ring_vnodes = 64;
+  w.ring_version = 3;
+  w.resume_clock = 40;
+  w.replicas = 1;
+  w.spec = session_job();
+  w.fabric = "tcp";
+  write(dir, "fuzz_welcome", "three_nodes", tr::encode(w));
+
+  tr::challenge_msg ch;
+  ch.nonce.assign(32, std::byte{0x5a});
+  write(dir, "fuzz_challenge", "nonce", tr::encode(ch));
+  tr::proof_msg pr;
+  pr.mac.assign(32, std::byte{0xa5});
+  write(dir, "fuzz_proof", "mac", tr::encode(pr));
+
+  tr::error_msg e;
+  e.code = rw::errc::moved;
+  e.message = "job 'resnet-a' runs on n2";
+  e.candidates = {"10.0.0.3:7100"};
+  write(dir, "fuzz_error", "moved", tr::encode(e));
+
+  tr::located_msg l{"10.0.0.9:7000", "n1", "rack-agg"};
+  write(dir, "fuzz_located", "coordinator", tr::encode(l));
+
+  tr::reroute_msg r;
+  r.ring_version = 4;
+  r.nodes = {"n0", "n2"};
+  r.replicas = 1;
+  r.addresses = {"10.0.0.1:7100", "10.0.0.3:7100"};
+  write(dir, "fuzz_reroute", "two_nodes", tr::encode(r));
+
+  rw::hyper_change hc;
+  hc.at_clock = 100;
+  hc.learning_rate = 0.1f;
+  hc.beta2 = 0.99f;
+  write(dir, "fuzz_hyper", "lr_beta2", tr::encode(hc));
+
+  tr::fabric_offer fo;
+  fo.provider = "tcp;ofi_rxm";
+  fo.address.assign(16, std::byte{0x11});
+  fo.slots_address = 0x7f0000001000;
+  fo.slots_key = 42;
+  fo.slot_bytes = 1 << 20;
+  fo.slot_count = 64;
+  write(dir, "fuzz_fabric_offer", "tcp", tr::encode(fo));
+
+  tr::fabric_place fp{1, 0x7f0000200000, 43, 4000, 1 << 20};
+  write(dir, "fuzz_fabric_place", "tensor1", tr::encode(fp));
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: rw-fuzz-seeds DIR\n");
+    return 2;
+  }
+  fs::path dir{argv[1]};
+  frames(dir);
+  sparse(dir);
+  control(dir);
+  return 0;
+}

@@ -1,0 +1,1 @@
+{name = "hier", workers = 4, racks = {"a", "b"}, reduction = "hierarchical", worker_racks = {"a", "a", "b", "b"}, replicas = 1, checkpoint_every = 10, checkpoint_dir = "/tmp/ck", join_timeout_ms = 5000}

@@ -1,0 +1,1 @@
+{interval = 0.5, timeout = 30}
