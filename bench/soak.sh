@@ -14,7 +14,8 @@
 # of between-cycle samples within 5 % of the first 10 %'s, for RSS, fds and threads),
 # every clean and rejoin job verified, and no warning or error in the node's log that
 # is not one of the injected failures'.
-# Prints a summary and writes bench/RESULTS.md (the soak section) and bench/soak.png.
+# Prints a summary and writes bench/RESULTS.md (the soak section), bench/soak.png and
+# its samples, bench/soak-samples.txt.
 #
 #   bash bench/soak.sh [--minutes 30] [--smoke] [--build-dir DIR]
 #
@@ -37,6 +38,13 @@ while (($#)); do
   esac
 done
 [[ $minutes =~ ^[1-9][0-9]*$ ]] || usage_error "--minutes must be a positive integer, not '$minutes'"
+
+# The plot needs Debian's matplotlib (the python3 first in PATH may not have it): known
+# before a long run, not after it.
+plot_python=/usr/bin/python3
+if ((!smoke)) && ! "$plot_python" -c 'import matplotlib' 2>/dev/null; then
+  usage_error "$plot_python has no matplotlib (apt-get install python3-matplotlib)"
+fi
 
 build_tree
 tmp=$(mktemp -d)
@@ -168,7 +176,11 @@ say "  verdict (flat within 5 %, nothing unexpected): $verdict"
 check_numbers "soak figures" "$rss_first" "$rss_last" "$fds_first" "$fds_last" "$thr_first" "$thr_last"
 
 if ((!smoke)); then
-  python3 - "$tmp/samples.txt" "$tmp/between.txt" bench/soak.png "$minutes" <<'PY'
+  # The samples stay beside the plot (seconds, RSS KiB, fds, threads; "between" marks
+  # the between-cycle samples the verdict is taken on).
+  { echo "# t_s rss_kib fds threads kind"; awk '{print $0, "every2s"}' "$tmp/samples.txt"
+    awk '{print $0, "between"}' "$tmp/between.txt"; } >bench/soak-samples.txt
+  "$plot_python" - "$tmp/samples.txt" "$tmp/between.txt" bench/soak.png "$minutes" <<'PY'
 import sys
 import matplotlib
 matplotlib.use("Agg")
@@ -204,7 +216,9 @@ section=$tmp/section.md
   echo
   echo "Warnings and errors in the node's log: $(wc -l <"$tmp/warnings.txt"), all from injected failures:"
   echo "$unexpected not injected. Verdict (flat within 5 %, every verified job verified,"
-  echo "nothing unexpected): $verdict. RSS against time: ![soak](soak.png)"
+  echo "nothing unexpected): $verdict. RSS against time (samples: bench/soak-samples.txt):"
+  echo
+  echo "![soak](soak.png)"
   echo "<!-- soak:end -->"
 } >"$section"
 update_results soak "$section"

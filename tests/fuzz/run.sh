@@ -9,7 +9,8 @@
 #   --build-dir DIR  the clang build with RW_FUZZ=ON (default ./build-fuzz; configured
 #                    and built here unless --no-build)
 #   --no-build       use DIR as it is (ctest's short runs do this)
-#   --record         write the table of this run into bench/RESULTS.md (fuzz section)
+#   --record         write this run's rows into bench/RESULTS.md's fuzz table (rows of
+#                    targets not run now are kept)
 #   TARGET...        fuzz_frame_header, fuzz_hello, ... (default: every target)
 #
 # The corpus of each target lives in DIR/fuzz-corpus/TARGET: seeds built by rw-fuzz-seeds
@@ -32,7 +33,7 @@ while (($#)); do
     --build-dir) build=${2:?--build-dir needs a directory}; shift 2 ;;
     --no-build) do_build=0; shift ;;
     --record) record=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -93,21 +94,37 @@ for t in "${targets[@]}"; do
   rows+=("| $t | ${execs:-?} | $seconds | $(ls "$corpus/$t" | wc -l) | $result |")
 done
 if ((record)); then
-  section=$(mktemp)
-  {
-    echo "<!-- fuzz:begin -->"
-    echo "## Fuzzing (tests/fuzz/run.sh)"
-    echo
-    echo "\`bash tests/fuzz/run.sh --seconds $seconds --record\` on $(nproc) cores, $(date -u +%Y-%m-%d):"
-    echo "libFuzzer (clang-14) with AddressSanitizer, UndefinedBehaviorSanitizer and"
-    echo "LeakSanitizer; a crash, leak, sanitizer report or violated property fails the run."
-    echo
-    echo "| target | executions | seconds | corpus files | result |"
-    echo "|---|---|---|---|---|"
-    printf '%s\n' "${rows[@]}"
-    echo "<!-- fuzz:end -->"
-  } >"$section"
-  python3 bench/lib/update_results.py bench/RESULTS.md fuzz "$section"
-  rm -f "$section"
+  # The fuzz section's table: this run's rows replace those of the same targets, rows of
+  # targets not run now stay (a target may be given a longer run of its own).
+  rows_file=$(mktemp)
+  printf '%s\n' "${rows[@]}" >"$rows_file"
+  python3 - bench/RESULTS.md "$rows_file" "$(nproc)" "$(date -u +%Y-%m-%d)" <<'PY'
+import re, subprocess, sys, tempfile
+path, rows_file, cores, day = sys.argv[1:5]
+new = [l.rstrip("\n") for l in open(rows_file) if l.startswith("| ")]
+text = open(path).read()
+m = re.search(r"<!-- fuzz:begin -->.*?<!-- fuzz:end -->", text, re.S)
+old = [l for l in (m.group(0).splitlines() if m else []) if l.startswith("| fuzz_")]
+rows = {l.split("|")[1].strip(): l for l in old}
+rows.update({l.split("|")[1].strip(): l for l in new})
+section = "\n".join([
+    "<!-- fuzz:begin -->",
+    "## Fuzzing (tests/fuzz/run.sh)",
+    "",
+    f"`bash tests/fuzz/run.sh --seconds N --record [TARGET...]` on {cores} cores, last on {day}:",
+    "libFuzzer (clang-14) with AddressSanitizer, UndefinedBehaviorSanitizer and",
+    "LeakSanitizer; a crash, leak, sanitizer report or violated property fails the run.",
+    "Each row is its target's latest recorded run.",
+    "",
+    "| target | executions | seconds | corpus files | result |",
+    "|---|---|---|---|---|",
+    *[rows[k] for k in sorted(rows)],
+    "<!-- fuzz:end -->",
+])
+with tempfile.NamedTemporaryFile("w", delete=False) as f:
+    f.write(section + "\n")
+subprocess.run([sys.executable, "bench/lib/update_results.py", path, "fuzz", f.name], check=True)
+PY
+  rm -f "$rows_file"
 fi
 exit $failed
