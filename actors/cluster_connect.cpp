@@ -3,7 +3,9 @@
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include "actors/control_tls.hpp"
 #include "runtime/credentials.hpp"
 #include "transports/tcp/locator.hpp"
 
@@ -52,6 +54,11 @@ std::string prove_secret(caf::actor_system& sys, const cluster_coordinator_actor
              [&](caf::error& err) { failure = describe(sys, err); });
   if (!failure.empty())
     return failure;
+  if (nonce.empty())
+    spdlog::warn("cluster: the coordinator asks for no cluster secret: the one given here "
+                 "protects nothing, and anyone who reaches its control address can "
+                 "create, stop or delete jobs (give the coordinator the same "
+                 "--cluster-secret-file)");
   self->request(coordinator, timeout, auth_atom::value, cluster_proof(secret, nonce))
     .receive([](ok_atom) {}, [&](caf::error& err) { failure = describe(sys, err); });
   return failure;
@@ -69,7 +76,7 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
   // The middleman's own connect, with a deadline: remote_actor() waits for the
   // handshake without one.
   caf::scoped_actor self{sys};
-  self->request(sys.middleman().actor_handle(), timeout, caf::connect_atom::value, addr.host,
+  self->request(control_middleman(sys), timeout, caf::connect_atom::value, addr.host,
                 addr.port)
     .receive(
       [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>& ifs) {
@@ -79,6 +86,7 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
         out.error = err == caf::sec::request_timeout
                       ? fmt::format("no handshake within {} ms", timeout.count())
                       : sys.render(err);
+        out.error += " (" + tls_hint(sys) + ")";
       });
   if (!out.coordinator) {
     out.error = fmt::format("the node at {} points to the coordinator at {}, which does not "

@@ -58,6 +58,12 @@ caf::result<std::string> on_challenge(cluster_ptr self) {
     return cluster_error(errc::unauthorized, "an anonymous sender cannot prove the secret");
   if (st.challenges.size() >= max_challenges)
     st.challenges.clear(); // unanswered ones from peers that went away
+  // No secret here: an empty challenge says so, and a peer that holds one warns that
+  // it protects nothing (any proof is taken).
+  if (st.settings.secret.empty()) {
+    st.challenges[sender->node()] = std::string{};
+    return std::string{};
+  }
   auto nonce = runtime::make_nonce();
   std::string text(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   st.challenges[sender->node()] = text;

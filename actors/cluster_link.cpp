@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/cluster_connect.hpp"
+#include "actors/control_tls.hpp"
 #include "actors/rate_prober.hpp"
 #include "transports/tcp/address.hpp"
 
@@ -95,6 +96,12 @@ void prove_then_register(link_ptr self) {
     .then(
       [self, refused](std::string& nonce) {
         auto& st = self->state;
+        if (nonce.empty())
+          spdlog::warn("cluster: the coordinator at {} asks for no cluster secret: this "
+                       "node's --cluster-secret-file protects nothing, and anyone who "
+                       "reaches the control address can register nodes and create, stop "
+                       "or delete jobs (give the coordinator the same file)",
+                       st.address);
         self->request(st.coordinator, st.settings.request_timeout, auth_atom::value,
                       cluster_proof(st.settings.secret, nonce))
           .then([self](ok_atom) { do_register(self); }, refused);
@@ -120,7 +127,7 @@ void try_register(link_ptr self) {
     return;
   }
   auto addr = transports::tcp::parse_address(contact.address);
-  self->request(self->system().middleman().actor_handle(), st.settings.request_timeout,
+  self->request(control_middleman(self->system()), st.settings.request_timeout,
                 caf::connect_atom::value, addr.host, addr.port)
     .then(
       [self, contact](caf::node_id&, caf::strong_actor_ptr& ptr,

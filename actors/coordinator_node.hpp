@@ -51,6 +51,7 @@ private:
   cluster_coordinator_actor coordinator_;
   std::string control_;
   uint16_t port_ = 0;
+  bool tls_ = false; // published through the OpenSSL module
   std::unique_ptr<transports::tcp::locator_service> locator_;
 };
 

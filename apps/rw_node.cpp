@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/cluster_messages.hpp"
+#include "actors/control_tls.hpp"
 #include "actors/coordinator_node.hpp"
 #include "actors/rack_agg_node.hpp"
 #include "runtime/node_config.hpp"
@@ -88,6 +89,12 @@ int main(int argc, char** argv) {
   caf::actor_system_config sys_cfg;
   sys_cfg.set("logger.verbosity", caf::atom("quiet"));
   rw::actors::register_cluster_types(sys_cfg);
+  try {
+    rw::actors::configure_control_tls(sys_cfg, {cfg.tls_cert, cfg.tls_key, cfg.tls_ca});
+  } catch (const std::exception& e) {
+    spdlog::error("bad configuration: {}", e.what());
+    return 2;
+  }
   caf::actor_system sys{sys_cfg};
   std::unique_ptr<rw::actors::rack_agg_node> node;
   std::unique_ptr<rw::actors::coordinator_node> coordinator;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "actors/cluster_messages.hpp"
+#include "actors/control_tls.hpp"
 #include "apps/shell/cluster_client.hpp"
 #include "apps/shell/lua_rw.hpp"
 #include "apps/shell/repl.hpp"
@@ -80,6 +81,13 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-secret-file", secret_file,
                  "the cluster secret, when the coordinator wants one (the same file as "
                  "the nodes' --cluster-secret-file)");
+  rw::actors::tls_files tls;
+  app.add_option("--tls-cert", tls.cert,
+                 "PEM certificate for a cluster whose control plane is TLS (the nodes' "
+                 "--tls-*): with --tls-key and --tls-ca the shell connects over TLS and "
+                 "checks that the coordinator's certificate comes from that CA");
+  app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert (chmod 600)");
+  app.add_option("--tls-ca", tls.ca, "PEM certificate of the cluster's CA");
   try {
     app.parse(our_argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -99,6 +107,12 @@ int main(int argc, char** argv) {
   }
   caf::actor_system_config cfg;
   rw::actors::register_cluster_types(cfg);
+  try {
+    rw::actors::configure_control_tls(cfg, tls);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rw-shell: %s\n", e.what());
+    return 2;
+  }
   cfg.set("logger.verbosity", caf::atom("quiet"));
   // CAF's threads must not take SIGINT: the prompt and rw.wait wait for it on this one.
   sigset_t sigint;

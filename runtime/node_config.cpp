@@ -222,6 +222,20 @@ std::vector<option_def> option_table(node_config& c) {
         "coordinator hears only nodes and shells that prove it; members and rw-shell "
         "give the same file. Empty: the control plane is open to anyone who reaches it",
         c.cluster_secret_file),
+    def("cluster.tls_cert", "--tls-cert",
+        "PEM certificate (chain) for TLS on the control plane: with --tls-key and "
+        "--tls-ca, every connection between nodes, shells and the coordinator is TLS "
+        "with mutual certificate checks (a job's token never crosses in clear); peers "
+        "without a certificate from the same CA are refused. Empty: plain TCP",
+        c.tls_cert),
+    def("cluster.tls_key", "--tls-key",
+        "PEM private key of --tls-cert, unencrypted, chmod 600 (a key others can read "
+        "is refused)",
+        c.tls_key),
+    def("cluster.tls_ca", "--tls-ca",
+        "PEM certificate of the CA that signed every member's certificate (nodes', "
+        "shells', the coordinator's)",
+        c.tls_ca),
     def("cluster.heartbeat_ms", "--heartbeat-ms",
         "how often a rack-agg node tells the coordinator it is alive", c.heartbeat_ms),
     def("cluster.state_db", "--state-db",

@@ -51,6 +51,10 @@ struct node_config {
   std::string control;                   // the coordinator's middleman HOST:PORT
   bool open_jobs = false;                // a worker's hello may create a job, no token
   std::string cluster_secret_file;       // nodes and shells prove this secret; "" = none
+  // TLS on the control plane (CAF's OpenSSL module): PEM files, all three or none.
+  std::string tls_cert;                  // this node's certificate (chain)
+  std::string tls_key;                   // its private key, chmod 600
+  std::string tls_ca;                    // the CA that signed every member's certificate
   uint32_t heartbeat_ms = defaults::heartbeat_ms;
   /// The coordinator's state database (SQLite): the job registry survives a restart.
   /// Empty: kept in memory only.

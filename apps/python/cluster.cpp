@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include "actors/cluster_messages.hpp"
+#include "actors/control_tls.hpp"
 #include "apps/shell/cluster_client.hpp"
 #include "rackweave/errc.hpp"
 #include "runtime/credentials.hpp"
@@ -27,8 +28,9 @@ struct coordinator_session {
   std::unique_ptr<shell::cluster_client> client;
 
   coordinator_session(const std::string& connect, const std::string& secret_file,
-                      double timeout) {
+                      const actors::tls_files& tls, double timeout) {
     actors::register_cluster_types(cfg);
+    actors::configure_control_tls(cfg, tls); // bad files: RuntimeError, as a bad secret
     cfg.set("logger.verbosity", caf::atom("quiet"));
     cfg.set("scheduler.max-threads", 2);
     sys = std::make_unique<caf::actor_system>(cfg);
@@ -56,7 +58,8 @@ void add_cluster_calls(py::module_& m) {
        float beta2, float eps, uint32_t chunk_bytes, const std::string& consistency,
        const std::string& node, const std::vector<std::string>& racks,
        const std::string& reduction, int replicas, uint64_t checkpoint_every,
-       const std::string& checkpoint_dir, const std::string& secret_file, double timeout,
+       const std::string& checkpoint_dir, const std::string& secret_file, const std::string& tls_cert,
+       const std::string& tls_key, const std::string& tls_ca, double timeout,
        const py::object& tensors) {
       auto spec = spec_from(job, workers, optimizer, lr, momentum, weight_decay, beta1, beta2,
                             eps, chunk_bytes, consistency);
@@ -69,7 +72,7 @@ void add_cluster_calls(py::module_& m) {
       where.replicas = replicas;
       where.checkpoint_every = checkpoint_every;
       where.checkpoint_dir = checkpoint_dir;
-      coordinator_session s{connect, secret_file, timeout};
+      coordinator_session s{connect, secret_file, {tls_cert, tls_key, tls_ca}, timeout};
       actors::job_created created;
       try {
         py::gil_scoped_release nogil;
@@ -93,7 +96,8 @@ void add_cluster_calls(py::module_& m) {
     py::arg("chunk_bytes") = defaults::chunk_bytes, py::arg("consistency") = "bsp",
     py::arg("node") = "", py::arg("racks") = std::vector<std::string>{},
     py::arg("reduction") = "auto", py::arg("replicas") = -1, py::arg("checkpoint_every") = 0,
-    py::arg("checkpoint_dir") = "", py::arg("secret_file") = "", py::arg("timeout") = 10.0,
+    py::arg("checkpoint_dir") = "", py::arg("secret_file") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
+    py::arg("tls_ca") = "", py::arg("timeout") = 10.0,
     py::arg("tensors") = py::none(),
     "Creates job `job` through the cluster coordinator found through the node at "
     "`connect` (any node's HOST:PORT), as rw.job_create does; returns a dict with its "
@@ -105,8 +109,9 @@ void add_cluster_calls(py::module_& m) {
   m.def(
     "delete_job",
     [](const std::string& connect, const std::string& job, const std::string& secret_file,
+       const std::string& tls_cert, const std::string& tls_key, const std::string& tls_ca,
        double timeout) {
-      coordinator_session s{connect, secret_file, timeout};
+      coordinator_session s{connect, secret_file, {tls_cert, tls_key, tls_ca}, timeout};
       try {
         py::gil_scoped_release nogil;
         s.client->job_delete(job);
@@ -114,16 +119,18 @@ void add_cluster_calls(py::module_& m) {
         throw rw::error(e.code(), e.what());
       }
     },
-    py::arg("connect"), py::arg("job"), py::arg("secret_file") = "", py::arg("timeout") = 10.0,
+    py::arg("connect"), py::arg("job"), py::arg("secret_file") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
+    py::arg("tls_ca") = "", py::arg("timeout") = 10.0,
     "Stops job `job` if it runs and forgets it, as rw.job_delete does.");
   m.def(
     "set_hyper",
     [](const std::string& connect, const std::string& job, uint64_t at_clock,
        std::optional<float> lr, std::optional<float> momentum, std::optional<float> weight_decay,
        std::optional<float> beta1, std::optional<float> beta2, const std::string& secret_file,
+       const std::string& tls_cert, const std::string& tls_key, const std::string& tls_ca,
        double timeout) {
       auto change = hyper_from(at_clock, lr, momentum, weight_decay, beta1, beta2);
-      coordinator_session s{connect, secret_file, timeout};
+      coordinator_session s{connect, secret_file, {tls_cert, tls_key, tls_ca}, timeout};
       try {
         py::gil_scoped_release nogil;
         return s.client->job_set(job, change);
@@ -134,7 +141,8 @@ void add_cluster_calls(py::module_& m) {
     py::arg("connect"), py::arg("job"), py::arg("at_clock"), py::arg("lr") = py::none(),
     py::arg("momentum") = py::none(), py::arg("weight_decay") = py::none(),
     py::arg("beta1") = py::none(), py::arg("beta2") = py::none(),
-    py::arg("secret_file") = "", py::arg("timeout") = 10.0,
+    py::arg("secret_file") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
+    py::arg("tls_ca") = "", py::arg("timeout") = 10.0,
     "Changes the running BSP job's optimizer hyper-parameters (those given) for the step "
     "of clock `at_clock` and every later one, on every chunk and node, as rw.job_set does; "
     "returns the highest clock the job had reached. Refused (rackweave.Error "

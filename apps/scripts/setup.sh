@@ -11,6 +11,8 @@ packages_only=0
 packages=(
   build-essential cmake pkg-config
   libcaf-dev                # C++ Actor Framework 0.17.6
+  libcaf-openssl0.17 libssl-dev openssl  # TLS on the control plane (--tls-*): CAF's module
+  tcpdump                   # the TLS test checks a capture of the control port
   capnproto libcapnp-dev    # frame header and control schemas
   libspdlog-dev libfmt-dev  # logging
   catch2                    # tests (v2)

@@ -35,14 +35,33 @@ shape() { # NS DEV BPS
 # unless asked otherwise: under BBR (this machine's default) RackWeave's step on the
 # 4 x 1 Gbit/s rack took 1.37 x its bound against 1.13 x under cubic before the
 # worker's push window, 1.09 x under both with it (bench/RESULTS.md, rack-bound).
-congestion=${congestion:-cubic}
-check_congestion() { # usage error unless the kernel offers $congestion
-  local allowed
+congestion=${congestion:-} # "" until check_congestion: cubic where a namespace may set it
+settable_in_ns() { # CC: whether a new namespace may set it (outside the machine's
+  # net.ipv4.tcp_allowed_congestion_control that needs privileges a container may lack)
+  local probe=rwcc-probe-$$ ok=0
+  ip netns add "$probe" 2>/dev/null || return 1
+  ip netns exec "$probe" sysctl -q -w net.ipv4.tcp_congestion_control="$1" >/dev/null 2>&1 || ok=1
+  ip netns del "$probe" 2>/dev/null || true
+  return $ok
+}
+check_congestion() { # usage error unless a namespace here may use $congestion
+  local allowed default_cc
   allowed=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control \
     /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null | tr ' \t' '\n\n' |
     sort -u | tr '\n' ' ')
+  if [[ -z $congestion ]]; then
+    congestion=cubic
+    if ! settable_in_ns cubic; then
+      default_cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo reno)
+      note "cubic cannot be set in a network namespace here (net.ipv4.tcp_allowed_congestion_control: $(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null)); every namespace uses the machine's default, $default_cc"
+      congestion=$default_cc
+    fi
+    return 0
+  fi
   [[ " $allowed " == *" $congestion "* ]] ||
     usage_error "--congestion $congestion: this kernel offers ${allowed:-none}"
+  settable_in_ns "$congestion" ||
+    usage_error "--congestion $congestion: a network namespace here may not set it (net.ipv4.tcp_allowed_congestion_control: $(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null))"
 }
 add_ns() {
   ip netns add "$1"

@@ -215,3 +215,23 @@ TEST_CASE("with a cluster secret, only nodes and shells that prove it are heard"
   CHECK(count.out == "2\n");
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a node or shell with a cluster secret warns when the coordinator wants none",
+          "[integration][cluster]") {
+  auto dir = scratch_dir();
+  auto secret = dir + "/secret";
+  std::ofstream{secret} << "correct-horse-battery-staple-42\n";
+  std::filesystem::permissions(secret, std::filesystem::perms::owner_read |
+                                         std::filesystem::perms::owner_write);
+  testing::cluster c; // an open cluster: no --cluster-secret-file
+  testing::node_process member{{"--name", "rack-s", "--cluster-secret-file", secret},
+                               {"rack-agg", false, c.coordinator().address()}};
+  CHECK(member.wait_for_log("asks for no cluster secret"));
+  CHECK(member.wait_for_log("registered with the coordinator"));
+  auto shell = testing::run_shell({"--connect", c.a().address(), "--cluster-secret-file",
+                                   secret, "-c", "print(#rw.nodes())"});
+  CHECK(shell.code == 0);
+  CHECK(shell.out == "3\n");
+  CHECK_THAT(shell.err, Catch::Contains("asks for no cluster secret"));
+  std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# TLS on the control plane (--tls-cert, --tls-key, --tls-ca), end to end on 127.0.0.1:
+#  1. without TLS, a capture of the coordinator's control port (tcpdump on lo) holds the
+#     token of a job a shell created: the check below can fail;
+#  2. with TLS on the coordinator, a second rack-agg node and the shell, the same capture
+#     holds neither the token nor any CAF message type name, and the node registered;
+#  3. refusals: a shell without TLS, a shell whose certificate another CA signed, files
+#     missing one of the three, a key others can read, a key that is not the
+#     certificate's, each with its exit code and a message that says what to do.
+# Every process started is stopped by PID; every wait is bounded.
+#
+#   bash tests/integration/tls_control.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "${1:?usage: tls_control.sh BUILD_DIR}" && pwd)
+node_bin=$build/apps/rw-node
+shell_bin=$build/apps/rw-shell
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  local p
+  for p in ${pids[@]+"${pids[@]}"}; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in ${pids[@]+"${pids[@]}"}; do wait "$p" 2>/dev/null || true; done
+  [[ -n ${RW_KEEP_TMP:-} ]] && echo "kept $tmp" || rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "tls_control: FAIL: $*" >&2; exit 1; }
+step() { echo "tls_control: $*"; }
+for tool in openssl tcpdump; do
+  command -v "$tool" >/dev/null || fail "$tool is not installed (apps/scripts/setup.sh installs it)"
+done
+
+# A CA, certificates it signed for the nodes and the shell, and one from another CA.
+certs=$tmp/certs
+mkdir -p "$certs"
+make_ca() { # NAME
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=$1" -keyout "$certs/$1.key" -out "$certs/$1.pem" 2>/dev/null
+}
+make_cert() { # NAME CA
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
+    -keyout "$certs/$1.key" -out "$certs/$1.csr" 2>/dev/null
+  openssl x509 -req -in "$certs/$1.csr" -CA "$certs/$2.pem" -CAkey "$certs/$2.key" \
+    -CAcreateserial -days 2 -out "$certs/$1.pem" 2>/dev/null
+  chmod 600 "$certs/$1.key"
+}
+make_ca ca
+make_ca other-ca
+make_cert node ca
+make_cert node2 ca
+make_cert shell ca
+make_cert stranger other-ca
+tls_of() { echo --tls-cert "$certs/$1.pem" --tls-key "$certs/$1.key" --tls-ca "$certs/ca.pem"; }
+
+# Starts a rack-agg node; its PID in $REPLY. NAME LOG [ARG...]
+start_node() {
+  local name=$1 log=$2; shift 2
+  "$node_bin" --name "$name" --listen 127.0.0.1:0 --port-file "$tmp/$name.port" \
+    --control 127.0.0.1:0 --no-pin "$@" 2>"$log" &
+  REPLY=$!
+  pids+=("$REPLY")
+  local i
+  for ((i = 0; i < 200; i++)); do
+    [[ -s $tmp/$name.port ]] && return 0
+    kill -0 "$REPLY" 2>/dev/null || { cat "$log" >&2; fail "node $name exited at start"; }
+    sleep 0.05
+  done
+  cat "$log" >&2
+  fail "node $name did not listen within 10 s"
+}
+control_port_of() { # LOG: the coordinator's control port, from its start line
+  sed -n 's/.*cluster coordinator up: control=[^ ]*:\([0-9]*\).*/\1/p' "$1" | head -1
+}
+# Captures the control port into FILE; the tcpdump PID in $REPLY. PORT FILE
+start_capture() {
+  tcpdump -i lo --immediate-mode -U -n -s 0 -w "$2" "tcp port $1" 2>"$2.log" &
+  REPLY=$!
+  pids+=("$REPLY")
+  local i
+  for ((i = 0; i < 100; i++)); do
+    grep -q "listening on" "$2.log" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  cat "$2.log" >&2
+  fail "tcpdump did not start within 5 s"
+}
+stop_capture() { # PID
+  kill -INT "$1" 2>/dev/null || true
+  local i
+  for ((i = 0; i < 100; i++)); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.05; done
+  kill -KILL "$1" 2>/dev/null || true
+}
+shell() { timeout -k 5 60 "$shell_bin" --timeout 5000 "$@"; }
+create_job='local j = rw.job_create{name = "tls-job", workers = 2}; print(j.token)'
+
+step "1. without TLS the token crosses the control port in clear"
+start_node plain "$tmp/plain.log"
+plain_pid=$REPLY
+port=$(control_port_of "$tmp/plain.log")
+[[ -n $port ]] || fail "no control port in the plain node's log"
+start_capture "$port" "$tmp/plain.pcap"
+capture=$REPLY
+token=$(shell --connect "$(<"$tmp/plain.port")" -c "$create_job")
+stop_capture "$capture"
+[[ $token == rwt1_* ]] || fail "the plain shell printed no token: $token"
+grep -aqF "$token" "$tmp/plain.pcap" ||
+  fail "the capture of a plain control port misses the token: the check cannot fail"
+kill -TERM "$plain_pid"
+
+step "2. with TLS neither the token nor a CAF type name crosses in clear"
+start_node tls "$tmp/tls.log" $(tls_of node)
+address=$(<"$tmp/tls.port")
+port=$(control_port_of "$tmp/tls.log")
+grep -q "tls=required" "$tmp/tls.log" || fail "the coordinator does not say tls=required"
+start_capture "$port" "$tmp/tls.pcap"
+capture=$REPLY
+start_node tls2 "$tmp/tls2.log" --coordinator "$address" $(tls_of node2)
+for ((i = 0; i < 200; i++)); do
+  grep -q "registered with the coordinator" "$tmp/tls2.log" && break
+  sleep 0.05
+done
+grep -q "registered with the coordinator" "$tmp/tls2.log" ||
+  { cat "$tmp/tls2.log" >&2; fail "the second node did not register over TLS"; }
+token=$(shell --connect "$address" $(tls_of shell) -c "$create_job")
+[[ $token == rwt1_* ]] || fail "the TLS shell printed no token: $token"
+nodes=$(shell --connect "$address" $(tls_of shell) -c 'print(#rw.nodes())')
+[[ $nodes == 2 ]] || fail "the coordinator lists $nodes nodes, not 2"
+stop_capture "$capture"
+bytes=$(stat -c %s "$tmp/tls.pcap")
+((bytes > 4096)) || fail "the TLS capture holds only $bytes bytes: nothing was captured"
+! grep -aqF "$token" "$tmp/tls.pcap" || fail "the job's token crossed the TLS control port in clear"
+! grep -aqF "rw::job_grant" "$tmp/tls.pcap" || fail "CAF messages crossed the TLS control port in clear"
+! grep -aqF "rw::node_info" "$tmp/tls.pcap" || fail "CAF messages crossed the TLS control port in clear"
+step "   capture: $bytes bytes, no token, no type name"
+
+step "3. refusals"
+expect() { # RC PATTERN COMMAND...: runs it, checks its exit code and stderr
+  local rc=$1 pattern=$2; shift 2
+  local got=0
+  "$@" >"$tmp/out" 2>"$tmp/err" || got=$?
+  [[ $got == "$rc" ]] || { cat "$tmp/err" >&2; fail "$* exited $got, not $rc"; }
+  grep -qE "$pattern" "$tmp/err" || { cat "$tmp/err" >&2; fail "$*: no '$pattern' in its errors"; }
+}
+expect 3 "if the cluster uses TLS, give --tls-cert" shell --connect "$address" -c 'print(1)'
+expect 3 "cannot reach the cluster" \
+  shell --connect "$address" --tls-cert "$certs/stranger.pem" --tls-key "$certs/stranger.key" \
+  --tls-ca "$certs/other-ca.pem" -c 'print(1)'
+expect 2 "missing: --tls-key, --tls-ca" shell --connect "$address" --tls-cert "$certs/shell.pem" -c 'print(1)'
+expect 2 "not signed by the CA" shell --connect "$address" --tls-cert "$certs/stranger.pem" \
+  --tls-key "$certs/stranger.key" --tls-ca "$certs/ca.pem" -c 'print(1)'
+chmod 644 "$certs/node2.key"
+expect 2 "chmod 600" timeout -k 5 30 "$node_bin" --listen 127.0.0.1:0 $(tls_of node2)
+chmod 600 "$certs/node2.key"
+expect 2 "is not the certificate" timeout -k 5 30 "$node_bin" --listen 127.0.0.1:0 \
+  --tls-cert "$certs/node.pem" --tls-key "$certs/node2.key" --tls-ca "$certs/ca.pem"
+step "ok"
