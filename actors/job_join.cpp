@@ -303,6 +303,8 @@ public:
       } catch (const std::exception& e) {
         if (req.transport == "shm")
           throw rw::error(errc::io_error, std::string("no shared memory: ") + e.what());
+        spdlog::warn("worker rank {}: shared memory not used ({}); chunks travel over TCP",
+                     req.rank, e.what());
       }
     }
     auto first = connect(req.connect);

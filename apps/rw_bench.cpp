@@ -23,6 +23,8 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <fmt/ranges.h>
 
 #include "apps/bench/cluster_job.hpp"
@@ -159,7 +161,11 @@ int run_driver(comm_args a, const std::string& command) {
       all_ok = false;
       continue;
     }
-    std::istringstream in{out};
+    // The RESULT line, wherever it is among what the worker printed.
+    auto at = out.rfind("RESULT ");
+    while (at != std::string::npos && at > 0 && out[at - 1] != '\n')
+      at = out.rfind("RESULT ", at - 1);
+    std::istringstream in{at == std::string::npos ? std::string{} : out.substr(at)};
     std::string tag;
     int ok = 0;
     uint32_t stale = 0;
@@ -278,6 +284,9 @@ void add_common(CLI::App* cmd, comm_args& a) {
 } // namespace
 
 int main(int argc, char** argv) {
+  // Logs (the worker library's too, in the worker processes) go to stderr: stdout
+  // carries the results the parent and the bench scripts parse.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("rw-bench"));
   CLI::App app{"rw-bench: RackWeave benchmarks", "rw-bench"};
   app.require_subcommand(1);
   comm_args a;

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,6 +45,23 @@ mapping mapping::create(const std::string& name, size_t bytes) {
     ::close(fd);
     shm_unlink(name.c_str());
     throw err;
+  }
+  // ftruncate only sets the size: on a /dev/shm smaller than the segment (a container's
+  // default is 64 MiB) the first touch of a page past its end would kill this process
+  // with SIGBUS. Reserve every page now, so a full /dev/shm is an error, not a crash.
+  if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+    struct statvfs fs {};
+    std::string room = fstatvfs(fd, &fs) == 0
+                         ? fmt::format("{:.1f} MiB free of {:.1f} MiB",
+                                       double(fs.f_bavail) * fs.f_frsize / (1 << 20),
+                                       double(fs.f_blocks) * fs.f_frsize / (1 << 20))
+                         : std::string("its room unknown");
+    ::close(fd);
+    shm_unlink(name.c_str());
+    throw std::runtime_error(fmt::format(
+      "cannot reserve {:.1f} MiB of shared memory for {}: {} (/dev/shm: {}; a container's "
+      "is often 64 MiB: raise it, e.g. docker --shm-size)",
+      double(bytes) / (1 << 20), name, std::strerror(rc), room));
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
