@@ -13,6 +13,20 @@ namespace rw::actors {
 
 namespace detail {
 
+namespace {
+
+// A hello or proof is read into a buffer of its own size class (4 KiB, 8 KiB, ... up to
+// --max-control-bytes, which the transport enforces), not the largest: a client that
+// has proven nothing holds what it sends, not 1 MiB, and the classes are few.
+size_t control_buffer_bytes(uint32_t payload) {
+  size_t bytes = 4096;
+  while (bytes < payload)
+    bytes *= 2;
+  return bytes;
+}
+
+} // namespace
+
 payload_target poller_sink::on_header(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
   if (h.kind == frame_kind::probe)
@@ -27,14 +41,14 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
         return refuse(c, h, errc::bad_frame, "a second hello on one connection");
       if (h.payload_bytes == 0)
         return refuse(c, h, errc::bad_frame, "hello without a payload");
-      return payload_target::into(st.buffer(st.settings.max_control_bytes));
+      return payload_target::into(st.buffer(control_buffer_bytes(h.payload_bytes)));
     case frame_kind::proof: {
       auto it = st.book->bindings.find(c->id());
       if (it == st.book->bindings.end() || it->second.status != binding::challenged)
         return refuse(c, h, errc::bad_frame, "a proof without a challenge to answer");
       if (h.payload_bytes == 0)
         return refuse(c, h, errc::bad_frame, "proof without a payload");
-      return payload_target::into(st.buffer(st.settings.max_control_bytes));
+      return payload_target::into(st.buffer(control_buffer_bytes(h.payload_bytes)));
     }
     case frame_kind::locate:
       if (h.payload_bytes != 0)

@@ -46,7 +46,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   for (auto& e : plan_.endpoints) {
     auto ep = std::make_shared<transports::tcp::endpoint>(
       std::chrono::milliseconds(cfg.io_timeout_ms),
-      transports::receive_limits{cfg.max_chunk_bytes, cfg.max_control_bytes});
+      transports::receive_limits{cfg.max_chunk_bytes, cfg.max_control_bytes,
+                                 cfg.first_frame_ms});
     addresses_.push_back(ep->listen(transports::tcp::parse_address(e.listen)).to_string());
     eps.push_back(ep);
   }

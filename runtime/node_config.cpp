@@ -198,6 +198,11 @@ std::vector<option_def> option_table(node_config& c) {
         c.rejoin_timeout_ms),
     def("timeouts.io_ms", "--io-timeout-ms",
         "how long a send may block on a worker that does not read", c.io_timeout_ms),
+    def("timeouts.first_frame_ms", "--first-frame-timeout-ms",
+        "a connection to a --listen endpoint that has not sent a whole frame (its "
+        "hello, locate or attach) this long after connecting is closed, and at most "
+        "256 such connections wait per endpoint; 0: never closed for it",
+        c.first_frame_ms),
     def("timeouts.keep_finished_ms", "--keep-finished-ms",
         "how long a finished job's chunks stay on the node so a checkpoint of it can "
         "still be taken (the newest 4 jobs at most); then their memory is released; 0: "

@@ -45,6 +45,7 @@ struct node_config {
   uint32_t step_timeout_ms = defaults::step_timeout_ms;
   uint32_t rejoin_timeout_ms = defaults::rejoin_timeout_ms;
   uint32_t io_timeout_ms = defaults::io_timeout_ms;
+  uint32_t first_frame_ms = defaults::first_frame_ms; // a silent new connection is closed
   uint32_t keep_finished_ms = defaults::keep_finished_ms; // finished jobs' chunks kept
   // The cluster
   std::string coordinator;               // any node's --listen address; "" = embed it

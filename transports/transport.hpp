@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "rackweave/defaults.hpp"
 #include "rackweave/errc.hpp"
 #include "runtime/buffer_pool.hpp"
 #include "transports/frame.hpp"
@@ -162,6 +163,9 @@ public:
 struct receive_limits {
   uint32_t max_data_payload;    // push, init, update
   uint32_t max_control_payload; // hello, welcome, error
+  /// An accepted connection that has not delivered a whole frame this long after
+  /// connecting (a hello, locate, attach or probe comes first) is closed; 0: never.
+  uint32_t first_frame_ms = defaults::first_frame_ms;
 };
 
 } // namespace rw::transports

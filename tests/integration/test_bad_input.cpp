@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "rackweave/defaults.hpp"
 #include "rackweave/worker.hpp"
 #include "tests/integration/node_process.hpp"
 #include "tests/integration/expect_error.hpp"
@@ -118,6 +119,48 @@ TEST_CASE("a truncated frame is logged and the node keeps serving", "[integratio
   } // closes mid-header
   CHECK(node.wait_for_log("truncated frame: peer closed after 20 of 64 bytes"));
   check_node_serves(node.address(), "after-truncated");
+}
+
+TEST_CASE("a connection that says nothing, or trickles its hello, is closed in time",
+          "[integration][bad]") {
+  testing::node_process node{{"--first-frame-timeout-ms", "500"}};
+  auto t0 = std::chrono::steady_clock::now();
+  testing::raw_client silent{node.address()};
+  testing::raw_client trickle{node.address()};
+  alignas(8) std::byte head[transports::frame_header_bytes];
+  transports::encode(data_header(frame_kind::hello, 0, 0, 0, 0), head);
+  trickle.send_bytes(head, 10); // a header that never ends
+  // A worker that says hello in time is served meanwhile, and after.
+  testing::raw_client worker{node.address()};
+  worker.join(small_job("in-time", 1), 0);
+  auto cut = silent.read_frame(std::chrono::seconds(5));
+  REQUIRE(cut);
+  CHECK(cut->error().code == errc::timeout);
+  CHECK_THAT(cut->error().message, Catch::Contains("no whole frame within 500 ms"));
+  CHECK(trickle.closed_by_peer(std::chrono::seconds(5)));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4));
+  CHECK(node.wait_for_log("no whole frame within 500 ms of connecting"));
+  // The joined worker was not cut: its connection still answers.
+  worker.send_frame(data_header(frame_kind::pull, 999, 0, 0, 0));
+  expect_error(worker, errc::unknown_job);
+  check_node_serves(node.address(), "after-silent");
+}
+
+TEST_CASE("connections that have not said hello are capped per endpoint",
+          "[integration][bad]") {
+  testing::node_process node{{"--first-frame-timeout-ms", "20000"}};
+  std::vector<std::unique_ptr<testing::raw_client>> quiet;
+  for (uint32_t i = 0; i < defaults::max_unframed_connections; ++i)
+    quiet.push_back(std::make_unique<testing::raw_client>(node.address()));
+  // Accepted in the order they connected (the listen backlog is a queue): this one
+  // comes after every quiet one.
+  testing::raw_client one_too_many{node.address()};
+  auto refused = one_too_many.read_frame(std::chrono::seconds(5));
+  REQUIRE(refused);
+  CHECK(refused->error().code == errc::unavailable);
+  CHECK_THAT(refused->error().message, Catch::Contains("have not sent a frame yet"));
+  quiet.clear(); // they leave: room again
+  check_node_serves(node.address(), "after-cap");
 }
 
 TEST_CASE("data before hello, unknown jobs, bad chunks and bad ranks get errors",

@@ -154,6 +154,10 @@ bool connection::fail(frame_sink& sink, errc code, const std::string& why,
   return false;
 }
 
+void connection::cut(frame_sink& sink, errc code, const std::string& why) {
+  fail(sink, code, why, true);
+}
+
 bool connection::read_ready(frame_sink& sink) {
   if (reported_)
     return false;
@@ -235,6 +239,7 @@ bool connection::read_ready(frame_sink& sink) {
     spill_ = 0;
     auto target = std::move(target_);
     target_ = {};
+    framed_ = true;
     sink.on_frame(self, header_, target);
     ++frames;
     if (reported_)

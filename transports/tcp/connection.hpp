@@ -45,6 +45,12 @@ public:
   /// Reports the close to the sink if it has not been reported yet.
   void report_closed(frame_sink& sink, errc code, const std::string& why);
 
+  /// Whether a whole frame has come in on it yet (endpoint thread only).
+  bool framed() const noexcept { return framed_; }
+
+  /// Tells the peer `why` in an error frame (best effort), closes, reports to the sink.
+  void cut(frame_sink& sink, errc code, const std::string& why);
+
 private:
   enum class phase { header, payload };
 
@@ -60,6 +66,7 @@ private:
   std::atomic<bool> open_{true};
   std::atomic<bool> write_failed_{false}; // the peer stopped taking frames
   bool reported_ = false;
+  bool framed_ = false; // a whole frame came in
 
   // Receive state (endpoint thread only).
   phase phase_ = phase::header;

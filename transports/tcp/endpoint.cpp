@@ -70,7 +70,7 @@ std::shared_ptr<connection> endpoint::connect(const address& addr,
   return add(fd, addr.to_string());
 }
 
-void endpoint::accept_all() {
+void endpoint::accept_all(frame_sink& sink) {
   for (int i = 0; i < 64; ++i) {
     sockaddr_in sa{};
     socklen_t len = sizeof(sa);
@@ -78,13 +78,57 @@ void endpoint::accept_all() {
     if (fd < 0)
       return; // EAGAIN, or a transient failure (EMFILE...): try again on the next poll
     tune_socket(fd);
-    add(fd, peer_name(sa));
+    auto c = add(fd, peer_name(sa));
+    if (unframed_.size() >= defaults::max_unframed_connections) {
+      c->cut(sink, errc::unavailable,
+             fmt::format("{} connections to this endpoint have not sent a frame yet: try "
+                         "again later",
+                         unframed_.size()));
+      drop(fd);
+      continue;
+    }
+    if (limits_.first_frame_ms > 0)
+      unframed_[fd] = clock::now();
+  }
+}
+
+void endpoint::drop(int fd) {
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  conns_.erase(fd);
+  unframed_.erase(fd);
+}
+
+void endpoint::cut_silent(frame_sink& sink) {
+  auto now = clock::now();
+  if (unframed_.empty() || now < next_sweep_)
+    return;
+  next_sweep_ = now + std::chrono::milliseconds(std::min<uint32_t>(limits_.first_frame_ms, 1000));
+  auto limit = std::chrono::milliseconds(limits_.first_frame_ms);
+  std::vector<int> silent;
+  for (auto it = unframed_.begin(); it != unframed_.end();) {
+    auto c = conns_.find(it->first);
+    if (c == conns_.end() || c->second->framed()) {
+      it = unframed_.erase(it);
+      continue;
+    }
+    if (now - it->second >= limit)
+      silent.push_back(it->first);
+    ++it;
+  }
+  for (int fd : silent) {
+    auto c = conns_[fd];
+    c->cut(sink, errc::timeout,
+           fmt::format("no whole frame within {} ms of connecting (a hello, locate or "
+                       "attach comes first)",
+                       limits_.first_frame_ms));
+    drop(fd);
   }
 }
 
 int endpoint::poll(int timeout_ms, frame_sink& sink) {
   epoll_event events[64];
   int n = epoll_wait(epfd_, events, 64, timeout_ms);
+  cut_silent(sink);
   if (n <= 0)
     return 0;
   // The sink decides who goes first when several are ready (the furthest behind).
@@ -98,17 +142,15 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
   for (int i = 0; i < n; ++i) {
     int fd = events[i].data.fd;
     if (fd == listen_fd_) {
-      accept_all();
+      accept_all(sink);
       continue;
     }
     auto it = conns_.find(fd);
     if (it == conns_.end())
       continue;
     auto conn = it->second; // keep alive across the sink's callbacks
-    if (!conn->read_ready(sink)) {
-      epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
-      conns_.erase(fd);
-    }
+    if (!conn->read_ready(sink))
+      drop(fd);
   }
   return n;
 }
@@ -116,6 +158,7 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
 void endpoint::close_all(frame_sink& sink) {
   auto conns = std::move(conns_);
   conns_.clear();
+  unframed_.clear();
   for (auto& [fd, c] : conns) {
     epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
     c->report_closed(sink, errc::io_error, "endpoint shut down");

@@ -45,7 +45,10 @@ public:
 
 private:
   std::shared_ptr<connection> add(int fd, std::string peer);
-  void accept_all();
+  void accept_all(frame_sink& sink);
+  // Closes accepted connections that delivered no whole frame within the limit.
+  void cut_silent(frame_sink& sink);
+  void drop(int fd);
 
   std::chrono::milliseconds io_timeout_;
   receive_limits limits_;
@@ -53,6 +56,10 @@ private:
   int listen_fd_ = -1;
   address bound_;
   std::unordered_map<int, std::shared_ptr<connection>> conns_;
+  using clock = std::chrono::steady_clock;
+  // Accepted connections with no whole frame yet, and when each was accepted.
+  std::unordered_map<int, clock::time_point> unframed_;
+  clock::time_point next_sweep_{};
 };
 
 } // namespace rw::transports::tcp

@@ -27,6 +27,13 @@ constexpr uint32_t rejoin_timeout_ms = 15'000;
 /// links to them (bench/RESULTS.md, rack-bound). Raise it for links whose bandwidth-delay
 /// product exceeds it.
 constexpr uint64_t push_window_bytes = 512 * 1024;
+/// How long an accepted connection may take to deliver its first whole frame (hello,
+/// locate, attach, probe) before the node closes it: a client that connects and says
+/// nothing, or trickles a hello, holds a connection and its buffer no longer.
+constexpr uint32_t first_frame_ms = 10'000;
+/// Accepted connections per endpoint that have not delivered a whole frame yet: past
+/// this, a new one is closed at once (the served connections are not at stake).
+constexpr uint32_t max_unframed_connections = 256;
 /// How long one frame send may block on a peer that does not read.
 constexpr uint32_t io_timeout_ms = 10'000;
 /// How long a worker waits for any reply (welcome, update, ack) before failing.
