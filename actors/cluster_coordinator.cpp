@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/detail/caf_peer_sweep.hpp"
 #include "actors/detail/cluster_state.hpp"
 #include "runtime/credentials.hpp"
 
@@ -318,6 +319,9 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
     },
     [=](tick_atom) {
       expire(self);
+      // Every shell session and Python call is a new CAF node: CAF 0.17.6 keeps a
+      // helper per node it ever met unless told (caf_peer_sweep.hpp).
+      detail::forget_departed_peers(self->system());
       self->delayed_send(self, scan, tick_atom::value);
     },
   };

@@ -284,7 +284,7 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
       auto rp = self->make_response_promise<rate_probe_result>();
       // The prober bounds the probe by req.timeout_ms; this bounds the prober.
       auto wait = std::chrono::milliseconds(req.timeout_ms) + self->state.settings.request_timeout;
-      self->request(spawn_rate_prober(self->system()), wait, probe_atom::value, std::move(req))
+      self->request(spawn_rate_prober(self->system(), self->state.settings.node.name), wait, probe_atom::value, std::move(req))
         .then([rp](rate_probe_result& r) mutable { rp.deliver(std::move(r)); },
               [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;

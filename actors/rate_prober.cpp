@@ -9,7 +9,8 @@ namespace rw::actors {
 
 namespace {
 
-rate_prober_actor::behavior_type prober_behavior(rate_prober_actor::pointer self) {
+rate_prober_actor::behavior_type prober_behavior(rate_prober_actor::pointer self,
+                                                 std::string from) {
   return {
     [=](probe_atom, const rate_probe_request& req) {
       transports::tcp::probe_limits limits;
@@ -19,11 +20,12 @@ rate_prober_actor::behavior_type prober_behavior(rate_prober_actor::pointer self
       auto m = transports::tcp::probe_rate(req.address, limits);
       rate_probe_result r{m.ok, m.gbps, m.bytes, m.elapsed_us, m.error};
       if (m.ok)
-        spdlog::info("rate probe: to node={} at {}: {:.3f} Gbit/s ({} bytes in {:.1f} ms)",
-                     req.target, req.address, m.gbps, m.bytes, m.elapsed_us / 1e3);
+        spdlog::info("rate probe: from node={} to node={} at {}: {:.3f} Gbit/s ({} bytes in "
+                     "{:.1f} ms)",
+                     from, req.target, req.address, m.gbps, m.bytes, m.elapsed_us / 1e3);
       else
-        spdlog::warn("rate probe: to node={} at {} failed: {}", req.target, req.address,
-                     m.error);
+        spdlog::warn("rate probe: from node={} to node={} at {} failed: {}", from, req.target,
+                     req.address, m.error);
       self->quit();
       return r;
     },
@@ -32,8 +34,10 @@ rate_prober_actor::behavior_type prober_behavior(rate_prober_actor::pointer self
 
 } // namespace
 
-rate_prober_actor spawn_rate_prober(caf::actor_system& sys) {
-  return sys.spawn<caf::detached>(prober_behavior);
+rate_prober_actor spawn_rate_prober(caf::actor_system& sys, const std::string& from) {
+  // (With an argument: CAF 0.17 spawns an argument-less function actor through a null
+  // tuple pointer, undefined behaviour UBSan stops on.)
+  return sys.spawn<caf::detached>(prober_behavior, from);
 }
 
 } // namespace rw::actors

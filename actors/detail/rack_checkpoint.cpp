@@ -37,10 +37,12 @@ namespace rw::actors::detail {
 
 namespace {
 
-// Writes one chunk file and quits: an actor of its own thread per checkpoint.
-caf::behavior file_writer(caf::event_based_actor* self) {
+// Writes one chunk file of job `job_id` and quits: an actor of its own thread per
+// checkpoint. (It takes an argument: CAF 0.17 spawns an argument-less function actor
+// through a null tuple pointer, undefined behaviour UBSan stops on.)
+caf::behavior file_writer(caf::event_based_actor* self, uint32_t job_id) {
   return {
-    [self](file_job& job) -> caf::result<checkpoint_part> {
+    [self, job_id](file_job& job) -> caf::result<checkpoint_part> {
       self->quit();
       try {
         auto e = ck::write_chunk_file(job.dir, *job.file);
@@ -51,7 +53,8 @@ caf::behavior file_writer(caf::event_based_actor* self) {
         }
         return part;
       } catch (const std::exception& e) {
-        return cluster_error(errc::internal, e.what());
+        return cluster_error(errc::internal,
+                             fmt::format("job id={}: {}", job_id, e.what()));
       }
     },
   };
@@ -82,7 +85,7 @@ std::string one_clock(ck::chunk_file& f, uint64_t asked) {
 // Writes the node's file on a writer of its own, then done(part or error).
 void write_file(rack_ptr self, std::string dir, std::shared_ptr<ck::chunk_file> file,
                 uint32_t job_id, std::function<void(caf::expected<checkpoint_part>)> done) {
-  auto writer = self->system().spawn<caf::detached>(file_writer);
+  auto writer = self->system().spawn<caf::detached>(file_writer, job_id);
   self->request(writer, caf::infinite, file_job{std::move(dir), std::move(file)})
     .then(
       [=](checkpoint_part& part) {

@@ -89,6 +89,22 @@ public:
     }
     return true;
   }
+  /// Where the log ends now: wait_for_log_after(mark, ...) sees only what comes later.
+  size_t log_mark() const {
+    return log().size();
+  }
+  bool wait_for_log_after(size_t mark, const std::string& text,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(5)) const {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto all = log();
+      if (all.size() > mark && all.find(text, mark) != std::string::npos)
+        return true;
+      if (std::chrono::steady_clock::now() > deadline)
+        return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   tools::subprocess& process() {
     return proc_.front();
   }

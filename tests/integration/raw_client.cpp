@@ -150,8 +150,10 @@ uint32_t raw_client::join(const job_spec& spec, uint32_t rank, const std::string
   }
   if (!f)
     throw std::runtime_error("no answer to hello");
-  if (f->header.kind == transports::frame_kind::error)
-    throw std::runtime_error(f->error().message);
+  if (f->header.kind == transports::frame_kind::error) {
+    auto e = f->error();
+    throw rw::error(e.code, e.message); // the node's refusal, with its code
+  }
   transports::welcome_msg w;
   std::string why;
   if (decode(f->payload.data(), f->payload.size(), w, why) != errc::ok)

@@ -38,8 +38,9 @@ public:
   bool closed_by_peer(std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   /// Sends a hello for `spec` as `rank` (answering the challenge with `token` if the
-  /// node sends one); returns the welcome's job id, or throws with the error frame's
-  /// message.
+  /// node sends one); returns the welcome's job id. A refusal throws rw::error with the
+  /// error frame's code and message; anything else (no answer, an undecodable reply)
+  /// std::runtime_error.
   uint32_t join(const job_spec& spec, uint32_t rank, const std::string& token = {});
 
   void close();

@@ -119,6 +119,7 @@ TEST_CASE("a node that vanishes: bounded errors, its jobs fail, it rejoins",
   auto made = c.shell("print(rw.job_create{name='held', workers=1, node='rack-b'}.state)");
   INFO(made.err);
   REQUIRE(made.out == "created\n");
+  auto mark = c.coordinator().log_mark(); // "node=rack-b" is in its join line already
   c.b().process().signal(SIGSTOP);
   // A request that needs the node: an error within the coordinator's node timeout.
   auto t0 = std::chrono::steady_clock::now();
@@ -128,15 +129,17 @@ TEST_CASE("a node that vanishes: bounded errors, its jobs fail, it rejoins",
   CHECK_THAT(stop.err, Catch::Contains("rack-b did not stop the job"));
   CHECK(took < std::chrono::seconds(10));
   // Silent past the node timeout: gone, and its job failed.
-  CHECK(c.coordinator().wait_for_log("node=rack-b", std::chrono::seconds(10)));
-  CHECK(c.coordinator().wait_for_log("sent no heartbeat", std::chrono::seconds(10)));
+  CHECK(c.coordinator().wait_for_log_after(mark, "node left the cluster: node=rack-b",
+                                          std::chrono::seconds(10)));
+  CHECK(c.coordinator().wait_for_log_after(mark, "sent no heartbeat", std::chrono::seconds(10)));
   auto after = c.shell("print(#rw.nodes()); local j = rw.job_status('held'); "
                        "print(j.state); print(j.reason)");
   INFO(after.err);
   CHECK_THAT(after.out, Catch::StartsWith("1\nfailed\nnode rack-b sent no heartbeat"));
   // Back again: it registers anew.
+  auto b_mark = c.b().log_mark();
   c.b().process().signal(SIGCONT);
-  CHECK(c.b().wait_for_log("registering again", std::chrono::seconds(10)));
+  CHECK(c.b().wait_for_log_after(b_mark, "registering again", std::chrono::seconds(10)));
   std::string live;
   for (int i = 0; i < 20 && live != "2\n"; ++i) { // at most ~10 s
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -151,13 +154,21 @@ TEST_CASE("a coordinator that stops answering: bounded errors, the script goes o
   // A session that is connected when the coordinator freezes: its next request fails
   // within --timeout, as a Lua error the script can catch, and the script goes on.
   auto err_path = testing::temp_path("shell.err");
+  // The script marks the moment its first request was answered; the coordinator
+  // freezes then, well inside the script's 1.5 s pause (a condition, not a guess).
+  auto mark = testing::temp_path("first-answer");
+  std::remove(mark.c_str());
   tools::subprocess shell{{RW_SHELL_PATH, "--connect", c.a().address(), "--timeout", "1500",
                            "-c",
-                           "print(#rw.nodes()); rw.sleep(1.5); "
+                           "print(#rw.nodes()); io.open('" + mark + "', 'w'):close(); "
+                           "rw.sleep(1.5); "
                            "local ok, e = pcall(rw.nodes); print(ok); print(e); "
                            "print('still here')"},
                           true, err_path};
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  auto marked_by = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (!std::filesystem::exists(mark) && std::chrono::steady_clock::now() < marked_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(std::filesystem::exists(mark));
   c.coordinator().process().signal(SIGSTOP);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   auto out = shell.read_all(deadline);
@@ -176,6 +187,7 @@ TEST_CASE("a coordinator that stops answering: bounded errors, the script goes o
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
   c.coordinator().process().signal(SIGCONT);
   std::remove(err_path.c_str());
+  std::remove(mark.c_str());
 }
 
 TEST_CASE("with a cluster secret, only nodes and shells that prove it are heard",

@@ -50,6 +50,18 @@ std::vector<long> list_field(const std::string& json, const std::string& name) {
   return out;
 }
 
+std::vector<double> real_list_field(const std::string& json, const std::string& name) {
+  std::smatch m;
+  std::regex re{"\"" + name + "\":\\[([0-9.,]*)\\]"};
+  REQUIRE(std::regex_search(json, m, re));
+  std::vector<double> out;
+  std::stringstream ss{m[1]};
+  std::string item;
+  while (std::getline(ss, item, ','))
+    out.push_back(std::stod(item));
+  return out;
+}
+
 } // namespace
 
 TEST_CASE("rw-bench comm: staleness stays within the model's bound under a straggler",
@@ -59,7 +71,25 @@ TEST_CASE("rw-bench comm: staleness stays within the model's bound under a strag
   INFO(bsp.json);
   REQUIRE(bsp.exit == 0);
   CHECK(field(bsp.json, "max_staleness") == 0);
-  CHECK(list_field(bsp.json, "iterations").size() == 3);
+  // What makes it BSP (and this half able to fail): every rank does the same steps, and
+  // the fast ranks wait for the straggler's 20 ms in every push_pull, the straggler not.
+  CHECK(list_field(bsp.json, "iterations") == std::vector<long>{9, 9, 9});
+  auto bsp_wait = real_list_field(bsp.json, "mean_wait_ms");
+  REQUIRE(bsp_wait.size() == 3);
+  CHECK(bsp_wait[0] >= 10.0);
+  CHECK(bsp_wait[2] >= 10.0);
+  CHECK(bsp_wait[1] < bsp_wait[0]);
+
+  // Async, end to end: nobody waits for the straggler, so the others do more steps in
+  // the time it does its 8.
+  auto async = run_bench(node.address(), {"--consistency", "async", "--straggler", "1:20ms"});
+  INFO(async.json);
+  REQUIRE(async.exit == 0);
+  auto async_its = list_field(async.json, "iterations");
+  REQUIRE(async_its.size() == 3);
+  CHECK(async_its[1] == 9);
+  CHECK(async_its[0] > async_its[1]);
+  CHECK(async_its[2] > async_its[1]);
 
   auto ssp = run_bench(node.address(), {"--consistency", "ssp:2", "--straggler", "1:20ms"});
   INFO(ssp.json);

@@ -113,7 +113,7 @@ TEST_CASE("auto over two racks with no rates plans from a probed core rate",
   CHECK_THAT(c.coordinator.log(), Catch::Contains("(for job='probed-1')"));
   CHECK(c.coordinator.wait_for_log("job placed: job='probed-1'"));
   CHECK_THAT(c.coordinator.log(), Catch::Contains("(probed n0->n1 in "));
-  CHECK(c.n0.wait_for_log("rate probe: to node=n1 at " + c.n1.address()));
+  CHECK(c.n0.wait_for_log("rate probe: from node=n0 to node=n1 at " + c.n1.address()));
   CHECK(c.n1.wait_for_log("rate probe answered: peer="));
   auto status = testing::run_shell({"--connect", c.coordinator.address(), "-c",
                                     "print(rw.job_status('probed-1').plan)"});

@@ -1,0 +1,19 @@
+#pragma once
+// A workaround for CAF 0.17.6 (Debian's): the middleman's BASP broker keeps an entry in
+// `basp_broker::spawn_servers` for every remote node it ever met, and never erases it
+// when the node goes (purge_state forgets its proxies, not this). Each entry holds a
+// finished helper actor, about 1.1 KiB: a coordinator that every rw-shell invocation,
+// Python call and node registration reaches as a new CAF node grew by that much per
+// client process for as long as it ran (bench/soak.sh: +7 % RSS over 30 minutes, four
+// shell sessions per job). forget_departed_peers drops the entries of nodes the broker
+// no longer has a route to.
+
+#include <caf/fwd.hpp>
+
+namespace rw::actors::detail {
+
+/// Posts the sweep to the middleman's own thread (the broker's state is touched there
+/// only) and returns at once. No-op without a middleman.
+void forget_departed_peers(caf::actor_system& sys);
+
+} // namespace rw::actors::detail
