@@ -553,6 +553,15 @@ void on_pull(shard_ptr self, chunk_pull& p) {
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   if (!p.subscribe && p.rank < job->counters.size())
     ++job->counters[p.rank].pulls;
+  if (!p.subscribe && !cs.may_wait(p.conn)) {
+    p.conn->send_error(errc::too_many_requests,
+                       fmt::format("{} pulls of chunk {}/{} from this connection wait "
+                                   "already (at most {}): wait for their answers",
+                                   defaults::max_waiting_pulls, p.tensor, p.chunk,
+                                   defaults::max_waiting_pulls),
+                       about(p.job_id, p.rank, p.tensor, p.chunk, p.min_version));
+    return;
+  }
   if (p.subscribe) {
     cs.subscribe({p.conn, p.rank, UINT64_MAX});
     answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs); // the current version

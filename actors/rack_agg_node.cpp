@@ -47,7 +47,9 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     auto ep = std::make_shared<transports::tcp::endpoint>(
       std::chrono::milliseconds(cfg.io_timeout_ms),
       transports::receive_limits{cfg.max_chunk_bytes, cfg.max_control_bytes,
-                                 cfg.first_frame_ms});
+                                 cfg.first_frame_ms},
+      transports::tcp::accept_policy{uint64_t{cfg.send_queue_mib} << 20,
+                                     cfg.max_peer_connections});
     addresses_.push_back(ep->listen(transports::tcp::parse_address(e.listen)).to_string());
     eps.push_back(ep);
   }
@@ -167,6 +169,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   coordinator_settings cs{name, cfg.max_chunk_bytes, cfg.max_workers, max_job_bytes,
                           plan_.shard_endpoints, cfg.shm, cfg.open_jobs};
   cs.rejoin_timeout = std::chrono::milliseconds(cfg.rejoin_timeout_ms);
+  cs.max_open_jobs_per_peer = cfg.max_open_jobs_per_peer;
   cs.balance_interval = std::chrono::milliseconds(cfg.balance ? cfg.balance_ms : 0);
   cs.balance_ratio = cfg.balance_ratio;
   coordinator_ = spawn_rack_coordinator(sys, cs, shards_);
@@ -241,7 +244,9 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   };
   std::string shm_where = "off";
   if (cfg.shm) {
-    auto shm_ep = std::make_shared<transports::shm::endpoint>();
+    auto shm_ep = std::make_shared<transports::shm::endpoint>(
+      std::chrono::milliseconds(cfg.io_timeout_ms),
+      uint64_t{cfg.send_queue_mib > 0 ? cfg.send_queue_mib : defaults::send_queue_mib} << 20);
     auto s = side_poller();
     shm_poller_ = spawn_nic_poller(sys, s, shm_ep, coordinator_, shards_);
     for (auto& p : pollers_)

@@ -28,6 +28,11 @@ namespace {
 
 using namespace detail;
 
+// The host part of a peer's "HOST:PORT".
+std::string host_of(const std::string& peer) {
+  return peer.substr(0, peer.rfind(':'));
+}
+
 // A hello that states no spec (Hello.specFromJob) gets the job's: the running job's
 // on this node, else its grant's with the tensors the worker declares (a job created
 // without tensors: the first worker declares them). Tensors the worker declares for a
@@ -227,6 +232,7 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
   job.tokens[rank] = runtime::random_u64();
   job.peers.assign(spec.num_workers, std::string{});
   job.peers[rank] = req.peer;
+  job.created_by = host_of(req.peer);
   job.departures.assign(spec.num_workers, 0);
   job.away_since.assign(spec.num_workers, {});
   job.away_reason.assign(spec.num_workers, std::string{});
@@ -313,6 +319,29 @@ void admit(rack_ptr self, const hello_request& req, uint32_t id, binding_promise
 
 namespace {
 
+// A hello that would create an open job: refused if the workers of its host created
+// as many live open jobs here as a host may.
+std::optional<job_binding> check_open_job_quota(rack_ptr self, const hello_request& req) {
+  auto& st = self->state;
+  auto limit = st.settings.max_open_jobs_per_peer;
+  if (limit == 0 || st.jobs.count(req.hello.spec.name) > 0)
+    return std::nullopt;
+  auto host = host_of(req.peer);
+  std::vector<std::string> theirs;
+  for (auto& [name, job] : st.jobs)
+    if (!job.granted && job.created_by == host)
+      theirs.push_back(name);
+  if (theirs.size() < limit)
+    return std::nullopt;
+  auto why = fmt::format("host {} has created {} live jobs on node {} already (at most {}, "
+                         "--max-open-jobs-per-peer): finish or stop one of [{}] first",
+                         host, theirs.size(), st.settings.node_name, limit,
+                         fmt::join(theirs, ", "));
+  spdlog::warn("hello refused: peer={} job='{}' rank={}: {}", req.peer, req.hello.spec.name,
+               req.hello.rank, why);
+  return refuse(errc::too_many_requests, why);
+}
+
 caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
   auto& st = self->state;
   if (req.hello.mirror)
@@ -325,6 +354,8 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
   auto g = st.grants.find(spec.name);
   if (g == st.grants.end()) {
     if (st.settings.open_jobs) {
+      if (auto refused = check_open_job_quota(self, req))
+        return *refused;
       auto rp = self->make_response_promise<job_binding>();
       admit(self, req, 0, rp);
       return rp;

@@ -189,6 +189,8 @@ struct coordinator_settings {
   bool shared_params = false;
   /// A worker's hello may create a job nobody granted, without a token.
   bool open_jobs = false;
+  /// Live open jobs the workers of one host (IP address) may have created (0: any).
+  uint32_t max_open_jobs_per_peer = defaults::max_open_jobs_per_peer;
   /// The shards must have set up a new job's chunks within this long, or it fails.
   std::chrono::milliseconds shard_setup_timeout{defaults::shard_setup_timeout_ms};
   /// A rank whose worker disconnected without bye may join again within this long.

@@ -196,8 +196,23 @@ std::vector<option_def> option_table(node_config& c) {
         "how long a worker that disconnected without bye may take to join again with "
         "its rank (a restarted process) before its job fails; its steps wait meanwhile",
         c.rejoin_timeout_ms),
+    def("limits.max_peer_connections", "--max-peer-connections",
+        "connections one host (IP address) may hold to one --listen endpoint; more are "
+        "refused (0: no limit)",
+        c.max_peer_connections),
+    def("limits.max_open_jobs_per_peer", "--max-open-jobs-per-peer",
+        "with --open-jobs: live jobs one host's workers may have created on this node; "
+        "a hello that would create more is refused (0: no limit)",
+        c.max_open_jobs_per_peer),
+    def("limits.send_queue_mib", "--send-queue-mib",
+        "bytes (MiB) the node may hold queued for one peer that reads slower than the "
+        "node sends (never blocking a shard or poller); a peer past it is cut off; 0: no "
+        "queue, a send waits for the peer (up to --io-timeout-ms), stalling its shard",
+        c.send_queue_mib),
     def("timeouts.io_ms", "--io-timeout-ms",
-        "how long a send may block on a worker that does not read", c.io_timeout_ms),
+        "how long a peer may take none of what is sent to it before its connection is "
+        "closed",
+        c.io_timeout_ms),
     def("timeouts.first_frame_ms", "--first-frame-timeout-ms",
         "a connection to a --listen endpoint that has not sent a whole frame (its "
         "hello, locate or attach) this long after connecting is closed, and at most "
@@ -349,6 +364,9 @@ void check_node_config(const node_config& cfg) {
   if (cfg.fabric_slots == 0 || cfg.fabric_slots > 4096)
     throw std::runtime_error(
       fmt::format("--fabric-slots must be 1 to 4096 (it is {})", cfg.fabric_slots));
+  if (cfg.send_queue_mib > (1u << 20))
+    throw std::runtime_error(fmt::format(
+      "--send-queue-mib must be 0 to 1048576 MiB (it is {})", cfg.send_queue_mib));
   if (cfg.step_timeout_ms == 0 || cfg.io_timeout_ms == 0 || cfg.rejoin_timeout_ms == 0)
     throw std::runtime_error("timeouts must be at least 1 ms");
   if (cfg.balance && (cfg.balance_ms < 100 || !(cfg.balance_ratio > 1.0)))

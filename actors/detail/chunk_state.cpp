@@ -311,6 +311,23 @@ std::vector<waiter> chunk_state::take_all() {
   return all;
 }
 
+bool chunk_state::may_wait(const transports::connection_ptr& conn) const noexcept {
+  uint32_t mine = 0;
+  for (auto& w : waiters_)
+    if (w.conn == conn && ++mine >= defaults::max_waiting_pulls)
+      return false;
+  return true;
+}
+
+void chunk_state::subscribe(waiter w) {
+  for (auto& s : subscribers_)
+    if (s.conn == w.conn) {
+      s = std::move(w);
+      return;
+    }
+  subscribers_.push_back(std::move(w));
+}
+
 std::vector<waiter> chunk_state::publish() {
   std::vector<waiter> due;
   if (!initialized_)

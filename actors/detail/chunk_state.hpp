@@ -227,6 +227,10 @@ public:
   void wait(waiter w) {
     waiters_.push_back(std::move(w));
   }
+  /// Whether `conn` may add one more pull waiter here: it has fewer than
+  /// defaults::max_waiting_pulls waiting on this chunk (a peer repeating pulls for a
+  /// version to come cannot grow the list without bound).
+  bool may_wait(const transports::connection_ptr& conn) const noexcept;
 
   /// Removes and returns the waiters whose version is now available: in arrival order,
   /// or (by_lag) the worker furthest behind (lowest clock) first.
@@ -235,10 +239,10 @@ public:
   /// Removes and returns every waiter (the job failed).
   std::vector<waiter> take_all();
 
-  /// Adds a standing subscriber: every new version goes to it (publish()).
-  void subscribe(waiter w) {
-    subscribers_.push_back(std::move(w));
-  }
+  /// Adds a standing subscriber: every new version goes to it (publish()). A
+  /// connection subscribes once: subscribing again on it starts its subscription over
+  /// (the current version goes to it again), it does not add a second one.
+  void subscribe(waiter w);
   /// The subscribers to send the current version to, if it is one they have not had
   /// (it advanced since the last call, or they are new); drops closed connections.
   std::vector<waiter> publish();

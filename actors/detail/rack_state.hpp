@@ -30,6 +30,7 @@ struct job_info {
   std::vector<uint32_t> connections; // live connections per rank
   std::vector<uint64_t> tokens;      // attach token per rank (libsodium: unpredictable)
   std::vector<std::string> peers;    // where each rank connected from
+  std::string created_by;            // the host (IP address) whose hello created it
   // Per rank: how often it went away (the epoch of its rejoin window), since when and why.
   std::vector<uint32_t> departures;
   std::vector<std::chrono::steady_clock::time_point> away_since;

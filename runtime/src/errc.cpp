@@ -31,6 +31,7 @@ const char* to_string(errc code) noexcept {
     case errc::unavailable: return "unavailable";
     case errc::moved: return "moved";
     case errc::bad_buffer: return "bad_buffer";
+    case errc::too_many_requests: return "too_many_requests";
   }
   return "unknown_error";
 }

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <future>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -68,6 +69,17 @@ errc error_code_of(Fn fn) {
     return e.code();
   }
   return errc::ok;
+}
+
+// The code and message a call throws (errc::ok and "" if it does not).
+template <class Fn>
+std::pair<errc, std::string> error_code_and_message(Fn fn) {
+  try {
+    fn();
+  } catch (const rw::error& e) {
+    return {e.code(), e.what()};
+  }
+  return {errc::ok, {}};
 }
 
 } // namespace
@@ -163,6 +175,63 @@ TEST_CASE("connections that have not said hello are capped per endpoint",
   check_node_serves(node.address(), "after-cap");
 }
 
+TEST_CASE("connections from one host are capped per endpoint", "[integration][bad]") {
+  testing::node_process node{{"--max-peer-connections", "3"}};
+  std::vector<std::unique_ptr<testing::raw_client>> held;
+  for (int i = 0; i < 3; ++i)
+    held.push_back(std::make_unique<testing::raw_client>(node.address()));
+  testing::raw_client one_too_many{node.address()};
+  auto refused = one_too_many.read_frame(std::chrono::seconds(5));
+  REQUIRE(refused);
+  CHECK(refused->error().code == errc::unavailable);
+  CHECK_THAT(refused->error().message,
+             Catch::Contains("host 127.0.0.1 holds 3 connections to this endpoint already "
+                             "(at most 3, --max-peer-connections)"));
+  CHECK(one_too_many.closed_by_peer());
+  // One leaves: a new connection is served (the node sees the close first).
+  held.pop_back();
+  bool served = false;
+  for (int i = 0; i < 50 && !served; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    try {
+      testing::raw_client again{node.address()};
+      again.join(small_job("after-cap", 1), 0);
+      served = true;
+    } catch (const rw::error& e) {
+      REQUIRE(e.code() == errc::unavailable); // the close not seen yet
+    } catch (const std::runtime_error&) { // closed before an answer
+    }
+  }
+  CHECK(served);
+}
+
+TEST_CASE("an open-jobs node caps the live jobs one host's hellos create",
+          "[integration][bad]") {
+  testing::node_process node{{"--max-open-jobs-per-peer", "2", "--rejoin-timeout-ms", "300"}};
+  auto q1 = std::make_unique<testing::raw_client>(node.address());
+  testing::raw_client q2{node.address()}, q3{node.address()};
+  q1->join(small_job("q1", 1), 0);
+  q2.join(small_job("q2", 1), 0);
+  auto refusal = error_code_and_message([&] { q3.join(small_job("q3", 1), 0); });
+  CHECK(refusal.first == errc::too_many_requests);
+  CHECK_THAT(refusal.second,
+             Catch::Contains("host 127.0.0.1 has created 2 live jobs")
+               && Catch::Contains("(at most 2, --max-open-jobs-per-peer)")
+               && Catch::Contains("q1") && Catch::Contains("q2"));
+  CHECK_THAT(node.log(), Catch::Contains("hello refused: peer=127.0.0.1:")
+                           && Catch::Contains("--max-open-jobs-per-peer"));
+  // q1's worker goes for good: once its job has failed, the host may create one more.
+  q1.reset();
+  bool created = false;
+  for (int i = 0; i < 50 && !created; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    testing::raw_client again{node.address()};
+    created = error_code_and_message([&] { again.join(small_job("q3", 1), 0); }).first
+              == errc::ok;
+  }
+  CHECK(created);
+}
+
 TEST_CASE("data before hello, unknown jobs, bad chunks and bad ranks get errors",
           "[integration][bad]") {
   testing::node_process node;
@@ -230,6 +299,52 @@ TEST_CASE("a duplicate push is dropped, answered as the first was and counted on
   w.push_pull("t", g1.data(), out.data()).get();
   CHECK(out[0] == 3.0f);   // 1 + 2: the duplicate was not added
   CHECK(out[999] == 3.0f);
+}
+
+TEST_CASE("repeated pulls and subscribes cannot grow a chunk's waiting lists without bound",
+          "[integration][bad]") {
+  testing::node_process node;
+  auto spec = small_job("greedy", 2, 1000); // one chunk; the step needs both ranks
+  testing::raw_client raw{node.address()};
+  auto id = raw.join(spec, 0);
+  // Pulls for version 1 wait for the step: past 16 of them, each is refused.
+  for (int i = 0; i < 20; ++i)
+    raw.send_frame(data_header(frame_kind::pull, id, 0, 0, 1));
+  for (int i = 0; i < 4; ++i)
+    CHECK_THAT(expect_error(raw, errc::too_many_requests),
+               Catch::Contains("16 pulls of chunk 0/0 from this connection wait already"));
+  // Subscribing again on one connection starts its subscription over: one stream of
+  // versions, not one per subscribe (each is answered with the current version).
+  auto sub = data_header(frame_kind::pull, id, 0, 0, 0);
+  sub.flags = transports::flag_subscribe;
+  for (int i = 0; i < 30; ++i)
+    raw.send_frame(sub);
+  std::vector<float> g0(1000, 1.0f);
+  raw.send_floats(data_header(frame_kind::push, id, 0, 0, 0), g0);
+  worker w{options(node.address(), spec, 1)};
+  std::vector<float> g1(1000, 2.0f), out(1000);
+  w.push_pull("t", g1.data(), out.data()).get();
+  CHECK(out[0] == 3.0f);
+  // What rank 0 gets: its push's ack, the 16 pulls answered with version 1, and the
+  // subscription's versions: 0 for each subscribe, then version 1 once.
+  int pulls_answered = 0, version_one_published = 0, acks = 0, errors = 0;
+  for (int i = 0; i < 200; ++i) {
+    auto f = raw.read_frame(std::chrono::milliseconds(500));
+    if (!f)
+      break;
+    if (f->header.kind == frame_kind::ack)
+      ++acks;
+    else if (f->header.kind == frame_kind::error)
+      ++errors;
+    else if (f->header.kind == frame_kind::update && (f->header.flags & transports::flag_subscribe))
+      version_one_published += f->header.clock == 1 ? 1 : 0;
+    else if (f->header.kind == frame_kind::update && f->header.clock == 1)
+      ++pulls_answered;
+  }
+  CHECK(acks == 1);
+  CHECK(errors == 0);
+  CHECK(pulls_answered == 16);
+  CHECK(version_one_published == 1);
 }
 
 TEST_CASE("a worker that disconnects mid-step and does not come back fails the step for "

@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -109,4 +111,65 @@ TEST_CASE("the node keeps the tensor table it checked: a worker rewriting it mov
   REQUIRE(g != nullptr);
   CHECK(bytes == 4096);
   CHECK(reinterpret_cast<const float*>(g)[0] == 5.0f);
+}
+
+TEST_CASE("completions the worker's ring has no room for wait in order; a worker that "
+          "takes none is cut off",
+          "[shm]") {
+  auto spec = spec_of(5000);
+  auto mine = create_worker_segment(spec, 42);
+  auto* ring = &mine.as<header>()->completions;
+  auto send_update = [](connection& c, uint64_t seq) {
+    rw::transports::frame_header h;
+    h.kind = rw::transports::frame_kind::update;
+    h.tensor_id = 0;
+    h.chunk_index = static_cast<uint32_t>(seq % 5);
+    h.clock = seq;
+    return c.send(h);
+  };
+
+  SECTION("in order, nothing dropped, the sender never waits") {
+    connection conn{open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, true};
+    const uint64_t total = ring_slots + 1000;
+    for (uint64_t seq = 0; seq < total; ++seq)
+      REQUIRE(send_update(conn, seq)); // before: the sender spun, then dropped it
+    CHECK(conn.has_backlog());
+    CHECK_FALSE(conn.backlog_fits());
+    uint64_t next = 0;
+    completion c;
+    for (int round = 0; round < 10 && next < total; ++round) {
+      while (ring->pop(c)) {
+        REQUIRE(c.clock == next);
+        ++next;
+      }
+      conn.flush_backlog(); // the endpoint's thread
+    }
+    CHECK(next == total);
+    CHECK_FALSE(conn.has_backlog());
+    CHECK(conn.is_open());
+  }
+  SECTION("a backlog past its bound cuts the worker off") {
+    connection conn{open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, true};
+    conn.set_send_limits(std::chrono::seconds(10), 100 * sizeof(completion));
+    for (uint64_t seq = 0; seq < ring_slots + 100; ++seq)
+      REQUIRE(send_update(conn, seq));
+    CHECK_FALSE(send_update(conn, ring_slots + 100));
+    CHECK_FALSE(conn.is_open());
+    auto [code, why] = conn.close_reason();
+    CHECK(code == rw::errc::timeout);
+    CHECK_THAT(why, Catch::Contains("not taking its completions")
+                      && Catch::Contains("--send-queue-mib"));
+  }
+  SECTION("a worker that takes none for the I/O timeout is cut off") {
+    connection conn{open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, true};
+    conn.set_send_limits(std::chrono::milliseconds(50), 1 << 20);
+    for (uint64_t seq = 0; seq < ring_slots + 10; ++seq)
+      REQUIRE(send_update(conn, seq));
+    conn.flush_backlog();
+    CHECK(conn.is_open()); // not yet
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    conn.flush_backlog();
+    CHECK_FALSE(conn.is_open());
+    CHECK_THAT(conn.close_reason().second, Catch::Contains("took none of its completions for 50 ms"));
+  }
 }

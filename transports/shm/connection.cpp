@@ -2,7 +2,6 @@
 
 #include "transports/control.hpp"
 
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -39,16 +38,74 @@ std::byte* connection::gradient(uint32_t tensor, uint32_t chunk,
   return segment_.data() + tensors_[tensor].grad_offset + l.offset(chunk) * sizeof(float);
 }
 
-void connection::post(const completion& c) noexcept {
+void connection::set_send_limits(std::chrono::milliseconds io_timeout,
+                                 uint64_t backlog_bytes) {
+  std::lock_guard<std::mutex> guard{post_mtx_};
+  io_timeout_ = io_timeout;
+  backlog_limit_ = backlog_bytes;
+}
+
+void connection::cut_locked(std::string why) noexcept {
+  if (close_reason_.empty())
+    close_reason_ = std::move(why);
+  backlog_list_.clear();
+  backlog_.store(false, std::memory_order_release);
+  close();
+}
+
+std::pair<errc, std::string> connection::close_reason() const {
+  std::lock_guard<std::mutex> guard{post_mtx_};
+  if (close_reason_.empty())
+    return {errc::ok, {}};
+  return {errc::timeout, close_reason_};
+}
+
+bool connection::post(const completion& c) noexcept {
   {
     std::lock_guard<std::mutex> guard{post_mtx_};
-    // The worker drains continuously; a full ring means it is far behind: wait a little.
-    for (int spins = 0; !header_->completions.push(c); ++spins) {
-      if (!is_open() || spins > 100000)
-        return;
-      ring(header_->worker_bell);
-      std::this_thread::yield();
+    if (!is_open())
+      return false;
+    // In order: nothing overtakes what waits in the backlog.
+    if (!backlog_list_.empty() || !header_->completions.push(c)) {
+      if ((backlog_list_.size() + 1) * sizeof(completion) > backlog_limit_) {
+        cut_locked(fmt::format("the worker is not taking its completions: {} wait for room "
+                               "in its ring, the limit is {} bytes (--send-queue-mib)",
+                               backlog_list_.size() + 1, backlog_limit_));
+        return false;
+      }
+      if (backlog_list_.empty())
+        last_progress_ = std::chrono::steady_clock::now();
+      backlog_list_.push_back(c);
+      backlog_.store(true, std::memory_order_release);
     }
+  }
+  ring(header_->worker_bell);
+  return true;
+}
+
+void connection::flush_backlog() {
+  {
+    std::lock_guard<std::mutex> guard{post_mtx_};
+    if (backlog_list_.empty())
+      return;
+    size_t moved = 0;
+    while (!backlog_list_.empty() && header_->completions.push(backlog_list_.front())) {
+      backlog_list_.pop_front();
+      ++moved;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (moved > 0)
+      last_progress_ = now;
+    if (backlog_list_.empty()) {
+      backlog_.store(false, std::memory_order_release);
+    } else if (now - last_progress_ >= io_timeout_) {
+      cut_locked(fmt::format("the worker took none of its completions for {} ms with {} "
+                             "waiting (--io-timeout-ms)",
+                             io_timeout_.count(), backlog_list_.size()));
+      return;
+    }
+    if (moved == 0)
+      return;
   }
   ring(header_->worker_bell);
 }
@@ -65,10 +122,8 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
       if (h.tensor_id >= layouts_.size() || h.chunk_index >= layouts_[h.tensor_id].count())
         return false;
       uint16_t kind = (h.flags & flag_subscribe) ? completion::published : completion::update;
-      if (worker_reads_params_) {
-        post({kind, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
-        return true;
-      }
+      if (worker_reads_params_)
+        return post({kind, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
       auto& l = layouts_[h.tensor_id];
       auto* dst = segment_.data() + tensors_[h.tensor_id].result_offset
                   + l.offset(h.chunk_index) * sizeof(float);
@@ -79,8 +134,7 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
         dst += n;
         room -= n;
       }
-      post({kind, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
-      return true;
+      return post({kind, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
     }
     case frame_kind::error: {
       auto slot = header_->next_error.fetch_add(1) % error_slots;
@@ -97,13 +151,12 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
       auto n = std::min(err.message.size(), sizeof(e.text) - 1);
       std::memcpy(e.text, err.message.data(), n);
       e.text[n] = '\0';
-      post({completion::error, static_cast<uint16_t>(h.error_code), h.tensor_id,
-            h.chunk_index, slot, h.clock});
-      return true;
+      return post({completion::error, static_cast<uint16_t>(h.error_code), h.tensor_id,
+                   h.chunk_index, slot, h.clock});
     }
     case frame_kind::ack:
       if (h.flags & flag_only_changed)
-        post({completion::unchanged, 0, h.tensor_id, h.chunk_index, 0, h.clock});
+        return post({completion::unchanged, 0, h.tensor_id, h.chunk_index, 0, h.clock});
       return true; // a push's ack: over shm a push completes when its memory is consumed
     default:
       return true;

@@ -7,7 +7,14 @@
 // worker reads it in the job's shared parameter segment when it maps one, otherwise
 // the update is first written into the worker's result region; `error` goes to the error slots; an
 // `ack` means nothing here (a push completes when its memory is consumed).
+// A completion the ring has no room for (the worker is behind) waits in the
+// connection's backlog, in order, and the endpoint's thread moves it into the ring
+// when the worker has made room: a sender never waits and nothing is dropped. A
+// backlog past its bound, or one the worker took nothing of for the I/O timeout, cuts
+// the worker off (the connection closes, with that reason).
 
+#include <chrono>
+#include <deque>
 #include <mutex>
 #include <string>
 
@@ -58,8 +65,29 @@ public:
   /// Reported once by the endpoint.
   bool reported = false;
 
+  /// How long the worker may take no completion while some wait, and how many bytes
+  /// of completions may wait (the endpoint sets them when it adopts the connection).
+  void set_send_limits(std::chrono::milliseconds io_timeout, uint64_t backlog_bytes);
+
+  /// Whether completions wait for room in the ring.
+  bool has_backlog() const noexcept {
+    return backlog_.load(std::memory_order_acquire);
+  }
+  /// Whether the worker made room for some of them.
+  bool backlog_fits() const noexcept {
+    return has_backlog() && !header_->completions.full();
+  }
+  /// Moves what fits of the backlog into the ring (endpoint thread); cuts the worker
+  /// off if it took nothing for the I/O timeout.
+  void flush_backlog();
+
+  /// Why the node closed it, if it did (for the endpoint's report); errc::ok otherwise.
+  std::pair<errc, std::string> close_reason() const;
+
 private:
-  void post(const completion& c) noexcept;
+  // False if the connection is closed, or this completion cut the worker off.
+  bool post(const completion& c) noexcept;
+  void cut_locked(std::string why) noexcept; // post_mtx_ held
 
   mapping segment_;
   header* header_;
@@ -73,7 +101,13 @@ private:
   uint32_t job_id_;
   uint32_t rank_;
   bool worker_reads_params_; // updates need no copy: the worker maps the parameters
-  std::mutex post_mtx_; // shards on several threads post completions
+  mutable std::mutex post_mtx_; // shards on several threads post completions
+  std::deque<completion> backlog_list_; // waiting for room in the ring (post_mtx_)
+  std::atomic<bool> backlog_{false};
+  std::chrono::steady_clock::time_point last_progress_; // the backlog last moved
+  std::chrono::milliseconds io_timeout_{defaults::io_timeout_ms};
+  uint64_t backlog_limit_ = defaults::send_queue_mib << 20;
+  std::string close_reason_; // post_mtx_
   std::atomic<bool> open_{true};
 };
 

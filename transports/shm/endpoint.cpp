@@ -11,13 +11,17 @@ namespace {
 constexpr int max_requests_per_round = 4096; // then give the other workers a turn
 }
 
-endpoint::endpoint() : bell_((remove_stale_segments(), create_node_bell())) {
+endpoint::endpoint(std::chrono::milliseconds io_timeout, uint64_t backlog_bytes)
+  : io_timeout_(io_timeout),
+    backlog_bytes_(backlog_bytes),
+    bell_((remove_stale_segments(), create_node_bell())) {
 }
 
 void endpoint::adopt(connection_ptr c) {
   auto shm = std::dynamic_pointer_cast<connection>(c);
   if (!shm)
     throw std::logic_error("the shm endpoint adopts shm connections only");
+  shm->set_send_limits(io_timeout_, backlog_bytes_);
   {
     std::lock_guard<std::mutex> guard{incoming_mtx_};
     incoming_.push_back(std::move(shm));
@@ -70,6 +74,8 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
     return sink.priority(a) < sink.priority(b); // the furthest behind first
   });
   for (auto& c : conns_) {
+    if (c->has_backlog())
+      c->flush_backlog();
     request r;
     for (int n = 0; n < max_requests_per_round && c->is_open() && c->next_request(r); ++n) {
       dispatch(c, r, sink);
@@ -79,7 +85,11 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
   for (auto& c : conns_)
     if (!c->is_open() && !c->reported) {
       c->reported = true;
-      sink.on_closed(c, errc::ok, "shared memory released");
+      auto [code, why] = c->close_reason();
+      if (code != errc::ok)
+        sink.on_closed(c, code, why);
+      else
+        sink.on_closed(c, errc::ok, "shared memory released");
     }
   conns_.erase(std::remove_if(conns_.begin(), conns_.end(),
                               [](auto& c) { return c->reported; }),
@@ -89,8 +99,9 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
       std::lock_guard<std::mutex> guard{incoming_mtx_};
       if (!incoming_.empty())
         return true;
-      return std::any_of(conns_.begin(), conns_.end(),
-                         [](auto& c) { return c->has_requests() || !c->is_open(); });
+      return std::any_of(conns_.begin(), conns_.end(), [](auto& c) {
+        return c->has_requests() || !c->is_open() || c->backlog_fits();
+      });
     });
   }
   return handled;

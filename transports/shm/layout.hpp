@@ -64,6 +64,9 @@ struct spsc_ring {
   bool empty() const noexcept {
     return tail.load(std::memory_order_acquire) == head.load(std::memory_order_acquire);
   }
+  bool full() const noexcept {
+    return head.load(std::memory_order_acquire) - tail.load(std::memory_order_acquire) >= N;
+  }
 };
 
 /// Worker -> node: a chunk is ready (push, init: in the gradient region) or wanted

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -24,11 +25,23 @@ bool is_data_kind(frame_kind k) {
          || k == frame_kind::push_sparse;
 }
 
+// Moves past `sent` bytes of the gather list.
+void advance(iovec*& iov, int& n, size_t sent) {
+  while (n > 0 && sent >= iov->iov_len) {
+    sent -= iov->iov_len;
+    ++iov;
+    --n;
+  }
+  if (n > 0) {
+    iov->iov_base = static_cast<char*>(iov->iov_base) + sent;
+    iov->iov_len -= sent;
+  }
+}
+
 } // namespace
 
-connection::connection(int fd, std::string peer, std::chrono::milliseconds io_timeout,
-                       receive_limits limits)
-  : fd_(fd), peer_(std::move(peer)), io_timeout_(io_timeout), limits_(limits) {
+connection::connection(int fd, std::string peer, send_policy policy, receive_limits limits)
+  : fd_(fd), peer_(std::move(peer)), policy_(std::move(policy)), limits_(limits) {
 }
 
 connection::~connection() {
@@ -51,8 +64,22 @@ bool connection::is_open() const noexcept {
 }
 
 void connection::close() {
+  if (!open_.load(std::memory_order_acquire))
+    return;
+  {
+    // What is queued goes out if the socket takes it now (an error frame before a
+    // close, say); a peer that reads nothing does not hold the close up.
+    std::lock_guard<std::mutex> guard{send_mtx_};
+    if (!queue_.empty() && !write_failed_)
+      flush_queue();
+  }
   if (open_.exchange(false))
     ::shutdown(fd_, SHUT_RDWR);
+}
+
+size_t connection::queued_bytes() const {
+  std::lock_guard<std::mutex> guard{send_mtx_};
+  return queue_.bytes();
 }
 
 bool connection::send(const frame_header& h, const iovec* payload, int count) {
@@ -69,7 +96,7 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
   for (int i = 0; i < count; ++i)
     iov[i + 1] = payload[i];
   std::lock_guard<std::mutex> guard{send_mtx_};
-  return write_all(iov, count + 1);
+  return write(iov, count + 1);
 }
 
 bool connection::send_batch(const frame_header* headers, const iovec* payloads, int n) {
@@ -86,21 +113,30 @@ bool connection::send_batch(const frame_header* headers, const iovec* payloads, 
       if (payloads[first + i].iov_len > 0)
         iov[pieces++] = payloads[first + i];
     }
-    if (!write_all(iov, pieces))
+    if (!write(iov, pieces))
       return false;
   }
   return true;
 }
 
+bool connection::write(iovec* iov, int n) {
+  return policy_.queue_bytes > 0 ? write_or_queue(iov, n) : write_all(iov, n);
+}
+
 // A send that fails stops this side's writing only: frames the peer sent before it
 // went (a bye, say) are still read, and the receiver reports the close.
+bool connection::give_up(errc code, std::string why) {
+  if (!write_failed_.exchange(true)) {
+    give_up_code_ = code;
+    give_up_why_ = std::move(why);
+    queue_.clear();
+    ::shutdown(fd_, SHUT_WR);
+  }
+  return false;
+}
+
 bool connection::write_all(iovec* iov, int n) {
-  auto deadline = std::chrono::steady_clock::now() + io_timeout_;
-  auto give_up = [&] {
-    if (!write_failed_.exchange(true))
-      ::shutdown(fd_, SHUT_WR);
-    return false;
-  };
+  auto deadline = clock::now() + policy_.io_timeout;
   while (n > 0) {
     if (!is_open() || write_failed_)
       return false;
@@ -112,28 +148,107 @@ bool connection::write_all(iovec* iov, int n) {
       if (errno == EINTR)
         continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
-        return give_up();
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) {
-        close(); // the peer stopped reading: a half-sent frame would corrupt the stream
+        return give_up(errc::io_error, fmt::format("send failed: {}", std::strerror(errno)));
+      auto now = clock::now();
+      if (now >= deadline) {
+        // The peer stopped reading: a half-sent frame would corrupt the stream.
+        give_up(errc::timeout, fmt::format("the peer took nothing for {} ms (--io-timeout-ms)",
+                                           policy_.io_timeout.count()));
+        open_.store(false, std::memory_order_release);
+        ::shutdown(fd_, SHUT_RDWR);
         return false;
       }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
       pollfd p{fd_, POLLOUT, 0};
-      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
+      ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count() + 1, 1, 100)));
       continue;
     }
-    auto rest = static_cast<size_t>(sent);
-    while (n > 0 && rest >= iov->iov_len) {
-      rest -= iov->iov_len;
-      ++iov;
-      --n;
-    }
-    if (n > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + rest;
-      iov->iov_len -= rest;
-    }
+    advance(iov, n, static_cast<size_t>(sent));
   }
+  return true;
+}
+
+bool connection::write_or_queue(iovec* iov, int n) {
+  if (!is_open() || write_failed_)
+    return false;
+  if (!queue_.empty() && !flush_queue())
+    return false;
+  if (queue_.empty()) {
+    // Straight from the caller's memory, as far as the socket takes it now.
+    while (n > 0) {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(n);
+      ssize_t sent = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0) {
+        if (errno == EINTR)
+          continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+          break;
+        return give_up(errc::io_error, fmt::format("send failed: {}", std::strerror(errno)));
+      }
+      advance(iov, n, static_cast<size_t>(sent));
+    }
+    if (n == 0)
+      return true;
+  }
+  size_t rest = 0;
+  for (int i = 0; i < n; ++i)
+    rest += iov[i].iov_len;
+  if (queue_.bytes() + rest > policy_.queue_bytes) {
+    auto why = fmt::format("the peer is not reading: {} bytes wait to be sent to it, the "
+                           "limit is {} (--send-queue-mib)",
+                           queue_.bytes() + rest, policy_.queue_bytes);
+    give_up(errc::timeout, std::move(why));
+    open_.store(false, std::memory_order_release);
+    ::shutdown(fd_, SHUT_RDWR);
+    return false;
+  }
+  if (queue_.empty()) {
+    last_progress_ = clock::now();
+    if (policy_.waker)
+      policy_.waker->watch_writable(fd_, true);
+  }
+  queue_.append(iov, n);
+  return true;
+}
+
+bool connection::flush_queue() {
+  auto sent = queue_.drain(fd_);
+  if (sent < 0)
+    return give_up(errc::io_error, fmt::format("send failed: {}", std::strerror(errno)));
+  if (sent > 0)
+    last_progress_ = clock::now();
+  if (queue_.empty() && policy_.waker)
+    policy_.waker->watch_writable(fd_, false);
+  return true;
+}
+
+std::pair<errc, std::string> connection::why_writing_stopped() const {
+  std::lock_guard<std::mutex> guard{send_mtx_};
+  return {give_up_code_, give_up_why_};
+}
+
+void connection::write_ready() {
+  std::lock_guard<std::mutex> guard{send_mtx_};
+  if (write_failed_ || queue_.empty()) {
+    if (policy_.waker)
+      policy_.waker->watch_writable(fd_, false);
+    return;
+  }
+  flush_queue();
+}
+
+bool connection::check_stalled(clock::time_point now) {
+  std::lock_guard<std::mutex> guard{send_mtx_};
+  if (queue_.empty() || write_failed_ || now - last_progress_ < policy_.io_timeout)
+    return false;
+  give_up(errc::timeout,
+          fmt::format("the peer took nothing of the {} bytes waiting for it for {} ms "
+                      "(--io-timeout-ms)",
+                      queue_.bytes(), policy_.io_timeout.count()));
+  open_.store(false, std::memory_order_release);
+  ::shutdown(fd_, SHUT_RDWR);
   return true;
 }
 
@@ -184,12 +299,19 @@ bool connection::read_ready(frame_sink& sink) {
           continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
           return true;
+        auto error = errno;
+        if (auto [code, why] = why_writing_stopped(); code != errc::ok && !is_open())
+          return fail(sink, code, why, false); // cut off here: the peer then saw a reset
         return fail(sink, errc::io_error,
-                    fmt::format("receive failed: {}", std::strerror(errno)), false);
+                    fmt::format("receive failed: {}", std::strerror(error)), false);
       }
       if (n == 0) {
-        if (!is_open())
+        if (!is_open()) {
+          auto [code, why] = why_writing_stopped();
+          if (code != errc::ok)
+            return fail(sink, code, why, false);
           return fail(sink, errc::io_error, "connection closed locally", false);
+        }
         if (phase_ == phase::header && got_ == 0)
           return fail(sink, errc::ok, "peer closed the connection", false);
         auto total = phase_ == phase::header ? frame_header_bytes

@@ -2,8 +2,15 @@
 // A TCP connection: one socket, frames in both directions.
 //
 // Sending: header and payload pieces go out in one gather write (sendmsg) straight from
-// the caller's memory, under a per-connection mutex so frames never interleave; a peer
-// that does not read within `io_timeout` gets the connection closed.
+// the caller's memory, under a per-connection mutex so frames never interleave. What
+// the socket does not take at once depends on the connection's send policy:
+//  - blocking (a client's connections: a worker, an uplink): the sender waits for the
+//    socket, and a peer that takes nothing for `io_timeout` gets the connection closed;
+//  - queued (connections a node accepted): the rest is copied into the connection's
+//    send_queue and the sender goes on at once: a shard or poller never waits on one
+//    peer. The endpoint's thread drains the queue when the socket is writable again
+//    (poll_set). A peer whose queue passes `queue_bytes`, or that takes nothing of it
+//    for `io_timeout`, is cut off: that connection is closed, nobody else waits.
 // Receiving: `read_ready` runs on the endpoint's thread when the socket is readable; it
 // reads the fixed-size header, asks the sink where the payload goes, and reads the
 // payload straight there. The socket is closed only when the object dies, so another
@@ -12,16 +19,28 @@
 #include <chrono>
 #include <mutex>
 #include <string>
+#include <utility>
 
+#include "transports/tcp/poll_set.hpp"
+#include "transports/tcp/send_queue.hpp"
 #include "transports/transport.hpp"
 
 namespace rw::transports::tcp {
 
+/// What a send does when the socket does not take the whole frame at once.
+struct send_policy {
+  /// How long a peer may take nothing before its connection is closed.
+  std::chrono::milliseconds io_timeout{defaults::io_timeout_ms};
+  /// 0: the sender waits for the socket. Else the rest is queued (copied), at most this
+  /// many bytes per connection; `waker` (the endpoint's epoll set) drains it.
+  uint64_t queue_bytes = 0;
+  std::shared_ptr<poll_set> waker;
+};
+
 class connection final : public transports::connection,
                          public std::enable_shared_from_this<connection> {
 public:
-  connection(int fd, std::string peer, std::chrono::milliseconds io_timeout,
-             receive_limits limits);
+  connection(int fd, std::string peer, send_policy policy, receive_limits limits);
   ~connection() override;
 
   bool send(const frame_header& h, const iovec* payload, int count) override;
@@ -51,18 +70,45 @@ public:
   /// Tells the peer `why` in an error frame (best effort), closes, reports to the sink.
   void cut(frame_sink& sink, errc code, const std::string& why);
 
+  /// The socket can take more (endpoint thread): writes what is queued; once the queue
+  /// is empty the endpoint stops watching for it.
+  void write_ready();
+
+  /// Cuts the peer off if it took nothing of its queue for the I/O timeout (endpoint
+  /// thread, now and then). True if it was cut.
+  bool check_stalled(std::chrono::steady_clock::time_point now);
+
+  /// Bytes queued for the peer now (a gauge for stats).
+  size_t queued_bytes() const;
+
 private:
   enum class phase { header, payload };
 
   bool fail(frame_sink& sink, errc code, const std::string& why, bool tell_peer);
-  // Writes the whole gather list (under send_mtx_), bounded by the I/O timeout.
+  // Writes the gather list under send_mtx_: all of it (blocking), or what the socket
+  // takes, queueing the rest (queued).
+  bool write(iovec* iov, int n);
   bool write_all(iovec* iov, int n);
+  bool write_or_queue(iovec* iov, int n);
+  // Writes what is queued, as far as the socket takes it (send_mtx_ held). False if
+  // the connection failed.
+  bool flush_queue();
+  // Stops this side's writing for good and remembers why; the receiving side reports
+  // it as the close's reason (send_mtx_ held).
+  bool give_up(errc code, std::string why);
+  std::pair<errc, std::string> why_writing_stopped() const;
+
+  using clock = std::chrono::steady_clock;
 
   int fd_;
   std::string peer_;
-  std::chrono::milliseconds io_timeout_;
+  send_policy policy_;
   receive_limits limits_;
-  std::mutex send_mtx_;
+  mutable std::mutex send_mtx_;
+  send_queue queue_;                // guarded by send_mtx_
+  clock::time_point last_progress_; // the queue last shrank, or filled (send_mtx_)
+  errc give_up_code_ = errc::ok;    // why writing stopped (send_mtx_)
+  std::string give_up_why_;
   std::atomic<bool> open_{true};
   std::atomic<bool> write_failed_{false}; // the peer stopped taking frames
   bool reported_ = false;

@@ -17,32 +17,31 @@ namespace rw::transports::tcp {
 
 namespace {
 
-std::string peer_name(const sockaddr_in& sa) {
+std::string host_of(const sockaddr_in& sa) {
   char buf[INET_ADDRSTRLEN] = {};
   inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof(buf));
-  return fmt::format("{}:{}", buf, ntohs(sa.sin_port));
+  return buf;
 }
+
 
 } // namespace
 
-endpoint::endpoint(std::chrono::milliseconds io_timeout, receive_limits limits)
-  : io_timeout_(io_timeout), limits_(limits), epfd_(epoll_create1(EPOLL_CLOEXEC)) {
-  if (epfd_ < 0)
-    throw std::runtime_error(fmt::format("epoll_create1: {}", std::strerror(errno)));
+endpoint::endpoint(std::chrono::milliseconds io_timeout, receive_limits limits,
+                   accept_policy accepting)
+  : io_timeout_(io_timeout),
+    limits_(limits),
+    accepting_(accepting),
+    set_(std::make_shared<poll_set>()) {
 }
 
 endpoint::~endpoint() {
   if (listen_fd_ >= 0)
     ::close(listen_fd_);
-  ::close(epfd_);
 }
 
 address endpoint::listen(const address& addr) {
   listen_fd_ = listen_on(addr);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = listen_fd_;
-  epoll_ctl(epfd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  set_->add(listen_fd_, true);
   bound_ = addr;
   bound_.port = bound_port(listen_fd_);
   return bound_;
@@ -54,12 +53,10 @@ std::string endpoint::describe() const {
   return "tcp://" + bound_.to_string();
 }
 
-std::shared_ptr<connection> endpoint::add(int fd, std::string peer) {
-  auto c = std::make_shared<connection>(fd, std::move(peer), io_timeout_, limits_);
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.fd = fd;
-  epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+std::shared_ptr<connection> endpoint::add(int fd, std::string peer, uint64_t queue_bytes) {
+  send_policy policy{io_timeout_, queue_bytes, queue_bytes > 0 ? set_ : nullptr};
+  auto c = std::make_shared<connection>(fd, std::move(peer), std::move(policy), limits_);
+  set_->add(fd);
   conns_[fd] = c;
   return c;
 }
@@ -67,7 +64,7 @@ std::shared_ptr<connection> endpoint::add(int fd, std::string peer) {
 std::shared_ptr<connection> endpoint::connect(const address& addr,
                                               std::chrono::milliseconds timeout) {
   int fd = connect_to(addr, timeout);
-  return add(fd, addr.to_string());
+  return add(fd, addr.to_string(), 0);
 }
 
 void endpoint::accept_all(frame_sink& sink) {
@@ -78,7 +75,20 @@ void endpoint::accept_all(frame_sink& sink) {
     if (fd < 0)
       return; // EAGAIN, or a transient failure (EMFILE...): try again on the next poll
     tune_socket(fd);
-    auto c = add(fd, peer_name(sa));
+    auto host = host_of(sa);
+    auto c = add(fd, fmt::format("{}:{}", host, ntohs(sa.sin_port)),
+                 accepting_.send_queue_bytes);
+    auto& from_host = per_host_[host];
+    ++from_host;
+    host_of_[fd] = host;
+    if (accepting_.max_per_host > 0 && from_host > accepting_.max_per_host) {
+      c->cut(sink, errc::unavailable,
+             fmt::format("host {} holds {} connections to this endpoint already (at most "
+                         "{}, --max-peer-connections)",
+                         host, from_host - 1, accepting_.max_per_host));
+      drop(fd);
+      continue;
+    }
     if (unframed_.size() >= defaults::max_unframed_connections) {
       c->cut(sink, errc::unavailable,
              fmt::format("{} connections to this endpoint have not sent a frame yet: try "
@@ -93,9 +103,14 @@ void endpoint::accept_all(frame_sink& sink) {
 }
 
 void endpoint::drop(int fd) {
-  epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  set_->remove(fd);
   conns_.erase(fd);
   unframed_.erase(fd);
+  if (auto it = host_of_.find(fd); it != host_of_.end()) {
+    if (auto h = per_host_.find(it->second); h != per_host_.end() && --h->second == 0)
+      per_host_.erase(h);
+    host_of_.erase(it);
+  }
 }
 
 void endpoint::cut_silent(frame_sink& sink) {
@@ -125,10 +140,23 @@ void endpoint::cut_silent(frame_sink& sink) {
   }
 }
 
+void endpoint::cut_stalled() {
+  if (accepting_.send_queue_bytes == 0)
+    return;
+  auto now = clock::now();
+  if (now < next_stall_check_)
+    return;
+  next_stall_check_ = now + std::min(io_timeout_ / 4, std::chrono::milliseconds(1000));
+  // A cut connection reads its end of stream next and reports the reason then.
+  for (auto& [fd, c] : conns_)
+    c->check_stalled(now);
+}
+
 int endpoint::poll(int timeout_ms, frame_sink& sink) {
   epoll_event events[64];
-  int n = epoll_wait(epfd_, events, 64, timeout_ms);
+  int n = set_->wait(events, 64, timeout_ms);
   cut_silent(sink);
+  cut_stalled();
   if (n <= 0)
     return 0;
   // The sink decides who goes first when several are ready (the furthest behind).
@@ -149,7 +177,9 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
     if (it == conns_.end())
       continue;
     auto conn = it->second; // keep alive across the sink's callbacks
-    if (!conn->read_ready(sink))
+    if (events[i].events & EPOLLOUT)
+      conn->write_ready();
+    if ((events[i].events & ~uint32_t{EPOLLOUT}) != 0 && !conn->read_ready(sink))
       drop(fd);
   }
   return n;
@@ -159,12 +189,14 @@ void endpoint::close_all(frame_sink& sink) {
   auto conns = std::move(conns_);
   conns_.clear();
   unframed_.clear();
+  per_host_.clear();
+  host_of_.clear();
   for (auto& [fd, c] : conns) {
-    epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+    set_->remove(fd);
     c->report_closed(sink, errc::io_error, "endpoint shut down");
   }
   if (listen_fd_ >= 0) {
-    epoll_ctl(epfd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+    set_->remove(listen_fd_);
     ::close(listen_fd_);
     listen_fd_ = -1;
   }

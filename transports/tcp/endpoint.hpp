@@ -1,12 +1,14 @@
 #pragma once
 // A TCP endpoint: an epoll set over an optional listening socket and its connections.
 // One thread drives it (`poll`); that thread is the only one that reads and the one
-// on which the sink is called. Other threads may send on, or close, its connections.
-
-#include <sys/epoll.h>
+// on which the sink is called, and it writes what its connections' send queues hold
+// when their sockets can take it. Other threads may send on, or close, its
+// connections. Connections it accepts queue what their sockets do not take (a node
+// never waits on one peer); connections it makes block their sender (a client).
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "transports/tcp/address.hpp"
@@ -14,9 +16,20 @@
 
 namespace rw::transports::tcp {
 
+/// How an endpoint serves the connections it accepts.
+struct accept_policy {
+  /// What an accepted connection may hold queued for its peer before the peer is cut
+  /// off (0: accepted connections block their sender too).
+  uint64_t send_queue_bytes = 0;
+  /// Connections one host (IP address) may hold to the endpoint; more are refused (0:
+  /// no limit).
+  uint32_t max_per_host = 0;
+};
+
 class endpoint final : public transports::endpoint {
 public:
-  endpoint(std::chrono::milliseconds io_timeout, receive_limits limits);
+  endpoint(std::chrono::milliseconds io_timeout, receive_limits limits,
+           accept_policy accepting = {});
   ~endpoint();
 
   endpoint(const endpoint&) = delete;
@@ -44,15 +57,22 @@ public:
   std::string describe() const override;
 
 private:
-  std::shared_ptr<connection> add(int fd, std::string peer);
+  std::shared_ptr<connection> add(int fd, std::string peer, uint64_t queue_bytes);
   void accept_all(frame_sink& sink);
   // Closes accepted connections that delivered no whole frame within the limit.
   void cut_silent(frame_sink& sink);
+  // Cuts off peers that took nothing of their send queue for the I/O timeout.
+  void cut_stalled();
   void drop(int fd);
 
   std::chrono::milliseconds io_timeout_;
   receive_limits limits_;
-  int epfd_;
+  accept_policy accepting_;
+  std::shared_ptr<poll_set> set_;
+  // Accepted connections per host (their IP address), for max_per_host, and each
+  // accepted connection's host.
+  std::unordered_map<std::string, uint32_t> per_host_;
+  std::unordered_map<int, std::string> host_of_;
   int listen_fd_ = -1;
   address bound_;
   std::unordered_map<int, std::shared_ptr<connection>> conns_;
@@ -60,6 +80,7 @@ private:
   // Accepted connections with no whole frame yet, and when each was accepted.
   std::unordered_map<int, clock::time_point> unframed_;
   clock::time_point next_sweep_{};
+  clock::time_point next_stall_check_{};
 };
 
 } // namespace rw::transports::tcp

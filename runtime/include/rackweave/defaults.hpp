@@ -34,8 +34,21 @@ constexpr uint32_t first_frame_ms = 10'000;
 /// Accepted connections per endpoint that have not delivered a whole frame yet: past
 /// this, a new one is closed at once (the served connections are not at stake).
 constexpr uint32_t max_unframed_connections = 256;
-/// How long one frame send may block on a peer that does not read.
+/// How long a peer may take none of the bytes sent to it before its connection is
+/// closed (a worker's own sends block at most this long; a node's are queued).
 constexpr uint32_t io_timeout_ms = 10'000;
+/// Connections one host may hold to one of a node's endpoints (a host's workers need
+/// one per job and endpoint); more are refused.
+constexpr uint32_t max_peer_connections = 1024;
+/// Jobs one host may have created, and still live, on an --open-jobs node.
+constexpr uint32_t max_open_jobs_per_peer = 16;
+/// Pulls one connection may have waiting on one chunk (for a version still to come);
+/// more are refused (errc::too_many_requests). A worker has one at a time per tensor.
+constexpr uint32_t max_waiting_pulls = 16;
+/// What a node may hold queued for one peer whose socket does not take it at once
+/// (the copy made only when a peer reads slower than the node writes); past this the
+/// peer is cut off. Above a BSP step's updates to one worker for jobs up to this size.
+constexpr uint64_t send_queue_mib = 256;
 /// How long a worker waits for any reply (welcome, update, ack) before failing.
 constexpr uint32_t request_timeout_ms = 120'000;
 /// How long a worker keeps saying hello again to a node whose connections closed under

@@ -36,6 +36,7 @@ enum class errc : uint16_t {
   moved,              // hello at the wrong node: the message starts with the right one's
                       // HOST:PORT (a hierarchical job's worker goes to its rack's agg)
   bad_buffer,         // a buffer whose length is not the tensor's (worker side)
+  too_many_requests,  // more requests of one peer waiting at the node than it allows
 };
 
 const char* to_string(errc code) noexcept;

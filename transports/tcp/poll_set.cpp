@@ -1,0 +1,48 @@
+#include "transports/tcp/poll_set.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace rw::transports::tcp {
+
+namespace {
+constexpr uint32_t reading = EPOLLIN | EPOLLRDHUP;
+} // namespace
+
+poll_set::poll_set() : fd_(epoll_create1(EPOLL_CLOEXEC)) {
+  if (fd_ < 0)
+    throw std::runtime_error(fmt::format("epoll_create1: {}", std::strerror(errno)));
+}
+
+poll_set::~poll_set() {
+  ::close(fd_);
+}
+
+void poll_set::add(int fd, bool listener) {
+  epoll_event ev{};
+  ev.events = listener ? EPOLLIN : reading;
+  ev.data.fd = fd;
+  epoll_ctl(fd_, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void poll_set::watch_writable(int fd, bool on) {
+  epoll_event ev{};
+  ev.events = on ? (reading | EPOLLOUT) : reading;
+  ev.data.fd = fd;
+  epoll_ctl(fd_, EPOLL_CTL_MOD, fd, &ev); // ENOENT once the endpoint dropped it: fine
+}
+
+void poll_set::remove(int fd) {
+  epoll_ctl(fd_, EPOLL_CTL_DEL, fd, nullptr);
+}
+
+int poll_set::wait(epoll_event* events, int max, int timeout_ms) {
+  return epoll_wait(fd_, events, max, timeout_ms);
+}
+
+} // namespace rw::transports::tcp
