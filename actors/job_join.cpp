@@ -203,7 +203,8 @@ public:
   }
 
   // One connection per endpoint of the node that sent `w` on `first` (reached at
-  // `address`): attaches to the others with the welcome's token.
+  // `address`): attaches to the others, proving the rank (runtime::prove_attach: keyed
+  // by the job's token, bound to the welcome's attach token and a fresh nonce).
   std::vector<transports::connection_ptr> attach_all(const transports::welcome_msg& w,
                                                      transports::connection_ptr first,
                                                      const std::string& address) {
@@ -214,12 +215,18 @@ public:
         continue;
       auto addr = reachable(w.endpoints[i], address);
       conns[i] = connect(addr);
+      transports::attach_msg proof;
+      proof.nonce = runtime::make_nonce();
+      proof.mac = runtime::prove_attach(req.token, w.token, proof.nonce, req.job.name,
+                                        req.rank);
+      auto payload = transports::encode(proof);
       frame_header a;
       a.kind = frame_kind::attach;
       a.job_id = w.job_id;
       a.rank = req.rank;
-      a.clock = w.token;
-      if (!conns[i]->send(a))
+      a.payload_bytes = static_cast<uint32_t>(payload.size());
+      iovec piece{payload.data(), payload.size()};
+      if (!conns[i]->send(a, &piece, 1))
         throw rw::error(errc::io_error, "cannot attach to " + addr);
       await_welcome(conns[i], "attach to " + addr);
     }

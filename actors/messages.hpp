@@ -147,7 +147,8 @@ struct proof_request {
 struct attach_request {
   uint32_t job_id;
   uint32_t rank;
-  uint64_t token;
+  std::vector<std::byte> nonce; // the worker's AttachProof
+  std::vector<std::byte> mac;
   std::string peer;
 };
 

@@ -67,9 +67,12 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
     case frame_kind::attach:
       if (st.book->bindings.count(c->id()) != 0)
         return refuse(c, h, errc::bad_frame, "attach on a connection that already joined");
-      if (h.payload_bytes != 0)
-        return refuse(c, h, errc::bad_frame, "attach carries no payload");
-      return payload_target::into(nullptr);
+      if (h.payload_bytes == 0 || h.payload_bytes > 4096)
+        return refuse(c, h, errc::unauthorized,
+                      fmt::format("an attach carries an AttachProof of 1..4096 bytes, not {} "
+                                  "(wire protocol {})",
+                                  h.payload_bytes, defaults::wire_version));
+      return payload_target::into(st.buffer(4096));
     case frame_kind::push:
     case frame_kind::push_sparse:
     case frame_kind::init:
@@ -94,7 +97,7 @@ void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
       on_hello(c, h, t);
       return;
     case frame_kind::attach:
-      on_attach(c, h);
+      on_attach(c, h, t);
       return;
     case frame_kind::proof:
       on_proof(c, h, t);

@@ -446,12 +446,39 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
   if (n == st.names.end())
     return refuse(errc::unknown_job, fmt::format("unknown job {}", req.job_id));
   auto& job = st.jobs.at(n->second);
-  if (req.rank >= job.ranks.size() || job.ranks[req.rank] != rank_status::live
-      || job.tokens[req.rank] != req.token) {
-    spdlog::warn("attach refused: peer={} job={} rank={}: no such live rank or wrong token",
-                 req.peer, req.job_id, req.rank);
-    return refuse(errc::bad_rank, "attach refused: not a live rank of this job, or the "
-                                  "wrong token");
+  if (req.rank >= job.ranks.size() || job.ranks[req.rank] != rank_status::live) {
+    spdlog::warn("attach refused: peer={} job={} rank={}: no such live rank", req.peer,
+                 req.job_id, req.rank);
+    return refuse(errc::bad_rank, fmt::format("attach refused: job {} has no live rank {}",
+                                              req.job_id, req.rank));
+  }
+  std::string token;
+  if (auto g = st.grants.find(job.spec.name); job.granted && g != st.grants.end())
+    token = g->second.secret;
+  auto attach_token = job.tokens[req.rank];
+  if (!runtime::verify_attach(token, attach_token, req.nonce, job.spec.name, req.rank,
+                              req.mac)) {
+    spdlog::warn("attach refused: peer={} job='{}' id={} rank={}: wrong proof", req.peer,
+                 job.spec.name, req.job_id, req.rank);
+    return refuse(errc::unauthorized,
+                  fmt::format("attach refused: the proof for rank {} of job '{}' does not "
+                              "match (the job's token, and the attach token of the rank's "
+                              "newest welcome)",
+                              req.rank, job.spec.name));
+  }
+  if (job.attached.size() < job.ranks.size())
+    job.attached.resize(job.ranks.size());
+  auto& used = job.attached[req.rank];
+  if (used.token != attach_token)
+    used = {attach_token, {}};
+  if (!used.seen.insert(req.nonce).second) {
+    spdlog::warn("attach refused: peer={} job='{}' id={} rank={}: a proof that was used "
+                 "already (a replay)",
+                 req.peer, job.spec.name, req.job_id, req.rank);
+    return refuse(errc::unauthorized,
+                  fmt::format("attach refused: this proof for rank {} of job '{}' was used "
+                              "already",
+                              req.rank, job.spec.name));
   }
   ++job.connections[req.rank];
   spdlog::debug("worker attached: job='{}' id={} rank={} peer={}", job.spec.name, job.id,

@@ -16,6 +16,7 @@ namespace {
 constexpr const char* token_prefix = "rwt1_";
 constexpr size_t token_secret_bytes = 32;
 constexpr const char* proof_context = "rackweave-auth-v1";
+constexpr const char* attach_context = "rackweave attach";
 
 void init_sodium() {
   static const bool ready = sodium_init() >= 0;
@@ -101,17 +102,23 @@ byte_vector make_nonce() {
   return nonce;
 }
 
-byte_vector prove(const std::string& token, const byte_vector& nonce,
-                  const std::string& job, uint32_t rank) {
+namespace {
+
+// HMAC-SHA-256 keyed by `key` over (context, NUL, nonce, extra, job, NUL, rank as 4
+// little-endian bytes).
+byte_vector mac_over(const std::string& key, const char* context, const byte_vector& nonce,
+                     const unsigned char* extra, size_t extra_bytes, const std::string& job,
+                     uint32_t rank) {
   init_sodium();
   crypto_auth_hmacsha256_state st;
-  crypto_auth_hmacsha256_init(&st, reinterpret_cast<const unsigned char*>(token.data()),
-                              token.size());
+  crypto_auth_hmacsha256_init(&st, reinterpret_cast<const unsigned char*>(key.data()),
+                              key.size());
   auto feed = [&](const void* p, size_t n) {
     crypto_auth_hmacsha256_update(&st, static_cast<const unsigned char*>(p), n);
   };
-  feed(proof_context, std::char_traits<char>::length(proof_context) + 1); // with its NUL
+  feed(context, std::char_traits<char>::length(context) + 1); // with its NUL
   feed(nonce.data(), nonce.size());
+  feed(extra, extra_bytes);
   feed(job.data(), job.size());
   const unsigned char sep = 0;
   feed(&sep, 1);
@@ -126,14 +133,41 @@ byte_vector prove(const std::string& token, const byte_vector& nonce,
   return mac;
 }
 
+bool same_mac(const byte_vector& expected, const byte_vector& mac) {
+  return mac.size() == crypto_auth_hmacsha256_BYTES
+         && crypto_verify_32(reinterpret_cast<const unsigned char*>(expected.data()),
+                             reinterpret_cast<const unsigned char*>(mac.data()))
+              == 0;
+}
+
+} // namespace
+
+byte_vector prove(const std::string& token, const byte_vector& nonce,
+                  const std::string& job, uint32_t rank) {
+  return mac_over(token, proof_context, nonce, nullptr, 0, job, rank);
+}
+
+byte_vector prove_attach(const std::string& token, uint64_t attach_token,
+                         const byte_vector& nonce, const std::string& job, uint32_t rank) {
+  unsigned char t[8];
+  for (int i = 0; i < 8; ++i)
+    t[i] = static_cast<unsigned char>(attach_token >> (8 * i));
+  auto key = token.empty() ? fmt::format("{:016x}", attach_token) : token;
+  return mac_over(key, attach_context, nonce, t, sizeof(t), job, rank);
+}
+
+bool verify_attach(const std::string& token, uint64_t attach_token, const byte_vector& nonce,
+                   const std::string& job, uint32_t rank, const byte_vector& mac) {
+  if (nonce.size() != nonce_bytes)
+    return false;
+  return same_mac(prove_attach(token, attach_token, nonce, job, rank), mac);
+}
+
 bool verify(const std::string& token, const byte_vector& nonce, const std::string& job,
             uint32_t rank, const byte_vector& mac) {
-  if (mac.size() != crypto_auth_hmacsha256_BYTES || nonce.size() != nonce_bytes)
+  if (nonce.size() != nonce_bytes)
     return false;
-  auto expected = prove(token, nonce, job, rank);
-  return crypto_verify_32(reinterpret_cast<const unsigned char*>(expected.data()),
-                          reinterpret_cast<const unsigned char*>(mac.data()))
-         == 0;
+  return same_mac(prove(token, nonce, job, rank), mac);
 }
 
 } // namespace rw::runtime

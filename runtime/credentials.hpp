@@ -50,4 +50,14 @@ byte_vector prove(const std::string& token, const byte_vector& nonce,
 bool verify(const std::string& token, const byte_vector& nonce, const std::string& job,
             uint32_t rank, const byte_vector& mac);
 
+/// A worker's proof, on a further endpoint of a node, that it joined `job` as `rank`
+/// and got the welcome whose attach token is `attach_token`: keyed by the job's
+/// `token` (empty for an open job: then by the attach token itself), over a fresh
+/// `nonce` of the worker's (schemas/control.capnp AttachProof says the exact bytes).
+byte_vector prove_attach(const std::string& token, uint64_t attach_token,
+                         const byte_vector& nonce, const std::string& job, uint32_t rank);
+/// Whether `mac` is that proof. Constant time in the contents of `mac`.
+bool verify_attach(const std::string& token, uint64_t attach_token, const byte_vector& nonce,
+                   const std::string& job, uint32_t rank, const byte_vector& mac);
+
 } // namespace rw::runtime

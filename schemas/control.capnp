@@ -83,6 +83,17 @@ struct Proof {
   mac @0 :Data;             # HMAC-SHA-256 keyed by the token over (nonce, job, rank)
 }
 
+struct AttachProof {
+  # The payload of `attach`: a worker joining the node's further endpoints proves the
+  # rank it joined as without sending a secret. mac = HMAC-SHA-256 keyed by the job's
+  # token (an open job, which has none: by the welcome's attach token, as 16 hex
+  # digits) over ("rackweave attach", NUL, nonce, the attach token as 8 little-endian
+  # bytes, the job name, NUL, rank as 4 little-endian bytes). The node takes each
+  # nonce once per welcome.
+  nonce @0 :Data;           # 32 random bytes, the worker's, fresh for each attach
+  mac @1 :Data;
+}
+
 struct Located {
   coordinator @0 :Text;     # HOST:PORT of the coordinator's control (middleman) address;
                             # an empty or wildcard HOST means "the host you asked"
@@ -130,7 +141,8 @@ struct Welcome {
   endpointIndex @4 :UInt32; # which of them this connection is
   numShards @5 :UInt32;     # with shardEndpoints: the routing table (runtime/chunking)
   shardEndpoints @6 :List(ShardEndpoints);
-  token @7 :UInt64;         # proves (job, rank) when attaching to the other endpoints
+  token @7 :UInt64;         # this welcome's attach token: what the proof of each attach to
+                            # the node's other endpoints is bound to (AttachProof)
   shm @8 :Bool;             # the node took the worker's shared memory segment
   shmBell @9 :Text;         # the node doorbell segment to ring after posting requests
   shmParams @10 :Text;      # the job's parameters, shared read-only ("" if private)

@@ -17,8 +17,9 @@ enum FrameKind {
   init @7;       # worker (rank 0) -> node: initial chunk values (version 0)
   error @8;      # either way: payload is a control.capnp ErrorInfo
   bye @9;        # worker -> node: graceful leave
-  attach @10;    # worker -> node, on each further endpoint: join as (jobId, rank) with
-                 # the welcome's token in `clock`; answered with a welcome or an error
+  attach @10;    # worker -> node, on each further endpoint: join as (jobId, rank); the
+                 # payload is a control.capnp AttachProof; answered with a welcome or
+                 # an error (unauthorized)
   pushSparse @11; # worker -> node: like push, payload (UInt32 index in chunk, Float32
                   # value) pairs, 8 bytes each; absent indices count as zero
   challenge @12; # node -> worker, after a hello with hasToken: payload is a control.capnp

@@ -176,6 +176,14 @@ bytes encode(const proof_msg& x) {
   return to_bytes(msg);
 }
 
+bytes encode(const attach_msg& x) {
+  capnp::MallocMessageBuilder msg;
+  auto root = msg.initRoot<schema::AttachProof>();
+  root.setNonce(kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.nonce.data()), x.nonce.size()));
+  root.setMac(kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.mac.data()), x.mac.size()));
+  return to_bytes(msg);
+}
+
 bytes encode(const located_msg& x) {
   capnp::MallocMessageBuilder msg;
   auto root = msg.initRoot<schema::Located>();
@@ -322,6 +330,15 @@ errc decode(const std::byte* data, size_t size, challenge_msg& out, std::string&
 errc decode(const std::byte* data, size_t size, proof_msg& out, std::string& why) {
   return read_message(data, size, why, [&](capnp::MessageReader& r) {
     out.mac = copy_data(r.getRoot<schema::Proof>().getMac());
+    return errc::ok;
+  });
+}
+
+errc decode(const std::byte* data, size_t size, attach_msg& out, std::string& why) {
+  return read_message(data, size, why, [&](capnp::MessageReader& r) {
+    auto root = r.getRoot<schema::AttachProof>();
+    out.nonce = copy_data(root.getNonce());
+    out.mac = copy_data(root.getMac());
     return errc::ok;
   });
 }

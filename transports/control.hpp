@@ -81,6 +81,11 @@ struct challenge_msg {
 struct proof_msg {
   std::vector<std::byte> mac;
 };
+/// The payload of `attach` (schemas/control.capnp AttachProof).
+struct attach_msg {
+  std::vector<std::byte> nonce;
+  std::vector<std::byte> mac;
+};
 
 /// The answer to `locate`: where the cluster coordinator listens.
 struct located_msg {
@@ -111,6 +116,7 @@ bytes encode(const welcome_msg& x);
 bytes encode(const error_msg& x);
 bytes encode(const challenge_msg& x);
 bytes encode(const proof_msg& x);
+bytes encode(const attach_msg& x);
 bytes encode(const located_msg& x);
 bytes encode(const reroute_msg& x);
 bytes encode(const hyper_change& x);
@@ -123,6 +129,7 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
 errc decode(const std::byte* data, size_t size, error_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, challenge_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, proof_msg& out, std::string& why);
+errc decode(const std::byte* data, size_t size, attach_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, located_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, reroute_msg& out, std::string& why);
 errc decode(const std::byte* data, size_t size, hyper_change& out, std::string& why);

@@ -251,12 +251,19 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
       });
 }
 
-void poller_sink::on_attach(const connection_ptr& c, const frame_header& h) {
+void poller_sink::on_attach(const connection_ptr& c, const frame_header& h, payload_target& t) {
   auto& st = self_->state;
+  transports::attach_msg proof;
+  std::string why;
+  if (decode(t.dst, h.payload_bytes, proof, why) != errc::ok) {
+    refuse(c, h, errc::unauthorized, "an attach whose AttachProof does not decode: " + why);
+    return;
+  }
   st.book->bindings[c->id()] = binding{};
   join(c, h.rank,
        self_->request(st.book->coordinator, hello_timeout, attach_atom::value,
-                      attach_request{h.job_id, h.rank, h.clock, c->peer()}));
+                      attach_request{h.job_id, h.rank, std::move(proof.nonce),
+                                     std::move(proof.mac), c->peer()}));
 }
 
 // Completes a hello or attach: binds the connection and sends the welcome, or sends

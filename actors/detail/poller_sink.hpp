@@ -139,7 +139,7 @@ private:
   // Maps the worker's segment if it offered one and may use it; null otherwise.
   transports::connection_ptr adopt_shm(const connection_ptr& c, const job_binding& jb,
                                        const transports::hello_msg& hello);
-  void on_attach(const connection_ptr& c, const frame_header& h);
+  void on_attach(const connection_ptr& c, const frame_header& h, payload_target& t);
   // The worker's answer to the challenge its hello got.
   void on_proof(const connection_ptr& c, const frame_header& h, payload_target& t);
   // Tells the asker where the cluster coordinator is.

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <unordered_map>
 
 #include "actors/rack_coordinator.hpp"
@@ -29,6 +30,13 @@ struct job_info {
   std::vector<rank_status> ranks;
   std::vector<uint32_t> connections; // live connections per rank
   std::vector<uint64_t> tokens;      // attach token per rank (libsodium: unpredictable)
+  // Per rank: the attach proofs' nonces taken under its current attach token (each is
+  // taken once: a proof seen on the wire cannot be replayed).
+  struct attach_nonces {
+    uint64_t token = 0;
+    std::set<std::vector<std::byte>> seen;
+  };
+  std::vector<attach_nonces> attached;
   std::vector<std::string> peers;    // where each rank connected from
   std::string created_by;            // the host (IP address) whose hello created it
   // Per rank: how often it went away (the epoch of its rejoin window), since when and why.

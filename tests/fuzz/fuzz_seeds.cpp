@@ -1,7 +1,7 @@
 // rw-fuzz-seeds DIR: writes the seed corpora of the fuzz targets, DIR/<target>/<seed>:
 // the messages and frames a worker and a node exchange in a session (a hello for a
 // two-tensor Adam job under SSP, the welcome of a three-node job, a challenge and its
-// proof, the error that moves a worker, located, reroute, a hyper-parameter change,
+// proof, attach, the error that moves a worker, located, reroute, a hyper-parameter change,
 // a fabric offer and placement), built with the same encoders the peers use. The TOML
 // and Lua seeds are files in tests/fuzz/seeds (tests/fuzz/run.sh adds them).
 
@@ -129,6 +129,10 @@ void control(const fs::path& dir) {
   tr::proof_msg pr;
   pr.mac.assign(32, std::byte{0xa5});
   write(dir, "fuzz_proof", "mac", tr::encode(pr));
+  tr::attach_msg at;
+  at.nonce.assign(32, std::byte{0x3c});
+  at.mac.assign(32, std::byte{0xc3});
+  write(dir, "fuzz_attach", "proof", tr::encode(at));
 
   tr::error_msg e;
   e.code = rw::errc::moved;

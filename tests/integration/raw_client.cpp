@@ -123,6 +123,11 @@ bool raw_client::closed_by_peer(std::chrono::milliseconds timeout) {
 }
 
 uint32_t raw_client::join(const job_spec& spec, uint32_t rank, const std::string& token) {
+  return join_welcome(spec, rank, token).job_id;
+}
+
+transports::welcome_msg raw_client::join_welcome(const job_spec& spec, uint32_t rank,
+                                                 const std::string& token) {
   transports::hello_msg hello;
   hello.spec = spec;
   hello.rank = rank;
@@ -158,7 +163,17 @@ uint32_t raw_client::join(const job_spec& spec, uint32_t rank, const std::string
   std::string why;
   if (decode(f->payload.data(), f->payload.size(), w, why) != errc::ok)
     throw std::runtime_error(why);
-  return w.job_id;
+  return w;
+}
+
+void raw_client::send_attach(uint32_t job_id, uint32_t rank, const transports::attach_msg& proof) {
+  auto payload = transports::encode(proof);
+  transports::frame_header h;
+  h.kind = transports::frame_kind::attach;
+  h.job_id = job_id;
+  h.rank = rank;
+  h.payload_bytes = static_cast<uint32_t>(payload.size());
+  send_frame(h, payload.data());
 }
 
 } // namespace rw::testing

@@ -42,6 +42,11 @@ public:
   /// error frame's code and message; anything else (no answer, an undecodable reply)
   /// std::runtime_error.
   uint32_t join(const job_spec& spec, uint32_t rank, const std::string& token = {});
+  /// The same, returning the whole welcome.
+  transports::welcome_msg join_welcome(const job_spec& spec, uint32_t rank,
+                                       const std::string& token = {});
+  /// Sends an attach frame carrying `proof`.
+  void send_attach(uint32_t job_id, uint32_t rank, const transports::attach_msg& proof);
 
   void close();
 

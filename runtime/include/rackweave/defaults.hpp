@@ -72,7 +72,7 @@ constexpr uint32_t balance_windows = 3;
 constexpr int poll_block_ms = 2;
 /// Protocol magic ("RWF1") and version carried by every frame header.
 constexpr uint32_t frame_magic = 0x52574631;
-constexpr uint16_t wire_version = 2;
+constexpr uint16_t wire_version = 3;
 /// A node whose heartbeats stop for this long has left the cluster.
 constexpr uint32_t node_timeout_ms = 5'000;
 /// How often a node's cluster link sends a heartbeat.

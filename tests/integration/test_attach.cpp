@@ -1,0 +1,136 @@
+// A node with several endpoints: a worker says hello at one and attaches to the
+// others, proving its rank there with an HMAC (runtime::prove_attach) bound to its
+// newest welcome, never sending a secret. Wrong, missing and replayed proofs are
+// refused; the attach path carries real data.
+
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "rackweave/worker.hpp"
+#include "runtime/credentials.hpp"
+#include "tests/integration/cluster_fixture.hpp"
+#include "tests/integration/expect_error.hpp"
+#include "tests/integration/node_process.hpp"
+#include "tests/integration/raw_client.hpp"
+
+using namespace rw;
+
+namespace {
+
+job_spec two_chunk_job(const std::string& name) {
+  job_spec s;
+  s.name = name;
+  s.num_workers = 1;
+  s.chunk_bytes = 4096;
+  s.tensors = {{"t", 64 * 1024, false}}; // 64 chunks over both shards, both endpoints
+  return s;
+}
+
+// A node with two --listen endpoints and two shards, each endpoint serving one.
+testing::node_process two_endpoint_node() {
+  return testing::node_process{{"--listen", "127.0.0.1:0", "--shards", "2"}};
+}
+
+} // namespace
+
+TEST_CASE("a worker attaches to a node's every endpoint and its chunks travel on each",
+          "[integration][attach]") {
+  auto node = two_endpoint_node();
+  worker_options o;
+  o.connect = node.address();
+  o.job = two_chunk_job("both-endpoints");
+  o.transport = "tcp"; // on this host it would take shared memory, which needs no attach
+  worker w{o};
+  std::vector<float> g(64 * 1024), out(64 * 1024);
+  for (size_t i = 0; i < g.size(); ++i)
+    g[i] = static_cast<float>(i % 97);
+  for (int step = 0; step < 3; ++step) {
+    w.push_pull("t", g.data(), out.data()).get();
+    REQUIRE(out == g); // one worker, optimizer sum
+  }
+  auto log = node.log();
+  CHECK_THAT(log, Catch::Contains("worker attached: job='both-endpoints'"));
+  CHECK_THAT(log, !Catch::Contains("attach refused"));
+}
+
+TEST_CASE("an attach with a wrong, missing or replayed proof is refused",
+          "[integration][attach][bad]") {
+  auto node = two_endpoint_node();
+  auto spec = two_chunk_job("proved");
+  testing::raw_client first{node.address()};
+  auto welcome = first.join_welcome(spec, 0);
+  REQUIRE(welcome.endpoints.size() == 2);
+  auto other = welcome.endpoints[1 - welcome.endpoint_index];
+
+  transports::attach_msg good;
+  good.nonce = runtime::make_nonce();
+  good.mac = runtime::prove_attach("", welcome.token, good.nonce, spec.name, 0);
+
+  SECTION("the old clear token, or no proof at all") {
+    testing::raw_client c{other};
+    transports::frame_header h;
+    h.kind = transports::frame_kind::attach;
+    h.job_id = welcome.job_id;
+    h.clock = welcome.token; // wire protocol 2 sent the token itself
+    c.send_frame(h);
+    CHECK_THAT(testing::expect_error(c, errc::unauthorized),
+               Catch::Contains("an attach carries an AttachProof"));
+  }
+  SECTION("a proof keyed by something else") {
+    testing::raw_client c{other};
+    auto bad = good;
+    bad.mac = runtime::prove_attach("", welcome.token + 1, good.nonce, spec.name, 0);
+    c.send_attach(welcome.job_id, 0, bad);
+    CHECK_THAT(testing::expect_error(c, errc::unauthorized),
+               Catch::Contains("does not match"));
+    CHECK_THAT(node.log(), Catch::Contains("attach refused: peer=")
+                             && Catch::Contains("wrong proof"));
+  }
+  SECTION("a good proof is taken once; the same bytes again are a replay") {
+    testing::raw_client c{other};
+    c.send_attach(welcome.job_id, 0, good);
+    auto f = c.read_frame();
+    REQUIRE(f);
+    CHECK(f->header.kind == transports::frame_kind::welcome);
+    testing::raw_client replay{other};
+    replay.send_attach(welcome.job_id, 0, good);
+    CHECK_THAT(testing::expect_error(replay, errc::unauthorized),
+               Catch::Contains("was used already"));
+  }
+  SECTION("a rank that is not live") {
+    testing::raw_client c{other};
+    c.send_attach(welcome.job_id, 3, good);
+    testing::expect_error(c, errc::bad_rank);
+  }
+}
+
+TEST_CASE("a job with a token: the attach proof is keyed by it", "[integration][attach][bad]") {
+  // Token jobs are made through the cluster; the key is the token, so a proof made with
+  // the welcome's attach token alone (what an eavesdropper of the welcome knows) fails.
+  auto node = two_endpoint_node();
+  auto run = testing::run_shell({"--connect", node.address(), "-c",
+                                 "local j = rw.job_create{name = 'tok', workers = 1, "
+                                 "chunk_bytes = '4KiB'}; print(j.token)"});
+  INFO(run.err);
+  REQUIRE(run.code == 0);
+  auto token = run.out.substr(0, run.out.find('\n'));
+  auto spec = two_chunk_job("tok");
+  testing::raw_client first{node.address()};
+  auto welcome = first.join_welcome(spec, 0, token);
+  auto other = welcome.endpoints[1 - welcome.endpoint_index];
+  transports::attach_msg eavesdropped;
+  eavesdropped.nonce = runtime::make_nonce();
+  eavesdropped.mac = runtime::prove_attach("", welcome.token, eavesdropped.nonce, "tok", 0);
+  testing::raw_client c{other};
+  c.send_attach(welcome.job_id, 0, eavesdropped);
+  testing::expect_error(c, errc::unauthorized);
+  transports::attach_msg proved;
+  proved.nonce = runtime::make_nonce();
+  proved.mac = runtime::prove_attach(token, welcome.token, proved.nonce, "tok", 0);
+  testing::raw_client d{other};
+  d.send_attach(welcome.job_id, 0, proved);
+  auto f = d.read_frame();
+  REQUIRE(f);
+  CHECK(f->header.kind == transports::frame_kind::welcome);
+}
