@@ -2,6 +2,7 @@
 // rw-node; every worker's final parameters must be bitwise what one process gets by
 // summing the same gradients in rank order and applying the same optimizer.
 
+#include <algorithm>
 #include <cstring>
 
 #include <catch2/catch.hpp>
@@ -77,6 +78,44 @@ TEST_CASE("BSP push_pull is bitwise the single-process reference", "[integration
         // One log line per job lifecycle event, with its ids.
         CHECK(node.wait_for_log(fmt::format("job created: job='{}'", job)));
         CHECK(node.wait_for_log(fmt::format("job finished: job='{}'", job)));
+      }
+    }
+  }
+}
+
+// The node's kernels forced with --kernels: each instruction set this CPU runs gives
+// the same bits (the reference is scalar); one it lacks stops the node at start,
+// saying so (shown SKIPPED where the CPU has every one).
+TEST_CASE("--kernels forces each instruction set, every one bitwise the reference",
+          "[integration][bsp][kernels]") {
+  auto supported = runtime::supported_isas();
+  for (const std::string isa : {"scalar", "avx2", "avx512"}) {
+    DYNAMIC_SECTION(isa) {
+      bool runs = std::find(supported.begin(), supported.end(), isa) != supported.end();
+      if (!runs) {
+        auto stopped = testing::node_that_stops({"--kernels", isa});
+        INFO(stopped.log);
+        CHECK(stopped.code.has_value());
+        CHECK(stopped.code != std::optional<int>{0});
+        CHECK_THAT(stopped.log, Catch::Contains("this CPU cannot run the " + isa + " kernels"));
+        continue;
+      }
+      testing::node_process node{{"--kernels", isa}};
+      CHECK(node.wait_for_log(fmt::format("kernels={} ", isa)));
+      for (auto kind : {optimizer_kind::adam, optimizer_kind::lamb}) {
+        auto job = fmt::format("kernels-{}-{}", isa, to_string(kind));
+        auto spec = testing::fixture_job(job, 2, kind);
+        std::string expect;
+        for (uint32_t t = 0; t < spec.tensors.size(); ++t) {
+          auto ref = testing::fixture_reference(spec, t, 2, steps);
+          expect.append(reinterpret_cast<const char*>(ref.data()), ref.size() * sizeof(float));
+        }
+        auto results = run_workers(node.address(), job, 2, kind, "tcp");
+        for (uint32_t r = 0; r < 2; ++r) {
+          INFO(isa << ", " << to_string(kind) << ", rank " << r);
+          REQUIRE(results[r].size() == expect.size());
+          CHECK(std::memcmp(results[r].data(), expect.data(), expect.size()) == 0);
+        }
       }
     }
   }
