@@ -71,6 +71,42 @@ caf::result<std::string> on_challenge(cluster_ptr self) {
   return text;
 }
 
+// Asks the middleman which connection each of `nodes` is on; the answer comes back as
+// an untrust_atom message (on_connections).
+void look_at_connections(cluster_ptr self, std::vector<caf::node_id> nodes) {
+  auto me = caf::actor_cast<caf::actor>(self);
+  detail::peer_connections(self->system(), std::move(nodes),
+                           [me](std::vector<caf::node_id> n, std::vector<int64_t> ids) {
+                             caf::send_as(me, me, untrust_atom::value, std::move(n),
+                                          std::move(ids));
+                           });
+}
+
+// Trust ends with the connection a process proved the secret on: gone, or replaced by
+// another one (a process announcing the same CAF node id anew proves it again).
+void on_connections(cluster_ptr self, const std::vector<caf::node_id>& nodes,
+                    const std::vector<int64_t>& ids) {
+  auto& trusted = self->state.trusted;
+  size_t ended = 0;
+  for (size_t i = 0; i < nodes.size() && i < ids.size(); ++i) {
+    auto it = trusted.find(nodes[i]);
+    if (it == trusted.end())
+      continue;
+    if (it->second == -1 && ids[i] != -1) {
+      it->second = ids[i]; // the connection it proved on
+      continue;
+    }
+    if (ids[i] != it->second) {
+      trusted.erase(it);
+      ++ended;
+    }
+  }
+  if (ended > 0)
+    spdlog::debug("control plane: {} process(es) that proved the cluster secret "
+                  "disconnected: trust ended with their connection ({} trusted now)",
+                  ended, trusted.size());
+}
+
 caf::result<ok_atom> on_proof(cluster_ptr self, const std::string& proof) {
   auto& st = self->state;
   auto& sender = self->current_sender();
@@ -84,7 +120,8 @@ caf::result<ok_atom> on_proof(cluster_ptr self, const std::string& proof) {
   st.challenges.erase(it);
   if (st.settings.secret.empty()
       || runtime::verify_cluster(st.settings.secret, nonce, bytes_of(proof))) {
-    st.trusted.insert(node);
+    st.trusted[node] = -1;
+    look_at_connections(self, {node}); // the one it proved on: trust lasts as long
     return ok_atom::value;
   }
   spdlog::warn("control refused: {} gave a wrong proof of the cluster secret",
@@ -320,9 +357,21 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
     [=](tick_atom) {
       expire(self);
       // Every shell session and Python call is a new CAF node: CAF 0.17.6 keeps a
-      // helper per node it ever met unless told (caf_peer_sweep.hpp).
+      // helper per node it ever met unless told (caf_peer_sweep.hpp). The same look
+      // finds the proven processes whose connection has gone.
       detail::forget_departed_peers(self->system());
+      std::vector<caf::node_id> proven;
+      for (auto& [node, connection] : self->state.trusted)
+        proven.push_back(node);
+      look_at_connections(self, std::move(proven));
       self->delayed_send(self, scan, tick_atom::value);
+    },
+    [=](untrust_atom, std::vector<caf::node_id>& nodes, std::vector<int64_t>& ids) {
+      if (!trusted(self)) {
+        untrusted(self, "trust changes");
+        return;
+      }
+      on_connections(self, nodes, ids);
     },
   };
 }

@@ -109,6 +109,11 @@
 //   coordinator -> itself (replicate_atom, job id, ring version, attempt)  a job taken
 //                         over on that ring gets its replicas back (detail/cluster_takeover)
 //   coordinator -> itself (tick_atom)  every node_timeout / 4: forget silent nodes
+//   coordinator -> itself (untrust_atom, vector<node_id>, vector<int64_t>)  the
+//                         middleman connection each process that proved the cluster
+//                         secret is on now (-1: none; detail/caf_peer_sweep), looked at
+//                         right after its proof and on every tick: trust ends when the
+//                         connection it proved on does
 //   coordinator -> link   (grant_atom, job_grant) -> ok_atom
 //                         (status_atom, job id) -> job_event
 //                         (halt_atom, job id, reason) -> ok_atom   an operator's stop
@@ -160,7 +165,8 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<inject_atom, std::string, std::string, std::string, uint32_t>::with<std::string>,
   caf::replies_to<drain_atom, std::string>::with<std::string>,
   caf::replies_to<node_join_atom, std::string>::with<std::string>,
-  caf::reacts_to<tick_atom>>;
+  caf::reacts_to<tick_atom>,
+  caf::reacts_to<untrust_atom, std::vector<caf::node_id>, std::vector<int64_t>>>;
 
 /// What the coordinator asks of a node: the node's cluster link answers.
 using node_link_actor = caf::typed_actor<

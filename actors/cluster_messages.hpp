@@ -91,6 +91,7 @@ using reshape_atom = caf::atom_constant<caf::atom("reshape")>;
 using reroute_atom = caf::atom_constant<caf::atom("reroute")>;
 using thaw_atom = caf::atom_constant<caf::atom("thaw")>;
 using takeover_atom = caf::atom_constant<caf::atom("takeover")>;
+using untrust_atom = caf::atom_constant<caf::atom("untrust")>;
 
 /// A rack-agg node as the cluster knows it.
 struct node_info {

@@ -28,6 +28,10 @@ namespace {
 
 using namespace detail;
 
+// Attaches one welcome admits (a worker makes one per further endpoint of the node,
+// again after a lost connection): what bounds the nonces kept against replays.
+constexpr size_t max_attaches_per_welcome = 4096;
+
 // The host part of a peer's "HOST:PORT".
 std::string host_of(const std::string& peer) {
   return peer.substr(0, peer.rfind(':'));
@@ -452,9 +456,19 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
     return refuse(errc::bad_rank, fmt::format("attach refused: job {} has no live rank {}",
                                               req.job_id, req.rank));
   }
-  std::string token;
-  if (auto g = st.grants.find(job.spec.name); job.granted && g != st.grants.end())
+  std::string token; // an open job has none: its proofs are keyed by the attach token
+  if (job.granted) {
+    auto g = st.grants.find(job.spec.name);
+    if (g == st.grants.end() || g->second.secret.empty()) {
+      spdlog::warn("attach refused: peer={} job='{}' id={} rank={}: the job's grant (its "
+                   "token) is gone from this node",
+                   req.peer, job.spec.name, req.job_id, req.rank);
+      return refuse(errc::unauthorized,
+                    fmt::format("attach refused: job '{}' has no token on node {} any more",
+                                job.spec.name, st.settings.node_name));
+    }
     token = g->second.secret;
+  }
   auto attach_token = job.tokens[req.rank];
   if (!runtime::verify_attach(token, attach_token, req.nonce, job.spec.name, req.rank,
                               req.mac)) {
@@ -471,6 +485,15 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
   auto& used = job.attached[req.rank];
   if (used.token != attach_token)
     used = {attach_token, {}};
+  if (used.seen.size() >= max_attaches_per_welcome) {
+    spdlog::warn("attach refused: peer={} job='{}' id={} rank={}: {} attaches since its "
+                 "welcome",
+                 req.peer, job.spec.name, req.job_id, req.rank, used.seen.size());
+    return refuse(errc::too_many_requests,
+                  fmt::format("attach refused: rank {} attached {} times since its welcome "
+                              "(at most {}): say hello again",
+                              req.rank, used.seen.size(), max_attaches_per_welcome));
+  }
   if (!used.seen.insert(req.nonce).second) {
     spdlog::warn("attach refused: peer={} job='{}' id={} rank={}: a proof that was used "
                  "already (a replay)",

@@ -7,17 +7,42 @@
 
 namespace rw::actors::detail {
 
+namespace {
+
+caf::io::basp_broker* basp_of(caf::io::middleman* mm) {
+  auto handle = mm->named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  if (!handle)
+    return nullptr;
+  return static_cast<caf::io::basp_broker*>(caf::actor_cast<caf::abstract_actor*>(handle));
+}
+
+} // namespace
+
+void peer_connections(caf::actor_system& sys, std::vector<caf::node_id> nodes,
+                      std::function<void(std::vector<caf::node_id>, std::vector<int64_t>)> then) {
+  if (!sys.has_middleman() || nodes.empty())
+    return;
+  auto* mm = &sys.middleman();
+  mm->backend().post([mm, nodes = std::move(nodes), then = std::move(then)]() mutable {
+    auto* broker = basp_of(mm);
+    std::vector<int64_t> ids;
+    for (auto& node : nodes) {
+      auto route = broker ? broker->instance.tbl().lookup(node) : caf::none;
+      ids.push_back(route ? route->hdl.id() : -1);
+    }
+    then(std::move(nodes), std::move(ids));
+  });
+}
+
 void forget_departed_peers(caf::actor_system& sys) {
   if (!sys.has_middleman())
     return;
   auto* mm = &sys.middleman(); // lives as long as the system
   mm->backend().post([mm] {
     // On the multiplexer's thread, where the broker runs and CAF itself reaches it.
-    auto handle = mm->named_broker<caf::io::basp_broker>(caf::atom("BASP"));
-    if (!handle)
+    auto* broker = basp_of(mm);
+    if (broker == nullptr)
       return;
-    auto* broker = static_cast<caf::io::basp_broker*>(
-      caf::actor_cast<caf::abstract_actor*>(handle));
     size_t forgotten = 0;
     auto& servers = broker->spawn_servers;
     for (auto it = servers.begin(); it != servers.end();) {

@@ -8,12 +8,29 @@
 // shell sessions per job). forget_departed_peers drops the entries of nodes the broker
 // no longer has a route to.
 
+//
+// The same look at the broker's routes tells the coordinator which connection each
+// process that proved the cluster secret is on now: its trust ends when that
+// connection does (none any more, or another one: a process that announces the same
+// CAF node id on a new connection proves the secret again).
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
 #include <caf/fwd.hpp>
+#include <caf/node_id.hpp>
 
 namespace rw::actors::detail {
 
 /// Posts the sweep to the middleman's own thread (the broker's state is touched there
 /// only) and returns at once. No-op without a middleman.
 void forget_departed_peers(caf::actor_system& sys);
+
+/// Posts a look at the middleman's routes to `nodes` and calls `then` on its thread
+/// with each one's connection id (-1: no route), in the same order: send yourself a
+/// message from it, touch nothing else. No-op without a middleman.
+void peer_connections(caf::actor_system& sys, std::vector<caf::node_id> nodes,
+                      std::function<void(std::vector<caf::node_id>, std::vector<int64_t>)> then);
 
 } // namespace rw::actors::detail

@@ -78,7 +78,9 @@ struct cluster_state {
   std::map<uint32_t, member> nodes;                  // live, by id
   std::map<uint32_t, job_entry> jobs;                // by id: creation order
   std::unordered_map<std::string, uint32_t> by_name; // name -> id
-  std::set<caf::node_id> trusted;                 // processes that proved the secret
+  // Processes that proved the secret, each with the middleman connection it proved it
+  // on (its id; -1 until the first look at the routes): trust ends with it.
+  std::map<caf::node_id, int64_t> trusted;
   std::map<caf::node_id, std::string> challenges; // nonces handed out, by process
   std::map<node_pair, core_probe> probe_cache; // measured, by node pair
   /// Probes under way, by node pair, and who waits for each.

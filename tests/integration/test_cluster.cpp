@@ -222,9 +222,17 @@ TEST_CASE("with a cluster secret, only nodes and shells that prove it are heard"
   testing::node_process stray{{"--name", "rack-c", "--cluster-secret-file", wrong},
                               {"rack-agg", false, c.coordinator().address()}};
   CHECK(stray.wait_for_log("did not accept the cluster secret"));
+  // A shell's trust ends with its connection: once it has gone, the coordinator no
+  // longer trusts its CAF node id (a process announcing it later proves the secret
+  // again); the two member nodes, still connected, stay trusted and heard. First the
+  // shell above (`with`) is forgotten: then only the two nodes are trusted.
+  const std::string two_left = "trust ended with their connection (2 trusted now)";
+  REQUIRE(c.coordinator().wait_for_log(two_left, std::chrono::seconds(10)));
+  auto mark = c.coordinator().log_mark();
   auto count = testing::run_shell({"--connect", c.a().address(), "--cluster-secret-file",
                                    secret, "-c", "print(#rw.nodes())"});
   CHECK(count.out == "2\n");
+  CHECK(c.coordinator().wait_for_log_after(mark, two_left, std::chrono::seconds(10)));
   std::filesystem::remove_all(dir);
 }
 

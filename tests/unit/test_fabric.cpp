@@ -227,7 +227,8 @@ TEST_CASE("fabric: a sender waits for credits, slots held by the receiver bound 
     REQUIRE(f.ab->send(push_of(i, iov.iov_len), &iov, 1));
   REQUIRE(f.pump([&] { return f.rb.held.size() == 4; }));
   // A fifth frame needs a slot back: release one while the sender waits.
-  std::thread sender([&] { CHECK(f.ab->send(push_of(4, iov.iov_len), &iov, 1)); });
+  std::atomic<bool> sent{false}; // checked on this thread: Catch2 asserts on one thread
+  std::thread sender([&] { sent = f.ab->send(push_of(4, iov.iov_len), &iov, 1); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   {
     std::lock_guard<std::mutex> guard{f.rb.mtx};
@@ -235,6 +236,7 @@ TEST_CASE("fabric: a sender waits for credits, slots held by the receiver bound 
   }
   REQUIRE(f.pump([&] { return f.rb.headers.size() == 5; }));
   sender.join();
+  CHECK(sent);
   std::lock_guard<std::mutex> guard{f.rb.mtx};
   CHECK(f.rb.headers.back().chunk_index == 4);
   CHECK(f.ab->is_open());

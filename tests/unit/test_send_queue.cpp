@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -199,7 +200,9 @@ TEST_CASE("a peer that takes nothing for the I/O timeout is cut off; one that re
   REQUIRE(c->queued_bytes() > 0);
   auto now = std::chrono::steady_clock::now();
   CHECK_FALSE(c->check_stalled(now)); // within the timeout
-  // The peer reads a frame: the queue moves, so the clock starts again.
+  std::this_thread::sleep_for(250ms);
+  // The peer reads a frame: the queue moves, so the clock starts again (without the
+  // progress 250 + 200 ms would be past the 300 ms timeout).
   REQUIRE(read_update(s.peer) == 0);
   c->write_ready();
   CHECK_FALSE(c->check_stalled(std::chrono::steady_clock::now() + 200ms));
@@ -226,4 +229,72 @@ TEST_CASE("a client's send still waits for its socket, up to the I/O timeout",
   CHECK(failed);
   CHECK(std::chrono::steady_clock::now() - start >= 200ms);
   CHECK_FALSE(c.is_open());
+}
+
+TEST_CASE("senders on several threads and the draining thread never interleave frames",
+          "[send_queue][threads]") {
+  pair_of_sockets s;
+  auto c = queued(s.node, 256 << 20, 10s);
+  constexpr int threads = 3, per_thread = 150;
+  // Each frame's payload is filled with its sender's byte; clock = sender * 1000 + seq.
+  std::vector<uint64_t> seen;
+  std::atomic<bool> reading{true};
+  std::thread reader{[&] {
+    std::vector<std::byte> buf(frame_header_bytes + payload_bytes);
+    for (int n = 0; n < threads * per_thread; ++n) {
+      size_t got = 0;
+      while (got < buf.size()) {
+        ssize_t r = ::read(s.peer, buf.data() + got, buf.size() - got);
+        if (r <= 0) {
+          reading = false;
+          return;
+        }
+        got += static_cast<size_t>(r);
+      }
+      frame_header h;
+      std::string why;
+      bool whole = decode(buf.data(), h, why) == errc::ok;
+      for (size_t i = frame_header_bytes; whole && i < buf.size(); i += 512)
+        whole = buf[i] == static_cast<std::byte>(h.clock / 1000 + 1);
+      seen.push_back(whole ? h.clock : UINT64_MAX);
+    }
+    reading = false;
+  }};
+  std::atomic<bool> sending{true};
+  std::thread drainer{[&] { // the endpoint's thread
+    while (sending || c->queued_bytes() > 0) {
+      c->write_ready();
+      std::this_thread::sleep_for(200us);
+      if (!reading)
+        return;
+    }
+  }};
+  std::vector<std::thread> senders;
+  std::atomic<int> failed{0};
+  for (int t = 0; t < threads; ++t)
+    senders.emplace_back([&, t] {
+      std::vector<std::byte> payload(payload_bytes, static_cast<std::byte>(t + 1));
+      for (int i = 0; i < per_thread; ++i) {
+        iovec iov{payload.data(), payload.size()};
+        if (!c->send(update(static_cast<uint64_t>(t) * 1000 + i), &iov, 1))
+          ++failed;
+      }
+    });
+  for (auto& t : senders)
+    t.join();
+  sending = false;
+  drainer.join();
+  if (c->queued_bytes() > 0)
+    ::shutdown(s.peer, SHUT_RDWR);
+  reader.join();
+  CHECK(failed == 0);
+  REQUIRE(seen.size() == threads * per_thread);
+  std::vector<int> next(threads, 0);
+  for (auto clock : seen) {
+    REQUIRE(clock != UINT64_MAX); // a frame whose bytes were mixed with another's
+    auto t = clock / 1000;
+    REQUIRE(t < threads);
+    CHECK(clock % 1000 == static_cast<uint64_t>(next[t])); // each sender's order kept
+    next[t] = static_cast<int>(clock % 1000) + 1;
+  }
 }

@@ -66,13 +66,15 @@ bool connection::is_open() const noexcept {
 void connection::close() {
   if (!open_.load(std::memory_order_acquire))
     return;
-  {
+  if (policy_.queue_bytes > 0) {
     // What is queued goes out if the socket takes it now (an error frame before a
-    // close, say); a peer that reads nothing does not hold the close up.
-    std::lock_guard<std::mutex> guard{send_mtx_};
-    if (!queue_.empty() && !write_failed_)
-      flush_queue();
+    // close, say); a peer that reads nothing does not hold the close up, nor does a
+    // sender busy on the connection this instant.
+    std::unique_lock<std::mutex> guard{send_mtx_, std::try_to_lock};
+    if (guard.owns_lock() && !queue_.empty() && !write_failed_)
+      queue_.drain(fd_); // best effort: a failure here is no reason of its own
   }
+  // A blocked writer (a client's) sees the socket shut down and returns.
   if (open_.exchange(false))
     ::shutdown(fd_, SHUT_RDWR);
 }
@@ -127,8 +129,11 @@ bool connection::write(iovec* iov, int n) {
 // went (a bye, say) are still read, and the receiver reports the close.
 bool connection::give_up(errc code, std::string why) {
   if (!write_failed_.exchange(true)) {
-    give_up_code_ = code;
-    give_up_why_ = std::move(why);
+    {
+      std::lock_guard<std::mutex> guard{reason_mtx_};
+      give_up_code_ = code;
+      give_up_why_ = std::move(why);
+    }
     queue_.clear();
     ::shutdown(fd_, SHUT_WR);
   }
@@ -192,13 +197,12 @@ bool connection::write_or_queue(iovec* iov, int n) {
     if (n == 0)
       return true;
   }
-  size_t rest = 0;
-  for (int i = 0; i < n; ++i)
-    rest += iov[i].iov_len;
-  if (queue_.bytes() + rest > policy_.queue_bytes) {
+  // The bound is on what waits already: one call may overshoot it (a large chunk, a
+  // batch of updates), but a peer only falls behind it by not reading.
+  if (queue_.bytes() > policy_.queue_bytes) {
     auto why = fmt::format("the peer is not reading: {} bytes wait to be sent to it, the "
                            "limit is {} (--send-queue-mib)",
-                           queue_.bytes() + rest, policy_.queue_bytes);
+                           queue_.bytes(), policy_.queue_bytes);
     give_up(errc::timeout, std::move(why));
     open_.store(false, std::memory_order_release);
     ::shutdown(fd_, SHUT_RDWR);
@@ -225,7 +229,7 @@ bool connection::flush_queue() {
 }
 
 std::pair<errc, std::string> connection::why_writing_stopped() const {
-  std::lock_guard<std::mutex> guard{send_mtx_};
+  std::lock_guard<std::mutex> guard{reason_mtx_};
   return {give_up_code_, give_up_why_};
 }
 

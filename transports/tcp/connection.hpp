@@ -93,8 +93,8 @@ private:
   // Writes what is queued, as far as the socket takes it (send_mtx_ held). False if
   // the connection failed.
   bool flush_queue();
-  // Stops this side's writing for good and remembers why; the receiving side reports
-  // it as the close's reason (send_mtx_ held).
+  // Stops this side's writing for good and remembers why (unless `why` is empty); the
+  // receiving side reports it as the close's reason (send_mtx_ held).
   bool give_up(errc code, std::string why);
   std::pair<errc, std::string> why_writing_stopped() const;
 
@@ -107,7 +107,10 @@ private:
   mutable std::mutex send_mtx_;
   send_queue queue_;                // guarded by send_mtx_
   clock::time_point last_progress_; // the queue last shrank, or filled (send_mtx_)
-  errc give_up_code_ = errc::ok;    // why writing stopped (send_mtx_)
+  // Why writing stopped: a lock of its own, so a reader never waits on a sender that
+  // is blocked in a write (a client's connection).
+  mutable std::mutex reason_mtx_;
+  errc give_up_code_ = errc::ok;
   std::string give_up_why_;
   std::atomic<bool> open_{true};
   std::atomic<bool> write_failed_{false}; // the peer stopped taking frames
