@@ -86,7 +86,7 @@ TEST_CASE("BSP push_pull is bitwise the single-process reference", "[integration
 // The node's kernels forced with --kernels: each instruction set this CPU runs gives
 // the same bits (the reference is scalar); one it lacks stops the node at start,
 // saying so (shown SKIPPED where the CPU has every one).
-TEST_CASE("--kernels forces each instruction set, every one bitwise the reference",
+TEST_CASE("kernels forced with --kernels: each instruction set bitwise the reference",
           "[integration][bsp][kernels]") {
   auto supported = runtime::supported_isas();
   for (const std::string isa : {"scalar", "avx2", "avx512"}) {
