@@ -40,6 +40,11 @@ cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14
 cmake --build "$dir" -j"${RW_JOBS:-2}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=0}
+# hwloc's PCI plugin (libhwloc-plugins, which OpenMPI brings in for the peer benchmarks)
+# leaks about 1 KiB of libpciaccess's per topology load; LeakSanitizer cannot name it
+# (the plugin is unloaded before the report) nor be told to skip it. This build's
+# topology is discovered without PCI; the main build keeps it (NIC NUMA locality).
+export HWLOC_COMPONENTS=${HWLOC_COMPONENTS:--pci}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$(pwd)/tests/lsan.supp:print_suppressions=0}
 ctest --test-dir "$dir" --output-on-failure --timeout 900 -j"${RW_TEST_JOBS:-2}" \

@@ -28,7 +28,7 @@ using testing::finish;
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token) {
   return testing::start_verified(connect, job, rank, token,
-                                 {"--optimizer", "adam", "--steps", "16", "--step-delay-ms", "60"});
+                                 {"--optimizer", "adam", "--steps", "40", "--step-delay-ms", "60"});
 }
 
 // A flat job over both nodes with periodic checkpoints every `every` clocks, rank 0
