@@ -157,11 +157,8 @@ bool connection::write_all(iovec* iov, int n) {
       auto now = clock::now();
       if (now >= deadline) {
         // The peer stopped reading: a half-sent frame would corrupt the stream.
-        give_up(errc::timeout, fmt::format("the peer took nothing for {} ms (--io-timeout-ms)",
-                                           policy_.io_timeout.count()));
-        open_.store(false, std::memory_order_release);
-        ::shutdown(fd_, SHUT_RDWR);
-        return false;
+        return cut_off(fmt::format("the peer took nothing for {} ms (--io-timeout-ms)",
+                                   policy_.io_timeout.count()));
       }
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
       pollfd p{fd_, POLLOUT, 0};
@@ -203,10 +200,7 @@ bool connection::write_or_queue(iovec* iov, int n) {
     auto why = fmt::format("the peer is not reading: {} bytes wait to be sent to it, the "
                            "limit is {} (--send-queue-mib)",
                            queue_.bytes(), policy_.queue_bytes);
-    give_up(errc::timeout, std::move(why));
-    open_.store(false, std::memory_order_release);
-    ::shutdown(fd_, SHUT_RDWR);
-    return false;
+    return cut_off(std::move(why));
   }
   if (queue_.empty()) {
     last_progress_ = clock::now();
@@ -228,6 +222,13 @@ bool connection::flush_queue() {
   return true;
 }
 
+bool connection::cut_off(std::string why) {
+  give_up(errc::timeout, std::move(why));
+  open_.store(false, std::memory_order_release);
+  ::shutdown(fd_, SHUT_RDWR); // the receiving side reads the end and reports `why`
+  return false;
+}
+
 std::pair<errc, std::string> connection::why_writing_stopped() const {
   std::lock_guard<std::mutex> guard{reason_mtx_};
   return {give_up_code_, give_up_why_};
@@ -247,12 +248,9 @@ bool connection::check_stalled(clock::time_point now) {
   std::lock_guard<std::mutex> guard{send_mtx_};
   if (queue_.empty() || write_failed_ || now - last_progress_ < policy_.io_timeout)
     return false;
-  give_up(errc::timeout,
-          fmt::format("the peer took nothing of the {} bytes waiting for it for {} ms "
+  cut_off(fmt::format("the peer took nothing of the {} bytes waiting for it for {} ms "
                       "(--io-timeout-ms)",
                       queue_.bytes(), policy_.io_timeout.count()));
-  open_.store(false, std::memory_order_release);
-  ::shutdown(fd_, SHUT_RDWR);
   return true;
 }
 

@@ -96,6 +96,9 @@ private:
   // Stops this side's writing for good and remembers why (unless `why` is empty); the
   // receiving side reports it as the close's reason (send_mtx_ held).
   bool give_up(errc code, std::string why);
+  // Gives up (errc::timeout, `why`) and closes both directions: a peer that does not
+  // read is cut off. Returns false (send_mtx_ held).
+  bool cut_off(std::string why);
   std::pair<errc, std::string> why_writing_stopped() const;
 
   using clock = std::chrono::steady_clock;
