@@ -45,7 +45,8 @@ namespace {
 
 // Proves the cluster secret to the coordinator for this process. Returns why not.
 std::string prove_secret(caf::actor_system& sys, const cluster_coordinator_actor& coordinator,
-                         const std::string& secret, std::chrono::milliseconds timeout) {
+                         const std::string& secret, const std::string& tenant,
+                         std::chrono::milliseconds timeout) {
   caf::scoped_actor self{sys};
   std::string failure;
   std::string nonce;
@@ -54,6 +55,16 @@ std::string prove_secret(caf::actor_system& sys, const cluster_coordinator_actor
              [&](caf::error& err) { failure = describe(sys, err); });
   if (!failure.empty())
     return failure;
+  if (!tenant.empty()) {
+    if (nonce.empty())
+      return "the coordinator asks for no secret, so it has no tenants";
+    auto* p = reinterpret_cast<const std::byte*>(nonce.data());
+    auto mac = runtime::prove_tenant(secret, tenant, runtime::byte_vector(p, p + nonce.size()));
+    self->request(coordinator, timeout, auth_atom::value, tenant,
+                  std::string(reinterpret_cast<const char*>(mac.data()), mac.size()))
+      .receive([](ok_atom) {}, [&](caf::error& err) { failure = describe(sys, err); });
+    return failure;
+  }
   if (nonce.empty())
     spdlog::warn("cluster: the coordinator asks for no cluster secret: the one given here "
                  "protects nothing, and anyone who reaches its control address can "
@@ -68,7 +79,8 @@ std::string prove_secret(caf::actor_system& sys, const cluster_coordinator_actor
 
 coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string& via,
                                       std::chrono::milliseconds timeout,
-                                      const std::string& secret) {
+                                      const std::string& secret,
+                                      const std::string& tenant) {
   auto out = locate_coordinator(via, timeout);
   if (!out.error.empty())
     return out;
@@ -95,10 +107,14 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
     return out;
   }
   if (!secret.empty())
-    if (auto why = prove_secret(sys, out.coordinator, secret, timeout); !why.empty()) {
+    if (auto why = prove_secret(sys, out.coordinator, secret, tenant, timeout); !why.empty()) {
       out.coordinator = nullptr;
-      out.error = fmt::format("the coordinator at {} did not accept the cluster secret: {}",
-                              out.address, why);
+      out.error = tenant.empty()
+                    ? fmt::format("the coordinator at {} did not accept the cluster secret: {}",
+                                  out.address, why)
+                    : fmt::format("the coordinator at {} did not accept the secret of tenant "
+                                  "'{}': {}",
+                                  out.address, tenant, why);
     }
   return out;
 }

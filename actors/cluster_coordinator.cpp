@@ -32,18 +32,16 @@ runtime::byte_vector bytes_of(const std::string& s) {
   return {p, p + s.size()};
 }
 
-// Whether the current message's sender may be heard: no secret, this process, or a
-// process that proved the secret.
+// Whether the current message's sender may be heard as an operator or a node: no
+// secret, this process, or a process that proved the cluster secret (not a tenant's).
 bool trusted(cluster_ptr self) {
-  auto& st = self->state;
-  if (st.settings.secret.empty())
-    return true;
-  auto& sender = self->current_sender();
-  return sender
-         && (sender->node() == self->node() || st.trusted.count(sender->node()) > 0);
+  auto who = caller(self);
+  return who && who->empty();
 }
 
 caf::error untrusted(cluster_ptr self, const char* what) {
+  if (auto who = caller(self); who && !who->empty())
+    return operators_only(self, *who, what);
   auto& sender = self->current_sender();
   spdlog::warn("control refused: {} from {}: the sender has not proved the cluster secret",
                what, sender ? to_string(sender->node()) : std::string{"(anonymous)"});
@@ -92,11 +90,11 @@ void on_connections(cluster_ptr self, const std::vector<caf::node_id>& nodes,
     auto it = trusted.find(nodes[i]);
     if (it == trusted.end())
       continue;
-    if (it->second == -1 && ids[i] != -1) {
-      it->second = ids[i]; // the connection it proved on
+    if (it->second.connection == -1 && ids[i] != -1) {
+      it->second.connection = ids[i]; // the connection it proved on
       continue;
     }
-    if (ids[i] != it->second) {
+    if (ids[i] != it->second.connection) {
       trusted.erase(it);
       ++ended;
     }
@@ -120,7 +118,7 @@ caf::result<ok_atom> on_proof(cluster_ptr self, const std::string& proof) {
   st.challenges.erase(it);
   if (st.settings.secret.empty()
       || runtime::verify_cluster(st.settings.secret, nonce, bytes_of(proof))) {
-    st.trusted[node] = -1;
+    st.trusted[node] = trust{};
     look_at_connections(self, {node}); // the one it proved on: trust lasts as long
     return ok_atom::value;
   }
@@ -241,6 +239,12 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
   return {
     [=](auth_atom) { return on_challenge(self); },
     [=](auth_atom, const std::string& proof) { return on_proof(self, proof); },
+    [=](auth_atom, const std::string& tenant, const std::string& proof) {
+      auto r = on_tenant_proof(self, tenant, proof);
+      if (auto& sender = self->current_sender(); sender && self->state.trusted.count(sender->node()))
+        look_at_connections(self, {sender->node()}); // trust lasts as long as it
+      return r;
+    },
     [=](register_atom, node_info& info) -> caf::result<node_admission> {
       if (!trusted(self))
         return untrusted(self, "register");
@@ -263,45 +267,75 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
       else
         on_event(self, node_id, ev);
     },
+    // Shells: an operator or a tenant (who sees only its own jobs).
     [=](caf::get_atom, nodes_atom) -> caf::result<std::vector<node_info>> {
-      if (!trusted(self))
+      if (!caller(self))
         return untrusted(self, "nodes");
       return list_nodes(self);
     },
     [=](caf::get_atom, jobs_atom) -> caf::result<std::vector<job_report>> {
-      if (!trusted(self))
+      auto who = caller(self);
+      if (!who)
         return untrusted(self, "jobs");
       std::vector<job_report> out;
       for (auto& [id, j] : self->state.jobs)
-        out.push_back(j.report);
+        if (visible_to(*who, j.report.name))
+          out.push_back(j.report);
       return out;
     },
     [=](create_atom, job_spec& spec, const job_placement& placement)
       -> caf::result<job_created> {
-      if (!trusted(self))
+      auto who = caller(self);
+      if (!who)
         return untrusted(self, "job create");
+      if (auto err = admit_create(self, *who, spec, placement)) {
+        spdlog::warn("job not created: job='{}'{}: {}", spec.name,
+                     who->empty() ? "" : fmt::format(" tenant={}", *who),
+                     describe(self->system(), err));
+        return err;
+      }
       return create_job(self, spec, placement);
     },
     [=](status_atom, const std::string& name) -> caf::result<job_report> {
-      if (!trusted(self))
+      auto who = caller(self);
+      if (!who)
         return untrusted(self, "job status");
-      return job_status(self, name);
+      auto job = job_for(self, *who, name);
+      if (!job)
+        return std::move(job.error());
+      return job_status(self, *job);
     },
     [=](hyper_atom, const std::string& name, const hyper_change& change)
       -> caf::result<uint64_t> {
-      if (!trusted(self))
+      auto who = caller(self);
+      if (!who)
         return untrusted(self, "job set");
-      return set_hyper(self, name, change);
+      auto job = job_for(self, *who, name);
+      if (!job)
+        return std::move(job.error());
+      return set_hyper(self, *job, change);
     },
     [=](stop_atom, const std::string& name) -> caf::result<job_report> {
-      if (!trusted(self))
+      auto who = caller(self);
+      if (!who)
         return untrusted(self, "job stop");
-      return stop_job(self, name);
+      auto job = job_for(self, *who, name);
+      if (!job)
+        return std::move(job.error());
+      spdlog::info("job stop asked: job='{}' by {}", *job,
+                   who->empty() ? std::string{"an operator"} : "tenant " + *who);
+      return stop_job(self, *job);
     },
     [=](remove_atom, const std::string& name) -> caf::result<ok_atom> {
-      if (!trusted(self))
+      auto who = caller(self);
+      if (!who)
         return untrusted(self, "job delete");
-      return remove_job(self, name);
+      auto job = job_for(self, *who, name);
+      if (!job)
+        return std::move(job.error());
+      spdlog::info("job delete asked: job='{}' by {}", *job,
+                   who->empty() ? std::string{"an operator"} : "tenant " + *who);
+      return remove_job(self, *job);
     },
     [=](where_atom, const std::string& name) -> caf::result<job_layout> {
       if (!trusted(self))
@@ -361,7 +395,7 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
       // finds the proven processes whose connection has gone.
       detail::forget_departed_peers(self->system());
       std::vector<caf::node_id> proven;
-      for (auto& [node, connection] : self->state.trusted)
+      for (auto& [node, t] : self->state.trusted)
         proven.push_back(node);
       look_at_connections(self, std::move(proven));
       self->delayed_send(self, scan, tick_atom::value);

@@ -12,6 +12,16 @@
 //                         by the secret over the nonce (runtime/credentials). Requests
 //                         from processes that have not are refused (unauthorized).
 //                         Without a secret every peer is trusted.
+//   shell -> coordinator  (auth_atom, tenant, proof) -> ok_atom
+//                         a shell proves a tenant's secret instead (--tenants-file,
+//                         runtime/tenants.hpp; runtime::prove_tenant): from then on it
+//                         sees and controls only that tenant's jobs, named
+//                         "TENANT:NAME" (it may leave out "TENANT:"), creates jobs
+//                         there within the tenant's quotas (too_many_requests beyond),
+//                         names no checkpoint directory, and may not register, drain,
+//                         join or inject (unauthorized). Every other shell request is
+//                         answered for the jobs the sender sees; an operator (the
+//                         cluster secret) sees every job.
 //   link  -> coordinator  (register_atom, node_info) -> node_admission
 //                         a rack-agg node joins (or rejoins after a lost connection):
 //                         its id and the live jobs the coordinator holds on it (the
@@ -139,12 +149,14 @@
 #include "actors/cluster_messages.hpp"
 #include "rackweave/defaults.hpp"
 #include "actors/messages.hpp"
+#include "runtime/tenants.hpp"
 
 namespace rw::actors {
 
 using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<auth_atom>::with<std::string>,
   caf::replies_to<auth_atom, std::string>::with<ok_atom>,
+  caf::replies_to<auth_atom, std::string, std::string>::with<ok_atom>,
   caf::replies_to<register_atom, node_info>::with<node_admission>,
   caf::replies_to<heartbeat_atom, uint32_t>::with<ok_atom>,
   caf::reacts_to<leave_atom, uint32_t>,
@@ -193,6 +205,9 @@ struct stored_registry;
 struct cluster_settings {
   /// Peers must prove they hold this before they are heard ("": every peer is).
   std::string secret;
+  /// Tenants (runtime/tenants.hpp): a shell that proves one's secret sees and controls
+  /// only that tenant's jobs, within its quotas. Needs a secret.
+  runtime::tenant_registry tenants;
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_workers = defaults::max_workers;
   /// A node whose heartbeats stop for this long is gone.

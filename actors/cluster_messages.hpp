@@ -195,6 +195,11 @@ struct job_placement {
   /// Replicas of each chunk (flat BSP jobs on several nodes): 0 or 1; -1: the default
   /// (defaults::replicas).
   int32_t replicas = -1;
+  /// The node memory the job may take (parameters, optimizer state, bookkeeping, as a
+  /// node counts it for --max-job-mib, for the whole model): a worker whose tensors need
+  /// more is refused. 0: the nodes' own limit. A tenant's job must give it: it is what
+  /// the job reserves of the tenant's max_memory_mib.
+  uint64_t memory = 0;
 };
 
 /// A node's part of a checkpoint: the file it wrote, as the manifest lists it.
@@ -259,6 +264,8 @@ struct job_grant {
   /// job's chunks come in the move's reshape (detail/rack_moves.cpp), not from a first
   /// worker; hellos wait for that.
   bool joining = false;
+  /// The job's memory limit on every node (job_placement::memory; 0: the node's own).
+  uint64_t max_memory = 0;
 };
 
 /// One worker of a job, as its node counts it. Counts are chunk messages.
@@ -288,6 +295,8 @@ struct job_report {
   uint64_t started_unix_ms = 0; // first worker joined (0: not yet)
   uint64_t ended_unix_ms = 0;   // 0: not ended
   std::vector<rank_report> ranks;
+  /// Node memory the job may take (job_placement::memory; 0: the nodes' own limit).
+  uint64_t max_memory = 0;
 };
 
 /// Whether a job in `state` has ended (finished, failed or stopped): it will not change.
@@ -357,7 +366,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_placement& x) {
   return f(caf::meta::type_name("rw::job_placement"), x.node, x.nodes, x.racks,
            x.reduction, x.worker_racks, x.join_timeout_ms, x.restore, x.checkpoint_every,
-           x.checkpoint_dir, x.replicas);
+           x.checkpoint_dir, x.replicas, x.memory);
 }
 
 template <class Inspector>
@@ -385,7 +394,7 @@ typename Inspector::result_type inspect(Inspector& f, checkpoint_info& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_grant& x) {
   return f(caf::meta::type_name("rw::job_grant"), x.job_id, x.spec, x.secret, x.layout,
-           x.restore, x.checkpoint_every, x.checkpoint_dir, x.joining);
+           x.restore, x.checkpoint_every, x.checkpoint_dir, x.joining, x.max_memory);
 }
 
 template <class Inspector>
@@ -398,7 +407,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_report& x) {
   return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
            x.endpoints, x.layout, x.spec, x.created_unix_ms, x.started_unix_ms, x.ended_unix_ms,
-           x.ranks);
+           x.ranks, x.max_memory);
 }
 
 template <class Inspector>

@@ -11,6 +11,7 @@
 #include "actors/detail/cluster_store.hpp"
 #include "actors/detail/rack_choice.hpp"
 #include "runtime/credentials.hpp"
+#include "runtime/tenants.hpp"
 #include "transports/tcp/locator.hpp"
 
 namespace rw::actors {
@@ -93,6 +94,18 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
   } else {
     spdlog::warn("cluster: no --cluster-secret-file: any process that reaches the control "
                  "address can register nodes and create, stop or delete jobs");
+  }
+  if (!cfg.tenants_file.empty()) {
+    if (cs.secret.empty())
+      throw std::runtime_error("--tenants-file needs --cluster-secret-file: without a "
+                               "cluster secret every process is an operator, and tenants "
+                               "would separate nothing");
+    cs.tenants = runtime::load_tenants(cfg.tenants_file, cs.secret);
+    std::vector<std::string> names;
+    for (auto& [name, t] : cs.tenants)
+      names.push_back(name);
+    spdlog::info("cluster: {} tenant(s) from {}: [{}]", names.size(), cfg.tenants_file,
+                 fmt::join(names, ", "));
   }
   cs.max_chunk_bytes = cfg.max_chunk_bytes;
   cs.max_workers = cfg.max_workers;

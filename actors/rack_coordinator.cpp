@@ -110,11 +110,19 @@ std::optional<job_binding> check_hello(rack_ptr self, const hello_request& req) 
                           / 64 * 64;
     footprint += arrays * ((count - 1) * full + last) + count * sizeof(detail::chunk_state);
   }
-  if (footprint > st.settings.max_job_bytes) {
+  // A job created with `memory` (a tenant's reservation) may take no more than that.
+  uint64_t limit = st.settings.max_job_bytes;
+  std::string source = "this node allows {} MiB per job (--max-job-mib)";
+  if (auto g = st.grants.find(spec.name);
+      g != st.grants.end() && g->second.max_memory != 0 && g->second.max_memory < limit) {
+    limit = g->second.max_memory;
+    source = "the job was created with memory = {} MiB (rw.job_create): create it with more";
+  }
+  if (footprint > limit) {
     auto why = fmt::format("job '{}' needs {} MiB of node memory for parameters, "
-                           "optimizer state and per-chunk bookkeeping; this node allows {} MiB per job "
-                           "(--max-job-mib)",
-                           spec.name, footprint >> 20, st.settings.max_job_bytes >> 20);
+                           "optimizer state and per-chunk bookkeeping; {}",
+                           spec.name, footprint >> 20,
+                           fmt::format(fmt::runtime(source), limit >> 20));
     spdlog::warn("hello refused: peer={}: {}", req.peer, why);
     return refuse(errc::invalid_spec, why);
   }

@@ -81,6 +81,19 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-secret-file", secret_file,
                  "the cluster secret, when the coordinator wants one (the same file as "
                  "the nodes' --cluster-secret-file)");
+  std::string tenant;
+  std::string tenant_secret_file;
+  auto* tenant_opt =
+    app.add_option("--tenant", tenant,
+                   "act as this tenant (the coordinator's --tenants-file): see and control "
+                   "only its jobs, named TENANT:NAME (TENANT: may be left out), within its "
+                   "quotas; needs --tenant-secret-file");
+  auto* tenant_secret_opt =
+    app.add_option("--tenant-secret-file", tenant_secret_file,
+                   "the tenant's secret (first line, 16+ characters, chmod 600)")
+      ->excludes("--cluster-secret-file");
+  tenant_opt->needs(tenant_secret_opt);
+  tenant_secret_opt->needs(tenant_opt);
   rw::actors::tls_files tls;
   app.add_option("--tls-cert", tls.cert,
                  "PEM certificate for a cluster whose control plane is TLS (the nodes' "
@@ -97,9 +110,12 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
 
   std::string secret;
-  if (!secret_file.empty()) {
+  if (!secret_file.empty() || !tenant_secret_file.empty()) {
     try {
-      secret = rw::runtime::read_secret_file(secret_file);
+      secret = tenant.empty()
+                 ? rw::runtime::read_secret_file(secret_file)
+                 : rw::runtime::read_secret_file(tenant_secret_file,
+                                                 "tenant '" + tenant + "' secret");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rw-shell: %s\n", e.what());
       return 2;
@@ -123,7 +139,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<rw::shell::cluster_client> client;
   try {
     client = std::make_unique<rw::shell::cluster_client>(
-      sys, connect, std::chrono::milliseconds(timeout_ms), secret);
+      sys, connect, std::chrono::milliseconds(timeout_ms), secret, tenant);
   } catch (const rw::shell::shell_error& e) {
     std::fprintf(stderr, "rw-shell: cannot reach the cluster at %s: %s\n", connect.c_str(),
                  e.what());

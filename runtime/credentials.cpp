@@ -17,6 +17,7 @@ constexpr const char* token_prefix = "rwt1_";
 constexpr size_t token_secret_bytes = 32;
 constexpr const char* proof_context = "rackweave-auth-v1";
 constexpr const char* attach_context = "rackweave attach";
+constexpr const char* tenant_context = "rackweave tenant";
 
 void init_sodium() {
   static const bool ready = sodium_init() >= 0;
@@ -55,23 +56,24 @@ bool well_formed_token(const std::string& token) {
   return true;
 }
 
-std::string read_secret_file(const std::string& path) {
+std::string read_secret_file(const std::string& path, const std::string& what) {
   std::ifstream in{path};
   if (!in)
-    throw std::runtime_error("cannot read the cluster secret file " + path);
+    throw std::runtime_error(fmt::format("cannot read the {} file {}", what, path));
   std::string secret;
   std::getline(in, secret);
   auto end = secret.find_last_not_of(" \t\r\n");
   secret.erase(end == std::string::npos ? 0 : end + 1);
   if (secret.size() < 16)
-    throw std::runtime_error("the cluster secret in " + path + " is shorter than 16 "
-                             "characters (make one: head -c 32 /dev/urandom | base64)");
+    throw std::runtime_error(fmt::format("the {} in {} is shorter than 16 characters (make "
+                                         "one: head -c 32 /dev/urandom | base64)",
+                                         what, path));
   struct stat info {};
   if (stat(path.c_str(), &info) == 0 && (info.st_mode & (S_IRWXG | S_IRWXO)) != 0)
     throw std::runtime_error(
-      fmt::format("the cluster secret file {} is open to other users (mode {:04o}): a "
+      fmt::format("the {} file {} is open to other users (mode {:04o}): a "
                   "secret others can read is no secret; chmod 600 {}",
-                  path, info.st_mode & 07777, path));
+                  what, path, info.st_mode & 07777, path));
   return secret;
 }
 
@@ -161,6 +163,18 @@ bool verify_attach(const std::string& token, uint64_t attach_token, const byte_v
   if (nonce.size() != nonce_bytes)
     return false;
   return same_mac(prove_attach(token, attach_token, nonce, job, rank), mac);
+}
+
+byte_vector prove_tenant(const std::string& secret, const std::string& tenant,
+                         const byte_vector& nonce) {
+  return mac_over(secret, tenant_context, nonce, nullptr, 0, tenant, 0);
+}
+
+bool verify_tenant(const std::string& secret, const std::string& tenant,
+                   const byte_vector& nonce, const byte_vector& mac) {
+  if (nonce.size() != nonce_bytes)
+    return false;
+  return same_mac(prove_tenant(secret, tenant, nonce), mac);
 }
 
 bool verify(const std::string& token, const byte_vector& nonce, const std::string& job,

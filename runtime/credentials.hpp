@@ -24,16 +24,27 @@ std::string make_token();
 /// Whether `token` has the shape make_token gives (says nothing about which job).
 bool well_formed_token(const std::string& token);
 
-/// The cluster secret in `path` (its first line, trimmed). Throws std::runtime_error
-/// naming the file when it cannot be read, is shorter than 16 characters, or is open to
-/// users other than its owner (any group or other permission bit: chmod 600).
-std::string read_secret_file(const std::string& path);
+/// The secret in `path` (its first line, trimmed): the cluster secret, or (`what`) a
+/// tenant's. Throws std::runtime_error naming the file when it cannot be read, is
+/// shorter than 16 characters, or is open to users other than its owner (any group or
+/// other permission bit: chmod 600).
+std::string read_secret_file(const std::string& path,
+                             const std::string& what = "cluster secret");
 
 /// What a peer sends to prove it holds the cluster secret, for `nonce`.
 byte_vector prove_cluster(const std::string& secret, const byte_vector& nonce);
 /// Whether `mac` is that proof. Constant time in the contents of `mac`.
 bool verify_cluster(const std::string& secret, const byte_vector& nonce,
                     const byte_vector& mac);
+
+/// What a shell sends to prove it holds tenant `tenant`'s secret, for the
+/// coordinator's `nonce` (a proof for one tenant is worth nothing for another, nor as a
+/// proof of the cluster secret).
+byte_vector prove_tenant(const std::string& secret, const std::string& tenant,
+                         const byte_vector& nonce);
+/// Whether `mac` is that proof. Constant time in the contents of `mac`.
+bool verify_tenant(const std::string& secret, const std::string& tenant,
+                   const byte_vector& nonce, const byte_vector& mac);
 
 /// A random 64-bit value nobody can predict from earlier ones (attach tokens).
 uint64_t random_u64();

@@ -242,6 +242,14 @@ std::vector<option_def> option_table(node_config& c) {
         "coordinator hears only nodes and shells that prove it; members and rw-shell "
         "give the same file. Empty: the control plane is open to anyone who reaches it",
         c.cluster_secret_file),
+    def("cluster.tenants_file", "--tenants-file",
+        "coordinator: TOML file of tenants (one table each: secret_file, max_jobs, "
+        "max_workers, max_memory_mib; config/examples/tenants.toml). A shell that proves "
+        "a tenant's secret (rw-shell --tenant NAME --tenant-secret-file F) sees and "
+        "controls only that tenant's jobs, named TENANT:NAME, within its quotas; the "
+        "cluster secret stays the operators'. Needs --cluster-secret-file. Empty: no "
+        "tenants",
+        c.tenants_file),
     def("cluster.tls_cert", "--tls-cert",
         "PEM certificate (chain) for TLS on the control plane: with --tls-key and "
         "--tls-ca, every connection between nodes, shells and the coordinator is TLS "

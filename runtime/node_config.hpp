@@ -55,6 +55,7 @@ struct node_config {
   std::string control;                   // the coordinator's middleman HOST:PORT
   bool open_jobs = false;                // a worker's hello may create a job, no token
   std::string cluster_secret_file;       // nodes and shells prove this secret; "" = none
+  std::string tenants_file;              // coordinator: tenants (runtime/tenants.hpp); "" = none
   // TLS on the control plane (CAF's OpenSSL module): PEM files, all three or none.
   std::string tls_cert;                  // this node's certificate (chain)
   std::string tls_key;                   // its private key, chmod 600

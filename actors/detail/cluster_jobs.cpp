@@ -205,6 +205,11 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
     rp.deliver(duplicate(*old));
     return;
   }
+  // Again: another job of the tenant may have been created while links were probed.
+  if (auto err = quota_refusal(st, spec, placement)) {
+    rp.deliver(std::move(err));
+    return;
+  }
   std::string why;
   auto nodes = place_job(st, placement, why);
   if (nodes.empty()) {
@@ -238,6 +243,7 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
   j.report.layout = layout;
   j.report.spec = spec;
   j.report.created_unix_ms = unix_ms();
+  j.report.max_memory = placement.memory;
   j.token = runtime::make_token();
   for (auto* m : nodes)
     j.node_ids.push_back(m->info.id);
@@ -253,6 +259,7 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
                          placement.restore,
                          placement.checkpoint_every,
                          placement.checkpoint_dir};
+  grant.max_memory = placement.memory;
   if (nodes.size() > 1)
     spdlog::info("job placed: job='{}' id={} nodes=[{}] racks=[{}] reduction={} "
                  "ring_version={}; {}",

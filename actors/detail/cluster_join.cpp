@@ -53,6 +53,7 @@ void join_job(cluster_ptr self, uint32_t id, uint32_t node_id,
   kept.push_back(node_id);
   job_grant grant{id, j.report.spec, j.token, next, {}, j.checkpoint_every, j.checkpoint_dir};
   grant.joining = true;
+  grant.max_memory = j.report.max_memory;
   auto name = j.report.name;
   auto node = m.info.name;
   ask_each<ok_atom>(

@@ -127,6 +127,7 @@ void regrant_or_fail(cluster_ptr self, uint32_t node_id, uint32_t id,
   if (m == self->state.nodes.end())
     return; // gone again: its departure fails the job
   job_grant grant{id, j.report.spec, j.token, j.report.layout}; // tensors if created with them
+  grant.max_memory = j.report.max_memory;
   self->request(m->second.link, self->state.settings.node_request_timeout, grant_atom::value,
                 grant)
     .then(

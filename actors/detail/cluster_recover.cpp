@@ -73,6 +73,7 @@ bool restart_from_checkpoint(cluster_ptr self, uint32_t id, uint32_t dead,
   auto new_id = j.report.id;
   job_grant grant{new_id, j.report.spec, j.token, layout, j.restore, j.checkpoint_every,
                   j.checkpoint_dir};
+  grant.max_memory = j.report.max_memory;
   st.by_name[name] = new_id;
   st.jobs.emplace(new_id, std::move(j));
   save_job(self, new_id);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -56,6 +57,14 @@ struct job_entry {
   }
 };
 
+/// A process that proved a secret: the middleman connection it proved it on (its id;
+/// -1 until the first look at the routes), and the tenant it proved ("": the cluster
+/// secret, an operator or a node).
+struct trust {
+  int64_t connection = -1;
+  std::string tenant;
+};
+
 /// One rate probe between two nodes' data planes (or why it failed).
 struct core_probe {
   bool ok = false;
@@ -78,9 +87,9 @@ struct cluster_state {
   std::map<uint32_t, member> nodes;                  // live, by id
   std::map<uint32_t, job_entry> jobs;                // by id: creation order
   std::unordered_map<std::string, uint32_t> by_name; // name -> id
-  // Processes that proved the secret, each with the middleman connection it proved it
-  // on (its id; -1 until the first look at the routes): trust ends with it.
-  std::map<caf::node_id, int64_t> trusted;
+  // Processes that proved the cluster secret or a tenant's: trust ends with the
+  // connection they proved it on.
+  std::map<caf::node_id, trust> trusted;
   std::map<caf::node_id, std::string> challenges; // nonces handed out, by process
   std::map<node_pair, core_probe> probe_cache; // measured, by node pair
   /// Probes under way, by node pair, and who waits for each.
@@ -100,6 +109,33 @@ struct cluster_state {
 using cluster_ptr = cluster_coordinator_actor::stateful_pointer<cluster_state>;
 
 uint64_t unix_ms();
+
+// --- cluster_tenants.cpp ----------------------------------------------------------
+/// Who sent the current message: "" an operator or a node (the cluster secret, this
+/// process, or any process when there is no secret), a tenant's name, or nothing (a
+/// process that proved nothing).
+std::optional<std::string> caller(cluster_ptr self);
+/// (auth_atom, tenant, proof): the sender proves tenant `tenant`'s secret for the nonce
+/// it was given.
+caf::result<ok_atom> on_tenant_proof(cluster_ptr self, const std::string& tenant,
+                                     const std::string& proof);
+/// The refusal of `what` to tenant `tenant` (logged).
+caf::error operators_only(cluster_ptr self, const std::string& tenant, const char* what);
+/// Whether job `job` is in what `tenant` sees ("": everything).
+bool visible_to(const std::string& tenant, const std::string& job);
+/// The registry's name of the job `tenant` calls `name` (a tenant may leave out its
+/// "TENANT:" prefix); unknown_job, naming only the jobs it sees, for one it does not.
+caf::expected<std::string> job_for(cluster_ptr self, const std::string& tenant,
+                                   const std::string& name);
+/// A creation by `tenant` ("": an operator): puts a tenant's job in its namespace, and
+/// refuses what a tenant may not ask (checkpoint paths) and what exceeds the quotas of
+/// the job's tenant (quota_refusal).
+caf::error admit_create(cluster_ptr self, const std::string& tenant, job_spec& spec,
+                        const job_placement& placement);
+/// Why job `spec` (named in its tenant's namespace) exceeds that tenant's quotas with
+/// the live jobs there are (none if it does not, or it is no tenant's).
+caf::error quota_refusal(const cluster_state& st, const job_spec& spec,
+                         const job_placement& placement);
 
 // --- cluster_placement.cpp ---------------------------------------------------------
 /// The live nodes a new job goes to, in ring order (by rack, then name); empty with

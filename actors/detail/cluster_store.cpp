@@ -87,6 +87,18 @@ std::vector<char> encode(const job_report& report) {
   return buf;
 }
 
+// A report written before job_report had `max_memory`: the job has the nodes' limit.
+struct report_before_memory {
+  job_report* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, report_before_memory& r) {
+  auto& x = *r.x;
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
+           x.endpoints, x.layout, x.spec, x.created_unix_ms, x.started_unix_ms,
+           x.ended_unix_ms, x.ranks);
+}
+
 // A spec written before job_spec had `schedule` (hyper-parameter changes): as it was,
 // with no changes.
 struct spec_before_schedule {
@@ -145,6 +157,10 @@ bool decode_as(const void* data, int size, T&& out) {
 
 bool decode(const void* data, int size, job_report& out) {
   if (decode_as(data, size, out))
+    return true;
+  out = job_report{};
+  report_before_memory before_memory{&out};
+  if (decode_as(data, size, before_memory))
     return true;
   out = job_report{};
   report_before_schedule before_schedule{&out};

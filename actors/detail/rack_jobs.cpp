@@ -170,6 +170,7 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
     grant_info{g.job_id, g.spec, g.secret, g.layout, {}, {}, false, 0, {}, g.restore,
                g.checkpoint_every, g.checkpoint_dir};
   st.grants[name].joining = g.joining;
+  st.grants[name].max_memory = g.max_memory;
   if (is_hierarchical(g.layout)) {
     // The top level the rack-aggs take part in: one rank per rack, the job's
     // optimizer (its gradient scale fixed for all the job's workers), chunks homed

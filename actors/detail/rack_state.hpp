@@ -108,6 +108,7 @@ struct grant_info {
   std::string restore; // the checkpoint the job starts from ("": none)
   uint64_t checkpoint_every = 0; // periodic checkpoints (0: none) into checkpoint_dir
   std::string checkpoint_dir;
+  uint64_t max_memory = 0; // the job's memory limit (0: --max-job-mib's)
   /// The node joins the running job (job_grant::joining): until the move's reshape
   /// makes it live here, hellos for it are refused as not yet served.
   bool joining = false;

@@ -19,9 +19,11 @@ class cluster_client final : public cluster_api {
 public:
   /// `sys` must have been configured with actors::register_cluster_types.
   /// Throws shell_error when the node or the coordinator cannot be reached.
-  /// With a `secret`, this process proves the cluster secret to the coordinator.
+  /// With a `secret`, this process proves the cluster secret to the coordinator; with a
+  /// `tenant` too, that tenant's secret (it then sees only the tenant's jobs).
   cluster_client(caf::actor_system& sys, std::string connect,
-                 std::chrono::milliseconds timeout, std::string secret = {});
+                 std::chrono::milliseconds timeout, std::string secret = {},
+                 std::string tenant = {});
   ~cluster_client() override;
 
   std::vector<actors::node_info> nodes() override;

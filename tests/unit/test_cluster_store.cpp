@@ -44,6 +44,7 @@ stored_job make_job(uint32_t id, const std::string& name, const std::string& sta
   r.layout.ring_version = 3 + id;
   r.layout.reduction = "hierarchical";
   r.layout.rank_racks = {0, 0, 1, 1};
+  r.max_memory = (uint64_t{64} + id) << 20;
   r.layout.plan = "auto: hierarchical; link-bound time per GiB";
   r.layout.join_timeout_ms = 20000;
   r.layout.replicas = id % 2;
@@ -79,6 +80,7 @@ void check_same(const stored_job& a, const stored_job& b) {
   CHECK(a.last_checkpoint == b.last_checkpoint);
   CHECK(a.last_checkpoint_clock == b.last_checkpoint_clock);
   CHECK(x.id == y.id);
+  CHECK(x.max_memory == y.max_memory);
   CHECK(x.name == y.name);
   CHECK(x.state == y.state);
   CHECK(x.reason == y.reason);
@@ -312,16 +314,23 @@ typename Inspector::result_type inspect(Inspector& f, old_spec& s) {
   return f(caf::meta::type_name("rw::job_spec"), x.name, x.num_workers, x.chunk_bytes,
            x.optimizer, x.tensors, x.consistency);
 }
+// The era it was written in: before job_layout's replicas, before job_spec's schedule,
+// before job_report's max_memory.
+enum class era { before_replicas, before_schedule, before_memory };
 struct old_report {
   job_report* x;
-  bool layout_before_replicas = true;
+  era when = era::before_replicas;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, old_report& r) {
   auto& x = *r.x;
   old_layout layout{&x.layout};
   old_spec spec{&x.spec};
-  if (r.layout_before_replicas)
+  if (r.when == era::before_memory)
+    return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
+             x.endpoints, x.layout, x.spec, x.created_unix_ms, x.started_unix_ms,
+             x.ended_unix_ms, x.ranks);
+  if (r.when == era::before_replicas)
     return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
              x.endpoints, layout, spec, x.created_unix_ms, x.started_unix_ms,
              x.ended_unix_ms, x.ranks);
@@ -359,6 +368,7 @@ TEST_CASE("a job written before replicas existed is read back without replicas",
   }
   job.report.layout.replicas = 0;
   job.report.spec.schedule.clear();
+  job.report.max_memory = 0;
   store_old(path, old_report{&job.report}); // its report as the older build encoded it
   std::string err;
   auto store = cluster_store::open(path, err);
@@ -383,7 +393,8 @@ TEST_CASE("a job written before hyper-parameter schedules existed is read back w
     REQUIRE(store->save_job(job, 8) == "");
   }
   job.report.spec.schedule.clear();
-  store_old(path, old_report{&job.report, false});
+  job.report.max_memory = 0;
+  store_old(path, old_report{&job.report, era::before_schedule});
   std::string err;
   auto store = cluster_store::open(path, err);
   REQUIRE(store);
@@ -392,5 +403,29 @@ TEST_CASE("a job written before hyper-parameter schedules existed is read back w
   REQUIRE(back.jobs.size() == 1);
   check_same(job, back.jobs[0]);
   CHECK(back.jobs[0].report.layout.replicas == job.report.layout.replicas);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST_CASE("a job written before memory limits existed is read back with the nodes' limit",
+          "[cluster_store]") {
+  auto path = scratch("pre-memory.db");
+  auto job = make_job(9, "older", "running");
+  REQUIRE(job.report.max_memory != 0);
+  {
+    std::string err;
+    auto store = cluster_store::open(path, err);
+    REQUIRE(store);
+    REQUIRE(store->save_job(job, 10) == "");
+  }
+  job.report.max_memory = 0;
+  store_old(path, old_report{&job.report, era::before_memory});
+  std::string err;
+  auto store = cluster_store::open(path, err);
+  REQUIRE(store);
+  stored_registry back;
+  REQUIRE(store->load(back, err));
+  REQUIRE(back.jobs.size() == 1);
+  check_same(job, back.jobs[0]);
+  CHECK(back.jobs[0].report.max_memory == 0);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }

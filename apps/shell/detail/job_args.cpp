@@ -20,7 +20,7 @@ constexpr const char* fn = "rw.job_create";
 constexpr const char* fields =
   "name, workers, consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
   "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, worker_racks, "
-  "join_timeout_ms, restore, checkpoint_every, checkpoint_dir, replicas, tensors";
+  "join_timeout_ms, restore, checkpoint_every, checkpoint_dir, replicas, memory, tensors";
 constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, lars";
 
 [[noreturn]] void refuse(const std::string& what) {
@@ -95,6 +95,31 @@ uint32_t chunk_field(lua_State* L) {
   if (parsed > std::numeric_limits<uint32_t>::max())
     refuse(bad);
   return static_cast<uint32_t>(parsed);
+}
+
+// memory = "512MiB" (or a whole number of bytes): at least 1 MiB.
+uint64_t memory_field(lua_State* L) {
+  auto bad = fmt::format("memory must be a size such as \"512MiB\" or \"2GiB\" (at least "
+                         "1MiB: the node memory the job may take for parameters and optimizer "
+                         "state), got {}",
+                         describe_value(L, -1));
+  uint64_t bytes = 0;
+  if (lua_type(L, -1) == LUA_TNUMBER) {
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
+      refuse(bad);
+    bytes = static_cast<uint64_t>(lua_tointeger(L, -1));
+  } else if (lua_type(L, -1) == LUA_TSTRING) {
+    try {
+      bytes = tools::parse_bytes(lua_tostring(L, -1));
+    } catch (const std::exception&) {
+      refuse(bad);
+    }
+  } else {
+    refuse(bad);
+  }
+  if (bytes < (uint64_t{1} << 20) || bytes > (uint64_t{1} << 50))
+    refuse(bad);
+  return bytes;
 }
 
 // tensors = {{"w", 1024}, {name = "b", elements = 16, has_init = true}, ...}: a list, in
@@ -228,6 +253,8 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
                          "of the ring, which takes over if its home dies), got {}",
                          describe_value(L, -1)));
     req.placement.replicas = static_cast<int32_t>(n);
+  } else if (key == "memory") {
+    req.placement.memory = memory_field(L);
   } else if (key == "tensors") {
     spec.tensors = tensors_field(L);
   } else if (key == "reduction") {

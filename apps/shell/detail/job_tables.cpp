@@ -134,6 +134,7 @@ void push_job(lua_State* L, const actors::job_report& job) {
   push_optimizer(L, job.spec.optimizer);
   lua_setfield(L, -2, "optimizer");
   set(L, "chunk_bytes", uint64_t{job.spec.chunk_bytes});
+  set(L, "memory", job.max_memory); // 0: the nodes' own limit
   lua_createtable(L, static_cast<int>(job.spec.tensors.size()), 0);
   for (size_t i = 0; i < job.spec.tensors.size(); ++i) {
     auto& t = job.spec.tensors[i];
