@@ -109,6 +109,7 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
   if (!secret.empty())
     if (auto why = prove_secret(sys, out.coordinator, secret, tenant, timeout); !why.empty()) {
       out.coordinator = nullptr;
+      out.code = errc::unauthorized;
       out.error = tenant.empty()
                     ? fmt::format("the coordinator at {} did not accept the cluster secret: {}",
                                   out.address, why)

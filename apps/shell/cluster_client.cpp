@@ -26,7 +26,7 @@ struct cluster_client::impl {
   void reach() {
     auto contact = actors::reach_coordinator(sys, connect, timeout, secret, tenant);
     if (!contact.coordinator)
-      throw shell_error(contact.error);
+      throw shell_error(contact.error, contact.code);
     coordinator = std::move(contact.coordinator);
     address = std::move(contact.address);
   }

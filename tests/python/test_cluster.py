@@ -1,6 +1,8 @@
 """Creating and deleting a job from Python, through the coordinator; its token admits
 the workers, a wrong one is refused."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -47,3 +49,42 @@ def test_bad_job_requests(cluster):
     with pytest.raises(rackweave.Error) as e:
         rackweave.create_job("127.0.0.1:1", "bad", workers=1, timeout=2)
     assert e.value.code == "unavailable"
+
+
+def _secret(directory, name, text):
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        f.write(text + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def test_a_tenant_creates_and_deletes_its_own_jobs_only(tmp_path):
+    d = str(tmp_path)
+    cluster_secret = _secret(d, "cluster.secret", "the-cluster-secret-0123456789")
+    vision = _secret(d, "vision.secret", "vision-team-secret-0123456789")
+    speech = _secret(d, "speech.secret", "speech-team-secret-0123456789")
+    tenants = os.path.join(d, "tenants.toml")
+    with open(tenants, "w") as f:
+        f.write("[vision]\nsecret_file = 'vision.secret'\nmax_memory_mib = 16\n"
+                "[speech]\nsecret_file = 'speech.secret'\n")
+    with running_node("--name", "pyt", "--cluster-secret-file", cluster_secret,
+                      "--tenants-file", tenants) as address:
+        with pytest.raises(rackweave.Error) as e:  # its quota wants a memory reservation
+            rackweave.create_job(address, "m", workers=1, tenant="vision", secret_file=vision)
+        assert e.value.code == "invalid_spec" and "memory" in str(e.value)
+        job = rackweave.create_job(address, "m", workers=1, tenant="vision",
+                                   secret_file=vision, memory=8 << 20)
+        assert job["name"] == "vision:m" and job["memory"] == 8 << 20
+        with pytest.raises(rackweave.Error) as e:  # another tenant does not see it
+            rackweave.delete_job(address, "vision:m", tenant="speech", secret_file=speech)
+        assert e.value.code == "unknown_job"
+        with pytest.raises(rackweave.Error) as e:  # a wrong secret is not admitted
+            rackweave.create_job(address, "x", workers=1, tenant="speech", secret_file=vision)
+        assert e.value.code == "unauthorized"
+        with pytest.raises(ValueError, match="secret_file"):
+            rackweave.create_job(address, "x", workers=1, tenant="speech")
+        rackweave.delete_job(address, "m", tenant="vision", secret_file=vision)
+        with pytest.raises(rackweave.Error) as e:
+            rackweave.delete_job(address, "vision:m", secret_file=cluster_secret)
+        assert e.value.code == "unknown_job"
