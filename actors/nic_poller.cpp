@@ -179,9 +179,10 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
   if (it != st.book->bindings.end() && it->second.tcp) { // a fabric connection
     if (auto* f = dynamic_cast<const transports::fabric::connection*>(c.get()))
       spdlog::info("fabric connection done: peer={} job={} rank={}: {} frames sent, {} of "
-                   "them updates written straight into the worker's output buffers",
+                   "them updates written straight into the worker's output buffers, {} "
+                   "waited in the send queue for a slot",
                    c->peer(), it->second.job_id, it->second.rank, f->frames_sent(),
-                   f->placed_sent());
+                   f->placed_sent(), f->queued_frames());
     if (code != errc::ok || it->second.tcp->is_open())
       spdlog::warn("fabric connection closed: peer={} job={} rank={}: {} ({}); closing its "
                    "TCP link too", c->peer(), it->second.job_id, it->second.rank, why,

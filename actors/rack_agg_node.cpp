@@ -269,6 +269,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     es.send_memory = send_caches[n];
     es.numa = s.numa;
     es.io_timeout_ms = static_cast<int>(cfg.io_timeout_ms);
+    es.send_queue_bytes = uint64_t{cfg.send_queue_mib} << 20; // 0: sends wait for credit
     auto fab_ep = std::make_shared<transports::fabric::endpoint>(d, es);
     auto poller = spawn_nic_poller(sys, s, fab_ep, coordinator_, shards_);
     fabric_pollers_.push_back(poller);

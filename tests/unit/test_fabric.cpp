@@ -76,15 +76,19 @@ struct pair_fixture {
   std::shared_ptr<fabric::connection> ab, ba;
   recorder ra, rb;
 
+  /// `a_queue`: the send queue bound of a's connections (0: a's sends wait for credit).
   explicit pair_fixture(uint32_t slots = 8,
-                        fabric::placement placing = fabric::placement::scatter) {
+                        fabric::placement placing = fabric::placement::scatter,
+                        uint64_t a_queue = 0) {
     auto d = fabric::domain::open("tcp", "127.0.0.1");
     fabric::endpoint_settings s;
     s.slots = slots;
     s.pool_bytes = 4u << 20;
     s.max_placement = placing;
     s.io_timeout_ms = 2000;
-    a = std::make_shared<fabric::endpoint>(d, s);
+    auto sa = s;
+    sa.send_queue_bytes = a_queue;
+    a = std::make_shared<fabric::endpoint>(d, sa);
     b = std::make_shared<fabric::endpoint>(fabric::domain::open("tcp", "127.0.0.1"), s);
     ab = a->open("b", 4096);
     ba = b->open("a", 4096);
@@ -255,6 +259,89 @@ TEST_CASE("fabric: a peer that gives no slot back is cut off after the I/O timeo
   CHECK_FALSE(f.ab->send(push_of(2, iov.iov_len), &iov, 1)); // 2 s without a credit
   CHECK_FALSE(f.ab->is_open());
   CHECK_THAT(f.ab->close_reason(), Catch::Contains("gave no slot back"));
+  REQUIRE(f.pump([&] { return f.ra.closed.size() == 1; }));
+  std::lock_guard<std::mutex> guard{f.rb.mtx};
+  f.rb.held.clear();
+}
+
+TEST_CASE("fabric: with a send queue a sender never waits for credit, and order holds",
+          "[fabric]") {
+  pair_fixture f{2, fabric::placement::scatter, 1u << 20};
+  f.rb.keep = true; // no slot goes back until the test says so
+  std::vector<float> grad(64);
+  iovec iov{grad.data(), grad.size() * sizeof(float)};
+  auto t0 = std::chrono::steady_clock::now();
+  for (uint32_t i = 0; i < 10; ++i) {
+    std::fill(grad.begin(), grad.end(), float(i));
+    REQUIRE(f.ab->send(push_of(i, iov.iov_len), &iov, 1)); // 8 of them queue
+  }
+  std::fill(grad.begin(), grad.end(), -1.0f); // the queue holds copies, not this memory
+  frame_header batch[2] = {push_of(10, iov.iov_len), push_of(11, iov.iov_len)};
+  iovec two[2] = {iov, iov};
+  REQUIRE(f.ab->send_batch(batch, two, 2));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1000));
+  CHECK(f.ab->queued_bytes() == 10 * (frame_header_bytes + iov.iov_len));
+  REQUIRE(f.pump([&] { return f.rb.held.size() == 2; }));
+  // Slots come back one by one: every frame arrives, in the order sent.
+  for (int round = 0; round < 12; ++round) {
+    {
+      std::lock_guard<std::mutex> guard{f.rb.mtx};
+      f.rb.held.clear();
+    }
+    f.pump([&] { return f.rb.headers.size() >= 12 || f.rb.held.size() == 2; });
+    std::lock_guard<std::mutex> guard{f.rb.mtx};
+    if (f.rb.headers.size() >= 12)
+      break;
+  }
+  INFO("queued " << f.ab->queued_bytes() << " open " << f.ab->is_open() << " reason "
+                 << f.ab->close_reason());
+  REQUIRE(f.pump([&] { return f.rb.headers.size() == 12; }));
+  std::lock_guard<std::mutex> guard{f.rb.mtx};
+  for (uint32_t i = 0; i < 12; ++i) {
+    CHECK(f.rb.headers[i].chunk_index == i);
+    CHECK(f.rb.payloads[i].front() == (i < 10 ? float(i) : -1.0f));
+  }
+  CHECK(f.ab->is_open());
+  CHECK(f.ab->queued_bytes() == 0);
+  f.rb.held.clear();
+}
+
+TEST_CASE("fabric: a send queue over its bound cuts the peer off, not the sender",
+          "[fabric]") {
+  pair_fixture f{2, fabric::placement::scatter, 4096};
+  f.rb.keep = true;
+  std::vector<float> grad(256, 1.0f); // 1 KiB frames
+  iovec iov{grad.data(), grad.size() * sizeof(float)};
+  bool refused = false;
+  for (uint32_t i = 0; i < 8 && !refused; ++i)
+    refused = !f.ab->send(push_of(i, iov.iov_len), &iov, 1);
+  CHECK(refused);
+  CHECK_FALSE(f.ab->is_open());
+  CHECK_THAT(f.ab->close_reason(),
+             Catch::Contains("the peer is not reading") && Catch::Contains("--send-queue-mib"));
+  REQUIRE(f.pump([&] { return f.ra.closed.size() == 1; }));
+  std::lock_guard<std::mutex> guard{f.rb.mtx};
+  f.rb.held.clear();
+}
+
+TEST_CASE("fabric: a send queue no credit moves for the I/O timeout cuts the peer off",
+          "[fabric]") {
+  pair_fixture f{2, fabric::placement::scatter, 1u << 20};
+  f.rb.keep = true;
+  std::vector<float> grad(16, 1.0f);
+  iovec iov{grad.data(), grad.size() * sizeof(float)};
+  for (uint32_t i = 0; i < 3; ++i)
+    REQUIRE(f.ab->send(push_of(i, iov.iov_len), &iov, 1)); // the third waits
+  // The endpoint's thread cuts it off after 2 s (io_timeout_ms); nobody waited meanwhile.
+  auto closed = [&] {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+    while (f.ab->is_open() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return !f.ab->is_open();
+  };
+  REQUIRE(closed());
+  CHECK_THAT(f.ab->close_reason(), Catch::Contains("gave no slot back for 2000 ms")
+                                     && Catch::Contains("stopped reading"));
   REQUIRE(f.pump([&] { return f.ra.closed.size() == 1; }));
   std::lock_guard<std::mutex> guard{f.rb.mtx};
   f.rb.held.clear();

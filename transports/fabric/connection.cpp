@@ -22,7 +22,8 @@ constexpr int bounced = -2;   // post() completed the frame itself (bounce buffe
 } // namespace
 
 connection::connection(std::shared_ptr<core> c, std::string peer, uint32_t slot_bytes,
-                       std::unique_ptr<slot_pool::window> slots, int io_timeout_ms)
+                       std::unique_ptr<slot_pool::window> slots, int io_timeout_ms,
+                       uint64_t send_queue_bytes)
   : core_(std::move(c)),
     peer_(std::move(peer)),
     io_timeout_ms_(io_timeout_ms),
@@ -31,6 +32,7 @@ connection::connection(std::shared_ptr<core> c, std::string peer, uint32_t slot_
                                                          max_slots))),
     slots_(std::move(slots)),
     occupied_(new std::atomic<bool>[slot_count_]) {
+  send_queue_bytes_ = send_queue_bytes;
   for (uint32_t i = 0; i < slot_count_; ++i)
     occupied_[i].store(false);
 }
@@ -375,27 +377,152 @@ bool connection::wait(int op) {
 }
 
 bool connection::send(const frame_header& h, const iovec* payload, int count) {
-  auto op = post(h, payload, count);
+  if (send_queue_bytes_ == 0) {
+    auto op = post(h, payload, count);
+    return op != -1 && wait(op);
+  }
+  int op = -1;
+  {
+    std::lock_guard<std::mutex> guard{post_mtx_};
+    if (!is_open() || !bound_)
+      return false;
+    drain_queue();
+    if (!queue_.empty() || !credit_free())
+      return enqueue(h, payload, count);
+    op = post(h, payload, count);
+  }
   return op != -1 && wait(op);
 }
 
 bool connection::send_batch(const frame_header* headers, const iovec* payloads, int n) {
   // Every write in flight at once, then their completions: the window is the peer's
-  // slots, not one frame.
+  // slots, not one frame. With a send queue, what finds no credit waits there.
   std::vector<int> ops;
   ops.reserve(n);
   bool ok = true;
-  for (int i = 0; i < n && ok; ++i) {
-    int count = payloads[i].iov_len > 0 ? 1 : 0;
-    auto op = post(headers[i], &payloads[i], count);
-    if (op == -1)
-      ok = false;
-    else
-      ops.push_back(op);
+  {
+    std::unique_lock<std::mutex> lock{post_mtx_, std::defer_lock};
+    if (send_queue_bytes_ > 0) {
+      lock.lock();
+      drain_queue();
+    }
+    for (int i = 0; i < n && ok; ++i) {
+      int count = payloads[i].iov_len > 0 ? 1 : 0;
+      if (send_queue_bytes_ > 0 && (!queue_.empty() || !credit_free())) {
+        ok = enqueue(headers[i], &payloads[i], count);
+        continue;
+      }
+      auto op = post(headers[i], &payloads[i], count);
+      if (op == -1)
+        ok = false;
+      else
+        ops.push_back(op);
+    }
   }
   for (auto op : ops)
     ok = wait(op) && ok;
   return ok;
+}
+
+bool connection::credit_free() {
+  std::lock_guard<std::mutex> guard{credit_mtx_};
+  return !credits_.empty();
+}
+
+bool connection::enqueue(const frame_header& h, const iovec* payload, int count) {
+  size_t total = 0;
+  for (int i = 0; i < count; ++i)
+    total += payload[i].iov_len;
+  if (queue_.empty())
+    queue_moved_ = clock_type::now(); // the stall clock starts with the first frame
+  if (queue_bytes_ + frame_header_bytes + total > send_queue_bytes_) {
+    fail(errc::timeout,
+         fmt::format("the peer is not reading: {} bytes wait for its slots, and a {}-byte "
+                     "frame would pass the {} MiB bound (--send-queue-mib)",
+                     queue_bytes_, frame_header_bytes + total, send_queue_bytes_ >> 20));
+    return false;
+  }
+  queued_frame f;
+  f.h = h;
+  f.payload.resize(total);
+  size_t at = 0;
+  for (int i = 0; i < count; ++i) {
+    std::memcpy(f.payload.data() + at, payload[i].iov_base, payload[i].iov_len);
+    at += payload[i].iov_len;
+  }
+  queue_bytes_ += frame_header_bytes + total;
+  queued_now_.store(queue_bytes_, std::memory_order_relaxed);
+  queue_.push_back(std::move(f));
+  queued_frames_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool connection::try_finish(int op) {
+  auto first = paired_[op];
+  auto s = ops_[op].state.load(std::memory_order_acquire);
+  if (s == tx_op::pending)
+    return false;
+  if (first >= 0 && ops_[first].state.load(std::memory_order_acquire) == tx_op::pending)
+    return false;
+  int failed = s < 0 ? s : 0;
+  for (auto o : {op, first}) {
+    if (o < 0)
+      continue;
+    auto st = ops_[o].state.load(std::memory_order_acquire);
+    if (st < 0)
+      failed = st;
+    ops_[o].state.store(tx_op::idle);
+    std::lock_guard<std::mutex> guard{credit_mtx_};
+    free_ops_.push_back(o);
+  }
+  if (failed < 0)
+    fail(errc::io_error, fmt::format("an RMA write to the peer failed: {}", fi_error_text(failed)));
+  return true;
+}
+
+void connection::drain_queue() {
+  // Copies whose writes completed are free.
+  copies_.erase(std::remove_if(copies_.begin(), copies_.end(),
+                               [&](auto& c) { return try_finish(c.first); }),
+                copies_.end());
+  while (!queue_.empty() && is_open() && credit_free()) {
+    auto& f = queue_.front();
+    iovec iov{f.payload.data(), f.payload.size()};
+    auto op = post(f.h, &iov, f.payload.empty() ? 0 : 1);
+    if (op == -1)
+      return; // closed, with the reason
+    queue_bytes_ -= frame_header_bytes + f.payload.size();
+    queued_now_.store(queue_bytes_, std::memory_order_relaxed);
+    queue_moved_ = clock_type::now();
+    if (op != bounced) // the write reads the copy until it completes
+      copies_.emplace_back(op, std::move(f.payload));
+    queue_.pop_front();
+  }
+}
+
+bool connection::flush_queue() {
+  if (send_queue_bytes_ == 0)
+    return false;
+  std::unique_lock<std::mutex> lock{post_mtx_, std::try_to_lock};
+  if (!lock.owns_lock())
+    return true; // a sender posts meanwhile; the next round looks again
+  drain_queue();
+  if (!queue_.empty() && is_open()
+      && clock_type::now() - queue_moved_ > std::chrono::milliseconds(io_timeout_ms_))
+    fail(errc::timeout,
+         fmt::format("the peer gave no slot back for {} ms while {} bytes waited for one (all "
+                     "{} were in use: it stopped reading)",
+                     io_timeout_ms_, queue_bytes_, peer_slot_count_));
+  if (!is_open()) {
+    queue_.clear();
+    queue_bytes_ = 0;
+    queued_now_.store(0, std::memory_order_relaxed);
+  }
+  return !queue_.empty() || !copies_.empty();
+}
+
+uint64_t connection::queued_bytes() const {
+  return queued_now_.load(std::memory_order_relaxed);
 }
 
 bool connection::idle() const noexcept {

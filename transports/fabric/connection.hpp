@@ -13,6 +13,15 @@
 // waits at most the I/O timeout, then the connection is closed: a fast peer cannot
 // overrun a slow one, and a peer that stops giving slots back is cut off.
 //
+// Send queue (a node's connections: endpoint_settings::send_queue_bytes > 0): a sender
+// never waits for credit. A frame that finds no credit, or frames queued before it, is
+// copied into the connection's queue, in order, and send returns at once; the
+// endpoint's thread posts queued frames as credits come back (flush_queue) and frees
+// each copy when its write completes. A queue over its bound, or one that no credit
+// has moved for the I/O timeout, cuts the peer off: one worker that stops reading
+// stalls nobody else. A frame with credit still waits for its own write's local
+// completion (the provider's progress, not the peer's reading).
+//
 // Results in place: a worker names, per tensor, the output buffer of its operation
 // (place_results: registered once through the cache, told to the node in a `place`
 // frame). The node then writes each update's payload straight into that buffer and
@@ -21,6 +30,7 @@
 // the buffer's bounds; subscriptions' updates still travel through slots.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -47,7 +57,8 @@ public:
   /// Not bound yet: this side's slots (`slot_bytes` each, header included) are the
   /// window lent from the endpoint's receive pool. Use endpoint::open.
   connection(std::shared_ptr<core> c, std::string peer, uint32_t slot_bytes,
-             std::unique_ptr<slot_pool::window> slots, int io_timeout_ms);
+             std::unique_ptr<slot_pool::window> slots, int io_timeout_ms,
+             uint64_t send_queue_bytes = 0);
   ~connection() override;
 
   /// What this side offers the peer (FabricOffer).
@@ -105,10 +116,20 @@ public:
   uint64_t placed_sent() const noexcept {
     return placed_sent_.load(std::memory_order_relaxed);
   }
+  /// Frames that found no credit and waited in the send queue.
+  uint64_t queued_frames() const noexcept {
+    return queued_frames_.load(std::memory_order_relaxed);
+  }
   /// The peer gave back slot `s` of its own; false if it was not out.
   bool credit(uint32_t s) noexcept;
   /// No write of this side is in flight: the connection may leave the table.
   bool idle() const noexcept;
+  /// Send queue (the endpoint's thread): posts queued frames while credits last, frees
+  /// the copies of writes that completed, and cuts the peer off when the queue has not
+  /// moved for the I/O timeout. Returns whether frames still wait.
+  bool flush_queue();
+  /// Bytes waiting in the send queue.
+  uint64_t queued_bytes() const;
 
   bool adopted = false;                 // endpoint thread: its frames are delivered
   bool reported = false;                // endpoint thread: its close was reported
@@ -139,6 +160,15 @@ private:
   /// for its tensor and the chunk fits in it.
   bool target_of(const frame_header& h, uint64_t bytes, fi_rma_iov& out);
   bool wait(int op);
+  /// Whether op `op` (and the header write paired with it) has completed: then it is
+  /// free again (a failed write closes the connection). Never waits.
+  bool try_finish(int op);
+  bool credit_free();
+  /// Copies a frame to the back of the queue; false (the connection cut off) over the
+  /// bound. Holds post_mtx_.
+  bool enqueue(const frame_header& h, const iovec* payload, int count);
+  /// Posts queued frames while credits last and reaps completed copies. Holds post_mtx_.
+  void drain_queue();
 
   std::shared_ptr<core> core_;
   std::string peer_;
@@ -176,7 +206,22 @@ private:
   std::vector<local_place> local_places_;   // by tensor: where this side wants results
   std::vector<remote_place> remote_places_; // by tensor: where the peer wants them
 
+  // The send queue (send_queue_bytes_ > 0). post_mtx_ orders posts: whoever posts
+  // holds it from taking a credit to issuing the write.
+  struct queued_frame {
+    frame_header h;
+    std::vector<std::byte> payload;
+  };
+  uint64_t send_queue_bytes_ = 0;
+  std::mutex post_mtx_;
+  std::deque<queued_frame> queue_;
+  uint64_t queue_bytes_ = 0;           // in queue_
+  std::atomic<uint64_t> queued_now_{0}; // queue_bytes_, for readers without the lock
+  std::vector<std::pair<int, std::vector<std::byte>>> copies_; // ops in flight, their copy
+  std::chrono::steady_clock::time_point queue_moved_{}; // last post from the queue
+
   std::atomic<uint64_t> sent_{0};
+  std::atomic<uint64_t> queued_frames_{0};
   std::atomic<uint64_t> placed_sent_{0};
   std::atomic<bool> open_{true};
   mutable std::mutex why_mtx_;

@@ -109,7 +109,8 @@ std::shared_ptr<connection> endpoint::open(const std::string& peer, uint32_t max
   auto want = wanted_slots(settings_, bytes);
   auto window = pool_->lend(bytes, std::min(want, min_slots), want);
   auto c = std::make_shared<connection>(core_, peer, static_cast<uint32_t>(bytes),
-                                        std::move(window), settings_.io_timeout_ms);
+                                        std::move(window), settings_.io_timeout_ms,
+                                        settings_.send_queue_bytes);
   c->index_ = core_->add(c);
   return c;
 }
@@ -214,6 +215,26 @@ void endpoint::on_credit(uint64_t imm) {
   if (!c->credit(imm_slot(imm)))
     c->fail(errc::bad_frame,
             fmt::format("the peer gave back slot {} it had not been sent", imm_slot(imm)));
+  else if (c->queued_bytes() > 0)
+    c->flush_queue(); // frames waited for this credit
+}
+
+void endpoint::flush_queues() {
+  if (settings_.send_queue_bytes == 0)
+    return;
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_flush_)
+    return;
+  next_flush_ = now + std::chrono::milliseconds(10);
+  std::vector<std::shared_ptr<connection>> open;
+  {
+    std::lock_guard<std::mutex> guard{core_->table_mtx};
+    for (auto& c : core_->conns)
+      if (c && c->is_open())
+        open.push_back(c);
+  }
+  for (auto& c : open)
+    c->flush_queue();
 }
 
 int endpoint::drain(int timeout_ms, frame_sink& sink) {
@@ -310,6 +331,7 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
   }
   handled += drain(handled > 0 ? 0 : timeout_ms, sink);
   core_->progress_tx();
+  flush_queues();
   sweep(sink);
   return handled;
 }

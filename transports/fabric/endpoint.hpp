@@ -43,6 +43,9 @@ struct endpoint_settings {
   /// (core::make_send_cache; null: the endpoint's own).
   std::shared_ptr<registration_cache> send_memory;
   int io_timeout_ms = defaults::io_timeout_ms;
+  /// Each connection's send queue bound (connection.hpp, "Send queue"): a node's sends
+  /// never wait for a peer's credit. 0: a sender waits for credit (a worker's endpoint).
+  uint64_t send_queue_bytes = 0;
 };
 
 /// Slot bytes (header included, 64-byte multiple) for frames of up to `max_payload`.
@@ -113,6 +116,10 @@ private:
   std::chrono::steady_clock::time_point bad_imm_logged_{}; // rate-limits their log line
   uint64_t swept_epoch_ = 0;
   bool pending_removal_ = false;
+  /// Send queues: every connection's is flushed (and its stall checked) this often,
+  /// besides when a credit comes back.
+  std::chrono::steady_clock::time_point next_flush_{};
+  void flush_queues();
 };
 
 } // namespace rw::transports::fabric
