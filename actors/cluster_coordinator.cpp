@@ -13,6 +13,20 @@ namespace rw::actors {
 
 namespace detail {
 
+caf::expected<std::pair<caf::node_id, runtime::byte_vector>> take_challenge(cluster_ptr self) {
+  auto& st = self->state;
+  auto& sender = self->current_sender();
+  if (!sender)
+    return cluster_error(errc::unauthorized, "an anonymous sender cannot prove a secret");
+  auto it = st.challenges.find(sender->node());
+  if (it == st.challenges.end())
+    return cluster_error(errc::unauthorized, "a proof without a challenge: ask (auth) first");
+  auto* p = reinterpret_cast<const std::byte*>(it->second.data());
+  std::pair<caf::node_id, runtime::byte_vector> out{it->first, {p, p + it->second.size()}};
+  st.challenges.erase(it);
+  return out;
+}
+
 uint64_t unix_ms() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
@@ -107,15 +121,10 @@ void on_connections(cluster_ptr self, const std::vector<caf::node_id>& nodes,
 
 caf::result<ok_atom> on_proof(cluster_ptr self, const std::string& proof) {
   auto& st = self->state;
-  auto& sender = self->current_sender();
-  if (!sender)
-    return cluster_error(errc::unauthorized, "an anonymous sender cannot prove the secret");
-  auto node = sender->node();
-  auto it = st.challenges.find(node);
-  if (it == st.challenges.end())
-    return cluster_error(errc::unauthorized, "a proof without a challenge: ask (auth) first");
-  auto nonce = bytes_of(it->second);
-  st.challenges.erase(it);
+  auto challenge = take_challenge(self);
+  if (!challenge)
+    return std::move(challenge.error());
+  auto& [node, nonce] = *challenge;
   if (st.settings.secret.empty()
       || runtime::verify_cluster(st.settings.secret, nonce, bytes_of(proof))) {
     st.trusted[node] = trust{};

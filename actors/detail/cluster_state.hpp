@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "actors/cluster_coordinator.hpp"
+#include "runtime/credentials.hpp"
 
 namespace rw::actors::detail {
 
@@ -109,6 +110,11 @@ struct cluster_state {
 using cluster_ptr = cluster_coordinator_actor::stateful_pointer<cluster_state>;
 
 uint64_t unix_ms();
+
+// --- cluster_coordinator.cpp -------------------------------------------------------
+/// Takes the nonce handed to the current message's sender (auth_atom): it answers one
+/// proof. unauthorized for an anonymous sender or one never challenged.
+caf::expected<std::pair<caf::node_id, runtime::byte_vector>> take_challenge(cluster_ptr self);
 
 // --- cluster_tenants.cpp ----------------------------------------------------------
 /// Who sent the current message: "" an operator or a node (the cluster secret, this

@@ -55,16 +55,10 @@ std::optional<std::string> caller(cluster_ptr self) {
 caf::result<ok_atom> on_tenant_proof(cluster_ptr self, const std::string& tenant,
                                      const std::string& proof) {
   auto& st = self->state;
-  auto& sender = self->current_sender();
-  if (!sender)
-    return cluster_error(errc::unauthorized, "an anonymous sender cannot prove a tenant");
-  auto node = sender->node();
-  auto c = st.challenges.find(node);
-  if (c == st.challenges.end())
-    return cluster_error(errc::unauthorized, "a proof without a challenge: ask (auth) first");
-  auto* p = reinterpret_cast<const std::byte*>(c->second.data());
-  runtime::byte_vector nonce(p, p + c->second.size());
-  st.challenges.erase(c);
+  auto challenge = take_challenge(self);
+  if (!challenge)
+    return std::move(challenge.error());
+  auto& [node, nonce] = *challenge;
   if (st.settings.tenants.empty())
     return cluster_error(errc::unauthorized,
                          "this cluster has no tenants (the coordinator has no "

@@ -354,28 +354,36 @@ void store_old(const std::string& path, old_report old) {
   sqlite3_close(db);
 }
 
-} // namespace
-
-TEST_CASE("a job written before replicas existed is read back without replicas",
-          "[cluster_store]") {
-  auto path = scratch("pre-replicas.db");
-  auto job = make_job(5, "older", "running");
+// Saves `job` (as this build writes it), replaces its report with `old`'s encoding (as
+// an older build wrote it) and reads the registry back.
+stored_registry read_back_as_old(const std::string& path, stored_job& job, old_report old) {
   {
     std::string err;
     auto store = cluster_store::open(path, err);
     REQUIRE(store);
-    REQUIRE(store->save_job(job, 6) == "");
+    REQUIRE(store->save_job(job, job.report.id + 1) == "");
   }
-  job.report.layout.replicas = 0;
-  job.report.spec.schedule.clear();
-  job.report.max_memory = 0;
-  store_old(path, old_report{&job.report}); // its report as the older build encoded it
+  store_old(path, old);
   std::string err;
   auto store = cluster_store::open(path, err);
   REQUIRE(store);
   stored_registry back;
   REQUIRE(store->load(back, err));
   REQUIRE(back.jobs.size() == 1);
+  return back;
+}
+
+} // namespace
+
+TEST_CASE("a job written before replicas existed is read back without replicas",
+          "[cluster_store]") {
+  auto path = scratch("pre-replicas.db");
+  auto job = make_job(5, "older", "running");
+  auto saved = job;
+  job.report.layout.replicas = 0; // what the older build knew of it
+  job.report.spec.schedule.clear();
+  job.report.max_memory = 0;
+  auto back = read_back_as_old(path, saved, old_report{&job.report});
   check_same(job, back.jobs[0]);
   CHECK(back.jobs[0].report.layout.replicas == 0);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
@@ -386,21 +394,10 @@ TEST_CASE("a job written before hyper-parameter schedules existed is read back w
   auto path = scratch("pre-schedule.db");
   auto job = make_job(7, "older", "running"); // odd: it has a schedule
   REQUIRE(!job.report.spec.schedule.empty());
-  {
-    std::string err;
-    auto store = cluster_store::open(path, err);
-    REQUIRE(store);
-    REQUIRE(store->save_job(job, 8) == "");
-  }
+  auto saved = job;
   job.report.spec.schedule.clear();
   job.report.max_memory = 0;
-  store_old(path, old_report{&job.report, era::before_schedule});
-  std::string err;
-  auto store = cluster_store::open(path, err);
-  REQUIRE(store);
-  stored_registry back;
-  REQUIRE(store->load(back, err));
-  REQUIRE(back.jobs.size() == 1);
+  auto back = read_back_as_old(path, saved, old_report{&job.report, era::before_schedule});
   check_same(job, back.jobs[0]);
   CHECK(back.jobs[0].report.layout.replicas == job.report.layout.replicas);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
@@ -411,20 +408,9 @@ TEST_CASE("a job written before memory limits existed is read back with the node
   auto path = scratch("pre-memory.db");
   auto job = make_job(9, "older", "running");
   REQUIRE(job.report.max_memory != 0);
-  {
-    std::string err;
-    auto store = cluster_store::open(path, err);
-    REQUIRE(store);
-    REQUIRE(store->save_job(job, 10) == "");
-  }
+  auto saved = job;
   job.report.max_memory = 0;
-  store_old(path, old_report{&job.report, era::before_memory});
-  std::string err;
-  auto store = cluster_store::open(path, err);
-  REQUIRE(store);
-  stored_registry back;
-  REQUIRE(store->load(back, err));
-  REQUIRE(back.jobs.size() == 1);
+  auto back = read_back_as_old(path, saved, old_report{&job.report, era::before_memory});
   check_same(job, back.jobs[0]);
   CHECK(back.jobs[0].report.max_memory == 0);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());

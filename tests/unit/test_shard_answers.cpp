@@ -8,43 +8,14 @@
 #include <catch2/catch.hpp>
 
 #include "actors/detail/shard_answers.hpp"
+#include "tests/unit/recording_connection.hpp"
 
 using rw::actors::detail::shard_answers;
 using rw::transports::frame_header;
 
 namespace {
 
-// A connection that records each write: the chunks of its frames and their payloads.
-class recording final : public rw::transports::connection {
-public:
-  bool send(const frame_header& h, const iovec* payload, int count) override {
-    writes.push_back({{h.chunk_index}, {count > 0 ? payload[0].iov_base : nullptr}});
-    return true;
-  }
-  bool send_batch(const frame_header* headers, const iovec* payloads, int n) override {
-    write w;
-    for (int i = 0; i < n; ++i) {
-      w.chunks.push_back(headers[i].chunk_index);
-      w.payloads.push_back(payloads[i].iov_base);
-    }
-    writes.push_back(w);
-    return true;
-  }
-  void close() override {
-  }
-  bool is_open() const noexcept override {
-    return true;
-  }
-  const std::string& peer() const noexcept override {
-    return name;
-  }
-  struct write {
-    std::vector<uint32_t> chunks;
-    std::vector<void*> payloads;
-  };
-  std::vector<write> writes;
-  std::string name = "recording";
-};
+using rw::testing::recording;
 
 frame_header chunk(uint32_t c) {
   frame_header h;

@@ -7,8 +7,6 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -17,51 +15,14 @@
 #include "actors/chunk_shard.hpp"
 #include "runtime/buffer_pool.hpp"
 #include "runtime/chunking.hpp"
+#include "tests/unit/recording_connection.hpp"
 
 using namespace rw;
 using namespace rw::actors;
 
 namespace {
 
-// Records the chunk of every answer, in the order written (the shard's thread writes).
-class recording final : public transports::connection {
-public:
-  bool send(const transports::frame_header& h, const iovec*, int) override {
-    std::lock_guard<std::mutex> guard{mtx};
-    chunks.push_back(h.chunk_index);
-    return true;
-  }
-  bool send_batch(const transports::frame_header* headers, const iovec*, int n) override {
-    std::lock_guard<std::mutex> guard{mtx};
-    for (int i = 0; i < n; ++i)
-      chunks.push_back(headers[i].chunk_index);
-    return true;
-  }
-  void close() override {
-  }
-  bool is_open() const noexcept override {
-    return true;
-  }
-  const std::string& peer() const noexcept override {
-    return name;
-  }
-  std::vector<uint32_t> answered(size_t n) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < until) {
-      {
-        std::lock_guard<std::mutex> guard{mtx};
-        if (chunks.size() >= n)
-          return chunks;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    std::lock_guard<std::mutex> guard{mtx};
-    return chunks;
-  }
-  std::mutex mtx;
-  std::vector<uint32_t> chunks;
-  std::string name = "recording";
-};
+using testing::recording;
 
 // Three workers of an async job, each pushing its own chunk of "w" (4 floats each) at
 // clocks 5, 1 and 3, in one batch as a poller's round delivers them; returns the chunks
@@ -98,7 +59,7 @@ std::vector<uint32_t> serve_batch(bool priority) {
       batch.push_back(chunk_push{9, rank, 0, rank, clocks[rank], true, std::move(b), conn});
     }
     caf::anon_send(shard, push_atom::value, std::move(batch));
-    order = conn->answered(3);
+    order = conn->chunks(3);
   }
   self->send_exit(shard, caf::exit_reason::user_shutdown);
   self->wait_for(shard);
