@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include <caf/intrusive_ptr.hpp>
 
@@ -34,12 +35,26 @@ public:
   /// Bytes of payload currently held (set by the receiver).
   size_t size = 0;
 
+  /// Counts `bytes` against `account` until the last reference to this payload goes
+  /// (what one peer's frames hold at the shards: a poller's backpressure). Set by the
+  /// receiver before it hands the payload on.
+  void charge(std::shared_ptr<std::atomic<int64_t>> account, int64_t bytes) noexcept {
+    account->fetch_add(bytes, std::memory_order_relaxed);
+    account_ = std::move(account);
+    charged_ = bytes;
+  }
+
   friend void intrusive_ptr_add_ref(payload* p) noexcept {
     p->refs_.fetch_add(1, std::memory_order_relaxed);
   }
   friend void intrusive_ptr_release(payload* p) noexcept {
-    if (p->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    if (p->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (p->account_) {
+        p->account_->fetch_sub(p->charged_, std::memory_order_relaxed);
+        p->account_.reset();
+      }
       p->recycle();
+    }
   }
 
 protected:
@@ -55,6 +70,8 @@ private:
   size_t capacity_;
   bool writable_;
   std::atomic<uint32_t> refs_{0};
+  std::shared_ptr<std::atomic<int64_t>> account_; // charge(): released with the payload
+  int64_t charged_ = 0;
 };
 
 using buffer_ref = caf::intrusive_ptr<payload>;

@@ -90,6 +90,13 @@ public:
     return true;
   }
 
+  /// Backpressure from the receiver: while paused, take no more frames from this peer
+  /// (any thread). Transports whose peers cannot send more than the receiver gave
+  /// room for (fabric credits, shared-memory rings) ignore it, as do client sides.
+  virtual void pause_reading(bool paused) {
+    (void)paused;
+  }
+
   /// Sends `n` frames, frame i being headers[i] and the one piece payloads[i] (an empty
   /// piece for none), as one write where the backend can. Same guarantees as send.
   virtual bool send_batch(const frame_header* headers, const iovec* payloads, int n);

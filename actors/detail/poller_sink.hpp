@@ -4,6 +4,8 @@
 // poller_admission.cpp (hello, attach, the welcome, adopting shared memory) and
 // poller_probe.cpp (another node's rate probe: bytes taken and discarded).
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -29,6 +31,11 @@ struct binding {
     b.shard_rank = rank;
     b.routes = std::move(routes);
     b.chunk_bytes = chunk_bytes;
+    // Four steps of its pushes to this node: a worker in step holds at most one (BSP
+    // holds a push until the ranks before it have summed; SSP and async hold none).
+    const auto chunks = b.routes->local_chunks() + b.routes->replica_chunks();
+    b.held_limit = std::max<int64_t>(int64_t{64} << 20,
+                                     4 * static_cast<int64_t>(chunks) * chunk_bytes);
     return b;
   }
 
@@ -47,6 +54,15 @@ struct binding {
   transports::connection_ptr fabric; // the worker's fabric connection (TCP connections)
   transports::connection_ptr tcp;    // a fabric connection's TCP link (fabric poller)
   bool single_home = true;           // the job's chunks all live here (shm, fabric)
+  /// Backpressure: the bytes of this peer's pushes the shards hold (each buffer counts
+  /// until released), and the most they may; past it the poller stops reading the peer
+  /// until they are back under half (TCP; fabric credits and shm rings bound the
+  /// others already).
+  std::shared_ptr<std::atomic<int64_t>> held = std::make_shared<std::atomic<int64_t>>(0);
+  int64_t held_limit = int64_t{64} << 20;
+  bool paused = false;
+  uint64_t pauses = 0;
+  std::chrono::steady_clock::time_point paused_at{};
   std::vector<std::byte> nonce;     // challenged: the nonce sent
   transports::hello_msg hello;      // challenged: the hello the proof is for
 };
@@ -75,6 +91,8 @@ struct poller_book {
   std::unordered_map<uint64_t, uint64_t> probes;
   std::unique_ptr<std::byte[]> probe_scratch;
   uint32_t incarnation = 0; // pollers that have held this book before the current one
+  /// Connections whose reading is paused (backpressure).
+  std::vector<transports::connection_ptr> paused;
 };
 
 struct poller_state {
@@ -104,6 +122,10 @@ using poller_ptr = nic_poller_actor::stateful_pointer<poller_state>;
 /// receive buffer pools give their memory back (the start's pool down to its
 /// preallocated size, other sizes' pools entirely) and the poller logs how much.
 void release_idle_buffers(poller_ptr self);
+
+/// Connections paused for backpressure whose pushes the shards have mostly released
+/// (held below half the limit) read again; the ones that left are forgotten.
+void resume_reading(poller_ptr self);
 
 class poller_sink final : public transports::frame_sink {
 public:

@@ -41,7 +41,7 @@ done
 [[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || { echo "run.sh: --seconds takes a whole number > 0" >&2; exit 2; }
 
 all=(fuzz_frame_header fuzz_hello fuzz_welcome fuzz_challenge fuzz_proof fuzz_error
-     fuzz_located fuzz_reroute fuzz_hyper fuzz_fabric_offer fuzz_fabric_place fuzz_sparse
+     fuzz_attach fuzz_located fuzz_reroute fuzz_hyper fuzz_fabric_offer fuzz_fabric_place fuzz_sparse
      fuzz_node_config fuzz_shell_args)
 ((${#targets[@]})) || targets=("${all[@]}")
 

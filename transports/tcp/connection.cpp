@@ -205,7 +205,7 @@ bool connection::write_or_queue(iovec* iov, int n) {
   if (queue_.empty()) {
     last_progress_ = clock::now();
     if (policy_.waker)
-      policy_.waker->watch_writable(fd_, true);
+      policy_.waker->watch(fd_, !paused_, true);
   }
   queue_.append(iov, n);
   return true;
@@ -218,7 +218,7 @@ bool connection::flush_queue() {
   if (sent > 0)
     last_progress_ = clock::now();
   if (queue_.empty() && policy_.waker)
-    policy_.waker->watch_writable(fd_, false);
+    policy_.waker->watch(fd_, !paused_, false);
   return true;
 }
 
@@ -238,10 +238,23 @@ void connection::write_ready() {
   std::lock_guard<std::mutex> guard{send_mtx_};
   if (write_failed_ || queue_.empty()) {
     if (policy_.waker)
-      policy_.waker->watch_writable(fd_, false);
+      policy_.waker->watch(fd_, !paused_, false);
     return;
   }
   flush_queue();
+}
+
+void connection::pause_reading(bool paused) {
+  if (!policy_.waker)
+    return; // a client's connection: its reader is its own thread
+  std::lock_guard<std::mutex> guard{send_mtx_};
+  if (paused_ == paused)
+    return;
+  paused_ = paused;
+  reading_paused_.store(paused, std::memory_order_release);
+  policy_.waker->watch(fd_, !paused, !queue_.empty() && !write_failed_);
+  if (!paused)
+    policy_.waker->kick(fd_); // a frame read before the pause waits for no event
 }
 
 bool connection::check_stalled(clock::time_point now) {
@@ -281,6 +294,8 @@ bool connection::read_ready(frame_sink& sink) {
   auto self = shared_from_this();
   std::byte scratch[discard_chunk];
   for (int frames = 0; frames < max_frames_per_read;) {
+    if (reading_paused_.load(std::memory_order_acquire) && phase_ == phase::header)
+      return true; // backpressure: the rest stays in the socket until reading resumes
     // A header that arrived with the previous payload needs no read.
     bool header_ready = phase_ == phase::header && got_ == frame_header_bytes;
     ssize_t n = 0;

@@ -57,6 +57,11 @@ public:
     return fd_;
   }
 
+  /// Backpressure (an accepted connection): while paused, the endpoint takes no more
+  /// frames from this peer (a frame half read is finished); its bytes wait in the
+  /// socket and then in the peer's. Any thread.
+  void pause_reading(bool paused) override;
+
   /// Reads what the socket has (bounded per call for fairness). Returns false once the
   /// connection is closed; the sink has then been told exactly once.
   bool read_ready(frame_sink& sink);
@@ -117,6 +122,8 @@ private:
   std::string give_up_why_;
   std::atomic<bool> open_{true};
   std::atomic<bool> write_failed_{false}; // the peer stopped taking frames
+  bool paused_ = false;                       // reading paused (send_mtx_)
+  std::atomic<bool> reading_paused_{false};   // paused_, for the reading thread
   bool reported_ = false;
   bool framed_ = false; // a whole frame came in
 

@@ -17,6 +17,8 @@ namespace rw::transports::tcp {
 
 namespace {
 
+constexpr size_t max_kicked = 64; // resumed connections looked at per poll
+
 std::string host_of(const sockaddr_in& sa) {
   char buf[INET_ADDRSTRLEN] = {};
   inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof(buf));
@@ -153,11 +155,24 @@ void endpoint::cut_stalled() {
 }
 
 int endpoint::poll(int timeout_ms, frame_sink& sink) {
-  epoll_event events[64];
-  int n = set_->wait(events, 64, timeout_ms);
+  epoll_event events[64 + max_kicked];
+  auto kicked = set_->take_kicked();
+  int n = set_->wait(events, 64, kicked.empty() ? timeout_ms : 0);
   cut_silent(sink);
   cut_stalled();
-  if (n <= 0)
+  n = std::max(n, 0);
+  // Connections whose reading resumed: looked at as if readable (a frame read before
+  // the pause announces itself with no event). More than fit wait for the next poll.
+  for (size_t i = 0; i < kicked.size(); ++i) {
+    if (i >= max_kicked) {
+      set_->kick(kicked[i]);
+      continue;
+    }
+    events[n].events = EPOLLIN;
+    events[n].data.fd = kicked[i];
+    ++n;
+  }
+  if (n == 0)
     return 0;
   // The sink decides who goes first when several are ready (the furthest behind).
   auto rank_of = [&](const epoll_event& e) -> uint64_t {

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -30,11 +31,21 @@ void poll_set::add(int fd, bool listener) {
   epoll_ctl(fd_, EPOLL_CTL_ADD, fd, &ev);
 }
 
-void poll_set::watch_writable(int fd, bool on) {
+void poll_set::watch(int fd, bool readable, bool writable) {
   epoll_event ev{};
-  ev.events = on ? (reading | EPOLLOUT) : reading;
+  ev.events = (readable ? reading : uint32_t{EPOLLRDHUP}) | (writable ? EPOLLOUT : 0u);
   ev.data.fd = fd;
   epoll_ctl(fd_, EPOLL_CTL_MOD, fd, &ev); // ENOENT once the endpoint dropped it: fine
+}
+
+void poll_set::kick(int fd) {
+  std::lock_guard<std::mutex> guard{kick_mtx_};
+  kicked_.push_back(fd);
+}
+
+std::vector<int> poll_set::take_kicked() {
+  std::lock_guard<std::mutex> guard{kick_mtx_};
+  return std::exchange(kicked_, {});
 }
 
 void poll_set::remove(int fd) {

@@ -7,6 +7,9 @@
 
 #include <sys/epoll.h>
 
+#include <mutex>
+#include <vector>
+
 namespace rw::transports::tcp {
 
 class poll_set {
@@ -21,8 +24,15 @@ public:
   /// Watches `fd` for reading (a connection's data and hang-up, or a listener's
   /// accepts: `listener`).
   void add(int fd, bool listener = false);
-  /// Also wakes the endpoint when `fd` can take more bytes (on), or no longer (off).
-  void watch_writable(int fd, bool on);
+  /// What wakes the endpoint for `fd`: its data (`readable`; off while its reading is
+  /// paused) and room for more bytes (`writable`). Hang-ups always do.
+  void watch(int fd, bool readable, bool writable);
+  /// Makes the endpoint look at `fd` on its next poll as if readable (a connection
+  /// whose reading resumed may hold a whole frame read already, which no event
+  /// announces).
+  void kick(int fd);
+  /// The descriptors kicked since the last call.
+  std::vector<int> take_kicked();
   void remove(int fd);
 
   /// epoll_wait on the set.
@@ -30,6 +40,8 @@ public:
 
 private:
   int fd_;
+  std::mutex kick_mtx_;
+  std::vector<int> kicked_;
 };
 
 } // namespace rw::transports::tcp
