@@ -57,11 +57,22 @@ bool well_formed_token(const std::string& token) {
 }
 
 std::string read_secret_file(const std::string& path, const std::string& what) {
+  struct stat kind {};
+  if (stat(path.c_str(), &kind) == 0 && !S_ISREG(kind.st_mode))
+    throw std::runtime_error(fmt::format("the {} file {} is not a regular file", what, path));
   std::ifstream in{path};
   if (!in)
     throw std::runtime_error(fmt::format("cannot read the {} file {}", what, path));
-  std::string secret;
-  std::getline(in, secret);
+  constexpr size_t max_line = 4096; // a secret is one short line
+  std::string secret(max_line, '\0');
+  in.read(secret.data(), static_cast<std::streamsize>(max_line));
+  secret.resize(static_cast<size_t>(in.gcount()));
+  if (auto nl = secret.find('\n'); nl != std::string::npos)
+    secret.resize(nl);
+  else if (secret.size() == max_line)
+    throw std::runtime_error(fmt::format("the {} file {} has no line break in its first {} "
+                                         "bytes: a secret is one line",
+                                         what, path, max_line));
   auto end = secret.find_last_not_of(" \t\r\n");
   secret.erase(end == std::string::npos ? 0 : end + 1);
   if (secret.size() < 16)

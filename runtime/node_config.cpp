@@ -1,6 +1,7 @@
 #include "runtime/node_config.hpp"
 
 #include <functional>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <vector>
@@ -37,7 +38,12 @@ T read_value(const toml::node& n, const std::string& key) {
       return *v;
     throw std::runtime_error(fmt::format("key '{}' must be true or false", key));
   } else {
-    auto v = n.value<int64_t>();
+    // Integers only: toml++'s value<int64_t>() casts a float without a range check
+    // (undefined behaviour for 4.2e24, found by fuzz_node_config).
+    auto* i = n.as_integer();
+    std::optional<int64_t> v;
+    if (i != nullptr)
+      v = i->get();
     if (!v || *v < 0 || *v > int64_t{UINT32_MAX})
       throw std::runtime_error(
         fmt::format("key '{}' must be a whole number from 0 to {}", key, UINT32_MAX));

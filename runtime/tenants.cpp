@@ -36,7 +36,11 @@ std::optional<T> quota(const toml::table& t, const std::string& key, uint64_t ma
   auto* n = t.get(key);
   if (n == nullptr)
     return std::nullopt;
-  auto v = n->value<int64_t>();
+  // Integers only: toml++'s value<int64_t>() casts a float without a range check.
+  auto* i = n->as_integer();
+  std::optional<int64_t> v;
+  if (i != nullptr)
+    v = i->get();
   if (!v || *v < 1 || static_cast<uint64_t>(*v) > max)
     throw std::runtime_error(fmt::format("{}: '{}' must be a whole number from 1 to {} (leave "
                                          "it out for no limit)",

@@ -32,6 +32,7 @@ struct scratch {
     secret("keys/cluster.secret", cluster_secret, 0600);
     secret("keys/open.secret", "tenant-open-secret-0123456789", 0644);
     secret("keys/short.secret", "too-short", 0600);
+    secret("keys/endless.secret", std::string(5000, 'x'), 0600); // no line break (but the last)
   }
   ~scratch() {
     std::filesystem::remove_all(dir);
@@ -93,6 +94,7 @@ TEST_CASE("a tenants file with anything wrong is refused, saying what", "[tenant
   refused("[vision]\nsecret_file = 'keys/a.secret'\nmax_workers = -3\n", "max_workers");
   refused("[vision]\nsecret_file = 'keys/a.secret'\nmax_memory_mib = '1GiB'\n",
           "max_memory_mib");
+  refused("[vision]\nsecret_file = 'keys/a.secret'\nmax_jobs = 4.2e24\n", "whole number");
   refused("[vision]\nsecret_file = 'keys/a.secret'\n[speech]\nsecret_file = "
           "'keys/same-as-a.secret'\n",
           "give each tenant its own");
@@ -103,6 +105,9 @@ TEST_CASE("a tenants file with anything wrong is refused, saying what", "[tenant
   refused("[vision]\nsecret_file = 'keys/short.secret'\n", "shorter than 16");
   refused("[vision]\nsecret_file = 'keys/none.secret'\n",
           "cannot read the tenant 'vision' secret file");
+  refused("[vision]\nsecret_file = '/dev/zero'\n", "is not a regular file");
+  refused("[vision]\nsecret_file = 'keys'\n", "is not a regular file");
+  refused("[vision]\nsecret_file = 'keys/endless.secret'\n", "no line break in its first 4096");
 }
 
 TEST_CASE("a job's tenant is what comes before ':'", "[tenants]") {
