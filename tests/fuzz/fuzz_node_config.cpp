@@ -2,7 +2,6 @@
 // config or throws std::runtime_error naming the problem; so does the range check after
 // it. Any other exception, crash or sanitizer report is a finding.
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -15,16 +14,8 @@
 #include "tests/fuzz/fuzz_check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  int fd = memfd_create("rw-fuzz-config", MFD_CLOEXEC);
-  if (fd < 0)
-    rw::fuzz::fail("memfd_create failed");
-  for (size_t done = 0; done < size;) {
-    auto n = write(fd, data + done, size - done);
-    if (n <= 0)
-      rw::fuzz::fail("write to the memfd failed");
-    done += size_t(n);
-  }
-  auto path = "/proc/self/fd/" + std::to_string(fd);
+  rw::fuzz::input_file file{data, size};
+  const auto& path = file.path;
   // One command line (none given), as rw-node builds it; the config starts afresh.
   static rw::runtime::node_config cfg;
   static std::string config_file;
@@ -42,6 +33,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (std::string{e.what()}.empty())
       rw::fuzz::fail("a refused config comes without a reason");
   }
-  close(fd);
   return 0;
 }

@@ -4,7 +4,6 @@
 // may name: /tmp/rw-fuzz-tenants/{a,b}.secret (0600), open.secret (0644), short.secret,
 // made at start; any other path is what it is (a directory, a device, nothing).
 
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,16 +41,8 @@ bool make_secrets() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static bool ready = make_secrets();
   (void)ready;
-  int fd = memfd_create("rw-fuzz-tenants", MFD_CLOEXEC);
-  if (fd < 0)
-    rw::fuzz::fail("memfd_create failed");
-  for (size_t done = 0; done < size;) {
-    auto n = write(fd, data + done, size - done);
-    if (n <= 0)
-      rw::fuzz::fail("write to the memfd failed");
-    done += size_t(n);
-  }
-  auto path = "/proc/self/fd/" + std::to_string(fd);
+  rw::fuzz::input_file file{data, size};
+  const auto& path = file.path;
   try {
     auto tenants = rw::runtime::load_tenants(path, cluster_secret);
     std::set<std::string> secrets;
@@ -68,6 +59,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (std::string{e.what()}.empty())
       rw::fuzz::fail("a refused tenants file comes without a reason");
   }
-  close(fd);
   return 0;
 }

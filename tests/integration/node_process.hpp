@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -22,6 +23,13 @@ inline std::string temp_path(const std::string& stem) {
   static int counter = 0;
   return "/tmp/rw-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-"
          + stem;
+}
+
+/// A new directory under /tmp for one test (the caller removes it).
+inline std::string scratch_dir(const std::string& stem) {
+  auto dir = temp_path(stem);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 inline std::string read_file(const std::string& path) {

@@ -16,9 +16,7 @@ using namespace rw;
 namespace {
 
 std::string scratch_dir() {
-  auto dir = testing::temp_path("cluster");
-  std::filesystem::create_directories(dir);
-  return dir;
+  return testing::scratch_dir("cluster");
 }
 
 } // namespace

@@ -81,9 +81,7 @@ void check_verified(worker_run& w, const std::string& what, clock_type::time_poi
 }
 
 std::string scratch_dir() {
-  auto dir = temp_path("state");
-  std::filesystem::create_directories(dir);
-  return dir;
+  return testing::scratch_dir("state");
 }
 
 // rw-node --role coordinator --state-db `db`: its exit code (nullopt: still running

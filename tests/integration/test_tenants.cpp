@@ -14,14 +14,8 @@ using namespace rw;
 
 namespace {
 
-std::string scratch_dir() {
-  auto dir = testing::temp_path("tenants");
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 struct tenant_files {
-  std::string dir = scratch_dir();
+  std::string dir = testing::scratch_dir("tenants");
   std::string cluster = write("cluster.secret", "the-cluster-secret-0123456789");
   std::string vision = write("vision.secret", "vision-team-secret-0123456789");
   std::string speech = write("speech.secret", "speech-team-secret-0123456789");
