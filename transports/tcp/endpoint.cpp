@@ -194,6 +194,8 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
     auto conn = it->second; // keep alive across the sink's callbacks
     if (events[i].events & EPOLLOUT)
       conn->write_ready();
+    if (events[i].events & (EPOLLHUP | EPOLLERR))
+      conn->pause_reading(false); // a paused peer that is gone: read its end now
     if ((events[i].events & ~uint32_t{EPOLLOUT}) != 0 && !conn->read_ready(sink))
       drop(fd);
   }

@@ -33,7 +33,9 @@ void poll_set::add(int fd, bool listener) {
 
 void poll_set::watch(int fd, bool readable, bool writable) {
   epoll_event ev{};
-  ev.events = (readable ? reading : uint32_t{EPOLLRDHUP}) | (writable ? EPOLLOUT : 0u);
+  // Paused: not even EPOLLRDHUP, which would fire again and again (level-triggered)
+  // for a peer that closed; a hang-up or an error (always reported) ends the pause.
+  ev.events = (readable ? reading : 0u) | (writable ? EPOLLOUT : 0u);
   ev.data.fd = fd;
   epoll_ctl(fd_, EPOLL_CTL_MOD, fd, &ev); // ENOENT once the endpoint dropped it: fine
 }

@@ -24,8 +24,9 @@ public:
   /// Watches `fd` for reading (a connection's data and hang-up, or a listener's
   /// accepts: `listener`).
   void add(int fd, bool listener = false);
-  /// What wakes the endpoint for `fd`: its data (`readable`; off while its reading is
-  /// paused) and room for more bytes (`writable`). Hang-ups always do.
+  /// What wakes the endpoint for `fd`: its data and the peer's close (`readable`; off
+  /// while its reading is paused) and room for more bytes (`writable`). A hang-up or
+  /// an error always does.
   void watch(int fd, bool readable, bool writable);
   /// Makes the endpoint look at `fd` on its next poll as if readable (a connection
   /// whose reading resumed may hold a whole frame read already, which no event
