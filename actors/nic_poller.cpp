@@ -253,20 +253,8 @@ void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
   auto& b = st.book->bindings[c->id()];
   if (h.kind == frame_kind::push)
     b.clock = std::max(b.clock, h.clock);
-  if (h.kind == frame_kind::push && payload) {
-    payload->charge(b.held, static_cast<int64_t>(payload->capacity()));
-    if (!b.paused && b.held->load(std::memory_order_relaxed) > b.held_limit) {
-      b.paused = true;
-      b.paused_at = std::chrono::steady_clock::now();
-      c->pause_reading(true);
-      st.book->paused.push_back(c);
-      spdlog::log(b.pauses++ == 0 ? spdlog::level::warn : spdlog::level::debug,
-                  "reading paused: peer={} job={} rank={}: its pushes hold {} MiB at the "
-                  "shards (at most {} MiB: four steps of its chunks here); its frames wait "
-                  "in the socket until the shards release half",
-                  c->peer(), b.job_id, b.rank, b.held->load() >> 20, b.held_limit >> 20);
-    }
-  }
+  if (h.kind == frame_kind::push && payload)
+    hold_against(*st.book, c, b, *payload);
   chunk_push p{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock,
                (h.flags & transports::flag_want_result) != 0, std::move(payload), c, h.ring};
   auto index = b.routes->shard_of(h.tensor_id, h.chunk_index);

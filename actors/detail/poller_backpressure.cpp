@@ -12,6 +12,22 @@
 
 namespace rw::actors::detail {
 
+void hold_against(poller_book& book, const transports::connection_ptr& c, binding& b,
+                  runtime::payload& push) {
+  push.charge(b.held, static_cast<int64_t>(push.capacity()));
+  if (b.paused || b.held->load(std::memory_order_relaxed) <= b.held_limit)
+    return;
+  b.paused = true;
+  b.paused_at = std::chrono::steady_clock::now();
+  c->pause_reading(true);
+  book.paused.push_back(c);
+  spdlog::log(b.pauses++ == 0 ? spdlog::level::warn : spdlog::level::debug,
+              "reading paused: peer={} job={} rank={}: its pushes hold {} MiB at the shards "
+              "(at most {} MiB: four steps of its chunks here); its frames wait in the "
+              "socket until the shards release half",
+              c->peer(), b.job_id, b.rank, b.held->load() >> 20, b.held_limit >> 20);
+}
+
 void resume_reading(poller_ptr self) {
   auto& paused = self->state.book->paused;
   if (paused.empty())

@@ -123,6 +123,11 @@ using poller_ptr = nic_poller_actor::stateful_pointer<poller_state>;
 /// preallocated size, other sizes' pools entirely) and the poller logs how much.
 void release_idle_buffers(poller_ptr self);
 
+/// Counts push buffer `push` of connection `c` against its binding until a shard
+/// releases it, and pauses reading `c` past the binding's limit.
+void hold_against(poller_book& book, const transports::connection_ptr& c, binding& b,
+                  runtime::payload& push);
+
 /// Connections paused for backpressure whose pushes the shards have mostly released
 /// (held below half the limit) read again; the ones that left are forgotten.
 void resume_reading(poller_ptr self);
