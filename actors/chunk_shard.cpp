@@ -78,7 +78,17 @@ void send_update(shard_state& st, uint32_t job_id, shard_job& job, uint32_t tens
   h.flags = flags;
   h.staleness = static_cast<uint32_t>(cs.staleness(w));
   h.payload_bytes = cs.length() * sizeof(float);
-  if (!st.answers.send(w.conn, h, iovec{const_cast<float*>(cs.params()), h.payload_bytes}))
+  iovec payload{const_cast<float*>(cs.params()), h.payload_bytes};
+  // compress_updates: the parameters as 16-bit values, to a worker whose chunks travel
+  // (over shared memory the worker reads them in place and rounds its copy the same way).
+  if (job.spec.compression.updates && !w.conn->resident()) {
+    auto flag = transports::half_flag(job.spec.compression);
+    auto& packed = cs.packed(flag);
+    h.flags |= flag;
+    h.payload_bytes = static_cast<uint32_t>(packed.size());
+    payload = {const_cast<std::byte*>(packed.data()), packed.size()};
+  }
+  if (!st.answers.send(w.conn, h, payload, cs.params()))
     return;
   st.book->stats.bytes_out += h.payload_bytes;
   if (w.rank < job.counters.size()) {

@@ -35,6 +35,11 @@ typename Inspector::result_type inspect(Inspector& f, consistency_spec& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, compression_spec& x) {
+  return f(caf::meta::type_name("rw::compression_spec"), x.kind, x.ratio, x.updates);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_spec& x) {
   return f(caf::meta::type_name("rw::tensor_spec"), x.name, x.elements, x.has_init);
 }
@@ -58,7 +63,7 @@ typename Inspector::result_type inspect(Inspector& f, hyper_change& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_spec& x) {
   return f(caf::meta::type_name("rw::job_spec"), x.name, x.num_workers, x.chunk_bytes,
-           x.optimizer, x.tensors, x.consistency, x.schedule);
+           x.optimizer, x.tensors, x.consistency, x.schedule, x.compression);
 }
 
 } // namespace rw

@@ -175,6 +175,8 @@ struct job_binding {
   uint64_t resume_clock = 0;
   /// The job's spec as the node serves it, for the welcome (null: none is sent).
   std::shared_ptr<const job_spec> spec;
+  /// How the worker's pushes travel (a mirror link's: none, float32 sums).
+  compression_spec compression;
 };
 
 /// A chunk's new parameters from its home (hierarchical jobs): version `version` of

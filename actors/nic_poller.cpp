@@ -7,6 +7,7 @@
 #include "actors/detail/poller_sink.hpp"
 #include "transports/fabric/connection.hpp"
 #include "transports/shm/connection.hpp"
+#include "transports/half.hpp"
 #include "transports/sparse.hpp"
 
 namespace rw::actors {
@@ -123,24 +124,31 @@ void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
     case frame_kind::fabric:
       on_fabric(c, h, t);
       return;
-    default: // push, init
+    case frame_kind::push:
+      if ((h.flags & transports::flag_half) != 0) {
+        on_half(c, h, t.keep->bytes());
+        return;
+      }
+      t.keep->size = h.payload_bytes;
+      dispatch_data(c, h, std::move(t.keep));
+      return;
+    default: // init
       t.keep->size = h.payload_bytes;
       dispatch_data(c, h, std::move(t.keep));
       return;
   }
 }
 
-// A sparse chunk becomes a dense one (zeros, plus each pair added at its index), so
-// shards sum it like any push and sparse and dense pushes combine exactly. Any
-// index out of range refuses the whole chunk: nothing of it is applied.
-void poller_sink::on_sparse(const connection_ptr& c, const frame_header& h, payload_target& t) {
+// A chunk that came in another form becomes a float32 one, so shards sum it like any
+// push: `decode(floats, length)` fills it, or says why it cannot, and then nothing of
+// the chunk is applied.
+template <class Decode>
+void poller_sink::as_dense(const connection_ptr& c, const frame_header& h, Decode decode) {
   auto& st = self_->state;
   auto& b = st.book->bindings[c->id()];
   auto length = b.routes->layout(h.tensor_id).length(h.chunk_index);
   auto dense = st.buffer(b.chunk_bytes);
-  // An empty chunk (no payload): this worker adds nothing to it.
-  auto why = transports::densify_sparse(t.keep ? t.keep->bytes() : nullptr, h.payload_bytes,
-                                        dense->floats(), length);
+  auto why = decode(dense->floats(), length);
   if (!why.empty()) {
     refuse(c, h, errc::bad_chunk,
            fmt::format("chunk {}/{}: {}; nothing of the chunk was applied", h.tensor_id,
@@ -150,7 +158,29 @@ void poller_sink::on_sparse(const connection_ptr& c, const frame_header& h, payl
   dense->size = length * sizeof(float);
   auto as_push = h;
   as_push.kind = frame_kind::push;
+  as_push.flags = static_cast<uint16_t>(h.flags & ~transports::flag_half);
+  as_push.payload_bytes = static_cast<uint32_t>(dense->size);
   dispatch_data(c, as_push, std::move(dense));
+}
+
+// A sparse chunk: zeros, plus each pair added at its index, so sparse and dense pushes
+// combine exactly. Any index out of range refuses the whole chunk.
+void poller_sink::on_sparse(const connection_ptr& c, const frame_header& h, payload_target& t) {
+  // An empty chunk (no payload): this worker adds nothing to it.
+  const std::byte* pairs = t.keep ? t.keep->bytes() : nullptr;
+  as_dense(c, h, [&](float* dense, size_t length) {
+    return transports::densify_sparse(pairs, h.payload_bytes, dense, length);
+  });
+}
+
+// A 16-bit chunk (its size checked by check_data), widened exactly. A bad fp16 scale
+// refuses the whole chunk.
+void poller_sink::on_half(const connection_ptr& c, const frame_header& h,
+                          const std::byte* payload) {
+  auto flag = static_cast<uint16_t>(h.flags & transports::flag_half);
+  as_dense(c, h, [&](float* dense, size_t length) {
+    return transports::widen_half(flag, payload, h.payload_bytes, dense, length);
+  });
 }
 
 // Shared memory: the gradient is read in place, after the same checks as TCP frames.
@@ -160,6 +190,8 @@ void poller_sink::on_resident_frame(const connection_ptr& c, const frame_header&
     return;
   if (h.kind == frame_kind::pull)
     on_frame_pull(c, h);
+  else if (h.kind == frame_kind::push && (h.flags & transports::flag_half) != 0)
+    on_half(c, h, payload->bytes()); // a fabric slot's 16-bit chunk
   else
     dispatch_data(c, h, std::move(payload));
 }
@@ -343,6 +375,34 @@ payload_target poller_sink::check_data(const connection_ptr& c, const frame_head
     return h.payload_bytes == 0 ? payload_target::into(nullptr)
                                 : refuse(c, h, errc::bad_frame, "pull carries no payload");
   auto expect = layout.length(h.chunk_index) * sizeof(float);
+  // A dense push of a bf16 / fp16 job carries 16-bit values, flagged with the job's
+  // format; every other frame carries float32 (inits: the exact initial values; a
+  // mirror link's sums; shared memory, where nothing travels and the worker rounds its
+  // chunks in place as the wire would). Sparse pushes carry float32 pairs.
+  const uint16_t half = h.flags & transports::flag_half;
+  const uint16_t job_half = b.rank == transports::mirror_rank || c->resident()
+                              ? uint16_t{0}
+                              : transports::half_flag(b.compression);
+  if (half != 0 && (h.kind != frame_kind::push || half != job_half))
+    return refuse(c, h, errc::bad_chunk,
+                  fmt::format("a {} frame of chunk {}/{} flagged as {} values: job {} {}",
+                              transports::to_string(h.kind), h.tensor_id, h.chunk_index,
+                              half == transports::flag_bf16   ? "bf16"
+                              : half == transports::flag_fp16 ? "fp16"
+                                                              : "both bf16 and fp16",
+                              b.job_id,
+                              job_half == 0 ? "sends float32 chunks"
+                                            : fmt::format("compresses with {}",
+                                                          to_string(b.compression))));
+  if (h.kind == frame_kind::push && job_half != 0) {
+    if (half == 0)
+      return refuse(c, h, errc::bad_chunk,
+                    fmt::format("chunk {}/{} carries float32 values: job {} compresses its "
+                                "gradients with {} (flag 0x{:x})",
+                                h.tensor_id, h.chunk_index, b.job_id,
+                                to_string(b.compression), job_half));
+    expect = transports::half_payload_bytes(half, layout.length(h.chunk_index));
+  }
   if (h.kind == frame_kind::push_sparse) {
     // Pairs of 8 bytes, never more than the dense chunk (a worker sends dense then).
     if (auto why = transports::check_sparse_size(h.payload_bytes, layout.length(h.chunk_index));
@@ -464,7 +524,7 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       self->state.book->shm_bell = bell;
     },
     [=](adopt_atom, transports::connection_ptr& conn, job_binding& jb, uint32_t rank) {
-      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
+      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes, jb.compression);
       b.shard_rank = jb.shard_rank;
       b.shm_companion = true;
       adopt(self, conn, std::move(b), "shared memory");
@@ -474,7 +534,7 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
     },
     [=](adopt_atom, transports::connection_ptr& conn, transports::connection_ptr& tcp,
         job_binding& jb, uint32_t rank) {
-      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
+      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes, jb.compression);
       b.shard_rank = jb.shard_rank;
       b.conn = conn; // resend and reroute frames travel on it, as the worker's data does
       b.tcp = tcp;

@@ -263,10 +263,12 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
   uint64_t bytes = 0;
   for (auto& t : spec.tensors)
     bytes += t.elements * sizeof(float);
-  spdlog::info("job created: job='{}' id={} workers={} consistency={} optimizer={} lr={} "
+  spdlog::info("job created: job='{}' id={} workers={} consistency={} compression={}{} "
+               "optimizer={} lr={} "
                "chunk_bytes={} tensors={} bytes={} chunks={} chunks_per_shard=[{}] "
                "chunks_per_endpoint=[{}] credentials={} nodes={} homed_here={}",
                spec.name, job.id, spec.num_workers, to_string(spec.consistency),
+               to_string(spec.compression), spec.compression.updates ? "+updates" : "",
                to_string(spec.optimizer.kind), spec.optimizer.learning_rate,
                spec.chunk_bytes, spec.tensors.size(), bytes, job.routes->total_chunks(),
                fmt::join(job.routes->chunks_per_shard(), ","),

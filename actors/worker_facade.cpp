@@ -91,6 +91,7 @@ struct worker::impl {
                                                  std::move(joined.shm));
     if (joined.fabric)
       link->use_fabric(std::move(joined.fabric), std::move(joined.companion));
+    link->set_compression(opts.job.compression);
     // A node that joins the job later, or whose connections closed under the worker, is
     // said hello to as this one was (a reconnect with a short connect timeout: the
     // receiver waits in it).
@@ -125,11 +126,13 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
       && d.opts.transport != "fabric")
     throw rw::error(errc::invalid_spec, "transport must be auto, tcp, shm or fabric, not '"
                                           + d.opts.transport + "'");
-  // Frames up to the largest chunk any job may have until the spec is known.
+  // Frames up to the largest chunk any job may have until the spec is known (an fp16
+  // chunk carries its scale too: a chunk of one value is 6 bytes).
   d.ep = std::make_shared<transports::tcp::endpoint>(
     d.opts.request_timeout,
-    transports::receive_limits{d.opts.spec_from_job ? defaults::max_chunk_bytes
-                                                    : d.opts.job.chunk_bytes,
+    transports::receive_limits{(d.opts.spec_from_job ? defaults::max_chunk_bytes
+                                                     : d.opts.job.chunk_bytes)
+                                 + uint32_t{sizeof(float)},
                                defaults::max_control_bytes});
   d.handshake();
   for (uint32_t i = 0; i < d.opts.job.tensors.size(); ++i)
@@ -307,6 +310,14 @@ const char* worker::transport() const noexcept {
   if (impl_->link && impl_->link->shm())
     return "shm";
   return impl_->link && impl_->link->companion() ? "fabric" : "tcp";
+}
+
+uint64_t worker::wire_bytes_sent() const noexcept {
+  return impl_->link ? impl_->link->wire_bytes_sent() : 0;
+}
+
+uint64_t worker::wire_bytes_received() const noexcept {
+  return impl_->link ? impl_->link->wire_bytes_received() : 0;
 }
 
 float* worker::shared_gradient(const std::string& tensor) const {

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "transports/control.hpp"
+#include "transports/half.hpp"
 
 namespace rw::actors {
 
@@ -54,6 +55,11 @@ void worker_link::start(worker_proxy_actor proxy) {
   proxy_ = std::move(proxy);
   running_ = true;
   receiver_ = std::thread([this] { run(); });
+}
+
+void worker_link::set_compression(const compression_spec& c) {
+  compression_ = c;
+  half_ = transports::half_flag(c);
 }
 
 void worker_link::use_fabric(std::shared_ptr<transports::endpoint> fabric,
@@ -119,8 +125,8 @@ void worker_link::on_completion(const transports::shm::completion& c) {
       auto& l = layout(c.tensor);
       auto* result = shm_->result(c.tensor);
       if (s.sub_dst != result)
-        std::memcpy(s.sub_dst + l.offset(c.chunk), result + l.offset(c.chunk),
-                    l.length(c.chunk) * sizeof(float));
+        copy_result(s.sub_dst + l.offset(c.chunk), result + l.offset(c.chunk),
+                    l.length(c.chunk));
       whole = published(s, c.chunk, c.clock);
     }
     lock.unlock(); // announce without the slot locked
@@ -135,11 +141,17 @@ void worker_link::on_completion(const transports::shm::completion& c) {
     auto* result = shm_->result(c.tensor);
     if (s.dst != nullptr && s.dst != result) { // the caller reads elsewhere: one copy
       auto& l = layout(c.tensor);
-      std::memcpy(s.dst + l.offset(c.chunk), result + l.offset(c.chunk),
-                  l.length(c.chunk) * sizeof(float));
+      copy_result(s.dst + l.offset(c.chunk), result + l.offset(c.chunk), l.length(c.chunk));
     }
   }
   chunk_done(c.tensor, s, c.chunk, is_update ? c.extra : 0, is_update);
+}
+
+void worker_link::copy_result(float* dst, const float* result, uint32_t length) const {
+  std::memcpy(dst, result, size_t{length} * sizeof(float));
+  // compress_updates: what a worker over the network gets (the node's are float32).
+  if (compression_.updates)
+    transports::round_half(half_, dst, length);
 }
 
 void worker_link::abandon(const std::string& why) {
@@ -358,6 +370,8 @@ payload_target worker_link::on_header(const transports::connection_ptr&,
                  transports::to_string(h.kind));
     return payload_target::dropped();
   }
+  wire_received_.fetch_add(transports::frame_header_bytes + h.payload_bytes,
+                           std::memory_order_relaxed);
   if (h.tensor_id >= slots_.size() || h.chunk_index >= layout(h.tensor_id).count())
     return payload_target::dropped();
   if (h.kind == frame_kind::ack && (h.flags & transports::flag_replica) != 0)
@@ -365,11 +379,22 @@ payload_target worker_link::on_header(const transports::connection_ptr&,
   auto& layout = this->layout(h.tensor_id);
   auto& s = *slots_[h.tensor_id];
   std::lock_guard<std::mutex> guard{s.mtx};
+  const auto half = static_cast<uint16_t>(h.flags & transports::flag_half);
+  const auto expect = half != 0 && h.kind == frame_kind::update
+                        ? transports::half_payload_bytes(half, layout.length(h.chunk_index))
+                        : layout.length(h.chunk_index) * sizeof(float);
+  // A 16-bit update lands in half_buf_, widened into its place once it is in.
+  auto into = [&](float* dst) {
+    if (half == 0)
+      return payload_target::into(reinterpret_cast<std::byte*>(dst));
+    half_buf_.resize(expect);
+    half_dst_ = dst;
+    return payload_target::into(half_buf_.data());
+  };
   if (h.kind == frame_kind::update && (h.flags & transports::flag_subscribe)) {
-    if (s.sub_dst == nullptr || h.payload_bytes != layout.length(h.chunk_index) * sizeof(float))
+    if (s.sub_dst == nullptr || h.payload_bytes != expect)
       return payload_target::dropped();
-    return payload_target::into(
-      reinterpret_cast<std::byte*>(s.sub_dst + layout.offset(h.chunk_index)));
+    return into(s.sub_dst + layout.offset(h.chunk_index));
   }
   bool is_update = h.kind == frame_kind::update;
   bool unchanged = !is_update && (h.flags & transports::flag_only_changed) != 0;
@@ -377,20 +402,29 @@ payload_target worker_link::on_header(const transports::connection_ptr&,
     return payload_target::dropped(); // a late answer to an operation that failed
   if (!is_update)
     return payload_target::into(nullptr);
-  if (h.payload_bytes != layout.length(h.chunk_index) * sizeof(float)) {
+  if (h.payload_bytes != expect) {
     spdlog::error("worker rank {}: node sent {} bytes for chunk {}/{} of {}", rank_,
-                  h.payload_bytes, h.tensor_id, h.chunk_index,
-                  layout.length(h.chunk_index) * sizeof(float));
+                  h.payload_bytes, h.tensor_id, h.chunk_index, expect);
     return payload_target::dropped();
   }
-  auto* dst = s.dst + layout.offset(h.chunk_index);
-  return payload_target::into(reinterpret_cast<std::byte*>(dst));
+  return into(s.dst + layout.offset(h.chunk_index));
 }
 
 void worker_link::on_frame(const transports::connection_ptr& c, const frame_header& h,
                            payload_target& t) {
   if (t.action == payload_target::discard)
     return;
+  if (h.kind == frame_kind::update && (h.flags & transports::flag_half) != 0) {
+    auto length = layout(h.tensor_id).length(h.chunk_index);
+    auto why = transports::widen_half(h.flags & transports::flag_half, half_buf_.data(),
+                                      h.payload_bytes, half_dst_, length);
+    if (!why.empty()) {
+      lose(errc::bad_frame, fmt::format("the node sent chunk {}/{} as a 16-bit chunk that "
+                                        "does not decode: {}",
+                                        h.tensor_id, h.chunk_index, why));
+      return;
+    }
+  }
   if (h.kind == frame_kind::hyper) {
     {
       std::lock_guard<std::mutex> guard{hyper_mtx_};

@@ -203,6 +203,32 @@ public:
   /// Closes the connection because of `why` (a timeout); the receiver then reports it.
   void abandon(const std::string& why);
 
+  /// How the job's chunks travel (its spec's compression; before start()): pushes and,
+  /// with `updates`, the node's answers as 16-bit values (bf16 / fp16), or top-k pairs.
+  void set_compression(const compression_spec& c);
+  const compression_spec& compression() const noexcept {
+    return compression_;
+  }
+  /// transports::half_flag of it: the flag of 16-bit pushes (0: float32 or pairs).
+  uint16_t half_flag() const noexcept {
+    return half_;
+  }
+  /// Data frames on the network (rw::worker::wire_bytes_sent): counted by the proxy as
+  /// it sends them, and by the receiver.
+  void count_sent(uint64_t bytes) noexcept {
+    wire_sent_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  uint64_t wire_bytes_sent() const noexcept {
+    return wire_sent_.load(std::memory_order_relaxed);
+  }
+  uint64_t wire_bytes_received() const noexcept {
+    return wire_received_.load(std::memory_order_relaxed);
+  }
+  /// Where the proxy packs 16-bit chunks as it sends them (its thread only).
+  std::vector<std::byte>& pack_buffer() noexcept {
+    return pack_buf_;
+  }
+
   /// The largest staleness served to the last completed operation on `tensor`.
   uint32_t last_staleness(uint32_t tensor) const noexcept {
     return last_staleness_[tensor]->load(std::memory_order_acquire);
@@ -299,6 +325,9 @@ private:
 
   void run();
   void on_completion(const transports::shm::completion& c);
+  // A result read in the segment, copied to where the caller wants it (rounded as the
+  // network would carry it, with compress_updates).
+  void copy_result(float* dst, const float* result, uint32_t length) const;
 
   std::shared_ptr<transports::endpoint> ep_;
   std::shared_ptr<const conn_list> conns_; // appended to by the receiver (atomic_store)
@@ -314,6 +343,14 @@ private:
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_changed_;
   std::vector<std::byte> error_buf_;
   std::vector<std::byte> reroute_buf_;
+  compression_spec compression_;
+  uint16_t half_ = 0;
+  std::atomic<uint64_t> wire_sent_{0};
+  std::atomic<uint64_t> wire_received_{0};
+  std::vector<std::byte> pack_buf_; // the proxy's
+  // A 16-bit update (receiver thread): its payload, and where its floats go.
+  std::vector<std::byte> half_buf_;
+  float* half_dst_ = nullptr;
   // One `hyper` request at a time (request_hyper): its answer, once the receiver has it.
   std::mutex hyper_call_;
   std::mutex hyper_mtx_;

@@ -8,7 +8,9 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
+#include "actors/detail/worker_compression.hpp"
 #include "actors/worker_link.hpp"
+#include "transports/half.hpp"
 
 namespace rw::actors {
 
@@ -45,6 +47,8 @@ struct proxy_state {
   uint64_t push_window_bytes = 0;
   bool layerwise = false;
   std::vector<tensor_queue> tensors;
+  // topk: per tensor, what earlier pushes did not send (error feedback).
+  std::vector<std::vector<float>> residuals;
   uint64_t next_seq = 1;
   bool lost = false;
   errc lost_code = errc::ok;
@@ -100,12 +104,20 @@ bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
       grad[op.indices[i]] += op.values[i];
   }
   constexpr uint32_t ring_every = 64;
+  // bf16 / fp16: the chunk is rounded in the segment as the wire would round it, so a
+  // job computes the same whatever its workers' transports. A re-sent chunk computed
+  // in the segment was rounded the first time (fp16 rounding twice may not be rounding
+  // once: the second scale comes from the rounded values).
+  const uint16_t half = op.kind == worker_op::init ? uint16_t{0} : link.half_flag();
   for (uint32_t c = 0; c < layout.count(); ++c) {
     if (!only.empty() && !only[c])
       continue;
     if (op.src != nullptr && op.src != grad)
       std::memcpy(grad + layout.offset(c), op.src + layout.offset(c),
                   layout.length(c) * sizeof(float));
+    if (half != 0 && op.kind != worker_op::pull
+        && (only.empty() || (op.src != nullptr && op.src != grad)))
+      transports::round_half(half, grad + layout.offset(c), layout.length(c));
     r.chunk = c;
     while (!shm.post(r)) { // the ring is full: the node is behind
       if (link.closed())
@@ -153,8 +165,15 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     h.flags = transports::flag_only_changed;
   if (op.kind == worker_op::pull && op.subscribe)
     h.flags = transports::flag_subscribe;
-  // Sparse: each chunk's pairs, or the dense chunk where that is smaller. Both live
-  // until the sends below are done.
+  // bf16 / fp16: a dense pushed chunk travels as 16-bit values, packed into the link's
+  // buffer as it goes out (the sends below are done before this returns). Inits travel
+  // exact.
+  const uint16_t half = op.kind == worker_op::push || op.kind == worker_op::push_pull
+                          ? link.half_flag()
+                          : uint16_t{0};
+  // Sparse: each chunk's pairs, or the dense chunk where that is smaller (in a bf16 /
+  // fp16 job always the dense chunk, rounded as any push is, as over shared memory).
+  // Both live until the sends below are done.
   std::vector<std::vector<transports::sparse_pair>> pairs;
   std::vector<std::vector<float>> dense;
   if (op.sparse) {
@@ -165,7 +184,8 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
       pairs[c].push_back({static_cast<uint32_t>(op.indices[i] - layout.offset(c)), op.values[i]});
     }
     for (uint32_t c = 0; c < layout.count(); ++c) {
-      if (pairs[c].size() * sizeof(transports::sparse_pair) <= layout.length(c) * sizeof(float))
+      if (half == 0
+          && pairs[c].size() * sizeof(transports::sparse_pair) <= layout.length(c) * sizeof(float))
         continue;
       dense[c].assign(layout.length(c), 0.0f);
       for (auto& p : pairs[c])
@@ -190,6 +210,12 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     bool ok = p.headers.empty() || link.retired(static_cast<uint32_t>(e))
               || (*conns)[e]->send_batch(p.headers.data(), p.payloads.data(),
                                          static_cast<int>(p.headers.size()));
+    if (ok && !p.headers.empty() && !link.retired(static_cast<uint32_t>(e))) {
+      uint64_t bytes = 0;
+      for (auto& hdr : p.headers)
+        bytes += transports::frame_header_bytes + hdr.payload_bytes;
+      link.count_sent(bytes);
+    }
     p.headers.clear();
     p.payloads.clear();
     failed = failed || !ok;
@@ -198,6 +224,17 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   // Inits go to the chunk's replica as well (it sets version 0 too; only the home
   // answers). A push goes to the home alone: the home sends the step's sum on.
   const bool to_replica = op.kind == worker_op::init;
+  const size_t half_stride = half != 0 ? transports::half_payload_bytes(half, layout.chunk_elems) : 0;
+  auto& packed = link.pack_buffer();
+  if (half != 0 && packed.size() < half_stride * layout.count())
+    packed.resize(half_stride * layout.count());
+  auto pack = [&](uint32_t c, const float* values, frame_header& hdr) {
+    auto* out = packed.data() + half_stride * c;
+    transports::narrow_half(half, values, layout.length(c), out);
+    hdr.flags |= half;
+    hdr.payload_bytes = static_cast<uint32_t>(transports::half_payload_bytes(half, layout.length(c)));
+    return iovec{out, hdr.payload_bytes};
+  };
   const uint32_t window_step = std::max<uint32_t>(window / 4, 1);
   const uint64_t since = link.interruptions();
   for (uint32_t c = 0; c < layout.count(); ++c) {
@@ -216,19 +253,24 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     }
     h.chunk_index = c;
     iovec piece{nullptr, 0};
+    auto hc = h; // this chunk's header (a packed chunk's flags and size are its own)
     if (op.sparse) {
       bool as_dense = !dense[c].empty();
-      h.kind = as_dense ? frame_kind::push : frame_kind::push_sparse;
-      h.payload_bytes = static_cast<uint32_t>(
+      hc.kind = as_dense ? frame_kind::push : frame_kind::push_sparse;
+      hc.payload_bytes = static_cast<uint32_t>(
         as_dense ? dense[c].size() * sizeof(float) : pairs[c].size() * sizeof(transports::sparse_pair));
       piece = {as_dense ? static_cast<void*>(dense[c].data()) : static_cast<void*>(pairs[c].data()),
-               h.payload_bytes};
+               hc.payload_bytes};
+      if (as_dense && half != 0)
+        piece = pack(c, dense[c].data(), hc);
+    } else if (half != 0) {
+      piece = pack(c, op.src + layout.offset(c), hc);
     } else if (op.kind != worker_op::pull) {
-      h.payload_bytes = layout.length(c) * sizeof(float);
-      piece = {const_cast<float*>(op.src + layout.offset(c)), h.payload_bytes};
+      hc.payload_bytes = layout.length(c) * sizeof(float);
+      piece = {const_cast<float*>(op.src + layout.offset(c)), hc.payload_bytes};
     }
     auto e = routes->connection_of(t, c);
-    per_conn[e].headers.push_back(h);
+    per_conn[e].headers.push_back(hc);
     per_conn[e].payloads.push_back(piece);
     if (per_conn[e].headers.size() == batch)
       flush(e);
@@ -237,7 +279,7 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     auto r = routes->replica_connection_of(t, c);
     if (r == UINT32_MAX)
       continue;
-    per_conn[r].headers.push_back(h);
+    per_conn[r].headers.push_back(hc);
     per_conn[r].payloads.push_back(piece);
     if (per_conn[r].headers.size() == batch)
       flush(r);
@@ -271,6 +313,14 @@ void start_next(proxy_ptr self, uint32_t t) {
   q.busy = true;
   q.seq = st.next_seq++;
   auto& op = q.running;
+  // topk: the pairs this push sends are picked once, so a re-sent chunk sends the same.
+  auto& z = st.link->compression();
+  if (z.kind == compression_spec::topk && !op.sparse && op.src != nullptr
+      && (op.kind == worker_op::push || op.kind == worker_op::push_pull)) {
+    if (st.residuals.size() <= t)
+      st.residuals.resize(st.tensors.size());
+    detail::pick_topk(op, st.residuals[t], st.link->layout(t), z.ratio);
+  }
   bool expect_update = op.kind == worker_op::pull || op.kind == worker_op::push_pull;
   uint64_t version = 0;
   switch (op.kind) {

@@ -31,6 +31,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/actor_system.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -61,6 +62,10 @@ struct worker_op {
   size_t count = 0;
   bool only_changed = false; // pull: only chunks newer than min_version
   bool subscribe = false;    // pull: subscribe (done once sent; the tensor stays free)
+  // A push of a topk job, made sparse when it starts (detail/worker_compression): the
+  // pairs picked, which indices and values then point at.
+  std::vector<uint64_t> picked_indices;
+  std::vector<float> picked_values;
 };
 
 class worker_link;

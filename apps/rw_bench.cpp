@@ -51,6 +51,12 @@ int run_driver(comm_args a, const std::string& command) {
   if (a.workers == 0 || a.iters == 0)
     throw std::invalid_argument("--workers and --iters must be at least 1");
   auto model = rw::parse_consistency(a.consistency); // says what is wrong
+  auto compression = rw::parse_compression(a.compression); // says what is wrong
+  const bool updates = compress_updates(a);
+  if (updates && compression.kind != rw::compression_spec::bf16
+      && compression.kind != rw::compression_spec::fp16)
+    throw std::invalid_argument("--compress-updates needs --compression bf16 or fp16 (results "
+                                "travel as 16-bit values of the same format)");
   parse_straggler(a.straggler, a.workers);
   bench_tensors(bytes / 4, a.layers); // says what is wrong
   if ((a.checkpoint_every != 0) != !a.checkpoint_dir.empty())
@@ -113,6 +119,8 @@ int run_driver(comm_args a, const std::string& command) {
                                   "--chunk-bytes", a.chunk_text,
                                   "--transport", a.transport,
                                   "--consistency", a.consistency,
+                                  "--compression", a.compression,
+                                  updates ? "--compress-updates" : "--no-compress-updates",
                                   "--stop-file", a.stop_file,
                                   "--job",       a.job};
     if (!a.straggler.empty()) {
@@ -148,6 +156,7 @@ int run_driver(comm_args a, const std::string& command) {
   auto deadline = clock_type::now() + std::chrono::seconds(a.timeout_s);
   std::vector<std::vector<double>> times(a.workers);
   std::vector<uint32_t> iterations(a.workers, 0);
+  double wire_bytes = 0; // per step, every worker's data frames sent and received
   uint32_t max_staleness = 0;
   bool all_ok = true;
   bool verified = a.verify;
@@ -176,6 +185,13 @@ int run_driver(comm_args a, const std::string& command) {
     }
     verified = verified && ok == 1;
     max_staleness = std::max(max_staleness, stale);
+    // "WIRE sent received": bytes per timed iteration (printed before RESULT).
+    if (auto w = out.rfind("WIRE "); w != std::string::npos && w < at) {
+      std::istringstream wire{out.substr(w + 5)};
+      double sent = 0, received = 0;
+      if (wire >> sent >> received)
+        wire_bytes += sent + received;
+    }
     double t;
     while (in >> t)
       times[r].push_back(t);
@@ -211,10 +227,14 @@ int run_driver(comm_args a, const std::string& command) {
     std::cout << fmt::format("{{\"workers\":{},\"bytes\":{},\"iters\":{},\"consistency\":\"{}\","
                              "\"median_ms\":{:.3f},\"p90_ms\":{:.3f},\"goodput_gbps\":{:.3f},"
                              "\"verified\":{},\"iterations\":[{}],\"mean_wait_ms\":[{}],"
-                             "\"max_staleness\":{},\"reduction\":\"{}\",\"nodes\":{}}}\n",
+                             "\"max_staleness\":{},\"reduction\":\"{}\",\"nodes\":{},"
+                             "\"compression\":\"{}\",\"compress_updates\":{},"
+                             "\"wire_bytes\":{:.0f}}}\n",
                              a.workers, bytes, a.iters, rw::to_string(model), median, p90, gbps,
                              verified ? "true" : "false", fmt::join(iterations, ","),
-                             fmt::join(waits, ","), max_staleness, reduction, nodes.size());
+                             fmt::join(waits, ","), max_staleness, reduction, nodes.size(),
+                             rw::to_string(compression), updates ? "true" : "false",
+                             wire_bytes);
   } else {
     std::cout << fmt::format("rw-bench comm: {} workers x {} (push_pull, optimizer sum, {}), "
                              "{} iterations after {} warm-up\n",
@@ -230,6 +250,12 @@ int run_driver(comm_args a, const std::string& command) {
                              fmt::join(waits, ", "), max_staleness);
     std::cout << fmt::format("  job on {} node(s) [{}], reduction {}\n", nodes.size(),
                              fmt::join(nodes, ", "), reduction);
+    std::cout << fmt::format("  compression {}{}: {} on the wire per step (every worker's "
+                             "data frames, both ways; uncompressed: about {})\n",
+                             rw::to_string(compression),
+                             updates ? ", updates too" : "",
+                             rw::tools::format_bytes(static_cast<uint64_t>(wire_bytes)),
+                             rw::tools::format_bytes(2 * uint64_t{a.workers} * bytes));
     std::cout << "  command: " << command << "\n";
   }
   return a.verify && !verified ? 3 : 0;
@@ -264,6 +290,18 @@ void add_common(CLI::App* cmd, comm_args& a) {
                 "gradient or check");
   cmd->add_option("--consistency", a.consistency, "bsp, ssp:S (bounded staleness S) or async")
     ->capture_default_str();
+  cmd->add_option("--compression", a.compression,
+                  "how gradients travel: none, bf16, fp16 (16-bit values, summed in "
+                  "float32 on the node) or topk:RATIO (each chunk's largest RATIO of "
+                  "gradient plus residual, as sparse pairs; the rest kept for the next "
+                  "step); --verify checks against the same rounding and selection")
+    ->capture_default_str();
+  auto* on = cmd->add_flag("--compress-updates", a.updates_on,
+                           "results travel back as 16-bit values too (bf16, fp16; the "
+                           "default with those)");
+  cmd->add_flag("--no-compress-updates", a.updates_off,
+                "only the gradients travel compressed (bf16, fp16)")
+    ->excludes(on);
   cmd->add_option("--straggler", a.straggler,
                   "RANK:DELAY: that worker sleeps DELAY (us, ms, s) before each iteration; "
                   "the run lasts until it has done --iters");
@@ -298,7 +336,8 @@ int main(int argc, char** argv) {
   comm->add_flag("--json", a.json,
                  "one JSON line: workers, bytes, iters, consistency, median_ms, p90_ms, "
                  "goodput_gbps, verified, iterations, mean_wait_ms, max_staleness, "
-                 "reduction, nodes");
+                 "reduction, nodes, compression, compress_updates, wire_bytes (per step: "
+                 "every worker's data frames sent and received, headers included)");
   comm->add_option("--timeout-s", a.timeout_s, "give up after this many seconds")
     ->capture_default_str();
   comm->add_flag("--open-job", a.open_job,

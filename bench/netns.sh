@@ -14,6 +14,7 @@
 #                       [--rate R] [--agg-rate R] [--agg-links K] [--chunk-bytes C]
 #                       [--verify] [--timeout S] [--json] [--smoke] [--build-dir DIR]
 #                       [--congestion cubic|bbr|reno]   (TCP in every namespace; cubic)
+#                       [--compression none|bf16|fp16|topk:R]   (RackWeave's job; none)
 #                       [--no-results]   (print only; bench/rack-bound.sh runs it so)
 #   bash bench/netns.sh --racks R ...   several racks and a core: bench/netns-racks.sh
 #
@@ -22,6 +23,9 @@
 # are tc rates in bit/s (500mbit, 1gbit, 2.5gbit). Needs root. Every namespace is
 # named rwb-<pid of this script>-*; addresses are in 10.77.0.0/16 and exist only inside
 # them. Processes, namespaces and links are removed on exit, error or interrupt.
+# --compression: RackWeave's job compresses its gradients (and, bf16 / fp16, its
+# answers); its bound then takes the bytes its workers measured on the wire per step
+# (each way, the larger) for S, and the JSON line says `compression` and `wire_bytes`.
 # --verify has every RackWeave worker check every result bitwise (outside the timed
 # step: the workers wait for each other before each step, as Gloo's do). With --json stdout carries
 # only one JSON object per system. A run in which a system failed prints its table but
@@ -60,6 +64,7 @@ run_timeout=120
 json=0
 verify=0
 no_results=0
+compression=none
 if ((smoke)); then workers=2 size=1MiB iters=2 warmup=1 run_timeout=60 verify=1; fi
 while (($#)); do
   case $1 in
@@ -72,7 +77,8 @@ while (($#)); do
     --no-results) no_results=1; shift ;;
     --chunk-bytes) chunk=$2; shift 2 ;;
     --verify) verify=1; shift ;;
-    *) run_option 2,30 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    --compression) compression=$2; shift 2 ;;
+    *) run_option 2,34 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 agg_rate=${agg_rate:-$rate}
@@ -89,6 +95,8 @@ agg_bps=$(rate_bps "$agg_rate") || usage_error "bad --agg-rate $agg_rate"
   usage_error "--agg-links takes 1..254"
 check_run_counts "$iters" "$warmup" "$run_timeout"
 check_congestion
+[[ $compression =~ ^(none|bf16|fp16|topk:(0?\.[0-9]+|1(\.0*)?))$ ]] ||
+  usage_error "bad --compression $compression (none, bf16, fp16 or topk:RATIO, 0 < RATIO <= 1)"
 if ((EUID != 0)); then
   ((smoke)) && skip_smoke "needs root (ip netns, tc)"
   usage_error "needs root (ip netns, tc)"
@@ -188,6 +196,7 @@ worker_args=(--connect "$(agg_addr 0):$port" --workers "$workers" --bytes "$byte
   --iters "$iters" --warmup "$warmup" --chunk-bytes "$chunk" --job "netns-$$"
   --stop-file "$tmp/rw.stop" --barrier)
 ((verify)) && worker_args+=(--verify)
+[[ $compression != none ]] && worker_args+=(--compression "$compression")
 timeout -k 5 $((2 * run_timeout)) ip netns exec "$agg_ns" "$tmp/bin/rw-node" "${node_args[@]}" \
   --port-file "$tmp/port" >"$tmp/node.log" 2>&1 </dev/null &
 node_pid=$!
@@ -205,6 +214,9 @@ rw_files=()
 for ((r = 0; r < workers; r++)); do rw_files+=("$tmp/rw.$r"); done
 if ((st == 0)) && res=$(step_stats RESULT "${rw_files[@]}" 2>"$tmp/rw.stats"); then
   echo "rackweave $res" >>"$tmp/results"
+  # Each worker's "WIRE sent received" (data bytes per timed iteration).
+  awk '$1 == "WIRE" {s += $2; r += $3; n++} END {if (n) printf "%.0f %.0f %d\n", s, r, n}' \
+    "${rw_files[@]}" >"$tmp/wire"
   note "rackweave: median/p90 ms $res ($(($(date +%s) - t0)) s)"
 else
   failed rackweave "$st" "$tmp/rw.stats" "$tmp/node.log" "${rw_files[@]/%/.err}"
@@ -245,16 +257,22 @@ report_rc=0
 python3 - "$tmp/results" "$tmp/table.txt" "$tmp/section.md" "$workers" "$bytes" "$size" "$worker_bps" "$agg_bps" \
   "$agg_links" "$rate" "$agg_rate" "$iters" "$warmup" "$chunk" "$invocation" "$machine" \
   "$elapsed" "$json" "$(burst_of "$worker_bps")" "$(burst_of "$agg_bps")" \
+  "$compression" "$(cat "$tmp/wire" 2>/dev/null || true)" \
   "${commands[@]}" <<'PY' || report_rc=$?
 import datetime, json, sys
 (res_path, txt_path, md_path, w, s, size, bw, ba, k, rate, agg_rate, iters, warmup, chunk,
- invocation, machine, elapsed, as_json, bucket_w, bucket_a), commands = \
-    sys.argv[1:21], sys.argv[21:]
+ invocation, machine, elapsed, as_json, bucket_w, bucket_a, compression, wire), commands = \
+    sys.argv[1:23], sys.argv[23:]
 w, s, bw, ba, k = int(w), int(s), float(bw), float(ba), int(k)
 bucket_w, bucket_a = int(bucket_w), int(bucket_a)
 # The time a link needs for nbytes of payload, less what a full bucket lets through at once.
 ms = lambda bits_per_s, nbytes, bucket: max(nbytes - bucket, 0) * 8 / bits_per_s * 1e3
-rw_worker, rw_agg = ms(bw, s, bucket_w), ms(ba, w * s / k, bucket_a)
+# A compressed job's S: what its workers measured on the wire per step, each way (the
+# larger), headers included.
+wire_sent, wire_received, wire_workers = (float(x) for x in wire.split()) if wire else (0, 0, 0)
+wire_bytes = wire_sent + wire_received
+s_rw = max(wire_sent, wire_received) / wire_workers if compression != "none" and wire_workers else s
+rw_worker, rw_agg = ms(bw, s_rw, bucket_w), ms(ba, w * s_rw / k, bucket_a)
 bounds = {
     "rackweave": (max(rw_worker, rw_agg),
                   "max((S-b)/B_w, (W*S/K-b)/B_agg) = "
@@ -275,7 +293,9 @@ for line in open(res_path):
                           "median_ms": float(med) if ok else None,
                           "p90_ms": float(p90) if ok else None,
                           "bound_ms": round(bound, 3),
-                          "ratio": round(float(med) / bound, 3) if ok else None}))
+                          "ratio": round(float(med) / bound, 3) if ok else None,
+                          **({"compression": compression, "wire_bytes": round(wire_bytes)}
+                             if name == "rackweave" else {})}))
 head = ["system", "median ms", "p90 ms", "bound ms", "measured/bound", "bound"]
 widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
 with open(txt_path, "w") as f:
@@ -295,7 +315,10 @@ md = ["<!-- netns:begin -->",
       f"the whole run took {elapsed} s). Rack: {w} worker hosts, one link each at {rate}; one "
       f"rack-agg host with {k} links at {agg_rate}, one `--listen` per link; all links are veth "
       "pairs into one Linux bridge in a switch namespace, shaped with `tc tbf` on both ends. "
-      f"S = {size} of float32 per worker, RackWeave chunks of {chunk}, optimizer `sum`.",
+      f"S = {size} of float32 per worker, RackWeave chunks of {chunk}, optimizer `sum`"
+      + (f"; RackWeave's job compresses with `{compression}` (its bound takes the bytes "
+         f"its workers measured on the wire: {wire_bytes / w:.0f} per worker per step, "
+         "both ways)." if compression != "none" else "."),
       "",
       "which runs:",
       "",

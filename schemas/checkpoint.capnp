@@ -79,4 +79,7 @@ struct Manifest {
   clock @7 :UInt64;
   files @8 :List(FileEntry);
   schedule @9 :List(ScheduledChange); # in the order made; a restored job goes on with it
+  compression @10 :Text;  # how gradients travel ("none", "bf16", "fp16", "topk:R");
+                          # empty (older checkpoints): none
+  compressUpdates @11 :Bool;
 }

@@ -38,6 +38,20 @@ enum ConsistencyModel {
   async @2;
 }
 
+enum CompressionKind {
+  none @0;       # float32 payloads
+  bf16 @1;       # pushes carry bfloat16 values (frame flag bf16)
+  fp16 @2;       # pushes carry a float32 scale, then IEEE half values (frame flag fp16)
+  topk @3;       # pushes are pushSparse frames: each chunk's k largest of gradient +
+                 # the worker's residual (k = max(1, ceil(ratio * length)))
+}
+
+struct Compression {
+  kind @0 :CompressionKind;
+  ratio @1 :Float32;        # topk: the fraction of each chunk's elements sent, (0, 1]
+  updates @2 :Bool;         # bf16 / fp16: the node's updates carry 16-bit values too
+}
+
 struct Hello {
   jobName @0 :Text;
   numWorkers @1 :UInt32;
@@ -62,6 +76,7 @@ struct Hello {
                             # the rest from the job it holds (its grant or, once it
                             # runs, its chunks) and sends the whole spec in the welcome;
                             # numWorkers, chunkBytes, optimizer, consistency are unread
+  compression @15 :Compression; # how this job's gradients travel (absent: none)
 }
 
 # A job's whole spec, as the node serves it (Welcome.job).
@@ -73,6 +88,7 @@ struct JobSpec {
   tensors @4 :List(TensorSpec);
   consistency @5 :ConsistencyModel;
   staleness @6 :UInt32;
+  compression @7 :Compression;
 }
 
 struct Challenge {

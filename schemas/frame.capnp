@@ -62,6 +62,13 @@ struct FrameHeader {
                             #        an unchanged chunk is answered with an ack
                             # bit 2: pull subscribes: every new version of the chunk
                             #        is sent (update with bit 2) until disconnect
+                            # bit 3: ack from a chunk's replica (transports/frame.hpp)
+                            # bit 4: fabric only: update payload placed in memory
+                            # bit 5: push/update payload is bfloat16 values (2 bytes
+                            #        each, little-endian) of a job with compression bf16
+                            # bit 6: push/update payload is a Float32 scale (a power of
+                            #        two), then IEEE half values: value = half * scale
+                            #        (compression fp16)
   errorCode @4 :UInt16;     # for kind = error: rw::errc
   jobId @5 :UInt32;
   rank @6 :UInt32;

@@ -79,6 +79,26 @@ errc get_kinds(schema::Optimizer::Reader o, uint16_t model, job_spec& spec, std:
   return errc::ok;
 }
 
+void set_compression(schema::Compression::Builder c, const compression_spec& z) {
+  c.setKind(static_cast<schema::CompressionKind>(z.kind));
+  c.setRatio(z.ratio);
+  c.setUpdates(z.updates);
+}
+
+// The compression off the wire, checked: a known kind (its ratio and updates are checked
+// with the rest of the spec, rw::validate).
+errc get_compression(schema::Compression::Reader c, job_spec& spec, std::string& why) {
+  auto kind = static_cast<uint16_t>(c.getKind());
+  if (kind > static_cast<uint16_t>(compression_spec::topk)) {
+    why = fmt::format("unknown compression kind {}", kind);
+    return errc::bad_frame;
+  }
+  spec.compression.kind = static_cast<compression_spec::kind_t>(kind);
+  spec.compression.ratio = c.getRatio();
+  spec.compression.updates = c.getUpdates();
+  return errc::ok;
+}
+
 } // namespace
 
 bytes encode(const hello_msg& x) {
@@ -102,6 +122,7 @@ bytes encode(const hello_msg& x) {
   root.setPickedBy(x.picked_by);
   root.setMirror(x.mirror);
   root.setSpecFromJob(x.spec_from_job);
+  set_compression(root.initCompression(), x.spec.compression);
   return to_bytes(msg);
 }
 
@@ -147,6 +168,7 @@ bytes encode(const welcome_msg& x) {
   set_tensors(job.initTensors(static_cast<unsigned>(x.spec.tensors.size())), x.spec);
   job.setConsistency(static_cast<schema::ConsistencyModel>(x.spec.consistency.model));
   job.setStaleness(x.spec.consistency.staleness);
+  set_compression(job.initCompression(), x.spec.compression);
   root.setFabric(x.fabric);
   return to_bytes(msg);
 }
@@ -227,7 +249,7 @@ errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why
     out.picked_by = root.getPickedBy().cStr();
     out.mirror = root.getMirror();
     out.spec_from_job = root.getSpecFromJob();
-    return errc::ok;
+    return get_compression(root.getCompression(), out.spec, why);
   });
 }
 
@@ -274,6 +296,8 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
       return kinds;
     get_tensors(job.getTensors(), out.spec);
     out.spec.consistency.staleness = job.getStaleness();
+    if (auto z = get_compression(job.getCompression(), out.spec, why); z != errc::ok)
+      return z;
     out.fabric = root.getFabric().cStr();
     if (out.job_nodes.size() > 1
         && (out.job_node_names.size() != out.job_nodes.size()

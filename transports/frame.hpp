@@ -67,6 +67,13 @@ constexpr uint16_t flag_replica = 8;
 /// `place`). The receiving endpoint clears it before a sink sees the frame.
 constexpr uint16_t flag_placed = 16;
 
+/// Flag bits of a push (worker -> node) or an update (node -> worker) of a job created
+/// with compression bf16 or fp16: the payload holds the chunk as 16-bit values in that
+/// format (transports/half.hpp), not float32. At most one of them is set.
+constexpr uint16_t flag_bf16 = 32;
+constexpr uint16_t flag_fp16 = 64;
+constexpr uint16_t flag_half = flag_bf16 | flag_fp16;
+
 /// The rank a mirror link (a chunk's home node sending each step's sum to the chunk's
 /// replica node; Hello.mirror) says hello as and stamps its frames with.
 constexpr uint32_t mirror_rank = 0xFFFFFFFEu;

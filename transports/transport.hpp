@@ -74,6 +74,12 @@ public:
     return false;
   }
 
+  /// Whether frames on this connection carry no payload bytes over a wire: the peer
+  /// reads them in shared memory (transports/shm), so compressing them saves nothing.
+  virtual bool resident() const noexcept {
+    return false;
+  }
+
   /// Sends a header-only frame.
   bool send(const frame_header& h) {
     return send(h, nullptr, 0);

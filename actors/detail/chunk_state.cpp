@@ -80,7 +80,17 @@ std::string chunk_state::restore(const runtime::checkpoint::chunk_record& r) {
     std::memcpy(v_, r.v.data(), size_t{length_} * sizeof(float));
   version_ = r.version;
   initialized_ = true;
+  packed_version_ = UINT64_MAX;
   return {};
+}
+
+const std::vector<std::byte>& chunk_state::packed(uint16_t flag) const {
+  if (packed_version_ != version_ || packed_.size() != transports::half_payload_bytes(flag, length_)) {
+    packed_.resize(transports::half_payload_bytes(flag, length_));
+    transports::narrow_half(flag, params_, length_, packed_.data());
+    packed_version_ = version_;
+  }
+  return packed_;
 }
 
 bool chunk_state::init(const float* values) {
@@ -88,6 +98,7 @@ bool chunk_state::init(const float* values) {
     return false;
   std::memcpy(params_, values, size_t{length_} * sizeof(float));
   initialized_ = true;
+  packed_version_ = UINT64_MAX;
   return true;
 }
 

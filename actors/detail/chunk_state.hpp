@@ -39,6 +39,7 @@
 #include "runtime/checkpoint/chunk_file.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
+#include "transports/half.hpp"
 #include "transports/transport.hpp"
 
 namespace rw::actors::detail {
@@ -89,6 +90,10 @@ public:
   const float* params() const noexcept {
     return params_;
   }
+  /// The parameters as a 16-bit payload of `flag` (transports/half.hpp: flag_bf16 or
+  /// flag_fp16; a job with compress_updates), packed on first use per version and kept
+  /// until the parameters change: every worker answered gets the same bytes, packed once.
+  const std::vector<std::byte>& packed(uint16_t flag) const;
 
   /// Work this chunk gave its shard since the last take_load() (the shard adds it per
   /// push it counts): what balancing weighs chunks by (detail/shard_balance). It moves
@@ -318,6 +323,10 @@ private:
   runtime::buffer_ref total_;       // a replica: the home's sum of step version_
   runtime::buffer_ref total_ahead_; // ... and of the step after it
   uint64_t version_ = 0;
+  // packed()'s cache: the payload of packed_version_ (UINT64_MAX: none, or the
+  // parameters changed without a new version: an init, a restore).
+  mutable std::vector<std::byte> packed_;
+  mutable uint64_t packed_version_ = UINT64_MAX;
   bool initialized_;
 
   // The step in progress (clock == version_).

@@ -295,10 +295,11 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
       }
       auto& r = it->second.report;
       spdlog::info("job created: job='{}' id={} nodes=[{}] workers={} consistency={} "
-                   "optimizer={} chunk_bytes={}",
+                   "compression={}{} optimizer={} chunk_bytes={}",
                    r.name, id, fmt::join(r.layout.nodes, ","), r.spec.num_workers,
-                   to_string(r.spec.consistency), to_string(r.spec.optimizer.kind),
-                   r.spec.chunk_bytes);
+                   to_string(r.spec.consistency), to_string(r.spec.compression),
+                   r.spec.compression.updates ? "+updates" : "",
+                   to_string(r.spec.optimizer.kind), r.spec.chunk_bytes);
       rp.deliver(job_created{r, it->second.token});
     },
     grant_atom::value, grant);

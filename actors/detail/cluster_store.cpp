@@ -87,6 +87,28 @@ std::vector<char> encode(const job_report& report) {
   return buf;
 }
 
+// A spec written before job_spec had `compression`: the job sends float32.
+struct spec_before_compression {
+  job_spec* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spec_before_compression& s) {
+  auto& x = *s.x;
+  return f(caf::meta::type_name("rw::job_spec"), x.name, x.num_workers, x.chunk_bytes,
+           x.optimizer, x.tensors, x.consistency, x.schedule);
+}
+struct report_before_compression {
+  job_report* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, report_before_compression& r) {
+  auto& x = *r.x;
+  spec_before_compression spec{&x.spec};
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
+           x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms,
+           x.ended_unix_ms, x.ranks, x.max_memory);
+}
+
 // A report written before job_report had `max_memory`: the job has the nodes' limit.
 struct report_before_memory {
   job_report* x;
@@ -94,8 +116,9 @@ struct report_before_memory {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, report_before_memory& r) {
   auto& x = *r.x;
+  spec_before_compression spec{&x.spec};
   return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-           x.endpoints, x.layout, x.spec, x.created_unix_ms, x.started_unix_ms,
+           x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms,
            x.ended_unix_ms, x.ranks);
 }
 
@@ -157,6 +180,10 @@ bool decode_as(const void* data, int size, T&& out) {
 
 bool decode(const void* data, int size, job_report& out) {
   if (decode_as(data, size, out))
+    return true;
+  out = job_report{};
+  report_before_compression before_compression{&out};
+  if (decode_as(data, size, before_compression))
     return true;
   out = job_report{};
   report_before_memory before_memory{&out};

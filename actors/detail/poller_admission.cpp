@@ -130,6 +130,7 @@ void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h, payl
   jb.job_id = b.job_id;
   jb.routes = b.routes;
   jb.chunk_bytes = b.chunk_bytes;
+  jb.compression = b.compression;
   jb.shard_rank = b.shard_rank;
   // Adopted before the answer leaves: the worker writes only once it has the answer,
   // and frames written before the fabric poller adopts the connection are held.
@@ -296,7 +297,8 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
         sink->challenge(conn, rank, jb, std::move(hello));
         return;
       }
-      it->second = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes);
+      it->second = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes,
+                                      jb.compression);
       it->second.shard_rank = jb.shard_rank;
       it->second.conn = conn;
       it->second.shm = sink->adopt_shm(conn, jb, hello);

@@ -23,8 +23,9 @@ using transports::payload_target;
 
 struct binding {
   static binding joined_as(uint32_t job_id, uint32_t rank, routing_ptr routes,
-                           uint32_t chunk_bytes) {
+                           uint32_t chunk_bytes, compression_spec compression) {
     binding b;
+    b.compression = compression;
     b.status = joined;
     b.job_id = job_id;
     b.rank = rank;
@@ -46,6 +47,9 @@ struct binding {
   routing_ptr routes;
   routing_ptr previous; // the routes before the job's ring last changed (null: none)
   uint32_t chunk_bytes = 0;
+  /// How the job's pushes travel: bf16 / fp16 pushes must carry 16-bit chunks (flagged),
+  /// which the poller widens before a shard sees them.
+  compression_spec compression;
   bool said_bye = false;
   uint64_t clock = 0;               // the latest clock this worker pushed
   transports::connection_ptr shm;   // the worker's adopted segment (TCP connections)
@@ -143,6 +147,11 @@ public:
   // shards sum it like any push and sparse and dense pushes combine exactly. Any
   // index out of range refuses the whole chunk: nothing of it is applied.
   void on_sparse(const connection_ptr& c, const frame_header& h, payload_target& t);
+  /// A push of 16-bit values (compression bf16 / fp16), widened into a float32 chunk.
+  void on_half(const connection_ptr& c, const frame_header& h, const std::byte* payload);
+  // What both do: the chunk decoded into a pool buffer, then pushed as float32.
+  template <class Decode>
+  void as_dense(const connection_ptr& c, const frame_header& h, Decode decode);
   // Shared memory: the gradient is read in place, after the same checks as TCP frames.
   void on_resident_frame(const connection_ptr& c, const frame_header& h,
                          runtime::buffer_ref payload) override;

@@ -179,6 +179,9 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
     top.name = top_job_name(name);
     top.num_workers = static_cast<uint32_t>(g.layout.nodes.size());
     top.optimizer.rescale = runtime::effective_rescale(g.spec.optimizer, g.spec.num_workers);
+    // Compression is the workers' hop: the racks' partial sums and the homes' answers
+    // cross the core as float32 (the rack-aggs widen what their workers send).
+    top.compression = {};
     auto layout = g.layout;
     layout.reduction = "flat";
     layout.rank_racks.clear();

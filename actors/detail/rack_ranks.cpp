@@ -43,6 +43,7 @@ job_binding joined(const job_info& job, uint32_t rank, bool created) {
   b.node_index = job.node_index;
   b.shard_rank = job.shard_rank(rank);
   b.spec = std::make_shared<const job_spec>(job.spec);
+  b.compression = job.spec.compression;
   return b;
 }
 

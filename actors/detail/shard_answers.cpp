@@ -28,11 +28,17 @@ void shard_answers::send_grouped(std::vector<Frame>& frames, Conn conn_of, Heade
 
 bool shard_answers::send(const transports::connection_ptr& conn,
                          const transports::frame_header& h, iovec payload) {
+  return send(conn, h, payload, static_cast<const float*>(payload.iov_base));
+}
+
+bool shard_answers::send(const transports::connection_ptr& conn,
+                         const transports::frame_header& h, iovec payload,
+                         const float* params) {
   if (!holding_)
     return payload.iov_len > 0 ? conn->send(h, &payload, 1) : conn->send(h);
   held_.push_back({conn, h, payload});
   if (payload.iov_len > 0)
-    held_params_.insert(static_cast<const float*>(payload.iov_base));
+    held_params_.insert(params);
   return true;
 }
 

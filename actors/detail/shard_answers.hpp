@@ -29,6 +29,10 @@ public:
   /// holding scope lives. False: the send failed (never while holding).
   bool send(const transports::connection_ptr& conn, const transports::frame_header& h,
             iovec payload = {nullptr, 0});
+  /// As send, for a payload made from the parameters at `params` (their 16-bit packing):
+  /// points_at(params) holds while it is held.
+  bool send(const transports::connection_ptr& conn, const transports::frame_header& h,
+            iovec payload, const float* params);
   /// Sends what is held, each connection's frames in one gather write.
   void flush();
   /// Whether a held frame points at these parameters.

@@ -48,6 +48,13 @@ straggler_spec parse_straggler(const std::string& text, uint32_t workers) {
   return out;
 }
 
+bool compress_updates(const comm_args& a) {
+  if (a.updates_on || a.updates_off)
+    return a.updates_on;
+  auto kind = parse_compression(a.compression).kind;
+  return kind == compression_spec::bf16 || kind == compression_spec::fp16;
+}
+
 // The benchmark's job, as the coordinator creates it (no tensors: workers declare them).
 job_spec bench_spec(const comm_args& a) {
   job_spec spec;
@@ -56,6 +63,8 @@ job_spec bench_spec(const comm_args& a) {
   spec.chunk_bytes = static_cast<uint32_t>(rw::tools::parse_bytes(a.chunk_text));
   spec.optimizer.kind = optimizer_kind::sum;
   spec.consistency = parse_consistency(a.consistency);
+  spec.compression = parse_compression(a.compression);
+  spec.compression.updates = compress_updates(a);
   return spec;
 }
 

@@ -29,6 +29,9 @@ struct comm_args {
   bool json = false;
   std::string transport = "tcp";
   std::string consistency = "bsp";
+  std::string compression = "none"; // none, bf16, fp16, topk:R
+  bool updates_on = false;          // --compress-updates
+  bool updates_off = false;         // --no-compress-updates (neither: yes for bf16 / fp16)
   std::string straggler;  // "RANK:DELAY", e.g. 1:50ms
   uint32_t timeout_s = 600;
   bool open_job = false;  // join an --open-jobs node's job without the coordinator
@@ -55,6 +58,10 @@ struct straggler_spec {
 /// "1:50ms", "2:0.2s", "0:100us" (a bare number is milliseconds); "" is none. Throws
 /// std::invalid_argument saying what is wrong.
 straggler_spec parse_straggler(const std::string& text, uint32_t workers);
+
+/// Whether the job's results travel as 16-bit values too: --compress-updates /
+/// --no-compress-updates, by default yes where the gradients do (bf16, fp16).
+bool compress_updates(const comm_args& a);
 
 /// The benchmark's job, as the coordinator creates it (no tensors: workers declare them).
 job_spec bench_spec(const comm_args& a);

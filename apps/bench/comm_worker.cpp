@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "apps/bench/comm_reference.hpp"
 #include "apps/tools/units.hpp"
 #include "rackweave/worker.hpp"
 
@@ -77,11 +78,13 @@ std::vector<std::vector<uint32_t>> rank_groups(const std::string& text, uint32_t
   return groups;
 }
 
-// The exact result of iteration `it`: each group's gradients summed in rank order, then
-// the groups' sums in order, as the node sums them.
+// The exact result of iteration `it`: each rank's gradient as the node receives it
+// (compressed as the job says), each group's summed in rank order, then the groups' sums
+// in order, as the node sums them; then as a worker reads it. Call it once per
+// iteration, in order (top-k residuals advance).
 void expected_sum(std::vector<float>& expect, std::vector<float>& tmp,
                   const std::vector<std::vector<float>>& bases, uint32_t it,
-                  const std::vector<std::vector<uint32_t>>& groups) {
+                  const std::vector<std::vector<uint32_t>>& groups, comm_reference& ref) {
   auto n = expect.size();
   std::vector<float> part(n);
   tmp.resize(n);
@@ -90,8 +93,10 @@ void expected_sum(std::vector<float>& expect, std::vector<float>& tmp,
     if (g.empty())
       continue;
     fill_grad(part.data(), n, bases[g[0]], it);
+    ref.as_received(g[0], part.data());
     for (size_t j = 1; j < g.size(); ++j) {
       fill_grad(tmp.data(), n, bases[g[j]], it);
+      ref.as_received(g[j], tmp.data());
       for (size_t i = 0; i < n; ++i)
         part[i] += tmp[i];
     }
@@ -102,6 +107,7 @@ void expected_sum(std::vector<float>& expect, std::vector<float>& tmp,
         expect[i] += part[i];
     first_group = false;
   }
+  ref.as_answered(expect.data());
 }
 
 } // namespace
@@ -137,13 +143,22 @@ int run_worker(const comm_args& a) {
     // Over shared memory the gradient is computed in, and the result read from, the
     // worker's segment: zero copies, as a training loop using shm would do.
     const auto& first = layers.front().name; // "gradient" unless --layers (TCP only)
+    // With compress_updates a worker reads the results rounded, as the network carries
+    // them: over shared memory that is a copy (the node's, in place, stay float32).
+    const bool in_place = w.shared_result(first) && !o.job.compression.updates;
     std::vector<float> grad_buf(w.shared_gradient(first) ? 0 : elems);
-    std::vector<float> out_buf(w.shared_result(first) ? 0 : elems);
+    std::vector<float> out_buf(in_place ? 0 : elems);
     float* grad = w.shared_gradient(first) ? w.shared_gradient(first) : grad_buf.data();
-    const float* out = w.shared_result(first) ? w.shared_result(first) : out_buf.data();
+    const float* out = in_place ? w.shared_result(first) : out_buf.data();
     float* out_arg = out_buf.empty() ? nullptr : out_buf.data(); // null: read in place
     std::vector<float> expect(a.verify ? elems : 0), tmp;
     auto groups = rank_groups(a.rank_racks, a.workers);
+    auto ref_spec = o.job;
+    ref_spec.tensors = layers;
+    comm_reference ref{ref_spec, a.verify ? a.workers : 0}; // residuals only to verify
+    // Wire bytes when timing began, and after the last iteration done (a worker that is
+    // not pacing may push once more before it sees the run is over: not counted).
+    uint64_t sent_before = 0, received_before = 0, sent_after = 0, received_after = 0;
     std::vector<double> times;
     bool verified = a.verify;
     uint32_t done = 0;
@@ -153,6 +168,10 @@ int run_worker(const comm_args& a) {
       std::fill(out_buf.begin(), out_buf.end(), std::nanf(""));
       if (static_cast<int>(a.rank) == straggler.rank)
         std::this_thread::sleep_for(straggler.delay);
+      if (it == a.warmup) {
+        sent_before = w.wire_bytes_sent();
+        received_before = w.wire_bytes_received();
+      }
       auto t0 = clock_type::now();
       try {
         if (a.barrier) {
@@ -179,12 +198,14 @@ int run_worker(const comm_args& a) {
       }
       auto t1 = clock_type::now();
       ++done;
+      sent_after = w.wire_bytes_sent();
+      received_after = w.wire_bytes_received();
       max_staleness = std::max(max_staleness, w.last_staleness(layers.front().name));
       if (it >= a.warmup)
         times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       if (!a.verify)
         continue;
-      expected_sum(expect, tmp, bases, it, groups);
+      expected_sum(expect, tmp, bases, it, groups, ref);
       if (std::memcmp(expect.data(), out, bytes) != 0) {
         for (size_t i = 0; i < elems; ++i)
           if (std::memcmp(&expect[i], &out[i], sizeof(float)) != 0) {
@@ -198,6 +219,12 @@ int run_worker(const comm_args& a) {
     }
     if (pacer && !a.stop_file.empty())
       std::ofstream{a.stop_file} << "done\n";
+    // Data bytes on the network per timed iteration, sent and received (its own line:
+    // readers of the RESULT line stay as they are).
+    const double timed = static_cast<double>(std::max<size_t>(times.size(), 1));
+    std::cout << fmt::format("WIRE {:.0f} {:.0f}\n",
+                             static_cast<double>(sent_after - sent_before) / timed,
+                             static_cast<double>(received_after - received_before) / timed);
     w.close();
     std::cout << "RESULT " << (verified ? 1 : 0) << ' ' << done << ' ' << max_staleness;
     for (auto t : times)

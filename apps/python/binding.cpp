@@ -294,6 +294,8 @@ py::dict spec_dict(const rw::job_spec& s) {
   d["beta2"] = s.optimizer.beta2;
   d["eps"] = s.optimizer.epsilon;
   d["consistency"] = rw::to_string(s.consistency);
+  d["compression"] = rw::to_string(s.compression);
+  d["compress_updates"] = s.compression.updates;
   py::list tensors;
   for (auto& t : s.tensors)
     tensors.append(py::make_tuple(t.name, t.elements, t.has_init));
@@ -335,7 +337,8 @@ PYBIND11_MODULE(_rackweave, m) {
                      std::optional<float> beta2, std::optional<float> eps,
                      std::optional<uint32_t> chunk_bytes,
                      std::optional<std::string> consistency, const std::string& transport,
-                     double timeout) {
+                     double timeout, std::optional<std::string> compression,
+                     std::optional<bool> compress_updates) {
            rw::worker_options o;
            o.connect = connect;
            o.rank = rank;
@@ -345,10 +348,11 @@ PYBIND11_MODULE(_rackweave, m) {
            if (!workers) {
              // The job's name and token alone: the node sends the rest.
              if (optimizer || lr || momentum || weight_decay || beta1 || beta2 || eps
-                 || chunk_bytes || consistency)
+                 || chunk_bytes || consistency || compression || compress_updates)
                throw py::value_error("a spec is stated with workers=...: give workers too, "
                                      "or leave out optimizer, its hyper-parameters, "
-                                     "chunk_bytes and consistency to take the job's");
+                                     "chunk_bytes, consistency and compression to take "
+                                     "the job's");
              o.spec_from_job = true;
              o.job.name = job;
            } else {
@@ -356,7 +360,8 @@ PYBIND11_MODULE(_rackweave, m) {
                job, *workers, optimizer.value_or("sum"), lr.value_or(0.01f),
                momentum.value_or(0.9f), weight_decay.value_or(0.0f), beta1.value_or(0.9f),
                beta2.value_or(0.999f), eps.value_or(1e-8f),
-               chunk_bytes.value_or(rw::defaults::chunk_bytes), consistency.value_or("bsp"));
+               chunk_bytes.value_or(rw::defaults::chunk_bytes), consistency.value_or("bsp"),
+               compression.value_or("none"), compress_updates.value_or(false));
              if (tensors.is_none())
                throw py::value_error("a stated spec needs tensors=...");
            }
@@ -371,11 +376,13 @@ PYBIND11_MODULE(_rackweave, m) {
          py::arg("beta1") = py::none(), py::arg("beta2") = py::none(),
          py::arg("eps") = py::none(), py::arg("chunk_bytes") = py::none(),
          py::arg("consistency") = py::none(), py::arg("transport") = "tcp",
-         py::arg("timeout") = 120.0,
+         py::arg("timeout") = 120.0, py::arg("compression") = py::none(),
+         py::arg("compress_updates") = py::none(),
          "Connects to the node at `connect` (HOST:PORT) and joins job `job` as `rank` "
          "(GIL released meanwhile). With `workers` the worker states the spec (workers, "
          "tensors, optimizer='sum', lr=0.01, momentum=0.9, weight_decay=0, beta1=0.9, "
-         "beta2=0.999, eps=1e-8, chunk_bytes=32768, consistency='bsp'), which must match "
+         "beta2=0.999, eps=1e-8, chunk_bytes=32768, consistency='bsp', compression='none' "
+         "('bf16', 'fp16', 'topk:RATIO'), compress_updates=False), which must match "
          "the job's. Without it, the job's name and token are enough: the node sends the "
          "spec (`spec`); `tensors` then declares the tensors of a job that has none yet "
          "(or must match). `token` is the job's, as rw.job_create returned it ('' : a "

@@ -63,9 +63,10 @@ void add_cluster_calls(py::module_& m) {
        const std::string& reduction, int replicas, uint64_t checkpoint_every,
        const std::string& checkpoint_dir, const std::string& secret_file, const std::string& tls_cert,
        const std::string& tls_key, const std::string& tls_ca, double timeout,
-       const py::object& tensors, const std::string& tenant, uint64_t memory) {
+       const py::object& tensors, const std::string& tenant, uint64_t memory,
+       const std::string& compression, bool compress_updates) {
       auto spec = spec_from(job, workers, optimizer, lr, momentum, weight_decay, beta1, beta2,
-                            eps, chunk_bytes, consistency);
+                            eps, chunk_bytes, consistency, compression, compress_updates);
       if (!tensors.is_none())
         spec.tensors = tensors_from(tensors);
       actors::job_placement where;
@@ -104,6 +105,7 @@ void add_cluster_calls(py::module_& m) {
     py::arg("checkpoint_dir") = "", py::arg("secret_file") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
     py::arg("tls_ca") = "", py::arg("timeout") = 10.0,
     py::arg("tensors") = py::none(), py::arg("tenant") = "", py::arg("memory") = 0,
+    py::arg("compression") = "none", py::arg("compress_updates") = false,
     "Creates job `job` through the cluster coordinator found through the node at "
     "`connect` (any node's HOST:PORT), as rw.job_create does; returns a dict with its "
     "name, id, token (shown once: the workers prove it), node, endpoints (where its "
@@ -113,7 +115,9 @@ void add_cluster_calls(py::module_& m) {
     "the first worker declares them. `memory` (bytes; 0: the nodes' own limit) is the node "
     "memory the job may take, which a tenant's job must give. With `tenant`, "
     "`secret_file` is that tenant's secret: the job is created in its namespace "
-    "(TENANT:NAME, the name returned) within its quotas.");
+    "(TENANT:NAME, the name returned) within its quotas. `compression` ('none', 'bf16', "
+    "'fp16', 'topk:RATIO') is how the workers' gradients travel, `compress_updates` "
+    "whether the results travel back as 16-bit values too (bf16, fp16).");
   m.def(
     "delete_job",
     [](const std::string& connect, const std::string& job, const std::string& secret_file,

@@ -1,6 +1,6 @@
 #pragma once
 // A job's spec (workers, optimizer and its hyper-parameters, chunk size, consistency,
-// tensors) and a hyper-parameter change from the keyword arguments of rackweave.Worker,
+// compression, tensors) and a hyper-parameter change from the keyword arguments of rackweave.Worker,
 // rackweave.create_job and set_hyper.
 
 #include <cstdint>
@@ -14,12 +14,14 @@
 
 namespace rw::python {
 
-/// The spec, without tensors. An unknown optimizer or a bad consistency is a
-/// ValueError saying which.
+/// The spec, without tensors. An unknown optimizer, a bad consistency or compression
+/// is a ValueError saying which.
 inline job_spec spec_from(const std::string& job, uint32_t workers, const std::string& optimizer,
                           float lr, float momentum, float weight_decay, float beta1,
                           float beta2, float eps, uint32_t chunk_bytes,
-                          const std::string& consistency) {
+                          const std::string& consistency,
+                          const std::string& compression = "none",
+                          bool compress_updates = false) {
   job_spec spec;
   spec.name = job;
   spec.num_workers = workers;
@@ -37,9 +39,11 @@ inline job_spec spec_from(const std::string& job, uint32_t workers, const std::s
   spec.optimizer.epsilon = eps;
   try {
     spec.consistency = parse_consistency(consistency);
+    spec.compression = parse_compression(compression);
   } catch (const std::exception& e) {
     throw pybind11::value_error(e.what());
   }
+  spec.compression.updates = compress_updates;
   return spec;
 }
 

@@ -33,7 +33,8 @@ const command commands[] = {
   {"jobs", rw_jobs, "rw.jobs()", "every job, in creation order (job tables)"},
   {"job_create", rw_job_create,
    "rw.job_create{name=, workers=, ...}",
-   "creates a job; also consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
+   "creates a job; also consistency, compression ('none', 'bf16', 'fp16', 'topk:R'), "
+   "compress_updates, optimizer, lr, momentum, beta1, beta2, epsilon, "
    "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, restore (a "
    "checkpoint dir), checkpoint_every, checkpoint_dir, tensors (a list: {{'w', 1024}, "
    "{name = 'b', elements = 16, has_init = true}}; else the first worker declares them). "

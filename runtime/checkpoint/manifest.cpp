@@ -34,6 +34,8 @@ void write_manifest(const std::string& dir, const manifest& m) {
   root.setWorkers(m.spec.num_workers);
   root.setChunkBytes(m.spec.chunk_bytes);
   root.setConsistency(to_string(m.spec.consistency));
+  root.setCompression(to_string(m.spec.compression));
+  root.setCompressUpdates(m.spec.compression.updates);
   auto o = root.initOptimizer();
   auto& s = m.spec.optimizer;
   o.setKind(to_string(s.kind));
@@ -105,6 +107,9 @@ manifest read_manifest(const std::string& dir) {
     m.spec.chunk_bytes = root.getChunkBytes();
     try {
       m.spec.consistency = parse_consistency(root.getConsistency().cStr());
+      if (root.hasCompression() && root.getCompression().size() > 0)
+        m.spec.compression = parse_compression(root.getCompression().cStr());
+      m.spec.compression.updates = root.getCompressUpdates();
     } catch (const std::exception& e) {
       throw checkpoint_error(fmt::format("checkpoint: {}: {}", what, e.what()));
     }

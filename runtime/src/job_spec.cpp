@@ -63,6 +63,45 @@ std::string to_string(const consistency_spec& c) {
   return "?";
 }
 
+compression_spec parse_compression(std::string_view text) {
+  compression_spec c;
+  if (text == "none")
+    return c;
+  if (text == "bf16" || text == "fp16") {
+    c.kind = text == "bf16" ? compression_spec::bf16 : compression_spec::fp16;
+    return c;
+  }
+  if (text.substr(0, 5) == "topk:") {
+    auto num = std::string(text.substr(5));
+    size_t used = 0;
+    double ratio = 0;
+    try {
+      ratio = std::stod(num, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (num.empty() || used != num.size() || !(ratio > 0 && ratio <= 1))
+      throw std::invalid_argument(fmt::format(
+        "'{}': the ratio after topk: must be a number in (0, 1], the fraction of each "
+        "chunk sent (topk:0.01)", text));
+    c.kind = compression_spec::topk;
+    c.ratio = static_cast<float>(ratio);
+    return c;
+  }
+  throw std::invalid_argument(
+    fmt::format("'{}' is not a compression (none, bf16, fp16 or topk:RATIO)", text));
+}
+
+std::string to_string(const compression_spec& c) {
+  switch (c.kind) {
+    case compression_spec::none: return "none";
+    case compression_spec::bf16: return "bf16";
+    case compression_spec::fp16: return "fp16";
+    case compression_spec::topk: return fmt::format("topk:{}", c.ratio);
+  }
+  return "?";
+}
+
 std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
                      uint32_t max_workers) {
   if (spec.name.empty() || spec.name.size() > 128)
@@ -96,6 +135,16 @@ std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
                        "(16777216) per job: use larger chunks", chunks, spec.chunk_bytes);
   if (spec.consistency.model > consistency_spec::async)
     return "unknown consistency model";
+  auto& z = spec.compression;
+  if (z.kind > compression_spec::topk)
+    return "unknown compression";
+  if (z.kind == compression_spec::topk && !(z.ratio > 0 && z.ratio <= 1))
+    return fmt::format("topk's ratio must be in (0, 1], got {}", z.ratio);
+  if (z.kind != compression_spec::topk && z.ratio != 0)
+    return fmt::format("a ratio ({}) belongs to topk only, not {}", z.ratio, to_string(z));
+  if (z.updates && z.kind != compression_spec::bf16 && z.kind != compression_spec::fp16)
+    return fmt::format("compress_updates needs compression bf16 or fp16 (results travel as "
+                       "16-bit values), not {}", to_string(z));
   auto& o = spec.optimizer;
   auto finite = [](float x) { return std::isfinite(x); };
   if (!finite(o.learning_rate) || !finite(o.momentum) || !finite(o.beta1)
@@ -133,6 +182,14 @@ std::string describe_mismatch(const job_spec& ours, const job_spec& theirs) {
       || ours.consistency.staleness != theirs.consistency.staleness)
     return fmt::format("job '{}' runs {}, hello asks for {}", ours.name,
                        to_string(ours.consistency), to_string(theirs.consistency));
+  if (ours.compression.kind != theirs.compression.kind
+      || ours.compression.ratio != theirs.compression.ratio
+      || ours.compression.updates != theirs.compression.updates)
+    return fmt::format("job '{}' compresses {}{}, hello asks for {}{}", ours.name,
+                       to_string(ours.compression),
+                       ours.compression.updates ? " with compressed updates" : "",
+                       to_string(theirs.compression),
+                       theirs.compression.updates ? " with compressed updates" : "");
   if (ours.tensors.size() != theirs.tensors.size())
     return fmt::format("job '{}' has {} tensors, hello declares {}", ours.name,
                        ours.tensors.size(), theirs.tensors.size());

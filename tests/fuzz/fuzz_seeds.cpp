@@ -9,11 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/fuzz/fuzz_check.hpp"
 #include "transports/control.hpp"
 #include "transports/frame.hpp"
+#include "transports/half.hpp"
 
 namespace fs = std::filesystem;
 namespace tr = rw::transports;
@@ -86,6 +88,23 @@ void sparse(const fs::path& dir) {
   }
   write(dir, "fuzz_sparse", "four_pairs", in.data(), in.size());
   write(dir, "fuzz_sparse", "empty", in.data(), 2);
+}
+
+void half(const fs::path& dir) {
+  // Flags (bit 0 bf16, bit 1 fp16), length - 1 in two bytes, then a chunk as a worker
+  // of a bf16 or fp16 job sends it.
+  std::vector<float> grad(1000);
+  for (size_t i = 0; i < grad.size(); ++i)
+    grad[i] = 0.001f * float(i) - 0.3f;
+  for (auto [bit, flag, name] : {std::tuple{1, tr::flag_bf16, "bf16_chunk"},
+                                 std::tuple{2, tr::flag_fp16, "fp16_chunk"}}) {
+    std::vector<std::byte> payload(tr::half_payload_bytes(flag, grad.size()));
+    tr::narrow_half(flag, grad.data(), grad.size(), payload.data());
+    std::vector<unsigned char> in{static_cast<unsigned char>(bit), 0xe7, 0x03}; // 1000
+    auto* b = reinterpret_cast<const unsigned char*>(payload.data());
+    in.insert(in.end(), b, b + payload.size());
+    write(dir, "fuzz_half", name, in.data(), in.size());
+  }
 }
 
 void control(const fs::path& dir) {
@@ -179,6 +198,7 @@ int main(int argc, char** argv) {
   fs::path dir{argv[1]};
   frames(dir);
   sparse(dir);
+  half(dir);
   control(dir);
   return 0;
 }

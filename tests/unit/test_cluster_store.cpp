@@ -54,6 +54,12 @@ stored_job make_job(uint32_t id, const std::string& name, const std::string& sta
   r.spec.optimizer = {optimizer_kind::adam, 1e-3f};
   r.spec.consistency = parse_consistency("ssp:2");
   r.spec.tensors = {{"conv1.w", 9408, true}, {"fc.w", 512000, false}};
+  if (id % 3 == 0) // a job whose gradients travel compressed
+    r.spec.compression = parse_compression("topk:0.01");
+  if (id % 3 == 1) {
+    r.spec.compression = parse_compression("fp16");
+    r.spec.compression.updates = true;
+  }
   if (id % 2 == 1) { // a job whose hyper-parameters changed (rw.job_set)
     rw::hyper_change c;
     c.at_clock = 30 + id;
@@ -314,9 +320,19 @@ typename Inspector::result_type inspect(Inspector& f, old_spec& s) {
   return f(caf::meta::type_name("rw::job_spec"), x.name, x.num_workers, x.chunk_bytes,
            x.optimizer, x.tensors, x.consistency);
 }
+// job_spec as a build before its `compression` wrote it (with its schedule).
+struct spec_without_compression {
+  rw::job_spec* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spec_without_compression& s) {
+  auto& x = *s.x;
+  return f(caf::meta::type_name("rw::job_spec"), x.name, x.num_workers, x.chunk_bytes,
+           x.optimizer, x.tensors, x.consistency, x.schedule);
+}
 // The era it was written in: before job_layout's replicas, before job_spec's schedule,
-// before job_report's max_memory.
-enum class era { before_replicas, before_schedule, before_memory };
+// before job_report's max_memory, before job_spec's compression.
+enum class era { before_replicas, before_schedule, before_memory, before_compression };
 struct old_report {
   job_report* x;
   era when = era::before_replicas;
@@ -326,9 +342,14 @@ typename Inspector::result_type inspect(Inspector& f, old_report& r) {
   auto& x = *r.x;
   old_layout layout{&x.layout};
   old_spec spec{&x.spec};
+  spec_without_compression uncompressed{&x.spec};
+  if (r.when == era::before_compression)
+    return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
+             x.endpoints, x.layout, uncompressed, x.created_unix_ms, x.started_unix_ms,
+             x.ended_unix_ms, x.ranks, x.max_memory);
   if (r.when == era::before_memory)
     return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-             x.endpoints, x.layout, x.spec, x.created_unix_ms, x.started_unix_ms,
+             x.endpoints, x.layout, uncompressed, x.created_unix_ms, x.started_unix_ms,
              x.ended_unix_ms, x.ranks);
   if (r.when == era::before_replicas)
     return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
@@ -383,6 +404,7 @@ TEST_CASE("a job written before replicas existed is read back without replicas",
   job.report.layout.replicas = 0; // what the older build knew of it
   job.report.spec.schedule.clear();
   job.report.max_memory = 0;
+  job.report.spec.compression = {};
   auto back = read_back_as_old(path, saved, old_report{&job.report});
   check_same(job, back.jobs[0]);
   CHECK(back.jobs[0].report.layout.replicas == 0);
@@ -397,6 +419,7 @@ TEST_CASE("a job written before hyper-parameter schedules existed is read back w
   auto saved = job;
   job.report.spec.schedule.clear();
   job.report.max_memory = 0;
+  job.report.spec.compression = {};
   auto back = read_back_as_old(path, saved, old_report{&job.report, era::before_schedule});
   check_same(job, back.jobs[0]);
   CHECK(back.jobs[0].report.layout.replicas == job.report.layout.replicas);
@@ -410,8 +433,24 @@ TEST_CASE("a job written before memory limits existed is read back with the node
   REQUIRE(job.report.max_memory != 0);
   auto saved = job;
   job.report.max_memory = 0;
+  job.report.spec.compression = {};
   auto back = read_back_as_old(path, saved, old_report{&job.report, era::before_memory});
   check_same(job, back.jobs[0]);
   CHECK(back.jobs[0].report.max_memory == 0);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST_CASE("a job written before compression existed is read back as uncompressed",
+          "[cluster_store]") {
+  auto path = scratch("pre-compression.db");
+  auto job = make_job(10, "older", "running"); // 10 % 3 == 1: fp16 with updates
+  REQUIRE(job.report.spec.compression.kind == compression_spec::fp16);
+  auto saved = job;
+  job.report.spec.compression = {};
+  auto back = read_back_as_old(path, saved, old_report{&job.report, era::before_compression});
+  check_same(job, back.jobs[0]);
+  CHECK(back.jobs[0].report.spec.compression.kind == compression_spec::none);
+  CHECK(!back.jobs[0].report.spec.compression.updates);
+  CHECK(back.jobs[0].report.max_memory == job.report.max_memory);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }

@@ -124,6 +124,25 @@ TEST_CASE("control messages round-trip and garbage is refused without throwing",
   REQUIRE(decode(mb.data(), mb.size(), ed, why) == rw::errc::ok);
   CHECK(ed.candidates == m.candidates);
 
+  // The compression travels in the hello and in the welcome's spec.
+  h.spec.compression = rw::parse_compression("topk:0.05");
+  auto topk = encode(h);
+  REQUIRE(decode(topk.data(), topk.size(), d, why) == rw::errc::ok);
+  CHECK(d.spec.compression.kind == rw::compression_spec::topk);
+  CHECK(d.spec.compression.ratio == 0.05f);
+  welcome_msg w;
+  w.endpoints = {"127.0.0.1:1"};
+  w.num_shards = 1;
+  w.shard_endpoints = {{0}};
+  w.spec = h.spec;
+  w.spec.compression = rw::parse_compression("fp16");
+  w.spec.compression.updates = true;
+  auto wb = encode(w);
+  welcome_msg wd;
+  REQUIRE(decode(wb.data(), wb.size(), wd, why) == rw::errc::ok);
+  CHECK(wd.spec.compression.kind == rw::compression_spec::fp16);
+  CHECK(wd.spec.compression.updates);
+
   std::vector<std::byte> junk(64, std::byte{0xff});
   CHECK(decode(junk.data(), junk.size(), d, why) == rw::errc::bad_frame);
   CHECK(decode(bytes.data(), bytes.size() - 8, d, why) == rw::errc::bad_frame);

@@ -74,3 +74,44 @@ TEST_CASE("a job's chunk count fits its bookkeeping: no truncation to 32 bits",
   s.tensors = {{"w", uint64_t{1} << 34, false}};
   CHECK(rw::validate(s, 1 << 20, 16).empty());
 }
+
+TEST_CASE("compressions parse, validate and are compared between specs", "[job_spec]") {
+  using rw::compression_spec;
+  CHECK(rw::parse_compression("none").kind == compression_spec::none);
+  CHECK(rw::parse_compression("bf16").kind == compression_spec::bf16);
+  CHECK(rw::parse_compression("fp16").kind == compression_spec::fp16);
+  auto t = rw::parse_compression("topk:0.01");
+  CHECK(t.kind == compression_spec::topk);
+  CHECK(t.ratio == 0.01f);
+  CHECK(rw::to_string(t) == "topk:0.01");
+  CHECK(rw::parse_compression("topk:1").ratio == 1.0f);
+  for (auto bad : {"topk:0", "topk:-0.1", "topk:1.5", "topk:", "topk:x", "topk:0.1x",
+                   "topk:nan", "top", "BF16", ""})
+    CHECK_THROWS_AS(rw::parse_compression(bad), std::invalid_argument);
+  CHECK_THROWS_WITH(rw::parse_compression("zip"), Catch::Contains("none, bf16, fp16"));
+
+  auto s = good();
+  s.compression = rw::parse_compression("bf16");
+  s.compression.updates = true;
+  CHECK(rw::validate(s, 1 << 20, 16).empty());
+  s.compression = rw::parse_compression("topk:0.5");
+  s.compression.updates = true;
+  CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("compress_updates"));
+  s.compression.updates = false;
+  s.compression.ratio = 2.0f; // off the wire, not through the parser
+  CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("ratio"));
+  s.compression = rw::parse_compression("fp16");
+  s.compression.ratio = 0.5f;
+  CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("topk only"));
+
+  auto a = good(), b = good();
+  a.compression = rw::parse_compression("bf16");
+  CHECK_THAT(rw::describe_mismatch(a, b), Catch::Contains("compresses bf16"));
+  b.compression = rw::parse_compression("bf16");
+  CHECK(rw::describe_mismatch(a, b).empty());
+  b.compression.updates = true;
+  CHECK_THAT(rw::describe_mismatch(a, b), Catch::Contains("compressed updates"));
+  a.compression = rw::parse_compression("topk:0.1");
+  b.compression = rw::parse_compression("topk:0.2");
+  CHECK_THAT(rw::describe_mismatch(a, b), Catch::Contains("topk:0.2"));
+}

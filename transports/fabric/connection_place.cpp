@@ -11,7 +11,8 @@
 namespace rw::transports::fabric {
 
 bool connection::target_of(const frame_header& h, uint64_t bytes, fi_rma_iov& out) {
-  if (h.kind != frame_kind::update || (h.flags & flag_subscribe) != 0
+  // 16-bit results are widened by the receiver: they travel through the slots.
+  if (h.kind != frame_kind::update || (h.flags & (flag_subscribe | flag_half)) != 0
       || core_->place_mode == placement::off)
     return false;
   std::lock_guard<std::mutex> guard{place_mtx_};

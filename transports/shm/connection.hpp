@@ -47,6 +47,9 @@ public:
   const std::string& peer() const noexcept override {
     return peer_;
   }
+  bool resident() const noexcept override {
+    return true;
+  }
 
   /// Takes the next request, if any (endpoint thread only).
   bool next_request(request& out) noexcept {

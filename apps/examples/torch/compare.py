@@ -56,6 +56,10 @@ def option(args, name, default):
     return float(args[args.index(name) + 1]) if name in args else default
 
 
+def text_option(args, name, default):
+    return args[args.index(name) + 1] if name in args else default
+
+
 def run(a, system, out_dir):
     chunk = int(option(a.train_args, "--chunk-bytes", 32768))
     env = dict(os.environ)
@@ -64,10 +68,13 @@ def run(a, system, out_dir):
     if system in ("server", "hook"):
         job = f"{a.model}-{system}-{os.getpid()}-{int(time.time())}"
         if system == "server":
+            # The job as train.py's ServerOptimizer states it, compression included.
             created = rackweave.create_job(
                 a.connect, job, workers=a.workers, optimizer="momentum",
                 lr=option(a.train_args, "--lr", 0.05),
-                momentum=option(a.train_args, "--momentum", 0.9), chunk_bytes=chunk)
+                momentum=option(a.train_args, "--momentum", 0.9), chunk_bytes=chunk,
+                compression=text_option(a.train_args, "--compression", "none"),
+                compress_updates="--compress-updates" in a.train_args)
         else:
             created = rackweave.create_job(a.connect, job, workers=a.workers, optimizer="sum",
                                            chunk_bytes=chunk)

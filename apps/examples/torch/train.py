@@ -49,6 +49,11 @@ def parse(argv):
     p.add_argument("--progress-every", type=float, default=1.0,
                    help="seconds between progress lines (0: only at the end of each epoch)")
     p.add_argument("--json-out", default="", help="rank 0 writes the run's figures here")
+    p.add_argument("--compression", default="none",
+                   help="--system server: how gradients travel (none, bf16, fp16, topk:RATIO)")
+    p.add_argument("--compress-updates", action="store_true",
+                   help="--system server, bf16 / fp16: the new parameters travel as 16-bit "
+                        "values too")
     a = p.parse_args(argv)
     for k in ("epochs", "batch"):
         if getattr(a, k) <= 0:
@@ -80,7 +85,9 @@ def main(argv):
     closing = []
     if a.system == "server":
         opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="momentum", lr=a.lr,
-                                  momentum=a.momentum, model=model, chunk_bytes=a.chunk_bytes)
+                                  momentum=a.momentum, model=model, chunk_bytes=a.chunk_bytes,
+                                  compression=a.compression,
+                                  compress_updates=a.compress_updates)
         closing.append(opt.close)
         net = model
     elif a.system == "local":
@@ -158,6 +165,8 @@ def main(argv):
                            "parameters": params, "steps": step,
                            "median_step_ms": round(median_ms, 3),
                            "accuracy": round(accuracy, 4),
+                           "compression": a.compression,
+                           "compress_updates": a.compress_updates,
                            "final_loss": round(curve[-1][1], 4),
                            "bytes_per_step": per_step, "curve": curve}, f)
     return 0

@@ -14,7 +14,8 @@ Each trainable parameter is a tensor of the job, of its name. Without `optimizer
 job's own optimizer and hyper-parameters apply: its name and token are enough (the first
 rank to join declares the tensors; over TCP, as shared memory needs the spec stated);
 with it, the spec is stated (defaults lr=0.01, momentum=0.9, weight_decay=0, betas=(0.9,
-0.999), eps=1e-8, chunk_bytes=32768) and must match the job's. At construction rank 0's
+0.999), eps=1e-8, chunk_bytes=32768, compression="none" ("bf16", "fp16", "topk:RATIO"),
+compress_updates=False) and must match the job's. At construction rank 0's
 values become version 0 and every rank starts from them. With overlap (the default) a
 parameter's gradient is pushed from an autograd hook the moment backward produces it, so
 communication overlaps the rest of backward; the node sums it over the ranks (in rank
@@ -77,7 +78,8 @@ class ServerOptimizer(_torch.optim.Optimizer):
     def __init__(self, named_parameters, optimizer=None, lr=None, momentum=None,
                  weight_decay=None, betas=None, eps=None, *, connect=None, job=None,
                  rank=None, workers=None, token=None, chunk_bytes=None, overlap=True,
-                 transport=None, timeout=120.0, model=None):
+                 transport=None, timeout=120.0, model=None, compression=None,
+                 compress_updates=None):
         self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not self.params:
             raise ValueError("ServerOptimizer: no parameter requires grad")
@@ -92,7 +94,8 @@ class ServerOptimizer(_torch.optim.Optimizer):
             token=_from_env(token, "RACKWEAVE_TOKEN", default=""),
             transport=_from_env(transport, "RACKWEAVE_TRANSPORT", default="auto"),
             timeout=timeout)
-        hyper = (lr, momentum, weight_decay, betas, eps, chunk_bytes)
+        hyper = (lr, momentum, weight_decay, betas, eps, chunk_bytes, compression,
+                 compress_updates)
         if optimizer is None:
             # The job's optimizer and hyper-parameters (its name and token are enough).
             if any(v is not None for v in hyper):
@@ -110,7 +113,9 @@ class ServerOptimizer(_torch.optim.Optimizer):
                 lr=0.01 if lr is None else lr, momentum=0.9 if momentum is None else momentum,
                 weight_decay=0.0 if weight_decay is None else weight_decay, beta1=b1, beta2=b2,
                 eps=1e-8 if eps is None else eps,
-                chunk_bytes=32768 if chunk_bytes is None else chunk_bytes)
+                chunk_bytes=32768 if chunk_bytes is None else chunk_bytes,
+                compression="none" if compression is None else compression,
+                compress_updates=bool(compress_updates))
         self.overlap = overlap
         self._pending = {}
         self._hooks = []

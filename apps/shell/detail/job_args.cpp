@@ -18,7 +18,7 @@ namespace {
 
 constexpr const char* fn = "rw.job_create";
 constexpr const char* fields =
-  "name, workers, consistency, optimizer, lr, momentum, beta1, beta2, epsilon, "
+  "name, workers, consistency, compression, compress_updates, optimizer, lr, momentum, beta1, beta2, epsilon, "
   "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, worker_racks, "
   "join_timeout_ms, restore, checkpoint_every, checkpoint_dir, replicas, memory, tensors";
 constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, lars";
@@ -196,6 +196,21 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
     } catch (const std::invalid_argument& e) {
       refuse(fmt::format("consistency: {}", e.what()));
     }
+  } else if (key == "compression") {
+    auto text = string_field(L, key, "\"none\", \"bf16\", \"fp16\" or \"topk:RATIO\"");
+    auto updates = spec.compression.updates;
+    try {
+      spec.compression = parse_compression(text);
+    } catch (const std::invalid_argument& e) {
+      refuse(fmt::format("compression: {}", e.what()));
+    }
+    spec.compression.updates = updates;
+  } else if (key == "compress_updates") {
+    if (!lua_isboolean(L, -1))
+      refuse(fmt::format("compress_updates must be true or false (results travel back as "
+                         "16-bit values too), got {}",
+                         describe_value(L, -1)));
+    spec.compression.updates = lua_toboolean(L, -1) != 0;
   } else if (key == "optimizer") {
     auto text = string_field(L, key, fmt::format("one of {}", optimizers).c_str());
     auto kind = parse_optimizer_kind(text);

@@ -131,6 +131,9 @@ void push_job(lua_State* L, const actors::job_report& job) {
   set_strings(L, "rank_racks", rank_racks);
   set(L, "workers", uint64_t{job.spec.num_workers});
   set(L, "consistency", to_string(job.spec.consistency));
+  set(L, "compression", to_string(job.spec.compression));
+  lua_pushboolean(L, job.spec.compression.updates);
+  lua_setfield(L, -2, "compress_updates");
   push_optimizer(L, job.spec.optimizer);
   lua_setfield(L, -2, "optimizer");
   set(L, "chunk_bytes", uint64_t{job.spec.chunk_bytes});

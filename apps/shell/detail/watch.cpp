@@ -73,11 +73,12 @@ std::string render_screen(const actors::job_report& job, const job_totals& t,
   out += fmt::format("job '{}' (id {})  {}{}  on {}\n", job.name, job.id, job.state,
                      job.reason.empty() ? "" : " (" + job.reason + ")",
                      job.node.empty() ? "-" : job.node);
-  out += fmt::format("{} workers  {}  {} lr {}  {} chunks   {}  every {} s, Ctrl-C "
-                     "stops\n\n",
+  out += fmt::format("{} workers  {}  {} lr {}  {} chunks  compression {}{}   {}  every {} "
+                     "s, Ctrl-C stops\n\n",
                      s.num_workers, to_string(s.consistency), to_string(s.optimizer.kind),
-                     s.optimizer.learning_rate, human_bytes(s.chunk_bytes), now_hms(),
-                     interval);
+                     s.optimizer.learning_rate, human_bytes(s.chunk_bytes),
+                     to_string(s.compression), s.compression.updates ? " (and updates)" : "",
+                     now_hms(), interval);
   out += fmt::format("{:>5} {:<7} {:>9} {:>10} {:>10} {:>11} {:>11} {:>10}  {}\n", "rank",
                      "state", "clock", "pushes", "pulls", "in", "out", "wait", "peer");
   for (auto& rk : job.ranks)

@@ -54,6 +54,34 @@ struct consistency_spec {
 consistency_spec parse_consistency(std::string_view text);
 std::string to_string(const consistency_spec& c);
 
+/// How a job's gradients travel to the node, whatever the transport and reduction
+/// ("none", "bf16", "fp16" or "topk:RATIO"; rw.job_create{compression = ...}). The node
+/// widens what it receives and sums in float32, so aggregation and the optimizer stay
+/// float32 and the node's parameters (its master copy) exact. Every mode is
+/// deterministic: a worker rounds and selects by runtime/compression.hpp, which a
+/// single-process reference applies the same way.
+struct compression_spec {
+  enum kind_t : uint8_t {
+    none, // float32
+    bf16, // bfloat16, rounded to nearest even (float32 subnormals flush to zero)
+    fp16, // IEEE half, rounded to nearest even, with a power-of-two scale per chunk so
+          // small gradients do not underflow
+    topk, // per chunk the k = ceil(ratio * length) largest of gradient + residual, as
+          // sparse pairs; the worker keeps the rest as its residual for the next step
+          // (error feedback, as in Deep Gradient Compression)
+  } kind = none;
+  float ratio = 0.0f;   // topk: the fraction of each chunk's elements sent, in (0, 1]
+  /// bf16 / fp16: results (updates and pulls) travel back as 16-bit values of the same
+  /// format too (rw.job_create{compress_updates = true}); the node keeps float32.
+  bool updates = false;
+};
+
+/// "none", "bf16", "fp16" or "topk:R" (0 < R <= 1). Throws std::invalid_argument saying
+/// what is wrong.
+compression_spec parse_compression(std::string_view text);
+/// "bf16", "topk:0.01", ... (without `updates`).
+std::string to_string(const compression_spec& c);
+
 struct tensor_spec {
   std::string name;
   uint64_t elements = 0; // float32 elements
@@ -87,6 +115,7 @@ struct job_spec {
   optimizer_spec optimizer; // as created: the hyper-parameters of clock 0
   std::vector<tensor_spec> tensors;
   consistency_spec consistency;
+  compression_spec compression;
   /// Hyper-parameter changes made since, in the order they were made (not compared
   /// between specs: a worker states the job as created).
   std::vector<hyper_change> schedule;

@@ -207,6 +207,13 @@ public:
   /// "shm", "fabric" or "tcp": how this worker's chunks travel.
   const char* transport() const noexcept;
 
+  /// Bytes of this worker's data frames on the network so far: the 64-byte headers and
+  /// the payloads of the pushes, pulls and inits it sent, and of the updates and acks it
+  /// received (over shared memory, where chunks do not travel, only those of frames
+  /// that did). What a job's compression saves shows here.
+  uint64_t wire_bytes_sent() const noexcept;
+  uint64_t wire_bytes_received() const noexcept;
+
   /// With shared memory: compute the gradient in shared_gradient(), call push_pull
   /// with a null `out`, and read the new values at shared_result() (the node's own
   /// parameters, mapped read-only): no byte is copied on either side. The values there
