@@ -268,3 +268,40 @@ TEST_CASE("pushes that do not match the job's compression are refused",
   CHECK_THAT(testing::expect_error(d, errc::bad_chunk), Catch::Contains("not a normal power of two"));
   CHECK(node.wait_for_log("frame refused"));
 }
+
+TEST_CASE("compressed jobs over two racks' nodes, flat and hierarchical, verify",
+          "[integration][compression][racks]") {
+  testing::node_process a{{"--name", "na", "--rack", "a"}, {"rack-agg", false, {}}};
+  testing::node_process b{{"--name", "nb", "--rack", "b"},
+                          {"rack-agg", false, a.address()}};
+  REQUIRE(a.wait_for_log("2 node(s) live", std::chrono::seconds(15)));
+  // Flat: each worker sends every chunk to its home node (replicas: the homes' sums
+  // go to the replicas as float32). Hierarchical: the rack-aggs widen their workers'
+  // chunks and the racks' partial sums cross the core as float32.
+  const std::vector<std::vector<std::string>> runs{
+    {"--worker-racks", "a,a,b,b", "--reduction", "flat", "--compression", "bf16"},
+    {"--worker-racks", "a,b,a,b", "--reduction", "hierarchical", "--compression", "bf16"},
+    {"--worker-racks", "a,b,a,b", "--reduction", "hierarchical", "--compression", "fp16",
+     "--no-compress-updates"},
+    {"--worker-racks", "a,b,a,b", "--reduction", "hierarchical", "--compression",
+     "topk:0.05"},
+  };
+  for (auto& extra : runs) {
+    std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", a.address(),
+                                  "--workers", "4", "--bytes", "256KiB", "--iters", "3",
+                                  "--chunk-bytes", "16KiB", "--verify", "--json"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto err = testing::temp_path("bench.err");
+    tools::subprocess p{argv, true, err};
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    auto out = p.read_all(deadline);
+    auto code = p.wait_until(deadline);
+    if (!code)
+      p.stop();
+    INFO(fmt::format("{}", fmt::join(extra, " ")) << "\n" << out << testing::read_file(err));
+    std::remove(err.c_str());
+    CHECK(code == std::optional<int>{0});
+    CHECK_THAT(out, Catch::Contains("\"verified\":true"));
+    CHECK_THAT(out, Catch::Contains("\"nodes\":2"));
+  }
+}
