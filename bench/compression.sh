@@ -55,7 +55,7 @@ while (($#)); do
     --netns-iters) netns_iters=$2; shift 2 ;;
     --no-netns) do_netns=0; shift ;;
     --no-accuracy) do_accuracy=0; shift ;;
-    -h|--help) sed -n 2,23p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,22p "$0" | sed "s/^# \{0,1\}//"; exit 0 ;;
     *) usage_error "unknown option $1" ;;
   esac
 done
