@@ -266,10 +266,11 @@ void mirror_link::flush_acks() {
     caf::anon_send(shard, mirror_atom::value, s_.job_id, std::move(acks));
 }
 
-payload_target mirror_link::on_header(const transports::connection_ptr&, const frame_header& h) {
+payload_target mirror_link::on_header(const transports::connection_ptr& c, const frame_header& h) {
   if (h.kind == frame_kind::error) {
-    error_buf_.resize(h.payload_bytes);
-    return payload_target::into(error_buf_.data());
+    auto& text = errors_.of(c).bytes;
+    text.resize(h.payload_bytes);
+    return payload_target::into(text.data());
   }
   return payload_target::dropped();
 }
@@ -294,7 +295,8 @@ void mirror_link::on_frame(const transports::connection_ptr& c, const frame_head
     return;
   transports::error_msg err;
   std::string why;
-  if (decode(error_buf_.data(), error_buf_.size(), err, why) != errc::ok)
+  auto& text = errors_.of(c).bytes;
+  if (decode(text.data(), text.size(), err, why) != errc::ok)
     err = {errc::bad_frame, "undecodable error frame: " + why, {}};
   std::lock_guard<std::mutex> guard{mtx_};
   auto it = pending_.find({h.tensor_id, h.chunk_index});

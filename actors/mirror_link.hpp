@@ -40,6 +40,7 @@
 
 #include "actors/chunk_shard.hpp"
 #include "actors/job_join.hpp"
+#include "transports/receive_scratch.hpp"
 
 namespace rw::actors {
 
@@ -119,7 +120,8 @@ private:
   std::map<uint32_t, std::vector<uint64_t>> acks_; // by shard: (tensor, chunk, clock)...
   std::map<std::string, peer> peers_; // by address
   std::vector<std::string> wanted_;   // addresses to connect to (the reading thread)
-  std::vector<std::byte> error_buf_;
+  // An error frame's text, per connection (the receiver thread's).
+  transports::receive_scratch<> errors_;
   std::atomic<bool> running_{false};
   std::thread reader_;
   std::thread sender_;

@@ -179,7 +179,7 @@ void rack_uplink::init(uint32_t tensor, uint32_t chunk, const float* values) {
   enqueue(std::move(p));
 }
 
-payload_target rack_uplink::on_header(const transports::connection_ptr&, const frame_header& h) {
+payload_target rack_uplink::on_header(const transports::connection_ptr& c, const frame_header& h) {
   if (h.kind == frame_kind::update && h.tensor_id < first_.size()) {
     auto s = seq(h.tensor_id, h.chunk_index);
     if (s >= lengths_.size() || h.payload_bytes != lengths_[s] * sizeof(float))
@@ -195,8 +195,9 @@ payload_target rack_uplink::on_header(const transports::connection_ptr&, const f
     return payload_target::dropped();
   }
   if (h.kind == frame_kind::error) {
-    error_buf_.resize(h.payload_bytes);
-    return payload_target::into(error_buf_.data());
+    auto& text = errors_.of(c).bytes;
+    text.resize(h.payload_bytes);
+    return payload_target::into(text.data());
   }
   return payload_target::dropped();
 }
@@ -208,7 +209,8 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
   if (h.kind == frame_kind::error) {
     transports::error_msg err;
     std::string why;
-    if (decode(error_buf_.data(), error_buf_.size(), err, why) != errc::ok)
+    auto& text = errors_.of(c).bytes;
+  if (decode(text.data(), text.size(), err, why) != errc::ok)
       err = {errc::bad_frame, "undecodable error frame: " + why, {}};
     if (err.code == errc::worker_left && h.tensor_id < first_.size()) {
       // Another rack has left (its workers are done): this step cannot complete, as a

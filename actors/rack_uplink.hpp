@@ -40,6 +40,7 @@
 #include "actors/chunk_shard.hpp"
 #include "actors/job_join.hpp"
 #include "actors/messages.hpp"
+#include "transports/receive_scratch.hpp"
 
 namespace rw::actors {
 
@@ -100,7 +101,8 @@ private:
   bool ready_ = false;
   std::deque<pending> queued_;            // for the sender thread
   std::condition_variable wake_;
-  std::vector<std::byte> error_buf_;
+  // An error frame's text, per connection (the receiver thread's).
+  transports::receive_scratch<> errors_;
   std::atomic<bool> running_{false};
   std::atomic<bool> failed_{false};
   std::thread thread_;

@@ -344,26 +344,27 @@ uint64_t worker_link::request_hyper(const std::vector<std::byte>& payload,
   throw rw::error(answer.error_code, err.message);
 }
 
-payload_target worker_link::on_header(const transports::connection_ptr&,
+payload_target worker_link::on_header(const transports::connection_ptr& c,
                                       const frame_header& h) {
+  auto land = [&](size_t bytes) {
+    auto& buf = landing_.of(c).bytes;
+    buf.resize(bytes);
+    return payload_target::into(bytes == 0 ? nullptr : buf.data());
+  };
   if (h.kind == frame_kind::hyper) {
     if (h.payload_bytes > 64 * 1024)
       return payload_target::dropped();
-    hyper_buf_.resize(h.payload_bytes);
-    return payload_target::into(h.payload_bytes == 0 ? nullptr : hyper_buf_.data());
+    return land(h.payload_bytes);
   }
-  if (h.kind == frame_kind::error) {
-    error_buf_.resize(h.payload_bytes);
-    return payload_target::into(error_buf_.data());
-  }
+  if (h.kind == frame_kind::error)
+    return land(h.payload_bytes);
   if (h.kind == frame_kind::resend && h.payload_bytes == 0)
     return payload_target::into(nullptr);
   if (h.kind == frame_kind::reroute) {
     constexpr uint32_t max_reroute_bytes = 64 * 1024;
     if (h.payload_bytes > max_reroute_bytes)
       return payload_target::dropped();
-    reroute_buf_.resize(h.payload_bytes);
-    return payload_target::into(reroute_buf_.data());
+    return land(h.payload_bytes);
   }
   if (h.kind != frame_kind::update && h.kind != frame_kind::ack) {
     spdlog::warn("worker rank {}: unexpected {} frame from the node; dropped", rank_,
@@ -383,13 +384,15 @@ payload_target worker_link::on_header(const transports::connection_ptr&,
   const auto expect = half != 0 && h.kind == frame_kind::update
                         ? transports::half_payload_bytes(half, layout.length(h.chunk_index))
                         : layout.length(h.chunk_index) * sizeof(float);
-  // A 16-bit update lands in half_buf_, widened into its place once it is in.
+  // A 16-bit update lands in its connection's buffer, widened into its place once it is
+  // in (other connections' frames may come in between).
   auto into = [&](float* dst) {
     if (half == 0)
       return payload_target::into(reinterpret_cast<std::byte*>(dst));
-    half_buf_.resize(expect);
-    half_dst_ = dst;
-    return payload_target::into(half_buf_.data());
+    auto& l = landing_.of(c);
+    l.bytes.resize(expect);
+    l.extra = dst;
+    return payload_target::into(l.bytes.data());
   };
   if (h.kind == frame_kind::update && (h.flags & transports::flag_subscribe)) {
     if (s.sub_dst == nullptr || h.payload_bytes != expect)
@@ -416,8 +419,9 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
     return;
   if (h.kind == frame_kind::update && (h.flags & transports::flag_half) != 0) {
     auto length = layout(h.tensor_id).length(h.chunk_index);
-    auto why = transports::widen_half(h.flags & transports::flag_half, half_buf_.data(),
-                                      h.payload_bytes, half_dst_, length);
+    auto& l = landing_.of(c);
+    auto why = transports::widen_half(h.flags & transports::flag_half, l.bytes.data(),
+                                      h.payload_bytes, l.extra, length);
     if (!why.empty()) {
       lose(errc::bad_frame, fmt::format("the node sent chunk {}/{} as a 16-bit chunk that "
                                         "does not decode: {}",
@@ -428,14 +432,14 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
   if (h.kind == frame_kind::hyper) {
     {
       std::lock_guard<std::mutex> guard{hyper_mtx_};
-      hyper_answer_.emplace(h, hyper_buf_);
+      hyper_answer_.emplace(h, landing_.of(c).bytes);
     }
     hyper_cv_.notify_all();
     return;
   }
   if (h.kind == frame_kind::reroute) {
     if (auto i = index_of(c); i != UINT32_MAX)
-      on_reroute(i);
+      on_reroute(i, landing_.of(c).bytes);
     return;
   }
   if (h.kind == frame_kind::resend) {
@@ -448,7 +452,8 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
   if (h.kind == frame_kind::error) {
     transports::error_msg err;
     std::string why;
-    if (decode(error_buf_.data(), error_buf_.size(), err, why) != errc::ok)
+    auto& text = landing_.of(c).bytes;
+    if (decode(text.data(), text.size(), err, why) != errc::ok)
       err = {errc::bad_frame, "undecodable error frame from the node: " + why, {}};
     if (h.tensor_id < slots_.size()) {
       auto& s = *slots_[h.tensor_id];
@@ -492,6 +497,7 @@ uint32_t worker_link::index_of(const transports::connection_ptr& c) const {
 
 void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
                             const std::string& why) {
+  landing_.forget(gone);
   if (fabric_ && (gone == companion_ || index_of(gone) != UINT32_MAX)) {
     // Either half of a fabric link: no reconnect (a hello again would be over TCP).
     lose(code == errc::ok ? errc::io_error : code,

@@ -37,6 +37,7 @@
 #include "actors/job_join.hpp"
 #include "actors/worker_proxy.hpp"
 #include "runtime/chunking.hpp"
+#include "transports/receive_scratch.hpp"
 #include "transports/shm/worker_channel.hpp"
 #include "transports/transport.hpp"
 
@@ -282,8 +283,8 @@ private:
   // Whether an update (or an unchanged ack) about `clock` belongs to the armed operation.
   static bool belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock);
 
-  // A `reroute` frame from connection `conn` (receiver thread).
-  void on_reroute(uint32_t conn);
+  // A `reroute` frame (`payload`) from connection `conn` (receiver thread).
+  void on_reroute(uint32_t conn, const std::vector<std::byte>& payload);
   // Routes by the ring of `msg` (every node of it known): retires the connections of
   // the nodes it leaves out. False (logged) if it cannot.
   bool adopt_ring(const transports::reroute_msg& msg);
@@ -341,22 +342,19 @@ private:
   std::vector<std::unique_ptr<slot>> slots_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_staleness_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_changed_;
-  std::vector<std::byte> error_buf_;
-  std::vector<std::byte> reroute_buf_;
+  // Per connection (receiver thread): the payload of an error, reroute, hyper or 16-bit
+  // update frame, and for the last, where its floats go once widened.
+  transports::receive_scratch<float*> landing_;
   compression_spec compression_;
   uint16_t half_ = 0;
   std::atomic<uint64_t> wire_sent_{0};
   std::atomic<uint64_t> wire_received_{0};
   std::vector<std::byte> pack_buf_; // the proxy's
-  // A 16-bit update (receiver thread): its payload, and where its floats go.
-  std::vector<std::byte> half_buf_;
-  float* half_dst_ = nullptr;
   // One `hyper` request at a time (request_hyper): its answer, once the receiver has it.
   std::mutex hyper_call_;
   std::mutex hyper_mtx_;
   std::condition_variable hyper_cv_;
   std::optional<std::pair<transports::frame_header, std::vector<std::byte>>> hyper_answer_;
-  std::vector<std::byte> hyper_buf_; // receiver thread only
   std::shared_ptr<const runtime::routes_basis> basis_; // receiver thread only
   bool multi_node_ = false;                            // basis_ set (before start)
   node_joiner joiner_;

@@ -56,10 +56,10 @@ std::pair<uint32_t, uint32_t> worker_link::conn_range(size_t node) const {
   return {nodes_[node].base, end};
 }
 
-void worker_link::on_reroute(uint32_t conn) {
+void worker_link::on_reroute(uint32_t conn, const std::vector<std::byte>& payload) {
   transports::reroute_msg msg;
   std::string why;
-  if (decode(reroute_buf_.data(), reroute_buf_.size(), msg, why) != errc::ok) {
+  if (decode(payload.data(), payload.size(), msg, why) != errc::ok) {
     spdlog::warn("worker rank {}: undecodable reroute frame from the node ignored: {}", rank_,
                  why);
     return;

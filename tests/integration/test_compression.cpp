@@ -207,6 +207,29 @@ TEST_CASE("rw-bench comm --verify checks every compression against its reference
   }
 }
 
+// A node with two endpoints: each worker attaches to both and its chunks' answers come
+// over both connections at once, read in turns by the worker's one receiver, so one
+// connection's 16-bit update may be half in when the other's arrives. Large chunks make
+// that likely; each must still land whole (it once shared one buffer: NaNs, wrong values).
+TEST_CASE("16-bit updates over a node's two endpoints each land whole",
+          "[integration][compression]") {
+  testing::node_process node{{"--listen", "127.0.0.1:0"}};
+  for (const std::string compression : {"bf16", "fp16"}) {
+    tools::subprocess p{{RW_BENCH_PATH, "comm", "--connect", node.address(), "--workers", "3",
+                         "--bytes", "16MiB", "--iters", "6", "--chunk-bytes", "512KiB",
+                         "--compression", compression, "--verify", "--json"},
+                        true};
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    auto out = p.read_all(deadline);
+    auto rc = p.wait_until(deadline);
+    if (!rc)
+      p.stop();
+    INFO(compression << "\n" << out);
+    CHECK(rc.value_or(-1) == 0);
+    CHECK(out.find("\"verified\":true") != std::string::npos);
+  }
+}
+
 TEST_CASE("pushes that do not match the job's compression are refused",
           "[integration][compression][bad]") {
   testing::node_process node;
