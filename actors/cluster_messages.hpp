@@ -36,7 +36,8 @@ typename Inspector::result_type inspect(Inspector& f, consistency_spec& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, compression_spec& x) {
-  return f(caf::meta::type_name("rw::compression_spec"), x.kind, x.ratio, x.updates);
+  return f(caf::meta::type_name("rw::compression_spec"), x.kind, x.ratio, x.updates,
+           x.warmup);
 }
 
 template <class Inspector>

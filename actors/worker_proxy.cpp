@@ -319,7 +319,7 @@ void start_next(proxy_ptr self, uint32_t t) {
       && (op.kind == worker_op::push || op.kind == worker_op::push_pull)) {
     if (st.residuals.size() <= t)
       st.residuals.resize(st.tensors.size());
-    detail::pick_topk(op, st.residuals[t], st.link->layout(t), z.ratio);
+    detail::pick_topk(op, st.residuals[t], st.link->layout(t), z, q.clock);
   }
   bool expect_update = op.kind == worker_op::pull || op.kind == worker_op::push_pull;
   uint64_t version = 0;

@@ -294,7 +294,9 @@ void add_common(CLI::App* cmd, comm_args& a) {
                   "how gradients travel: none, bf16, fp16 (16-bit values, summed in "
                   "float32 on the node) or topk:RATIO (each chunk's largest RATIO of "
                   "gradient plus residual, as sparse pairs; the rest kept for the next "
-                  "step); --verify checks against the same rounding and selection")
+                  "step; chunks under 1024 elements whole), or topk:RATIO,warmup=STEPS "
+                  "(more in the first STEPS steps: 1/4, 1/16, 1/64, 1/256 of each chunk); "
+                  "--verify checks against the same rounding and selection")
     ->capture_default_str();
   auto* on = cmd->add_flag("--compress-updates", a.updates_on,
                            "results travel back as 16-bit values too (bf16, fp16; the "

@@ -7,13 +7,17 @@
 #   2. an emulated rack on shaped links (bench/netns.sh --compression, Gloo's ring in the
 #      same run as the uncompressed peer): step time against each mode's link bound;
 #   3. the digits CNN (apps/examples/torch, ServerOptimizer, W ranks): test accuracy after
-#      the same steps in each mode.
+#      the same steps in each of --accuracy-modes (top-k with and without its warm-up
+#      over the first 4 of the 10 epochs, 44 steps), once per --seeds (the model's
+#      initial weights; one run's accuracy moves by points from seed to seed, so modes
+#      are compared on the mean).
 # Prints the tables and writes bench/RESULTS.md (the section between the compression
 # markers). A failed or unverified run fails the script and leaves bench/RESULTS.md alone.
 #
 #   bash bench/compression.sh [--workers 4] [--bytes 64MiB] [--iters 10] [--rounds 3]
 #        [--modes "none bf16 fp16 topk:0.01"] [--netns-modes "none bf16 topk:0.01"]
-#        [--rate 1gbit] [--netns-iters 5] [--no-netns] [--no-accuracy] [--smoke]
+#        [--accuracy-modes "none bf16 fp16 topk:0.01 topk:0.01,warmup=44"]
+#        [--seeds "0 1 2"] [--rate 1gbit] [--netns-iters 5] [--no-netns] [--no-accuracy] [--smoke]
 #        [--build-dir DIR]
 #
 # bf16 and fp16 compress the answers too (rw-bench's default for them). The netns part
@@ -34,6 +38,8 @@ iters=10
 rounds=3
 modes="none bf16 fp16 topk:0.01"
 netns_modes="none bf16 topk:0.01"
+accuracy_modes="none bf16 fp16 topk:0.01 topk:0.01,warmup=44"
+seeds="0 1 2"
 rate=1gbit
 netns_iters=5
 do_netns=1
@@ -41,6 +47,7 @@ do_accuracy=1
 run_timeout=600
 if ((smoke)); then
   workers=2 size=1MiB iters=2 rounds=1 modes="none bf16 topk:0.1" netns_modes=bf16
+  accuracy_modes="none topk:0.1,warmup=2" seeds="0 1"
   run_timeout=120
 fi
 while (($#)); do
@@ -51,11 +58,13 @@ while (($#)); do
     --rounds) rounds=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
     --netns-modes) netns_modes=$2; shift 2 ;;
+    --accuracy-modes) accuracy_modes=$2; shift 2 ;;
+    --seeds) seeds=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --netns-iters) netns_iters=$2; shift 2 ;;
     --no-netns) do_netns=0; shift ;;
     --no-accuracy) do_accuracy=0; shift ;;
-    -h|--help) sed -n 2,22p "$0" | sed "s/^# \{0,1\}//"; exit 0 ;;
+    -h|--help) sed -n 2,26p "$0" | sed "s/^# \{0,1\}//"; exit 0 ;;
     *) usage_error "unknown option $1" ;;
   esac
 done
@@ -64,11 +73,15 @@ check_sizes "$size"
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || usage_error "bad --rounds $rounds"
 check_run_counts "$iters" 0 "$run_timeout"
 check_run_counts "$netns_iters" 0 "$run_timeout"
-for m in $modes $netns_modes; do
-  [[ $m =~ ^(none|bf16|fp16|topk:(0?\.[0-9]+|1(\.0*)?))$ ]] ||
-    usage_error "bad mode $m (none, bf16, fp16 or topk:RATIO)"
+for m in $modes $netns_modes $accuracy_modes; do
+  [[ $m =~ ^(none|bf16|fp16|topk:(0?\.[0-9]+|1(\.0*)?)(,warmup=[0-9]+)?)$ ]] ||
+    usage_error "bad mode $m (none, bf16, fp16, topk:RATIO or topk:RATIO,warmup=STEPS)"
 done
 [[ " $modes " == *" none "* ]] || usage_error "--modes needs none: the others are compared with it"
+for s in $seeds; do [[ $s =~ ^[0-9]{1,9}$ ]] || usage_error "bad seed $s (0, 1, ...)"; done
+[[ -n ${seeds// /} ]] || usage_error "--seeds needs at least one seed"
+[[ " $accuracy_modes " == *" none "* ]] ||
+  usage_error "--accuracy-modes needs none: the others are compared with it"
 open_report 0
 
 build_tree
@@ -155,19 +168,23 @@ if ((do_accuracy)); then
     node_pid=$!
     wait_for_port "$tmp/cport" "$node_pid" ||
       { note "node did not start"; cat "$tmp/cnode.log" >&2; exit 1; }
-    for m in $modes; do
-      extra=(--compression "$m")
-      [[ $m == bf16 || $m == fp16 ]] && extra+=(--compress-updates)
-      st=0
-      OMP_NUM_THREADS=1 PYTHONPATH=$build/python timeout -k 5 "$run_timeout" /usr/bin/python3 \
-        apps/examples/torch/compare.py --connect "$(<"$tmp/cport")" --model digits \
-        --systems server --workers "$workers" --json -- "${train[@]}" "${extra[@]}" \
-        >"$tmp/acc.out" 2>"$tmp/acc.err" </dev/null || st=$?
-      line=$(grep -m1 '^{' "$tmp/acc.out" || true)
-      if ((st)) || [[ -z $line ]]; then
-        note "digits with $m failed (exit $st):"; tail -n 8 "$tmp/acc.err" >&2; exit 1
-      fi
-      echo "{\"mode\": \"$m\", \"run\": $line}" >>"$tmp/accuracy.jsonl"
+    for seed in $seeds; do
+      for m in $accuracy_modes; do
+        extra=(--compression "$m" --seed "$seed")
+        [[ $m == bf16 || $m == fp16 ]] && extra+=(--compress-updates)
+        st=0
+        OMP_NUM_THREADS=1 PYTHONPATH=$build/python timeout -k 5 "$run_timeout" /usr/bin/python3 \
+          apps/examples/torch/compare.py --connect "$(<"$tmp/cport")" --model digits \
+          --systems server --workers "$workers" --json -- "${train[@]}" "${extra[@]}" \
+          >"$tmp/acc.out" 2>"$tmp/acc.err" </dev/null || st=$?
+        line=$(grep -m1 '^{' "$tmp/acc.out" || true)
+        if ((st)) || [[ -z $line ]]; then
+          note "digits with $m, seed $seed failed (exit $st):"; tail -n 8 "$tmp/acc.err" >&2
+          exit 1
+        fi
+        say "accuracy: $m, seed $seed: $(grep -o '"accuracy": *[0-9.]*' <<<"$line" | head -1)"
+        echo "{\"mode\": \"$m\", \"seed\": $seed, \"run\": $line}" >>"$tmp/accuracy.jsonl"
+      done
     done
     stop_pids "$node_pid"
     node_pid=
@@ -230,19 +247,29 @@ netns_table = out[:]
 out.clear()
 
 if acc:
-    base = next((r["run"]["accuracy"] for r in acc if r["mode"] == "none"), None)
-    p("| mode | test accuracy | vs none (points) | median step ms | steps |")
-    p("|---|---|---|---|---|")
+    seeds = list(dict.fromkeys(r["seed"] for r in acc))
+    by_mode = {}
     for r in acc:
-        d = r["run"]
-        delta = f"{100 * (d['accuracy'] - base):+.2f}" if base is not None else "-"
-        p(f"| {r['mode']} | {100 * d['accuracy']:.2f}% | {delta} | {d['median_step_ms']:.2f} | {d['steps']} |")
+        by_mode.setdefault(r["mode"], {})[r["seed"]] = r["run"]
+    mean = {m: statistics.mean(d["accuracy"] for d in runs.values()) for m, runs in by_mode.items()}
+    base = mean.get("none")
+    p("| mode | " + " | ".join(f"seed {s}" for s in seeds)
+      + " | mean | vs none (mean, points) | median step ms | steps |")
+    p("|---|" + "---|" * len(seeds) + "---|---|---|---|")
+    for m, runs in by_mode.items():
+        cells = " | ".join(f"{100 * runs[s]['accuracy']:.2f}%" if s in runs else "-" for s in seeds)
+        delta = f"{100 * (mean[m] - base):+.2f}" if base is not None else "-"
+        step_ms = statistics.median(d["median_step_ms"] for d in runs.values())
+        steps = sorted({d["steps"] for d in runs.values()})
+        p(f"| {m} | {cells} | {100 * mean[m]:.2f}% | {delta} | {step_ms:.2f} | "
+          f"{', '.join(map(str, steps))} |")
 acc_table = out[:]
 
 md = ["<!-- compression:begin -->", "## Gradient compression (bench/compression.sh)", "",
       f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}. Command: `{invocation}` "
       f"(took {elapsed} s). bf16 and fp16 compress the answers too; topk sends each "
-      "chunk's largest entries of gradient + residual as sparse pairs and gets the "
+      "chunk's largest entries of gradient + residual as sparse pairs (a chunk under 1024 "
+      "elements whole) and gets the "
       "answers dense.", "",
       f"**Loopback** (one node, {w} workers x {size}, `rw-bench comm --open-job "
       f"--compression MODE --iters {iters}`, median of {rounds} round(s) in turn; every "
@@ -255,8 +282,8 @@ md = ["<!-- compression:begin -->", "## Gradient compression (bench/compression.
       "the bytes its workers measured on the wire.", "",
       *(netns_table or [f"Not measured: {netns_note}."]), "",
       f"**Accuracy** (the digits CNN, `apps/examples/torch/compare.py --systems server "
-      f"--workers {w} -- {train} --compression MODE`, ServerOptimizer: momentum SGD on "
-      "the node).", "", *(acc_table or [f"Not measured: {accuracy_note}."]),
+      f"--workers {w} -- {train} --compression MODE --seed S`, ServerOptimizer: momentum "
+      "SGD on the node; test set 360 images, so one image is 0.28 points).", "", *(acc_table or [f"Not measured: {accuracy_note}."]),
       "<!-- compression:end -->"]
 open(f"{tmp}/section.md", "w").write("\n".join(md) + "\n")
 PY

@@ -285,6 +285,21 @@ uint32_t topk_count(float ratio, size_t n) noexcept {
                                          : static_cast<uint32_t>(n);
 }
 
+float topk_ratio_at(float ratio, uint32_t warmup, uint64_t step) noexcept {
+  if (step >= warmup)
+    return ratio;
+  // Stage s (0..3) of four equal ones: 4^-(s+1), exact in float.
+  const auto stage = static_cast<uint32_t>(step * 4 / warmup);
+  const float stage_ratio = 1.0f / static_cast<float>(1u << (2 * (stage + 1)));
+  return stage_ratio > ratio ? stage_ratio : ratio;
+}
+
+uint32_t topk_chunk_count(float ratio, uint32_t warmup, uint64_t step, size_t n) noexcept {
+  if (n < topk_dense_below)
+    return static_cast<uint32_t>(n);
+  return topk_count(topk_ratio_at(ratio, warmup, step), n);
+}
+
 void select_topk(const float* r, size_t n, uint32_t k, std::vector<uint32_t>& indices) {
   indices.clear();
   const size_t count = std::min<size_t>(k, n);

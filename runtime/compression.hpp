@@ -69,6 +69,20 @@ void select_compression(const std::string& isa);
 /// max(1, ceil(ratio * n)) computed in double, at most n (0 for an empty chunk).
 uint32_t topk_count(float ratio, size_t n) noexcept;
 
+/// A topk job sends a chunk of fewer elements than this whole (k = n): a bias or a small
+/// layer costs little on the wire, and starved of updates (one entry of a 16-element
+/// bias per step at 1 %) it holds training back most.
+constexpr size_t topk_dense_below = 1024;
+
+/// The ratio a topk job with `ratio` and `warmup` sends at step `step`: during the first
+/// `warmup` steps four equal stages at 1/4, 1/16, 1/64 and 1/256 (Deep Gradient
+/// Compression's warm-up), never less than `ratio`; then `ratio`.
+float topk_ratio_at(float ratio, uint32_t warmup, uint64_t step) noexcept;
+
+/// How many of a chunk's n elements a topk job sends at step `step`: all of a chunk
+/// shorter than topk_dense_below, else topk_count(topk_ratio_at(ratio, warmup, step), n).
+uint32_t topk_chunk_count(float ratio, uint32_t warmup, uint64_t step, size_t n) noexcept;
+
 /// The k entries of r (n < 2^32) with the largest magnitude, written to `indices` in
 /// ascending index order (indices.size() == min(k, n) after). The order is a strict
 /// total order on the float's magnitude bits (bits & 0x7fffffff) descending, then the

@@ -43,13 +43,16 @@ enum CompressionKind {
   bf16 @1;       # pushes carry bfloat16 values (frame flag bf16)
   fp16 @2;       # pushes carry a float32 scale, then IEEE half values (frame flag fp16)
   topk @3;       # pushes are pushSparse frames: each chunk's k largest of gradient +
-                 # the worker's residual (k = max(1, ceil(ratio * length)))
+                 # the worker's residual (k = max(1, ceil(ratio * length)); a chunk of
+                 # fewer than 1024 elements: all of it, as a dense push)
 }
 
 struct Compression {
   kind @0 :CompressionKind;
   ratio @1 :Float32;        # topk: the fraction of each chunk's elements sent, (0, 1]
   updates @2 :Bool;         # bf16 / fp16: the node's updates carry 16-bit values too
+  warmup @3 :UInt32;        # topk: the job's first `warmup` steps send more (four equal
+                            # stages at 1/4, 1/16, 1/64, 1/256, never below ratio)
 }
 
 struct Hello {

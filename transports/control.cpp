@@ -83,9 +83,10 @@ void set_compression(schema::Compression::Builder c, const compression_spec& z) 
   c.setKind(static_cast<schema::CompressionKind>(z.kind));
   c.setRatio(z.ratio);
   c.setUpdates(z.updates);
+  c.setWarmup(z.warmup);
 }
 
-// The compression off the wire, checked: a known kind (its ratio and updates are checked
+// The compression off the wire, checked: a known kind (its ratio, warm-up and updates are checked
 // with the rest of the spec, rw::validate).
 errc get_compression(schema::Compression::Reader c, job_spec& spec, std::string& why) {
   auto kind = static_cast<uint16_t>(c.getKind());
@@ -96,6 +97,7 @@ errc get_compression(schema::Compression::Reader c, job_spec& spec, std::string&
   spec.compression.kind = static_cast<compression_spec::kind_t>(kind);
   spec.compression.ratio = c.getRatio();
   spec.compression.updates = c.getUpdates();
+  spec.compression.warmup = c.getWarmup();
   return errc::ok;
 }
 

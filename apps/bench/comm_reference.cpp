@@ -19,7 +19,7 @@ comm_reference::comm_reference(const job_spec& spec, uint32_t workers)
     residuals_.assign(workers, std::vector<float>(total, 0.0f));
 }
 
-void comm_reference::as_received(uint32_t rank, float* grad) {
+void comm_reference::as_received(uint32_t rank, uint64_t step, float* grad) {
   auto half = transports::half_flag(compression_);
   std::vector<uint32_t> indices;
   std::vector<float> values;
@@ -33,8 +33,9 @@ void comm_reference::as_received(uint32_t rank, float* grad) {
       } else if (compression_.kind == compression_spec::topk) {
         float* residual = residuals_.at(rank).data() + at + l.offset(c);
         runtime::topk_feedback(residual, chunk, length,
-                               runtime::topk_count(compression_.ratio, length), indices,
-                               values);
+                               runtime::topk_chunk_count(compression_.ratio,
+                                                         compression_.warmup, step, length),
+                               indices, values);
         // As the node densifies pairs: zeros, then each value added at its index.
         std::fill(chunk, chunk + length, 0.0f);
         for (size_t i = 0; i < indices.size(); ++i)

@@ -21,10 +21,10 @@ public:
   /// compression); `workers` ranks, each with its own top-k residual.
   comm_reference(const job_spec& spec, uint32_t workers);
 
-  /// Turns rank `rank`'s gradient (the tensors end to end) into what the node sums for
-  /// it. For top-k this advances the rank's residual: call it once per rank per step,
-  /// steps in order.
-  void as_received(uint32_t rank, float* grad);
+  /// Turns rank `rank`'s gradient of step `step` (the tensors end to end) into what the
+  /// node sums for it. For top-k this advances the rank's residual: call it once per
+  /// rank per step, steps in order (the step sets the warm-up's ratio).
+  void as_received(uint32_t rank, uint64_t step, float* grad);
 
   /// Turns the node's result into what a worker reads.
   void as_answered(float* result) const;

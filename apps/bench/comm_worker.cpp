@@ -93,10 +93,10 @@ void expected_sum(std::vector<float>& expect, std::vector<float>& tmp,
     if (g.empty())
       continue;
     fill_grad(part.data(), n, bases[g[0]], it);
-    ref.as_received(g[0], part.data());
+    ref.as_received(g[0], it, part.data());
     for (size_t j = 1; j < g.size(); ++j) {
       fill_grad(tmp.data(), n, bases[g[j]], it);
-      ref.as_received(g[j], tmp.data());
+      ref.as_received(g[j], it, tmp.data());
       for (size_t i = 0; i < n; ++i)
         part[i] += tmp[i];
     }

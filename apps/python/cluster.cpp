@@ -116,7 +116,7 @@ void add_cluster_calls(py::module_& m) {
     "memory the job may take, which a tenant's job must give. With `tenant`, "
     "`secret_file` is that tenant's secret: the job is created in its namespace "
     "(TENANT:NAME, the name returned) within its quotas. `compression` ('none', 'bf16', "
-    "'fp16', 'topk:RATIO') is how the workers' gradients travel, `compress_updates` "
+    "'fp16', 'topk:RATIO', 'topk:RATIO,warmup=STEPS') is how the workers' gradients travel, `compress_updates` "
     "whether the results travel back as 16-bit values too (bf16, fp16).");
   m.def(
     "delete_job",

@@ -33,7 +33,7 @@ const command commands[] = {
   {"jobs", rw_jobs, "rw.jobs()", "every job, in creation order (job tables)"},
   {"job_create", rw_job_create,
    "rw.job_create{name=, workers=, ...}",
-   "creates a job; also consistency, compression ('none', 'bf16', 'fp16', 'topk:R'), "
+   "creates a job; also consistency, compression ('none', 'bf16', 'fp16', 'topk:R', 'topk:R,warmup=N'), "
    "compress_updates, optimizer, lr, momentum, beta1, beta2, epsilon, "
    "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, restore (a "
    "checkpoint dir), checkpoint_every, checkpoint_dir, tensors (a list: {{'w', 1024}, "

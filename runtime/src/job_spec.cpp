@@ -72,7 +72,29 @@ compression_spec parse_compression(std::string_view text) {
     return c;
   }
   if (text.substr(0, 5) == "topk:") {
-    auto num = std::string(text.substr(5));
+    auto rest = text.substr(5);
+    auto comma = rest.find(',');
+    if (comma != std::string_view::npos) {
+      auto option = rest.substr(comma + 1);
+      rest = rest.substr(0, comma);
+      constexpr std::string_view key = "warmup=";
+      auto steps = std::string(option.substr(std::min(option.size(), key.size())));
+      size_t used = 0;
+      unsigned long long n = 0;
+      try {
+        if (!steps.empty() && steps[0] >= '0' && steps[0] <= '9')
+          n = std::stoull(steps, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (option.substr(0, key.size()) != key || steps.empty() || used != steps.size()
+          || n > (1ull << 31))
+        throw std::invalid_argument(fmt::format(
+          "'{}': after topk:RATIO only ',warmup=STEPS' may follow (0..2^31 steps over "
+          "which the ratio falls to RATIO: topk:0.01,warmup=40)", text));
+      c.warmup = static_cast<uint32_t>(n);
+    }
+    auto num = std::string(rest);
     size_t used = 0;
     double ratio = 0;
     try {
@@ -88,8 +110,9 @@ compression_spec parse_compression(std::string_view text) {
     c.ratio = static_cast<float>(ratio);
     return c;
   }
-  throw std::invalid_argument(
-    fmt::format("'{}' is not a compression (none, bf16, fp16 or topk:RATIO)", text));
+  throw std::invalid_argument(fmt::format(
+    "'{}' is not a compression (none, bf16, fp16, topk:RATIO or topk:RATIO,warmup=STEPS)",
+    text));
 }
 
 std::string to_string(const compression_spec& c) {
@@ -97,7 +120,9 @@ std::string to_string(const compression_spec& c) {
     case compression_spec::none: return "none";
     case compression_spec::bf16: return "bf16";
     case compression_spec::fp16: return "fp16";
-    case compression_spec::topk: return fmt::format("topk:{}", c.ratio);
+    case compression_spec::topk:
+      return c.warmup == 0 ? fmt::format("topk:{}", c.ratio)
+                           : fmt::format("topk:{},warmup={}", c.ratio, c.warmup);
   }
   return "?";
 }
@@ -142,6 +167,11 @@ std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
     return fmt::format("topk's ratio must be in (0, 1], got {}", z.ratio);
   if (z.kind != compression_spec::topk && z.ratio != 0)
     return fmt::format("a ratio ({}) belongs to topk only, not {}", z.ratio, to_string(z));
+  if (z.warmup != 0 && z.kind != compression_spec::topk)
+    return fmt::format("a warm-up ({} steps) belongs to topk only, not {}", z.warmup,
+                       to_string(z));
+  if (z.warmup > (1u << 31))
+    return fmt::format("topk's warm-up is at most 2^31 steps, got {}", z.warmup);
   if (z.updates && z.kind != compression_spec::bf16 && z.kind != compression_spec::fp16)
     return fmt::format("compress_updates needs compression bf16 or fp16 (results travel as "
                        "16-bit values), not {}", to_string(z));
@@ -184,6 +214,7 @@ std::string describe_mismatch(const job_spec& ours, const job_spec& theirs) {
                        to_string(ours.consistency), to_string(theirs.consistency));
   if (ours.compression.kind != theirs.compression.kind
       || ours.compression.ratio != theirs.compression.ratio
+      || ours.compression.warmup != theirs.compression.warmup
       || ours.compression.updates != theirs.compression.updates)
     return fmt::format("job '{}' compresses {}{}, hello asks for {}{}", ours.name,
                        to_string(ours.compression),

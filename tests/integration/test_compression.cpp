@@ -152,24 +152,63 @@ TEST_CASE("top-k sends each chunk's largest entries and keeps the rest for later
   testing::node_process node{testing::fabric_node_args()};
   for (const std::string& transport : testing::protocol_transports()) {
     DYNAMIC_SECTION(transport) {
-      // One worker, 8-element chunks (32 bytes), ratio 0.25: 2 entries per chunk.
-      auto o = compressed(node.address(), "topk-" + transport, 0, transport, "topk:0.25",
-                          false, 16, 1);
-      o.job.chunk_bytes = 32;
+      // One worker, two chunks of 1024 elements (the shortest that top-k thins), ratio
+      // 0.001: ceil(1.024) = 2 entries per chunk.
+      auto o = compressed(node.address(), "topk-" + transport, 0, transport, "topk:0.001",
+                          false, 2048, 1);
+      o.job.chunk_bytes = 4096;
       worker w{o};
-      std::vector<float> g{5, 1, -3, 0.5f, 0, 0, 0, 0.25f, /**/ 1, 1, 1, 1, 1, 1, 1, 1};
-      std::vector<float> out(16, -9.0f);
+      std::vector<float> g(2048, 0.0f);
+      g[0] = 5, g[1] = 1, g[2] = -3, g[3] = 0.5f, g[7] = 0.25f;
+      for (size_t i = 1024; i < 1032; ++i)
+        g[i] = 1; // all tie: the lowest indexes go first
+      std::vector<float> out(2048, -9.0f);
       w.push_pull("t", g.data(), out.data()).get();
-      // Chunk 0: 5 and -3. Chunk 1: all tie: the lowest indexes, 8 and 9.
-      std::vector<float> want{5, 0, -3, 0, 0, 0, 0, 0, /**/ 1, 1, 0, 0, 0, 0, 0, 0};
+      std::vector<float> want(2048, 0.0f);
+      want[0] = 5, want[2] = -3, want[1024] = 1, want[1025] = 1;
       CHECK(out == want);
       // Nothing new: what was held back goes out, largest first.
-      std::vector<float> zero(16, 0.0f);
+      std::vector<float> zero(2048, 0.0f);
       w.push_pull("t", zero.data(), out.data()).get();
-      want = {0, 1, 0, 0.5f, 0, 0, 0, 0, /**/ 0, 0, 1, 1, 0, 0, 0, 0};
+      want.assign(2048, 0.0f);
+      want[1] = 1, want[3] = 0.5f, want[1026] = 1, want[1027] = 1;
       CHECK(out == want);
-      if (transport != "shm") // 2 pairs of 8 bytes per chunk, not 32 bytes of floats
+      if (transport != "shm") // 2 pairs of 8 bytes per chunk, not 4 KiB of floats
         CHECK(w.wire_bytes_sent() == 2 * 2 * (transports::frame_header_bytes + 2 * 8));
+    }
+  }
+}
+
+TEST_CASE("top-k sends a short chunk whole and more of the rest during its warm-up",
+          "[integration][compression]") {
+  testing::node_process node;
+  SECTION("a 16-element tensor, as a bias would be, travels whole and exact") {
+    auto o = compressed(node.address(), "topk-short", 0, "tcp", "topk:0.01", false, 16, 1);
+    worker w{o};
+    std::vector<float> g{5, 1, -3, 0.5f, 0, 0, 0, 0.25f, 1, 1, 1, 1, 1, 1, 1, 1};
+    std::vector<float> out(16, -9.0f);
+    w.push_pull("t", g.data(), out.data()).get();
+    CHECK(out == g);
+    CHECK(w.wire_bytes_sent() == transports::frame_header_bytes + 16 * sizeof(float));
+  }
+  SECTION("warm-up: a quarter of each chunk, then a sixteenth, ..., then the ratio") {
+    // 4096 elements in one chunk, topk:0.001 (5 per step) over 8 warm-up steps: 2 steps
+    // each at 1024, 256, 64 and 16 (the ratio is lower), then 5.
+    auto o = compressed(node.address(), "topk-warm", 0, "tcp", "topk:0.001,warmup=8", false,
+                        4096, 1);
+    o.job.chunk_bytes = 16384;
+    worker w{o};
+    CHECK(w.spec().compression.warmup == 8);
+    std::vector<float> g(4096), out(4096);
+    for (size_t i = 0; i < g.size(); ++i)
+      g[i] = 1.0f + static_cast<float>(i % 97); // no zero: each sent entry is a pair
+    const std::vector<uint64_t> sent{1024, 1024, 256, 256, 64, 64, 16, 16, 5, 5};
+    uint64_t before = 0;
+    for (size_t step = 0; step < sent.size(); ++step) {
+      w.push_pull("t", g.data(), out.data()).get();
+      INFO("step " << step);
+      CHECK(w.wire_bytes_sent() - before == transports::frame_header_bytes + sent[step] * 8);
+      before = w.wire_bytes_sent();
     }
   }
 }
@@ -195,6 +234,7 @@ TEST_CASE("rw-bench comm --verify checks every compression against its reference
     {{"--compression", "topk:0.01"}, 0.5, 0.53}, // pushes ~2 %, updates dense
     {{"--compression", "fp16", "--transport", "shm"}, 0.0, 0.01},
     {{"--compression", "topk:0.05", "--transport", "fabric"}, 0.5, 0.6},
+    {{"--compression", "topk:0.01,warmup=3"}, 0.5, 0.6}, // 4 of 5 steps in the warm-up
   };
   for (auto& m : modes) {
     auto run = run_bench(node.address(), m.args);

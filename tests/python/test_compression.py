@@ -39,19 +39,44 @@ def test_bf16_rounds_pushes_and_updates(node, transport):
 
 def test_topk_sends_the_largest_and_keeps_the_rest(node):
     job = job_name()
-    with rackweave.Worker(connect=node, job=job, rank=0, workers=1, tensors={"g": 8},
-                          chunk_bytes=32, compression="topk:0.25") as w:
+    # One chunk of 1024 elements (the shortest top-k thins), ratio 0.002: 3 per step.
+    with rackweave.Worker(connect=node, job=job, rank=0, workers=1, tensors={"g": 1024},
+                          chunk_bytes=4096, compression="topk:0.002") as w:
+        g = np.zeros(1024, np.float32)
+        g[:8] = [5, 1, -3, 0.5, 0, 0, 0, 0.25]
+        out = np.empty(1024, np.float32)
+        w.push_pull("g", g, out).result(60)
+        assert out[:8].tolist() == [5, 1, -3, 0, 0, 0, 0, 0] and not out[8:].any()
+        w.push_pull("g", np.zeros(1024, np.float32), out).result(60)
+        assert out[:8].tolist() == [0, 0, 0, 0.5, 0, 0, 0, 0.25] and not out[8:].any()
+
+
+def test_topk_sends_a_short_tensor_whole_and_warms_up(node):
+    with rackweave.Worker(connect=node, job=job_name(), rank=0, workers=1, tensors={"b": 8},
+                          compression="topk:0.25") as w:
+        g = np.array([5, 1, -3, 0.5, 0, 0, 0, 0.25], np.float32)
         out = np.empty(8, np.float32)
-        w.push_pull("g", np.array([5, 1, -3, 0.5, 0, 0, 0, 0.25], np.float32), out).result(60)
-        assert out.tolist() == [5, 0, -3, 0, 0, 0, 0, 0]
-        w.push_pull("g", np.zeros(8, np.float32), out).result(60)
-        assert out.tolist() == [0, 1, 0, 0.5, 0, 0, 0, 0]
+        w.push_pull("b", g, out).result(60)
+        assert out.tolist() == g.tolist()
+    with rackweave.Worker(connect=node, job=job_name(), rank=0, workers=1, tensors={"g": 4096},
+                          chunk_bytes=16384, compression="topk:0.001,warmup=4") as w:
+        assert w.spec["compression"] == "topk:0.001,warmup=4"
+        g = np.arange(1, 4097, dtype=np.float32)
+        out = np.empty(4096, np.float32)
+        counts = []
+        for _ in range(5):
+            w.push_pull("g", g, out).result(60)
+            counts.append(int(np.count_nonzero(out)))
+        assert counts == [1024, 256, 64, 16, 5]
 
 
 def test_bad_compressions_are_refused(node):
     with pytest.raises(ValueError, match="not a compression"):
         rackweave.Worker(connect=node, job=job_name(), rank=0, workers=1, tensors={"g": 8},
                          compression="zip")
+    with pytest.raises(ValueError, match="only ',warmup=STEPS' may follow"):
+        rackweave.Worker(connect=node, job=job_name(), rank=0, workers=1, tensors={"g": 8},
+                         compression="topk:0.1,warm=3")
     with pytest.raises(ValueError, match="ratio after topk"):
         rackweave.Worker(connect=node, job=job_name(), rank=0, workers=1, tensors={"g": 8},
                          compression="topk:3")

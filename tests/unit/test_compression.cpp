@@ -392,6 +392,38 @@ TEST_CASE("topk_count", "[compression]") {
   CHECK(rt::topk_count(0.5f, size_t{3000000000u}) == 1500000000u);
 }
 
+TEST_CASE("topk_ratio_at and topk_chunk_count: the warm-up's stages and short chunks",
+          "[compression]") {
+  // No warm-up: the ratio from the first step.
+  CHECK(rt::topk_ratio_at(0.01f, 0, 0) == 0.01f);
+  // 8 steps: 2 at each of 1/4, 1/16, 1/64, 1/256, then the ratio.
+  const std::vector<float> stages{0.25f, 0.25f, 0.0625f, 0.0625f, 0.015625f, 0.015625f,
+                                  0.00390625f, 0.00390625f, 0.001f, 0.001f};
+  for (uint64_t step = 0; step < stages.size(); ++step)
+    CHECK(rt::topk_ratio_at(0.001f, 8, step) == stages[step]);
+  // Never below the ratio: topk:0.1 warms up at 1/4, then sends 0.1.
+  CHECK(rt::topk_ratio_at(0.1f, 8, 0) == 0.25f);
+  CHECK(rt::topk_ratio_at(0.1f, 8, 2) == 0.1f);
+  CHECK(rt::topk_ratio_at(0.5f, 8, 0) == 0.5f);
+  // Stages of unequal length round down: 5 steps, stage = step * 4 / 5.
+  CHECK(rt::topk_ratio_at(0.001f, 5, 1) == 0.25f);
+  CHECK(rt::topk_ratio_at(0.001f, 5, 2) == 0.0625f);
+  CHECK(rt::topk_ratio_at(0.001f, 5, 4) == 0.00390625f);
+  CHECK(rt::topk_ratio_at(0.001f, 5, 5) == 0.001f);
+  // The largest warm-up: no overflow in step * 4.
+  CHECK(rt::topk_ratio_at(0.001f, 1u << 31, (uint64_t{1} << 31) - 1) == 0.00390625f);
+  CHECK(rt::topk_ratio_at(0.001f, 1u << 31, uint64_t{1} << 40) == 0.001f);
+
+  // A chunk shorter than topk_dense_below is sent whole, warm-up or not.
+  CHECK(rt::topk_chunk_count(0.01f, 0, 0, 16) == 16);
+  CHECK(rt::topk_chunk_count(0.01f, 0, 0, rt::topk_dense_below - 1) == rt::topk_dense_below - 1);
+  CHECK(rt::topk_chunk_count(0.01f, 0, 0, rt::topk_dense_below) == 11); // ceil(10.24)
+  CHECK(rt::topk_chunk_count(0.01f, 0, 0, 0) == 0);
+  CHECK(rt::topk_chunk_count(0.001f, 8, 0, 4096) == 1024);
+  CHECK(rt::topk_chunk_count(0.001f, 8, 7, 4096) == 16);
+  CHECK(rt::topk_chunk_count(0.001f, 8, 8, 4096) == 5); // ceil(4.096)
+}
+
 namespace {
 
 // select_topk by its definition: a full sort on (magnitude bits desc, index asc).

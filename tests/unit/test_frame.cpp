@@ -130,6 +130,11 @@ TEST_CASE("control messages round-trip and garbage is refused without throwing",
   REQUIRE(decode(topk.data(), topk.size(), d, why) == rw::errc::ok);
   CHECK(d.spec.compression.kind == rw::compression_spec::topk);
   CHECK(d.spec.compression.ratio == 0.05f);
+  CHECK(d.spec.compression.warmup == 0);
+  h.spec.compression = rw::parse_compression("topk:0.05,warmup=300");
+  auto warm = encode(h);
+  REQUIRE(decode(warm.data(), warm.size(), d, why) == rw::errc::ok);
+  CHECK(d.spec.compression.warmup == 300);
   welcome_msg w;
   w.endpoints = {"127.0.0.1:1"};
   w.num_shards = 1;

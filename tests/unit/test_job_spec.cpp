@@ -85,8 +85,20 @@ TEST_CASE("compressions parse, validate and are compared between specs", "[job_s
   CHECK(t.ratio == 0.01f);
   CHECK(rw::to_string(t) == "topk:0.01");
   CHECK(rw::parse_compression("topk:1").ratio == 1.0f);
+  CHECK(t.warmup == 0);
+  auto w = rw::parse_compression("topk:0.01,warmup=40");
+  CHECK(w.kind == compression_spec::topk);
+  CHECK(w.ratio == 0.01f);
+  CHECK(w.warmup == 40);
+  CHECK(rw::to_string(w) == "topk:0.01,warmup=40");
+  CHECK(rw::parse_compression(rw::to_string(w)).warmup == 40);
+  CHECK(rw::parse_compression("topk:0.5,warmup=0").warmup == 0);
+  CHECK(rw::parse_compression("topk:0.5,warmup=2147483648").warmup == 2147483648u);
   for (auto bad : {"topk:0", "topk:-0.1", "topk:1.5", "topk:", "topk:x", "topk:0.1x",
-                   "topk:nan", "top", "BF16", ""})
+                   "topk:nan", "top", "BF16", "", "topk:0.1,", "topk:0.1,warmup=",
+                   "topk:0.1,warmup=-1", "topk:0.1,warmup=+1", "topk:0.1,warmup=1x",
+                   "topk:0.1,warmup=2147483649", "topk:0.1,warm=3", "topk:,warmup=3",
+                   "topk:0.1,warmup=3,warmup=4", "bf16,warmup=3"})
     CHECK_THROWS_AS(rw::parse_compression(bad), std::invalid_argument);
   CHECK_THROWS_WITH(rw::parse_compression("zip"), Catch::Contains("none, bf16, fp16"));
 
@@ -103,6 +115,12 @@ TEST_CASE("compressions parse, validate and are compared between specs", "[job_s
   s.compression = rw::parse_compression("fp16");
   s.compression.ratio = 0.5f;
   CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("topk only"));
+  s.compression = rw::parse_compression("bf16");
+  s.compression.warmup = 10; // off the wire
+  CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("warm-up (10 steps) belongs to topk"));
+  s.compression = rw::parse_compression("topk:0.1");
+  s.compression.warmup = 0xffffffffu;
+  CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("at most 2^31 steps"));
 
   auto a = good(), b = good();
   a.compression = rw::parse_compression("bf16");
@@ -114,4 +132,8 @@ TEST_CASE("compressions parse, validate and are compared between specs", "[job_s
   a.compression = rw::parse_compression("topk:0.1");
   b.compression = rw::parse_compression("topk:0.2");
   CHECK_THAT(rw::describe_mismatch(a, b), Catch::Contains("topk:0.2"));
+  a.compression = rw::parse_compression("topk:0.01,warmup=5");
+  b.compression = rw::parse_compression("topk:0.01");
+  CHECK_THAT(rw::describe_mismatch(a, b),
+             Catch::Contains("compresses topk:0.01,warmup=5, hello asks for topk:0.01"));
 }

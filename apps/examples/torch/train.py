@@ -50,7 +50,8 @@ def parse(argv):
                    help="seconds between progress lines (0: only at the end of each epoch)")
     p.add_argument("--json-out", default="", help="rank 0 writes the run's figures here")
     p.add_argument("--compression", default="none",
-                   help="--system server: how gradients travel (none, bf16, fp16, topk:RATIO)")
+                   help="--system server: how gradients travel (none, bf16, fp16, topk:RATIO, "
+                        "topk:RATIO,warmup=STEPS)")
     p.add_argument("--compress-updates", action="store_true",
                    help="--system server, bf16 / fp16: the new parameters travel as 16-bit "
                         "values too")

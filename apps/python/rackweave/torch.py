@@ -14,7 +14,8 @@ Each trainable parameter is a tensor of the job, of its name. Without `optimizer
 job's own optimizer and hyper-parameters apply: its name and token are enough (the first
 rank to join declares the tensors; over TCP, as shared memory needs the spec stated);
 with it, the spec is stated (defaults lr=0.01, momentum=0.9, weight_decay=0, betas=(0.9,
-0.999), eps=1e-8, chunk_bytes=32768, compression="none" ("bf16", "fp16", "topk:RATIO"),
+0.999), eps=1e-8, chunk_bytes=32768, compression="none" ("bf16", "fp16", "topk:RATIO",
+"topk:RATIO,warmup=STEPS"),
 compress_updates=False) and must match the job's. At construction rank 0's
 values become version 0 and every rank starts from them. With overlap (the default) a
 parameter's gradient is pushed from an autograd hook the moment backward produces it, so

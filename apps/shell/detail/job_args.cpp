@@ -197,7 +197,7 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
       refuse(fmt::format("consistency: {}", e.what()));
     }
   } else if (key == "compression") {
-    auto text = string_field(L, key, "\"none\", \"bf16\", \"fp16\" or \"topk:RATIO\"");
+    auto text = string_field(L, key, "\"none\", \"bf16\", \"fp16\", \"topk:RATIO\" or \"topk:RATIO,warmup=STEPS\"");
     auto updates = spec.compression.updates;
     try {
       spec.compression = parse_compression(text);

@@ -68,18 +68,23 @@ struct compression_spec {
           // small gradients do not underflow
     topk, // per chunk the k = ceil(ratio * length) largest of gradient + residual, as
           // sparse pairs; the worker keeps the rest as its residual for the next step
-          // (error feedback, as in Deep Gradient Compression)
+          // (error feedback, as in Deep Gradient Compression). A chunk of fewer than
+          // runtime::topk_dense_below elements (a bias, a small layer) is sent whole.
   } kind = none;
   float ratio = 0.0f;   // topk: the fraction of each chunk's elements sent, in (0, 1]
+  /// topk: the job's first `warmup` steps send more, as Deep Gradient Compression's
+  /// warm-up does: four equal stages at 1/4, 1/16, 1/64 and 1/256 of each chunk (never
+  /// less than `ratio`), then `ratio` ("topk:0.01,warmup=40"). 0: no warm-up.
+  uint32_t warmup = 0;
   /// bf16 / fp16: results (updates and pulls) travel back as 16-bit values of the same
   /// format too (rw.job_create{compress_updates = true}); the node keeps float32.
   bool updates = false;
 };
 
-/// "none", "bf16", "fp16" or "topk:R" (0 < R <= 1). Throws std::invalid_argument saying
-/// what is wrong.
+/// "none", "bf16", "fp16", "topk:R" (0 < R <= 1) or "topk:R,warmup=N" (N steps, at most
+/// 2^31). Throws std::invalid_argument saying what is wrong.
 compression_spec parse_compression(std::string_view text);
-/// "bf16", "topk:0.01", ... (without `updates`).
+/// "bf16", "topk:0.01", "topk:0.01,warmup=40", ... (without `updates`).
 std::string to_string(const compression_spec& c);
 
 struct tensor_spec {
