@@ -119,8 +119,13 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
   auto port = tls_ ? caf::openssl::publish(coordinator_, control.port, in, true)
                    : sys.middleman().publish(coordinator_, control.port, in, true);
   if (!port) {
-    auto why = fmt::format("cannot publish the cluster coordinator on {}: {}",
-                           control.to_string(), sys.render(port.error()));
+    auto why = port.error() == caf::sec::cannot_open_port
+                 ? fmt::format("cannot open the control port {}: another process listens "
+                               "there, or the host is not an address of this machine; give "
+                               "another with --control HOST:PORT (port 0: any free one)",
+                               control.to_string())
+                 : fmt::format("cannot publish the cluster coordinator on {}: {}",
+                               control.to_string(), sys.render(port.error()));
     stop();
     throw std::runtime_error(why);
   }

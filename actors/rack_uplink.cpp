@@ -210,7 +210,7 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
     transports::error_msg err;
     std::string why;
     auto& text = errors_.of(c).bytes;
-  if (decode(text.data(), text.size(), err, why) != errc::ok)
+    if (decode(text.data(), text.size(), err, why) != errc::ok)
       err = {errc::bad_frame, "undecodable error frame: " + why, {}};
     if (err.code == errc::worker_left && h.tensor_id < first_.size()) {
       // Another rack has left (its workers are done): this step cannot complete, as a

@@ -30,6 +30,7 @@
 #include "apps/bench/cluster_job.hpp"
 #include "apps/bench/comm_args.hpp"
 #include "apps/bench/comm_worker.hpp"
+#include "apps/tools/exit_codes.hpp"
 #include "apps/tools/subprocess.hpp"
 #include "apps/tools/units.hpp"
 
@@ -328,12 +329,15 @@ int main(int argc, char** argv) {
   // carries the results the parent and the bench scripts parse.
   spdlog::set_default_logger(spdlog::stderr_color_mt("rw-bench"));
   CLI::App app{"rw-bench: RackWeave benchmarks", "rw-bench"};
+  const std::string version = std::string("rw-bench ") + RW_VERSION;
+  app.set_version_flag("--version", version);
   app.require_subcommand(1);
   comm_args a;
   auto* comm = app.add_subcommand(
     "comm", "W worker processes push_pull through a running rack-agg; prints step time "
             "(median, p90 over iterations; a step lasts until its slowest worker is done) "
             "and goodput");
+  comm->set_version_flag("--version", version);
   add_common(comm, a);
   comm->add_flag("--json", a.json,
                  "one JSON line: workers, bytes, iters, consistency, median_ms, p90_ms, "
@@ -370,7 +374,8 @@ int main(int argc, char** argv) {
   worker->add_option("--rank-racks", a.rank_racks,
                      "RACK,RACK,...: each rank's rack index, for --verify of a hierarchical "
                      "job (racks summed first)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = rw::tools::parse_command_line(app, argc, argv))
+    return *code;
 
   std::string command = "rw-bench";
   for (int i = 1; i < argc; ++i)

@@ -12,6 +12,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "apps/tools/exit_codes.hpp"
 #include "actors/cluster_messages.hpp"
 #include "actors/control_tls.hpp"
 #include "actors/coordinator_node.hpp"
@@ -64,7 +65,8 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", port_file,
                  "once listening, write the bound HOST:PORT to this file (for scripts "
                  "that start the node on port 0)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = rw::tools::parse_command_line(app, argc, argv))
+    return *code;
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("rw-node"));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");

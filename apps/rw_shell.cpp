@@ -20,8 +20,10 @@
 #include "apps/shell/cluster_client.hpp"
 #include "apps/shell/lua_rw.hpp"
 #include "apps/shell/repl.hpp"
+#include "apps/tools/exit_codes.hpp"
 #include "rackweave/defaults.hpp"
 #include "runtime/credentials.hpp"
+#include "transports/tcp/address.hpp"
 
 namespace {
 
@@ -68,7 +70,16 @@ int main(int argc, char** argv) {
   app.footer(footer);
   app.set_version_flag("--version", std::string("rw-shell ") + RW_VERSION);
   app.add_option("--connect", connect, "any node's --listen address (HOST:PORT)")
-    ->capture_default_str();
+    ->capture_default_str()
+    ->check([](const std::string& text) -> std::string {
+      try {
+        if (rw::transports::tcp::parse_address(text).port == 0)
+          return "--connect needs a port (HOST:PORT, not port 0): " + text;
+        return "";
+      } catch (const std::exception& e) {
+        return e.what();
+      }
+    });
   auto* file_opt = app.add_option("-f,--file", file, "run this Lua file and exit (- : stdin)");
   auto* command_opt = app.add_option("-c,--command", command, "run this Lua code and exit")
                         ->excludes(file_opt);
@@ -101,11 +112,8 @@ int main(int argc, char** argv) {
                  "checks that the coordinator's certificate comes from that CA");
   app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert (chmod 600)");
   app.add_option("--tls-ca", tls.ca, "PEM certificate of the cluster's CA");
-  try {
-    app.parse(our_argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (auto code = rw::tools::parse_command_line(app, our_argc, argv))
+    return *code;
   spdlog::set_default_logger(spdlog::stderr_color_mt("rw-shell"));
   spdlog::set_level(spdlog::level::warn);
 
@@ -141,9 +149,16 @@ int main(int argc, char** argv) {
     client = std::make_unique<rw::shell::cluster_client>(
       sys, connect, std::chrono::milliseconds(timeout_ms), secret, tenant);
   } catch (const rw::shell::shell_error& e) {
-    std::fprintf(stderr, "rw-shell: cannot reach the cluster at %s: %s\n", connect.c_str(),
-                 e.what());
-    return 3;
+    // Not reached (nobody there, no answer): 3. Reached and refused (a missing or wrong
+    // secret, an unknown tenant, a TLS mismatch): the operation failed, 1.
+    if (e.code() == rw::errc::unavailable || e.code() == rw::errc::timeout) {
+      std::fprintf(stderr, "rw-shell: cannot reach the cluster at %s: %s\n", connect.c_str(),
+                   e.what());
+      return rw::tools::exit_unreachable;
+    }
+    std::fprintf(stderr, "rw-shell: the cluster at %s refused the shell: %s\n",
+                 connect.c_str(), e.what());
+    return rw::tools::exit_failed;
   }
   pthread_sigmask(SIG_UNBLOCK, &sigint, nullptr);
 

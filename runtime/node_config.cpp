@@ -15,8 +15,9 @@ namespace rw::runtime {
 namespace {
 
 struct option_def {
-  std::string key;  // "section.name" in the TOML file
-  std::string flag; // "--name"
+  std::string key;      // "section.name" in the TOML file
+  std::string flag;     // "--name"
+  std::string negation; // a bool's "--no-name" (empty for other options)
   std::string help;
   std::function<void(CLI::App&)> add;
   std::function<void(const toml::node&)> set; // throws on a wrong type
@@ -62,10 +63,18 @@ option_def def(std::string key, std::string flag, std::string help, T& field) {
   d.key = key;
   d.flag = flag;
   d.help = help + "  [config: " + key + "]";
-  d.add = [flag, text = d.help, &field](CLI::App& app) {
-    if constexpr (std::is_same_v<T, bool>)
-      app.add_flag(flag + ",!" + "--no-" + flag.substr(2), field, text)->capture_default_str();
-    else if constexpr (is_vector<T>::value)
+  if constexpr (std::is_same_v<T, bool>) {
+    d.negation = "--no-" + flag.substr(2);
+    d.help = help + (field ? " (default: on)" : " (default: off)") + "  [config: " + key + "]";
+  }
+  d.add = [flag, negation = d.negation, text = d.help, &field](CLI::App& app) {
+    if constexpr (std::is_same_v<T, bool>) {
+      // Two flags, so that help shows the true default beside --name (a combined
+      // "--name,!--no-name" shows "--no-name{false}", which reads as the default).
+      app.add_flag(flag, field, text);
+      app.add_flag_callback(negation, [&field] { field = false; },
+                            "turns " + flag + " off (even if " + flag + " is given too)");
+    } else if constexpr (is_vector<T>::value)
       app.add_option(flag, field, text + " (repeat for several)")->capture_default_str();
     else
       app.add_option(flag, field, text)->capture_default_str();
@@ -321,7 +330,7 @@ void load_node_config(const std::string& path, const CLI::App& app, node_config&
     }
   }
   for (auto& d : table) {
-    if (app.count(d.flag) > 0)
+    if (app.count(d.flag) > 0 || (!d.negation.empty() && app.count(d.negation) > 0))
       continue; // the command line wins
     auto node = file.at_path(d.key);
     if (!node)

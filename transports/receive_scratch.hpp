@@ -36,10 +36,6 @@ public:
     by_conn_.erase(c->id());
   }
 
-  size_t size() const noexcept {
-    return by_conn_.size();
-  }
-
 private:
   // unordered_map: its elements stay where they are when others are added.
   std::unordered_map<uint64_t, landing> by_conn_;

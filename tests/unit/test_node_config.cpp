@@ -45,6 +45,34 @@ TEST_CASE("a TOML file sets keys, and flags on the command line win", "[config]"
   std::remove(path.c_str());
 }
 
+TEST_CASE("on/off options show their true default and --no-NAME wins over the file",
+          "[config]") {
+  parsed p{{}};
+  auto help = p.app.help();
+  // Each defaults to on, and the help says so (not "--no-pin{false}").
+  for (auto flag : {"--pin", "--shm", "--priority"}) {
+    INFO(flag);
+    auto at = help.find(std::string("  ") + flag + " ");
+    REQUIRE(at != std::string::npos);
+    CHECK(help.substr(at, help.find("[config:", at) - at).find("(default: on)")
+          != std::string::npos);
+  }
+  CHECK(help.find("{false}") == std::string::npos);
+  CHECK(p.cfg.pin);
+  auto path = write_temp("[node]\npin = true\nshm = false\n");
+  parsed q{{"--config", path, "--no-pin", "--shm"}};
+  rw::runtime::load_node_config(path, q.app, q.cfg);
+  CHECK_FALSE(q.cfg.pin); // the command line's --no-pin, not the file's true
+  CHECK(q.cfg.shm);       // the command line's --shm, not the file's false
+  parsed r{{"--config", path}};
+  rw::runtime::load_node_config(path, r.app, r.cfg);
+  CHECK(r.cfg.pin);
+  CHECK_FALSE(r.cfg.shm);
+  CHECK_FALSE(parsed({"--pin", "--no-pin"}).cfg.pin); // off wins, in either order
+  CHECK_FALSE(parsed({"--no-pin", "--pin"}).cfg.pin);
+  std::remove(path.c_str());
+}
+
 TEST_CASE("unknown keys, wrong types and parse errors are named", "[config]") {
   auto bad_key = write_temp("[node]\nlisten = \"x:1\"\nlistne = \"y\"\n");
   parsed p{{}};
