@@ -33,6 +33,7 @@
 #include "apps/tools/exit_codes.hpp"
 #include "apps/tools/subprocess.hpp"
 #include "apps/tools/units.hpp"
+#include "rackweave/errc.hpp"
 
 namespace {
 
@@ -384,8 +385,16 @@ int main(int argc, char** argv) {
     if (*worker)
       return run_worker(a);
     return run_driver(a, command);
+  } catch (const std::invalid_argument& e) { // options that do not go together
+    std::cerr << "rw-bench: " << e.what() << "\n";
+    return rw::tools::exit_usage;
+  } catch (const rw::error& e) {
+    std::cerr << "rw-bench: " << e.what() << "\n";
+    return e.code() == rw::errc::unavailable || e.code() == rw::errc::timeout
+             ? rw::tools::exit_unreachable
+             : rw::tools::exit_failed;
   } catch (const std::exception& e) {
     std::cerr << "rw-bench: " << e.what() << "\n";
-    return 2;
+    return rw::tools::exit_failed;
   }
 }

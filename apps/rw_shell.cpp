@@ -149,8 +149,8 @@ int main(int argc, char** argv) {
     client = std::make_unique<rw::shell::cluster_client>(
       sys, connect, std::chrono::milliseconds(timeout_ms), secret, tenant);
   } catch (const rw::shell::shell_error& e) {
-    // Not reached (nobody there, no answer): 3. Reached and refused (a missing or wrong
-    // secret, an unknown tenant, a TLS mismatch): the operation failed, 1.
+    // Not reached (nobody there, no answer, no TLS handshake): 3. Reached and refused (a
+    // wrong secret, an unknown tenant): the operation failed, 1.
     if (e.code() == rw::errc::unavailable || e.code() == rw::errc::timeout) {
       std::fprintf(stderr, "rw-shell: cannot reach the cluster at %s: %s\n", connect.c_str(),
                    e.what());

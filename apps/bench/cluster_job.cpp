@@ -14,6 +14,7 @@
 
 #include "actors/cluster_messages.hpp"
 #include "apps/shell/cluster_client.hpp"
+#include "rackweave/errc.hpp"
 #include "runtime/credentials.hpp"
 
 namespace rw::bench {
@@ -81,9 +82,9 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
     umask(old);
     chmod(d.token_file.c_str(), 0600);
   } catch (const shell::shell_error& e) {
-    throw std::runtime_error(fmt::format("cannot create the job through the coordinator "
-                                         "found at {}: {}",
-                                         d.req.connect, e.what()));
+    throw rw::error(e.code(), fmt::format("cannot create the job through the coordinator "
+                                          "found at {}: {}",
+                                          d.req.connect, e.what()));
   }
   auto& layout = d.job.layout;
   for (uint32_t r = 0; r < d.req.spec.num_workers; ++r) {

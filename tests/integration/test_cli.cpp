@@ -92,3 +92,16 @@ TEST_CASE("a busy control port is named, with what to do, not a raw CAF error",
                       && Catch::Contains("--control HOST:PORT"));
   CHECK(r.err.find("system_error") == std::string::npos);
 }
+
+TEST_CASE("rw-bench says whether it could not reach the cluster (3) or was misused (2)",
+          "[integration][cli]") {
+  auto nobody = run({RW_BENCH_PATH, "comm", "--connect", "127.0.0.1:1", "--iters", "1",
+                     "--timeout-s", "20"});
+  INFO(nobody.err);
+  CHECK(nobody.code == 3);
+  CHECK_THAT(nobody.err, Catch::Contains("127.0.0.1:1"));
+  auto misused = run({RW_BENCH_PATH, "comm", "--connect", "127.0.0.1:1", "--bytes", "6"});
+  INFO(misused.err);
+  CHECK(misused.code == 2);
+  CHECK_THAT(misused.err, Catch::Contains("--bytes"));
+}
