@@ -60,6 +60,12 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
   try {
     d.client = std::make_unique<shell::cluster_client>(*d.sys, d.req.connect, d.req.timeout,
                                                        read_secret(d.req.secret_file));
+  } catch (const shell::shell_error& e) {
+    // Not reached (unavailable, timeout: rw-bench exits 3), or refused (a secret: 1).
+    throw rw::error(e.code(), fmt::format("cannot reach the coordinator through {}: {}",
+                                          d.req.connect, e.what()));
+  }
+  try {
     auto live = d.client->nodes();
     actors::job_placement where;
     where.reduction = d.req.reduction;
@@ -82,9 +88,11 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
     umask(old);
     chmod(d.token_file.c_str(), 0600);
   } catch (const shell::shell_error& e) {
-    throw rw::error(e.code(), fmt::format("cannot create the job through the coordinator "
-                                          "found at {}: {}",
-                                          d.req.connect, e.what()));
+    // The coordinator refused the job these options ask for (a rack with no node, a
+    // spec it cannot serve): a usage error of rw-bench (exit 2).
+    throw std::invalid_argument(fmt::format("cannot create the job through the coordinator "
+                                            "found at {}: {}",
+                                            d.req.connect, e.what()));
   }
   auto& layout = d.job.layout;
   for (uint32_t r = 0; r < d.req.spec.num_workers; ++r) {
