@@ -18,11 +18,10 @@ struct shell_run {
   std::string err;    // stderr
 };
 
-/// Runs rw-shell with `args` (script mode), bounded by `timeout`.
-inline shell_run run_shell(std::vector<std::string> args,
-                           std::chrono::seconds timeout = std::chrono::seconds(60)) {
-  auto err_path = temp_path("shell.err");
-  args.insert(args.begin(), RW_SHELL_PATH);
+/// Runs the program argv[0] with the rest of `argv`, bounded by `timeout`.
+inline shell_run run_program(const std::vector<std::string>& args,
+                             std::chrono::seconds timeout = std::chrono::seconds(60)) {
+  auto err_path = temp_path("program.err");
   shell_run r;
   {
     tools::subprocess shell{args, true, err_path};
@@ -33,6 +32,13 @@ inline shell_run run_shell(std::vector<std::string> args,
   r.err = read_file(err_path);
   std::remove(err_path.c_str());
   return r;
+}
+
+/// Runs rw-shell with `args` (script mode), bounded by `timeout`.
+inline shell_run run_shell(std::vector<std::string> args,
+                           std::chrono::seconds timeout = std::chrono::seconds(60)) {
+  args.insert(args.begin(), RW_SHELL_PATH);
+  return run_program(args, timeout);
 }
 
 class cluster {

@@ -13,18 +13,8 @@ using namespace rw;
 
 namespace {
 
-testing::shell_run run(std::vector<std::string> argv) {
-  auto err_path = testing::temp_path("cli.err");
-  testing::shell_run r;
-  {
-    tools::subprocess p{argv, true, err_path};
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    r.out = p.read_all(deadline);
-    r.code = p.wait_until(deadline).value_or(-1);
-  }
-  r.err = testing::read_file(err_path);
-  std::remove(err_path.c_str());
-  return r;
+testing::shell_run run(const std::vector<std::string>& argv) {
+  return testing::run_program(argv, std::chrono::seconds(30));
 }
 
 } // namespace
