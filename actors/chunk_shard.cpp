@@ -225,6 +225,22 @@ void send_periodic(shard_ptr self, uint32_t job_id, shard_job& job, uint64_t clo
     self->send(job.coordinator, ckpt_atom::value, job_id, clock, std::move(snap));
 }
 
+// A chunk of the job finished a step. Once the job's chunks here have finished as many
+// steps as there are chunks (in BSP: once the lowest chunk clock moves on), the
+// coordinator hears the job's new clock on this shard (its step times, /metrics).
+void count_step(shard_ptr self, uint32_t job_id, shard_job& job) {
+  ++self->state.book->stats.updates;
+  if (job.chunks.empty())
+    return;
+  auto clock = ++job.steps_done / job.chunks.size();
+  if (clock <= job.clock_told)
+    return;
+  job.clock_told = clock;
+  if (job.coordinator)
+    self->send(job.coordinator, step_atom::value, job_id, self->state.settings.index,
+               static_cast<uint64_t>(clock));
+}
+
 // Runs every step the chunk is ready for. A layer-wise step (LAMB, LARS) only prepares:
 // its share of the tensor's norms goes to the tensor's home shard, and the step ends
 // when the trust ratio comes back (on_trust).
@@ -270,7 +286,7 @@ void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t t
     if (st.answers.points_at(cs.params()))
       st.answers.flush(); // answers held point at the parameters this step changes
     cs.complete_step(detail::optimizer_for(job, cs.version()), job.rescale, clock_type::now());
-    ++st.book->stats.updates;
+    count_step(self, job_id, job);
     if (detail::checkpoint_clock(job, cs.version())) // before the next step can run here
       send_periodic(self, job_id, job, cs.version(),
                     detail::checkpoint_reached(job, tensor, chunk, cs));
@@ -323,7 +339,7 @@ void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version
     if (!cs.layerwise_pending() || cs.version() != version)
       continue;
     cs.finish_layerwise(job.spec.optimizer, trust, clock_type::now());
-    ++self->state.book->stats.updates;
+    count_step(self, job_id, job);
     if (detail::checkpoint_clock(job, cs.version()))
       send_periodic(self, job_id, job, cs.version(),
                     detail::checkpoint_reached(job, tensor, c, cs));
@@ -545,7 +561,7 @@ void on_relay(shard_ptr self, const relay_update& u) {
     cs.init(u.data); // rack 0 has them already: then this changes nothing
   } else if (cs.relay_pending() && u.version == cs.version() + 1) {
     cs.finish_relay(u.data, clock_type::now());
-    ++self->state.book->stats.updates;
+    count_step(self, u.job_id, job);
   } else {
     spdlog::warn("job {}: chunk {}/{} at version {} got version {} from its home; dropped",
                  u.job_id, u.tensor, u.chunk, cs.version(), u.version);
@@ -1148,6 +1164,7 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       s.cpu = runtime::current_cpu();
       s.affinity = runtime::current_affinity();
       s.memory_numa = self->state.book->memory_numa;
+      s.queued = self->mailbox().size() + self->state.book->backlog.size();
       return s;
     },
   };

@@ -93,6 +93,10 @@
 //                         (a multiple of N), once the last of them has reached it
 //   shard -> coordinator  (abort_atom, job_id, errc, reason)
 //                         a step waited longer than the step timeout
+//   shard -> coordinator  (step_atom, job_id, shard index, clock)
+//                         the job's chunks here have completed `clock` steps (their
+//                         completed steps summed, over their count: in BSP the lowest
+//                         chunk's version); sent once per clock, for step times
 //   shard -> home shard   (norm_atom, job_id, tensor, version, chunk, w2, d2)
 //                         LAMB / LARS: a chunk's step is prepared; its share of the
 //                         tensor's norms goes to the shard owning the tensor's chunk 0
@@ -168,7 +172,8 @@ using handoff_ptr = std::shared_ptr<detail::chunk_handoff>;
 
 /// The part of the coordinator's interface a shard reports to.
 using abort_sink = caf::typed_actor<caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
-                                    caf::reacts_to<ckpt_atom, uint32_t, uint64_t, chunk_snapshot>>;
+                                    caf::reacts_to<ckpt_atom, uint32_t, uint64_t, chunk_snapshot>,
+                                    caf::reacts_to<step_atom, uint32_t, uint32_t, uint64_t>>;
 
 using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<push_atom, chunk_push>,

@@ -262,6 +262,7 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
     [=](hyper_atom, uint32_t id, uint64_t change_id, bool apply) {
       return relay<ok_atom>(self, hyper_atom::value, id, change_id, apply);
     },
+    [=](metrics_atom) { return self->state.node_id != 0; },
     [=](drain_atom) {
       // The node is told to stop (SIGTERM): its jobs move off it first.
       return ask<std::string>(self, std::chrono::milliseconds(defaults::drain_timeout_ms),

@@ -33,6 +33,7 @@
 //   link  -> rack coordinator (locate_atom, address)  once the coordinator is found
 //   node  -> link          (leave_atom) -> ok_atom    the node is stopping: the link
 //                          says so to the coordinator (leave_atom, id) and exits
+//   node  -> link          (metrics_atom) -> whether the node is registered now (/readyz)
 //   link  -> itself        (tick_atom) every heartbeat interval
 
 #include <chrono>
@@ -54,6 +55,7 @@ using cluster_link_actor = node_link_actor::extend<
   caf::replies_to<hyper_atom, std::string, hyper_change>::with<uint64_t>,
   caf::replies_to<leave_atom>::with<ok_atom>,
   caf::replies_to<drain_atom>::with<std::string>,
+  caf::replies_to<metrics_atom>::with<bool>,
   caf::reacts_to<tick_atom>>;
 
 struct link_settings {

@@ -19,6 +19,7 @@
 #include "runtime/buffer_pool.hpp"
 #include "runtime/checkpoint/chunk_file.hpp"
 #include "runtime/chunking.hpp"
+#include "runtime/step_histogram.hpp"
 #include "transports/control.hpp"
 #include "transports/shm/segment.hpp"
 #include "transports/transport.hpp"
@@ -64,6 +65,8 @@ using plan_atom = caf::atom_constant<caf::atom("plan")>;
 using expect_atom = caf::atom_constant<caf::atom("expect")>;
 using migrate_atom = caf::atom_constant<caf::atom("migrate")>;
 using balance_atom = caf::atom_constant<caf::atom("balance")>;
+using step_atom = caf::atom_constant<caf::atom("step")>;
+using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
 
 using routing_ptr = std::shared_ptr<const runtime::routing_table>;
 
@@ -227,6 +230,7 @@ struct shard_stats {
   uint64_t busy_ns = 0;      // CPU time its thread has used (all the work it did)
   uint64_t moved_in = 0;     // chunks other shards of the node gave it (balancing)
   uint64_t moved_out = 0;    // chunks it gave them
+  uint64_t queued = 0;       // messages in its mailbox and pushes in its backlog
 };
 
 /// What a shard counted for one rank of one job (job status). Counts are chunk
@@ -260,6 +264,21 @@ struct poller_stats {
   uint64_t buffers = 0;  // receive buffers allocated so far
   int buffer_numa = -1;  // NUMA domain of its receive buffers (-1: none yet)
   uint64_t connections = 0;
+  std::string endpoint;    // where peers reach it (transports::endpoint::describe)
+  uint64_t frames_in = 0;  // frames read (headers decoded) since the node started
+  uint64_t bytes_in = 0;   // their headers and payloads
+  uint64_t refused = 0;    // frames answered with an error frame, or that closed a stream
+};
+
+/// One job as the node's rack coordinator sees it, for /metrics (rw-node --metrics).
+struct job_gauge {
+  uint32_t id = 0;
+  std::string name;
+  uint32_t ranks = 0;        // the job's workers (this rack's, for a hierarchical job)
+  uint32_t live = 0;         // of them, connected now
+  uint32_t away = 0;         // gone without bye, inside their rejoin window
+  uint64_t clock = 0;        // steps every chunk of the job here has completed
+  runtime::step_histogram steps; // time between successive clocks
 };
 
 } // namespace rw::actors
@@ -280,6 +299,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::shard_stats)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::balance_plan)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::shard_move)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::poller_stats)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<rw::actors::job_gauge>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_counters)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::route_change)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::errc)

@@ -30,6 +30,8 @@ size_t control_buffer_bytes(uint32_t payload) {
 
 payload_target poller_sink::on_header(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
+  ++st.book->frames_in;
+  st.book->bytes_in += transports::frame_header_bytes + h.payload_bytes;
   if (h.kind == frame_kind::probe)
     return on_probe_header(c, h);
   if (st.book->probes.count(c->id()) != 0)
@@ -253,6 +255,7 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
 
 payload_target poller_sink::refuse(const connection_ptr& c, const frame_header& h, errc code,
                       const std::string& why) {
+  ++self_->state.book->refused;
   spdlog::warn("frame refused: peer={} kind={} job={} rank={} tensor={} chunk={} "
                "clock={}: {} ({})",
                c->peer(), transports::to_string(h.kind), h.job_id, h.rank, h.tensor_id,
@@ -517,6 +520,10 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
           s.buffer_numa = runtime::numa_node_of(pool->acquire()->bytes());
       }
       s.connections = st.ep->connection_count();
+      s.endpoint = st.ep->describe();
+      s.frames_in = st.book->frames_in;
+      s.bytes_in = st.book->bytes_in;
+      s.refused = st.book->refused;
       return s;
     },
     [=](shm_atom, caf::actor& shm_poller, const std::string& bell) {

@@ -48,6 +48,17 @@ public:
   const std::vector<nic_poller_actor>& pollers() const noexcept {
     return pollers_;
   }
+  /// The fabric endpoints' pollers (none without --fabric).
+  const std::vector<nic_poller_actor>& fabric_pollers() const noexcept {
+    return fabric_pollers_;
+  }
+  /// The node's rack coordinator (its jobs) and cluster link (its membership).
+  const rack_coordinator_actor& rack() const noexcept {
+    return coordinator_;
+  }
+  const cluster_link_actor& link() const noexcept {
+    return link_;
+  }
   /// The poller of colocated workers' shared memory (null if disabled).
   const nic_poller_actor& shm_poller() const noexcept {
     return shm_poller_;

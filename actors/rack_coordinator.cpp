@@ -560,6 +560,10 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     [=](ckpt_atom, uint32_t job_id, uint64_t clock, chunk_snapshot& snap) {
       on_periodic(self, job_id, clock, snap);
     },
+    [=](step_atom, uint32_t job_id, uint32_t shard, uint64_t clock) {
+      on_step(self, job_id, shard, clock);
+    },
+    [=](metrics_atom) { return job_gauges(self->state); },
     [=](checkpoint_atom, uint32_t job_id, uint64_t clock,
         const std::string& dir) -> caf::result<checkpoint_part> {
       if (auto rp = after_balancing<checkpoint_part>(self, checkpoint_atom::value, job_id,

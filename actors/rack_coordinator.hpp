@@ -110,6 +110,13 @@
 //                          ring without it (next); every shard keeps the chunks it
 //                          served, replicas of the dead node's chunks become their
 //                          homes; then reroute as for a move (detail/rack_moves.cpp)
+//   shard  -> coordinator  (step_atom, job_id, shard index, clock)
+//                          the job's chunks on that shard completed `clock` steps; once
+//                          every shard holding its chunks has, the job's clock on the
+//                          node moves on, and the time since the last move is a step
+//                          time (detail/rack_steps.cpp)
+//   node   -> coordinator  (metrics_atom) -> [job_gauge]
+//                          every live job: ranks live and away, clock, step times
 //   node   -> coordinator  (pollers_atom, pollers)  every NIC poller of the node
 //   link   -> coordinator  (locate_atom, address)   where the cluster coordinator is
 //   poller -> coordinator  (locate_atom) -> address  (empty: not known yet)
@@ -176,7 +183,9 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<hyper_atom, uint32_t, uint64_t, bool>::with<ok_atom>,
   caf::replies_to<hyper_atom, uint32_t, hyper_change>::with<uint64_t>,
   caf::reacts_to<pollers_atom, std::vector<caf::actor>>,
-  caf::reacts_to<balance_atom>>;
+  caf::reacts_to<balance_atom>,
+  caf::reacts_to<step_atom, uint32_t, uint32_t, uint64_t>,
+  caf::replies_to<metrics_atom>::with<std::vector<job_gauge>>>;
 
 struct coordinator_settings {
   std::string node_name;

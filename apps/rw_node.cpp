@@ -1,11 +1,17 @@
 // rw-node: a long-running RackWeave node. `rw-node --help` lists every option; each
 // also has a key in the TOML file given with --config (see config/rack-agg.toml).
 
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
 #include <csignal>
-#include <future>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <iostream>
+#include <mutex>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
@@ -13,9 +19,12 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/tools/exit_codes.hpp"
+#include "apps/tools/logging.hpp"
+#include "apps/tools/metrics_server.hpp"
 #include "actors/cluster_messages.hpp"
 #include "actors/control_tls.hpp"
 #include "actors/coordinator_node.hpp"
+#include "actors/node_metrics.hpp"
 #include "actors/rack_agg_node.hpp"
 #include "runtime/node_config.hpp"
 #include "runtime/placement.hpp"
@@ -51,7 +60,68 @@ const char* description =
   "nodes moves its chunks, with their state, to the other nodes while it trains\n"
   "(up to 120 s; a second SIGTERM or SIGINT stops at once). A node that registers\n"
   "takes new jobs; rw.node_join(name) in rw-shell also moves a share of the running\n"
-  "flat BSP jobs onto it. Logs go to stderr.";
+  "flat BSP jobs onto it.\n\n"
+  "Logs go to stderr, and with --log-file also to a file rotated by size; --log-format\n"
+  "json writes one JSON object per line. Every --stats-interval-s seconds (60; 0: off)\n"
+  "one info line gives the node's throughput. --metrics HOST:PORT serves Prometheus\n"
+  "metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP.\n\n"
+  "Exit codes: 0 stopped by a signal, 1 it failed (could not start, a port is busy),\n"
+  "2 a usage or configuration error.";
+
+std::string host_name() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+// What /metrics, /healthz and /readyz see of the node as it starts, serves and stops.
+// The node's objects outlive the metrics server (stopped first), so a scrape may use
+// them without a lock.
+struct node_view {
+  std::atomic<const rw::actors::rack_agg_node*> node{nullptr};
+  std::atomic<const rw::actors::coordinator_node*> cluster{nullptr};
+  std::atomic<bool> started{false};
+  std::atomic<bool> stopping{false};
+};
+
+// The periodic throughput line (--stats-interval-s), on a thread of its own.
+class throughput_logger {
+public:
+  throughput_logger(caf::actor_system& sys, const rw::actors::rack_agg_node& node,
+                    uint32_t interval_s)
+    : thread_([this, &sys, &node, interval_s] { run(sys, node, interval_s); }) {
+  }
+  ~throughput_logger() {
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+private:
+  void run(caf::actor_system& sys, const rw::actors::rack_agg_node& node, uint32_t interval_s) {
+    auto before = rw::actors::read_totals(sys, node);
+    auto since = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock{mutex_};
+    while (!wake_.wait_for(lock, std::chrono::seconds(interval_s), [this] { return done_; })) {
+      lock.unlock();
+      auto now = rw::actors::read_totals(sys, node);
+      auto at = std::chrono::steady_clock::now();
+      spdlog::info("{}", rw::actors::throughput_line(
+                           before, now, std::chrono::duration<double>(at - since).count()));
+      before = now;
+      since = at;
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 } // namespace
 
@@ -74,11 +144,13 @@ int main(int argc, char** argv) {
     if (!config_file.empty())
       rw::runtime::load_node_config(config_file, app, cfg);
     rw::runtime::check_node_config(cfg);
+    rw::tools::setup_node_logging(
+      {cfg.log_file, cfg.log_format, cfg.log_max_mib, cfg.log_files, cfg.log_level},
+      cfg.name.empty() ? host_name() : cfg.name);
   } catch (const std::exception& e) {
     spdlog::error("bad configuration: {}", e.what());
     return 2;
   }
-  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
 
   // Signals are taken by sigwait below, never by a random thread.
   sigset_t signals;
@@ -101,6 +173,29 @@ int main(int argc, char** argv) {
   std::unique_ptr<rw::actors::rack_agg_node> node;
   std::unique_ptr<rw::actors::coordinator_node> coordinator;
   std::string address;
+  // The metrics endpoint comes up first, so /readyz says "starting" while the node does.
+  node_view view;
+  std::unique_ptr<rw::tools::metrics_server> metrics;
+  if (!cfg.metrics.empty()) {
+    auto node_name = cfg.name.empty() ? host_name() : cfg.name;
+    rw::tools::metrics_server::handlers h;
+    h.metrics = [&sys, &view, node_name, role = cfg.role] {
+      return rw::actors::render_metrics(sys, node_name, role, view.node, view.cluster);
+    };
+    h.not_ready = [&sys, &view]() -> std::string {
+      if (!view.started)
+        return "starting";
+      return rw::actors::not_ready(sys, view.node, view.cluster);
+    };
+    h.stopping = [&view] { return view.stopping.load(); };
+    try {
+      metrics = std::make_unique<rw::tools::metrics_server>(cfg.metrics, std::move(h));
+    } catch (const std::exception& e) {
+      spdlog::error("node failed to start: {}", e.what());
+      return 1;
+    }
+    spdlog::info("metrics on http://{}/metrics (health: /healthz, /readyz)", metrics->address());
+  }
   try {
     if (cfg.role == "coordinator") {
       auto topo = rw::runtime::topology::discover();
@@ -115,6 +210,12 @@ int main(int argc, char** argv) {
     spdlog::error("node failed to start: {}", e.what());
     return 1;
   }
+  view.node = node.get();
+  view.cluster = node ? node->cluster() : coordinator.get();
+  view.started = true;
+  std::unique_ptr<throughput_logger> throughput;
+  if (node && cfg.stats_interval_s > 0)
+    throughput = std::make_unique<throughput_logger>(sys, *node, cfg.stats_interval_s);
   if (!port_file.empty()) {
     std::ofstream out{port_file + ".tmp"};
     out << address << "\n";
@@ -124,6 +225,8 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("node stopping: {}", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  view.stopping = true;
+  throughput.reset();
   if (sig == SIGTERM && node) {
     // Its jobs move off it first; another signal meanwhile stops it at once.
     spdlog::info("node draining: its jobs move to the other nodes before it stops");
@@ -145,6 +248,8 @@ int main(int argc, char** argv) {
     node->stop();
   if (coordinator)
     coordinator->stop();
+  if (metrics)
+    metrics->stop(); // before the node's objects go: a scrape may be using them
   spdlog::info("node stopped");
   return 0;
 }

@@ -131,6 +131,27 @@ std::vector<option_def> option_table(node_config& c) {
         c.listen),
     def("node.log_level", "--log-level",
         "trace, debug, info, warn, error or off", c.log_level),
+    def("node.log_file", "--log-file",
+        "also write the log to FILE, rotated at --log-max-mib into FILE.1 ... FILE.N "
+        "(--log-files; the oldest is deleted); stderr keeps its copy",
+        c.log_file),
+    def("node.log_format", "--log-format",
+        "text (one line per event) or json (one JSON object per line: time, level, "
+        "node, msg), for stderr and --log-file alike",
+        c.log_format),
+    def("node.log_max_mib", "--log-max-mib", "size (MiB) at which --log-file rotates",
+        c.log_max_mib),
+    def("node.log_files", "--log-files", "rotated log files kept beside --log-file",
+        c.log_files),
+    def("node.stats_interval_s", "--stats-interval-s",
+        "every this many seconds, one info line with the node's throughput since the "
+        "last (bytes in and out, chunk steps, connections, jobs, RSS); 0: none",
+        c.stats_interval_s),
+    def("node.metrics", "--metrics",
+        "HOST:PORT to serve Prometheus metrics on (GET /metrics), with /healthz (the "
+        "process is alive) and /readyz (it serves: registered with the coordinator, "
+        "pollers up); port 0 picks a free one (logged); empty: none",
+        c.metrics),
     def("node.pin", "--pin", "pin shards and pollers to cores (--no-pin: let the OS move them)",
         c.pin),
     def("node.shm", "--shm",
@@ -359,6 +380,21 @@ void check_node_config(const node_config& cfg) {
       "--node-timeout-ms ({}) must be at least twice --heartbeat-ms ({}), which must be "
       "above 0",
       cfg.node_timeout_ms, cfg.heartbeat_ms));
+  if (cfg.log_format != "text" && cfg.log_format != "json")
+    throw std::runtime_error(fmt::format("--log-format is text or json, not '{}'",
+                                         cfg.log_format));
+  if (cfg.log_max_mib == 0 || cfg.log_max_mib > 1024 * 1024)
+    throw std::runtime_error("--log-max-mib must be 1 to 1048576");
+  if (cfg.log_files == 0 || cfg.log_files > 1000)
+    throw std::runtime_error("--log-files must be 1 to 1000");
+  if (!cfg.metrics.empty()) {
+    auto colon = cfg.metrics.rfind(':');
+    auto port = colon == std::string::npos ? std::string() : cfg.metrics.substr(colon + 1);
+    if (colon == 0 || port.empty() || port.size() > 5
+        || port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535)
+      throw std::runtime_error(fmt::format(
+        "--metrics wants HOST:PORT (port 0: any free one), not '{}'", cfg.metrics));
+  }
   static const std::set<std::string> levels{"trace", "debug", "info", "warn",
                                             "error", "critical", "off"};
   if (levels.count(cfg.log_level) == 0)

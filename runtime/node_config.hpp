@@ -23,6 +23,12 @@ struct node_config {
   double core_gbps = 0;                  // this node's link into the core; 0 = unknown
   std::vector<std::string> listen{defaults::listen}; // HOST:PORT, one poller each
   std::string log_level = "info";
+  std::string log_file;                  // "": stderr only
+  std::string log_format = "text";       // text or json (one object per line)
+  uint32_t log_max_mib = 100;            // --log-file rotates at this size
+  uint32_t log_files = 5;                // rotated files kept beside it
+  uint32_t stats_interval_s = 60;        // the periodic throughput line; 0: none
+  std::string metrics;                   // HOST:PORT of /metrics, /healthz, /readyz; "": none
   bool pin = true;                       // pin shards and pollers to cores
   bool shm = true;                       // colocated workers may use shared memory
   std::string fabric = "off";            // libfabric provider: auto, verbs, efa, tcp, off

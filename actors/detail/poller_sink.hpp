@@ -97,6 +97,10 @@ struct poller_book {
   uint32_t incarnation = 0; // pollers that have held this book before the current one
   /// Connections whose reading is paused (backpressure).
   std::vector<transports::connection_ptr> paused;
+  // For /metrics (poller_stats): frames read, their bytes, frames refused.
+  uint64_t frames_in = 0;
+  uint64_t bytes_in = 0;
+  uint64_t refused = 0;
 };
 
 struct poller_state {

@@ -72,6 +72,14 @@ struct job_info {
   std::vector<runtime::checkpoint::chunk_record> staying;
   // Joined by a move (rw.node_join): no shard holds it until the reshape creates it.
   bool arriving = false;
+  // Step times (detail/rack_steps.cpp): each shard's clock of the job (step_atom), for
+  // the shards holding its chunks by `clocked_routes`; the node's clock (their lowest),
+  // when it last moved on, and the times between moves.
+  routing_ptr clocked_routes;
+  std::vector<uint64_t> shard_clock; // UINT64_MAX: the shard holds none of its chunks
+  uint64_t clock = 0;
+  std::chrono::steady_clock::time_point clock_at{};
+  runtime::step_histogram steps;
 
   uint32_t shard_rank(uint32_t rank) const {
     return local_rank.empty() ? rank : local_rank[rank];
@@ -203,6 +211,14 @@ void bind_then_admit(rack_ptr self, const hello_request& req, uint32_t id,
 /// sends the worker on (detail/rack_choice send_elsewhere); `refusal` if it has no
 /// such job or cannot be asked.
 caf::result<job_binding> send_on(rack_ptr self, const hello_request& req, job_binding refusal);
+
+// --- rack_steps.cpp --------------------------------------------------------------
+/// Shard `shard` has completed `clock` steps of job `job_id`: once every shard holding
+/// its chunks has, the job's clock here moves on and the time since it last did is a
+/// step time.
+void on_step(rack_ptr self, uint32_t job_id, uint32_t shard, uint64_t clock);
+/// Every live job of the node, for /metrics.
+std::vector<job_gauge> job_gauges(const rack_state& st);
 
 // --- rack_checkpoint.cpp ---------------------------------------------------------
 /// This node's part of a checkpoint of job `job_id` at `clock` (UINT64_MAX: as the

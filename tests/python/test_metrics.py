@@ -1,0 +1,193 @@
+"""rw-node --metrics: /metrics in the Prometheus text format (checked with the parser of
+python3-prometheus-client), /healthz and /readyz while the node serves and stops."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+import rackweave
+from rwnode import run_ranks
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url, timeout=10):
+    """(status, body) of a GET; (None, reason) if nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError as e:
+        return None, str(e)
+
+
+class Node:
+    """rw-node --open-jobs with --metrics on a free port, stopped by its PID."""
+
+    def __init__(self, *options):
+        self.tmp = tempfile.mkdtemp(prefix="rw-metrics-")
+        self.port_file = os.path.join(self.tmp, "port")
+        self.log_path = os.path.join(self.tmp, "node.log")
+        self.metrics = f"127.0.0.1:{free_port()}"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [os.environ["RW_NODE"], "--listen", "127.0.0.1:0", "--port-file", self.port_file,
+             "--no-pin", "--open-jobs", "--metrics", self.metrics, *options],
+            stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while not (os.path.exists(self.port_file) and open(self.port_file).read().strip()):
+            assert self.proc.poll() is None, "rw-node exited: " + self.text()
+            assert time.monotonic() < deadline, "rw-node did not start"
+            time.sleep(0.05)
+        self.address = open(self.port_file).read().strip()
+
+    def url(self, path):
+        return f"http://{self.metrics}{path}"
+
+    def text(self):
+        self.log.flush()
+        return open(self.log_path).read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def families(text):
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def value(fams, name, **labels):
+    """The sample `name` (a family's sample name) with these labels."""
+    for f in fams.values():
+        for s in f.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    raise AssertionError(f"no sample {name}{labels}")
+
+
+def wait_ready(node):
+    deadline = time.monotonic() + 20
+    while True:
+        status, body = get(node.url("/readyz"))
+        if status == 200:
+            return body
+        assert time.monotonic() < deadline, f"never ready: {status} {body}"
+        time.sleep(0.1)
+
+
+def test_metrics_parse_and_follow_a_job():
+    node = Node()
+    try:
+        assert wait_ready(node) == "ready\n"
+        assert get(node.url("/healthz")) == (200, "ok\n")
+        assert get(node.url("/nothing"))[0] == 404
+
+        idle = families(get(node.url("/metrics"))[1])
+        # Every family parses, is RackWeave's, and has the type its name promises.
+        for name, f in idle.items():
+            assert name.startswith("rw_"), name
+        assert idle["rw_process_resident_memory_bytes"].type == "gauge"
+        assert idle["rw_shard_bytes_in"].type == "counter"  # rw_shard_bytes_in_total
+        assert idle["rw_job_step_seconds"].type == "histogram"
+        assert value(idle, "rw_process_resident_memory_bytes") > 1 << 20
+        assert value(idle, "rw_process_threads") >= 2
+        assert value(idle, "rw_process_open_fds") >= 3
+        assert value(idle, "rw_node_info", role="rack-agg") == 1
+        assert value(idle, "rw_cluster_nodes") == 1
+        assert value(idle, "rw_metrics_missing_answers") == 0
+
+        job, n, workers, steps = "metrics-job", 64 * 1024, 2, 5
+        at_end = threading.Barrier(workers + 1, timeout=60)
+        scraped = threading.Event()
+
+        def rank(r):
+            with rackweave.Worker(connect=node.address, job=job, rank=r, workers=workers,
+                                  tensors={"w": n}, chunk_bytes=16384) as w:
+                out = np.empty(n, np.float32)
+                for step in range(steps):
+                    w.push_pull("w", np.full(n, r + step, np.float32), out).result(timeout=60)
+                at_end.wait()
+                assert scraped.wait(timeout=60)
+
+        runner = threading.Thread(target=run_ranks, args=(workers, rank))
+        runner.start()
+        try:
+            at_end.wait()
+            busy = families(get(node.url("/metrics"))[1])
+        finally:
+            scraped.set()
+            runner.join(timeout=90)
+        assert not runner.is_alive()
+
+        chunks = n * 4 // 16384
+        assert value(busy, "rw_job_clock", job=job) == steps
+        assert value(busy, "rw_job_ranks", job=job) == workers
+        assert value(busy, "rw_job_live_ranks", job=job) == workers
+        assert value(busy, "rw_job_waiting_ranks", job=job) == 0
+        # Step times: one per clock after the first, each in a bucket up to +Inf.
+        assert value(busy, "rw_job_step_seconds_count", job=job) == steps - 1
+        assert value(busy, "rw_job_step_seconds_bucket", job=job, le="+Inf") == steps - 1
+        assert value(busy, "rw_job_step_seconds_sum", job=job) > 0
+        shards = [s for s in busy["rw_shard_chunks_summed"].samples]
+        assert sum(s.value for s in shards) == workers * chunks * steps
+        steps_done = sum(s.value for s in busy["rw_shard_optimizer_steps"].samples)
+        assert steps_done == chunks * steps
+        assert value(busy, "rw_job_bytes_in_total", job=job) == workers * steps * n * 4
+        tcp = [s for s in busy["rw_endpoint_connections"].samples
+               if s.labels["endpoint"].startswith("tcp://")]
+        assert tcp and tcp[0].value == workers
+        assert value(busy, "rw_endpoint_frames_in_total",
+                     endpoint=tcp[0].labels["endpoint"]) >= workers * chunks * steps
+        # Every rw_ series the Grafana dashboard graphs is one the node serves.
+        dashboard = os.path.join(os.path.dirname(__file__), "..", "..", "config", "grafana",
+                                 "rackweave-nodes.json")
+        exprs = [t["expr"] for p in json.load(open(dashboard))["panels"] for t in p["targets"]]
+        graphed = {m for e in exprs for m in re.findall(r"\brw_[a-z0-9_]+", e)}
+        served = {s.name for f in busy.values() for s in f.samples}
+        assert graphed and graphed <= served, graphed - served
+    finally:
+        rc = node.stop()
+    assert rc == 0, node.text()
+    # Stopped: nothing answers any more.
+    assert get(node.url("/healthz"), timeout=2)[0] is None
+
+
+def test_a_busy_or_malformed_metrics_address_is_refused():
+    first = Node()
+    try:
+        wait_ready(first)
+        busy = subprocess.run(
+            [os.environ["RW_NODE"], "--listen", "127.0.0.1:0", "--no-pin", "--metrics",
+             first.metrics], capture_output=True, text=True, timeout=30)
+        assert busy.returncode == 1
+        assert "cannot open the metrics port " + first.metrics in busy.stderr
+        for bad in ["127.0.0.1", "127.0.0.1:http", "127.0.0.1:70000", ":9"]:
+            r = subprocess.run([os.environ["RW_NODE"], "--no-pin", "--metrics", bad],
+                               capture_output=True, text=True, timeout=30)
+            assert r.returncode == 2, (bad, r.stderr)
+            assert "--metrics wants HOST:PORT" in r.stderr
+    finally:
+        first.stop()

@@ -1,0 +1,178 @@
+// The pieces of rw-node --metrics and its logs: the Prometheus text writer, the step
+// histogram, the HTTP endpoint's answers (start, serve, stop) and JSON log lines.
+
+#include <catch2/catch.hpp>
+#include <httplib.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "apps/tools/logging.hpp"
+#include "apps/tools/metrics_server.hpp"
+#include "runtime/process_stats.hpp"
+#include "runtime/prometheus.hpp"
+
+using namespace rw;
+namespace prom = runtime::prometheus;
+
+TEST_CASE("the Prometheus writer escapes, types and accumulates as the format says") {
+  prom::writer w;
+  w.family("rw_x_total", prom::kind::counter, "a \\ help\nline");
+  w.sample({{"job", "a\"b\\c\nd"}}, 3);
+  w.family("rw_g", prom::kind::gauge, "g");
+  w.sample({}, 0.5);
+  w.family("rw_h", prom::kind::histogram, "h");
+  runtime::step_histogram h;
+  h.observe(0.0005); // first bucket
+  h.observe(0.003);  // le=0.005
+  h.observe(100);    // past 60 s: +Inf only
+  w.histogram({{"job", "j"}}, h);
+  auto t = w.text();
+  CHECK(t.find("# HELP rw_x_total a \\\\ help\\nline\n# TYPE rw_x_total counter\n") == 0);
+  CHECK(t.find("rw_x_total{job=\"a\\\"b\\\\c\\nd\"} 3\n") != std::string::npos);
+  CHECK(t.find("rw_g 0.5\n") != std::string::npos);
+  CHECK(t.find("rw_h_bucket{job=\"j\",le=\"0.001\"} 1\n") != std::string::npos);
+  CHECK(t.find("rw_h_bucket{job=\"j\",le=\"0.0025\"} 1\n") != std::string::npos);
+  CHECK(t.find("rw_h_bucket{job=\"j\",le=\"0.005\"} 2\n") != std::string::npos);
+  CHECK(t.find("rw_h_bucket{job=\"j\",le=\"60\"} 2\n") != std::string::npos);
+  CHECK(t.find("rw_h_bucket{job=\"j\",le=\"+Inf\"} 3\n") != std::string::npos);
+  CHECK(t.find("rw_h_count{job=\"j\"} 3\n") != std::string::npos);
+  CHECK(h.sum == Approx(100.0035));
+}
+
+TEST_CASE("the Prometheus writer refuses bad names and misplaced samples") {
+  prom::writer w;
+  CHECK_THROWS_AS(w.family("9lives", prom::kind::gauge, ""), std::invalid_argument);
+  CHECK_THROWS_AS(w.family("rw-dash", prom::kind::gauge, ""), std::invalid_argument);
+  CHECK_THROWS_AS(w.sample({}, 1), std::logic_error); // no family yet
+  w.family("rw_a", prom::kind::gauge, "");
+  CHECK_THROWS_AS(w.family("rw_a", prom::kind::gauge, ""), std::invalid_argument);
+  CHECK_THROWS_AS(w.sample({{"bad-label", "x"}}, 1), std::invalid_argument);
+  CHECK_THROWS_AS(w.histogram({}, runtime::step_histogram{}), std::logic_error);
+}
+
+TEST_CASE("process stats read this process from /proc") {
+  auto s = runtime::read_process_stats();
+  CHECK(s.rss_bytes > (1u << 20));
+  CHECK(s.threads >= 1);
+  CHECK(s.open_fds >= 3); // stdin, stdout, stderr
+  CHECK(s.cpu_seconds >= 0);
+}
+
+namespace {
+
+struct answers {
+  std::string not_ready = "starting";
+  bool stopping = false;
+  bool metrics_fail = false;
+};
+
+} // namespace
+
+TEST_CASE("the metrics endpoint answers health as the node starts, serves and stops") {
+  answers a;
+  tools::metrics_server server("127.0.0.1:0", [&a] {
+    tools::metrics_server::handlers h;
+    h.metrics = [&a]() -> std::string {
+      if (a.metrics_fail)
+        throw std::runtime_error("an actor is gone");
+      return "rw_up 1\n";
+    };
+    h.not_ready = [&a] { return a.not_ready; };
+    h.stopping = [&a] { return a.stopping; };
+    return h;
+  }());
+  auto colon = server.address().rfind(':');
+  httplib::Client c{"127.0.0.1", std::stoi(server.address().substr(colon + 1))};
+  c.set_read_timeout(5, 0);
+  auto get = [&](const char* path) {
+    auto r = c.Get(path);
+    REQUIRE(r);
+    return std::make_pair(r->status, r->body);
+  };
+  // Starting: alive, not ready.
+  CHECK(get("/healthz") == std::make_pair(200, std::string("ok\n")));
+  CHECK(get("/readyz") == std::make_pair(503, std::string("starting\n")));
+  // Serving.
+  a.not_ready = "";
+  CHECK(get("/readyz") == std::make_pair(200, std::string("ready\n")));
+  auto m = c.Get("/metrics");
+  REQUIRE(m);
+  CHECK(m->status == 200);
+  CHECK(m->body == "rw_up 1\n");
+  CHECK(m->get_header_value("Content-Type") == prom::content_type);
+  CHECK(get("/other").first == 404);
+  // Degraded: readiness says what is missing; a failed scrape is a 500, not a crash.
+  a.not_ready = "not registered with the cluster coordinator yet";
+  CHECK(get("/readyz") ==
+        std::make_pair(503, std::string("not registered with the cluster coordinator yet\n")));
+  a.metrics_fail = true;
+  CHECK(get("/metrics") == std::make_pair(500, std::string("metrics failed: an actor is gone\n")));
+  // Stopping: neither alive nor ready.
+  a.stopping = true;
+  CHECK(get("/healthz") == std::make_pair(503, std::string("stopping\n")));
+  CHECK(get("/readyz") == std::make_pair(503, std::string("stopping\n")));
+  server.stop();
+  server.stop(); // idempotent
+  CHECK_FALSE(c.Get("/healthz"));
+}
+
+TEST_CASE("the metrics endpoint refuses a busy port and a malformed address") {
+  answers a;
+  tools::metrics_server::handlers h{[] { return std::string(); }, [] { return std::string(); },
+                                    [] { return false; }};
+  tools::metrics_server first("127.0.0.1:0", h);
+  try {
+    tools::metrics_server second(first.address(), h);
+    FAIL("a second server bound " << first.address());
+  } catch (const std::runtime_error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("cannot open the metrics port " + first.address()));
+  }
+  for (auto bad : {"127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:x1", "127.0.0.1:65536"})
+    CHECK_THROWS_WITH(tools::metrics_server(bad, h), Catch::Contains("--metrics wants HOST:PORT"));
+}
+
+TEST_CASE("JSON log lines escape the message and name the node") {
+  CHECK(tools::json_escape("a\"b\\c\nd\te\x01") == "a\\\"b\\\\c\\nd\\te\\u0001");
+  auto dir = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
+  auto file = dir + "/rw-unit-log-" + std::to_string(::getpid()) + ".json";
+  std::remove(file.c_str());
+  auto before = spdlog::default_logger();
+  tools::setup_node_logging({file, "json", 1, 2, "info"}, "node \"7\" 100%");
+  spdlog::info("job {} stopped by shell {}", "a/b", "10.0.0.1:5\"x");
+  spdlog::debug("not at info");
+  spdlog::default_logger()->flush();
+  spdlog::set_default_logger(before);
+  std::ifstream in{file};
+  std::stringstream all;
+  all << in.rdbuf();
+  auto text = all.str();
+  CHECK(text.find(R"("level":"info","node":"node \"7\" 100%","msg":"job a/b stopped by shell 10.0.0.1:5\"x"})") !=
+        std::string::npos);
+  CHECK(text.rfind("{\"time\":\"", 0) == 0);
+  CHECK(text.find("not at info") == std::string::npos);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 1);
+  std::remove(file.c_str());
+  CHECK_THROWS_WITH(tools::setup_node_logging({"/proc/no/such/dir/log", "text", 1, 2, "info"}, "n"),
+                    Catch::Contains("cannot write the log file --log-file /proc/no/such/dir/log"));
+}
+
+TEST_CASE("the log file rotates at its size and keeps the files asked for") {
+  auto dir = std::string("/tmp/rw-unit-rotate-") + std::to_string(::getpid());
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  auto before = spdlog::default_logger();
+  tools::setup_node_logging({dir + "/node.log", "text", 1, 2, "info"}, "n");
+  std::string line(1000, 'x');
+  for (int i = 0; i < 4000; ++i) // about 4 MiB: rotates three times at 1 MiB
+    spdlog::info("{} {}", i, line);
+  spdlog::default_logger()->flush();
+  spdlog::set_default_logger(before);
+  auto exists = [](const std::string& p) { return std::ifstream(p).good(); };
+  CHECK(exists(dir + "/node.log"));
+  CHECK(exists(dir + "/node.1.log"));
+  CHECK(exists(dir + "/node.2.log"));
+  CHECK_FALSE(exists(dir + "/node.3.log"));
+  std::system(("rm -rf " + dir).c_str());
+}
