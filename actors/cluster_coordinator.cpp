@@ -56,9 +56,8 @@ bool trusted(cluster_ptr self) {
 caf::error untrusted(cluster_ptr self, const char* what) {
   if (auto who = caller(self); who && !who->empty())
     return operators_only(self, *who, what);
-  auto& sender = self->current_sender();
-  spdlog::warn("control refused: {} from {}: the sender has not proved the cluster secret",
-               what, sender ? to_string(sender->node()) : std::string{"(anonymous)"});
+  log_refusal(self, what,
+              fmt::format("{}: the sender has not proved the cluster secret", what));
   return cluster_error(errc::unauthorized,
                        "this cluster wants its secret: give the same --cluster-secret-file "
                        "as the coordinator's");
@@ -131,8 +130,7 @@ caf::result<ok_atom> on_proof(cluster_ptr self, const std::string& proof) {
     look_at_connections(self, {node}); // the one it proved on: trust lasts as long
     return ok_atom::value;
   }
-  spdlog::warn("control refused: {} gave a wrong proof of the cluster secret",
-               to_string(node));
+  log_refusal(self, "proof", "a wrong proof of the cluster secret");
   return cluster_error(errc::unauthorized, "wrong cluster secret");
 }
 
@@ -298,12 +296,14 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
       if (!who)
         return untrusted(self, "job create");
       if (auto err = admit_create(self, *who, spec, placement)) {
-        spdlog::warn("job not created: job='{}'{}: {}", spec.name,
-                     who->empty() ? "" : fmt::format(" tenant={}", *who),
-                     describe(self->system(), err));
+        spdlog::warn("job not created: job='{}' asked by {}{}: {}", spec.name,
+                     who->empty() ? "an operator" : "tenant " + *who,
+                     fmt::format(" at {}", sender_of(self)), describe(self->system(), err));
         return err;
       }
-      return create_job(self, spec, placement);
+      return create_job(self, spec, placement,
+                        fmt::format("{} at {}", who->empty() ? "an operator" : "tenant " + *who,
+                                    sender_of(self)));
     },
     [=](status_atom, const std::string& name) -> caf::result<job_report> {
       auto who = caller(self);
@@ -331,8 +331,9 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
       auto job = job_for(self, *who, name);
       if (!job)
         return std::move(job.error());
-      spdlog::info("job stop asked: job='{}' by {}", *job,
-                   who->empty() ? std::string{"an operator"} : "tenant " + *who);
+      spdlog::info("job stop asked: job='{}' by {} at {}", *job,
+                   who->empty() ? std::string{"an operator"} : "tenant " + *who,
+                   sender_of(self));
       return stop_job(self, *job);
     },
     [=](remove_atom, const std::string& name) -> caf::result<ok_atom> {
@@ -342,8 +343,9 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
       auto job = job_for(self, *who, name);
       if (!job)
         return std::move(job.error());
-      spdlog::info("job delete asked: job='{}' by {}", *job,
-                   who->empty() ? std::string{"an operator"} : "tenant " + *who);
+      spdlog::info("job delete asked: job='{}' by {} at {}", *job,
+                   who->empty() ? std::string{"an operator"} : "tenant " + *who,
+                   sender_of(self));
       return remove_job(self, *job);
     },
     [=](where_atom, const std::string& name) -> caf::result<job_layout> {

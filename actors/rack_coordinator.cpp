@@ -263,11 +263,14 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
   uint64_t bytes = 0;
   for (auto& t : spec.tensors)
     bytes += t.elements * sizeof(float);
-  spdlog::info("job created: job='{}' id={} workers={} consistency={} compression={}{} "
+  // An open job is created here; a granted one was created at the cluster coordinator
+  // (its log says by whom), and its first worker starts this node's part.
+  spdlog::info("{}: job='{}' id={} workers={} consistency={} compression={}{} "
                "optimizer={} lr={} "
                "chunk_bytes={} tensors={} bytes={} chunks={} chunks_per_shard=[{}] "
                "chunks_per_endpoint=[{}] credentials={} nodes={} homed_here={}",
-               spec.name, job.id, spec.num_workers, to_string(spec.consistency),
+               job.granted ? "job started on this node" : "job created", spec.name, job.id,
+               spec.num_workers, to_string(spec.consistency),
                to_string(spec.compression), spec.compression.updates ? "+updates" : "",
                to_string(spec.optimizer.kind), spec.optimizer.learning_rate,
                spec.chunk_bytes, spec.tensors.size(), bytes, job.routes->total_chunks(),
@@ -277,7 +280,9 @@ void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_pr
                std::max<size_t>(job.layout.nodes.size(), 1), job.routes->local_chunks());
   spdlog::info("worker joined: job='{}' id={} rank={} peer={}", spec.name, job.id, rank,
                req.peer);
-  auto b = joined(job, rank, true);
+  // Created by this hello only for an open job: a granted one was created by whoever
+  // asked the coordinator for it (a shell), its first worker only starts it.
+  auto b = joined(job, rank, !job.granted);
   auto sink = caf::actor_cast<abort_sink>(self);
   auto pending = std::make_shared<size_t>(st.shards.size());
   std::vector<caf::actor> peers;

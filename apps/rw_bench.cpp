@@ -13,6 +13,7 @@
 // of every result bitwise against the rank-order sum it computes itself.
 
 #include <algorithm>
+#include <fstream>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -71,6 +72,24 @@ int run_driver(comm_args a, const std::string& command) {
                                 "its own place, not one gradient end to end");
   if (a.verify && model.model != rw::consistency_spec::bsp)
     throw std::invalid_argument("--verify checks the exact BSP result: it needs --consistency bsp");
+  const bool joins = !a.token_file.empty(); // a job somebody made, with its token
+  if (joins) {
+    if (a.open_job)
+      throw std::invalid_argument("--token-file joins a job made through the coordinator; "
+                                  "--open-job makes one on the node: give one of them");
+    if (a.job.empty())
+      throw std::invalid_argument("--token-file needs --job: the name of the job its token "
+                                  "is for");
+    if (!a.worker_racks.empty() || a.reduction != "auto" || a.replicas >= 0
+        || a.checkpoint_every != 0)
+      throw std::invalid_argument("--token-file joins the job as it was made: it takes no "
+                                  "--worker-racks, --reduction, --replicas or "
+                                  "--checkpoint-every");
+    std::ifstream token{a.token_file};
+    std::string line;
+    if (!std::getline(token, line) || line.empty())
+      throw std::invalid_argument("cannot read a job token from --token-file " + a.token_file);
+  }
   a.stop_file = fmt::format("/tmp/rw-bench-{}-{}.stop", getpid(),
                             clock_type::now().time_since_epoch().count());
   if (a.job.empty())
@@ -92,7 +111,7 @@ int run_driver(comm_args a, const std::string& command) {
     throw std::invalid_argument("--open-job runs on one node: it takes no --worker-racks, "
                                 "--reduction or --replicas");
   std::unique_ptr<rw::bench::cluster_job> job;
-  if (!a.open_job) {
+  if (!a.open_job && !joins) {
     rw::bench::cluster_job_request req;
     req.connect = a.connect;
     req.secret_file = a.secret_file;
@@ -105,9 +124,9 @@ int run_driver(comm_args a, const std::string& command) {
     req.checkpoint_dir = a.checkpoint_dir;
     job = std::make_unique<rw::bench::cluster_job>(req);
   }
-  const std::vector<std::string> one_node{"(open job)"};
+  const std::vector<std::string> one_node{joins ? "(joined job)" : "(open job)"};
   const auto& nodes = job ? job->nodes() : one_node;
-  const std::string reduction = job ? job->reduction() : "single-node";
+  const std::string reduction = job ? job->reduction() : joins ? "as made" : "single-node";
   auto self = rw::tools::self_dir() + "/rw-bench";
   std::vector<rw::tools::subprocess> kids;
   for (uint32_t r = 0; r < a.workers; ++r) {
@@ -145,7 +164,10 @@ int run_driver(comm_args a, const std::string& command) {
       argv.push_back("--rack");
       argv.push_back(rack_options[r]);
     }
-    if (job) {
+    if (joins) {
+      argv.push_back("--token-file");
+      argv.push_back(a.token_file);
+    } else if (job) {
       argv.push_back("--token-file");
       argv.push_back(job->token_file());
       if (!job->rank_racks().empty()) {
@@ -337,7 +359,15 @@ int main(int argc, char** argv) {
   auto* comm = app.add_subcommand(
     "comm", "W worker processes push_pull through a running rack-agg; prints step time "
             "(median, p90 over iterations; a step lasts until its slowest worker is done) "
-            "and goodput");
+            "and goodput.\n\n"
+            "What the node needs: by default rw-bench creates its job through the cluster "
+            "coordinator, found through --connect (any rack-agg's --listen address; a "
+            "cluster with a secret needs --cluster-secret-file), and deletes it after. "
+            "With --open-job the node at --connect must run with --open-jobs (no "
+            "coordinator, no token). With --job NAME --token-file FILE it joins a job "
+            "already made with rw.job_create (FILE holds its token), whose spec must "
+            "match these options (--workers, --chunk-bytes, --consistency, "
+            "--compression; sum as optimizer), and leaves it in place.");
   comm->set_version_flag("--version", version);
   add_common(comm, a);
   comm->add_flag("--json", a.json,
@@ -347,6 +377,9 @@ int main(int argc, char** argv) {
                  "every worker's data frames sent and received, headers included)");
   comm->add_option("--timeout-s", a.timeout_s, "give up after this many seconds")
     ->capture_default_str();
+  comm->add_option("--token-file", a.token_file,
+                   "join the existing job --job NAME with the token in this file (made "
+                   "with rw.job_create; chmod 600) instead of creating one");
   comm->add_flag("--open-job", a.open_job,
                  "let the workers create the job on the node at --connect, which must run "
                  "with --open-jobs (one node, no coordinator)");

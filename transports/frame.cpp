@@ -71,10 +71,33 @@ void encode(const frame_header& h, std::byte* out) {
   std::memcpy(out + sizeof(table), segments[0].begin(), segment_words * sizeof(capnp::word));
 }
 
+bool looks_like_caf_handshake(const std::byte* in) {
+  // CAF 0.17's BASP header, big-endian: operation (0: server_handshake), three bytes of
+  // padding and flags (0), payload length, then the protocol version as operation data.
+  auto byte = [&](size_t i) { return std::to_integer<uint8_t>(in[i]); };
+  for (size_t i = 0; i < 4; ++i)
+    if (byte(i) != 0)
+      return false;
+  uint32_t payload = 0;
+  for (size_t i = 4; i < 8; ++i)
+    payload = payload << 8 | byte(i);
+  uint64_t version = 0;
+  for (size_t i = 8; i < 16; ++i)
+    version = version << 8 | byte(i);
+  return payload > 0 && payload < (1u << 20) && version >= 1 && version <= 16;
+}
+
 errc decode(const std::byte* in, frame_header& out, std::string& why) {
   uint32_t table[2];
   std::memcpy(table, in, sizeof(table));
   if (table[0] != 0 || table[1] != segment_words) {
+    if (looks_like_caf_handshake(in)) {
+      why = "this address is a RackWeave control port (the cluster coordinator's CAF "
+            "messages, the address rw.coordinator() gives), not a node's --listen "
+            "endpoint: connect workers and rw-shell --connect to a node's --listen "
+            "address (a job's endpoints: rw.job_status(name).endpoints)";
+      return errc::bad_magic;
+    }
     why = fmt::format("frame header has a malformed segment table ({} segments, {} "
                       "words); not a RackWeave peer or a corrupted stream",
                       table[0] + 1, table[1]);

@@ -104,6 +104,10 @@ constexpr size_t frame_header_bytes = 64;
 /// Writes the header into `out` (frame_header_bytes, 8-byte aligned).
 void encode(const frame_header& h, std::byte* out);
 
+/// Whether the 64 bytes at `in` begin as a CAF 0.17 middleman's handshake: a peer that
+/// answers like that is a control port, not a node's data endpoint (decode says so).
+bool looks_like_caf_handshake(const std::byte* in);
+
 /// Decodes `in` (frame_header_bytes, 8-byte aligned). On failure returns the error
 /// code and sets `why`; the stream can no longer be trusted after that.
 errc decode(const std::byte* in, frame_header& out, std::string& why);

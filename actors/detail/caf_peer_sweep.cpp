@@ -1,5 +1,8 @@
 #include "actors/detail/caf_peer_sweep.hpp"
 
+#include <future>
+#include <memory>
+
 #include <caf/all.hpp>
 #include <caf/io/basp_broker.hpp>
 #include <caf/io/middleman.hpp>
@@ -32,6 +35,27 @@ void peer_connections(caf::actor_system& sys, std::vector<caf::node_id> nodes,
     }
     then(std::move(nodes), std::move(ids));
   });
+}
+
+std::string peer_address(caf::actor_system& sys, const caf::node_id& node,
+                         std::chrono::milliseconds wait) {
+  if (!sys.has_middleman() || !node || node == sys.node())
+    return {};
+  auto* mm = &sys.middleman();
+  auto answer = std::make_shared<std::promise<std::string>>();
+  auto result = answer->get_future();
+  mm->backend().post([mm, node, answer] {
+    auto* broker = basp_of(mm);
+    std::string where;
+    if (broker != nullptr)
+      if (auto route = broker->instance.tbl().lookup(node))
+        where = broker->remote_addr(route->hdl) + ":" +
+                std::to_string(broker->remote_port(route->hdl));
+    answer->set_value(std::move(where));
+  });
+  if (result.wait_for(wait) != std::future_status::ready)
+    return {};
+  return result.get();
 }
 
 void forget_departed_peers(caf::actor_system& sys) {

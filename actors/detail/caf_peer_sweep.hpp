@@ -14,7 +14,9 @@
 // connection does (none any more, or another one: a process that announces the same
 // CAF node id on a new connection proves the secret again).
 
+#include <chrono>
 #include <cstdint>
+#include <string>
 #include <functional>
 #include <vector>
 
@@ -32,5 +34,12 @@ void forget_departed_peers(caf::actor_system& sys);
 /// message from it, touch nothing else. No-op without a middleman.
 void peer_connections(caf::actor_system& sys, std::vector<caf::node_id> nodes,
                       std::function<void(std::vector<caf::node_id>, std::vector<int64_t>)> then);
+
+/// Where the middleman's connection to `node` comes from ("HOST:PORT"), for logs; ""
+/// if it has none (this process, a node gone, no middleman) or the middleman did not
+/// answer within `wait`. Blocks the caller for that long at most: never call it on the
+/// middleman's own thread.
+std::string peer_address(caf::actor_system& sys, const caf::node_id& node,
+                         std::chrono::milliseconds wait = std::chrono::milliseconds(500));
 
 } // namespace rw::actors::detail

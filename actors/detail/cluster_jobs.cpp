@@ -199,7 +199,8 @@ caf::error duplicate(const job_entry& old) {
 // probed), plans its reduction with `probes`, registers it and grants it to its
 // nodes; answers `rp` with the job and its token, or why not.
 void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
-                     const job_placement& placement, const core_probes& probes) {
+                     const job_placement& placement, const core_probes& probes,
+                     const std::string& by) {
   auto& st = self->state;
   if (auto* old = find(self, spec.name)) {
     rp.deliver(duplicate(*old));
@@ -271,7 +272,7 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
   st.jobs.emplace(id, std::move(j));
   ask_nodes<ok_atom>(
     self, ids, "did not take the job",
-    [self, rp, id, ids](auto&, std::vector<std::string>& failures) mutable {
+    [self, rp, id, ids, by](auto&, std::vector<std::string>& failures) mutable {
       auto it = self->state.jobs.find(id);
       if (failures.empty() && it == self->state.jobs.end())
         failures.push_back("the job's node left while the job was being created");
@@ -294,9 +295,9 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
         return;
       }
       auto& r = it->second.report;
-      spdlog::info("job created: job='{}' id={} nodes=[{}] workers={} consistency={} "
+      spdlog::info("job created: job='{}' id={} by {} nodes=[{}] workers={} consistency={} "
                    "compression={}{} optimizer={} chunk_bytes={}",
-                   r.name, id, fmt::join(r.layout.nodes, ","), r.spec.num_workers,
+                   r.name, id, by, fmt::join(r.layout.nodes, ","), r.spec.num_workers,
                    to_string(r.spec.consistency), to_string(r.spec.compression),
                    r.spec.compression.updates ? "+updates" : "",
                    to_string(r.spec.optimizer.kind), r.spec.chunk_bytes);
@@ -308,7 +309,7 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
 } // namespace
 
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
-                                    const job_placement& placement) {
+                                    const job_placement& placement, const std::string& by) {
   auto& st = self->state;
   // Tensors given here are the job's (workers read them); else the first worker declares.
   auto probe = spec;
@@ -330,12 +331,12 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
     return cluster_error(errc::unavailable, "cannot place the job: " + why);
   auto rp = self->make_response_promise<job_created>();
   if (!wants_core_probes(spec, placement, nodes)) {
-    place_and_grant(self, rp, spec, placement, {});
+    place_and_grant(self, rp, spec, placement, {}, by);
     return rp;
   }
   probe_core_links(self, nodes, spec.name,
-                   [self, rp, spec, placement](core_probes probes) mutable {
-                     place_and_grant(self, rp, spec, placement, probes);
+                   [self, rp, spec, placement, by](core_probes probes) mutable {
+                     place_and_grant(self, rp, spec, placement, probes, by);
                    });
   return rp;
 }

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "actors/cluster_coordinator.hpp"
+#include "actors/detail/refusal_log.hpp"
 #include "runtime/credentials.hpp"
 
 namespace rw::actors::detail {
@@ -92,6 +93,7 @@ struct cluster_state {
   // connection they proved it on.
   std::map<caf::node_id, trust> trusted;
   std::map<caf::node_id, std::string> challenges; // nonces handed out, by process
+  refusal_log refusals; // repeated refusals of one process, logged once a minute
   std::map<node_pair, core_probe> probe_cache; // measured, by node pair
   /// Probes under way, by node pair, and who waits for each.
   std::map<node_pair, std::vector<std::function<void(const core_probe&)>>> probing;
@@ -121,6 +123,12 @@ caf::expected<std::pair<caf::node_id, runtime::byte_vector>> take_challenge(clus
 /// process, or any process when there is no secret), a tenant's name, or nothing (a
 /// process that proved nothing).
 std::optional<std::string> caller(cluster_ptr self);
+/// The current message's sender for logs: "HOST:PORT (CAF node N)" over the middleman,
+/// "this process", or "(anonymous)".
+std::string sender_of(cluster_ptr self);
+/// Logs a refusal of the current sender at warn, once a minute per sender and `what`
+/// (detail/refusal_log.hpp): `line` is the message, the sender's address goes after it.
+void log_refusal(cluster_ptr self, const std::string& what, const std::string& line);
 /// (auth_atom, tenant, proof): the sender proves tenant `tenant`'s secret for the nonce
 /// it was given.
 caf::result<ok_atom> on_tenant_proof(cluster_ptr self, const std::string& tenant,
@@ -290,8 +298,9 @@ void periodic_part(cluster_ptr self, uint32_t node_id, uint32_t id, uint64_t clo
                    checkpoint_part& part);
 
 // --- cluster_jobs.cpp --------------------------------------------------------------
+/// `by`: who asked (for the log line): "an operator at HOST:PORT (CAF node N)".
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
-                                    const job_placement& placement);
+                                    const job_placement& placement, const std::string& by);
 caf::result<job_report> job_status(cluster_ptr self, const std::string& name);
 caf::result<job_report> stop_job(cluster_ptr self, const std::string& name);
 /// rw.job_set: changes the job's hyper-parameters from change.at_clock on, on every node

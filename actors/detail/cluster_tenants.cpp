@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/detail/caf_peer_sweep.hpp"
 #include "actors/detail/cluster_state.hpp"
 #include "runtime/credentials.hpp"
 
@@ -36,6 +37,29 @@ usage used_by(const cluster_state& st, const std::string& t) {
 }
 
 } // namespace
+
+std::string sender_of(cluster_ptr self) {
+  auto& sender = self->current_sender();
+  if (!sender)
+    return "(anonymous)";
+  if (sender->node() == self->node())
+    return "this process";
+  auto where = peer_address(self->system(), sender->node());
+  auto id = to_string(sender->node());
+  return where.empty() ? "CAF node " + id : where + " (CAF node " + id + ")";
+}
+
+void log_refusal(cluster_ptr self, const std::string& what, const std::string& line) {
+  auto& sender = self->current_sender();
+  auto key = (sender ? to_string(sender->node()) : std::string("anonymous")) + "/" + what;
+  auto unlogged = self->state.refusals.admit(key);
+  if (!unlogged)
+    return; // logged less than a minute ago: counted for the next line
+  spdlog::warn("control refused: {}; sender {}{}", line, sender_of(self),
+               *unlogged == 0 ? std::string{}
+                              : fmt::format(" ({} more refusals of it in the last minute)",
+                                            *unlogged));
+}
 
 std::optional<std::string> caller(cluster_ptr self) {
   auto& st = self->state;
@@ -68,23 +92,21 @@ caf::result<ok_atom> on_tenant_proof(cluster_ptr self, const std::string& tenant
   if (t == st.settings.tenants.end()
       || !runtime::verify_tenant(t->second.secret, tenant, nonce,
                                  runtime::byte_vector(q, q + proof.size()))) {
-    spdlog::warn("control refused: {} gave a wrong proof for tenant '{}'{}", to_string(node),
-                 tenant, t == st.settings.tenants.end() ? " (no such tenant)" : "");
+    log_refusal(self, "tenant " + tenant,
+                fmt::format("a wrong proof for tenant '{}'{}", tenant,
+                            t == st.settings.tenants.end() ? " (no such tenant)" : ""));
     return cluster_error(errc::unauthorized,
                          fmt::format("tenant '{}' and this secret do not match (an unknown "
                                      "tenant or a wrong --tenant-secret-file)",
                                      tenant));
   }
   st.trusted[node] = trust{-1, tenant};
-  spdlog::info("control: {} proved tenant '{}'", to_string(node), tenant);
+  spdlog::info("control: {} proved tenant '{}'", sender_of(self), tenant);
   return ok_atom::value;
 }
 
 caf::error operators_only(cluster_ptr self, const std::string& tenant, const char* what) {
-  spdlog::warn("control refused: {} from tenant '{}' ({}): an operator's call",
-               what, tenant,
-               self->current_sender() ? to_string(self->current_sender()->node())
-                                      : std::string{"(anonymous)"});
+  log_refusal(self, what, fmt::format("{} by tenant '{}': an operator's call", what, tenant));
   return cluster_error(errc::unauthorized,
                        fmt::format("{} is an operator's call (the cluster secret); tenant "
                                    "'{}' may create, watch, change, stop and delete its own "

@@ -273,13 +273,18 @@ void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code
   if (n == st.names.end())
     return;
   auto& job = st.jobs.at(n->second);
-  if (state == "finished")
-    spdlog::info("job finished: job='{}' id={}: {}", job.spec.name, job_id, why);
-  else if (state == "stopped")
-    spdlog::warn("job stopped: job='{}' id={}: {}", job.spec.name, job_id, why);
+  // An open job's end is logged here only; a granted one's transition is the cluster
+  // coordinator's to log (once), and this line is about this node's part of it.
+  auto what = job.granted ? fmt::format("job ended on this node: state={}", state)
+                          : fmt::format("job {}", state);
+  auto level = state == "finished" ? spdlog::level::info
+               : state == "stopped" ? spdlog::level::warn
+                                    : spdlog::level::err;
+  if (state == "finished" || state == "stopped")
+    spdlog::log(level, "{}: job='{}' id={}: {}", what, job.spec.name, job_id, why);
   else
-    spdlog::error("job failed: job='{}' id={}: {} ({})", job.spec.name, job_id, why,
-                  to_string(code));
+    spdlog::log(level, "{}: job='{}' id={}: {} ({})", what, job.spec.name, job_id, why,
+                to_string(code));
   if (job.granted) {
     remember_end(st, job.spec.name, state, why);
     gather(self, job, job_event{job_id, state, state == "finished" ? "" : why, job.spec, {}},

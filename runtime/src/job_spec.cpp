@@ -1,9 +1,11 @@
+#include <cctype>
 #include "rackweave/job_spec.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -131,6 +133,27 @@ std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
                      uint32_t max_workers) {
   if (spec.name.empty() || spec.name.size() > 128)
     return "job name must be 1 to 128 characters";
+  // Names go into logs, metrics labels, checkpoint paths and shell commands: a safe set.
+  auto safe = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  };
+  // A hierarchical job's top level, which the rack-aggs join among themselves, is named
+  // NAME/top (actors/cluster_messages.hpp): no user's name can be that.
+  std::string_view name = spec.name;
+  constexpr std::string_view top = "/top";
+  if (name.size() > top.size() && name.substr(name.size() - top.size()) == top)
+    name.remove_suffix(top.size());
+  auto colon = name.find(':');
+  bool ok = safe(name[0]) && name[0] != '.' && name[0] != '-'
+            && (colon == std::string_view::npos
+                || (name.find(':', colon + 1) == std::string_view::npos
+                    && colon + 1 < name.size()));
+  for (char c : name)
+    ok = ok && (safe(c) || c == ':');
+  if (!ok)
+    return fmt::format("job name '{}' may hold only letters, digits, '.', '_' and '-', "
+                       "starting with a letter, digit or '_' (a tenant's job: TENANT:NAME)",
+                       spec.name);
   if (spec.num_workers == 0 || spec.num_workers > max_workers)
     return fmt::format("workers must be 1..{}, got {}", max_workers, spec.num_workers);
   if (spec.chunk_bytes < 4 || spec.chunk_bytes % 4 != 0

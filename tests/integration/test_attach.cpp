@@ -118,6 +118,9 @@ TEST_CASE("a job with a token: the attach proof is keyed by it", "[integration][
   auto spec = two_chunk_job("tok");
   testing::raw_client first{node.address()};
   auto welcome = first.join_welcome(spec, 0, token);
+  // The shell created the job: its first worker's welcome does not say it did
+  // (worker::created_job() is false).
+  CHECK_FALSE(welcome.created);
   auto other = welcome.endpoints[1 - welcome.endpoint_index];
   transports::attach_msg eavesdropped;
   eavesdropped.nonce = runtime::make_nonce();

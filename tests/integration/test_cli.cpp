@@ -2,10 +2,15 @@
 // ok (and --help, --version), 1 the operation failed, 2 usage, 3 unreachable; --version
 // on each program and subcommand; help that shows true defaults.
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <catch2/catch.hpp>
 
+#include "rackweave/worker.hpp"
 #include "tests/integration/cluster_fixture.hpp"
 #include "transports/tcp/address.hpp"
 
@@ -94,4 +99,87 @@ TEST_CASE("rw-bench says whether it could not reach the cluster (3) or was misus
   INFO(misused.err);
   CHECK(misused.code == 2);
   CHECK_THAT(misused.err, Catch::Contains("--bytes"));
+}
+
+TEST_CASE("rw-bench joins a job made with rw.job_create, given its token file",
+          "[integration][cli]") {
+  testing::node_process node{{}, {"rack-agg", false}}; // no --open-jobs: tokens only
+  auto made = testing::run_shell({"--connect", node.address(), "-c",
+                                  "local j = rw.job_create{name = 'made-by-shell', "
+                                  "workers = 2, chunk_bytes = '64KiB', optimizer = 'sum'}; "
+                                  "print(j.token)"});
+  INFO(made.err);
+  REQUIRE(made.code == 0);
+  auto dir = testing::scratch_dir("rw-bench-token");
+  auto token_file = dir + "/token";
+  {
+    std::ofstream out{token_file};
+    out << made.out.substr(0, made.out.find('\n')) << "\n";
+  }
+  ::chmod(token_file.c_str(), 0600);
+  std::vector<std::string> bench{RW_BENCH_PATH, "comm", "--connect", node.address(),
+                                 "--workers", "2", "--bytes", "256KiB", "--chunk-bytes",
+                                 "64KiB", "--iters", "3", "--verify", "--json",
+                                 "--timeout-s", "60", "--job", "made-by-shell"};
+  // Without the token, rw-bench would make the job itself: the name is taken.
+  auto taken = testing::run_program(bench, std::chrono::seconds(90));
+  INFO(taken.err);
+  CHECK(taken.code == 2);
+  CHECK_THAT(taken.err, Catch::Contains("made-by-shell"));
+  auto with_token = bench;
+  with_token.insert(with_token.end(), {"--token-file", token_file});
+  auto joined = testing::run_program(with_token, std::chrono::seconds(90));
+  INFO(joined.err);
+  CHECK(joined.code == 0);
+  CHECK_THAT(joined.out, Catch::Contains("\"verified\":true"));
+  // The job stays: it was not rw-bench's to delete.
+  auto status = testing::run_shell({"--connect", node.address(), "-c",
+                                    "print(rw.job_status('made-by-shell').state)"});
+  CHECK(status.out == "finished\n");
+  // Misuse: a token without the job's name, with --open-job, or unreadable.
+  auto no_job = run({RW_BENCH_PATH, "comm", "--connect", node.address(), "--token-file",
+                     token_file});
+  CHECK(no_job.code == 2);
+  CHECK_THAT(no_job.err, Catch::Contains("--token-file needs --job"));
+  auto both = run({RW_BENCH_PATH, "comm", "--connect", node.address(), "--job", "x",
+                   "--token-file", token_file, "--open-job"});
+  CHECK(both.code == 2);
+  auto missing = run({RW_BENCH_PATH, "comm", "--connect", node.address(), "--job", "x",
+                      "--token-file", dir + "/none"});
+  CHECK(missing.code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("cannot read a job token"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("rw-bench's help says what the node needs", "[integration][cli]") {
+  auto help = run({RW_BENCH_PATH, "comm", "--help"});
+  CHECK(help.code == 0);
+  CHECK_THAT(help.out, Catch::Contains("--open-jobs"));
+  CHECK_THAT(help.out, Catch::Contains("--token-file"));
+  CHECK_THAT(help.out, Catch::Contains("rw.job_create"));
+}
+
+TEST_CASE("a shell or worker pointed at the control port is told what that port is",
+          "[integration][cli]") {
+  testing::node_process node{{}, {"rack-agg", false}};
+  auto where = testing::run_shell({"--connect", node.address(), "-c", "print(rw.coordinator())"});
+  REQUIRE(where.code == 0);
+  auto control = where.out.substr(0, where.out.find('\n'));
+  REQUIRE(control != node.address());
+  auto shell = testing::run_shell({"--connect", control, "-c", "print(#rw.nodes())"});
+  INFO(shell.err);
+  CHECK(shell.code == 3);
+  CHECK_THAT(shell.err, Catch::Contains("control port") && Catch::Contains("--listen"));
+  try {
+    worker_options o;
+    o.connect = control;
+    o.job.name = "wrong-port";
+    o.job.num_workers = 1;
+    o.job.tensors = {{"w", 16, false}};
+    o.request_timeout = std::chrono::milliseconds(10000);
+    worker w{o};
+    FAIL("a worker joined through the control port");
+  } catch (const rw::error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("control port") && Catch::Contains("--listen"));
+  }
 }

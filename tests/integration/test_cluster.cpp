@@ -221,6 +221,29 @@ TEST_CASE("with a cluster secret, only nodes and shells that prove it are heard"
   testing::node_process stray{{"--name", "rack-c", "--cluster-secret-file", wrong},
                               {"rack-agg", false, c.coordinator().address()}};
   CHECK(stray.wait_for_log("did not accept the cluster secret"));
+  // It keeps trying; the coordinator logs its refusal once a minute, not at every try,
+  // naming where it comes from.
+  auto tries = [&] {
+    auto log = stray.log();
+    size_t n = 0;
+    for (auto at = log.find("did not accept the cluster secret"); at != std::string::npos;
+         at = log.find("did not accept the cluster secret", at + 1))
+      ++n;
+    return n;
+  };
+  for (int i = 0; i < 200 && tries() < 3; ++i) // 20 s at most
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(tries() >= 3);
+  auto coordinator_log = c.coordinator().log();
+  size_t refusals = 0;
+  for (auto at = coordinator_log.find("control refused: a wrong proof of the cluster secret");
+       at != std::string::npos;
+       at = coordinator_log.find("control refused: a wrong proof of the cluster secret", at + 1)) {
+    ++refusals;
+    auto line = coordinator_log.substr(at, coordinator_log.find('\n', at) - at);
+    CHECK_THAT(line, Catch::Contains("; sender 127.0.0.1:"));
+  }
+  CHECK(refusals == 2); // the shell's, and the node's first
   // A shell's trust ends with its connection: once it has gone, the coordinator no
   // longer trusts its CAF node id (a process announcing it later proves the secret
   // again); the two member nodes, still connected, stay trusted and heard. First the

@@ -153,7 +153,7 @@ TEST_CASE("a coordinator killed mid-training comes back with its jobs and their 
   auto deadline = clock_type::now() + std::chrono::seconds(60);
   for (auto& w : first)
     check_verified(w, "first", deadline);
-  CHECK(a.wait_for_log("job finished: job='first'", std::chrono::seconds(10)));
+  CHECK(a.wait_for_log("job ended on this node: state=finished: job='first'", std::chrono::seconds(10)));
 
   // Started again with the same database: the same jobs, the nodes back in them.
   coordinator.reset();

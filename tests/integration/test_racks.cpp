@@ -53,7 +53,7 @@ void kill_mid_job(rack_cluster& c, std::vector<worker_run>& ws, const std::strin
 
 // How many chunks of job `job` the node's log says are homed there.
 int homed_here(const testing::node_process& node, const std::string& job) {
-  std::regex line{"job created: job='" + job + "'.*homed_here=([0-9]+)"};
+  std::regex line{"job started on this node: job='" + job + "'.*homed_here=([0-9]+)"};
   std::smatch m;
   auto log = node.log();
   return std::regex_search(log, m, line) ? std::stoi(m[1]) : -1;

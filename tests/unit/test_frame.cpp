@@ -225,3 +225,29 @@ TEST_CASE("a control message that lists more than its bytes can hold is refused"
   REQUIRE(rw::transports::decode(enc.data(), enc.size(), back, why) == rw::errc::ok);
   CHECK(back.spec.tensors.size() == 2000);
 }
+
+TEST_CASE("a CAF middleman's handshake is named as a control port, not garbage",
+          "[frame]") {
+  // The first 64 bytes rw-node's control port sends a client (CAF 0.17.6, captured).
+  const char* hex =
+    "000000000000058e00000000000000030000000000000000000000000000000000003e9aab9bac7900"
+    "002866bffadf3ac9f1142f6446ca706c9bb0f69b114400010f67656e657269";
+  alignas(8) std::byte in[rw::transports::frame_header_bytes];
+  for (size_t i = 0; i < sizeof(in); ++i)
+    in[i] = static_cast<std::byte>(std::stoi(std::string(hex + 2 * i, 2), nullptr, 16));
+  CHECK(rw::transports::looks_like_caf_handshake(in));
+  rw::transports::frame_header h;
+  std::string why;
+  CHECK(rw::transports::decode(in, h, why) == rw::errc::bad_magic);
+  CHECK_THAT(why, Catch::Contains("control port") && Catch::Contains("--listen"));
+  // A RackWeave header, and other garbage, are not taken for one.
+  rw::transports::frame_header real;
+  alignas(8) std::byte ours[rw::transports::frame_header_bytes];
+  rw::transports::encode(real, ours);
+  CHECK_FALSE(rw::transports::looks_like_caf_handshake(ours));
+  std::memset(in, 0xab, sizeof(in));
+  CHECK_FALSE(rw::transports::looks_like_caf_handshake(in));
+  why.clear();
+  CHECK(rw::transports::decode(in, h, why) == rw::errc::bad_magic);
+  CHECK_THAT(why, Catch::Contains("not a RackWeave peer"));
+}

@@ -37,6 +37,23 @@ TEST_CASE("job specs are validated with a reason", "[job_spec]") {
   CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("adam"));
 }
 
+TEST_CASE("job names are limited to a safe character set", "[job_spec]") {
+  // (NAME/top: a hierarchical job's top level, which the rack-aggs make themselves.)
+  for (auto ok : {"resnet", "bench-123-4", "a.b_c-d", "team:resnet", "_x", "9lives",
+                  "resnet/top"}) {
+    auto s = good();
+    s.name = ok;
+    CHECK(rw::validate(s, 1 << 20, 16).empty());
+  }
+  for (auto bad : {"with space", "a/b", "../up", "-flag", ".hidden", "t:a:b", "t:", ":x",
+                   "quote'", "semi;colon", "/top", "a/top/top", "top/x", "new\nline", "tab\t", "caf\u00e9"}) {
+    auto s = good();
+    s.name = bad;
+    INFO(bad);
+    CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("may hold only letters"));
+  }
+}
+
 TEST_CASE("mismatching specs name the difference", "[job_spec]") {
   auto a = good();
   auto b = good();

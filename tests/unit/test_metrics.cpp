@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/tools/logging.hpp"
+#include "actors/detail/refusal_log.hpp"
 #include "apps/tools/metrics_server.hpp"
 #include "runtime/process_stats.hpp"
 #include "runtime/prometheus.hpp"
@@ -175,4 +176,19 @@ TEST_CASE("the log file rotates at its size and keeps the files asked for") {
   CHECK(exists(dir + "/node.2.log"));
   CHECK_FALSE(exists(dir + "/node.3.log"));
   std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_CASE("repeated refusals of one peer are logged once a minute, with a count") {
+  rw::actors::detail::refusal_log log{std::chrono::seconds(60)};
+  auto t0 = rw::actors::detail::refusal_log::clock::now();
+  CHECK(log.admit("node-a/proof", t0) == std::optional<uint64_t>{0});
+  for (int i = 1; i <= 59; ++i) // one try a second: not logged, counted
+    CHECK_FALSE(log.admit("node-a/proof", t0 + std::chrono::seconds(i)));
+  CHECK(log.admit("node-b/proof", t0 + std::chrono::seconds(5)) == std::optional<uint64_t>{0});
+  CHECK(log.admit("node-a/proof", t0 + std::chrono::seconds(60)) == std::optional<uint64_t>{59});
+  CHECK_FALSE(log.admit("node-a/proof", t0 + std::chrono::seconds(61)));
+  // Many distinct peers: the book stays bounded.
+  for (size_t i = 0; i < 3 * rw::actors::detail::refusal_log::max_keys; ++i)
+    log.admit("peer-" + std::to_string(i), t0 + std::chrono::seconds(120));
+  CHECK(log.keys() <= rw::actors::detail::refusal_log::max_keys + 1);
 }

@@ -299,16 +299,19 @@ TEST_CASE("the cluster's reports come back as tables", "[shell]") {
   CHECK(sh.eval("#rw.jobs() .. rw.jobs()[2].state") == "\"2finished\"");
   sh.api.status = [](int) {
     auto j = job("j", "running");
+    j.spec.chunk_bytes = 1000; // 250 elements a chunk: 4 chunks a step
     j.ranks = {rank(0, 5), rank(1, 3)};
     return j;
   };
   REQUIRE(sh.run("j = rw.job_status('j')") == "");
+  CHECK(sh.eval("{j.chunks_per_step, j.ranks[2].steps_pushed, j.ranks[2].steps_pulled}")
+        == "{4, 3, 1}");
   CHECK(sh.eval("{j.clock_min, j.clock_max, j.pushes, j.bytes_in, j.wait_ms}")
         == "{3, 5, 32, 8000, 3.0}");
   CHECK(sh.eval("j.ranks[2]")
         == "{\n  bytes_in = 3000,\n  bytes_out = 1500,\n  clock = 3,\n"
            "  peer = \"10.0.0.1:40001\",\n  pulls = 6,\n  pushes = 12,\n  rank = 1,\n"
-           "  state = \"live\",\n  wait_ms = 1.5\n}");
+           "  state = \"live\",\n  steps_pulled = 1,\n  steps_pushed = 3,\n  wait_ms = 1.5\n}");
   CHECK(sh.eval("j.optimizer.kind .. ' ' .. j.consistency") == "\"adam ssp:2\"");
   CHECK(sh.eval("j.optimizer.lr == 0.01 and j.optimizer.beta2 == 0.999") == "true");
   CHECK(sh.eval("j.tensors") == "{{elements = 1000, has_init = true, name = \"w\"}}");

@@ -57,12 +57,25 @@ void push_optimizer(lua_State* L, const optimizer_spec& o) {
   set_float(L, "eta", o.eta);
 }
 
-void push_rank(lua_State* L, const actors::rank_report& r) {
-  lua_createtable(L, 0, 9);
+// The chunks of one step of the job: every tensor's, each chunk pushed and pulled once
+// per step (0 while no worker has declared the tensors).
+uint64_t chunks_per_step(const job_spec& spec) {
+  uint64_t n = 0;
+  for (auto& t : spec.tensors)
+    n += (t.elements * sizeof(float) + spec.chunk_bytes - 1) / std::max<uint32_t>(spec.chunk_bytes, 1);
+  return n;
+}
+
+void push_rank(lua_State* L, const actors::rank_report& r, uint64_t chunks) {
+  lua_createtable(L, 0, 11);
   set(L, "rank", uint64_t{r.rank});
   set(L, "state", r.state);
   set(L, "peer", r.peer);
   set(L, "clock", r.clock);
+  // In steps, as a training loop counts: whole steps' worth of chunk pushes and pulls.
+  set(L, "steps_pushed", chunks ? r.pushes / chunks : 0);
+  set(L, "steps_pulled", chunks ? r.pulls / chunks : 0);
+  // Per chunk: the messages themselves.
   set(L, "pushes", r.pushes);
   set(L, "pulls", r.pulls);
   set(L, "bytes_in", r.bytes_in);
@@ -153,11 +166,12 @@ void push_job(lua_State* L, const actors::job_report& job) {
   set(L, "ended_unix_ms", job.ended_unix_ms);
   lua_createtable(L, static_cast<int>(job.ranks.size()), 0);
   for (size_t i = 0; i < job.ranks.size(); ++i) {
-    push_rank(L, job.ranks[i]);
+    push_rank(L, job.ranks[i], chunks_per_step(job.spec));
     lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
   }
   lua_setfield(L, -2, "ranks");
   auto t = totals_of(job);
+  set(L, "chunks_per_step", chunks_per_step(job.spec));
   set(L, "clock_min", t.clock_min);
   set(L, "clock_max", t.clock_max);
   set(L, "pushes", t.pushes);

@@ -139,7 +139,9 @@ public:
   /// The job's spec (with spec_from_job: as the node sent it).
   const job_spec& spec() const noexcept;
   uint32_t rank() const noexcept;
-  /// Whether this worker's hello created the job.
+  /// Whether this worker's hello created the job: an open job (a node with
+  /// --open-jobs) made by this hello. False for a job created through the coordinator
+  /// (rw.job_create), even for its first worker.
   bool created_job() const noexcept;
   /// The job id the node assigned.
   uint32_t job_id() const noexcept;
