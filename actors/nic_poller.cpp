@@ -247,7 +247,9 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
   }
   if (!b.said_bye)
     spdlog::warn("connection closed: peer={} job={} rank={}: {} ({})", c->peer(),
-                 b.job_id, b.rank, why, to_string(code));
+                 b.job_name.empty() ? std::to_string(b.job_id)
+                                    : fmt::format("'{}' id={}", b.job_name, b.job_id),
+                 b.rank, why, to_string(code));
   flush();
   self_->send(st.book->coordinator, leave_atom::value, b.job_id, b.rank, b.said_bye,
               fmt::format("{}: {}", c->peer(), why));
@@ -531,7 +533,8 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       self->state.book->shm_bell = bell;
     },
     [=](adopt_atom, transports::connection_ptr& conn, job_binding& jb, uint32_t rank) {
-      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes, jb.compression);
+      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes, jb.compression,
+                                  jb.spec ? jb.spec->name : "");
       b.shard_rank = jb.shard_rank;
       b.shm_companion = true;
       adopt(self, conn, std::move(b), "shared memory");
@@ -541,7 +544,8 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
     },
     [=](adopt_atom, transports::connection_ptr& conn, transports::connection_ptr& tcp,
         job_binding& jb, uint32_t rank) {
-      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes, jb.compression);
+      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes, jb.compression,
+                                  jb.spec ? jb.spec->name : "");
       b.shard_rank = jb.shard_rank;
       b.conn = conn; // resend and reroute frames travel on it, as the worker's data does
       b.tcp = tcp;

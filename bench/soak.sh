@@ -141,7 +141,7 @@ done
 kill "$sampler_pid" 2>/dev/null; wait "$sampler_pid" 2>/dev/null || true; sampler_pid=
 
 # Warnings and errors that are not an injected failure's.
-injected='not a RackWeave peer|worker away: .* disconnected without saying bye|connection closed: peer=[0-9.:]+ job=[0-9]+ rank=[0-9]+: peer closed the connection|job (stopped|ended on this node: state=stopped): .*: stopped by an operator|did not join again within' 
+injected='not a RackWeave peer|worker away: .* disconnected without saying bye|connection closed: peer=[0-9.:]+ job=([^ ]+ id=)?[0-9]+ rank=[0-9]+: peer closed the connection|job (stopped|ended on this node: state=stopped): .*: stopped by an operator|did not join again within' 
 # (From the first job on: the start's warnings about this machine and setup are not the
 # soak's.)
 sed -n '/job granted/,$p' "$tmp/node.log" | grep -E '\[(warning|error|critical)\]' \

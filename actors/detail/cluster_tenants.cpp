@@ -106,7 +106,7 @@ caf::result<ok_atom> on_tenant_proof(cluster_ptr self, const std::string& tenant
 }
 
 caf::error operators_only(cluster_ptr self, const std::string& tenant, const char* what) {
-  log_refusal(self, what, fmt::format("{} by tenant '{}': an operator's call", what, tenant));
+  log_refusal(self, what, fmt::format("{} from tenant '{}': an operator's call", what, tenant));
   return cluster_error(errc::unauthorized,
                        fmt::format("{} is an operator's call (the cluster secret); tenant "
                                    "'{}' may create, watch, change, stop and delete its own "

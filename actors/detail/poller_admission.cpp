@@ -298,7 +298,7 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
         return;
       }
       it->second = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes,
-                                      jb.compression);
+                                      jb.compression, jb.spec ? jb.spec->name : "");
       it->second.shard_rank = jb.shard_rank;
       it->second.conn = conn;
       it->second.shm = sink->adopt_shm(conn, jb, hello);

@@ -23,8 +23,10 @@ using transports::payload_target;
 
 struct binding {
   static binding joined_as(uint32_t job_id, uint32_t rank, routing_ptr routes,
-                           uint32_t chunk_bytes, compression_spec compression) {
+                           uint32_t chunk_bytes, compression_spec compression,
+                           std::string job_name = {}) {
     binding b;
+    b.job_name = std::move(job_name);
     b.compression = compression;
     b.status = joined;
     b.job_id = job_id;
@@ -42,6 +44,7 @@ struct binding {
 
   enum status_t { joining, challenged, joined } status = joining;
   uint32_t job_id = 0;
+  std::string job_name; // for logs ("" if the node did not say)
   uint32_t rank = 0;
   uint32_t shard_rank = 0; // the rank the shards know it by (a rack job's: in the rack)
   routing_ptr routes;

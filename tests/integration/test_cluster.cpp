@@ -79,6 +79,21 @@ TEST_CASE("two jobs: separate exact results, tokens enforced, no cross-job acces
   CHECK(c.a().wait_for_log("wrong token"));
   CHECK(c.a().wait_for_log("no token"));
   CHECK(c.b().wait_for_log("frame refused"));
+  // Each transition is logged once by the coordinator, saying who asked and from where;
+  // the nodes log their part of it as theirs.
+  auto log = c.coordinator().log();
+  CHECK_THAT(log, Catch::Contains("job created: job='beta-job'") &&
+                    Catch::Contains("by an operator at 127.0.0.1:"));
+  CHECK_THAT(log, Catch::Contains("job stop asked: job='beta-job' by an operator at 127.0.0.1:"));
+  CHECK_THAT(log, Catch::Contains("job delete asked: job='alpha-job' by an operator at 127.0.0.1:"));
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (auto at = log.find(what); at != std::string::npos; at = log.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  CHECK(count("job created: job='beta-job'") == 1);
+  CHECK(count("job stopped: job='beta-job'") == 1);
   std::filesystem::remove_all(dir);
 }
 
