@@ -126,6 +126,16 @@ private:
 } // namespace
 
 int main(int argc, char** argv) {
+  // Signals are taken by sigwait below, never by another thread: blocked before any
+  // thread starts (the log's flusher, the actor system's, the metrics server's), which
+  // inherit the mask. A thread that did not block them would die of SIGTERM with the
+  // whole process, skipping the drain.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
   rw::runtime::node_config cfg;
   std::string config_file;
   std::string port_file;
@@ -152,13 +162,6 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // Signals are taken by sigwait below, never by a random thread.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
 
   caf::actor_system_config sys_cfg;
   sys_cfg.set("logger.verbosity", caf::atom("quiet"));
