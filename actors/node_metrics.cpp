@@ -46,11 +46,11 @@ void process_metrics(prom::writer& w, const std::string& node_name, const std::s
   w.sample({}, p.cpu_seconds);
 }
 
-void shard_metrics(prom::writer& w, caf::scoped_actor& self, const rack_agg_node& node,
-                   int& missing) {
+void shard_metrics(prom::writer& w, caf::scoped_actor& self,
+                   const std::vector<chunk_shard_actor>& handles, int& missing) {
   std::vector<std::pair<std::string, shard_stats>> shards;
-  for (size_t i = 0; i < node.shards().size(); ++i)
-    if (auto s = ask<shard_stats>(self, node.shards()[i], missing, stats_atom::value))
+  for (size_t i = 0; i < handles.size(); ++i)
+    if (auto s = ask<shard_stats>(self, handles[i], missing, stats_atom::value))
       shards.emplace_back(std::to_string(i), std::move(*s));
   auto each = [&](const char* name, kind k, const char* help, auto field) {
     w.family(name, k, help);
@@ -111,10 +111,9 @@ void endpoint_metrics(prom::writer& w, caf::scoped_actor& self, const rack_agg_n
        [](const poller_stats& s) { return s.refused; });
 }
 
-void job_metrics(prom::writer& w, caf::scoped_actor& self, const rack_agg_node& node,
+void job_metrics(prom::writer& w, caf::scoped_actor& self, const node_gauges& node,
                  int& missing) {
-  auto gauges = ask<std::vector<job_gauge>>(self, node.rack(), missing, metrics_atom::value)
-                  .value_or(std::vector<job_gauge>{});
+  const auto& gauges = node.jobs;
   // Per rank, over the shards: the highest clock it pushed (+1) and its bytes.
   struct ranks_seen {
     uint32_t waiting = 0;
@@ -123,7 +122,7 @@ void job_metrics(prom::writer& w, caf::scoped_actor& self, const rack_agg_node& 
   std::vector<ranks_seen> seen(gauges.size());
   for (size_t j = 0; j < gauges.size(); ++j) {
     job_counters merged;
-    for (auto& shard : node.shards()) {
+    for (auto& shard : node.shards) {
       auto part = ask<job_counters>(self, shard, missing, stats_atom::value, gauges[j].id);
       if (!part)
         continue;
@@ -196,9 +195,13 @@ std::string render_metrics(caf::actor_system& sys, const std::string& node_name,
   int missing = 0;
   process_metrics(w, node_name, role);
   if (node) {
-    shard_metrics(w, self, *node, missing);
+    // The shards as they are now: the rack coordinator follows their restarts.
+    auto gauges = ask<node_gauges>(self, node->rack(), missing, metrics_atom::value);
+    if (!gauges)
+      gauges = node_gauges{{}, node->shards()};
+    shard_metrics(w, self, gauges->shards, missing);
     endpoint_metrics(w, self, *node, missing);
-    job_metrics(w, self, *node, missing);
+    job_metrics(w, self, *gauges, missing);
   }
   if (cluster)
     cluster_metrics(w, self, *cluster, missing);
@@ -212,7 +215,8 @@ node_totals read_totals(caf::actor_system& sys, const rack_agg_node& node) {
   caf::scoped_actor self{sys};
   int missing = 0;
   node_totals t;
-  for (auto& shard : node.shards())
+  auto gauges = ask<node_gauges>(self, node.rack(), missing, metrics_atom::value);
+  for (auto& shard : gauges ? gauges->shards : node.shards())
     if (auto s = ask<shard_stats>(self, shard, missing, stats_atom::value)) {
       t.bytes_in += s->bytes_in;
       t.bytes_out += s->bytes_out;
@@ -228,8 +232,8 @@ node_totals read_totals(caf::actor_system& sys, const rack_agg_node& node) {
     count(node.shm_poller());
   for (auto& p : node.fabric_pollers())
     count(p);
-  if (auto jobs = ask<std::vector<job_gauge>>(self, node.rack(), missing, metrics_atom::value))
-    t.jobs = jobs->size();
+  if (gauges)
+    t.jobs = gauges->jobs.size();
   t.missing = static_cast<uint64_t>(missing);
   return t;
 }

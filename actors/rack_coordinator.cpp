@@ -568,7 +568,7 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     [=](step_atom, uint32_t job_id, uint32_t shard, uint64_t clock) {
       on_step(self, job_id, shard, clock);
     },
-    [=](metrics_atom) { return job_gauges(self->state); },
+    [=](metrics_atom) { return node_gauges{job_gauges(self->state), self->state.shards}; },
     [=](checkpoint_atom, uint32_t job_id, uint64_t clock,
         const std::string& dir) -> caf::result<checkpoint_part> {
       if (auto rp = after_balancing<checkpoint_part>(self, checkpoint_atom::value, job_id,

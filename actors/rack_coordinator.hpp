@@ -115,8 +115,9 @@
 //                          every shard holding its chunks has, the job's clock on the
 //                          node moves on, and the time since the last move is a step
 //                          time (detail/rack_steps.cpp)
-//   node   -> coordinator  (metrics_atom) -> [job_gauge]
-//                          every live job: ranks live and away, clock, step times
+//   node   -> coordinator  (metrics_atom) -> node_gauges
+//                          every live job (ranks live and away, clock, step times) and
+//                          the shards as they are now (a restarted one's new handle)
 //   node   -> coordinator  (pollers_atom, pollers)  every NIC poller of the node
 //   link   -> coordinator  (locate_atom, address)   where the cluster coordinator is
 //   poller -> coordinator  (locate_atom) -> address  (empty: not known yet)
@@ -150,6 +151,13 @@ using cluster_gateway = caf::typed_actor<
   caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
   caf::reacts_to<checkpoint_atom, uint32_t, uint64_t, checkpoint_part>,
   caf::replies_to<hyper_atom, std::string, hyper_change>::with<uint64_t>>;
+
+/// What /metrics asks of the rack coordinator: its live jobs, and its shards' current
+/// handles (a supervisor may have restarted one since the node started).
+struct node_gauges {
+  std::vector<job_gauge> jobs;
+  std::vector<chunk_shard_actor> shards;
+};
 
 /// Job ids from here up belong to open jobs (made by a worker's hello on a node with
 /// --open-jobs); ids below are the cluster coordinator's.
@@ -185,7 +193,7 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::reacts_to<pollers_atom, std::vector<caf::actor>>,
   caf::reacts_to<balance_atom>,
   caf::reacts_to<step_atom, uint32_t, uint32_t, uint64_t>,
-  caf::replies_to<metrics_atom>::with<std::vector<job_gauge>>>;
+  caf::replies_to<metrics_atom>::with<node_gauges>>;
 
 struct coordinator_settings {
   std::string node_name;
@@ -218,3 +226,5 @@ rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,
                                               std::vector<chunk_shard_actor> shards);
 
 } // namespace rw::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::node_gauges)
