@@ -99,7 +99,7 @@ def wait_ready(node):
 
 
 def test_metrics_parse_and_follow_a_job():
-    node = Node()
+    node = Node("--stats-interval-s", "1")
     try:
         assert wait_ready(node) == "ready\n"
         assert get(node.url("/healthz")) == (200, "ok\n")
@@ -161,6 +161,14 @@ def test_metrics_parse_and_follow_a_job():
         assert tcp and tcp[0].value == workers
         assert value(busy, "rw_endpoint_frames_in_total",
                      endpoint=tcp[0].labels["endpoint"]) >= workers * chunks * steps
+        # The periodic throughput line, every second here.
+        line = re.compile(r"\[info\] throughput over 1 s: in [0-9.]+ MiB/s, out [0-9.]+ MiB/s, "
+                          r"[0-9]+ chunk steps/s; [0-9]+ connections, [0-9]+ live jobs, RSS "
+                          r"[0-9]+ MiB")
+        deadline = time.monotonic() + 10
+        while not line.search(node.text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert line.search(node.text()), node.text()
         # Every rw_ series the Grafana dashboard graphs is one the node serves.
         dashboard = os.path.join(os.path.dirname(__file__), "..", "..", "config", "grafana",
                                  "rackweave-nodes.json")

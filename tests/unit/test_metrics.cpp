@@ -11,6 +11,7 @@
 
 #include "apps/tools/logging.hpp"
 #include "actors/detail/refusal_log.hpp"
+#include "actors/node_metrics.hpp"
 #include "apps/tools/metrics_server.hpp"
 #include "runtime/process_stats.hpp"
 #include "runtime/prometheus.hpp"
@@ -191,4 +192,24 @@ TEST_CASE("repeated refusals of one peer are logged once a minute, with a count"
   for (size_t i = 0; i < 3 * rw::actors::detail::refusal_log::max_keys; ++i)
     log.admit("peer-" + std::to_string(i), t0 + std::chrono::seconds(120));
   CHECK(log.keys() <= rw::actors::detail::refusal_log::max_keys + 1);
+}
+
+TEST_CASE("the throughput line gives rates over its interval and the node's state") {
+  rw::actors::node_totals before, now;
+  before.bytes_in = 0;
+  now.bytes_in = 4u << 20; // 4 MiB in 2 s
+  now.bytes_out = 2u << 20;
+  now.steps = 300;
+  now.connections = 3;
+  now.jobs = 1;
+  auto line = rw::actors::throughput_line(before, now, 2.0);
+  CHECK_THAT(line, Catch::StartsWith("throughput over 2 s: in 2.0 MiB/s, out 1.0 MiB/s, "
+                                     "150 chunk steps/s; 3 connections, 1 live jobs, RSS "));
+  CHECK_THAT(line, !Catch::Contains("did not answer"));
+  // A restarted shard's counters start again: no negative rate.
+  auto after_restart = rw::actors::throughput_line(now, before, 2.0);
+  CHECK_THAT(after_restart, Catch::Contains("in 0.0 MiB/s"));
+  now.missing = 1;
+  CHECK_THAT(rw::actors::throughput_line(before, now, 2.0),
+             Catch::Contains("(1 actors did not answer in time"));
 }
