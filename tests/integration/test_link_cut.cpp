@@ -17,7 +17,7 @@ using testing::finish;
 
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token, bool split) {
-  return testing::start_paced(connect, job, rank, token, "adam", 30, split);
+  return testing::start_paced(connect, job, rank, token, "adam", 60, split);
 }
 
 } // namespace

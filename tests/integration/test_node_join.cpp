@@ -39,8 +39,8 @@ TEST_CASE("a node joins a running job: chunks move onto it with their state, bit
   INFO(err);
   REQUIRE(!token.empty());
   std::vector<std::unique_ptr<run>> ws;
-  ws.push_back(start(c.nodes[0]->address(), "growing", 0, token, false, 30));
-  ws.push_back(start(c.nodes[1]->address(), "growing", 1, token, true, 30));
+  ws.push_back(start(c.nodes[0]->address(), "growing", 0, token, false, 60));
+  ws.push_back(start(c.nodes[1]->address(), "growing", 1, token, true, 60));
   REQUIRE(c.wait_clock("growing", 6));
   auto join = c.shell("print(rw.node_join('n2'))");
   INFO(join.err);
