@@ -230,7 +230,7 @@ struct shard_stats {
   uint64_t busy_ns = 0;      // CPU time its thread has used (all the work it did)
   uint64_t moved_in = 0;     // chunks other shards of the node gave it (balancing)
   uint64_t moved_out = 0;    // chunks it gave them
-  uint64_t queued = 0;       // messages in its mailbox and pushes in its backlog
+  uint64_t queued = 0;       // pushes waiting in its backlog (priority order)
 };
 
 /// What a shard counted for one rank of one job (job status). Counts are chunk

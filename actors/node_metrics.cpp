@@ -73,7 +73,7 @@ void shard_metrics(prom::writer& w, caf::scoped_actor& self,
   each("rw_shard_chunks", kind::gauge, "chunks the shard holds now",
        [](const shard_stats& s) { return s.chunks; });
   each("rw_shard_queue_depth", kind::gauge,
-       "messages in the shard's mailbox and pushes in its backlog",
+       "pushes waiting in the shard's backlog (served lowest clock first)",
        [](const shard_stats& s) { return s.queued; });
   w.family("rw_shard_busy_seconds_total", kind::counter,
            "CPU time of the shard's thread (its busy fraction: the rate of this)");
