@@ -69,6 +69,12 @@ void worker_link::use_fabric(std::shared_ptr<transports::endpoint> fabric,
 }
 
 void worker_link::run() {
+  receive();
+  if (lost_) // told now that nothing lands in a buffer any more
+    caf::anon_send(proxy_, lost_atom::value, lost_->first, lost_->second);
+}
+
+void worker_link::receive() {
   if (fabric_) {
     // Answers arrive on the fabric endpoint (blocking there while idle); the TCP
     // endpoint says when the node goes away.
@@ -111,11 +117,8 @@ void worker_link::on_completion(const transports::shm::completion& c) {
   std::unique_lock<std::mutex> lock{s.mtx};
   if (c.kind == completion::error) {
     if (s.seq != 0) {
-      auto seq = s.seq;
-      s.seq = 0;
       interruptions_.fetch_add(1, std::memory_order_acq_rel);
-      caf::anon_send(proxy_, fail_atom::value, c.tensor, seq, static_cast<errc>(c.code),
-                     shm_->error_text(c.extra));
+      complete(c.tensor, s, static_cast<errc>(c.code), shm_->error_text(c.extra));
     }
     return;
   }
@@ -305,9 +308,33 @@ void worker_link::finish_if_done(uint32_t tensor, slot& s) {
     return;
   last_staleness_[tensor]->store(s.staleness, std::memory_order_release);
   last_changed_[tensor]->store(s.changed, std::memory_order_release);
+  complete(tensor, s, errc::ok, {});
+}
+
+void worker_link::complete(uint32_t tensor, slot& s, errc code, std::string why) {
   auto seq = s.seq;
-  s.seq = 0;
-  caf::anon_send(proxy_, done_atom::value, tensor, seq);
+  s.seq = 0; // nothing more lands in its buffer from here on (belongs)
+  if (s.landings > 0) {
+    s.held = slot::outcome{seq, code, std::move(why)};
+    return;
+  }
+  if (code == errc::ok)
+    caf::anon_send(proxy_, done_atom::value, tensor, seq);
+  else
+    caf::anon_send(proxy_, fail_atom::value, tensor, seq, code, std::move(why));
+}
+
+void worker_link::landed(uint32_t tensor, slot& s) {
+  if (s.landings > 0)
+    --s.landings;
+  if (s.landings > 0 || !s.held)
+    return;
+  auto o = std::move(*s.held);
+  s.held.reset();
+  if (o.code == errc::ok)
+    caf::anon_send(proxy_, done_atom::value, tensor, o.seq);
+  else
+    caf::anon_send(proxy_, fail_atom::value, tensor, o.seq, o.code, std::move(o.why));
 }
 
 uint64_t worker_link::request_hyper(const std::vector<std::byte>& payload,
@@ -386,18 +413,23 @@ payload_target worker_link::on_header(const transports::connection_ptr& c,
                         : layout.length(h.chunk_index) * sizeof(float);
   // A 16-bit update lands in its connection's buffer, widened into its place once it is
   // in (other connections' frames may come in between).
-  auto into = [&](float* dst) {
+  // An operation's buffer (not a subscription's) counts the landing until on_frame.
+  auto into = [&](float* dst, bool armed) {
+    auto& l = landing_.of(c);
+    if (armed) {
+      ++s.landings;
+      l.extra.tensor = h.tensor_id;
+    }
     if (half == 0)
       return payload_target::into(reinterpret_cast<std::byte*>(dst));
-    auto& l = landing_.of(c);
     l.bytes.resize(expect);
-    l.extra = dst;
+    l.extra.dst = dst;
     return payload_target::into(l.bytes.data());
   };
   if (h.kind == frame_kind::update && (h.flags & transports::flag_subscribe)) {
     if (s.sub_dst == nullptr || h.payload_bytes != expect)
       return payload_target::dropped();
-    return into(s.sub_dst + layout.offset(h.chunk_index));
+    return into(s.sub_dst + layout.offset(h.chunk_index), false);
   }
   bool is_update = h.kind == frame_kind::update;
   bool unchanged = !is_update && (h.flags & transports::flag_only_changed) != 0;
@@ -410,7 +442,7 @@ payload_target worker_link::on_header(const transports::connection_ptr& c,
                   h.payload_bytes, h.tensor_id, h.chunk_index, expect);
     return payload_target::dropped();
   }
-  return into(s.dst + layout.offset(h.chunk_index));
+  return into(s.dst + layout.offset(h.chunk_index), true);
 }
 
 void worker_link::on_frame(const transports::connection_ptr& c, const frame_header& h,
@@ -421,8 +453,9 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
     auto length = layout(h.tensor_id).length(h.chunk_index);
     auto& l = landing_.of(c);
     auto why = transports::widen_half(h.flags & transports::flag_half, l.bytes.data(),
-                                      h.payload_bytes, l.extra, length);
+                                      h.payload_bytes, l.extra.dst, length);
     if (!why.empty()) {
+      release_landing(c);
       lose(errc::bad_frame, fmt::format("the node sent chunk {}/{} as a 16-bit chunk that "
                                         "does not decode: {}",
                                         h.tensor_id, h.chunk_index, why));
@@ -459,10 +492,8 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
       auto& s = *slots_[h.tensor_id];
       std::lock_guard<std::mutex> guard{s.mtx};
       if (s.seq != 0) {
-        auto seq = s.seq;
-        s.seq = 0;
         interruptions_.fetch_add(1, std::memory_order_acq_rel);
-        caf::anon_send(proxy_, fail_atom::value, h.tensor_id, seq, err.code, err.message);
+        complete(h.tensor_id, s, err.code, std::move(err.message));
         return;
       }
     }
@@ -473,6 +504,10 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
   }
   auto& s = *slots_[h.tensor_id];
   std::unique_lock<std::mutex> guard{s.mtx};
+  if (auto& into = landing_.of(c).extra; into.tensor != UINT32_MAX) {
+    into.tensor = UINT32_MAX; // in: an outcome held for it may be told (the op is then
+    landed(h.tensor_id, s);   // disarmed, and this answer is not counted below)
+  }
   if (h.kind == frame_kind::ack && (h.flags & transports::flag_replica) != 0) {
     if (s.seq != 0 && s.mirror && h.clock == s.push_clock)
       mirror_done(h.tensor_id, s, h.chunk_index);
@@ -495,8 +530,19 @@ uint32_t worker_link::index_of(const transports::connection_ptr& c) const {
   return at == list->end() ? UINT32_MAX : static_cast<uint32_t>(at - list->begin());
 }
 
+void worker_link::release_landing(const transports::connection_ptr& c) {
+  auto& into = landing_.of(c).extra;
+  if (into.tensor == UINT32_MAX)
+    return;
+  auto& s = *slots_[into.tensor];
+  std::lock_guard<std::mutex> guard{s.mtx};
+  landed(into.tensor, s);
+  into.tensor = UINT32_MAX;
+}
+
 void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
                             const std::string& why) {
+  release_landing(gone); // closed mid-payload: nothing more lands from it
   landing_.forget(gone);
   if (fabric_ && (gone == companion_ || index_of(gone) != UINT32_MAX)) {
     // Either half of a fabric link: no reconnect (a hello again would be over TCP).
@@ -555,7 +601,7 @@ void worker_link::lose(errc code, const std::string& why) {
     }
   }
   interruptions_.fetch_add(1, std::memory_order_acq_rel);
-  caf::anon_send(proxy_, lost_atom::value, lost_code, reason);
+  lost_.emplace(lost_code, std::move(reason)); // told once the receiver has stopped (run)
 }
 
 } // namespace rw::actors

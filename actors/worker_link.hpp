@@ -260,6 +260,17 @@ private:
     bool mirror = false;           // replicas' acks awaited too
     uint64_t push_clock = 0;       // the clock those acks carry
     std::vector<uint8_t> mirrored; // by chunk: its replica acked (or it has none)
+    // Connections whose payload is landing in `dst` now (their header read, the rest
+    // not yet): the operation's outcome waits for them, so a caller never frees a
+    // buffer that a frame is still written into (a duplicate answer on another
+    // connection, or a node still sending when another node failed the operation).
+    uint32_t landings = 0;
+    struct outcome {
+      uint64_t seq;
+      errc code; // ok: done
+      std::string why;
+    };
+    std::optional<outcome> held; // decided while landings > 0: told when they end
     // The tensor's subscription, if any.
     float* sub_dst = nullptr;
     std::function<void(uint64_t)> on_version;
@@ -280,6 +291,12 @@ private:
   // Called with the slot locked, after an answer counted: completes the operation if
   // nothing more is awaited.
   void finish_if_done(uint32_t tensor, slot& s);
+  // Called with the slot locked: the armed operation ends with `code` (ok: done). It is
+  // disarmed at once; the proxy is told once no payload lands in its buffer any more.
+  void complete(uint32_t tensor, slot& s, errc code, std::string why);
+  // Called with the slot locked: a payload that landed in the armed buffer is in (or
+  // its connection closed); tells the proxy an outcome held for it.
+  void landed(uint32_t tensor, slot& s);
   // Whether an update (or an unchanged ack) about `clock` belongs to the armed operation.
   static bool belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock);
 
@@ -296,6 +313,8 @@ private:
   bool connected_to(const std::string& node) const;
   // Whether a connection the job still uses is open.
   bool any_open() const;
+  // Connection `c` lands nothing more in an operation's buffer (receiver thread).
+  void release_landing(const transports::connection_ptr& c);
   // Index of connection `c`, or UINT32_MAX.
   uint32_t index_of(const transports::connection_ptr& c) const;
 
@@ -325,6 +344,7 @@ private:
   void lose(errc code, const std::string& why);
 
   void run();
+  void receive(); // the receiver's loop, until the link is stopped or lost
   void on_completion(const transports::shm::completion& c);
   // A result read in the segment, copied to where the caller wants it (rounded as the
   // network would carry it, with compress_updates).
@@ -343,8 +363,16 @@ private:
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_staleness_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_changed_;
   // Per connection (receiver thread): the payload of an error, reroute, hyper or 16-bit
-  // update frame, and for the last, where its floats go once widened.
-  transports::receive_scratch<float*> landing_;
+  // update frame, and for an update, where its floats go and the tensor whose
+  // operation's buffer that is (counted in its slot's landings while it lands).
+  struct landing_into {
+    float* dst = nullptr;          // a 16-bit update's floats, once widened
+    uint32_t tensor = UINT32_MAX;  // UINT32_MAX: not landing in an operation's buffer
+  };
+  transports::receive_scratch<landing_into> landing_;
+  // The link was lost (receiver thread): the proxy is told when the receiver has
+  // stopped, so nothing lands in a buffer after the calls using it have failed.
+  std::optional<std::pair<errc, std::string>> lost_;
   compression_spec compression_;
   uint16_t half_ = 0;
   std::atomic<uint64_t> wire_sent_{0};

@@ -134,6 +134,10 @@ int run_worker(const comm_args& a) {
   auto stop_seen = [&] { return !a.stop_file.empty() && access(a.stop_file.c_str(), F_OK) == 0; };
   uint32_t max_staleness = 0;
   try {
+    // The buffers the worker's calls use in place are declared before it: when one call
+    // of several in flight fails, the others go on writing into theirs until the worker
+    // is gone (worker.hpp), which happens first as the scope unwinds.
+    std::vector<float> grad_buf, out_buf;
     rw::worker w{o};
     std::vector<std::vector<float>> bases(a.verify ? a.workers : 1,
                                           std::vector<float>(elems));
@@ -146,8 +150,8 @@ int run_worker(const comm_args& a) {
     // With compress_updates a worker reads the results rounded, as the network carries
     // them: over shared memory that is a copy (the node's, in place, stay float32).
     const bool in_place = w.shared_result(first) && !o.job.compression.updates;
-    std::vector<float> grad_buf(w.shared_gradient(first) ? 0 : elems);
-    std::vector<float> out_buf(in_place ? 0 : elems);
+    grad_buf.resize(w.shared_gradient(first) ? 0 : elems);
+    out_buf.resize(in_place ? 0 : elems);
     float* grad = w.shared_gradient(first) ? w.shared_gradient(first) : grad_buf.data();
     const float* out = in_place ? w.shared_result(first) : out_buf.data();
     float* out_arg = out_buf.empty() ? nullptr : out_buf.data(); // null: read in place

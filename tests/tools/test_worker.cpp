@@ -90,6 +90,11 @@ int main(int argc, char** argv) {
   o.rack = rack;
   o.start_clock = start_clock;
   try {
+    // The buffers outlive the worker: a call still in flight when another call's
+    // failure ends the run goes on writing into its buffer until the worker is gone
+    // (worker.hpp), so they are declared first and destroyed last.
+    std::vector<std::vector<float>> params(o.job.tensors.size());
+    std::vector<std::vector<float>> grads;
     rw::worker w{o};
     if (transport != "auto" && transport != w.transport()) {
       std::cerr << "asked for " << transport << ", got " << w.transport() << "\n";
@@ -100,7 +105,6 @@ int main(int argc, char** argv) {
     auto start = static_cast<uint32_t>(w.clock(tensors[0].name));
     if (start > 0 && start_clock == 0)
       std::cout << "rank " << rank << ": resumes at clock " << start << std::endl;
-    std::vector<std::vector<float>> params(tensors.size());
     for (uint32_t t = 0; t < tensors.size(); ++t) {
       params[t].resize(tensors[t].elements);
       if (start > 0) { // that version (or a newer one, where the step completed)
@@ -134,7 +138,7 @@ int main(int argc, char** argv) {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
       }
-      std::vector<std::vector<float>> grads;
+      grads.clear();
       std::vector<std::future<void>> pending;
       for (uint32_t t = 0; t < tensors.size(); ++t)
         grads.push_back(rw::testing::fixture_gradient(rank, s, t, tensors[t].elements));
