@@ -314,14 +314,11 @@ void worker_link::finish_if_done(uint32_t tensor, slot& s) {
 void worker_link::complete(uint32_t tensor, slot& s, errc code, std::string why) {
   auto seq = s.seq;
   s.seq = 0; // nothing more lands in its buffer from here on (belongs)
-  if (s.landings > 0) {
-    s.held = slot::outcome{seq, code, std::move(why)};
-    return;
-  }
-  if (code == errc::ok)
-    caf::anon_send(proxy_, done_atom::value, tensor, seq);
+  slot::outcome o{seq, code, std::move(why)};
+  if (s.landings > 0)
+    s.held = std::move(o);
   else
-    caf::anon_send(proxy_, fail_atom::value, tensor, seq, code, std::move(why));
+    tell(tensor, std::move(o));
 }
 
 void worker_link::landed(uint32_t tensor, slot& s) {
@@ -331,6 +328,10 @@ void worker_link::landed(uint32_t tensor, slot& s) {
     return;
   auto o = std::move(*s.held);
   s.held.reset();
+  tell(tensor, std::move(o));
+}
+
+void worker_link::tell(uint32_t tensor, slot::outcome o) {
   if (o.code == errc::ok)
     caf::anon_send(proxy_, done_atom::value, tensor, o.seq);
   else

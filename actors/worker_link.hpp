@@ -297,6 +297,8 @@ private:
   // Called with the slot locked: a payload that landed in the armed buffer is in (or
   // its connection closed); tells the proxy an outcome held for it.
   void landed(uint32_t tensor, slot& s);
+  // The proxy is told the operation's outcome (done_atom or fail_atom).
+  void tell(uint32_t tensor, slot::outcome o);
   // Whether an update (or an unchanged ack) about `clock` belongs to the armed operation.
   static bool belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock);
 
