@@ -419,8 +419,13 @@ void answer_push(shard_state& st, shard_job& job, chunk_push& p, detail::chunk_s
   if (p.want_result || job.routes->mirror_of(p.tensor, p.chunk) != runtime::routing_table::not_here) {
     auto w = waiting(cs.push_waiter(p.conn, p.rank, p.clock));
     w.ack_only = !p.want_result; // BSP: version clock + 1 is the step's
-    cs.wait(std::move(w));
-    if (counted_before)
+    if (!counted_before) {
+      cs.wait(std::move(w));
+      return;
+    }
+    // A repeat: answered at once if its version exists, else once when it does, however
+    // often it comes meanwhile.
+    if (cs.wait_once(std::move(w)))
       answer_ready(st, p.job_id, job, p.tensor, p.chunk, cs);
     return;
   }

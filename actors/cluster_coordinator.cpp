@@ -18,13 +18,15 @@ caf::expected<std::pair<caf::node_id, runtime::byte_vector>> take_challenge(clus
   auto& sender = self->current_sender();
   if (!sender)
     return cluster_error(errc::unauthorized, "an anonymous sender cannot prove a secret");
-  auto it = st.challenges.find(sender->node());
-  if (it == st.challenges.end())
-    return cluster_error(errc::unauthorized, "a proof without a challenge: ask (auth) first");
-  auto* p = reinterpret_cast<const std::byte*>(it->second.data());
-  std::pair<caf::node_id, runtime::byte_vector> out{it->first, {p, p + it->second.size()}};
-  st.challenges.erase(it);
-  return out;
+  auto nonce = st.challenges.take(sender->node());
+  if (!nonce)
+    return cluster_error(errc::unauthorized,
+                         fmt::format("a proof without a challenge (or one answered later than "
+                                     "{} ms): ask (auth) first",
+                                     st.challenges.ttl().count()));
+  auto* p = reinterpret_cast<const std::byte*>(nonce->data());
+  return std::pair<caf::node_id, runtime::byte_vector>{sender->node(),
+                                                       {p, p + nonce->size()}};
 }
 
 uint64_t unix_ms() {
@@ -38,8 +40,6 @@ uint64_t unix_ms() {
 namespace {
 
 using namespace detail;
-
-constexpr size_t max_challenges = 1024;
 
 runtime::byte_vector bytes_of(const std::string& s) {
   auto* p = reinterpret_cast<const std::byte*>(s.data());
@@ -68,17 +68,22 @@ caf::result<std::string> on_challenge(cluster_ptr self) {
   auto& sender = self->current_sender();
   if (!sender)
     return cluster_error(errc::unauthorized, "an anonymous sender cannot prove the secret");
-  if (st.challenges.size() >= max_challenges)
-    st.challenges.clear(); // unanswered ones from peers that went away
   // No secret here: an empty challenge says so, and a peer that holds one warns that
   // it protects nothing (any proof is taken).
-  if (st.settings.secret.empty()) {
-    st.challenges[sender->node()] = std::string{};
-    return std::string{};
+  std::string text;
+  if (!st.settings.secret.empty()) {
+    auto nonce = runtime::make_nonce();
+    text.assign(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   }
-  auto nonce = runtime::make_nonce();
-  std::string text(reinterpret_cast<const char*>(nonce.data()), nonce.size());
-  st.challenges[sender->node()] = text;
+  if (!st.challenges.hand_out(sender->node(), text)) {
+    log_refusal(self, "auth", fmt::format("auth: {} challenges handed out in the last {} ms are "
+                                          "unanswered; this asker is refused for now",
+                                          st.challenges.capacity(),
+                                          st.challenges.ttl().count()));
+    return cluster_error(errc::too_many_requests,
+                         "the coordinator has too many unanswered challenges: try again "
+                         "shortly");
+  }
   return text;
 }
 

@@ -1,3 +1,4 @@
+#include "actors/detail/limited_log.hpp"
 #include "actors/coordinator_node.hpp"
 
 #include <caf/all.hpp>
@@ -46,8 +47,9 @@ transports::tcp::hello_answer hello_answer(caf::actor_system& sys,
         [&](caf::error& err) {
           out.code = errc::unknown_job;
           out.message = fmt::format("{} ({})", refusal, describe(sys, err));
-          spdlog::warn("hello refused: peer={} job='{}' rank={}: {}", peer, hello.spec.name,
-                       hello.rank, describe(sys, err));
+          detail::log_limited(spdlog::level::warn, peer, "hello refused: peer={} job='{}' rank={}: {}",
+                fmt::format("hello refused: peer={} job='{}' rank={}: {}", peer, hello.spec.name,
+                       hello.rank, describe(sys, err)));
         });
     return out;
   };

@@ -14,20 +14,6 @@ namespace rw::actors {
 
 namespace detail {
 
-namespace {
-
-// A hello or proof is read into a buffer of its own size class (4 KiB, 8 KiB, ... up to
-// --max-control-bytes, which the transport enforces), not the largest: a client that
-// has proven nothing holds what it sends, not 1 MiB, and the classes are few.
-size_t control_buffer_bytes(uint32_t payload) {
-  size_t bytes = 4096;
-  while (bytes < payload)
-    bytes *= 2;
-  return bytes;
-}
-
-} // namespace
-
 payload_target poller_sink::on_header(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
   ++st.book->frames_in;
@@ -44,14 +30,16 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
         return refuse(c, h, errc::bad_frame, "a second hello on one connection");
       if (h.payload_bytes == 0)
         return refuse(c, h, errc::bad_frame, "hello without a payload");
-      return payload_target::into(st.buffer(control_buffer_bytes(h.payload_bytes)));
+      // Gathered as it arrives (a peer that has proven nothing holds what it sent, not
+      // what its header announced), each connection's apart.
+      return payload_target::gathered();
     case frame_kind::proof: {
       auto it = st.book->bindings.find(c->id());
       if (it == st.book->bindings.end() || it->second.status != binding::challenged)
         return refuse(c, h, errc::bad_frame, "a proof without a challenge to answer");
       if (h.payload_bytes == 0)
         return refuse(c, h, errc::bad_frame, "proof without a payload");
-      return payload_target::into(st.buffer(control_buffer_bytes(h.payload_bytes)));
+      return payload_target::gathered();
     }
     case frame_kind::locate:
       if (h.payload_bytes != 0)
@@ -75,7 +63,7 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
                       fmt::format("an attach carries an AttachProof of 1..4096 bytes, not {} "
                                   "(wire protocol {})",
                                   h.payload_bytes, defaults::wire_version));
-      return payload_target::into(st.buffer(4096));
+      return payload_target::gathered();
     case frame_kind::push:
     case frame_kind::push_sparse:
     case frame_kind::init:
@@ -200,8 +188,9 @@ void poller_sink::on_resident_frame(const connection_ptr& c, const frame_header&
 
 void poller_sink::on_closed(const connection_ptr& c, errc code, const std::string& why) {
   auto& st = self_->state;
+  st.book->strikes.erase(c->id());
   if (auto p = st.book->probes.find(c->id()); p != st.book->probes.end()) {
-    spdlog::debug("rate probe ended: peer={} bytes={}", c->peer(), p->second);
+    spdlog::debug("rate probe ended: peer={} bytes={}", c->peer(), p->second.bytes);
     st.book->probes.erase(p);
     return;
   }
@@ -233,8 +222,10 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
     if (code == errc::ok)
       spdlog::debug("connection closed: peer={} before joining a job", c->peer());
     else
-      spdlog::warn("connection closed: peer={} before joining a job: {} ({})", c->peer(),
-                   why, to_string(code));
+      log_limited(spdlog::level::warn, c->peer(),
+                  fmt::format("closed {} {}", to_string(code), why),
+                  fmt::format("connection closed: peer={} before joining a job: {} ({})",
+                              c->peer(), why, to_string(code)));
     return;
   }
   auto b = it->second;
@@ -257,13 +248,26 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
 
 payload_target poller_sink::refuse(const connection_ptr& c, const frame_header& h, errc code,
                       const std::string& why) {
-  ++self_->state.book->refused;
-  spdlog::warn("frame refused: peer={} kind={} job={} rank={} tensor={} chunk={} "
-               "clock={}: {} ({})",
-               c->peer(), transports::to_string(h.kind), h.job_id, h.rank, h.tensor_id,
-               h.chunk_index, h.clock, why, to_string(code));
+  auto& book = *self_->state.book;
+  ++book.refused;
+  auto b = book.bindings.find(c->id());
+  const bool joined = b != book.bindings.end() && b->second.status == binding::joined;
+  const auto strikes = joined ? 0 : ++book.strikes[c->id()];
+  const bool closing = strikes >= defaults::max_stranger_refusals;
+  log_limited(spdlog::level::warn, c->peer(), fmt::format("refused {} {}", to_string(code), why),
+              fmt::format("frame refused: peer={} kind={} job={} rank={} tensor={} chunk={} "
+                          "clock={}: {} ({}){}",
+                          c->peer(), transports::to_string(h.kind), h.job_id, h.rank,
+                          h.tensor_id, h.chunk_index, h.clock, why, to_string(code),
+                          closing ? fmt::format("; connection closed: {} frames refused "
+                                                "before it joined a job",
+                                                strikes)
+                                  : std::string{}));
   c->send_error(code, why, h);
-  return payload_target::dropped();
+  if (!closing)
+    return payload_target::dropped();
+  c->close();
+  return payload_target::closing();
 }
 
 void poller_sink::on_frame_pull(const connection_ptr& c, const frame_header& h) {
@@ -326,7 +330,7 @@ bool poller_sink::admissible(const connection_ptr& c, const frame_header& h) {
     refuse(c, h, errc::bad_frame, "only push, init and pull travel on shared memory");
     return false;
   }
-  return check_data(c, h, false).action != payload_target::discard;
+  return check_data(c, h, false).action == payload_target::receive;
 }
 
 payload_target poller_sink::check_data(const connection_ptr& c, const frame_header& h,
@@ -501,6 +505,7 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       st.sink->flush();
       resume_reading(self);
       release_idle_buffers(self);
+      end_overdue_probes(self);
       self->send(self, poll_atom::value);
     },
     [=](stop_atom) {

@@ -43,13 +43,19 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
 
   // Bind every endpoint before anything runs.
   std::vector<std::shared_ptr<transports::tcp::endpoint>> eps;
+  // What every endpoint's strangers may hold at once (their hellos as they arrive).
+  auto unjoined = std::make_shared<transports::byte_budget>(uint64_t{cfg.max_unjoined_mib}
+                                                            << 20);
   for (auto& e : plan_.endpoints) {
+    transports::tcp::accept_policy accepting;
+    accepting.send_queue_bytes = uint64_t{cfg.send_queue_mib} << 20;
+    accepting.max_per_host = cfg.max_peer_connections;
+    accepting.stranger_bytes = unjoined;
     auto ep = std::make_shared<transports::tcp::endpoint>(
       std::chrono::milliseconds(cfg.io_timeout_ms),
       transports::receive_limits{cfg.max_chunk_bytes, cfg.max_control_bytes,
                                  cfg.first_frame_ms},
-      transports::tcp::accept_policy{uint64_t{cfg.send_queue_mib} << 20,
-                                     cfg.max_peer_connections});
+      accepting);
     addresses_.push_back(ep->listen(transports::tcp::parse_address(e.listen)).to_string());
     eps.push_back(ep);
   }

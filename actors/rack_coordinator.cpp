@@ -1,3 +1,4 @@
+#include "actors/detail/limited_log.hpp"
 #include "actors/rack_coordinator.hpp"
 
 #include <caf/all.hpp>
@@ -59,20 +60,23 @@ std::optional<job_binding> resolve_spec(rack_ptr self, hello_request& req) {
                            "a job created through the cluster (rw.job_create, "
                            "rackweave.create_job) or already running here",
                            name, st.settings.node_name);
-    spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, h.rank, why);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} rank={}: {}",
+                fmt::format("hello refused: peer={} rank={}: {}", req.peer, h.rank, why));
     return refuse(errc::unknown_job, why);
   }
   if (h.spec.tensors.empty()) {
     auto why = fmt::format("job '{}' has no tensors yet: the first worker to join declares "
                            "them (worker_options.job.tensors; Python: tensors=...)", name);
-    spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, h.rank, why);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} rank={}: {}",
+                fmt::format("hello refused: peer={} rank={}: {}", req.peer, h.rank, why));
     return refuse(errc::invalid_spec, why);
   }
   if (!declared.empty()) {
     auto theirs = h.spec;
     theirs.tensors = std::move(declared);
     if (auto diff = describe_mismatch(h.spec, theirs); !diff.empty()) {
-      spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, h.rank, diff);
+      log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} rank={}: {}",
+                fmt::format("hello refused: peer={} rank={}: {}", req.peer, h.rank, diff));
       return refuse(errc::spec_mismatch, diff);
     }
   }
@@ -87,13 +91,15 @@ std::optional<job_binding> check_hello(rack_ptr self, const hello_request& req) 
   auto rank = req.hello.rank;
   if (auto why = validate(spec, st.settings.max_chunk_bytes, st.settings.max_workers);
       !why.empty()) {
-    spdlog::warn("hello refused: peer={} job='{}': invalid job spec: {}", req.peer,
-                 spec.name, why);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}': invalid job spec: {}",
+                fmt::format("hello refused: peer={} job='{}': invalid job spec: {}", req.peer,
+                 spec.name, why));
     return refuse(errc::invalid_spec, "invalid job spec: " + why);
   }
   if (rank >= spec.num_workers) {
-    spdlog::warn("hello refused: peer={} job='{}': rank {} outside 0..{}", req.peer,
-                 spec.name, rank, spec.num_workers - 1);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}': rank {} outside 0..{}",
+                fmt::format("hello refused: peer={} job='{}': rank {} outside 0..{}", req.peer,
+                 spec.name, rank, spec.num_workers - 1));
     return refuse(errc::bad_rank, fmt::format("rank {} is outside 0..{}", rank,
                                               spec.num_workers - 1));
   }
@@ -123,7 +129,8 @@ std::optional<job_binding> check_hello(rack_ptr self, const hello_request& req) 
                            "optimizer state and per-chunk bookkeeping; {}",
                            spec.name, footprint >> 20,
                            fmt::format(fmt::runtime(source), limit >> 20));
-    spdlog::warn("hello refused: peer={}: {}", req.peer, why);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={}: {}",
+                fmt::format("hello refused: peer={}: {}", req.peer, why));
     return refuse(errc::invalid_spec, why);
   }
   return std::nullopt;
@@ -134,7 +141,8 @@ job_binding join_job(rack_ptr self, job_info& job, const hello_request& req) {
   auto& spec = req.hello.spec;
   auto rank = req.hello.rank;
   if (auto diff = describe_mismatch(job.spec, spec); !diff.empty()) {
-    spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, rank, diff);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} rank={}: {}",
+                fmt::format("hello refused: peer={} rank={}: {}", req.peer, rank, diff));
     return refuse(errc::spec_mismatch, diff);
   }
   return join_rank(self, job, rank, req.peer);
@@ -356,8 +364,9 @@ std::optional<job_binding> check_open_job_quota(rack_ptr self, const hello_reque
                          "--max-open-jobs-per-peer): finish or stop one of [{}] first",
                          host, theirs.size(), st.settings.node_name, limit,
                          fmt::join(theirs, ", "));
-  spdlog::warn("hello refused: peer={} job='{}' rank={}: {}", req.peer, req.hello.spec.name,
-               req.hello.rank, why);
+  log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}' rank={}: {}",
+                fmt::format("hello refused: peer={} job='{}' rank={}: {}", req.peer, req.hello.spec.name,
+               req.hello.rank, why));
   return refuse(errc::too_many_requests, why);
 }
 
@@ -388,8 +397,8 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
   }
   auto& grant = g->second;
   if (!grant.ended.empty()) {
-    spdlog::warn("hello refused: peer={} job='{}' rank={}: the job has ended here ({})",
-                 req.peer, spec.name, req.hello.rank, grant.ended);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}' rank={}: the job has ended here ({})",
+                fmt::format("hello refused: peer={} job='{}' rank={}: the job has ended here ({})", req.peer, spec.name, req.hello.rank, grant.ended));
     // It may live on elsewhere (started again from a checkpoint on other nodes): the
     // cluster says where, else the worker hears why it ended here.
     return send_on(self, req, refuse(errc::unknown_job,
@@ -402,7 +411,8 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
   if (asked.tensors.empty())
     asked.tensors = spec.tensors; // the grant leaves the tensors to the workers
   if (auto diff = describe_mismatch(asked, spec); !diff.empty()) {
-    spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, req.hello.rank, diff);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} rank={}: {}",
+                fmt::format("hello refused: peer={} rank={}: {}", req.peer, req.hello.rank, diff));
     return refuse(errc::spec_mismatch, diff);
   }
   if (grant.joining && st.jobs.count(spec.name) == 0) {
@@ -410,14 +420,16 @@ caf::result<job_binding> on_hello(rack_ptr self, hello_request& req) {
                            "here until its chunks arrive; say hello to one of its nodes [{}]",
                            spec.name, st.settings.node_name,
                            fmt::join(grant.layout.addresses, ","));
-    spdlog::warn("hello refused: peer={} rank={}: {}", req.peer, req.hello.rank, why);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} rank={}: {}",
+                fmt::format("hello refused: peer={} rank={}: {}", req.peer, req.hello.rank, why));
     return refuse(errc::unavailable, why);
   }
   if (auto elsewhere = place_hello(self, grant, req))
     return *elsewhere;
   if (!req.hello.has_token) {
-    spdlog::warn("hello refused: peer={} job='{}' rank={}: no token", req.peer, spec.name,
-                 req.hello.rank);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}' rank={}: no token",
+                fmt::format("hello refused: peer={} job='{}' rank={}: no token", req.peer, spec.name,
+                 req.hello.rank));
     return refuse(errc::unauthorized,
                   fmt::format("job '{}' needs its token: give the worker the token "
                               "rw.job_create returned (worker_options.token)",
@@ -443,8 +455,9 @@ caf::result<job_binding> on_proof(rack_ptr self, proof_request& p) {
                   fmt::format("job '{}' ended while the worker was proving its token",
                               spec.name));
   if (!runtime::verify(g->second.secret, p.nonce, spec.name, req.hello.rank, p.mac)) {
-    spdlog::warn("hello refused: peer={} job='{}' id={} rank={}: wrong token", req.peer,
-                 spec.name, g->second.job_id, req.hello.rank);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}' id={} rank={}: wrong token",
+                fmt::format("hello refused: peer={} job='{}' id={} rank={}: wrong token", req.peer,
+                 spec.name, g->second.job_id, req.hello.rank));
     return refuse(errc::unauthorized,
                   fmt::format("wrong token for job '{}': the proof does not match",
                               spec.name));

@@ -250,10 +250,16 @@ std::vector<option_def> option_table(node_config& c) {
         "closed",
         c.io_timeout_ms),
     def("timeouts.first_frame_ms", "--first-frame-timeout-ms",
-        "a connection to a --listen endpoint that has not sent a whole frame (its "
-        "hello, locate or attach) this long after connecting is closed, and at most "
-        "256 such connections wait per endpoint; 0: never closed for it",
+        "a connection to a --listen endpoint that has not joined a job sends each frame "
+        "whole within this long of its first byte and is not idle this long (connecting "
+        "counts; waiting for the node's answer to its hello does not), else it is "
+        "closed; at most 256 such connections per endpoint; 0: never closed for it",
         c.first_frame_ms),
+    def("limits.max_unjoined_mib", "--max-unjoined-mib",
+        "memory (MiB) the node holds, over all its endpoints, for the payloads of "
+        "connections that have not joined a job (hellos, proofs, attaches: taken as "
+        "their bytes arrive); a frame that would pass it closes its connection",
+        c.max_unjoined_mib),
     def("timeouts.keep_finished_ms", "--keep-finished-ms",
         "how long a finished job's chunks stay on the node so a checkpoint of it can "
         "still be taken (the newest 4 jobs at most); then their memory is released; 0: "
@@ -405,6 +411,10 @@ void check_node_config(const node_config& cfg) {
     throw std::runtime_error("--max-chunk-bytes must be a multiple of 4 up to 256 MiB");
   if (cfg.max_control_bytes < 1024)
     throw std::runtime_error("--max-control-bytes must be at least 1024");
+  if ((uint64_t{cfg.max_unjoined_mib} << 20) < cfg.max_control_bytes)
+    throw std::runtime_error(fmt::format(
+      "--max-unjoined-mib {} cannot hold one hello of --max-control-bytes {}",
+      cfg.max_unjoined_mib, cfg.max_control_bytes));
   if (cfg.max_workers == 0)
     throw std::runtime_error("--max-workers must be at least 1");
   if (cfg.listen.empty())

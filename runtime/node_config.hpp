@@ -54,7 +54,8 @@ struct node_config {
   uint32_t send_queue_mib = defaults::send_queue_mib; // queued for one slow peer, at most
   uint32_t max_peer_connections = defaults::max_peer_connections; // per host and endpoint
   uint32_t max_open_jobs_per_peer = defaults::max_open_jobs_per_peer; // --open-jobs only
-  uint32_t first_frame_ms = defaults::first_frame_ms; // a silent new connection is closed
+  uint32_t first_frame_ms = defaults::first_frame_ms; // a stranger's frame deadline, idle limit
+  uint32_t max_unjoined_mib = defaults::max_unjoined_mib; // held for strangers' payloads
   uint32_t keep_finished_ms = defaults::keep_finished_ms; // finished jobs' chunks kept
   // The cluster
   std::string coordinator;               // any node's --listen address; "" = embed it

@@ -2,7 +2,8 @@
 # ThreadSanitizer over the code that shares memory between threads without CAF's
 # mailboxes: a node's send queues (shard threads send, the poller's thread drains),
 # shared-memory rings and completion backlogs, the buffer pool, the registration cache
-# and fabric slot pool, the shard's answer batching and the chunk state. A third build
+# and fabric slot pool, the shard's answer batching, the chunk state and the node-wide
+# budget for strangers' payloads (byte_budget, [admission]). A third build
 # directory (clang-14, -fsanitize=thread) builds the unit tests only.
 #
 # Not here: the actors and the multi-process tests. CAF 0.17's runtime comes
@@ -20,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dir=build-tsan
-tests=("[send_queue],[shm],[pool],[fabric],[answers],[chunk_state],[consistency],[balance]")
+tests=("[send_queue],[shm],[pool],[fabric],[answers],[chunk_state],[consistency],[balance],[admission]")
 while (($#)); do
   case $1 in
     --build-dir) dir=${2:?--build-dir needs a directory}; shift 2 ;;

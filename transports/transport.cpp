@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "transports/control.hpp"
 
@@ -47,6 +48,16 @@ void endpoint::adopt(connection_ptr) {
 void frame_sink::on_resident_frame(const connection_ptr& c, const frame_header& h,
                                    runtime::buffer_ref payload) {
   auto t = on_header(c, h);
+  std::vector<std::byte> gathered;
+  if (t.action == payload_target::gather) {
+    // Already in memory, bounded by the transport's slot or ring: a copy of the sink's
+    // own, as a TCP connection would have gathered it.
+    if (payload)
+      gathered.assign(payload->bytes(),
+                      payload->bytes() + std::min<size_t>(h.payload_bytes, payload->size));
+    gathered.resize(h.payload_bytes);
+    t.dst = gathered.data();
+  }
   // A payload already where the sink wants it (placed by the sender) is not copied.
   if (t.action == payload_target::receive && t.dst != nullptr && payload
       && t.dst != payload->bytes())

@@ -28,8 +28,16 @@
 namespace rw::transports {
 
 /// Where a received payload goes.
+///  - receive: into `dst` (payload_bytes of writable memory the sink holds);
+///  - gather: into memory of the connection's own, taken only as the bytes arrive (a
+///    header that announces 1 MiB and sends nothing holds nothing), and counted against
+///    the node's budget for peers that have not joined (admission); `dst` points at it
+///    in on_frame, valid until on_frame returns. For control payloads (hello, proof,
+///    attach): each connection lands them apart, so no connection's frame can move or
+///    overwrite another's half-read one;
+///  - discard: read and dropped; close: the connection ends.
 struct payload_target {
-  enum action_t { receive, discard, close };
+  enum action_t { receive, discard, close, gather };
   action_t action = receive;
   std::byte* dst = nullptr;  // for receive: payload_bytes of writable memory
   runtime::buffer_ref keep;  // the pooled buffer `dst` points into, if any
@@ -47,7 +55,18 @@ struct payload_target {
   static payload_target closing() {
     return {close, nullptr, {}};
   }
+  static payload_target gathered() {
+    return {gather, nullptr, {}};
+  }
 };
+
+/// How far a peer that connected to this side has come. An endpoint bounds what a peer
+/// that has proven nothing may hold (transports/tcp/endpoint.hpp): a `stranger` sends
+/// each frame whole within the frame deadline, may not sit idle, and the payloads it
+/// has gathered count against the node's budget for peers that have not joined; a
+/// `waiting` peer's hello, attach or proof is being decided (it waits for this side, so
+/// it may be idle); a `joined` one is bound to a job and checked by the job's rules.
+enum class admission : uint8_t { stranger, waiting, joined };
 
 class connection {
 public:
@@ -101,6 +120,13 @@ public:
   /// room for (fabric credits, shared-memory rings) ignore it, as do client sides.
   virtual void pause_reading(bool paused) {
     (void)paused;
+  }
+
+  /// How far the peer has come (the sink says, on the receiving thread or the thread
+  /// that drives it); accepted connections start as strangers. Transports whose peers
+  /// joined before they had a connection (fabric, shared memory) ignore it.
+  virtual void admit(admission a) {
+    (void)a;
   }
 
   /// Sends `n` frames, frame i being headers[i] and the one piece payloads[i] (an empty
@@ -176,8 +202,9 @@ public:
 struct receive_limits {
   uint32_t max_data_payload;    // push, init, update
   uint32_t max_control_payload; // hello, welcome, error
-  /// An accepted connection that has not delivered a whole frame this long after
-  /// connecting (a hello, locate, attach or probe comes first) is closed; 0: never.
+  /// An accepted connection that has not joined a job sends each frame whole within
+  /// this long of its first byte, and (a stranger) is not idle this long, connecting
+  /// included: else it is closed; 0: never.
   uint32_t first_frame_ms = defaults::first_frame_ms;
 };
 

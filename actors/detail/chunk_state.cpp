@@ -322,6 +322,15 @@ std::vector<waiter> chunk_state::take_all() {
   return all;
 }
 
+bool chunk_state::wait_once(waiter w) {
+  for (auto& o : waiters_)
+    if (o.conn == w.conn && o.rank == w.rank && o.version == w.version
+        && o.min_pushes == w.min_pushes && o.ack_only == w.ack_only)
+      return false;
+  waiters_.push_back(std::move(w));
+  return true;
+}
+
 bool chunk_state::may_wait(const transports::connection_ptr& conn) const noexcept {
   uint32_t mine = 0;
   for (auto& w : waiters_)

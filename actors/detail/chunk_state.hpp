@@ -232,6 +232,11 @@ public:
   void wait(waiter w) {
     waiters_.push_back(std::move(w));
   }
+  /// Adds `w` unless the same answer already waits for its connection (same rank,
+  /// version, pushes and kind): a push repeated while its step is open is answered once,
+  /// when its version exists, so a peer repeating it cannot grow the list (and each
+  /// push's scan of it) without bound. False if it was already there.
+  bool wait_once(waiter w);
   /// Whether `conn` may add one more pull waiter here: it has fewer than
   /// defaults::max_waiting_pulls waiting on this chunk (a peer repeating pulls for a
   /// version to come cannot grow the list without bound).

@@ -63,6 +63,8 @@ caf::result<uint64_t> set_hyper(cluster_ptr self, const std::string& name,
     return cluster_error(errc::invalid_spec, "rw.job_set: " + why);
   if (auto why = cannot_change(j); !why.empty())
     return cluster_error(errc::invalid_spec, why);
+  if (auto why = hyper_busy(j.report.spec, j.hyper_pending); !why.empty())
+    return cluster_error(errc::too_many_requests, why);
   std::vector<uint32_t> nodes;
   for (auto node : j.node_ids)
     if (st.nodes.count(node) != 0)
@@ -71,9 +73,15 @@ caf::result<uint64_t> set_hyper(cluster_ptr self, const std::string& name,
     return cluster_error(errc::unavailable, fmt::format("no node of job '{}' is live", name));
   auto change_id = runtime::random_u64();
   auto rp = self->make_response_promise<uint64_t>();
+  // One change at a time per job: a rank 0 looping changes waits for each decision.
+  j.hyper_pending = true;
+  auto settled = [self, id] {
+    if (auto it = self->state.jobs.find(id); it != self->state.jobs.end())
+      it->second.hyper_pending = false;
+  };
   ask_each<uint64_t>(
     self, nodes, st.settings.node_request_timeout, "did not prepare the change",
-    [self, rp, nodes, id, name, change, change_id](std::map<uint32_t, uint64_t>& highest,
+    [self, rp, nodes, id, name, change, change_id, settled](std::map<uint32_t, uint64_t>& highest,
                                                   std::vector<std::string>& failures) mutable {
       uint64_t reached = 0;
       for (auto& [node, v] : highest)
@@ -93,13 +101,16 @@ caf::result<uint64_t> set_hyper(cluster_ptr self, const std::string& name,
       if (code != errc::ok) {
         spdlog::warn("job set refused: job='{}': {}", name, refusal);
         end_change(self, nodes, id, change_id, false,
-                   [rp, code, refusal](std::vector<std::string>&) mutable {
+                   [rp, code, refusal, settled](std::vector<std::string>&) mutable {
+                     settled();
                      rp.deliver(cluster_error(code, refusal));
                    });
         return;
       }
       end_change(self, nodes, id, change_id, true,
-                 [self, rp, id, name, change, reached](std::vector<std::string>& failed) mutable {
+                 [self, rp, id, name, change, reached,
+                  settled](std::vector<std::string>& failed) mutable {
+                   settled();
                    if (!failed.empty()) {
                      auto why = fmt::format("job '{}': the change {} was committed on some "
                                             "nodes only: {}",

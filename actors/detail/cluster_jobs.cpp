@@ -217,6 +217,11 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
     rp.deliver(cluster_error(errc::unavailable, "cannot place the job: " + why));
     return;
   }
+  // Its memory counts on each node it was given (racks name no count beforehand).
+  if (auto err = quota_refusal(st, spec, placement, nodes.size())) {
+    rp.deliver(std::move(err));
+    return;
+  }
   auto layout = layout_of(nodes);
   if (!choose_reduction(spec, placement, nodes, probes, layout, why)) {
     rp.deliver(cluster_error(errc::invalid_spec, "cannot place the job: " + why));

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "actors/cluster_coordinator.hpp"
+#include "actors/detail/challenge_book.hpp"
 #include "actors/detail/refusal_log.hpp"
 #include "runtime/credentials.hpp"
 
@@ -53,6 +54,8 @@ struct job_entry {
   /// restarts from when one of its nodes dies (detail/cluster_recover.cpp). "": none.
   std::string last_checkpoint;
   uint64_t last_checkpoint_clock = 0;
+  /// A hyper-parameter change is being decided (one at a time: detail/cluster_hyper.cpp).
+  bool hyper_pending = false;
 
   bool on_node(uint32_t id) const {
     return std::find(node_ids.begin(), node_ids.end(), id) != node_ids.end();
@@ -92,7 +95,8 @@ struct cluster_state {
   // Processes that proved the cluster secret or a tenant's: trust ends with the
   // connection they proved it on.
   std::map<caf::node_id, trust> trusted;
-  std::map<caf::node_id, std::string> challenges; // nonces handed out, by process
+  // Nonces handed out, by process: at most 1024 unanswered, each for 10 s.
+  challenge_book<caf::node_id> challenges{1024, std::chrono::seconds(10)};
   refusal_log refusals; // repeated refusals of one process, logged once a minute
   std::map<node_pair, core_probe> probe_cache; // measured, by node pair
   /// Probes under way, by node pair, and who waits for each.
@@ -147,9 +151,11 @@ caf::expected<std::string> job_for(cluster_ptr self, const std::string& tenant,
 caf::error admit_create(cluster_ptr self, const std::string& tenant, job_spec& spec,
                         const job_placement& placement);
 /// Why job `spec` (named in its tenant's namespace) exceeds that tenant's quotas with
-/// the live jobs there are (none if it does not, or it is no tenant's).
+/// the live jobs there are (none if it does not, or it is no tenant's). A job reserves
+/// its `memory` on each of its nodes: on `nodes` of them (0: as many as the placement
+/// names, at least one; the job's own once it is placed).
 caf::error quota_refusal(const cluster_state& st, const job_spec& spec,
-                         const job_placement& placement);
+                         const job_placement& placement, size_t nodes = 0);
 
 // --- cluster_placement.cpp ---------------------------------------------------------
 /// The live nodes a new job goes to, in ring order (by rack, then name); empty with

@@ -1,6 +1,7 @@
 // Tenants on the coordinator (runtime/tenants.hpp): which process speaks for which
 // tenant, what a tenant sees (its namespace), and its quotas at job creation.
 
+#include <algorithm>
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -31,7 +32,8 @@ usage used_by(const cluster_state& st, const std::string& t) {
     if (!is_ended(j.report.state) && runtime::tenant_of(j.report.name) == t) {
       u.jobs.push_back(j.report.name);
       u.workers += j.report.spec.num_workers;
-      u.memory += j.report.max_memory;
+      // Memory on each of its nodes: a job holds its part on every one of them.
+      u.memory += j.report.max_memory * std::max<uint64_t>(1, j.node_ids.size());
     }
   return u;
 }
@@ -164,7 +166,9 @@ caf::error admit_create(cluster_ptr self, const std::string& tenant, job_spec& s
 }
 
 caf::error quota_refusal(const cluster_state& st, const job_spec& spec,
-                         const job_placement& placement) {
+                         const job_placement& placement, size_t nodes) {
+  if (nodes == 0)
+    nodes = std::max<size_t>(1, placement.nodes.size());
   auto t = runtime::tenant_of(spec.name);
   if (t.empty() || st.settings.tenants.empty())
     return caf::none;
@@ -200,12 +204,18 @@ caf::error quota_refusal(const cluster_state& st, const job_spec& spec,
                                        "take: rw.job_create{{..., memory = '512MiB'}} "
                                        "(the tenant has {} of its {} left)",
                                        t, mib(left), mib(*q.max_memory_bytes)));
-    if (placement.memory > left)
+    const auto all = placement.memory * nodes;
+    if (all > left)
       return cluster_error(errc::too_many_requests,
-                           fmt::format("job '{}' asks for {} of memory and tenant '{}' has "
+                           fmt::format("job '{}' asks for {} of memory{} and tenant '{}' has "
                                        "{} of its max_memory_mib {} left (live jobs: [{}])",
-                                       spec.name, mib(placement.memory), t, mib(left),
-                                       mib(*q.max_memory_bytes), fmt::join(u.jobs, ", ")));
+                                       spec.name, mib(placement.memory),
+                                       nodes > 1 ? fmt::format(" on each of its {} nodes ({} "
+                                                               "in all)",
+                                                               nodes, mib(all))
+                                                 : std::string{},
+                                       t, mib(left), mib(*q.max_memory_bytes),
+                                       fmt::join(u.jobs, ", ")));
   }
   return caf::none;
 }

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "rackweave/defaults.hpp"
 #include "rackweave/job_spec.hpp"
 #include "runtime/layerwise.hpp"
 
@@ -21,6 +22,21 @@ inline std::string hyper_unchangeable(const job_spec& spec) {
     return fmt::format("job '{}' uses {}, whose steps span a whole tensor: its "
                        "hyper-parameters cannot change during training yet",
                        spec.name, to_string(spec.optimizer.kind));
+  return {};
+}
+
+/// Why another change of `spec` cannot be asked for now ("": it can): one is being
+/// decided (`pending`), or its schedule holds defaults::max_hyper_changes already. The
+/// code to refuse with is too_many_requests.
+inline std::string hyper_busy(const job_spec& spec, bool pending) {
+  if (pending)
+    return fmt::format("a change of job '{}''s hyper-parameters is being decided already: "
+                       "ask again once it is answered",
+                       spec.name);
+  if (spec.schedule.size() >= defaults::max_hyper_changes)
+    return fmt::format("job '{}' has had {} hyper-parameter changes, the most a job may "
+                       "have",
+                       spec.name, spec.schedule.size());
   return {};
 }
 

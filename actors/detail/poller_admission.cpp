@@ -33,6 +33,7 @@ void poller_sink::on_hello(const connection_ptr& c, const frame_header& h, paylo
     return;
   }
   st.book->bindings[c->id()] = binding{};
+  c->admit(transports::admission::waiting); // on this node's answer: it may be quiet
   auto pending = self_->request(st.book->coordinator, hello_timeout, hello_atom::value,
                                 hello_request{hello, c->peer()});
   join(c, hello.rank, std::move(pending), std::move(hello));
@@ -151,6 +152,7 @@ void poller_sink::challenge(const connection_ptr& c, uint32_t rank, const job_bi
   b.status = binding::challenged;
   b.nonce = jb.challenge;
   b.hello = std::move(hello);
+  c->admit(transports::admission::stranger); // its proof comes within the frame deadline
   auto payload = transports::encode(transports::challenge_msg{jb.challenge});
   frame_header reply;
   reply.kind = frame_kind::challenge;
@@ -174,6 +176,7 @@ void poller_sink::on_proof(const connection_ptr& c, const frame_header& h, paylo
   auto hello = std::move(b.hello);
   proof_request req{hello_request{hello, c->peer()}, std::move(b.nonce), std::move(proof.mac)};
   b = binding{}; // joining again, until the coordinator answers
+  c->admit(transports::admission::waiting);
   join(c, hello.rank,
        self_->request(st.book->coordinator, proof_timeout, proof_atom::value, std::move(req)),
        std::move(hello));
@@ -226,9 +229,16 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
   auto self = self_;
   auto conn = c;
+  // A stranger waits for the answer (it may be quiet meanwhile), then is one again.
+  auto b = st.book->bindings.find(c->id());
+  const bool stranger = b == st.book->bindings.end() || b->second.status != binding::joined;
+  if (stranger)
+    c->admit(transports::admission::waiting);
   self_->request(st.book->coordinator, hello_timeout, locate_atom::value)
     .then(
-      [self, conn](std::string& address) {
+      [self, conn, stranger](std::string& address) {
+        if (stranger)
+          conn->admit(transports::admission::stranger);
         frame_header reply;
         if (address.empty()) {
           conn->send_error(errc::unavailable,
@@ -244,7 +254,9 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
         iovec iov{payload.data(), payload.size()};
         conn->send(reply, &iov, 1);
       },
-      [self, conn](caf::error& err) {
+      [self, conn, stranger](caf::error& err) {
+        if (stranger)
+          conn->admit(transports::admission::stranger);
         conn->send_error(errc::internal,
                          "the node could not say where its coordinator is: "
                            + self->system().render(err),
@@ -261,6 +273,7 @@ void poller_sink::on_attach(const connection_ptr& c, const frame_header& h, payl
     return;
   }
   st.book->bindings[c->id()] = binding{};
+  c->admit(transports::admission::waiting);
   join(c, h.rank,
        self_->request(st.book->coordinator, hello_timeout, attach_atom::value,
                       attach_request{h.job_id, h.rank, std::move(proof.nonce),
@@ -284,6 +297,11 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       if (jb.code != errc::ok) {
         if (it != st.book->bindings.end())
           st.book->bindings.erase(it);
+        conn->admit(transports::admission::stranger);
+        // A refused hello counts as a refused frame: a peer that has proven nothing
+        // does not get to ask again and again on one connection.
+        if (++st.book->strikes[conn->id()] >= defaults::max_stranger_refusals)
+          conn->close();
         conn->send_error(jb.code, jb.message, reply, jb.candidates);
         return;
       }
@@ -299,6 +317,8 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       }
       it->second = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes,
                                       jb.compression, jb.spec ? jb.spec->name : "");
+      conn->admit(transports::admission::joined);
+      st.book->strikes.erase(conn->id());
       it->second.shard_rank = jb.shard_rank;
       it->second.conn = conn;
       it->second.shm = sink->adopt_shm(conn, jb, hello);
@@ -342,6 +362,7 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
     [=](caf::error& err) {
       auto& st = self->state;
       st.book->bindings.erase(conn->id());
+      conn->admit(transports::admission::stranger);
       auto msg = "the node could not admit the worker: " + self->system().render(err);
       spdlog::error("join failed: peer={}: {}", conn->peer(), msg);
       frame_header reply;

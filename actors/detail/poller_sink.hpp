@@ -11,6 +11,9 @@
 #include <memory>
 #include <unordered_map>
 
+#include <spdlog/spdlog.h>
+
+#include "actors/detail/limited_log.hpp"
 #include "actors/nic_poller.hpp"
 #include "transports/control.hpp"
 
@@ -76,6 +79,16 @@ struct binding {
 
 class poller_sink;
 
+/// A rate probe being taken on one connection: the bytes so far (each frame counts its
+/// header too, so empty frames add up) and when it began (a probe lasts at most
+/// defaults::probe_max_ms, then its connection is closed and its slot is free).
+struct probe_taken {
+  uint64_t bytes = 0;   // payload bytes taken (what the ack reports)
+  uint64_t charged = 0; // those and every frame's header, against probe_max_bytes
+  std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+  transports::connection_ptr conn; // to close it when it overstays
+};
+
 /// What a poller holds that outlives it: its supervisor keeps the book, so a poller
 /// that dies is restarted on its endpoint with every connection's binding (chunk_shard's
 /// book is the same idea; nic_poller.hpp, "Restart").
@@ -95,8 +108,11 @@ struct poller_book {
   std::vector<fabric_path> fabrics;
   /// Rate probes being taken: probe bytes so far, by connection id. Their payloads all
   /// land in one scratch buffer (allocated at the first probe) and are overwritten.
-  std::unordered_map<uint64_t, uint64_t> probes;
+  std::unordered_map<uint64_t, probe_taken> probes;
   std::unique_ptr<std::byte[]> probe_scratch;
+  /// Frames refused on connections that have not joined a job, by connection id: at
+  /// defaults::max_stranger_refusals the connection is closed.
+  std::unordered_map<uint64_t, uint32_t> strikes;
   uint32_t incarnation = 0; // pollers that have held this book before the current one
   /// Connections whose reading is paused (backpressure).
   std::vector<transports::connection_ptr> paused;
@@ -128,6 +144,9 @@ struct poller_state {
 };
 
 using poller_ptr = nic_poller_actor::stateful_pointer<poller_state>;
+
+/// Closes rate probes that have lasted longer than defaults::probe_max_ms.
+void end_overdue_probes(poller_ptr self);
 
 /// At most once a second: when no connection of the poller is joined to a job, its
 /// receive buffer pools give their memory back (the start's pool down to its

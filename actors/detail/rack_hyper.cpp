@@ -19,6 +19,8 @@ namespace rw::actors::detail {
 namespace {
 
 constexpr auto hyper_hold = std::chrono::seconds(30);
+// How long one request of a change may take: the cluster's two rounds, or this node's.
+constexpr auto hyper_timeout = std::chrono::milliseconds(defaults::hyper_timeout_ms);
 
 struct gather {
   size_t waiting = 0;
@@ -112,31 +114,49 @@ caf::result<uint64_t> on_hyper_request(rack_ptr self, uint32_t job_id,
     return cluster_error(errc::unknown_job,
                          fmt::format("job {} is not running on node {}", job_id,
                                      st.settings.node_name));
+  // One change at a time per job, and a bounded schedule: a rank 0 looping changes
+  // cannot keep the cluster coordinator (which also takes the heartbeats) busy.
+  if (auto why = hyper_busy(job->spec, job->hyper_pending); !why.empty())
+    return cluster_error(errc::too_many_requests, why);
+  auto settled = [self, job_id] {
+    if (auto* j = live_job(self->state, job_id))
+      j->hyper_pending = false;
+  };
   if (job->granted) {
     if (!st.link)
       return cluster_error(errc::unavailable,
                            fmt::format("node {} is not in touch with the cluster coordinator, "
                                        "which changes job '{}' on every node",
                                        st.settings.node_name, job->spec.name));
+    job->hyper_pending = true;
     auto rp = self->make_response_promise<uint64_t>();
-    self->request(st.link, caf::infinite, hyper_atom::value, job->spec.name, change)
-      .then([rp](uint64_t reached) mutable { rp.deliver(reached); },
-            [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+    self->request(st.link, hyper_timeout, hyper_atom::value, job->spec.name, change)
+      .then(
+        [rp, settled](uint64_t reached) mutable {
+          settled();
+          rp.deliver(reached);
+        },
+        [rp, settled](caf::error& err) mutable {
+          settled();
+          rp.deliver(std::move(err));
+        });
     return rp;
   }
   // An open job lives on this node alone: the same two rounds, over its shards.
   if (auto why = hyper_unchangeable(job->spec); !why.empty())
     return cluster_error(errc::invalid_spec, why);
+  job->hyper_pending = true;
   auto id = runtime::random_u64();
   auto rp = self->make_response_promise<uint64_t>();
   auto me = caf::actor_cast<rack_coordinator_actor>(self);
-  self->request(me, caf::infinite, hyper_atom::value, job_id, id, change)
+  self->request(me, hyper_timeout, hyper_atom::value, job_id, id, change)
     .then(
-      [self, me, rp, job_id, id, change](uint64_t reached) mutable {
+      [self, me, rp, job_id, id, change, settled](uint64_t reached) mutable {
         bool apply = reached <= change.at_clock;
-        self->request(me, caf::infinite, hyper_atom::value, job_id, id, apply)
+        self->request(me, hyper_timeout, hyper_atom::value, job_id, id, apply)
           .then(
-            [rp, apply, reached, change](ok_atom) mutable {
+            [rp, apply, reached, change, settled](ok_atom) mutable {
+              settled();
               if (apply)
                 rp.deliver(reached);
               else
@@ -146,9 +166,13 @@ caf::result<uint64_t> on_hyper_request(rack_ptr self, uint32_t job_id,
                               "{}): at_clock must be >= {}",
                               change.at_clock, reached, reached)));
             },
-            [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+            [rp, settled](caf::error& err) mutable {
+              settled();
+              rp.deliver(std::move(err));
+            });
       },
-      [self, me, rp, job_id, id](caf::error& err) mutable {
+      [me, rp, job_id, id, settled](caf::error& err) mutable {
+        settled();
         caf::anon_send(me, hyper_atom::value, job_id, id, false);
         rp.deliver(std::move(err));
       });

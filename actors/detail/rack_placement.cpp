@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/detail/limited_log.hpp"
 #include "actors/detail/rack_choice.hpp"
 #include "actors/detail/rack_state.hpp"
 
@@ -55,8 +56,9 @@ job_binding moved_to(rack_ptr self, const grant_info& g, const hello_request& re
 
 job_binding bad_rack_option(const grant_info& g, const hello_request& req,
                             const std::string& why) {
-  spdlog::warn("hello refused: peer={} job='{}' rank={}: {}", req.peer, g.spec.name,
-               req.hello.rank, why);
+  log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}' rank={}: {}",
+                fmt::format("hello refused: peer={} job='{}' rank={}: {}", req.peer, g.spec.name,
+               req.hello.rank, why));
   return refuse(errc::invalid_spec, why);
 }
 
@@ -196,8 +198,9 @@ void bind_then_admit(rack_ptr self, const hello_request& req, uint32_t id,
       },
       [self, req, rp](caf::error& err) mutable {
         auto why = describe(self->system(), err);
-        spdlog::warn("hello refused: peer={} job='{}' rank={}: {}", req.peer,
-                     req.hello.spec.name, req.hello.rank, why);
+        log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}' rank={}: {}",
+                fmt::format("hello refused: peer={} job='{}' rank={}: {}", req.peer,
+                     req.hello.spec.name, req.hello.rank, why));
         rp.deliver(refuse(errc_of(err), why));
       });
 }
@@ -206,8 +209,8 @@ caf::result<job_binding> send_on(rack_ptr self, const hello_request& req, job_bi
   auto& st = self->state;
   auto& name = req.hello.spec.name;
   auto log_refusal = [req] {
-    spdlog::warn("hello refused: peer={} job='{}' rank={}: no such job on this node",
-                 req.peer, req.hello.spec.name, req.hello.rank);
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}' rank={}: no such job on this node",
+                fmt::format("hello refused: peer={} job='{}' rank={}: no such job on this node", req.peer, req.hello.spec.name, req.hello.rank));
   };
   if (!st.link) {
     log_refusal();

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/detail/limited_log.hpp"
 #include "actors/detail/rack_state.hpp"
 #include "runtime/credentials.hpp"
 
@@ -52,7 +53,8 @@ job_binding join_rank(rack_ptr self, job_info& job, uint32_t rank, const std::st
   if (was == rank_status::live) {
     auto why = fmt::format("rank {} of job '{}' is already held by a connected worker",
                            rank, job.spec.name);
-    spdlog::warn("hello refused: peer={}: {}", peer, why);
+    log_limited(spdlog::level::warn, peer, "hello refused: peer={}: {}",
+                fmt::format("hello refused: peer={}: {}", peer, why));
     return refuse(errc::rank_taken, why);
   }
   job.ranks[rank] = rank_status::live;

@@ -45,6 +45,7 @@ struct job_info {
   std::vector<std::string> away_reason;
   std::shared_ptr<const transports::shm::mapping> params; // shared parameters, if any
   bool granted = false;              // created through the cluster (has a grant)
+  bool hyper_pending = false;        // a hyper-parameter change is being decided
   job_layout layout;                 // its nodes (several: only the chunks homed here)
   uint32_t node_index = 0;           // this node among them
   bool internal = false;             // a hierarchical job's top level: no news to the cluster

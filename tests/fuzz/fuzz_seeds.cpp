@@ -190,6 +190,46 @@ void control(const fs::path& dir) {
 
 } // namespace
 
+// fuzz_locator's scripts: [op][length LE16][bytes], op's low bits a connection.
+void locator(const fs::path& dir) {
+  auto frame = [](tr::frame_kind kind, const tr::bytes& payload) {
+    tr::frame_header h;
+    h.kind = kind;
+    h.payload_bytes = static_cast<uint32_t>(payload.size());
+    std::string out(tr::frame_header_bytes, '\0');
+    tr::encode(h, reinterpret_cast<std::byte*>(out.data()));
+    out.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+    return out;
+  };
+  auto hello_of = [&](const std::string& job, size_t pad) {
+    tr::hello_msg h;
+    h.spec = session_job();
+    h.spec.name = job;
+    h.picked_by = std::string(pad, 'p');
+    return frame(tr::frame_kind::hello, tr::encode(h));
+  };
+  auto record = [](std::string& script, uint8_t op, const std::string& bytes) {
+    script.push_back(char(op));
+    script.push_back(char(bytes.size() & 0xff));
+    script.push_back(char((bytes.size() >> 8) & 0xff));
+    script += bytes;
+  };
+  // Two hellos in pieces, in turns, the second larger (it once resized the first's
+  // buffer under it); then a locate on a third connection.
+  auto a = hello_of("alpha", 3000), b = hello_of("bravo", 9000);
+  std::string script;
+  record(script, 0, a.substr(0, 1000));
+  record(script, 1, b.substr(0, 5000));
+  record(script, 8 | 1, b.substr(5000));
+  record(script, 0, a.substr(1000));
+  record(script, 2, frame(tr::frame_kind::locate, {}));
+  write(dir, "fuzz_locator", "interleaved-hellos", script.data(), script.size());
+  std::string closing;
+  record(closing, 4 | 3, a.substr(0, 70));
+  record(closing, 0, a);
+  write(dir, "fuzz_locator", "closed-mid-hello", closing.data(), closing.size());
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: rw-fuzz-seeds DIR\n");
@@ -200,5 +240,6 @@ int main(int argc, char** argv) {
   sparse(dir);
   half(dir);
   control(dir);
+  locator(dir);
   return 0;
 }

@@ -2,6 +2,8 @@
 
 #include "runtime/credentials.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -24,6 +26,25 @@ transports::error_msg raw_frame::error() const {
 raw_client::raw_client(const std::string& address) {
   fd_ = transports::tcp::connect_to(transports::tcp::parse_address(address),
                                     std::chrono::seconds(5));
+}
+
+raw_client::raw_client(const std::string& address, const std::string& from_host) {
+  auto to = transports::tcp::parse_address(address);
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0)
+    throw std::runtime_error("socket failed");
+  sockaddr_in from{}, dst{};
+  from.sin_family = AF_INET;
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(to.port);
+  if (::inet_pton(AF_INET, from_host.c_str(), &from.sin_addr) != 1
+      || ::inet_pton(AF_INET, to.host.c_str(), &dst.sin_addr) != 1
+      || ::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0
+      || ::connect(fd_, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    throw std::runtime_error("cannot connect to " + address + " from " + from_host);
+  }
 }
 
 raw_client::~raw_client() {

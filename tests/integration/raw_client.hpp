@@ -24,6 +24,8 @@ struct raw_frame {
 class raw_client {
 public:
   explicit raw_client(const std::string& address);
+  /// Connects from `from_host` (an address of this machine: 127.0.0.2, say).
+  raw_client(const std::string& address, const std::string& from_host);
   ~raw_client();
 
   void send_bytes(const void* data, size_t size);

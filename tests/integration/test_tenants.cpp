@@ -116,6 +116,12 @@ TEST_CASE("a tenant sees and controls only its own jobs, within its quotas",
   auto too_big = vision(create("n", 1, "memory = '57MiB'"));
   CHECK(too_big.code == 1);
   CHECK_THAT(too_big.err, Catch::Contains("has 56 MiB of its max_memory_mib 64 MiB left"));
+  // A job holds its memory on each of its nodes: two nodes of 30 MiB do not fit in 56
+  // (it was once counted once).
+  auto spread = vision(create("w", 2, "memory = '30MiB', nodes = {'rack-a', 'rack-b'}"));
+  CHECK(spread.code == 1);
+  CHECK_THAT(spread.err, Catch::Contains("asks for 30 MiB of memory on each of its 2 nodes "
+                                         "(60 MiB in all)"));
   auto too_many_workers = vision(create("n", 3, "memory = '8MiB'"));
   CHECK(too_many_workers.code == 1);
   CHECK_THAT(too_many_workers.err, Catch::Contains("wants 3 workers")

@@ -524,6 +524,36 @@ TEST_CASE("fabric: a placed frame for no buffer closes that connection", "[fabri
   CHECK(f.rb.headers.empty());
 }
 
+TEST_CASE("fabric: only an update may be flagged placed; every other frame's payload is "
+          "bounded by its slot",
+          "[fabric][bad]") {
+  // A `place` frame flagged as placed once skipped the slot bound, and the endpoint then
+  // decoded a FabricPlace of the header's payload_bytes (1 GiB here) from the slot: an
+  // out-of-bounds read any worker with a job token could aim (ASan's eyes: the
+  // sanitizer run of this test).
+  for (auto kind : {frame_kind::place, frame_kind::push, frame_kind::hello}) {
+    pair_fixture f;
+    rogue_peer rogue{f};
+    frame_header h;
+    h.kind = kind;
+    h.flags = flag_placed;
+    h.payload_bytes = 1u << 30;
+    REQUIRE(rogue.write(h, fabric::immediate(rogue.offer.conn_index, 2), 2) == 0);
+    REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
+    CHECK_THAT(f.rb.closed[0], Catch::Contains("flagged as placed"));
+    CHECK(f.rb.headers.empty());
+  }
+  // Unflagged, the same length is refused for the slot.
+  pair_fixture f;
+  rogue_peer rogue{f};
+  frame_header h;
+  h.kind = frame_kind::place;
+  h.payload_bytes = 1u << 30;
+  REQUIRE(rogue.write(h, fabric::immediate(rogue.offer.conn_index, 3), 3) == 0);
+  REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
+  CHECK_THAT(f.rb.closed[0], Catch::Contains("its slot holds"));
+}
+
 TEST_CASE("fabric: memory pinned ahead is found by sends and forgotten with its handle",
           "[fabric]") {
   auto d = fabric::domain::open("tcp", "127.0.0.1");

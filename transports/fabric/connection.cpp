@@ -541,7 +541,17 @@ bool connection::occupy(uint32_t s) noexcept {
 bool connection::frame_at(uint32_t s, frame_header& h, std::string& why) const {
   if (decode(slots_->data() + size_t(s) * slot_bytes_, h, why) != errc::ok)
     return false;
-  if ((h.flags & flag_placed) == 0 && frame_header_bytes + size_t{h.payload_bytes} > slot_bytes_) {
+  // Only an update may say its payload is elsewhere (written into an output buffer this
+  // side named: placed_at checks it lies there); every other frame's payload is in its
+  // slot, and the slot's size bounds it.
+  const bool placed = (h.flags & flag_placed) != 0;
+  if (placed && h.kind != frame_kind::update) {
+    why = fmt::format("a {} frame flagged as placed (only an update's payload is written "
+                      "elsewhere)",
+                      to_string(h.kind));
+    return false;
+  }
+  if (!placed && frame_header_bytes + size_t{h.payload_bytes} > slot_bytes_) {
     why = fmt::format("a {} frame says {} payload bytes; its slot holds {}", to_string(h.kind),
                       h.payload_bytes, slot_bytes_ - frame_header_bytes);
     return false;

@@ -19,6 +19,9 @@ namespace {
 
 constexpr int max_frames_per_read = 64;
 constexpr size_t discard_chunk = 64 * 1024;
+// A gathered payload's memory starts at this much and doubles as its bytes fill it: a
+// peer holds at most twice what it sent (and this).
+constexpr size_t gather_step = 4 * 1024;
 
 bool is_data_kind(frame_kind k) {
   return k == frame_kind::push || k == frame_kind::init || k == frame_kind::update
@@ -45,7 +48,68 @@ connection::connection(int fd, std::string peer, send_policy policy, receive_lim
 }
 
 connection::~connection() {
+  release_gather();
   ::close(fd_);
+}
+
+void connection::treat_as_stranger(std::shared_ptr<byte_budget> budget) {
+  budget_ = std::move(budget);
+  timed_ = true;
+  quiet_since_ = clock::now();
+  admission_.store(admission::stranger, std::memory_order_release);
+}
+
+void connection::admit(admission a) {
+  // A stranger again (its challenge sent, its locate answered): idle from now. Called on
+  // the thread that drives the endpoint, as quiet_since_ is read there.
+  if (a == admission::stranger && admitted() != admission::stranger)
+    quiet_since_ = clock::now();
+  admission_.store(a, std::memory_order_release);
+}
+
+std::string connection::overstayed(clock::time_point now, std::chrono::milliseconds limit) const {
+  auto a = admitted();
+  if (!timed_ || reported_ || a == admission::joined)
+    return {};
+  if (phase_ == phase::payload || got_ > 0) {
+    if (now - frame_started_ < limit)
+      return {};
+    auto total = frame_header_bytes + (phase_ == phase::payload ? header_.payload_bytes : 0);
+    auto have = phase_ == phase::payload ? frame_header_bytes + got_ : got_;
+    return fmt::format("a frame not whole {} ms after its first byte ({} of {} bytes in): a "
+                       "peer that has not joined a job sends each frame whole within "
+                       "--first-frame-timeout-ms",
+                       limit.count(), have, total);
+  }
+  if (a == admission::waiting || now - quiet_since_ < limit)
+    return {};
+  if (!framed_)
+    return fmt::format("no whole frame within {} ms of connecting (a hello, locate or "
+                       "attach comes first)",
+                       limit.count());
+  return fmt::format("idle for {} ms without joining a job (--first-frame-timeout-ms)",
+                     limit.count());
+}
+
+bool connection::grow_gather(size_t bytes) {
+  if (budget_ && admitted() != admission::joined) {
+    if (!budget_->take(bytes))
+      return false;
+    gather_charged_ += bytes;
+  }
+  std::vector<std::byte> bigger;
+  bigger.reserve(gather_.size() + bytes);
+  bigger.assign(gather_.begin(), gather_.end());
+  bigger.resize(gather_.size() + bytes);
+  gather_.swap(bigger);
+  return true;
+}
+
+void connection::release_gather() noexcept {
+  std::vector<std::byte>().swap(gather_);
+  if (gather_charged_ > 0 && budget_)
+    budget_->give(gather_charged_);
+  gather_charged_ = 0;
 }
 
 bool connection::same_host() const noexcept {
@@ -273,6 +337,7 @@ void connection::report_closed(frame_sink& sink, errc code, const std::string& w
   reported_ = true;
   close();
   target_ = {};
+  release_gather();
   sink.on_closed(shared_from_this(), code, why);
 }
 
@@ -304,6 +369,19 @@ bool connection::read_ready(frame_sink& sink) {
         n = ::recv(fd_, header_buf_ + got_, frame_header_bytes - got_, 0);
       } else if (target_.action == payload_target::discard) {
         n = ::recv(fd_, scratch, std::min(discard_chunk, size_t{header_.payload_bytes} - got_), 0);
+      } else if (target_.action == payload_target::gather) {
+        // Memory taken as the payload arrives, not as its header announces it.
+        size_t want = header_.payload_bytes - got_;
+        if (gather_.size() == got_
+            && !grow_gather(std::min(want, std::max(gather_step, gather_.size())))) {
+          return fail(sink, errc::unavailable,
+                      fmt::format("this node holds {} bytes for connections that have not "
+                                  "joined a job (at most {}, --max-unjoined-mib): try again "
+                                  "later",
+                                  budget_->held(), budget_->limit()),
+                      true);
+        }
+        n = ::recv(fd_, gather_.data() + got_, std::min(want, gather_.size() - got_), 0);
       } else {
         // The payload's rest, and as much of the next header as has arrived: most
         // frames then cost one read.
@@ -340,6 +418,8 @@ bool connection::read_ready(frame_sink& sink) {
                     false);
       }
     }
+    if (timed_ && phase_ == phase::header && got_ == 0 && n > 0)
+      frame_started_ = clock::now();
     got_ += static_cast<size_t>(n);
     if (phase_ == phase::payload && got_ > header_.payload_bytes) {
       spill_ = got_ - header_.payload_bytes; // the next header's first bytes
@@ -379,7 +459,14 @@ bool connection::read_ready(frame_sink& sink) {
     auto target = std::move(target_);
     target_ = {};
     framed_ = true;
+    if (timed_) {
+      quiet_since_ = clock::now();
+      frame_started_ = quiet_since_; // the next header's first bytes, if they came along
+    }
+    if (target.action == payload_target::gather)
+      target.dst = gather_.data();
     sink.on_frame(self, header_, target);
+    release_gather();
     ++frames;
     if (reported_)
       return false;

@@ -20,7 +20,9 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "transports/byte_budget.hpp"
 #include "transports/tcp/poll_set.hpp"
 #include "transports/tcp/send_queue.hpp"
 #include "transports/transport.hpp"
@@ -72,6 +74,22 @@ public:
   /// Whether a whole frame has come in on it yet (endpoint thread only).
   bool framed() const noexcept { return framed_; }
 
+  /// An accepted connection: its peer is a stranger until the sink admits it, its
+  /// frames are timed while it has not joined, and what it gathers counts against
+  /// `budget` meanwhile (null: counted nowhere). Endpoint thread, before any read.
+  void treat_as_stranger(std::shared_ptr<byte_budget> budget);
+
+  void admit(admission a) override;
+  admission admitted() const noexcept {
+    return admission_.load(std::memory_order_acquire);
+  }
+
+  /// Why a peer that has not joined has overstayed, or "" (endpoint thread): a frame
+  /// begun more than `limit` ago and not whole yet, or (a stranger, not waiting on
+  /// this side) nothing begun for `limit`.
+  std::string overstayed(std::chrono::steady_clock::time_point now,
+                         std::chrono::milliseconds limit) const;
+
   /// Tells the peer `why` in an error frame (best effort), closes, reports to the sink.
   void cut(frame_sink& sink, errc code, const std::string& why);
 
@@ -88,6 +106,12 @@ public:
 
 private:
   enum class phase { header, payload };
+
+  // A gathered payload: room for `bytes` more of it (charged to the budget while the
+  // peer has not joined). False if the budget has none.
+  bool grow_gather(size_t bytes);
+  // The gathered payload was handed over: its memory goes back.
+  void release_gather() noexcept;
 
   bool fail(frame_sink& sink, errc code, const std::string& why, bool tell_peer);
   // Writes the gather list under send_mtx_: all of it (blocking), or what the socket
@@ -134,6 +158,15 @@ private:
   size_t spill_ = 0; // bytes of the next header read along with a payload
   frame_header header_;
   payload_target target_;
+
+  // Peers that have not joined (accepted connections only; endpoint thread).
+  std::atomic<admission> admission_{admission::joined};
+  bool timed_ = false;                // accepted: a stranger's frames are timed
+  std::shared_ptr<byte_budget> budget_;
+  std::vector<std::byte> gather_;     // a gathered payload, taken as it arrives
+  uint64_t gather_charged_ = 0;       // of it, what the budget holds for us
+  clock::time_point frame_started_{}; // the current frame's first byte came
+  clock::time_point quiet_since_{};   // accepted, or the last frame was whole
 };
 
 } // namespace rw::transports::tcp

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace rw::transports::tcp {
 
@@ -24,6 +25,19 @@ std::string host_of(const sockaddr_in& sa) {
   inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof(buf));
   return buf;
 }
+
+// The host a connection counts against for max_per_host: its address, except that every
+// loopback address (127.0.0.0/8) is this host, one host however many of them it uses.
+std::string host_key(const sockaddr_in& sa) {
+  if ((ntohl(sa.sin_addr.s_addr) >> 24) == 127)
+    return "loopback (127.0.0.0/8)";
+  return host_of(sa);
+}
+
+// How long the listener goes unwatched after accept failed for want of descriptors or
+// memory, and how often that is logged.
+constexpr auto accept_pause = std::chrono::milliseconds(100);
+constexpr auto accept_failure_log_every = std::chrono::seconds(60);
 
 
 } // namespace
@@ -74,12 +88,16 @@ void endpoint::accept_all(frame_sink& sink) {
     sockaddr_in sa{};
     socklen_t len = sizeof(sa);
     int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC);
-    if (fd < 0)
-      return; // EAGAIN, or a transient failure (EMFILE...): try again on the next poll
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        pause_accepting(errno);
+      return; // EAGAIN, or a transient failure (ECONNABORTED...): on the next poll
+    }
     tune_socket(fd);
-    auto host = host_of(sa);
-    auto c = add(fd, fmt::format("{}:{}", host, ntohs(sa.sin_port)),
+    auto host = host_key(sa);
+    auto c = add(fd, fmt::format("{}:{}", host_of(sa), ntohs(sa.sin_port)),
                  accepting_.send_queue_bytes);
+    c->treat_as_stranger(accepting_.stranger_bytes);
     auto& from_host = per_host_[host];
     ++from_host;
     host_of_[fd] = host;
@@ -91,23 +109,57 @@ void endpoint::accept_all(frame_sink& sink) {
       drop(fd);
       continue;
     }
-    if (unframed_.size() >= defaults::max_unframed_connections) {
+    if (accepting_.max_strangers > 0 && count_strangers() >= accepting_.max_strangers) {
       c->cut(sink, errc::unavailable,
-             fmt::format("{} connections to this endpoint have not sent a frame yet: try "
+             fmt::format("{} connections to this endpoint have not joined a job yet: try "
                          "again later",
-                         unframed_.size()));
+                         accepting_.max_strangers));
       drop(fd);
       continue;
     }
-    if (limits_.first_frame_ms > 0)
-      unframed_[fd] = clock::now();
+    unjoined_.insert(fd);
+  }
+}
+
+size_t endpoint::count_strangers() {
+  size_t n = 0;
+  for (auto it = unjoined_.begin(); it != unjoined_.end();) {
+    auto c = conns_.find(*it);
+    auto a = c == conns_.end() ? admission::joined : c->second->admitted();
+    if (a == admission::joined) {
+      it = unjoined_.erase(it);
+      continue;
+    }
+    n += a == admission::stranger ? 1 : 0;
+    ++it;
+  }
+  return n;
+}
+
+void endpoint::pause_accepting(int error) {
+  auto now = clock::now();
+  accept_paused_ = true;
+  accept_paused_until_ = now + accept_pause;
+  set_->watch(listen_fd_, false, false);
+  ++accept_failures_;
+  if (accept_failure_logged_ == clock::time_point{}
+      || now - accept_failure_logged_ >= accept_failure_log_every) {
+    spdlog::warn("{}: cannot accept connections: {} ({} time(s) since the last such line); "
+                 "not accepting for {} ms at a time until it passes{}",
+                 describe(), std::strerror(error), accept_failures_, accept_pause.count(),
+                 error == EMFILE || error == ENFILE
+                   ? ": raise the open-file limit (ulimit -n, LimitNOFILE=) or lower "
+                     "--max-peer-connections"
+                   : "");
+    accept_failure_logged_ = now;
+    accept_failures_ = 0;
   }
 }
 
 void endpoint::drop(int fd) {
   set_->remove(fd);
   conns_.erase(fd);
-  unframed_.erase(fd);
+  unjoined_.erase(fd);
   if (auto it = host_of_.find(fd); it != host_of_.end()) {
     if (auto h = per_host_.find(it->second); h != per_host_.end() && --h->second == 0)
       per_host_.erase(h);
@@ -115,29 +167,26 @@ void endpoint::drop(int fd) {
   }
 }
 
-void endpoint::cut_silent(frame_sink& sink) {
+void endpoint::cut_overstayed(frame_sink& sink) {
   auto now = clock::now();
-  if (unframed_.empty() || now < next_sweep_)
+  if (limits_.first_frame_ms == 0 || unjoined_.empty() || now < next_sweep_)
     return;
-  next_sweep_ = now + std::chrono::milliseconds(std::min<uint32_t>(limits_.first_frame_ms, 1000));
   auto limit = std::chrono::milliseconds(limits_.first_frame_ms);
-  std::vector<int> silent;
-  for (auto it = unframed_.begin(); it != unframed_.end();) {
-    auto c = conns_.find(it->first);
-    if (c == conns_.end() || c->second->framed()) {
-      it = unframed_.erase(it);
+  next_sweep_ = now + std::min(limit / 2, std::chrono::milliseconds(500));
+  std::vector<std::pair<int, std::string>> over;
+  for (auto it = unjoined_.begin(); it != unjoined_.end();) {
+    auto c = conns_.find(*it);
+    if (c == conns_.end() || c->second->admitted() == admission::joined) {
+      it = unjoined_.erase(it);
       continue;
     }
-    if (now - it->second >= limit)
-      silent.push_back(it->first);
+    if (auto why = c->second->overstayed(now, limit); !why.empty())
+      over.emplace_back(*it, std::move(why));
     ++it;
   }
-  for (int fd : silent) {
+  for (auto& [fd, why] : over) {
     auto c = conns_[fd];
-    c->cut(sink, errc::timeout,
-           fmt::format("no whole frame within {} ms of connecting (a hello, locate or "
-                       "attach comes first)",
-                       limits_.first_frame_ms));
+    c->cut(sink, errc::timeout, why);
     drop(fd);
   }
 }
@@ -157,8 +206,12 @@ void endpoint::cut_stalled() {
 int endpoint::poll(int timeout_ms, frame_sink& sink) {
   epoll_event events[64 + max_kicked];
   auto kicked = set_->take_kicked();
+  if (accept_paused_ && clock::now() >= accept_paused_until_) {
+    accept_paused_ = false;
+    set_->watch(listen_fd_, true, false);
+  }
   int n = set_->wait(events, 64, kicked.empty() ? timeout_ms : 0);
-  cut_silent(sink);
+  cut_overstayed(sink);
   cut_stalled();
   n = std::max(n, 0);
   // Connections whose reading resumed: looked at as if readable (a frame read before
@@ -205,7 +258,7 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
 void endpoint::close_all(frame_sink& sink) {
   auto conns = std::move(conns_);
   conns_.clear();
-  unframed_.clear();
+  unjoined_.clear();
   per_host_.clear();
   host_of_.clear();
   for (auto& [fd, c] : conns) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "transports/tcp/address.hpp"
 #include "transports/tcp/connection.hpp"
@@ -21,9 +22,16 @@ struct accept_policy {
   /// What an accepted connection may hold queued for its peer before the peer is cut
   /// off (0: accepted connections block their sender too).
   uint64_t send_queue_bytes = 0;
-  /// Connections one host (IP address) may hold to the endpoint; more are refused (0:
-  /// no limit).
+  /// Connections one host (IP address; every loopback address is one host) may hold to
+  /// the endpoint; more are refused (0: no limit).
   uint32_t max_per_host = 0;
+  /// Accepted connections that have not joined a job and are not waiting for this side
+  /// (strangers, transports::admission) the endpoint holds at once; past this a new
+  /// one is closed at once.
+  uint32_t max_strangers = defaults::max_stranger_connections;
+  /// What the payloads strangers gather may hold, shared by every endpoint of the node
+  /// (null: not bounded past each frame's size).
+  std::shared_ptr<byte_budget> stranger_bytes;
 };
 
 class endpoint final : public transports::endpoint {
@@ -59,8 +67,14 @@ public:
 private:
   std::shared_ptr<connection> add(int fd, std::string peer, uint64_t queue_bytes);
   void accept_all(frame_sink& sink);
-  // Closes accepted connections that delivered no whole frame within the limit.
-  void cut_silent(frame_sink& sink);
+  // Closes accepted connections that have not joined and overstayed: a frame not whole,
+  // or a stranger idle, for the limit (receive_limits::first_frame_ms).
+  void cut_overstayed(frame_sink& sink);
+  // Strangers held now (connections not joined and not waiting); forgets the joined.
+  size_t count_strangers();
+  // Accepting failed for want of descriptors or memory: stop watching the listener for
+  // a while (it stays readable: a level-triggered wait would spin on it).
+  void pause_accepting(int error);
   // Cuts off peers that took nothing of their send queue for the I/O timeout.
   void cut_stalled();
   void drop(int fd);
@@ -77,9 +91,13 @@ private:
   address bound_;
   std::unordered_map<int, std::shared_ptr<connection>> conns_;
   using clock = std::chrono::steady_clock;
-  // Accepted connections with no whole frame yet, and when each was accepted.
-  std::unordered_map<int, clock::time_point> unframed_;
+  // Accepted connections not known to have joined a job yet.
+  std::unordered_set<int> unjoined_;
   clock::time_point next_sweep_{};
+  clock::time_point accept_paused_until_{}; // listener unwatched until then
+  bool accept_paused_ = false;
+  uint64_t accept_failures_ = 0;            // since the last line logged about them
+  clock::time_point accept_failure_logged_{};
   clock::time_point next_stall_check_{};
 };
 

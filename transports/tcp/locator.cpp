@@ -4,6 +4,7 @@
 
 #include "rackweave/defaults.hpp"
 #include "transports/tcp/endpoint.hpp"
+#include "transports/tcp/locator_sink.hpp"
 
 namespace rw::transports::tcp {
 
@@ -49,52 +50,6 @@ public:
   located_msg answer;
 };
 
-// Serves a locator endpoint: answers locate (and hello, with a handler), refuses the
-// rest.
-class service_sink final : public frame_sink {
-public:
-  service_sink(const located_msg& answer, const std::string& refusal,
-               const hello_answer& on_hello)
-    : payload_(encode(answer)), refusal_(refusal), on_hello_(on_hello) {
-  }
-  payload_target on_header(const connection_ptr& c, const frame_header& h) override {
-    if (h.kind == frame_kind::locate && h.payload_bytes == 0)
-      return payload_target::into(nullptr);
-    if (h.kind == frame_kind::hello && on_hello_) {
-      hello_buf_.resize(h.payload_bytes);
-      return payload_target::into(hello_buf_.data());
-    }
-    c->send_error(errc::bad_frame, refusal_, h);
-    return payload_target::closing();
-  }
-  void on_frame(const connection_ptr& c, const frame_header& h, payload_target&) override {
-    if (h.kind == frame_kind::hello) {
-      hello_msg hello;
-      std::string why;
-      if (decode(hello_buf_.data(), hello_buf_.size(), hello, why) != errc::ok) {
-        c->send_error(errc::bad_frame, why, h);
-        return;
-      }
-      auto answer = on_hello_(hello, c->peer());
-      c->send_error(answer.code, answer.message, h, answer.candidates);
-      return;
-    }
-    frame_header reply;
-    reply.kind = frame_kind::located;
-    reply.payload_bytes = static_cast<uint32_t>(payload_.size());
-    iovec iov{payload_.data(), payload_.size()};
-    c->send(reply, &iov, 1);
-  }
-  void on_closed(const connection_ptr&, errc, const std::string&) override {
-  }
-
-private:
-  bytes payload_;
-  std::string refusal_;
-  hello_answer on_hello_;
-  std::vector<std::byte> hello_buf_;
-};
-
 } // namespace
 
 located_msg locate(const std::string& node, std::chrono::milliseconds timeout) {
@@ -136,11 +91,11 @@ located_msg locate(const std::string& node, std::chrono::milliseconds timeout) {
 locator_service::locator_service(const std::string& listen, located_msg answer,
                                  std::string refusal, hello_answer on_hello)
   : ep_(std::make_shared<endpoint>(std::chrono::milliseconds(defaults::io_timeout_ms),
-                                   control_only)) {
+                                   control_only, locator_policy())) {
   address_ = ep_->listen(parse_address(listen)).to_string();
   thread_ = std::thread([this, answer = std::move(answer), refusal = std::move(refusal),
                          on_hello = std::move(on_hello)] {
-    service_sink sink{answer, refusal, on_hello};
+    locator_sink sink{answer, refusal, on_hello};
     while (!stop_.load(std::memory_order_acquire))
       ep_->poll(100, sink);
     ep_->close_all(sink);

@@ -27,13 +27,22 @@ constexpr uint32_t rejoin_timeout_ms = 15'000;
 /// links to them (bench/RESULTS.md, rack-bound). Raise it for links whose bandwidth-delay
 /// product exceeds it.
 constexpr uint64_t push_window_bytes = 512 * 1024;
-/// How long an accepted connection may take to deliver its first whole frame (hello,
-/// locate, attach, probe) before the node closes it: a client that connects and says
-/// nothing, or trickles a hello, holds a connection and its buffer no longer.
+/// A connection that has not joined a job (a stranger: it has proven nothing) sends
+/// each frame whole within this long of its first byte, and is not idle this long
+/// (connecting counts as its start) unless its hello is being decided: a client that
+/// connects and says nothing, trickles a frame, or locates and then waits, holds a
+/// connection no longer.
 constexpr uint32_t first_frame_ms = 10'000;
-/// Accepted connections per endpoint that have not delivered a whole frame yet: past
-/// this, a new one is closed at once (the served connections are not at stake).
-constexpr uint32_t max_unframed_connections = 256;
+/// Strangers per endpoint (accepted connections that have not joined a job and are not
+/// waiting for the node's answer to their hello): past this, a new one is closed at
+/// once (the served connections are not at stake).
+constexpr uint32_t max_stranger_connections = 256;
+/// What a node holds, over all its endpoints, for payloads of connections that have
+/// not joined a job (hello, proof, attach: taken as the bytes arrive); a frame that
+/// would pass it closes its connection (errc::unavailable).
+constexpr uint32_t max_unjoined_mib = 8;
+/// A peer that has not joined a job and had this many frames refused is closed.
+constexpr uint32_t max_stranger_refusals = 4;
 /// How long a peer may take none of the bytes sent to it before its connection is
 /// closed (a worker's own sends block at most this long; a node's are queued).
 constexpr uint32_t io_timeout_ms = 10'000;
@@ -106,10 +115,18 @@ constexpr uint32_t probe_max_connections = 4;
 /// How long one probe may take, connecting and the answer included; the coordinator
 /// waits this long plus node_request_timeout_ms for the node to report it.
 constexpr uint32_t probe_timeout_ms = 1'500;
+/// How long a node lets one rate probe's connection last (its frames and the answer):
+/// past it the connection is closed and its probe slot is free again.
+constexpr uint32_t probe_max_ms = 5'000;
 /// How long a probed rate between two nodes is reused before probing again, and how
 /// long a failed probe is remembered before it is tried again.
 constexpr uint32_t probe_cache_ms = 60'000;
 constexpr uint32_t probe_retry_ms = 10'000;
+/// Hyper-parameter changes (rw.job_set, a worker's `hyper` frame): one at a time per
+/// job (another asked meanwhile is refused), each decided within hyper_timeout_ms, and
+/// at most max_hyper_changes committed over a job's life (its schedule).
+constexpr uint32_t hyper_timeout_ms = 45'000;
+constexpr uint32_t max_hyper_changes = 1024;
 /// Cache line size for alignment of buffers and per-core counters.
 constexpr size_t cache_line = 64;
 /// How long a checkpoint may wait for its clock and for every node's file.

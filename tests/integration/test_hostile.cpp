@@ -1,0 +1,431 @@
+// Hostile clients (issue 34): peers that have proven nothing try to corrupt a node, or to
+// make it hold memory, connections, log lines or CPU. Each case failed before its fix.
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "rackweave/defaults.hpp"
+#include "rackweave/worker.hpp"
+#include "tests/integration/expect_error.hpp"
+#include "tests/integration/node_process.hpp"
+#include "tests/integration/raw_client.hpp"
+#include "transports/control.hpp"
+
+using namespace rw;
+using transports::frame_header;
+using transports::frame_kind;
+
+namespace {
+
+job_spec one_chunk_job(const std::string& name, uint32_t workers) {
+  job_spec s;
+  s.name = name;
+  s.num_workers = workers;
+  s.chunk_bytes = 4096;
+  s.tensors = {{"t", 1000, false}};
+  return s;
+}
+
+worker_options options(const std::string& address, job_spec spec, uint32_t rank) {
+  worker_options o;
+  o.connect = address;
+  o.job = std::move(spec);
+  o.rank = rank;
+  o.request_timeout = std::chrono::seconds(20);
+  return o;
+}
+
+frame_header header(frame_kind kind, uint32_t payload = 0) {
+  frame_header h;
+  h.kind = kind;
+  h.payload_bytes = payload;
+  return h;
+}
+
+std::vector<std::byte> encoded_header(const frame_header& h) {
+  std::vector<std::byte> head(transports::frame_header_bytes);
+  transports::encode(h, head.data());
+  return head;
+}
+
+// A hello for job `job`, padded to about `bytes` (its picked_by text).
+std::vector<std::byte> hello_payload(const std::string& job, size_t bytes) {
+  transports::hello_msg h;
+  h.spec = one_chunk_job(job, 2);
+  h.picked_by = std::string(bytes, 'x');
+  auto out = transports::encode(h);
+  return std::vector<std::byte>(out.begin(), out.end());
+}
+
+// The node's resident memory (KiB) and CPU time (s), from /proc.
+uint64_t rss_kib(pid_t pid) {
+  std::ifstream in{fmt::format("/proc/{}/status", pid)};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stoull(line.substr(6));
+  return 0;
+}
+double cpu_seconds(pid_t pid) {
+  std::ifstream in{fmt::format("/proc/{}/stat", pid)};
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream rest{all.substr(all.rfind(')') + 2)};
+  std::string field;
+  uint64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14)
+      utime = std::stoull(field);
+    if (i == 15)
+      stime = std::stoull(field);
+  }
+  return double(utime + stime) / double(sysconf(_SC_CLK_TCK));
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+void check_node_serves(const std::string& address, const std::string& job) {
+  worker w{options(address, one_chunk_job(job, 1), 0)};
+  std::vector<float> g(1000, 2.0f), out(1000, 0.0f);
+  w.push_pull("t", g.data(), out.data()).get();
+  CHECK(out[0] == 2.0f);
+}
+
+} // namespace
+
+TEST_CASE("hellos interleaved on the coordinator's --listen land apart",
+          "[integration][bad][hostile]") {
+  // One buffer once served every connection of the locator: B's larger hello resized it
+  // under A's half-read one, A's rest was written into freed memory (ASan: a
+  // heap-use-after-free) and A was answered about B's job.
+  testing::node_process coord{{}, testing::node_role{"coordinator", false}};
+  auto a = hello_payload("alpha", 100'000);
+  auto b = hello_payload("bravo", 900'000);
+  testing::raw_client ca{coord.address()}, cb{coord.address()};
+  auto half = a.size() / 2;
+  auto ha = encoded_header(header(frame_kind::hello, static_cast<uint32_t>(a.size())));
+  ca.send_bytes(ha.data(), ha.size());
+  ca.send_bytes(a.data(), half);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200)); // the node reads it
+  cb.send_frame(header(frame_kind::hello, static_cast<uint32_t>(b.size())), b.data());
+  auto rb = cb.read_frame();
+  REQUIRE(rb);
+  ca.send_bytes(a.data() + half, a.size() - half);
+  auto ra = ca.read_frame();
+  REQUIRE(ra);
+  REQUIRE(ra->header.kind == frame_kind::error);
+  REQUIRE(rb->header.kind == frame_kind::error);
+  // Each is answered about its own job (A was once answered about B's).
+  INFO(ra->error().message << " / " << rb->error().message);
+  CHECK_THAT(ra->error().message, Catch::Contains("'alpha'"));
+  CHECK_THAT(rb->error().message, Catch::Contains("'bravo'"));
+}
+
+TEST_CASE("a stranger's announced payload holds nothing until it arrives, and each of its "
+          "frames has a deadline",
+          "[integration][bad][hostile]") {
+  testing::node_process node{{"--first-frame-timeout-ms", "1500"}};
+  auto pid = node.process().pid();
+  check_node_serves(node.address(), "warm"); // pools and threads as when serving
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto idle = rss_kib(pid);
+  // 200 clients each locate (a whole first frame), then announce a 1 MiB hello and send
+  // 10 bytes of it. The node once reserved 1 MiB for each (RSS +200 MB) and kept it:
+  // the first-frame timeout ended with the locate.
+  std::vector<std::unique_ptr<testing::raw_client>> held;
+  std::vector<std::byte> ten(10, std::byte{1});
+  for (int i = 0; i < 200; ++i) {
+    held.push_back(std::make_unique<testing::raw_client>(node.address()));
+    held.back()->send_frame(header(frame_kind::locate));
+  }
+  for (auto& c : held) {
+    REQUIRE(c->read_frame()); // located, or not reached yet: an error frame
+    auto h = encoded_header(header(frame_kind::hello, defaults::max_control_bytes));
+    c->send_bytes(h.data(), h.size());
+    c->send_bytes(ten.data(), ten.size());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto loaded = rss_kib(pid);
+  INFO("idle RSS " << idle << " KiB, with 200 strangers " << loaded << " KiB");
+  CHECK(loaded < idle + 20 * 1024);
+  // Each hello is cut at its deadline (1.5 s from its first byte), not left for ever.
+  size_t cut = 0;
+  for (auto& c : held) {
+    auto f = c->read_frame(std::chrono::seconds(5));
+    if (f && f->header.kind == frame_kind::error
+        && f->error().message.find("a frame not whole 1500 ms after its first byte")
+             != std::string::npos)
+      ++cut;
+  }
+  CHECK(cut == held.size());
+  check_node_serves(node.address(), "after");
+}
+
+TEST_CASE("a stranger idle after its locate is closed", "[integration][bad][hostile]") {
+  testing::node_process node{{"--first-frame-timeout-ms", "800"}};
+  testing::raw_client c{node.address()};
+  c.send_frame(header(frame_kind::locate));
+  REQUIRE(c.read_frame());
+  auto t0 = std::chrono::steady_clock::now();
+  auto f = c.read_frame(std::chrono::seconds(5));
+  REQUIRE(f);
+  REQUIRE(f->header.kind == frame_kind::error);
+  CHECK(f->error().code == errc::timeout);
+  CHECK_THAT(f->error().message, Catch::Contains("idle for 800 ms without joining a job"));
+  CHECK(c.closed_by_peer());
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+  // A worker waiting for its job's other ranks is not a stranger: it is not cut.
+  worker first{options(node.address(), one_chunk_job("pair", 2), 0)};
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  worker second{options(node.address(), one_chunk_job("pair", 2), 1)};
+  std::vector<float> g(1000, 1.0f), out0(1000), out1(1000);
+  auto f0 = first.push_pull("t", g.data(), out0.data());
+  second.push_pull("t", g.data(), out1.data()).get();
+  f0.get();
+  CHECK(out0[0] == 2.0f);
+}
+
+TEST_CASE("what strangers' payloads hold is bounded node-wide", "[integration][bad][hostile]") {
+  testing::node_process node{{"--max-unjoined-mib", "1", "--max-control-bytes", "1048576"}};
+  // Two hellos of 700 KB each, all but their last byte sent: the second passes the
+  // node's 1 MiB for peers that have not joined, and is closed for it.
+  auto payload = std::vector<std::byte>(700'000, std::byte{0});
+  auto h = encoded_header(header(frame_kind::hello, static_cast<uint32_t>(payload.size())));
+  testing::raw_client one{node.address()}, two{node.address()};
+  one.send_bytes(h.data(), h.size());
+  one.send_bytes(payload.data(), payload.size() - 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  two.send_bytes(h.data(), h.size());
+  two.send_bytes(payload.data(), payload.size() - 1);
+  auto f = two.read_frame();
+  REQUIRE(f);
+  CHECK(f->error().code == errc::unavailable);
+  CHECK_THAT(f->error().message,
+             Catch::Contains("for connections that have not joined a job (at most 1048576, "
+                             "--max-unjoined-mib)"));
+  CHECK(two.closed_by_peer());
+  one.close(); // its bytes are given back: a worker is served
+  check_node_serves(node.address(), "after-budget");
+}
+
+TEST_CASE("a rate probe holds its slot for a bounded time, empty frames included",
+          "[integration][bad][hostile]") {
+  testing::node_process node;
+  // Four probes of empty frames once held every probe slot for ever.
+  std::vector<std::unique_ptr<testing::raw_client>> probes;
+  for (uint32_t i = 0; i < defaults::probe_max_connections; ++i) {
+    probes.push_back(std::make_unique<testing::raw_client>(node.address()));
+    probes.back()->send_frame(header(frame_kind::probe));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  testing::raw_client fifth{node.address()};
+  fifth.send_frame(header(frame_kind::probe));
+  auto busy = fifth.read_frame();
+  REQUIRE(busy);
+  CHECK(busy->error().code == errc::unavailable);
+  // They keep sending empty frames; the node closes each once it has lasted its limit.
+  auto t0 = std::chrono::steady_clock::now();
+  size_t closed = 0;
+  while (closed < probes.size()
+         && std::chrono::steady_clock::now() - t0
+              < std::chrono::milliseconds(defaults::probe_max_ms + 4000)) {
+    closed = 0;
+    for (auto& p : probes) {
+      try {
+        p->send_frame(header(frame_kind::probe));
+      } catch (const std::runtime_error&) {
+      }
+      if (p->closed_by_peer(std::chrono::milliseconds(20)))
+        ++closed;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(closed == probes.size());
+  CHECK(node.wait_for_log("rate probe closed: peer="));
+  testing::raw_client later{node.address()};
+  auto h = header(frame_kind::probe);
+  h.flags = transports::flag_want_result;
+  later.send_frame(h);
+  auto ack = later.read_frame();
+  REQUIRE(ack);
+  CHECK(ack->header.kind == frame_kind::ack);
+}
+
+TEST_CASE("a push repeated while its step is open is answered once",
+          "[integration][bad][hostile]") {
+  // Each repeat once added a waiter with no cap, and every push scanned the list: one
+  // worker made its shard's work quadratic, and got one answer per repeat.
+  testing::node_process node;
+  auto spec = one_chunk_job("repeats", 2);
+  testing::raw_client raw{node.address()};
+  auto id = raw.join(spec, 0);
+  frame_header push;
+  push.kind = frame_kind::push;
+  push.job_id = id;
+  push.flags = transports::flag_want_result;
+  std::vector<float> g(1000, 1.0f);
+  for (int i = 0; i < 3000; ++i)
+    raw.send_floats(push, g);
+  // Once the pull behind them is answered, the shard has seen every repeat (a repeat
+  // that comes after its step ran is answered at once, as a re-send is).
+  frame_header pull;
+  pull.kind = frame_kind::pull;
+  pull.job_id = id;
+  raw.send_frame(pull);
+  auto version0 = raw.read_frame(std::chrono::seconds(10));
+  REQUIRE(version0);
+  REQUIRE(version0->header.kind == frame_kind::update);
+  REQUIRE(version0->header.clock == 0);
+  worker w{options(node.address(), spec, 1)};
+  std::vector<float> g1(1000, 2.0f), out(1000);
+  w.push_pull("t", g1.data(), out.data()).get();
+  CHECK(out[0] == 3.0f);
+  size_t updates = 0;
+  while (auto f = raw.read_frame(std::chrono::milliseconds(1500))) {
+    REQUIRE(f->header.kind == frame_kind::update);
+    ++updates;
+  }
+  CHECK(updates == 1);
+}
+
+TEST_CASE("refused frames from strangers close them, and their log lines are limited",
+          "[integration][bad][hostile]") {
+  testing::node_process node;
+  // 1000 pushes before any hello once gave 1000 warnings and 1000 error frames. One at
+  // a time (the node closes a connection with nothing of it left unread: no reset).
+  testing::raw_client c{node.address()};
+  frame_header push;
+  push.kind = frame_kind::push;
+  push.job_id = 1;
+  std::vector<float> g(16, 1.0f);
+  size_t errors = 0;
+  for (int i = 0; i < 1000; ++i) {
+    try {
+      c.send_floats(push, g);
+    } catch (const std::runtime_error&) { // closed under the sender
+      break;
+    }
+    auto f = c.read_frame(std::chrono::seconds(2));
+    if (!f)
+      break;
+    errors += f->header.kind == frame_kind::error;
+  }
+  CHECK(errors == defaults::max_stranger_refusals);
+  CHECK(c.closed_by_peer());
+  // Connections from one host, each refused a few times: a line or two, not hundreds.
+  for (int i = 0; i < 50; ++i) {
+    testing::raw_client again{node.address()};
+    for (int k = 0; k < 5; ++k) {
+      try {
+        again.send_floats(push, g);
+      } catch (const std::runtime_error&) {
+      }
+    }
+    again.closed_by_peer(std::chrono::milliseconds(500));
+  }
+  CHECK(node.wait_for_log("frame refused"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto log = node.log();
+  INFO(log.substr(0, 4000));
+  CHECK(count(log, "frame refused") <= 2);
+  CHECK(count(log, "connection closed: peer=") <= 4);
+  check_node_serves(node.address(), "after-refusals");
+}
+
+TEST_CASE("every loopback address counts as one host for --max-peer-connections",
+          "[integration][bad][hostile]") {
+  testing::node_process node{{"--max-peer-connections", "2"}};
+  testing::raw_client a{node.address(), "127.0.0.2"}, b{node.address(), "127.0.0.3"};
+  testing::raw_client c{node.address(), "127.0.0.4"};
+  auto refused = c.read_frame();
+  REQUIRE(refused);
+  CHECK(refused->error().code == errc::unavailable);
+  CHECK_THAT(refused->error().message,
+             Catch::Contains("host loopback (127.0.0.0/8) holds 2 connections"));
+}
+
+TEST_CASE("a node out of file descriptors does not spin on its listener",
+          "[integration][bad][hostile]") {
+  testing::node_process node;
+  auto pid = node.process().pid();
+  // Leave the node 8 descriptors more than it has open now.
+  size_t open_now = 0;
+  for (auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid))) {
+    (void)e;
+    ++open_now;
+  }
+  rlimit old{};
+  REQUIRE(::prlimit(pid, RLIMIT_NOFILE, nullptr, &old) == 0);
+  rlimit tight = old;
+  tight.rlim_cur = open_now + 8;
+  REQUIRE(::prlimit(pid, RLIMIT_NOFILE, &tight, nullptr) == 0);
+  std::vector<std::unique_ptr<testing::raw_client>> waiting;
+  for (int i = 0; i < 24; ++i)
+    waiting.push_back(std::make_unique<testing::raw_client>(node.address()));
+  REQUIRE(node.wait_for_log("cannot accept connections: Too many open files"));
+  auto cpu0 = cpu_seconds(pid);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  auto cpu = cpu_seconds(pid) - cpu0;
+  INFO("the node's CPU over 2 s while its listener had connections it could not accept: "
+       << cpu << " s");
+  CHECK(cpu < 0.5); // a level-triggered listener once spun: about 2 s
+  REQUIRE(::prlimit(pid, RLIMIT_NOFILE, &old, nullptr) == 0);
+  waiting.clear();
+  check_node_serves(node.address(), "after-emfile");
+}
+
+TEST_CASE("one hyper-parameter change at a time per job", "[integration][bad][hostile]") {
+  // Rank 0 could loop changes: each was decided (and, for a cluster job, written to the
+  // coordinator's state with an fsync) with no bound on how many were in flight.
+  testing::node_process node;
+  auto spec = one_chunk_job("hyper-loop", 1);
+  spec.optimizer = {optimizer_kind::sgd, 0.1f};
+  testing::raw_client raw{node.address()};
+  auto id = raw.join(spec, 0);
+  std::vector<std::byte> both;
+  for (int i = 0; i < 2; ++i) {
+    hyper_change change;
+    change.at_clock = 5 + i;
+    change.learning_rate = 0.01f * float(i + 1);
+    auto payload = transports::encode(change);
+    frame_header h;
+    h.kind = frame_kind::hyper;
+    h.job_id = id;
+    h.payload_bytes = static_cast<uint32_t>(payload.size());
+    auto head = encoded_header(h);
+    both.insert(both.end(), head.begin(), head.end());
+    both.insert(both.end(), payload.begin(), payload.end());
+  }
+  raw.send_bytes(both.data(), both.size()); // together: the second comes mid-decision
+  size_t done = 0, busy = 0;
+  for (int i = 0; i < 2; ++i) {
+    auto f = raw.read_frame(std::chrono::seconds(10));
+    REQUIRE(f);
+    REQUIRE(f->header.kind == frame_kind::hyper);
+    if (f->header.payload_bytes == 0) {
+      ++done;
+      continue;
+    }
+    auto e = f->error();
+    INFO(e.message);
+    CHECK(e.code == errc::too_many_requests);
+    CHECK_THAT(e.message, Catch::Contains("is being decided already"));
+    ++busy;
+  }
+  CHECK(done == 1);
+  CHECK(busy == 1);
+}

@@ -1,0 +1,55 @@
+#include "transports/tcp/locator_sink.hpp"
+
+#include "rackweave/defaults.hpp"
+
+namespace rw::transports::tcp {
+
+locator_sink::locator_sink(const located_msg& answer, std::string refusal,
+                           hello_answer on_hello)
+  : payload_(encode(answer)), refusal_(std::move(refusal)), on_hello_(std::move(on_hello)) {
+}
+
+payload_target locator_sink::on_header(const connection_ptr& c, const frame_header& h) {
+  if (h.kind == frame_kind::locate && h.payload_bytes == 0)
+    return payload_target::into(nullptr);
+  if (h.kind == frame_kind::hello && on_hello_ && h.payload_bytes > 0)
+    return payload_target::gathered(); // each connection's apart, taken as it arrives
+  c->send_error(errc::bad_frame, refusal_, h);
+  return payload_target::closing();
+}
+
+void locator_sink::on_frame(const connection_ptr& c, const frame_header& h, payload_target& t) {
+  if (h.kind == frame_kind::hello) {
+    hello_msg hello;
+    std::string why;
+    if (decode(t.dst, h.payload_bytes, hello, why) != errc::ok) {
+      c->send_error(errc::bad_frame, why, h);
+    } else {
+      auto answer = on_hello_(hello, c->peer());
+      c->send_error(answer.code, answer.message, h, answer.candidates);
+    }
+    if (++hellos_[c->id()] >= defaults::max_stranger_refusals)
+      c->close(); // a worker goes where it was sent; asking again and again is not one
+    return;
+  }
+  frame_header reply;
+  reply.kind = frame_kind::located;
+  reply.payload_bytes = static_cast<uint32_t>(payload_.size());
+  iovec iov{payload_.data(), payload_.size()};
+  c->send(reply, &iov, 1);
+}
+
+void locator_sink::on_closed(const connection_ptr& c, errc, const std::string&) {
+  hellos_.erase(c->id());
+}
+
+accept_policy locator_policy() {
+  accept_policy p;
+  p.send_queue_bytes = 1u << 20;
+  p.max_per_host = defaults::max_peer_connections;
+  p.max_strangers = defaults::max_stranger_connections;
+  p.stranger_bytes = std::make_shared<byte_budget>(uint64_t{defaults::max_unjoined_mib} << 20);
+  return p;
+}
+
+} // namespace rw::transports::tcp
