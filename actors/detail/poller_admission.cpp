@@ -298,11 +298,11 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
         if (it != st.book->bindings.end())
           st.book->bindings.erase(it);
         conn->admit(transports::admission::stranger);
+        conn->send_error(jb.code, jb.message, reply, jb.candidates);
         // A refused hello counts as a refused frame: a peer that has proven nothing
         // does not get to ask again and again on one connection.
         if (++st.book->strikes[conn->id()] >= defaults::max_stranger_refusals)
           conn->close();
-        conn->send_error(jb.code, jb.message, reply, jb.candidates);
         return;
       }
       if (it == st.book->bindings.end()) { // closed while joining
