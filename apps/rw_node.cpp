@@ -183,7 +183,10 @@ int main(int argc, char** argv) {
     auto node_name = cfg.name.empty() ? host_name() : cfg.name;
     rw::tools::metrics_server::handlers h;
     h.metrics = [&sys, &view, node_name, role = cfg.role] {
-      return rw::actors::render_metrics(sys, node_name, role, view.node, view.cluster);
+      return rw::tools::metrics_server::exposition{
+        std::make_shared<const std::string>(
+          rw::actors::render_metrics(sys, node_name, role, view.node, view.cluster)),
+        {}};
     };
     h.not_ready = [&sys, &view]() -> std::string {
       if (!view.started)
