@@ -21,6 +21,7 @@
 #include "apps/tools/exit_codes.hpp"
 #include "apps/tools/logging.hpp"
 #include "apps/tools/metrics_server.hpp"
+#include "apps/tools/metrics_snapshot.hpp"
 #include "actors/cluster_messages.hpp"
 #include "actors/control_tls.hpp"
 #include "actors/coordinator_node.hpp"
@@ -177,24 +178,28 @@ int main(int argc, char** argv) {
   std::unique_ptr<rw::actors::coordinator_node> coordinator;
   std::string address;
   // The metrics endpoint comes up first, so /readyz says "starting" while the node does.
+  // Its snapshot thread asks the node's actors once a second; the endpoint's thread only
+  // copies what it found (both stop before the node's objects go).
   node_view view;
+  std::unique_ptr<rw::tools::metrics_snapshot> snapshot;
   std::unique_ptr<rw::tools::metrics_server> metrics;
   if (!cfg.metrics.empty()) {
     auto node_name = cfg.name.empty() ? host_name() : cfg.name;
-    rw::tools::metrics_server::handlers h;
-    h.metrics = [&sys, &view, node_name, role = cfg.role] {
-      return rw::tools::metrics_server::exposition{
-        std::make_shared<const std::string>(
-          rw::actors::render_metrics(sys, node_name, role, view.node, view.cluster)),
-        {}};
+    rw::tools::metrics_snapshot::sources from_node;
+    from_node.metrics = [&sys, &view, node_name, role = cfg.role] {
+      return rw::actors::render_metrics(sys, node_name, role, view.node, view.cluster);
     };
-    h.not_ready = [&sys, &view]() -> std::string {
+    from_node.not_ready = [&sys, &view]() -> std::string {
       if (!view.started)
         return "starting";
       return rw::actors::not_ready(sys, view.node, view.cluster);
     };
-    h.stopping = [&view] { return view.stopping.load(); };
     try {
+      snapshot = std::make_unique<rw::tools::metrics_snapshot>(std::move(from_node));
+      rw::tools::metrics_server::handlers h;
+      h.metrics = [s = snapshot.get()] { return s->exposition(); };
+      h.not_ready = [s = snapshot.get()] { return s->not_ready(); };
+      h.stopping = [&view] { return view.stopping.load(); };
       metrics = std::make_unique<rw::tools::metrics_server>(cfg.metrics, std::move(h));
     } catch (const std::exception& e) {
       spdlog::error("node failed to start: {}", e.what());
@@ -255,7 +260,9 @@ int main(int argc, char** argv) {
   if (coordinator)
     coordinator->stop();
   if (metrics)
-    metrics->stop(); // before the node's objects go: a scrape may be using them
+    metrics->stop();
+  if (snapshot)
+    snapshot->stop(); // before the node's objects go: a refresh may be using them
   spdlog::info("node stopped");
   return 0;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // rw-node's HTTP endpoint for operators (--metrics HOST:PORT):
-//   GET /metrics  the Prometheus text format (actors/node_metrics.hpp)
+//   GET /metrics  the Prometheus text format (the node's latest snapshot:
+//                 apps/tools/metrics_snapshot.hpp)
 //   GET /healthz  200 "ok" while the process serves (503 "stopping" once it stops)
 //   GET /readyz   200 "ready" once the node serves (registered, pollers up), else 503
 //                 and why not ("starting", "stopping", or what is missing)
@@ -15,7 +16,7 @@
 // its deadline (408 if it can still be told). Past `max_connections`, a few more
 // (`health_reserve`, with `reserve_deadline`) are let in for /healthz and /readyz
 // only (anything else: 503); past those, a connection is closed at once. The handlers
-// run on the serving thread.
+// run on the serving thread, so they must be quick: rw-node gives it a snapshot.
 //
 // Why not cpp-httplib, which served it before: its 0.11.4 (Debian's, compiled) reads
 // any POST body whole, grows a header line without bound, times out each recv() but

@@ -101,6 +101,18 @@ def wait_ready(node):
         time.sleep(0.1)
 
 
+def snapshot_after(node, t):
+    """The families of the first snapshot the node began after monotonic time `t` (it
+    refreshes once a second: rw_metrics_snapshot_age_seconds says how old one is)."""
+    deadline = time.monotonic() + 10
+    while True:
+        fams = families(get(node.url("/metrics"))[1])
+        if time.monotonic() - value(fams, "rw_metrics_snapshot_age_seconds") > t:
+            return fams
+        assert time.monotonic() < deadline, "no new snapshot in 10 s"
+        time.sleep(0.1)
+
+
 def test_metrics_parse_and_follow_a_job():
     node = Node("--stats-interval-s", "1")
     try:
@@ -139,7 +151,7 @@ def test_metrics_parse_and_follow_a_job():
         runner.start()
         try:
             at_end.wait()
-            busy = families(get(node.url("/metrics"))[1])
+            busy = snapshot_after(node, time.monotonic())
         finally:
             scraped.set()
             runner.join(timeout=90)
@@ -379,4 +391,41 @@ def test_connections_past_the_cap_are_refused_while_health_answers():
     finally:
         for s in held:
             s.close()
+        node.stop()
+
+
+def test_scrapes_read_a_snapshot_refreshed_once_a_second():
+    node = Node()
+    try:
+        wait_ready(node)
+        first = families(get(node.url("/metrics"))[1])
+        before = value(first, "rw_metrics_snapshot_refreshes_total")
+        # Sixteen scrapers as fast as they can for 3 s.
+        t0 = time.monotonic()
+        ages, counts, bad = [], [0] * 16, []
+
+        def scrape(i):
+            while time.monotonic() - t0 < 3:
+                status, body = get(node.url("/metrics"))
+                if status != 200:
+                    bad.append(status)
+                    continue
+                ages.append(value(families(body), "rw_metrics_snapshot_age_seconds"))
+                counts[i] += 1
+
+        scrapers = [threading.Thread(target=scrape, args=(i,)) for i in range(16)]
+        for t in scrapers:
+            t.start()
+        for t in scrapers:
+            t.join(timeout=30)
+        took = time.monotonic() - t0
+        after = value(families(get(node.url("/metrics"))[1]),
+                      "rw_metrics_snapshot_refreshes_total")
+        assert not bad, bad
+        assert sum(counts) > 32
+        # The node's actors were asked once a second, not once per scrape.
+        assert after - before <= took + 2, (before, after, sum(counts))
+        assert max(ages) <= 1.5, max(ages)
+        assert timed_health(node)[0] == 200
+    finally:
         node.stop()

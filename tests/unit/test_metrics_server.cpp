@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "apps/tools/metrics_server.hpp"
+#include "apps/tools/metrics_snapshot.hpp"
 #include "runtime/prometheus.hpp"
 #include "tests/unit/http_probe.hpp"
 
@@ -242,4 +243,76 @@ TEST_CASE("the metrics endpoint caps its connections and still answers health") 
   idle.pop_back();
   std::this_thread::sleep_for(ms(100));
   CHECK(test::http_get(port, "/metrics").status == 200);
+}
+
+TEST_CASE("scrapes are answered from a snapshot refreshed once a second, however many") {
+  std::atomic<int> asked{0};
+  std::atomic<bool> ready{false};
+  tools::metrics_snapshot snapshot{{[&] {
+                                      ++asked;
+                                      std::this_thread::sleep_for(ms(50)); // actors answering
+                                      return std::string("rw_up 1\n");
+                                    },
+                                    [&] { return ready ? std::string() : "starting"; }},
+                                   ms(1000)};
+  tools::metrics_server::handlers h;
+  h.metrics = [&] { return snapshot.exposition(); };
+  h.not_ready = [&] { return snapshot.not_ready(); };
+  h.stopping = [] { return false; };
+  tools::metrics_server server("127.0.0.1:0", h);
+  int port = port_of(server);
+  CHECK(test::http_get(port, "/readyz").body == "starting\n");
+  ready = true;
+  // Eight scrapers as fast as they can for 2.5 s.
+  std::atomic<int> scrapes{0}, wrong{0};
+  std::atomic<double> oldest{0};
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> scrapers;
+  for (int i = 0; i < 8; ++i)
+    scrapers.emplace_back([&] {
+      while (seconds_since(t0) < 2.5) {
+        // (No Catch assertions off the test's thread: they are counted, checked after.)
+        auto r = test::http_get(port, "/metrics");
+        auto at = r.body.find("\nrw_metrics_snapshot_age_seconds ");
+        if (r.status != 200 || r.body.rfind("rw_up 1\n", 0) != 0 || at == std::string::npos) {
+          ++wrong;
+          continue;
+        }
+        auto age = std::stod(r.body.substr(at + 33));
+        for (double seen = oldest; age > seen && !oldest.compare_exchange_weak(seen, age);)
+          ;
+        ++scrapes;
+      }
+    });
+  for (auto& t : scrapers)
+    t.join();
+  auto took = seconds_since(t0);
+  CHECK(wrong == 0);
+  CHECK(scrapes > 40);
+  // Once at the start, then once a second: not once per scrape.
+  CHECK(asked <= 2 + int(took));
+  CHECK(oldest <= 1.5); // a second, and the refresh's own 50 ms, and a loaded machine
+  auto last = test::http_get(port, "/metrics").body;
+  CHECK_THAT(last, Catch::Contains("\nrw_metrics_snapshot_refreshes_total " +
+                                   std::to_string(asked.load()) + "\n"));
+  CHECK(test::http_get(port, "/readyz").body == "ready\n");
+}
+
+TEST_CASE("a failed snapshot is a 500 saying why, until a refresh succeeds") {
+  std::atomic<bool> fail{true};
+  tools::metrics_snapshot snapshot{{[&]() -> std::string {
+                                      if (fail)
+                                        throw std::runtime_error("an actor is gone");
+                                      return "rw_up 1\n";
+                                    },
+                                    [] { return std::string(); }},
+                                   ms(100)};
+  CHECK_THROWS_WITH(snapshot.exposition(), "an actor is gone");
+  fail = false;
+  std::this_thread::sleep_for(ms(300));
+  auto e = snapshot.exposition();
+  CHECK(*e.text == "rw_up 1\n");
+  CHECK_THAT(e.trailer, Catch::Contains("# TYPE rw_metrics_snapshot_age_seconds gauge\n"));
+  snapshot.stop();
+  snapshot.stop(); // idempotent
 }
