@@ -27,6 +27,7 @@
 #include "actors/coordinator_node.hpp"
 #include "actors/node_metrics.hpp"
 #include "actors/rack_agg_node.hpp"
+#include "runtime/credentials.hpp"
 #include "runtime/node_config.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/topology.hpp"
@@ -65,7 +66,9 @@ const char* description =
   "Logs go to stderr, and with --log-file also to a file rotated by size; --log-format\n"
   "json writes one JSON object per line. Every --stats-interval-s seconds (60; 0: off)\n"
   "one info line gives the node's throughput. --metrics HOST:PORT serves Prometheus\n"
-  "metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP.\n\n"
+  "metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP; /metrics\n"
+  "names every job on the node (tenants' too): bind it to a private address, and\n"
+  "give --metrics-token-file to ask scrapers for a bearer token.\n\n"
   "Exit codes: 0 stopped by a signal, 1 it failed (could not start, a port is busy),\n"
   "2 a usage or configuration error.";
 
@@ -195,17 +198,24 @@ int main(int argc, char** argv) {
       return rw::actors::not_ready(sys, view.node, view.cluster);
     };
     try {
+      rw::tools::metrics_options options;
+      if (!cfg.metrics_token_file.empty())
+        options.token =
+          rw::runtime::read_secret_file(cfg.metrics_token_file, "metrics token");
       snapshot = std::make_unique<rw::tools::metrics_snapshot>(std::move(from_node));
       rw::tools::metrics_server::handlers h;
       h.metrics = [s = snapshot.get()] { return s->exposition(); };
       h.not_ready = [s = snapshot.get()] { return s->not_ready(); };
       h.stopping = [&view] { return view.stopping.load(); };
-      metrics = std::make_unique<rw::tools::metrics_server>(cfg.metrics, std::move(h));
+      metrics = std::make_unique<rw::tools::metrics_server>(cfg.metrics, std::move(h),
+                                                            std::move(options));
     } catch (const std::exception& e) {
       spdlog::error("node failed to start: {}", e.what());
       return 1;
     }
-    spdlog::info("metrics on http://{}/metrics (health: /healthz, /readyz)", metrics->address());
+    spdlog::info("metrics on http://{}/metrics (health: /healthz, /readyz){}",
+                 metrics->address(),
+                 cfg.metrics_token_file.empty() ? "" : "; /metrics asks for its bearer token");
   }
   try {
     if (cfg.role == "coordinator") {

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "apps/tools/bearer_token.hpp"
 #include "runtime/prometheus.hpp"
 
 namespace rw::tools {
@@ -283,6 +284,11 @@ private:
       return respond(c, 503, why + "\n", head_only);
     }
     if (path == "/metrics") {
+      if (!o_.token.empty() && !bearer_token_matches(r.authorization, o_.token))
+        return respond(c, 401,
+                       "/metrics needs its bearer token: Authorization: Bearer <the line "
+                       "of rw-node's --metrics-token-file>\n",
+                       head_only, "WWW-Authenticate: Bearer realm=\"rw-node metrics\"\r\n");
       exposition e;
       try {
         e = h_.metrics();

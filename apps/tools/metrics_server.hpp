@@ -1,7 +1,8 @@
 #pragma once
 // rw-node's HTTP endpoint for operators (--metrics HOST:PORT):
 //   GET /metrics  the Prometheus text format (the node's latest snapshot:
-//                 apps/tools/metrics_snapshot.hpp)
+//                 apps/tools/metrics_snapshot.hpp); with a token, only for
+//                 "Authorization: Bearer TOKEN" (else 401)
 //   GET /healthz  200 "ok" while the process serves (503 "stopping" once it stops)
 //   GET /readyz   200 "ready" once the node serves (registered, pollers up), else 503
 //                 and why not ("starting", "stopping", or what is missing)
@@ -44,6 +45,7 @@ struct metrics_limits {
 };
 
 struct metrics_options {
+  std::string token; // "": /metrics is open; else it asks for "Bearer <token>"
   metrics_limits limits;
 };
 

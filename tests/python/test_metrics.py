@@ -429,3 +429,48 @@ def test_scrapes_read_a_snapshot_refreshed_once_a_second():
         assert timed_health(node)[0] == 200
     finally:
         node.stop()
+
+
+def test_a_metrics_token_guards_metrics_and_leaves_health_open():
+    tmp = tempfile.mkdtemp(prefix="rw-metrics-token-")
+    path = os.path.join(tmp, "token")
+    token = "a-metrics-token-0123456789abcdef"
+    with open(path, "w") as f:
+        f.write(token + "\n")
+    os.chmod(path, 0o600)
+    node = Node("--metrics-token-file", path)
+    try:
+        wait_ready(node)
+
+        def scrape(auth):
+            req = urllib.request.Request(node.url("/metrics"))
+            if auth is not None:
+                req.add_header("Authorization", auth)
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        status, body = scrape(None)
+        assert status == 401 and "rw_job" not in body and "rw_node_info" not in body
+        assert scrape("Bearer wrong-token-0123456789abcdef")[0] == 401
+        assert scrape("Bearer " + token[:-1])[0] == 401
+        status, body = scrape("Bearer " + token)
+        assert status == 200 and "rw_node_info" in body
+        assert get(node.url("/healthz")) == (200, "ok\n")
+        assert get(node.url("/readyz")) == (200, "ready\n")
+    finally:
+        node.stop()
+    # A token file others can read is refused, as the cluster secret's; and a token
+    # without an endpoint to protect is a usage error.
+    os.chmod(path, 0o644)
+    r = subprocess.run([os.environ["RW_NODE"], "--listen", "127.0.0.1:0", "--no-pin",
+                        "--metrics", "127.0.0.1:0", "--metrics-token-file", path],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1, r.stderr
+    assert "the metrics token file " + path + " is open to other users" in r.stderr
+    r = subprocess.run([os.environ["RW_NODE"], "--no-pin", "--metrics-token-file", path],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert "--metrics-token-file protects the --metrics endpoint" in r.stderr

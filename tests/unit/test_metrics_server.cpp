@@ -13,6 +13,7 @@
 
 #include "apps/tools/metrics_server.hpp"
 #include "apps/tools/metrics_snapshot.hpp"
+#include "apps/tools/bearer_token.hpp"
 #include "runtime/prometheus.hpp"
 #include "tests/unit/http_probe.hpp"
 
@@ -216,7 +217,7 @@ TEST_CASE("the metrics endpoint caps its connections and still answers health") 
   l.max_connections = 4;
   l.health_reserve = 1;
   l.reserve_deadline = ms(1000);
-  tools::metrics_server server("127.0.0.1:0", handlers_for(a), {l});
+  tools::metrics_server server("127.0.0.1:0", handlers_for(a), {std::string(), l});
   int port = port_of(server);
   std::vector<std::unique_ptr<test::http_probe>> idle;
   for (int i = 0; i < 4; ++i)
@@ -315,4 +316,38 @@ TEST_CASE("a failed snapshot is a 500 saying why, until a refresh succeeds") {
   CHECK_THAT(e.trailer, Catch::Contains("# TYPE rw_metrics_snapshot_age_seconds gauge\n"));
   snapshot.stop();
   snapshot.stop(); // idempotent
+}
+
+TEST_CASE("with a token, /metrics asks for it and health stays open") {
+  answers a;
+  a.not_ready = "";
+  const std::string token = "a-metrics-token-0123456789";
+  tools::metrics_server server("127.0.0.1:0", handlers_for(a), {token, {}});
+  int port = port_of(server);
+  auto none = test::http_get(port, "/metrics");
+  CHECK(none.status == 401);
+  CHECK(test::field(none, "WWW-Authenticate") == "Bearer realm=\"rw-node metrics\"");
+  CHECK(none.body.find("rw_up") == std::string::npos);
+  for (auto wrong : {"Bearer wrong-token-0123456789", "Bearer a-metrics-token-012345678",
+                     "Bearer a-metrics-token-01234567890", "Basic YTpi", "Bearer",
+                     "a-metrics-token-0123456789"})
+    CHECK(test::http_get(port, "/metrics", std::string("Authorization: ") + wrong + "\r\n")
+            .status == 401);
+  auto right = test::http_get(port, "/metrics", "Authorization: Bearer " + token + "\r\n");
+  CHECK(right.status == 200);
+  CHECK(right.body == "rw_up 1\nrw_tail 2\n");
+  CHECK(test::http_get(port, "/metrics", "authorization: bearer  " + token + " \r\n").status ==
+        200);
+  CHECK(test::http_get(port, "/healthz").status == 200);
+  CHECK(test::http_get(port, "/readyz").status == 200);
+}
+
+TEST_CASE("a bearer token matches only itself") {
+  CHECK(tools::bearer_token_matches("Bearer abc", "abc"));
+  CHECK(tools::bearer_token_matches("BEARER \t abc", "abc"));
+  CHECK_FALSE(tools::bearer_token_matches("Bearer abd", "abc"));
+  CHECK_FALSE(tools::bearer_token_matches("Bearer ab", "abc"));
+  CHECK_FALSE(tools::bearer_token_matches("Bearerabc", "abc"));
+  CHECK_FALSE(tools::bearer_token_matches("", "abc"));
+  CHECK_FALSE(tools::bearer_token_matches("Bearer ", ""));
 }
