@@ -21,11 +21,13 @@
 #include "apps/tools/exit_codes.hpp"
 #include "apps/tools/logging.hpp"
 #include "apps/tools/metrics_server.hpp"
+#include "apps/tools/metrics_snapshot.hpp"
 #include "actors/cluster_messages.hpp"
 #include "actors/control_tls.hpp"
 #include "actors/coordinator_node.hpp"
 #include "actors/node_metrics.hpp"
 #include "actors/rack_agg_node.hpp"
+#include "runtime/credentials.hpp"
 #include "runtime/node_config.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/topology.hpp"
@@ -64,7 +66,9 @@ const char* description =
   "Logs go to stderr, and with --log-file also to a file rotated by size; --log-format\n"
   "json writes one JSON object per line. Every --stats-interval-s seconds (60; 0: off)\n"
   "one info line gives the node's throughput. --metrics HOST:PORT serves Prometheus\n"
-  "metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP.\n\n"
+  "metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP; /metrics\n"
+  "names every job on the node (tenants' too): bind it to a private address, and\n"
+  "give --metrics-token-file to ask scrapers for a bearer token.\n\n"
   "Exit codes: 0 stopped by a signal, 1 it failed (could not start, a port is busy),\n"
   "2 a usage or configuration error.";
 
@@ -177,27 +181,41 @@ int main(int argc, char** argv) {
   std::unique_ptr<rw::actors::coordinator_node> coordinator;
   std::string address;
   // The metrics endpoint comes up first, so /readyz says "starting" while the node does.
+  // Its snapshot thread asks the node's actors once a second; the endpoint's thread only
+  // copies what it found (both stop before the node's objects go).
   node_view view;
+  std::unique_ptr<rw::tools::metrics_snapshot> snapshot;
   std::unique_ptr<rw::tools::metrics_server> metrics;
   if (!cfg.metrics.empty()) {
     auto node_name = cfg.name.empty() ? host_name() : cfg.name;
-    rw::tools::metrics_server::handlers h;
-    h.metrics = [&sys, &view, node_name, role = cfg.role] {
+    rw::tools::metrics_snapshot::sources from_node;
+    from_node.metrics = [&sys, &view, node_name, role = cfg.role] {
       return rw::actors::render_metrics(sys, node_name, role, view.node, view.cluster);
     };
-    h.not_ready = [&sys, &view]() -> std::string {
+    from_node.not_ready = [&sys, &view]() -> std::string {
       if (!view.started)
         return "starting";
       return rw::actors::not_ready(sys, view.node, view.cluster);
     };
-    h.stopping = [&view] { return view.stopping.load(); };
     try {
-      metrics = std::make_unique<rw::tools::metrics_server>(cfg.metrics, std::move(h));
+      rw::tools::metrics_options options;
+      if (!cfg.metrics_token_file.empty())
+        options.token =
+          rw::runtime::read_secret_file(cfg.metrics_token_file, "metrics token");
+      snapshot = std::make_unique<rw::tools::metrics_snapshot>(std::move(from_node));
+      rw::tools::metrics_server::handlers h;
+      h.metrics = [s = snapshot.get()] { return s->exposition(); };
+      h.not_ready = [s = snapshot.get()] { return s->not_ready(); };
+      h.stopping = [&view] { return view.stopping.load(); };
+      metrics = std::make_unique<rw::tools::metrics_server>(cfg.metrics, std::move(h),
+                                                            std::move(options));
     } catch (const std::exception& e) {
       spdlog::error("node failed to start: {}", e.what());
       return 1;
     }
-    spdlog::info("metrics on http://{}/metrics (health: /healthz, /readyz)", metrics->address());
+    spdlog::info("metrics on http://{}/metrics (health: /healthz, /readyz){}",
+                 metrics->address(),
+                 cfg.metrics_token_file.empty() ? "" : "; /metrics asks for its bearer token");
   }
   try {
     if (cfg.role == "coordinator") {
@@ -252,7 +270,9 @@ int main(int argc, char** argv) {
   if (coordinator)
     coordinator->stop();
   if (metrics)
-    metrics->stop(); // before the node's objects go: a scrape may be using them
+    metrics->stop();
+  if (snapshot)
+    snapshot->stop(); // before the node's objects go: a refresh may be using them
   spdlog::info("node stopped");
   return 0;
 }

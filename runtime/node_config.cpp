@@ -152,6 +152,12 @@ std::vector<option_def> option_table(node_config& c) {
         "process is alive) and /readyz (it serves: registered with the coordinator, "
         "pollers up); port 0 picks a free one (logged); empty: none",
         c.metrics),
+    def("node.metrics_token_file", "--metrics-token-file",
+        "file holding a bearer token for --metrics (first line, 16+ characters, chmod "
+        "600, as --cluster-secret-file): /metrics then answers only requests with "
+        "'Authorization: Bearer <token>' (others: 401); /healthz and /readyz stay open. "
+        "Empty: /metrics is open to whoever reaches the port",
+        c.metrics_token_file),
     def("node.pin", "--pin", "pin shards and pollers to cores (--no-pin: let the OS move them)",
         c.pin),
     def("node.shm", "--shm",
@@ -401,6 +407,9 @@ void check_node_config(const node_config& cfg) {
       throw std::runtime_error(fmt::format(
         "--metrics wants HOST:PORT (port 0: any free one), not '{}'", cfg.metrics));
   }
+  if (!cfg.metrics_token_file.empty() && cfg.metrics.empty())
+    throw std::runtime_error("--metrics-token-file protects the --metrics endpoint: give "
+                             "--metrics HOST:PORT too");
   static const std::set<std::string> levels{"trace", "debug", "info", "warn",
                                             "error", "critical", "off"};
   if (levels.count(cfg.log_level) == 0)

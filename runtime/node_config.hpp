@@ -29,6 +29,7 @@ struct node_config {
   uint32_t log_files = 5;                // rotated files kept beside it
   uint32_t stats_interval_s = 60;        // the periodic throughput line; 0: none
   std::string metrics;                   // HOST:PORT of /metrics, /healthz, /readyz; "": none
+  std::string metrics_token_file;        // /metrics asks for this bearer token; "": open
   bool pin = true;                       // pin shards and pollers to cores
   bool shm = true;                       // colocated workers may use shared memory
   std::string fabric = "off";            // libfabric provider: auto, verbs, efa, tcp, off

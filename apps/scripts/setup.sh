@@ -25,7 +25,6 @@ packages=(
   libfabric-dev libfabric-bin  # the fabric transport (RDMA: verbs, efa; tcp for tests), fi_info
   liblua5.4-dev             # rw-shell scripts
   libreadline-dev           # rw-shell line editing and history
-  libcpp-httplib-dev        # rw-node --metrics: /metrics, /healthz, /readyz
   python3-prometheus-client # the metrics test parses /metrics with its parser
   pybind11-dev python3-dev  # the rackweave Python package
   python3-numpy python3-pytest python3-torch  # its buffers and its tests

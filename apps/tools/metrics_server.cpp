@@ -1,15 +1,30 @@
 #include "apps/tools/metrics_server.hpp"
 
-#include <chrono>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
+#include <unordered_map>
 
-#include <httplib.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include "apps/tools/bearer_token.hpp"
 #include "runtime/prometheus.hpp"
 
 namespace rw::tools {
 
 namespace {
+
+using clock = std::chrono::steady_clock;
 
 std::pair<std::string, int> split_host_port(const std::string& s) {
   auto colon = s.rfind(':');
@@ -33,71 +48,402 @@ std::pair<std::string, int> split_host_port(const std::string& s) {
   return {host, port};
 }
 
+// A listening socket on host:port (SO_REUSEADDR only: with SO_REUSEPORT a second node
+// would share a busy port instead of being told); -1 if none could be had.
+int listen_on(const std::string& host, int port, int& bound_port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
+    return -1;
+  int fd = -1;
+  for (auto* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0)
+      continue;
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd >= 0) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    bound_port = addr.ss_family == AF_INET6
+                   ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                   : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  }
+  return fd;
+}
+
+// After its answer, a connection is read (and what comes discarded) until the client
+// closes, for this long and this many bytes at most: closing with unread bytes would
+// reset the connection, and the client could lose the answer it has not read yet.
+constexpr auto linger_time = std::chrono::milliseconds(1000);
+constexpr size_t linger_bytes = 64 * 1024;
+
 } // namespace
 
-metrics_server::metrics_server(const std::string& host_port, handlers h)
-  : server_(std::make_shared<httplib::Server>()) {
-  auto [host, port] = split_host_port(host_port);
-  auto& svr = *server_;
-  svr.new_task_queue = [] { return new httplib::ThreadPool(2); };
-  svr.set_read_timeout(5, 0);
-  svr.set_write_timeout(5, 0);
-  svr.set_keep_alive_max_count(10);
-  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second node
-  // would share a busy port instead of being told.
-  svr.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  svr.Get("/metrics", [h](const httplib::Request&, httplib::Response& res) {
-    try {
-      res.set_content(h.metrics(), runtime::prometheus::content_type);
-    } catch (const std::exception& e) {
-      res.status = 500;
-      res.set_content(std::string("metrics failed: ") + e.what() + "\n", "text/plain");
-    }
-  });
-  svr.Get("/healthz", [h](const httplib::Request&, httplib::Response& res) {
-    if (h.stopping()) {
-      res.status = 503;
-      res.set_content("stopping\n", "text/plain");
-    } else {
-      res.set_content("ok\n", "text/plain");
-    }
-  });
-  svr.Get("/readyz", [h](const httplib::Request&, httplib::Response& res) {
-    auto why = h.stopping() ? std::string("stopping") : h.not_ready();
-    if (why.empty()) {
-      res.set_content("ready\n", "text/plain");
-    } else {
-      res.status = 503;
-      res.set_content(why + "\n", "text/plain");
-    }
-  });
-  bool bound = false;
-  if (port == 0) {
-    port = svr.bind_to_any_port(host);
-    bound = port > 0;
-  } else {
-    bound = svr.bind_to_port(host, port);
+class metrics_server::loop {
+public:
+  loop(int listen_fd, handlers h, metrics_options o)
+    : listen_fd_(listen_fd), h_(std::move(h)), o_(std::move(o)) {
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (epoll_fd_ < 0 || wake_fd_ < 0)
+      throw std::runtime_error(fmt::format("the metrics endpoint cannot poll: {}",
+                                           std::strerror(errno)));
+    watch(listen_fd_, EPOLLIN);
+    watch(wake_fd_, EPOLLIN);
   }
-  if (!bound)
+
+  ~loop() {
+    for (auto& [fd, c] : conns_)
+      close(fd);
+    close(listen_fd_);
+    if (epoll_fd_ >= 0)
+      close(epoll_fd_);
+    if (wake_fd_ >= 0)
+      close(wake_fd_);
+  }
+
+  void wake() {
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof(one));
+  }
+
+  void run() {
+    epoll_event events[64];
+    while (true) {
+      auto n = epoll_wait(epoll_fd_, events, 64, wait_ms());
+      if (n < 0 && errno != EINTR) {
+        spdlog::error("metrics endpoint: epoll_wait failed: {}", std::strerror(errno));
+        return;
+      }
+      for (int i = 0; i < n; ++i) {
+        int fd = events[i].data.fd;
+        if (fd == wake_fd_)
+          return;
+        if (fd == listen_fd_) {
+          accept_all();
+          continue;
+        }
+        auto it = conns_.find(fd);
+        if (it != conns_.end() && !step(it->second, events[i].events))
+          drop(fd);
+      }
+      sweep();
+    }
+  }
+
+private:
+  enum class state { reading, writing, lingering };
+
+  struct connection {
+    int fd = -1;
+    bool reserve = false; // let in past max_connections: health only
+    clock::time_point deadline;
+    std::unique_ptr<char[]> head;
+    size_t used = 0;
+    state st = state::reading;
+    uint32_t events = 0;
+    std::string out;                         // status line and fields
+    std::shared_ptr<const std::string> body; // shared by every scrape of a snapshot
+    std::string trailer;
+    size_t sent = 0;
+    size_t discarded = 0;
+  };
+
+  void watch(int fd, uint32_t events) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = fd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+
+  void rewatch(connection& c, uint32_t events) {
+    if (c.events == events)
+      return;
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = c.fd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+    c.events = events;
+  }
+
+  int wait_ms() {
+    auto now = clock::now();
+    auto next = now + std::chrono::seconds(1);
+    if (accept_paused_)
+      next = std::min(next, resume_accept_);
+    for (auto& [fd, c] : conns_)
+      next = std::min(next, c.deadline);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+    return static_cast<int>(std::max<int64_t>(0, ms + 1));
+  }
+
+  void accept_all() {
+    for (int i = 0; i < 256; ++i) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: stop listening for a moment rather than spin.
+          spdlog::warn("metrics endpoint: cannot accept a connection: {}", std::strerror(errno));
+          pause_accept();
+        }
+        return;
+      }
+      bool reserve = regular_ >= o_.limits.max_connections;
+      if (reserve && reserved_ >= o_.limits.health_reserve) {
+        // Full: told so, if its socket takes the answer at once, and closed.
+        auto text = answer_text(503, "too many connections\n", {});
+        [[maybe_unused]] auto n = send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        close(fd);
+        ++refused_full_;
+        continue;
+      }
+      connection c;
+      c.fd = fd;
+      c.reserve = reserve;
+      c.deadline = clock::now() + (reserve ? o_.limits.reserve_deadline : o_.limits.deadline);
+      c.head = std::make_unique<char[]>(o_.limits.max_head_bytes);
+      c.events = EPOLLIN | EPOLLRDHUP;
+      watch(fd, c.events);
+      (reserve ? reserved_ : regular_) += 1;
+      conns_.emplace(fd, std::move(c));
+    }
+  }
+
+  void pause_accept() {
+    epoll_event ev{};
+    ev.data.fd = listen_fd_;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+    accept_paused_ = true;
+    resume_accept_ = clock::now() + std::chrono::milliseconds(100);
+  }
+
+  // Handles readiness of `c`; false: close it.
+  bool step(connection& c, uint32_t events) {
+    switch (c.st) {
+    case state::reading: return read_head(c);
+    case state::writing: return (events & (EPOLLERR | EPOLLHUP)) == 0 && write_answer(c);
+    case state::lingering: return linger(c);
+    }
+    return false;
+  }
+
+  bool read_head(connection& c) {
+    auto room = o_.limits.max_head_bytes - c.used;
+    ssize_t n = room == 0 ? 0 : recv(c.fd, c.head.get() + c.used, room, 0);
+    if (n < 0)
+      return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    if (n == 0 && room != 0)
+      return false; // the client went before its request was whole
+    c.used += size_t(n);
+    auto parsed = http::parse_head({c.head.get(), c.used}, o_.limits.max_head_bytes);
+    if (std::holds_alternative<http::incomplete>(parsed))
+      return true;
+    if (auto* b = std::get_if<http::bad>(&parsed)) {
+      spdlog::debug("metrics endpoint: refused a request ({}): {}", b->status, b->why);
+      respond(c, b->status, b->why + "\n", false,
+              b->status == 405 ? "Allow: GET, HEAD\r\n" : "");
+    } else {
+      answer(c, std::get<http::request>(parsed));
+    }
+    c.head.reset(); // not needed any more: what follows the head is never read into it
+    c.st = state::writing;
+    return write_answer(c);
+  }
+
+  void answer(connection& c, const http::request& r) {
+    bool head_only = r.method == "HEAD";
+    auto path = http::target_path(r.target);
+    bool health = path == "/healthz" || path == "/readyz";
+    if (c.reserve && !health)
+      return respond(c, 503, "too many connections\n", head_only);
+    if (path == "/healthz") {
+      if (h_.stopping())
+        return respond(c, 503, "stopping\n", head_only);
+      return respond(c, 200, "ok\n", head_only);
+    }
+    if (path == "/readyz") {
+      std::string why;
+      try {
+        why = h_.stopping() ? std::string("stopping") : h_.not_ready();
+      } catch (const std::exception&) {
+        why = "the readiness check failed";
+      }
+      if (why.empty())
+        return respond(c, 200, "ready\n", head_only);
+      return respond(c, 503, why + "\n", head_only);
+    }
+    if (path == "/metrics") {
+      if (!o_.token.empty() && !bearer_token_matches(r.authorization, o_.token))
+        return respond(c, 401,
+                       "/metrics needs its bearer token: Authorization: Bearer <the line "
+                       "of rw-node's --metrics-token-file>\n",
+                       head_only, "WWW-Authenticate: Bearer realm=\"rw-node metrics\"\r\n");
+      exposition e;
+      try {
+        e = h_.metrics();
+      } catch (const std::exception& ex) {
+        return respond(c, 500, std::string("metrics failed: ") + ex.what() + "\n", head_only);
+      }
+      size_t length = (e.text ? e.text->size() : 0) + e.trailer.size();
+      c.out = head_text(200, runtime::prometheus::content_type, length, {});
+      if (!head_only) {
+        c.body = std::move(e.text);
+        c.trailer = std::move(e.trailer);
+      }
+      return;
+    }
+    respond(c, 404, "not found: /metrics, /healthz, /readyz\n", head_only);
+  }
+
+  static std::string head_text(int status, const char* type, size_t length,
+                               const std::string& fields) {
+    return fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n"
+                       "Connection: close\r\n{}\r\n",
+                       status, http::reason_phrase(status), type, length, fields);
+  }
+
+  static std::string answer_text(int status, const std::string& text,
+                                 const std::string& fields) {
+    return head_text(status, "text/plain; charset=utf-8", text.size(), fields) + text;
+  }
+
+  void respond(connection& c, int status, const std::string& text, bool head_only,
+               const std::string& fields = {}) {
+    c.out = head_only ? head_text(status, "text/plain; charset=utf-8", text.size(), fields)
+                      : answer_text(status, text, fields);
+  }
+
+  bool write_answer(connection& c) {
+    while (true) {
+      iovec parts[3];
+      int count = 0;
+      size_t skip = c.sent;
+      auto add = [&](const char* data, size_t size) {
+        if (skip >= size) {
+          skip -= size;
+          return;
+        }
+        parts[count++] = {const_cast<char*>(data) + skip, size - skip};
+        skip = 0;
+      };
+      add(c.out.data(), c.out.size());
+      if (c.body)
+        add(c.body->data(), c.body->size());
+      add(c.trailer.data(), c.trailer.size());
+      if (count == 0)
+        break;
+      msghdr msg{};
+      msg.msg_iov = parts;
+      msg.msg_iovlen = size_t(count);
+      auto n = sendmsg(c.fd, &msg, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          rewatch(c, EPOLLOUT);
+          return true;
+        }
+        return errno == EINTR;
+      }
+      c.sent += size_t(n);
+    }
+    // Written: no more to say; read what the client still sends until it closes.
+    shutdown(c.fd, SHUT_WR);
+    c.st = state::lingering;
+    c.body.reset();
+    c.deadline = std::min(c.deadline, clock::now() + linger_time);
+    rewatch(c, EPOLLIN | EPOLLRDHUP);
+    return linger(c);
+  }
+
+  bool linger(connection& c) {
+    char scrap[4096];
+    while (c.discarded < linger_bytes) {
+      auto n = recv(c.fd, scrap, sizeof(scrap), 0);
+      if (n == 0)
+        return false;
+      if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+      c.discarded += size_t(n);
+    }
+    return false;
+  }
+
+  void drop(int fd) {
+    auto it = conns_.find(fd);
+    if (it == conns_.end())
+      return;
+    (it->second.reserve ? reserved_ : regular_) -= 1;
+    close(fd); // leaves the epoll set with it
+    conns_.erase(it);
+  }
+
+  // Connections past their deadline: cut (told 408 if still reading their request).
+  void sweep() {
+    auto now = clock::now();
+    if (accept_paused_ && now >= resume_accept_) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = listen_fd_;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+      accept_paused_ = false;
+    }
+    std::vector<int> late;
+    for (auto& [fd, c] : conns_)
+      if (now >= c.deadline)
+        late.push_back(fd);
+    for (int fd : late) {
+      auto& c = conns_.at(fd);
+      if (c.st == state::reading) {
+        spdlog::debug("metrics endpoint: a connection sent no whole request in {} ms: cut",
+                      (c.reserve ? o_.limits.reserve_deadline : o_.limits.deadline).count());
+        auto text = answer_text(408, "the request took too long\n", {});
+        [[maybe_unused]] auto n =
+          send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+      drop(fd);
+    }
+  }
+
+  int listen_fd_;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  handlers h_;
+  metrics_options o_;
+  std::unordered_map<int, connection> conns_;
+  size_t regular_ = 0;
+  size_t reserved_ = 0;
+  uint64_t refused_full_ = 0;
+  bool accept_paused_ = false;
+  clock::time_point resume_accept_;
+};
+
+metrics_server::metrics_server(const std::string& host_port, handlers h, metrics_options o) {
+  auto [host, port] = split_host_port(host_port);
+  if (o.limits.max_head_bytes == 0 || o.limits.max_connections == 0)
+    throw std::invalid_argument("the metrics endpoint needs room for a request and a connection");
+  int bound_port = 0;
+  int fd = listen_on(host, port, bound_port);
+  if (fd < 0)
     throw std::runtime_error("cannot open the metrics port " + host_port +
                              ": another process listens there, or the host is not an "
                              "address of this machine; give another with --metrics "
                              "HOST:PORT (port 0: any free one)");
+  loop_ = std::make_unique<loop>(fd, std::move(h), std::move(o));
   address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-             std::to_string(port);
-  thread_ = std::thread([srv = server_] { srv->listen_after_bind(); });
-  // Serving once this returns: a stop() before the thread's loop has begun would find
-  // nothing to stop, and the loop would then run for ever.
-  for (int i = 0; i < 60000 && !server_->is_running(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (!server_->is_running()) {
-    server_->stop();
-    thread_.detach(); // not scheduled in a minute: it holds the server it may yet run
-    throw std::runtime_error("the metrics endpoint " + address_ + " did not start serving");
-  }
+             std::to_string(bound_port);
+  // Listening already: connections made from now on wait in the backlog until the
+  // thread takes them.
+  thread_ = std::thread([l = loop_.get()] { l->run(); });
 }
 
 metrics_server::~metrics_server() {
@@ -107,8 +453,9 @@ metrics_server::~metrics_server() {
 void metrics_server::stop() {
   if (!thread_.joinable())
     return;
-  server_->stop();
+  loop_->wake();
   thread_.join();
+  loop_.reset(); // closes the listening socket and every connection
 }
 
 } // namespace rw::tools

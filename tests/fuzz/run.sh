@@ -43,7 +43,7 @@ done
 all=(fuzz_frame_header fuzz_hello fuzz_welcome fuzz_challenge fuzz_proof fuzz_error
      fuzz_attach fuzz_located fuzz_reroute fuzz_hyper fuzz_fabric_offer fuzz_fabric_place fuzz_sparse
      fuzz_half fuzz_locator
-     fuzz_node_config fuzz_tenants fuzz_shell_args)
+     fuzz_node_config fuzz_tenants fuzz_shell_args fuzz_http_head)
 ((${#targets[@]})) || targets=("${all[@]}")
 
 if ((do_build)); then

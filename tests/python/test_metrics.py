@@ -1,5 +1,7 @@
 """rw-node --metrics: /metrics in the Prometheus text format (checked with the parser of
-python3-prometheus-client), /healthz and /readyz while the node serves and stops."""
+python3-prometheus-client), /healthz and /readyz while the node serves and stops, and
+what the endpoint refuses: other methods and bodies, heads past 8 KiB, clients slower
+than its deadline, connections past its cap (while health still answers)."""
 
 import json
 import os
@@ -13,6 +15,7 @@ import urllib.error
 import urllib.request
 
 import numpy as np
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import rackweave
@@ -98,6 +101,18 @@ def wait_ready(node):
         time.sleep(0.1)
 
 
+def snapshot_after(node, t):
+    """The families of the first snapshot the node began after monotonic time `t` (it
+    refreshes once a second: rw_metrics_snapshot_age_seconds says how old one is)."""
+    deadline = time.monotonic() + 10
+    while True:
+        fams = families(get(node.url("/metrics"))[1])
+        if time.monotonic() - value(fams, "rw_metrics_snapshot_age_seconds") > t:
+            return fams
+        assert time.monotonic() < deadline, "no new snapshot in 10 s"
+        time.sleep(0.1)
+
+
 def test_metrics_parse_and_follow_a_job():
     node = Node("--stats-interval-s", "1")
     try:
@@ -136,7 +151,7 @@ def test_metrics_parse_and_follow_a_job():
         runner.start()
         try:
             at_end.wait()
-            busy = families(get(node.url("/metrics"))[1])
+            busy = snapshot_after(node, time.monotonic())
         finally:
             scraped.set()
             runner.join(timeout=90)
@@ -199,3 +214,263 @@ def test_a_busy_or_malformed_metrics_address_is_refused():
             assert "--metrics wants HOST:PORT" in r.stderr
     finally:
         first.stop()
+
+
+def metrics_port(node):
+    return int(node.metrics.rsplit(":", 1)[1])
+
+
+def connect(node):
+    return socket.create_connection(("127.0.0.1", metrics_port(node)), timeout=5)
+
+
+def read_reply(s, timeout=5):
+    """(status, bytes, closed): what the server sent until it closed or `timeout` passed."""
+    s.settimeout(timeout)
+    data, closed = b"", False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            break
+        except ConnectionResetError:
+            closed = True
+            break
+        if not chunk:
+            closed = True
+            break
+        data += chunk
+    status = int(data[9:12]) if data.startswith(b"HTTP/1.") and len(data) >= 12 else None
+    return status, data, closed
+
+
+def timed_health(node):
+    t0 = time.monotonic()
+    status, _ = get(node.url("/healthz"), timeout=2)
+    return status, time.monotonic() - t0
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_post_is_refused_on_its_head_and_its_body_never_read():
+    node = Node()
+    try:
+        wait_ready(node)
+        ten_mb = 10 << 20
+        with connect(node) as s:
+            s.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % ten_mb)
+            status, data, closed = read_reply(s, timeout=3)
+            assert status == 405 and closed, data
+            assert b"\r\nAllow: GET, HEAD\r\n" in data
+            with pytest.raises(OSError):  # the server has gone: the body cannot all go
+                s.settimeout(5)
+                s.sendall(b"x" * ten_mb)
+        # Ten POSTs pushing their bodies at once: the node does not take them in.
+        before = rss_kib(node.proc.pid)
+
+        def push():
+            try:
+                with connect(node) as s:
+                    s.sendall(b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % ten_mb
+                              + b"x" * ten_mb)
+            except OSError:
+                pass
+
+        pushers = [threading.Thread(target=push) for _ in range(10)]
+        for t in pushers:
+            t.start()
+        for t in pushers:
+            t.join(timeout=30)
+        assert rss_kib(node.proc.pid) - before < 16 * 1024
+        # A GET announcing a body, or chunked: 413.
+        for field in (b"Content-Length: 5", b"Transfer-Encoding: chunked"):
+            with connect(node) as s:
+                s.sendall(b"GET /metrics HTTP/1.1\r\n" + field + b"\r\n\r\n")
+                status, data, closed = read_reply(s, timeout=3)
+                assert status == 413 and closed, data
+        assert timed_health(node)[0] == 200
+    finally:
+        node.stop()
+
+
+def test_a_header_line_of_1_mb_is_refused_431():
+    node = Node()
+    try:
+        wait_ready(node)
+        line = b"GET /metrics HTTP/1.1\r\nX-Big: " + b"a" * (1 << 20)
+        with connect(node) as s:
+            s.sendall(line[:16384])
+            status, data, closed = read_reply(s, timeout=3)
+            assert status == 431 and closed, data
+            with pytest.raises(OSError):  # the rest, and 16 MB more, find no reader
+                s.settimeout(5)
+                s.sendall(line[16384:] + b"a" * (16 << 20))
+        assert timed_health(node)[0] == 200
+    finally:
+        node.stop()
+
+
+def test_tricklers_are_cut_at_the_deadline_while_health_answers_at_once():
+    node = Node()
+    try:
+        wait_ready(node)
+        deadline = 5.0  # the endpoint's, from accept to the answer written
+        cut_after = [None, None]
+        done = threading.Event()
+
+        def trickle(i):
+            with connect(node) as s:
+                t0 = time.monotonic()
+                for b in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"s" * 100:
+                    if done.is_set():
+                        return
+                    try:
+                        s.sendall(bytes([b]))
+                        s.settimeout(0.5)  # one byte every 500 ms, unless cut meanwhile
+                        s.recv(1)  # an answer (408) or the end: cut
+                        cut_after[i] = time.monotonic() - t0
+                        return
+                    except socket.timeout:
+                        continue
+                    except OSError:
+                        cut_after[i] = time.monotonic() - t0
+                        return
+
+        tricklers = [threading.Thread(target=trickle, args=(i,)) for i in range(2)]
+        for t in tricklers:
+            t.start()
+        t0 = time.monotonic()
+        latencies = []
+        while time.monotonic() - t0 < deadline + 1.5:
+            status, took = timed_health(node)
+            if took >= 0.1:  # once more at once: a loaded machine may have paused us
+                status, took = timed_health(node)
+            assert status == 200
+            latencies.append(took)
+            time.sleep(0.1)
+        done.set()
+        for t in tricklers:
+            t.join(timeout=10)
+        assert max(latencies) < 0.1, latencies
+        for c in cut_after:
+            assert c is not None and deadline - 0.6 <= c <= deadline + 1.0, cut_after
+    finally:
+        node.stop()
+
+
+def test_connections_past_the_cap_are_refused_while_health_answers():
+    node = Node()
+    held = []
+    try:
+        wait_ready(node)
+        held = [connect(node) for _ in range(64)]  # the cap, each saying nothing
+        time.sleep(0.3)
+        with connect(node) as s:  # one past it: a scrape is told to come back
+            s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            status, data, closed = read_reply(s, timeout=3)
+            assert status == 503 and closed, data
+        status, took = timed_health(node)
+        assert status == 200 and took < 0.1, (status, took)
+        # The reserve for health (8) taken too: the next is closed at once.
+        held += [connect(node) for _ in range(8)]
+        time.sleep(0.3)
+        with connect(node) as s:
+            t0 = time.monotonic()
+            status, data, closed = read_reply(s, timeout=3)
+            assert closed and time.monotonic() - t0 < 0.5, data
+        # The silent reserve goes after a second; health answers again.
+        time.sleep(1.2)
+        status, took = timed_health(node)
+        assert status == 200 and took < 0.1, (status, took)
+    finally:
+        for s in held:
+            s.close()
+        node.stop()
+
+
+def test_scrapes_read_a_snapshot_refreshed_once_a_second():
+    node = Node()
+    try:
+        wait_ready(node)
+        first = families(get(node.url("/metrics"))[1])
+        before = value(first, "rw_metrics_snapshot_refreshes_total")
+        # Sixteen scrapers as fast as they can for 3 s.
+        t0 = time.monotonic()
+        ages, counts, bad = [], [0] * 16, []
+
+        def scrape(i):
+            while time.monotonic() - t0 < 3:
+                status, body = get(node.url("/metrics"))
+                if status != 200:
+                    bad.append(status)
+                    continue
+                ages.append(value(families(body), "rw_metrics_snapshot_age_seconds"))
+                counts[i] += 1
+
+        scrapers = [threading.Thread(target=scrape, args=(i,)) for i in range(16)]
+        for t in scrapers:
+            t.start()
+        for t in scrapers:
+            t.join(timeout=30)
+        took = time.monotonic() - t0
+        after = value(families(get(node.url("/metrics"))[1]),
+                      "rw_metrics_snapshot_refreshes_total")
+        assert not bad, bad
+        assert sum(counts) > 32
+        # The node's actors were asked once a second, not once per scrape.
+        assert after - before <= took + 2, (before, after, sum(counts))
+        assert max(ages) <= 1.5, max(ages)
+        assert timed_health(node)[0] == 200
+    finally:
+        node.stop()
+
+
+def test_a_metrics_token_guards_metrics_and_leaves_health_open():
+    tmp = tempfile.mkdtemp(prefix="rw-metrics-token-")
+    path = os.path.join(tmp, "token")
+    token = "a-metrics-token-0123456789abcdef"
+    with open(path, "w") as f:
+        f.write(token + "\n")
+    os.chmod(path, 0o600)
+    node = Node("--metrics-token-file", path)
+    try:
+        wait_ready(node)
+
+        def scrape(auth):
+            req = urllib.request.Request(node.url("/metrics"))
+            if auth is not None:
+                req.add_header("Authorization", auth)
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        status, body = scrape(None)
+        assert status == 401 and "rw_job" not in body and "rw_node_info" not in body
+        assert scrape("Bearer wrong-token-0123456789abcdef")[0] == 401
+        assert scrape("Bearer " + token[:-1])[0] == 401
+        status, body = scrape("Bearer " + token)
+        assert status == 200 and "rw_node_info" in body
+        assert get(node.url("/healthz")) == (200, "ok\n")
+        assert get(node.url("/readyz")) == (200, "ready\n")
+    finally:
+        node.stop()
+    # A token file others can read is refused, as the cluster secret's; and a token
+    # without an endpoint to protect is a usage error.
+    os.chmod(path, 0o644)
+    r = subprocess.run([os.environ["RW_NODE"], "--listen", "127.0.0.1:0", "--no-pin",
+                        "--metrics", "127.0.0.1:0", "--metrics-token-file", path],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1, r.stderr
+    assert "the metrics token file " + path + " is open to other users" in r.stderr
+    r = subprocess.run([os.environ["RW_NODE"], "--no-pin", "--metrics-token-file", path],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert "--metrics-token-file protects the --metrics endpoint" in r.stderr

@@ -1,9 +1,14 @@
 // The pieces of rw-node --metrics and its logs: the Prometheus text writer, the step
-// histogram, the HTTP endpoint's answers (start, serve, stop) and JSON log lines.
+// histogram, process stats and JSON log lines (the HTTP endpoint itself:
+// test_metrics_server.cpp).
 
 #include <catch2/catch.hpp>
-#include <httplib.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -12,7 +17,6 @@
 #include "apps/tools/logging.hpp"
 #include "actors/detail/refusal_log.hpp"
 #include "actors/node_metrics.hpp"
-#include "apps/tools/metrics_server.hpp"
 #include "runtime/process_stats.hpp"
 #include "runtime/prometheus.hpp"
 
@@ -61,79 +65,6 @@ TEST_CASE("process stats read this process from /proc") {
   CHECK(s.threads >= 1);
   CHECK(s.open_fds >= 3); // stdin, stdout, stderr
   CHECK(s.cpu_seconds >= 0);
-}
-
-namespace {
-
-struct answers {
-  std::string not_ready = "starting";
-  bool stopping = false;
-  bool metrics_fail = false;
-};
-
-} // namespace
-
-TEST_CASE("the metrics endpoint answers health as the node starts, serves and stops") {
-  answers a;
-  tools::metrics_server server("127.0.0.1:0", [&a] {
-    tools::metrics_server::handlers h;
-    h.metrics = [&a]() -> std::string {
-      if (a.metrics_fail)
-        throw std::runtime_error("an actor is gone");
-      return "rw_up 1\n";
-    };
-    h.not_ready = [&a] { return a.not_ready; };
-    h.stopping = [&a] { return a.stopping; };
-    return h;
-  }());
-  auto colon = server.address().rfind(':');
-  httplib::Client c{"127.0.0.1", std::stoi(server.address().substr(colon + 1))};
-  c.set_read_timeout(5, 0);
-  auto get = [&](const char* path) {
-    auto r = c.Get(path);
-    REQUIRE(r);
-    return std::make_pair(r->status, r->body);
-  };
-  // Starting: alive, not ready.
-  CHECK(get("/healthz") == std::make_pair(200, std::string("ok\n")));
-  CHECK(get("/readyz") == std::make_pair(503, std::string("starting\n")));
-  // Serving.
-  a.not_ready = "";
-  CHECK(get("/readyz") == std::make_pair(200, std::string("ready\n")));
-  auto m = c.Get("/metrics");
-  REQUIRE(m);
-  CHECK(m->status == 200);
-  CHECK(m->body == "rw_up 1\n");
-  CHECK(m->get_header_value("Content-Type") == prom::content_type);
-  CHECK(get("/other").first == 404);
-  // Degraded: readiness says what is missing; a failed scrape is a 500, not a crash.
-  a.not_ready = "not registered with the cluster coordinator yet";
-  CHECK(get("/readyz") ==
-        std::make_pair(503, std::string("not registered with the cluster coordinator yet\n")));
-  a.metrics_fail = true;
-  CHECK(get("/metrics") == std::make_pair(500, std::string("metrics failed: an actor is gone\n")));
-  // Stopping: neither alive nor ready.
-  a.stopping = true;
-  CHECK(get("/healthz") == std::make_pair(503, std::string("stopping\n")));
-  CHECK(get("/readyz") == std::make_pair(503, std::string("stopping\n")));
-  server.stop();
-  server.stop(); // idempotent
-  CHECK_FALSE(c.Get("/healthz"));
-}
-
-TEST_CASE("the metrics endpoint refuses a busy port and a malformed address") {
-  answers a;
-  tools::metrics_server::handlers h{[] { return std::string(); }, [] { return std::string(); },
-                                    [] { return false; }};
-  tools::metrics_server first("127.0.0.1:0", h);
-  try {
-    tools::metrics_server second(first.address(), h);
-    FAIL("a second server bound " << first.address());
-  } catch (const std::runtime_error& e) {
-    CHECK_THAT(e.what(), Catch::Contains("cannot open the metrics port " + first.address()));
-  }
-  for (auto bad : {"127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:x1", "127.0.0.1:65536"})
-    CHECK_THROWS_WITH(tools::metrics_server(bad, h), Catch::Contains("--metrics wants HOST:PORT"));
 }
 
 TEST_CASE("JSON log lines escape the message and name the node") {
