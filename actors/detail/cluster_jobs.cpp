@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/cluster_state.hpp"
+#include "runtime/checkpoint/files.hpp"
 #include "runtime/credentials.hpp"
 
 namespace rw::actors::detail {
@@ -325,6 +326,18 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
   if (!placement.restore.empty())
     if (auto why = check_restore(spec, placement.restore); !why.empty())
       return cluster_error(errc::invalid_spec, why);
+  if (!placement.checkpoint_dir.empty()) {
+    // A new job's periodic checkpoints go into a new or empty directory: never over
+    // another run's (a job restarted after a node's death keeps its own, cluster_recover).
+    try {
+      runtime::checkpoint::prepare_dir(placement.checkpoint_dir);
+    } catch (const runtime::checkpoint::checkpoint_error& e) {
+      spdlog::warn("job not created: job='{}' asked by {}: checkpoint_dir: {}", spec.name, by,
+                   e.what());
+      return cluster_error(errc::invalid_spec,
+                           fmt::format("job '{}': checkpoint_dir: {}", spec.name, e.what()));
+    }
+  }
   std::string why;
   auto nodes = place_job(st, placement, why);
   if (nodes.empty())

@@ -4,7 +4,6 @@
 // durably and answers with its manifest entry. And the other way: a restored job's
 // chunks homed here, read from whichever files hold them.
 
-#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -189,11 +188,11 @@ void on_periodic(rack_ptr self, uint32_t job_id, uint64_t clock, chunk_snapshot&
   auto file = std::move(part.file);
   job.periodic.erase(clock);
   auto dir = fmt::format("{}/clock-{:010}", job.checkpoint_dir, clock);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    spdlog::error("periodic checkpoint of job '{}' at clock {}: cannot create '{}': {}",
-                  job.spec.name, clock, dir, ec.message());
+  try {
+    ck::prepare_part_dir(dir); // 0700; never a link, never over a complete checkpoint
+  } catch (const ck::checkpoint_error& e) {
+    spdlog::error("periodic checkpoint of job '{}' at clock {} not written: {}",
+                  job.spec.name, clock, e.what());
     return;
   }
   // The cluster knows a hierarchical job by its own id, not its top level's.
