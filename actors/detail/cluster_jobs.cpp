@@ -310,8 +310,20 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
 } // namespace
 
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
-                                    const job_placement& placement, const std::string& by) {
+                                    const job_placement& asked, const std::string& by) {
   auto& st = self->state;
+  // Checkpoint paths resolved under --checkpoint-root (canonical: the nodes get these).
+  auto placement = asked;
+  try {
+    auto& root = st.settings.checkpoint_root;
+    if (!placement.restore.empty())
+      placement.restore = root.resolve(placement.restore, "restore");
+    if (!placement.checkpoint_dir.empty())
+      placement.checkpoint_dir = root.resolve(placement.checkpoint_dir, "checkpoint_dir");
+  } catch (const runtime::checkpoint::checkpoint_error& e) {
+    spdlog::warn("job not created: job='{}' asked by {}: {}", spec.name, by, e.what());
+    return cluster_error(errc::invalid_spec, fmt::format("job '{}': {}", spec.name, e.what()));
+  }
   // Tensors given here are the job's (workers read them); else the first worker declares.
   auto probe = spec;
   if (probe.tensors.empty())

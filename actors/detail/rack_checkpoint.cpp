@@ -102,8 +102,16 @@ void write_file(rack_ptr self, std::string dir, std::shared_ptr<ck::chunk_file> 
 } // namespace
 
 caf::result<checkpoint_part> on_checkpoint(rack_ptr self, uint32_t job_id, uint64_t clock,
-                                           const std::string& dir) {
+                                           const std::string& asked) {
   auto& st = self->state;
+  std::string dir; // under this node's own --checkpoint-root, whatever the coordinator's
+  try {
+    // The coordinator names this node in the answer it gathers.
+    dir = st.settings.checkpoint_root.resolve(asked, "checkpoint directory");
+  } catch (const ck::checkpoint_error& e) {
+    spdlog::error("checkpoint of job {} refused: {}", job_id, e.what());
+    return cluster_error(errc::invalid_spec, e.what());
+  }
   auto rp = self->make_response_promise<checkpoint_part>();
   auto g = std::make_shared<gathered>();
   auto live = st.names.find(job_id); // a finished job's name is gone here: its id says it
