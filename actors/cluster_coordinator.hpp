@@ -149,6 +149,7 @@
 #include "actors/cluster_messages.hpp"
 #include "rackweave/defaults.hpp"
 #include "actors/messages.hpp"
+#include "runtime/checkpoint/root.hpp"
 #include "runtime/tenants.hpp"
 
 namespace rw::actors {
@@ -210,6 +211,8 @@ struct cluster_settings {
   runtime::tenant_registry tenants;
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_workers = defaults::max_workers;
+  /// Checkpoint and restore paths are taken under this root only (none without one).
+  runtime::checkpoint::checkpoint_root checkpoint_root;
   /// A node whose heartbeats stop for this long is gone.
   std::chrono::milliseconds node_timeout{defaults::node_timeout_ms};
   /// How long the coordinator waits for a node's answer (grant, status, stop).

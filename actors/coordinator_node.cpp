@@ -94,8 +94,10 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
   if (!cfg.cluster_secret_file.empty()) {
     cs.secret = runtime::read_secret_file(cfg.cluster_secret_file);
   } else {
-    spdlog::warn("cluster: no --cluster-secret-file: any process that reaches the control "
-                 "address can register nodes and create, stop or delete jobs");
+    // rw-node refused to start this way on an address other hosts reach, unless
+    // --insecure (it warned then, runtime/control_exposure.hpp).
+    spdlog::info("cluster: no --cluster-secret-file: any process that reaches the control "
+                 "address {} can register nodes and create, stop or delete jobs", control.to_string());
   }
   if (!cfg.tenants_file.empty()) {
     if (cs.secret.empty())
@@ -109,6 +111,7 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
     spdlog::info("cluster: {} tenant(s) from {}: [{}]", names.size(), cfg.tenants_file,
                  fmt::join(names, ", "));
   }
+  cs.checkpoint_root = runtime::checkpoint::checkpoint_root{cfg.checkpoint_root};
   cs.max_chunk_bytes = cfg.max_chunk_bytes;
   cs.max_workers = cfg.max_workers;
   cs.node_timeout = std::chrono::milliseconds(cfg.node_timeout_ms);

@@ -178,6 +178,12 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   cs.max_open_jobs_per_peer = cfg.max_open_jobs_per_peer;
   cs.balance_interval = std::chrono::milliseconds(cfg.balance ? cfg.balance_ms : 0);
   cs.balance_ratio = cfg.balance_ratio;
+  try {
+    cs.checkpoint_root = runtime::checkpoint::checkpoint_root{cfg.checkpoint_root};
+  } catch (const std::exception& e) {
+    failure = e.what();
+    check();
+  }
   coordinator_ = spawn_rack_coordinator(sys, cs, shards_);
   link_settings ls;
   ls.node.name = name;

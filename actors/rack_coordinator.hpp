@@ -139,6 +139,7 @@
 #include "actors/chunk_shard.hpp"
 #include "actors/cluster_messages.hpp"
 #include "actors/messages.hpp"
+#include "runtime/checkpoint/root.hpp"
 
 namespace rw::actors {
 
@@ -219,6 +220,9 @@ struct coordinator_settings {
   std::chrono::milliseconds balance_interval{0};
   double balance_ratio = defaults::balance_ratio;
   uint32_t balance_windows = defaults::balance_windows;
+  /// This node writes checkpoints and reads restores under this root only (none
+  /// without one), whatever the coordinator asks.
+  runtime::checkpoint::checkpoint_root checkpoint_root;
 };
 
 rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,

@@ -27,6 +27,8 @@
 #include "actors/coordinator_node.hpp"
 #include "actors/node_metrics.hpp"
 #include "actors/rack_agg_node.hpp"
+#include "runtime/checkpoint/root.hpp"
+#include "runtime/control_exposure.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/node_config.hpp"
 #include "runtime/placement.hpp"
@@ -69,6 +71,11 @@ const char* description =
   "metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP; /metrics\n"
   "names every job on the node (tenants' too): bind it to a private address, and\n"
   "give --metrics-token-file to ask scrapers for a bearer token.\n\n"
+  "The control plane: without --cluster-secret-file (or TLS) every process that\n"
+  "reaches the coordinator's control port is an operator, so rw-node refuses to start\n"
+  "(exit 2) unless the control port and every --listen address are loopback or\n"
+  "--insecure is given. Checkpoints and restores take paths under --checkpoint-root\n"
+  "only (none without it).\n\n"
   "Exit codes: 0 stopped by a signal, 1 it failed (could not start, a port is busy),\n"
   "2 a usage or configuration error.";
 
@@ -161,10 +168,18 @@ int main(int argc, char** argv) {
     rw::tools::setup_node_logging(
       {cfg.log_file, cfg.log_format, cfg.log_max_mib, cfg.log_files, cfg.log_level},
       cfg.name.empty() ? host_name() : cfg.name);
+    // An open control plane only on loopback, or when the operator says so.
+    if (auto why = rw::runtime::exposure_refusal(cfg); !why.empty())
+      throw std::runtime_error(why);
+    (void)rw::runtime::checkpoint::checkpoint_root{cfg.checkpoint_root}; // an existing directory
   } catch (const std::exception& e) {
     spdlog::error("bad configuration: {}", e.what());
     return 2;
   }
+  if (auto open = rw::runtime::exposure_warning(cfg); !open.empty())
+    spdlog::warn("{}", open);
+  if (cfg.checkpoint_root.empty())
+    spdlog::info("no --checkpoint-root: checkpoints and restores are refused on this node");
 
 
   caf::actor_system_config sys_cfg;

@@ -92,7 +92,7 @@ coord=127.0.0.1:$coord_port
 coord_pid=
 start_coordinator() {
   "$node_bin" --role coordinator --name coord --listen "$coord" --state-db "$tmp/state.db" \
-    --log-level info >>"$tmp/coord.log" 2>&1 &
+    --checkpoint-root "$tmp" --log-level info >>"$tmp/coord.log" 2>&1 &
   coord_pid=$!
   pids+=("$coord_pid")
 }
@@ -104,7 +104,8 @@ start_node() {
   local i=$1
   rm -f "$tmp/port$i"
   "$node_bin" --role rack-agg --name "n$i" --rack "${racks[i]}" --listen 127.0.0.1:0 \
-    --port-file "$tmp/port$i" --coordinator "$coord" --log-level info >>"$tmp/n$i.log" 2>&1 &
+    --port-file "$tmp/port$i" --coordinator "$coord" --checkpoint-root "$tmp" --log-level info \
+    >>"$tmp/n$i.log" 2>&1 &
   pids+=("$!")
   node_pid[i]=$!
   wait_for_port "$tmp/port$i" "$!" || { note "node n$i did not start"; cat "$tmp/n$i.log" >&2; exit 1; }

@@ -206,7 +206,8 @@ record() { echo "$*" >>"$tmp/results"; }
 start_nodes() {
   local k args
   for ((k = 0; k < racks; k++)); do
-    args=(--role rack-agg --name "n$k" --rack "$(rack_name "$k")"
+    # --insecure: veth addresses inside this script's own namespaces, no cluster secret.
+    args=(--role rack-agg --name "n$k" --rack "$(rack_name "$k")" --insecure
       --listen "$(agg_addr "$k"):$port" --log-level info --port-file "$tmp/port.$k")
     [[ $1 == probe ]] || args+=(
       --uplink-gbps "$(awk -v b="$agg_bps" 'BEGIN { print b / 1e9 }')"

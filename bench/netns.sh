@@ -186,7 +186,9 @@ say "rack: $workers worker hosts on $rate links, 1 rack-agg host on $agg_links x
 # the others as its welcome tells them.
 listens=()
 for ((k = 0; k < agg_links; k++)); do listens+=(--listen "$(agg_addr "$k"):$port"); done
-node_args=(--role rack-agg --open-jobs "${listens[@]}" --log-level warn)
+# --insecure: the node listens on veth addresses inside this script's own namespaces,
+# with no cluster secret (rw-node refuses that otherwise).
+node_args=(--role rack-agg --open-jobs --insecure "${listens[@]}" --log-level warn)
 # Rank 0 paces the run (rw-bench comm-worker): it runs warm-up + --iters iterations and
 # then creates the stop file; the other ranks run until they see it. Without one they
 # would push a step rank 0 never joins and fail when it leaves. --barrier: a step starts

@@ -288,8 +288,23 @@ std::vector<option_def> option_table(node_config& c) {
     def("cluster.secret_file", "--cluster-secret-file",
         "file holding the cluster secret (first line, 16+ characters, chmod 600): the "
         "coordinator hears only nodes and shells that prove it; members and rw-shell "
-        "give the same file. Empty: the control plane is open to anyone who reaches it",
+        "give the same file. Empty: the control plane is open to anyone who reaches it, "
+        "so the node refuses to start unless its control port and --listen addresses are "
+        "loopback (127.0.0.0/8, ::1, localhost), TLS is on, or --insecure is given",
         c.cluster_secret_file),
+    def("cluster.insecure", "--insecure",
+        "start without --cluster-secret-file (and without TLS) although the control port "
+        "or a --listen address is reachable from other hosts: every process that reaches "
+        "the control port is an operator (creates, stops and deletes jobs, drains nodes, "
+        "takes checkpoints). Logs a warning naming what is open",
+        c.insecure),
+    def("checkpoint.root", "--checkpoint-root",
+        "directory (existing) under which checkpoints are written and restored from: "
+        "rw.checkpoint's directory and a job's restore and checkpoint_dir must resolve "
+        "under it (a relative path is taken under it; '..' or a symbolic link leading "
+        "out is refused). Every node and the coordinator check against their own. "
+        "Empty: no checkpoint or restore path is taken",
+        c.checkpoint_root),
     def("cluster.tenants_file", "--tenants-file",
         "coordinator: TOML file of tenants (one table each: secret_file, max_jobs, "
         "max_workers, max_memory_mib; config/examples/tenants.toml). A shell that proves "

@@ -63,6 +63,12 @@ struct node_config {
   std::string control;                   // the coordinator's middleman HOST:PORT
   bool open_jobs = false;                // a worker's hello may create a job, no token
   std::string cluster_secret_file;       // nodes and shells prove this secret; "" = none
+  /// Start without a secret although the control port or --listen is reachable beyond
+  /// this host (runtime/control_exposure.hpp); a warning names what is open.
+  bool insecure = false;
+  /// Checkpoints and restores only under this directory (runtime/checkpoint/root.hpp);
+  /// "" = none: every checkpoint or restore path is refused.
+  std::string checkpoint_root;
   std::string tenants_file;              // coordinator: tenants (runtime/tenants.hpp); "" = none
   // TLS on the control plane (CAF's OpenSSL module): PEM files, all three or none.
   std::string tls_cert;                  // this node's certificate (chain)

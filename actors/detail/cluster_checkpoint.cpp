@@ -237,10 +237,17 @@ caf::result<checkpoint_info> checkpoint_job(cluster_ptr self, const std::string&
     return cluster_error(errc::unknown_job, fmt::format("no job named '{}'", name));
   if (dir.empty())
     return cluster_error(errc::invalid_spec, "checkpoint: give a directory");
+  std::string where; // the directory under --checkpoint-root, canonical
+  try {
+    where = self->state.settings.checkpoint_root.resolve(dir, "directory");
+  } catch (const ck::checkpoint_error& e) {
+    spdlog::warn("checkpoint refused: job='{}': {}", name, e.what());
+    return cluster_error(errc::invalid_spec, e.what());
+  }
   auto rp = self->make_response_promise<checkpoint_info>();
-  spdlog::info("checkpoint asked: job='{}' dir='{}' clock={}", name, dir,
+  spdlog::info("checkpoint asked: job='{}' dir='{}' clock={}", name, where,
                clock == 0 ? std::string{"(next)"} : std::to_string(clock));
-  take(self, n->second, dir, clock, [self, rp, name](caf::expected<checkpoint_info> r) mutable {
+  take(self, n->second, where, clock, [self, rp, name](caf::expected<checkpoint_info> r) mutable {
     if (!r) {
       spdlog::error("checkpoint of job '{}' failed: {}", name, describe(self->system(), r.error()));
       rp.deliver(r.error());

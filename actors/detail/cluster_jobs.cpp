@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/cluster_state.hpp"
+#include "runtime/checkpoint/files.hpp"
 #include "runtime/credentials.hpp"
 
 namespace rw::actors::detail {
@@ -314,8 +315,20 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
 } // namespace
 
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
-                                    const job_placement& placement, const std::string& by) {
+                                    const job_placement& asked, const std::string& by) {
   auto& st = self->state;
+  // Checkpoint paths resolved under --checkpoint-root (canonical: the nodes get these).
+  auto placement = asked;
+  try {
+    auto& root = st.settings.checkpoint_root;
+    if (!placement.restore.empty())
+      placement.restore = root.resolve(placement.restore, "restore");
+    if (!placement.checkpoint_dir.empty())
+      placement.checkpoint_dir = root.resolve(placement.checkpoint_dir, "checkpoint_dir");
+  } catch (const runtime::checkpoint::checkpoint_error& e) {
+    spdlog::warn("job not created: job='{}' asked by {}: {}", spec.name, by, e.what());
+    return cluster_error(errc::invalid_spec, fmt::format("job '{}': {}", spec.name, e.what()));
+  }
   // Tensors given here are the job's (workers read them); else the first worker declares.
   auto probe = spec;
   if (probe.tensors.empty())
@@ -330,6 +343,18 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
   if (!placement.restore.empty())
     if (auto why = check_restore(spec, placement.restore); !why.empty())
       return cluster_error(errc::invalid_spec, why);
+  if (!placement.checkpoint_dir.empty()) {
+    // A new job's periodic checkpoints go into a new or empty directory: never over
+    // another run's (a job restarted after a node's death keeps its own, cluster_recover).
+    try {
+      runtime::checkpoint::prepare_dir(placement.checkpoint_dir);
+    } catch (const runtime::checkpoint::checkpoint_error& e) {
+      spdlog::warn("job not created: job='{}' asked by {}: checkpoint_dir: {}", spec.name, by,
+                   e.what());
+      return cluster_error(errc::invalid_spec,
+                           fmt::format("job '{}': checkpoint_dir: {}", spec.name, e.what()));
+    }
+  }
   std::string why;
   auto nodes = place_job(st, placement, why);
   if (nodes.empty())

@@ -4,7 +4,6 @@
 // durably and answers with its manifest entry. And the other way: a restored job's
 // chunks homed here, read from whichever files hold them.
 
-#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -103,8 +102,16 @@ void write_file(rack_ptr self, std::string dir, std::shared_ptr<ck::chunk_file> 
 } // namespace
 
 caf::result<checkpoint_part> on_checkpoint(rack_ptr self, uint32_t job_id, uint64_t clock,
-                                           const std::string& dir) {
+                                           const std::string& asked) {
   auto& st = self->state;
+  std::string dir; // under this node's own --checkpoint-root, whatever the coordinator's
+  try {
+    // The coordinator names this node in the answer it gathers.
+    dir = st.settings.checkpoint_root.resolve(asked, "checkpoint directory");
+  } catch (const ck::checkpoint_error& e) {
+    spdlog::error("checkpoint of job {} refused: {}", job_id, e.what());
+    return cluster_error(errc::invalid_spec, e.what());
+  }
   auto rp = self->make_response_promise<checkpoint_part>();
   auto g = std::make_shared<gathered>();
   auto live = st.names.find(job_id); // a finished job's name is gone here: its id says it
@@ -189,11 +196,11 @@ void on_periodic(rack_ptr self, uint32_t job_id, uint64_t clock, chunk_snapshot&
   auto file = std::move(part.file);
   job.periodic.erase(clock);
   auto dir = fmt::format("{}/clock-{:010}", job.checkpoint_dir, clock);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    spdlog::error("periodic checkpoint of job '{}' at clock {}: cannot create '{}': {}",
-                  job.spec.name, clock, dir, ec.message());
+  try {
+    ck::prepare_part_dir(dir); // 0700; never a link, never over a complete checkpoint
+  } catch (const ck::checkpoint_error& e) {
+    spdlog::error("periodic checkpoint of job '{}' at clock {} not written: {}",
+                  job.spec.name, clock, e.what());
     return;
   }
   // The cluster knows a hierarchical job by its own id, not its top level's.

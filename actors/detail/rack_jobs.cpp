@@ -161,6 +161,19 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
                name, g.job_id, g.spec.num_workers, to_string(g.spec.consistency),
                to_string(g.spec.optimizer.kind), g.spec.chunk_bytes,
                fmt::join(g.layout.nodes, ","), g.layout.reduction, g.layout.ring_version);
+  // The coordinator resolved the paths under its root; this node writes and reads only
+  // under its own.
+  try {
+    auto& root = st.settings.checkpoint_root;
+    if (!g.restore.empty())
+      g.restore = root.resolve(g.restore, fmt::format("node {}: restore", st.settings.node_name));
+    if (!g.checkpoint_dir.empty())
+      g.checkpoint_dir = root.resolve(
+        g.checkpoint_dir, fmt::format("node {}: checkpoint_dir", st.settings.node_name));
+  } catch (const runtime::checkpoint::checkpoint_error& e) {
+    spdlog::warn("job refused: job='{}' id={}: {}", name, g.job_id, e.what());
+    return cluster_error(errc::invalid_spec, e.what());
+  }
   if (g.joining && (is_hierarchical(g.layout) || g.spec.tensors.empty()))
     return cluster_error(errc::invalid_spec,
                          fmt::format("node {} cannot join job '{}': only a flat job whose "

@@ -1,5 +1,6 @@
 #include "runtime/checkpoint/manifest.hpp"
 
+#include <algorithm>
 #include <map>
 
 #include "runtime/checkpoint/detail/capnp_bytes.hpp"
@@ -67,8 +68,13 @@ void write_manifest(const std::string& dir, const manifest& m) {
 
 namespace {
 
-// Every chunk of every tensor is in exactly one file.
+// Every chunk of every tensor is in exactly one file, and every id a file names is one
+// of the job's: the indexes are bounded here, before anything (a routing table) indexes
+// with them.
 void check_coverage(const std::string& dir, const manifest& m) {
+  std::vector<uint32_t> counts;
+  for (auto& t : m.spec.tensors)
+    counts.push_back(chunk_layout{t.elements, m.spec.chunk_bytes}.count());
   std::map<std::pair<uint32_t, uint32_t>, const std::string*> seen;
   for (auto& e : m.files)
     for (auto& id : e.chunks) {
@@ -76,26 +82,40 @@ void check_coverage(const std::string& dir, const manifest& m) {
         throw checkpoint_error(fmt::format("checkpoint '{}': file {} names tensor #{}, the "
                                            "job has {} tensors", dir, e.name, id.first,
                                            m.spec.tensors.size()));
+      if (id.second >= counts[id.first])
+        throw checkpoint_error(fmt::format("checkpoint '{}': file {} names chunk {}/{}, "
+                                           "tensor '{}' has {} chunks", dir, e.name, id.first,
+                                           id.second, m.spec.tensors[id.first].name,
+                                           counts[id.first]));
       auto [it, fresh] = seen.emplace(id, &e.name);
       if (!fresh)
         throw checkpoint_error(fmt::format("checkpoint '{}': chunk {}/{} is in both {} and {}",
                                            dir, id.first, id.second, *it->second, e.name));
     }
-  for (uint32_t t = 0; t < m.spec.tensors.size(); ++t) {
-    auto count = chunk_layout{m.spec.tensors[t].elements, m.spec.chunk_bytes}.count();
-    for (uint32_t c = 0; c < count; ++c)
+  for (uint32_t t = 0; t < m.spec.tensors.size(); ++t)
+    for (uint32_t c = 0; c < counts[t]; ++c)
       if (seen.count({t, c}) == 0)
         throw checkpoint_error(fmt::format("checkpoint '{}': no file holds chunk {}/{} "
                                            "(tensor '{}')", dir, t, c,
                                            m.spec.tensors[t].name));
+}
+
+// The most bytes a chunk file holding `e`'s chunks can take: each chunk's parameters and
+// up to two optimizer arrays, with Cap'n Proto's framing, pointers and padding.
+uint64_t chunk_file_bound(const manifest& m, const file_entry& e) {
+  uint64_t bound = 4096 + 64 * uint64_t{m.spec.name.size()};
+  for (auto& [t, c] : e.chunks) {
+    auto floats = chunk_layout{m.spec.tensors[t].elements, m.spec.chunk_bytes}.length(c);
+    bound += 3 * ((uint64_t{floats} * sizeof(float) + 7) / 8 * 8) + 128;
   }
+  return std::min(bound, max_chunk_file_bytes);
 }
 
 } // namespace
 
 manifest read_manifest(const std::string& dir) {
   auto what = fmt::format("manifest of '{}'", dir);
-  auto m = detail::read_message(read_all(dir, manifest_name), what,
+  auto m = detail::read_message(read_all(dir, manifest_name, max_manifest_bytes), what,
                                 [&](capnp::MessageReader& reader) {
     auto root = reader.getRoot<schema::ckpt::Manifest>();
     if (root.getFormat() != format_version)
@@ -145,12 +165,22 @@ manifest read_manifest(const std::string& dir) {
   if (m.spec.chunk_bytes == 0 || m.spec.chunk_bytes % sizeof(float) != 0)
     throw checkpoint_error(fmt::format("checkpoint: {} has chunk size {}", what,
                                        m.spec.chunk_bytes));
+  // Tensor sizes and the chunk count bounded as for any job (the coverage check below
+  // walks every chunk).
+  if (auto why = validate(m.spec, UINT32_MAX - 3, UINT32_MAX); !why.empty())
+    throw checkpoint_error(fmt::format("checkpoint: {} holds a job spec no job could have: {}",
+                                       what, why));
   check_coverage(dir, m);
   return m;
 }
 
 chunk_file read_chunk_file(const std::string& dir, const manifest& m, const file_entry& e) {
-  auto bytes = read_all(dir, e.name);
+  auto bound = chunk_file_bound(m, e);
+  if (e.bytes > bound)
+    throw checkpoint_error(fmt::format("checkpoint '{}': the manifest says {} is {} bytes; its "
+                                       "{} chunks take at most {}: refused unread",
+                                       dir, e.name, e.bytes, e.chunks.size(), bound));
+  auto bytes = read_all(dir, e.name, e.bytes);
   if (bytes.size() != e.bytes)
     throw checkpoint_error(fmt::format("checkpoint '{}': {} is {} bytes, the manifest says {}",
                                        dir, e.name, bytes.size(), e.bytes));
@@ -163,11 +193,37 @@ chunk_file read_chunk_file(const std::string& dir, const manifest& m, const file
   if (f.clock != m.clock)
     throw checkpoint_error(fmt::format("checkpoint '{}': {} is at clock {}, the manifest at {}",
                                        dir, e.name, f.clock, m.clock));
-  for (auto& c : f.chunks)
+  // Exactly the chunks the manifest lists for it (bounded by read_manifest), each of
+  // its chunk's length.
+  std::map<std::pair<uint32_t, uint32_t>, bool> listed;
+  for (auto& id : e.chunks)
+    listed.emplace(id, false);
+  for (auto& c : f.chunks) {
+    auto it = listed.find({c.tensor, c.chunk});
+    if (it == listed.end() || it->second)
+      throw checkpoint_error(fmt::format("checkpoint '{}': {} holds chunk {}/{} {}", dir, e.name,
+                                         c.tensor, c.chunk,
+                                         it == listed.end() ? "which the manifest does not list "
+                                                              "for it"
+                                                            : "twice"));
+    it->second = true;
     if (c.version != m.clock)
       throw checkpoint_error(fmt::format("checkpoint '{}': chunk {}/{} in {} is at version {}, "
                                          "the checkpoint at clock {}",
                                          dir, c.tensor, c.chunk, e.name, c.version, m.clock));
+    auto len = chunk_layout{m.spec.tensors[c.tensor].elements, m.spec.chunk_bytes}.length(c.chunk);
+    auto fits = [&](const std::vector<float>& xs, bool may_be_empty) {
+      return xs.size() == len || (may_be_empty && xs.empty());
+    };
+    if (!fits(c.params, false) || !fits(c.m, true) || !fits(c.v, true))
+      throw checkpoint_error(fmt::format("checkpoint '{}': chunk {}/{} in {} has {}/{}/{} "
+                                         "floats (parameters/m/v), the chunk {}",
+                                         dir, c.tensor, c.chunk, e.name, c.params.size(),
+                                         c.m.size(), c.v.size(), len));
+  }
+  if (f.chunks.size() != listed.size())
+    throw checkpoint_error(fmt::format("checkpoint '{}': {} holds {} chunks, the manifest "
+                                       "lists {}", dir, e.name, f.chunks.size(), listed.size()));
   return f;
 }
 

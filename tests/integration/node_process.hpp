@@ -2,6 +2,7 @@
 // An rw-node started for one test on 127.0.0.1 (a free port), stopped by PID when the
 // test ends, with its log in a temporary file the test can read.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -60,6 +61,12 @@ public:
     if (!how.coordinator.empty()) {
       argv.push_back("--coordinator");
       argv.push_back(how.coordinator);
+    }
+    // Checkpoints only under a root (none without one): the tests' directories are
+    // under /tmp (temp_path). A test that gives its own root keeps it.
+    if (std::find(extra.begin(), extra.end(), "--checkpoint-root") == extra.end()) {
+      argv.push_back("--checkpoint-root");
+      argv.push_back("/tmp");
     }
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc_.emplace_back(argv, false, log_path_);

@@ -223,6 +223,14 @@ TEST_CASE("checkpoint_every writes a checkpoint at every N-th clock, without the
   CHECK(entries == std::vector<std::string>{"clock-0000000002", "clock-0000000004"});
   // Each is a checkpoint like any other: clock 4 on one node, on to 5 steps.
   restore_and_verify(c, "from-4", "'n1'", c.nodes[1]->address(), at(4), 4, 5);
+  // A new job given this run's checkpoint_dir would write over its checkpoints.
+  auto again = c.create("again", 2, "adam",
+                        "node = 'n0', checkpoint_every = 2, checkpoint_dir = '" + every.path
+                          + "'", &err);
+  CHECK(again.empty());
+  CHECK_THAT(err, Catch::Contains("checkpoint_dir") && Catch::Contains("not empty")
+                    && Catch::Contains("another run"));
+  CHECK(c.coordinator.wait_for_log("job not created: job='again'"));
 }
 
 TEST_CASE("a node that dies during a checkpoint fails it with the reason and leaves no "

@@ -17,6 +17,7 @@
 #include "rackweave/defaults.hpp"
 #include "rackweave/worker.hpp"
 #include "tests/integration/expect_error.hpp"
+#include "tests/integration/job_options.hpp"
 #include "tests/integration/node_process.hpp"
 #include "tests/integration/raw_client.hpp"
 #include "transports/control.hpp"
@@ -27,22 +28,13 @@ using transports::frame_kind;
 
 namespace {
 
-job_spec one_chunk_job(const std::string& name, uint32_t workers) {
-  job_spec s;
-  s.name = name;
-  s.num_workers = workers;
-  s.chunk_bytes = 4096;
-  s.tensors = {{"t", 1000, false}};
-  return s;
+// A `workers`-rank job of one 1000-element tensor in one 4 KiB chunk, over TCP.
+worker_options options(const std::string& address, const std::string& job, uint32_t rank,
+                       uint32_t workers) {
+  return testing::job_options(address, job, rank, "tcp", 1000, workers);
 }
-
-worker_options options(const std::string& address, job_spec spec, uint32_t rank) {
-  worker_options o;
-  o.connect = address;
-  o.job = std::move(spec);
-  o.rank = rank;
-  o.request_timeout = std::chrono::seconds(20);
-  return o;
+job_spec one_chunk_job(const std::string& name, uint32_t workers) {
+  return options({}, name, 0, workers).job;
 }
 
 frame_header header(frame_kind kind, uint32_t payload = 0) {
@@ -99,7 +91,7 @@ size_t count(const std::string& text, const std::string& what) {
 }
 
 void check_node_serves(const std::string& address, const std::string& job) {
-  worker w{options(address, one_chunk_job(job, 1), 0)};
+  worker w{options(address, job, 0, 1)};
   std::vector<float> g(1000, 2.0f), out(1000, 0.0f);
   w.push_pull("t", g.data(), out.data()).get();
   CHECK(out[0] == 2.0f);
@@ -189,9 +181,9 @@ TEST_CASE("a stranger idle after its locate is closed", "[integration][bad][host
   CHECK(c.closed_by_peer());
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
   // A worker waiting for its job's other ranks is not a stranger: it is not cut.
-  worker first{options(node.address(), one_chunk_job("pair", 2), 0)};
+  worker first{options(node.address(), "pair", 0, 2)};
   std::this_thread::sleep_for(std::chrono::milliseconds(2000));
-  worker second{options(node.address(), one_chunk_job("pair", 2), 1)};
+  worker second{options(node.address(), "pair", 1, 2)};
   std::vector<float> g(1000, 1.0f), out0(1000), out1(1000);
   auto f0 = first.push_pull("t", g.data(), out0.data());
   second.push_pull("t", g.data(), out1.data()).get();
@@ -290,7 +282,7 @@ TEST_CASE("a push repeated while its step is open is answered once",
   REQUIRE(version0);
   REQUIRE(version0->header.kind == frame_kind::update);
   REQUIRE(version0->header.clock == 0);
-  worker w{options(node.address(), spec, 1)};
+  worker w{options(node.address(), spec.name, 1, 2)};
   std::vector<float> g1(1000, 2.0f), out(1000);
   w.push_pull("t", g1.data(), out.data()).get();
   CHECK(out[0] == 3.0f);

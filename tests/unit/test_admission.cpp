@@ -91,15 +91,29 @@ std::vector<std::byte> filled(size_t n, uint8_t seed) {
   return v;
 }
 
+// A node-like endpoint on 127.0.0.1: queued sends, strangers' payloads within `budget`
+// bytes (0: none), each frame of a stranger whole within `frame_ms` (0: no deadline).
+struct node_endpoint {
+  tcp::accept_policy policy;
+  std::unique_ptr<tcp::endpoint> ep;
+  tcp::address at;
+  node_endpoint(uint64_t budget, uint32_t frame_ms) {
+    policy.send_queue_bytes = 1u << 20;
+    if (budget > 0)
+      policy.stranger_bytes = std::make_shared<byte_budget>(budget);
+    ep = std::make_unique<tcp::endpoint>(std::chrono::milliseconds(2000),
+                                         receive_limits{1u << 20, 1u << 20, frame_ms}, policy);
+    at = ep->listen(tcp::parse_address("127.0.0.1:0"));
+  }
+};
+
 } // namespace
 
 TEST_CASE("interleaved connections gather their payloads apart", "[admission]") {
-  receive_limits limits{1u << 20, 1u << 20};
-  tcp::accept_policy policy;
-  policy.send_queue_bytes = 1u << 20;
-  policy.stranger_bytes = std::make_shared<byte_budget>(8u << 20);
-  tcp::endpoint ep{std::chrono::milliseconds(2000), limits, policy};
-  auto at = ep.listen(tcp::parse_address("127.0.0.1:0"));
+  node_endpoint node{8u << 20, 0};
+  auto& ep = *node.ep;
+  auto& at = node.at;
+  auto& policy = node.policy;
   gathering_sink sink;
   // Three connections, their payloads cut in pieces and sent in turns: a buffer shared
   // between them would be moved (resized) or overwritten under a half-read frame.
@@ -135,12 +149,10 @@ TEST_CASE("interleaved connections gather their payloads apart", "[admission]") 
 }
 
 TEST_CASE("a header's announced size takes nothing until its bytes come", "[admission]") {
-  receive_limits limits{1u << 20, 1u << 20};
-  tcp::accept_policy policy;
-  policy.send_queue_bytes = 1u << 20;
-  policy.stranger_bytes = std::make_shared<byte_budget>(1u << 20);
-  tcp::endpoint ep{std::chrono::milliseconds(2000), limits, policy};
-  auto at = ep.listen(tcp::parse_address("127.0.0.1:0"));
+  node_endpoint node{1u << 20, 0};
+  auto& ep = *node.ep;
+  auto& at = node.at;
+  auto& policy = node.policy;
   gathering_sink sink;
   std::vector<std::unique_ptr<raw_socket>> peers;
   for (int i = 0; i < 50; ++i) {
@@ -170,11 +182,9 @@ TEST_CASE("a header's announced size takes nothing until its bytes come", "[admi
 }
 
 TEST_CASE("a stranger's frame has a deadline; a joined peer's has none", "[admission]") {
-  receive_limits limits{1u << 20, 1u << 20, 300};
-  tcp::accept_policy policy;
-  policy.send_queue_bytes = 1u << 20;
-  tcp::endpoint ep{std::chrono::milliseconds(2000), limits, policy};
-  auto at = ep.listen(tcp::parse_address("127.0.0.1:0"));
+  node_endpoint node{0, 300};
+  auto& ep = *node.ep;
+  auto& at = node.at;
   gathering_sink sink;
   raw_socket stranger{at};
   stranger.send_header(hello(1000));
@@ -200,11 +210,9 @@ TEST_CASE("a stranger's frame has a deadline; a joined peer's has none", "[admis
 
 TEST_CASE("a stranger idle after a whole frame is closed; one waiting is not",
           "[admission]") {
-  receive_limits limits{1u << 20, 1u << 20, 300};
-  tcp::accept_policy policy;
-  policy.send_queue_bytes = 1u << 20;
-  tcp::endpoint ep{std::chrono::milliseconds(2000), limits, policy};
-  auto at = ep.listen(tcp::parse_address("127.0.0.1:0"));
+  node_endpoint node{0, 300};
+  auto& ep = *node.ep;
+  auto& at = node.at;
   gathering_sink sink;
   raw_socket idle{at};
   idle.send_header(hello(4));
