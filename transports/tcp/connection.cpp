@@ -418,7 +418,7 @@ bool connection::read_ready(frame_sink& sink) {
                     false);
       }
     }
-    if (timed_ && phase_ == phase::header && got_ == 0 && n > 0)
+    if (phase_ == phase::header && got_ == 0 && n > 0 && timing())
       frame_started_ = clock::now();
     got_ += static_cast<size_t>(n);
     if (phase_ == phase::payload && got_ > header_.payload_bytes) {
@@ -459,7 +459,7 @@ bool connection::read_ready(frame_sink& sink) {
     auto target = std::move(target_);
     target_ = {};
     framed_ = true;
-    if (timed_) {
+    if (timing()) {
       quiet_since_ = clock::now();
       frame_started_ = quiet_since_; // the next header's first bytes, if they came along
     }

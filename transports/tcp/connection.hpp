@@ -112,6 +112,11 @@ private:
   bool grow_gather(size_t bytes);
   // The gathered payload was handed over: its memory goes back.
   void release_gather() noexcept;
+  // Whether this connection's frames are timed now: accepted, and not joined (a joined
+  // worker's data path reads no clock for it).
+  bool timing() const noexcept {
+    return timed_ && admitted() != admission::joined;
+  }
 
   bool fail(frame_sink& sink, errc code, const std::string& why, bool tell_peer);
   // Writes the gather list under send_mtx_: all of it (blocking), or what the socket
