@@ -212,7 +212,7 @@ struct cluster_settings {
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_workers = defaults::max_workers;
   /// Checkpoint and restore paths are taken under this root only (none without one).
-  runtime::checkpoint::checkpoint_root checkpoint_root;
+  runtime::checkpoint::checkpoint_root checkpoint_root{};
   /// A node whose heartbeats stop for this long is gone.
   std::chrono::milliseconds node_timeout{defaults::node_timeout_ms};
   /// How long the coordinator waits for a node's answer (grant, status, stop).

@@ -222,7 +222,7 @@ struct coordinator_settings {
   uint32_t balance_windows = defaults::balance_windows;
   /// This node writes checkpoints and reads restores under this root only (none
   /// without one), whatever the coordinator asks.
-  runtime::checkpoint::checkpoint_root checkpoint_root;
+  runtime::checkpoint::checkpoint_root checkpoint_root{};
 };
 
 rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,
