@@ -383,7 +383,9 @@ TEST_CASE("a node out of file descriptors does not spin on its listener",
   auto cpu = cpu_seconds(pid) - cpu0;
   INFO("the node's CPU over 2 s while its listener had connections it could not accept: "
        << cpu << " s");
-  CHECK(cpu < 0.5); // a level-triggered listener once spun: about 2 s
+  // A level-triggered listener once spun a core: about 2 s. An idle node takes about
+  // 0.12 s here (its pollers' 2 ms waits), more under ASan: half a core is the line.
+  CHECK(cpu < 1.0);
   REQUIRE(::prlimit(pid, RLIMIT_NOFILE, &old, nullptr) == 0);
   waiting.clear();
   check_node_serves(node.address(), "after-emfile");
