@@ -56,7 +56,7 @@ one_run() {
   wait_for_port "$tmp/port" "$node_pid" || { note "node did not start"; cat "$tmp/node-$n.log" >&2; exit 1; }
   local address
   address=$(<"$tmp/port")
-  metrics=$(sed -n 's|.*metrics on http://\([0-9.]*:[0-9]*\)/metrics.*|\1|p' "$tmp/node-$n.log" | head -1)
+  metrics=$(sed -n '/metrics on http:/{s|.*metrics on http://\([0-9.]*:[0-9]*\)/metrics.*|\1|p;q}' "$tmp/node-$n.log")
   [[ -n $metrics ]] || { note "the node did not say where its metrics are"; cat "$tmp/node-$n.log" >&2; exit 1; }
   timeout -k 5 120 "$build/apps/rw-bench" comm --connect "$address" --workers 2 --bytes 4MiB \
     --iters 3 --warmup 0 --transport tcp --verify --json >"$tmp/warm-$n.json" \
