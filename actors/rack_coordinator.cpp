@@ -190,7 +190,7 @@ job_spec rack_part(rack_ptr self, job_info& job, const job_spec& spec) {
 }
 
 // The first worker of a job: the shards allocate its chunks, then the worker joins.
-void create_job(rack_ptr self, const hello_request& req, uint32_t id, binding_promise rp) {
+void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id, binding_promise rp) {
   auto& st = self->state;
   auto& spec = req.hello.spec;
   auto rank = req.hello.rank;
@@ -339,7 +339,7 @@ void admit(rack_ptr self, const hello_request& req, uint32_t id, binding_promise
     answer_with_resume(self, join_job(self, it->second, req), std::move(rp));
     return;
   }
-  create_job(self, req, id != 0 ? id : st.next_open_id++, std::move(rp));
+  create_rack_job(self, req, id != 0 ? id : st.next_open_id++, std::move(rp));
 }
 
 } // namespace detail

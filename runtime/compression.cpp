@@ -142,7 +142,7 @@ namespace {
 
 using detail::compression_table;
 
-bool cpu_has(const std::string& isa) {
+bool compression_cpu_has(const std::string& isa) {
   __builtin_cpu_init();
   if (isa == "scalar")
     return true;
@@ -159,7 +159,7 @@ bool cpu_has(const std::string& isa) {
   return false;
 }
 
-const compression_table& table(const std::string& isa) {
+const compression_table& compression_table_for(const std::string& isa) {
   static const compression_table scalar = detail::scalar_compression();
   static const compression_table avx2 = detail::avx2_compression();
   static const compression_table avx512 = detail::avx512_compression();
@@ -173,13 +173,14 @@ const compression_table& table(const std::string& isa) {
                               + "' (auto, scalar, avx2, avx512)");
 }
 
-std::atomic<const compression_table*>& current() {
-  static std::atomic<const compression_table*> chosen{&table(compression_isas().back())};
+std::atomic<const compression_table*>& current_compression() {
+  static std::atomic<const compression_table*> chosen{
+    &compression_table_for(compression_isas().back())};
   return chosen;
 }
 
 const compression_table& active() noexcept {
-  return *current().load(std::memory_order_relaxed);
+  return *current_compression().load(std::memory_order_relaxed);
 }
 
 /// The power of two for fp16_scale given the largest finite magnitude's bits.
@@ -200,7 +201,7 @@ float scale_for(uint32_t magnitude) noexcept {
 std::vector<std::string> compression_isas() {
   std::vector<std::string> out;
   for (auto* isa : {"scalar", "avx2", "avx512"})
-    if (cpu_has(isa))
+    if (compression_cpu_has(isa))
       out.emplace_back(isa);
   return out;
 }
@@ -211,13 +212,14 @@ const char* compression_isa() noexcept {
 
 void select_compression(const std::string& isa) {
   if (isa == "auto") {
-    current().store(&table(compression_isas().back()), std::memory_order_relaxed);
+    current_compression().store(&compression_table_for(compression_isas().back()),
+                                std::memory_order_relaxed);
     return;
   }
-  auto& t = table(isa);
-  if (!cpu_has(isa))
+  auto& t = compression_table_for(isa);
+  if (!compression_cpu_has(isa))
     throw std::invalid_argument("this CPU cannot run the " + isa + " compression path");
-  current().store(&t, std::memory_order_relaxed);
+  current_compression().store(&t, std::memory_order_relaxed);
 }
 
 // --- whole arrays ---------------------------------------------------------------------

@@ -6,9 +6,12 @@
 # (an instrumented library does not load into Debian's uninstrumented python3); they
 # run in the main build. apps/scripts/test.sh runs this after the main suite.
 #
-#   bash tests/sanitize.sh [--build-dir DIR] [--fuzz-seconds N] [-- CTEST-ARG...]
+#   bash tests/sanitize.sh [--build-dir DIR] [--fuzz-seconds N] [--build-only | --no-build]
+#                          [-- CTEST-ARG...]
 #
 #   --build-dir DIR    default ./build-asan
+#   --build-only       configure and build, run nothing
+#   --no-build         run what an earlier --build-only built
 #   --fuzz-seconds N   how long ctest runs each fuzz target (default 10)
 #   CTEST-ARG...       passed to ctest (e.g. -R fuzz_ to run the fuzz targets only)
 #
@@ -21,23 +24,33 @@ cd "$(dirname "$0")/.."
 dir=build-asan
 fuzz_seconds=10
 ctest_args=()
+build=1
+run=1
 while (($#)); do
   case $1 in
     --build-dir) dir=${2:?--build-dir needs a directory}; shift 2 ;;
+    --build-only) build=1; run=0; shift ;;
+    --no-build) build=0; run=1; shift ;;
     --fuzz-seconds) fuzz_seconds=${2:?--fuzz-seconds needs a number}; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; ctest_args=("$@"); break ;;
     *) echo "sanitize.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ $fuzz_seconds =~ ^[1-9][0-9]*$ ]] || { echo "sanitize.sh: --fuzz-seconds takes a whole number > 0" >&2; exit 2; }
 
-bash apps/scripts/setup.sh --packages-only
-cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
-    -DCMAKE_C_FLAGS_DEBUG="-O1 -gline-tables-only" -DRW_SANITIZE=address,undefined -DRW_FUZZ=ON \
-  -DRW_FUZZ_SMOKE_SECONDS="$fuzz_seconds" >/dev/null
-cmake --build "$dir" -j"${RW_JOBS:-2}"
+if ((build)); then
+  bash apps/scripts/setup.sh --packages-only
+  generator=()
+  [[ -f $dir/CMakeCache.txt ]] || generator=(-G Ninja) # a directory configured before keeps its own
+  cmake -S . -B "$dir" ${generator[@]+"${generator[@]}"} \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
+      -DCMAKE_C_FLAGS_DEBUG="-O1 -gline-tables-only" -DRW_SANITIZE=address,undefined -DRW_FUZZ=ON \
+    -DRW_FUZZ_SMOKE_SECONDS="$fuzz_seconds" >/dev/null
+  cmake --build "$dir" -j"${RW_JOBS:-2}"
+fi
+((run)) || exit 0
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=0}
 # hwloc's PCI plugin (libhwloc-plugins, which OpenMPI brings in for the peer benchmarks)

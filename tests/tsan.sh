@@ -4,17 +4,20 @@
 # shared-memory rings and completion backlogs, the buffer pool, the registration cache
 # and fabric slot pool, the shard's answer batching, the chunk state and the node-wide
 # budget for strangers' payloads (byte_budget, [admission]). A third build
-# directory (clang-14, -fsanitize=thread) builds the unit tests only.
+# directory (clang-14, -fsanitize=thread) builds only those tests (rw-tsan-tests) and
+# the layers they test: runtime, transports and the shard's CAF-free logic.
 #
 # Not here: the actors and the multi-process tests. CAF 0.17's runtime comes
 # uninstrumented from Debian, so its mailboxes' synchronisation is invisible to TSan
 # and every message between actors would be reported as a race; those run under
 # ASan + UBSan (tests/sanitize.sh) instead. apps/scripts/test.sh runs this after it.
 #
-#   bash tests/tsan.sh [--build-dir DIR] [-- CATCH-ARG...]
+#   bash tests/tsan.sh [--build-dir DIR] [--build-only | --no-build] [-- CATCH-ARG...]
 #
 #   --build-dir DIR   default ./build-tsan
-#   CATCH-ARG...      test names or tags for rw-unit-tests instead of the default set
+#   --build-only      configure and build, run nothing
+#   --no-build        run what an earlier --build-only built
+#   CATCH-ARG...      test names or tags for rw-tsan-tests instead of the default set
 #
 # A data race, or any other TSan report, fails the run (halt_on_error).
 set -euo pipefail
@@ -22,20 +25,30 @@ cd "$(dirname "$0")/.."
 
 dir=build-tsan
 tests=("[send_queue],[shm],[pool],[fabric],[answers],[chunk_state],[consistency],[balance],[admission]")
+build=1
+run=1
 while (($#)); do
   case $1 in
     --build-dir) dir=${2:?--build-dir needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --build-only) build=1; run=0; shift ;;
+    --no-build) build=0; run=1; shift ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; tests=("$@"); break ;;
     *) echo "tsan.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
-bash apps/scripts/setup.sh --packages-only
-cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
-  -DCMAKE_C_FLAGS_DEBUG="-O1 -gline-tables-only" -DRW_SANITIZE=thread >/dev/null
-cmake --build "$dir" -j"${RW_JOBS:-2}" --target rw-unit-tests
+if ((build)); then
+  bash apps/scripts/setup.sh --packages-only
+  generator=()
+  [[ -f $dir/CMakeCache.txt ]] || generator=(-G Ninja) # a directory configured before keeps its own
+  cmake -S . -B "$dir" ${generator[@]+"${generator[@]}"} \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
+    -DCMAKE_C_FLAGS_DEBUG="-O1 -gline-tables-only" -DRW_SANITIZE=thread >/dev/null
+  cmake --build "$dir" -j"${RW_JOBS:-2}" --target rw-tsan-tests
+fi
+((run)) || exit 0
 
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
-timeout -k 10 900 "$dir/tests/rw-unit-tests" "${tests[@]}"
+timeout -k 10 900 "$dir/tests/rw-tsan-tests" "${tests[@]}"

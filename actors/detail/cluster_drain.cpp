@@ -17,7 +17,7 @@ caf::result<std::string> drain_node(cluster_ptr self, const std::string& name) {
   auto& st = self->state;
   auto* node = live_node(st, name);
   if (node == nullptr)
-    return no_node(st, "rw.node_drain", name);
+    return no_live_node(st, "rw.node_drain", name);
   node->drained = true;
   auto node_id = node->info.id;
   auto run = std::make_shared<moves_run>();

@@ -83,7 +83,7 @@ caf::result<std::string> join_node(cluster_ptr self, const std::string& name) {
   auto& st = self->state;
   auto* node = live_node(st, name);
   if (node == nullptr)
-    return no_node(st, "rw.node_join", name);
+    return no_live_node(st, "rw.node_join", name);
   bool was_drained = node->drained;
   node->drained = false;
   auto node_id = node->info.id;

@@ -46,7 +46,7 @@ member* live_node(cluster_state& st, const std::string& name) {
   return nullptr;
 }
 
-caf::error no_node(const cluster_state& st, const char* call, const std::string& name) {
+caf::error no_live_node(const cluster_state& st, const char* call, const std::string& name) {
   std::vector<std::string> names;
   for (auto& [id, m] : st.nodes)
     names.push_back(m.info.name);

@@ -258,7 +258,7 @@ std::string unmovable(const job_entry& j);
 /// The live node named `name`, or null.
 member* live_node(cluster_state& st, const std::string& name);
 /// `call`'s error for a node name that no live node has (naming the live ones).
-caf::error no_node(const cluster_state& st, const char* call, const std::string& name);
+caf::error no_live_node(const cluster_state& st, const char* call, const std::string& name);
 
 /// Jobs moved one after another for one node (a drain, a join); the promise answered
 /// with summary(run, elapsed ms) once every job moved or stayed.

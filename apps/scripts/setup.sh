@@ -9,7 +9,7 @@ packages_only=0
 [[ ${1:-} == --packages-only ]] && packages_only=1
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config ninja-build
   libcaf-dev                # C++ Actor Framework 0.17.6
   libcaf-openssl0.17 libssl-dev openssl  # TLS on the control plane (--tls-*): CAF's module
   tcpdump                   # the TLS test checks a capture of the control port
@@ -48,7 +48,10 @@ fi
 ((packages_only)) && exit 0
 
 build_type=${RW_BUILD_TYPE:-RelWithDebInfo}
-cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" >/dev/null
+# Ninja for a new build directory; one configured before keeps its generator.
+generator=()
+[[ -f build/CMakeCache.txt ]] || generator=(-G Ninja)
+cmake -S . -B build ${generator[@]+"${generator[@]}"} -DCMAKE_BUILD_TYPE="$build_type" >/dev/null
 cmake --build build -j"${RW_JOBS:-2}"
 
 # `import rackweave` for Debian's /usr/bin/python3: a .pth file pointing at the build's

@@ -1,23 +1,85 @@
 #!/usr/bin/env bash
 # Sets everything up (Debian packages, build in ./build) and runs the whole test suite
-# through ctest: unit tests, multi-process integration tests on 127.0.0.1 and every
-# benchmark in its smoke mode, then the threaded unit tests under ThreadSanitizer
-# (tests/tsan.sh), then the unit and integration tests under ASan + UBSan and a short run
-# of every fuzz target (tests/sanitize.sh). Every test is
-# bounded in time, and every process a test starts is stopped by PID.
+# through ctest: unit tests and every benchmark in its smoke mode in ./build, then the
+# threaded unit tests under ThreadSanitizer (tests/tsan.sh), then the unit and the
+# multi-process integration tests (127.0.0.1) under ASan + UBSan and a short run of
+# every fuzz target (tests/sanitize.sh). Every test is bounded in time, and every
+# process a test starts is stopped by PID. At the end (pass or fail) it prints how long
+# each stage took.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-bash apps/scripts/setup.sh
+start=$SECONDS
+stage_lines=()
+# stage NAME COMMAND...: runs it, notes its time; a failure ends the run (set -e).
+stage() {
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  note_stage "$name" $((SECONDS - t0)) "$rc"
+  return "$rc"
+}
+note_stage() {
+  local failed=""
+  (($3 == 0)) || failed="   FAILED (exit $3)"
+  stage_lines+=("$(printf '%-40s %5d s%s' "$1" "$2" "$failed")")
+}
+builds_pid=
+finish() {
+  local rc=$?
+  if [[ -n $builds_pid ]] && kill -0 "$builds_pid" 2>/dev/null; then
+    kill -TERM -- "-$builds_pid" 2>/dev/null || kill -TERM "$builds_pid" 2>/dev/null || true
+    wait "$builds_pid" 2>/dev/null || true
+  fi
+  echo
+  echo "test.sh: time per stage"
+  printf '  %s\n' "${stage_lines[@]}"
+  printf '  %-40s %5d s\n' "total" $((SECONDS - start))
+  exit "$rc"
+}
+trap finish EXIT
+
+stage "setup (packages, ./build)" bash apps/scripts/setup.sh
 # The peers the benchmarks compare against (Gloo, OpenMPI, PyTorch): the suite runs
 # every benchmark in its smoke mode (tests/bench_smoke.cmake), peers and netns included.
-bash bench/setup-peers.sh
-ctest --test-dir build --output-on-failure --timeout 600 -j"${RW_TEST_JOBS:-2}"
+stage "peers (bench/setup-peers.sh)" bash bench/setup-peers.sh
+
+# The two sanitizer builds (clang-14) compile while the main suite runs: most of its
+# tests wait on processes, sockets and timers, and at the lowest priority (nice 19) the
+# compilers take only the CPU the tests leave. ThreadSanitizer first (./build-tsan: the
+# layers whose threads share memory outside CAF's mailboxes, and their unit tests),
+# then ASan + UBSan (./build-asan: everything, every fuzz target).
+fuzz_seconds=${RW_FUZZ_SECONDS:-10}
+builds_log=$(pwd)/build/sanitizer-builds.log
+builds_t0=$SECONDS
+set -m # the builds in a process group of their own, so a failure stops all of them
+nice -n 19 bash -c 'bash tests/tsan.sh --build-only &&
+  bash tests/sanitize.sh --build-only --fuzz-seconds "$1"' _ "$fuzz_seconds" \
+  >"$builds_log" 2>&1 &
+builds_pid=$!
+set +m
+
+# Everything but the multi-process integration tests (label `integration`), which run in
+# the ASan + UBSan build below: unit tests, benchmark smokes, Python, demos, scripts.
+stage "ctest ./build" ctest --test-dir build --output-on-failure --timeout 600 \
+  -j"${RW_TEST_JOBS:-2}" -LE '^integration$'
+
+t0=$SECONDS
+rc=0
+wait "$builds_pid" || rc=$?
+builds_pid=
+note_stage "sanitizer builds (after ctest ./build)" $((SECONDS - t0)) "$rc"
+note_stage "  (sanitizer builds in all)" $((SECONDS - builds_t0)) "$rc"
+if ((rc)); then
+  echo "test.sh: the sanitizer builds failed; the end of $builds_log:" >&2
+  tail -n 60 "$builds_log" >&2
+  exit "$rc"
+fi
 # The unit tests of code that threads share outside CAF's mailboxes (send queues, shm
-# rings, pools, fabric slots) under ThreadSanitizer (clang-14, ./build-tsan).
-bash tests/tsan.sh
+# rings, pools, fabric slots) under ThreadSanitizer.
+stage "tsan (run)" bash tests/tsan.sh --no-build
 # The unit and integration tests again under AddressSanitizer + UndefinedBehavior-
-# Sanitizer + LeakSanitizer (clang-14, ./build-asan), every process they start
-# instrumented too, and every libFuzzer target (tests/fuzz) 10 s in the same build; a
-# crash, leak, sanitizer report or violated property fails.
-bash tests/sanitize.sh --fuzz-seconds "${RW_FUZZ_SECONDS:-10}"
+# Sanitizer + LeakSanitizer, every process they start instrumented too, and every
+# libFuzzer target (tests/fuzz) for RW_FUZZ_SECONDS (10) in the same build; a crash,
+# leak, sanitizer report or violated property fails.
+stage "asan+ubsan, fuzz (run)" bash tests/sanitize.sh --no-build

@@ -14,6 +14,8 @@
 #include "tests/integration/node_process.hpp"
 #include "tests/integration/raw_client.hpp"
 
+namespace rw_integration_attach {
+
 using namespace rw;
 
 namespace {
@@ -137,3 +139,5 @@ TEST_CASE("a job with a token: the attach proof is keyed by it", "[integration][
   REQUIRE(f);
   CHECK(f->header.kind == transports::frame_kind::welcome);
 }
+
+} // namespace rw_integration_attach

@@ -15,6 +15,8 @@
 #include "tests/integration/raw_client.hpp"
 #include "transports/control.hpp"
 
+namespace rw_integration_bad_input {
+
 using namespace rw;
 using transports::frame_header;
 using transports::frame_kind;
@@ -617,3 +619,5 @@ TEST_CASE("bad hyper frames get clear answers and change nothing", "[integration
   CHECK(s->header.error_code == errc::not_joined);
   check_node_serves(node.address(), "after-hyper-bad");
 }
+
+} // namespace rw_integration_bad_input

@@ -16,6 +16,8 @@
 #include "tests/tools/fixture_job.hpp"
 #include "tests/tools/fixture_reference.hpp"
 
+namespace rw_integration_bsp {
+
 using namespace rw;
 
 namespace {
@@ -120,3 +122,5 @@ TEST_CASE("kernels forced with --kernels: each instruction set bitwise the refer
     }
   }
 }
+
+} // namespace rw_integration_bsp

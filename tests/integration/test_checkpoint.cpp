@@ -21,6 +21,8 @@
 
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_checkpoint {
+
 using namespace rw;
 namespace fs = std::filesystem;
 
@@ -370,3 +372,5 @@ TEST_CASE("a finished job's chunks are released after --keep-finished-ms and a c
   CHECK_THAT(late.err, Catch::Contains("--keep-finished-ms"));
   CHECK(!fs::exists(fs::path{dir.path} / "MANIFEST"));
 }
+
+} // namespace rw_integration_checkpoint

@@ -14,6 +14,8 @@
 #include "tests/integration/cluster_fixture.hpp"
 #include "transports/tcp/address.hpp"
 
+namespace rw_integration_cli {
+
 using namespace rw;
 
 namespace {
@@ -183,3 +185,5 @@ TEST_CASE("a shell or worker pointed at the control port is told what that port 
     CHECK_THAT(e.what(), Catch::Contains("control port") && Catch::Contains("--listen"));
   }
 }
+
+} // namespace rw_integration_cli

@@ -11,6 +11,8 @@
 
 #include "tests/integration/cluster_fixture.hpp"
 
+namespace rw_integration_cluster {
+
 using namespace rw;
 
 namespace {
@@ -292,3 +294,5 @@ TEST_CASE("a node or shell with a cluster secret warns when the coordinator want
   CHECK_THAT(shell.err, Catch::Contains("asks for no cluster secret"));
   std::filesystem::remove_all(dir);
 }
+
+} // namespace rw_integration_cluster

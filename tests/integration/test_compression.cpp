@@ -17,6 +17,8 @@
 #include "tests/integration/raw_client.hpp"
 #include "transports/half.hpp"
 
+namespace rw_integration_compression {
+
 using namespace rw;
 using transports::frame_header;
 using transports::frame_kind;
@@ -368,3 +370,5 @@ TEST_CASE("compressed jobs over two racks' nodes, flat and hierarchical, verify"
     CHECK_THAT(out, Catch::Contains("\"nodes\":2"));
   }
 }
+
+} // namespace rw_integration_compression

@@ -9,6 +9,8 @@
 #include "tests/integration/job_options.hpp"
 #include "tests/integration/node_process.hpp"
 
+namespace rw_integration_consistency_bench {
+
 using namespace rw;
 
 namespace {
@@ -131,3 +133,5 @@ TEST_CASE("SSP and async keep their bounds over every transport",
     }
   }
 }
+
+} // namespace rw_integration_consistency_bench

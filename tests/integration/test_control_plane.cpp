@@ -12,6 +12,8 @@
 
 #include "tests/integration/cluster_fixture.hpp"
 
+namespace rw_integration_control_plane {
+
 using namespace rw;
 namespace fs = std::filesystem;
 
@@ -127,3 +129,5 @@ TEST_CASE("a node writes checkpoints only under its own --checkpoint-root, whate
                                          + "/node'"));
   CHECK(member.wait_for_log("job refused: job='k'"));
 }
+
+} // namespace rw_integration_control_plane

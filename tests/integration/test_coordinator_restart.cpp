@@ -22,6 +22,8 @@
 #include "tests/integration/cluster_fixture.hpp"
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_coordinator_restart {
+
 using namespace rw;
 using namespace rw::testing;
 
@@ -322,3 +324,5 @@ TEST_CASE("after a coordinator restart a job's periodic checkpoints go on, and a
     check_verified(ws[r], "rank " + std::to_string(r), deadline);
   std::filesystem::remove_all(dir);
 }
+
+} // namespace rw_integration_coordinator_restart

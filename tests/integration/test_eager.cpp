@@ -11,6 +11,8 @@
 #include "tests/integration/job_options.hpp"
 #include "tests/integration/node_process.hpp"
 
+namespace rw_integration_eager {
+
 using namespace rw;
 
 namespace {
@@ -65,3 +67,5 @@ TEST_CASE("subscribers get every new version without asking, and chunks report r
     }
   }
 }
+
+} // namespace rw_integration_eager

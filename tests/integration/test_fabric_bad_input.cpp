@@ -15,6 +15,8 @@
 #include "tests/integration/raw_client.hpp"
 #include "transports/control.hpp"
 
+namespace rw_integration_fabric_bad_input {
+
 using namespace rw;
 using transports::frame_header;
 using transports::frame_kind;
@@ -115,3 +117,5 @@ TEST_CASE("fabric: a node asked for a provider this machine lacks says so and ex
   CHECK_THAT(stopped.log, Catch::Contains("no libfabric provider 'verbs' on this machine"));
   CHECK_THAT(stopped.log, Catch::Contains("--fabric off"));
 }
+
+} // namespace rw_integration_fabric_bad_input

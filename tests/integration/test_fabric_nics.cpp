@@ -11,6 +11,8 @@
 #include "tests/integration/node_process.hpp"
 #include "transports/fabric/domain.hpp"
 
+namespace rw_integration_fabric_nics {
+
 using namespace rw;
 
 namespace {
@@ -74,3 +76,5 @@ TEST_CASE("fabric: a NIC the provider lacks stops the node with the ones it has"
   CHECK_THAT(stopped.log, Catch::Contains("has no NIC 'no-such-nic0' here (it has: ")
                     && Catch::Contains("lo"));
 }
+
+} // namespace rw_integration_fabric_nics

@@ -13,6 +13,8 @@
 #include "rackweave/worker.hpp"
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_job_set {
+
 using namespace rw;
 
 namespace {
@@ -177,3 +179,5 @@ TEST_CASE("a checkpoint keeps the job's hyper-parameter changes, the restored jo
   CHECK(out[2999] == p);
   std::filesystem::remove_all(dir);
 }
+
+} // namespace rw_integration_job_set

@@ -11,6 +11,8 @@
 #include "rackweave/worker.hpp"
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_join_by_name {
+
 using namespace rw;
 
 TEST_CASE("workers join a two-node job with its name and token alone",
@@ -71,3 +73,5 @@ TEST_CASE("workers join a two-node job with its name and token alone",
     CHECK(e.code() == errc::spec_mismatch);
   }
 }
+
+} // namespace rw_integration_join_by_name

@@ -7,6 +7,8 @@
 
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_link_cut {
+
 using namespace rw;
 
 namespace {
@@ -73,3 +75,5 @@ TEST_CASE("rw.inject kill = 'link' refuses a rank the job does not have",
     CHECK(code == std::optional<int>{0});
   }
 }
+
+} // namespace rw_integration_link_cut

@@ -14,6 +14,8 @@
 
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_node_drain {
+
 using namespace rw;
 
 namespace {
@@ -88,3 +90,5 @@ TEST_CASE("SIGTERM on a node that holds chunks drains it before it stops",
   CHECK_THAT(c.nodes[2]->log(), Catch::Contains("moved 1 job(s): leaving: moved to [n0,n1]"));
   testing::check_all_verified(ws);
 }
+
+} // namespace rw_integration_node_drain

@@ -16,6 +16,8 @@
 
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_node_failover {
+
 using namespace rw;
 
 namespace {
@@ -145,3 +147,5 @@ TEST_CASE("a node declared dead that comes back serves nothing stale, workers se
                        "print(j.state, table.concat(j.nodes, ','))");
   CHECK(where.out == "finished\tn0\n");
 }
+
+} // namespace rw_integration_node_failover

@@ -12,6 +12,8 @@
 
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_node_join {
+
 using namespace rw;
 
 namespace {
@@ -107,3 +109,5 @@ TEST_CASE("joining an unknown node is a clear error, a job on one node stays",
     CHECK(code == std::optional<int>{0});
   }
 }
+
+} // namespace rw_integration_node_join

@@ -13,6 +13,8 @@
 #include "rackweave/worker.hpp"
 #include "runtime/topology.hpp"
 
+namespace rw_integration_node_placement {
+
 using namespace rw;
 
 namespace {
@@ -181,3 +183,5 @@ TEST_CASE("a config naming what the machine lacks fails at start",
   c.kernels = "sse9";
   CHECK_THROWS_WITH((actors::rack_agg_node{sys, c}), Catch::Contains("unknown kernels"));
 }
+
+} // namespace rw_integration_node_placement

@@ -16,6 +16,8 @@
 
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_node_takeover {
+
 using namespace rw;
 
 namespace {
@@ -84,3 +86,5 @@ TEST_CASE("replicas are refused where they cannot work, and counted once in job 
   auto solo = c.shell("print(rw.job_create{name = 'solo', workers = 1, node = 'n0'}.replicas)");
   CHECK(solo.out == "0\n");
 }
+
+} // namespace rw_integration_node_takeover

@@ -14,6 +14,8 @@
 #include "actors/cluster_messages.hpp"
 #include "actors/rack_coordinator.hpp"
 
+namespace rw_integration_rack_admission {
+
 using namespace rw;
 using namespace std::chrono_literals;
 
@@ -125,3 +127,5 @@ TEST_CASE("a shard that never answers the setup: the hello fails within the time
   self->send_exit(rc, caf::exit_reason::user_shutdown);
   self->send_exit(caf::actor_cast<caf::actor>(shard), caf::exit_reason::user_shutdown);
 }
+
+} // namespace rw_integration_rack_admission

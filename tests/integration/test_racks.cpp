@@ -20,6 +20,8 @@
 #include "tests/integration/rack_cluster.hpp"
 #include "tests/tools/fixture_job.hpp"
 
+namespace rw_integration_racks {
+
 using namespace rw;
 
 namespace {
@@ -164,7 +166,7 @@ TEST_CASE("a node that dies mid-job fails the job, naming the node, and nobody h
 TEST_CASE("rw-bench creates its job through the coordinator, over two racks' nodes",
           "[integration][racks]") {
   // The first rack-agg embeds the coordinator; the second joins it (the README's
-  // two-rack example), neither with open jobs.
+  // two-machine quick start, on one host), neither with open jobs.
   testing::node_process a{{"--name", "na", "--rack", "a"}, {"rack-agg", false, {}}};
   testing::node_process b{{"--name", "nb", "--rack", "b"},
                           {"rack-agg", false, a.address()}};
@@ -313,3 +315,5 @@ TEST_CASE("a hierarchical job whose node dies mid-job fails, naming it, and nobo
                             "0,1"));
   kill_mid_job(c, ws, "hier-doomed");
 }
+
+} // namespace rw_integration_racks

@@ -10,6 +10,8 @@
 #include "tests/integration/cluster_fixture.hpp"
 #include "tests/integration/node_process.hpp"
 
+namespace rw_integration_rank_wait {
+
 using namespace rw;
 
 TEST_CASE("per-rank wait_ms: the rank that waits for a slow one shows it, the slow one "
@@ -68,3 +70,5 @@ TEST_CASE("per-rank wait_ms: the rank that waits for a slow one shows it, the sl
   for (auto& o : outs)
     std::remove(o.c_str());
 }
+
+} // namespace rw_integration_rank_wait

@@ -16,6 +16,8 @@
 #include "tests/integration/raw_client.hpp"
 #include "transports/tcp/rate_probe.hpp"
 
+namespace rw_integration_rate_probe {
+
 using namespace rw;
 using transports::frame_header;
 using transports::frame_kind;
@@ -228,3 +230,5 @@ TEST_CASE("probe frames a node must not take are refused, and it keeps serving",
   CHECK_FALSE(nobody.ok);
   CHECK_THAT(nobody.error, Catch::Contains("cannot connect to 127.0.0.1:1"));
 }
+
+} // namespace rw_integration_rate_probe

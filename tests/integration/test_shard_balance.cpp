@@ -14,6 +14,8 @@
 #include "tests/integration/node_process.hpp"
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_shard_balance {
+
 using namespace rw;
 
 namespace {
@@ -33,6 +35,10 @@ std::pair<int, std::string> skewed_run(const std::string& address, uint32_t iter
   auto text = bench.read_all(deadline);
   auto rc = bench.wait_until(deadline);
   return {rc.value_or(-1), text};
+}
+
+std::string tail(const std::string& text, size_t n) {
+  return text.size() > n ? text.substr(text.size() - n) : text;
 }
 
 } // namespace
@@ -65,9 +71,12 @@ TEST_CASE("periodic checkpoints stay whole while chunks move between shards",
   auto [rc, out] = skewed_run(c.nodes[0]->address(), 60,
                               {"--checkpoint-every", "5", "--checkpoint-dir", dir});
   INFO(out);
+  // On a failure, what the node and the coordinator said last (their whole debug logs
+  // would bury it).
+  INFO("node, last 6000 characters:\n" << tail(c.nodes[0]->log(), 6000));
+  INFO("coordinator, last 3000 characters:\n" << tail(c.coordinator.log(), 3000));
   REQUIRE(rc == 0);
   CHECK(out.find("verified: yes") != std::string::npos);
-  INFO(c.nodes[0]->log());
   REQUIRE(c.nodes[0]->wait_for_log("moved from shard 0 (busy"));
   // Every checkpoint taken, before the move and after it, holds each of the job's 32
   // chunks once, all at its clock. Taken: the coordinator wrote its manifest. Those of
@@ -100,3 +109,5 @@ TEST_CASE("periodic checkpoints stay whole while chunks move between shards",
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
+
+} // namespace rw_integration_shard_balance

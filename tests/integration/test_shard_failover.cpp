@@ -15,6 +15,8 @@
 #include "tests/integration/job_options.hpp"
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_shard_failover {
+
 using namespace rw;
 
 namespace {
@@ -180,3 +182,5 @@ TEST_CASE("a shard crash during a checkpoint fails the checkpoint at once, the j
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
+
+} // namespace rw_integration_shard_failover

@@ -28,6 +28,8 @@
 
 extern char** environ;
 
+namespace rw_integration_shell_interactive {
+
 using namespace rw;
 using namespace std::chrono_literals;
 
@@ -356,3 +358,5 @@ TEST_CASE("rw-shell's interactive prompt on a terminal: results, errors, continu
   CHECK(count_of(lines, "print('again')\n") == 2);
   CHECK_THAT(lines, !Catch::Contains("half"));
 }
+
+} // namespace rw_integration_shell_interactive

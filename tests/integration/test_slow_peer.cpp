@@ -13,6 +13,8 @@
 #include "tests/integration/node_process.hpp"
 #include "tests/integration/raw_client.hpp"
 
+namespace rw_integration_slow_peer {
+
 using namespace rw;
 using namespace std::chrono_literals;
 using transports::frame_header;
@@ -122,3 +124,5 @@ TEST_CASE("a worker that reads nothing for the I/O timeout is cut off; the other
   CHECK(longest.count() < io_timeout_ms / 2);
   CHECK(peer.closed_by_peer(10s));
 }
+
+} // namespace rw_integration_slow_peer

@@ -8,6 +8,8 @@
 #include "tests/integration/job_options.hpp"
 #include "tests/integration/node_process.hpp"
 
+namespace rw_integration_sparse_delta {
+
 using namespace rw;
 
 namespace {
@@ -80,3 +82,5 @@ TEST_CASE("an empty sparse push is a valid zero contribution", "[integration][sp
   fb.get();
   CHECK(out[4999] == 2.0f);
 }
+
+} // namespace rw_integration_sparse_delta

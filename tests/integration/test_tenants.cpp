@@ -10,6 +10,8 @@
 #include "tests/integration/cluster_fixture.hpp"
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_tenants {
+
 using namespace rw;
 
 namespace {
@@ -177,3 +179,5 @@ TEST_CASE("tenants need a cluster secret", "[integration][cluster][tenants]") {
   CHECK(*refused.code == 1);
   CHECK_THAT(refused.log, Catch::Contains("bad.toml: tenant 'vision': 'max_jobs'"));
 }
+
+} // namespace rw_integration_tenants

@@ -12,6 +12,8 @@
 
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_worker_placement {
+
 using namespace rw;
 using testing::rack_cluster;
 using testing::run_verified;
@@ -196,3 +198,5 @@ TEST_CASE("a worker that names a node with no rack in the job is sent on: to its
   auto status = c.shell("print(table.concat(rw.job_status('rtt').rank_racks, ','))");
   CHECK(status.out == (k == 0 ? "a,b\n" : "b,a\n"));
 }
+
+} // namespace rw_integration_worker_placement

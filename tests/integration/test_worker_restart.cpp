@@ -13,6 +13,8 @@
 #include "tests/integration/job_options.hpp"
 #include "tests/integration/rack_cluster.hpp"
 
+namespace rw_integration_worker_restart {
+
 using namespace rw;
 
 namespace {
@@ -200,3 +202,5 @@ TEST_CASE("a job finishes when every rank has said bye, a rank that said bye may
   auto done = shell("print(rw.wait('byes', 'finished', {timeout = 30}).state)");
   CHECK(done.out == "finished\n");
 }
+
+} // namespace rw_integration_worker_restart

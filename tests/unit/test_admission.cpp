@@ -22,6 +22,8 @@
 #include "transports/byte_budget.hpp"
 #include "transports/tcp/endpoint.hpp"
 
+namespace rw_unit_admission {
+
 using namespace rw;
 using namespace rw::transports;
 
@@ -274,3 +276,5 @@ TEST_CASE("a flood of askers cannot drop a pending challenge", "[admission]") {
   CHECK(b.hand_out(9999, "later", t0 + std::chrono::seconds(30)));
   CHECK_FALSE(b.take(5, t0 + std::chrono::seconds(30)));
 }
+
+} // namespace rw_unit_admission

@@ -5,6 +5,8 @@
 
 #include "runtime/buffer_pool.hpp"
 
+namespace rw_unit_buffer_pool {
+
 using rw::runtime::buffer_pool;
 using rw::runtime::buffer_ref;
 
@@ -64,3 +66,5 @@ TEST_CASE("a pool gives its memory back once no buffer is out, down to what it k
   a->bytes()[0] = std::byte{1}; // the new memory is usable
   c->bytes()[(1 << 20) - 1] = std::byte{2};
 }
+
+} // namespace rw_unit_buffer_pool

@@ -14,6 +14,8 @@
 #include "runtime/checkpoint/files.hpp"
 #include "runtime/checkpoint/manifest.hpp"
 
+namespace rw_unit_checkpoint {
+
 namespace ck = rw::runtime::checkpoint;
 namespace fs = std::filesystem;
 
@@ -189,3 +191,5 @@ TEST_CASE("a chunk's state goes into a checkpoint and back bitwise", "[checkpoin
   rw::actors::detail::chunk_state sgd{len, 2, q.data(), nullptr, nullptr, true};
   CHECK_THAT(sgd.restore(r), Catch::Contains("optimizer array m"));
 }
+
+} // namespace rw_unit_checkpoint

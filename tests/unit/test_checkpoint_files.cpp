@@ -21,6 +21,8 @@
 #include "runtime/chunking.hpp"
 #include "runtime/ring.hpp"
 
+namespace rw_unit_checkpoint_files {
+
 namespace ck = rw::runtime::checkpoint;
 namespace fs = std::filesystem;
 
@@ -240,3 +242,5 @@ TEST_CASE("a chunk file's records must be the chunks its manifest entry lists, e
         "does not list");
   check({"ck", 5, "n0", {record(0, 0, 16, 5)}}, "holds 1 chunks, the manifest lists 2");
 }
+
+} // namespace rw_unit_checkpoint_files

@@ -11,6 +11,8 @@
 
 #include "runtime/checkpoint/root.hpp"
 
+namespace rw_unit_checkpoint_root {
+
 namespace ck = rw::runtime::checkpoint;
 namespace fs = std::filesystem;
 
@@ -99,3 +101,5 @@ TEST_CASE("a checkpoint root whose name prefixes another directory does not take
   ck::checkpoint_root root{d.path + "/ck"};
   CHECK_THROWS_WITH(root.resolve(d.path + "/ck-other/run", "restore"), Catch::Contains("outside"));
 }
+
+} // namespace rw_unit_checkpoint_root

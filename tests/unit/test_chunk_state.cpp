@@ -9,6 +9,8 @@
 #include "actors/detail/chunk_state.hpp"
 #include "runtime/buffer_pool.hpp"
 
+namespace rw_unit_chunk_state {
+
 using rw::actors::detail::chunk_state;
 using outcome = chunk_state::outcome;
 
@@ -169,3 +171,5 @@ TEST_CASE("read-only pushes are summed when the step is complete, bitwise the sa
     CHECK(released == static_cast<int>(workers)); // every view given back
   }
 }
+
+} // namespace rw_unit_chunk_state

@@ -4,6 +4,8 @@
 
 #include "runtime/chunking.hpp"
 
+namespace rw_unit_chunking {
+
 using rw::runtime::chunk_layout;
 using rw::runtime::routing_table;
 
@@ -84,3 +86,5 @@ TEST_CASE("chunks moved between shards keep their endpoint", "[chunking][balance
   CHECK_THROWS_AS(t.remapped({{0, 0, 2}}), std::invalid_argument); // no shard 2
   CHECK_THROWS_AS(t.remapped({{4, 0, 1}}), std::invalid_argument); // no tensor 4
 }
+
+} // namespace rw_unit_chunking

@@ -15,6 +15,8 @@
 
 #include "actors/detail/cluster_store.hpp"
 
+namespace rw_unit_cluster_store {
+
 using namespace rw;
 using namespace rw::actors;
 using namespace rw::actors::detail;
@@ -454,3 +456,5 @@ TEST_CASE("a job written before compression existed is read back as uncompressed
   CHECK(back.jobs[0].report.max_memory == job.report.max_memory);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
+
+} // namespace rw_unit_cluster_store

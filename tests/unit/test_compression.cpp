@@ -13,6 +13,8 @@
 
 #include "runtime/compression.hpp"
 
+namespace rw_unit_compression {
+
 namespace rt = rw::runtime;
 
 namespace {
@@ -515,3 +517,5 @@ TEST_CASE("topk_feedback sends the largest residuals and keeps the rest",
     REQUIRE(sent_total[i] + residual[i] == grad_total[i]);
   }
 }
+
+} // namespace rw_unit_compression

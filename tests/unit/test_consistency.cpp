@@ -11,6 +11,8 @@
 #include "actors/detail/chunk_state.hpp"
 #include "runtime/buffer_pool.hpp"
 
+namespace rw_unit_consistency {
+
 using rw::consistency_spec;
 using rw::actors::detail::chunk_state;
 using rw::actors::detail::waiter;
@@ -187,3 +189,5 @@ TEST_CASE("priority servicing answers the worker furthest behind first", "[consi
   CHECK(fifo[0].rank == 2); // arrival order
   CHECK(fifo[1].rank == 0);
 }
+
+} // namespace rw_unit_consistency

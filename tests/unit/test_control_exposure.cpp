@@ -5,6 +5,8 @@
 
 #include "runtime/control_exposure.hpp"
 
+namespace rw_unit_control_exposure {
+
 using rw::runtime::node_config;
 
 TEST_CASE("an open control plane without a cluster secret: loopback addresses are told "
@@ -55,3 +57,5 @@ TEST_CASE("without a cluster secret an open control port or listen address beyon
   c.tls_ca = "ca.pem";
   CHECK(rw::runtime::exposure_refusal(c).empty());
 }
+
+} // namespace rw_unit_control_exposure

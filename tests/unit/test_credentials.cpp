@@ -8,6 +8,8 @@
 
 #include "runtime/credentials.hpp"
 
+namespace rw_unit_credentials {
+
 using namespace rw::runtime;
 
 TEST_CASE("tokens are fresh 256-bit secrets of one shape", "[credentials]") {
@@ -56,3 +58,5 @@ TEST_CASE("a cluster secret file open to other users is refused", "[credentials]
   CHECK_THROWS_WITH(read_secret_file(path), Catch::Contains("chmod 600"));
   std::remove(path.c_str());
 }
+
+} // namespace rw_unit_credentials

@@ -22,6 +22,8 @@
 #include "rackweave/errc.hpp"
 #include "transports/fabric/endpoint.hpp"
 
+namespace rw_unit_fabric {
+
 using namespace rw;
 using namespace rw::transports;
 
@@ -580,3 +582,5 @@ TEST_CASE("fabric: memory pinned ahead is found by sends and forgotten with its 
   cache->get(arena.data() + 5, 4000);
   CHECK(cache->registrations() == before + 2);
 }
+
+} // namespace rw_unit_fabric

@@ -9,6 +9,8 @@
 #include "transports/control.hpp"
 #include "transports/frame.hpp"
 
+namespace rw_unit_frame {
+
 using namespace rw::transports;
 
 namespace {
@@ -251,3 +253,5 @@ TEST_CASE("a CAF middleman's handshake is named as a control port, not garbage",
   CHECK(rw::transports::decode(in, h, why) == rw::errc::bad_magic);
   CHECK_THAT(why, Catch::Contains("not a RackWeave peer"));
 }
+
+} // namespace rw_unit_frame

@@ -11,6 +11,8 @@
 #include "transports/frame.hpp"
 #include "transports/half.hpp"
 
+namespace rw_unit_half {
+
 using namespace rw;
 using namespace rw::transports;
 
@@ -87,3 +89,5 @@ TEST_CASE("a 16-bit payload that is not one is refused with the reason", "[half]
     CHECK(widen_half(flag_fp16, payload.data(), 20, out.data(), 8).empty());
   }
 }
+
+} // namespace rw_unit_half

@@ -7,6 +7,8 @@
 
 #include "apps/tools/http_head.hpp"
 
+namespace rw_unit_http_head {
+
 namespace http = rw::tools::http;
 
 namespace {
@@ -83,3 +85,5 @@ TEST_CASE("the request-head parser's answer does not change as bytes come") {
     CHECK(decided);
   }
 }
+
+} // namespace rw_unit_http_head

@@ -2,6 +2,8 @@
 
 #include "rackweave/job_spec.hpp"
 
+namespace rw_unit_job_spec {
+
 namespace {
 
 rw::job_spec good() {
@@ -154,3 +156,5 @@ TEST_CASE("compressions parse, validate and are compared between specs", "[job_s
   CHECK_THAT(rw::describe_mismatch(a, b),
              Catch::Contains("compresses topk:0.01,warmup=5, hello asks for topk:0.01"));
 }
+
+} // namespace rw_unit_job_spec

@@ -8,6 +8,8 @@
 
 #include "runtime/kernels.hpp"
 
+namespace rw_unit_kernels {
+
 TEST_CASE("sum_into adds element-wise for any length", "[kernels]") {
   for (size_t n : {0u, 1u, 7u, 8u, 9u, 1023u, 8192u}) {
     std::vector<float> acc(n), x(n);
@@ -138,3 +140,5 @@ TEST_CASE("kernels run only where the CPU has every feature they are built for",
       CHECK(__builtin_cpu_supports("avx512dq"));
     }
 }
+
+} // namespace rw_unit_kernels

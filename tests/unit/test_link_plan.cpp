@@ -12,6 +12,8 @@
 #include "actors/detail/cluster_state.hpp"
 #include "runtime/nic_speed.hpp"
 
+namespace rw_unit_link_plan {
+
 using namespace rw;
 using namespace rw::actors;
 using namespace rw::actors::detail;
@@ -192,3 +194,5 @@ TEST_CASE("a NIC's speed is read from sysfs, and unknown when it reports none",
   }
   ::rmdir(root.c_str());
 }
+
+} // namespace rw_unit_link_plan

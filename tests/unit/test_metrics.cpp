@@ -20,6 +20,8 @@
 #include "runtime/process_stats.hpp"
 #include "runtime/prometheus.hpp"
 
+namespace rw_unit_metrics {
+
 using namespace rw;
 namespace prom = runtime::prometheus;
 
@@ -144,3 +146,5 @@ TEST_CASE("the throughput line gives rates over its interval and the node's stat
   CHECK_THAT(rw::actors::throughput_line(before, now, 2.0),
              Catch::Contains("(1 actors did not answer in time"));
 }
+
+} // namespace rw_unit_metrics

@@ -17,6 +17,8 @@
 #include "runtime/prometheus.hpp"
 #include "tests/unit/http_probe.hpp"
 
+namespace rw_unit_metrics_server {
+
 using namespace rw;
 namespace prom = runtime::prometheus;
 
@@ -351,3 +353,5 @@ TEST_CASE("a bearer token matches only itself") {
   CHECK_FALSE(tools::bearer_token_matches("", "abc"));
   CHECK_FALSE(tools::bearer_token_matches("Bearer ", ""));
 }
+
+} // namespace rw_unit_metrics_server

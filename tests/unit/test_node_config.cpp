@@ -8,6 +8,8 @@
 
 #include "runtime/node_config.hpp"
 
+namespace rw_unit_node_config {
+
 namespace {
 
 std::string write_temp(const std::string& text) {
@@ -138,3 +140,5 @@ TEST_CASE("the example configs under config/ load", "[config]") {
     CHECK_NOTHROW(rw::runtime::check_node_config(p.cfg));
   }
 }
+
+} // namespace rw_unit_node_config

@@ -91,6 +91,8 @@ TEST_CASE("the default rescale averages over workers", "[optimizer]") {
 
 #include "runtime/layerwise.hpp"
 
+namespace rw_unit_optimizers {
+
 namespace {
 
 // Runs a layer-wise step on a tensor split into one-element chunks, as shards would.
@@ -143,3 +145,5 @@ TEST_CASE("lamb and lars need bsp", "[optimizer]") {
   j.consistency = parse_consistency("bsp");
   CHECK(validate(j, 1 << 20, 8).empty());
 }
+
+} // namespace rw_unit_optimizers

@@ -5,6 +5,8 @@
 #include "runtime/chunking.hpp"
 #include "runtime/placement.hpp"
 
+namespace rw_unit_placement {
+
 using namespace rw::runtime;
 
 namespace {
@@ -105,3 +107,5 @@ TEST_CASE("chunks spread evenly over endpoints and shards", "[placement]") {
     CHECK((shard < 2 ? e < 2 : e == 2));
   }
 }
+
+} // namespace rw_unit_placement

@@ -7,6 +7,8 @@
 
 #include "actors/detail/rack_choice.hpp"
 
+namespace rw_unit_rack_choice {
+
 using namespace rw;
 using namespace rw::actors;
 using namespace rw::actors::detail;
@@ -119,3 +121,5 @@ TEST_CASE("a node outside the job sends the worker on: to one node, or to all to
   CHECK(contradicts.message == "rank 1 of job 'j' belongs to rack a, but the worker says its "
                                "rack is 'b'");
 }
+
+} // namespace rw_unit_rack_choice

@@ -7,6 +7,8 @@
 #include "runtime/chunking.hpp"
 #include "runtime/ring.hpp"
 
+namespace rw_unit_ring {
+
 using rw::runtime::hash_ring;
 using rw::runtime::routing_table;
 
@@ -153,3 +155,5 @@ TEST_CASE("a layer-wise job homes each tensor whole, at its chunk 0's home", "[r
   routing_table spread{spec, 2, {}, &ring, ring.owner("conv.w", 0)};
   CHECK(spread.local_chunks() < spread.total_chunks());
 }
+
+} // namespace rw_unit_ring

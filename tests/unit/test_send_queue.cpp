@@ -17,6 +17,8 @@
 #include "transports/tcp/connection.hpp"
 #include "transports/tcp/send_queue.hpp"
 
+namespace rw_unit_send_queue {
+
 using namespace rw;
 using namespace rw::transports;
 using namespace std::chrono_literals;
@@ -298,3 +300,5 @@ TEST_CASE("senders on several threads and the draining thread never interleave f
     next[t] = static_cast<int>(clock % 1000) + 1;
   }
 }
+
+} // namespace rw_unit_send_queue

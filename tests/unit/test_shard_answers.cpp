@@ -10,6 +10,8 @@
 #include "actors/detail/shard_answers.hpp"
 #include "tests/unit/recording_connection.hpp"
 
+namespace rw_unit_shard_answers {
+
 using rw::actors::detail::shard_answers;
 using rw::transports::frame_header;
 
@@ -89,3 +91,5 @@ TEST_CASE("answers: replica acks, first one flags the flush", "[answers]") {
   CHECK(home1->writes[0].chunks == std::vector<uint32_t>{6});
   CHECK(a.add_replica_ack(home0, chunk(8))); // the list was emptied
 }
+
+} // namespace rw_unit_shard_answers

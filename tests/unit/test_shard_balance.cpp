@@ -5,6 +5,8 @@
 
 #include "actors/detail/shard_balance.hpp"
 
+namespace rw_unit_shard_balance {
+
 using namespace rw;
 using namespace rw::actors;
 
@@ -124,3 +126,5 @@ TEST_CASE("a chunk moves between shards with its state and what waited for it",
   auto stray = detail::give_chunks(from_book, 7, from, 0, next);
   CHECK(stray.chunks.empty());
 }
+
+} // namespace rw_unit_shard_balance

@@ -17,6 +17,8 @@
 #include "runtime/chunking.hpp"
 #include "tests/unit/recording_connection.hpp"
 
+namespace rw_unit_shard_priority {
+
 using namespace rw;
 using namespace rw::actors;
 
@@ -74,3 +76,5 @@ TEST_CASE("a shard serves a batch lowest clock first, or in arrival order withou
   CHECK(serve_batch(true) == std::vector<uint32_t>{1, 2, 0});  // clocks 1, 3, 5
   CHECK(serve_batch(false) == std::vector<uint32_t>{0, 1, 2}); // as they came
 }
+
+} // namespace rw_unit_shard_priority

@@ -19,6 +19,8 @@
 #include "apps/shell/lua_rw.hpp"
 #include "apps/shell/repl.hpp"
 
+namespace rw_unit_shell_lua {
+
 using Catch::Contains;
 using rw::actors::job_report;
 using rw::actors::rank_report;
@@ -520,3 +522,5 @@ TEST_CASE("rw.job_create declares tensors in order, by position or by name", "[s
   CHECK_THAT(sh.run("rw.job_create{name = 'j', workers = 2, tensors = {{'w', 4, 'yes'}}}"),
              Catch::Contains("has_init must be true or false"));
 }
+
+} // namespace rw_unit_shell_lua

@@ -13,6 +13,8 @@
 #include "transports/shm/connection.hpp"
 #include "transports/shm/segment.hpp"
 
+namespace rw_unit_shm {
+
 using namespace rw::transports::shm;
 
 namespace {
@@ -173,3 +175,5 @@ TEST_CASE("completions the worker's ring has no room for wait in order; a worker
     CHECK_THAT(conn.close_reason().second, Catch::Contains("took none of its completions for 50 ms"));
   }
 }
+
+} // namespace rw_unit_shm

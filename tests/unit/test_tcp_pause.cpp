@@ -10,6 +10,8 @@
 
 #include "transports/tcp/endpoint.hpp"
 
+namespace rw_unit_tcp_pause {
+
 using namespace rw;
 using namespace rw::transports;
 
@@ -88,3 +90,5 @@ TEST_CASE("a paused connection delivers nothing until it resumes, then all in or
   node.close_all(drop);
   client_ep.close_all(drop);
 }
+
+} // namespace rw_unit_tcp_pause

@@ -12,6 +12,8 @@
 #include "runtime/credentials.hpp"
 #include "runtime/tenants.hpp"
 
+namespace rw_unit_tenants {
+
 using namespace rw::runtime;
 
 namespace {
@@ -135,3 +137,5 @@ TEST_CASE("a tenant's proof is worth nothing for another tenant or as the cluste
   CHECK_FALSE(verify_tenant("tenant-a-secret-0123456789", "vision",
                             byte_vector(nonce.begin(), nonce.begin() + 8), mac));
 }
+
+} // namespace rw_unit_tenants

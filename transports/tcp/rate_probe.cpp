@@ -19,7 +19,7 @@ using clock = std::chrono::steady_clock;
 constexpr size_t probe_send_buffer = 2 * defaults::probe_frame_bytes;
 
 // What the probed node answers: an ack (the bytes it took) or an error.
-class answer_sink final : public frame_sink {
+class probe_answer_sink final : public frame_sink {
 public:
   payload_target on_header(const connection_ptr&, const frame_header& h) override {
     if (h.kind == frame_kind::ack && h.payload_bytes == 0)
@@ -66,7 +66,7 @@ probe_outcome failed(std::string why) {
 
 // A send failed: the node's error frame, if it sent one before closing, says why.
 probe_outcome refused(endpoint& ep, const std::string& node, std::string fallback) {
-  answer_sink sink;
+  probe_answer_sink sink;
   auto until = clock::now() + std::chrono::milliseconds(100);
   while (!sink.answered && clock::now() < until)
     ep.poll(10, sink);
@@ -119,7 +119,7 @@ probe_outcome probe_rate(const std::string& node, const probe_limits& limits) {
     return refused(ep, node,
                    fmt::format("{} did not take the probe's last frame after {} bytes", node,
                                sent));
-  answer_sink sink;
+  probe_answer_sink sink;
   while (!sink.answered && clock::now() < deadline)
     ep.poll(10, sink);
   conn->close();

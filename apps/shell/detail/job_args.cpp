@@ -16,7 +16,7 @@ namespace rw::shell::detail {
 
 namespace {
 
-constexpr const char* fn = "rw.job_create";
+constexpr const char* job_args_fn = "rw.job_create";
 constexpr const char* fields =
   "name, workers, consistency, compression, compress_updates, optimizer, lr, momentum, beta1, beta2, epsilon, "
   "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, worker_racks, "
@@ -24,7 +24,7 @@ constexpr const char* fields =
 constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, lars";
 
 [[noreturn]] void refuse(const std::string& what) {
-  throw std::invalid_argument(fmt::format("{}: {}", fn, what));
+  throw std::invalid_argument(fmt::format("{}: {}", job_args_fn, what));
 }
 
 std::string string_field(lua_State* L, const std::string& key, const char* what) {

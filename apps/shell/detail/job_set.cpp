@@ -15,7 +15,7 @@ namespace rw::shell::detail {
 
 namespace {
 
-constexpr const char* fn = "rw.job_set";
+constexpr const char* job_set_fn = "rw.job_set";
 
 // opts[field] as a number, or nothing when absent.
 std::optional<float> option_float(lua_State* L, const char* field) {
@@ -24,7 +24,7 @@ std::optional<float> option_float(lua_State* L, const char* field) {
   if (!lua_isnil(L, -1)) {
     if (lua_type(L, -1) != LUA_TNUMBER)
       throw std::invalid_argument(
-        fmt::format("{}: {} must be a number, got {}", fn, field, describe_value(L, -1)));
+        fmt::format("{}: {} must be a number, got {}", job_set_fn, field, describe_value(L, -1)));
     out = static_cast<float>(lua_tonumber(L, -1));
   }
   lua_pop(L, 1);
@@ -39,12 +39,13 @@ int rw_job_set(lua_State* L) {
       throw std::invalid_argument(fmt::format(
         "{} expects {{name = NAME, at_clock = C, lr = ..., momentum = ..., weight_decay = "
         "..., beta1 = ..., beta2 = ...}}, got {}",
-        fn, describe_value(L, 1)));
-    check_options(L, 1, fn,
+        job_set_fn, describe_value(L, 1)));
+    check_options(L, 1, job_set_fn,
                   {"name", "at_clock", "lr", "momentum", "weight_decay", "beta1", "beta2"});
     lua_getfield(L, 1, "name");
     if (lua_type(L, -1) != LUA_TSTRING)
-      throw std::invalid_argument(fmt::format("{}: name = NAME (a string) is required", fn));
+      throw std::invalid_argument(
+        fmt::format("{}: name = NAME (a string) is required", job_set_fn));
     std::string name = lua_tostring(L, -1);
     lua_pop(L, 1);
     lua_getfield(L, 1, "at_clock");
@@ -53,10 +54,10 @@ int rw_job_set(lua_State* L) {
     if (!given)
       throw std::invalid_argument(fmt::format(
         "{}: at_clock = C is required: the clock whose step first uses the new values "
-        "(rw.job_status(name) shows where the job is)", fn));
-    auto at = option_number(L, 1, fn, "at_clock", 0.0, false, "a whole number of clocks");
+        "(rw.job_status(name) shows where the job is)", job_set_fn));
+    auto at = option_number(L, 1, job_set_fn, "at_clock", 0.0, false, "a whole number of clocks");
     if (at != std::floor(at) || at >= 1.8e19)
-      throw std::invalid_argument(fmt::format("{}: at_clock must be a whole number", fn));
+      throw std::invalid_argument(fmt::format("{}: at_clock must be a whole number", job_set_fn));
     hyper_change change;
     change.at_clock = static_cast<uint64_t>(at);
     change.learning_rate = option_float(L, "lr");
@@ -65,8 +66,8 @@ int rw_job_set(lua_State* L) {
     change.beta1 = option_float(L, "beta1");
     change.beta2 = option_float(L, "beta2");
     if (auto why = validate(change); !why.empty())
-      throw std::invalid_argument(fmt::format("{}: {}", fn, why));
-    auto reached = ask(fn, [&] { return context(L).api->job_set(name, change); });
+      throw std::invalid_argument(fmt::format("{}: {}", job_set_fn, why));
+    auto reached = ask(job_set_fn, [&] { return context(L).api->job_set(name, change); });
     lua_pushinteger(L, static_cast<lua_Integer>(reached));
     return 1;
   });

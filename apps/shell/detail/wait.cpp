@@ -15,7 +15,7 @@ namespace rw::shell::detail {
 
 namespace {
 
-constexpr const char* fn = "rw.wait";
+constexpr const char* wait_fn = "rw.wait";
 constexpr const char* states = "created, running, finished, stopped, failed, ended";
 
 enum class verdict { holds, not_yet, never };
@@ -58,7 +58,7 @@ condition read_condition(lua_State* L, int index) {
   throw std::invalid_argument(fmt::format(
     "{}: the condition must be a state ({}), a clock every rank must reach (a number "
     ">= 0) or a function(job) returning true when done; got {}",
-    fn, states, describe_value(L, index)));
+    wait_fn, states, describe_value(L, index)));
 }
 
 bool call_condition(lua_State* L, int fn_index, const actors::job_report& job) {
@@ -69,7 +69,7 @@ bool call_condition(lua_State* L, int fn_index, const actors::job_report& job) {
                             ? lua_tostring(L, -1)
                             : fmt::format("(error object is {})", describe_value(L, -1));
     lua_pop(L, 1);
-    throw lua_raise(fmt::format("{}: the condition function failed: {}", fn, message));
+    throw lua_raise(fmt::format("{}: the condition function failed: {}", wait_fn, message));
   }
   bool holds = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -117,24 +117,24 @@ std::string state_of(const actors::job_report& job) {
 int rw_wait(lua_State* L) {
   return protect(L, [&] {
     auto& ctx = context(L);
-    auto name = arg_string(L, 1, fn, "a job name");
+    auto name = arg_string(L, 1, wait_fn, "a job name");
     auto cond = read_condition(L, 2);
-    check_options(L, 3, fn, {"interval", "timeout"});
-    double interval = option_number(L, 3, fn, "interval", 0.2, true);
-    double timeout = option_number(L, 3, fn, "timeout", 600, false);
+    check_options(L, 3, wait_fn, {"interval", "timeout"});
+    double interval = option_number(L, 3, wait_fn, "interval", 0.2, true);
+    double timeout = option_number(L, 3, wait_fn, "timeout", 600, false);
     std::optional<interrupt_scope> scope;
     if (ctx.opts.interactive)
       scope.emplace();
     auto start = std::chrono::steady_clock::now();
     for (;;) {
-      auto job = ask(fn, [&] { return ctx.api->job_status(name); });
+      auto job = ask(wait_fn, [&] { return ctx.api->job_status(name); });
       switch (check(L, cond, job)) {
         case verdict::holds:
           push_job(L, job);
           return 1;
         case verdict::never:
           throw std::runtime_error(fmt::format("{}: job '{}' ended ({}) and will never "
-                                               "reach {}", fn, name, state_of(job),
+                                               "reach {}", wait_fn, name, state_of(job),
                                                cond.describe()));
         case verdict::not_yet:
           break;
@@ -142,11 +142,11 @@ int rw_wait(lua_State* L) {
       std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
       if (elapsed.count() >= timeout)
         throw std::runtime_error(fmt::format("{}: job '{}' did not reach {} within {} s "
-                                             "({})", fn, name, cond.describe(), timeout,
+                                             "({})", wait_fn, name, cond.describe(), timeout,
                                              state_of(job)));
       if (!pause_for(std::min(interval, timeout - elapsed.count())))
         throw std::runtime_error(fmt::format("{}: interrupted before job '{}' reached {} "
-                                             "({})", fn, name, cond.describe(),
+                                             "({})", wait_fn, name, cond.describe(),
                                              state_of(job)));
     }
   });

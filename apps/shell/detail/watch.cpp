@@ -18,7 +18,7 @@ namespace rw::shell::detail {
 
 namespace {
 
-constexpr const char* fn = "rw.watch";
+constexpr const char* watch_fn = "rw.watch";
 
 struct rates {
   bool known = false; // false on the first refresh
@@ -99,10 +99,10 @@ int rw_watch(lua_State* L) {
   return protect(L, [&] {
     using clock = std::chrono::steady_clock;
     auto& ctx = context(L);
-    auto name = arg_string(L, 1, fn, "a job name");
-    check_options(L, 2, fn, {"interval", "seconds"});
-    double interval = option_number(L, 2, fn, "interval", 1, true);
-    double seconds = option_number(L, 2, fn, "seconds", 1e9, false);
+    auto name = arg_string(L, 1, watch_fn, "a job name");
+    check_options(L, 2, watch_fn, {"interval", "seconds"});
+    double interval = option_number(L, 2, watch_fn, "interval", 1, true);
+    double seconds = option_number(L, 2, watch_fn, "seconds", 1e9, false);
     std::optional<interrupt_scope> scope;
     if (ctx.opts.interactive)
       scope.emplace();
@@ -111,7 +111,7 @@ int rw_watch(lua_State* L) {
     auto start = clock::now();
     std::optional<std::pair<clock::time_point, job_totals>> last;
     for (;;) {
-      auto job = ask(fn, [&] { return ctx.api->job_status(name); });
+      auto job = ask(watch_fn, [&] { return ctx.api->job_status(name); });
       auto now = clock::now();
       auto totals = totals_of(job);
       rates r;
