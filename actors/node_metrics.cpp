@@ -35,13 +35,17 @@ void process_metrics(prom::writer& w, const std::string& node_name, const std::s
   auto p = runtime::read_process_stats();
   w.family("rw_node_info", kind::gauge, "the node: its name, role and version (always 1)");
   w.sample({{"node", node_name}, {"role", role}, {"version", RW_VERSION}}, 1);
-  w.family("rw_process_resident_memory_bytes", kind::gauge, "resident memory of rw-node");
+  // The process_* names every Prometheus client library exports for its process, so
+  // dashboards and alerts written for them work unchanged.
+  w.family("process_resident_memory_bytes", kind::gauge, "resident memory of rw-node");
   w.sample({}, static_cast<double>(p.rss_bytes));
-  w.family("rw_process_open_fds", kind::gauge, "open file descriptors of rw-node");
+  w.family("process_open_fds", kind::gauge, "open file descriptors of rw-node");
   w.sample({}, static_cast<double>(p.open_fds));
-  w.family("rw_process_threads", kind::gauge, "threads of rw-node");
+  w.family("process_max_fds", kind::gauge, "rw-node's limit on open file descriptors");
+  w.sample({}, static_cast<double>(p.max_fds));
+  w.family("process_threads", kind::gauge, "threads of rw-node");
   w.sample({}, static_cast<double>(p.threads));
-  w.family("rw_process_cpu_seconds_total", kind::counter,
+  w.family("process_cpu_seconds_total", kind::counter,
            "CPU time rw-node used (user and system, every thread)");
   w.sample({}, p.cpu_seconds);
 }
@@ -141,7 +145,7 @@ void job_metrics(prom::writer& w, caf::scoped_actor& self, const node_gauges& no
   auto each = [&](const char* name, kind k, const char* help, auto field) {
     w.family(name, k, help);
     for (size_t j = 0; j < gauges.size(); ++j)
-      w.sample({{"job", gauges[j].name}}, static_cast<double>(field(gauges[j], seen[j])));
+      w.sample({{"rw_job", gauges[j].name}}, static_cast<double>(field(gauges[j], seen[j])));
   };
   each("rw_job_clock", kind::gauge, "steps every chunk of the job on this node completed",
        [](const job_gauge& g, const ranks_seen&) { return g.clock; });
@@ -162,7 +166,7 @@ void job_metrics(prom::writer& w, caf::scoped_actor& self, const node_gauges& no
   w.family("rw_job_step_seconds", kind::histogram,
            "time between two successive clocks of the job on this node");
   for (auto& g : gauges)
-    w.histogram({{"job", g.name}}, g.steps);
+    w.histogram({{"rw_job", g.name}}, g.steps);
 }
 
 void cluster_metrics(prom::writer& w, caf::scoped_actor& self, const coordinator_node& c,

@@ -1,7 +1,7 @@
 #pragma once
 // What rw-node --metrics serves: a node's state in the Prometheus text format, asked of
 // its actors at each scrape (their answers bounded in time), and whether it is ready.
-// Metric names and labels are listed in the README ("Metrics and health").
+// Metric names and labels are listed in docs/operations.md ("Metric names").
 
 #include <chrono>
 #include <string>

@@ -45,7 +45,7 @@ const char* description =
   "  --role coordinator  only the cluster coordinator: membership, the job registry\n"
   "                      and job tokens. Rack-agg nodes join with --coordinator set\n"
   "                      to its --listen address. With --state-db FILE its job\n"
-  "                      registry survives a restart (SQLite; see the README).\n\n"
+  "                      registry survives a restart (SQLite; docs/operations.md).\n\n"
   "Jobs are created with rw-shell (rw.job_create{...}), which returns the job's token;\n"
   "workers prove they hold it. Any node's --listen address leads rw-shell and other\n"
   "nodes to the coordinator.\n\n"

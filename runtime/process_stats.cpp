@@ -1,6 +1,7 @@
 #include "runtime/process_stats.hpp"
 
 #include <dirent.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -35,6 +36,8 @@ process_stats read_process_stats() {
   auto fds = count_entries("/proc/self/fd");
   s.open_fds = fds > 0 ? fds - 1 : 0;
   s.threads = count_entries("/proc/self/task");
+  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0)
+    s.max_fds = r.rlim_cur == RLIM_INFINITY ? 0 : static_cast<uint64_t>(r.rlim_cur);
   std::ifstream stat{"/proc/self/stat"};
   std::string line;
   if (std::getline(stat, line)) {

@@ -9,6 +9,7 @@ namespace rw::runtime {
 struct process_stats {
   uint64_t rss_bytes = 0;
   uint64_t open_fds = 0;
+  uint64_t max_fds = 0; // the soft RLIMIT_NOFILE
   uint64_t threads = 0;
   double cpu_seconds = 0; // user + system, all threads
 };

@@ -25,6 +25,17 @@ for f in rack-agg.toml coordinator.toml examples/tenants.toml examples/train_job
     exit 1
   }
 done
+# systemd waits longer for the node to stop than a drain may take (rw-node's
+# drain_timeout_ms + 5 s for the answer), else it kills a node that is moving its jobs.
+unit=$tmp/prefix/share/rackweave/config/systemd/rw-node.service
+stop_s=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)$/\1/p' "$unit")
+drain_ms=$(sed -n 's/.*drain_timeout_ms = \([0-9'"'"']*\);.*/\1/p' \
+  "$src/../../runtime/include/rackweave/defaults.hpp" | tr -d "'")
+if [[ -z $stop_s || -z $drain_ms ]] || ((stop_s * 1000 <= drain_ms + 5000)); then
+  echo "rw-node.service: TimeoutStopSec=${stop_s:-none} is not longer than a drain" \
+    "(${drain_ms:-?} ms + 5 s)" >&2
+  exit 1
+fi
 # The systemd unit's command line, from this prefix instead of /usr/local, starts a node
 # (on a free port: flags win over the config) that stops cleanly on SIGTERM, as systemd
 # stops it.

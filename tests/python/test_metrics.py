@@ -121,15 +121,18 @@ def test_metrics_parse_and_follow_a_job():
         assert get(node.url("/nothing"))[0] == 404
 
         idle = families(get(node.url("/metrics"))[1])
-        # Every family parses, is RackWeave's, and has the type its name promises.
+        # Every family parses, is RackWeave's or the standard process_* one, and has the
+        # type its name promises.
         for name, f in idle.items():
-            assert name.startswith("rw_"), name
-        assert idle["rw_process_resident_memory_bytes"].type == "gauge"
+            assert name.startswith(("rw_", "process_")), name
+        assert idle["process_resident_memory_bytes"].type == "gauge"
         assert idle["rw_shard_bytes_in"].type == "counter"  # rw_shard_bytes_in_total
         assert idle["rw_job_step_seconds"].type == "histogram"
-        assert value(idle, "rw_process_resident_memory_bytes") > 1 << 20
-        assert value(idle, "rw_process_threads") >= 2
-        assert value(idle, "rw_process_open_fds") >= 3
+        assert value(idle, "process_resident_memory_bytes") > 1 << 20
+        assert value(idle, "process_threads") >= 2
+        assert value(idle, "process_open_fds") >= 3
+        assert value(idle, "process_max_fds") >= value(idle, "process_open_fds")
+        assert idle["process_cpu_seconds"].type == "counter"  # process_cpu_seconds_total
         assert value(idle, "rw_node_info", role="rack-agg") == 1
         assert value(idle, "rw_cluster_nodes") == 1
         assert value(idle, "rw_metrics_missing_answers") == 0
@@ -158,19 +161,22 @@ def test_metrics_parse_and_follow_a_job():
         assert not runner.is_alive()
 
         chunks = n * 4 // 16384
-        assert value(busy, "rw_job_clock", job=job) == steps
-        assert value(busy, "rw_job_ranks", job=job) == workers
-        assert value(busy, "rw_job_live_ranks", job=job) == workers
-        assert value(busy, "rw_job_waiting_ranks", job=job) == 0
+        assert value(busy, "rw_job_clock", rw_job=job) == steps
+        # Not `job`: Prometheus sets that label to the scrape job's name, and with the
+        # default honor_labels: false a target's own `job` would become `exported_job`.
+        assert all("job" not in s.labels for f in busy.values() for s in f.samples)
+        assert value(busy, "rw_job_ranks", rw_job=job) == workers
+        assert value(busy, "rw_job_live_ranks", rw_job=job) == workers
+        assert value(busy, "rw_job_waiting_ranks", rw_job=job) == 0
         # Step times: one per clock after the first, each in a bucket up to +Inf.
-        assert value(busy, "rw_job_step_seconds_count", job=job) == steps - 1
-        assert value(busy, "rw_job_step_seconds_bucket", job=job, le="+Inf") == steps - 1
-        assert value(busy, "rw_job_step_seconds_sum", job=job) > 0
+        assert value(busy, "rw_job_step_seconds_count", rw_job=job) == steps - 1
+        assert value(busy, "rw_job_step_seconds_bucket", rw_job=job, le="+Inf") == steps - 1
+        assert value(busy, "rw_job_step_seconds_sum", rw_job=job) > 0
         shards = [s for s in busy["rw_shard_chunks_summed"].samples]
         assert sum(s.value for s in shards) == workers * chunks * steps
         steps_done = sum(s.value for s in busy["rw_shard_optimizer_steps"].samples)
         assert steps_done == chunks * steps
-        assert value(busy, "rw_job_bytes_in_total", job=job) == workers * steps * n * 4
+        assert value(busy, "rw_job_bytes_in_total", rw_job=job) == workers * steps * n * 4
         tcp = [s for s in busy["rw_endpoint_connections"].samples
                if s.labels["endpoint"].startswith("tcp://")]
         assert tcp and tcp[0].value == workers
@@ -188,9 +194,14 @@ def test_metrics_parse_and_follow_a_job():
         dashboard = os.path.join(os.path.dirname(__file__), "..", "..", "config", "grafana",
                                  "rackweave-nodes.json")
         exprs = [t["expr"] for p in json.load(open(dashboard))["panels"] for t in p["targets"]]
-        graphed = {m for e in exprs for m in re.findall(r"\brw_[a-z0-9_]+", e)}
+        # Metric names, not the label names in `by (...)` clauses (rw_job).
+        metric_exprs = [re.sub(r"\bby \([^)]*\)", "", e) for e in exprs]
+        graphed = {m for e in metric_exprs
+                   for m in re.findall(r"\b(?:rw|process)_[a-z0-9_]+", e)}
         served = {s.name for f in busy.values() for s in f.samples}
         assert graphed and graphed <= served, graphed - served
+        # Training jobs are grouped by rw_job: `job` is Prometheus's scrape job.
+        assert not [e for e in exprs if re.search(r"\bby \([^)]*\bjob\b", e)]
     finally:
         rc = node.stop()
     assert rc == 0, node.text()
