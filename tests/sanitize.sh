@@ -41,13 +41,8 @@ done
 
 if ((build)); then
   bash apps/scripts/setup.sh --packages-only
-  generator=()
-  [[ -f $dir/CMakeCache.txt ]] || generator=(-G Ninja) # a directory configured before keeps its own
-  cmake -S . -B "$dir" ${generator[@]+"${generator[@]}"} \
-    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
-      -DCMAKE_C_FLAGS_DEBUG="-O1 -gline-tables-only" -DRW_SANITIZE=address,undefined -DRW_FUZZ=ON \
-    -DRW_FUZZ_SMOKE_SECONDS="$fuzz_seconds" >/dev/null
+  bash tests/configure_clang.sh "$dir" address,undefined -DRW_FUZZ=ON \
+    -DRW_FUZZ_SMOKE_SECONDS="$fuzz_seconds"
   cmake --build "$dir" -j"${RW_JOBS:-2}"
 fi
 ((run)) || exit 0

@@ -40,12 +40,7 @@ done
 
 if ((build)); then
   bash apps/scripts/setup.sh --packages-only
-  generator=()
-  [[ -f $dir/CMakeCache.txt ]] || generator=(-G Ninja) # a directory configured before keeps its own
-  cmake -S . -B "$dir" ${generator[@]+"${generator[@]}"} \
-    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
-    -DCMAKE_C_FLAGS_DEBUG="-O1 -gline-tables-only" -DRW_SANITIZE=thread >/dev/null
+  bash tests/configure_clang.sh "$dir" thread
   cmake --build "$dir" -j"${RW_JOBS:-2}" --target rw-tsan-tests
 fi
 ((run)) || exit 0

@@ -48,10 +48,7 @@ all=(fuzz_frame_header fuzz_hello fuzz_welcome fuzz_challenge fuzz_proof fuzz_er
 
 if ((do_build)); then
   bash apps/scripts/setup.sh --packages-only
-  cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
-    -DCMAKE_C_FLAGS_DEBUG="-O1 -gline-tables-only" -DRW_FUZZ=ON -DRW_SANITIZE=address,undefined \
-    -DRW_BUILD_TESTS=OFF >/dev/null
+  bash tests/configure_clang.sh "$build" address,undefined -DRW_FUZZ=ON -DRW_BUILD_TESTS=OFF
   cmake --build "$build" -j"${RW_JOBS:-2}" --target rw-fuzz-seeds "${targets[@]}"
 fi
 
