@@ -93,6 +93,11 @@ public:
   std::string log() const {
     return read_file(log_path_);
   }
+  /// The log's last `n` characters: what a failed check prints instead of all of it.
+  std::string log_tail(size_t n) const {
+    auto text = log();
+    return text.size() > n ? text.substr(text.size() - n) : text;
+  }
   /// Whether `text` shows up in the log within the timeout.
   bool wait_for_log(const std::string& text,
                     std::chrono::milliseconds timeout = std::chrono::seconds(5)) const {

@@ -395,9 +395,7 @@ TEST_CASE("a node out of file descriptors does not spin on its listener",
   CHECK(cpu < 1.0);
   REQUIRE(::prlimit(pid, RLIMIT_NOFILE, &old, nullptr) == 0);
   waiting.clear();
-  auto log = node.log();
-  INFO("the node's log, last 4000 characters:\n"
-       << log.substr(log.size() > 4000 ? log.size() - 4000 : 0));
+  INFO("the node's log, last 4000 characters:\n" << node.log_tail(4000));
   check_node_serves(node.address(), "after-emfile");
 }
 

@@ -37,10 +37,6 @@ std::pair<int, std::string> skewed_run(const std::string& address, uint32_t iter
   return {rc.value_or(-1), text};
 }
 
-std::string tail(const std::string& text, size_t n) {
-  return text.size() > n ? text.substr(text.size() - n) : text;
-}
-
 } // namespace
 
 TEST_CASE("a skewed job's chunks move to the idle shard, bitwise", "[integration][balance]") {
@@ -73,8 +69,8 @@ TEST_CASE("periodic checkpoints stay whole while chunks move between shards",
   INFO(out);
   // On a failure, what the node and the coordinator said last (their whole debug logs
   // would bury it).
-  INFO("node, last 6000 characters:\n" << tail(c.nodes[0]->log(), 6000));
-  INFO("coordinator, last 3000 characters:\n" << tail(c.coordinator.log(), 3000));
+  INFO("node, last 6000 characters:\n" << c.nodes[0]->log_tail(6000));
+  INFO("coordinator, last 3000 characters:\n" << c.coordinator.log_tail(3000));
   REQUIRE(rc == 0);
   CHECK(out.find("verified: yes") != std::string::npos);
   REQUIRE(c.nodes[0]->wait_for_log("moved from shard 0 (busy"));
