@@ -26,6 +26,7 @@
 #include "actors/rack_uplink.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
+#include "runtime/thread_cpu.hpp"
 
 namespace rw::actors {
 
@@ -876,14 +877,6 @@ caf::result<ok_atom> on_adopt(shard_ptr self, const handoff_ptr& h) {
   return ok_atom::value;
 }
 
-// CPU time this thread (the shard's: it is detached) has used.
-uint64_t thread_cpu_ns() {
-  timespec ts{};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-    return 0;
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 // Finished jobs kept past their time are released: their arena goes back to the system
 // and a checkpoint of them is refused saying so (the tombstone's reason).
 void release_finished(shard_state& st) {
@@ -988,6 +981,10 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
       return chunk_shard_actor::behavior_type::make_empty_behavior();
     }
+  }
+  if (settings.cpu_clock) { // the balancer reads this thread's CPU time from there
+    auto token = settings.cpu_clock->publish_this_thread();
+    self->attach_functor([slot = settings.cpu_clock, token] { slot->withdraw(token); });
   }
   self->delayed_send(self, settings.scan_interval, tick_atom::value);
   if (self->state.book->incarnation++ > 0)
@@ -1165,7 +1162,7 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     [=](adopt_atom, const handoff_ptr& h) { return on_adopt(self, h); },
     [=](stats_atom) {
       auto s = self->state.book->stats;
-      s.busy_ns = thread_cpu_ns();
+      s.busy_ns = runtime::this_thread_cpu_ns(); // the shard's: it is detached
       s.cpu = runtime::current_cpu();
       s.affinity = runtime::current_affinity();
       s.memory_numa = self->state.book->memory_numa;

@@ -161,6 +161,7 @@
 #include "actors/messages.hpp"
 #include "runtime/memory_registrar.hpp"
 #include "runtime/topology.hpp"
+#include "runtime/thread_cpu.hpp"
 
 namespace rw::actors {
 
@@ -222,6 +223,9 @@ struct shard_settings {
   /// Registers a new job's arena with the transports that send from it (the fabric
   /// endpoint's NIC); empty: none does.
   runtime::memory_registrar register_memory;
+  /// Where the shard's thread publishes its CPU clock for the node's balancer (null:
+  /// nowhere). Kept across restarts: the next thread publishes in the same slot.
+  std::shared_ptr<runtime::thread_cpu_slot> cpu_clock;
 };
 
 /// A new, empty shard book (detail/shard_job.hpp): what a shard holds, kept by its

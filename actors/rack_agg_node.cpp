@@ -103,10 +103,13 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   // One supervisor per NUMA domain that has shards or endpoints.
   auto pinned = cfg.pin ? topo_ : nullptr;
   std::map<uint32_t, supervisor_settings> domains;
+  std::vector<std::shared_ptr<const runtime::thread_cpu_slot>> shard_cpu;
   for (uint32_t i = 0; i < plan_.shards.size(); ++i) {
     auto& p = plan_.shards[i];
     shard_settings s;
     s.index = i;
+    s.cpu_clock = std::make_shared<runtime::thread_cpu_slot>();
+    shard_cpu.push_back(s.cpu_clock);
     s.topo = pinned;
     s.core = p.core;
     s.numa = p.numa;
@@ -178,6 +181,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   cs.max_open_jobs_per_peer = cfg.max_open_jobs_per_peer;
   cs.balance_interval = std::chrono::milliseconds(cfg.balance ? cfg.balance_ms : 0);
   cs.balance_ratio = cfg.balance_ratio;
+  cs.shard_cpu = std::move(shard_cpu);
   try {
     cs.checkpoint_root = runtime::checkpoint::checkpoint_root{cfg.checkpoint_root};
   } catch (const std::exception& e) {

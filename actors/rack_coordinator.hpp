@@ -130,6 +130,7 @@
 //                          have
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,7 @@
 #include "actors/cluster_messages.hpp"
 #include "actors/messages.hpp"
 #include "runtime/checkpoint/root.hpp"
+#include "runtime/thread_cpu.hpp"
 
 namespace rw::actors {
 
@@ -220,6 +222,9 @@ struct coordinator_settings {
   std::chrono::milliseconds balance_interval{0};
   double balance_ratio = defaults::balance_ratio;
   uint32_t balance_windows = defaults::balance_windows;
+  /// Each shard's CPU clock, by shard index (shard_settings::cpu_clock): what the
+  /// balancer samples. Balancing is off without one per shard.
+  std::vector<std::shared_ptr<const runtime::thread_cpu_slot>> shard_cpu;
   /// This node writes checkpoints and reads restores under this root only (none
   /// without one), whatever the coordinator asks.
   runtime::checkpoint::checkpoint_root checkpoint_root{};

@@ -1,7 +1,8 @@
-// In-node balancing, the node's side: every balance_interval the rack coordinator asks
-// each shard how much CPU time its thread has used. Within each NUMA domain (shards
-// serving the same endpoints), when the busiest shard has been busier than the least
-// busy one by more than balance_ratio (and by 5 points of a core at least) in
+// In-node balancing, the node's side: every balance_interval the rack coordinator reads
+// how much CPU time each shard's thread has used (its CPU clock, published in
+// coordinator_settings::shard_cpu). Within each NUMA domain (shards serving the same
+// endpoints), when the busiest shard has been busier than the least busy one by more
+// than balance_ratio (and by 5 points of a core at least) in
 // balance_windows samples in a row, it is asked which chunks it would give (the load
 // they gave it since its last plan, at most half the gap), and those move at once to
 // the least busy shard (detail/shard_balance.hpp: expect, pollers, migrate). One move
@@ -205,21 +206,14 @@ void on_balance(rack_ptr self) {
   self->delayed_send(self, st.settings.balance_interval, balance_atom::value);
   if (st.shards.size() < 2 || st.balance.moving)
     return;
-  auto n = st.shards.size();
-  auto busy = std::make_shared<std::vector<int64_t>>(n, -1);
-  auto pending = std::make_shared<size_t>(n);
-  for (size_t i = 0; i < n; ++i)
-    self->request(st.shards[i], st.settings.balance_interval, stats_atom::value)
-      .then(
-        [=](shard_stats& s) {
-          (*busy)[i] = static_cast<int64_t>(s.busy_ns);
-          if (--*pending == 0)
-            judge(self, *busy);
-        },
-        [=](caf::error&) {
-          if (--*pending == 0)
-            judge(self, *busy);
-        });
+  // Read from the shards' threads' CPU clocks, not asked by message: a busy shard's
+  // answer would wait behind its pushes (runtime/thread_cpu.hpp).
+  std::vector<int64_t> busy(st.shards.size(), -1);
+  for (size_t i = 0; i < busy.size() && i < st.settings.shard_cpu.size(); ++i)
+    if (auto& slot = st.settings.shard_cpu[i])
+      if (auto ns = slot->read_ns())
+        busy[i] = static_cast<int64_t>(*ns);
+  judge(self, busy);
 }
 
 } // namespace rw::actors::detail

@@ -107,7 +107,7 @@ TEST_CASE("hellos interleaved on the coordinator's --listen land apart",
   // One buffer once served every connection of the locator: B's larger hello resized it
   // under A's half-read one, A's rest was written into freed memory (ASan: a
   // heap-use-after-free) and A was answered about B's job.
-  testing::node_process coord{{}, testing::node_role{"coordinator", false}};
+  testing::node_process coord{{}, testing::node_role{"coordinator", false, {}}};
   auto a = hello_payload("alpha", 100'000);
   auto b = hello_payload("bravo", 900'000);
   testing::raw_client ca{coord.address()}, cb{coord.address()};
