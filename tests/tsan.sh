@@ -3,7 +3,8 @@
 # mailboxes: a node's send queues (shard threads send, the poller's thread drains),
 # shared-memory rings and completion backlogs, the buffer pool, the registration cache
 # and fabric slot pool, the shard's answer batching, the chunk state and the node-wide
-# budget for strangers' payloads (byte_budget, [admission]). A third build
+# budget for strangers' payloads (byte_budget, [admission]), and the slot a shard's
+# thread publishes its CPU clock in for the balancer ([thread_cpu]). A third build
 # directory (clang-14, -fsanitize=thread) builds only those tests (rw-tsan-tests) and
 # the layers they test: runtime, transports and the shard's CAF-free logic.
 #
@@ -24,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dir=build-tsan
-tests=("[send_queue],[shm],[pool],[fabric],[answers],[chunk_state],[consistency],[balance],[admission]")
+tests=("[send_queue],[shm],[pool],[fabric],[answers],[chunk_state],[consistency],[balance],[admission],[thread_cpu]")
 build=1
 run=1
 while (($#)); do
