@@ -27,6 +27,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "apps/bench/cluster_job.hpp"
 #include "apps/bench/comm_args.hpp"
@@ -244,21 +245,29 @@ int run_driver(comm_args a, const std::string& command) {
   auto p90 = percentile(steps, 0.9);
   // Bytes through the node's NIC per step: every worker pushes and receives S.
   auto gbps = 2.0 * a.workers * static_cast<double>(bytes) * 8.0 / (median / 1e3) / 1e9;
-  std::vector<std::string> waits;
-  for (auto m : mean_wait)
-    waits.push_back(fmt::format("{:.3f}", m));
   if (a.json) {
-    std::cout << fmt::format("{{\"workers\":{},\"bytes\":{},\"iters\":{},\"consistency\":\"{}\","
-                             "\"median_ms\":{:.3f},\"p90_ms\":{:.3f},\"goodput_gbps\":{:.3f},"
-                             "\"verified\":{},\"iterations\":[{}],\"mean_wait_ms\":[{}],"
-                             "\"max_staleness\":{},\"reduction\":\"{}\",\"nodes\":{},"
-                             "\"compression\":\"{}\",\"compress_updates\":{},"
-                             "\"wire_bytes\":{:.0f}}}\n",
-                             a.workers, bytes, a.iters, rw::to_string(model), median, p90, gbps,
-                             verified ? "true" : "false", fmt::join(iterations, ","),
-                             fmt::join(waits, ","), max_staleness, reduction, nodes.size(),
-                             rw::to_string(compression), updates ? "true" : "false",
-                             wire_bytes);
+    // Three decimals (times to the microsecond), as the text form prints them.
+    auto us = [](double x) { return std::round(x * 1e3) / 1e3; };
+    auto waits = nlohmann::ordered_json::array();
+    for (auto m : mean_wait)
+      waits.push_back(us(m));
+    nlohmann::ordered_json j{{"workers", a.workers},
+                             {"bytes", bytes},
+                             {"iters", a.iters},
+                             {"consistency", rw::to_string(model)},
+                             {"median_ms", us(median)},
+                             {"p90_ms", us(p90)},
+                             {"goodput_gbps", us(gbps)},
+                             {"verified", verified},
+                             {"iterations", iterations},
+                             {"mean_wait_ms", std::move(waits)},
+                             {"max_staleness", max_staleness},
+                             {"reduction", reduction},
+                             {"nodes", nodes.size()},
+                             {"compression", rw::to_string(compression)},
+                             {"compress_updates", updates},
+                             {"wire_bytes", std::round(wire_bytes)}};
+    std::cout << j.dump() << "\n";
   } else {
     std::cout << fmt::format("rw-bench comm: {} workers x {} (push_pull, optimizer sum, {}), "
                              "{} iterations after {} warm-up\n",
@@ -268,10 +277,10 @@ int run_driver(comm_args a, const std::string& command) {
                              "(2 x workers x bytes per step)   verified: {}\n",
                              median, p90, gbps,
                              a.verify ? (verified ? "yes" : "NO") : "not checked");
-    std::cout << fmt::format("  consistency {}: iterations per worker [{}], mean wait ms [{}], "
-                             "largest staleness served {}\n",
+    std::cout << fmt::format("  consistency {}: iterations per worker [{}], mean wait ms "
+                             "[{:.3f}], largest staleness served {}\n",
                              rw::to_string(model), fmt::join(iterations, ", "),
-                             fmt::join(waits, ", "), max_staleness);
+                             fmt::join(mean_wait, ", "), max_staleness);
     std::cout << fmt::format("  job on {} node(s) [{}], reduction {}\n", nodes.size(),
                              fmt::join(nodes, ", "), reduction);
     std::cout << fmt::format("  compression {}{}: {} on the wire per step (every worker's "

@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "apps/tools/units.hpp"
 #include "runtime/aligned.hpp"
@@ -122,9 +124,14 @@ int main(int argc, char** argv) {
       double stream_gbs = bytes / median(stream_s) / 1e9;
       double ratio = median(stream_s) / median(step_s);
       if (json)
-        fmt::print("{{\"isa\":\"{}\",\"optimizer\":\"{}\",\"bytes\":{},\"step_gbs\":{:.2f},"
-                   "\"stream_gbs\":{:.2f},\"ratio\":{:.3f}}}\n",
-                   isa, rw::to_string(kind), n * sizeof(float), step_gbs, stream_gbs, ratio);
+        fmt::print("{}\n", nlohmann::ordered_json{{"isa", isa},
+                                                  {"optimizer", rw::to_string(kind)},
+                                                  {"bytes", n * sizeof(float)},
+                                                  {"step_gbs", std::round(step_gbs * 100) / 100},
+                                                  {"stream_gbs",
+                                                   std::round(stream_gbs * 100) / 100},
+                                                  {"ratio", std::round(ratio * 1000) / 1000}}
+                                .dump());
       else
         fmt::print("{:<8} {:<9} {:>10.2f} {:>12.2f} {:>8.3f}\n", isa, rw::to_string(kind),
                    step_gbs, stream_gbs, ratio);

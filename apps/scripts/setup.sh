@@ -18,6 +18,7 @@ packages=(
   catch2                    # tests (v2)
   libhwloc-dev libnuma-dev  # topology, NUMA-local memory
   libcli11-dev              # command lines
+  nlohmann-json3-dev        # JSON output: rw-bench --json, rw-node --log-format json
   libtomlplusplus-dev       # config files
   libxxhash-dev             # hashing
   libsodium-dev             # job tokens: random secrets, HMAC challenge-response

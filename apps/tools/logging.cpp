@@ -4,11 +4,11 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-
 
 namespace rw::tools {
 
@@ -47,23 +47,11 @@ std::unique_ptr<spdlog::formatter> make_formatter(const std::string& format,
 } // namespace
 
 std::string json_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size() + 8);
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20)
-          out += fmt::format("\\u{:04x}", c);
-        else
-          out += static_cast<char>(c);
-    }
-  }
-  return out;
+  // nlohmann's serializer: quotes, backslashes and control characters escaped, and bytes
+  // that are not UTF-8 (a stranger's job name, say) replaced by U+FFFD, so every line
+  // stays JSON a log shipper can parse.
+  auto quoted = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
 }
 
 void setup_node_logging(const log_options& cfg, const std::string& node) {

@@ -3,7 +3,6 @@
 // travels shrinks, and pushes that do not match the job's compression are refused.
 
 #include <cstring>
-#include <regex>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -11,6 +10,7 @@
 #include "apps/tools/subprocess.hpp"
 #include "rackweave/worker.hpp"
 #include "runtime/compression.hpp"
+#include "tests/integration/bench_json.hpp"
 #include "tests/integration/expect_error.hpp"
 #include "tests/integration/job_options.hpp"
 #include "tests/integration/node_process.hpp"
@@ -59,13 +59,6 @@ bench_run run_bench(const std::string& address, const std::vector<std::string>& 
     p.stop();
   out.exit = rc ? *rc : -1;
   return out;
-}
-
-double number_field(const std::string& json, const std::string& name) {
-  std::smatch m;
-  std::regex re{"\"" + name + "\":([0-9.]+)"};
-  REQUIRE(std::regex_search(json, m, re));
-  return std::stod(m[1]);
 }
 
 } // namespace
@@ -221,8 +214,9 @@ TEST_CASE("rw-bench comm --verify checks every compression against its reference
   auto plain = run_bench(node.address(), {"--compression", "none"});
   INFO(plain.json);
   REQUIRE(plain.exit == 0);
-  CHECK(plain.json.find("\"verified\":true") != std::string::npos);
-  const double plain_bytes = number_field(plain.json, "wire_bytes");
+  auto plain_out = testing::bench_json(plain.json);
+  CHECK(plain_out["verified"] == true);
+  const double plain_bytes = plain_out["wire_bytes"].get<double>();
   // 3 workers x 192 KiB, both ways, plus headers.
   CHECK(plain_bytes >= 2.0 * 3 * 192 * 1024);
   struct mode {
@@ -242,8 +236,9 @@ TEST_CASE("rw-bench comm --verify checks every compression against its reference
     auto run = run_bench(node.address(), m.args);
     INFO(fmt::format("{}", fmt::join(m.args, " ")) << "\n" << run.json);
     CHECK(run.exit == 0);
-    CHECK(run.json.find("\"verified\":true") != std::string::npos);
-    auto ratio = number_field(run.json, "wire_bytes") / plain_bytes;
+    auto out = testing::bench_json(run.json);
+    CHECK(out["verified"] == true);
+    auto ratio = out["wire_bytes"].get<double>() / plain_bytes;
     CHECK(ratio >= m.low);
     CHECK(ratio <= m.high);
   }
@@ -268,7 +263,7 @@ TEST_CASE("16-bit updates over a node's two endpoints each land whole",
       p.stop();
     INFO(compression << "\n" << out);
     CHECK(rc.value_or(-1) == 0);
-    CHECK(out.find("\"verified\":true") != std::string::npos);
+    CHECK(testing::bench_json(out)["verified"] == true);
   }
 }
 
@@ -366,8 +361,9 @@ TEST_CASE("compressed jobs over two racks' nodes, flat and hierarchical, verify"
     INFO(fmt::format("{}", fmt::join(extra, " ")) << "\n" << out << testing::read_file(err));
     std::remove(err.c_str());
     CHECK(code == std::optional<int>{0});
-    CHECK_THAT(out, Catch::Contains("\"verified\":true"));
-    CHECK_THAT(out, Catch::Contains("\"nodes\":2"));
+    auto j = testing::bench_json(out);
+    CHECK(j["verified"] == true);
+    CHECK(j["nodes"] == 2);
   }
 }
 

@@ -1,11 +1,10 @@
 // rw-bench comm with a straggler under each consistency model, on a real node: the
 // staleness bound is a hard property (timing-independent); BSP serves nothing stale.
 
-#include <regex>
-
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "tests/integration/bench_json.hpp"
 #include "tests/integration/job_options.hpp"
 #include "tests/integration/node_process.hpp"
 
@@ -34,34 +33,15 @@ bench_line run_bench(const std::string& address, const std::vector<std::string>&
 }
 
 long field(const std::string& json, const std::string& name) {
-  std::smatch m;
-  std::regex re{"\"" + name + "\":([0-9]+)"};
-  REQUIRE(std::regex_search(json, m, re));
-  return std::stol(m[1]);
+  return testing::bench_json(json).at(name).get<long>();
 }
 
 std::vector<long> list_field(const std::string& json, const std::string& name) {
-  std::smatch m;
-  std::regex re{"\"" + name + "\":\\[([0-9,]*)\\]"};
-  REQUIRE(std::regex_search(json, m, re));
-  std::vector<long> out;
-  std::stringstream ss{m[1]};
-  std::string item;
-  while (std::getline(ss, item, ','))
-    out.push_back(std::stol(item));
-  return out;
+  return testing::bench_json(json).at(name).get<std::vector<long>>();
 }
 
 std::vector<double> real_list_field(const std::string& json, const std::string& name) {
-  std::smatch m;
-  std::regex re{"\"" + name + "\":\\[([0-9.,]*)\\]"};
-  REQUIRE(std::regex_search(json, m, re));
-  std::vector<double> out;
-  std::stringstream ss{m[1]};
-  std::string item;
-  while (std::getline(ss, item, ','))
-    out.push_back(std::stod(item));
-  return out;
+  return testing::bench_json(json).at(name).get<std::vector<double>>();
 }
 
 } // namespace

@@ -17,6 +17,7 @@
 
 #include "runtime/chunking.hpp"
 #include "runtime/ring.hpp"
+#include "tests/integration/bench_json.hpp"
 #include "tests/integration/rack_cluster.hpp"
 #include "tests/tools/fixture_job.hpp"
 
@@ -188,9 +189,10 @@ TEST_CASE("rw-bench creates its job through the coordinator, over two racks' nod
   auto [code, out, err] = run({"--worker-racks", "a,a,b,b", "--reduction", "flat"});
   INFO(out << err);
   CHECK(code == std::optional<int>{0});
-  CHECK_THAT(out, Catch::Contains("\"verified\":true"));
-  CHECK_THAT(out, Catch::Contains("\"reduction\":\"flat\""));
-  CHECK_THAT(out, Catch::Contains("\"nodes\":2"));
+  auto flat = testing::bench_json(out);
+  CHECK(flat["verified"] == true);
+  CHECK(flat["reduction"] == "flat");
+  CHECK(flat["nodes"] == 2);
   // The job was deleted after the run; both nodes served it.
   CHECK(testing::run_shell({"--connect", a.address(), "-c", "print(#rw.jobs())"}).out == "0\n");
   CHECK(a.wait_for_log("homed_here="));
@@ -201,14 +203,15 @@ TEST_CASE("rw-bench creates its job through the coordinator, over two racks' nod
     run({"--worker-racks", "a,b,a,b", "--reduction", "hierarchical", "--barrier"});
   INFO(out4 << err4);
   CHECK(code4 == std::optional<int>{0});
-  CHECK_THAT(out4, Catch::Contains("\"verified\":true"));
-  CHECK_THAT(out4, Catch::Contains("\"reduction\":\"hierarchical\""));
-  CHECK_THAT(out4, Catch::Contains("\"nodes\":2"));
+  auto hier = testing::bench_json(out4);
+  CHECK(hier["verified"] == true);
+  CHECK(hier["reduction"] == "hierarchical");
+  CHECK(hier["nodes"] == 2);
   // Without racks the job goes to the node named by --connect.
   auto [code1, out1, err1] = run({});
   INFO(out1 << err1);
   CHECK(code1 == std::optional<int>{0});
-  CHECK_THAT(out1, Catch::Contains("\"nodes\":1"));
+  CHECK(testing::bench_json(out1)["nodes"] == 1);
   // A rack with no node, and a rack list of the wrong length, are clear errors.
   auto [code2, out2, err2] = run({"--worker-racks", "a,a,c,c"});
   CHECK(code2 == std::optional<int>{2});

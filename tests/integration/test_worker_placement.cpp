@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/integration/bench_json.hpp"
 #include "tests/integration/rack_cluster.hpp"
 
 namespace rw_integration_worker_placement {
@@ -87,9 +88,10 @@ TEST_CASE("workers with rack options, all saying hello to one node, end at their
   INFO(out << testing::read_file(bench_err));
   std::remove(bench_err.c_str());
   CHECK(code == std::optional<int>{0});
-  CHECK_THAT(out, Catch::Contains("\"verified\":true"));
-  CHECK_THAT(out, Catch::Contains("\"reduction\":\"hierarchical\""));
-  CHECK_THAT(out, Catch::Contains("\"nodes\":2"));
+  auto j = testing::bench_json(out);
+  CHECK(j["verified"] == true);
+  CHECK(j["reduction"] == "hierarchical");
+  CHECK(j["nodes"] == 2);
 }
 
 TEST_CASE("without rack options a worker is placed in the rack of the node it named",

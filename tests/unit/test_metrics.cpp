@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "apps/tools/logging.hpp"
@@ -71,24 +73,36 @@ TEST_CASE("process stats read this process from /proc") {
 
 TEST_CASE("JSON log lines escape the message and name the node") {
   CHECK(tools::json_escape("a\"b\\c\nd\te\x01") == "a\\\"b\\\\c\\nd\\te\\u0001");
+  // Bytes that are not UTF-8 (a stranger's job name) become U+FFFD: the line stays JSON.
+  CHECK(tools::json_escape("job\xff\xfe") == "job\xef\xbf\xbd\xef\xbf\xbd");
   auto dir = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
   auto file = dir + "/rw-unit-log-" + std::to_string(::getpid()) + ".json";
   std::remove(file.c_str());
   auto before = spdlog::default_logger();
   tools::setup_node_logging({file, "json", 1, 2, "info"}, "node \"7\" 100%");
   spdlog::info("job {} stopped by shell {}", "a/b", "10.0.0.1:5\"x");
+  spdlog::warn("hello from job '{}'", "t\xc3(\n");
   spdlog::debug("not at info");
   spdlog::default_logger()->flush();
   spdlog::set_default_logger(before);
   std::ifstream in{file};
-  std::stringstream all;
-  all << in.rdbuf();
-  auto text = all.str();
-  CHECK(text.find(R"("level":"info","node":"node \"7\" 100%","msg":"job a/b stopped by shell 10.0.0.1:5\"x"})") !=
-        std::string::npos);
-  CHECK(text.rfind("{\"time\":\"", 0) == 0);
-  CHECK(text.find("not at info") == std::string::npos);
-  CHECK(std::count(text.begin(), text.end(), '\n') == 1);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) {
+    INFO(line);
+    REQUIRE(nlohmann::json::accept(line));
+    lines.push_back(nlohmann::json::parse(line));
+  }
+  REQUIRE(lines.size() == 2); // debug is below the level
+  CHECK(lines[0]["level"] == "info");
+  CHECK(lines[0]["node"] == "node \"7\" 100%");
+  CHECK(lines[0]["msg"] == "job a/b stopped by shell 10.0.0.1:5\"x");
+  auto time = lines[0]["time"].get<std::string>(); // 2026-11-27T11:00:00.000+00:00
+  REQUIRE(time.size() == 29);
+  CHECK(time[10] == 'T');
+  CHECK(time[19] == '.');
+  CHECK(time[26] == ':');
+  CHECK(lines[1]["level"] == "warning");
+  CHECK(lines[1]["msg"] == "hello from job 't\xef\xbf\xbd(\n'");
   std::remove(file.c_str());
   CHECK_THROWS_WITH(tools::setup_node_logging({"/proc/no/such/dir/log", "text", 1, 2, "info"}, "n"),
                     Catch::Contains("cannot write the log file --log-file /proc/no/such/dir/log"));
