@@ -151,11 +151,16 @@ stop_pids() {
   for p; do wait "$p" 2>/dev/null || true; done
 }
 
-# release PID...: an exit trap's common part: ignore further signals, stop PID..., remove $tmp.
+# release PID...: an exit trap's common part: ignore further signals, stop PID..., remove
+# $tmp (kept, and named, with RW_KEEP_TMP=1: the nodes' logs, for a look after a failure).
 release() {
   trap '' INT TERM HUP # a second Ctrl-C must not cut the cleanup short
   stop_pids "$@"
-  if [[ -n ${tmp:-} ]]; then rm -rf "$tmp"; fi
+  if [[ -n ${tmp:-} && -n ${RW_KEEP_TMP:-} ]]; then
+    note "kept $tmp (RW_KEEP_TMP)"
+  elif [[ -n ${tmp:-} ]]; then
+    rm -rf "$tmp"
+  fi
 }
 
 # set_exit_traps FUNCTION: runs FUNCTION on exit, also after INT, TERM or HUP (exit 130, 143, 129).
