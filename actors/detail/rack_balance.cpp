@@ -2,12 +2,12 @@
 // how much CPU time each shard's thread has used (its CPU clock, published in
 // coordinator_settings::shard_cpu). Within each NUMA domain (shards serving the same
 // endpoints), when the busiest shard has been busier than the least busy one by more
-// than balance_ratio (and by 5 points of a core at least) in
-// balance_windows samples in a row, it is asked which chunks it would give (the load
-// they gave it since its last plan, at most half the gap), and those move at once to
-// the least busy shard (detail/shard_balance.hpp: expect, pollers, migrate). One move
-// at a time on the node; requests that change a job's routes or copy its chunks wait
-// for it (after_balancing).
+// than balance_ratio (and by 5 points of a core at least) in balance_windows samples in
+// a row (a sample in which no shard was busy is skipped), it is asked which chunks it
+// would give (the load they gave it since its last plan, at most half the gap), and
+// those move at once to the least busy shard (detail/shard_balance.hpp: expect,
+// pollers, migrate). One move at a time on the node; requests that change a job's
+// routes or copy its chunks wait for it (after_balancing).
 
 #include <algorithm>
 
@@ -161,6 +161,11 @@ void judge(rack_ptr self, const std::vector<int64_t>& busy) {
     b.streak = 0;
     return;
   }
+  // A window in which no shard was busy says nothing either way: the streak stands.
+  // (Steps come in bursts: between them every shard idles, and 100 ms windows that fell
+  // there reset the streak, so a skewed job moved late or never.)
+  if (std::none_of(frac.begin(), frac.end(), [](double f) { return f >= min_busy; }))
+    return;
   if (b.report) { // what the last move did
     b.report = false;
     std::vector<std::string> shown;
