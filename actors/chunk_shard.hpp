@@ -160,8 +160,8 @@
 
 #include "actors/messages.hpp"
 #include "runtime/memory_registrar.hpp"
-#include "runtime/topology.hpp"
 #include "runtime/thread_cpu.hpp"
+#include "runtime/topology.hpp"
 
 namespace rw::actors {
 
