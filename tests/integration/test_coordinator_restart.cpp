@@ -58,17 +58,18 @@ std::unique_ptr<node_process> start_coordinator(const std::string& listen,
 // its result bitwise against the single-process reference.
 worker_run paced_worker(const std::string& connect, const std::string& job, uint32_t rank,
                         uint32_t workers, const std::string& token, uint32_t steps,
-                        uint32_t delay_ms) {
+                        uint32_t delay_ms, std::vector<std::string> extra = {}) {
   worker_run w;
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
+                                "--rank", std::to_string(rank), "--workers",
+                                std::to_string(workers), "--optimizer", "sum", "--steps",
+                                std::to_string(steps), "--step-delay-ms",
+                                std::to_string(delay_ms), "--token", token, "--verify"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
   w.err_path = temp_path("worker.err");
   w.out_path = temp_path("worker.bin");
-  w.proc = std::make_unique<tools::subprocess>(
-    std::vector<std::string>{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job, "--rank",
-                             std::to_string(rank), "--workers", std::to_string(workers),
-                             "--optimizer", "sum", "--steps", std::to_string(steps),
-                             "--step-delay-ms", std::to_string(delay_ms), "--token", token,
-                             "--out", w.out_path, "--verify"},
-    true, w.err_path);
+  argv.insert(argv.end(), {"--out", w.out_path});
+  w.proc = std::make_unique<tools::subprocess>(argv, true, w.err_path);
   return w;
 }
 
@@ -298,14 +299,21 @@ TEST_CASE("after a coordinator restart a job's periodic checkpoints go on, and a
   INFO(made.err);
   REQUIRE(made.code == 0);
   auto token = made.out.substr(0, made.out.find('\n'));
+  // The workers hold before step 6 until the coordinator is back: on a loaded machine
+  // the job once ended before node b was killed (no restart to see). After the hold,
+  // 94 steps of 60 ms are left for the next checkpoint and the kill.
+  auto resume = temp_path("resume");
+  std::vector<std::string> hold{"--pause-at", "6", "--resume-file", resume,
+                                "--pause-limit-ms", "120000"};
   std::vector<worker_run> ws;
-  ws.push_back(paced_worker(a.address(), "kept", 0, 2, token, 40, 60));
-  ws.push_back(paced_worker(b.address(), "kept", 1, 2, token, 40, 60));
+  ws.push_back(paced_worker(a.address(), "kept", 0, 2, token, 100, 60, hold));
+  ws.push_back(paced_worker(b.address(), "kept", 1, 2, token, 100, 60, hold));
   REQUIRE(shell("rw.wait('kept', 3, {timeout = 30})").code == 0);
   coordinator->process().signal(SIGKILL);
   coordinator.reset();
   coordinator = start_coordinator(listen, db);
   REQUIRE(coordinator->wait_for_log("2 node(s) live", std::chrono::seconds(15)));
+  std::ofstream{resume} << "go\n";
   // The restarted coordinator knows the job's checkpoints: it writes the next manifest.
   REQUIRE(coordinator->wait_for_log("periodic checkpoint taken: job='kept'",
                                     std::chrono::seconds(20)));
@@ -319,9 +327,10 @@ TEST_CASE("after a coordinator restart a job's periodic checkpoints go on, and a
   }
   ws.clear();
   for (uint32_t r = 0; r < 2; ++r)
-    ws.push_back(paced_worker(a.address(), "kept", r, 2, token, 40, 0));
+    ws.push_back(paced_worker(a.address(), "kept", r, 2, token, 100, 0));
   for (uint32_t r = 0; r < 2; ++r)
     check_verified(ws[r], "rank " + std::to_string(r), deadline);
+  std::remove(resume.c_str());
   std::filesystem::remove_all(dir);
 }
 

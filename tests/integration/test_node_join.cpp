@@ -5,6 +5,7 @@
 // end bitwise at the single-process reference. A node drained and joined again takes
 // the job back (its old copy of the job answers for nothing).
 
+#include <fstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -22,9 +23,15 @@ using testing::rack_cluster;
 using run = testing::worker_process;
 using testing::finish;
 
+// Every rank holds before step `hold` until `resume` exists, so a drain or join lands
+// while the job runs: on a loaded machine the job once ended first ("moved 0 job(s)").
+// A move settles the job at a clock boundary, which a hold of every rank is.
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
-                           const std::string& token, bool split, uint32_t steps) {
-  return testing::start_paced(connect, job, rank, token, "adam", steps, split);
+                           const std::string& token, bool split, uint32_t steps,
+                           uint32_t hold, const std::string& resume) {
+  return testing::start_paced(connect, job, rank, token, "adam", steps, split,
+                              {"--pause-at", std::to_string(hold), "--resume-file", resume,
+                               "--pause-limit-ms", "120000"});
 }
 
 } // namespace
@@ -40,16 +47,19 @@ TEST_CASE("a node joins a running job: chunks move onto it with their state, bit
                         &err);
   INFO(err);
   REQUIRE(!token.empty());
+  auto resume = testing::temp_path("resume");
   std::vector<std::unique_ptr<run>> ws;
-  ws.push_back(start(c.nodes[0]->address(), "growing", 0, token, false, 60));
-  ws.push_back(start(c.nodes[1]->address(), "growing", 1, token, true, 60));
+  ws.push_back(start(c.nodes[0]->address(), "growing", 0, token, false, 60, 30, resume));
+  ws.push_back(start(c.nodes[1]->address(), "growing", 1, token, true, 60, 30, resume));
   REQUIRE(c.wait_clock("growing", 6));
   auto join = c.shell("print(rw.node_join('n2'))");
+  std::ofstream{resume} << "go\n";
   INFO(join.err);
   CHECK_THAT(join.out, Catch::Contains("node n2 joined in"));
   CHECK_THAT(join.out, Catch::Contains("moved 1 job(s) onto it: growing: moved to [n0,n1,n2]"));
   testing::check_all_verified(
     ws, {"joined node n2 of job", "moved to nodes [n0,n1,n2] (ring version 2)"});
+  std::remove(resume.c_str());
   CHECK(c.nodes[2]->wait_for_log("job joining: job='growing'", std::chrono::seconds(5)));
   CHECK(c.nodes[2]->wait_for_log("worker joined: job='growing'", std::chrono::seconds(5)));
   auto status = c.shell("local j = rw.job_status('growing'); print(j.state, #j.nodes, "
@@ -65,9 +75,10 @@ TEST_CASE("a drained node joined again takes the job back, bitwise",
   auto token = c.create("tide", 2, "adam", "racks = {'a', 'b', 'c'}, reduction = 'flat'", &err);
   INFO(err);
   REQUIRE(!token.empty());
+  auto resume = testing::temp_path("resume");
   std::vector<std::unique_ptr<run>> ws;
-  ws.push_back(start(c.nodes[0]->address(), "tide", 0, token, false, 60));
-  ws.push_back(start(c.nodes[1]->address(), "tide", 1, token, true, 60));
+  ws.push_back(start(c.nodes[0]->address(), "tide", 0, token, false, 60, 30, resume));
+  ws.push_back(start(c.nodes[1]->address(), "tide", 1, token, true, 60, 30, resume));
   REQUIRE(c.wait_clock("tide", 5));
   auto drain = c.shell("print(rw.node_drain('n2'))");
   INFO(drain.err);
@@ -75,10 +86,12 @@ TEST_CASE("a drained node joined again takes the job back, bitwise",
   auto refused = c.shell("rw.job_create{name = 'late', workers = 1, node = 'n2'}");
   CHECK_THAT(refused.err, Catch::Contains("node 'n2' was drained"));
   auto join = c.shell("print(rw.node_join('n2'))");
+  std::ofstream{resume} << "go\n";
   INFO(join.err);
   CHECK_THAT(join.out, Catch::Contains("it takes new jobs again"));
   CHECK_THAT(join.out, Catch::Contains("tide: moved to [n0,n1,n2]"));
   testing::check_all_verified(ws, {"(ring version 3)", "joined node n2 of job"}, 90);
+  std::remove(resume.c_str());
   auto status = c.shell("local j = rw.job_status('tide'); print(#j.nodes, j.ring_version)");
   CHECK_THAT(status.out, Catch::StartsWith("3\t3"));
   auto placed = c.shell("print(rw.job_create{name = 'later', workers = 1, node = 'n2'}.node)");
@@ -95,11 +108,13 @@ TEST_CASE("joining an unknown node is a clear error, a job on one node stays",
   std::string err;
   auto token = c.create("single", 2, "adam", "node = 'n0'", &err);
   REQUIRE(!token.empty());
+  auto resume = testing::temp_path("resume");
   std::vector<std::unique_ptr<run>> ws;
   for (uint32_t rank = 0; rank < 2; ++rank)
-    ws.push_back(start(c.nodes[0]->address(), "single", rank, token, false, 20));
+    ws.push_back(start(c.nodes[0]->address(), "single", rank, token, false, 20, 10, resume));
   REQUIRE(c.wait_clock("single", 2));
   auto join = c.shell("print(rw.node_join('n1'))");
+  std::ofstream{resume} << "go\n";
   INFO(join.err);
   CHECK_THAT(join.out, Catch::Contains("moved 0 job(s) onto it"));
   CHECK_THAT(join.out, Catch::Contains("single: it lives on one node alone"));
@@ -108,6 +123,7 @@ TEST_CASE("joining an unknown node is a clear error, a job on one node stays",
     INFO(out);
     CHECK(code == std::optional<int>{0});
   }
+  std::remove(resume.c_str());
 }
 
 } // namespace rw_integration_node_join
