@@ -171,7 +171,7 @@ same_as_baseline() {
   local r
   for ((r = 0; r < workers; r++)); do
     if ! cmp -s "$tmp/$1.$r.bin" "$tmp/baseline.0.bin"; then
-      note "$1: rank $r's parameters differ from the fault-free run's: $(cmp "$tmp/$1.$r.bin" "$tmp/baseline.0.bin" 2>&1 | head -n 1)"
+      note "$1: rank $r's parameters differ from the fault-free run's: $(cmp "$tmp/$1.$r.bin" "$tmp/baseline.0.bin" 2>&1)"
       return 1
     fi
   done
