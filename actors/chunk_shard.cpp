@@ -973,6 +973,7 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
                                                 std::shared_ptr<shard_book> book) {
   self->state.settings = settings;
   self->state.book = std::move(book);
+  runtime::name_this_thread("rw-shard-" + std::to_string(settings.index));
   if (settings.topo) {
     try {
       settings.topo->pin_current_thread(settings.core);

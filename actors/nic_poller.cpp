@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/poller_sink.hpp"
+#include "runtime/thread_cpu.hpp"
 #include "transports/fabric/connection.hpp"
 #include "transports/shm/connection.hpp"
 #include "transports/half.hpp"
@@ -478,6 +479,9 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
     st.book->shards = std::move(shards);
   }
   st.sink = std::make_unique<poller_sink>(self);
+  runtime::name_this_thread(st.settings.thread_name.empty()
+                              ? "rw-poll-" + std::to_string(st.settings.endpoint_index)
+                              : st.settings.thread_name);
   if (st.settings.topo) {
     try {
       st.settings.topo->pin_current_thread(st.settings.core);

@@ -96,6 +96,7 @@ struct poller_settings {
   uint32_t numa = 0;           // where receive buffers live
   uint32_t prealloc_buffers = 0; // of defaults::chunk_bytes, at start
   bool priority = true; // read the worker furthest behind first when several are ready
+  std::string thread_name; // empty: rw-poll-<endpoint_index>
 };
 
 namespace detail {

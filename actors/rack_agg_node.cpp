@@ -38,7 +38,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   runtime::select_kernels(cfg.kernels);
   auto name = cfg.name.empty() ? host_name() : cfg.name;
   topo_ = runtime::topology::discover();
-  runtime::placement_request req{cfg.shards, cfg.shard_cores, cfg.shard_numa, cfg.listen};
+  runtime::placement_request req{cfg.shards, cfg.shard_cores, cfg.shard_numa, cfg.listen,
+                                 runtime::pollers_per_listen(cfg)};
   plan_ = runtime::plan_placement(*topo_, req);
 
   // Bind every endpoint before anything runs.
@@ -264,6 +265,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
       std::chrono::milliseconds(cfg.io_timeout_ms),
       uint64_t{cfg.send_queue_mib > 0 ? cfg.send_queue_mib : defaults::send_queue_mib} << 20);
     auto s = side_poller();
+    s.thread_name = "rw-poll-shm";
     shm_poller_ = spawn_nic_poller(sys, s, shm_ep, coordinator_, shards_);
     for (auto& p : pollers_)
       self->send(p, shm_atom::value, caf::actor_cast<caf::actor>(shm_poller_),
@@ -274,6 +276,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   for (size_t n = 0; n < doms.size(); ++n) {
     auto& d = doms[n];
     auto s = side_poller();
+    s.thread_name = "rw-poll-fab-" + std::to_string(n);
     if (d->numa() >= 0) // the NIC's domain, and a core of it when it has one
       s.numa = static_cast<uint32_t>(d->numa());
     for (auto& core : topo_->cores())
@@ -346,6 +349,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                  addresses_[i], e.nic.empty() ? "(any)" : e.nic, e.poller.core.os_cpu,
                  e.poller.numa, fmt::join(served, ","));
   }
+  spdlog::info("pollers: {}", plan_.pollers_why);
   for (auto& note : plan_.notes)
     spdlog::warn("placement: {}", note);
 }

@@ -10,10 +10,11 @@
 #                       rackweave-fabric gloo torch-gloo mpi-shm mpi-tcp"] [--timeout S]
 #                       [--json]
 #                       [--smoke] [--build-dir DIR] [--no-results]
+#                       [--section NAME --title TEXT] [--node-args "ARGS"]
 #
 # Systems:
 #   rackweave-tcp  rw-bench comm through one rw-node --role rack-agg on 127.0.0.1
-#   rackweave-shm  the same with --transport shm (only once rw-bench comm offers it)
+#   rackweave-shm  the same with --transport shm
 #   rackweave-fabric  the same with --transport fabric, the node started with --fabric tcp
 #                  (libfabric's tcp provider over loopback: software overhead, not RDMA)
 # For each rackweave-* run the node's CPU time (user + sys, from /proc) is read before
@@ -28,6 +29,15 @@
 # (bench/setup-peers.sh installs it), against which rackweave-tcp's bytes through the
 # node (2 x W x S per step: every push in, every update out) are put.
 # --no-results: print only, bench/RESULTS.md left alone (bench/scaling.sh runs it so).
+# --node-args "ARGS": more rw-node options for the node (e.g. "--pollers 8"); the
+# node's placement (pollers, shards) is logged either way, and after each rackweave run
+# its threads' CPU time (bench/lib/node_threads.py): which poller or shard was busy.
+# --section NAME, --title TEXT: the RESULTS.md section written (default peers) and its
+# heading; bench/scale.sh writes "scale", with rackweave-tcp's ratio to Gloo's ring.
+# --build-dir may name a bundle (bench/bundle.sh: a build packed to run on a machine
+# without our packages): Gloo's program comes from it, MPI's is compiled there with the
+# machine's mpicc (the mpi-* systems are left out, said so, where it has no MPI, unless
+# --systems names them), nothing is installed or built.
 # --iters defaults to 10 at every size (a 64 MiB run of every system at W = 8 takes
 # well under a minute here). Every run is bounded by --timeout seconds (default 300);
 # a system that fails or times out is reported on stderr and marked in its row.
@@ -41,7 +51,8 @@ set -uo pipefail
 source "$(dirname "$0")/lib/common.sh" || exit 1
 cd "$(dirname "$0")/.." || exit 1
 
-invocation=$(invocation_of "$@")
+# bench/scale.sh runs this script and names its own command line.
+invocation=${RW_BENCH_INVOCATION:-$(invocation_of "$@")}
 common_options "$@"
 set -- ${rest[@]+"${rest[@]}"}
 
@@ -53,14 +64,22 @@ systems="rackweave-tcp rackweave-shm rackweave-fabric gloo torch-gloo mpi-shm mp
 run_timeout=300
 json=0
 no_results=0
+systems_given=0
+node_args=()
+section=peers
+title="All-reduce against peer systems (bench/peers.sh)"
 if ((smoke)); then workers=2 sizes=1MiB iters=2 warmup=1 run_timeout=120; fi
 while (($#)); do
   case $1 in
     --workers) workers=$2; shift 2 ;;
     --bytes) sizes=$2; shift 2 ;;
-    --systems) systems=$2; shift 2 ;;
+    --systems) systems=$2 systems_given=1; shift 2 ;;
+    --default-systems) systems=$2; shift 2 ;; # bench/scale.sh's list, MPI where installed
     --no-results) no_results=1; shift ;;
-    *) run_option 2,32 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
+    --node-args) read -ra node_args <<<"$2"; shift 2 ;;
+    --section) section=$2; shift 2 ;;   # bench/scale.sh: its own RESULTS.md section
+    --title) title=$2; shift 2 ;;
+    *) run_option 2,45 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
 for s in $systems; do
@@ -114,17 +133,33 @@ if ((!build_given)); then
     rw_built=0
   fi
 fi
-peer_setup=(bash bench/setup-peers.sh "$build")
-((smoke)) && peer_setup=(bash bench/setup-peers.sh --no-install "$build")
-note "building the peers (${peer_setup[*]})"
-run_limit=3600 run "$tmp/setup-peers.log" "$tmp/setup-peers.err" "${peer_setup[@]}"
-peers_rc=$?
-if ((smoke && peers_rc == 3)); then
-  peers_missing=$(tail -n 1 "$tmp/setup-peers.err")
-elif ((peers_rc)); then
-  tail -n 15 "$tmp/setup-peers.log" "$tmp/setup-peers.err" >&2
-  note "bench/setup-peers.sh failed: gloo, mpi-shm and mpi-tcp are marked failed"
-  peers_built=0
+gloo_bin=$build/peers/gloo-allreduce mpi_bin=$build/peers/mpi-allreduce
+gloo_missing="" mpi_missing=""
+if [[ -f $build/BUNDLE ]]; then
+  # A bundle (bench/bundle.sh) on a machine without our packages: Gloo's program comes
+  # with it; MPI's is built here by the machine's own mpicc, for its own mpirun.
+  note "$(head -1 "$build/BUNDLE")"
+  [[ -x $gloo_bin ]] || gloo_missing="the bundle has no peers/gloo-allreduce"
+  mpi_bin=$tmp/mpi-allreduce
+  if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
+    mpi_missing="no mpicc and mpirun on this machine"
+  elif ! mpicc -O2 -o "$mpi_bin" bench/peers/mpi_allreduce.c 2>"$tmp/mpicc.err"; then
+    tail -n 5 "$tmp/mpicc.err" >&2
+    mpi_missing="mpicc failed to build bench/peers/mpi_allreduce.c"
+  fi
+else
+  peer_setup=(bash bench/setup-peers.sh "$build")
+  ((smoke)) && peer_setup=(bash bench/setup-peers.sh --no-install "$build")
+  note "building the peers (${peer_setup[*]})"
+  run_limit=3600 run "$tmp/setup-peers.log" "$tmp/setup-peers.err" "${peer_setup[@]}"
+  peers_rc=$?
+  if ((smoke && peers_rc == 3)); then
+    peers_missing=$(tail -n 1 "$tmp/setup-peers.err")
+  elif ((peers_rc)); then
+    tail -n 15 "$tmp/setup-peers.log" "$tmp/setup-peers.err" >&2
+    note "bench/setup-peers.sh failed: gloo, mpi-shm and mpi-tcp are marked failed"
+    peers_built=0
+  fi
 fi
 
 # torch lives in Debian's python3 (python3-torch); another python3 may come first in PATH.
@@ -140,15 +175,6 @@ active=()
 skipped=""
 for s in $systems; do
   case $s in
-    rackweave-shm)
-      if ((!rw_built)); then
-        active+=("$s")   # fails below, reported in every row
-      elif "$build/apps/rw-bench" comm --help 2>/dev/null | grep -q -- '--transport'; then
-        active+=("$s")
-      else
-        note "skipping rackweave-shm: rw-bench comm has no --transport option yet"
-        skipped+="rackweave-shm (rw-bench comm has no --transport option yet); "
-      fi ;;
     torch-gloo)
       if [[ -n $torch_python ]]; then active+=("$s")
       elif ((smoke)); then
@@ -162,6 +188,13 @@ for s in $systems; do
       if [[ -n $peers_missing ]]; then
         note "smoke: partly skipped: $s: $peers_missing"
         skipped+="$s (its packages are not installed); "
+      elif [[ $s == gloo && -n $gloo_missing ]] && ((smoke)); then
+        note "smoke: partly skipped: $s: $gloo_missing"
+        skipped+="$s ($gloo_missing); "
+      elif [[ $s == mpi-* && -n $mpi_missing ]] && ((!systems_given || smoke)); then
+        # From a bundle, MPI runs where the machine has it; named in --systems, it fails.
+        note "skipping $s: $mpi_missing"
+        skipped+="$s ($mpi_missing); "
       else active+=("$s"); fi ;;
     *) active+=("$s") ;;
   esac
@@ -178,11 +211,13 @@ node_fabric=()
 [[ " ${active[*]} " == *" rackweave-fabric "* ]] && node_fabric=(--fabric tcp)
 if ((need_node)); then
   "$build/apps/rw-node" --role rack-agg --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" \
-    --log-level warn "${node_fabric[@]}" 2>"$tmp/node.log" &
+    --log-level info "${node_fabric[@]}" ${node_args[@]+"${node_args[@]}"} 2>"$tmp/node.log" &
   node_pid=$!
   wait_for_port "$tmp/port" "$node_pid" ||
     { note "rw-node did not start"; cat "$tmp/node.log" >&2; exit 1; }
   address=$(<"$tmp/port")
+  # How the node placed itself (pollers, shards): the figures depend on it.
+  note "node: $(grep -o 'pollers: .*' "$tmp/node.log" | head -1); $(grep -o 'shards=[0-9]*' "$tmp/node.log" | head -1)"
 fi
 
 
@@ -216,9 +251,16 @@ node_cpu() { awk '{print $14 + $15}' "/proc/$node_pid/stat" 2>/dev/null || echo 
 # after saying why on stderr. (Not called in a subshell, so the traps see run_pids.)
 measure() {
   local sys=$1 w=$2 b=$3 label=$4 out=$tmp/$1.$2.$3.out err=$tmp/$1.$2.$3.err rc=0 line st
-  res= cpu=
+  res='' cpu='' threads=''
   if ((!peers_built)) && [[ $sys == gloo || $sys == mpi-* ]]; then
     echo "not measured: bench/setup-peers.sh (the peer build) failed" >"$err"
+    note "$sys W=$w S=$label failed: $(<"$err")"
+    return 1
+  fi
+  if [[ ($sys == gloo && -n $gloo_missing) || ($sys == mpi-* && -n $mpi_missing) ]]; then
+    local why=$gloo_missing
+    [[ $sys == mpi-* ]] && why=$mpi_missing
+    echo "not measured: $why" >"$err"
     note "$sys W=$w S=$label failed: $(<"$err")"
     return 1
   fi
@@ -232,6 +274,8 @@ measure() {
         [[ $sys == rackweave-shm ]] && extra=(--transport shm)
         [[ $sys == rackweave-fabric ]] && extra=(--transport fabric)
         cpu0=$(node_cpu)
+        python3 bench/lib/node_threads.py snap "$node_pid" "$tmp/threads.0" 2>/dev/null
+        local wall0=$EPOCHREALTIME
         run "$out" "$err" "$build/apps/rw-bench" comm --connect "$address" --workers "$w" \
           --bytes "$b" --iters "$iters" --warmup "$warmup" --json \
           --timeout-s $((run_timeout - 10 > 0 ? run_timeout - 10 : run_timeout)) "${extra[@]}" || rc=$?
@@ -241,6 +285,11 @@ measure() {
 d = json.loads(sys.argv[1]); m, p = d["median_ms"], d["p90_ms"]
 assert all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in (m, p)), d
 print("%.3f %.3f" % (m, p))' "$line" 2>>"$err") || rc=1
+          # Where the node's time went, thread by thread (pollers, shards), for the log.
+          python3 bench/lib/node_threads.py snap "$node_pid" "$tmp/threads.1" 2>/dev/null &&
+            threads=$(python3 bench/lib/node_threads.py diff "$tmp/threads.0" "$tmp/threads.1" \
+              "$(python3 -c 'import sys; print(float(sys.argv[2]) - float(sys.argv[1]))' \
+                 "$wall0" "$EPOCHREALTIME")")
           # CPU ns per byte through the node: 2 x W x S per iteration, warm-up included.
           ((rc == 0)) && cpu=$(python3 -c 'import sys, os
 t0, t1, w, b, n = map(int, sys.argv[1:6]); hz = os.sysconf("SC_CLK_TCK")
@@ -252,7 +301,7 @@ print("%.3f" % ((t1 - t0) / hz * 1e9 / (2 * w * b * n)))' "$cpu0" "$(node_cpu)" 
       mkdir -p "$tmp/store.$w.$b"
       local pids=() r
       for ((r = 0; r < w; r++)); do
-        timeout -k 10 "$run_timeout" "$build/peers/gloo-allreduce" --rank "$r" --size "$w" \
+        timeout -k 10 "$run_timeout" "$gloo_bin" --rank "$r" --size "$w" \
           --bytes "$b" --iters "$iters" --warmup "$warmup" --store "$tmp/store.$w.$b" \
           >"$out.$r" 2>"$err.$r" </dev/null &
         pids+=($!)
@@ -278,7 +327,7 @@ print("%.3f" % ((t1 - t0) / hz * 1e9 / (2 * w * b * n)))' "$cpu0" "$(node_cpu)" 
       [[ $sys == mpi-tcp ]] &&
         mca=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
       run "$out" "$err" mpirun --allow-run-as-root --oversubscribe -np "$w" "${mca[@]}" \
-        "$build/peers/mpi-allreduce" --bytes "$b" --iters "$iters" --warmup "$warmup" || rc=$? ;;
+        "$mpi_bin" --bytes "$b" --iters "$iters" --warmup "$warmup" || rc=$? ;;
   esac
   if ((rc == 0)) && [[ $sys != rackweave-* ]]; then
     res=$(stats "$out" "$w" 2>>"$err") || rc=1
@@ -344,6 +393,7 @@ for w in $workers; do
         read -r med p90 <<<"$res"
         line="{\"system\":\"$sys\",\"workers\":$w,\"bytes\":$b,\"median_ms\":$med,\"p90_ms\":$p90${cpu:+,\"node_cpu_ns_per_byte\":$cpu}}"
         note "$sys W=$w S=$s: median $med ms, p90 $p90 ms${cpu:+, node CPU $cpu ns/byte} ($(($(date +%s) - t0)) s)"
+        [[ -n $threads ]] && note "  node threads (CPU s over the run, % of its wall time): $threads"
       else
         line="{\"system\":\"$sys\",\"workers\":$w,\"bytes\":$b,\"median_ms\":null,\"p90_ms\":null,\"error\":\"failed\"}"
       fi
@@ -356,10 +406,11 @@ elapsed=$(($(date +%s) - started))
 
 machine="$(machine_facts); load average $load_start at the start, $(load_avg) at the end"
 python3 - "$tmp/results.jsonl" "$tmp/table.txt" "$tmp/section.md" "${active[*]}" "$workers" \
-  "$sizes" "$invocation" "$machine" "$iters" "$warmup" "$elapsed" "$skipped" <<'PY'
+  "$sizes" "$invocation" "$machine" "$iters" "$warmup" "$elapsed" "$skipped" "$section" \
+  "$title" <<'PY'
 import datetime, json, sys
 (res_path, txt_path, md_path, systems, workers, sizes, invocation, machine, iters, warmup,
- elapsed, skipped) = sys.argv[1:]
+ elapsed, skipped, section, title) = sys.argv[1:]
 systems, workers, sizes = systems.split(), workers.split(), sizes.split()
 
 def to_bytes(t):
@@ -470,8 +521,8 @@ with open(txt_path, "w") as f:
 def md_table(head, rows):
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
         ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-md = ["<!-- peers:begin -->",
-      "## All-reduce against peer systems (bench/peers.sh)",
+md = [f"<!-- {section}:begin -->",
+      f"## {title}",
       "",
       f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}; every process on this "
       "one machine, over loopback (or shared memory where a system says so).",
@@ -490,7 +541,7 @@ md = ["<!-- peers:begin -->",
       "- `rackweave-tcp`: `rw-bench comm --connect ADDR --workers W --bytes S --iters N "
       "--warmup K --json` through one `rw-node --role rack-agg` on 127.0.0.1 (optimizer "
       "`sum`)",
-      "- `rackweave-shm`: the same with `--transport shm` (only when rw-bench offers it)",
+      "- `rackweave-shm`: the same with `--transport shm`",
       "- `rackweave-fabric`: the same with `--transport fabric`, the node started with "
       "`--fabric tcp`: libfabric's tcp provider (ofi_rxm over sockets) on loopback, so "
       "this measures the fabric path's software overhead beside rackweave-tcp, not RDMA",
@@ -522,7 +573,25 @@ if iperf_gbps:
            f"same run) carried {iperf_gbps:.2f} Gbit/s."]
 md += ["", "RackWeave's best against the best peer, every cell (target: <= 0.8):", "",
        *(cell_lines or ["- not measured (a RackWeave system or every peer failed)"])]
-md += ["", "Targets at W = 4, S = 64MiB:", "", *target_lines, *ceiling_lines, "<!-- peers:end -->"]
+if section == "scale":
+    # Issue 36's targets for a many-core host: rackweave-tcp against Gloo's ring.
+    scale_lines = []
+    for w, limit in (("4", 1.0), ("8", 1.0), ("14", 1.3)):
+        if w not in workers or "64MiB" not in sizes:
+            continue
+        d = lambda x: (res.get((x, int(w), 64 << 20)) or {}).get("median_ms")
+        a, g = d("rackweave-tcp"), d("gloo")
+        if a is not None and g is not None:
+            scale_lines.append(f"- W = {w}, 64MiB: rackweave-tcp / gloo = {a:.3f} / {g:.3f} ms = "
+                               f"{a / g:.2f} (target <= {limit}): "
+                               f"**{'met' if a <= limit * g else 'not met'}**")
+        else:
+            scale_lines.append(f"- W = {w}, 64MiB: rackweave-tcp / gloo: not measured")
+    md += ["", "rackweave-tcp against Gloo's ring:", "",
+           *(scale_lines or ["- not measured in this run (needs W = 4, 8 or 14 at 64MiB)"])]
+else:
+    md += ["", "Targets at W = 4, S = 64MiB:", "", *target_lines, *ceiling_lines]
+md += [f"<!-- {section}:end -->"]
 open(md_path, "w").write("\n".join(md) + "\n")
 PY
 report_rc=$?
@@ -534,10 +603,11 @@ say "median ms per system (slowest rank per iteration); peer/rw = peer median / 
 if ((report_rc == 0)); then
   cat "$tmp/table.txt" >&3
   say ""
-  say "targets at W=4, S=64MiB:"
-  sed -n '/^Targets at/,/peers:end/{/^- /p}' "$tmp/section.md" >&3
+  say "targets:"
+  sed -n "/^Targets at/,/$section:end/{/^- /p}" "$tmp/section.md" >&3
+  sed -n "/^rackweave-tcp against Gloo/,/$section:end/{/^- /p}" "$tmp/section.md" >&3
   say "RackWeave's best against the best peer (target <= 0.8):"
-  sed -n "/^RackWeave's best against/,/^Targets at/{/^- /p}" "$tmp/section.md" >&3
+  sed -En "/^RackWeave's best against/,/^(Targets at|rackweave-tcp against)/{/^- /p}" "$tmp/section.md" >&3
 else
   note "could not build the report"; exit 1
 fi
@@ -548,5 +618,5 @@ if ((smoke)) && grep -q '"error"' "$tmp/results.jsonl"; then
 fi
 ((no_results)) && exit 0
 results=bench/RESULTS.md
-update_results peers "$tmp/section.md" || { note "could not write $results"; exit 1; }
+update_results "$section" "$tmp/section.md" || { note "could not write $results"; exit 1; }
 ((smoke)) || say "written: $results"

@@ -126,9 +126,27 @@ std::vector<option_def> option_table(node_config& c) {
         "falls back to equal links and the job's plan says so",
         c.core_gbps),
     def("node.listen", "--listen",
-        "HOST:PORT workers connect to, one NIC poller each; HOST may be a network "
-        "device (eth0:7700); port 0 picks a free one",
+        "HOST:PORT workers connect to, with --pollers NIC pollers each; HOST may be a "
+        "network device (eth0:7700); port 0 picks a free one",
         c.listen),
+    // TOML takes pollers = 4 as well as pollers = "auto".
+    [&c](option_def d) {
+      d.set = [&c](const toml::node& n) {
+        if (auto* i = n.as_integer())
+          c.pollers = std::to_string(i->get());
+        else
+          c.pollers = read_value<std::string>(n, "node.pollers");
+      };
+      return d;
+    }(def("node.pollers", "--pollers",
+        "NIC pollers (threads reading the sockets) per --listen address: N or auto. "
+        "An address with N pollers is N endpoints on consecutive ports (PORT, PORT+1, "
+        "...; port 0: a free one each); workers connect to every one and spread their "
+        "chunks over them. auto: one poller per 4 cores of the machine, 2 to 8 in all "
+        "shared among the addresses, each on a core of its NIC's NUMA domain kept from "
+        "the shards; 1 on a machine of fewer than 8 cores. The choice and why are logged "
+        "at start",
+        c.pollers)),
     def("node.log_level", "--log-level",
         "trace, debug, info, warn, error or off", c.log_level),
     def("node.log_file", "--log-file",
@@ -199,7 +217,8 @@ std::vector<option_def> option_table(node_config& c) {
         "aggregation kernels: auto (the best this CPU runs), scalar, avx2, avx512",
         c.kernels),
     def("shards.count", "--shards",
-        "chunk shards (serving cores); 0 = one per allowed core", c.shards),
+        "chunk shards (serving cores); 0 = one per allowed core, but for the pollers' "
+        "cores on a machine of 8 cores or more", c.shards),
     def("shards.cores", "--shard-cores", "OS CPU numbers shards may use (default: all)",
         c.shard_cores),
     def("shards.numa", "--shard-numa", "NUMA domains shards may use (default: all)",
@@ -443,6 +462,7 @@ void check_node_config(const node_config& cfg) {
     throw std::runtime_error("--max-workers must be at least 1");
   if (cfg.listen.empty())
     throw std::runtime_error("at least one --listen address is needed");
+  pollers_per_listen(cfg); // throws on a bad --pollers
   static const std::set<std::string> isas{"auto", "scalar", "avx2", "avx512"};
   if (isas.count(cfg.kernels) == 0)
     throw std::runtime_error(fmt::format(
@@ -467,6 +487,22 @@ void check_node_config(const node_config& cfg) {
       "--balance-ms ({}) must be at least 100 and --balance-ratio ({}) above 1 (or turn "
       "balancing off with --no-balance)",
       cfg.balance_ms, cfg.balance_ratio));
+}
+
+uint32_t pollers_per_listen(const node_config& cfg) {
+  if (cfg.pollers == "auto")
+    return 0;
+  uint32_t n = 0;
+  bool digits = !cfg.pollers.empty() && cfg.pollers.size() <= 3;
+  for (char ch : cfg.pollers) {
+    digits = digits && ch >= '0' && ch <= '9';
+    if (digits)
+      n = n * 10 + uint32_t(ch - '0');
+  }
+  if (!digits || n < 1 || n > max_pollers)
+    throw std::runtime_error(fmt::format(
+      "--pollers must be auto or a number from 1 to {} (it is '{}')", max_pollers, cfg.pollers));
+  return n;
 }
 
 } // namespace rw::runtime

@@ -21,7 +21,8 @@ struct node_config {
   std::string rack;                      // default: the host name
   double uplink_gbps = 0;                // the rack's links to this node; 0 = unknown
   double core_gbps = 0;                  // this node's link into the core; 0 = unknown
-  std::vector<std::string> listen{defaults::listen}; // HOST:PORT, one poller each
+  std::vector<std::string> listen{defaults::listen}; // HOST:PORT, --pollers endpoints each
+  std::string pollers = "auto";          // NIC pollers per --listen address: N or auto
   std::string log_level = "info";
   std::string log_file;                  // "": stderr only
   std::string log_format = "text";       // text or json (one object per line)
@@ -38,7 +39,7 @@ struct node_config {
   std::string fabric_nics;               // NICs with a fabric endpoint: "", "all" or names
   bool priority = true;                  // serve the worker furthest behind first
   std::string kernels = "auto";          // auto, scalar, avx2, avx512
-  uint32_t shards = 0;                   // serving cores; 0 = one per allowed core
+  uint32_t shards = 0;                   // serving cores; 0 = auto (placement.hpp)
   std::vector<uint32_t> shard_cores;     // OS CPU numbers shards may use; empty = all
   std::vector<uint32_t> shard_numa;      // NUMA domains shards may use; empty = all
   bool balance = true;                   // move chunks from a busy shard to an idle one
@@ -90,5 +91,11 @@ void load_node_config(const std::string& path, const CLI::App& app, node_config&
 
 /// Checks values that parse but make no sense; throws std::runtime_error.
 void check_node_config(const node_config& cfg);
+
+/// The most NIC pollers one --listen address may have.
+constexpr uint32_t max_pollers = 64;
+
+/// --pollers as a number: 0 for auto, else 1..max_pollers; throws on anything else.
+uint32_t pollers_per_listen(const node_config& cfg);
 
 } // namespace rw::runtime

@@ -89,9 +89,93 @@ endpoint_place resolve_endpoint(const topology& topo, const std::string& listen)
     "'{}' is neither a network device of this machine nor an IPv4 address", host));
 }
 
+poller_choice choose_pollers(uint32_t cores, uint32_t listens, uint32_t asked) {
+  poller_choice c;
+  listens = std::max(listens, 1u);
+  if (asked > 0) {
+    c.per_listen = asked;
+    c.why = fmt::format("{} per --listen address (--pollers {})", asked, asked);
+  } else if (cores < spare_core_threshold) {
+    c.per_listen = 1;
+    c.why = fmt::format("auto: 1 per --listen address (a machine of {} core(s), under {}: "
+                        "pollers share cores with shards)",
+                        cores, spare_core_threshold);
+  } else {
+    auto total = std::clamp(cores / 4, 2u, 8u);
+    c.per_listen = std::max(1u, total / listens);
+    c.why = fmt::format("auto: {} per --listen address ({} cores: one poller per 4 cores, "
+                        "2 to 8 in all, over {} address(es); cores kept for them from shards)",
+                        c.per_listen, cores, listens);
+  }
+  return c;
+}
+
 placement plan_placement(const topology& topo, const placement_request& req) {
   placement plan;
   auto cores = allowed_cores(topo, req);
+  if (req.endpoints.empty())
+    throw std::runtime_error("a node needs at least one listen address");
+  auto machine_cores = static_cast<uint32_t>(topo.cores().size());
+  auto choice = choose_pollers(machine_cores, static_cast<uint32_t>(req.endpoints.size()),
+                               req.pollers);
+  plan.pollers_why = choice.why;
+  // Each listen address, as `per_listen` endpoints on consecutive ports.
+  for (uint32_t l = 0; l < req.endpoints.size(); ++l) {
+    auto first = resolve_endpoint(topo, req.endpoints[l]);
+    if (!first.nic.empty() && !first.nic_numa_known && topo.numa_nodes().size() > 1)
+      plan.notes.push_back(fmt::format("{}: the platform reports no NUMA domain for {}; "
+                                       "using domain {}",
+                                       first.listen, first.nic, first.poller.numa));
+    auto colon = first.listen.rfind(':');
+    auto host = first.listen.substr(0, colon);
+    unsigned long port = 0;
+    try {
+      size_t used = 0;
+      port = std::stoul(first.listen.substr(colon + 1), &used);
+      if (used != first.listen.size() - colon - 1 || port > 65535)
+        throw std::invalid_argument("port");
+    } catch (const std::exception&) {
+      throw std::runtime_error(fmt::format("'{}': the port is not a number from 0 to 65535",
+                                           req.endpoints[l]));
+    }
+    if (port != 0 && port + choice.per_listen - 1 > 65535)
+      throw std::runtime_error(fmt::format(
+        "'{}' with {} pollers needs ports {} to {}: past 65535", req.endpoints[l],
+        choice.per_listen, port, port + choice.per_listen - 1));
+    for (uint32_t k = 0; k < choice.per_listen; ++k) {
+      auto e = first;
+      e.listen = fmt::format("{}:{}", host, port == 0 ? 0 : port + k);
+      e.listen_index = l;
+      e.poller_index = k;
+      plan.endpoints.push_back(std::move(e));
+    }
+  }
+  // On a machine with cores to spare, auto shards leave the pollers theirs: the last
+  // cores of each poller's domain (of the machine, when the domain has no core).
+  if (req.shards == 0 && machine_cores >= spare_core_threshold) {
+    std::vector<uint32_t> kept;
+    for (auto& e : plan.endpoints) {
+      const core_info* pick = nullptr;
+      for (auto& c : topo.cores()) {
+        if (std::find(kept.begin(), kept.end(), c.os_cpu) != kept.end())
+          continue;
+        if (c.numa == e.poller.numa)
+          pick = &c; // the last free one of the domain
+      }
+      if (pick == nullptr)
+        for (auto& c : topo.cores())
+          if (std::find(kept.begin(), kept.end(), c.os_cpu) == kept.end())
+            pick = &c;
+      if (pick != nullptr)
+        kept.push_back(pick->os_cpu);
+    }
+    std::vector<core_info> left;
+    for (auto& c : cores)
+      if (std::find(kept.begin(), kept.end(), c.os_cpu) == kept.end())
+        left.push_back(c);
+    if (!left.empty())
+      cores = std::move(left);
+  }
   auto count = req.shards == 0 ? static_cast<uint32_t>(cores.size()) : req.shards;
   if (count > cores.size())
     throw std::runtime_error(fmt::format(
@@ -102,14 +186,7 @@ placement plan_placement(const topology& topo, const placement_request& req) {
     plan.shards.push_back({cores[i], cores[i].numa});
     ++load[cores[i].os_cpu];
   }
-  if (req.endpoints.empty())
-    throw std::runtime_error("a node needs at least one listen address");
-  for (auto& listen : req.endpoints) {
-    auto e = resolve_endpoint(topo, listen);
-    if (!e.nic.empty() && !e.nic_numa_known && topo.numa_nodes().size() > 1)
-      plan.notes.push_back(fmt::format("{}: the platform reports no NUMA domain for {}; "
-                                       "using domain {}",
-                                       e.listen, e.nic, e.poller.numa));
+  for (auto& e : plan.endpoints) {
     // A core of the NIC's domain, least loaded first (any core if the domain has none).
     const core_info* best = nullptr;
     for (auto& c : topo.cores()) {
@@ -118,15 +195,16 @@ placement plan_placement(const topology& topo, const placement_request& req) {
       if (best == nullptr || load[c.os_cpu] < load[best->os_cpu])
         best = &c;
     }
-    if (best == nullptr)
-      best = &topo.cores().front();
+    if (best == nullptr) // no core in the NIC's domain: the least loaded of any
+      for (auto& c : topo.cores())
+        if (best == nullptr || load[c.os_cpu] < load[best->os_cpu])
+          best = &c;
     e.poller.core = *best;
     if (load[best->os_cpu] > 0)
       plan.notes.push_back(fmt::format("{}: poller shares CPU {} with {} other thread(s): "
                                        "the machine has fewer cores than shards + pollers",
                                        e.listen, best->os_cpu, load[best->os_cpu]));
     ++load[best->os_cpu];
-    plan.endpoints.push_back(e);
   }
   for (auto& shard : plan.shards) {
     std::vector<uint32_t> local, all;

@@ -3,10 +3,17 @@
 // to, and which NUMA domain their memory comes from. A pure function of the topology
 // and the config, so the policy is testable on any machine.
 //
-// Policy: shards take the allowed cores in order (one per core; `shards.count` 0 means
-// one per allowed core). Each endpoint's poller goes to a core of its NIC's NUMA domain,
-// preferring one no shard uses; on a machine with fewer cores than threads it shares
-// the least-loaded core of that domain, and the plan says so.
+// Policy: each --listen address becomes `pollers` endpoints on the same host (ports
+// PORT, PORT+1, ...; port 0 gives each a free one), one NIC poller each, so that no one
+// thread reads every byte of a NIC: a worker connects to every endpoint and its chunks
+// are spread over them (routing_table::endpoint_of). `pollers` 0 is auto: one per four
+// cores of the machine, 2 to 8 in all, shared out among the --listen addresses; one on
+// a machine of fewer than 8 cores. Shards take the allowed cores in order (one per core;
+// `shards` 0 means one per allowed core, but on a machine of 8 cores or more the
+// pollers' cores are kept from them: the last cores of each poller's NUMA domain). Each
+// endpoint's poller goes to a core of its NIC's NUMA domain, preferring one no shard or
+// other poller uses; on a machine with fewer cores than threads it shares the
+// least-loaded core of that domain, and the plan says so.
 
 #include <cstdint>
 #include <string>
@@ -20,8 +27,20 @@ struct placement_request {
   uint32_t shards = 0;                 // 0 = one per allowed core
   std::vector<uint32_t> cores;         // OS CPU numbers shards may use; empty = all
   std::vector<uint32_t> numa;          // NUMA domains shards may use; empty = all
-  std::vector<std::string> endpoints;  // listen HOST:PORT, one poller each
+  std::vector<std::string> endpoints;  // listen HOST:PORT, `pollers` endpoints each
+  uint32_t pollers = 0;                // per listen address; 0 = auto
 };
+
+/// The auto rule for pollers per --listen address on a machine of `cores` cores with
+/// `listens` addresses, and why (for the node's start line).
+struct poller_choice {
+  uint32_t per_listen = 1;
+  std::string why;
+};
+poller_choice choose_pollers(uint32_t cores, uint32_t listens, uint32_t asked);
+
+/// The machine's cores from which auto placement keeps shards off, for the pollers.
+constexpr uint32_t spare_core_threshold = 8;
 
 struct thread_place {
   core_info core;
@@ -30,6 +49,8 @@ struct thread_place {
 
 struct endpoint_place {
   std::string listen;   // HOST:PORT to bind (an interface name resolved to its address)
+  uint32_t listen_index = 0; // which --listen address it serves
+  uint32_t poller_index = 0; // which of that address's pollers (port + poller_index)
   std::string nic;      // the device holding the address ("" for wildcard)
   bool nic_numa_known = false;
   thread_place poller;
@@ -42,6 +63,7 @@ struct placement {
   /// all of them if its domain has none.
   std::vector<std::vector<uint32_t>> shard_endpoints;
   std::vector<std::string> notes; // for the log: sharing, unknown locality
+  std::string pollers_why;        // how many pollers per address, and why
 };
 
 /// Plans the node. Throws std::runtime_error naming what does not exist (a core, a

@@ -61,4 +61,8 @@ uint64_t this_thread_cpu_ns() {
   return read_clock(CLOCK_THREAD_CPUTIME_ID).value_or(0);
 }
 
+void name_this_thread(const std::string& name) {
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str()); // best effort
+}
+
 } // namespace rw::runtime

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace rw::runtime {
 
@@ -41,5 +42,9 @@ private:
 
 /// The calling thread's CPU time (user + system, in ns); 0 if it cannot be read.
 uint64_t this_thread_cpu_ns();
+
+/// Names the calling thread (cut to the OS's 15 characters) so that top -H, perf and
+/// /proc/PID/task/TID/comm tell a node's threads apart: rw-shard-3, rw-poll-1, ...
+void name_this_thread(const std::string& name);
 
 } // namespace rw::runtime

@@ -56,6 +56,36 @@ TEST_CASE("a worker attaches to a node's every endpoint and its chunks travel on
   CHECK_THAT(log, !Catch::Contains("attach refused"));
 }
 
+TEST_CASE("--pollers 3: one address, three endpoints, a worker's chunks on all three",
+          "[integration][attach]") {
+  // One --listen address (node_process's) with three pollers and two shards.
+  testing::node_process node{{"--pollers", "3", "--shards", "2"}};
+  CHECK(node.wait_for_log("pollers: 3 per --listen address (--pollers 3)"));
+  auto log = node.log();
+  for (auto* line : {"endpoint 0: tcp://127.0.0.1:", "endpoint 1: tcp://127.0.0.1:",
+                     "endpoint 2: tcp://127.0.0.1:"})
+    CHECK_THAT(log, Catch::Contains(line));
+  worker_options o;
+  o.connect = node.address();
+  o.job = two_chunk_job("three-pollers");
+  o.transport = "tcp";
+  worker w{o};
+  std::vector<float> g(64 * 1024), out(64 * 1024);
+  for (size_t i = 0; i < g.size(); ++i)
+    g[i] = static_cast<float>(i % 89);
+  for (int step = 0; step < 3; ++step) {
+    w.push_pull("t", g.data(), out.data()).get();
+    REQUIRE(out == g);
+  }
+  log = node.log();
+  // Hello at the first endpoint, an attach at each of the two others.
+  size_t attached = 0;
+  for (auto at = log.find("worker attached: job='three-pollers'"); at != std::string::npos;
+       at = log.find("worker attached: job='three-pollers'", at + 1))
+    ++attached;
+  CHECK(attached == 2);
+}
+
 TEST_CASE("an attach with a wrong, missing or replayed proof is refused",
           "[integration][attach][bad]") {
   auto node = two_endpoint_node();

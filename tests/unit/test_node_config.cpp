@@ -116,6 +116,31 @@ TEST_CASE("values that parse but make no sense are refused", "[config]") {
   CHECK_THROWS_WITH(rw::runtime::check_node_config(c), Catch::Contains("--node-timeout-ms"));
 }
 
+TEST_CASE("--pollers is auto or a count, from the command line or the file", "[config]") {
+  rw::runtime::node_config c;
+  CHECK(rw::runtime::pollers_per_listen(c) == 0); // auto
+  for (auto* bad : {"0", "65", "-1", "four", "", "4x", "0004"}) {
+    c.pollers = bad;
+    CHECK_THROWS_WITH(rw::runtime::check_node_config(c), Catch::Contains("--pollers must be"));
+  }
+  c.pollers = "64";
+  CHECK(rw::runtime::pollers_per_listen(c) == 64);
+  parsed p{{"--pollers", "4"}};
+  CHECK(rw::runtime::pollers_per_listen(p.cfg) == 4);
+  for (auto* text : {"[node]\npollers = 3\n", "[node]\npollers = \"3\"\n"}) {
+    auto path = write_temp(text);
+    parsed f{{"--config", path}};
+    rw::runtime::load_node_config(path, f.app, f.cfg);
+    CHECK(rw::runtime::pollers_per_listen(f.cfg) == 3);
+    std::remove(path.c_str());
+  }
+  auto path = write_temp("[node]\npollers = 2.5\n");
+  parsed f{{"--config", path}};
+  CHECK_THROWS_WITH(rw::runtime::load_node_config(path, f.app, f.cfg),
+                    Catch::Contains("node.pollers"));
+  std::remove(path.c_str());
+}
+
 TEST_CASE("the coordinator's state database is a flag and a key, and the coordinator's",
           "[config]") {
   auto path = write_temp("[cluster]\nstate_db = \"/var/lib/rw/state.db\"\n");

@@ -27,7 +27,81 @@ placement_request listen(std::vector<std::string> endpoints) {
   return r;
 }
 
+// A 16-core host of one domain, eth0 on it.
+std::shared_ptr<const topology> sixteen_cores() {
+  std::vector<core_info> cores;
+  std::vector<uint32_t> cpus;
+  for (uint32_t i = 0; i < 16; ++i) {
+    cores.push_back({i, i, 0});
+    cpus.push_back(i);
+  }
+  std::vector<numa_info> numa{{0, 1ull << 34, cpus}};
+  std::vector<nic_info> nics{{"eth0", "network", 0, true, {"10.0.0.1"}},
+                             {"lo", "network", 0, false, {"127.0.0.1"}}};
+  return topology::describe_machine(numa, cores, nics);
+}
+
 } // namespace
+
+TEST_CASE("auto pollers: one per four cores from 8 cores on, on cores kept from shards",
+          "[placement]") {
+  auto plan = plan_placement(*sixteen_cores(), listen({"eth0:7700"}));
+  REQUIRE(plan.endpoints.size() == 4);
+  REQUIRE(plan.shards.size() == 12);
+  std::vector<uint32_t> poller_cpus;
+  for (uint32_t k = 0; k < 4; ++k) {
+    CHECK(plan.endpoints[k].listen == "10.0.0.1:" + std::to_string(7700 + k));
+    CHECK(plan.endpoints[k].listen_index == 0);
+    CHECK(plan.endpoints[k].poller_index == k);
+    poller_cpus.push_back(plan.endpoints[k].poller.core.os_cpu);
+  }
+  CHECK(poller_cpus == std::vector<uint32_t>{12, 13, 14, 15});
+  for (uint32_t i = 0; i < 12; ++i)
+    CHECK(plan.shards[i].core.os_cpu == i);
+  CHECK(plan.notes.empty()); // nobody shares a core
+  CHECK_THAT(plan.pollers_why, Catch::Contains("auto: 4 per --listen address (16 cores"));
+  // Every shard is served by all four endpoints.
+  CHECK(plan.shard_endpoints[0] == std::vector<uint32_t>{0, 1, 2, 3});
+
+  // Two addresses share the auto count; port 0 gives each endpoint a free port.
+  plan = plan_placement(*sixteen_cores(), listen({"eth0:0", "127.0.0.1:0"}));
+  REQUIRE(plan.endpoints.size() == 4);
+  CHECK(plan.endpoints[1].listen == "10.0.0.1:0");
+  CHECK(plan.endpoints[2].listen == "127.0.0.1:0");
+  CHECK(plan.endpoints[3].listen_index == 1);
+  CHECK(plan.shards.size() == 12);
+
+  // Shards given: they take the first cores, the pollers the free ones after them.
+  auto r = listen({"eth0:7700"});
+  r.shards = 16;
+  plan = plan_placement(*sixteen_cores(), r);
+  CHECK(plan.shards.size() == 16);
+  CHECK(plan.notes.size() == 4); // every poller shares, and says so
+}
+
+TEST_CASE("--pollers N per address; under 8 cores auto is one", "[placement]") {
+  auto plan = plan_placement(*two_domains(), listen({"127.0.0.1:7700"}));
+  CHECK(plan.endpoints.size() == 1);
+  CHECK(plan.shards.size() == 4); // a small machine: shards on every core
+  CHECK_THAT(plan.pollers_why, Catch::Contains("auto: 1 per --listen address"));
+  auto r = listen({"eth0:7700", "eth1:0"});
+  r.pollers = 3;
+  plan = plan_placement(*two_domains(), r);
+  REQUIRE(plan.endpoints.size() == 6);
+  CHECK(plan.endpoints[2].listen == "10.0.0.1:7702");
+  CHECK(plan.endpoints[5].listen == "10.0.1.1:0");
+  for (uint32_t k = 0; k < 3; ++k) {
+    CHECK(plan.endpoints[k].poller.numa == 1); // eth0's pollers in its domain
+    CHECK(plan.endpoints[3 + k].poller.numa == 0);
+  }
+  CHECK(plan.shard_endpoints[0] == std::vector<uint32_t>{3, 4, 5});
+  CHECK(plan.shard_endpoints[2] == std::vector<uint32_t>{0, 1, 2});
+  r = listen({"127.0.0.1:65534"});
+  r.pollers = 3;
+  CHECK_THROWS_WITH(plan_placement(*two_domains(), r), Catch::Contains("past 65535"));
+  r = listen({"127.0.0.1:http"});
+  CHECK_THROWS_WITH(plan_placement(*two_domains(), r), Catch::Contains("port is not a number"));
+}
 
 TEST_CASE("one shard per core, pollers in their NIC's domain", "[placement]") {
   auto topo = two_domains();

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Packs a RackWeave build into a folder that runs on another x86-64 Linux machine with
+# none of our Debian packages (the many-core and GPU machines: Ubuntu 24.04, glibc 2.39):
+# the programs and librackweave, stripped, and every shared library `ldd` lists for them
+# but glibc's own, so that the benchmark scripts take the folder as a build.
+#
+#   bash bench/bundle.sh DIR [--build-dir BUILD] [--name NAME]
+#
+# DIR/NAME (NAME default "rackweave") is laid out as a build is, for --build-dir:
+#   DIR/NAME/apps/rw-node, apps/rw-bench   wrappers that set LD_LIBRARY_PATH and exec
+#   DIR/NAME/peers/gloo-allreduce           the same, when BUILD/peers has it
+#                                           (bench/setup-peers.sh builds it)
+#   DIR/NAME/bin/                           the stripped programs and librackweave.so
+#   DIR/NAME/BUNDLE                         what it was made from (commit, build, host)
+# DIR/lib holds the libraries, shared by every build packed into DIR: bundle an old and
+# a new build into one DIR (two --name) and compare them in one run on the other
+# machine, for about 12 MB more. The wrappers exec, so a script's PID is the program's.
+# MPI is not packed (its launcher and plugins come with the machine's own OpenMPI):
+# bench/peers.sh builds bench/peers/mpi_allreduce.c there with the machine's mpicc.
+# Python is not either: torch-gloo runs on the machine's own torch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=build
+name=rackweave
+dir=
+while (($#)); do
+  case $1 in
+    --build-dir) build=$2; shift 2 ;;
+    --name) name=$2; shift 2 ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    -*) echo "bundle.sh: unknown option $1" >&2; exit 2 ;;
+    *) [[ -z $dir ]] || { echo "bundle.sh: one DIR only" >&2; exit 2; }; dir=$1; shift ;;
+  esac
+done
+[[ -n $dir ]] || { echo "bundle.sh: usage: bash bench/bundle.sh DIR [--build-dir BUILD] [--name NAME]" >&2; exit 2; }
+[[ $name =~ ^[A-Za-z0-9._-]+$ ]] || { echo "bundle.sh: --name takes letters, digits, . _ -" >&2; exit 2; }
+programs=("$build/apps/rw-node" "$build/apps/rw-bench")
+for f in "${programs[@]}" "$build/librackweave.so"; do
+  [[ -x $f || -f $f ]] || { echo "bundle.sh: $f is missing: build first (apps/scripts/setup.sh)" >&2; exit 1; }
+done
+peers=()
+[[ -x $build/peers/gloo-allreduce ]] && peers=("$build/peers/gloo-allreduce")
+
+out=$dir/$name
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/apps" "$out/peers" "$dir/lib"
+strip -o "$out/bin/librackweave.so" "$build/librackweave.so"
+for f in "${programs[@]}" "${peers[@]}"; do
+  strip -o "$out/bin/${f##*/}" "$f"
+done
+
+# Every library ldd resolves, but glibc's (the other machine has a newer one) and ours.
+is_glibc() {
+  case ${1##*/} in
+    ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|libutil.so*|libanl.so*|libmvec.so*) return 0 ;;
+  esac
+  return 1
+}
+added=0
+while read -r lib; do
+  is_glibc "$lib" && continue
+  [[ ${lib##*/} == librackweave.so ]] && continue
+  if [[ ! -e $dir/lib/${lib##*/} ]]; then
+    cp -L "$lib" "$dir/lib/${lib##*/}"
+    chmod u+w "$dir/lib/${lib##*/}"
+    strip --strip-unneeded "$dir/lib/${lib##*/}" 2>/dev/null || true
+    added=$((added + 1))
+  fi
+done < <(for f in "${programs[@]}" "${peers[@]}" "$build/librackweave.so"; do
+           ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
+         done | sort -u)
+
+# A wrapper per program: the bundle's libraries first, then exec (same PID).
+wrap() {
+  local target=$1 wrapper=$2
+  cat >"$wrapper" <<EOF
+#!/bin/sh
+here=\$(cd "\$(dirname "\$0")/.." && pwd)
+LD_LIBRARY_PATH=\$here/bin:\$here/../lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec "\$here/bin/$target" "\$@"
+EOF
+  chmod +x "$wrapper"
+}
+wrap rw-node "$out/apps/rw-node"
+wrap rw-bench "$out/apps/rw-bench"
+for f in "${peers[@]}"; do wrap "${f##*/}" "$out/peers/${f##*/}"; done
+
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=
+[[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]] && dirty=" (with uncommitted changes)"
+build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+{
+  echo "RackWeave bundle '$name': commit $commit$dirty, ${build_type:-unknown} build $(cd "$build" && pwd)"
+  echo "made $(date -u '+%Y-%m-%d %H:%M') UTC on $(uname -n), $(. /etc/os-release && echo "$PRETTY_NAME")"
+  echo "peers: ${peers[*]##*/}"
+} >"$out/BUNDLE"
+
+# It must run here without the build's RUNPATH: check it does.
+"$out/apps/rw-node" --help >/dev/null
+"$out/apps/rw-bench" comm --help >/dev/null
+echo "bundle.sh: $out ($(du -sh "$out" | cut -f1)), $dir/lib ($(du -sh "$dir/lib" | cut -f1), $added added): $(head -1 "$out/BUNDLE")"
