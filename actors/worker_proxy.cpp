@@ -342,7 +342,11 @@ void start_next(proxy_ptr self, uint32_t t) {
     // A replicated chunk's answer also waits for a node-to-node round trip (its sum to
     // the replica and the ack): four times the window covers it (bench/failover.sh:
     // replicas cost 1.38x the step with the plain window, 1.07x with this one).
-    auto bytes = st.push_window_bytes * (st.link->replicated() ? 4 : 1);
+    auto base = st.push_window_bytes;
+    if (base == defaults::push_window_auto)
+      base = std::max<uint64_t>(defaults::push_window_chunks * chunk,
+                                defaults::push_window_min_bytes);
+    auto bytes = base * (st.link->replicated() ? 4 : 1);
     window = static_cast<uint32_t>(std::max<uint64_t>(bytes / chunk, 4));
   }
   send_chunks(*st.link, t, op, q.clock, {}, q.seq, window);

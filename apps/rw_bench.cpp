@@ -306,7 +306,7 @@ void add_common(CLI::App* cmd, comm_args& a) {
     ->capture_default_str();
   cmd->add_option("--push-window", a.push_window_text,
                   "how far each worker's pushes may run ahead of its answered chunks "
-                  "over TCP (e.g. 512KiB; 0: no window; default: the worker's, 512KiB)");
+                  "over TCP (e.g. 4MiB; 0: no window; default: the worker's, 16 chunks and at least 512KiB)");
   cmd->add_option("--layers", a.layers,
                   "cut the gradient into N layers, each a weight and a 256-element bias "
                   "(layerI.w, layerI.b), exchanged together each iteration; with "

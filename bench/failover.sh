@@ -34,10 +34,10 @@
 # bench/RESULTS.md (the failover section).
 #
 #   bash bench/failover.sh [--workers 4] [--bytes 16MiB] [--steps 40] [--at 10]
-#                          [--chunk-bytes 32768] [--repeat 3] [--cost-only]
+#                          [--chunk-bytes 262144] [--repeat 3] [--cost-only]
 #                          [--json] [--smoke] [--build-dir DIR]
 #
-# --chunk-bytes: the jobs' chunk size (default: a job's default, 32 KiB).
+# --chunk-bytes: the jobs' chunk size (default: a job's default, 256 KiB).
 # --repeat N: how many pairs of fault-free runs, without and with replicas, in turn.
 # --cost-only: the fault-free runs alone (what checkpoints and replicas cost), printed,
 # bench/RESULTS.md left as it is.
@@ -49,7 +49,7 @@ cd "$(dirname "$0")/.."
 common_options "$@"
 set -- ${rest[@]+"${rest[@]}"}
 
-workers=4 bytes=16MiB steps=40 at=10 json=0 delay=0 chunk_bytes=32768 cost_only=0 repeat=3
+workers=4 bytes=16MiB steps=40 at=10 json=0 delay=0 chunk_bytes=262144 cost_only=0 repeat=3
 # (Smoke steps are paced, so a fault lands while the job still runs.)
 if ((smoke)); then workers=3 bytes=64KiB steps=12 at=4 delay=100 repeat=1; fi
 while (($#)); do

@@ -4,6 +4,7 @@
 # comes (a cut-off run still returns what it measured).
 #
 #   bash bench/many-core.sh --out DIR --new BUNDLE [--old BUNDLE] [--smoke]
+#                           [--stages "facts scale old pollers shards repeat sweep headers"]
 #
 # BUNDLE: a build packed by bench/bundle.sh (e.g. build-bundle/new, build-bundle/old,
 # carried with the checkout). Stages, each bounded in time; OUT gets run.log (the facts
@@ -15,20 +16,26 @@
 #   old        rackweave-tcp and -shm of OLD, same cells (no RESULTS.md)
 #   pollers    rackweave-tcp of NEW at W 8 14 x 64MiB with --pollers 1 2 8
 #   shards     rackweave-tcp and -shm of NEW at W 4 8 x 4MiB with --shards 4
+#   repeat     twice more: rackweave-tcp, rackweave-shm, gloo and torch-gloo of NEW at
+#              W 4 8 14 x 64MiB (with scale's, three runs of each target cell)
+#   sweep      rackweave-tcp of NEW at W 8 14 x 64MiB: the defaults, then one
+#              change each (push window, chunk size, shards, pollers); not by default
 #   headers    Python's and torch's pybind11 headers (to build the extension here)
+# --stages: which to run (default: all but sweep), in the order above.
 # --smoke: W = 2 at 1MiB, 2 iterations, every stage (a few seconds each), to check the
 # script on this machine before spending device time.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-out= new= old= smoke=0
+out= new= old= smoke=0 stages=" facts scale old pollers shards headers "
 while (($#)); do
   case $1 in
     --out) out=$2; shift 2 ;;
     --new) new=$2; shift 2 ;;
     --old) old=$2; shift 2 ;;
     --smoke) smoke=1; shift ;;
-    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
+    --stages) stages=" $2 "; shift 2 ;;
+    -h|--help) sed -n 2,28p "$0"; exit 0 ;;
     *) echo "many-core.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -37,9 +44,10 @@ done
 mkdir -p "$out"
 
 workers="2 4 8 14" sizes="4MiB 64MiB" iters=8 warmup=2
-big_w="8 14" small_w="4 8" big=64MiB small=4MiB shards=4 results=()
+big_w="8 14" small_w="4 8" big=64MiB small=4MiB shards=4 results=() target_w="4 8 14"
 if ((smoke)); then
   workers=2 sizes=1MiB iters=2 warmup=1 big_w=2 small_w=2 big=1MiB small=1MiB shards=1
+  target_w=2
   results=(--no-results)
 fi
 work=$(mktemp -d)
@@ -53,9 +61,10 @@ keep() {
   cat "$work/$1.log" >>"$out/run.log"
 }
 failed=0
+want() { [[ $stages == *" $1 "* ]]; }
 
-stage facts
-{
+want facts && stage facts
+want facts && {
   echo "cores: $(nproc); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
   echo "NUMA domains: $(ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null | wc -l)"
   echo "/dev/shm: $(df -h /dev/shm 2>/dev/null | tail -1); ulimit -n: $(ulimit -n)"
@@ -68,14 +77,16 @@ stage facts
   [[ -n $old ]] && echo "old: $(head -1 "$old/BUNDLE")"
 } >&2
 
+if want scale; then
 stage "scale: new build, every system"
 timeout -k 10 $((smoke ? 120 : 200)) bash bench/scale.sh --build-dir "$new" --workers "$workers" \
   --bytes "$sizes" --iters "$iters" --warmup "$warmup" --timeout 60 --json ${results[@]+"${results[@]}"} \
   >"$work/scale.jsonl" 2>"$work/scale.log" || { failed=1; echo "scale failed" >&2; }
 keep scale
 ((smoke)) || cp bench/RESULTS.md "$out/RESULTS.md"
+fi
 
-if [[ -n $old ]]; then
+if [[ -n $old ]] && want old; then
   stage "old build: rackweave-tcp, rackweave-shm"
   timeout -k 10 $((smoke ? 60 : 80)) bash bench/peers.sh --build-dir "$old" --workers "$workers" \
     --bytes "$sizes" --iters "$iters" --warmup "$warmup" --timeout 60 --json --no-results \
@@ -84,6 +95,7 @@ if [[ -n $old ]]; then
   keep old
 fi
 
+if want pollers; then
 stage "pollers: new build, rackweave-tcp at $big"
 : >"$work/pollers.jsonl"; : >"$work/pollers.log"
 for p in 1 2 8; do
@@ -93,18 +105,51 @@ for p in 1 2 8; do
     sed "s/^{/{\"pollers\":$p,/" >>"$work/pollers.jsonl" || failed=1
 done
 keep pollers
+fi
 
+if want shards; then
 stage "shards: new build at $small with --shards $shards"
 timeout -k 10 40 bash bench/peers.sh --build-dir "$new" --workers "$small_w" --bytes "$small" \
   --iters "$iters" --warmup "$warmup" --timeout 30 --json --no-results \
   --systems "rackweave-tcp rackweave-shm" --node-args "--shards $shards" \
   >"$work/shards.jsonl" 2>"$work/shards.log" || failed=1
 keep shards
+fi
 
-stage headers
+if want repeat; then
+  stage "repeat: new build, the target cells twice more"
+  : >"$work/repeat.jsonl"; : >"$work/repeat.log"
+  for r in 2 3; do
+    timeout -k 10 $((smoke ? 60 : 75)) bash bench/peers.sh --build-dir "$new" --workers "$target_w" \
+      --bytes "$big" --iters "$iters" --warmup "$warmup" --timeout 30 --json --no-results \
+      --systems "rackweave-tcp rackweave-shm gloo torch-gloo" 2>>"$work/repeat.log" |
+      sed "s/^{/{\"run\":$r,/" >>"$work/repeat.jsonl" || failed=1
+  done
+  keep repeat
+fi
+
+if want sweep; then
+  stage "sweep: new build, rackweave-tcp at $big, one change at a time"
+  : >"$work/sweep.jsonl"; : >"$work/sweep.log"
+  variants=("defaults|||" "window0||--push-window 0" "window2M||--push-window 2MiB"
+            "window8M||--push-window 8MiB" "chunk256K||--chunk-bytes 256KiB"
+            "chunk1M||--chunk-bytes 1MiB" "shards6|--shards 6|" "pollers6|--pollers 6|"
+            "chunk256K-window4M||--chunk-bytes 256KiB --push-window 4MiB")
+  for v in "${variants[@]}"; do
+    IFS='|' read -r name nargs bargs _ <<<"$v"
+    echo "-- $name: node [$nargs] bench [$bargs]" >>"$work/sweep.log"
+    timeout -k 10 40 bash bench/peers.sh --build-dir "$new" --workers "$big_w" \
+      --bytes "$big" --iters "$iters" --warmup "$warmup" --timeout 30 --json --no-results \
+      --systems rackweave-tcp ${nargs:+--node-args "$nargs"} ${bargs:+--bench-args "$bargs"} \
+      2>>"$work/sweep.log" | sed "s/^{/{\"variant\":\"$name\",/" >>"$work/sweep.jsonl" || failed=1
+  done
+  keep sweep
+fi
+
+want headers && stage headers
 torch_inc=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "include"))' 2>/dev/null)
 py_inc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
-if ((!smoke)) && [[ -d $torch_inc/pybind11 && -d $py_inc ]]; then
+if want headers && ((!smoke)) && [[ -d $torch_inc/pybind11 && -d $py_inc ]]; then
   tar czf "$out/py-headers.tgz" -C / "${py_inc#/}" "${torch_inc#/}/pybind11" 2>/dev/null &&
     echo "py-headers.tgz: $py_inc, $torch_inc/pybind11 ($(du -h "$out/py-headers.tgz" | cut -f1))" >&2
 fi

@@ -11,6 +11,7 @@
 #                       [--json]
 #                       [--smoke] [--build-dir DIR] [--no-results]
 #                       [--section NAME --title TEXT] [--node-args "ARGS"]
+#                       [--bench-args "ARGS"]
 #
 # Systems:
 #   rackweave-tcp  rw-bench comm through one rw-node --role rack-agg on 127.0.0.1
@@ -29,6 +30,8 @@
 # (bench/setup-peers.sh installs it), against which rackweave-tcp's bytes through the
 # node (2 x W x S per step: every push in, every update out) are put.
 # --no-results: print only, bench/RESULTS.md left alone (bench/scaling.sh runs it so).
+# --bench-args "ARGS": more `rw-bench comm` options for the rackweave-* runs (e.g.
+# "--chunk-bytes 256KiB --push-window 2MiB").
 # --node-args "ARGS": more rw-node options for the node (e.g. "--pollers 8"); the
 # node's placement (pollers, shards) is logged either way, and after each rackweave run
 # its threads' CPU time (bench/lib/node_threads.py): which poller or shard was busy.
@@ -66,6 +69,7 @@ json=0
 no_results=0
 systems_given=0
 node_args=()
+bench_args=()
 section=peers
 title="All-reduce against peer systems (bench/peers.sh)"
 if ((smoke)); then workers=2 sizes=1MiB iters=2 warmup=1 run_timeout=120; fi
@@ -77,6 +81,7 @@ while (($#)); do
     --default-systems) systems=$2; shift 2 ;; # bench/scale.sh's list, MPI where installed
     --no-results) no_results=1; shift ;;
     --node-args) read -ra node_args <<<"$2"; shift 2 ;;
+    --bench-args) read -ra bench_args <<<"$2"; shift 2 ;;
     --section) section=$2; shift 2 ;;   # bench/scale.sh: its own RESULTS.md section
     --title) title=$2; shift 2 ;;
     *) run_option 2,45 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
@@ -278,7 +283,8 @@ measure() {
         local wall0=$EPOCHREALTIME
         run "$out" "$err" "$build/apps/rw-bench" comm --connect "$address" --workers "$w" \
           --bytes "$b" --iters "$iters" --warmup "$warmup" --json \
-          --timeout-s $((run_timeout - 10 > 0 ? run_timeout - 10 : run_timeout)) "${extra[@]}" || rc=$?
+          --timeout-s $((run_timeout - 10 > 0 ? run_timeout - 10 : run_timeout)) "${extra[@]}" \
+          ${bench_args[@]+"${bench_args[@]}"} || rc=$?
         if ((rc == 0)); then
           line=$(grep -m1 '^{' "$out")
           res=$(python3 -c 'import json, math, sys

@@ -238,7 +238,8 @@ std::vector<option_def> option_table(node_config& c) {
         "to move chunks from it (more than 1)",
         c.balance_ratio),
     def("buffers.prealloc", "--prealloc-buffers",
-        "receive buffers each poller allocates at start (NUMA-local, reused)",
+        "receive buffers of the default chunk size (256 KiB) each poller allocates at "
+        "start (NUMA-local, reused)",
         c.prealloc_buffers),
     def("limits.max_chunk_bytes", "--max-chunk-bytes",
         "largest chunk size a job may ask for", c.max_chunk_bytes),

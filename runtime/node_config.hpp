@@ -45,7 +45,7 @@ struct node_config {
   bool balance = true;                   // move chunks from a busy shard to an idle one
   uint32_t balance_ms = defaults::balance_ms;     // how often shards' busy time is compared
   double balance_ratio = defaults::balance_ratio; // how much busier is too busy
-  uint32_t prealloc_buffers = 512;       // receive buffers each poller allocates at start
+  uint32_t prealloc_buffers = 64;        // receive buffers (of the default chunk) per poller
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_control_bytes = defaults::max_control_bytes;
   uint32_t max_workers = defaults::max_workers;

@@ -381,7 +381,7 @@ PYBIND11_MODULE(_rackweave, m) {
          "Connects to the node at `connect` (HOST:PORT) and joins job `job` as `rank` "
          "(GIL released meanwhile). With `workers` the worker states the spec (workers, "
          "tensors, optimizer='sum', lr=0.01, momentum=0.9, weight_decay=0, beta1=0.9, "
-         "beta2=0.999, eps=1e-8, chunk_bytes=32768, consistency='bsp', compression='none' "
+         "beta2=0.999, eps=1e-8, chunk_bytes=262144, consistency='bsp', compression='none' "
          "('bf16', 'fp16', 'topk:RATIO', 'topk:RATIO,warmup=STEPS'), compress_updates=False), which must match "
          "the job's. Without it, the job's name and token are enough: the node sends the "
          "spec (`spec`); `tensors` then declares the tensors of a job that has none yet "

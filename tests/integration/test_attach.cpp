@@ -56,7 +56,7 @@ TEST_CASE("a worker attaches to a node's every endpoint and its chunks travel on
   CHECK_THAT(log, !Catch::Contains("attach refused"));
 }
 
-TEST_CASE("--pollers 3: one address, three endpoints, a worker's chunks on all three",
+TEST_CASE("three pollers: one address, three endpoints, a worker's chunks on all three",
           "[integration][attach]") {
   // One --listen address (node_process's) with three pollers and two shards.
   testing::node_process node{{"--pollers", "3", "--shards", "2"}};

@@ -116,7 +116,7 @@ TEST_CASE("values that parse but make no sense are refused", "[config]") {
   CHECK_THROWS_WITH(rw::runtime::check_node_config(c), Catch::Contains("--node-timeout-ms"));
 }
 
-TEST_CASE("--pollers is auto or a count, from the command line or the file", "[config]") {
+TEST_CASE("pollers: auto or a count, from the command line or the file", "[config]") {
   rw::runtime::node_config c;
   CHECK(rw::runtime::pollers_per_listen(c) == 0); // auto
   for (auto* bad : {"0", "65", "-1", "four", "", "4x", "0004"}) {

@@ -79,7 +79,7 @@ TEST_CASE("auto pollers: one per four cores from 8 cores on, on cores kept from 
   CHECK(plan.notes.size() == 4); // every poller shares, and says so
 }
 
-TEST_CASE("--pollers N per address; under 8 cores auto is one", "[placement]") {
+TEST_CASE("pollers: N per address, and under 8 cores auto is one", "[placement]") {
   auto plan = plan_placement(*two_domains(), listen({"127.0.0.1:7700"}));
   CHECK(plan.endpoints.size() == 1);
   CHECK(plan.shards.size() == 4); // a small machine: shards on every core

@@ -61,7 +61,7 @@ def text_option(args, name, default):
 
 
 def run(a, system, out_dir):
-    chunk = int(option(a.train_args, "--chunk-bytes", 32768))
+    chunk = int(option(a.train_args, "--chunk-bytes", 262144))
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # as train.py sets; torchrun warns if unset
     job = None

@@ -44,7 +44,7 @@ def parse(argv):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--chunk-bytes", type=int, default=32768,
+    p.add_argument("--chunk-bytes", type=int, default=262144,
                    help="the RackWeave job's chunk size (the job must have the same)")
     p.add_argument("--progress-every", type=float, default=1.0,
                    help="seconds between progress lines (0: only at the end of each epoch)")

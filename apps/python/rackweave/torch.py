@@ -14,7 +14,7 @@ Each trainable parameter is a tensor of the job, of its name. Without `optimizer
 job's own optimizer and hyper-parameters apply: its name and token are enough (the first
 rank to join declares the tensors; over TCP, as shared memory needs the spec stated);
 with it, the spec is stated (defaults lr=0.01, momentum=0.9, weight_decay=0, betas=(0.9,
-0.999), eps=1e-8, chunk_bytes=32768, compression="none" ("bf16", "fp16", "topk:RATIO",
+0.999), eps=1e-8, chunk_bytes=262144, compression="none" ("bf16", "fp16", "topk:RATIO",
 "topk:RATIO,warmup=STEPS"),
 compress_updates=False) and must match the job's. At construction rank 0's
 values become version 0 and every rank starts from them. With overlap (the default) a
@@ -114,7 +114,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
                 lr=0.01 if lr is None else lr, momentum=0.9 if momentum is None else momentum,
                 weight_decay=0.0 if weight_decay is None else weight_decay, beta1=b1, beta2=b2,
                 eps=1e-8 if eps is None else eps,
-                chunk_bytes=32768 if chunk_bytes is None else chunk_bytes,
+                chunk_bytes=262144 if chunk_bytes is None else chunk_bytes,
                 compression="none" if compression is None else compression,
                 compress_updates=bool(compress_updates))
         self.overlap = overlap
@@ -241,7 +241,7 @@ class HookState:
     model's trainable parameters (by name)."""
 
     def __init__(self, named_parameters, *, connect=None, job=None, rank=None, workers=None,
-                 token=None, chunk_bytes=32768, transport=None, timeout=120.0):
+                 token=None, chunk_bytes=262144, transport=None, timeout=120.0):
         params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not params:
             raise ValueError("HookState: no parameter requires grad")

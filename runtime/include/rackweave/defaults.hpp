@@ -6,8 +6,11 @@
 
 namespace rw::defaults {
 
-/// Bytes per chunk: the unit of routing, aggregation and update.
-constexpr uint32_t chunk_bytes = 32 * 1024;
+/// Bytes per chunk: the unit of routing, aggregation and update. 256 KiB: on a 16-core
+/// host 32 KiB chunks cost W = 8 x 64 MiB over TCP 88 ms against 63 ms (with the push
+/// window below), the per-chunk work of the node and the worker (bench/RESULTS.md,
+/// scale); a small tensor is still one chunk of its own size.
+constexpr uint32_t chunk_bytes = 256 * 1024;
 /// Largest chunk a node accepts (also the size of its largest pooled buffer).
 constexpr uint32_t max_chunk_bytes = 4 * 1024 * 1024;
 /// Largest control payload (hello, welcome, error) a peer may send.
@@ -25,8 +28,14 @@ constexpr uint32_t rejoin_timeout_ms = 15'000;
 /// of the chunks already answered (bytes; 0: no window). A worker that got ahead of the
 /// others, whose pushes of the same chunks its answers wait for, then leaves the shared
 /// links to them (bench/RESULTS.md, rack-bound). Raise it for links whose bandwidth-delay
-/// product exceeds it.
-constexpr uint64_t push_window_bytes = 512 * 1024;
+/// product exceeds it. The default, push_window_auto, is push_window_chunks of the
+/// job's chunks and at least push_window_min_bytes: 4 MiB with 256 KiB chunks, 512 KiB
+/// with 32 KiB ones (on a 16-core host, 16 chunks in flight instead of 4 took W = 14 x
+/// 64 MiB from 128 to 101 ms).
+constexpr uint64_t push_window_auto = UINT64_MAX;
+constexpr uint64_t push_window_bytes = push_window_auto;
+constexpr uint64_t push_window_chunks = 16;
+constexpr uint64_t push_window_min_bytes = 512 * 1024;
 /// A connection that has not joined a job (a stranger: it has proven nothing) sends
 /// each frame whole within this long of its first byte, and is not idle this long
 /// (connecting counts as its start) unless its hello is being decided: a client that

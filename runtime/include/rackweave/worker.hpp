@@ -120,7 +120,8 @@ struct worker_options {
   uint64_t start_clock = 0;
   /// Push window over TCP (push_pull): chunk c is sent once the chunks up to c minus
   /// this many bytes' worth are answered, so no worker runs far ahead of the others on
-  /// shared links. 0: no window. Four times this where the job has replicas (answers
+  /// shared links. 0: no window. The default (defaults::push_window_auto): 16 of the
+  /// job's chunks, at least 512 KiB. Four times this where the job has replicas (answers
   /// wait for a node-to-node round trip more). Not applied to layer-wise optimizers
   /// (LAMB, LARS), whose answers wait for the whole tensor, nor over shared memory.
   uint64_t push_window_bytes = defaults::push_window_bytes;
