@@ -4,6 +4,8 @@
 # comes (a cut-off run still returns what it measured).
 #
 #   bash bench/many-core.sh --out DIR --new BUNDLE [--old BUNDLE] [--smoke]
+#   bash bench/many-core.sh --smoke --build-dir BUILD [--stages ...]   (the suite's smoke:
+#                           BUILD packed into a temporary bundle, OUT a temporary folder)
 #                           [--stages "facts scale old pollers shards repeat sweep headers"]
 #
 # BUNDLE: a build packed by bench/bundle.sh (e.g. build-bundle/new, build-bundle/old,
@@ -27,7 +29,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-out= new= old= smoke=0 stages=" facts scale old pollers shards headers "
+out= new= old= smoke=0 build= stages=" facts scale old pollers shards headers "
 while (($#)); do
   case $1 in
     --out) out=$2; shift 2 ;;
@@ -35,11 +37,20 @@ while (($#)); do
     --old) old=$2; shift 2 ;;
     --smoke) smoke=1; shift ;;
     --stages) stages=" $2 "; shift 2 ;;
-    -h|--help) sed -n 2,28p "$0"; exit 0 ;;
+    --build-dir) build=$2; shift 2 ;;
+    -h|--help) sed -n 2,30p "$0"; exit 0 ;;
     *) echo "many-core.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
-[[ -n $out && -n $new ]] || { echo "many-core.sh: --out and --new are needed" >&2; exit 2; }
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+if [[ -z $new && -n $build ]]; then # a build, not a bundle: pack it first
+  bash bench/bundle.sh "$scratch/bundle" --build-dir "$build" --name new >&2 ||
+    { echo "many-core.sh: bench/bundle.sh failed" >&2; exit 1; }
+  new=$scratch/bundle/new
+fi
+[[ -z $out ]] && ((smoke)) && out=$scratch/out
+[[ -n $out && -n $new ]] || { echo "many-core.sh: --out and --new (or --smoke --build-dir) are needed" >&2; exit 2; }
 [[ -f $new/BUNDLE ]] || { echo "many-core.sh: $new is not a bundle (bench/bundle.sh)" >&2; exit 2; }
 mkdir -p "$out"
 
@@ -50,8 +61,8 @@ if ((smoke)); then
   target_w=2
   results=(--no-results)
 fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+work=$scratch/work
+mkdir -p "$work"
 exec 2> >(tee -a "$out/run.log" >&2)
 : >"$out/results.jsonl"
 stage() { echo "== $* ($(date -u +%T), $SECONDS s in)" >&2; }
@@ -71,7 +82,11 @@ want facts && {
   echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
   echo "kernel: $(uname -sr); $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")"
   command -v nvidia-smi >/dev/null && nvidia-smi -L
-  echo "python: $(python3 --version 2>&1); torch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1)"
+  for py in /usr/bin/python3 python3; do # the one with torch, as peers.sh picks it
+    "$py" -c 'import torch' 2>/dev/null || continue
+    echo "python: $("$py" --version 2>&1); torch: $("$py" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1)"
+    break
+  done
   echo "mpirun: $(mpirun --version 2>&1 | head -1)"
   echo "new: $(head -1 "$new/BUNDLE")"
   [[ -n $old ]] && echo "old: $(head -1 "$old/BUNDLE")"
