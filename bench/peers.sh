@@ -36,7 +36,9 @@
 # node's placement (pollers, shards) is logged either way, and after each rackweave run
 # its threads' CPU time (bench/lib/node_threads.py): which poller or shard was busy.
 # --section NAME, --title TEXT: the RESULTS.md section written (default peers) and its
-# heading; bench/scale.sh writes "scale", with rackweave-tcp's ratio to Gloo's ring.
+# heading; bench/scale.sh writes "scale", with rackweave-tcp's ratio to Gloo's ring,
+# and with --json ends with a line per (W, S): {"system":"cell", best_rackweave(_ms),
+# best_peer(_ms), ratio, tcp_vs_gloo}.
 # --build-dir may name a bundle (bench/bundle.sh: a build packed to run on a machine
 # without our packages): Gloo's program comes from it, MPI's is compiled there with the
 # machine's mpicc (the mpi-* systems are left out, said so, where it has no MPI, unless
@@ -440,7 +442,7 @@ ratio_cols = [f"{p}/rw" for p in peers]
 if "rackweave-tcp" in systems and "mpi-tcp" in systems:
     ratio_cols.append("rw-tcp/mpi-tcp")
 head = ["workers", "bytes"] + [f"{s} ms" for s in systems] + ratio_cols + ["notes"]
-rows, target_lines, cell_lines, ceiling_lines = [], [], [], []
+rows, target_lines, cell_lines, ceiling_lines, cell_json = [], [], [], [], []
 for w in workers:
     for s in sizes:
         b = to_bytes(s)
@@ -460,6 +462,13 @@ for w in workers:
         if best_rw and peer_ok:
             best_peer = min(peer_ok)
             bp = [p for p in peers if med[p] == best_peer][0]
+            cell = {"system": "cell", "workers": int(w), "bytes": b,
+                    "best_rackweave": [x for x in rw if med[x] == best_rw][0],
+                    "best_rackweave_ms": best_rw, "best_peer": bp, "best_peer_ms": best_peer,
+                    "ratio": round(best_rw / best_peer, 4)}
+            if med.get("rackweave-tcp") is not None and med.get("gloo"):
+                cell["tcp_vs_gloo"] = round(med["rackweave-tcp"] / med["gloo"], 4)
+            cell_json.append(json.dumps(cell))
             cell_lines.append(
                 f"- W = {w}, {s}: {best_rw / best_peer:.3f} ({best_rw:.3f} ms against {bp}'s "
                 f"{best_peer:.3f} ms): **{'met' if best_rw <= 0.8 * best_peer else 'not met'}**")
@@ -599,8 +608,11 @@ else:
     md += ["", "Targets at W = 4, S = 64MiB:", "", *target_lines, *ceiling_lines]
 md += [f"<!-- {section}:end -->"]
 open(md_path, "w").write("\n".join(md) + "\n")
+if section == "scale":  # scale.sh --json: a line per (W, S) with its ratios, after the runs'
+    open(md_path + ".cells", "w").write("".join(c + "\n" for c in cell_json))
 PY
 report_rc=$?
+((json)) && [[ -f $tmp/section.md.cells ]] && cat "$tmp/section.md.cells"
 
 say ""
 say "command: $invocation"

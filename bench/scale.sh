@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # All-reduce step time as the host grows: bench/peers.sh over a many-core worker list,
 # with RackWeave's transports, Gloo's ring, torch's gloo and (where installed) MPI, one
-# JSON line per (system, W, S) with --json, each peer's ratio to RackWeave's best, and
+# JSON line per (system, W, S) with --json and, after them, one per cell (W, S) with
+# RackWeave's best against the best peer ({"system":"cell", ..., "ratio", "tcp_vs_gloo"}),
+# each peer's ratio to RackWeave's best in the report, and
 # rackweave-tcp against Gloo's ring (issue 36's targets: <= 1.0 at W = 4 and 8 x 64MiB,
 # <= 1.3 at W = 14). Writes the "scale" section of bench/RESULTS.md.
 #
@@ -26,7 +28,7 @@ RW_BENCH_INVOCATION=$(invocation_of "$@")
 export RW_BENCH_INVOCATION
 cd "$(dirname "$0")/.." || exit 1
 case " $* " in
-  *" -h "*|*" --help "*) sed -n 2,21p "$0"; exit 0 ;;
+  *" -h "*|*" --help "*) sed -n 2,23p "$0"; exit 0 ;;
 esac
 workers="2 4 8 14"
 systems="rackweave-tcp rackweave-shm gloo torch-gloo mpi-shm"
