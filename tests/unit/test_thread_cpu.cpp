@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -74,7 +76,10 @@ TEST_CASE("a thread that ends without withdrawing reads as nothing", "[thread_cp
   thread_cpu_slot slot;
   std::thread worker{[&] { slot.publish_this_thread(); }};
   worker.join();
-  CHECK_FALSE(slot.read_ns().has_value());
+  // join returns once the kernel clears the thread's tid word, a moment before it
+  // releases the task: until then its clock can still be read (seen once in 20 runs
+  // here). Gone within the wait, and never anything but that thread's time.
+  CHECK(eventually([&] { return !slot.read_ns().has_value(); }));
 }
 
 TEST_CASE("an ending thread never withdraws its successor's clock", "[thread_cpu]") {
@@ -93,6 +98,25 @@ TEST_CASE("an ending thread never withdraws its successor's clock", "[thread_cpu
   CHECK(slot.read_ns().has_value());
   end = true;
   successor.join();
+}
+
+TEST_CASE("a named thread shows its name in /proc, cut to 15 characters", "[thread_cpu]") {
+  std::string names[2];
+  std::thread named{[&] {
+    auto comm = [] {
+      std::ifstream f{"/proc/thread-self/comm"};
+      std::string line;
+      std::getline(f, line);
+      return line;
+    };
+    name_this_thread("rw-shard-3");
+    names[0] = comm();
+    name_this_thread("rw-poll-fab-1234567890");
+    names[1] = comm();
+  }};
+  named.join();
+  CHECK(names[0] == "rw-shard-3");
+  CHECK(names[1] == "rw-poll-fab-123");
 }
 
 } // namespace rw_unit_thread_cpu
