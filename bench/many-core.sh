@@ -87,7 +87,7 @@ want facts && {
     echo "python: $("$py" --version 2>&1); torch: $("$py" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1)"
     break
   done
-  echo "mpirun: $(mpirun --version 2>&1 | head -1)"
+  echo "mpirun: $(mpirun --version 2>&1 | sed -n 1p)" # sed reads it all: no SIGPIPE
   echo "new: $(head -1 "$new/BUNDLE")"
   [[ -n $old ]] && echo "old: $(head -1 "$old/BUNDLE")"
 } >&2

@@ -187,6 +187,8 @@ for s in $systems; do
       elif ((smoke)); then
         note "smoke: partly skipped: torch-gloo: no python3 with torch.distributed (gloo) found"
         skipped+="torch-gloo (no python3 with torch.distributed gloo); "
+      elif ((systems_given)); then
+        active+=("$s") # asked for by name: its rows fail, saying why
       else
         note "skipping torch-gloo: no python3 with torch.distributed (gloo) found"
         skipped+="torch-gloo (no python3 with torch.distributed gloo); "
@@ -224,7 +226,7 @@ if ((need_node)); then
     { note "rw-node did not start"; cat "$tmp/node.log" >&2; exit 1; }
   address=$(<"$tmp/port")
   # How the node placed itself (pollers, shards): the figures depend on it.
-  note "node: $(grep -o 'pollers: .*' "$tmp/node.log" | head -1); $(grep -o 'shards=[0-9]*' "$tmp/node.log" | head -1)"
+  note "node: $(grep -m1 -o 'pollers: .*' "$tmp/node.log"); $(grep -m1 -o 'shards=[0-9]*' "$tmp/node.log")"
 fi
 
 
@@ -264,9 +266,11 @@ measure() {
     note "$sys W=$w S=$label failed: $(<"$err")"
     return 1
   fi
-  if [[ ($sys == gloo && -n $gloo_missing) || ($sys == mpi-* && -n $mpi_missing) ]]; then
+  if [[ ($sys == gloo && -n $gloo_missing) || ($sys == mpi-* && -n $mpi_missing) ||
+        ($sys == torch-gloo && -z $torch_python) ]]; then
     local why=$gloo_missing
     [[ $sys == mpi-* ]] && why=$mpi_missing
+    [[ $sys == torch-gloo ]] && why="no python3 with torch.distributed (gloo) found"
     echo "not measured: $why" >"$err"
     note "$sys W=$w S=$label failed: $(<"$err")"
     return 1

@@ -3,6 +3,7 @@
 // newest welcome, never sending a secret. Wrong, missing and replayed proofs are
 // refused; the attach path carries real data.
 
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -34,23 +35,30 @@ testing::node_process two_endpoint_node() {
   return testing::node_process{{"--listen", "127.0.0.1:0", "--shards", "2"}};
 }
 
+// One worker alone in `job` (two_chunk_job) over TCP (on this host it would take shared
+// memory, which needs no attach): three steps, each result its own gradient (optimizer
+// sum), values i % modulus.
+void three_steps_alone(const std::string& address, const std::string& job, int modulus) {
+  worker_options o;
+  o.connect = address;
+  o.job = two_chunk_job(job);
+  o.transport = "tcp";
+  worker w{o};
+  std::vector<float> g(64 * 1024), out(64 * 1024);
+  for (size_t i = 0; i < g.size(); ++i)
+    g[i] = static_cast<float>(i % modulus);
+  for (int step = 0; step < 3; ++step) {
+    w.push_pull("t", g.data(), out.data()).get();
+    REQUIRE(out == g);
+  }
+}
+
 } // namespace
 
 TEST_CASE("a worker attaches to a node's every endpoint and its chunks travel on each",
           "[integration][attach]") {
   auto node = two_endpoint_node();
-  worker_options o;
-  o.connect = node.address();
-  o.job = two_chunk_job("both-endpoints");
-  o.transport = "tcp"; // on this host it would take shared memory, which needs no attach
-  worker w{o};
-  std::vector<float> g(64 * 1024), out(64 * 1024);
-  for (size_t i = 0; i < g.size(); ++i)
-    g[i] = static_cast<float>(i % 97);
-  for (int step = 0; step < 3; ++step) {
-    w.push_pull("t", g.data(), out.data()).get();
-    REQUIRE(out == g); // one worker, optimizer sum
-  }
+  three_steps_alone(node.address(), "both-endpoints", 97);
   auto log = node.log();
   CHECK_THAT(log, Catch::Contains("worker attached: job='both-endpoints'"));
   CHECK_THAT(log, !Catch::Contains("attach refused"));
@@ -65,18 +73,7 @@ TEST_CASE("three pollers: one address, three endpoints, a worker's chunks on all
   for (auto* line : {"endpoint 0: tcp://127.0.0.1:", "endpoint 1: tcp://127.0.0.1:",
                      "endpoint 2: tcp://127.0.0.1:"})
     CHECK_THAT(log, Catch::Contains(line));
-  worker_options o;
-  o.connect = node.address();
-  o.job = two_chunk_job("three-pollers");
-  o.transport = "tcp";
-  worker w{o};
-  std::vector<float> g(64 * 1024), out(64 * 1024);
-  for (size_t i = 0; i < g.size(); ++i)
-    g[i] = static_cast<float>(i % 89);
-  for (int step = 0; step < 3; ++step) {
-    w.push_pull("t", g.data(), out.data()).get();
-    REQUIRE(out == g);
-  }
+  three_steps_alone(node.address(), "three-pollers", 89);
   log = node.log();
   // Hello at the first endpoint, an attach at each of the two others.
   size_t attached = 0;
