@@ -27,6 +27,7 @@
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
 #include "runtime/thread_cpu.hpp"
+#include "runtime/trace.hpp"
 
 namespace rw::actors {
 
@@ -89,6 +90,7 @@ void send_update(shard_state& st, uint32_t job_id, shard_job& job, uint32_t tens
     h.payload_bytes = static_cast<uint32_t>(packed.size());
     payload = {const_cast<std::byte*>(packed.data()), packed.size()};
   }
+  runtime::trace::scope traced{"answer", "shard", {job_id, w.rank, tensor, chunk, h.clock}};
   if (!st.answers.send(w.conn, h, payload, cs.params()))
     return;
   st.book->stats.bytes_out += h.payload_bytes;
@@ -286,7 +288,12 @@ void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t t
     }
     if (st.answers.points_at(cs.params()))
       st.answers.flush(); // answers held point at the parameters this step changes
-    cs.complete_step(detail::optimizer_for(job, cs.version()), job.rescale, clock_type::now());
+    {
+      runtime::trace::scope traced{"step", "shard", {job_id, runtime::trace::about::none,
+                                                     tensor, chunk, cs.version()}};
+      cs.complete_step(detail::optimizer_for(job, cs.version()), job.rescale,
+                       clock_type::now());
+    }
     count_step(self, job_id, job);
     if (detail::checkpoint_clock(job, cs.version())) // before the next step can run here
       send_periodic(self, job_id, job, cs.version(),
@@ -475,7 +482,10 @@ void on_push(shard_ptr self, chunk_push& p) {
   ++st.book->stats.pushes;
   auto bytes = p.payload->size;
   st.book->stats.bytes_in += bytes;
-  auto result = cs.push(p.rank, p.clock, std::move(p.payload), clock_type::now());
+  auto result = [&] {
+    runtime::trace::scope traced{"push", "shard", {p.job_id, p.rank, p.tensor, p.chunk, p.clock}};
+    return cs.push(p.rank, p.clock, std::move(p.payload), clock_type::now());
+  }();
   switch (result) {
     case detail::chunk_state::outcome::duplicate:
       // Counted before (a restarted worker goes on from its first clock not counted

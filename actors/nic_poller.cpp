@@ -6,6 +6,7 @@
 
 #include "actors/detail/poller_sink.hpp"
 #include "runtime/thread_cpu.hpp"
+#include "runtime/trace.hpp"
 #include "transports/fabric/connection.hpp"
 #include "transports/shm/connection.hpp"
 #include "transports/half.hpp"
@@ -297,6 +298,10 @@ void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
     b.clock = std::max(b.clock, h.clock);
   if (h.kind == frame_kind::push && payload)
     hold_against(*st.book, c, b, *payload);
+  if (runtime::trace::on())
+    runtime::trace::instant(h.kind == frame_kind::push ? "push received" : "init received",
+                            "poller", {h.job_id, b.shard_rank, h.tensor_id, h.chunk_index,
+                                       h.clock});
   chunk_push p{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock,
                (h.flags & transports::flag_want_result) != 0, std::move(payload), c, h.ring};
   auto index = b.routes->shard_of(h.tensor_id, h.chunk_index);
@@ -505,8 +510,11 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       if (st.stopping)
         return;
       int block = self->mailbox().empty() ? st.settings.block_ms : 0;
-      st.ep->poll(block, *st.sink);
+      auto begin = runtime::trace::on() ? runtime::trace::now_ns() : 0;
+      auto handled = st.ep->poll(block, *st.sink);
       st.sink->flush();
+      if (begin != 0 && handled > 0) // a round that read something (the wait included)
+        runtime::trace::complete("poll round", "poller", begin);
       resume_reading(self);
       release_idle_buffers(self);
       end_overdue_probes(self);

@@ -14,6 +14,7 @@
 #include "actors/worker_link.hpp"
 #include "actors/worker_proxy.hpp"
 #include "runtime/layerwise.hpp"
+#include "runtime/trace.hpp"
 #include "transports/control.hpp"
 #include "transports/tcp/endpoint.hpp"
 
@@ -22,6 +23,8 @@ namespace rw {
 
 struct worker::impl {
   worker_options opts;
+  // The step timeline (opts.trace): declared first, so it ends after everything else.
+  std::unique_ptr<runtime::trace::session> trace;
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::shared_ptr<transports::tcp::endpoint> ep;
@@ -126,6 +129,9 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
       && d.opts.transport != "fabric")
     throw rw::error(errc::invalid_spec, "transport must be auto, tcp, shm or fabric, not '"
                                           + d.opts.transport + "'");
+  if (!d.opts.trace.empty())
+    d.trace = std::make_unique<runtime::trace::session>(
+      d.opts.trace, fmt::format("worker rank {} ({})", d.opts.rank, d.opts.job.name));
   // Frames up to the largest chunk any job may have until the spec is known (an fp16
   // chunk carries its scale too: a chunk of one value is 6 bytes).
   d.ep = std::make_shared<transports::tcp::endpoint>(

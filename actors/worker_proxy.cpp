@@ -10,6 +10,7 @@
 
 #include "actors/detail/worker_compression.hpp"
 #include "actors/worker_link.hpp"
+#include "runtime/trace.hpp"
 #include "transports/half.hpp"
 
 namespace rw::actors {
@@ -25,6 +26,7 @@ struct tensor_queue {
   uint64_t seq = 0;   // the running operation
   worker_op running{};
   uint64_t running_clock = 0; // the clock the running operation's frames carry
+  uint64_t started_ns = 0;    // when it started (trace::now_ns), if tracing
   uint64_t clock = 0; // pushes made
 };
 
@@ -332,6 +334,7 @@ void start_next(proxy_ptr self, uint32_t t) {
   st.link->arm(t, q.seq, expect_update, op.dst, version, op.only_changed,
                op.kind == worker_op::init); // inits: replicas ack them too
   q.running_clock = q.clock;
+  q.started_ns = runtime::trace::on() ? runtime::trace::now_ns() : 0;
   // A failed send: the receiver reports the close with its reason (lost_atom), which
   // fails `op`; with replicas the job may go on without that node (a reroute re-sends).
   // The push window, for push_pull: its answers wait for every worker's push of the
@@ -360,6 +363,14 @@ void finish(proxy_ptr self, uint32_t t, uint64_t seq, errc code, const std::stri
   if (!q.busy || q.seq != seq)
     return;
   q.busy = false;
+  if (q.started_ns != 0) {
+    static constexpr const char* names[] = {"init", "push", "pull", "push_pull"};
+    runtime::trace::complete(code == errc::ok ? names[q.running.kind] : "failed operation",
+                             "worker", q.started_ns,
+                             {self->state.link->job_id(), self->state.link->rank(), t,
+                              runtime::trace::about::none, q.running_clock});
+    q.started_ns = 0;
+  }
   if (code == errc::ok)
     q.running.done->set_value();
   else

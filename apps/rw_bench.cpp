@@ -153,6 +153,10 @@ int run_driver(comm_args a, const std::string& command) {
       argv.push_back("--layers");
       argv.push_back(std::to_string(a.layers));
     }
+    if (!a.trace.empty()) {
+      argv.push_back("--trace");
+      argv.push_back(a.trace);
+    }
     if (!a.push_window_text.empty()) {
       argv.push_back("--push-window");
       argv.push_back(a.push_window_text);
@@ -307,6 +311,10 @@ void add_common(CLI::App* cmd, comm_args& a) {
   cmd->add_option("--push-window", a.push_window_text,
                   "how far each worker's pushes may run ahead of its answered chunks "
                   "over TCP (e.g. 4MiB; 0: no window; default: the worker's, 16 chunks and at least 512KiB)");
+  cmd->add_option("--trace", a.trace,
+                  "each worker writes its step timeline (Chrome trace-event JSON, one "
+                  "event per operation) to TRACE.rankR.json; give rw-node --trace too "
+                  "and load them all in ui.perfetto.dev");
   cmd->add_option("--layers", a.layers,
                   "cut the gradient into N layers, each a weight and a 256-element bias "
                   "(layerI.w, layerI.b), exchanged together each iteration; with "

@@ -33,6 +33,7 @@
 #include "runtime/node_config.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/topology.hpp"
+#include "runtime/trace.hpp"
 
 namespace {
 
@@ -148,6 +149,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   rw::runtime::node_config cfg;
+  // The step timeline (--trace): written until main returns, after the node stopped.
+  std::unique_ptr<rw::runtime::trace::session> trace;
   std::string config_file;
   std::string port_file;
   CLI::App app{description, "rw-node"};
@@ -172,6 +175,11 @@ int main(int argc, char** argv) {
     if (auto why = rw::runtime::exposure_refusal(cfg); !why.empty())
       throw std::runtime_error(why);
     (void)rw::runtime::checkpoint::checkpoint_root{cfg.checkpoint_root}; // an existing directory
+    if (!cfg.trace.empty()) {
+      trace = std::make_unique<rw::runtime::trace::session>(cfg.trace, "rw-node " + cfg.role);
+      spdlog::info("trace: writing the step timeline to {} (Chrome trace-event JSON)",
+                   cfg.trace);
+    }
   } catch (const std::exception& e) {
     spdlog::error("bad configuration: {}", e.what());
     return 2;

@@ -157,6 +157,15 @@ std::vector<option_def> option_table(node_config& c) {
         "text (one line per event) or json (one JSON object per line: time, level, "
         "node, msg), for stderr and --log-file alike",
         c.log_format),
+    def("node.trace", "--trace",
+        "write a step timeline to FILE while the node runs: Chrome trace-event JSON "
+        "(open it in ui.perfetto.dev or chrome://tracing) with every poller round, each "
+        "chunk push received, accepted (summed in rank order as far as it can be) and "
+        "stepped (the rest of the sum and the optimizer), and each update answered, on "
+        "the thread that did it. Off by default; on, it costs a few percent of a step "
+        "(bench/trace.sh) and about 150 bytes per event: a 64 MiB step of 4 workers "
+        "writes about 0.5 MiB. docs/operations.md, \"Tracing\"",
+        c.trace),
     def("node.log_max_mib", "--log-max-mib", "size (MiB) at which --log-file rotates",
         c.log_max_mib),
     def("node.log_files", "--log-files", "rotated log files kept beside --log-file",

@@ -28,6 +28,7 @@ struct node_config {
   std::string log_format = "text";       // text or json (one object per line)
   uint32_t log_max_mib = 100;            // --log-file rotates at this size
   uint32_t log_files = 5;                // rotated files kept beside it
+  std::string trace;                     // Chrome trace-event JSON of the node's steps; "": off
   uint32_t stats_interval_s = 60;        // the periodic throughput line; 0: none
   std::string metrics;                   // HOST:PORT of /metrics, /healthz, /readyz; "": none
   std::string metrics_token_file;        // /metrics asks for this bearer token; "": open

@@ -1,5 +1,7 @@
 #include "actors/detail/shard_answers.hpp"
 
+#include "runtime/trace.hpp"
+
 namespace rw::actors::detail {
 
 template <class Frame, class Conn, class Header, class Payload>
@@ -21,6 +23,7 @@ void shard_answers::send_grouped(std::vector<Frame>& frames, Conn conn_of, Heade
       headers.push_back(header_of(frames[j]));
       payloads.push_back(payload_of(frames[j]));
     }
+    runtime::trace::scope traced{"send", "shard", {headers.front().job_id, headers.front().rank}};
     conn->send_batch(headers.data(), payloads.data(), static_cast<int>(headers.size()));
   }
   frames.clear();

@@ -19,6 +19,7 @@ struct comm_args {
   uint32_t iters = 10;
   uint32_t warmup = 1;
   std::string chunk_text = "256KiB"; // defaults::chunk_bytes
+  std::string trace; // "": none; each rank writes TRACE.rankR.json (worker_options::trace)
   std::string push_window_text; // "" : the worker's default (defaults::push_window_bytes)
   uint32_t layers = 0;    // 0: one tensor; N: N layers, a weight and a small bias each
   uint64_t checkpoint_every = 0; // periodic checkpoints of the job (0: none)

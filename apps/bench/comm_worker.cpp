@@ -126,6 +126,8 @@ int run_worker(const comm_args& a) {
   o.transport = a.transport;
   o.token = read_token(a.token_file);
   o.rack = a.rack;
+  if (!a.trace.empty())
+    o.trace = fmt::format("{}.rank{}.json", a.trace, a.rank);
   if (!a.push_window_text.empty())
     o.push_window_bytes = rw::tools::parse_bytes(a.push_window_text);
   auto straggler = parse_straggler(a.straggler, a.workers);

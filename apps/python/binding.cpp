@@ -338,9 +338,10 @@ PYBIND11_MODULE(_rackweave, m) {
                      std::optional<uint32_t> chunk_bytes,
                      std::optional<std::string> consistency, const std::string& transport,
                      double timeout, std::optional<std::string> compression,
-                     std::optional<bool> compress_updates) {
+                     std::optional<bool> compress_updates, const std::string& trace) {
            rw::worker_options o;
            o.connect = connect;
+           o.trace = trace;
            o.rank = rank;
            o.token = token;
            o.transport = transport;
@@ -377,7 +378,7 @@ PYBIND11_MODULE(_rackweave, m) {
          py::arg("eps") = py::none(), py::arg("chunk_bytes") = py::none(),
          py::arg("consistency") = py::none(), py::arg("transport") = "tcp",
          py::arg("timeout") = 120.0, py::arg("compression") = py::none(),
-         py::arg("compress_updates") = py::none(),
+         py::arg("compress_updates") = py::none(), py::arg("trace") = "",
          "Connects to the node at `connect` (HOST:PORT) and joins job `job` as `rank` "
          "(GIL released meanwhile). With `workers` the worker states the spec (workers, "
          "tensors, optimizer='sum', lr=0.01, momentum=0.9, weight_decay=0, beta1=0.9, "
@@ -386,7 +387,10 @@ PYBIND11_MODULE(_rackweave, m) {
          "the job's. Without it, the job's name and token are enough: the node sends the "
          "spec (`spec`); `tensors` then declares the tensors of a job that has none yet "
          "(or must match). `token` is the job's, as rw.job_create returned it ('' : a "
-         "node started with --open-jobs). `timeout`: seconds a call may wait for the node.")
+         "node started with --open-jobs). `timeout`: seconds a call may wait for the node. "
+         "`trace`: a file this worker writes its step timeline to (Chrome trace-event "
+         "JSON, one event per operation; '' : none), to load in ui.perfetto.dev beside "
+         "the node's `rw-node --trace` file.")
     .def("push", &py_worker::push, py::arg("tensor"), py::arg("grad"),
          "Adds `grad` to the tensor's next clock.")
     .def("pull", &py_worker::pull, py::arg("tensor"), py::arg("out"),

@@ -125,6 +125,14 @@ struct worker_options {
   /// wait for a node-to-node round trip more). Not applied to layer-wise optimizers
   /// (LAMB, LARS), whose answers wait for the whole tensor, nor over shared memory.
   uint64_t push_window_bytes = defaults::push_window_bytes;
+  /// A step timeline of this worker: Chrome trace-event JSON written to this file while
+  /// the worker lives (open it in ui.perfetto.dev or chrome://tracing, beside the node's
+  /// `rw-node --trace` file: both are in CLOCK_MONOTONIC time). One event per operation
+  /// (init, push, pull, push_pull: from the call's start on the wire to its answer,
+  /// with its tensor index and clock). "": none. A file that cannot be written throws
+  /// rw::error(errc::io_error) from the constructor; one process writes one trace file
+  /// (a second worker naming the same file shares it, another file throws invalid_spec).
+  std::string trace;
 };
 
 class worker {
