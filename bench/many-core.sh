@@ -6,7 +6,8 @@
 #   bash bench/many-core.sh --out DIR --new BUNDLE [--old BUNDLE] [--smoke]
 #   bash bench/many-core.sh --smoke --build-dir BUILD [--stages ...]   (the suite's smoke:
 #                           BUILD packed into a temporary bundle, OUT a temporary folder)
-#                           [--stages "facts scale old pollers shards repeat sweep headers"]
+#                           [--stages "facts scale old pollers shards repeat verify trace
+#                                      sweep headers"]
 #
 # BUNDLE: a build packed by bench/bundle.sh (e.g. build-bundle/new, build-bundle/old,
 # carried with the checkout). Stages, each bounded in time; OUT gets run.log (the facts
@@ -20,6 +21,9 @@
 #   shards     rackweave-tcp and -shm of NEW at W 4 8 x 4MiB with --shards 4
 #   repeat     twice more: rackweave-tcp, rackweave-shm, gloo and torch-gloo of NEW at
 #              W 4 8 14 x 64MiB (with scale's, three runs of each target cell)
+#   verify     rackweave-tcp and -shm of NEW at W 4 8 14 x 4MiB 64MiB with rw-bench
+#              --verify: every result bitwise the rank-order sum (a row fails if not)
+#   trace      bench/trace.sh on NEW: what --trace costs, 3 pairs at W 4 x 64MiB
 #   sweep      rackweave-tcp of NEW at W 8 14 x 64MiB: the defaults, then one
 #              change each (push window, chunk size, shards, pollers); not by default
 #   headers    Python's and torch's pybind11 headers (to build the extension here)
@@ -29,7 +33,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-out= new= old= smoke=0 build= stages=" facts scale old pollers shards headers "
+out= new= old= smoke=0 build= stages=" facts scale old pollers shards verify trace headers "
 while (($#)); do
   case $1 in
     --out) out=$2; shift 2 ;;
@@ -98,7 +102,6 @@ timeout -k 10 $((smoke ? 120 : 200)) bash bench/scale.sh --build-dir "$new" --wo
   --bytes "$sizes" --iters "$iters" --warmup "$warmup" --timeout 60 --json ${results[@]+"${results[@]}"} \
   >"$work/scale.jsonl" 2>"$work/scale.log" || { failed=1; echo "scale failed" >&2; }
 keep scale
-((smoke)) || cp bench/RESULTS.md "$out/RESULTS.md"
 fi
 
 if [[ -n $old ]] && want old; then
@@ -143,6 +146,25 @@ if want repeat; then
   keep repeat
 fi
 
+if want verify; then
+  stage "verify: new build, every target cell checked bitwise"
+  timeout -k 10 $((smoke ? 60 : 150)) bash bench/peers.sh --build-dir "$new" --workers "$target_w" \
+    --bytes "$sizes" --iters $((smoke ? 2 : 3)) --warmup 1 --timeout 60 --json --no-results \
+    --systems "rackweave-tcp rackweave-shm" --bench-args "--verify" \
+    >"$work/verify.jsonl" 2>"$work/verify.log" || { failed=1; echo "verify failed" >&2; }
+  keep verify
+fi
+
+if want trace; then
+  stage "trace: what --trace costs on the new build"
+  # Its JSON-free report goes to the log; its RESULTS.md section into OUT's copy.
+  timeout -k 10 $((smoke ? 60 : 120)) bash bench/trace.sh --build-dir "$new" \
+    $( ((smoke)) && echo --smoke || echo --pairs 3) >"$work/trace.log" 2>&1 ||
+    { failed=1; echo "trace failed" >&2; }
+  : >"$work/trace.jsonl"
+  keep trace
+fi
+
 if want sweep; then
   stage "sweep: new build, rackweave-tcp at $big, one change at a time"
   : >"$work/sweep.jsonl"; : >"$work/sweep.log"
@@ -160,6 +182,9 @@ if want sweep; then
   done
   keep sweep
 fi
+
+# The sections the stages wrote (scale, trace), for bench/RESULTS.md here.
+((smoke)) || cp bench/RESULTS.md "$out/RESULTS.md"
 
 want headers && stage headers
 torch_inc=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "include"))' 2>/dev/null)

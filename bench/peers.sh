@@ -296,7 +296,7 @@ measure() {
           res=$(python3 -c 'import json, math, sys
 d = json.loads(sys.argv[1]); m, p = d["median_ms"], d["p90_ms"]
 assert all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in (m, p)), d
-print("%.3f %.3f" % (m, p))' "$line" 2>>"$err") || rc=1
+print("%.3f %.3f %s" % (m, p, "true" if d.get("verified") is True else "false"))' "$line" 2>>"$err") || rc=1
           # Where the node's time went, thread by thread (pollers, shards), for the log.
           python3 bench/lib/node_threads.py snap "$node_pid" "$tmp/threads.1" 2>/dev/null &&
             threads=$(python3 bench/lib/node_threads.py diff "$tmp/threads.0" "$tmp/threads.1" \
@@ -402,8 +402,10 @@ for w in $workers; do
     for sys in "${active[@]}"; do
       t0=$(date +%s)
       if measure "$sys" "$w" "$b" "$s"; then
-        read -r med p90 <<<"$res"
-        line="{\"system\":\"$sys\",\"workers\":$w,\"bytes\":$b,\"median_ms\":$med,\"p90_ms\":$p90${cpu:+,\"node_cpu_ns_per_byte\":$cpu}}"
+        read -r med p90 verified <<<"$res"
+        # rackweave rows: whether rw-bench checked every result bitwise (--bench-args
+        # --verify; a mismatch fails the row); the peers check theirs always.
+        line="{\"system\":\"$sys\",\"workers\":$w,\"bytes\":$b,\"median_ms\":$med,\"p90_ms\":$p90${cpu:+,\"node_cpu_ns_per_byte\":$cpu}${verified:+,\"verified\":$verified}}"
         note "$sys W=$w S=$s: median $med ms, p90 $p90 ms${cpu:+, node CPU $cpu ns/byte} ($(($(date +%s) - t0)) s)"
         [[ -n $threads ]] && note "  node threads (CPU s over the run, % of its wall time): $threads"
       else
