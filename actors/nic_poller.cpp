@@ -298,10 +298,9 @@ void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
     b.clock = std::max(b.clock, h.clock);
   if (h.kind == frame_kind::push && payload)
     hold_against(*st.book, c, b, *payload);
-  if (runtime::trace::on())
-    runtime::trace::instant(h.kind == frame_kind::push ? "push received" : "init received",
-                            "poller", {h.job_id, b.shard_rank, h.tensor_id, h.chunk_index,
-                                       h.clock});
+  runtime::trace::instant(h.kind == frame_kind::push ? "push received" : "init received",
+                          "poller", {h.job_id, b.shard_rank, h.tensor_id, h.chunk_index,
+                                     h.clock});
   chunk_push p{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock,
                (h.flags & transports::flag_want_result) != 0, std::move(payload), c, h.ring};
   auto index = b.routes->shard_of(h.tensor_id, h.chunk_index);

@@ -48,7 +48,6 @@ struct thread_buffer {
 
 struct session::state {
   std::string path;
-  std::string process;
   std::FILE* file = nullptr;
   uint64_t generation = 0; // threads register again in each new session
   int users = 0;           // sessions sharing this file
@@ -61,15 +60,18 @@ struct session::state {
   bool stopping = false;
   std::thread writer;
 
-  std::atomic<uint64_t> written{0};
-  std::atomic<uint64_t> dropped{0};
+  uint64_t dropped = 0; // by threads over their bound (the writer's, then the closer's)
   bool first_event = true;
 
-  void write_event(const std::string& line) {
-    std::fputs(first_event ? "\n" : ",\n", file);
-    std::fputs(line.c_str(), file);
+  // What goes before the next event: the array's events are comma-separated.
+  const char* separator() {
+    auto* sep = first_event ? "\n" : ",\n";
     first_event = false;
-    written.fetch_add(1, std::memory_order_relaxed);
+    return sep;
+  }
+  void write_event(const std::string& line) {
+    std::fputs(separator(), file);
+    std::fputs(line.c_str(), file);
   }
   void take_all();
   void run_writer();
@@ -209,15 +211,13 @@ void session::state::take_all() {
                               R"("args":{{"name":"{}"}}}})",
                               pid, t->tid, escaped(thread_name_of(*t))));
     }
-    dropped.fetch_add(lost, std::memory_order_relaxed);
+    dropped += lost;
     fmt::memory_buffer out;
     for (auto& r : taken) {
-      out.append(std::string_view{first_event ? "\n" : ",\n"});
-      first_event = false;
+      out.append(std::string_view{separator()});
       format_event(out, r, pid, t->tid);
     }
     std::fwrite(out.data(), 1, out.size(), file);
-    written.fetch_add(taken.size(), std::memory_order_relaxed);
     taken.clear();
   }
   std::fflush(file);
@@ -251,7 +251,6 @@ session::session(const std::string& path, const std::string& process) {
   }
   auto s = std::make_shared<state>();
   s->path = path;
-  s->process = process;
   s->file = std::fopen(path.c_str(), "w");
   if (s->file == nullptr)
     throw rw::error(errc::io_error,
@@ -286,24 +285,12 @@ session::~session() {
   s->wake.notify_all();
   s->writer.join();
   s->take_all(); // what was recorded while the writer stopped
-  if (auto lost = s->dropped.load(); lost > 0)
+  if (auto lost = s->dropped; lost > 0)
     s->write_event(fmt::format(R"({{"name":"dropped records","ph":"i","s":"g","ts":{}.000,)"
                                R"("pid":{},"tid":0,"args":{{"dropped":{}}}}})",
                                now_ns() / 1000, static_cast<long>(::getpid()), lost));
   std::fputs("\n]\n", s->file);
   std::fclose(s->file);
-}
-
-const std::string& session::path() const noexcept {
-  return state_->path;
-}
-
-uint64_t session::written() const noexcept {
-  return state_->written.load(std::memory_order_relaxed);
-}
-
-uint64_t session::dropped() const noexcept {
-  return state_->dropped.load(std::memory_order_relaxed);
 }
 
 } // namespace rw::runtime::trace

@@ -65,13 +65,6 @@ inline void complete(const char* name, const char* cat, uint64_t begin_ns,
     detail::record(name, cat, 'X', begin_ns, now_ns() - begin_ns, a);
 }
 
-/// A complete event of a known span (both in now_ns() time).
-inline void span(const char* name, const char* cat, uint64_t begin_ns, uint64_t end_ns,
-                 const about& a = {}) noexcept {
-  if (on())
-    detail::record(name, cat, 'X', begin_ns, end_ns > begin_ns ? end_ns - begin_ns : 0, a);
-}
-
 /// An instant event, now.
 inline void instant(const char* name, const char* cat, const about& a = {}) noexcept {
   if (on())
@@ -115,11 +108,6 @@ public:
   ~session();
   session(const session&) = delete;
   session& operator=(const session&) = delete;
-
-  const std::string& path() const noexcept;
-  /// Events written so far, and records dropped (a thread over its bound).
-  uint64_t written() const noexcept;
-  uint64_t dropped() const noexcept;
 
   struct state;
 
