@@ -442,6 +442,16 @@ void answer_push(shard_state& st, shard_job& job, chunk_push& p, detail::chunk_s
   st.answers.send(p.conn, ack);
 }
 
+// Runs `fn`, a handler that changes job `job_id`'s chunks, marked in the book: if the
+// shard dies inside it, its successor knows that job's state may be half-changed.
+template <class Fn>
+void changing(shard_ptr self, uint32_t job_id, Fn fn) {
+  auto& book = *self->state.book;
+  book.changing = job_id;
+  fn();
+  book.changing.reset();
+}
+
 void on_push(shard_ptr self, chunk_push& p) {
   auto& st = self->state;
   if (p.rank == transports::mirror_rank) {
@@ -452,6 +462,10 @@ void on_push(shard_ptr self, chunk_push& p) {
   if (job == nullptr || detail::stale_ring(*job, p)
       || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::a_push, &p, nullptr))
     return;
+  if (job->holding) { // a move's first phase: counted (or dropped) once the fence comes
+    job->held.push_back(std::move(p));
+    return;
+  }
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, p.clock);
   // A replica takes each step's sum from its home (on_mirror_push), never a worker's
@@ -466,7 +480,7 @@ void on_push(shard_ptr self, chunk_push& p) {
                        hdr);
     return;
   }
-  if (job->settling && !cs.settling_admits(p.clock))
+  if (job->settling && !detail::settling_admits(*job, p.tensor, cs, p.clock))
     return; // it would begin a step while the job moves: sent again after the reroute
   bool check_departed = job->departed_count > 0 && cs.push_needs_everyone(p.want_result);
   for (uint32_t r = 0; check_departed && r < job->departed.size(); ++r) {
@@ -672,8 +686,18 @@ caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup, abort_sink coo
   return ok_atom::value;
 }
 
-// A job moves: its chunks here settle, then their copy (chunk_shard.hpp, "fence").
-caf::result<chunk_snapshot> on_fence(shard_ptr self, uint32_t job_id) {
+// The pushes a move's first phase held, counted now (or dropped) as any other.
+void serve_held(shard_ptr self, uint32_t job_id, shard_job& job) {
+  job.holding = false;
+  auto held = std::move(job.held);
+  job.held.clear();
+  detail::shard_answers::holding together{self->state.answers};
+  for (auto& p : held)
+    changing(self, job_id, [&] { on_push(self, p); });
+}
+
+// A job moves, first phase: its pushes here wait for the fence (chunk_shard.hpp, "hold").
+caf::result<settle_targets> on_hold(shard_ptr self, uint32_t job_id) {
   auto& st = self->state;
   auto it = st.book->jobs.find(job_id);
   if (it == st.book->jobs.end())
@@ -682,11 +706,34 @@ caf::result<chunk_snapshot> on_fence(shard_ptr self, uint32_t job_id) {
   auto& job = it->second;
   if (auto why = detail::cannot_settle(job); !why.empty())
     return cluster_error(errc::invalid_spec, why);
+  job.holding = true;
+  return detail::settle_reach(job, st.settings.index);
+}
+
+// Then its chunks here settle, then their copy (chunk_shard.hpp, "fence").
+caf::result<chunk_snapshot> on_fence(shard_ptr self, uint32_t job_id,
+                                     const settle_targets& targets) {
+  auto& st = self->state;
+  auto it = st.book->jobs.find(job_id);
+  if (it == st.book->jobs.end())
+    return cluster_error(errc::unknown_job,
+                         fmt::format("shard {} has no live job {}", st.settings.index, job_id));
+  auto& job = it->second;
+  if (job.settle_rp)
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("job '{}' is moving already", job.spec.name));
+  if (!job.holding)
+    return cluster_error(errc::internal, fmt::format("job '{}': a fence came without its "
+                                                     "hold first",
+                                                     job.spec.name));
   auto rp = self->make_response_promise<chunk_snapshot>();
   job.settling = true;
   job.frozen = false;
   job.settle_rp = rp;
-  detail::check_settled(job, st.settings.index);
+  job.settle_to = targets.by_tensor;
+  serve_held(self, job_id, job);
+  if (auto again = st.book->jobs.find(job_id); again != st.book->jobs.end())
+    detail::check_settled(again->second, st.settings.index);
   return rp;
 }
 
@@ -797,16 +844,6 @@ void scan_timeouts(shard_ptr self) {
       return false;
     });
   }
-}
-
-// Runs `fn`, a handler that changes job `job_id`'s chunks, marked in the book: if the
-// shard dies inside it, its successor knows that job's state may be half-changed.
-template <class Fn>
-void changing(shard_ptr self, uint32_t job_id, Fn fn) {
-  auto& book = *self->state.book;
-  book.changing = job_id;
-  fn();
-  book.changing.reset();
 }
 
 // In-node balancing, step 1 (detail/shard_balance.hpp): the chunks the move gives this
@@ -1072,7 +1109,10 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     [=](ckpt_atom, uint32_t job_id, uint64_t clock) {
       return on_checkpoint(self, job_id, clock);
     },
-    [=](fence_atom, uint32_t job_id) { return on_fence(self, job_id); },
+    [=](hold_atom, uint32_t job_id) { return on_hold(self, job_id); },
+    [=](fence_atom, uint32_t job_id, const settle_targets& targets) {
+      return on_fence(self, job_id, targets);
+    },
     [=](reshape_atom, job_setup& setup) { return on_reshape(self, setup); },
     [=](takeover_atom, route_change& rc) {
       caf::result<ok_atom> out = ok_atom::value;
@@ -1101,10 +1141,12 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       auto& job = it->second;
       job.settling = false;
       job.frozen = false;
+      job.settle_to.clear();
       if (job.settle_rp) {
         job.settle_rp->deliver(cluster_error(errc::stopped, "the move was given up"));
         job.settle_rp.reset();
       }
+      serve_held(self, job_id, job);
     },
     [=](leave_atom, uint32_t job_id, uint32_t rank, const std::string& why) {
       auto it = self->state.book->jobs.find(job_id);

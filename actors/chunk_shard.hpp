@@ -55,14 +55,23 @@
 //   coordinator -> shard  (crash_atom, why)   fault injection: the shard stalls 50 ms
 //                         (requests queue in its mailbox), then throws, as a bug would,
 //                         between two messages; it dies and is restarted
-//   coordinator -> shard  (fence_atom, job_id) -> chunk_snapshot
-//                         a BSP job moves (a node drained): its chunks here settle. A
-//                         push is still counted only if it finishes what was begun (a
-//                         step some rank is in, or a held next step); any other is
-//                         dropped unanswered (the worker sends it again after the
-//                         reroute). Once every chunk has no step in it, the answer is a
-//                         copy of each (parameters, optimizer state, version) and the
-//                         job is frozen: every request for it is dropped unanswered
+//   coordinator -> shard  (hold_atom, job_id) -> settle_targets
+//                         a BSP job moves (a node drained), first phase: its pushes
+//                         here wait, uncounted, for the fence; the answer is how far
+//                         each tensor of a layer-wise job got on this shard
+//                         (chunk_state::settle_reach), for the coordinator to take the
+//                         highest over the node's shards
+//   coordinator -> shard  (fence_atom, job_id, settle_targets) -> chunk_snapshot
+//                         second phase: its chunks here settle, the pushes held first.
+//                         A push is still counted only if it finishes what was begun:
+//                         for a layer-wise job's tensor, a step below the tensor's
+//                         target (every chunk of a tensor settles at one version: its
+//                         step needs them all); for any other chunk, a step some rank
+//                         is in or a held next step. Any other is dropped unanswered
+//                         (the worker sends it again after the reroute). Once every
+//                         chunk has no step in it, the answer is a copy of each
+//                         (parameters, optimizer state, version) and the job is
+//                         frozen: every request for it is dropped unanswered
 //   coordinator -> shard  (reshape_atom, job_setup) -> ok_atom
 //                         the job's chunks here become those of the new routes, from
 //                         setup.restore (the copies, kept or moved here); its waiters
@@ -77,7 +86,8 @@
 //                         answers from now on (its workers send again what is
 //                         unanswered); the ones no longer served here are dropped
 //   coordinator -> shard  (thaw_atom, job_id)   the move was given up: it serves again
-//                         as it stood (requests dropped meanwhile are sent again)
+//                         as it stood, the pushes held first (requests dropped
+//                         meanwhile are sent again)
 //   coordinator -> shard  (hyper_atom, job_id, id, hyper_change) -> highest version
 //                         prepares a hyper-parameter change: the job's steps of clocks
 //                         >= its at_clock wait here until (hyper_atom, job_id, id, apply)
@@ -197,7 +207,8 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<norm_atom, uint32_t, uint32_t, uint64_t, uint32_t, double, double>,
   caf::reacts_to<trust_atom, uint32_t, uint32_t, uint64_t, float>,
   caf::replies_to<ckpt_atom, uint32_t, uint64_t>::with<chunk_snapshot>,
-  caf::replies_to<fence_atom, uint32_t>::with<chunk_snapshot>,
+  caf::replies_to<hold_atom, uint32_t>::with<settle_targets>,
+  caf::replies_to<fence_atom, uint32_t, settle_targets>::with<chunk_snapshot>,
   caf::replies_to<reshape_atom, job_setup>::with<ok_atom>,
   caf::reacts_to<thaw_atom, uint32_t>,
   caf::replies_to<hyper_atom, uint32_t, uint64_t, hyper_change>::with<uint64_t>,

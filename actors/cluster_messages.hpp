@@ -92,6 +92,7 @@ using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
 using inject_atom = caf::atom_constant<caf::atom("inject")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using node_join_atom = caf::atom_constant<caf::atom("nodejoin")>;
+using hold_atom = caf::atom_constant<caf::atom("hold")>;
 using fence_atom = caf::atom_constant<caf::atom("fence")>;
 using reshape_atom = caf::atom_constant<caf::atom("reshape")>;
 using reroute_atom = caf::atom_constant<caf::atom("reroute")>;

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -131,6 +132,13 @@ struct job_setup {
 /// on its way to the file writer).
 struct chunk_snapshot {
   std::shared_ptr<std::vector<runtime::checkpoint::chunk_record>> chunks;
+};
+
+/// Moving a layer-wise job (LAMB, LARS): per tensor, the version every chunk of it
+/// settles at, the highest any of them reaches over the node's shards
+/// (chunk_state::settle_reach). Empty for other jobs: their chunks settle one by one.
+struct settle_targets {
+  std::map<uint32_t, uint64_t> by_tensor;
 };
 
 /// A worker's hello, as the poller forwards it to the rack coordinator.
@@ -291,6 +299,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_pull)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_setup)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::relay_update)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_snapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::settle_targets)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::hello_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::attach_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::proof_request)

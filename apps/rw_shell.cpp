@@ -83,7 +83,9 @@ int main(int argc, char** argv) {
   auto* file_opt = app.add_option("-f,--file", file, "run this Lua file and exit (- : stdin)");
   auto* command_opt = app.add_option("-c,--command", command, "run this Lua code and exit")
                         ->excludes(file_opt);
-  app.add_option("--timeout", timeout_ms, "how long one request may take, in ms")
+  app.add_option("--timeout", timeout_ms,
+                 "how long one request may take, in ms (a checkpoint waits 300 s more; "
+                 "rw.node_drain and rw.node_join 45 s more per job not ended)")
     ->capture_default_str()
     ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}));
   app.add_option("--history", history, "the interactive history file")

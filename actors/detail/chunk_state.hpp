@@ -145,6 +145,21 @@ public:
         return false;
     return true;
   }
+  /// Moving a layer-wise job (LAMB, LARS): how far this chunk's tensor must get before
+  /// it settles. A tensor's step needs every chunk's norms, so every chunk of it settles
+  /// at one version, the highest any of them reaches: its version, one more when a step
+  /// is begun here (a push counted, or a phase pending), two more when a push for the
+  /// next step is held. Whoever began a step sends it to every chunk of the tensor.
+  uint64_t settle_reach() const noexcept {
+    if (total_ahead_)
+      return version_ + 2;
+    for (auto& a : ahead_)
+      if (a)
+        return version_ + 2;
+    if (arrivals_ > 0 || layerwise_pending_ || relay_pending_ || mirror_pending_ || total_)
+      return version_ + 1;
+    return version_;
+  }
   /// While the chunk settles for a move: whether a push for `clock` may still be
   /// counted. Only one that finishes what was begun: a repeat, a push into the open
   /// step (some rank is in it) or into the held next step (some rank is held there).

@@ -1,7 +1,8 @@
 // A job moving between nodes while it trains (a node drained, or one joined), the node's
 // side. The cluster coordinator (detail/cluster_move.cpp, for detail/cluster_drain.cpp
 // and detail/cluster_join.cpp) drives three phases over every node of the job: fence
-// (each node's chunks settle at a clock boundary and freeze; the ones the new ring homes
+// (each node's shards hold the job's pushes, then its chunks settle at a clock boundary,
+// a layer-wise tensor's all at one, and freeze; the ones the new ring homes
 // elsewhere travel back as chunk files), reshape (each node of the new ring rebuilds its
 // part from the chunks it keeps and those moved to it), reroute (workers hear the new
 // ring; a node it leaves out lets the job go). Consistent hashing moves only the chunks
@@ -242,26 +243,63 @@ caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layo
                  job->staying.size(), fmt::join(where, ", "));
     rp.deliver(std::move(moves));
   };
+  // Second phase: every shard settles its chunks, layer-wise tensors at their targets.
+  auto fence_all = [self, job_id, taken, pending, failed, done,
+                    name](const settle_targets& targets) mutable {
+    auto& st = self->state;
+    for (uint32_t i = 0; i < st.shards.size(); ++i)
+      self
+        ->request(st.shards[i], std::chrono::milliseconds(defaults::move_settle_timeout_ms),
+                  fence_atom::value, job_id, targets)
+        .then(
+          [taken, pending, done](chunk_snapshot& snap) mutable {
+            if (snap.chunks)
+              for (auto& r : *snap.chunks)
+                taken->push_back(std::move(r));
+            if (--*pending == 0)
+              done();
+          },
+          [self, i, taken, pending, failed, done, name](caf::error& err) mutable {
+            if (failed->empty())
+              *failed = fmt::format("job '{}': shard {} of node {} did not settle within {} "
+                                    "ms (is a worker away?): {}; the job goes on where it was",
+                                    name, i, self->state.settings.node_name,
+                                    defaults::move_settle_timeout_ms,
+                                    describe(self->system(), err));
+            if (--*pending == 0)
+              done();
+          });
+  };
+  // First phase (within a node request's time, so that both phases end within the
+  // cluster coordinator's bound on the settle): every shard holds the job's pushes and
+  // says how far each layer-wise tensor got there. A tensor's chunks sit on several shards and its step needs every
+  // one's norms: settled chunk by chunk, a push refused on one shard could strand a step
+  // begun on another. Nothing is counted while the shards hold, so the highest reach
+  // over all of them is where every chunk of the tensor settles.
+  auto reach = std::make_shared<settle_targets>();
+  auto holding = std::make_shared<size_t>(st.shards.size());
   for (uint32_t i = 0; i < st.shards.size(); ++i)
     self
-      ->request(st.shards[i], std::chrono::milliseconds(defaults::move_settle_timeout_ms),
-                fence_atom::value, job_id)
+      ->request(st.shards[i], std::chrono::milliseconds(defaults::node_request_timeout_ms),
+                hold_atom::value, job_id)
       .then(
-        [taken, pending, done](chunk_snapshot& snap) mutable {
-          if (snap.chunks)
-            for (auto& r : *snap.chunks)
-              taken->push_back(std::move(r));
-          if (--*pending == 0)
+        [reach, holding, failed, done, fence_all](settle_targets& r) mutable {
+          for (auto& [tensor, v] : r.by_tensor)
+            reach->by_tensor[tensor] = std::max(reach->by_tensor[tensor], v);
+          if (--*holding > 0)
+            return;
+          if (failed->empty())
+            fence_all(*reach);
+          else
             done();
         },
-        [self, i, taken, pending, failed, done, name](caf::error& err) mutable {
+        [self, i, holding, failed, done, name](caf::error& err) mutable {
           if (failed->empty())
-            *failed = fmt::format("job '{}': shard {} of node {} did not settle within {} ms "
-                                  "(is a worker away?): {}; the job goes on where it was",
+            *failed = fmt::format("job '{}': shard {} of node {} could not hold its pushes "
+                                  "for the move: {}; the job goes on where it was",
                                   name, i, self->state.settings.node_name,
-                                  defaults::move_settle_timeout_ms,
                                   describe(self->system(), err));
-          if (--*pending == 0)
+          if (--*holding == 0)
             done();
         });
   return rp;

@@ -74,6 +74,11 @@ struct shard_job {
   bool frozen = false;
   uint64_t ring_version = 0; // pushes and inits routed by an older ring are dropped
   std::optional<caf::typed_response_promise<chunk_snapshot>> settle_rp;
+  // The move's first phase (hold_atom): the job's pushes wait here, uncounted, until the
+  // fence says how far each tensor of a layer-wise job settles (settle_to, by tensor).
+  bool holding = false;
+  std::vector<chunk_push> held;
+  std::map<uint32_t, uint64_t> settle_to;
   // In-node balancing (detail/shard_balance.hpp): chunks the routes already put here
   // whose state is still on its way from the shard they leave (by local index; empty:
   // none), and the requests for them that came meanwhile, served in order once it is.

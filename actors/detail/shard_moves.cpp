@@ -1,6 +1,11 @@
 #include "actors/detail/shard_moves.hpp"
 
+#include <algorithm>
+#include <optional>
+
 #include <fmt/format.h>
+
+#include "runtime/layerwise.hpp"
 
 namespace rw::actors::detail {
 
@@ -9,9 +14,42 @@ std::string cannot_settle(const shard_job& job) {
     return fmt::format("job '{}' cannot move: only a flat BSP job's chunks settle at a "
                        "clock boundary",
                        job.spec.name);
-  if (job.settle_rp)
+  if (job.settle_rp || job.holding)
     return fmt::format("job '{}' is moving already", job.spec.name);
   return {};
+}
+
+settle_targets settle_reach(shard_job& job, uint32_t index) {
+  settle_targets reach;
+  if (!runtime::is_layerwise(job.spec.optimizer.kind))
+    return reach;
+  for_each_chunk(job, index, [&](uint32_t t, uint32_t c, chunk_state& cs) {
+    if (job.routes->is_owned(t, c)) {
+      auto& r = reach.by_tensor[t];
+      r = std::max(r, cs.settle_reach());
+    }
+    return true;
+  });
+  return reach;
+}
+
+namespace {
+
+// The version every chunk of `tensor` settles at, if the fence named one.
+std::optional<uint64_t> target_of(const shard_job& job, uint32_t tensor) {
+  auto it = job.settle_to.find(tensor);
+  if (it == job.settle_to.end())
+    return std::nullopt;
+  return it->second;
+}
+
+} // namespace
+
+bool settling_admits(const shard_job& job, uint32_t tensor, const chunk_state& cs,
+                     uint64_t clock) {
+  if (auto target = target_of(job, tensor))
+    return clock < *target;
+  return cs.settling_admits(clock);
 }
 
 void check_settled(shard_job& job, uint32_t index) {
@@ -19,7 +57,9 @@ void check_settled(shard_job& job, uint32_t index) {
     return;
   bool all = true;
   for_each_chunk(job, index, [&](uint32_t t, uint32_t c, chunk_state& cs) {
-    all = !job.routes->is_owned(t, c) || cs.settled(); // replicas are rebuilt from homes
+    auto target = target_of(job, t);
+    all = !job.routes->is_owned(t, c) // replicas are rebuilt from homes
+          || (cs.settled() && (!target || cs.version() >= *target));
     return all;
   });
   if (!all)

@@ -21,6 +21,16 @@ inline bool stale_ring(const shard_job& job, const chunk_push& p) {
 /// Why the job cannot move at a clock boundary ("" if it can).
 std::string cannot_settle(const shard_job& job);
 
+/// The move's first phase: how far each tensor of a layer-wise job got on shard `index`
+/// (the highest chunk_state::settle_reach of the chunks homed here); empty for any
+/// other job.
+settle_targets settle_reach(shard_job& job, uint32_t index);
+
+/// A settling job: whether a push of (tensor, clock) to chunk `cs` still counts. For a
+/// layer-wise job's tensor, a clock below the tensor's target; else what the chunk began.
+bool settling_admits(const shard_job& job, uint32_t tensor, const chunk_state& cs,
+                     uint64_t clock);
+
 /// A settling job: once every chunk homed on shard `index` has settled, their copy goes
 /// to the promise waiting for it and the job freezes. Does nothing otherwise.
 void check_settled(shard_job& job, uint32_t index);

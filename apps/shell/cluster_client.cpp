@@ -123,12 +123,24 @@ actors::checkpoint_info cluster_client::checkpoint(const std::string& name,
                                                     clock);
 }
 
+std::chrono::milliseconds cluster_client::moves_wait() {
+  // A drain or join moves the jobs one after another, each within the coordinator's
+  // bound: the answer may take that long per job that has not ended (what moves is
+  // decided there), beyond the shell's own timeout.
+  size_t live = 0;
+  for (auto& j : jobs())
+    live += actors::is_ended(j.state) ? 0 : 1;
+  return impl_->timeout + std::chrono::milliseconds(defaults::move_timeout_ms) * live;
+}
+
 std::string cluster_client::node_drain(const std::string& name) {
-  return impl_->ask<std::string>("node_drain", actors::drain_atom::value, name);
+  return impl_->ask_within<std::string>(moves_wait(), "node_drain", actors::drain_atom::value,
+                                        name);
 }
 
 std::string cluster_client::node_join(const std::string& name) {
-  return impl_->ask<std::string>("node_join", actors::node_join_atom::value, name);
+  return impl_->ask_within<std::string>(moves_wait(), "node_join",
+                                        actors::node_join_atom::value, name);
 }
 
 std::string cluster_client::inject(const std::string& name, const std::string& kill,

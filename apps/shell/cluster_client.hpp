@@ -43,6 +43,9 @@ public:
   std::string coordinator() const override;
 
 private:
+  /// How long a drain or join may take to answer (cluster_client.cpp).
+  std::chrono::milliseconds moves_wait();
+
   struct impl;
   std::unique_ptr<impl> impl_;
 };

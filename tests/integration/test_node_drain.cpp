@@ -23,9 +23,13 @@ namespace {
 using testing::rack_cluster;
 using run = testing::worker_process;
 
+// 150 paced steps (about 6 s), so the drain lands while the workers push: with 30, a
+// loaded machine once ended the job before the drain's shell had started ("moved 0
+// job(s)"). Unlike the join tests no rank holds at a clock boundary: a drain that
+// lands mid-step is what this covers.
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
                            const std::string& token, bool split, const std::string& optimizer) {
-  return testing::start_paced(connect, job, rank, token, optimizer, 30, split);
+  return testing::start_paced(connect, job, rank, token, optimizer, 150, split);
 }
 
 } // namespace

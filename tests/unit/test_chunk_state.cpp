@@ -91,6 +91,36 @@ TEST_CASE("duplicates and clocks too far ahead are refused, one step ahead is he
   CHECK(!cs.step_open());
 }
 
+TEST_CASE("a layer-wise chunk's settle reach: its version, one more once a step is begun, "
+          "two more with the next step held",
+          "[chunk_state]") {
+  rw::runtime::buffer_pool pool{8, 0};
+  std::vector<float> params(1), m(1), v(1), d(1);
+  chunk_state cs{1, 2, params.data(), m.data(), v.data(), false, {}, d.data()};
+  CHECK(cs.settle_reach() == 0);
+  CHECK(cs.push(0, 0, make(pool, {1}), now) == outcome::counted);
+  CHECK(cs.settle_reach() == 1); // rank 0 is in step 0: every chunk of the tensor gets it
+  CHECK(cs.push(0, 1, make(pool, {2}), now) == outcome::counted); // held for clock 1
+  CHECK(cs.settle_reach() == 2);
+  CHECK(cs.push(1, 0, make(pool, {3}), now) == outcome::step_ready);
+  rw::optimizer_spec lamb;
+  lamb.kind = rw::optimizer_kind::lamb;
+  lamb.learning_rate = 0.1f;
+  cs.prepare_layerwise(lamb, 1.0f); // waits for the tensor's trust ratio
+  CHECK(cs.layerwise_pending());
+  CHECK(cs.settle_reach() == 2);
+  cs.finish_layerwise(lamb, 1.0f, now);
+  CHECK(cs.version() == 1);
+  CHECK(cs.settle_reach() == 2); // rank 0's held push began step 1
+  CHECK(cs.push(1, 1, make(pool, {4}), now) == outcome::step_ready);
+  cs.prepare_layerwise(lamb, 1.0f);
+  CHECK(cs.settle_reach() == 2);
+  cs.finish_layerwise(lamb, 1.0f, now);
+  CHECK(cs.version() == 2);
+  CHECK(cs.settle_reach() == 2);
+  CHECK(cs.settled());
+}
+
 TEST_CASE("waiters are answered once their version exists", "[chunk_state]") {
   rw::runtime::buffer_pool pool{4, 0};
   owned_chunk chunk{1, 2, true}; // waits for rank 0's init
