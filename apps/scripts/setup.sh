@@ -3,6 +3,8 @@
 # configures and builds the tree in ./build. Safe to run again: apt skips what is
 # installed and the build is incremental. With --packages-only it stops after the
 # packages (tests/fuzz/run.sh and tests/sanitize.sh build their own trees).
+# RW_INTEGRATION_TESTS=OFF leaves rw-integration-tests out of ./build (apps/scripts/
+# test.sh: it runs them in its ASan build); any other run builds them (default ON).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 packages_only=0
@@ -52,7 +54,8 @@ build_type=${RW_BUILD_TYPE:-RelWithDebInfo}
 # Ninja for a new build directory; one configured before keeps its generator.
 generator=()
 [[ -f build/CMakeCache.txt ]] || generator=(-G Ninja)
-cmake -S . -B build ${generator[@]+"${generator[@]}"} -DCMAKE_BUILD_TYPE="$build_type" >/dev/null
+cmake -S . -B build ${generator[@]+"${generator[@]}"} -DCMAKE_BUILD_TYPE="$build_type" \
+  -DRW_INTEGRATION_TESTS="${RW_INTEGRATION_TESTS:-ON}" >/dev/null
 cmake --build build -j"${RW_JOBS:-2}"
 
 # `import rackweave` for Debian's /usr/bin/python3: a .pth file pointing at the build's

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Sets everything up (Debian packages, build in ./build) and runs the whole test suite
 # through ctest: unit tests and every benchmark in its smoke mode in ./build, then the
-# threaded unit tests under ThreadSanitizer (tests/tsan.sh), then the unit and the
-# multi-process integration tests (127.0.0.1) under ASan + UBSan and a short run of
-# every fuzz target (tests/sanitize.sh). Every test is bounded in time, and every
+# unit and the multi-process integration tests (127.0.0.1) under ASan + UBSan and a
+# short run of every fuzz target (tests/sanitize.sh), then the threaded unit tests under
+# ThreadSanitizer (tests/tsan.sh). Every test is bounded in time, and every
 # process a test starts is stopped by PID. At the end (pass or fail) it prints how long
 # each stage took.
 set -euo pipefail
@@ -39,47 +39,62 @@ finish() {
 }
 trap finish EXIT
 
-stage "setup (packages, ./build)" bash apps/scripts/setup.sh
+# ./build without rw-integration-tests: the ASan + UBSan build below runs them.
+stage "setup (packages, ./build)" env RW_INTEGRATION_TESTS=OFF bash apps/scripts/setup.sh
 # The peers the benchmarks compare against (Gloo, OpenMPI, PyTorch): the suite runs
 # every benchmark in its smoke mode (tests/bench_smoke.cmake), peers and netns included.
 stage "peers (bench/setup-peers.sh)" bash bench/setup-peers.sh
 
-# The two sanitizer builds (clang-14) compile while the main suite runs: most of its
-# tests wait on processes, sockets and timers, and at the lowest priority (nice 19) the
-# compilers take only the CPU the tests leave. ThreadSanitizer first (./build-tsan: the
-# layers whose threads share memory outside CAF's mailboxes, and their unit tests),
-# then ASan + UBSan (./build-asan: everything, every fuzz target).
+# The sanitizer builds (clang-14) compile while tests run: most tests wait on
+# processes, sockets and timers, and at the lowest priority (nice 19) the compilers take
+# only the CPU the tests leave. ASan + UBSan (./build-asan: everything, every fuzz
+# target) while the main suite runs; ThreadSanitizer (./build-tsan: the layers whose
+# threads share memory outside CAF's mailboxes, and their unit tests) while the ASan
+# build's tests run.
 fuzz_seconds=${RW_FUZZ_SECONDS:-10}
-builds_log=$(pwd)/build/sanitizer-builds.log
-builds_t0=$SECONDS
-set -m # the builds in a process group of their own, so a failure stops all of them
-nice -n 19 bash -c 'bash tests/tsan.sh --build-only &&
-  bash tests/sanitize.sh --build-only --fuzz-seconds "$1"' _ "$fuzz_seconds" \
-  >"$builds_log" 2>&1 &
-builds_pid=$!
-set +m
+# background_build LOG COMMAND...: starts it at nice 19 in a process group of its own
+# (so a failure stops all of it), its pid in builds_pid.
+background_build() {
+  local log=$1
+  shift
+  set -m
+  nice -n 19 "$@" >"$log" 2>&1 &
+  builds_pid=$!
+  set +m
+}
+# wait_build NAME LOG T0: waits for it, notes its time; its log's end if it failed.
+wait_build() {
+  local rc=0 t0=$SECONDS
+  wait "$builds_pid" || rc=$?
+  builds_pid=
+  note_stage "$1 (after the tests beside it)" $((SECONDS - t0)) "$rc"
+  note_stage "  ($1 in all)" $((SECONDS - $3)) "$rc"
+  if ((rc)); then
+    echo "test.sh: $1 failed; the end of $2:" >&2
+    tail -n 60 "$2" >&2
+    exit "$rc"
+  fi
+}
+
+asan_log=$(pwd)/build/asan-build.log
+asan_t0=$SECONDS
+background_build "$asan_log" bash tests/sanitize.sh --build-only --fuzz-seconds "$fuzz_seconds"
 
 # Everything but the multi-process integration tests (label `integration`), which run in
 # the ASan + UBSan build below: unit tests, benchmark smokes, Python, demos, scripts.
 stage "ctest ./build" ctest --test-dir build --output-on-failure --timeout 600 \
   -j"${RW_TEST_JOBS:-2}" -LE '^integration$'
+wait_build "asan build" "$asan_log" "$asan_t0"
 
-t0=$SECONDS
-rc=0
-wait "$builds_pid" || rc=$?
-builds_pid=
-note_stage "sanitizer builds (after ctest ./build)" $((SECONDS - t0)) "$rc"
-note_stage "  (sanitizer builds in all)" $((SECONDS - builds_t0)) "$rc"
-if ((rc)); then
-  echo "test.sh: the sanitizer builds failed; the end of $builds_log:" >&2
-  tail -n 60 "$builds_log" >&2
-  exit "$rc"
-fi
-# The unit tests of code that threads share outside CAF's mailboxes (send queues, shm
-# rings, pools, fabric slots) under ThreadSanitizer.
-stage "tsan (run)" bash tests/tsan.sh --no-build
+tsan_log=$(pwd)/build/tsan-build.log
+tsan_t0=$SECONDS
+background_build "$tsan_log" bash tests/tsan.sh --build-only
 # The unit and integration tests again under AddressSanitizer + UndefinedBehavior-
 # Sanitizer + LeakSanitizer, every process they start instrumented too, and every
 # libFuzzer target (tests/fuzz) for RW_FUZZ_SECONDS (10) in the same build; a crash,
 # leak, sanitizer report or violated property fails.
 stage "asan+ubsan, fuzz (run)" bash tests/sanitize.sh --no-build
+wait_build "tsan build" "$tsan_log" "$tsan_t0"
+# The unit tests of code that threads share outside CAF's mailboxes (send queues, shm
+# rings, pools, fabric slots) under ThreadSanitizer.
+stage "tsan (run)" bash tests/tsan.sh --no-build

@@ -10,6 +10,7 @@
 
 #include "rackweave/defaults.hpp"
 #include "rackweave/worker.hpp"
+#include "tests/integration/node_checks.hpp"
 #include "tests/integration/node_process.hpp"
 #include "tests/integration/expect_error.hpp"
 #include "tests/integration/raw_client.hpp"
@@ -20,6 +21,7 @@ namespace rw_integration_bad_input {
 using namespace rw;
 using transports::frame_header;
 using transports::frame_kind;
+using testing::check_node_serves;
 
 namespace {
 
@@ -39,15 +41,6 @@ worker_options options(const std::string& address, job_spec spec, uint32_t rank)
   o.rank = rank;
   o.request_timeout = std::chrono::seconds(20);
   return o;
-}
-
-// A fresh single-worker job runs to completion: the node still serves.
-void check_node_serves(const std::string& address, const std::string& job) {
-  worker w{options(address, small_job(job, 1), 0)};
-  std::vector<float> g(3000, 2.0f), out(3000, 0.0f);
-  w.push_pull("t", g.data(), out.data()).get();
-  CHECK(out[0] == 2.0f);
-  CHECK(out[2999] == 2.0f);
 }
 
 // Clients that held the node's room for connections just left: the node sees their

@@ -1,7 +1,6 @@
 // Hostile clients (issue 34): peers that have proven nothing try to corrupt a node, or to
 // make it hold memory, connections, log lines or CPU. Each case failed before its fix.
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +18,7 @@
 #include "rackweave/worker.hpp"
 #include "tests/integration/expect_error.hpp"
 #include "tests/integration/job_options.hpp"
+#include "tests/integration/node_checks.hpp"
 #include "tests/integration/node_process.hpp"
 #include "tests/integration/raw_client.hpp"
 #include "transports/control.hpp"
@@ -28,6 +28,8 @@ namespace rw_integration_hostile {
 using namespace rw;
 using transports::frame_header;
 using transports::frame_kind;
+using testing::check_node_serves;
+using testing::rss_kib;
 
 namespace {
 
@@ -62,42 +64,11 @@ std::vector<std::byte> hello_payload(const std::string& job, size_t bytes) {
   return std::vector<std::byte>(out.begin(), out.end());
 }
 
-// The node's resident memory (KiB) and CPU time (s), from /proc.
-uint64_t rss_kib(pid_t pid) {
-  std::ifstream in{fmt::format("/proc/{}/status", pid)};
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0)
-      return std::stoull(line.substr(6));
-  return 0;
-}
-double cpu_seconds(pid_t pid) {
-  std::ifstream in{fmt::format("/proc/{}/stat", pid)};
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream rest{all.substr(all.rfind(')') + 2)};
-  std::string field;
-  uint64_t utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14)
-      utime = std::stoull(field);
-    if (i == 15)
-      stime = std::stoull(field);
-  }
-  return double(utime + stime) / double(sysconf(_SC_CLK_TCK));
-}
-
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
     ++n;
   return n;
-}
-
-void check_node_serves(const std::string& address, const std::string& job) {
-  worker w{options(address, job, 0, 1)};
-  std::vector<float> g(1000, 2.0f), out(1000, 0.0f);
-  w.push_pull("t", g.data(), out.data()).get();
-  CHECK(out[0] == 2.0f);
 }
 
 } // namespace
@@ -359,44 +330,6 @@ TEST_CASE("every loopback address counts as one host for --max-peer-connections"
   CHECK(refused->error().code == errc::unavailable);
   CHECK_THAT(refused->error().message,
              Catch::Contains("host loopback (127.0.0.0/8) holds 2 connections"));
-}
-
-// [plain]: not in the sanitizer build (tests/CMakeLists.txt says why).
-TEST_CASE("a node out of file descriptors does not spin on its listener",
-          "[integration][bad][hostile][plain]") {
-  testing::node_process node;
-  auto pid = node.process().pid();
-  // The node serves a job first: whatever it opens on its own once running (its
-  // registration with the coordinator it embeds, a worker's first connections) is open
-  // before the squeeze, which then hits only the listener.
-  check_node_serves(node.address(), "before-emfile");
-  // Leave the node 8 descriptors more than it has open now.
-  size_t open_now = 0;
-  for (auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid))) {
-    (void)e;
-    ++open_now;
-  }
-  rlimit old{};
-  REQUIRE(::prlimit(pid, RLIMIT_NOFILE, nullptr, &old) == 0);
-  rlimit tight = old;
-  tight.rlim_cur = open_now + 8;
-  REQUIRE(::prlimit(pid, RLIMIT_NOFILE, &tight, nullptr) == 0);
-  std::vector<std::unique_ptr<testing::raw_client>> waiting;
-  for (int i = 0; i < 24; ++i)
-    waiting.push_back(std::make_unique<testing::raw_client>(node.address()));
-  REQUIRE(node.wait_for_log("cannot accept connections: Too many open files"));
-  auto cpu0 = cpu_seconds(pid);
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  auto cpu = cpu_seconds(pid) - cpu0;
-  INFO("the node's CPU over 2 s while its listener had connections it could not accept: "
-       << cpu << " s");
-  // A level-triggered listener once spun a core: about 2 s. An idle node takes about
-  // 0.12 s here (its pollers' 2 ms waits), more under ASan: half a core is the line.
-  CHECK(cpu < 1.0);
-  REQUIRE(::prlimit(pid, RLIMIT_NOFILE, &old, nullptr) == 0);
-  waiting.clear();
-  INFO("the node's log, last 4000 characters:\n" << node.log_tail(4000));
-  check_node_serves(node.address(), "after-emfile");
 }
 
 TEST_CASE("one hyper-parameter change at a time per job", "[integration][bad][hostile]") {
