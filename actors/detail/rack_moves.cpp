@@ -272,10 +272,11 @@ caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layo
   };
   // First phase (within a node request's time, so that both phases end within the
   // cluster coordinator's bound on the settle): every shard holds the job's pushes and
-  // says how far each layer-wise tensor got there. A tensor's chunks sit on several shards and its step needs every
-  // one's norms: settled chunk by chunk, a push refused on one shard could strand a step
-  // begun on another. Nothing is counted while the shards hold, so the highest reach
-  // over all of them is where every chunk of the tensor settles.
+  // says how far each layer-wise tensor got there. A tensor's chunks sit on several
+  // shards and its step needs every one's norms: settled chunk by chunk, a push refused
+  // on one shard could strand a step begun on another. Nothing is counted while the
+  // shards hold, so the highest reach over all of them is where every chunk of the
+  // tensor settles.
   auto reach = std::make_shared<settle_targets>();
   auto holding = std::make_shared<size_t>(st.shards.size());
   for (uint32_t i = 0; i < st.shards.size(); ++i)
