@@ -5,6 +5,8 @@
 # packages (tests/fuzz/run.sh and tests/sanitize.sh build their own trees).
 # RW_INTEGRATION_TESTS=OFF leaves rw-integration-tests out of ./build (apps/scripts/
 # test.sh: it runs them in its ASan build); any other run builds them (default ON).
+# RW_DEBUG_INFO=OFF builds RelWithDebInfo without -g (the same -O2 code, a quarter less
+# compiler time; test.sh in CI); any other run with -g (default ON).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 packages_only=0
@@ -54,7 +56,11 @@ build_type=${RW_BUILD_TYPE:-RelWithDebInfo}
 # Ninja for a new build directory; one configured before keeps its generator.
 generator=()
 [[ -f build/CMakeCache.txt ]] || generator=(-G Ninja)
+debug_info=-g
+[[ ${RW_DEBUG_INFO:-ON} == OFF ]] && debug_info=
 cmake -S . -B build ${generator[@]+"${generator[@]}"} -DCMAKE_BUILD_TYPE="$build_type" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 $debug_info -DNDEBUG" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 $debug_info -DNDEBUG" \
   -DRW_INTEGRATION_TESTS="${RW_INTEGRATION_TESTS:-ON}" >/dev/null
 cmake --build build -j"${RW_JOBS:-2}"
 

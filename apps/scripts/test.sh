@@ -39,8 +39,14 @@ finish() {
 }
 trap finish EXIT
 
-# ./build without rw-integration-tests: the ASan + UBSan build below runs them.
-stage "setup (packages, ./build)" env RW_INTEGRATION_TESTS=OFF bash apps/scripts/setup.sh
+# ./build without rw-integration-tests: the ASan + UBSan build below runs them. In CI
+# (CI=true, a clean clone) also without debug information: -g changes no generated code
+# and costs a quarter of the compiler's time; elsewhere ./build keeps it, so that the
+# test command does not rebuild a developer's tree.
+debug_info=ON
+[[ ${CI:-} == true ]] && debug_info=OFF
+stage "setup (packages, ./build)" env RW_INTEGRATION_TESTS=OFF \
+  RW_DEBUG_INFO="${RW_DEBUG_INFO:-$debug_info}" bash apps/scripts/setup.sh
 # The peers the benchmarks compare against (Gloo, OpenMPI, PyTorch): the suite runs
 # every benchmark in its smoke mode (tests/bench_smoke.cmake), peers and netns included.
 stage "peers (bench/setup-peers.sh)" bash bench/setup-peers.sh
