@@ -23,13 +23,14 @@ namespace {
 using testing::rack_cluster;
 using run = testing::worker_process;
 
-// 150 paced steps (about 6 s), so the drain lands while the workers push: with 30, a
-// loaded machine once ended the job before the drain's shell had started ("moved 0
-// job(s)"). Unlike the join tests no rank holds at a clock boundary: a drain that
-// lands mid-step is what this covers.
+// `steps` paced steps. The drain from the shell needs about 80 (3 s), so it lands while
+// the workers push: with 30, a loaded machine once ended the job before the drain's
+// shell had started ("moved 0 job(s)"). Unlike the join tests no rank holds at a clock
+// boundary: a drain that lands mid-step is what this covers.
 std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
-                           const std::string& token, bool split, const std::string& optimizer) {
-  return testing::start_paced(connect, job, rank, token, optimizer, 150, split);
+                           const std::string& token, bool split, const std::string& optimizer,
+                           uint32_t steps) {
+  return testing::start_paced(connect, job, rank, token, optimizer, steps, split);
 }
 
 } // namespace
@@ -46,8 +47,8 @@ TEST_CASE("a node drained mid-training: its chunks move with their state, bitwis
   auto solo = c.create("alone", 1, "sgd", "node = 'n2'", &err);
   REQUIRE(!solo.empty());
   std::vector<std::unique_ptr<run>> ws;
-  ws.push_back(start(c.nodes[0]->address(), "moving", 0, token, false, optimizer));
-  ws.push_back(start(c.nodes[1]->address(), "moving", 1, token, true, optimizer));
+  ws.push_back(start(c.nodes[0]->address(), "moving", 0, token, false, optimizer, 80));
+  ws.push_back(start(c.nodes[1]->address(), "moving", 1, token, true, optimizer, 80));
   REQUIRE(c.wait_clock("moving", 6));
   auto drain = c.shell("print(rw.node_drain('n2'))");
   INFO(drain.err);
@@ -82,8 +83,8 @@ TEST_CASE("SIGTERM on a node that holds chunks drains it before it stops",
   INFO(err);
   REQUIRE(!token.empty());
   std::vector<std::unique_ptr<run>> ws;
-  ws.push_back(start(c.nodes[0]->address(), "leaving", 0, token, false, "adam"));
-  ws.push_back(start(c.nodes[1]->address(), "leaving", 1, token, true, "adam"));
+  ws.push_back(start(c.nodes[0]->address(), "leaving", 0, token, false, "adam", 30));
+  ws.push_back(start(c.nodes[1]->address(), "leaving", 1, token, true, "adam", 30));
   REQUIRE(c.wait_clock("leaving", 6));
   c.nodes[2]->process().signal(SIGTERM);
   auto code = c.nodes[2]->process().wait_until(std::chrono::steady_clock::now()
