@@ -182,7 +182,7 @@ if ((do_accuracy)); then
           note "digits with $m, seed $seed failed (exit $st):"; tail -n 8 "$tmp/acc.err" >&2
           exit 1
         fi
-        say "accuracy: $m, seed $seed: $(grep -o '"accuracy": *[0-9.]*' <<<"$line" | head -1)"
+        say "accuracy: $m, seed $seed: $(grep -o '"accuracy": *[0-9.]*' <<<"$line" | sed -n 1p)"
         echo "{\"mode\": \"$m\", \"seed\": $seed, \"run\": $line}" >>"$tmp/accuracy.jsonl"
       done
     done

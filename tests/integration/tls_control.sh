@@ -68,7 +68,7 @@ start_node() {
   fail "node $name did not listen within 10 s"
 }
 control_port_of() { # LOG: the coordinator's control port, from its start line
-  sed -n 's/.*cluster coordinator up: control=[^ ]*:\([0-9]*\).*/\1/p' "$1" | head -1
+  sed -n 's/.*cluster coordinator up: control=[^ ]*:\([0-9]*\).*/\1/p' "$1" | sed -n 1p
 }
 # Captures the control port into FILE; the tcpdump PID in $REPLY. PORT FILE
 start_capture() {
