@@ -268,7 +268,7 @@ struct job_grant {
   uint64_t checkpoint_every = 0; // periodic checkpoints (0: none), into checkpoint_dir
   std::string checkpoint_dir;
   /// The node joins the running job (rw.node_join): `spec` has its tensors, and the
-  /// job's chunks come in the move's reshape (detail/rack_moves.cpp), not from a first
+  /// job's chunks come in the move's reshape (actors/rack/moves.cpp), not from a first
   /// worker; hellos wait for that.
   bool joining = false;
   /// The job's memory limit on every node (job_placement::memory; 0: the node's own).

@@ -124,7 +124,7 @@ struct job_setup {
   /// dropped unanswered, and sent again by the new one.
   uint64_t ring_version = 0;
   /// A flat job on several nodes: the node's link to its chunks' replicas (a replicated
-  /// chunk's step runs once its replica has the step's sum; actors/mirror_link).
+  /// chunk's step runs once its replica has the step's sum; actors/links/mirror_link).
   std::shared_ptr<mirror_link> mirror = nullptr;
 };
 
@@ -204,7 +204,7 @@ struct relay_update {
   std::shared_ptr<const std::vector<float>> keep; // what `data` points into, if owned
 };
 
-/// In-node balancing (actors/detail/shard_balance.hpp): the chunks of one job a busy
+/// In-node balancing (actors/shard/balance.hpp): the chunks of one job a busy
 /// shard offers to give another, heaviest first (empty: nothing it can give), with the
 /// load they gave it since its last plan and the load of all its chunks then.
 struct balance_plan {

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "actors/cluster_messages.hpp"
-#include "actors/control_tls.hpp"
+#include "actors/node/control_tls.hpp"
 #include "apps/shell/cluster_client.hpp"
 #include "apps/shell/lua_rw.hpp"
 #include "apps/shell/repl.hpp"

@@ -19,7 +19,7 @@
 // g mod shards, so a chunk that stays on a node when the ring changes stays on its
 // shard, and each shard's chunks take its endpoints in turn, in (tensor, index) order;
 // shard_of() of any other chunk is not_here. A node may move chunks between shards of
-// one NUMA domain while a job runs (remapped(): actors/detail/shard_balance.hpp); only
+// one NUMA domain while a job runs (remapped(): actors/shard/balance.hpp); only
 // the node's copy of its table changes: a chunk keeps the endpoint it travelled on
 // (endpoint_of is that of its first shard), so a worker's table never needs to know.
 // A worker's job_routes holds one such
@@ -103,7 +103,7 @@ public:
   }
   /// The ring index of the replica node of (tensor, chunk), a chunk homed here, or
   /// not_here (no replicas, or the chunk is not homed here). Its home sends it each
-  /// step's summed gradient (actors/mirror_link).
+  /// step's summed gradient (actors/links/mirror_link).
   uint32_t mirror_of(uint32_t tensor, uint32_t chunk) const noexcept {
     return mirror_.empty() ? not_here : mirror_[first_[tensor] + chunk];
   }

@@ -1,6 +1,6 @@
 #pragma once
 // Step times as a Prometheus histogram: fixed buckets from 1 ms to 60 s, a count and a
-// sum (seconds). One per job on a node (actors/detail/rack_steps.cpp observes it).
+// sum (seconds). One per job on a node (actors/rack/steps.cpp observes it).
 
 #include <array>
 #include <cstdint>

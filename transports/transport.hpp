@@ -1,6 +1,6 @@
 #pragma once
-// The transport contract. Every backend (transports/tcp, later fabric, shm, inproc)
-// implements the same three classes in its own folder:
+// The transport contract. Every backend (transports/tcp, transports/shm,
+// transports/fabric) implements the same three classes in its own folder:
 //
 //  - `connection`: one peer, full duplex, framed (transports/frame.hpp). `send` is safe
 //    to call from any thread; frames from different threads never interleave; a send

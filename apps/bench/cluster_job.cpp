@@ -107,7 +107,7 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
   }
   d.rank_racks = layout.rank_racks;
   if (d.rank_racks.empty() && layout.reduction == "hierarchical") {
-    // Placed at join: each rank's rack option places it (actors/detail/rack_choice.hpp)
+    // Placed at join: each rank's rack option places it (actors/cluster/rack_choice.hpp)
     // where every node of the job shares the workers' host, or none does; a node alone
     // on a worker's host would take the worker, and --verify would say so.
     for (auto& r : d.req.rack_options) {

@@ -10,7 +10,7 @@
 #include <pybind11/stl.h>
 
 #include "actors/cluster_messages.hpp"
-#include "actors/control_tls.hpp"
+#include "actors/node/control_tls.hpp"
 #include "apps/shell/cluster_client.hpp"
 #include "rackweave/errc.hpp"
 #include "runtime/credentials.hpp"

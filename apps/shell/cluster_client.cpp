@@ -4,7 +4,7 @@
 #include <caf/io/middleman.hpp>
 #include <fmt/format.h>
 
-#include "actors/cluster_connect.hpp"
+#include "actors/links/cluster_connect.hpp"
 
 namespace rw::shell {
 

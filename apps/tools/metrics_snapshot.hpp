@@ -1,7 +1,7 @@
 #pragma once
 // What rw-node's /metrics and /readyz serve: a snapshot the node refreshes itself, once
 // a second, on a thread of its own (asking the node's actors there, each answer bounded
-// in time: actors/node_metrics.hpp). A scrape only copies a pointer to the latest text,
+// in time: actors/node/node_metrics.hpp). A scrape only copies a pointer to the latest text,
 // so its cost does not grow with the number of scrapers and nobody who reaches the port
 // can make the node's actors be asked more often.
 //

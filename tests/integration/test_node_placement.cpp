@@ -9,7 +9,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "actors/rack_agg_node.hpp"
+#include "actors/node/rack_agg_node.hpp"
 #include "rackweave/worker.hpp"
 #include "runtime/topology.hpp"
 

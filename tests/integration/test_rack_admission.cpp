@@ -10,9 +10,9 @@
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 
-#include "actors/chunk_shard.hpp"
+#include "actors/shard/chunk_shard.hpp"
 #include "actors/cluster_messages.hpp"
-#include "actors/rack_coordinator.hpp"
+#include "actors/rack/rack_coordinator.hpp"
 
 namespace rw_integration_rack_admission {
 

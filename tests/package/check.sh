@@ -30,7 +30,7 @@ done
 unit=$tmp/prefix/share/rackweave/config/systemd/rw-node.service
 stop_s=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)$/\1/p' "$unit")
 drain_ms=$(sed -n 's/.*drain_timeout_ms = \([0-9'"'"']*\);.*/\1/p' \
-  "$src/../../runtime/include/rackweave/defaults.hpp" | tr -d "'")
+  "$src/../../include/rackweave/defaults.hpp" | tr -d "'")
 if [[ -z $stop_s || -z $drain_ms ]] || ((stop_s * 1000 <= drain_ms + 5000)); then
   echo "rw-node.service: TimeoutStopSec=${stop_s:-none} is not longer than a drain" \
     "(${drain_ms:-?} ms + 5 s)" >&2

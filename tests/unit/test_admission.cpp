@@ -18,7 +18,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "actors/detail/challenge_book.hpp"
+#include "logic/challenge_book.hpp"
 #include "transports/byte_budget.hpp"
 #include "transports/tcp/endpoint.hpp"
 

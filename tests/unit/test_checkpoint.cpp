@@ -10,7 +10,7 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
-#include "actors/detail/chunk_state.hpp"
+#include "logic/chunk_state.hpp"
 #include "runtime/checkpoint/files.hpp"
 #include "runtime/checkpoint/manifest.hpp"
 

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "actors/detail/rack_state.hpp"
+#include "actors/rack/state.hpp"
 #include "runtime/checkpoint/files.hpp"
 #include "runtime/checkpoint/manifest.hpp"
 #include "runtime/chunking.hpp"

@@ -6,7 +6,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "actors/detail/chunk_state.hpp"
+#include "logic/chunk_state.hpp"
 #include "runtime/buffer_pool.hpp"
 
 namespace rw_unit_chunk_state {

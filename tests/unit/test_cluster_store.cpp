@@ -1,4 +1,4 @@
-// The coordinator's state database (actors/detail/cluster_store): a registry written
+// The coordinator's state database (actors/cluster/store): a registry written
 // is the registry read back, in every job state; files that are not one, are damaged,
 // are held by another process or are readable by others are refused, naming the file.
 
@@ -13,7 +13,7 @@
 #include <catch2/catch.hpp>
 #include <sqlite3.h>
 
-#include "actors/detail/cluster_store.hpp"
+#include "actors/cluster/store.hpp"
 
 namespace rw_unit_cluster_store {
 

@@ -9,7 +9,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "actors/detail/cluster_state.hpp"
+#include "actors/cluster/state.hpp"
 #include "runtime/nic_speed.hpp"
 
 namespace rw_unit_link_plan {

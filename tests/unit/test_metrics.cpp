@@ -17,8 +17,8 @@
 #include <spdlog/spdlog.h>
 
 #include "apps/tools/logging.hpp"
-#include "actors/detail/refusal_log.hpp"
-#include "actors/node_metrics.hpp"
+#include "logic/refusal_log.hpp"
+#include "actors/node/node_metrics.hpp"
 #include "runtime/process_stats.hpp"
 #include "runtime/prometheus.hpp"
 

@@ -1,11 +1,11 @@
-// Where a worker of a hierarchical job placed at join goes (actors/detail/rack_choice):
+// Where a worker of a hierarchical job placed at join goes (actors/cluster/rack_choice):
 // same host first (one node there; or several, then the rack option, the node named,
 // else the round trip among them), then the rack option, the node named, else the round
 // trip among every node; and what a node outside the job answers.
 
 #include <catch2/catch.hpp>
 
-#include "actors/detail/rack_choice.hpp"
+#include "actors/cluster/rack_choice.hpp"
 
 namespace rw_unit_rack_choice {
 

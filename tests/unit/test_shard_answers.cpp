@@ -1,4 +1,4 @@
-// A shard's held answers (actors/detail/shard_answers): what is sent when, to whom, in
+// A shard's held answers (logic/shard_answers): what is sent when, to whom, in
 // which order, and with which payload.
 
 #include <memory>
@@ -7,7 +7,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "actors/detail/shard_answers.hpp"
+#include "logic/shard_answers.hpp"
 #include "tests/unit/recording_connection.hpp"
 
 namespace rw_unit_shard_answers {

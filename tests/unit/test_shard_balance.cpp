@@ -1,9 +1,9 @@
-// In-node balancing, a shard's side (actors/detail/shard_balance): what a busy shard
+// In-node balancing, a shard's side (actors/shard/balance): what a busy shard
 // offers, and chunks handed from one shard's book to another's with their state.
 
 #include <catch2/catch.hpp>
 
-#include "actors/detail/shard_balance.hpp"
+#include "actors/shard/balance.hpp"
 
 namespace rw_unit_shard_balance {
 

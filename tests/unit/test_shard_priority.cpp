@@ -12,7 +12,7 @@
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 
-#include "actors/chunk_shard.hpp"
+#include "actors/shard/chunk_shard.hpp"
 #include "runtime/buffer_pool.hpp"
 #include "runtime/chunking.hpp"
 #include "tests/unit/recording_connection.hpp"

@@ -1,6 +1,6 @@
 // rw.job_set: changes a running job's optimizer hyper-parameters from a clock on, on
 // every node of the job at once (the cluster coordinator's two rounds:
-// actors/detail/cluster_hyper.cpp).
+// actors/cluster/hyper.cpp).
 #include <cmath>
 #include <optional>
 #include <string>

@@ -1,0 +1,563 @@
+// The cluster's job registry: creating a job (validate, place on one or several nodes,
+// grant, token), its status (live from its nodes), stopping and deleting it, and the
+// news nodes send. A job on several nodes is one job: it runs once any node has a
+// worker, finishes once every node has finished, and fails everywhere when any node
+// fails it or leaves the cluster.
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/cluster/state.hpp"
+#include "runtime/checkpoint/files.hpp"
+#include "runtime/credentials.hpp"
+
+namespace rw::actors::detail {
+
+namespace {
+
+const std::string stopped_by_operator = "stopped by an operator";
+
+job_entry* find(cluster_ptr self, const std::string& name) {
+  auto n = self->state.by_name.find(name);
+  if (n == self->state.by_name.end())
+    return nullptr;
+  return &self->state.jobs.at(n->second);
+}
+
+caf::error unknown(cluster_ptr self, const std::string& name) {
+  std::vector<std::string> names;
+  for (auto& [id, j] : self->state.jobs)
+    names.push_back(j.report.name);
+  return cluster_error(errc::unknown_job,
+                       names.empty()
+                         ? fmt::format("no job named '{}' (there are no jobs)", name)
+                         : fmt::format("no job named '{}' (jobs: {})", name,
+                                       fmt::join(names, ", ")));
+}
+
+// Ends job `j` with `state` and records it (state database) before anybody hears of it.
+void mark_ended(cluster_ptr self, job_entry& j, const std::string& state,
+                const std::string& reason) {
+  if (is_ended(j.report.state))
+    return;
+  j.report.state = state;
+  j.report.reason = reason;
+  j.report.ended_unix_ms = unix_ms();
+  save_job(self, j.report.id);
+  release_bindings(j, fmt::format("job '{}' {}{}{}", j.report.name, state,
+                                  reason.empty() ? "" : ": ", reason));
+}
+
+std::string node_name(cluster_ptr self, uint32_t id) {
+  auto it = self->state.nodes.find(id);
+  return it == self->state.nodes.end() ? fmt::format("id {}", id) : it->second.info.name;
+}
+
+// One rank's counts over every node of the job: counts add up, the clock is the
+// furthest any node saw, and the rank is live while any node has it live.
+std::vector<rank_report> merge_ranks(const std::vector<const std::vector<rank_report>*>& parts) {
+  std::vector<rank_report> out;
+  for (auto* ranks : parts)
+    for (auto& r : *ranks) {
+      if (out.size() <= r.rank)
+        out.resize(r.rank + 1);
+      auto& x = out[r.rank];
+      x.rank = r.rank;
+      if (x.state.empty() || r.state == "live" || (r.state == "left" && x.state == "absent"))
+        x.state = r.state;
+      if (x.peer.empty())
+        x.peer = r.peer;
+      x.clock = std::max(x.clock, r.clock);
+      x.pushes += r.pushes;
+      x.pulls += r.pulls;
+      x.bytes_in += r.bytes_in;
+      x.bytes_out += r.bytes_out;
+      x.wait_us += r.wait_us;
+    }
+  return out;
+}
+
+// Sends a request to every node of the job (by the ids given) and calls
+// done(answers, failures) once all have answered or failed. Nodes no longer live are
+// failures at once.
+template <class T, class Done, class... Ts>
+void ask_nodes(cluster_ptr self, const std::vector<uint32_t>& ids, const char* what,
+               Done done, Ts... xs) {
+  struct acc_t {
+    std::vector<std::pair<uint32_t, T>> answers;
+    std::vector<std::string> failures;
+    size_t pending = 0;
+  };
+  auto acc = std::make_shared<acc_t>();
+  acc->pending = ids.size();
+  auto finish = [acc, done]() mutable {
+    if (--acc->pending == 0)
+      done(acc->answers, acc->failures);
+  };
+  if (ids.empty()) {
+    done(acc->answers, acc->failures);
+    return;
+  }
+  for (auto id : ids) {
+    auto it = self->state.nodes.find(id);
+    if (it == self->state.nodes.end()) {
+      acc->failures.push_back(
+        fmt::format("node id {} {}: it has left the cluster", id, what));
+      finish();
+      continue;
+    }
+    auto name = it->second.info.name;
+    self->request(it->second.link, self->state.settings.node_request_timeout, xs...)
+      .then([acc, finish, id](T& x) mutable {
+              acc->answers.emplace_back(id, std::move(x));
+              finish();
+            },
+            [self, acc, finish, name, what](caf::error& err) mutable {
+              acc->failures.push_back(
+                fmt::format("node {} {}: {}", name, what, describe(self->system(), err)));
+              finish();
+            });
+  }
+}
+
+} // namespace
+
+// Fails the job on the given nodes, without waiting (it failed on another node, or a
+// node of it left).
+void halt_on(cluster_ptr self, const std::vector<uint32_t>& ids, uint32_t job_id,
+             const std::string& why) {
+  ask_nodes<ok_atom>(
+    self, ids, "did not fail the job",
+    [job_id](auto&, std::vector<std::string>& failures) {
+      for (auto& f : failures)
+        spdlog::warn("job {}: could not fail it on every node: {}", job_id, f);
+    },
+    abort_atom::value, job_id, why);
+}
+
+namespace {
+
+std::vector<uint32_t> others(const job_entry& j, uint32_t but) {
+  std::vector<uint32_t> out;
+  for (auto id : j.node_ids)
+    if (id != but)
+      out.push_back(id);
+  return out;
+}
+
+// After asking every node of job `it` points at: true if the job still exists and every
+// node answered; otherwise answers `rp` with why and returns false.
+template <class Promise>
+bool answered_by_all(cluster_ptr self, Promise& rp, std::map<uint32_t, job_entry>::iterator it,
+                     const std::vector<std::string>& failures) {
+  if (it == self->state.jobs.end()) {
+    rp.deliver(cluster_error(errc::unknown_job, "the job was deleted meanwhile"));
+    return false;
+  }
+  if (!failures.empty()) {
+    rp.deliver(cluster_error(errc::unavailable, fmt::format("{}", fmt::join(failures, "; "))));
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+job_layout layout_of(const std::vector<const member*>& nodes) {
+  job_layout l;
+  for (auto* m : nodes) {
+    l.nodes.push_back(m->info.name);
+    l.addresses.push_back(m->info.endpoints.front());
+    l.racks.push_back(m->info.rack);
+  }
+  return l;
+}
+
+namespace {
+
+// Ends job `j` (its node `node_id` reported `state` with `why`) and stops it on its
+// other nodes.
+void end_everywhere(cluster_ptr self, job_entry& j, uint32_t id, uint32_t node_id,
+                    const std::string& state, const std::string& why) {
+  spdlog::info("job ended: job='{}' id={} state={}{}{}", j.report.name, id, state,
+               why.empty() ? "" : ": ", why);
+  mark_ended(self, j, state, why);
+  halt_on(self, others(j, node_id), id, why);
+}
+
+using created_promise = caf::typed_response_promise<job_created>;
+
+caf::error duplicate(const job_entry& old) {
+  return cluster_error(errc::duplicate_name,
+                       fmt::format("a job named '{}' exists already (state {}); delete it "
+                                   "first (rw.job_delete) or pick another name",
+                                   old.report.name, old.report.state));
+}
+
+// Places the job (again: nodes may have come or gone while its core links were
+// probed), plans its reduction with `probes`, registers it and grants it to its
+// nodes; answers `rp` with the job and its token, or why not.
+void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
+                     const job_placement& placement, const core_probes& probes,
+                     const std::string& by) {
+  auto& st = self->state;
+  if (auto* old = find(self, spec.name)) {
+    rp.deliver(duplicate(*old));
+    return;
+  }
+  // Again: another job of the tenant may have been created while links were probed.
+  if (auto err = quota_refusal(st, spec, placement)) {
+    rp.deliver(std::move(err));
+    return;
+  }
+  std::string why;
+  auto nodes = place_job(st, placement, why);
+  if (nodes.empty()) {
+    rp.deliver(cluster_error(errc::unavailable, "cannot place the job: " + why));
+    return;
+  }
+  // Its memory counts on each node it was given (racks name no count beforehand).
+  if (auto err = quota_refusal(st, spec, placement, nodes.size())) {
+    rp.deliver(std::move(err));
+    return;
+  }
+  auto layout = layout_of(nodes);
+  if (!choose_reduction(spec, placement, nodes, probes, layout, why)) {
+    rp.deliver(cluster_error(errc::invalid_spec, "cannot place the job: " + why));
+    return;
+  }
+  // Replicas: a flat BSP job on several nodes (a replica counts pushes in rank order as
+  // its home does; under SSP or async the order of arrival would make them differ).
+  bool replicable = nodes.size() > 1 && layout.reduction == "flat"
+                    && spec.consistency.model == consistency_spec::bsp;
+  auto asked = placement.replicas < 0 ? defaults::replicas
+                                      : static_cast<uint32_t>(placement.replicas);
+  if (placement.replicas > 0 && !replicable) {
+    rp.deliver(cluster_error(
+      errc::invalid_spec,
+      "cannot place the job: replicas = 1 needs a flat BSP job on two nodes or more"));
+    return;
+  }
+  layout.replicas = replicable ? asked : 0;
+  job_entry j;
+  j.report.id = st.next_job_id++;
+  j.report.name = spec.name;
+  j.report.state = "created";
+  j.report.node = nodes.front()->info.name;
+  j.report.endpoints = nodes.front()->info.endpoints;
+  j.report.layout = layout;
+  j.report.spec = spec;
+  j.report.created_unix_ms = unix_ms();
+  j.report.max_memory = placement.memory;
+  j.token = runtime::make_token();
+  for (auto* m : nodes)
+    j.node_ids.push_back(m->info.id);
+  auto id = j.report.id;
+  auto ids = j.node_ids;
+  j.restore = placement.restore;
+  j.checkpoint_every = placement.checkpoint_every;
+  j.checkpoint_dir = placement.checkpoint_dir;
+  auto grant = job_grant{id,
+                         spec,
+                         j.token,
+                         j.report.layout,
+                         placement.restore,
+                         placement.checkpoint_every,
+                         placement.checkpoint_dir};
+  grant.max_memory = placement.memory;
+  if (nodes.size() > 1)
+    spdlog::info("job placed: job='{}' id={} nodes=[{}] racks=[{}] reduction={} "
+                 "ring_version={}; {}",
+                 spec.name, id, fmt::join(grant.layout.nodes, ","),
+                 fmt::join(grant.layout.racks, ","), layout.reduction,
+                 grant.layout.ring_version, layout.plan);
+  // The name is taken from now on; a refused grant gives it back.
+  st.by_name[spec.name] = id;
+  st.jobs.emplace(id, std::move(j));
+  ask_nodes<ok_atom>(
+    self, ids, "did not take the job",
+    [self, rp, id, ids, by](auto&, std::vector<std::string>& failures) mutable {
+      auto it = self->state.jobs.find(id);
+      if (failures.empty() && it == self->state.jobs.end())
+        failures.push_back("the job's node left while the job was being created");
+      // Recorded before the shell hears of it: a coordinator that restarts has it.
+      if (failures.empty()) {
+        if (auto why = save_job(self, id); !why.empty())
+          failures.push_back("the job could not be recorded, so it was not created: " + why);
+      }
+      if (!failures.empty()) {
+        if (it != self->state.jobs.end()) {
+          self->state.by_name.erase(it->second.report.name);
+          self->state.jobs.erase(it);
+        }
+        save_next_job_id(self); // its id stays taken
+        // Nodes may have taken the grant after all (late): end it there too.
+        halt_on(self, ids, id, "the job was not created (a node did not take it)");
+        auto msg = fmt::format("{}", fmt::join(failures, "; "));
+        spdlog::warn("job not created: id={}: {}", id, msg);
+        rp.deliver(cluster_error(errc::unavailable, msg));
+        return;
+      }
+      auto& r = it->second.report;
+      spdlog::info("job created: job='{}' id={} by {} nodes=[{}] workers={} consistency={} "
+                   "compression={}{} optimizer={} chunk_bytes={}",
+                   r.name, id, by, fmt::join(r.layout.nodes, ","), r.spec.num_workers,
+                   to_string(r.spec.consistency), to_string(r.spec.compression),
+                   r.spec.compression.updates ? "+updates" : "",
+                   to_string(r.spec.optimizer.kind), r.spec.chunk_bytes);
+      rp.deliver(job_created{r, it->second.token});
+    },
+    grant_atom::value, grant);
+}
+
+} // namespace
+
+caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
+                                    const job_placement& asked, const std::string& by) {
+  auto& st = self->state;
+  // Checkpoint paths resolved under --checkpoint-root (canonical: the nodes get these).
+  auto placement = asked;
+  try {
+    auto& root = st.settings.checkpoint_root;
+    if (!placement.restore.empty())
+      placement.restore = root.resolve(placement.restore, "restore");
+    if (!placement.checkpoint_dir.empty())
+      placement.checkpoint_dir = root.resolve(placement.checkpoint_dir, "checkpoint_dir");
+  } catch (const runtime::checkpoint::checkpoint_error& e) {
+    spdlog::warn("job not created: job='{}' asked by {}: {}", spec.name, by, e.what());
+    return cluster_error(errc::invalid_spec, fmt::format("job '{}': {}", spec.name, e.what()));
+  }
+  // Tensors given here are the job's (workers read them); else the first worker declares.
+  auto probe = spec;
+  if (probe.tensors.empty())
+    probe.tensors.push_back({"probe", 1, false});
+  if (auto why = validate(probe, st.settings.max_chunk_bytes, st.settings.max_workers);
+      !why.empty())
+    return cluster_error(errc::invalid_spec, "invalid job spec: " + why);
+  if (auto* old = find(self, spec.name))
+    return duplicate(*old);
+  if (placement.checkpoint_every > 0 && placement.checkpoint_dir.empty())
+    return cluster_error(errc::invalid_spec, "checkpoint_every needs checkpoint_dir");
+  if (!placement.restore.empty())
+    if (auto why = check_restore(spec, placement.restore); !why.empty())
+      return cluster_error(errc::invalid_spec, why);
+  if (!placement.checkpoint_dir.empty()) {
+    // A new job's periodic checkpoints go into a new or empty directory: never over
+    // another run's (a job restarted after a node's death keeps its own, cluster_recover).
+    try {
+      runtime::checkpoint::prepare_dir(placement.checkpoint_dir);
+    } catch (const runtime::checkpoint::checkpoint_error& e) {
+      spdlog::warn("job not created: job='{}' asked by {}: checkpoint_dir: {}", spec.name, by,
+                   e.what());
+      return cluster_error(errc::invalid_spec,
+                           fmt::format("job '{}': checkpoint_dir: {}", spec.name, e.what()));
+    }
+  }
+  std::string why;
+  auto nodes = place_job(st, placement, why);
+  if (nodes.empty())
+    return cluster_error(errc::unavailable, "cannot place the job: " + why);
+  auto rp = self->make_response_promise<job_created>();
+  if (!wants_core_probes(spec, placement, nodes)) {
+    place_and_grant(self, rp, spec, placement, {}, by);
+    return rp;
+  }
+  probe_core_links(self, nodes, spec.name,
+                   [self, rp, spec, placement, by](core_probes probes) mutable {
+                     place_and_grant(self, rp, spec, placement, probes, by);
+                   });
+  return rp;
+}
+
+caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
+  auto* j = find(self, name);
+  if (j == nullptr)
+    return unknown(self, name);
+  if (j->report.state != "running")
+    return j->report;
+  auto rp = self->make_response_promise<job_report>();
+  auto id = j->report.id;
+  ask_nodes<job_event>(
+    self, j->node_ids, "did not report the job's status",
+    [self, rp, id](std::vector<std::pair<uint32_t, job_event>>& answers,
+                   std::vector<std::string>& failures) mutable {
+      auto it = self->state.jobs.find(id);
+      if (!answered_by_all(self, rp, it, failures))
+        return;
+      auto& r = it->second.report;
+      auto tensors = r.spec.tensors.size();
+      std::vector<const std::vector<rank_report>*> parts;
+      for (auto& [node, ev] : answers) {
+        if (is_ended(ev.state)) {
+          // It ended meanwhile: its final counts come with the node's end event.
+          mark_ended(self, it->second, ev.state, ev.reason);
+          continue;
+        }
+        if (ev.spec.tensors.size() > r.spec.tensors.size())
+          r.spec = ev.spec;
+        parts.push_back(&ev.ranks);
+      }
+      if (!is_ended(r.state) && !parts.empty())
+        r.ranks = merge_ranks(parts);
+      if (r.spec.tensors.size() != tensors)
+        save_job(self, id); // the tensors its workers declared
+      rp.deliver(r);
+    },
+    status_atom::value, id);
+  return rp;
+}
+
+caf::result<job_report> stop_job(cluster_ptr self, const std::string& name) {
+  auto* j = find(self, name);
+  if (j == nullptr)
+    return unknown(self, name);
+  if (is_ended(j->report.state))
+    return j->report; // nothing to stop
+  auto id = j->report.id;
+  std::vector<uint32_t> live;
+  for (auto n : j->node_ids)
+    if (self->state.nodes.count(n) != 0)
+      live.push_back(n);
+  if (live.empty()) {
+    mark_ended(self, *j, "stopped", stopped_by_operator);
+    return j->report;
+  }
+  auto rp = self->make_response_promise<job_report>();
+  ask_nodes<ok_atom>(
+    self, live, "did not stop the job",
+    [self, rp, id](auto&, std::vector<std::string>& failures) mutable {
+      auto it = self->state.jobs.find(id);
+      if (!answered_by_all(self, rp, it, failures))
+        return;
+      mark_ended(self, it->second, "stopped", stopped_by_operator);
+      spdlog::info("job stopped: job='{}' id={}", it->second.report.name, id);
+      rp.deliver(it->second.report);
+    },
+    halt_atom::value, id, stopped_by_operator);
+  return rp;
+}
+
+caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name) {
+  auto* j = find(self, name);
+  if (j == nullptr)
+    return unknown(self, name);
+  auto id = j->report.id;
+  auto forget = [self, id] {
+    auto it = self->state.jobs.find(id);
+    if (it == self->state.jobs.end())
+      return;
+    spdlog::info("job deleted: job='{}' id={}", it->second.report.name, id);
+    unsave_job(self, id);
+    release_bindings(it->second, fmt::format("job '{}' was deleted", it->second.report.name));
+    self->state.by_name.erase(it->second.report.name);
+    self->state.jobs.erase(it);
+  };
+  std::vector<uint32_t> live;
+  for (auto n : j->node_ids)
+    if (self->state.nodes.count(n) != 0)
+      live.push_back(n);
+  if (is_ended(j->report.state) || live.empty()) {
+    forget();
+    return ok_atom::value;
+  }
+  auto rp = self->make_response_promise<ok_atom>();
+  ask_nodes<ok_atom>(
+    self, live, "did not stop the job, so it was not deleted",
+    [rp, forget](auto&, std::vector<std::string>& failures) mutable {
+      if (!failures.empty()) {
+        rp.deliver(cluster_error(errc::unavailable,
+                                 fmt::format("{}", fmt::join(failures, "; "))));
+        return;
+      }
+      forget();
+      rp.deliver(ok_atom::value);
+    },
+    halt_atom::value, id, std::string{"deleted by an operator"});
+  return rp;
+}
+
+void on_event(cluster_ptr self, uint32_t node_id, job_event& ev) {
+  auto it = self->state.jobs.find(ev.job_id);
+  if (it == self->state.jobs.end() || !it->second.on_node(node_id))
+    return; // deleted meanwhile, or not this node's
+  auto& j = it->second;
+  j.node_news[node_id] = ev;
+  auto tensors = j.report.spec.tensors.size();
+  if (ev.spec.tensors.size() >= tensors)
+    j.report.spec = ev.spec;
+  std::vector<const std::vector<rank_report>*> parts;
+  for (auto& [n, news] : j.node_news)
+    parts.push_back(&news.ranks);
+  j.report.ranks = merge_ranks(parts);
+  if (ev.state == "running" && j.report.state == "created") {
+    j.report.state = "running";
+    j.report.started_unix_ms = unix_ms();
+    spdlog::info("job running: job='{}' id={} nodes=[{}]", j.report.name, ev.job_id,
+                 fmt::join(j.report.layout.nodes, ","));
+    save_job(self, ev.job_id);
+    return;
+  }
+  if (j.report.spec.tensors.size() != tensors && !is_ended(ev.state))
+    save_job(self, ev.job_id);
+  if (!is_ended(ev.state) || is_ended(j.report.state))
+    return;
+  if (ev.state == "finished") {
+    for (auto n : j.node_ids) {
+      auto news = j.node_news.find(n);
+      if (news == j.node_news.end() || news->second.state != "finished")
+        return; // another node still serves the job
+    }
+    spdlog::info("job ended: job='{}' id={} state=finished", j.report.name, ev.job_id);
+    mark_ended(self, j, "finished", "");
+    return;
+  }
+  if (j.node_ids.size() == 1) {
+    end_everywhere(self, j, ev.job_id, node_id, ev.state, ev.reason);
+    return;
+  }
+  // What one node saw (a worker that vanished, a rack that left) may be the echo of
+  // another node's death: ask the others first, and name any that does not answer.
+  auto why = fmt::format("on node {}: {}", node_name(self, node_id), ev.reason);
+  auto id = ev.job_id;
+  auto state = ev.state;
+  ask_nodes<job_event>(
+    self, others(j, node_id), "did not answer",
+    [self, id, node_id, state, why](auto&, std::vector<std::string>& failures) {
+      auto it = self->state.jobs.find(id);
+      if (it == self->state.jobs.end() || is_ended(it->second.report.state))
+        return;
+      auto reason = failures.empty()
+                      ? why
+                      : fmt::format("{}; {}", fmt::join(failures, "; "), why);
+      end_everywhere(self, it->second, id, node_id, state, reason);
+    },
+    status_atom::value, id);
+}
+
+void fail_jobs_on(cluster_ptr self, uint32_t node_id, const std::string& why) {
+  std::vector<uint32_t> hit;
+  for (auto& [id, j] : self->state.jobs)
+    if (j.on_node(node_id) && !is_ended(j.report.state))
+      hit.push_back(id);
+  for (auto id : hit) {
+    if (take_over(self, id, node_id, why) || restart_from_checkpoint(self, id, node_id, why))
+      continue;
+    auto& j = self->state.jobs.at(id);
+    spdlog::error("job failed: job='{}' id={}: {}", j.report.name, id, why);
+    mark_ended(self, j, "failed", why);
+    halt_on(self, others(j, node_id), id, why);
+  }
+}
+
+void fail_job(cluster_ptr self, uint32_t id, const std::string& why) {
+  auto it = self->state.jobs.find(id);
+  if (it == self->state.jobs.end() || is_ended(it->second.report.state))
+    return;
+  spdlog::error("job failed: job='{}' id={}: {}", it->second.report.name, id, why);
+  mark_ended(self, it->second, "failed", why);
+  halt_on(self, it->second.node_ids, id, why);
+}
+
+} // namespace rw::actors::detail

@@ -1,0 +1,608 @@
+#include "worker/link.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "transports/control.hpp"
+#include "transports/half.hpp"
+
+namespace rw::actors {
+
+using transports::frame_header;
+using transports::frame_kind;
+using transports::payload_target;
+
+namespace {
+// Connections a link can hold in all (a node joining appends its own): far above any
+// job's nodes times endpoints.
+constexpr uint32_t max_link_connections = 1024;
+} // namespace
+
+worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
+                         std::vector<transports::connection_ptr> conns, uint32_t job_id,
+                         uint32_t rank, std::shared_ptr<const runtime::job_routes> routes,
+                         std::unique_ptr<transports::shm::worker_channel> shm)
+  : ep_(std::move(ep)),
+    conns_(std::make_shared<const conn_list>(std::move(conns))),
+    job_id_(job_id),
+    rank_(rank),
+    routes_(routes),
+    shapes_(std::move(routes)),
+    shm_(std::move(shm)),
+    retired_capacity_(std::max<uint32_t>(max_link_connections,
+                                         static_cast<uint32_t>(conns_->size()))) {
+  retired_.reset(new std::atomic<bool>[retired_capacity_]);
+  for (uint32_t i = 0; i < retired_capacity_; ++i)
+    retired_[i].store(false);
+  for (uint32_t t = 0; t < routes_->num_tensors(); ++t) {
+    slots_.push_back(std::make_unique<slot>());
+    slots_.back()->arrived.assign(routes_->layout(t).count(), 0);
+    last_staleness_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
+    last_changed_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
+  }
+}
+
+worker_link::~worker_link() {
+  stop("worker closed");
+}
+
+void worker_link::start(worker_proxy_actor proxy) {
+  proxy_ = std::move(proxy);
+  running_ = true;
+  receiver_ = std::thread([this] { run(); });
+}
+
+void worker_link::set_compression(const compression_spec& c) {
+  compression_ = c;
+  half_ = transports::half_flag(c);
+}
+
+void worker_link::use_fabric(std::shared_ptr<transports::endpoint> fabric,
+                             transports::connection_ptr companion) {
+  fabric_ = std::move(fabric);
+  companion_ = std::move(companion);
+}
+
+void worker_link::run() {
+  receive();
+  if (lost_) // told now that nothing lands in a buffer any more
+    caf::anon_send(proxy_, lost_atom::value, lost_->first, lost_->second);
+}
+
+void worker_link::receive() {
+  if (fabric_) {
+    // Answers arrive on the fabric endpoint (blocking there while idle); the TCP
+    // endpoint says when the node goes away.
+    while (running_ && !closed_) {
+      fabric_->poll(20, *this);
+      ep_->poll(0, *this);
+    }
+    return;
+  }
+  if (!shm_) {
+    while (running_ && !closed_) {
+      ep_->poll(100, *this);
+      if (pending_)
+        join_pending();
+      if (reconnecting_)
+        reconnect_nodes();
+    }
+    return;
+  }
+  // Shared memory: completions arrive in the segment; the TCP connection still says
+  // when the node goes away (and carries errors about control frames).
+  while (running_ && !closed_) {
+    transports::shm::completion c;
+    int drained = 0;
+    while (drained < 4096 && shm_->next_completion(c)) {
+      on_completion(c);
+      ++drained;
+    }
+    ep_->poll(0, *this);
+    if (drained == 0)
+      shm_->wait(20);
+  }
+}
+
+void worker_link::on_completion(const transports::shm::completion& c) {
+  using transports::shm::completion;
+  if (c.tensor >= slots_.size())
+    return;
+  auto& s = *slots_[c.tensor];
+  std::unique_lock<std::mutex> lock{s.mtx};
+  if (c.kind == completion::error) {
+    if (s.seq != 0) {
+      interruptions_.fetch_add(1, std::memory_order_acq_rel);
+      complete(c.tensor, s, static_cast<errc>(c.code), shm_->error_text(c.extra));
+    }
+    return;
+  }
+  if (c.kind == completion::published) {
+    uint64_t whole = UINT64_MAX;
+    if (s.sub_dst != nullptr && c.chunk < layout(c.tensor).count()) {
+      auto& l = layout(c.tensor);
+      auto* result = shm_->result(c.tensor);
+      if (s.sub_dst != result)
+        copy_result(s.sub_dst + l.offset(c.chunk), result + l.offset(c.chunk),
+                    l.length(c.chunk));
+      whole = published(s, c.chunk, c.clock);
+    }
+    lock.unlock(); // announce without the slot locked
+    announce(c.tensor, whole);
+    return;
+  }
+  bool is_update = c.kind == completion::update;
+  bool unchanged = c.kind == completion::unchanged;
+  if (!belongs(s, is_update, unchanged, c.clock) || c.chunk >= layout(c.tensor).count())
+    return; // about an operation that already failed
+  if (is_update) {
+    auto* result = shm_->result(c.tensor);
+    if (s.dst != nullptr && s.dst != result) { // the caller reads elsewhere: one copy
+      auto& l = layout(c.tensor);
+      copy_result(s.dst + l.offset(c.chunk), result + l.offset(c.chunk), l.length(c.chunk));
+    }
+  }
+  chunk_done(c.tensor, s, c.chunk, is_update ? c.extra : 0, is_update);
+}
+
+void worker_link::copy_result(float* dst, const float* result, uint32_t length) const {
+  std::memcpy(dst, result, size_t{length} * sizeof(float));
+  // compress_updates: what a worker over the network gets (the node's are float32).
+  if (compression_.updates)
+    transports::round_half(half_, dst, length);
+}
+
+void worker_link::abandon(const std::string& why) {
+  abandoned_.store(true, std::memory_order_release); // closes from here on are ours
+  {
+    std::lock_guard<std::mutex> guard{reason_mtx_};
+    if (close_reason_.empty())
+      close_reason_ = why;
+  }
+  for (auto& c : *conns())
+    c->close();
+  if (companion_)
+    companion_->close();
+}
+
+void worker_link::stop(const std::string& why) {
+  abandon(why);
+  hyper_cv_.notify_all(); // a set_hyper waiting gives up
+
+  running_ = false;
+  if (receiver_.joinable())
+    receiver_.join();
+}
+
+void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst,
+                      uint64_t version, bool changes_only, bool mirrored) {
+  auto& s = *slots_[tensor];
+  auto& l = layout(tensor);
+  auto count = l.count();
+  auto r = routes();
+  // Where the results go, for a transport that writes them there itself (fabric):
+  // told before the operation's first frame, on the connection its answers come by.
+  if (expect_update && dst != nullptr)
+    for (auto& c : *conns())
+      c->place_results(tensor, dst, l.elements * sizeof(float), l.chunk_elems * sizeof(float));
+  std::lock_guard<std::mutex> guard{s.mtx};
+  s.seq = seq;
+  s.expect_update = expect_update;
+  s.dst = dst;
+  s.version = version;
+  s.remaining = count;
+  s.answered = 0;
+  s.staleness = 0;
+  s.changes_only = changes_only;
+  s.changed = 0;
+  std::fill(s.arrived.begin(), s.arrived.end(), 0);
+  s.mirror = mirrored && replicas_ > 0 && multi_node_;
+  s.push_clock = expect_update && version > 0 ? version - 1 : version;
+  s.mirrored.assign(count, 1);
+  if (s.mirror)
+    for (uint32_t c = 0; c < count; ++c)
+      if (r->replica_of(tensor, c) != UINT32_MAX) {
+        s.mirrored[c] = 0;
+        ++s.remaining;
+      }
+}
+
+void worker_link::set_subscription(uint32_t tensor, float* dst,
+                                   std::function<void(uint64_t)> on_version) {
+  auto& s = *slots_[tensor];
+  std::lock_guard<std::mutex> guard{s.mtx};
+  s.sub_dst = dst;
+  s.on_version = std::move(on_version);
+  s.sub_versions.assign(layout(tensor).count(), UINT64_MAX);
+  s.sub_min = UINT64_MAX;
+}
+
+bool worker_link::wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
+                                std::chrono::steady_clock::time_point until, uint64_t since) {
+  auto& s = *slots_[tensor];
+  std::unique_lock<std::mutex> lock{s.mtx};
+  // Woken per answer; a close or an interruption is seen within a few milliseconds.
+  while (s.seq == seq && s.answered < answered) {
+    if (closed() || interruptions() != since)
+      return false;
+    auto next = std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(5));
+    if (s.answered_cv.wait_until(lock, next) == std::cv_status::timeout
+        && std::chrono::steady_clock::now() >= until)
+      return false;
+  }
+  return true;
+}
+
+bool worker_link::chunk_arrived(uint32_t tensor, uint32_t chunk) const {
+  auto& s = *slots_[tensor];
+  std::lock_guard<std::mutex> guard{s.mtx};
+  return chunk < s.arrived.size() && s.arrived[chunk] != 0
+         && (chunk >= s.mirrored.size() || s.mirrored[chunk] != 0);
+}
+
+uint64_t worker_link::published(slot& s, uint32_t chunk, uint64_t version) {
+  if (chunk >= s.sub_versions.size())
+    return UINT64_MAX;
+  auto& v = s.sub_versions[chunk];
+  if (v != UINT64_MAX && v >= version)
+    return UINT64_MAX;
+  v = version;
+  // Every chunk at least here: a whole new version of the tensor.
+  auto least = *std::min_element(s.sub_versions.begin(), s.sub_versions.end());
+  if (least == UINT64_MAX || (s.sub_min != UINT64_MAX && least <= s.sub_min))
+    return UINT64_MAX;
+  s.sub_min = least;
+  return least;
+}
+
+void worker_link::announce(uint32_t tensor, uint64_t version) {
+  if (version == UINT64_MAX)
+    return;
+  std::function<void(uint64_t)> callback;
+  {
+    std::lock_guard<std::mutex> guard{slots_[tensor]->mtx};
+    callback = slots_[tensor]->on_version;
+  }
+  if (callback)
+    callback(version);
+}
+
+bool worker_link::belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock) {
+  if (s.seq == 0)
+    return false;
+  if (unchanged)
+    return s.expect_update && s.changes_only && clock + 1 == s.version;
+  return s.expect_update == is_update && (is_update ? clock >= s.version : clock == s.version);
+}
+
+void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness,
+                             bool changed) {
+  if (chunk < s.arrived.size()) {
+    if (s.arrived[chunk] != 0)
+      return; // answered already: this answers a re-sent request
+    s.arrived[chunk] = 1;
+  }
+  s.staleness = std::max(s.staleness, staleness);
+  s.changed += changed ? 1 : 0;
+  --s.remaining;
+  ++s.answered;
+  s.answered_cv.notify_all();
+  finish_if_done(tensor, s);
+}
+
+void worker_link::mirror_done(uint32_t tensor, slot& s, uint32_t chunk) {
+  if (chunk >= s.mirrored.size() || s.mirrored[chunk] != 0)
+    return; // acked already (a re-sent push's repeat), or no replica awaited
+  s.mirrored[chunk] = 1;
+  --s.remaining;
+  finish_if_done(tensor, s);
+}
+
+void worker_link::finish_if_done(uint32_t tensor, slot& s) {
+  if (s.seq == 0 || s.remaining > 0)
+    return;
+  last_staleness_[tensor]->store(s.staleness, std::memory_order_release);
+  last_changed_[tensor]->store(s.changed, std::memory_order_release);
+  complete(tensor, s, errc::ok, {});
+}
+
+void worker_link::complete(uint32_t tensor, slot& s, errc code, std::string why) {
+  auto seq = s.seq;
+  s.seq = 0; // nothing more lands in its buffer from here on (belongs)
+  slot::outcome o{seq, code, std::move(why)};
+  if (s.landings > 0)
+    s.held = std::move(o);
+  else
+    tell(tensor, std::move(o));
+}
+
+void worker_link::landed(uint32_t tensor, slot& s) {
+  if (s.landings > 0)
+    --s.landings;
+  if (s.landings > 0 || !s.held)
+    return;
+  auto o = std::move(*s.held);
+  s.held.reset();
+  tell(tensor, std::move(o));
+}
+
+void worker_link::tell(uint32_t tensor, slot::outcome o) {
+  if (o.code == errc::ok)
+    caf::anon_send(proxy_, done_atom::value, tensor, o.seq);
+  else
+    caf::anon_send(proxy_, fail_atom::value, tensor, o.seq, o.code, std::move(o.why));
+}
+
+uint64_t worker_link::request_hyper(const std::vector<std::byte>& payload,
+                                    std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> one{hyper_call_};
+  {
+    std::lock_guard<std::mutex> guard{hyper_mtx_};
+    hyper_answer_.reset();
+  }
+  frame_header h;
+  h.kind = frame_kind::hyper;
+  h.job_id = job_id_;
+  h.rank = rank_;
+  h.payload_bytes = static_cast<uint32_t>(payload.size());
+  iovec iov{const_cast<std::byte*>(payload.data()), payload.size()};
+  auto list = conns();
+  if (closed() || list->empty() || !list->front()->send(h, &iov, 1))
+    throw rw::error(errc::io_error, "cannot send the hyper-parameter change: the worker's "
+                                    "connection to its node is closed");
+  std::unique_lock<std::mutex> guard{hyper_mtx_};
+  if (!hyper_cv_.wait_for(guard, timeout, [&] { return hyper_answer_.has_value() || closed(); }))
+    throw rw::error(errc::timeout, fmt::format("no answer to the hyper-parameter change "
+                                               "within {} ms", timeout.count()));
+  if (!hyper_answer_)
+    throw rw::error(errc::io_error, "the worker's connection closed before the node answered "
+                                    "the hyper-parameter change");
+  auto& [answer, text] = *hyper_answer_;
+  if (answer.error_code == errc::ok)
+    return answer.clock;
+  transports::error_msg err;
+  std::string why;
+  if (transports::decode(text.data(), text.size(), err, why) != errc::ok)
+    err = {answer.error_code, "the node refused the change (" + why + ")", {}};
+  throw rw::error(answer.error_code, err.message);
+}
+
+payload_target worker_link::on_header(const transports::connection_ptr& c,
+                                      const frame_header& h) {
+  auto land = [&](size_t bytes) {
+    auto& buf = landing_.of(c).bytes;
+    buf.resize(bytes);
+    return payload_target::into(bytes == 0 ? nullptr : buf.data());
+  };
+  if (h.kind == frame_kind::hyper) {
+    if (h.payload_bytes > 64 * 1024)
+      return payload_target::dropped();
+    return land(h.payload_bytes);
+  }
+  if (h.kind == frame_kind::error)
+    return land(h.payload_bytes);
+  if (h.kind == frame_kind::resend && h.payload_bytes == 0)
+    return payload_target::into(nullptr);
+  if (h.kind == frame_kind::reroute) {
+    constexpr uint32_t max_reroute_bytes = 64 * 1024;
+    if (h.payload_bytes > max_reroute_bytes)
+      return payload_target::dropped();
+    return land(h.payload_bytes);
+  }
+  if (h.kind != frame_kind::update && h.kind != frame_kind::ack) {
+    spdlog::warn("worker rank {}: unexpected {} frame from the node; dropped", rank_,
+                 transports::to_string(h.kind));
+    return payload_target::dropped();
+  }
+  wire_received_.fetch_add(transports::frame_header_bytes + h.payload_bytes,
+                           std::memory_order_relaxed);
+  if (h.tensor_id >= slots_.size() || h.chunk_index >= layout(h.tensor_id).count())
+    return payload_target::dropped();
+  if (h.kind == frame_kind::ack && (h.flags & transports::flag_replica) != 0)
+    return h.payload_bytes == 0 ? payload_target::into(nullptr) : payload_target::dropped();
+  auto& layout = this->layout(h.tensor_id);
+  auto& s = *slots_[h.tensor_id];
+  std::lock_guard<std::mutex> guard{s.mtx};
+  const auto half = static_cast<uint16_t>(h.flags & transports::flag_half);
+  const auto expect = half != 0 && h.kind == frame_kind::update
+                        ? transports::half_payload_bytes(half, layout.length(h.chunk_index))
+                        : layout.length(h.chunk_index) * sizeof(float);
+  // A 16-bit update lands in its connection's buffer, widened into its place once it is
+  // in (other connections' frames may come in between).
+  // An operation's buffer (not a subscription's) counts the landing until on_frame.
+  auto into = [&](float* dst, bool armed) {
+    auto& l = landing_.of(c);
+    if (armed) {
+      ++s.landings;
+      l.extra.tensor = h.tensor_id;
+    }
+    if (half == 0)
+      return payload_target::into(reinterpret_cast<std::byte*>(dst));
+    l.bytes.resize(expect);
+    l.extra.dst = dst;
+    return payload_target::into(l.bytes.data());
+  };
+  if (h.kind == frame_kind::update && (h.flags & transports::flag_subscribe)) {
+    if (s.sub_dst == nullptr || h.payload_bytes != expect)
+      return payload_target::dropped();
+    return into(s.sub_dst + layout.offset(h.chunk_index), false);
+  }
+  bool is_update = h.kind == frame_kind::update;
+  bool unchanged = !is_update && (h.flags & transports::flag_only_changed) != 0;
+  if (!belongs(s, is_update, unchanged, h.clock))
+    return payload_target::dropped(); // a late answer to an operation that failed
+  if (!is_update)
+    return payload_target::into(nullptr);
+  if (h.payload_bytes != expect) {
+    spdlog::error("worker rank {}: node sent {} bytes for chunk {}/{} of {}", rank_,
+                  h.payload_bytes, h.tensor_id, h.chunk_index, expect);
+    return payload_target::dropped();
+  }
+  return into(s.dst + layout.offset(h.chunk_index), true);
+}
+
+void worker_link::on_frame(const transports::connection_ptr& c, const frame_header& h,
+                           payload_target& t) {
+  if (t.action == payload_target::discard)
+    return;
+  if (h.kind == frame_kind::update && (h.flags & transports::flag_half) != 0) {
+    auto length = layout(h.tensor_id).length(h.chunk_index);
+    auto& l = landing_.of(c);
+    auto why = transports::widen_half(h.flags & transports::flag_half, l.bytes.data(),
+                                      h.payload_bytes, l.extra.dst, length);
+    if (!why.empty()) {
+      release_landing(c);
+      lose(errc::bad_frame, fmt::format("the node sent chunk {}/{} as a 16-bit chunk that "
+                                        "does not decode: {}",
+                                        h.tensor_id, h.chunk_index, why));
+      return;
+    }
+  }
+  if (h.kind == frame_kind::hyper) {
+    {
+      std::lock_guard<std::mutex> guard{hyper_mtx_};
+      hyper_answer_.emplace(h, landing_.of(c).bytes);
+    }
+    hyper_cv_.notify_all();
+    return;
+  }
+  if (h.kind == frame_kind::reroute) {
+    if (auto i = index_of(c); i != UINT32_MAX)
+      on_reroute(i, landing_.of(c).bytes);
+    return;
+  }
+  if (h.kind == frame_kind::resend) {
+    if (auto i = index_of(c); i != UINT32_MAX) {
+      interruptions_.fetch_add(1, std::memory_order_acq_rel);
+      caf::anon_send(proxy_, resend_atom::value, i, h.chunk_index);
+    }
+    return;
+  }
+  if (h.kind == frame_kind::error) {
+    transports::error_msg err;
+    std::string why;
+    auto& text = landing_.of(c).bytes;
+    if (decode(text.data(), text.size(), err, why) != errc::ok)
+      err = {errc::bad_frame, "undecodable error frame from the node: " + why, {}};
+    if (h.tensor_id < slots_.size()) {
+      auto& s = *slots_[h.tensor_id];
+      std::lock_guard<std::mutex> guard{s.mtx};
+      if (s.seq != 0) {
+        interruptions_.fetch_add(1, std::memory_order_acq_rel);
+        complete(h.tensor_id, s, err.code, std::move(err.message));
+        return;
+      }
+    }
+    // Late errors about an operation that already failed (its other chunks).
+    spdlog::debug("worker rank {}: error from the node: {} ({})", rank_, err.message,
+                  to_string(err.code));
+    return;
+  }
+  auto& s = *slots_[h.tensor_id];
+  std::unique_lock<std::mutex> guard{s.mtx};
+  if (auto& into = landing_.of(c).extra; into.tensor != UINT32_MAX) {
+    into.tensor = UINT32_MAX; // in: an outcome held for it may be told (the op is then
+    landed(h.tensor_id, s);   // disarmed, and this answer is not counted below)
+  }
+  if (h.kind == frame_kind::ack && (h.flags & transports::flag_replica) != 0) {
+    if (s.seq != 0 && s.mirror && h.clock == s.push_clock)
+      mirror_done(h.tensor_id, s, h.chunk_index);
+    return;
+  }
+  if (h.kind == frame_kind::update && (h.flags & transports::flag_subscribe)) {
+    auto whole = published(s, h.chunk_index, h.clock);
+    guard.unlock(); // announce without the slot locked
+    announce(h.tensor_id, whole);
+    return;
+  }
+  if (s.seq != 0)
+    chunk_done(h.tensor_id, s, h.chunk_index, h.kind == frame_kind::update ? h.staleness : 0,
+               h.kind == frame_kind::update);
+}
+
+uint32_t worker_link::index_of(const transports::connection_ptr& c) const {
+  auto list = conns();
+  auto at = std::find(list->begin(), list->end(), c);
+  return at == list->end() ? UINT32_MAX : static_cast<uint32_t>(at - list->begin());
+}
+
+void worker_link::release_landing(const transports::connection_ptr& c) {
+  auto& into = landing_.of(c).extra;
+  if (into.tensor == UINT32_MAX)
+    return;
+  auto& s = *slots_[into.tensor];
+  std::lock_guard<std::mutex> guard{s.mtx};
+  landed(into.tensor, s);
+  into.tensor = UINT32_MAX;
+}
+
+void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
+                            const std::string& why) {
+  release_landing(gone); // closed mid-payload: nothing more lands from it
+  landing_.forget(gone);
+  if (fabric_ && (gone == companion_ || index_of(gone) != UINT32_MAX)) {
+    // Either half of a fabric link: no reconnect (a hello again would be over TCP).
+    lose(code == errc::ok ? errc::io_error : code,
+         fmt::format("{} to the node lost: {}",
+                     gone == companion_ ? "the TCP link beside the fabric connection"
+                                        : "the fabric connection",
+                     why));
+    return;
+  }
+  auto index = index_of(gone);
+  bool known = index != UINT32_MAX;
+  if (!known) {
+    // Not one of the link's: a hello to a node that failed (its connection closed by the
+    // join), or a connection a reconnect replaced.
+    spdlog::debug("worker rank {}: a connection the link does not hold closed: {}", rank_,
+                  why);
+    return;
+  }
+  if (retired(index)) {
+    spdlog::debug("worker rank {}: a connection the job no longer uses closed: {}", rank_,
+                  why);
+    return; // a node the job left, or one being reconnected: expected
+  }
+  bool running = !closed_.load() && !abandoned_.load();
+  if (running && begin_reconnect(index, why))
+    return; // said hello to again between two polls
+  std::string node;
+  if (running && replicas_ > 0 && retire_node_of(index, node)) {
+    // Its chunks' replicas take over: the nodes left send a reroute; until then what
+    // is unanswered waits (bounded by the request timeout).
+    spdlog::warn("worker rank {}: node {} of job {} closed its connection ({}); its chunks' "
+                 "replicas take over: waiting for the job's new ring",
+                 rank_, node, job_id_, why);
+    return;
+  }
+  lose(code == errc::ok ? errc::io_error : code,
+       fmt::format("connection to the node lost: {}", why));
+}
+
+void worker_link::lose(errc code, const std::string& why) {
+  if (closed_.exchange(true))
+    return; // the first connection to go takes the others down; report once
+  for (auto& c : *conns())
+    c->close();
+  if (companion_)
+    companion_->close();
+  std::string reason = why;
+  auto lost_code = code;
+  {
+    std::lock_guard<std::mutex> guard{reason_mtx_};
+    if (!close_reason_.empty()) {
+      reason = close_reason_;
+      if (close_reason_.find("timed out") != std::string::npos)
+        lost_code = errc::timeout;
+    }
+  }
+  interruptions_.fetch_add(1, std::memory_order_acq_rel);
+  lost_.emplace(lost_code, std::move(reason)); // told once the receiver has stopped (run)
+}
+
+} // namespace rw::actors
