@@ -50,7 +50,7 @@ struct shard_job {
   std::vector<bool> departed;              // ranks that left
   job_counters counters;                   // by rank, for job status
   // Steps the job's chunks here completed, summed, and the clock last told to the
-  // coordinator (their count over the chunks': chunk_shard.cpp, count_step).
+  // coordinator (their count over the chunks': handle_steps.cpp, count_step).
   uint64_t steps_done = 0;
   uint64_t clock_told = 0;
   uint32_t departed_count = 0;

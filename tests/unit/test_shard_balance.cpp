@@ -92,7 +92,7 @@ TEST_CASE("a chunk moves between shards with its state and what waited for it",
   CHECK(to.awaits(2, 0));
   CHECK_FALSE(to.awaits(1, 0));
   REQUIRE(to.chunks.size() == 3);
-  // A request that comes meanwhile is stashed by the shard (chunk_shard.cpp).
+  // A request that comes meanwhile is stashed by the shard (actors/shard/handle_push.cpp).
   to.stash.push_back({detail::shard_job::stashed::a_pull, {}, chunk_pull{7, 0, 2, 0, 1, nullptr}});
 
   // Step 3: the old shard gives it, with its backlog's push for it.
