@@ -1,6 +1,7 @@
 #pragma once
-// A NIC poller's state and its frame sink, shared by the poller's three parts:
-// nic_poller.cpp (frame checks, the data path, closes, the actor),
+// A NIC poller's state and its frame sink, shared by the poller's parts:
+// nic_poller.cpp (the actor: adopting connections, its behavior), sink.cpp (frame
+// checks, the data path, closes), backpressure.cpp, idle.cpp,
 // poller/admission.cpp (hello, attach, the welcome, adopting shared memory) and
 // poller/probe.cpp (another node's rate probe: bytes taken and discarded).
 

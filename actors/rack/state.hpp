@@ -174,7 +174,18 @@ inline job_info* live_job(rack_state& st, uint32_t job_id) {
   return n == st.names.end() ? nullptr : &st.jobs.at(n->second);
 }
 
-// --- rack_coordinator.cpp --------------------------------------------------------
+// --- rack/admission.cpp ------------------------------------------------------------
+/// A worker's hello: refused, answered (an open job, a rank joining again), or held
+/// for the proof of the job's token.
+caf::result<job_binding> on_hello(rack_ptr self, hello_request& req);
+/// The proof of the job's token for a held hello.
+caf::result<job_binding> on_proof(rack_ptr self, proof_request& p);
+/// A joined worker's connection to a further endpoint of the node.
+job_binding on_attach(rack_ptr self, const attach_request& req);
+/// The host part of a peer's "HOST:PORT" (what --max-open-jobs-per-peer counts by).
+std::string peer_host(const std::string& peer);
+
+// --- rack/create.cpp -----------------------------------------------------------------
 /// A worker who may join (open job, or proved the token) joins or creates the job.
 void admit(rack_ptr self, const hello_request& req, uint32_t id, binding_promise rp);
 

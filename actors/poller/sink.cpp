@@ -1,0 +1,443 @@
+// The poller's frame sink: what each frame from a worker or a peer node does (the
+// header checked and its payload's buffer chosen, the frame handed to its shard, a
+// pull, a sparse or 16-bit push decoded), and what a closed connection ends.
+
+#include "actors/poller/sink.hpp"
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/poller/sink.hpp"
+#include "runtime/thread_cpu.hpp"
+#include "runtime/trace.hpp"
+#include "transports/fabric/connection.hpp"
+#include "transports/shm/connection.hpp"
+#include "transports/half.hpp"
+#include "transports/sparse.hpp"
+
+namespace rw::actors::detail {
+
+payload_target poller_sink::on_header(const connection_ptr& c, const frame_header& h) {
+  auto& st = self_->state;
+  ++st.book->frames_in;
+  st.book->bytes_in += transports::frame_header_bytes + h.payload_bytes;
+  if (h.kind == frame_kind::probe)
+    return on_probe_header(c, h);
+  if (st.book->probes.count(c->id()) != 0)
+    return refuse(c, h, errc::bad_frame,
+                  fmt::format("a {} frame on a rate probe's connection",
+                              transports::to_string(h.kind)));
+  switch (h.kind) {
+    case frame_kind::hello:
+      if (st.book->bindings.count(c->id()) != 0)
+        return refuse(c, h, errc::bad_frame, "a second hello on one connection");
+      if (h.payload_bytes == 0)
+        return refuse(c, h, errc::bad_frame, "hello without a payload");
+      // Gathered as it arrives (a peer that has proven nothing holds what it sent, not
+      // what its header announced), each connection's apart.
+      return payload_target::gathered();
+    case frame_kind::proof: {
+      auto it = st.book->bindings.find(c->id());
+      if (it == st.book->bindings.end() || it->second.status != binding::challenged)
+        return refuse(c, h, errc::bad_frame, "a proof without a challenge to answer");
+      if (h.payload_bytes == 0)
+        return refuse(c, h, errc::bad_frame, "proof without a payload");
+      return payload_target::gathered();
+    }
+    case frame_kind::locate:
+      if (h.payload_bytes != 0)
+        return refuse(c, h, errc::bad_frame, "locate carries no payload");
+      return payload_target::into(nullptr);
+    case frame_kind::fabric: {
+      auto it = st.book->bindings.find(c->id());
+      if (it == st.book->bindings.end() || it->second.status != binding::joined)
+        return refuse(c, h, errc::not_joined, "a fabric offer before the welcome");
+      if (h.payload_bytes == 0 || h.payload_bytes > 4096)
+        return refuse(c, h, errc::bad_frame,
+                      fmt::format("a fabric frame carries a FabricOffer of 1..4096 bytes, "
+                                  "not {}", h.payload_bytes));
+      return payload_target::into(st.buffer(4096));
+    }
+    case frame_kind::attach:
+      if (st.book->bindings.count(c->id()) != 0)
+        return refuse(c, h, errc::bad_frame, "attach on a connection that already joined");
+      if (h.payload_bytes == 0 || h.payload_bytes > 4096)
+        return refuse(c, h, errc::unauthorized,
+                      fmt::format("an attach carries an AttachProof of 1..4096 bytes, not {} "
+                                  "(wire protocol {})",
+                                  h.payload_bytes, defaults::wire_version));
+      return payload_target::gathered();
+    case frame_kind::push:
+    case frame_kind::push_sparse:
+    case frame_kind::init:
+    case frame_kind::pull:
+    case frame_kind::bye:
+    case frame_kind::hyper:
+      return check_data(c, h);
+    default:
+      return refuse(c, h, errc::bad_frame,
+                    fmt::format("a worker may not send {} frames",
+                                transports::to_string(h.kind)));
+  }
+}
+
+void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
+              payload_target& t) {
+  auto& st = self_->state;
+  if (t.action == payload_target::discard)
+    return;
+  switch (h.kind) {
+    case frame_kind::hello:
+      on_hello(c, h, t);
+      return;
+    case frame_kind::attach:
+      on_attach(c, h, t);
+      return;
+    case frame_kind::proof:
+      on_proof(c, h, t);
+      return;
+    case frame_kind::locate:
+      on_locate(c, h);
+      return;
+    case frame_kind::probe:
+      on_probe(c, h);
+      return;
+    case frame_kind::bye:
+      st.book->bindings[c->id()].said_bye = true;
+      return;
+    case frame_kind::pull:
+      on_frame_pull(c, h);
+      return;
+    case frame_kind::push_sparse:
+      on_sparse(c, h, t);
+      return;
+    case frame_kind::hyper:
+      on_hyper(c, h, t);
+      return;
+    case frame_kind::fabric:
+      on_fabric(c, h, t);
+      return;
+    case frame_kind::push:
+      if ((h.flags & transports::flag_half) != 0) {
+        on_half(c, h, t.keep->bytes());
+        return;
+      }
+      t.keep->size = h.payload_bytes;
+      dispatch_data(c, h, std::move(t.keep));
+      return;
+    default: // init
+      t.keep->size = h.payload_bytes;
+      dispatch_data(c, h, std::move(t.keep));
+      return;
+  }
+}
+
+// A chunk that came in another form becomes a float32 one, so shards sum it like any
+// push: `decode(floats, length)` fills it, or says why it cannot, and then nothing of
+// the chunk is applied.
+template <class Decode>
+void poller_sink::as_dense(const connection_ptr& c, const frame_header& h, Decode decode) {
+  auto& st = self_->state;
+  auto& b = st.book->bindings[c->id()];
+  auto length = b.routes->layout(h.tensor_id).length(h.chunk_index);
+  auto dense = st.buffer(b.chunk_bytes);
+  auto why = decode(dense->floats(), length);
+  if (!why.empty()) {
+    refuse(c, h, errc::bad_chunk,
+           fmt::format("chunk {}/{}: {}; nothing of the chunk was applied", h.tensor_id,
+                       h.chunk_index, why));
+    return;
+  }
+  dense->size = length * sizeof(float);
+  auto as_push = h;
+  as_push.kind = frame_kind::push;
+  as_push.flags = static_cast<uint16_t>(h.flags & ~transports::flag_half);
+  as_push.payload_bytes = static_cast<uint32_t>(dense->size);
+  dispatch_data(c, as_push, std::move(dense));
+}
+
+// A sparse chunk: zeros, plus each pair added at its index, so sparse and dense pushes
+// combine exactly. Any index out of range refuses the whole chunk.
+void poller_sink::on_sparse(const connection_ptr& c, const frame_header& h, payload_target& t) {
+  // An empty chunk (no payload): this worker adds nothing to it.
+  const std::byte* pairs = t.keep ? t.keep->bytes() : nullptr;
+  as_dense(c, h, [&](float* dense, size_t length) {
+    return transports::densify_sparse(pairs, h.payload_bytes, dense, length);
+  });
+}
+
+// A 16-bit chunk (its size checked by check_data), widened exactly. A bad fp16 scale
+// refuses the whole chunk.
+void poller_sink::on_half(const connection_ptr& c, const frame_header& h,
+                          const std::byte* payload) {
+  auto flag = static_cast<uint16_t>(h.flags & transports::flag_half);
+  as_dense(c, h, [&](float* dense, size_t length) {
+    return transports::widen_half(flag, payload, h.payload_bytes, dense, length);
+  });
+}
+
+// Shared memory: the gradient is read in place, after the same checks as TCP frames.
+void poller_sink::on_resident_frame(const connection_ptr& c, const frame_header& h,
+                       runtime::buffer_ref payload) {
+  if (!admissible(c, h))
+    return;
+  if (h.kind == frame_kind::pull)
+    on_frame_pull(c, h);
+  else if (h.kind == frame_kind::push && (h.flags & transports::flag_half) != 0)
+    on_half(c, h, payload->bytes()); // a fabric slot's 16-bit chunk
+  else
+    dispatch_data(c, h, std::move(payload));
+}
+
+void poller_sink::on_closed(const connection_ptr& c, errc code, const std::string& why) {
+  auto& st = self_->state;
+  st.book->strikes.erase(c->id());
+  if (auto p = st.book->probes.find(c->id()); p != st.book->probes.end()) {
+    spdlog::debug("rate probe ended: peer={} bytes={}", c->peer(), p->second.bytes);
+    st.book->probes.erase(p);
+    return;
+  }
+  auto it = st.book->bindings.find(c->id());
+  if (it != st.book->bindings.end() && it->second.shm_companion) {
+    st.book->bindings.erase(it); // its TCP connection reports the leave
+    return;
+  }
+  if (it != st.book->bindings.end() && it->second.tcp) { // a fabric connection
+    if (auto* f = dynamic_cast<const transports::fabric::connection*>(c.get()))
+      spdlog::info("fabric connection done: peer={} job={} rank={}: {} frames sent, {} of "
+                   "them updates written straight into the worker's output buffers, {} "
+                   "waited in the send queue for a slot",
+                   c->peer(), it->second.job_id, it->second.rank, f->frames_sent(),
+                   f->placed_sent(), f->queued_frames());
+    if (code != errc::ok || it->second.tcp->is_open())
+      spdlog::warn("fabric connection closed: peer={} job={} rank={}: {} ({}); closing its "
+                   "TCP link too", c->peer(), it->second.job_id, it->second.rank, why,
+                   to_string(code));
+    it->second.tcp->close(); // its poller reports the leave
+    st.book->bindings.erase(it);
+    return;
+  }
+  if (it != st.book->bindings.end() && it->second.shm)
+    it->second.shm->close(); // the shm poller drops the segment
+  if (it != st.book->bindings.end() && it->second.fabric)
+    it->second.fabric->close(); // the fabric poller drops it
+  if (it == st.book->bindings.end()) {
+    if (code == errc::ok)
+      spdlog::debug("connection closed: peer={} before joining a job", c->peer());
+    else
+      log_limited(spdlog::level::warn, c->peer(),
+                  fmt::format("closed {} {}", to_string(code), why),
+                  fmt::format("connection closed: peer={} before joining a job: {} ({})",
+                              c->peer(), why, to_string(code)));
+    return;
+  }
+  auto b = it->second;
+  st.book->bindings.erase(it);
+  if (b.status != binding::joined)
+    return; // the hello reply will see the connection gone and tell the coordinator
+  if (b.rank == transports::mirror_rank) { // another node's mirror link: no rank left
+    spdlog::info("mirror link closed: peer={} job={}: {}", c->peer(), b.job_id, why);
+    return;
+  }
+  if (!b.said_bye)
+    spdlog::warn("connection closed: peer={} job={} rank={}: {} ({})", c->peer(),
+                 b.job_name.empty() ? std::to_string(b.job_id)
+                                    : fmt::format("'{}' id={}", b.job_name, b.job_id),
+                 b.rank, why, to_string(code));
+  flush();
+  self_->send(st.book->coordinator, leave_atom::value, b.job_id, b.rank, b.said_bye,
+              fmt::format("{}: {}", c->peer(), why));
+}
+
+payload_target poller_sink::refuse(const connection_ptr& c, const frame_header& h, errc code,
+                      const std::string& why) {
+  auto& book = *self_->state.book;
+  ++book.refused;
+  auto b = book.bindings.find(c->id());
+  const bool joined = b != book.bindings.end() && b->second.status == binding::joined;
+  const auto strikes = joined ? 0 : ++book.strikes[c->id()];
+  const bool closing = strikes >= defaults::max_stranger_refusals;
+  log_limited(spdlog::level::warn, c->peer(), fmt::format("refused {} {}", to_string(code), why),
+              fmt::format("frame refused: peer={} kind={} job={} rank={} tensor={} chunk={} "
+                          "clock={}: {} ({}){}",
+                          c->peer(), transports::to_string(h.kind), h.job_id, h.rank,
+                          h.tensor_id, h.chunk_index, h.clock, why, to_string(code),
+                          closing ? fmt::format("; connection closed: {} frames refused "
+                                                "before it joined a job",
+                                                strikes)
+                                  : std::string{}));
+  c->send_error(code, why, h);
+  if (!closing)
+    return payload_target::dropped();
+  c->close();
+  return payload_target::closing();
+}
+
+void poller_sink::on_frame_pull(const connection_ptr& c, const frame_header& h) {
+  auto& st = self_->state;
+  auto& b = st.book->bindings[c->id()];
+  flush();
+  self_->send(st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)], pull_atom::value,
+              chunk_pull{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock, c,
+                         (h.flags & transports::flag_only_changed) != 0,
+                         (h.flags & transports::flag_subscribe) != 0});
+}
+
+uint64_t poller_sink::priority(const connection_ptr& c) const {
+  auto& st = self_->state;
+  if (!st.settings.priority)
+    return 0;
+  auto it = st.book->bindings.find(c->id());
+  return it == st.book->bindings.end() ? 0 : it->second.clock;
+}
+
+void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
+                   runtime::buffer_ref payload) {
+  auto& st = self_->state;
+  auto& b = st.book->bindings[c->id()];
+  if (h.kind == frame_kind::push)
+    b.clock = std::max(b.clock, h.clock);
+  if (h.kind == frame_kind::push && payload)
+    hold_against(*st.book, c, b, *payload);
+  runtime::trace::instant(h.kind == frame_kind::push ? "push received" : "init received",
+                          "poller", {h.job_id, b.shard_rank, h.tensor_id, h.chunk_index,
+                                     h.clock});
+  chunk_push p{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock,
+               (h.flags & transports::flag_want_result) != 0, std::move(payload), c, h.ring};
+  auto index = b.routes->shard_of(h.tensor_id, h.chunk_index);
+  if (h.kind == frame_kind::push) {
+    if (st.outbox.size() <= index)
+      st.outbox.resize(st.book->shards.size());
+    st.outbox[index].push_back(std::move(p));
+    return;
+  }
+  flush();
+  self_->send(st.book->shards[index], init_atom::value, std::move(p));
+}
+
+void poller_sink::flush() {
+  auto& st = self_->state;
+  for (size_t i = 0; i < st.outbox.size(); ++i) {
+    auto& pushes = st.outbox[i];
+    if (pushes.empty())
+      continue;
+    if (pushes.size() == 1)
+      self_->send(st.book->shards[i], push_atom::value, std::move(pushes.front()));
+    else
+      self_->send(st.book->shards[i], push_atom::value, std::move(pushes));
+    pushes = {};
+  }
+}
+
+// Checks a data frame against the connection's binding; refuses it (error frame)
+// and returns false if it does not fit.
+bool poller_sink::admissible(const connection_ptr& c, const frame_header& h) {
+  if (h.kind != frame_kind::push && h.kind != frame_kind::init && h.kind != frame_kind::pull) {
+    refuse(c, h, errc::bad_frame, "only push, init and pull travel on shared memory");
+    return false;
+  }
+  return check_data(c, h, false).action == payload_target::receive;
+}
+
+payload_target poller_sink::check_data(const connection_ptr& c, const frame_header& h,
+                          bool allocate) {
+  auto& st = self_->state;
+  auto it = st.book->bindings.find(c->id());
+  if (it == st.book->bindings.end() || it->second.status != binding::joined)
+    return refuse(c, h, errc::not_joined,
+                  fmt::format("{} before the connection joined a job: send hello and "
+                              "wait for welcome",
+                              transports::to_string(h.kind)));
+  auto& b = it->second;
+  if (h.job_id != b.job_id)
+    return refuse(c, h, errc::unknown_job,
+                  fmt::format("unknown job {}: this connection joined job {}", h.job_id,
+                              b.job_id));
+  if (h.rank != b.rank)
+    return refuse(c, h, errc::bad_rank,
+                  fmt::format("rank {} on a connection that joined as rank {}", h.rank,
+                              b.rank));
+  if (h.kind == frame_kind::bye)
+    return h.payload_bytes == 0
+             ? payload_target::into(nullptr)
+             : refuse(c, h, errc::bad_frame, "bye carries no payload");
+  if (h.kind == frame_kind::hyper) {
+    constexpr uint32_t max_hyper_bytes = 4096;
+    if (h.payload_bytes == 0 || h.payload_bytes > max_hyper_bytes)
+      return refuse(c, h, errc::bad_frame,
+                    fmt::format("hyper carries a HyperChange of 1..{} bytes, not {}",
+                                max_hyper_bytes, h.payload_bytes));
+    return payload_target::into(st.buffer(max_hyper_bytes));
+  }
+  if (h.tensor_id >= b.routes->num_tensors())
+    return refuse(c, h, errc::bad_chunk,
+                  fmt::format("tensor {} does not exist (the job has {})", h.tensor_id,
+                              b.routes->num_tensors()));
+  auto& layout = b.routes->layout(h.tensor_id);
+  if (h.chunk_index >= layout.count())
+    return refuse(c, h, errc::bad_chunk,
+                  fmt::format("chunk {} of tensor {} does not exist (it has {})",
+                              h.chunk_index, h.tensor_id, layout.count()));
+  if (!b.routes->is_local(h.tensor_id, h.chunk_index) && b.previous
+      && b.previous->is_local(h.tensor_id, h.chunk_index))
+    return payload_target::dropped(); // sent by the ring the job just left: sent again
+  if (!b.routes->is_local(h.tensor_id, h.chunk_index))
+    return refuse(c, h, errc::bad_chunk,
+                  fmt::format("chunk {}/{} of job {} is homed on another node of the job, "
+                              "not on {} (consistent-hash ring): send it to its home",
+                              h.tensor_id, h.chunk_index, b.job_id, st.settings.node_name));
+  if (h.kind == frame_kind::pull)
+    return h.payload_bytes == 0 ? payload_target::into(nullptr)
+                                : refuse(c, h, errc::bad_frame, "pull carries no payload");
+  auto expect = layout.length(h.chunk_index) * sizeof(float);
+  // A dense push of a bf16 / fp16 job carries 16-bit values, flagged with the job's
+  // format; every other frame carries float32 (inits: the exact initial values; a
+  // mirror link's sums; shared memory, where nothing travels and the worker rounds its
+  // chunks in place as the wire would). Sparse pushes carry float32 pairs.
+  const uint16_t half = h.flags & transports::flag_half;
+  const uint16_t job_half = b.rank == transports::mirror_rank || c->resident()
+                              ? uint16_t{0}
+                              : transports::half_flag(b.compression);
+  if (half != 0 && (h.kind != frame_kind::push || half != job_half))
+    return refuse(c, h, errc::bad_chunk,
+                  fmt::format("a {} frame of chunk {}/{} flagged as {} values: job {} {}",
+                              transports::to_string(h.kind), h.tensor_id, h.chunk_index,
+                              half == transports::flag_bf16   ? "bf16"
+                              : half == transports::flag_fp16 ? "fp16"
+                                                              : "both bf16 and fp16",
+                              b.job_id,
+                              job_half == 0 ? "sends float32 chunks"
+                                            : fmt::format("compresses with {}",
+                                                          to_string(b.compression))));
+  if (h.kind == frame_kind::push && job_half != 0) {
+    if (half == 0)
+      return refuse(c, h, errc::bad_chunk,
+                    fmt::format("chunk {}/{} carries float32 values: job {} compresses its "
+                                "gradients with {} (flag 0x{:x})",
+                                h.tensor_id, h.chunk_index, b.job_id,
+                                to_string(b.compression), job_half));
+    expect = transports::half_payload_bytes(half, layout.length(h.chunk_index));
+  }
+  if (h.kind == frame_kind::push_sparse) {
+    // Pairs of 8 bytes, never more than the dense chunk (a worker sends dense then).
+    if (auto why = transports::check_sparse_size(h.payload_bytes, layout.length(h.chunk_index));
+        !why.empty())
+      return refuse(c, h, errc::bad_chunk,
+                    fmt::format("sparse chunk {}/{} carries {}", h.tensor_id, h.chunk_index,
+                                why));
+    if (!allocate)
+      return payload_target::into(nullptr);
+    return h.payload_bytes == 0 ? payload_target::into(nullptr)
+                                : payload_target::into(st.buffer(b.chunk_bytes));
+  }
+  if (h.payload_bytes != expect)
+    return refuse(c, h, errc::bad_chunk,
+                  fmt::format("chunk {}/{} holds {} bytes, the frame carries {}",
+                              h.tensor_id, h.chunk_index, expect, h.payload_bytes));
+  if (!allocate)
+    return payload_target::into(nullptr);
+  return payload_target::into(st.buffer(b.chunk_bytes));
+}
+
+} // namespace rw::actors::detail

@@ -1,0 +1,225 @@
+// Job creation on the node: a later worker joins a job that has chunks already; the
+// first creates it (a hierarchical job's rack part, the chunks laid out over the
+// node's shards, the job's links), and is answered with its binding.
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/rack/state.hpp"
+#include "logic/chunk_state.hpp"
+#include "logic/limited_log.hpp"
+#include "runtime/credentials.hpp"
+#include "runtime/kernels.hpp"
+#include "runtime/ring.hpp"
+
+namespace rw::actors::detail {
+
+namespace {
+
+// A later worker joins a job that has chunks already.
+job_binding join_job(rack_ptr self, job_info& job, const hello_request& req) {
+  auto& spec = req.hello.spec;
+  auto rank = req.hello.rank;
+  if (auto diff = describe_mismatch(job.spec, spec); !diff.empty()) {
+    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} rank={}: {}",
+                fmt::format("hello refused: peer={} rank={}: {}", req.peer, rank, diff));
+    return refuse(errc::spec_mismatch, diff);
+  }
+  return join_rank(self, job, rank, req.peer);
+}
+
+// A hierarchical job's part on this node: its rack's ranks, summed here in rank order
+// (the shards' spec: those workers, a plain sum), and the uplink that takes each
+// chunk's partial to its home in the top level. Returns the shards' spec.
+job_spec rack_part(rack_ptr self, job_info& job, const job_spec& spec) {
+  auto& st = self->state;
+  job.local_rank.assign(spec.num_workers, no_rank);
+  for (uint32_t r = 0; r < spec.num_workers; ++r)
+    if (job.layout.rank_racks.at(r) == job.node_index) {
+      job.local_rank[r] = static_cast<uint32_t>(job.global_rank.size());
+      job.global_rank.push_back(r);
+    }
+  auto part = spec;
+  part.num_workers = static_cast<uint32_t>(job.global_rank.size());
+  part.optimizer = optimizer_spec{};
+  part.optimizer.kind = optimizer_kind::sum; // never run: the step ends at the home
+  part.optimizer.rescale = 1.0f;
+  auto g = st.grants.find(top_job_name(spec.name));
+  uplink_settings u;
+  u.join.connect = job.layout.addresses.at(job.node_index);
+  u.join.job = g->second.spec;
+  u.join.job.tensors = spec.tensors;
+  u.join.rank = job.node_index;
+  u.join.token = g->second.secret;
+  u.join.transport = "tcp";
+  // Every node of the job already holds the grant: a join that takes longer than this
+  // means a node is not answering, and the job fails with that.
+  u.join.request_timeout = std::chrono::seconds(10);
+  u.join.connect_timeout = std::chrono::seconds(5);
+  u.rack_job_id = job.id;
+  u.rack_routes = job.routes;
+  u.shards = st.shards;
+  u.coordinator = caf::actor_cast<abort_sink>(self);
+  u.node_name = st.settings.node_name;
+  job.uplink = std::make_shared<rack_uplink>(std::move(u));
+  spdlog::info("job '{}' id={}: rack part of a hierarchical job: ranks [{}] of {} summed "
+               "here, then each chunk's partial goes to its home in '{}' as rack {}",
+               spec.name, job.id, fmt::join(job.global_rank, ","), spec.num_workers,
+               top_job_name(spec.name), job.node_index);
+  return part;
+}
+
+// The first worker of a job: the shards allocate its chunks, then the worker joins.
+void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id, binding_promise rp) {
+  auto& st = self->state;
+  auto& spec = req.hello.spec;
+  auto rank = req.hello.rank;
+  job_info job;
+  job.id = id;
+  job.granted = id < open_job_ids;
+  job.spec = spec;
+  if (auto g = st.grants.find(spec.name); job.granted && g != st.grants.end()) {
+    job.layout = g->second.layout;
+    job.internal = g->second.internal;
+    // Hyper-parameter changes made before (a job restarted from its checkpoint after a
+    // node died keeps its schedule): the worker states the job as created.
+    job.spec.schedule = g->second.spec.schedule;
+    job.init_rank = g->second.init_rank;
+    if (!is_hierarchical(g->second.layout)) { // a rack part holds no state of its own
+      job.checkpoint_every = g->second.checkpoint_every;
+      job.checkpoint_dir = g->second.checkpoint_dir;
+    }
+    auto& nodes = job.layout.nodes;
+    job.node_index = static_cast<uint32_t>(
+      std::find(nodes.begin(), nodes.end(), st.settings.node_name) - nodes.begin());
+  }
+  if (job.layout.nodes.size() > 1 && !is_hierarchical(job.layout)) {
+    runtime::hash_ring ring{job.layout.nodes, job.layout.vnodes, job.layout.ring_version};
+    job.routes = std::make_shared<runtime::routing_table>(
+      spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, job.node_index,
+      job.layout.replicas);
+  } else {
+    job.routes = std::make_shared<runtime::routing_table>(spec, uint32_t(st.shards.size()),
+                                                         st.settings.shard_endpoints);
+  }
+  std::vector<std::vector<runtime::checkpoint::chunk_record>> restored;
+  if (auto g = st.grants.find(spec.name);
+      job.granted && g != st.grants.end() && !g->second.restore.empty()) {
+    auto why = load_restore(g->second.restore, spec, *job.routes, restored);
+    if (!why.empty()) {
+      spdlog::error("{}", why);
+      rp.deliver(refuse(errc::invalid_spec, why));
+      return;
+    }
+    if (is_hierarchical(job.layout)) {
+      // A rack's part holds every chunk's parameters at the checkpoint's version (for
+      // its workers' pulls, and to go on from that clock), not the optimizer's state,
+      // which is its top level's, at the chunks' homes.
+      for (auto& shard : restored)
+        for (auto& r : shard) {
+          r.m.clear();
+          r.v.clear();
+        }
+    }
+    spdlog::info("job '{}' id={}: restoring {} chunks homed here from checkpoint '{}'",
+                 spec.name, id, job.routes->local_chunks(), g->second.restore);
+  }
+  job.ranks.assign(spec.num_workers, rank_status::absent);
+  job.ranks[rank] = rank_status::live;
+  job.connections.assign(spec.num_workers, 0);
+  job.connections[rank] = 1;
+  job.tokens.assign(spec.num_workers, 0);
+  job.tokens[rank] = runtime::random_u64();
+  job.peers.assign(spec.num_workers, std::string{});
+  job.peers[rank] = req.peer;
+  job.created_by = peer_host(req.peer);
+  job.departures.assign(spec.num_workers, 0);
+  job.away_since.assign(spec.num_workers, {});
+  job.away_reason.assign(spec.num_workers, std::string{});
+  if (st.settings.shared_params && job.layout.nodes.size() <= 1) {
+    try {
+      job.params = std::make_shared<transports::shm::mapping>(
+        transports::shm::create_params_segment(spec));
+    } catch (const std::exception& e) {
+      spdlog::warn("job '{}': parameters stay private (colocated workers get copies): {}",
+                   spec.name, e.what());
+    }
+  }
+  auto shard_spec = job.spec;
+  if (is_hierarchical(job.layout))
+    shard_spec = rack_part(self, job, spec);
+  uint64_t bytes = 0;
+  for (auto& t : spec.tensors)
+    bytes += t.elements * sizeof(float);
+  // An open job is created here; a granted one was created at the cluster coordinator
+  // (its log says by whom), and its first worker starts this node's part.
+  spdlog::info("{}: job='{}' id={} workers={} consistency={} compression={}{} "
+               "optimizer={} lr={} "
+               "chunk_bytes={} tensors={} bytes={} chunks={} chunks_per_shard=[{}] "
+               "chunks_per_endpoint=[{}] credentials={} nodes={} homed_here={}",
+               job.granted ? "job started on this node" : "job created", spec.name, job.id,
+               spec.num_workers, to_string(spec.consistency),
+               to_string(spec.compression), spec.compression.updates ? "+updates" : "",
+               to_string(spec.optimizer.kind), spec.optimizer.learning_rate,
+               spec.chunk_bytes, spec.tensors.size(), bytes, job.routes->total_chunks(),
+               fmt::join(job.routes->chunks_per_shard(), ","),
+               fmt::join(job.routes->chunks_per_endpoint(), ","),
+               job.granted ? "token" : "none (open job)",
+               std::max<size_t>(job.layout.nodes.size(), 1), job.routes->local_chunks());
+  spdlog::info("worker joined: job='{}' id={} rank={} peer={}", spec.name, job.id, rank,
+               req.peer);
+  // Created by this hello only for an open job: a granted one was created by whoever
+  // asked the coordinator for it (a shell), its first worker only starts it.
+  auto b = joined(job, rank, !job.granted);
+  auto sink = caf::actor_cast<abort_sink>(self);
+  auto pending = std::make_shared<size_t>(st.shards.size());
+  std::vector<caf::actor> peers;
+  for (auto& sh : st.shards)
+    peers.push_back(caf::actor_cast<caf::actor>(sh));
+  mirror_ring(self, job, job.layout);
+  for (uint32_t i = 0; i < st.shards.size(); ++i) {
+    job_setup setup{job.id, shard_spec, job.routes, i, job.params, peers, job.uplink,
+                    job.init_rank, restored.empty() ? std::vector<runtime::checkpoint::chunk_record>{}
+                                                    : std::move(restored[i]),
+                    job.checkpoint_every};
+    setup.ring_version = job.layout.nodes.size() > 1 ? job.layout.ring_version : 0;
+    setup.mirror = job.mirror;
+    self->request(st.shards[i], st.settings.shard_setup_timeout, create_atom::value,
+                  std::move(setup), sink)
+      .then(
+        [=](ok_atom) mutable {
+          if (--*pending == 0 && rp.pending())
+            answer_with_resume(self, b, rp); // 0, or a restored job's clock
+        },
+        [=](caf::error& err) mutable {
+          // The job ends here, on every shard: its name is free and no rank stays live.
+          auto why = fmt::format("shard {} of node {} did not set up the job's chunks: {}", i,
+                                 self->state.settings.node_name, describe(self->system(), err));
+          end_job(self, b.job_id, "failed", errc::internal, why);
+          if (rp.pending())
+            rp.deliver(refuse(errc::internal, why));
+        });
+  }
+  if (job.uplink)
+    job.uplink->start();
+  if (job.granted)
+    report_start(self, job);
+  st.names[job.id] = spec.name;
+  st.jobs.emplace(spec.name, std::move(job));
+}
+
+} // namespace
+
+void admit(rack_ptr self, const hello_request& req, uint32_t id, binding_promise rp) {
+  auto& st = self->state;
+  auto it = st.jobs.find(req.hello.spec.name);
+  if (it != st.jobs.end()) {
+    answer_with_resume(self, join_job(self, it->second, req), std::move(rp));
+    return;
+  }
+  create_rack_job(self, req, id != 0 ? id : st.next_open_id++, std::move(rp));
+}
+
+} // namespace rw::actors::detail
