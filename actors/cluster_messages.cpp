@@ -31,13 +31,13 @@ void register_cluster_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<checkpoint_part>("rw::checkpoint_part");
   cfg.add_message_type<chunk_moves>("rw::chunk_moves");
   cfg.add_message_type<checkpoint_info>("rw::checkpoint_info");
-  cfg.add_error_category(error_category, [](uint8_t code, caf::atom_value,
-                                            const caf::message& context) {
-    std::string text = to_string(static_cast<errc>(code));
-    if (context.match_elements<std::string>())
-      text += ": " + context.get_as<std::string>(0);
-    return text;
-  });
+  cfg.add_error_category(error_category,
+                         [](uint8_t code, caf::atom_value, const caf::message& context) {
+                           std::string text = to_string(static_cast<errc>(code));
+                           if (context.match_elements<std::string>())
+                             text += ": " + context.get_as<std::string>(0);
+                           return text;
+                         });
 }
 
 caf::error cluster_error(errc code, std::string message) {

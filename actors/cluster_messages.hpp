@@ -25,8 +25,8 @@ namespace rw {
 // inspection is here, in their namespace for argument-dependent lookup.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, optimizer_spec& x) {
-  return f(caf::meta::type_name("rw::optimizer_spec"), x.kind, x.learning_rate, x.momentum,
-           x.beta1, x.beta2, x.epsilon, x.weight_decay, x.rescale, x.eta);
+  return f(caf::meta::type_name("rw::optimizer_spec"), x.kind, x.learning_rate,
+           x.momentum, x.beta1, x.beta2, x.epsilon, x.weight_decay, x.rescale, x.eta);
 }
 
 template <class Inspector>
@@ -54,11 +54,12 @@ typename Inspector::result_type inspect(Inspector& f, hyper_change& x) {
     present = runtime::to_bits(x, values);
   auto load = caf::meta::load_callback([&]() -> caf::error {
     if (!runtime::from_bits(x, present, values))
-      return caf::make_error(caf::sec::invalid_argument, "hyper_change with unknown fields");
+      return caf::make_error(caf::sec::invalid_argument,
+                             "hyper_change with unknown fields");
     return caf::none;
   });
-  return f(caf::meta::type_name("rw::hyper_change"), x.at_clock, present, values[0], values[1],
-           values[2], values[3], values[4], load);
+  return f(caf::meta::type_name("rw::hyper_change"), x.at_clock, present, values[0],
+           values[1], values[2], values[3], values[4], load);
 }
 
 template <class Inspector>
@@ -102,18 +103,18 @@ using untrust_atom = caf::atom_constant<caf::atom("untrust")>;
 
 /// A rack-agg node as the cluster knows it.
 struct node_info {
-  uint32_t id = 0;                    // assigned by the coordinator at registration
+  uint32_t id = 0; // assigned by the coordinator at registration
   std::string name;
   std::string role;                   // "rack-agg"
   std::string rack;                   // its rack (--rack; default: the host name)
   std::vector<std::string> endpoints; // where its workers connect (HOST:PORT each)
   uint32_t shards = 0;
-  uint32_t jobs = 0;                  // live jobs placed on it
-  uint64_t last_seen_ms = 0;          // since its last heartbeat, when asked
-  double uplink_gbps = 0;             // its rack's links to it (0: not configured)
-  double core_gbps = 0;               // its link into the core network (0: not configured)
-  double nic_gbps = 0;                // what its first endpoint's device reports (0: nothing)
-  std::string nic;                    // that device ("" if no single device holds it)
+  uint32_t jobs = 0;         // live jobs placed on it
+  uint64_t last_seen_ms = 0; // since its last heartbeat, when asked
+  double uplink_gbps = 0;    // its rack's links to it (0: not configured)
+  double core_gbps = 0;      // its link into the core network (0: not configured)
+  double nic_gbps = 0;       // what its first endpoint's device reports (0: nothing)
+  std::string nic;           // that device ("" if no single device holds it)
 };
 
 /// The coordinator's answer to a node's registration: the node's id, and the jobs the
@@ -151,11 +152,11 @@ struct job_layout {
   std::vector<std::string> racks;     // each node's rack
   uint32_t vnodes = defaults::ring_vnodes;
   uint64_t ring_version = 1;
-  std::string reduction = "flat";     // how the job reduces across nodes
+  std::string reduction = "flat"; // how the job reduces across nodes
   /// Hierarchical: the node (index into nodes, one per rack) each rank belongs to.
   /// Empty in a job placed at join until every rank has said hello.
   std::vector<uint32_t> rank_racks;
-  std::string plan;                   // why this reduction (auto's numbers), for status
+  std::string plan; // why this reduction (auto's numbers), for status
   /// Hierarchical without worker_racks: ranks are placed at join (each worker at its
   /// nearest agg), and every rank must say hello within this long of the first. 0: the
   /// map is fixed at creation.
@@ -216,7 +217,7 @@ struct checkpoint_part {
   uint64_t xxh64 = 0;
   std::vector<uint32_t> tensors; // with chunks: the (tensor, chunk) ids it holds
   std::vector<uint32_t> chunks;
-  uint64_t clock = 0;            // the chunks' version (one clock)
+  uint64_t clock = 0; // the chunks' version (one clock)
 };
 
 /// A moving job's chunks on their way to their homes on its new ring (a drain): per
@@ -264,7 +265,7 @@ struct job_grant {
   job_spec spec;
   std::string secret;
   job_layout layout;
-  std::string restore; // the checkpoint the job starts from ("": none)
+  std::string restore;           // the checkpoint the job starts from ("": none)
   uint64_t checkpoint_every = 0; // periodic checkpoints (0: none), into checkpoint_dir
   std::string checkpoint_dir;
   /// The node joins the running job (rw.node_join): `spec` has its tensors, and the
@@ -278,9 +279,10 @@ struct job_grant {
 /// One worker of a job, as its node counts it. Counts are chunk messages.
 struct rank_report {
   uint32_t rank = 0;
-  std::string state;      // "absent" (not joined yet), "live", "away" (gone without bye, may rejoin), "left" (said bye)
-  std::string peer;       // HOST:PORT it connected from ("" if absent)
-  uint64_t clock = 0;     // steps pushed: the highest clock any of its pushes carried, + 1
+  std::string
+    state; // "absent" (not joined yet), "live", "away" (gone without bye, may rejoin), "left" (said bye)
+  std::string peer;   // HOST:PORT it connected from ("" if absent)
+  uint64_t clock = 0; // steps pushed: the highest clock any of its pushes carried, + 1
   uint64_t pushes = 0;
   uint64_t pulls = 0;     // pull requests and push_pulls answered
   uint64_t bytes_in = 0;  // gradient bytes received
@@ -292,12 +294,12 @@ struct rank_report {
 struct job_report {
   uint32_t id = 0;
   std::string name;
-  std::string state;  // created, running, finished, failed, stopped
-  std::string reason; // why it failed or stopped ("" otherwise)
-  std::string node;   // the node it was placed on (the first, if several)
+  std::string state;                  // created, running, finished, failed, stopped
+  std::string reason;                 // why it failed or stopped ("" otherwise)
+  std::string node;                   // the node it was placed on (the first, if several)
   std::vector<std::string> endpoints; // that node's addresses, for the workers
-  job_layout layout;  // every node of the job, its ring version and reduction
-  job_spec spec;      // tensors appear once the first worker has joined
+  job_layout layout; // every node of the job, its ring version and reduction
+  job_spec spec;     // tensors appear once the first worker has joined
   uint64_t created_unix_ms = 0;
   uint64_t started_unix_ms = 0; // first worker joined (0: not yet)
   uint64_t ended_unix_ms = 0;   // 0: not ended
@@ -323,7 +325,7 @@ struct job_event {
   uint32_t job_id = 0;
   std::string state; // running, finished, failed, stopped
   std::string reason;
-  job_spec spec;     // with the tensors the workers declared
+  job_spec spec; // with the tensors the workers declared
   std::vector<rank_report> ranks;
 };
 
@@ -343,20 +345,21 @@ typename Inspector::result_type inspect(Inspector& f, node_admission& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rate_probe_request& x) {
-  return f(caf::meta::type_name("rw::rate_probe_request"), x.target, x.address, x.max_bytes,
-           x.burst_ms, x.timeout_ms);
+  return f(caf::meta::type_name("rw::rate_probe_request"), x.target, x.address,
+           x.max_bytes, x.burst_ms, x.timeout_ms);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rate_probe_result& x) {
-  return f(caf::meta::type_name("rw::rate_probe_result"), x.ok, x.gbps, x.bytes, x.elapsed_us,
-           x.error);
+  return f(caf::meta::type_name("rw::rate_probe_result"), x.ok, x.gbps, x.bytes,
+           x.elapsed_us, x.error);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_layout& x) {
-  return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks, x.vnodes,
-           x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms, x.replicas);
+  return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks,
+           x.vnodes, x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms,
+           x.replicas);
 }
 
 template <class Inspector>
@@ -388,8 +391,8 @@ typename Inspector::result_type inspect(Inspector& f, chunk_moves& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, checkpoint_part& x) {
-  return f(caf::meta::type_name("rw::checkpoint_part"), x.file, x.bytes, x.xxh64, x.tensors,
-           x.chunks, x.clock);
+  return f(caf::meta::type_name("rw::checkpoint_part"), x.file, x.bytes, x.xxh64,
+           x.tensors, x.chunks, x.clock);
 }
 
 template <class Inspector>
@@ -412,9 +415,9 @@ typename Inspector::result_type inspect(Inspector& f, rank_report& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_report& x) {
-  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-           x.endpoints, x.layout, x.spec, x.created_unix_ms, x.started_unix_ms, x.ended_unix_ms,
-           x.ranks, x.max_memory);
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
+           x.node, x.endpoints, x.layout, x.spec, x.created_unix_ms, x.started_unix_ms,
+           x.ended_unix_ms, x.ranks, x.max_memory);
 }
 
 template <class Inspector>

@@ -198,7 +198,7 @@ struct relay_update {
   uint32_t tensor;
   uint32_t chunk;
   uint64_t version;
-  const float* data;     // null: the step cannot complete (code, why)
+  const float* data; // null: the step cannot complete (code, why)
   errc code = errc::ok;
   std::string why;
   std::shared_ptr<const std::vector<float>> keep; // what `data` points into, if owned
@@ -269,23 +269,23 @@ struct route_change {
 struct poller_stats {
   int cpu = -1;
   std::vector<int> affinity;
-  uint64_t buffers = 0;  // receive buffers allocated so far
-  int buffer_numa = -1;  // NUMA domain of its receive buffers (-1: none yet)
+  uint64_t buffers = 0; // receive buffers allocated so far
+  int buffer_numa = -1; // NUMA domain of its receive buffers (-1: none yet)
   uint64_t connections = 0;
-  std::string endpoint;    // where peers reach it (transports::endpoint::describe)
-  uint64_t frames_in = 0;  // frames read (headers decoded) since the node started
-  uint64_t bytes_in = 0;   // their headers and payloads
-  uint64_t refused = 0;    // frames answered with an error frame, or that closed a stream
+  std::string endpoint;   // where peers reach it (transports::endpoint::describe)
+  uint64_t frames_in = 0; // frames read (headers decoded) since the node started
+  uint64_t bytes_in = 0;  // their headers and payloads
+  uint64_t refused = 0;   // frames answered with an error frame, or that closed a stream
 };
 
 /// One job as the node's rack coordinator sees it, for /metrics (rw-node --metrics).
 struct job_gauge {
   uint32_t id = 0;
   std::string name;
-  uint32_t ranks = 0;        // the job's workers (this rack's, for a hierarchical job)
-  uint32_t live = 0;         // of them, connected now
-  uint32_t away = 0;         // gone without bye, inside their rejoin window
-  uint64_t clock = 0;        // steps every chunk of the job here has completed
+  uint32_t ranks = 0; // the job's workers (this rack's, for a hierarchical job)
+  uint32_t live = 0;  // of them, connected now
+  uint32_t away = 0;  // gone without bye, inside their rejoin window
+  uint64_t clock = 0; // steps every chunk of the job here has completed
   runtime::step_histogram steps; // time between successive clocks
 };
 

@@ -54,42 +54,49 @@ int run_driver(comm_args a, const std::string& command) {
     throw std::invalid_argument("--bytes must be a positive multiple of 4");
   if (a.workers == 0 || a.iters == 0)
     throw std::invalid_argument("--workers and --iters must be at least 1");
-  auto model = rw::parse_consistency(a.consistency); // says what is wrong
+  auto model = rw::parse_consistency(a.consistency);       // says what is wrong
   auto compression = rw::parse_compression(a.compression); // says what is wrong
   const bool updates = compress_updates(a);
   if (updates && compression.kind != rw::compression_spec::bf16
       && compression.kind != rw::compression_spec::fp16)
-    throw std::invalid_argument("--compress-updates needs --compression bf16 or fp16 (results "
-                                "travel as 16-bit values of the same format)");
+    throw std::invalid_argument(
+      "--compress-updates needs --compression bf16 or fp16 (results "
+      "travel as 16-bit values of the same format)");
   parse_straggler(a.straggler, a.workers);
   bench_tensors(bytes / 4, a.layers); // says what is wrong
   if ((a.checkpoint_every != 0) != !a.checkpoint_dir.empty())
     throw std::invalid_argument("--checkpoint-every and --checkpoint-dir go together");
   if (a.checkpoint_every != 0 && a.open_job)
-    throw std::invalid_argument("--checkpoint-every needs a job made through the coordinator, "
-                                "not --open-job");
+    throw std::invalid_argument(
+      "--checkpoint-every needs a job made through the coordinator, "
+      "not --open-job");
   if (a.layers != 0 && a.transport == "shm")
     throw std::invalid_argument("--layers runs over TCP: shared memory gives each tensor "
                                 "its own place, not one gradient end to end");
   if (a.verify && model.model != rw::consistency_spec::bsp)
-    throw std::invalid_argument("--verify checks the exact BSP result: it needs --consistency bsp");
+    throw std::invalid_argument(
+      "--verify checks the exact BSP result: it needs --consistency bsp");
   const bool joins = !a.token_file.empty(); // a job somebody made, with its token
   if (joins) {
     if (a.open_job)
-      throw std::invalid_argument("--token-file joins a job made through the coordinator; "
-                                  "--open-job makes one on the node: give one of them");
+      throw std::invalid_argument(
+        "--token-file joins a job made through the coordinator; "
+        "--open-job makes one on the node: give one of them");
     if (a.job.empty())
-      throw std::invalid_argument("--token-file needs --job: the name of the job its token "
-                                  "is for");
+      throw std::invalid_argument(
+        "--token-file needs --job: the name of the job its token "
+        "is for");
     if (!a.worker_racks.empty() || a.reduction != "auto" || a.replicas >= 0
         || a.checkpoint_every != 0)
-      throw std::invalid_argument("--token-file joins the job as it was made: it takes no "
-                                  "--worker-racks, --reduction, --replicas or "
-                                  "--checkpoint-every");
+      throw std::invalid_argument(
+        "--token-file joins the job as it was made: it takes no "
+        "--worker-racks, --reduction, --replicas or "
+        "--checkpoint-every");
     std::ifstream token{a.token_file};
     std::string line;
     if (!std::getline(token, line) || line.empty())
-      throw std::invalid_argument("cannot read a job token from --token-file " + a.token_file);
+      throw std::invalid_argument("cannot read a job token from --token-file "
+                                  + a.token_file);
   }
   a.stop_file = fmt::format("/tmp/rw-bench-{}-{}.stop", getpid(),
                             clock_type::now().time_since_epoch().count());
@@ -98,19 +105,22 @@ int run_driver(comm_args a, const std::string& command) {
                         clock_type::now().time_since_epoch().count() % 1000000);
   auto racks = split_list(a.worker_racks);
   if (!racks.empty() && racks.size() != a.workers)
-    throw std::invalid_argument(fmt::format("--worker-racks names {} racks for {} workers: "
-                                            "give one per worker",
-                                            racks.size(), a.workers));
+    throw std::invalid_argument(
+      fmt::format("--worker-racks names {} racks for {} workers: "
+                  "give one per worker",
+                  racks.size(), a.workers));
   auto rack_options = split_list(a.rack);
   if (rack_options.size() == 1)
     rack_options.assign(a.workers, rack_options.front());
   if (!rack_options.empty() && rack_options.size() != a.workers)
-    throw std::invalid_argument(fmt::format("--rack names {} racks for {} workers: give one "
-                                            "for all, or one per worker",
-                                            rack_options.size(), a.workers));
+    throw std::invalid_argument(
+      fmt::format("--rack names {} racks for {} workers: give one "
+                  "for all, or one per worker",
+                  rack_options.size(), a.workers));
   if (a.open_job && (!racks.empty() || a.reduction != "auto" || a.replicas >= 0))
-    throw std::invalid_argument("--open-job runs on one node: it takes no --worker-racks, "
-                                "--reduction or --replicas");
+    throw std::invalid_argument(
+      "--open-job runs on one node: it takes no --worker-racks, "
+      "--reduction or --replicas");
   std::unique_ptr<rw::bench::cluster_job> job;
   if (!a.open_job && !joins) {
     rw::bench::cluster_job_request req;
@@ -127,24 +137,40 @@ int run_driver(comm_args a, const std::string& command) {
   }
   const std::vector<std::string> one_node{joins ? "(joined job)" : "(open job)"};
   const auto& nodes = job ? job->nodes() : one_node;
-  const std::string reduction = job ? job->reduction() : joins ? "as made" : "single-node";
+  const std::string reduction = job     ? job->reduction()
+                                : joins ? "as made"
+                                        : "single-node";
   auto self = rw::tools::self_dir() + "/rw-bench";
   std::vector<rw::tools::subprocess> kids;
   for (uint32_t r = 0; r < a.workers; ++r) {
-    std::vector<std::string> argv{self,          "comm-worker",
-                                  "--connect",   job ? job->connect_of(r) : a.connect,
-                                  "--rank",      std::to_string(r),
-                                  "--workers",   std::to_string(a.workers),
-                                  "--bytes",     a.bytes_text,
-                                  "--iters",     std::to_string(a.iters),
-                                  "--warmup",    std::to_string(a.warmup),
-                                  "--chunk-bytes", a.chunk_text,
-                                  "--transport", a.transport,
-                                  "--consistency", a.consistency,
-                                  "--compression", a.compression,
-                                  updates ? "--compress-updates" : "--no-compress-updates",
-                                  "--stop-file", a.stop_file,
-                                  "--job",       a.job};
+    std::vector<std::string> argv{self,
+                                  "comm-worker",
+                                  "--connect",
+                                  job ? job->connect_of(r) : a.connect,
+                                  "--rank",
+                                  std::to_string(r),
+                                  "--workers",
+                                  std::to_string(a.workers),
+                                  "--bytes",
+                                  a.bytes_text,
+                                  "--iters",
+                                  std::to_string(a.iters),
+                                  "--warmup",
+                                  std::to_string(a.warmup),
+                                  "--chunk-bytes",
+                                  a.chunk_text,
+                                  "--transport",
+                                  a.transport,
+                                  "--consistency",
+                                  a.consistency,
+                                  "--compression",
+                                  a.compression,
+                                  updates ? "--compress-updates"
+                                          : "--no-compress-updates",
+                                  "--stop-file",
+                                  a.stop_file,
+                                  "--job",
+                                  a.job};
     if (!a.straggler.empty()) {
       argv.push_back("--straggler");
       argv.push_back(a.straggler);
@@ -273,10 +299,10 @@ int run_driver(comm_args a, const std::string& command) {
                              {"wire_bytes", std::round(wire_bytes)}};
     std::cout << j.dump() << "\n";
   } else {
-    std::cout << fmt::format("rw-bench comm: {} workers x {} (push_pull, optimizer sum, {}), "
-                             "{} iterations after {} warm-up\n",
-                             a.workers, rw::tools::format_bytes(bytes), a.transport, a.iters,
-                             a.warmup);
+    std::cout << fmt::format(
+      "rw-bench comm: {} workers x {} (push_pull, optimizer sum, {}), "
+      "{} iterations after {} warm-up\n",
+      a.workers, rw::tools::format_bytes(bytes), a.transport, a.iters, a.warmup);
     std::cout << fmt::format("  median {:.3f} ms   p90 {:.3f} ms   goodput {:.3f} Gbit/s "
                              "(2 x workers x bytes per step)   verified: {}\n",
                              median, p90, gbps,
@@ -287,12 +313,12 @@ int run_driver(comm_args a, const std::string& command) {
                              fmt::join(mean_wait, ", "), max_staleness);
     std::cout << fmt::format("  job on {} node(s) [{}], reduction {}\n", nodes.size(),
                              fmt::join(nodes, ", "), reduction);
-    std::cout << fmt::format("  compression {}{}: {} on the wire per step (every worker's "
-                             "data frames, both ways; uncompressed: about {})\n",
-                             rw::to_string(compression),
-                             updates ? ", updates too" : "",
-                             rw::tools::format_bytes(static_cast<uint64_t>(wire_bytes)),
-                             rw::tools::format_bytes(2 * uint64_t{a.workers} * bytes));
+    std::cout << fmt::format(
+      "  compression {}{}: {} on the wire per step (every worker's "
+      "data frames, both ways; uncompressed: about {})\n",
+      rw::to_string(compression), updates ? ", updates too" : "",
+      rw::tools::format_bytes(static_cast<uint64_t>(wire_bytes)),
+      rw::tools::format_bytes(2 * uint64_t{a.workers} * bytes));
     std::cout << "  command: " << command << "\n";
   }
   return a.verify && !verified ? 3 : 0;
@@ -301,26 +327,31 @@ int run_driver(comm_args a, const std::string& command) {
 void add_common(CLI::App* cmd, comm_args& a) {
   cmd->add_option("--connect", a.connect, "HOST:PORT of the rack-agg node")
     ->capture_default_str();
-  cmd->add_option("--workers", a.workers, "worker processes (ranks)")->capture_default_str();
+  cmd->add_option("--workers", a.workers, "worker processes (ranks)")
+    ->capture_default_str();
   cmd->add_option("--bytes", a.bytes_text, "gradient size per worker (e.g. 64MiB)")
     ->capture_default_str();
   cmd->add_option("--iters", a.iters, "timed iterations")->capture_default_str();
-  cmd->add_option("--warmup", a.warmup, "untimed iterations first")->capture_default_str();
+  cmd->add_option("--warmup", a.warmup, "untimed iterations first")
+    ->capture_default_str();
   cmd->add_option("--chunk-bytes", a.chunk_text, "chunk size of the job")
     ->capture_default_str();
   cmd->add_option("--push-window", a.push_window_text,
                   "how far each worker's pushes may run ahead of its answered chunks "
-                  "over TCP (e.g. 4MiB; 0: no window; default: the worker's, 16 chunks and at least 512KiB)");
+                  "over TCP (e.g. 4MiB; 0: no window; default: the worker's, 16 chunks "
+                  "and at least 512KiB)");
   cmd->add_option("--trace", a.trace,
                   "each worker writes its step timeline (Chrome trace-event JSON, one "
                   "event per operation) to TRACE.rankR.json; give rw-node --trace too "
                   "and load them all in ui.perfetto.dev");
-  cmd->add_option("--layers", a.layers,
-                  "cut the gradient into N layers, each a weight and a 256-element bias "
-                  "(layerI.w, layerI.b), exchanged together each iteration; with "
-                  "--chunk-bytes near --bytes/N each weight is one chunk and, round-robin, "
-                  "lands on the same shard: a skewed job (bench/balance.sh). 0: one tensor "
-                  "(TCP only)")
+  cmd
+    ->add_option(
+      "--layers", a.layers,
+      "cut the gradient into N layers, each a weight and a 256-element bias "
+      "(layerI.w, layerI.b), exchanged together each iteration; with "
+      "--chunk-bytes near --bytes/N each weight is one chunk and, round-robin, "
+      "lands on the same shard: a skewed job (bench/balance.sh). 0: one tensor "
+      "(TCP only)")
     ->capture_default_str();
   cmd->add_option("--job", a.job, "job name (default: a fresh one per run)");
   cmd->add_flag("--verify", a.verify, "check every element of every result exactly");
@@ -329,35 +360,43 @@ void add_common(CLI::App* cmd, comm_args& a) {
                 "(a 4-byte push_pull of its own, not timed), as the peers' harnesses do: "
                 "a step is then the exchange alone, not one worker's wait for another's "
                 "gradient or check");
-  cmd->add_option("--consistency", a.consistency, "bsp, ssp:S (bounded staleness S) or async")
+  cmd
+    ->add_option("--consistency", a.consistency,
+                 "bsp, ssp:S (bounded staleness S) or async")
     ->capture_default_str();
-  cmd->add_option("--compression", a.compression,
-                  "how gradients travel: none, bf16, fp16 (16-bit values, summed in "
-                  "float32 on the node) or topk:RATIO (each chunk's largest RATIO of "
-                  "gradient plus residual, as sparse pairs; the rest kept for the next "
-                  "step; chunks under 1024 elements whole), or topk:RATIO,warmup=STEPS "
-                  "(more in the first STEPS steps: 1/4, 1/16, 1/64, 1/256 of each chunk); "
-                  "--verify checks against the same rounding and selection")
+  cmd
+    ->add_option("--compression", a.compression,
+                 "how gradients travel: none, bf16, fp16 (16-bit values, summed in "
+                 "float32 on the node) or topk:RATIO (each chunk's largest RATIO of "
+                 "gradient plus residual, as sparse pairs; the rest kept for the next "
+                 "step; chunks under 1024 elements whole), or topk:RATIO,warmup=STEPS "
+                 "(more in the first STEPS steps: 1/4, 1/16, 1/64, 1/256 of each chunk); "
+                 "--verify checks against the same rounding and selection")
     ->capture_default_str();
   auto* on = cmd->add_flag("--compress-updates", a.updates_on,
                            "results travel back as 16-bit values too (bf16, fp16; the "
                            "default with those)");
-  cmd->add_flag("--no-compress-updates", a.updates_off,
-                "only the gradients travel compressed (bf16, fp16)")
+  cmd
+    ->add_flag("--no-compress-updates", a.updates_off,
+               "only the gradients travel compressed (bf16, fp16)")
     ->excludes(on);
-  cmd->add_option("--straggler", a.straggler,
-                  "RANK:DELAY: that worker sleeps DELAY (us, ms, s) before each iteration; "
-                  "the run lasts until it has done --iters");
+  cmd->add_option(
+    "--straggler", a.straggler,
+    "RANK:DELAY: that worker sleeps DELAY (us, ms, s) before each iteration; "
+    "the run lasts until it has done --iters");
   cmd->add_option("--cluster-secret-file", a.secret_file,
                   "the cluster secret, if the coordinator demands one");
-  cmd->add_option("--rack", a.rack,
-                  "the workers' rack option (comm: NAME for all, or NAME,NAME,... one per "
-                  "worker; without --worker-racks the job goes on those racks' nodes and a "
-                  "hierarchical job places each worker at its rack's agg as it joins)");
-  cmd->add_option("--transport", a.transport,
-                  "tcp, shm (shared memory with a node on this host), fabric (libfabric RMA "
-                  "with a node started with --fabric; one-node jobs) or auto (shm, else "
-                  "fabric, else tcp)")
+  cmd->add_option(
+    "--rack", a.rack,
+    "the workers' rack option (comm: NAME for all, or NAME,NAME,... one per "
+    "worker; without --worker-racks the job goes on those racks' nodes and a "
+    "hierarchical job places each worker at its rack's agg as it joins)");
+  cmd
+    ->add_option(
+      "--transport", a.transport,
+      "tcp, shm (shared memory with a node on this host), fabric (libfabric RMA "
+      "with a node started with --fabric; one-node jobs) or auto (shm, else "
+      "fabric, else tcp)")
     ->check(CLI::IsMember({"tcp", "shm", "fabric", "auto"}))
     ->capture_default_str();
 }
@@ -374,17 +413,18 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   comm_args a;
   auto* comm = app.add_subcommand(
-    "comm", "W worker processes push_pull through a running rack-agg; prints step time "
-            "(median, p90 over iterations; a step lasts until its slowest worker is done) "
-            "and goodput.\n\n"
-            "What the node needs: by default rw-bench creates its job through the cluster "
-            "coordinator, found through --connect (any rack-agg's --listen address; a "
-            "cluster with a secret needs --cluster-secret-file), and deletes it after. "
-            "With --open-job the node at --connect must run with --open-jobs (no "
-            "coordinator, no token). With --job NAME --token-file FILE it joins a job "
-            "already made with rw.job_create (FILE holds its token), whose spec must "
-            "match these options (--workers, --chunk-bytes, --consistency, "
-            "--compression; sum as optimizer), and leaves it in place.");
+    "comm",
+    "W worker processes push_pull through a running rack-agg; prints step time "
+    "(median, p90 over iterations; a step lasts until its slowest worker is done) "
+    "and goodput.\n\n"
+    "What the node needs: by default rw-bench creates its job through the cluster "
+    "coordinator, found through --connect (any rack-agg's --listen address; a "
+    "cluster with a secret needs --cluster-secret-file), and deletes it after. "
+    "With --open-job the node at --connect must run with --open-jobs (no "
+    "coordinator, no token). With --job NAME --token-file FILE it joins a job "
+    "already made with rw.job_create (FILE holds its token), whose spec must "
+    "match these options (--workers, --chunk-bytes, --consistency, "
+    "--compression; sum as optimizer), and leaves it in place.");
   comm->set_version_flag("--version", version);
   add_common(comm, a);
   comm->add_flag("--json", a.json,
@@ -397,14 +437,17 @@ int main(int argc, char** argv) {
   comm->add_option("--token-file", a.token_file,
                    "join the existing job --job NAME with the token in this file (made "
                    "with rw.job_create; chmod 600) instead of creating one");
-  comm->add_flag("--open-job", a.open_job,
-                 "let the workers create the job on the node at --connect, which must run "
-                 "with --open-jobs (one node, no coordinator)");
-  comm->add_option("--worker-racks", a.worker_racks,
-                   "RACK,RACK,...: each worker's rack, in rank order; the job is placed on "
-                   "those racks' nodes and each worker says hello to its rack's node");
-  comm->add_option("--reduction", a.reduction,
-                   "how the job reduces across its nodes: auto, flat or hierarchical")
+  comm->add_flag(
+    "--open-job", a.open_job,
+    "let the workers create the job on the node at --connect, which must run "
+    "with --open-jobs (one node, no coordinator)");
+  comm->add_option(
+    "--worker-racks", a.worker_racks,
+    "RACK,RACK,...: each worker's rack, in rank order; the job is placed on "
+    "those racks' nodes and each worker says hello to its rack's node");
+  comm
+    ->add_option("--reduction", a.reduction,
+                 "how the job reduces across its nodes: auto, flat or hierarchical")
     ->check(CLI::IsMember({"auto", "flat", "hierarchical"}))
     ->capture_default_str();
   comm->add_option("--checkpoint-every", a.checkpoint_every,
@@ -412,19 +455,22 @@ int main(int argc, char** argv) {
                    "(through the coordinator: not with --open-job)");
   comm->add_option("--checkpoint-dir", a.checkpoint_dir,
                    "where --checkpoint-every writes (DIR/clock-NNNNNNNNNN)");
-  comm->add_option("--replicas", a.replicas,
-                   "0 or 1: each chunk of a flat BSP job on several nodes also served by "
-                   "the next node of the ring (default: the coordinator's, 1)")
+  comm
+    ->add_option("--replicas", a.replicas,
+                 "0 or 1: each chunk of a flat BSP job on several nodes also served by "
+                 "the next node of the ring (default: the coordinator's, 1)")
     ->check(CLI::Range(0, 1));
   auto* worker = app.add_subcommand("comm-worker", "one worker of `comm` (internal)");
   worker->group(""); // hidden
   add_common(worker, a);
   worker->add_option("--rank", a.rank, "this worker's rank")->required();
-  worker->add_option("--stop-file", a.stop_file, "created by the pacing worker when done");
+  worker->add_option("--stop-file", a.stop_file,
+                     "created by the pacing worker when done");
   worker->add_option("--token-file", a.token_file, "the job's token");
-  worker->add_option("--rank-racks", a.rank_racks,
-                     "RACK,RACK,...: each rank's rack index, for --verify of a hierarchical "
-                     "job (racks summed first)");
+  worker->add_option(
+    "--rank-racks", a.rank_racks,
+    "RACK,RACK,...: each rank's rack index, for --verify of a hierarchical "
+    "job (racks summed first)");
   if (auto code = rw::tools::parse_command_line(app, argc, argv))
     return *code;
 

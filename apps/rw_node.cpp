@@ -101,8 +101,7 @@ class throughput_logger {
 public:
   throughput_logger(caf::actor_system& sys, const rw::actors::rack_agg_node& node,
                     uint32_t interval_s)
-    : thread_([this, &sys, &node, interval_s] { run(sys, node, interval_s); }) {
-  }
+    : thread_([this, &sys, &node, interval_s] { run(sys, node, interval_s); }) {}
   ~throughput_logger() {
     {
       std::lock_guard<std::mutex> guard{mutex_};
@@ -113,16 +112,19 @@ public:
   }
 
 private:
-  void run(caf::actor_system& sys, const rw::actors::rack_agg_node& node, uint32_t interval_s) {
+  void run(caf::actor_system& sys, const rw::actors::rack_agg_node& node,
+           uint32_t interval_s) {
     auto before = rw::actors::read_totals(sys, node);
     auto since = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock{mutex_};
-    while (!wake_.wait_for(lock, std::chrono::seconds(interval_s), [this] { return done_; })) {
+    while (
+      !wake_.wait_for(lock, std::chrono::seconds(interval_s), [this] { return done_; })) {
       lock.unlock();
       auto now = rw::actors::read_totals(sys, node);
       auto at = std::chrono::steady_clock::now();
-      spdlog::info("{}", rw::actors::throughput_line(
-                           before, now, std::chrono::duration<double>(at - since).count()));
+      spdlog::info("{}",
+                   rw::actors::throughput_line(
+                     before, now, std::chrono::duration<double>(at - since).count()));
       before = now;
       since = at;
       lock.lock();
@@ -174,9 +176,11 @@ int main(int argc, char** argv) {
     // An open control plane only on loopback, or when the operator says so.
     if (auto why = rw::runtime::exposure_refusal(cfg); !why.empty())
       throw std::runtime_error(why);
-    (void)rw::runtime::checkpoint::checkpoint_root{cfg.checkpoint_root}; // an existing directory
+    (void)rw::runtime::checkpoint::checkpoint_root{
+      cfg.checkpoint_root}; // an existing directory
     if (!cfg.trace.empty()) {
-      trace = std::make_unique<rw::runtime::trace::session>(cfg.trace, "rw-node " + cfg.role);
+      trace = std::make_unique<rw::runtime::trace::session>(cfg.trace,
+                                                            "rw-node " + cfg.role);
       spdlog::info("trace: writing the step timeline to {} (Chrome trace-event JSON)",
                    cfg.trace);
     }
@@ -187,8 +191,8 @@ int main(int argc, char** argv) {
   if (auto open = rw::runtime::exposure_warning(cfg); !open.empty())
     spdlog::warn("{}", open);
   if (cfg.checkpoint_root.empty())
-    spdlog::info("no --checkpoint-root: checkpoints and restores are refused on this node");
-
+    spdlog::info(
+      "no --checkpoint-root: checkpoints and restores are refused on this node");
 
   caf::actor_system_config sys_cfg;
   sys_cfg.set("logger.verbosity", caf::atom("quiet"));
@@ -223,8 +227,8 @@ int main(int argc, char** argv) {
     try {
       rw::tools::metrics_options options;
       if (!cfg.metrics_token_file.empty())
-        options.token =
-          rw::runtime::read_secret_file(cfg.metrics_token_file, "metrics token");
+        options.token = rw::runtime::read_secret_file(cfg.metrics_token_file,
+                                                      "metrics token");
       snapshot = std::make_unique<rw::tools::metrics_snapshot>(std::move(from_node));
       rw::tools::metrics_server::handlers h;
       h.metrics = [s = snapshot.get()] { return s->exposition(); };
@@ -236,15 +240,16 @@ int main(int argc, char** argv) {
       spdlog::error("node failed to start: {}", e.what());
       return 1;
     }
-    spdlog::info("metrics on http://{}/metrics (health: /healthz, /readyz){}",
-                 metrics->address(),
-                 cfg.metrics_token_file.empty() ? "" : "; /metrics asks for its bearer token");
+    spdlog::info(
+      "metrics on http://{}/metrics (health: /healthz, /readyz){}", metrics->address(),
+      cfg.metrics_token_file.empty() ? "" : "; /metrics asks for its bearer token");
   }
   try {
     if (cfg.role == "coordinator") {
       auto topo = rw::runtime::topology::discover();
       auto listen = rw::runtime::resolve_endpoint(*topo, cfg.listen.front()).listen;
-      coordinator = std::make_unique<rw::actors::coordinator_node>(sys, cfg, listen, true);
+      coordinator = std::make_unique<rw::actors::coordinator_node>(sys, cfg, listen,
+                                                                   true);
       address = coordinator->listen_address();
     } else {
       node = std::make_unique<rw::actors::rack_agg_node>(sys, cfg);
@@ -276,7 +281,9 @@ int main(int argc, char** argv) {
     spdlog::info("node draining: its jobs move to the other nodes before it stops");
     auto drained = std::async(std::launch::async, [&] { return node->drain(); });
     bool again = false;
-    while (!again && drained.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
+    while (!again
+           && drained.wait_for(std::chrono::milliseconds(0))
+                != std::future_status::ready) {
       timespec tick{0, 100'000'000};
       again = sigtimedwait(&signals, nullptr, &tick) > 0;
     }

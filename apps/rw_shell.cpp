@@ -80,12 +80,15 @@ int main(int argc, char** argv) {
         return e.what();
       }
     });
-  auto* file_opt = app.add_option("-f,--file", file, "run this Lua file and exit (- : stdin)");
-  auto* command_opt = app.add_option("-c,--command", command, "run this Lua code and exit")
+  auto* file_opt = app.add_option("-f,--file", file,
+                                  "run this Lua file and exit (- : stdin)");
+  auto* command_opt = app
+                        .add_option("-c,--command", command, "run this Lua code and exit")
                         ->excludes(file_opt);
-  app.add_option("--timeout", timeout_ms,
-                 "how long one request may take, in ms (a checkpoint waits 300 s more; "
-                 "rw.node_drain and rw.node_join 45 s more per job not ended)")
+  app
+    .add_option("--timeout", timeout_ms,
+                "how long one request may take, in ms (a checkpoint waits 300 s more; "
+                "rw.node_drain and rw.node_join 45 s more per job not ended)")
     ->capture_default_str()
     ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}));
   app.add_option("--history", history, "the interactive history file")
@@ -96,14 +99,15 @@ int main(int argc, char** argv) {
                  "the nodes' --cluster-secret-file)");
   std::string tenant;
   std::string tenant_secret_file;
-  auto* tenant_opt =
-    app.add_option("--tenant", tenant,
-                   "act as this tenant (the coordinator's --tenants-file): see and control "
-                   "only its jobs, named TENANT:NAME (TENANT: may be left out), within its "
-                   "quotas; needs --tenant-secret-file");
+  auto* tenant_opt = app.add_option(
+    "--tenant", tenant,
+    "act as this tenant (the coordinator's --tenants-file): see and control "
+    "only its jobs, named TENANT:NAME (TENANT: may be left out), within its "
+    "quotas; needs --tenant-secret-file");
   auto* tenant_secret_opt =
-    app.add_option("--tenant-secret-file", tenant_secret_file,
-                   "the tenant's secret (first line, 16+ characters, chmod 600)")
+    app
+      .add_option("--tenant-secret-file", tenant_secret_file,
+                  "the tenant's secret (first line, 16+ characters, chmod 600)")
       ->excludes("--cluster-secret-file");
   tenant_opt->needs(tenant_secret_opt);
   tenant_secret_opt->needs(tenant_opt);
@@ -122,10 +126,9 @@ int main(int argc, char** argv) {
   std::string secret;
   if (!secret_file.empty() || !tenant_secret_file.empty()) {
     try {
-      secret = tenant.empty()
-                 ? rw::runtime::read_secret_file(secret_file)
-                 : rw::runtime::read_secret_file(tenant_secret_file,
-                                                 "tenant '" + tenant + "' secret");
+      secret = tenant.empty() ? rw::runtime::read_secret_file(secret_file)
+                              : rw::runtime::read_secret_file(
+                                tenant_secret_file, "tenant '" + tenant + "' secret");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rw-shell: %s\n", e.what());
       return 2;
@@ -154,8 +157,8 @@ int main(int argc, char** argv) {
     // Not reached (nobody there, no answer, no TLS handshake): 3. Reached and refused (a
     // wrong secret, an unknown tenant): the operation failed, 1.
     if (e.code() == rw::errc::unavailable || e.code() == rw::errc::timeout) {
-      std::fprintf(stderr, "rw-shell: cannot reach the cluster at %s: %s\n", connect.c_str(),
-                   e.what());
+      std::fprintf(stderr, "rw-shell: cannot reach the cluster at %s: %s\n",
+                   connect.c_str(), e.what());
       return rw::tools::exit_unreachable;
     }
     std::fprintf(stderr, "rw-shell: the cluster at %s refused the shell: %s\n",

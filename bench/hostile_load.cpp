@@ -110,7 +110,8 @@ int stranger(const address& node, uint32_t hello_bytes) {
   std::byte answer[4096];
   auto hello = header(tr::frame_kind::hello, hello_bytes);
   const char ten[10] = {};
-  if (!send_all(fd, locate.data(), locate.size()) || ::recv(fd, answer, sizeof(answer), 0) <= 0
+  if (!send_all(fd, locate.data(), locate.size())
+      || ::recv(fd, answer, sizeof(answer), 0) <= 0
       || !send_all(fd, hello.data(), hello.size()) || !send_all(fd, ten, sizeof(ten))) {
     ::close(fd);
     return -1;
@@ -184,13 +185,15 @@ int main(int argc, char** argv) {
   int pid = 0;
   uint32_t strangers = 200, posts = 300, post_mib = 10, hello_bytes = 1u << 20;
   double seconds = 10;
-  CLI::App app{"rw-hostile-load: strangers, large POSTs and /healthz timing against a node"};
+  CLI::App app{
+    "rw-hostile-load: strangers, large POSTs and /healthz timing against a node"};
   app.add_option("--node", node_s, "the node's --listen HOST:PORT")->required();
   app.add_option("--metrics", metrics_s, "its --metrics HOST:PORT")->required();
   app.add_option("--pid", pid, "the node's PID (RSS)")->required();
   app.add_option("--strangers", strangers, "connections that never authenticate")
     ->capture_default_str();
-  app.add_option("--posts", posts, "POST requests to the metrics port")->capture_default_str();
+  app.add_option("--posts", posts, "POST requests to the metrics port")
+    ->capture_default_str();
   app.add_option("--post-mib", post_mib, "each POST's body (MiB)")->capture_default_str();
   app.add_option("--hello-bytes", hello_bytes, "what each stranger's hello announces")
     ->capture_default_str();
@@ -273,14 +276,13 @@ int main(int argc, char** argv) {
   const double last = rss_mib(pid);
   std::lock_guard<std::mutex> g{lat_mtx};
   std::cout << fmt::format(
-                 "{{\"idle_rss_mib\":{:.1f},\"peak_rss_mib\":{:.1f},\"last_rss_mib\":{:.1f},"
-                 "\"peak_ratio\":{:.3f},\"healthz\":{},\"healthz_failed\":{},"
-                 "\"healthz_p50_ms\":{:.2f},\"healthz_p99_ms\":{:.2f},\"healthz_max_ms\":{:.2f},"
-                 "\"strangers\":{},\"strangers_reopened\":{},\"posts\":{}}}",
-                 idle, peak.load(), last, peak.load() / idle, lat.size(), failed,
-                 percentile(lat, 0.5), percentile(lat, 0.99),
-                 lat.empty() ? 0.0 : *std::max_element(lat.begin(), lat.end()),
-                 opened.load(), reopened.load(), posted.load())
+    "{{\"idle_rss_mib\":{:.1f},\"peak_rss_mib\":{:.1f},\"last_rss_mib\":{:.1f},"
+    "\"peak_ratio\":{:.3f},\"healthz\":{},\"healthz_failed\":{},"
+    "\"healthz_p50_ms\":{:.2f},\"healthz_p99_ms\":{:.2f},\"healthz_max_ms\":{:.2f},"
+    "\"strangers\":{},\"strangers_reopened\":{},\"posts\":{}}}",
+    idle, peak.load(), last, peak.load() / idle, lat.size(), failed, percentile(lat, 0.5),
+    percentile(lat, 0.99), lat.empty() ? 0.0 : *std::max_element(lat.begin(), lat.end()),
+    opened.load(), reopened.load(), posted.load())
             << std::endl;
   return 0;
 }

@@ -29,12 +29,9 @@ struct arrays {
   size_t n;
   rw::runtime::aligned_floats p, acc, last, m, v;
   explicit arrays(size_t n)
-    : n(n),
-      p(rw::runtime::make_aligned_floats(n)),
-      acc(rw::runtime::make_aligned_floats(n)),
-      last(rw::runtime::make_aligned_floats(n)),
-      m(rw::runtime::make_aligned_floats(n)),
-      v(rw::runtime::make_aligned_floats(n)) {
+    : n(n), p(rw::runtime::make_aligned_floats(n)),
+      acc(rw::runtime::make_aligned_floats(n)), last(rw::runtime::make_aligned_floats(n)),
+      m(rw::runtime::make_aligned_floats(n)), v(rw::runtime::make_aligned_floats(n)) {
     for (size_t i = 0; i < n; ++i) {
       acc[i] = 1e-3f * static_cast<float>(i % 97);
       last[i] = 2e-3f * static_cast<float>(i % 89);
@@ -51,13 +48,13 @@ double median(std::vector<double> v) {
 // Bytes moved per element by the pattern: reads and writes of each stream.
 double bytes_per_element(rw::optimizer_kind k) {
   switch (k) {
-    case rw::optimizer_kind::sum: return 12;        // acc, last read; p written
-    case rw::optimizer_kind::sgd: return 16;        // + p read
+    case rw::optimizer_kind::sum: return 12; // acc, last read; p written
+    case rw::optimizer_kind::sgd: return 16; // + p read
     case rw::optimizer_kind::momentum:
-    case rw::optimizer_kind::nesterov: return 24;   // + m read and written
-    case rw::optimizer_kind::adam: return 32;       // + v read and written
-    case rw::optimizer_kind::lamb:                  // two phases over the tensor
-    case rw::optimizer_kind::lars: return 0;        // (runtime/layerwise): not measured here
+    case rw::optimizer_kind::nesterov: return 24; // + m read and written
+    case rw::optimizer_kind::adam: return 32;     // + v read and written
+    case rw::optimizer_kind::lamb:                // two phases over the tensor
+    case rw::optimizer_kind::lars: return 0; // (runtime/layerwise): not measured here
   }
   return 0;
 }
@@ -71,7 +68,8 @@ int main(int argc, char** argv) {
   CLI::App app{"rw-kernel-bench: fused sum+update kernel vs a plain streaming kernel of "
                "the same access pattern"};
   app.add_option("--bytes", bytes_text, "tensor size (per array)")->capture_default_str();
-  app.add_option("--chunk-bytes", chunk_text, "processed chunk by chunk, as a shard does")
+  app
+    .add_option("--chunk-bytes", chunk_text, "processed chunk by chunk, as a shard does")
     ->capture_default_str();
   app.add_option("--reps", reps, "repetitions of each kernel (median reported)")
     ->capture_default_str();
@@ -89,9 +87,9 @@ int main(int argc, char** argv) {
                "stream GB/s", "ratio");
   for (auto& isa : rw::runtime::supported_isas()) {
     auto& k = rw::runtime::kernels_for(isa);
-    for (auto kind : {rw::optimizer_kind::sum, rw::optimizer_kind::sgd,
-                      rw::optimizer_kind::momentum, rw::optimizer_kind::nesterov,
-                      rw::optimizer_kind::adam}) {
+    for (auto kind :
+         {rw::optimizer_kind::sum, rw::optimizer_kind::sgd, rw::optimizer_kind::momentum,
+          rw::optimizer_kind::nesterov, rw::optimizer_kind::adam}) {
       rw::optimizer_spec s;
       s.kind = kind;
       s.learning_rate = 1e-6f;
@@ -103,8 +101,9 @@ int main(int argc, char** argv) {
         auto t0 = clock_type::now();
         for (size_t off = 0; off < n; off += chunk) {
           auto len = std::min(chunk, n - off);
-          k.step(s, 0.25f, static_cast<uint64_t>(r) + 1, a.p.get() + off, a.acc.get() + off,
-                 a.last.get() + off, {m ? m + off : nullptr, v ? v + off : nullptr}, len);
+          k.step(s, 0.25f, static_cast<uint64_t>(r) + 1, a.p.get() + off,
+                 a.acc.get() + off, a.last.get() + off,
+                 {m ? m + off : nullptr, v ? v + off : nullptr}, len);
         }
         auto t1 = clock_type::now();
         for (size_t off = 0; off < n; off += chunk) {
@@ -124,14 +123,15 @@ int main(int argc, char** argv) {
       double stream_gbs = bytes / median(stream_s) / 1e9;
       double ratio = median(stream_s) / median(step_s);
       if (json)
-        fmt::print("{}\n", nlohmann::ordered_json{{"isa", isa},
-                                                  {"optimizer", rw::to_string(kind)},
-                                                  {"bytes", n * sizeof(float)},
-                                                  {"step_gbs", std::round(step_gbs * 100) / 100},
-                                                  {"stream_gbs",
-                                                   std::round(stream_gbs * 100) / 100},
-                                                  {"ratio", std::round(ratio * 1000) / 1000}}
-                                .dump());
+        fmt::print(
+          "{}\n",
+          nlohmann::ordered_json{{"isa", isa},
+                                 {"optimizer", rw::to_string(kind)},
+                                 {"bytes", n * sizeof(float)},
+                                 {"step_gbs", std::round(step_gbs * 100) / 100},
+                                 {"stream_gbs", std::round(stream_gbs * 100) / 100},
+                                 {"ratio", std::round(ratio * 1000) / 1000}}
+            .dump());
       else
         fmt::print("{:<8} {:<9} {:>10.2f} {:>12.2f} {:>8.3f}\n", isa, rw::to_string(kind),
                    step_gbs, stream_gbs, ratio);

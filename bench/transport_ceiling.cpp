@@ -64,8 +64,7 @@ struct counting_sink final : frame_sink {
   void on_frame(const connection_ptr&, const frame_header&, payload_target&) override {
     frames.fetch_add(1, std::memory_order_release);
   }
-  void on_closed(const connection_ptr&, rw::errc, const std::string&) override {
-  }
+  void on_closed(const connection_ptr&, rw::errc, const std::string&) override {}
   void on_resident_frame(const connection_ptr&, const frame_header&,
                          rw::runtime::buffer_ref) override {
     frames.fetch_add(1, std::memory_order_release);
@@ -80,13 +79,16 @@ frame_header chunk_header(uint32_t i, uint32_t bytes) {
   return h;
 }
 
-result run_fabric(const std::string& provider, uint64_t total, uint32_t chunk, int window) {
+result run_fabric(const std::string& provider, uint64_t total, uint32_t chunk,
+                  int window) {
   fabric::endpoint_settings s;
   s.slots = static_cast<uint32_t>(window) * 2;
   s.pool_bytes = uint64_t{s.slots} * fabric::slot_bytes_for(chunk) + (1u << 20);
   s.io_timeout_ms = 10000;
-  auto a = std::make_shared<fabric::endpoint>(fabric::domain::open(provider, "127.0.0.1"), s);
-  auto b = std::make_shared<fabric::endpoint>(fabric::domain::open(provider, "127.0.0.1"), s);
+  auto a = std::make_shared<fabric::endpoint>(fabric::domain::open(provider, "127.0.0.1"),
+                                              s);
+  auto b = std::make_shared<fabric::endpoint>(fabric::domain::open(provider, "127.0.0.1"),
+                                              s);
   auto ab = a->open("b", chunk);
   auto ba = b->open("a", chunk);
   ab->bind(ba->offer());
@@ -150,10 +152,12 @@ result run_tcp(uint64_t total, uint32_t chunk) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof addr;
-  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0
+  if (listener < 0
+      || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0
       || ::listen(listener, 1) != 0
       || ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    throw std::runtime_error(fmt::format("tcp: cannot listen on loopback: {}", strerror(errno)));
+    throw std::runtime_error(
+      fmt::format("tcp: cannot listen on loopback: {}", strerror(errno)));
   int out = ::socket(AF_INET, SOCK_STREAM, 0);
   if (::connect(out, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     throw std::runtime_error(fmt::format("tcp: cannot connect: {}", strerror(errno)));
@@ -211,11 +215,14 @@ int main(int argc, char** argv) {
   std::string bytes_text = "2GiB", chunk_text = "256KiB", provider = "tcp";
   int window = 16;
   bool json = false;
-  CLI::App app{"rw-transport-ceiling: one connection's frame rate over libfabric and over a "
-               "loopback TCP socket, nothing else in the way"};
+  CLI::App app{
+    "rw-transport-ceiling: one connection's frame rate over libfabric and over a "
+    "loopback TCP socket, nothing else in the way"};
   app.add_option("--bytes", bytes_text, "payload moved per path")->capture_default_str();
   app.add_option("--chunk-bytes", chunk_text, "payload per frame")->capture_default_str();
-  app.add_option("--window", window, "frames posted at once (fabric; slots are twice this)")
+  app
+    .add_option("--window", window,
+                "frames posted at once (fabric; slots are twice this)")
     ->check(CLI::Range(1, 1024))
     ->capture_default_str();
   app.add_option("--provider", provider, "libfabric provider")->capture_default_str();
@@ -234,9 +241,10 @@ int main(int argc, char** argv) {
                        .dump()
                   << std::endl;
       else
-        std::cout << fmt::format("{:28} {:8.2f} Gbit/s  {:6.3f} CPU s per GiB  ({} frames of {} "
-                                 "bytes)\n",
-                                 r.path, r.gbps, r.cpu_s_per_gib, r.frames, chunk);
+        std::cout << fmt::format(
+          "{:28} {:8.2f} Gbit/s  {:6.3f} CPU s per GiB  ({} frames of {} "
+          "bytes)\n",
+          r.path, r.gbps, r.cpu_s_per_gib, r.frames, chunk);
     }
   } catch (const std::exception& e) {
     std::cerr << "rw-transport-ceiling: " << e.what() << "\n";

@@ -19,8 +19,7 @@ public:
   using clock = std::chrono::steady_clock;
 
   challenge_book(size_t capacity, std::chrono::milliseconds ttl)
-    : capacity_(capacity), ttl_(ttl) {
-  }
+    : capacity_(capacity), ttl_(ttl) {}
 
   /// Keeps `nonce` for `who` (replacing its earlier one). False if the book is full of
   /// live nonces of others: `who` is refused for now.
@@ -50,15 +49,9 @@ public:
     return std::move(e.nonce);
   }
 
-  size_t size() const noexcept {
-    return book_.size();
-  }
-  size_t capacity() const noexcept {
-    return capacity_;
-  }
-  std::chrono::milliseconds ttl() const noexcept {
-    return ttl_;
-  }
+  size_t size() const noexcept { return book_.size(); }
+  size_t capacity() const noexcept { return capacity_; }
+  std::chrono::milliseconds ttl() const noexcept { return ttl_; }
 
 private:
   struct entry {

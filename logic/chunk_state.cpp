@@ -10,31 +10,19 @@ namespace rw::actors::detail {
 chunk_state::chunk_state(uint32_t length, uint32_t workers, float* params, float* m,
                          float* v, bool wait_for_init, consistency_spec consistency,
                          float* d)
-  : length_(length),
-    workers_(workers),
-    params_(params),
-    m_(m),
-    v_(v),
-    d_(d),
-    initialized_(!wait_for_init),
-    held_(workers),
-    arrived_(workers, false),
-    ahead_(workers),
-    consistency_(consistency),
-    pushes_(workers, 0) {
-}
+  : length_(length), workers_(workers), params_(params), m_(m), v_(v), d_(d),
+    initialized_(!wait_for_init), held_(workers), arrived_(workers, false),
+    ahead_(workers), consistency_(consistency), pushes_(workers, 0) {}
 
 waiter chunk_state::push_waiter(transports::connection_ptr conn, uint32_t rank,
                                 uint64_t clock) const {
   switch (consistency_.model) {
-    case consistency_spec::bsp:
-      return {std::move(conn), rank, clock + 1, 0, 0};
+    case consistency_spec::bsp: return {std::move(conn), rank, clock + 1, 0, 0};
     case consistency_spec::ssp: {
       auto s = consistency_.staleness;
       return {std::move(conn), rank, 0, clock + 1 > s ? clock + 1 - s : 0, clock + 1};
     }
-    case consistency_spec::async:
-      break;
+    case consistency_spec::async: break;
   }
   return {std::move(conn), rank, 0, 0, clock + 1};
 }
@@ -66,11 +54,12 @@ std::string chunk_state::restore(const runtime::checkpoint::chunk_record& r) {
   auto fits = [&](const std::vector<float>& xs, const float* dst, const char* what) {
     if (dst == nullptr ? xs.empty() : xs.size() == length_)
       return std::string{};
-    return fmt::format("chunk {}/{}: the checkpoint's {} has {} floats, the chunk {}", r.tensor,
-                       r.chunk, what, xs.size(), dst == nullptr ? 0u : length_);
+    return fmt::format("chunk {}/{}: the checkpoint's {} has {} floats, the chunk {}",
+                       r.tensor, r.chunk, what, xs.size(), dst == nullptr ? 0u : length_);
   };
-  for (auto why : {fits(r.params, params_, "parameters"), fits(r.m, m_, "optimizer array m"),
-                   fits(r.v, v_, "optimizer array v")})
+  for (auto why :
+       {fits(r.params, params_, "parameters"), fits(r.m, m_, "optimizer array m"),
+        fits(r.v, v_, "optimizer array v")})
     if (!why.empty())
       return why;
   std::memcpy(params_, r.params.data(), size_t{length_} * sizeof(float));
@@ -85,7 +74,8 @@ std::string chunk_state::restore(const runtime::checkpoint::chunk_record& r) {
 }
 
 const std::vector<std::byte>& chunk_state::packed(uint16_t flag) const {
-  if (packed_version_ != version_ || packed_.size() != transports::half_payload_bytes(flag, length_)) {
+  if (packed_version_ != version_
+      || packed_.size() != transports::half_payload_bytes(flag, length_)) {
     packed_.resize(transports::half_payload_bytes(flag, length_));
     transports::narrow_half(flag, params_, length_, packed_.data());
     packed_version_ = version_;
@@ -186,7 +176,8 @@ void chunk_state::complete_step(const optimizer_spec& spec, float rescale,
   open_next_step(now);
 }
 
-uint32_t chunk_state::gather_inputs(const float** in, std::vector<const float*>& more) const {
+uint32_t chunk_state::gather_inputs(const float** in,
+                                    std::vector<const float*>& more) const {
   if (summed_ || total_) { // the whole step's sum, from the home or made here
     in[0] = summed_ ? d_ : total_->floats();
     return 1;
@@ -231,12 +222,13 @@ void chunk_state::open_next_step(std::chrono::steady_clock::time_point now) {
   absorb_in_order();
 }
 
-runtime::norm_parts chunk_state::prepare_layerwise(const optimizer_spec& spec, float rescale) {
+runtime::norm_parts chunk_state::prepare_layerwise(const optimizer_spec& spec,
+                                                   float rescale) {
   // The summed gradient goes into d (rank order), then becomes the direction in place.
   sum_step_into(d_);
   layerwise_pending_ = true;
-  return runtime::layerwise_prepare(spec, rescale, version_ + 1, params_, d_, {m_, v_, d_},
-                                    length_);
+  return runtime::layerwise_prepare(spec, rescale, version_ + 1, params_, d_,
+                                    {m_, v_, d_}, length_);
 }
 
 const float* chunk_state::prepare_mirror() {
@@ -279,7 +271,8 @@ void chunk_state::sum_step_into(float* out) {
   release_inputs();
 }
 
-void chunk_state::finish_relay(const float* params, std::chrono::steady_clock::time_point now) {
+void chunk_state::finish_relay(const float* params,
+                               std::chrono::steady_clock::time_point now) {
   if (params == d_) // the answer came into the relay buffer: it becomes the parameters
     std::swap(params_, d_);
   else
@@ -301,9 +294,9 @@ std::vector<waiter> chunk_state::take_ready(bool by_lag) {
   std::vector<waiter> ready;
   if (!initialized_ || waiters_.empty())
     return ready;
-  auto split = std::stable_partition(waiters_.begin(), waiters_.end(), [&](const waiter& w) {
-    return w.version > version_ || w.min_pushes > min_pushes_;
-  });
+  auto split = std::stable_partition(
+    waiters_.begin(), waiters_.end(),
+    [&](const waiter& w) { return w.version > version_ || w.min_pushes > min_pushes_; });
   std::move(split, waiters_.end(), std::back_inserter(ready));
   waiters_.erase(split, waiters_.end());
   if (by_lag && ready.size() > 1)
@@ -352,9 +345,10 @@ std::vector<waiter> chunk_state::publish() {
   std::vector<waiter> due;
   if (!initialized_)
     return due;
-  subscribers_.erase(std::remove_if(subscribers_.begin(), subscribers_.end(),
-                                    [](const waiter& w) { return w.conn && !w.conn->is_open(); }),
-                     subscribers_.end());
+  subscribers_.erase(
+    std::remove_if(subscribers_.begin(), subscribers_.end(),
+                   [](const waiter& w) { return w.conn && !w.conn->is_open(); }),
+    subscribers_.end());
   for (auto& s : subscribers_)
     if (s.version == UINT64_MAX || s.version < version_) { // new, or behind
       s.version = version_;

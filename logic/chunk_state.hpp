@@ -78,18 +78,10 @@ public:
   chunk_state(uint32_t length, uint32_t workers, float* params, float* m, float* v,
               bool wait_for_init, consistency_spec consistency = {}, float* d = nullptr);
 
-  uint32_t length() const noexcept {
-    return length_;
-  }
-  uint64_t version() const noexcept {
-    return version_;
-  }
-  bool initialized() const noexcept {
-    return initialized_;
-  }
-  const float* params() const noexcept {
-    return params_;
-  }
+  uint32_t length() const noexcept { return length_; }
+  uint64_t version() const noexcept { return version_; }
+  bool initialized() const noexcept { return initialized_; }
+  const float* params() const noexcept { return params_; }
   /// The parameters as a 16-bit payload of `flag` (transports/half.hpp: flag_bf16 or
   /// flag_fp16; a job with compress_updates), packed on first use per version and kept
   /// until the parameters change: every worker answered gets the same bytes, packed once.
@@ -98,15 +90,9 @@ public:
   /// Work this chunk gave its shard since the last take_load() (the shard adds it per
   /// push it counts): what balancing weighs chunks by (actors/shard/balance). It moves
   /// with the chunk.
-  void add_load(uint64_t units) noexcept {
-    load_ += units;
-  }
-  uint64_t take_load() noexcept {
-    return std::exchange(load_, 0);
-  }
-  uint64_t load() const noexcept {
-    return load_;
-  }
+  void add_load(uint64_t units) noexcept { load_ += units; }
+  uint64_t take_load() noexcept { return std::exchange(load_, 0); }
+  uint64_t load() const noexcept { return load_; }
 
   /// Checkpoints (BSP, between steps): the chunk's parameters, optimizer arrays and
   /// version, copied. Only called at a checkpoint's clock, never on an ordinary step.
@@ -156,7 +142,8 @@ public:
     for (auto& a : ahead_)
       if (a)
         return version_ + 2;
-    if (arrivals_ > 0 || layerwise_pending_ || relay_pending_ || mirror_pending_ || total_)
+    if (arrivals_ > 0 || layerwise_pending_ || relay_pending_ || mirror_pending_
+        || total_)
       return version_ + 1;
     return version_;
   }
@@ -179,9 +166,7 @@ public:
   /// gradients (rank order), prepares the direction and returns what this chunk adds
   /// to the tensor's norms. The step stays closed until finish_layerwise.
   runtime::norm_parts prepare_layerwise(const optimizer_spec& spec, float rescale);
-  bool layerwise_pending() const noexcept {
-    return layerwise_pending_;
-  }
+  bool layerwise_pending() const noexcept { return layerwise_pending_; }
   /// Phase 2: applies the direction scaled by the tensor's trust ratio, bumps the
   /// version and opens the next step.
   void finish_layerwise(const optimizer_spec& spec, float trust,
@@ -193,9 +178,7 @@ public:
   /// answer may be received into the same buffer. The parameters stay as they are and
   /// the step stays closed until finish_relay.
   float* prepare_relay();
-  bool relay_pending() const noexcept {
-    return relay_pending_;
-  }
+  bool relay_pending() const noexcept { return relay_pending_; }
   /// Phase 2: the home's parameters for version() + 1 (length() floats) replace ours:
   /// received in the relay buffer, they swap places with them (no copy: a rack job's
   /// parameters are its own, never a shared segment); bumps the version and opens the
@@ -206,37 +189,28 @@ public:
   /// (rank order) into `d` and returns it, for the replica. The step stays closed until
   /// end_mirror(); then step_ready() again, and the step runs from that sum.
   const float* prepare_mirror();
-  bool mirror_pending() const noexcept {
-    return mirror_pending_;
-  }
+  bool mirror_pending() const noexcept { return mirror_pending_; }
   /// Whether the step's sum is in `d` already (sent to the replica): it is not sent again.
-  bool summed() const noexcept {
-    return summed_;
-  }
+  bool summed() const noexcept { return summed_; }
   /// The sum prepare_mirror() returned, while mirror_pending().
-  const float* mirror_sum() const noexcept {
-    return d_;
-  }
+  const float* mirror_sum() const noexcept { return d_; }
   /// The replica has the step's sum (its ack), or there is no replica any more.
-  void end_mirror() noexcept {
-    mirror_pending_ = false;
-  }
+  void end_mirror() noexcept { mirror_pending_ = false; }
   /// The replica's side: the home's sum of step `clock` (length() floats), taken as
   /// the whole step (duplicate: it has it, or has applied it; too_far_ahead: beyond
   /// the step after the next).
   outcome push_total(uint64_t clock, runtime::buffer_ref sum);
 
   /// The waiter for a push_pull of `rank` at `clock` under this chunk's model.
-  waiter push_waiter(transports::connection_ptr conn, uint32_t rank, uint64_t clock) const;
+  waiter push_waiter(transports::connection_ptr conn, uint32_t rank,
+                     uint64_t clock) const;
 
   /// How stale an answer to `w` would be now (0 under BSP).
   uint64_t staleness(const waiter& w) const noexcept {
     return w.reader_clock > min_pushes_ ? w.reader_clock - min_pushes_ : 0;
   }
   /// Fewest pushes any rank has had applied (SSP, async).
-  uint64_t min_pushes() const noexcept {
-    return min_pushes_;
-  }
+  uint64_t min_pushes() const noexcept { return min_pushes_; }
 
   /// Runs the optimizer on the sum, bumps the version and opens the next step with
   /// any pushes that were held for it. Precondition: step_ready().
@@ -244,9 +218,7 @@ public:
                      std::chrono::steady_clock::time_point now);
 
   /// Adds a waiter; answer it at once if take_ready() returns it.
-  void wait(waiter w) {
-    waiters_.push_back(std::move(w));
-  }
+  void wait(waiter w) { waiters_.push_back(std::move(w)); }
   /// Adds `w` unless the same answer already waits for its connection (same rank,
   /// version, pushes and kind): a push repeated while its step is open is answered once,
   /// when its version exists, so a peer repeating it cannot grow the list (and each
@@ -273,12 +245,8 @@ public:
   std::vector<waiter> publish();
 
   /// True while a step has some but not all ranks.
-  bool step_open() const noexcept {
-    return arrivals_ > 0;
-  }
-  std::chrono::steady_clock::time_point opened_at() const noexcept {
-    return opened_at_;
-  }
+  bool step_open() const noexcept { return arrivals_ > 0; }
+  std::chrono::steady_clock::time_point opened_at() const noexcept { return opened_at_; }
   /// Ranks the open step still waits for.
   std::vector<uint32_t> missing_ranks() const;
   /// Whether `rank` has pushed enough for an answer to a push_pull at `clock`: its
@@ -286,13 +254,12 @@ public:
   /// nothing from anyone.
   bool has_pushed(uint32_t rank, uint64_t clock) const noexcept {
     switch (consistency_.model) {
-      case consistency_spec::async:
-        return true;
+      case consistency_spec::async: return true;
       case consistency_spec::ssp:
         return clock < consistency_.staleness
-               || pushes_[rank] + (held_[rank] ? 1 : 0) >= clock + 1 - consistency_.staleness;
-      case consistency_spec::bsp:
-        break;
+               || pushes_[rank] + (held_[rank] ? 1 : 0)
+                    >= clock + 1 - consistency_.staleness;
+      case consistency_spec::bsp: break;
     }
     if (clock < version_)
       return true;
@@ -340,7 +307,7 @@ private:
   bool relay_pending_ = false;
   bool mirror_pending_ = false; // the home waits for its replica's ack of the sum in d_
   bool summed_ = false;         // the step's sum is in d_ (the replica has it)
-  runtime::buffer_ref total_;       // a replica: the home's sum of step version_
+  runtime::buffer_ref total_;   // a replica: the home's sum of step version_
   runtime::buffer_ref total_ahead_; // ... and of the step after it
   uint64_t version_ = 0;
   // packed()'s cache: the payload of packed_version_ (UINT64_MAX: none, or the

@@ -15,9 +15,10 @@ namespace rw::actors::detail {
 /// Why `spec`'s hyper-parameters cannot change during training ("": they can).
 inline std::string hyper_unchangeable(const job_spec& spec) {
   if (spec.consistency.model != consistency_spec::bsp)
-    return fmt::format("job '{}' runs {}: a change at a clock is exact only under bsp (under "
-                       "ssp and async a chunk's steps do not wait for every rank)",
-                       spec.name, to_string(spec.consistency));
+    return fmt::format(
+      "job '{}' runs {}: a change at a clock is exact only under bsp (under "
+      "ssp and async a chunk's steps do not wait for every rank)",
+      spec.name, to_string(spec.consistency));
   if (runtime::is_layerwise(spec.optimizer.kind))
     return fmt::format("job '{}' uses {}, whose steps span a whole tensor: its "
                        "hyper-parameters cannot change during training yet",
@@ -30,9 +31,10 @@ inline std::string hyper_unchangeable(const job_spec& spec) {
 /// code to refuse with is too_many_requests.
 inline std::string hyper_busy(const job_spec& spec, bool pending) {
   if (pending)
-    return fmt::format("a change of job '{}''s hyper-parameters is being decided already: "
-                       "ask again once it is answered",
-                       spec.name);
+    return fmt::format(
+      "a change of job '{}''s hyper-parameters is being decided already: "
+      "ask again once it is answered",
+      spec.name);
   if (spec.schedule.size() >= defaults::max_hyper_changes)
     return fmt::format("job '{}' has had {} hyper-parameter changes, the most a job may "
                        "have",

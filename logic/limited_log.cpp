@@ -26,8 +26,8 @@ void log_limited(spdlog::level::level_enum level, const std::string& peer,
   if (*unlogged == 0)
     spdlog::log(level, "{}", line);
   else
-    spdlog::log(level, "{} [{} more like it from {} in the last minute, not logged]", line,
-                *unlogged, host);
+    spdlog::log(level, "{} [{} more like it from {} in the last minute, not logged]",
+                line, *unlogged, host);
 }
 
 } // namespace rw::actors::detail

@@ -16,12 +16,12 @@ public:
   using clock = std::chrono::steady_clock;
 
   explicit refusal_log(std::chrono::seconds window = std::chrono::seconds(60))
-    : window_(window) {
-  }
+    : window_(window) {}
 
   /// Whether to log this refusal of `key` (a peer and what it asked) now: nullopt if
   /// not; else how many refusals of `key` since the last logged one were not logged.
-  std::optional<uint64_t> admit(const std::string& key, clock::time_point now = clock::now()) {
+  std::optional<uint64_t> admit(const std::string& key,
+                                clock::time_point now = clock::now()) {
     if (seen_.size() > max_keys)
       forget_older_than(now - window_);
     auto [it, fresh] = seen_.try_emplace(key, entry{now, 0});
@@ -37,9 +37,7 @@ public:
     return unlogged;
   }
 
-  size_t keys() const noexcept {
-    return seen_.size();
-  }
+  size_t keys() const noexcept { return seen_.size(); }
 
   static constexpr size_t max_keys = 4096;
 

@@ -5,8 +5,8 @@
 namespace rw::actors::detail {
 
 template <class Frame, class Conn, class Header, class Payload>
-void shard_answers::send_grouped(std::vector<Frame>& frames, Conn conn_of, Header header_of,
-                                 Payload payload_of) {
+void shard_answers::send_grouped(std::vector<Frame>& frames, Conn conn_of,
+                                 Header header_of, Payload payload_of) {
   std::vector<transports::frame_header> headers;
   std::vector<iovec> payloads;
   std::vector<bool> sent(frames.size(), false);
@@ -23,7 +23,8 @@ void shard_answers::send_grouped(std::vector<Frame>& frames, Conn conn_of, Heade
       headers.push_back(header_of(frames[j]));
       payloads.push_back(payload_of(frames[j]));
     }
-    runtime::trace::scope traced{"send", "shard", {headers.front().job_id, headers.front().rank}};
+    runtime::trace::scope traced{
+      "send", "shard", {headers.front().job_id, headers.front().rank}};
     conn->send_batch(headers.data(), payloads.data(), static_cast<int>(headers.size()));
   }
   frames.clear();
@@ -47,8 +48,10 @@ bool shard_answers::send(const transports::connection_ptr& conn,
 
 void shard_answers::flush() {
   send_grouped(
-    held_, [](const held_frame& f) -> const transports::connection_ptr& { return f.conn; },
-    [](const held_frame& f) { return f.header; }, [](const held_frame& f) { return f.payload; });
+    held_,
+    [](const held_frame& f) -> const transports::connection_ptr& { return f.conn; },
+    [](const held_frame& f) { return f.header; },
+    [](const held_frame& f) { return f.payload; });
   held_params_.clear();
 }
 
@@ -61,8 +64,12 @@ bool shard_answers::add_replica_ack(const transports::connection_ptr& conn,
 void shard_answers::flush_replica_acks() {
   using ack = std::pair<transports::connection_ptr, transports::frame_header>;
   send_grouped(
-    replica_acks_, [](const ack& a) -> const transports::connection_ptr& { return a.first; },
-    [](const ack& a) { return a.second; }, [](const ack&) { return iovec{nullptr, 0}; });
+    replica_acks_,
+    [](const ack& a) -> const transports::connection_ptr& { return a.first; },
+    [](const ack& a) { return a.second; },
+    [](const ack&) {
+      return iovec{nullptr, 0};
+    });
 }
 
 } // namespace rw::actors::detail

@@ -43,9 +43,7 @@ public:
   /// Holds what send() is given while it lives; the outermost one flushes at its end.
   class holding {
   public:
-    explicit holding(shard_answers& a) : a_(a), outer_(a.holding_) {
-      a_.holding_ = true;
-    }
+    explicit holding(shard_answers& a) : a_(a), outer_(a.holding_) { a_.holding_ = true; }
     ~holding() {
       if (outer_)
         return;
@@ -62,7 +60,8 @@ public:
 
   /// Keeps a replica's ack; true if it is the first since the last flush_replica_acks
   /// (the shard then sends itself the message that flushes them).
-  bool add_replica_ack(const transports::connection_ptr& conn, const transports::frame_header& h);
+  bool add_replica_ack(const transports::connection_ptr& conn,
+                       const transports::frame_header& h);
   /// Sends the replica acks kept, per connection in one gather write.
   void flush_replica_acks();
 
@@ -80,7 +79,8 @@ private:
   bool holding_ = false;
   std::vector<held_frame> held_;
   std::unordered_set<const float*> held_params_;
-  std::vector<std::pair<transports::connection_ptr, transports::frame_header>> replica_acks_;
+  std::vector<std::pair<transports::connection_ptr, transports::frame_header>>
+    replica_acks_;
 };
 
 } // namespace rw::actors::detail

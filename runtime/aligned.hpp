@@ -12,9 +12,7 @@
 namespace rw::runtime {
 
 struct free_deleter {
-  void operator()(float* p) const noexcept {
-    std::free(p);
-  }
+  void operator()(float* p) const noexcept { std::free(p); }
 };
 
 using aligned_floats = std::unique_ptr<float[], free_deleter>;

@@ -13,10 +13,9 @@ constexpr size_t slab_bytes = 2 * 1024 * 1024;
 
 struct pool_core : std::enable_shared_from_this<pool_core> {
   pool_core(size_t bytes, uint32_t numa)
-    : buffer_bytes(bytes),
-      stride((bytes + defaults::cache_line - 1) / defaults::cache_line * defaults::cache_line),
-      numa(numa) {
-  }
+    : buffer_bytes(bytes), stride((bytes + defaults::cache_line - 1)
+                                  / defaults::cache_line * defaults::cache_line),
+      numa(numa) {}
 
   size_t buffer_bytes;
   size_t stride; // buffer size rounded up to whole cache lines

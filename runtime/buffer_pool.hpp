@@ -31,8 +31,7 @@ private:
   friend class buffer_pool;
   pooled_buffer(std::shared_ptr<detail::pool_core> owner, std::byte* data,
                 size_t capacity)
-    : payload(data, capacity, true), owner_(std::move(owner)) {
-  }
+    : payload(data, capacity, true), owner_(std::move(owner)) {}
   ~pooled_buffer() override = default; // the memory belongs to the pool's slab
   void recycle() noexcept override;
 

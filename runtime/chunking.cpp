@@ -62,7 +62,8 @@ routing_table::routing_table(const job_spec& spec, uint32_t num_shards,
     for (uint32_t c = 0; c < layouts_[t].count(); ++c) {
       auto g = first_[t] + c;
       bool owned = home_on_ring(*ring, spec, t, c) == self_node;
-      bool replica = !owned && replicated && replica_on_ring(*ring, spec, t, c) == self_node;
+      bool replica = !owned && replicated
+                     && replica_on_ring(*ring, spec, t, c) == self_node;
       if (!owned && !replica)
         continue;
       index_[g] = per_shard[g % num_shards]++;
@@ -82,8 +83,8 @@ std::vector<uint64_t> routing_table::chunks_per_shard() const {
   return load;
 }
 
-std::shared_ptr<const routing_table>
-routing_table::remapped(const std::vector<std::array<uint32_t, 3>>& moves) const {
+std::shared_ptr<const routing_table> routing_table::remapped(
+  const std::vector<std::array<uint32_t, 3>>& moves) const {
   auto next = std::make_shared<routing_table>(*this);
   if (next->moved_shard_.empty()) {
     next->moved_shard_.assign(total_chunks_, not_here);
@@ -95,8 +96,8 @@ routing_table::remapped(const std::vector<std::array<uint32_t, 3>>& moves) const
     if (t >= num_tensors() || c >= layouts_[t].count() || !is_local(t, c))
       throw std::invalid_argument(fmt::format("chunk {}/{} is not served here", t, c));
     if (shard >= num_shards_)
-      throw std::invalid_argument(fmt::format("shard {} does not exist (the node has {})",
-                                              shard, num_shards_));
+      throw std::invalid_argument(
+        fmt::format("shard {} does not exist (the node has {})", shard, num_shards_));
     next->moved_shard_[first_[t] + c] = shard;
   }
   next->moved_index_.assign(total_chunks_, no_seq);
@@ -124,18 +125,18 @@ uint32_t home_on_ring(const hash_ring& ring, const job_spec& spec, uint32_t tens
                       uint32_t chunk) noexcept {
   // A layer-wise optimizer's trust ratio spans its tensor: the whole tensor shares the
   // home of its chunk 0, so the ratio is taken on one node.
-  return ring.owner(spec.tensors[tensor].name, is_layerwise(spec.optimizer.kind) ? 0 : chunk);
+  return ring.owner(spec.tensors[tensor].name,
+                    is_layerwise(spec.optimizer.kind) ? 0 : chunk);
 }
 
 uint32_t replica_on_ring(const hash_ring& ring, const job_spec& spec, uint32_t tensor,
                          uint32_t chunk) noexcept {
-  return ring.successor_of_key(
-    hash_ring::key(spec.tensors[tensor].name, is_layerwise(spec.optimizer.kind) ? 0 : chunk));
+  return ring.successor_of_key(hash_ring::key(
+    spec.tensors[tensor].name, is_layerwise(spec.optimizer.kind) ? 0 : chunk));
 }
 
 job_routes::job_routes(std::shared_ptr<const routing_table> single)
-  : tables_{std::move(single)}, endpoint_base_{0} {
-}
+  : tables_{std::move(single)}, endpoint_base_{0} {}
 
 job_routes::job_routes(std::vector<std::shared_ptr<const routing_table>> tables,
                        std::vector<uint32_t> endpoint_base)
@@ -160,9 +161,11 @@ uint32_t job_routes::replica_of(uint32_t tensor, uint32_t chunk) const noexcept 
   return UINT32_MAX;
 }
 
-uint32_t job_routes::replica_connection_of(uint32_t tensor, uint32_t chunk) const noexcept {
+uint32_t job_routes::replica_connection_of(uint32_t tensor,
+                                           uint32_t chunk) const noexcept {
   auto n = replica_of(tensor, chunk);
-  return n == UINT32_MAX ? UINT32_MAX : endpoint_base_[n] + tables_[n]->endpoint_of(tensor, chunk);
+  return n == UINT32_MAX ? UINT32_MAX
+                         : endpoint_base_[n] + tables_[n]->endpoint_of(tensor, chunk);
 }
 
 uint32_t job_routes::connection_of(uint32_t tensor, uint32_t chunk) const noexcept {
@@ -177,19 +180,19 @@ uint32_t job_routes::node_of_connection(uint32_t conn) const noexcept {
   return n;
 }
 
-std::shared_ptr<const job_routes> routes_basis::rebuild(const std::vector<std::string>& nodes,
-                                                        uint64_t version,
-                                                        uint32_t replicas) const {
+std::shared_ptr<const job_routes> routes_basis::rebuild(
+  const std::vector<std::string>& nodes, uint64_t version, uint32_t replicas) const {
   hash_ring ring{nodes, vnodes, version};
   std::vector<std::shared_ptr<const routing_table>> tables;
   std::vector<uint32_t> bases;
   for (uint32_t i = 0; i < nodes.size(); ++i) {
     auto at = std::find(names.begin(), names.end(), nodes[i]);
     if (at == names.end())
-      throw std::invalid_argument("node '" + nodes[i] + "' is not one this worker joined");
+      throw std::invalid_argument("node '" + nodes[i]
+                                  + "' is not one this worker joined");
     auto n = static_cast<size_t>(at - names.begin());
-    tables.push_back(
-      std::make_shared<routing_table>(spec, num_shards[n], shard_endpoints[n], &ring, i, replicas));
+    tables.push_back(std::make_shared<routing_table>(
+      spec, num_shards[n], shard_endpoints[n], &ring, i, replicas));
     bases.push_back(endpoint_base[n]);
   }
   return std::make_shared<job_routes>(std::move(tables), std::move(bases));

@@ -40,8 +40,8 @@
 namespace rw::runtime {
 
 struct chunk_layout {
-  uint64_t elements = 0;     // elements in the whole tensor
-  uint32_t chunk_elems = 0;  // elements per full chunk
+  uint64_t elements = 0;    // elements in the whole tensor
+  uint32_t chunk_elems = 0; // elements per full chunk
 
   chunk_layout() = default;
   chunk_layout(uint64_t elements, uint32_t chunk_bytes);
@@ -67,22 +67,12 @@ public:
   /// What shard_of() says of a chunk homed on another node.
   static constexpr uint32_t not_here = UINT32_MAX;
 
-  uint32_t num_shards() const noexcept {
-    return num_shards_;
-  }
-  uint32_t num_tensors() const noexcept {
-    return static_cast<uint32_t>(layouts_.size());
-  }
-  const chunk_layout& layout(uint32_t tensor) const {
-    return layouts_.at(tensor);
-  }
-  uint64_t total_chunks() const noexcept {
-    return total_chunks_;
-  }
+  uint32_t num_shards() const noexcept { return num_shards_; }
+  uint32_t num_tensors() const noexcept { return static_cast<uint32_t>(layouts_.size()); }
+  const chunk_layout& layout(uint32_t tensor) const { return layouts_.at(tensor); }
+  uint64_t total_chunks() const noexcept { return total_chunks_; }
   /// Chunks homed on this node (all of them without a ring).
-  uint64_t local_chunks() const noexcept {
-    return local_chunks_;
-  }
+  uint64_t local_chunks() const noexcept { return local_chunks_; }
   /// Whether (tensor, chunk) is served on this node: homed here, or replicated here.
   /// Preconditions: both in range.
   bool is_local(uint32_t tensor, uint32_t chunk) const noexcept {
@@ -93,14 +83,10 @@ public:
     return owned_.empty() ? true : owned_[first_[tensor] + chunk] != 0;
   }
   /// Chunks replicated on this node (0 without replicas).
-  uint64_t replica_chunks() const noexcept {
-    return replica_chunks_;
-  }
+  uint64_t replica_chunks() const noexcept { return replica_chunks_; }
   /// Whether the table's ring keeps a replica of each chunk (replicas = 1, two nodes
   /// or more).
-  bool replicated() const noexcept {
-    return !mirror_.empty();
-  }
+  bool replicated() const noexcept { return !mirror_.empty(); }
   /// The ring index of the replica node of (tensor, chunk), a chunk homed here, or
   /// not_here (no replicas, or the chunk is not homed here). Its home sends it each
   /// step's summed gradient (actors/links/mirror_link).
@@ -126,12 +112,10 @@ public:
   /// `moves` (chunks served here; shards in range, else std::invalid_argument). Every
   /// other chunk stays where it is; each shard's chunks are numbered again in
   /// (tensor, index) order (local_index).
-  std::shared_ptr<const routing_table>
-  remapped(const std::vector<std::array<uint32_t, 3>>& moves) const;
+  std::shared_ptr<const routing_table> remapped(
+    const std::vector<std::array<uint32_t, 3>>& moves) const;
   /// Whether a chunk has ever moved from the shard it was first given.
-  bool is_remapped() const noexcept {
-    return !moved_shard_.empty();
-  }
+  bool is_remapped() const noexcept { return !moved_shard_.empty(); }
   /// Endpoint (index into the node's endpoint list) that (tensor, chunk) travels on.
   /// Precondition: is_local(tensor, chunk).
   uint32_t endpoint_of(uint32_t tensor, uint32_t chunk) const noexcept {
@@ -174,9 +158,10 @@ private:
   uint64_t total_chunks_ = 0;
   uint64_t local_chunks_ = 0;
   uint64_t replica_chunks_ = 0;
-  std::vector<uint64_t> index_;  // by job-wide chunk number; empty: every chunk local
-  std::vector<uint8_t> owned_;   // by job-wide chunk number (with a ring)
-  std::vector<uint32_t> mirror_; // by job-wide chunk number: replica of a chunk homed here
+  std::vector<uint64_t> index_; // by job-wide chunk number; empty: every chunk local
+  std::vector<uint8_t> owned_;  // by job-wide chunk number (with a ring)
+  std::vector<uint32_t>
+    mirror_; // by job-wide chunk number: replica of a chunk homed here
   // After a move between shards (empty before): by job-wide chunk number, the shard
   // serving it and its position among that shard's chunks.
   std::vector<uint32_t> moved_shard_;
@@ -203,15 +188,11 @@ public:
   job_routes(std::vector<std::shared_ptr<const routing_table>> tables,
              std::vector<uint32_t> endpoint_base);
 
-  uint32_t num_tensors() const noexcept {
-    return tables_.front()->num_tensors();
-  }
+  uint32_t num_tensors() const noexcept { return tables_.front()->num_tensors(); }
   const chunk_layout& layout(uint32_t tensor) const {
     return tables_.front()->layout(tensor);
   }
-  uint32_t num_nodes() const noexcept {
-    return static_cast<uint32_t>(tables_.size());
-  }
+  uint32_t num_nodes() const noexcept { return static_cast<uint32_t>(tables_.size()); }
   /// Index of the node (in the job's node order) chunk (tensor, chunk) is homed on.
   uint32_t home_of(uint32_t tensor, uint32_t chunk) const noexcept;
   /// The worker's connection (index into its list) that (tensor, chunk) travels on.
@@ -224,12 +205,11 @@ public:
   uint32_t node_of_connection(uint32_t conn) const noexcept;
   /// Whether (tensor, chunk) is served by shard `shard` of node `node` (as its home, or
   /// as its replica).
-  bool served_by(uint32_t tensor, uint32_t chunk, uint32_t node, uint32_t shard) const noexcept {
+  bool served_by(uint32_t tensor, uint32_t chunk, uint32_t node,
+                 uint32_t shard) const noexcept {
     return node < tables_.size() && tables_[node]->shard_of(tensor, chunk) == shard;
   }
-  const routing_table& table(uint32_t node) const {
-    return *tables_.at(node);
-  }
+  const routing_table& table(uint32_t node) const { return *tables_.at(node); }
 
 private:
   std::vector<std::shared_ptr<const routing_table>> tables_;

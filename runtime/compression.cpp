@@ -130,8 +130,9 @@ void scalar_unpack_fp16(const uint16_t* in, float scale, float* out, size_t n) {
 } // namespace
 
 compression_table scalar_compression() noexcept {
-  return {"scalar", scalar_pack_bf16, scalar_unpack_bf16, scalar_max_finite_magnitude,
-          scalar_pack_fp16, scalar_unpack_fp16};
+  return {"scalar",           scalar_pack_bf16,
+          scalar_unpack_bf16, scalar_max_finite_magnitude,
+          scalar_pack_fp16,   scalar_unpack_fp16};
 }
 
 } // namespace detail
@@ -296,7 +297,8 @@ float topk_ratio_at(float ratio, uint32_t warmup, uint64_t step) noexcept {
   return stage_ratio > ratio ? stage_ratio : ratio;
 }
 
-uint32_t topk_chunk_count(float ratio, uint32_t warmup, uint64_t step, size_t n) noexcept {
+uint32_t topk_chunk_count(float ratio, uint32_t warmup, uint64_t step,
+                          size_t n) noexcept {
   if (n < topk_dense_below)
     return static_cast<uint32_t>(n);
   return topk_count(topk_ratio_at(ratio, warmup, step), n);

@@ -59,7 +59,8 @@ bool well_formed_token(const std::string& token) {
 std::string read_secret_file(const std::string& path, const std::string& what) {
   struct stat kind {};
   if (stat(path.c_str(), &kind) == 0 && !S_ISREG(kind.st_mode))
-    throw std::runtime_error(fmt::format("the {} file {} is not a regular file", what, path));
+    throw std::runtime_error(
+      fmt::format("the {} file {} is not a regular file", what, path));
   std::ifstream in{path};
   if (!in)
     throw std::runtime_error(fmt::format("cannot read the {} file {}", what, path));
@@ -70,15 +71,17 @@ std::string read_secret_file(const std::string& path, const std::string& what) {
   if (auto nl = secret.find('\n'); nl != std::string::npos)
     secret.resize(nl);
   else if (secret.size() == max_line)
-    throw std::runtime_error(fmt::format("the {} file {} has no line break in its first {} "
-                                         "bytes: a secret is one line",
-                                         what, path, max_line));
+    throw std::runtime_error(
+      fmt::format("the {} file {} has no line break in its first {} "
+                  "bytes: a secret is one line",
+                  what, path, max_line));
   auto end = secret.find_last_not_of(" \t\r\n");
   secret.erase(end == std::string::npos ? 0 : end + 1);
   if (secret.size() < 16)
-    throw std::runtime_error(fmt::format("the {} in {} is shorter than 16 characters (make "
-                                         "one: head -c 32 /dev/urandom | base64)",
-                                         what, path));
+    throw std::runtime_error(
+      fmt::format("the {} in {} is shorter than 16 characters (make "
+                  "one: head -c 32 /dev/urandom | base64)",
+                  what, path));
   struct stat info {};
   if (stat(path.c_str(), &info) == 0 && (info.st_mode & (S_IRWXG | S_IRWXO)) != 0)
     throw std::runtime_error(
@@ -119,9 +122,9 @@ namespace {
 
 // HMAC-SHA-256 keyed by `key` over (context, NUL, nonce, extra, job, NUL, rank as 4
 // little-endian bytes).
-byte_vector mac_over(const std::string& key, const char* context, const byte_vector& nonce,
-                     const unsigned char* extra, size_t extra_bytes, const std::string& job,
-                     uint32_t rank) {
+byte_vector mac_over(const std::string& key, const char* context,
+                     const byte_vector& nonce, const unsigned char* extra,
+                     size_t extra_bytes, const std::string& job, uint32_t rank) {
   init_sodium();
   crypto_auth_hmacsha256_state st;
   crypto_auth_hmacsha256_init(&st, reinterpret_cast<const unsigned char*>(key.data()),
@@ -135,10 +138,9 @@ byte_vector mac_over(const std::string& key, const char* context, const byte_vec
   feed(job.data(), job.size());
   const unsigned char sep = 0;
   feed(&sep, 1);
-  const unsigned char r[4] = {static_cast<unsigned char>(rank),
-                              static_cast<unsigned char>(rank >> 8),
-                              static_cast<unsigned char>(rank >> 16),
-                              static_cast<unsigned char>(rank >> 24)};
+  const unsigned char r[4] = {
+    static_cast<unsigned char>(rank), static_cast<unsigned char>(rank >> 8),
+    static_cast<unsigned char>(rank >> 16), static_cast<unsigned char>(rank >> 24)};
   feed(r, sizeof(r));
   byte_vector mac(crypto_auth_hmacsha256_BYTES);
   crypto_auth_hmacsha256_final(&st, reinterpret_cast<unsigned char*>(mac.data()));
@@ -161,7 +163,8 @@ byte_vector prove(const std::string& token, const byte_vector& nonce,
 }
 
 byte_vector prove_attach(const std::string& token, uint64_t attach_token,
-                         const byte_vector& nonce, const std::string& job, uint32_t rank) {
+                         const byte_vector& nonce, const std::string& job,
+                         uint32_t rank) {
   unsigned char t[8];
   for (int i = 0; i < 8; ++i)
     t[i] = static_cast<unsigned char>(attach_token >> (8 * i));
@@ -169,8 +172,9 @@ byte_vector prove_attach(const std::string& token, uint64_t attach_token,
   return mac_over(key, attach_context, nonce, t, sizeof(t), job, rank);
 }
 
-bool verify_attach(const std::string& token, uint64_t attach_token, const byte_vector& nonce,
-                   const std::string& job, uint32_t rank, const byte_vector& mac) {
+bool verify_attach(const std::string& token, uint64_t attach_token,
+                   const byte_vector& nonce, const std::string& job, uint32_t rank,
+                   const byte_vector& mac) {
   if (nonce.size() != nonce_bytes)
     return false;
   return same_mac(prove_attach(token, attach_token, nonce, job, rank), mac);

@@ -68,7 +68,8 @@ bool verify(const std::string& token, const byte_vector& nonce, const std::strin
 byte_vector prove_attach(const std::string& token, uint64_t attach_token,
                          const byte_vector& nonce, const std::string& job, uint32_t rank);
 /// Whether `mac` is that proof. Constant time in the contents of `mac`.
-bool verify_attach(const std::string& token, uint64_t attach_token, const byte_vector& nonce,
-                   const std::string& job, uint32_t rank, const byte_vector& mac);
+bool verify_attach(const std::string& token, uint64_t attach_token,
+                   const byte_vector& nonce, const std::string& job, uint32_t rank,
+                   const byte_vector& mac);
 
 } // namespace rw::runtime

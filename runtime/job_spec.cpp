@@ -47,7 +47,8 @@ consistency_spec parse_consistency(std::string_view text) {
                   && num.find_first_not_of("0123456789") == std::string::npos;
     if (!digits)
       throw std::invalid_argument(fmt::format(
-        "'{}': the staleness bound after ssp: must be a whole number >= 0 (ssp:2)", text));
+        "'{}': the staleness bound after ssp: must be a whole number >= 0 (ssp:2)",
+        text));
     c.model = consistency_spec::ssp;
     c.staleness = static_cast<uint32_t>(std::stoul(num));
     return c;
@@ -93,7 +94,8 @@ compression_spec parse_compression(std::string_view text) {
           || n > (1ull << 31))
         throw std::invalid_argument(fmt::format(
           "'{}': after topk:RATIO only ',warmup=STEPS' may follow (0..2^31 steps over "
-          "which the ratio falls to RATIO: topk:0.01,warmup=40)", text));
+          "which the ratio falls to RATIO: topk:0.01,warmup=40)",
+          text));
       c.warmup = static_cast<uint32_t>(n);
     }
     auto num = std::string(rest);
@@ -107,7 +109,8 @@ compression_spec parse_compression(std::string_view text) {
     if (num.empty() || used != num.size() || !(ratio > 0 && ratio <= 1))
       throw std::invalid_argument(fmt::format(
         "'{}': the ratio after topk: must be a number in (0, 1], the fraction of each "
-        "chunk sent (topk:0.01)", text));
+        "chunk sent (topk:0.01)",
+        text));
     c.kind = compression_spec::topk;
     c.ratio = static_cast<float>(ratio);
     return c;
@@ -135,7 +138,8 @@ std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
     return "job name must be 1 to 128 characters";
   // Names go into logs, metrics labels, checkpoint paths and shell commands: a safe set.
   auto safe = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_'
+           || c == '-';
   };
   // A hierarchical job's top level, which the rack-aggs join among themselves, is named
   // NAME/top (actors/cluster_messages.hpp): no user's name can be that.
@@ -151,9 +155,10 @@ std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
   for (char c : name)
     ok = ok && (safe(c) || c == ':');
   if (!ok)
-    return fmt::format("job name '{}' may hold only letters, digits, '.', '_' and '-', "
-                       "starting with a letter, digit or '_' (a tenant's job: TENANT:NAME)",
-                       spec.name);
+    return fmt::format(
+      "job name '{}' may hold only letters, digits, '.', '_' and '-', "
+      "starting with a letter, digit or '_' (a tenant's job: TENANT:NAME)",
+      spec.name);
   if (spec.num_workers == 0 || spec.num_workers > max_workers)
     return fmt::format("workers must be 1..{}, got {}", max_workers, spec.num_workers);
   if (spec.chunk_bytes < 4 || spec.chunk_bytes % 4 != 0
@@ -180,7 +185,8 @@ std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
     chunks += (t.elements + spec.chunk_bytes / 4 - 1) / (spec.chunk_bytes / 4);
   if (chunks > max_chunks)
     return fmt::format("the job's tensors make {} chunks of {} bytes; at most 2^24 "
-                       "(16777216) per job: use larger chunks", chunks, spec.chunk_bytes);
+                       "(16777216) per job: use larger chunks",
+                       chunks, spec.chunk_bytes);
   if (spec.consistency.model > consistency_spec::async)
     return "unknown consistency model";
   auto& z = spec.compression;
@@ -189,15 +195,18 @@ std::string validate(const job_spec& spec, uint32_t max_chunk_bytes,
   if (z.kind == compression_spec::topk && !(z.ratio > 0 && z.ratio <= 1))
     return fmt::format("topk's ratio must be in (0, 1], got {}", z.ratio);
   if (z.kind != compression_spec::topk && z.ratio != 0)
-    return fmt::format("a ratio ({}) belongs to topk only, not {}", z.ratio, to_string(z));
+    return fmt::format("a ratio ({}) belongs to topk only, not {}", z.ratio,
+                       to_string(z));
   if (z.warmup != 0 && z.kind != compression_spec::topk)
     return fmt::format("a warm-up ({} steps) belongs to topk only, not {}", z.warmup,
                        to_string(z));
   if (z.warmup > (1u << 31))
     return fmt::format("topk's warm-up is at most 2^31 steps, got {}", z.warmup);
   if (z.updates && z.kind != compression_spec::bf16 && z.kind != compression_spec::fp16)
-    return fmt::format("compress_updates needs compression bf16 or fp16 (results travel as "
-                       "16-bit values), not {}", to_string(z));
+    return fmt::format(
+      "compress_updates needs compression bf16 or fp16 (results travel as "
+      "16-bit values), not {}",
+      to_string(z));
   auto& o = spec.optimizer;
   auto finite = [](float x) { return std::isfinite(x); };
   if (!finite(o.learning_rate) || !finite(o.momentum) || !finite(o.beta1)
@@ -305,7 +314,8 @@ optimizer_spec optimizer_at(const job_spec& spec, uint64_t clock) {
   for (auto& c : spec.schedule)
     if (c.at_clock <= clock)
       due.push_back(&c);
-  std::stable_sort(due.begin(), due.end(), [](auto* a, auto* b) { return a->at_clock < b->at_clock; });
+  std::stable_sort(due.begin(), due.end(),
+                   [](auto* a, auto* b) { return a->at_clock < b->at_clock; });
   for (auto* c : due) {
     if (c->learning_rate)
       out.learning_rate = *c->learning_rate;

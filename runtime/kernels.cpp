@@ -100,7 +100,8 @@ void step_inputs(const kernel_table& k, const optimizer_spec& spec, float rescal
     k.add(tile, in[0] + off, in[1] + off, len);
     for (uint32_t j = 2; j + 1 < count; ++j)
       k.sum_into(tile, in[j] + off, len);
-    optimizer_slots s{slots.m ? slots.m + off : nullptr, slots.v ? slots.v + off : nullptr};
+    optimizer_slots s{slots.m ? slots.m + off : nullptr,
+                      slots.v ? slots.v + off : nullptr};
     k.step(spec, rescale, step, p + off, tile, in[count - 1] + off, s, len);
   }
 }
@@ -108,15 +109,13 @@ void step_inputs(const kernel_table& k, const optimizer_spec& spec, float rescal
 int state_arrays(optimizer_kind kind) noexcept {
   switch (kind) {
     case optimizer_kind::momentum:
-    case optimizer_kind::nesterov:
-      return 1;
+    case optimizer_kind::nesterov: return 1;
     case optimizer_kind::adam:
     case optimizer_kind::lars: // m, d
       return 2;
     case optimizer_kind::lamb: // m, v, d
       return 3;
-    default:
-      return 0;
+    default: return 0;
   }
 }
 

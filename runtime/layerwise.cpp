@@ -50,8 +50,8 @@ float layerwise_trust(const optimizer_spec& s, const norm_parts& tensor) noexcep
   return static_cast<float>(s.eta * w / (d + s.weight_decay * w));
 }
 
-void layerwise_apply(const optimizer_spec& s, float trust, float* p, optimizer_slots slots,
-                     size_t n) noexcept {
+void layerwise_apply(const optimizer_spec& s, float trust, float* p,
+                     optimizer_slots slots, size_t n) noexcept {
   const float lr = s.learning_rate;
   if (s.kind == optimizer_kind::lamb) {
     for (size_t i = 0; i < n; ++i)

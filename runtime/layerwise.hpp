@@ -34,7 +34,7 @@ norm_parts layerwise_prepare(const optimizer_spec& s, float rescale, uint64_t st
 float layerwise_trust(const optimizer_spec& s, const norm_parts& tensor) noexcept;
 
 /// Phase 2 on one chunk: applies the direction in slots.d, scaled by `trust`.
-void layerwise_apply(const optimizer_spec& s, float trust, float* p, optimizer_slots slots,
-                     size_t n) noexcept;
+void layerwise_apply(const optimizer_spec& s, float trust, float* p,
+                     optimizer_slots slots, size_t n) noexcept;
 
 } // namespace rw::runtime

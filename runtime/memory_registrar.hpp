@@ -12,6 +12,7 @@ namespace rw::runtime {
 
 /// Registers [data, data + bytes) until the returned handle is dropped. May throw
 /// (the transport refused: the message says why); an empty function registers nothing.
-using memory_registrar = std::function<std::shared_ptr<void>(const void* data, size_t bytes)>;
+using memory_registrar =
+  std::function<std::shared_ptr<void>(const void* data, size_t bytes)>;
 
 } // namespace rw::runtime

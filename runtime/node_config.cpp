@@ -65,15 +65,17 @@ option_def def(std::string key, std::string flag, std::string help, T& field) {
   d.help = help + "  [config: " + key + "]";
   if constexpr (std::is_same_v<T, bool>) {
     d.negation = "--no-" + flag.substr(2);
-    d.help = help + (field ? " (default: on)" : " (default: off)") + "  [config: " + key + "]";
+    d.help = help + (field ? " (default: on)" : " (default: off)") + "  [config: " + key
+             + "]";
   }
   d.add = [flag, negation = d.negation, text = d.help, &field](CLI::App& app) {
     if constexpr (std::is_same_v<T, bool>) {
       // Two flags, so that help shows the true default beside --name (a combined
       // "--name,!--no-name" shows "--no-name{false}", which reads as the default).
       app.add_flag(flag, field, text);
-      app.add_flag_callback(negation, [&field] { field = false; },
-                            "turns " + flag + " off (even if " + flag + " is given too)");
+      app.add_flag_callback(
+        negation, [&field] { field = false; },
+        "turns " + flag + " off (even if " + flag + " is given too)");
     } else if constexpr (is_vector<T>::value)
       app.add_option(flag, field, text + " (repeat for several)")->capture_default_str();
     else
@@ -138,17 +140,18 @@ std::vector<option_def> option_table(node_config& c) {
           c.pollers = read_value<std::string>(n, "node.pollers");
       };
       return d;
-    }(def("node.pollers", "--pollers",
-        "NIC pollers (threads reading the sockets) per --listen address: N or auto. "
-        "An address with N pollers is N endpoints on consecutive ports (PORT, PORT+1, "
-        "...; port 0: a free one each); workers connect to every one and spread their "
-        "chunks over them. auto: one poller per 4 cores of the machine, 2 to 8 in all "
-        "shared among the addresses, each on a core of its NIC's NUMA domain kept from "
-        "the shards; 1 on a machine of fewer than 8 cores. The choice and why are logged "
-        "at start",
-        c.pollers)),
-    def("node.log_level", "--log-level",
-        "trace, debug, info, warn, error or off", c.log_level),
+    }(def(
+      "node.pollers", "--pollers",
+      "NIC pollers (threads reading the sockets) per --listen address: N or auto. "
+      "An address with N pollers is N endpoints on consecutive ports (PORT, PORT+1, "
+      "...; port 0: a free one each); workers connect to every one and spread their "
+      "chunks over them. auto: one poller per 4 cores of the machine, 2 to 8 in all "
+      "shared among the addresses, each on a core of its NIC's NUMA domain kept from "
+      "the shards; 1 on a machine of fewer than 8 cores. The choice and why are logged "
+      "at start",
+      c.pollers)),
+    def("node.log_level", "--log-level", "trace, debug, info, warn, error or off",
+        c.log_level),
     def("node.log_file", "--log-file",
         "also write the log to FILE, rotated at --log-max-mib into FILE.1 ... FILE.N "
         "(--log-files; the oldest is deleted); stderr keeps its copy",
@@ -185,8 +188,8 @@ std::vector<option_def> option_table(node_config& c) {
         "'Authorization: Bearer <token>' (others: 401); /healthz and /readyz stay open. "
         "Empty: /metrics is open to whoever reaches the port",
         c.metrics_token_file),
-    def("node.pin", "--pin", "pin shards and pollers to cores (--no-pin: let the OS move them)",
-        c.pin),
+    def("node.pin", "--pin",
+        "pin shards and pollers to cores (--no-pin: let the OS move them)", c.pin),
     def("node.shm", "--shm",
         "let workers on this host exchange data through shared memory (--no-shm: TCP "
         "only)",
@@ -205,19 +208,21 @@ std::vector<option_def> option_table(node_config& c) {
         "where a job's chunks would take more than 64 MiB per worker); registered memory "
         "counts against the locked-memory limit (ulimit -l)",
         c.fabric_slots),
-    def("node.fabric_nics", "--fabric-nics",
-        "the NICs to open a fabric endpoint on, each with its own receive pool and poller "
-        "in the NIC's NUMA domain (workers go to the least loaded): 'all' the provider "
-        "offers, or names separated by commas (RDMA devices such as mlx5_0,mlx5_1; "
-        "interfaces for the tcp provider). Empty: the one serving the first --listen "
-        "address",
-        c.fabric_nics),
-    def("node.fabric_pool_mib", "--fabric-pool",
-        "MiB of receive memory the fabric endpoint allocates on its NIC's NUMA domain and "
-        "registers once at start; each fabric worker's slots are lent from it (at most "
-        "half of what is free, so later workers get fewer slots; a worker whose smallest "
-        "window does not fit is refused and stays on TCP). Counts against ulimit -l",
-        c.fabric_pool_mib),
+    def(
+      "node.fabric_nics", "--fabric-nics",
+      "the NICs to open a fabric endpoint on, each with its own receive pool and poller "
+      "in the NIC's NUMA domain (workers go to the least loaded): 'all' the provider "
+      "offers, or names separated by commas (RDMA devices such as mlx5_0,mlx5_1; "
+      "interfaces for the tcp provider). Empty: the one serving the first --listen "
+      "address",
+      c.fabric_nics),
+    def(
+      "node.fabric_pool_mib", "--fabric-pool",
+      "MiB of receive memory the fabric endpoint allocates on its NIC's NUMA domain and "
+      "registers once at start; each fabric worker's slots are lent from it (at most "
+      "half of what is free, so later workers get fewer slots; a worker whose smallest "
+      "window does not fit is refused and stays on TCP). Counts against ulimit -l",
+      c.fabric_pool_mib),
     def("scheduling.priority", "--priority",
         "when requests queue, serve the worker furthest behind first (--no-priority: "
         "arrival order)",
@@ -227,7 +232,8 @@ std::vector<option_def> option_table(node_config& c) {
         c.kernels),
     def("shards.count", "--shards",
         "chunk shards (serving cores); 0 = one per allowed core, but for the pollers' "
-        "cores on a machine of 8 cores or more", c.shards),
+        "cores on a machine of 8 cores or more",
+        c.shards),
     def("shards.cores", "--shard-cores", "OS CPU numbers shards may use (default: all)",
         c.shard_cores),
     def("shards.numa", "--shard-numa", "NUMA domains shards may use (default: all)",
@@ -375,8 +381,9 @@ std::vector<option_def> option_table(node_config& c) {
 } // namespace
 
 void add_node_options(CLI::App& app, node_config& cfg, std::string& config_file) {
-  app.add_option("--config", config_file,
-                 "TOML file with any of the keys below (flags given here win)")
+  app
+    .add_option("--config", config_file,
+                "TOML file with any of the keys below (flags given here win)")
     ->check(CLI::ExistingFile);
   for (auto& d : option_table(cfg))
     d.add(app);
@@ -398,8 +405,8 @@ void load_node_config(const std::string& path, const CLI::App& app, node_config&
   for (auto& [section, node] : file) {
     auto* sub = node.as_table();
     if (sub == nullptr)
-      throw std::runtime_error(fmt::format("{}: '{}' must be a [section]", path,
-                                           std::string(section.str())));
+      throw std::runtime_error(
+        fmt::format("{}: '{}' must be a [section]", path, std::string(section.str())));
     for (auto& [name, value] : *sub) {
       auto key = fmt::format("{}.{}", section.str(), name.str());
       if (known.count(key) == 0)
@@ -422,9 +429,8 @@ void load_node_config(const std::string& path, const CLI::App& app, node_config&
 
 void check_node_config(const node_config& cfg) {
   if (cfg.role != "rack-agg" && cfg.role != "coordinator")
-    throw std::runtime_error(
-      fmt::format("unknown role '{}': a node is --role rack-agg or --role coordinator",
-                  cfg.role));
+    throw std::runtime_error(fmt::format(
+      "unknown role '{}': a node is --role rack-agg or --role coordinator", cfg.role));
   if (cfg.role == "coordinator" && !cfg.coordinator.empty())
     throw std::runtime_error("--coordinator is for rack-agg nodes joining a cluster; a "
                              "--role coordinator node is the coordinator");
@@ -437,24 +443,26 @@ void check_node_config(const node_config& cfg) {
       "above 0",
       cfg.node_timeout_ms, cfg.heartbeat_ms));
   if (cfg.log_format != "text" && cfg.log_format != "json")
-    throw std::runtime_error(fmt::format("--log-format is text or json, not '{}'",
-                                         cfg.log_format));
+    throw std::runtime_error(
+      fmt::format("--log-format is text or json, not '{}'", cfg.log_format));
   if (cfg.log_max_mib == 0 || cfg.log_max_mib > 1024 * 1024)
     throw std::runtime_error("--log-max-mib must be 1 to 1048576");
   if (cfg.log_files == 0 || cfg.log_files > 1000)
     throw std::runtime_error("--log-files must be 1 to 1000");
   if (!cfg.metrics.empty()) {
     auto colon = cfg.metrics.rfind(':');
-    auto port = colon == std::string::npos ? std::string() : cfg.metrics.substr(colon + 1);
+    auto port = colon == std::string::npos ? std::string()
+                                           : cfg.metrics.substr(colon + 1);
     if (colon == 0 || port.empty() || port.size() > 5
-        || port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535)
+        || port.find_first_not_of("0123456789") != std::string::npos
+        || std::stoul(port) > 65535)
       throw std::runtime_error(fmt::format(
         "--metrics wants HOST:PORT (port 0: any free one), not '{}'", cfg.metrics));
   }
   if (!cfg.metrics_token_file.empty() && cfg.metrics.empty())
     throw std::runtime_error("--metrics-token-file protects the --metrics endpoint: give "
                              "--metrics HOST:PORT too");
-  static const std::set<std::string> levels{"trace", "debug", "info", "warn",
+  static const std::set<std::string> levels{"trace", "debug",    "info", "warn",
                                             "error", "critical", "off"};
   if (levels.count(cfg.log_level) == 0)
     throw std::runtime_error(fmt::format(
@@ -465,9 +473,9 @@ void check_node_config(const node_config& cfg) {
   if (cfg.max_control_bytes < 1024)
     throw std::runtime_error("--max-control-bytes must be at least 1024");
   if ((uint64_t{cfg.max_unjoined_mib} << 20) < cfg.max_control_bytes)
-    throw std::runtime_error(fmt::format(
-      "--max-unjoined-mib {} cannot hold one hello of --max-control-bytes {}",
-      cfg.max_unjoined_mib, cfg.max_control_bytes));
+    throw std::runtime_error(
+      fmt::format("--max-unjoined-mib {} cannot hold one hello of --max-control-bytes {}",
+                  cfg.max_unjoined_mib, cfg.max_control_bytes));
   if (cfg.max_workers == 0)
     throw std::runtime_error("--max-workers must be at least 1");
   if (cfg.listen.empty())
@@ -475,15 +483,15 @@ void check_node_config(const node_config& cfg) {
   pollers_per_listen(cfg); // throws on a bad --pollers
   static const std::set<std::string> isas{"auto", "scalar", "avx2", "avx512"};
   if (isas.count(cfg.kernels) == 0)
-    throw std::runtime_error(fmt::format(
-      "unknown kernels '{}' (auto, scalar, avx2, avx512)", cfg.kernels));
+    throw std::runtime_error(
+      fmt::format("unknown kernels '{}' (auto, scalar, avx2, avx512)", cfg.kernels));
   static const std::set<std::string> fabrics{"off", "auto", "verbs", "efa", "tcp"};
   if (fabrics.count(cfg.fabric) == 0)
     throw std::runtime_error(fmt::format(
       "unknown fabric provider '{}' (auto, verbs, efa, tcp, off)", cfg.fabric));
   if (cfg.fabric_pool_mib < 1 || cfg.fabric_pool_mib > (1u << 20))
-    throw std::runtime_error(
-      fmt::format("--fabric-pool must be 1 to 1048576 MiB (it is {})", cfg.fabric_pool_mib));
+    throw std::runtime_error(fmt::format(
+      "--fabric-pool must be 1 to 1048576 MiB (it is {})", cfg.fabric_pool_mib));
   if (cfg.fabric_slots == 0 || cfg.fabric_slots > 4096)
     throw std::runtime_error(
       fmt::format("--fabric-slots must be 1 to 4096 (it is {})", cfg.fabric_slots));
@@ -510,8 +518,9 @@ uint32_t pollers_per_listen(const node_config& cfg) {
       n = n * 10 + uint32_t(ch - '0');
   }
   if (!digits || n < 1 || n > max_pollers)
-    throw std::runtime_error(fmt::format(
-      "--pollers must be auto or a number from 1 to {} (it is '{}')", max_pollers, cfg.pollers));
+    throw std::runtime_error(
+      fmt::format("--pollers must be auto or a number from 1 to {} (it is '{}')",
+                  max_pollers, cfg.pollers));
   return n;
 }
 

@@ -17,65 +17,67 @@ namespace rw::runtime {
 
 struct node_config {
   std::string role = "rack-agg";
-  std::string name;                      // default: the host name
-  std::string rack;                      // default: the host name
-  double uplink_gbps = 0;                // the rack's links to this node; 0 = unknown
-  double core_gbps = 0;                  // this node's link into the core; 0 = unknown
-  std::vector<std::string> listen{defaults::listen}; // HOST:PORT, --pollers endpoints each
-  std::string pollers = "auto";          // NIC pollers per --listen address: N or auto
+  std::string name;       // default: the host name
+  std::string rack;       // default: the host name
+  double uplink_gbps = 0; // the rack's links to this node; 0 = unknown
+  double core_gbps = 0;   // this node's link into the core; 0 = unknown
+  std::vector<std::string> listen{
+    defaults::listen};          // HOST:PORT, --pollers endpoints each
+  std::string pollers = "auto"; // NIC pollers per --listen address: N or auto
   std::string log_level = "info";
-  std::string log_file;                  // "": stderr only
-  std::string log_format = "text";       // text or json (one object per line)
-  uint32_t log_max_mib = 100;            // --log-file rotates at this size
-  uint32_t log_files = 5;                // rotated files kept beside it
-  std::string trace;                     // Chrome trace-event JSON of the node's steps; "": off
-  uint32_t stats_interval_s = 60;        // the periodic throughput line; 0: none
-  std::string metrics;                   // HOST:PORT of /metrics, /healthz, /readyz; "": none
-  std::string metrics_token_file;        // /metrics asks for this bearer token; "": open
-  bool pin = true;                       // pin shards and pollers to cores
-  bool shm = true;                       // colocated workers may use shared memory
-  std::string fabric = "off";            // libfabric provider: auto, verbs, efa, tcp, off
-  uint32_t fabric_slots = 256;           // receive slots (credits) per fabric peer
-  uint32_t fabric_pool_mib = 256;        // receive pool registered at start, lent to peers
-  std::string fabric_nics;               // NICs with a fabric endpoint: "", "all" or names
-  bool priority = true;                  // serve the worker furthest behind first
-  std::string kernels = "auto";          // auto, scalar, avx2, avx512
-  uint32_t shards = 0;                   // serving cores; 0 = auto (placement.hpp)
-  std::vector<uint32_t> shard_cores;     // OS CPU numbers shards may use; empty = all
-  std::vector<uint32_t> shard_numa;      // NUMA domains shards may use; empty = all
-  bool balance = true;                   // move chunks from a busy shard to an idle one
-  uint32_t balance_ms = defaults::balance_ms;     // how often shards' busy time is compared
+  std::string log_file;            // "": stderr only
+  std::string log_format = "text"; // text or json (one object per line)
+  uint32_t log_max_mib = 100;      // --log-file rotates at this size
+  uint32_t log_files = 5;          // rotated files kept beside it
+  std::string trace;               // Chrome trace-event JSON of the node's steps; "": off
+  uint32_t stats_interval_s = 60;  // the periodic throughput line; 0: none
+  std::string metrics;             // HOST:PORT of /metrics, /healthz, /readyz; "": none
+  std::string metrics_token_file;  // /metrics asks for this bearer token; "": open
+  bool pin = true;                 // pin shards and pollers to cores
+  bool shm = true;                 // colocated workers may use shared memory
+  std::string fabric = "off";      // libfabric provider: auto, verbs, efa, tcp, off
+  uint32_t fabric_slots = 256;     // receive slots (credits) per fabric peer
+  uint32_t fabric_pool_mib = 256;  // receive pool registered at start, lent to peers
+  std::string fabric_nics;         // NICs with a fabric endpoint: "", "all" or names
+  bool priority = true;            // serve the worker furthest behind first
+  std::string kernels = "auto";    // auto, scalar, avx2, avx512
+  uint32_t shards = 0;             // serving cores; 0 = auto (placement.hpp)
+  std::vector<uint32_t> shard_cores; // OS CPU numbers shards may use; empty = all
+  std::vector<uint32_t> shard_numa;  // NUMA domains shards may use; empty = all
+  bool balance = true;               // move chunks from a busy shard to an idle one
+  uint32_t balance_ms = defaults::balance_ms; // how often shards' busy time is compared
   double balance_ratio = defaults::balance_ratio; // how much busier is too busy
-  uint32_t prealloc_buffers = 64;        // receive buffers (of the default chunk) per poller
+  uint32_t prealloc_buffers = 64; // receive buffers (of the default chunk) per poller
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_control_bytes = defaults::max_control_bytes;
   uint32_t max_workers = defaults::max_workers;
-  uint32_t max_job_mib = 0;              // node memory one job may take; 0 = half the RAM
+  uint32_t max_job_mib = 0; // node memory one job may take; 0 = half the RAM
   uint32_t step_timeout_ms = defaults::step_timeout_ms;
   uint32_t rejoin_timeout_ms = defaults::rejoin_timeout_ms;
   uint32_t io_timeout_ms = defaults::io_timeout_ms;
   uint32_t send_queue_mib = defaults::send_queue_mib; // queued for one slow peer, at most
   uint32_t max_peer_connections = defaults::max_peer_connections; // per host and endpoint
   uint32_t max_open_jobs_per_peer = defaults::max_open_jobs_per_peer; // --open-jobs only
-  uint32_t first_frame_ms = defaults::first_frame_ms; // a stranger's frame deadline, idle limit
+  uint32_t first_frame_ms =
+    defaults::first_frame_ms; // a stranger's frame deadline, idle limit
   uint32_t max_unjoined_mib = defaults::max_unjoined_mib; // held for strangers' payloads
   uint32_t keep_finished_ms = defaults::keep_finished_ms; // finished jobs' chunks kept
   // The cluster
-  std::string coordinator;               // any node's --listen address; "" = embed it
-  std::string control;                   // the coordinator's middleman HOST:PORT
-  bool open_jobs = false;                // a worker's hello may create a job, no token
-  std::string cluster_secret_file;       // nodes and shells prove this secret; "" = none
+  std::string coordinator;         // any node's --listen address; "" = embed it
+  std::string control;             // the coordinator's middleman HOST:PORT
+  bool open_jobs = false;          // a worker's hello may create a job, no token
+  std::string cluster_secret_file; // nodes and shells prove this secret; "" = none
   /// Start without a secret although the control port or --listen is reachable beyond
   /// this host (runtime/control_exposure.hpp); a warning names what is open.
   bool insecure = false;
   /// Checkpoints and restores only under this directory (runtime/checkpoint/root.hpp);
   /// "" = none: every checkpoint or restore path is refused.
   std::string checkpoint_root;
-  std::string tenants_file;              // coordinator: tenants (runtime/tenants.hpp); "" = none
+  std::string tenants_file; // coordinator: tenants (runtime/tenants.hpp); "" = none
   // TLS on the control plane (CAF's OpenSSL module): PEM files, all three or none.
-  std::string tls_cert;                  // this node's certificate (chain)
-  std::string tls_key;                   // its private key, chmod 600
-  std::string tls_ca;                    // the CA that signed every member's certificate
+  std::string tls_cert; // this node's certificate (chain)
+  std::string tls_key;  // its private key, chmod 600
+  std::string tls_ca;   // the CA that signed every member's certificate
   uint32_t heartbeat_ms = defaults::heartbeat_ms;
   /// The coordinator's state database (SQLite): the job registry survives a restart.
   /// Empty: kept in memory only.

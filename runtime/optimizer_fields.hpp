@@ -47,7 +47,8 @@ constexpr int hyper_fields = 5;
 inline std::array<std::optional<float>*, hyper_fields> fields_of(hyper_change& c) {
   return {&c.learning_rate, &c.momentum, &c.weight_decay, &c.beta1, &c.beta2};
 }
-inline std::array<const std::optional<float>*, hyper_fields> fields_of(const hyper_change& c) {
+inline std::array<const std::optional<float>*, hyper_fields> fields_of(
+  const hyper_change& c) {
   return {&c.learning_rate, &c.momentum, &c.weight_decay, &c.beta1, &c.beta2};
 }
 
@@ -65,7 +66,8 @@ inline uint8_t to_bits(const hyper_change& c, float (&values)[hyper_fields]) {
 
 /// Sets the change's fields from presence bits and values; false if `present` has a bit
 /// past the known fields.
-inline bool from_bits(hyper_change& c, uint8_t present, const float (&values)[hyper_fields]) {
+inline bool from_bits(hyper_change& c, uint8_t present,
+                      const float (&values)[hyper_fields]) {
   if (present >> hyper_fields)
     return false;
   auto fields = fields_of(c);

@@ -16,22 +16,12 @@ namespace rw::runtime {
 
 class payload {
 public:
-  float* floats() noexcept {
-    return reinterpret_cast<float*>(data_);
-  }
-  const float* floats() const noexcept {
-    return reinterpret_cast<const float*>(data_);
-  }
-  std::byte* bytes() noexcept {
-    return data_;
-  }
-  size_t capacity() const noexcept {
-    return capacity_;
-  }
+  float* floats() noexcept { return reinterpret_cast<float*>(data_); }
+  const float* floats() const noexcept { return reinterpret_cast<const float*>(data_); }
+  std::byte* bytes() noexcept { return data_; }
+  size_t capacity() const noexcept { return capacity_; }
   /// False for views of memory the receiver may only read.
-  bool writable() const noexcept {
-    return writable_;
-  }
+  bool writable() const noexcept { return writable_; }
   /// Bytes of payload currently held (set by the receiver).
   size_t size = 0;
 
@@ -59,8 +49,7 @@ public:
 
 protected:
   payload(std::byte* data, size_t capacity, bool writable) noexcept
-    : data_(data), capacity_(capacity), writable_(writable) {
-  }
+    : data_(data), capacity_(capacity), writable_(writable) {}
   virtual ~payload() = default;
   /// The last reference is gone: reuse or delete `this`.
   virtual void recycle() noexcept = 0;

@@ -18,8 +18,9 @@ std::vector<core_info> allowed_cores(const topology& topo, const placement_reque
       std::vector<uint32_t> have;
       for (auto& d : topo.numa_nodes())
         have.push_back(d.os_index);
-      throw std::runtime_error(fmt::format(
-        "NUMA domain {} does not exist on this machine (it has [{}])", n, fmt::join(have, ", ")));
+      throw std::runtime_error(
+        fmt::format("NUMA domain {} does not exist on this machine (it has [{}])", n,
+                    fmt::join(have, ", ")));
     }
   std::vector<core_info> out;
   if (!req.cores.empty()) {
@@ -43,7 +44,8 @@ std::vector<core_info> allowed_cores(const topology& topo, const placement_reque
                              }),
               out.end());
   if (out.empty())
-    throw std::runtime_error("the configured cores and NUMA domains leave no core to use");
+    throw std::runtime_error(
+      "the configured cores and NUMA domains leave no core to use");
   return out;
 }
 
@@ -77,8 +79,9 @@ endpoint_place resolve_endpoint(const topology& topo, const std::string& listen)
       for (auto& n : topo.nics())
         for (auto& a : n.ipv4)
           have.push_back(n.name + " " + a);
-      throw std::runtime_error(fmt::format(
-        "no network device here has address {} (devices: {})", host, fmt::join(have, ", ")));
+      throw std::runtime_error(
+        fmt::format("no network device here has address {} (devices: {})", host,
+                    fmt::join(have, ", ")));
     }
     e.nic = nic->name;
     e.nic_numa_known = nic->numa_known;
@@ -97,15 +100,17 @@ poller_choice choose_pollers(uint32_t cores, uint32_t listens, uint32_t asked) {
     c.why = fmt::format("{} per --listen address (--pollers {})", asked, asked);
   } else if (cores < spare_core_threshold) {
     c.per_listen = 1;
-    c.why = fmt::format("auto: 1 per --listen address (a machine of {} core(s), under {}: "
-                        "pollers share cores with shards)",
-                        cores, spare_core_threshold);
+    c.why = fmt::format(
+      "auto: 1 per --listen address (a machine of {} core(s), under {}: "
+      "pollers share cores with shards)",
+      cores, spare_core_threshold);
   } else {
     auto total = std::clamp(cores / 4, 2u, 8u);
     c.per_listen = std::max(1u, total / listens);
-    c.why = fmt::format("auto: {} per --listen address ({} cores: one poller per 4 cores, "
-                        "2 to 8 in all, over {} address(es); cores kept for them from shards)",
-                        c.per_listen, cores, listens);
+    c.why = fmt::format(
+      "auto: {} per --listen address ({} cores: one poller per 4 cores, "
+      "2 to 8 in all, over {} address(es); cores kept for them from shards)",
+      c.per_listen, cores, listens);
   }
   return c;
 }
@@ -135,8 +140,8 @@ placement plan_placement(const topology& topo, const placement_request& req) {
       if (used != first.listen.size() - colon - 1 || port > 65535)
         throw std::invalid_argument("port");
     } catch (const std::exception&) {
-      throw std::runtime_error(fmt::format("'{}': the port is not a number from 0 to 65535",
-                                           req.endpoints[l]));
+      throw std::runtime_error(
+        fmt::format("'{}': the port is not a number from 0 to 65535", req.endpoints[l]));
     }
     if (port != 0 && port + choice.per_listen - 1 > 65535)
       throw std::runtime_error(fmt::format(
@@ -201,9 +206,10 @@ placement plan_placement(const topology& topo, const placement_request& req) {
           best = &c;
     e.poller.core = *best;
     if (load[best->os_cpu] > 0)
-      plan.notes.push_back(fmt::format("{}: poller shares CPU {} with {} other thread(s): "
-                                       "the machine has fewer cores than shards + pollers",
-                                       e.listen, best->os_cpu, load[best->os_cpu]));
+      plan.notes.push_back(
+        fmt::format("{}: poller shares CPU {} with {} other thread(s): "
+                    "the machine has fewer cores than shards + pollers",
+                    e.listen, best->os_cpu, load[best->os_cpu]));
     ++load[best->os_cpu];
   }
   for (auto& shard : plan.shards) {

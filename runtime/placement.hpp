@@ -24,11 +24,11 @@
 namespace rw::runtime {
 
 struct placement_request {
-  uint32_t shards = 0;                 // 0 = one per allowed core
-  std::vector<uint32_t> cores;         // OS CPU numbers shards may use; empty = all
-  std::vector<uint32_t> numa;          // NUMA domains shards may use; empty = all
-  std::vector<std::string> endpoints;  // listen HOST:PORT, `pollers` endpoints each
-  uint32_t pollers = 0;                // per listen address; 0 = auto
+  uint32_t shards = 0;                // 0 = one per allowed core
+  std::vector<uint32_t> cores;        // OS CPU numbers shards may use; empty = all
+  std::vector<uint32_t> numa;         // NUMA domains shards may use; empty = all
+  std::vector<std::string> endpoints; // listen HOST:PORT, `pollers` endpoints each
+  uint32_t pollers = 0;               // per listen address; 0 = auto
 };
 
 /// The auto rule for pollers per --listen address on a machine of `cores` cores with
@@ -48,10 +48,10 @@ struct thread_place {
 };
 
 struct endpoint_place {
-  std::string listen;   // HOST:PORT to bind (an interface name resolved to its address)
+  std::string listen; // HOST:PORT to bind (an interface name resolved to its address)
   uint32_t listen_index = 0; // which --listen address it serves
   uint32_t poller_index = 0; // which of that address's pollers (port + poller_index)
-  std::string nic;      // the device holding the address ("" for wildcard)
+  std::string nic;           // the device holding the address ("" for wildcard)
   bool nic_numa_known = false;
   thread_place poller;
 };

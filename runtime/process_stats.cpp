@@ -54,7 +54,8 @@ process_stats read_process_stats() {
         else if (i == 15)
           stime = std::stoull(field);
       }
-      s.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+      s.cpu_seconds = static_cast<double>(utime + stime)
+                      / static_cast<double>(sysconf(_SC_CLK_TCK));
     }
   }
   return s;

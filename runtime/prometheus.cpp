@@ -54,8 +54,11 @@ void writer::family(const std::string& name, kind k, const std::string& help) {
   seen_.push_back(name);
   name_ = name;
   kind_ = k;
-  const char* type = k == kind::counter ? "counter" : k == kind::gauge ? "gauge" : "histogram";
-  out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escape(help, false), name, type);
+  const char* type = k == kind::counter ? "counter"
+                     : k == kind::gauge ? "gauge"
+                                        : "histogram";
+  out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escape(help, false), name,
+                      type);
 }
 
 void writer::line(const std::string& name, const labels& l, double value) {
@@ -65,7 +68,8 @@ void writer::line(const std::string& name, const labels& l, double value) {
     for (size_t i = 0; i < l.size(); ++i) {
       if (!valid_name(l[i].first) || l[i].first.find(':') != std::string::npos)
         throw std::invalid_argument("not a Prometheus label name: " + l[i].first);
-      out_ += fmt::format("{}{}=\"{}\"", i ? "," : "", l[i].first, escape(l[i].second, true));
+      out_ += fmt::format("{}{}=\"{}\"", i ? "," : "", l[i].first,
+                          escape(l[i].second, true));
     }
     out_ += '}';
   }
@@ -76,7 +80,8 @@ void writer::line(const std::string& name, const labels& l, double value) {
 
 void writer::sample(const labels& l, double value) {
   if (name_.empty() || kind_ == kind::histogram)
-    throw std::logic_error("prometheus::writer: a sample outside a counter or gauge family");
+    throw std::logic_error(
+      "prometheus::writer: a sample outside a counter or gauge family");
   line(name_, l, value);
 }
 

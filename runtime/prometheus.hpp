@@ -27,9 +27,7 @@ public:
   /// A histogram's samples for the current histogram family.
   void histogram(const labels& l, const step_histogram& h);
 
-  const std::string& text() const noexcept {
-    return out_;
-  }
+  const std::string& text() const noexcept { return out_; }
 
 private:
   void line(const std::string& name, const labels& l, double value);

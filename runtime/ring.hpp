@@ -38,15 +38,9 @@ public:
   /// The key of chunk `chunk` of tensor `tensor`.
   static uint64_t key(std::string_view tensor, uint32_t chunk) noexcept;
 
-  const std::vector<std::string>& nodes() const noexcept {
-    return nodes_;
-  }
-  uint32_t vnodes() const noexcept {
-    return vnodes_;
-  }
-  uint64_t version() const noexcept {
-    return version_;
-  }
+  const std::vector<std::string>& nodes() const noexcept { return nodes_; }
+  uint32_t vnodes() const noexcept { return vnodes_; }
+  uint64_t version() const noexcept { return version_; }
 
 private:
   std::vector<std::string> nodes_;

@@ -42,9 +42,10 @@ std::optional<T> quota(const toml::table& t, const std::string& key, uint64_t ma
   if (i != nullptr)
     v = i->get();
   if (!v || *v < 1 || static_cast<uint64_t>(*v) > max)
-    throw std::runtime_error(fmt::format("{}: '{}' must be a whole number from 1 to {} (leave "
-                                         "it out for no limit)",
-                                         where, key, max));
+    throw std::runtime_error(
+      fmt::format("{}: '{}' must be a whole number from 1 to {} (leave "
+                  "it out for no limit)",
+                  where, key, max));
   return static_cast<T>(*v);
 }
 
@@ -69,15 +70,15 @@ tenant_registry load_tenants(const std::string& path, const std::string& cluster
       throw std::runtime_error(fmt::format("{}: {}", where, why));
     auto* t = node.as_table();
     if (t == nullptr)
-      throw std::runtime_error(
-        fmt::format("{}: must be a table ([{}] with secret_file and quotas)", where, name));
+      throw std::runtime_error(fmt::format(
+        "{}: must be a table ([{}] with secret_file and quotas)", where, name));
     static const std::set<std::string> known{"secret_file", "max_jobs", "max_workers",
                                              "max_memory_mib"};
     for (auto& [k, v] : *t)
       if (known.count(std::string{k.str()}) == 0)
-        throw std::runtime_error(fmt::format(
-          "{}: unknown key '{}' (known: secret_file, max_jobs, max_workers, max_memory_mib)",
-          where, k.str()));
+        throw std::runtime_error(fmt::format("{}: unknown key '{}' (known: secret_file, "
+                                             "max_jobs, max_workers, max_memory_mib)",
+                                             where, k.str()));
     auto file_key = (*t)["secret_file"].value<std::string>();
     if (!file_key || file_key->empty())
       throw std::runtime_error(fmt::format("{}: needs secret_file (the tenant's secret, "
@@ -89,7 +90,8 @@ tenant_registry load_tenants(const std::string& path, const std::string& cluster
     tenant x;
     x.name = name;
     try {
-      x.secret = read_secret_file(secret_path.string(), fmt::format("tenant '{}' secret", name));
+      x.secret = read_secret_file(secret_path.string(),
+                                  fmt::format("tenant '{}' secret", name));
     } catch (const std::runtime_error& e) {
       throw std::runtime_error(fmt::format("{}: {}", where, e.what()));
     }
@@ -98,9 +100,10 @@ tenant_registry load_tenants(const std::string& path, const std::string& cluster
                                            "controls every job: give it its own",
                                            where));
     if (auto [it, fresh] = holder.emplace(x.secret, name); !fresh)
-      throw std::runtime_error(fmt::format("{}: its secret is tenant '{}''s too: give each "
-                                           "tenant its own",
-                                           where, it->second));
+      throw std::runtime_error(
+        fmt::format("{}: its secret is tenant '{}''s too: give each "
+                    "tenant its own",
+                    where, it->second));
     x.max_jobs = quota<uint32_t>(*t, "max_jobs", UINT32_MAX, where);
     x.max_workers = quota<uint32_t>(*t, "max_workers", UINT32_MAX, where);
     if (auto mib = quota<uint64_t>(*t, "max_memory_mib", uint64_t{1} << 40, where))

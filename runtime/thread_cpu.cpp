@@ -43,9 +43,9 @@ uint32_t thread_cpu_slot::publish_this_thread() {
 
 void thread_cpu_slot::withdraw(uint32_t token) {
   auto old = packed_.load(std::memory_order_relaxed);
-  while (static_cast<uint32_t>(old >> 32) == token
-         && static_cast<uint32_t>(old) != no_clock
-         && !packed_.compare_exchange_weak(old, empty(token), std::memory_order_acq_rel)) {
+  while (
+    static_cast<uint32_t>(old >> 32) == token && static_cast<uint32_t>(old) != no_clock
+    && !packed_.compare_exchange_weak(old, empty(token), std::memory_order_acq_rel)) {
   }
 }
 

@@ -52,7 +52,8 @@ void add_addresses(std::vector<nic_info>& nics) {
     if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET)
       continue;
     char buf[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof(buf));
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf,
+              sizeof(buf));
     nic_info* nic = nullptr;
     for (auto& n : nics)
       if (n.name == a->ifa_name)
@@ -78,11 +79,12 @@ std::shared_ptr<const topology> topology::discover() {
     throw std::runtime_error("hwloc_topology_init failed");
   hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   if (hwloc_topology_load(topo) != 0)
-    throw std::runtime_error(fmt::format("hwloc could not load the topology: {}",
-                                         std::strerror(errno)));
+    throw std::runtime_error(
+      fmt::format("hwloc could not load the topology: {}", std::strerror(errno)));
   hwloc_obj_t node = nullptr;
   while ((node = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, node)) != nullptr)
-    t->numa_.push_back({node->os_index, node->attr ? node->attr->numanode.local_memory : 0, {}});
+    t->numa_.push_back(
+      {node->os_index, node->attr ? node->attr->numanode.local_memory : 0, {}});
   if (t->numa_.empty())
     t->numa_.push_back({0, 0, {}});
   int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
@@ -108,19 +110,20 @@ std::shared_ptr<const topology> topology::discover() {
     bool known = false;
     auto numa = numa_of_cpuset(topo, anc != nullptr ? anc->cpuset : nullptr, known);
     // A cpuset covering the whole machine says nothing about locality.
-    if (anc != nullptr && hwloc_bitmap_isequal(anc->cpuset, hwloc_topology_get_topology_cpuset(topo))
+    if (anc != nullptr
+        && hwloc_bitmap_isequal(anc->cpuset, hwloc_topology_get_topology_cpuset(topo))
         && t->numa_.size() > 1)
       known = false;
-    t->nics_.push_back({dev->name, type == HWLOC_OBJ_OSDEV_NETWORK ? "network" : "rdma",
-                        numa, known, {}});
+    t->nics_.push_back(
+      {dev->name, type == HWLOC_OBJ_OSDEV_NETWORK ? "network" : "rdma", numa, known, {}});
   }
   add_addresses(t->nics_);
   return t;
 }
 
 std::shared_ptr<const topology> topology::describe_machine(std::vector<numa_info> numa,
-                                                          std::vector<core_info> cores,
-                                                          std::vector<nic_info> nics) {
+                                                           std::vector<core_info> cores,
+                                                           std::vector<nic_info> nics) {
   std::shared_ptr<topology> t{new topology()};
   t->numa_ = std::move(numa);
   t->cores_ = std::move(cores);
@@ -166,8 +169,8 @@ void topology::pin_current_thread(const core_info& core) const {
   int err = errno;
   hwloc_bitmap_free(set);
   if (rc != 0)
-    throw std::runtime_error(fmt::format("cannot pin a thread to CPU {}: {}", core.os_cpu,
-                                         std::strerror(err)));
+    throw std::runtime_error(
+      fmt::format("cannot pin a thread to CPU {}: {}", core.os_cpu, std::strerror(err)));
 }
 
 std::string topology::describe() const {
@@ -178,7 +181,8 @@ std::string topology::describe() const {
   std::string nics;
   for (auto& n : nics_)
     nics += fmt::format("{}{}[{}{}]", nics.empty() ? "" : " ", n.name,
-                        n.numa_known ? "numa " : "numa ?", n.numa_known ? std::to_string(n.numa) : "");
+                        n.numa_known ? "numa " : "numa ?",
+                        n.numa_known ? std::to_string(n.numa) : "");
   return fmt::format("numa=[{}] cores={} nics=[{}]", numa, cores_.size(), nics);
 }
 

@@ -29,8 +29,8 @@ struct numa_info {
 };
 
 struct nic_info {
-  std::string name;        // "eth0", "mlx5_0"
-  std::string kind;        // "network" or "rdma"
+  std::string name; // "eth0", "mlx5_0"
+  std::string kind; // "network" or "rdma"
   uint32_t numa = 0;
   bool numa_known = false; // false: the platform gave no locality; treated as domain 0
   std::vector<std::string> ipv4;
@@ -42,19 +42,13 @@ public:
   static std::shared_ptr<const topology> discover();
   /// A described machine, for planning tests; it cannot pin threads.
   static std::shared_ptr<const topology> describe_machine(std::vector<numa_info> numa,
-                                                         std::vector<core_info> cores,
-                                                         std::vector<nic_info> nics);
+                                                          std::vector<core_info> cores,
+                                                          std::vector<nic_info> nics);
   ~topology();
 
-  const std::vector<numa_info>& numa_nodes() const noexcept {
-    return numa_;
-  }
-  const std::vector<core_info>& cores() const noexcept {
-    return cores_;
-  }
-  const std::vector<nic_info>& nics() const noexcept {
-    return nics_;
-  }
+  const std::vector<numa_info>& numa_nodes() const noexcept { return numa_; }
+  const std::vector<core_info>& cores() const noexcept { return cores_; }
+  const std::vector<nic_info>& nics() const noexcept { return nics_; }
 
   const numa_info* numa(uint32_t os_index) const noexcept;
   const core_info* core_by_cpu(uint32_t os_cpu) const noexcept;
@@ -98,12 +92,8 @@ public:
   numa_region(const numa_region&) = delete;
   numa_region& operator=(const numa_region&) = delete;
 
-  std::byte* data() const noexcept {
-    return data_;
-  }
-  size_t size() const noexcept {
-    return size_;
-  }
+  std::byte* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
 
 private:
   std::byte* data_ = nullptr;

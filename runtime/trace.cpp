@@ -80,7 +80,7 @@ struct session::state {
 namespace {
 
 std::mutex sessions_mtx;
-std::shared_ptr<session::state> current; // under sessions_mtx
+std::shared_ptr<session::state> current;     // under sessions_mtx
 std::atomic<uint64_t> current_generation{0}; // current's generation; 0: none
 std::atomic<uint64_t> generation_counter{0};
 
@@ -122,8 +122,8 @@ std::string escaped(const std::string& s) {
 // One event's line, appended to `out` (no allocation once `out` has grown).
 void format_event(fmt::memory_buffer& out, const record& r, long pid, long tid) {
   auto it = std::back_inserter(out);
-  fmt::format_to(it, R"({{"name":"{}","cat":"{}","ph":"{}","ts":{}.{:03},)", r.name, r.cat,
-                 r.phase, r.begin_ns / 1000, r.begin_ns % 1000);
+  fmt::format_to(it, R"({{"name":"{}","cat":"{}","ph":"{}","ts":{}.{:03},)", r.name,
+                 r.cat, r.phase, r.begin_ns / 1000, r.begin_ns % 1000);
   if (r.phase == 'X')
     fmt::format_to(it, R"("dur":{}.{:03},)", r.dur_ns / 1000, r.dur_ns % 1000);
   else
@@ -150,8 +150,8 @@ namespace detail {
 
 std::atomic<bool> recording{false};
 
-void record(const char* name, const char* cat, char phase, uint64_t begin_ns, uint64_t dur_ns,
-            const about& a) noexcept {
+void record(const char* name, const char* cat, char phase, uint64_t begin_ns,
+            uint64_t dur_ns, const about& a) noexcept {
   // The session is never touched without sessions_mtx: it may end (and be freed) at
   // any moment. A record that races with its end lands in a buffer nobody reads.
   auto gen = current_generation.load(std::memory_order_acquire);
@@ -186,7 +186,8 @@ void record(const char* name, const char* cat, char phase, uint64_t begin_ns, ui
 uint64_t now_ns() noexcept {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull
+         + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 void session::state::take_all() {
@@ -241,10 +242,11 @@ session::session(const std::string& path, const std::string& process) {
   std::lock_guard<std::mutex> guard{sessions_mtx};
   if (current) {
     if (current->path != path)
-      throw rw::error(errc::invalid_spec,
-                      fmt::format("trace: this process writes its trace to {} already; one "
-                                  "trace file per process (asked for {})",
-                                  current->path, path));
+      throw rw::error(
+        errc::invalid_spec,
+        fmt::format("trace: this process writes its trace to {} already; one "
+                    "trace file per process (asked for {})",
+                    current->path, path));
     ++current->users;
     state_ = current;
     return;
@@ -253,11 +255,12 @@ session::session(const std::string& path, const std::string& process) {
   s->path = path;
   s->file = std::fopen(path.c_str(), "w");
   if (s->file == nullptr)
-    throw rw::error(errc::io_error,
-                    fmt::format("trace: cannot write {}: {}", path, std::strerror(errno)));
+    throw rw::error(errc::io_error, fmt::format("trace: cannot write {}: {}", path,
+                                                std::strerror(errno)));
   std::fputs("[", s->file);
-  s->write_event(fmt::format(R"({{"name":"process_name","ph":"M","pid":{},"args":{{"name":"{}"}}}})",
-                             static_cast<long>(::getpid()), escaped(process)));
+  s->write_event(
+    fmt::format(R"({{"name":"process_name","ph":"M","pid":{},"args":{{"name":"{}"}}}})",
+                static_cast<long>(::getpid()), escaped(process)));
   s->generation = generation_counter.fetch_add(1) + 1;
   s->users = 1;
   s->writer = std::thread([raw = s.get()] { raw->run_writer(); });
@@ -286,9 +289,10 @@ session::~session() {
   s->writer.join();
   s->take_all(); // what was recorded while the writer stopped
   if (auto lost = s->dropped; lost > 0)
-    s->write_event(fmt::format(R"({{"name":"dropped records","ph":"i","s":"g","ts":{}.000,)"
-                               R"("pid":{},"tid":0,"args":{{"dropped":{}}}}})",
-                               now_ns() / 1000, static_cast<long>(::getpid()), lost));
+    s->write_event(
+      fmt::format(R"({{"name":"dropped records","ph":"i","s":"g","ts":{}.000,)"
+                  R"("pid":{},"tid":0,"args":{{"dropped":{}}}}})",
+                  now_ns() / 1000, static_cast<long>(::getpid()), lost));
   std::fputs("\n]\n", s->file);
   std::fclose(s->file);
 }

@@ -45,8 +45,8 @@ constexpr size_t max_records_per_thread = 1u << 18;
 
 namespace detail {
 extern std::atomic<bool> recording;
-void record(const char* name, const char* cat, char phase, uint64_t begin_ns, uint64_t dur_ns,
-            const about& a) noexcept;
+void record(const char* name, const char* cat, char phase, uint64_t begin_ns,
+            uint64_t dur_ns, const about& a) noexcept;
 } // namespace detail
 
 /// Whether a session is open (cheap: one relaxed load).
@@ -76,17 +76,14 @@ inline void instant(const char* name, const char* cat, const about& a = {}) noex
 class scope {
 public:
   scope(const char* name, const char* cat, const about& a = {}) noexcept
-    : name_(name), cat_(cat), a_(a), begin_(on() ? now_ns() : 0) {
-  }
+    : name_(name), cat_(cat), a_(a), begin_(on() ? now_ns() : 0) {}
   ~scope() {
     if (begin_ != 0)
       complete(name_, cat_, begin_, a_);
   }
   scope(const scope&) = delete;
   scope& operator=(const scope&) = delete;
-  about& args() noexcept {
-    return a_;
-  }
+  about& args() noexcept { return a_; }
 
 private:
   const char* name_;

@@ -11,8 +11,7 @@ namespace rw::transports {
 
 class byte_budget {
 public:
-  explicit byte_budget(uint64_t limit) : limit_(limit) {
-  }
+  explicit byte_budget(uint64_t limit) : limit_(limit) {}
 
   byte_budget(const byte_budget&) = delete;
   byte_budget& operator=(const byte_budget&) = delete;
@@ -28,16 +27,10 @@ public:
   }
 
   /// Gives back `n` bytes taken before.
-  void give(uint64_t n) noexcept {
-    held_.fetch_sub(n, std::memory_order_relaxed);
-  }
+  void give(uint64_t n) noexcept { held_.fetch_sub(n, std::memory_order_relaxed); }
 
-  uint64_t held() const noexcept {
-    return held_.load(std::memory_order_relaxed);
-  }
-  uint64_t limit() const noexcept {
-    return limit_;
-  }
+  uint64_t held() const noexcept { return held_.load(std::memory_order_relaxed); }
+  uint64_t limit() const noexcept { return limit_; }
 
 private:
   const uint64_t limit_;

@@ -63,7 +63,8 @@ void get_tensors(capnp::List<schema::TensorSpec>::Reader ts, job_spec& spec) {
 }
 
 // The optimizer's kind and the consistency model off the wire, checked.
-errc get_kinds(schema::Optimizer::Reader o, uint16_t model, job_spec& spec, std::string& why) {
+errc get_kinds(schema::Optimizer::Reader o, uint16_t model, job_spec& spec,
+               std::string& why) {
   auto kind = static_cast<uint16_t>(o.getKind());
   if (kind > static_cast<uint16_t>(optimizer_kind::lars)) {
     why = fmt::format("unknown optimizer kind {}", kind);
@@ -141,7 +142,8 @@ bytes encode(const welcome_msg& x) {
   root.setNumShards(x.num_shards);
   auto shards = root.initShardEndpoints(static_cast<unsigned>(x.shard_endpoints.size()));
   for (unsigned i = 0; i < shards.size(); ++i) {
-    auto list = shards[i].initEndpoints(static_cast<unsigned>(x.shard_endpoints[i].size()));
+    auto list = shards[i].initEndpoints(
+      static_cast<unsigned>(x.shard_endpoints[i].size()));
     for (unsigned j = 0; j < list.size(); ++j)
       list.set(j, x.shard_endpoints[i][j]);
   }
@@ -189,22 +191,26 @@ bytes encode(const error_msg& x) {
 bytes encode(const challenge_msg& x) {
   capnp::MallocMessageBuilder msg;
   auto root = msg.initRoot<schema::Challenge>();
-  root.setNonce(kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.nonce.data()), x.nonce.size()));
+  root.setNonce(
+    kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.nonce.data()), x.nonce.size()));
   return to_bytes(msg);
 }
 
 bytes encode(const proof_msg& x) {
   capnp::MallocMessageBuilder msg;
   auto root = msg.initRoot<schema::Proof>();
-  root.setMac(kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.mac.data()), x.mac.size()));
+  root.setMac(
+    kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.mac.data()), x.mac.size()));
   return to_bytes(msg);
 }
 
 bytes encode(const attach_msg& x) {
   capnp::MallocMessageBuilder msg;
   auto root = msg.initRoot<schema::AttachProof>();
-  root.setNonce(kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.nonce.data()), x.nonce.size()));
-  root.setMac(kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.mac.data()), x.mac.size()));
+  root.setNonce(
+    kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.nonce.data()), x.nonce.size()));
+  root.setMac(
+    kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.mac.data()), x.mac.size()));
   return to_bytes(msg);
 }
 
@@ -238,8 +244,8 @@ errc decode(const std::byte* data, size_t size, hello_msg& out, std::string& why
     out.spec.num_workers = root.getNumWorkers();
     out.rank = root.getRank();
     out.spec.chunk_bytes = root.getChunkBytes();
-    auto kinds = get_kinds(root.getOptimizer(), static_cast<uint16_t>(root.getConsistency()),
-                           out.spec, why);
+    auto kinds = get_kinds(root.getOptimizer(),
+                           static_cast<uint16_t>(root.getConsistency()), out.spec, why);
     if (kinds != errc::ok)
       return kinds;
     get_tensors(root.getTensors(), out.spec);
@@ -292,8 +298,8 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
     out.spec.name = job.getName().cStr();
     out.spec.num_workers = job.getNumWorkers();
     out.spec.chunk_bytes = job.getChunkBytes();
-    auto kinds = get_kinds(job.getOptimizer(), static_cast<uint16_t>(job.getConsistency()),
-                           out.spec, why);
+    auto kinds = get_kinds(job.getOptimizer(),
+                           static_cast<uint16_t>(job.getConsistency()), out.spec, why);
     if (kinds != errc::ok)
       return kinds;
     get_tensors(job.getTensors(), out.spec);
@@ -426,8 +432,8 @@ bytes encode(const fabric_offer& x) {
   capnp::MallocMessageBuilder msg;
   auto root = msg.initRoot<schema::FabricOffer>();
   root.setProvider(x.provider);
-  root.setAddress(kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.address.data()),
-                               x.address.size()));
+  root.setAddress(
+    kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.address.data()), x.address.size()));
   root.setSlotsAddress(x.slots_address);
   root.setSlotsKey(x.slots_key);
   root.setSlotBytes(x.slot_bytes);
@@ -449,12 +455,14 @@ errc decode(const std::byte* data, size_t size, fabric_offer& out, std::string& 
     out.slot_count = root.getSlotCount();
     out.conn_index = root.getConnIndex();
     if (out.address.empty() || out.address.size() > 256) {
-      why = fmt::format("a fabric offer with a {}-byte address (1 to 256)", out.address.size());
+      why = fmt::format("a fabric offer with a {}-byte address (1 to 256)",
+                        out.address.size());
       return errc::bad_frame;
     }
     if (out.slot_count == 0 || out.slot_count > 4096 || out.slot_bytes < 128) {
       why = fmt::format("a fabric offer of {} slots of {} bytes (1 to 4096 slots of at "
-                        "least 128 bytes)", out.slot_count, out.slot_bytes);
+                        "least 128 bytes)",
+                        out.slot_count, out.slot_bytes);
       return errc::bad_frame;
     }
     if (out.conn_index >= (1u << 20)) {

@@ -68,7 +68,8 @@ void encode(const frame_header& h, std::byte* out) {
   // One segment of exactly segment_words: the header's layout is fixed by the schema.
   uint32_t table[2] = {0, static_cast<uint32_t>(segment_words)};
   std::memcpy(out, table, sizeof(table));
-  std::memcpy(out + sizeof(table), segments[0].begin(), segment_words * sizeof(capnp::word));
+  std::memcpy(out + sizeof(table), segments[0].begin(),
+              segment_words * sizeof(capnp::word));
 }
 
 bool looks_like_caf_handshake(const std::byte* in) {

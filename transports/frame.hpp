@@ -33,17 +33,17 @@ enum class frame_kind : uint16_t {
   located = 15,   // node -> asker: the coordinator's control address (payload: Located)
   probe = 16,     // node -> node: rate probe bytes, discarded (flag_want_result: answer
                   // with an ack whose clock is the probe bytes taken on the connection)
-  resend = 17,    // node -> worker: shard chunk_index restarted: re-send what is unanswered
-                  // for the chunks it serves (UINT32_MAX: for every chunk on this link)
-  reroute = 18,   // node -> worker: the job's nodes changed (payload: Reroute); route by
-                  // the new ring, re-send what is unanswered for chunks homed on the sender
-  hyper = 19,     // worker (rank 0) -> node: change the job's hyper-parameters from a clock
-                  // on (payload: HyperChange); node -> worker: the answer (clock: the
-                  // clock the job had reached; refused: error_code, payload ErrorInfo)
-  fabric = 20,    // worker -> node (joined TCP connection), and the answer: payload
-                  // FabricOffer; the worker's chunks then travel over libfabric
-  place = 21,     // worker -> node, fabric only: where a tensor's results go (payload:
-                  // FabricPlace); consumed by the fabric transport
+  resend = 17,  // node -> worker: shard chunk_index restarted: re-send what is unanswered
+                // for the chunks it serves (UINT32_MAX: for every chunk on this link)
+  reroute = 18, // node -> worker: the job's nodes changed (payload: Reroute); route by
+                // the new ring, re-send what is unanswered for chunks homed on the sender
+  hyper = 19,   // worker (rank 0) -> node: change the job's hyper-parameters from a clock
+                // on (payload: HyperChange); node -> worker: the answer (clock: the
+                // clock the job had reached; refused: error_code, payload ErrorInfo)
+  fabric = 20,  // worker -> node (joined TCP connection), and the answer: payload
+                // FabricOffer; the worker's chunks then travel over libfabric
+  place = 21,   // worker -> node, fabric only: where a tensor's results go (payload:
+                // FabricPlace); consumed by the fabric transport
 };
 
 const char* to_string(frame_kind kind) noexcept;

@@ -66,8 +66,8 @@ std::string widen_half(uint16_t flag, const std::byte* payload, size_t bytes, fl
   std::memcpy(&scale, payload, scale_bytes);
   if (!is_power_of_two_scale(scale))
     return fmt::format("fp16 scale {} is not a normal power of two > 0", scale);
-  runtime::unpack_fp16(reinterpret_cast<const uint16_t*>(payload + scale_bytes), scale, out,
-                       length);
+  runtime::unpack_fp16(reinterpret_cast<const uint16_t*>(payload + scale_bytes), scale,
+                       out, length);
   return {};
 }
 

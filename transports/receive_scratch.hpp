@@ -27,14 +27,10 @@ public:
 
   /// Connection `c`'s landing (made empty on first use). The reference stays valid
   /// until forget(c): other connections' landings do not move it.
-  landing& of(const connection_ptr& c) {
-    return by_conn_[c->id()];
-  }
+  landing& of(const connection_ptr& c) { return by_conn_[c->id()]; }
 
   /// `c` closed: its buffer is released.
-  void forget(const connection_ptr& c) {
-    by_conn_.erase(c->id());
-  }
+  void forget(const connection_ptr& c) { by_conn_.erase(c->id()); }
 
 private:
   // unordered_map: its elements stay where they are when others are added.

@@ -23,7 +23,8 @@ std::string densify_sparse(const std::byte* pairs, size_t payload_bytes, float* 
   for (size_t i = 0; i < count; ++i) {
     std::memcpy(&p, pairs + i * sizeof(sparse_pair), sizeof p);
     if (p.index >= length)
-      return fmt::format("sparse index {} is out of range ({} elements)", p.index, length);
+      return fmt::format("sparse index {} is out of range ({} elements)", p.index,
+                         length);
   }
   std::memset(dense, 0, length * sizeof(float));
   for (size_t i = 0; i < count; ++i) {

@@ -13,8 +13,7 @@ namespace {
 std::atomic<uint64_t> next_connection_id{1};
 } // namespace
 
-connection::connection() : id_(next_connection_id.fetch_add(1)) {
-}
+connection::connection() : id_(next_connection_id.fetch_add(1)) {}
 
 bool connection::send_batch(const frame_header* headers, const iovec* payloads, int n) {
   for (int i = 0; i < n; ++i)
@@ -54,14 +53,16 @@ void frame_sink::on_resident_frame(const connection_ptr& c, const frame_header& 
     // own, as a TCP connection would have gathered it.
     if (payload)
       gathered.assign(payload->bytes(),
-                      payload->bytes() + std::min<size_t>(h.payload_bytes, payload->size));
+                      payload->bytes()
+                        + std::min<size_t>(h.payload_bytes, payload->size));
     gathered.resize(h.payload_bytes);
     t.dst = gathered.data();
   }
   // A payload already where the sink wants it (placed by the sender) is not copied.
   if (t.action == payload_target::receive && t.dst != nullptr && payload
       && t.dst != payload->bytes())
-    std::memcpy(t.dst, payload->bytes(), std::min<size_t>(h.payload_bytes, payload->size));
+    std::memcpy(t.dst, payload->bytes(),
+                std::min<size_t>(h.payload_bytes, payload->size));
   if (t.action != payload_target::close)
     on_frame(c, h, t);
 }

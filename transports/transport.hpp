@@ -39,25 +39,17 @@ namespace rw::transports {
 struct payload_target {
   enum action_t { receive, discard, close, gather };
   action_t action = receive;
-  std::byte* dst = nullptr;  // for receive: payload_bytes of writable memory
-  runtime::buffer_ref keep;  // the pooled buffer `dst` points into, if any
+  std::byte* dst = nullptr; // for receive: payload_bytes of writable memory
+  runtime::buffer_ref keep; // the pooled buffer `dst` points into, if any
 
-  static payload_target into(std::byte* dst) {
-    return {receive, dst, {}};
-  }
+  static payload_target into(std::byte* dst) { return {receive, dst, {}}; }
   static payload_target into(runtime::buffer_ref buf) {
     auto* p = buf->bytes();
     return {receive, p, std::move(buf)};
   }
-  static payload_target dropped() {
-    return {discard, nullptr, {}};
-  }
-  static payload_target closing() {
-    return {close, nullptr, {}};
-  }
-  static payload_target gathered() {
-    return {gather, nullptr, {}};
-  }
+  static payload_target dropped() { return {discard, nullptr, {}}; }
+  static payload_target closing() { return {close, nullptr, {}}; }
+  static payload_target gathered() { return {gather, nullptr, {}}; }
 };
 
 /// How far a peer that connected to this side has come. An endpoint bounds what a peer
@@ -89,20 +81,14 @@ public:
   virtual const std::string& peer() const noexcept = 0;
 
   /// Whether the peer runs on this host (and could share memory with us).
-  virtual bool same_host() const noexcept {
-    return false;
-  }
+  virtual bool same_host() const noexcept { return false; }
 
   /// Whether frames on this connection carry no payload bytes over a wire: the peer
   /// reads them in shared memory (transports/shm), so compressing them saves nothing.
-  virtual bool resident() const noexcept {
-    return false;
-  }
+  virtual bool resident() const noexcept { return false; }
 
   /// Sends a header-only frame.
-  bool send(const frame_header& h) {
-    return send(h, nullptr, 0);
-  }
+  bool send(const frame_header& h) { return send(h, nullptr, 0); }
 
   /// Where this side wants the results (updates) of `tensor` to land: [dst, dst +
   /// bytes), chunk c at dst + c * chunk_bytes. A transport that can write into its
@@ -118,16 +104,12 @@ public:
   /// Backpressure from the receiver: while paused, take no more frames from this peer
   /// (any thread). Transports whose peers cannot send more than the receiver gave
   /// room for (fabric credits, shared-memory rings) ignore it, as do client sides.
-  virtual void pause_reading(bool paused) {
-    (void)paused;
-  }
+  virtual void pause_reading(bool paused) { (void)paused; }
 
   /// How far the peer has come (the sink says, on the receiving thread or the thread
   /// that drives it); accepted connections start as strangers. Transports whose peers
   /// joined before they had a connection (fabric, shared memory) ignore it.
-  virtual void admit(admission a) {
-    (void)a;
-  }
+  virtual void admit(admission a) { (void)a; }
 
   /// Sends `n` frames, frame i being headers[i] and the one piece payloads[i] (an empty
   /// piece for none), as one write where the backend can. Same guarantees as send.
@@ -138,9 +120,7 @@ public:
                   const std::vector<std::string>& candidates = {});
 
   /// A process-unique id, for logs and maps.
-  uint64_t id() const noexcept {
-    return id_;
-  }
+  uint64_t id() const noexcept { return id_; }
 
 private:
   uint64_t id_;
@@ -165,9 +145,7 @@ public:
 
   /// Service order when several connections are ready at once: lower first (the
   /// worker furthest behind). The default keeps the order the transport saw them in.
-  virtual uint64_t priority(const connection_ptr& c) const {
-    return 0;
-  }
+  virtual uint64_t priority(const connection_ptr& c) const { return 0; }
 
   /// A frame whose payload is already in memory this process can read (shared
   /// memory): `payload` is that memory, by reference. The default copies it through

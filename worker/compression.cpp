@@ -17,8 +17,8 @@ void pick_topk(worker_op& op, std::vector<float>& residual,
     auto offset = layout.offset(c);
     auto length = layout.length(c);
     runtime::topk_feedback(residual.data() + offset, op.src + offset, length,
-                           runtime::topk_chunk_count(z.ratio, z.warmup, step, length), indices,
-                           values);
+                           runtime::topk_chunk_count(z.ratio, z.warmup, step, length),
+                           indices, values);
     for (size_t i = 0; i < indices.size(); ++i) {
       op.picked_indices.push_back(offset + indices[i]);
       op.picked_values.push_back(values[i]);

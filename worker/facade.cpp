@@ -20,7 +20,6 @@
 
 namespace rw {
 
-
 struct worker::impl {
   worker_options opts;
   // The step timeline (opts.trace): declared first, so it ends after everything else.
@@ -39,9 +38,9 @@ struct worker::impl {
   uint32_t tensor(const std::string& name) const {
     auto it = index.find(name);
     if (it == index.end())
-      throw rw::error(errc::unknown_tensor,
-                      fmt::format("tensor '{}' is not part of job '{}'", name,
-                                  opts.job.name));
+      throw rw::error(
+        errc::unknown_tensor,
+        fmt::format("tensor '{}' is not part of job '{}'", name, opts.job.name));
     return it->second;
   }
 
@@ -89,9 +88,9 @@ struct worker::impl {
     }
     if (opts.start_clock == 0) // where the node says the rank goes on from
       opts.start_clock = joined.resume_clock;
-    link = std::make_shared<actors::worker_link>(ep, std::move(joined.conns), welcome.job_id,
-                                                 opts.rank, std::move(joined.routes),
-                                                 std::move(joined.shm));
+    link = std::make_shared<actors::worker_link>(
+      ep, std::move(joined.conns), welcome.job_id, opts.rank, std::move(joined.routes),
+      std::move(joined.shm));
     if (joined.fabric)
       link->use_fabric(std::move(joined.fabric), std::move(joined.companion));
     link->set_compression(opts.job.compression);
@@ -99,11 +98,12 @@ struct worker::impl {
     // said hello to as this one was (a reconnect with a short connect timeout: the
     // receiver waits in it).
     auto joiner = [tcp = ep, req, job_id = welcome.job_id](
-                    const std::string& node, const std::string& address, uint64_t ring_version,
-                    transports::frame_sink& others) {
+                    const std::string& node, const std::string& address,
+                    uint64_t ring_version, transports::frame_sink& others) {
       auto again = req;
       if (ring_version == 0)
-        again.connect_timeout = std::min(req.connect_timeout, std::chrono::milliseconds(1000));
+        again.connect_timeout = std::min(req.connect_timeout,
+                                         std::chrono::milliseconds(1000));
       return actors::join_node(*tcp, again, address, node, job_id, ring_version, others);
     };
     link->set_nodes(joined.conn_nodes, joined.node_addresses);
@@ -127,8 +127,9 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
   }
   if (d.opts.transport != "auto" && d.opts.transport != "tcp" && d.opts.transport != "shm"
       && d.opts.transport != "fabric")
-    throw rw::error(errc::invalid_spec, "transport must be auto, tcp, shm or fabric, not '"
-                                          + d.opts.transport + "'");
+    throw rw::error(errc::invalid_spec,
+                    "transport must be auto, tcp, shm or fabric, not '" + d.opts.transport
+                      + "'");
   if (!d.opts.trace.empty())
     d.trace = std::make_unique<runtime::trace::session>(
       d.opts.trace, fmt::format("worker rank {} ({})", d.opts.rank, d.opts.job.name));
@@ -136,10 +137,10 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
   // chunk carries its scale too: a chunk of one value is 6 bytes).
   d.ep = std::make_shared<transports::tcp::endpoint>(
     d.opts.request_timeout,
-    transports::receive_limits{(d.opts.spec_from_job ? defaults::max_chunk_bytes
-                                                     : d.opts.job.chunk_bytes)
-                                 + uint32_t{sizeof(float)},
-                               defaults::max_control_bytes});
+    transports::receive_limits{
+      (d.opts.spec_from_job ? defaults::max_chunk_bytes : d.opts.job.chunk_bytes)
+        + uint32_t{sizeof(float)},
+      defaults::max_control_bytes});
   d.handshake();
   for (uint32_t i = 0; i < d.opts.job.tensors.size(); ++i)
     d.index.emplace(d.opts.job.tensors[i].name, i);
@@ -228,9 +229,9 @@ namespace {
 
 // A sparse push or push_pull of `count` pairs on tensor t, checked before anything is
 // sent (an index out of range throws).
-actors::worker_op sparse_op(const job_spec& spec, actors::worker_op::kind_t kind, uint32_t t,
-                            const uint64_t* indices, const float* values, size_t count,
-                            float* out) {
+actors::worker_op sparse_op(const job_spec& spec, actors::worker_op::kind_t kind,
+                            uint32_t t, const uint64_t* indices, const float* values,
+                            size_t count, float* out) {
   if (count > 0 && (indices == nullptr || values == nullptr))
     throw rw::error(errc::invalid_spec, "a sparse push needs indices and values");
   auto elements = spec.tensors[t].elements;
@@ -256,17 +257,20 @@ std::future<void> worker::push_sparse(const std::string& tensor, const uint64_t*
                                  impl_->tensor(tensor), indices, values, count, nullptr));
 }
 
-std::future<void> worker::push_pull_sparse(const std::string& tensor, const uint64_t* indices,
-                                           const float* values, size_t count, float* out) {
+std::future<void> worker::push_pull_sparse(const std::string& tensor,
+                                           const uint64_t* indices, const float* values,
+                                           size_t count, float* out) {
   if (out == nullptr && shared_result(tensor) == nullptr)
-    throw rw::error(errc::invalid_spec, "push_pull_sparse needs an output buffer over TCP");
+    throw rw::error(errc::invalid_spec,
+                    "push_pull_sparse needs an output buffer over TCP");
   return impl_->submit(sparse_op(impl_->opts.job, actors::worker_op::push_pull,
                                  impl_->tensor(tensor), indices, values, count, out));
 }
 
-std::future<void> worker::pull_changed(const std::string& tensor, float* out, uint64_t since) {
-  actors::worker_op op{actors::worker_op::pull, impl_->tensor(tensor), nullptr, out, since,
-                       nullptr};
+std::future<void> worker::pull_changed(const std::string& tensor, float* out,
+                                       uint64_t since) {
+  actors::worker_op op{
+    actors::worker_op::pull, impl_->tensor(tensor), nullptr, out, since, nullptr};
   op.only_changed = true;
   return impl_->submit(std::move(op));
 }
@@ -369,12 +373,14 @@ std::future<void> worker::push(const std::string& tensor, const_floats grad) {
   return push(tensor, grad.data());
 }
 
-std::future<void> worker::pull(const std::string& tensor, floats out, uint64_t min_version) {
+std::future<void> worker::pull(const std::string& tensor, floats out,
+                               uint64_t min_version) {
   check_length(out, impl_->elements(tensor), tensor, "output");
   return pull(tensor, out.data(), min_version);
 }
 
-std::future<void> worker::push_pull(const std::string& tensor, const_floats grad, floats out) {
+std::future<void> worker::push_pull(const std::string& tensor, const_floats grad,
+                                    floats out) {
   auto n = impl_->elements(tensor);
   check_length(grad, n, tensor, "gradient");
   check_length(out, n, tensor, "output");
@@ -387,14 +393,17 @@ std::future<void> worker::push_sparse(const std::string& tensor, const_indices i
   return push_sparse(tensor, indices.data(), values.data(), indices.size());
 }
 
-std::future<void> worker::push_pull_sparse(const std::string& tensor, const_indices indices,
-                                           const_floats values, floats out) {
+std::future<void> worker::push_pull_sparse(const std::string& tensor,
+                                           const_indices indices, const_floats values,
+                                           floats out) {
   check_length(out, impl_->elements(tensor), tensor, "output");
   check_length(values, indices.size(), tensor, "sparse values", "the indices");
-  return push_pull_sparse(tensor, indices.data(), values.data(), indices.size(), out.data());
+  return push_pull_sparse(tensor, indices.data(), values.data(), indices.size(),
+                          out.data());
 }
 
-std::future<void> worker::pull_changed(const std::string& tensor, floats out, uint64_t since) {
+std::future<void> worker::pull_changed(const std::string& tensor, floats out,
+                                       uint64_t since) {
   check_length(out, impl_->elements(tensor), tensor, "output");
   return pull_changed(tensor, out.data(), since);
 }
@@ -408,9 +417,11 @@ std::future<void> worker::subscribe(const std::string& tensor, floats out,
 uint64_t worker::set_hyper(const hyper_change& change) {
   auto& d = *impl_;
   if (d.opts.rank != 0)
-    throw rw::error(errc::bad_rank,
-                    fmt::format("only rank 0 changes the job's hyper-parameters (this is rank "
-                                "{})", d.opts.rank));
+    throw rw::error(
+      errc::bad_rank,
+      fmt::format("only rank 0 changes the job's hyper-parameters (this is rank "
+                  "{})",
+                  d.opts.rank));
   if (auto why = validate(change); !why.empty())
     throw rw::error(errc::invalid_spec, "set_hyper: " + why);
   {

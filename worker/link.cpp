@@ -27,15 +27,11 @@ worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
                          std::vector<transports::connection_ptr> conns, uint32_t job_id,
                          uint32_t rank, std::shared_ptr<const runtime::job_routes> routes,
                          std::unique_ptr<transports::shm::worker_channel> shm)
-  : ep_(std::move(ep)),
-    conns_(std::make_shared<const conn_list>(std::move(conns))),
-    job_id_(job_id),
-    rank_(rank),
-    routes_(routes),
-    shapes_(std::move(routes)),
+  : ep_(std::move(ep)), conns_(std::make_shared<const conn_list>(std::move(conns))),
+    job_id_(job_id), rank_(rank), routes_(routes), shapes_(std::move(routes)),
     shm_(std::move(shm)),
-    retired_capacity_(std::max<uint32_t>(max_link_connections,
-                                         static_cast<uint32_t>(conns_->size()))) {
+    retired_capacity_(
+      std::max<uint32_t>(max_link_connections, static_cast<uint32_t>(conns_->size()))) {
   retired_.reset(new std::atomic<bool>[retired_capacity_]);
   for (uint32_t i = 0; i < retired_capacity_; ++i)
     retired_[i].store(false);
@@ -144,7 +140,8 @@ void worker_link::on_completion(const transports::shm::completion& c) {
     auto* result = shm_->result(c.tensor);
     if (s.dst != nullptr && s.dst != result) { // the caller reads elsewhere: one copy
       auto& l = layout(c.tensor);
-      copy_result(s.dst + l.offset(c.chunk), result + l.offset(c.chunk), l.length(c.chunk));
+      copy_result(s.dst + l.offset(c.chunk), result + l.offset(c.chunk),
+                  l.length(c.chunk));
     }
   }
   chunk_done(c.tensor, s, c.chunk, is_update ? c.extra : 0, is_update);
@@ -189,7 +186,8 @@ void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* 
   // told before the operation's first frame, on the connection its answers come by.
   if (expect_update && dst != nullptr)
     for (auto& c : *conns())
-      c->place_results(tensor, dst, l.elements * sizeof(float), l.chunk_elems * sizeof(float));
+      c->place_results(tensor, dst, l.elements * sizeof(float),
+                       l.chunk_elems * sizeof(float));
   std::lock_guard<std::mutex> guard{s.mtx};
   s.seq = seq;
   s.expect_update = expect_update;
@@ -223,14 +221,16 @@ void worker_link::set_subscription(uint32_t tensor, float* dst,
 }
 
 bool worker_link::wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
-                                std::chrono::steady_clock::time_point until, uint64_t since) {
+                                std::chrono::steady_clock::time_point until,
+                                uint64_t since) {
   auto& s = *slots_[tensor];
   std::unique_lock<std::mutex> lock{s.mtx};
   // Woken per answer; a close or an interruption is seen within a few milliseconds.
   while (s.seq == seq && s.answered < answered) {
     if (closed() || interruptions() != since)
       return false;
-    auto next = std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(5));
+    auto next = std::min(until,
+                         std::chrono::steady_clock::now() + std::chrono::milliseconds(5));
     if (s.answered_cv.wait_until(lock, next) == std::cv_status::timeout
         && std::chrono::steady_clock::now() >= until)
       return false;
@@ -277,7 +277,8 @@ bool worker_link::belongs(const slot& s, bool is_update, bool unchanged, uint64_
     return false;
   if (unchanged)
     return s.expect_update && s.changes_only && clock + 1 == s.version;
-  return s.expect_update == is_update && (is_update ? clock >= s.version : clock == s.version);
+  return s.expect_update == is_update
+         && (is_update ? clock >= s.version : clock == s.version);
 }
 
 void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness,
@@ -353,15 +354,19 @@ uint64_t worker_link::request_hyper(const std::vector<std::byte>& payload,
   iovec iov{const_cast<std::byte*>(payload.data()), payload.size()};
   auto list = conns();
   if (closed() || list->empty() || !list->front()->send(h, &iov, 1))
-    throw rw::error(errc::io_error, "cannot send the hyper-parameter change: the worker's "
-                                    "connection to its node is closed");
+    throw rw::error(errc::io_error,
+                    "cannot send the hyper-parameter change: the worker's "
+                    "connection to its node is closed");
   std::unique_lock<std::mutex> guard{hyper_mtx_};
-  if (!hyper_cv_.wait_for(guard, timeout, [&] { return hyper_answer_.has_value() || closed(); }))
+  if (!hyper_cv_.wait_for(guard, timeout,
+                          [&] { return hyper_answer_.has_value() || closed(); }))
     throw rw::error(errc::timeout, fmt::format("no answer to the hyper-parameter change "
-                                               "within {} ms", timeout.count()));
+                                               "within {} ms",
+                                               timeout.count()));
   if (!hyper_answer_)
-    throw rw::error(errc::io_error, "the worker's connection closed before the node answered "
-                                    "the hyper-parameter change");
+    throw rw::error(errc::io_error,
+                    "the worker's connection closed before the node answered "
+                    "the hyper-parameter change");
   auto& [answer, text] = *hyper_answer_;
   if (answer.error_code == errc::ok)
     return answer.clock;
@@ -404,13 +409,15 @@ payload_target worker_link::on_header(const transports::connection_ptr& c,
   if (h.tensor_id >= slots_.size() || h.chunk_index >= layout(h.tensor_id).count())
     return payload_target::dropped();
   if (h.kind == frame_kind::ack && (h.flags & transports::flag_replica) != 0)
-    return h.payload_bytes == 0 ? payload_target::into(nullptr) : payload_target::dropped();
+    return h.payload_bytes == 0 ? payload_target::into(nullptr)
+                                : payload_target::dropped();
   auto& layout = this->layout(h.tensor_id);
   auto& s = *slots_[h.tensor_id];
   std::lock_guard<std::mutex> guard{s.mtx};
   const auto half = static_cast<uint16_t>(h.flags & transports::flag_half);
   const auto expect = half != 0 && h.kind == frame_kind::update
-                        ? transports::half_payload_bytes(half, layout.length(h.chunk_index))
+                        ? transports::half_payload_bytes(half,
+                                                         layout.length(h.chunk_index))
                         : layout.length(h.chunk_index) * sizeof(float);
   // A 16-bit update lands in its connection's buffer, widened into its place once it is
   // in (other connections' frames may come in between).
@@ -457,9 +464,10 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
                                       h.payload_bytes, l.extra.dst, length);
     if (!why.empty()) {
       release_landing(c);
-      lose(errc::bad_frame, fmt::format("the node sent chunk {}/{} as a 16-bit chunk that "
-                                        "does not decode: {}",
-                                        h.tensor_id, h.chunk_index, why));
+      lose(errc::bad_frame,
+           fmt::format("the node sent chunk {}/{} as a 16-bit chunk that "
+                       "does not decode: {}",
+                       h.tensor_id, h.chunk_index, why));
       return;
     }
   }
@@ -521,7 +529,8 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
     return;
   }
   if (s.seq != 0)
-    chunk_done(h.tensor_id, s, h.chunk_index, h.kind == frame_kind::update ? h.staleness : 0,
+    chunk_done(h.tensor_id, s, h.chunk_index,
+               h.kind == frame_kind::update ? h.staleness : 0,
                h.kind == frame_kind::update);
 }
 
@@ -575,9 +584,10 @@ void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
   if (running && replicas_ > 0 && retire_node_of(index, node)) {
     // Its chunks' replicas take over: the nodes left send a reroute; until then what
     // is unanswered waits (bounded by the request timeout).
-    spdlog::warn("worker rank {}: node {} of job {} closed its connection ({}); its chunks' "
-                 "replicas take over: waiting for the job's new ring",
-                 rank_, node, job_id_, why);
+    spdlog::warn(
+      "worker rank {}: node {} of job {} closed its connection ({}); its chunks' "
+      "replicas take over: waiting for the job's new ring",
+      rank_, node, job_id_, why);
     return;
   }
   lose(code == errc::ok ? errc::io_error : code,

@@ -50,26 +50,20 @@ public:
   /// With `shm`, chunk data travels through the worker's shared memory segment and
   /// `conns` carry only control.
   worker_link(std::shared_ptr<transports::endpoint> ep,
-              std::vector<transports::connection_ptr> conns, uint32_t job_id, uint32_t rank,
-              std::shared_ptr<const runtime::job_routes> routes,
+              std::vector<transports::connection_ptr> conns, uint32_t job_id,
+              uint32_t rank, std::shared_ptr<const runtime::job_routes> routes,
               std::unique_ptr<transports::shm::worker_channel> shm = nullptr);
 
   /// The shared memory channel, or null over TCP.
-  transports::shm::worker_channel* shm() const noexcept {
-    return shm_.get();
-  }
+  transports::shm::worker_channel* shm() const noexcept { return shm_.get(); }
   /// Chunks travel over libfabric: `fabric` is the worker's fabric endpoint (its one
   /// connection is conns[0]) and `companion` the TCP connection kept for liveness;
   /// either closing loses the link (no reconnect over fabric). Before start().
   void use_fabric(std::shared_ptr<transports::endpoint> fabric,
                   transports::connection_ptr companion);
   /// The TCP connection beside a fabric link, or null.
-  const transports::connection_ptr& companion() const noexcept {
-    return companion_;
-  }
-  bool closed() const noexcept {
-    return closed_.load(std::memory_order_acquire);
-  }
+  const transports::connection_ptr& companion() const noexcept { return companion_; }
+  bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
   ~worker_link() override;
 
   /// Starts the receiver thread, reporting to `proxy`.
@@ -80,15 +74,14 @@ public:
   /// Joins one more node of the job (named, at HOST:PORT, on the ring of that
   /// version), its frames on the link's connections going to the given sink meanwhile;
   /// throws rw::error (actors/links/job_join.hpp join_node).
-  using node_joiner = std::function<joined_node(const std::string& node,
-                                                const std::string& address,
-                                                uint64_t ring_version,
-                                                transports::frame_sink& others)>;
+  using node_joiner =
+    std::function<joined_node(const std::string& node, const std::string& address,
+                              uint64_t ring_version, transports::frame_sink& others)>;
 
   /// A job on several nodes: how to route it by a later ring, and how to join a node
   /// that ring adds (before start()).
-  void set_basis(std::shared_ptr<const runtime::routes_basis> basis, uint32_t replicas = 0,
-                 node_joiner joiner = nullptr) {
+  void set_basis(std::shared_ptr<const runtime::routes_basis> basis,
+                 uint32_t replicas = 0, node_joiner joiner = nullptr) {
     if (basis)
       ring_version_ = basis->version;
     multi_node_ = basis != nullptr;
@@ -101,9 +94,7 @@ public:
 
   /// Whether the job's chunks have replicas on other nodes (a push_pull's answer then
   /// waits for the replica's ack of the step's sum too).
-  bool replicated() const noexcept {
-    return multi_node_ && replicas_ > 0;
-  }
+  bool replicated() const noexcept { return multi_node_ && replicas_ > 0; }
 
   /// The routes chunks travel by now (one snapshot per operation: a reroute swaps
   /// them): connection_of(tensor, chunk) indexes conns(); replica_connection_of is the
@@ -113,8 +104,9 @@ public:
   }
   /// The ring version pushes are routed by, for their header (0: one node).
   uint32_t ring_stamp() const noexcept {
-    return multi_node_ ? static_cast<uint32_t>(ring_version_.load(std::memory_order_acquire))
-                       : 0;
+    return multi_node_
+             ? static_cast<uint32_t>(ring_version_.load(std::memory_order_acquire))
+             : 0;
   }
   /// Whether connection `conn` leads to a node the job has left (a `reroute` said so,
   /// or, with replicas, the node's connection closed: the job goes on without it).
@@ -143,35 +135,30 @@ public:
   std::shared_ptr<const conn_list> conns() const noexcept {
     return std::atomic_load(&conns_);
   }
-  uint32_t job_id() const noexcept {
-    return job_id_;
-  }
+  uint32_t job_id() const noexcept { return job_id_; }
   /// Sends a `hyper` frame (payload: HyperChange) on the first connection and waits up
   /// to `timeout` for the node's answer: the clock the job had reached. Throws
   /// rw::error (the node's refusal, a closed link, or errc::timeout).
   uint64_t request_hyper(const std::vector<std::byte>& payload,
                          std::chrono::milliseconds timeout);
-  uint32_t rank() const noexcept {
-    return rank_;
-  }
+  uint32_t rank() const noexcept { return rank_; }
   const runtime::chunk_layout& layout(uint32_t tensor) const {
     return shapes_->layout(tensor);
   }
-  uint32_t num_tensors() const noexcept {
-    return shapes_->num_tensors();
-  }
+  uint32_t num_tensors() const noexcept { return shapes_->num_tensors(); }
 
   /// Arms `tensor` for operation `seq`: expect `update` frames at version >=
   /// `version` into `dst` (expect_update), or `ack` frames for clock `version`. With
   /// `changes_only`, an "unchanged" ack for version - 1 also completes a chunk. With
   /// `mirrored` (an init), each chunk that has a replica also waits for the replica's
   /// ack (flag_replica) of it.
-  void arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst, uint64_t version,
-           bool changes_only = false, bool mirrored = false);
+  void arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst,
+           uint64_t version, bool changes_only = false, bool mirrored = false);
 
   /// Sets up a subscription: updates flagged as subscribed go into `dst`, and
   /// `on_version(v)` runs (on the receiver thread) once every chunk reached v.
-  void set_subscription(uint32_t tensor, float* dst, std::function<void(uint64_t)> on_version);
+  void set_subscription(uint32_t tensor, float* dst,
+                        std::function<void(uint64_t)> on_version);
 
   /// Waits until operation `seq` on `tensor` has at least `answered` chunks answered,
   /// is over, the link closed, `until`, or the receiver told the proxy something
@@ -207,13 +194,9 @@ public:
   /// How the job's chunks travel (its spec's compression; before start()): pushes and,
   /// with `updates`, the node's answers as 16-bit values (bf16 / fp16), or top-k pairs.
   void set_compression(const compression_spec& c);
-  const compression_spec& compression() const noexcept {
-    return compression_;
-  }
+  const compression_spec& compression() const noexcept { return compression_; }
   /// transports::half_flag of it: the flag of 16-bit pushes (0: float32 or pairs).
-  uint16_t half_flag() const noexcept {
-    return half_;
-  }
+  uint16_t half_flag() const noexcept { return half_; }
   /// Data frames on the network (rw::worker::wire_bytes_sent): counted by the proxy as
   /// it sends them, and by the receiver.
   void count_sent(uint64_t bytes) noexcept {
@@ -226,9 +209,7 @@ public:
     return wire_received_.load(std::memory_order_relaxed);
   }
   /// Where the proxy packs 16-bit chunks as it sends them (its thread only).
-  std::vector<std::byte>& pack_buffer() noexcept {
-    return pack_buf_;
-  }
+  std::vector<std::byte>& pack_buffer() noexcept { return pack_buf_; }
 
   /// The largest staleness served to the last completed operation on `tensor`.
   uint32_t last_staleness(uint32_t tensor) const noexcept {
@@ -251,12 +232,12 @@ private:
     float* dst = nullptr;
     uint64_t version = 0;
     uint32_t remaining = 0;
-    uint32_t answered = 0;              // chunks answered (replicas' acks aside)
+    uint32_t answered = 0;               // chunks answered (replicas' acks aside)
     std::condition_variable answered_cv; // wait_answered waits on it
     uint32_t staleness = 0; // the largest served to the armed operation so far
     bool changes_only = false;
     uint32_t changed = 0;
-    std::vector<uint8_t> arrived; // by chunk, for the armed (or last) operation
+    std::vector<uint8_t> arrived;  // by chunk, for the armed (or last) operation
     bool mirror = false;           // replicas' acks awaited too
     uint64_t push_clock = 0;       // the clock those acks carry
     std::vector<uint8_t> mirrored; // by chunk: its replica acked (or it has none)
@@ -285,7 +266,8 @@ private:
   void announce(uint32_t tensor, uint64_t version);
 
   // Called with the slot locked: one more chunk of the armed operation is in.
-  void chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness, bool changed);
+  void chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness,
+                  bool changed);
   // Called with the slot locked: the replica of `chunk` acked the armed push.
   void mirror_done(uint32_t tensor, slot& s, uint32_t chunk);
   // Called with the slot locked, after an answer counted: completes the operation if
@@ -356,8 +338,10 @@ private:
   std::shared_ptr<const conn_list> conns_; // appended to by the receiver (atomic_store)
   uint32_t job_id_;
   uint32_t rank_;
-  std::shared_ptr<const runtime::job_routes> routes_; // swapped by a reroute (atomic_load)
-  std::shared_ptr<const runtime::job_routes> shapes_; // the first: tensor layouts, never swapped
+  std::shared_ptr<const runtime::job_routes>
+    routes_; // swapped by a reroute (atomic_load)
+  std::shared_ptr<const runtime::job_routes>
+    shapes_; // the first: tensor layouts, never swapped
   std::unique_ptr<transports::shm::worker_channel> shm_;
   std::shared_ptr<transports::endpoint> fabric_; // null unless use_fabric
   transports::connection_ptr companion_;
@@ -368,8 +352,8 @@ private:
   // update frame, and for an update, where its floats go and the tensor whose
   // operation's buffer that is (counted in its slot's landings while it lands).
   struct landing_into {
-    float* dst = nullptr;          // a 16-bit update's floats, once widened
-    uint32_t tensor = UINT32_MAX;  // UINT32_MAX: not landing in an operation's buffer
+    float* dst = nullptr;         // a 16-bit update's floats, once widened
+    uint32_t tensor = UINT32_MAX; // UINT32_MAX: not landing in an operation's buffer
   };
   transports::receive_scratch<landing_into> landing_;
   // The link was lost (receiver thread): the proxy is told when the receiver has
@@ -384,17 +368,18 @@ private:
   std::mutex hyper_call_;
   std::mutex hyper_mtx_;
   std::condition_variable hyper_cv_;
-  std::optional<std::pair<transports::frame_header, std::vector<std::byte>>> hyper_answer_;
+  std::optional<std::pair<transports::frame_header, std::vector<std::byte>>>
+    hyper_answer_;
   std::shared_ptr<const runtime::routes_basis> basis_; // receiver thread only
   bool multi_node_ = false;                            // basis_ set (before start)
   node_joiner joiner_;
   std::optional<transports::reroute_msg> pending_; // waiting for its new nodes' joins
   std::vector<uint32_t> pending_conns_;            // the connections that sent it
   std::vector<node_at> nodes_;
-  std::vector<std::string> ring_nodes_; // the nodes of the ring routed by
-  bool reconnecting_ = false;           // some node is down
+  std::vector<std::string> ring_nodes_;   // the nodes of the ring routed by
+  bool reconnecting_ = false;             // some node is down
   std::atomic<uint64_t> ring_version_{0}; // the ring routed by (a reroute swaps it)
-  uint32_t replicas_ = 0;     // the job keeps replicas: a node's loss is not the job's
+  uint32_t replicas_ = 0; // the job keeps replicas: a node's loss is not the job's
   // Retires every connection of the node behind connection `conn` (its name in `node`);
   // false if no other connection is left open.
   bool retire_node_of(uint32_t conn, std::string& node);
@@ -405,7 +390,7 @@ private:
   std::atomic<bool> running_{false};
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> interruptions_{0}; // wait_answered returns on a change
-  std::atomic<bool> abandoned_{false}; // the worker closed its connections itself
+  std::atomic<bool> abandoned_{false};     // the worker closed its connections itself
   std::mutex reason_mtx_;
   std::string close_reason_;
 };

@@ -24,7 +24,8 @@ namespace {
 using steady_clock = std::chrono::steady_clock;
 
 int64_t ms_since(steady_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now() - t).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now() - t)
+    .count();
 }
 
 // How often a node that is down is said hello to again.
@@ -39,7 +40,8 @@ void worker_link::set_nodes(const std::vector<std::string>& conn_nodes,
     if (!nodes_.empty() && nodes_.back().name == conn_nodes[e])
       continue;
     auto k = nodes_.size();
-    nodes_.push_back({conn_nodes[e], k < addresses.size() ? addresses[k] : std::string{}, e});
+    nodes_.push_back(
+      {conn_nodes[e], k < addresses.size() ? addresses[k] : std::string{}, e});
   }
 }
 
@@ -60,8 +62,8 @@ void worker_link::on_reroute(uint32_t conn, const std::vector<std::byte>& payloa
   transports::reroute_msg msg;
   std::string why;
   if (decode(payload.data(), payload.size(), msg, why) != errc::ok) {
-    spdlog::warn("worker rank {}: undecodable reroute frame from the node ignored: {}", rank_,
-                 why);
+    spdlog::warn("worker rank {}: undecodable reroute frame from the node ignored: {}",
+                 rank_, why);
     return;
   }
   if (pending_) {
@@ -97,10 +99,12 @@ bool worker_link::adopt_ring(const transports::reroute_msg& msg) {
     auto next = basis_->rebuild(msg.nodes, msg.ring_version, msg.replicas);
     auto list = conns();
     for (size_t n = 0; n < basis_->names.size(); ++n) {
-      if (std::find(msg.nodes.begin(), msg.nodes.end(), basis_->names[n]) != msg.nodes.end())
+      if (std::find(msg.nodes.begin(), msg.nodes.end(), basis_->names[n])
+          != msg.nodes.end())
         continue;
-      auto end = n + 1 < basis_->endpoint_base.size() ? basis_->endpoint_base[n + 1]
-                                                      : static_cast<uint32_t>(list->size());
+      auto end = n + 1 < basis_->endpoint_base.size()
+                   ? basis_->endpoint_base[n + 1]
+                   : static_cast<uint32_t>(list->size());
       for (auto i = basis_->endpoint_base[n]; i < end; ++i)
         retired_[i].store(true, std::memory_order_release);
     }
@@ -117,9 +121,10 @@ bool worker_link::adopt_ring(const transports::reroute_msg& msg) {
         if (s.mirrored[c] == 0 && next->replica_of(t, c) == UINT32_MAX)
           mirror_done(t, s, c);
     }
-    spdlog::info("worker rank {}: job {} moved to nodes [{}] (ring version {}): chunks go "
-                 "to their new homes; what is unanswered is sent again",
-                 rank_, job_id_, fmt::join(msg.nodes, ","), msg.ring_version);
+    spdlog::info(
+      "worker rank {}: job {} moved to nodes [{}] (ring version {}): chunks go "
+      "to their new homes; what is unanswered is sent again",
+      rank_, job_id_, fmt::join(msg.nodes, ","), msg.ring_version);
     return true;
   } catch (const std::exception& e) {
     spdlog::error("worker rank {}: cannot route by nodes [{}]: {}", rank_,
@@ -191,12 +196,13 @@ void worker_link::join_pending() {
       first_of_new.push_back(static_cast<uint32_t>(list->size()));
       nodes_.push_back({node, msg.addresses[i], static_cast<uint32_t>(list->size())});
       list->insert(list->end(), joined.conns.begin(), joined.conns.end());
-      spdlog::info("worker rank {}: joined node {} of job {} at {} ({} connection(s)) in {} "
-                   "ms",
-                   rank_, node, job_id_, msg.addresses[i], joined.conns.size(),
-                   std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::steady_clock::now() - started)
-                     .count());
+      spdlog::info(
+        "worker rank {}: joined node {} of job {} at {} ({} connection(s)) in {} "
+        "ms",
+        rank_, node, job_id_, msg.addresses[i], joined.conns.size(),
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - started)
+          .count());
     } catch (const std::exception& e) {
       failure = fmt::format("cannot join node {} of the job's new ring at {}: {}", node,
                             msg.addresses[i], e.what());
@@ -266,7 +272,8 @@ void worker_link::reconnect_nodes() {
     if (!n.down)
       continue;
     if (multi_node_
-        && std::find(ring_nodes_.begin(), ring_nodes_.end(), n.name) == ring_nodes_.end()) {
+        && std::find(ring_nodes_.begin(), ring_nodes_.end(), n.name)
+             == ring_nodes_.end()) {
       n.down = false; // the job left that node meanwhile (a takeover, a drain)
       continue;
     }
@@ -282,8 +289,8 @@ void worker_link::reconnect_nodes() {
         for (auto& c : joined.conns)
           c->close();
         throw rw::error(errc::spec_mismatch,
-                        fmt::format("it now has {} endpoint(s), not {}", joined.conns.size(),
-                                    to - from));
+                        fmt::format("it now has {} endpoint(s), not {}",
+                                    joined.conns.size(), to - from));
       }
       auto list = std::make_shared<conn_list>(*conns());
       for (auto i = from; i < to; ++i)
@@ -292,23 +299,26 @@ void worker_link::reconnect_nodes() {
       for (auto i = from; i < to; ++i)
         retired_[i].store(false, std::memory_order_release);
       n.down = false;
-      spdlog::info("worker rank {}: back on node {} of job {} after {} ms (lost: {}); what "
-                   "it serves and has not answered is sent again",
-                   rank_, n.name, job_id_, ms_since(n.since), n.why);
+      spdlog::info(
+        "worker rank {}: back on node {} of job {} after {} ms (lost: {}); what "
+        "it serves and has not answered is sent again",
+        rank_, n.name, job_id_, ms_since(n.since), n.why);
       interruptions_.fetch_add(1, std::memory_order_acq_rel);
       caf::anon_send(proxy_, resend_atom::value, from, UINT32_MAX);
     } catch (const std::exception& e) {
       bool refused = std::strstr(e.what(), std::strerror(ECONNREFUSED)) != nullptr;
       if (!refused && ms_since(n.since) < defaults::reconnect_window_ms) {
-        spdlog::debug("worker rank {}: node {} not back yet: {}", rank_, n.name, e.what());
+        spdlog::debug("worker rank {}: node {} not back yet: {}", rank_, n.name,
+                      e.what());
         n.next_try = now + reconnect_every;
         any = true;
         continue;
       }
       n.down = false;
-      give_up(n.name, fmt::format("connection to node {} lost ({}) and not regained in {} "
-                                  "ms: {}",
-                                  n.name, n.why, ms_since(n.since), e.what()));
+      give_up(n.name,
+              fmt::format("connection to node {} lost ({}) and not regained in {} "
+                          "ms: {}",
+                          n.name, n.why, ms_since(n.since), e.what()));
     }
   }
   reconnecting_ = any;

@@ -23,11 +23,11 @@ using transports::frame_kind;
 struct tensor_queue {
   std::deque<worker_op> waiting;
   bool busy = false;
-  uint64_t seq = 0;   // the running operation
+  uint64_t seq = 0; // the running operation
   worker_op running{};
   uint64_t running_clock = 0; // the clock the running operation's frames carry
   uint64_t started_ns = 0;    // when it started (trace::now_ns), if tracing
-  uint64_t clock = 0; // pushes made
+  uint64_t clock = 0;         // pushes made
 };
 
 void fail(worker_op& op, errc code, const std::string& why);
@@ -183,11 +183,13 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     dense.resize(layout.count());
     for (size_t i = 0; i < op.count; ++i) {
       auto c = static_cast<uint32_t>(op.indices[i] / layout.chunk_elems);
-      pairs[c].push_back({static_cast<uint32_t>(op.indices[i] - layout.offset(c)), op.values[i]});
+      pairs[c].push_back(
+        {static_cast<uint32_t>(op.indices[i] - layout.offset(c)), op.values[i]});
     }
     for (uint32_t c = 0; c < layout.count(); ++c) {
       if (half == 0
-          && pairs[c].size() * sizeof(transports::sparse_pair) <= layout.length(c) * sizeof(float))
+          && pairs[c].size() * sizeof(transports::sparse_pair)
+               <= layout.length(c) * sizeof(float))
         continue;
       dense[c].assign(layout.length(c), 0.0f);
       for (auto& p : pairs[c])
@@ -226,7 +228,9 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   // Inits go to the chunk's replica as well (it sets version 0 too; only the home
   // answers). A push goes to the home alone: the home sends the step's sum on.
   const bool to_replica = op.kind == worker_op::init;
-  const size_t half_stride = half != 0 ? transports::half_payload_bytes(half, layout.chunk_elems) : 0;
+  const size_t half_stride = half != 0
+                               ? transports::half_payload_bytes(half, layout.chunk_elems)
+                               : 0;
   auto& packed = link.pack_buffer();
   if (half != 0 && packed.size() < half_stride * layout.count())
     packed.resize(half_stride * layout.count());
@@ -234,7 +238,8 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     auto* out = packed.data() + half_stride * c;
     transports::narrow_half(half, values, layout.length(c), out);
     hdr.flags |= half;
-    hdr.payload_bytes = static_cast<uint32_t>(transports::half_payload_bytes(half, layout.length(c)));
+    hdr.payload_bytes = static_cast<uint32_t>(
+      transports::half_payload_bytes(half, layout.length(c)));
     return iovec{out, hdr.payload_bytes};
   };
   const uint32_t window_step = std::max<uint32_t>(window / 4, 1);
@@ -260,8 +265,10 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
       bool as_dense = !dense[c].empty();
       hc.kind = as_dense ? frame_kind::push : frame_kind::push_sparse;
       hc.payload_bytes = static_cast<uint32_t>(
-        as_dense ? dense[c].size() * sizeof(float) : pairs[c].size() * sizeof(transports::sparse_pair));
-      piece = {as_dense ? static_cast<void*>(dense[c].data()) : static_cast<void*>(pairs[c].data()),
+        as_dense ? dense[c].size() * sizeof(float)
+                 : pairs[c].size() * sizeof(transports::sparse_pair));
+      piece = {as_dense ? static_cast<void*>(dense[c].data())
+                        : static_cast<void*>(pairs[c].data()),
                hc.payload_bytes};
       if (as_dense && half != 0)
         piece = pack(c, dense[c].data(), hc);
@@ -328,7 +335,9 @@ void start_next(proxy_ptr self, uint32_t t) {
   switch (op.kind) {
     case worker_op::init: version = 0; break;
     case worker_op::push: version = q.clock; break;
-    case worker_op::pull: version = op.only_changed ? op.min_version + 1 : op.min_version; break;
+    case worker_op::pull:
+      version = op.only_changed ? op.min_version + 1 : op.min_version;
+      break;
     case worker_op::push_pull: version = q.clock + 1; break;
   }
   st.link->arm(t, q.seq, expect_update, op.dst, version, op.only_changed,
@@ -365,7 +374,8 @@ void finish(proxy_ptr self, uint32_t t, uint64_t seq, errc code, const std::stri
   q.busy = false;
   if (q.started_ns != 0) {
     static constexpr const char* names[] = {"init", "push", "pull", "push_pull"};
-    runtime::trace::complete(code == errc::ok ? names[q.running.kind] : "failed operation",
+    runtime::trace::complete(code == errc::ok ? names[q.running.kind]
+                                              : "failed operation",
                              "worker", q.started_ns,
                              {self->state.link->job_id(), self->state.link->rank(), t,
                               runtime::trace::about::none, q.running_clock});
@@ -401,11 +411,9 @@ void resend_where(proxy_ptr self, Where where) {
   }
 }
 
-worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
-                                                 std::shared_ptr<worker_link> link,
-                                                 std::chrono::milliseconds timeout,
-                                                 uint64_t start_clock,
-                                                 uint64_t push_window_bytes, bool layerwise) {
+worker_proxy_actor::behavior_type proxy_behavior(
+  proxy_ptr self, std::shared_ptr<worker_link> link, std::chrono::milliseconds timeout,
+  uint64_t start_clock, uint64_t push_window_bytes, bool layerwise) {
   auto& st = self->state;
   st.tensors.resize(link->num_tensors());
   for (auto& q : st.tensors)
@@ -449,9 +457,9 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
       auto& q = self->state.tensors[t];
       if (!q.busy || q.seq != seq)
         return;
-      self->state.link->abandon(fmt::format(
-        "{} of tensor {} timed out: no answer from the node within {} ms",
-        op_name(q.running.kind), t, self->state.timeout.count()));
+      self->state.link->abandon(
+        fmt::format("{} of tensor {} timed out: no answer from the node within {} ms",
+                    op_name(q.running.kind), t, self->state.timeout.count()));
     },
     [=](bye_atom) {
       auto& link = *self->state.link;
@@ -464,7 +472,8 @@ worker_proxy_actor::behavior_type proxy_behavior(proxy_ptr self,
         for (uint32_t i = 0; i < conns->size(); ++i)
           if (!link.retired(i))
             (*conns)[i]->send(h);
-      if (!self->state.lost && link.companion()) // the node counts a leave on its TCP link
+      if (!self->state.lost
+          && link.companion()) // the node counts a leave on its TCP link
         link.companion()->send(h);
       return ok_atom::value;
     },

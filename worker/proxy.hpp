@@ -71,13 +71,11 @@ struct worker_op {
 class worker_link;
 
 using worker_proxy_actor = caf::typed_actor<
-  caf::reacts_to<submit_atom, worker_op>,
-  caf::reacts_to<done_atom, uint32_t, uint64_t>,
+  caf::reacts_to<submit_atom, worker_op>, caf::reacts_to<done_atom, uint32_t, uint64_t>,
   caf::reacts_to<fail_atom, uint32_t, uint64_t, errc, std::string>,
   caf::reacts_to<lost_atom, errc, std::string>,
   caf::reacts_to<timeout_atom, uint32_t, uint64_t>,
-  caf::reacts_to<resend_atom, uint32_t, uint32_t>,
-  caf::reacts_to<reroute_atom, uint32_t>,
+  caf::reacts_to<resend_atom, uint32_t, uint32_t>, caf::reacts_to<reroute_atom, uint32_t>,
   caf::replies_to<bye_atom>::with<ok_atom>>;
 
 /// `push_window_bytes` (0: none): how far a push_pull's chunks may run ahead of those
@@ -86,7 +84,8 @@ worker_proxy_actor spawn_worker_proxy(caf::actor_system& sys,
                                       std::shared_ptr<worker_link> link,
                                       std::chrono::milliseconds request_timeout,
                                       uint64_t start_clock = 0,
-                                      uint64_t push_window_bytes = 0, bool layerwise = false);
+                                      uint64_t push_window_bytes = 0,
+                                      bool layerwise = false);
 
 } // namespace rw::actors
 

@@ -33,21 +33,23 @@ void ask_each(cluster_ptr self, const std::vector<uint32_t>& ids,
   for (auto id : ids) {
     auto it = self->state.nodes.find(id);
     if (it == self->state.nodes.end()) {
-      acc->failures.push_back(fmt::format("node id {} left the cluster before it {}", id, what));
+      acc->failures.push_back(
+        fmt::format("node id {} left the cluster before it {}", id, what));
       finish();
       continue;
     }
     auto name = it->second.info.name;
     self->request(it->second.link, timeout, xs...)
-      .then([acc, finish, id](T& x) mutable {
-              acc->answers.emplace(id, std::move(x));
-              finish();
-            },
-            [self, acc, finish, name, what](caf::error& err) mutable {
-              acc->failures.push_back(
-                fmt::format("node {} {}: {}", name, what, describe(self->system(), err)));
-              finish();
-            });
+      .then(
+        [acc, finish, id](T& x) mutable {
+          acc->answers.emplace(id, std::move(x));
+          finish();
+        },
+        [self, acc, finish, name, what](caf::error& err) mutable {
+          acc->failures.push_back(
+            fmt::format("node {} {}: {}", name, what, describe(self->system(), err)));
+          finish();
+        });
   }
   finish(); // the extra count: done runs once, after the loop, even if every ask failed
 }

@@ -37,17 +37,19 @@ void complete(cluster_ptr self, job_entry& j) {
     if (std::find(j.bound.begin(), j.bound.end(), k) == j.bound.end())
       empty.push_back(l.racks[k]);
   if (!empty.empty()) {
-    fail_job(self, j.report.id,
-             fmt::format("rack(s) {} got none of job '{}''s workers (rank:rack {}): every "
-                         "rack of a hierarchical job needs one; give workers the rack "
-                         "option, or have each say hello to its own rack's node",
-                         fmt::join(empty, ", "), j.report.name, describe_map(j)));
+    fail_job(
+      self, j.report.id,
+      fmt::format("rack(s) {} got none of job '{}''s workers (rank:rack {}): every "
+                  "rack of a hierarchical job needs one; give workers the rack "
+                  "option, or have each say hello to its own rack's node",
+                  fmt::join(empty, ", "), j.report.name, describe_map(j)));
     return;
   }
   l.rank_racks = j.bound;
   save_job(self, j.report.id);
-  spdlog::info("job placed at join: job='{}' id={}: every rank has its rack (rank:rack {})",
-               j.report.name, j.report.id, describe_map(j));
+  spdlog::info(
+    "job placed at join: job='{}' id={}: every rank has its rack (rank:rack {})",
+    j.report.name, j.report.id, describe_map(j));
   auto waiting = std::move(j.waiting);
   j.waiting.clear();
   for (auto& rp : waiting)
@@ -78,7 +80,8 @@ caf::result<rank_map> bind_rank(cluster_ptr self, const rank_binding& b) {
                          fmt::format("job '{}' has ended ({}{}{})", j.report.name,
                                      j.report.state, j.report.reason.empty() ? "" : ": ",
                                      j.report.reason));
-  if (l.join_timeout_ms == 0 || b.rank >= j.report.spec.num_workers || b.node >= l.nodes.size())
+  if (l.join_timeout_ms == 0 || b.rank >= j.report.spec.num_workers
+      || b.node >= l.nodes.size())
     return cluster_error(errc::invalid_spec,
                          fmt::format("job '{}' does not place rank {} in node {} at join",
                                      j.report.name, b.rank, b.node));
@@ -90,10 +93,11 @@ caf::result<rank_map> bind_rank(cluster_ptr self, const rank_binding& b) {
   }
   auto& at = j.bound[b.rank];
   if (at != unbound && at != b.node) {
-    auto why = fmt::format("rank {} of job '{}' is in rack {} ({}); node {} would place it in "
-                           "rack {} ({}): a rank belongs to one rack",
-                           b.rank, j.report.name, l.racks[at], j.bound_why[b.rank],
-                           l.nodes[b.node], l.racks[b.node], b.reason);
+    auto why = fmt::format(
+      "rank {} of job '{}' is in rack {} ({}); node {} would place it in "
+      "rack {} ({}): a rank belongs to one rack",
+      b.rank, j.report.name, l.racks[at], j.bound_why[b.rank], l.nodes[b.node],
+      l.racks[b.node], b.reason);
     spdlog::warn("rank binding refused: {}", why);
     return cluster_error(errc::rank_taken, why);
   }
@@ -127,8 +131,8 @@ void bindings_expired(cluster_ptr self, uint32_t id) {
            fmt::format("rank(s) {} of job '{}' did not join within {} ms of the first "
                        "(placed so far, rank:rack {}); a hierarchical job placed at join "
                        "starts once every rank has said hello",
-                       fmt::join(missing, ", "), j.report.name, j.report.layout.join_timeout_ms,
-                       describe_map(j)));
+                       fmt::join(missing, ", "), j.report.name,
+                       j.report.layout.join_timeout_ms, describe_map(j)));
 }
 
 void release_bindings(job_entry& j, const std::string& why) {

@@ -42,16 +42,19 @@ struct parts_acc {
 
 // A failed checkpoint's node files: removed (a directory without a manifest is not a
 // checkpoint; its files only take space). The nodes see `dir` at the same path.
-void discard_part(const std::string& dir, const std::string& node, const checkpoint_part& p) {
+void discard_part(const std::string& dir, const std::string& node,
+                  const checkpoint_part& p) {
   if (p.file.empty() || p.file.find('/') != std::string::npos)
     return; // a plain file name in dir, as nodes write them; anything else is left alone
   std::error_code ec;
   std::filesystem::remove(std::filesystem::path(dir) / p.file, ec);
   if (ec)
-    spdlog::warn("checkpoint into '{}' failed; node {}'s file {} could not be removed: {}",
-                 dir, node, p.file, ec.message());
+    spdlog::warn(
+      "checkpoint into '{}' failed; node {}'s file {} could not be removed: {}", dir,
+      node, p.file, ec.message());
   else
-    spdlog::info("checkpoint into '{}' failed; node {}'s file {} removed", dir, node, p.file);
+    spdlog::info("checkpoint into '{}' failed; node {}'s file {} removed", dir, node,
+                 p.file);
 }
 
 // Writes the manifest from every node's part; the checkpoint's clock is the one all
@@ -67,9 +70,10 @@ caf::expected<checkpoint_info> write_manifest(const job_entry& j, const std::str
   for (auto& [node, p] : acc.parts) {
     if (!p.chunks.empty()) {
       if (m.clock != detail::now_clock && p.clock != m.clock)
-        return cluster_error(errc::internal,
-                             fmt::format("checkpoint of job '{}': node {} wrote clock {}, "
-                                         "others {}", j.report.name, node, p.clock, m.clock));
+        return cluster_error(
+          errc::internal, fmt::format("checkpoint of job '{}': node {} wrote clock {}, "
+                                      "others {}",
+                                      j.report.name, node, p.clock, m.clock));
       m.clock = p.clock;
     }
     ck::file_entry e{p.file, p.bytes, p.xxh64, {}};
@@ -106,9 +110,10 @@ void gather_parts(cluster_ptr self, uint32_t id, uint64_t clock, const std::stri
     if (it == self->state.jobs.end())
       acc->failures.push_back("the job was deleted meanwhile");
     if (!acc->failures.empty()) {
-      done(cluster_error(errc::unavailable,
-                         fmt::format("checkpoint into '{}' failed, no manifest written: {}",
-                                     dir, fmt::join(acc->failures, "; "))));
+      done(
+        cluster_error(errc::unavailable,
+                      fmt::format("checkpoint into '{}' failed, no manifest written: {}",
+                                  dir, fmt::join(acc->failures, "; "))));
       for (auto& [node, p] : acc->parts) // the nodes that did write theirs
         discard_part(dir, node, p);
       return;
@@ -148,8 +153,10 @@ void gather_parts(cluster_ptr self, uint32_t id, uint64_t clock, const std::stri
 std::string refusal(const job_entry& j) {
   auto& r = j.report;
   if (r.spec.consistency.model != consistency_spec::bsp)
-    return fmt::format("job '{}' runs {}: only a BSP job has one clock every chunk passes "
-                       "through", r.name, to_string(r.spec.consistency));
+    return fmt::format(
+      "job '{}' runs {}: only a BSP job has one clock every chunk passes "
+      "through",
+      r.name, to_string(r.spec.consistency));
   if (r.state == "created")
     return fmt::format("job '{}' has no chunks yet (no worker has joined)", r.name);
   if (r.state != "running" && r.state != "finished")
@@ -162,7 +169,8 @@ std::string refusal(const job_entry& j) {
 
 // One past the furthest clock any rank of the running job has pushed: ahead of every
 // chunk's version. Asks the nodes (their counts are live).
-void pick_clock(cluster_ptr self, uint32_t id, std::function<void(uint64_t, std::string)> k) {
+void pick_clock(cluster_ptr self, uint32_t id,
+                std::function<void(uint64_t, std::string)> k) {
   auto& j = self->state.jobs.at(id);
   auto acc = std::make_shared<std::pair<uint64_t, std::vector<std::string>>>();
   auto pending = std::make_shared<size_t>(j.node_ids.size());
@@ -178,8 +186,9 @@ void pick_clock(cluster_ptr self, uint32_t id, std::function<void(uint64_t, std:
       continue;
     }
     auto name = m->second.info.name;
-    self->request(m->second.link, self->state.settings.node_request_timeout,
-                  status_atom::value, id)
+    self
+      ->request(m->second.link, self->state.settings.node_request_timeout,
+                status_atom::value, id)
       .then(
         [acc, finish](job_event& ev) {
           for (auto& r : ev.ranks)
@@ -187,14 +196,16 @@ void pick_clock(cluster_ptr self, uint32_t id, std::function<void(uint64_t, std:
           finish();
         },
         [self, acc, finish, name](caf::error& err) {
-          acc->second.push_back(fmt::format("node {}: {}", name, describe(self->system(), err)));
+          acc->second.push_back(
+            fmt::format("node {}: {}", name, describe(self->system(), err)));
           finish();
         });
   }
 }
 
 // Takes the checkpoint; done gets what was written, or why not.
-void take(cluster_ptr self, uint32_t id, const std::string& dir, uint64_t clock, done_fn done) {
+void take(cluster_ptr self, uint32_t id, const std::string& dir, uint64_t clock,
+          done_fn done) {
   auto& j = self->state.jobs.at(id);
   if (auto why = refusal(j); !why.empty()) {
     done(cluster_error(errc::invalid_spec, "cannot checkpoint: " + why));
@@ -247,16 +258,18 @@ caf::result<checkpoint_info> checkpoint_job(cluster_ptr self, const std::string&
   auto rp = self->make_response_promise<checkpoint_info>();
   spdlog::info("checkpoint asked: job='{}' dir='{}' clock={}", name, where,
                clock == 0 ? std::string{"(next)"} : std::to_string(clock));
-  take(self, n->second, where, clock, [self, rp, name](caf::expected<checkpoint_info> r) mutable {
-    if (!r) {
-      spdlog::error("checkpoint of job '{}' failed: {}", name, describe(self->system(), r.error()));
-      rp.deliver(r.error());
-      return;
-    }
-    spdlog::info("checkpoint taken: job='{}' dir='{}' clock={} files={} bytes={}", name,
-                 r->dir, r->clock, r->files.size(), r->bytes);
-    rp.deliver(std::move(*r));
-  });
+  take(self, n->second, where, clock,
+       [self, rp, name](caf::expected<checkpoint_info> r) mutable {
+         if (!r) {
+           spdlog::error("checkpoint of job '{}' failed: {}", name,
+                         describe(self->system(), r.error()));
+           rp.deliver(r.error());
+           return;
+         }
+         spdlog::info("checkpoint taken: job='{}' dir='{}' clock={} files={} bytes={}",
+                      name, r->dir, r->clock, r->files.size(), r->bytes);
+         rp.deliver(std::move(*r));
+       });
   return rp;
 }
 
@@ -266,10 +279,11 @@ std::string check_restore(job_spec& spec, const std::string& dir) {
     auto as_if = spec;
     as_if.tensors = m.spec.tensors; // the workers declare them: the nodes check those
     if (auto why = ck::restore_mismatch(m, as_if); !why.empty())
-      return fmt::format("job '{}' cannot start from checkpoint '{}': {}", spec.name, dir, why);
+      return fmt::format("job '{}' cannot start from checkpoint '{}': {}", spec.name, dir,
+                         why);
     if (spec.consistency.model != consistency_spec::bsp)
-      return fmt::format("job '{}' runs {}: a checkpoint restores a BSP job",
-                         spec.name, to_string(spec.consistency));
+      return fmt::format("job '{}' runs {}: a checkpoint restores a BSP job", spec.name,
+                         to_string(spec.consistency));
     spec.schedule = m.spec.schedule; // the hyper-parameter changes made before it
   } catch (const ck::checkpoint_error& e) {
     return e.what();
@@ -287,7 +301,8 @@ size_t nodes_holding(const job_entry& j) {
   runtime::hash_ring ring{l.nodes, l.vnodes, l.ring_version};
   size_t n = 0;
   for (uint32_t i = 0; i < l.nodes.size(); ++i)
-    n += runtime::routing_table(j.report.spec, 1, {}, &ring, i).local_chunks() > 0 ? 1 : 0;
+    n += runtime::routing_table(j.report.spec, 1, {}, &ring, i).local_chunks() > 0 ? 1
+                                                                                   : 0;
   return n;
 }
 

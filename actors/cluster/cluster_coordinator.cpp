@@ -13,17 +13,19 @@ namespace rw::actors {
 
 namespace detail {
 
-caf::expected<std::pair<caf::node_id, runtime::byte_vector>> take_challenge(cluster_ptr self) {
+caf::expected<std::pair<caf::node_id, runtime::byte_vector>> take_challenge(
+  cluster_ptr self) {
   auto& st = self->state;
   auto& sender = self->current_sender();
   if (!sender)
     return cluster_error(errc::unauthorized, "an anonymous sender cannot prove a secret");
   auto nonce = st.challenges.take(sender->node());
   if (!nonce)
-    return cluster_error(errc::unauthorized,
-                         fmt::format("a proof without a challenge (or one answered later than "
-                                     "{} ms): ask (auth) first",
-                                     st.challenges.ttl().count()));
+    return cluster_error(
+      errc::unauthorized,
+      fmt::format("a proof without a challenge (or one answered later than "
+                  "{} ms): ask (auth) first",
+                  st.challenges.ttl().count()));
   auto* p = reinterpret_cast<const std::byte*>(nonce->data());
   return std::pair<caf::node_id, runtime::byte_vector>{sender->node(),
                                                        {p, p + nonce->size()}};
@@ -58,16 +60,18 @@ caf::error untrusted(cluster_ptr self, const char* what) {
     return operators_only(self, *who, what);
   log_refusal(self, what,
               fmt::format("{}: the sender has not proved the cluster secret", what));
-  return cluster_error(errc::unauthorized,
-                       "this cluster wants its secret: give the same --cluster-secret-file "
-                       "as the coordinator's");
+  return cluster_error(
+    errc::unauthorized,
+    "this cluster wants its secret: give the same --cluster-secret-file "
+    "as the coordinator's");
 }
 
 caf::result<std::string> on_challenge(cluster_ptr self) {
   auto& st = self->state;
   auto& sender = self->current_sender();
   if (!sender)
-    return cluster_error(errc::unauthorized, "an anonymous sender cannot prove the secret");
+    return cluster_error(errc::unauthorized,
+                         "an anonymous sender cannot prove the secret");
   // No secret here: an empty challenge says so, and a peer that holds one warns that
   // it protects nothing (any proof is taken).
   std::string text;
@@ -76,10 +80,10 @@ caf::result<std::string> on_challenge(cluster_ptr self) {
     text.assign(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   }
   if (!st.challenges.hand_out(sender->node(), text)) {
-    log_refusal(self, "auth", fmt::format("auth: {} challenges handed out in the last {} ms are "
-                                          "unanswered; this asker is refused for now",
-                                          st.challenges.capacity(),
-                                          st.challenges.ttl().count()));
+    log_refusal(self, "auth",
+                fmt::format("auth: {} challenges handed out in the last {} ms are "
+                            "unanswered; this asker is refused for now",
+                            st.challenges.capacity(), st.challenges.ttl().count()));
     return cluster_error(errc::too_many_requests,
                          "the coordinator has too many unanswered challenges: try again "
                          "shortly");
@@ -139,7 +143,8 @@ caf::result<ok_atom> on_proof(cluster_ptr self, const std::string& proof) {
   return cluster_error(errc::unauthorized, "wrong cluster secret");
 }
 
-void drop_node(cluster_ptr self, uint32_t id, const std::string& why, bool graceful = false) {
+void drop_node(cluster_ptr self, uint32_t id, const std::string& why,
+               bool graceful = false) {
   auto& st = self->state;
   auto it = st.nodes.find(id);
   if (it == st.nodes.end())
@@ -148,8 +153,8 @@ void drop_node(cluster_ptr self, uint32_t id, const std::string& why, bool grace
   self->demonitor(it->second.addr);
   st.nodes.erase(it);
   spdlog::log(graceful ? spdlog::level::info : spdlog::level::warn,
-              "node left the cluster: node={} id={}: {}; {} node(s) remain", name, id, why,
-              st.nodes.size());
+              "node left the cluster: node={} id={}: {}; {} node(s) remain", name, id,
+              why, st.nodes.size());
   forget_probes(st, id);
   fail_jobs_on(self, id, fmt::format("node {} {}", name, why));
 }
@@ -158,9 +163,11 @@ caf::result<node_admission> on_register(cluster_ptr self, node_info& info) {
   auto& st = self->state;
   auto sender = self->current_sender();
   if (!sender)
-    return cluster_error(errc::bad_frame, "a node must register from its cluster link actor");
+    return cluster_error(errc::bad_frame,
+                         "a node must register from its cluster link actor");
   if (info.name.empty() || info.endpoints.empty())
-    return cluster_error(errc::invalid_spec, "a node registers with a name and its endpoints");
+    return cluster_error(errc::invalid_spec,
+                         "a node registers with a name and its endpoints");
   // A node that restarted or lost its connection was dropped when the connection
   // closed (or its heartbeats stopped): a live member with the name is another node.
   for (auto& [id, m] : st.nodes)
@@ -168,10 +175,11 @@ caf::result<node_admission> on_register(cluster_ptr self, node_info& info) {
       spdlog::warn("node refused: a node registered as '{}' while a live node (id {}, "
                    "endpoints [{}]) has that name",
                    info.name, id, fmt::join(m.info.endpoints, ", "));
-      return cluster_error(errc::duplicate_name,
-                           fmt::format("a live node is already named '{}' (endpoints [{}]): "
-                                       "give each node its own --name",
-                                       info.name, fmt::join(m.info.endpoints, ", ")));
+      return cluster_error(
+        errc::duplicate_name,
+        fmt::format("a live node is already named '{}' (endpoints [{}]): "
+                    "give each node its own --name",
+                    info.name, fmt::join(m.info.endpoints, ", ")));
     }
   member m;
   m.info = std::move(info);
@@ -196,10 +204,11 @@ caf::result<node_admission> on_register(cluster_ptr self, node_info& info) {
 caf::result<ok_atom> on_heartbeat(cluster_ptr self, uint32_t id) {
   auto it = self->state.nodes.find(id);
   if (it == self->state.nodes.end())
-    return cluster_error(errc::unknown_job,
-                         fmt::format("node id {} is not a member (it timed out): register "
-                                     "again",
-                                     id));
+    return cluster_error(
+      errc::unknown_job,
+      fmt::format("node id {} is not a member (it timed out): register "
+                  "again",
+                  id));
   it->second.last_seen = steady::now();
   return ok_atom::value;
 }
@@ -225,8 +234,9 @@ void expire(cluster_ptr self) {
     if (now - m.last_seen > st.settings.node_timeout)
       late.push_back(id);
   for (auto id : late)
-    drop_node(self, id,
-              fmt::format("sent no heartbeat for {} ms", st.settings.node_timeout.count()));
+    drop_node(
+      self, id,
+      fmt::format("sent no heartbeat for {} ms", st.settings.node_timeout.count()));
   expire_awaited(self);
 }
 
@@ -253,7 +263,8 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
     [=](auth_atom, const std::string& proof) { return on_proof(self, proof); },
     [=](auth_atom, const std::string& tenant, const std::string& proof) {
       auto r = on_tenant_proof(self, tenant, proof);
-      if (auto& sender = self->current_sender(); sender && self->state.trusted.count(sender->node()))
+      if (auto& sender = self->current_sender();
+          sender && self->state.trusted.count(sender->node()))
         look_at_connections(self, {sender->node()}); // trust lasts as long as it
       return r;
     },
@@ -295,19 +306,21 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
           out.push_back(j.report);
       return out;
     },
-    [=](create_atom, job_spec& spec, const job_placement& placement)
-      -> caf::result<job_created> {
+    [=](create_atom, job_spec& spec,
+        const job_placement& placement) -> caf::result<job_created> {
       auto who = caller(self);
       if (!who)
         return untrusted(self, "job create");
       if (auto err = admit_create(self, *who, spec, placement)) {
         spdlog::warn("job not created: job='{}' asked by {}{}: {}", spec.name,
                      who->empty() ? "an operator" : "tenant " + *who,
-                     fmt::format(" at {}", sender_of(self)), describe(self->system(), err));
+                     fmt::format(" at {}", sender_of(self)),
+                     describe(self->system(), err));
         return err;
       }
       return create_job(self, spec, placement,
-                        fmt::format("{} at {}", who->empty() ? "an operator" : "tenant " + *who,
+                        fmt::format("{} at {}",
+                                    who->empty() ? "an operator" : "tenant " + *who,
                                     sender_of(self)));
     },
     [=](status_atom, const std::string& name) -> caf::result<job_report> {
@@ -319,8 +332,8 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
         return std::move(job.error());
       return job_status(self, *job);
     },
-    [=](hyper_atom, const std::string& name, const hyper_change& change)
-      -> caf::result<uint64_t> {
+    [=](hyper_atom, const std::string& name,
+        const hyper_change& change) -> caf::result<uint64_t> {
       auto who = caller(self);
       if (!who)
         return untrusted(self, "job set");

@@ -24,7 +24,8 @@ caf::result<std::string> drain_node(cluster_ptr self, const std::string& name) {
   run->node = name;
   run->rp = self->make_response_promise<std::string>();
   for (auto& [id, j] : st.jobs) {
-    if (!j.on_node(node_id) || (j.report.state != "created" && j.report.state != "running"))
+    if (!j.on_node(node_id)
+        || (j.report.state != "created" && j.report.state != "running"))
       continue;
     auto why = unmovable(j);
     if (why.empty())
@@ -32,7 +33,8 @@ caf::result<std::string> drain_node(cluster_ptr self, const std::string& name) {
     else
       run->stayed.push_back(fmt::format("{}: {}", j.report.name, why));
   }
-  run->move_one = [self, node_id, name](uint32_t id, std::function<void(std::string, bool)> done) {
+  run->move_one = [self, node_id, name](uint32_t id,
+                                        std::function<void(std::string, bool)> done) {
     auto& j = self->state.jobs.at(id);
     if (!j.on_node(node_id))
       return false;
@@ -42,11 +44,11 @@ caf::result<std::string> drain_node(cluster_ptr self, const std::string& name) {
     return true;
   };
   run->summary = [name](const moves_run& r, int64_t ms) {
-    return fmt::format("node {} drained in {} ms: it takes no new jobs; moved {} job(s){}{}; "
-                       "{} job(s) stayed{}{}",
-                       name, ms, r.moved.size(), r.moved.empty() ? "" : ": ",
-                       fmt::join(r.moved, "; "), r.stayed.size(), r.stayed.empty() ? "" : ": ",
-                       fmt::join(r.stayed, "; "));
+    return fmt::format(
+      "node {} drained in {} ms: it takes no new jobs; moved {} job(s){}{}; "
+      "{} job(s) stayed{}{}",
+      name, ms, r.moved.size(), r.moved.empty() ? "" : ": ", fmt::join(r.moved, "; "),
+      r.stayed.size(), r.stayed.empty() ? "" : ": ", fmt::join(r.stayed, "; "));
   };
   spdlog::warn("node drain: node {}: no new jobs go there; {} job(s) to move, {} stay",
                name, run->todo.size(), run->stayed.size());

@@ -34,8 +34,10 @@ std::string cannot_change(const job_entry& j) {
   if (auto why = hyper_unchangeable(spec); !why.empty())
     return why;
   if (j.report.layout.reduction == "hierarchical")
-    return fmt::format("job '{}' is hierarchical: its hyper-parameters cannot change during "
-                       "training yet", spec.name);
+    return fmt::format(
+      "job '{}' is hierarchical: its hyper-parameters cannot change during "
+      "training yet",
+      spec.name);
   return {};
 }
 
@@ -43,10 +45,11 @@ std::string cannot_change(const job_entry& j) {
 template <class Done>
 void end_change(cluster_ptr self, const std::vector<uint32_t>& nodes, uint32_t id,
                 uint64_t change_id, bool apply, Done done) {
-  ask_each<ok_atom>(self, nodes, self->state.settings.node_request_timeout,
-                    apply ? "did not commit the change" : "did not drop the change",
-                    [done](auto&, std::vector<std::string>& failures) mutable { done(failures); },
-                    hyper_atom::value, id, change_id, apply);
+  ask_each<ok_atom>(
+    self, nodes, self->state.settings.node_request_timeout,
+    apply ? "did not commit the change" : "did not drop the change",
+    [done](auto&, std::vector<std::string>& failures) mutable { done(failures); },
+    hyper_atom::value, id, change_id, apply);
 }
 
 } // namespace
@@ -70,7 +73,8 @@ caf::result<uint64_t> set_hyper(cluster_ptr self, const std::string& name,
     if (st.nodes.count(node) != 0)
       nodes.push_back(node);
   if (nodes.empty())
-    return cluster_error(errc::unavailable, fmt::format("no node of job '{}' is live", name));
+    return cluster_error(errc::unavailable,
+                         fmt::format("no node of job '{}' is live", name));
   auto change_id = runtime::random_u64();
   auto rp = self->make_response_promise<uint64_t>();
   // One change at a time per job: a rank 0 looping changes waits for each decision.
@@ -81,8 +85,8 @@ caf::result<uint64_t> set_hyper(cluster_ptr self, const std::string& name,
   };
   ask_each<uint64_t>(
     self, nodes, st.settings.node_request_timeout, "did not prepare the change",
-    [self, rp, nodes, id, name, change, change_id, settled](std::map<uint32_t, uint64_t>& highest,
-                                                  std::vector<std::string>& failures) mutable {
+    [self, rp, nodes, id, name, change, change_id, settled](
+      std::map<uint32_t, uint64_t>& highest, std::vector<std::string>& failures) mutable {
       uint64_t reached = 0;
       for (auto& [node, v] : highest)
         reached = std::max(reached, v);
@@ -94,9 +98,10 @@ caf::result<uint64_t> set_hyper(cluster_ptr self, const std::string& name,
                               fmt::join(failures, "; "));
       } else if (reached > change.at_clock) {
         code = errc::clock_out_of_range;
-        refusal = fmt::format("job '{}' has run the step of clock {} already (it is at clock "
-                              "{}): at_clock must be >= {}",
-                              name, change.at_clock, reached, reached);
+        refusal = fmt::format(
+          "job '{}' has run the step of clock {} already (it is at clock "
+          "{}): at_clock must be >= {}",
+          name, change.at_clock, reached, reached);
       }
       if (code != errc::ok) {
         spdlog::warn("job set refused: job='{}': {}", name, refusal);
@@ -112,9 +117,10 @@ caf::result<uint64_t> set_hyper(cluster_ptr self, const std::string& name,
                   settled](std::vector<std::string>& failed) mutable {
                    settled();
                    if (!failed.empty()) {
-                     auto why = fmt::format("job '{}': the change {} was committed on some "
-                                            "nodes only: {}",
-                                            name, describe(change), fmt::join(failed, "; "));
+                     auto why = fmt::format(
+                       "job '{}': the change {} was committed on some "
+                       "nodes only: {}",
+                       name, describe(change), fmt::join(failed, "; "));
                      spdlog::error("job set: {}", why);
                      rp.deliver(cluster_error(errc::internal, why));
                      return;
@@ -124,8 +130,8 @@ caf::result<uint64_t> set_hyper(cluster_ptr self, const std::string& name,
                      it->second.report.spec.schedule.push_back(change);
                      save_job(self, id);
                    }
-                   spdlog::info("job set: job='{}' id={}: {} (the job was at clock {})", name,
-                                id, describe(change), reached);
+                   spdlog::info("job set: job='{}' id={}: {} (the job was at clock {})",
+                                name, id, describe(change), reached);
                    rp.deliver(reached);
                  });
     },

@@ -30,11 +30,11 @@ caf::error unknown(cluster_ptr self, const std::string& name) {
   std::vector<std::string> names;
   for (auto& [id, j] : self->state.jobs)
     names.push_back(j.report.name);
-  return cluster_error(errc::unknown_job,
-                       names.empty()
-                         ? fmt::format("no job named '{}' (there are no jobs)", name)
-                         : fmt::format("no job named '{}' (jobs: {})", name,
-                                       fmt::join(names, ", ")));
+  return cluster_error(
+    errc::unknown_job,
+    names.empty()
+      ? fmt::format("no job named '{}' (there are no jobs)", name)
+      : fmt::format("no job named '{}' (jobs: {})", name, fmt::join(names, ", ")));
 }
 
 // Ends job `j` with `state` and records it (state database) before anybody hears of it.
@@ -57,7 +57,8 @@ std::string node_name(cluster_ptr self, uint32_t id) {
 
 // One rank's counts over every node of the job: counts add up, the clock is the
 // furthest any node saw, and the rank is live while any node has it live.
-std::vector<rank_report> merge_ranks(const std::vector<const std::vector<rank_report>*>& parts) {
+std::vector<rank_report> merge_ranks(
+  const std::vector<const std::vector<rank_report>*>& parts) {
   std::vector<rank_report> out;
   for (auto* ranks : parts)
     for (auto& r : *ranks) {
@@ -65,7 +66,8 @@ std::vector<rank_report> merge_ranks(const std::vector<const std::vector<rank_re
         out.resize(r.rank + 1);
       auto& x = out[r.rank];
       x.rank = r.rank;
-      if (x.state.empty() || r.state == "live" || (r.state == "left" && x.state == "absent"))
+      if (x.state.empty() || r.state == "live"
+          || (r.state == "left" && x.state == "absent"))
         x.state = r.state;
       if (x.peer.empty())
         x.peer = r.peer;
@@ -110,15 +112,16 @@ void ask_nodes(cluster_ptr self, const std::vector<uint32_t>& ids, const char* w
     }
     auto name = it->second.info.name;
     self->request(it->second.link, self->state.settings.node_request_timeout, xs...)
-      .then([acc, finish, id](T& x) mutable {
-              acc->answers.emplace_back(id, std::move(x));
-              finish();
-            },
-            [self, acc, finish, name, what](caf::error& err) mutable {
-              acc->failures.push_back(
-                fmt::format("node {} {}: {}", name, what, describe(self->system(), err)));
-              finish();
-            });
+      .then(
+        [acc, finish, id](T& x) mutable {
+          acc->answers.emplace_back(id, std::move(x));
+          finish();
+        },
+        [self, acc, finish, name, what](caf::error& err) mutable {
+          acc->failures.push_back(
+            fmt::format("node {} {}: {}", name, what, describe(self->system(), err)));
+          finish();
+        });
   }
 }
 
@@ -150,14 +153,16 @@ std::vector<uint32_t> others(const job_entry& j, uint32_t but) {
 // After asking every node of job `it` points at: true if the job still exists and every
 // node answered; otherwise answers `rp` with why and returns false.
 template <class Promise>
-bool answered_by_all(cluster_ptr self, Promise& rp, std::map<uint32_t, job_entry>::iterator it,
+bool answered_by_all(cluster_ptr self, Promise& rp,
+                     std::map<uint32_t, job_entry>::iterator it,
                      const std::vector<std::string>& failures) {
   if (it == self->state.jobs.end()) {
     rp.deliver(cluster_error(errc::unknown_job, "the job was deleted meanwhile"));
     return false;
   }
   if (!failures.empty()) {
-    rp.deliver(cluster_error(errc::unavailable, fmt::format("{}", fmt::join(failures, "; "))));
+    rp.deliver(
+      cluster_error(errc::unavailable, fmt::format("{}", fmt::join(failures, "; "))));
     return false;
   }
   return true;
@@ -190,10 +195,11 @@ void end_everywhere(cluster_ptr self, job_entry& j, uint32_t id, uint32_t node_i
 using created_promise = caf::typed_response_promise<job_created>;
 
 caf::error duplicate(const job_entry& old) {
-  return cluster_error(errc::duplicate_name,
-                       fmt::format("a job named '{}' exists already (state {}); delete it "
-                                   "first (rw.job_delete) or pick another name",
-                                   old.report.name, old.report.state));
+  return cluster_error(
+    errc::duplicate_name,
+    fmt::format("a job named '{}' exists already (state {}); delete it "
+                "first (rw.job_delete) or pick another name",
+                old.report.name, old.report.state));
 }
 
 // Places the job (again: nodes may have come or gone while its core links were
@@ -285,7 +291,8 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
       // Recorded before the shell hears of it: a coordinator that restarts has it.
       if (failures.empty()) {
         if (auto why = save_job(self, id); !why.empty())
-          failures.push_back("the job could not be recorded, so it was not created: " + why);
+          failures.push_back("the job could not be recorded, so it was not created: "
+                             + why);
       }
       if (!failures.empty()) {
         if (it != self->state.jobs.end()) {
@@ -301,12 +308,13 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
         return;
       }
       auto& r = it->second.report;
-      spdlog::info("job created: job='{}' id={} by {} nodes=[{}] workers={} consistency={} "
-                   "compression={}{} optimizer={} chunk_bytes={}",
-                   r.name, id, by, fmt::join(r.layout.nodes, ","), r.spec.num_workers,
-                   to_string(r.spec.consistency), to_string(r.spec.compression),
-                   r.spec.compression.updates ? "+updates" : "",
-                   to_string(r.spec.optimizer.kind), r.spec.chunk_bytes);
+      spdlog::info(
+        "job created: job='{}' id={} by {} nodes=[{}] workers={} consistency={} "
+        "compression={}{} optimizer={} chunk_bytes={}",
+        r.name, id, by, fmt::join(r.layout.nodes, ","), r.spec.num_workers,
+        to_string(r.spec.consistency), to_string(r.spec.compression),
+        r.spec.compression.updates ? "+updates" : "", to_string(r.spec.optimizer.kind),
+        r.spec.chunk_bytes);
       rp.deliver(job_created{r, it->second.token});
     },
     grant_atom::value, grant);
@@ -327,7 +335,8 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
       placement.checkpoint_dir = root.resolve(placement.checkpoint_dir, "checkpoint_dir");
   } catch (const runtime::checkpoint::checkpoint_error& e) {
     spdlog::warn("job not created: job='{}' asked by {}: {}", spec.name, by, e.what());
-    return cluster_error(errc::invalid_spec, fmt::format("job '{}': {}", spec.name, e.what()));
+    return cluster_error(errc::invalid_spec,
+                         fmt::format("job '{}': {}", spec.name, e.what()));
   }
   // Tensors given here are the job's (workers read them); else the first worker declares.
   auto probe = spec;
@@ -349,10 +358,10 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
     try {
       runtime::checkpoint::prepare_dir(placement.checkpoint_dir);
     } catch (const runtime::checkpoint::checkpoint_error& e) {
-      spdlog::warn("job not created: job='{}' asked by {}: checkpoint_dir: {}", spec.name, by,
-                   e.what());
-      return cluster_error(errc::invalid_spec,
-                           fmt::format("job '{}': checkpoint_dir: {}", spec.name, e.what()));
+      spdlog::warn("job not created: job='{}' asked by {}: checkpoint_dir: {}", spec.name,
+                   by, e.what());
+      return cluster_error(errc::invalid_spec, fmt::format("job '{}': checkpoint_dir: {}",
+                                                           spec.name, e.what()));
     }
   }
   std::string why;
@@ -450,7 +459,8 @@ caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name) {
       return;
     spdlog::info("job deleted: job='{}' id={}", it->second.report.name, id);
     unsave_job(self, id);
-    release_bindings(it->second, fmt::format("job '{}' was deleted", it->second.report.name));
+    release_bindings(it->second,
+                     fmt::format("job '{}' was deleted", it->second.report.name));
     self->state.by_name.erase(it->second.report.name);
     self->state.jobs.erase(it);
   };
@@ -467,8 +477,8 @@ caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name) {
     self, live, "did not stop the job, so it was not deleted",
     [rp, forget](auto&, std::vector<std::string>& failures) mutable {
       if (!failures.empty()) {
-        rp.deliver(cluster_error(errc::unavailable,
-                                 fmt::format("{}", fmt::join(failures, "; "))));
+        rp.deliver(
+          cluster_error(errc::unavailable, fmt::format("{}", fmt::join(failures, "; "))));
         return;
       }
       forget();
@@ -542,7 +552,8 @@ void fail_jobs_on(cluster_ptr self, uint32_t node_id, const std::string& why) {
     if (j.on_node(node_id) && !is_ended(j.report.state))
       hit.push_back(id);
   for (auto id : hit) {
-    if (take_over(self, id, node_id, why) || restart_from_checkpoint(self, id, node_id, why))
+    if (take_over(self, id, node_id, why)
+        || restart_from_checkpoint(self, id, node_id, why))
       continue;
     auto& j = self->state.jobs.at(id);
     spdlog::error("job failed: job='{}' id={}: {}", j.report.name, id, why);

@@ -34,8 +34,8 @@ std::string unjoinable(const job_entry& j, const member& m) {
     return why;
   for (auto& r : j.report.ranks)
     if (r.state != "live")
-      return fmt::format("rank {} is {} (every rank must be connected to take a node)", r.rank,
-                         r.state);
+      return fmt::format("rank {} is {} (every rank must be connected to take a node)",
+                         r.rank, r.state);
   if (m.info.endpoints.empty())
     return "the node announced no worker endpoint";
   return {};
@@ -51,7 +51,8 @@ void join_job(cluster_ptr self, uint32_t id, uint32_t node_id,
   auto next = layout_with(j, m);
   auto kept = j.node_ids;
   kept.push_back(node_id);
-  job_grant grant{id, j.report.spec, j.token, next, {}, j.checkpoint_every, j.checkpoint_dir};
+  job_grant grant{id, j.report.spec,      j.token,         next,
+                  {}, j.checkpoint_every, j.checkpoint_dir};
   grant.joining = true;
   grant.max_memory = j.report.max_memory;
   auto name = j.report.name;
@@ -67,10 +68,9 @@ void join_job(cluster_ptr self, uint32_t id, uint32_t node_id,
       move_job_to(self, id, next, kept, "onto node " + node,
                   [self, id, node_id, done](std::string line, bool moved) {
                     if (!moved)
-                      ask_each<ok_atom>(self, {node_id},
-                                        self->state.settings.node_request_timeout,
-                                        "let the job go", [](auto&, auto&) {},
-                                        thaw_atom::value, id);
+                      ask_each<ok_atom>(
+                        self, {node_id}, self->state.settings.node_request_timeout,
+                        "let the job go", [](auto&, auto&) {}, thaw_atom::value, id);
                     done(std::move(line), moved);
                   });
     },
@@ -91,7 +91,8 @@ caf::result<std::string> join_node(cluster_ptr self, const std::string& name) {
   run->node = name;
   run->rp = self->make_response_promise<std::string>();
   for (auto& [id, j] : st.jobs) {
-    if (j.on_node(node_id) || (j.report.state != "created" && j.report.state != "running"))
+    if (j.on_node(node_id)
+        || (j.report.state != "created" && j.report.state != "running"))
       continue;
     auto why = unjoinable(j, *node);
     if (why.empty())
@@ -99,7 +100,8 @@ caf::result<std::string> join_node(cluster_ptr self, const std::string& name) {
     else
       run->stayed.push_back(fmt::format("{}: {}", j.report.name, why));
   }
-  run->move_one = [self, node_id](uint32_t id, std::function<void(std::string, bool)> done) {
+  run->move_one = [self, node_id](uint32_t id,
+                                  std::function<void(std::string, bool)> done) {
     auto& j = self->state.jobs.at(id);
     if (self->state.nodes.count(node_id) == 0) { // it registered again meanwhile
       done(fmt::format("{}: the node registered again during the join; join it again",
@@ -113,15 +115,15 @@ caf::result<std::string> join_node(cluster_ptr self, const std::string& name) {
     return true;
   };
   run->summary = [name, was_drained](const moves_run& r, int64_t ms) {
-    return fmt::format("node {} joined in {} ms: {}moved {} job(s) onto it{}{}; {} job(s) "
-                       "stayed where they were{}{}",
-                       name, ms, was_drained ? "it takes new jobs again; " : "",
-                       r.moved.size(), r.moved.empty() ? "" : ": ", fmt::join(r.moved, "; "),
-                       r.stayed.size(), r.stayed.empty() ? "" : ": ",
-                       fmt::join(r.stayed, "; "));
+    return fmt::format(
+      "node {} joined in {} ms: {}moved {} job(s) onto it{}{}; {} job(s) "
+      "stayed where they were{}{}",
+      name, ms, was_drained ? "it takes new jobs again; " : "", r.moved.size(),
+      r.moved.empty() ? "" : ": ", fmt::join(r.moved, "; "), r.stayed.size(),
+      r.stayed.empty() ? "" : ": ", fmt::join(r.stayed, "; "));
   };
-  spdlog::warn("node join: node {}{}: {} running job(s) move onto it, {} stay",
-               name, was_drained ? " takes new jobs again" : "", run->todo.size(),
+  spdlog::warn("node join: node {}{}: {} running job(s) move onto it, {} stay", name,
+               was_drained ? " takes new jobs again" : "", run->todo.size(),
                run->stayed.size());
   auto rp = run->rp;
   run_moves(self, run);

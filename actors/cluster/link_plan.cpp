@@ -24,7 +24,8 @@ rate slowest(const std::vector<rate>& rates) {
   return out;
 }
 
-rate core_of(const member& m, const core_probes& probes, std::set<std::string>& failures) {
+rate core_of(const member& m, const core_probes& probes,
+             std::set<std::string>& failures) {
   if (m.info.core_gbps > 0)
     return {m.info.core_gbps, "configured"};
   auto it = probes.find(m.info.id);
@@ -52,7 +53,8 @@ rate agg_of(const member& m, const rate& core) {
   if (m.info.uplink_gbps > 0)
     return {m.info.uplink_gbps, "configured"};
   if (m.info.nic_gbps > 0)
-    return {m.info.nic_gbps, fmt::format("NIC speed of {}'s {}", m.info.name, m.info.nic)};
+    return {m.info.nic_gbps,
+            fmt::format("NIC speed of {}'s {}", m.info.name, m.info.nic)};
   if (core.gbps > 0)
     return {core.gbps, "not configured, no NIC speed: assumed as fast as the core link"};
   return {};
@@ -79,8 +81,8 @@ plan_times estimate(const job_spec& spec, const std::vector<uint32_t>& ranks,
   plan_times t;
   t.agg_gbps = a.gbps;
   t.core_gbps = c.gbps;
-  t.rates = fmt::format("agg links {:.3g} Gbit/s ({}), core links {:.3g} Gbit/s ({})", a.gbps,
-                        a.source, c.gbps, c.source);
+  t.rates = fmt::format("agg links {:.3g} Gbit/s ({}), core links {:.3g} Gbit/s ({})",
+                        a.gbps, a.source, c.gbps, c.source);
   double r = static_cast<double>(nodes.size());
   double w = spec.num_workers;
   std::vector<double> per(nodes.size(), 0);
@@ -88,7 +90,8 @@ plan_times estimate(const job_spec& spec, const std::vector<uint32_t>& ranks,
     per[k] += 1;
   double p = *std::max_element(per.begin(), per.end());
   const double gib_bits = 8.0 * (1u << 30) / 1e9; // one GiB, in Gbit
-  t.hierarchical = gib_bits * std::max((p + 2 * (r - 1) / r) / a.gbps, 2 * (r - 1) / r / c.gbps);
+  t.hierarchical = gib_bits
+                   * std::max((p + 2 * (r - 1) / r) / a.gbps, 2 * (r - 1) / r / c.gbps);
   t.flat = gib_bits * std::max(w / r / a.gbps, (p * (r - 1) / r + (w - p) / r) / c.gbps);
   return t;
 }

@@ -46,13 +46,14 @@ member* live_node(cluster_state& st, const std::string& name) {
   return nullptr;
 }
 
-caf::error no_live_node(const cluster_state& st, const char* call, const std::string& name) {
+caf::error no_live_node(const cluster_state& st, const char* call,
+                        const std::string& name) {
   std::vector<std::string> names;
   for (auto& [id, m] : st.nodes)
     names.push_back(m.info.name);
   return cluster_error(errc::invalid_spec,
-                       fmt::format("{}: no live node is named '{}' (live nodes: {})", call, name,
-                                   fmt::join(names, ", ")));
+                       fmt::format("{}: no live node is named '{}' (live nodes: {})",
+                                   call, name, fmt::join(names, ", ")));
 }
 
 void run_moves(cluster_ptr self, std::shared_ptr<moves_run> run) {
@@ -83,7 +84,8 @@ void run_moves(cluster_ptr self, std::shared_ptr<moves_run> run) {
   run->rp.deliver(summary);
 }
 
-job_layout layout_without(const job_entry& j, uint32_t node_id, std::vector<uint32_t>& kept) {
+job_layout layout_without(const job_entry& j, uint32_t node_id,
+                          std::vector<uint32_t>& kept) {
   auto& before = j.report.layout;
   job_layout next = before;
   next.nodes.clear();
@@ -104,8 +106,9 @@ job_layout layout_without(const job_entry& j, uint32_t node_id, std::vector<uint
   return next;
 }
 
-void move_job_to(cluster_ptr self, uint32_t id, job_layout next, std::vector<uint32_t> kept,
-                 std::string what, std::function<void(std::string, bool)> done) {
+void move_job_to(cluster_ptr self, uint32_t id, job_layout next,
+                 std::vector<uint32_t> kept, std::string what,
+                 std::function<void(std::string, bool)> done) {
   auto& st = self->state;
   auto& j = st.jobs.at(id);
   auto name = j.report.name;
@@ -114,10 +117,11 @@ void move_job_to(cluster_ptr self, uint32_t id, job_layout next, std::vector<uin
   auto t0 = steady_clock::now();
   auto settle = std::chrono::milliseconds(defaults::move_settle_timeout_ms)
                 + 2 * st.settings.node_request_timeout;
-  spdlog::info("job moving: job='{}' id={}: {}, from [{}] to [{}] (ring version {}, replicas "
-               "{})",
-               name, id, what, fmt::join(before.nodes, ","), fmt::join(next.nodes, ","),
-               next.ring_version, next.replicas);
+  spdlog::info(
+    "job moving: job='{}' id={}: {}, from [{}] to [{}] (ring version {}, replicas "
+    "{})",
+    name, id, what, fmt::join(before.nodes, ","), fmt::join(next.nodes, ","),
+    next.ring_version, next.replicas);
   ask_each<chunk_moves>(
     self, all, settle, "settled its chunks",
     [=](std::map<uint32_t, chunk_moves>& fenced, std::vector<std::string>& failures) {
@@ -128,8 +132,9 @@ void move_job_to(cluster_ptr self, uint32_t id, job_layout next, std::vector<uin
         auto why = fmt::format("the move was given up, the job goes on where it was: {}",
                                fmt::join(failures, "; "));
         spdlog::warn("job move failed: job='{}' id={}: {}", name, id, why);
-        ask_each<ok_atom>(self, all, st.settings.node_request_timeout, "thawed the job",
-                          [](auto&, auto&) {}, thaw_atom::value, id);
+        ask_each<ok_atom>(
+          self, all, st.settings.node_request_timeout, "thawed the job",
+          [](auto&, auto&) {}, thaw_atom::value, id);
         return done(fmt::format("{}: {}", name, why), false);
       }
       chunk_moves pooled;
@@ -142,16 +147,18 @@ void move_job_to(cluster_ptr self, uint32_t id, job_layout next, std::vector<uin
         }
       auto t1 = steady_clock::now();
       ask_each<ok_atom>(
-        self, kept, std::chrono::milliseconds(defaults::shard_setup_timeout_ms)
-                      + st.settings.node_request_timeout,
+        self, kept,
+        std::chrono::milliseconds(defaults::shard_setup_timeout_ms)
+          + st.settings.node_request_timeout,
         "took its part of the moved job",
         [=](auto&, std::vector<std::string>& failures) {
           auto& st = self->state;
           if (st.jobs.count(id) == 0)
             return done(fmt::format("{}: it ended while it moved", name), false);
           if (!failures.empty()) {
-            auto why = fmt::format("its chunks could not be rebuilt on the nodes left: {}",
-                                   fmt::join(failures, "; "));
+            auto why = fmt::format(
+              "its chunks could not be rebuilt on the nodes left: {}",
+              fmt::join(failures, "; "));
             fail_job(self, id, why);
             return done(fmt::format("{}: failed: {}", name, why), false);
           }
@@ -168,15 +175,16 @@ void move_job_to(cluster_ptr self, uint32_t id, job_layout next, std::vector<uin
               for (auto& f : failures)
                 spdlog::warn("job '{}': {}", name, f);
               auto ms = [](auto a, auto b) {
-                return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
+                return std::chrono::duration_cast<std::chrono::milliseconds>(b - a)
+                  .count();
               };
               auto end = steady_clock::now();
-              spdlog::info("job moved: job='{}' id={}: {} to [{}] (ring version {}, replicas {}) "
-                           "in {} ms: settled in {} ms, {} chunk file(s) of {} bytes moved "
-                           "and rebuilt in {} ms",
-                           name, id, what, fmt::join(next.nodes, ","), next.ring_version,
-                           next.replicas,
-                           ms(t0, end), ms(t0, t1), files, bytes, ms(t1, end));
+              spdlog::info(
+                "job moved: job='{}' id={}: {} to [{}] (ring version {}, replicas {}) "
+                "in {} ms: settled in {} ms, {} chunk file(s) of {} bytes moved "
+                "and rebuilt in {} ms",
+                name, id, what, fmt::join(next.nodes, ","), next.ring_version,
+                next.replicas, ms(t0, end), ms(t0, t1), files, bytes, ms(t1, end));
               done(fmt::format("{}: moved to [{}] in {} ms ({} bytes of chunks)", name,
                                fmt::join(next.nodes, ","), ms(t0, end), bytes),
                    true);

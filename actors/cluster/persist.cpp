@@ -59,11 +59,10 @@ std::string save_job(cluster_ptr self, uint32_t id) {
   if (!st.settings.store || it == st.jobs.end())
     return {};
   auto& j = it->second;
-  auto why = st.settings.store->save_job(stored_job{j.report, j.token, j.restore,
-                                                    j.checkpoint_every, j.checkpoint_dir,
-                                                    j.last_checkpoint,
-                                                    j.last_checkpoint_clock},
-                                         st.next_job_id);
+  auto why = st.settings.store->save_job(
+    stored_job{j.report, j.token, j.restore, j.checkpoint_every, j.checkpoint_dir,
+               j.last_checkpoint, j.last_checkpoint_clock},
+    st.next_job_id);
   if (!why.empty())
     spdlog::error("job {} ('{}', {}) not recorded: {}", id, it->second.report.name,
                   it->second.report.state, why);
@@ -126,15 +125,18 @@ void regrant_or_fail(cluster_ptr self, uint32_t node_id, uint32_t id,
   auto m = self->state.nodes.find(node_id);
   if (m == self->state.nodes.end())
     return; // gone again: its departure fails the job
-  job_grant grant{id, j.report.spec, j.token, j.report.layout}; // tensors if created with them
+  job_grant grant{id, j.report.spec, j.token,
+                  j.report.layout}; // tensors if created with them
   grant.max_memory = j.report.max_memory;
-  self->request(m->second.link, self->state.settings.node_request_timeout, grant_atom::value,
-                grant)
+  self
+    ->request(m->second.link, self->state.settings.node_request_timeout,
+              grant_atom::value, grant)
     .then(
       [id, node, name = j.report.name](ok_atom) {
-        spdlog::info("job granted again: job='{}' id={} node={}: the node restarted while "
-                     "the coordinator was down",
-                     name, id, node);
+        spdlog::info(
+          "job granted again: job='{}' id={} node={}: the node restarted while "
+          "the coordinator was down",
+          name, id, node);
       },
       [self, id, node](caf::error& err) {
         fail_job(self, id,
@@ -152,7 +154,8 @@ void reconcile_node(cluster_ptr self, uint32_t node_id) {
     return;
   auto node = m->second.info.name;
   for (auto id : live_jobs_on(st, node_id)) {
-    self->request(m->second.link, st.settings.node_request_timeout, status_atom::value, id)
+    self
+      ->request(m->second.link, st.settings.node_request_timeout, status_atom::value, id)
       .then(
         [self, node_id, node](job_event& ev) {
           auto it = self->state.jobs.find(ev.job_id);

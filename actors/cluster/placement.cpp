@@ -54,11 +54,13 @@ std::vector<const member*> place_job(const cluster_state& st, const job_placemen
       }
       auto* m = by_name(st, n);
       if (m == nullptr) {
-        why = fmt::format("no live node is named '{}' (live nodes: {})", n, live_names(st));
+        why = fmt::format("no live node is named '{}' (live nodes: {})", n,
+                          live_names(st));
         return {};
       }
       if (m->drained) {
-        why = fmt::format("node '{}' was drained (rw.node_drain): it takes no new jobs", n);
+        why = fmt::format("node '{}' was drained (rw.node_drain): it takes no new jobs",
+                          n);
         return {};
       }
       out.push_back(m);
@@ -106,17 +108,20 @@ std::vector<const member*> place_job(const cluster_state& st, const job_placemen
   return out;
 }
 
-std::string hierarchical_refusal(const job_spec& spec, const std::vector<const member*>& nodes) {
+std::string hierarchical_refusal(const job_spec& spec,
+                                 const std::vector<const member*>& nodes) {
   if (nodes.size() < 2)
     return "it needs two racks or more";
   if (spec.consistency.model != consistency_spec::bsp)
-    return fmt::format("it is BSP-only and the job asks for {}", to_string(spec.consistency));
+    return fmt::format("it is BSP-only and the job asks for {}",
+                       to_string(spec.consistency));
   std::set<std::string> racks;
   for (auto* m : nodes)
     if (!racks.insert(m->info.rack).second)
-      return fmt::format("it takes one rack-agg per rack, and rack '{}' has several among "
-                         "the job's nodes",
-                         m->info.rack);
+      return fmt::format(
+        "it takes one rack-agg per rack, and rack '{}' has several among "
+        "the job's nodes",
+        m->info.rack);
   if (top_job_name(spec.name).size() > 128)
     return "its top level's name (the job's + \"/top\") would pass 128 characters";
   if (spec.num_workers < nodes.size())
@@ -129,7 +134,8 @@ namespace {
 // Each rank's node: as the placement's worker racks say, or equal contiguous blocks in
 // rack order. Empty with `why` set on a bad list.
 std::vector<uint32_t> assign_ranks(const job_spec& spec, const job_placement& p,
-                                   const std::vector<const member*>& nodes, std::string& why) {
+                                   const std::vector<const member*>& nodes,
+                                   std::string& why) {
   std::vector<uint32_t> out(spec.num_workers);
   auto n = static_cast<uint32_t>(nodes.size());
   if (p.worker_racks.empty()) {
@@ -144,10 +150,12 @@ std::vector<uint32_t> assign_ranks(const job_spec& spec, const job_placement& p,
   }
   std::vector<bool> used(n, false);
   for (uint32_t r = 0; r < spec.num_workers; ++r) {
-    auto it = std::find_if(nodes.begin(), nodes.end(),
-                           [&](const member* m) { return m->info.rack == p.worker_racks[r]; });
+    auto it = std::find_if(nodes.begin(), nodes.end(), [&](const member* m) {
+      return m->info.rack == p.worker_racks[r];
+    });
     if (it == nodes.end()) {
-      why = fmt::format("rank {}'s rack '{}' has no node in the job", r, p.worker_racks[r]);
+      why = fmt::format("rank {}'s rack '{}' has no node in the job", r,
+                        p.worker_racks[r]);
       return {};
     }
     out[r] = static_cast<uint32_t>(it - nodes.begin());
@@ -155,7 +163,8 @@ std::vector<uint32_t> assign_ranks(const job_spec& spec, const job_placement& p,
   }
   for (uint32_t k = 0; k < n; ++k)
     if (!used[k]) {
-      why = fmt::format("rack '{}' is in the job but none of its workers is", nodes[k]->info.rack);
+      why = fmt::format("rack '{}' is in the job but none of its workers is",
+                        nodes[k]->info.rack);
       return {};
     }
   return out;
@@ -167,12 +176,13 @@ bool choose_reduction(const job_spec& spec, const job_placement& p,
                       const std::vector<const member*>& nodes, const core_probes& probes,
                       job_layout& layout, std::string& why) {
   if (p.reduction != "auto" && p.reduction != "flat" && p.reduction != "hierarchical") {
-    why = fmt::format("reduction must be auto, flat or hierarchical, not '{}'", p.reduction);
+    why = fmt::format("reduction must be auto, flat or hierarchical, not '{}'",
+                      p.reduction);
     return false;
   }
   if (p.join_timeout_ms > defaults::max_join_timeout_ms) {
-    why = fmt::format("join_timeout_ms {} is over the most allowed, {}", p.join_timeout_ms,
-                      defaults::max_join_timeout_ms);
+    why = fmt::format("join_timeout_ms {} is over the most allowed, {}",
+                      p.join_timeout_ms, defaults::max_join_timeout_ms);
     return false;
   }
   auto refusal = hierarchical_refusal(spec, nodes);
@@ -181,8 +191,9 @@ bool choose_reduction(const job_spec& spec, const job_placement& p,
     return false;
   }
   if (!p.worker_racks.empty() && p.reduction == "flat") {
-    why = "worker_racks places a hierarchical job's workers; a flat job's workers talk to "
-          "every node";
+    why =
+      "worker_racks places a hierarchical job's workers; a flat job's workers talk to "
+      "every node";
     return false;
   }
   std::vector<uint32_t> ranks;
@@ -195,8 +206,9 @@ bool choose_reduction(const job_spec& spec, const job_placement& p,
     layout.reduction = "flat";
     layout.plan = p.reduction == "flat"
                     ? "flat, as asked"
-                    : (nodes.size() > 1 ? "auto: flat, since hierarchical cannot run it: " + refusal
-                                        : "auto: one node");
+                    : (nodes.size() > 1
+                         ? "auto: flat, since hierarchical cannot run it: " + refusal
+                         : "auto: one node");
     return true;
   }
   // Without worker_racks the estimate counts equal contiguous blocks; the ranks
@@ -206,13 +218,14 @@ bool choose_reduction(const job_spec& spec, const job_placement& p,
   layout.reduction = hier ? "hierarchical" : "flat";
   bool at_join = hier && p.worker_racks.empty();
   layout.rank_racks = hier && !at_join ? ranks : std::vector<uint32_t>{};
-  layout.join_timeout_ms =
-    at_join ? (p.join_timeout_ms != 0 ? p.join_timeout_ms : defaults::join_timeout_ms) : 0;
-  layout.plan = fmt::format("{}: {}; link-bound time per GiB of gradient: hierarchical "
-                            "{:.3f} s, flat {:.3f} s ({}){}",
-                            p.reduction == "auto" ? "auto" : "asked", layout.reduction,
-                            t.hierarchical, t.flat, t.rates,
-                            at_join ? "; ranks placed in racks as their workers join" : "");
+  layout.join_timeout_ms = at_join ? (p.join_timeout_ms != 0 ? p.join_timeout_ms
+                                                             : defaults::join_timeout_ms)
+                                   : 0;
+  layout.plan = fmt::format(
+    "{}: {}; link-bound time per GiB of gradient: hierarchical "
+    "{:.3f} s, flat {:.3f} s ({}){}",
+    p.reduction == "auto" ? "auto" : "asked", layout.reduction, t.hierarchical, t.flat,
+    t.rates, at_join ? "; ranks placed in racks as their workers join" : "");
   return true;
 }
 

@@ -28,7 +28,8 @@ void start_probe(cluster_ptr self, const member& from, const member& to, node_pa
   rate_probe_request req;
   req.target = to.info.name;
   req.address = to.info.endpoints.front();
-  auto wait = std::chrono::milliseconds(req.timeout_ms) + self->state.settings.node_request_timeout;
+  auto wait = std::chrono::milliseconds(req.timeout_ms)
+              + self->state.settings.node_request_timeout;
   core_probe base;
   base.from = from.info.name;
   base.to = to.info.name;
@@ -38,7 +39,8 @@ void start_probe(cluster_ptr self, const member& from, const member& to, node_pa
       spdlog::info("rate probe: {}->{} {:.3f} Gbit/s in {:.1f} ms (for job='{}')", p.from,
                    p.to, p.gbps, p.elapsed_us / 1e3, job);
     else
-      spdlog::warn("rate probe: {}->{} failed (for job='{}'): {}", p.from, p.to, job, p.error);
+      spdlog::warn("rate probe: {}->{} failed (for job='{}'): {}", p.from, p.to, job,
+                   p.error);
     auto& st = self->state;
     if (st.nodes.count(key.first) != 0 && st.nodes.count(key.second) != 0)
       st.probe_cache[key] = p;
@@ -67,7 +69,8 @@ void start_probe(cluster_ptr self, const member& from, const member& to, node_pa
 
 bool wants_core_probes(const job_spec& spec, const job_placement& p,
                        const std::vector<const member*>& nodes) {
-  if (p.reduction != "auto" || nodes.size() < 2 || !hierarchical_refusal(spec, nodes).empty())
+  if (p.reduction != "auto" || nodes.size() < 2
+      || !hierarchical_refusal(spec, nodes).empty())
     return false;
   return std::any_of(nodes.begin(), nodes.end(),
                      [](const member* m) { return m->info.core_gbps <= 0; });
@@ -90,7 +93,8 @@ void probe_core_links(cluster_ptr self, const std::vector<const member*>& nodes,
       continue;
     auto* from = nodes[i];
     auto* to = nodes[(i + 1) % nodes.size()];
-    node_pair key{std::min(from->info.id, to->info.id), std::max(from->info.id, to->info.id)};
+    node_pair key{std::min(from->info.id, to->info.id),
+                  std::max(from->info.id, to->info.id)};
     pairs.emplace(key, std::make_pair(from, to));
   }
   acc->pending = pairs.size() + 1; // + 1: until every probe is under way

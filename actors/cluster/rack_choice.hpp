@@ -28,17 +28,17 @@ namespace rw::actors::detail {
 constexpr uint32_t no_node = UINT32_MAX;
 
 struct placement_facts {
-  std::string peer_host;  // the worker's IP, as the node sees the connection
-  std::string rack;       // the worker's rack option ("": none)
-  std::string picked_by;  // why the worker named this node ("": it was told to)
+  std::string peer_host;    // the worker's IP, as the node sees the connection
+  std::string rack;         // the worker's rack option ("": none)
+  std::string picked_by;    // why the worker named this node ("": it was told to)
   uint32_t named = no_node; // the node of the job it said hello to (no_node: another)
 };
 
 struct rack_choice {
   uint32_t node = no_node; // the rack's node, an index into the layout; no_node: rule 4
   std::vector<uint32_t> candidates; // rule 4: the nodes to measure the round trip to
-  std::string reason;      // for the logs: which rule, with the names it used
-  std::string error;       // non-empty: refuse the hello with this (errc::invalid_spec)
+  std::string reason;               // for the logs: which rule, with the names it used
+  std::string error; // non-empty: refuse the hello with this (errc::invalid_spec)
 };
 
 rack_choice choose_rack(const job_layout& layout, const std::string& job,

@@ -63,7 +63,8 @@ bool restart_from_checkpoint(cluster_ptr self, uint32_t id, uint32_t dead,
                             "('{}') on [{}] as id {}: its workers join again and go on "
                             "from clock {}",
                             why, name, j.last_checkpoint_clock, j.last_checkpoint,
-                            fmt::join(layout.nodes, ","), j.report.id, j.last_checkpoint_clock);
+                            fmt::join(layout.nodes, ","), j.report.id,
+                            j.last_checkpoint_clock);
   spdlog::warn("job restarts: job='{}' id={}: {}", name, id, reason);
   // The old incarnation ends on the nodes left (its workers hear why) before they take
   // the new one: both go to each node in this order.
@@ -71,8 +72,8 @@ bool restart_from_checkpoint(cluster_ptr self, uint32_t id, uint32_t dead,
   unsave_job(self, id);
   st.jobs.erase(it);
   auto new_id = j.report.id;
-  job_grant grant{new_id, j.report.spec, j.token, layout, j.restore, j.checkpoint_every,
-                  j.checkpoint_dir};
+  job_grant grant{new_id,    j.report.spec,      j.token,         layout,
+                  j.restore, j.checkpoint_every, j.checkpoint_dir};
   grant.max_memory = j.report.max_memory;
   st.by_name[name] = new_id;
   st.jobs.emplace(new_id, std::move(j));
@@ -80,7 +81,9 @@ bool restart_from_checkpoint(cluster_ptr self, uint32_t id, uint32_t dead,
   for (auto n : ids) {
     auto m = st.nodes.find(n);
     auto node = m->second.info.name;
-    self->request(m->second.link, st.settings.node_request_timeout, grant_atom::value, grant)
+    self
+      ->request(m->second.link, st.settings.node_request_timeout, grant_atom::value,
+                grant)
       .then([](ok_atom) {},
             [self, new_id, node](caf::error& err) {
               fail_job(self, new_id,

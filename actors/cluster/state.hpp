@@ -108,8 +108,8 @@ struct cluster_state {
   steady::time_point started = steady::now();
   uint32_t next_node_id = 1;
   uint32_t next_job_id = 1; // from a random start, so a restarted coordinator's ids
-                             // do not meet the ones nodes remember from before (or,
-                             // from a state database, where the last one left off)
+                            // do not meet the ones nodes remember from before (or,
+                            // from a state database, where the last one left off)
   static inline const char* name = "rw.cluster_coordinator";
 };
 
@@ -120,7 +120,8 @@ uint64_t unix_ms();
 // --- cluster_coordinator.cpp -------------------------------------------------------
 /// Takes the nonce handed to the current message's sender (auth_atom): it answers one
 /// proof. unauthorized for an anonymous sender or one never challenged.
-caf::expected<std::pair<caf::node_id, runtime::byte_vector>> take_challenge(cluster_ptr self);
+caf::expected<std::pair<caf::node_id, runtime::byte_vector>> take_challenge(
+  cluster_ptr self);
 
 // --- cluster/tenants.cpp ----------------------------------------------------------
 /// Who sent the current message: "" an operator or a node (the cluster secret, this
@@ -163,7 +164,8 @@ caf::error quota_refusal(const cluster_state& st, const job_spec& spec,
 std::vector<const member*> place_job(const cluster_state& st, const job_placement& p,
                                      std::string& why);
 /// Why hierarchical reduction cannot run this job on these nodes ("" if it can).
-std::string hierarchical_refusal(const job_spec& spec, const std::vector<const member*>& nodes);
+std::string hierarchical_refusal(const job_spec& spec,
+                                 const std::vector<const member*>& nodes);
 /// How the job reduces across its nodes: sets layout.reduction, and for hierarchical
 /// jobs layout.rank_racks, and layout.plan (why, with auto's numbers and where each
 /// came from: configured, probed (`probes`), NIC speed or assumed). False with `why`
@@ -246,11 +248,13 @@ void replicate_again(cluster_ptr self, uint32_t id, uint64_t from, uint32_t atte
 // --- cluster/move.cpp -------------------------------------------------------------
 /// Job `j`'s layout without node `node_id` (its ids left, in ring order, in `kept`),
 /// the ring version one up; everything else as it is.
-job_layout layout_without(const job_entry& j, uint32_t node_id, std::vector<uint32_t>& kept);
+job_layout layout_without(const job_entry& j, uint32_t node_id,
+                          std::vector<uint32_t>& kept);
 /// Moves running job `id` to the layout `next` (its nodes `kept`, by id, in ring
 /// order), `what` saying why in the logs; done(line, moved) once it has, or not.
-void move_job_to(cluster_ptr self, uint32_t id, job_layout next, std::vector<uint32_t> kept,
-                 std::string what, std::function<void(std::string, bool)> done);
+void move_job_to(cluster_ptr self, uint32_t id, job_layout next,
+                 std::vector<uint32_t> kept, std::string what,
+                 std::function<void(std::string, bool)> done);
 
 /// Why running job `j` cannot move between nodes ("" if it can): not running, on one
 /// node, hierarchical, not BSP.
@@ -258,7 +262,8 @@ std::string unmovable(const job_entry& j);
 /// The live node named `name`, or null.
 member* live_node(cluster_state& st, const std::string& name);
 /// `call`'s error for a node name that no live node has (naming the live ones).
-caf::error no_live_node(const cluster_state& st, const char* call, const std::string& name);
+caf::error no_live_node(const cluster_state& st, const char* call,
+                        const std::string& name);
 
 /// Jobs moved one after another for one node (a drain, a join); the promise answered
 /// with summary(run, elapsed ms) once every job moved or stayed.
@@ -306,7 +311,8 @@ void periodic_part(cluster_ptr self, uint32_t node_id, uint32_t id, uint64_t clo
 // --- cluster/jobs.cpp --------------------------------------------------------------
 /// `by`: who asked (for the log line): "an operator at HOST:PORT (CAF node N)".
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
-                                    const job_placement& placement, const std::string& by);
+                                    const job_placement& placement,
+                                    const std::string& by);
 caf::result<job_report> job_status(cluster_ptr self, const std::string& name);
 caf::result<job_report> stop_job(cluster_ptr self, const std::string& name);
 /// rw.job_set: changes the job's hyper-parameters from change.at_clock on, on every node

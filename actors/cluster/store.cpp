@@ -47,9 +47,7 @@ CREATE TABLE job_checkpoints (
 // Statements are few and short-lived: prepared per call, finalized on every path.
 struct statement {
   sqlite3_stmt* s = nullptr;
-  ~statement() {
-    sqlite3_finalize(s);
-  }
+  ~statement() { sqlite3_finalize(s); }
 };
 
 std::string errno_text() {
@@ -104,8 +102,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, report_before_compression& r) {
   auto& x = *r.x;
   spec_before_compression spec{&x.spec};
-  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-           x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms,
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
+           x.node, x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms,
            x.ended_unix_ms, x.ranks, x.max_memory);
 }
 
@@ -117,8 +115,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, report_before_memory& r) {
   auto& x = *r.x;
   spec_before_compression spec{&x.spec};
-  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-           x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms,
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
+           x.node, x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms,
            x.ended_unix_ms, x.ranks);
 }
 
@@ -140,8 +138,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, report_before_schedule& r) {
   auto& x = *r.x;
   spec_before_schedule spec{&x.spec};
-  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-           x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms,
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
+           x.node, x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms,
            x.ended_unix_ms, x.ranks);
 }
 
@@ -153,8 +151,9 @@ struct layout_before_replicas {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, layout_before_replicas& l) {
   auto& x = *l.x;
-  return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks, x.vnodes,
-           x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms);
+  return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks,
+           x.vnodes, x.ring_version, x.reduction, x.rank_racks, x.plan,
+           x.join_timeout_ms);
 }
 struct report_before_replicas {
   job_report* x;
@@ -164,8 +163,8 @@ typename Inspector::result_type inspect(Inspector& f, report_before_replicas& r)
   auto& x = *r.x;
   layout_before_replicas layout{&x.layout};
   spec_before_schedule spec{&x.spec};
-  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-           x.endpoints, layout, spec, x.created_unix_ms, x.started_unix_ms,
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
+           x.node, x.endpoints, layout, spec, x.created_unix_ms, x.started_unix_ms,
            x.ended_unix_ms, x.ranks);
 }
 
@@ -201,8 +200,7 @@ bool decode(const void* data, int size, job_report& out) {
 } // namespace
 
 cluster_store::cluster_store(std::string path, sqlite3* db)
-  : path_(std::move(path)), db_(db) {
-}
+  : path_(std::move(path)), db_(db) {}
 
 cluster_store::~cluster_store() {
   sqlite3_close(db_);
@@ -215,7 +213,8 @@ std::string cluster_store::failure(const std::string& what) const {
     hint = " (another process holds it: is another coordinator using this --state-db?)";
   else if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT)
     hint = " (the file is damaged or is not a RackWeave state database)";
-  return fmt::format("state database {}: {}: {}{}", path_, what, sqlite3_errmsg(db_), hint);
+  return fmt::format("state database {}: {}: {}{}", path_, what, sqlite3_errmsg(db_),
+                     hint);
 }
 
 std::string cluster_store::exec(const std::string& sql) {
@@ -270,9 +269,10 @@ std::unique_ptr<cluster_store> cluster_store::open(const std::string& path,
     return nullptr;
   }
   if (sqlite3_column_int(tables.s, 0) == 0) { // a new file: make the schema
-    auto sql = fmt::format("BEGIN IMMEDIATE; {} {} INSERT INTO schema_version VALUES ({}); "
-                           "COMMIT;",
-                           schema_sql, checkpoints_sql, cluster_store_schema);
+    auto sql = fmt::format(
+      "BEGIN IMMEDIATE; {} {} INSERT INTO schema_version VALUES ({}); "
+      "COMMIT;",
+      schema_sql, checkpoints_sql, cluster_store_schema);
     if (auto why = store->exec(sql); !why.empty()) {
       error = why;
       store->exec("ROLLBACK");
@@ -281,7 +281,8 @@ std::unique_ptr<cluster_store> cluster_store::open(const std::string& path,
     return store;
   }
   statement version;
-  if (sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &version.s, nullptr)
+  if (sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &version.s,
+                         nullptr)
         != SQLITE_OK
       || sqlite3_step(version.s) != SQLITE_ROW) {
     error = fmt::format("state database {}: not a RackWeave state database (no schema "
@@ -290,7 +291,7 @@ std::unique_ptr<cluster_store> cluster_store::open(const std::string& path,
     return nullptr;
   }
   auto v = sqlite3_column_int(version.s, 0);
-  if (v == 1) { // written before checkpoints were kept: add their table
+  if (v == 1) {                  // written before checkpoints were kept: add their table
     sqlite3_finalize(version.s); // its read ends before the write begins
     version.s = nullptr;
     auto sql = fmt::format("BEGIN IMMEDIATE; {} UPDATE schema_version SET version = {}; "
@@ -298,12 +299,12 @@ std::unique_ptr<cluster_store> cluster_store::open(const std::string& path,
                            checkpoints_sql, cluster_store_schema);
     if (auto why = store->exec(sql); !why.empty()) {
       store->exec("ROLLBACK");
-      error = fmt::format("state database {}: cannot bring schema version 1 to {}: {}", path,
-                          cluster_store_schema, why);
+      error = fmt::format("state database {}: cannot bring schema version 1 to {}: {}",
+                          path, cluster_store_schema, why);
       return nullptr;
     }
-    spdlog::info("state database {}: schema version 1 brought to {} (job checkpoints)", path,
-                 cluster_store_schema);
+    spdlog::info("state database {}: schema version 1 brought to {} (job checkpoints)",
+                 path, cluster_store_schema);
     return store;
   }
   if (v != cluster_store_schema) {
@@ -319,8 +320,8 @@ bool cluster_store::load(stored_registry& out, std::string& error) {
   out = {};
   {
     statement q;
-    if (sqlite3_prepare_v2(db_, "SELECT value FROM counters WHERE name = 'next_job_id'", -1,
-                           &q.s, nullptr)
+    if (sqlite3_prepare_v2(db_, "SELECT value FROM counters WHERE name = 'next_job_id'",
+                           -1, &q.s, nullptr)
         != SQLITE_OK) {
       error = failure("reading the job id counter");
       return false;
@@ -334,8 +335,8 @@ bool cluster_store::load(stored_registry& out, std::string& error) {
     }
   }
   statement q;
-  if (sqlite3_prepare_v2(db_, "SELECT id, name, token, report FROM jobs ORDER BY id", -1, &q.s,
-                         nullptr)
+  if (sqlite3_prepare_v2(db_, "SELECT id, name, token, report FROM jobs ORDER BY id", -1,
+                         &q.s, nullptr)
       != SQLITE_OK) {
     error = failure("reading the jobs");
     return false;
@@ -350,9 +351,10 @@ bool cluster_store::load(stored_registry& out, std::string& error) {
     auto size = sqlite3_column_bytes(q.s, 3);
     if (name == nullptr || token == nullptr || blob == nullptr
         || !decode(blob, size, j.report) || j.report.id != id || j.report.name != name) {
-      error = fmt::format("state database {}: job {} ('{}') cannot be read back: the file "
-                          "is damaged or was written by another version",
-                          path_, id, name != nullptr ? name : "");
+      error = fmt::format(
+        "state database {}: job {} ('{}') cannot be read back: the file "
+        "is damaged or was written by another version",
+        path_, id, name != nullptr ? name : "");
       return false;
     }
     j.token = token;
@@ -363,9 +365,9 @@ bool cluster_store::load(stored_registry& out, std::string& error) {
     return false;
   }
   statement c;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT id, restore, every, dir, last, last_clock FROM job_checkpoints",
-                         -1, &c.s, nullptr)
+  if (sqlite3_prepare_v2(
+        db_, "SELECT id, restore, every, dir, last, last_clock FROM job_checkpoints", -1,
+        &c.s, nullptr)
       != SQLITE_OK) {
     error = failure("reading the jobs' checkpoints");
     return false;
@@ -440,19 +442,23 @@ std::string cluster_store::save_job(const stored_job& job, uint32_t next_job_id)
   if (!job.restore.empty() || job.checkpoint_every != 0 || !job.last_checkpoint.empty()) {
     statement q;
     auto bind_text = [&](int i, const std::string& s) {
-      return sqlite3_bind_text(q.s, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT)
+      return sqlite3_bind_text(q.s, i, s.data(), static_cast<int>(s.size()),
+                               SQLITE_TRANSIENT)
              == SQLITE_OK;
     };
-    if (sqlite3_prepare_v2(db_,
-                           "INSERT OR REPLACE INTO job_checkpoints (id, restore, every, dir, "
-                           "last, last_clock) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                           -1, &q.s, nullptr)
+    if (sqlite3_prepare_v2(
+          db_,
+          "INSERT OR REPLACE INTO job_checkpoints (id, restore, every, dir, "
+          "last, last_clock) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+          -1, &q.s, nullptr)
           != SQLITE_OK
-        || sqlite3_bind_int64(q.s, 1, job.report.id) != SQLITE_OK || !bind_text(2, job.restore)
+        || sqlite3_bind_int64(q.s, 1, job.report.id) != SQLITE_OK
+        || !bind_text(2, job.restore)
         || sqlite3_bind_int64(q.s, 3, static_cast<sqlite3_int64>(job.checkpoint_every))
              != SQLITE_OK
         || !bind_text(4, job.checkpoint_dir) || !bind_text(5, job.last_checkpoint)
-        || sqlite3_bind_int64(q.s, 6, static_cast<sqlite3_int64>(job.last_checkpoint_clock))
+        || sqlite3_bind_int64(q.s, 6,
+                              static_cast<sqlite3_int64>(job.last_checkpoint_clock))
              != SQLITE_OK
         || sqlite3_step(q.s) != SQLITE_DONE)
       return fail(failure(fmt::format("writing job {}'s checkpoints", job.report.id)));
@@ -469,10 +475,12 @@ std::string cluster_store::save_next_job_id(uint32_t next_job_id) {
 }
 
 std::string cluster_store::remove_job(uint32_t id) {
-  for (auto* sql : {"DELETE FROM job_checkpoints WHERE id = ?1", "DELETE FROM jobs WHERE id = ?1"}) {
+  for (auto* sql :
+       {"DELETE FROM job_checkpoints WHERE id = ?1", "DELETE FROM jobs WHERE id = ?1"}) {
     statement q;
     if (sqlite3_prepare_v2(db_, sql, -1, &q.s, nullptr) != SQLITE_OK
-        || sqlite3_bind_int64(q.s, 1, id) != SQLITE_OK || sqlite3_step(q.s) != SQLITE_DONE)
+        || sqlite3_bind_int64(q.s, 1, id) != SQLITE_OK
+        || sqlite3_step(q.s) != SQLITE_DONE)
       return failure(fmt::format("deleting job {}", id));
   }
   return {};

@@ -44,7 +44,7 @@ struct stored_job {
 
 /// Everything the store holds.
 struct stored_registry {
-  uint32_t next_job_id = 0; // 0: nothing stored yet (a new file)
+  uint32_t next_job_id = 0;     // 0: nothing stored yet (a new file)
   std::vector<stored_job> jobs; // by id
 };
 
@@ -76,9 +76,7 @@ public:
   /// Deletes a job (deleted by an operator). "" on success.
   std::string remove_job(uint32_t id);
 
-  const std::string& path() const noexcept {
-    return path_;
-  }
+  const std::string& path() const noexcept { return path_; }
 
 private:
   cluster_store(std::string path, sqlite3* db);

@@ -49,23 +49,24 @@ void replicate_again(cluster_ptr self, uint32_t id, uint64_t from, uint32_t atte
   again.ring_version = from + 1;
   again.replicas = 1;
   auto name = j.report.name;
-  move_job_to(self, id, again, j.node_ids, "its replicas made again after a takeover",
-              [=](const std::string& line, bool moved) {
-                if (moved) {
-                  spdlog::info("job has replicas again: {}", line);
-                } else if (attempt < replicate_attempts) {
-                  spdlog::warn("job '{}' has no replicas yet: {}; trying again in {} ms "
-                               "(attempt {} of {})",
-                               name, line,
-                               std::chrono::duration_cast<std::chrono::milliseconds>(replicate_pause).count(),
-                               attempt + 1,
-                               replicate_attempts);
-                  self->delayed_send(self, replicate_pause, replicate_atom::value, id, from,
-                                     attempt + 1);
-                } else {
-                  spdlog::warn("job '{}' goes on without replicas: {}", name, line);
-                }
-              });
+  move_job_to(
+    self, id, again, j.node_ids, "its replicas made again after a takeover",
+    [=](const std::string& line, bool moved) {
+      if (moved) {
+        spdlog::info("job has replicas again: {}", line);
+      } else if (attempt < replicate_attempts) {
+        spdlog::warn(
+          "job '{}' has no replicas yet: {}; trying again in {} ms "
+          "(attempt {} of {})",
+          name, line,
+          std::chrono::duration_cast<std::chrono::milliseconds>(replicate_pause).count(),
+          attempt + 1, replicate_attempts);
+        self->delayed_send(self, replicate_pause, replicate_atom::value, id, from,
+                           attempt + 1);
+      } else {
+        spdlog::warn("job '{}' goes on without replicas: {}", name, line);
+      }
+    });
 }
 
 bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& why) {
@@ -87,9 +88,10 @@ bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& 
   next.replicas = 0;
   next.plan = before.plan + "; replicas took over from a dead node";
   auto name = j.report.name;
-  spdlog::warn("node failover: job='{}' id={}: {}; the replicas on [{}] take over its chunks "
-               "(ring version {})",
-               name, id, why, fmt::join(next.nodes, ","), next.ring_version);
+  spdlog::warn(
+    "node failover: job='{}' id={}: {}; the replicas on [{}] take over its chunks "
+    "(ring version {})",
+    name, id, why, fmt::join(next.nodes, ","), next.ring_version);
   // From here the job lives on the nodes left (a second loss meanwhile fails it).
   j.report.layout = next;
   j.node_ids = kept;
@@ -101,7 +103,8 @@ bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& 
   auto t0 = std::chrono::steady_clock::now();
   ask_each<ok_atom>(
     self, kept,
-    std::chrono::milliseconds(defaults::shard_setup_timeout_ms) + st.settings.node_request_timeout,
+    std::chrono::milliseconds(defaults::shard_setup_timeout_ms)
+      + st.settings.node_request_timeout,
     "took over the dead node's chunks",
     [=](auto&, std::vector<std::string>& failures) {
       if (!failures.empty()) {
@@ -111,16 +114,18 @@ bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& 
         return;
       }
       ask_each<ok_atom>(
-        self, kept, self->state.settings.node_request_timeout, "told its workers the new ring",
+        self, kept, self->state.settings.node_request_timeout,
+        "told its workers the new ring",
         [=](auto&, std::vector<std::string>& failures) {
           for (auto& f : failures)
             spdlog::warn("job '{}': {}", name, f);
-          spdlog::warn("job taken over: job='{}' id={}: it goes on on [{}] (ring version {}, "
-                       "no replicas now) {} ms after the node's loss was noticed",
-                       name, id, fmt::join(next.nodes, ","), next.ring_version,
-                       std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::steady_clock::now() - t0)
-                         .count());
+          spdlog::warn(
+            "job taken over: job='{}' id={}: it goes on on [{}] (ring version {}, "
+            "no replicas now) {} ms after the node's loss was noticed",
+            name, id, fmt::join(next.nodes, ","), next.ring_version,
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now() - t0)
+              .count());
           if (kept.size() < 2)
             return;
           self->delayed_send(self, replicate_pause, replicate_atom::value, id,

@@ -57,10 +57,11 @@ void log_refusal(cluster_ptr self, const std::string& what, const std::string& l
   auto unlogged = self->state.refusals.admit(key);
   if (!unlogged)
     return; // logged less than a minute ago: counted for the next line
-  spdlog::warn("control refused: {}; sender {}{}", line, sender_of(self),
-               *unlogged == 0 ? std::string{}
-                              : fmt::format(" ({} more refusals of it in the last minute)",
-                                            *unlogged));
+  spdlog::warn(
+    "control refused: {}; sender {}{}", line, sender_of(self),
+    *unlogged == 0
+      ? std::string{}
+      : fmt::format(" ({} more refusals of it in the last minute)", *unlogged));
 }
 
 std::optional<std::string> caller(cluster_ptr self) {
@@ -97,10 +98,11 @@ caf::result<ok_atom> on_tenant_proof(cluster_ptr self, const std::string& tenant
     log_refusal(self, "tenant " + tenant,
                 fmt::format("a wrong proof for tenant '{}'{}", tenant,
                             t == st.settings.tenants.end() ? " (no such tenant)" : ""));
-    return cluster_error(errc::unauthorized,
-                         fmt::format("tenant '{}' and this secret do not match (an unknown "
-                                     "tenant or a wrong --tenant-secret-file)",
-                                     tenant));
+    return cluster_error(
+      errc::unauthorized,
+      fmt::format("tenant '{}' and this secret do not match (an unknown "
+                  "tenant or a wrong --tenant-secret-file)",
+                  tenant));
   }
   st.trusted[node] = trust{-1, tenant};
   spdlog::info("control: {} proved tenant '{}'", sender_of(self), tenant);
@@ -108,12 +110,14 @@ caf::result<ok_atom> on_tenant_proof(cluster_ptr self, const std::string& tenant
 }
 
 caf::error operators_only(cluster_ptr self, const std::string& tenant, const char* what) {
-  log_refusal(self, what, fmt::format("{} from tenant '{}': an operator's call", what, tenant));
-  return cluster_error(errc::unauthorized,
-                       fmt::format("{} is an operator's call (the cluster secret); tenant "
-                                   "'{}' may create, watch, change, stop and delete its own "
-                                   "jobs",
-                                   what, tenant));
+  log_refusal(self, what,
+              fmt::format("{} from tenant '{}': an operator's call", what, tenant));
+  return cluster_error(
+    errc::unauthorized,
+    fmt::format("{} is an operator's call (the cluster secret); tenant "
+                "'{}' may create, watch, change, stop and delete its own "
+                "jobs",
+                what, tenant));
 }
 
 bool visible_to(const std::string& tenant, const std::string& job) {
@@ -125,21 +129,20 @@ caf::expected<std::string> job_for(cluster_ptr self, const std::string& tenant,
   auto& st = self->state;
   if (tenant.empty())
     return name;
-  auto full = runtime::tenant_of(name).empty()
-                ? tenant + runtime::tenant_separator + name
-                : name;
+  auto full = runtime::tenant_of(name).empty() ? tenant + runtime::tenant_separator + name
+                                               : name;
   if (runtime::tenant_of(full) == tenant && st.by_name.count(full) != 0)
     return full;
   std::vector<std::string> names;
   for (auto& [id, j] : st.jobs)
     if (visible_to(tenant, j.report.name))
       names.push_back(j.report.name);
-  return cluster_error(errc::unknown_job,
-                       names.empty()
-                         ? fmt::format("no job named '{}' in tenant '{}' (it has no jobs)",
-                                       name, tenant)
-                         : fmt::format("no job named '{}' in tenant '{}' (its jobs: {})",
-                                       name, tenant, fmt::join(names, ", ")));
+  return cluster_error(
+    errc::unknown_job,
+    names.empty()
+      ? fmt::format("no job named '{}' in tenant '{}' (it has no jobs)", name, tenant)
+      : fmt::format("no job named '{}' in tenant '{}' (its jobs: {})", name, tenant,
+                    fmt::join(names, ", ")));
 }
 
 caf::error admit_create(cluster_ptr self, const std::string& tenant, job_spec& spec,
@@ -148,10 +151,11 @@ caf::error admit_create(cluster_ptr self, const std::string& tenant, job_spec& s
   if (!tenant.empty()) {
     auto own = runtime::tenant_of(spec.name);
     if (!own.empty() && own != tenant)
-      return cluster_error(errc::unauthorized,
-                           fmt::format("tenant '{}' creates jobs in its own namespace: name "
-                                       "it '{}{}NAME' or just NAME, not '{}'",
-                                       tenant, tenant, runtime::tenant_separator, spec.name));
+      return cluster_error(
+        errc::unauthorized,
+        fmt::format("tenant '{}' creates jobs in its own namespace: name "
+                    "it '{}{}NAME' or just NAME, not '{}'",
+                    tenant, tenant, runtime::tenant_separator, spec.name));
     if (own.empty())
       spec.name = tenant + runtime::tenant_separator + spec.name;
     // Checkpoint directories are paths on the nodes' file systems.
@@ -186,36 +190,39 @@ caf::error quota_refusal(const cluster_state& st, const job_spec& spec,
   auto& q = it->second;
   auto u = used_by(st, t);
   if (q.max_jobs && u.jobs.size() >= *q.max_jobs)
-    return cluster_error(errc::too_many_requests,
-                         fmt::format("tenant '{}' has {} live job(s), its max_jobs: stop or "
-                                     "delete one of [{}] first",
-                                     t, u.jobs.size(), fmt::join(u.jobs, ", ")));
+    return cluster_error(
+      errc::too_many_requests,
+      fmt::format("tenant '{}' has {} live job(s), its max_jobs: stop or "
+                  "delete one of [{}] first",
+                  t, u.jobs.size(), fmt::join(u.jobs, ", ")));
   if (q.max_workers && u.workers + spec.num_workers > *q.max_workers)
-    return cluster_error(errc::too_many_requests,
-                         fmt::format("job '{}' wants {} workers and tenant '{}' has {} of its "
-                                     "max_workers {} in live jobs [{}]",
-                                     spec.name, spec.num_workers, t, u.workers,
-                                     *q.max_workers, fmt::join(u.jobs, ", ")));
+    return cluster_error(
+      errc::too_many_requests,
+      fmt::format("job '{}' wants {} workers and tenant '{}' has {} of its "
+                  "max_workers {} in live jobs [{}]",
+                  spec.name, spec.num_workers, t, u.workers, *q.max_workers,
+                  fmt::join(u.jobs, ", ")));
   if (q.max_memory_bytes) {
     auto left = *q.max_memory_bytes > u.memory ? *q.max_memory_bytes - u.memory : 0;
     if (placement.memory == 0)
-      return cluster_error(errc::invalid_spec,
-                           fmt::format("a job of tenant '{}' says how much node memory it may "
-                                       "take: rw.job_create{{..., memory = '512MiB'}} "
-                                       "(the tenant has {} of its {} left)",
-                                       t, mib(left), mib(*q.max_memory_bytes)));
+      return cluster_error(
+        errc::invalid_spec,
+        fmt::format("a job of tenant '{}' says how much node memory it may "
+                    "take: rw.job_create{{..., memory = '512MiB'}} "
+                    "(the tenant has {} of its {} left)",
+                    t, mib(left), mib(*q.max_memory_bytes)));
     const auto all = placement.memory * nodes;
     if (all > left)
-      return cluster_error(errc::too_many_requests,
-                           fmt::format("job '{}' asks for {} of memory{} and tenant '{}' has "
-                                       "{} of its max_memory_mib {} left (live jobs: [{}])",
-                                       spec.name, mib(placement.memory),
-                                       nodes > 1 ? fmt::format(" on each of its {} nodes ({} "
-                                                               "in all)",
-                                                               nodes, mib(all))
-                                                 : std::string{},
-                                       t, mib(left), mib(*q.max_memory_bytes),
-                                       fmt::join(u.jobs, ", ")));
+      return cluster_error(
+        errc::too_many_requests,
+        fmt::format("job '{}' asks for {} of memory{} and tenant '{}' has "
+                    "{} of its max_memory_mib {} left (live jobs: [{}])",
+                    spec.name, mib(placement.memory),
+                    nodes > 1 ? fmt::format(" on each of its {} nodes ({} "
+                                            "in all)",
+                                            nodes, mib(all))
+                              : std::string{},
+                    t, mib(left), mib(*q.max_memory_bytes), fmt::join(u.jobs, ", ")));
   }
   return caf::none;
 }

@@ -44,7 +44,8 @@ std::string cluster_proof(const std::string& secret, const std::string& nonce) {
 namespace {
 
 // Proves the cluster secret to the coordinator for this process. Returns why not.
-std::string prove_secret(caf::actor_system& sys, const cluster_coordinator_actor& coordinator,
+std::string prove_secret(caf::actor_system& sys,
+                         const cluster_coordinator_actor& coordinator,
                          const std::string& secret, const std::string& tenant,
                          std::chrono::milliseconds timeout) {
   caf::scoped_actor self{sys};
@@ -59,17 +60,20 @@ std::string prove_secret(caf::actor_system& sys, const cluster_coordinator_actor
     if (nonce.empty())
       return "the coordinator asks for no secret, so it has no tenants";
     auto* p = reinterpret_cast<const std::byte*>(nonce.data());
-    auto mac = runtime::prove_tenant(secret, tenant, runtime::byte_vector(p, p + nonce.size()));
-    self->request(coordinator, timeout, auth_atom::value, tenant,
-                  std::string(reinterpret_cast<const char*>(mac.data()), mac.size()))
+    auto mac = runtime::prove_tenant(secret, tenant,
+                                     runtime::byte_vector(p, p + nonce.size()));
+    self
+      ->request(coordinator, timeout, auth_atom::value, tenant,
+                std::string(reinterpret_cast<const char*>(mac.data()), mac.size()))
       .receive([](ok_atom) {}, [&](caf::error& err) { failure = describe(sys, err); });
     return failure;
   }
   if (nonce.empty())
-    spdlog::warn("cluster: the coordinator asks for no cluster secret: the one given here "
-                 "protects nothing, and anyone who reaches its control address can "
-                 "create, stop or delete jobs (give the coordinator the same "
-                 "--cluster-secret-file)");
+    spdlog::warn(
+      "cluster: the coordinator asks for no cluster secret: the one given here "
+      "protects nothing, and anyone who reaches its control address can "
+      "create, stop or delete jobs (give the coordinator the same "
+      "--cluster-secret-file)");
   self->request(coordinator, timeout, auth_atom::value, cluster_proof(secret, nonce))
     .receive([](ok_atom) {}, [&](caf::error& err) { failure = describe(sys, err); });
   return failure;
@@ -88,8 +92,9 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
   // The middleman's own connect, with a deadline: remote_actor() waits for the
   // handshake without one.
   caf::scoped_actor self{sys};
-  self->request(control_middleman(sys), timeout, caf::connect_atom::value, addr.host,
-                addr.port)
+  self
+    ->request(control_middleman(sys), timeout, caf::connect_atom::value, addr.host,
+              addr.port)
     .receive(
       [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>& ifs) {
         accept_connect(sys, out, std::move(ptr), ifs);
@@ -101,21 +106,24 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
         out.error += " (" + tls_hint(sys) + ")";
       });
   if (!out.coordinator) {
-    out.error = fmt::format("the node at {} points to the coordinator at {}, which does not "
-                            "answer: {}",
-                            via, out.address, out.error);
+    out.error = fmt::format(
+      "the node at {} points to the coordinator at {}, which does not "
+      "answer: {}",
+      via, out.address, out.error);
     return out;
   }
   if (!secret.empty())
-    if (auto why = prove_secret(sys, out.coordinator, secret, tenant, timeout); !why.empty()) {
+    if (auto why = prove_secret(sys, out.coordinator, secret, tenant, timeout);
+        !why.empty()) {
       out.coordinator = nullptr;
       out.code = errc::unauthorized;
-      out.error = tenant.empty()
-                    ? fmt::format("the coordinator at {} did not accept the cluster secret: {}",
-                                  out.address, why)
-                    : fmt::format("the coordinator at {} did not accept the secret of tenant "
-                                  "'{}': {}",
-                                  out.address, tenant, why);
+      out.error =
+        tenant.empty()
+          ? fmt::format("the coordinator at {} did not accept the cluster secret: {}",
+                        out.address, why)
+          : fmt::format("the coordinator at {} did not accept the secret of tenant "
+                        "'{}': {}",
+                        out.address, tenant, why);
     }
   return out;
 }

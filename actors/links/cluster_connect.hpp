@@ -18,7 +18,7 @@ struct coordinator_contact {
   cluster_coordinator_actor coordinator; // null on failure
   std::string address;                   // its control address (HOST:PORT)
   std::string error;                     // why it failed, for the user
-  errc code = errc::unavailable;         // unauthorized: reached, but the secret was refused
+  errc code = errc::unavailable; // unauthorized: reached, but the secret was refused
 };
 
 // The steps, for callers that cannot block (an actor that chains requests instead):

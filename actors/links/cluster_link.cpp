@@ -21,8 +21,8 @@ struct link_state {
   std::string address;                   // its control address
   uint32_t node_id = 0;                  // 0: not registered
   bool registering = false;
-  uint32_t failures = 0;                 // failed attempts in a row, for the log
-  bool was_member = false;               // registered before (this is a rejoin)
+  uint32_t failures = 0;   // failed attempts in a row, for the log
+  bool was_member = false; // registered before (this is a rejoin)
   static inline const char* name = "rw.cluster_link";
 };
 
@@ -45,16 +45,18 @@ void attempt_failed(link_ptr self, const std::string& why) {
   auto& st = self->state;
   st.registering = false;
   if (st.failures++ % 10 == 0)
-    spdlog::warn("cluster: cannot register with the coordinator{}: {} (retrying every {} ms)",
-                 st.settings.via.empty() ? std::string{} : " through " + st.settings.via, why,
-                 st.settings.heartbeat.count());
+    spdlog::warn(
+      "cluster: cannot register with the coordinator{}: {} (retrying every {} ms)",
+      st.settings.via.empty() ? std::string{} : " through " + st.settings.via, why,
+      st.settings.heartbeat.count());
   lost(self, why);
 }
 
 void do_register(link_ptr self) {
   auto& st = self->state;
-  self->request(st.coordinator, st.settings.request_timeout, register_atom::value,
-                st.settings.node)
+  self
+    ->request(st.coordinator, st.settings.request_timeout, register_atom::value,
+              st.settings.node)
     .then(
       [self](node_admission& admitted) {
         auto& st = self->state;
@@ -74,9 +76,10 @@ void do_register(link_ptr self) {
                      st.address, st.settings.node.name, id);
       },
       [self](caf::error& err) {
-        attempt_failed(self, fmt::format("the coordinator at {} did not register this node: "
-                                         "{}",
-                                         self->state.address, describe(self->system(), err)));
+        attempt_failed(self,
+                       fmt::format("the coordinator at {} did not register this node: "
+                                   "{}",
+                                   self->state.address, describe(self->system(), err)));
       });
 }
 
@@ -102,8 +105,9 @@ void prove_then_register(link_ptr self) {
                        "reaches the control address can register nodes and create, stop "
                        "or delete jobs (give the coordinator the same file)",
                        st.address);
-        self->request(st.coordinator, st.settings.request_timeout, auth_atom::value,
-                      cluster_proof(st.settings.secret, nonce))
+        self
+          ->request(st.coordinator, st.settings.request_timeout, auth_atom::value,
+                    cluster_proof(st.settings.secret, nonce))
           .then([self](ok_atom) { do_register(self); }, refused);
       },
       refused);
@@ -127,8 +131,9 @@ void try_register(link_ptr self) {
     return;
   }
   auto addr = transports::tcp::parse_address(contact.address);
-  self->request(control_middleman(self->system()), st.settings.request_timeout,
-                caf::connect_atom::value, addr.host, addr.port)
+  self
+    ->request(control_middleman(self->system()), st.settings.request_timeout,
+              caf::connect_atom::value, addr.host, addr.port)
     .then(
       [self, contact](caf::node_id&, caf::strong_actor_ptr& ptr,
                       std::set<std::string>& ifs) mutable {
@@ -155,8 +160,9 @@ void heartbeat(link_ptr self) {
     try_register(self);
     return;
   }
-  self->request(st.coordinator, st.settings.request_timeout, heartbeat_atom::value,
-                st.node_id)
+  self
+    ->request(st.coordinator, st.settings.request_timeout, heartbeat_atom::value,
+              st.node_id)
     .then([](ok_atom) {},
           [self](caf::error& err) {
             if (err.category() == caf::atom("rw")) // the coordinator forgot this node
@@ -183,7 +189,8 @@ bool from_coordinator(link_ptr self) {
 // Passes a coordinator's request on to the rack coordinator, and the answer back. Only
 // the coordinator this node registered with may ask.
 template <class Reply, class... Ts>
-caf::result<Reply> relay_within(link_ptr self, std::chrono::milliseconds timeout, Ts&&... xs) {
+caf::result<Reply> relay_within(link_ptr self, std::chrono::milliseconds timeout,
+                                Ts&&... xs) {
   if (!from_coordinator(self))
     return cluster_error(errc::unauthorized, "only the cluster coordinator may ask this");
   auto rp = self->make_response_promise<Reply>();
@@ -204,8 +211,9 @@ template <class Reply, class... Ts>
 caf::result<Reply> ask(link_ptr self, std::chrono::milliseconds timeout, Ts&&... xs) {
   auto& st = self->state;
   if (st.node_id == 0 || !st.coordinator)
-    return cluster_error(errc::unavailable, "this node is not registered with the cluster "
-                                            "coordinator right now");
+    return cluster_error(errc::unavailable,
+                         "this node is not registered with the cluster "
+                         "coordinator right now");
   auto rp = self->make_response_promise<Reply>();
   self->request(st.coordinator, timeout, std::forward<Ts>(xs)...)
     .then([rp](Reply& r) mutable { rp.deliver(std::move(r)); },
@@ -230,8 +238,12 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
   try_register(self);
   self->delayed_send(self, st.settings.heartbeat, tick_atom::value);
   return {
-    [=](grant_atom, job_grant& g) { return relay<ok_atom>(self, grant_atom::value, std::move(g)); },
-    [=](status_atom, uint32_t id) { return relay<job_event>(self, status_atom::value, id); },
+    [=](grant_atom, job_grant& g) {
+      return relay<ok_atom>(self, grant_atom::value, std::move(g));
+    },
+    [=](status_atom, uint32_t id) {
+      return relay<job_event>(self, status_atom::value, id);
+    },
     [=](checkpoint_atom, uint32_t id, uint64_t clock, std::string& dir) {
       return relay_within<checkpoint_part>(
         self, std::chrono::milliseconds(defaults::checkpoint_timeout_ms),
@@ -249,8 +261,8 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
     },
     [=](reshape_atom, uint32_t id, job_layout& next, chunk_moves& moves) {
       return relay_within<ok_atom>(
-        self, std::chrono::milliseconds(defaults::shard_setup_timeout_ms), reshape_atom::value,
-        id, std::move(next), std::move(moves));
+        self, std::chrono::milliseconds(defaults::shard_setup_timeout_ms),
+        reshape_atom::value, id, std::move(next), std::move(moves));
     },
     [=](reroute_atom, uint32_t id, job_layout& next) {
       return relay<ok_atom>(self, reroute_atom::value, id, std::move(next));
@@ -270,8 +282,8 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
     },
     [=](takeover_atom, uint32_t id, job_layout& next) {
       return relay_within<ok_atom>(
-        self, std::chrono::milliseconds(defaults::shard_setup_timeout_ms), takeover_atom::value,
-        id, std::move(next));
+        self, std::chrono::milliseconds(defaults::shard_setup_timeout_ms),
+        takeover_atom::value, id, std::move(next));
     },
     [=](halt_atom, uint32_t id, std::string& why) {
       return relay<ok_atom>(self, halt_atom::value, id, std::move(why));
@@ -281,11 +293,15 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
     },
     [=](probe_atom, rate_probe_request& req) -> caf::result<rate_probe_result> {
       if (!from_coordinator(self))
-        return cluster_error(errc::unauthorized, "only the cluster coordinator may ask this");
+        return cluster_error(errc::unauthorized,
+                             "only the cluster coordinator may ask this");
       auto rp = self->make_response_promise<rate_probe_result>();
       // The prober bounds the probe by req.timeout_ms; this bounds the prober.
-      auto wait = std::chrono::milliseconds(req.timeout_ms) + self->state.settings.request_timeout;
-      self->request(spawn_rate_prober(self->system(), self->state.settings.node.name), wait, probe_atom::value, std::move(req))
+      auto wait = std::chrono::milliseconds(req.timeout_ms)
+                  + self->state.settings.request_timeout;
+      self
+        ->request(spawn_rate_prober(self->system(), self->state.settings.node.name), wait,
+                  probe_atom::value, std::move(req))
         .then([rp](rate_probe_result& r) mutable { rp.deliver(std::move(r)); },
               [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
@@ -303,20 +319,21 @@ cluster_link_actor::behavior_type link_behavior(link_ptr self, link_settings set
       auto& st = self->state;
       if (st.node_id == 0) {
         spdlog::warn("cluster: job {}: checkpoint file {} of clock {} written but the "
-                     "coordinator is not reachable to hear it", job_id, part.file, clock);
+                     "coordinator is not reachable to hear it",
+                     job_id, part.file, clock);
         return;
       }
       self->send(st.coordinator, checkpoint_atom::value, st.node_id, job_id, clock,
                  std::move(part));
     },
     [=](where_atom, std::string& name) {
-      return ask<job_layout>(self, self->state.settings.request_timeout, where_atom::value,
-                             std::move(name));
+      return ask<job_layout>(self, self->state.settings.request_timeout,
+                             where_atom::value, std::move(name));
     },
     [=](hyper_atom, std::string& name, hyper_change& change) {
       // Two rounds over the job's nodes, each bounded by the coordinator's own timeout.
-      return ask<uint64_t>(self, 3 * self->state.settings.request_timeout, hyper_atom::value,
-                           std::move(name), std::move(change));
+      return ask<uint64_t>(self, 3 * self->state.settings.request_timeout,
+                           hyper_atom::value, std::move(name), std::move(change));
     },
     [=](bind_atom, rank_binding& b) {
       // Held by the coordinator until every rank is bound: at most the longest join

@@ -55,8 +55,7 @@ using cluster_link_actor = node_link_actor::extend<
   caf::replies_to<hyper_atom, std::string, hyper_change>::with<uint64_t>,
   caf::replies_to<leave_atom>::with<ok_atom>,
   caf::replies_to<drain_atom>::with<std::string>,
-  caf::replies_to<metrics_atom>::with<bool>,
-  caf::reacts_to<tick_atom>>;
+  caf::replies_to<metrics_atom>::with<bool>, caf::reacts_to<tick_atom>>;
 
 struct link_settings {
   node_info node; // name, role, endpoints, shards

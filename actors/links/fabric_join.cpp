@@ -16,9 +16,9 @@ constexpr uint32_t control_room = 64 * 1024;
 // The node's answer to the offer: a `fabric` frame or an error, on the TCP connection.
 class answer_sink final : public transports::frame_sink {
 public:
-  explicit answer_sink(transports::connection_ptr tcp) : tcp_(std::move(tcp)) {
-  }
-  payload_target on_header(const transports::connection_ptr& c, const frame_header& h) override {
+  explicit answer_sink(transports::connection_ptr tcp) : tcp_(std::move(tcp)) {}
+  payload_target on_header(const transports::connection_ptr& c,
+                           const frame_header& h) override {
     if (c != tcp_ || (h.kind != frame_kind::fabric && h.kind != frame_kind::error)
         || h.payload_bytes > control_room)
       return payload_target::dropped();
@@ -46,7 +46,8 @@ public:
     code = err.code;
     message = err.message;
   }
-  void on_closed(const transports::connection_ptr& c, errc, const std::string& why) override {
+  void on_closed(const transports::connection_ptr& c, errc,
+                 const std::string& why) override {
     if (c == tcp_ && !answered) {
       answered = true;
       code = errc::io_error;
@@ -66,17 +67,19 @@ private:
 };
 } // namespace
 
-fabric_link join_fabric(transports::tcp::endpoint& ep, const transports::connection_ptr& tcp,
+fabric_link join_fabric(transports::tcp::endpoint& ep,
+                        const transports::connection_ptr& tcp,
                         const transports::welcome_msg& welcome, const join_request& req) {
   if (welcome.fabric.empty())
-    throw rw::error(errc::unavailable,
-                    fmt::format("the node at {} offers no fabric endpoint for this job (it "
-                                "runs without --fabric, or the job spans several nodes)",
-                                req.connect));
+    throw rw::error(
+      errc::unavailable,
+      fmt::format("the node at {} offers no fabric endpoint for this job (it "
+                  "runs without --fabric, or the job spans several nodes)",
+                  req.connect));
   fabric_link link;
   transports::fabric::endpoint_settings es;
-  es.io_timeout_ms = static_cast<int>(std::min<int64_t>(req.request_timeout.count(),
-                                                        defaults::io_timeout_ms));
+  es.io_timeout_ms = static_cast<int>(
+    std::min<int64_t>(req.request_timeout.count(), defaults::io_timeout_ms));
   auto max_payload = std::max<uint32_t>(req.job.chunk_bytes, control_room);
   link.ep = std::make_shared<transports::fabric::endpoint>(
     transports::fabric::domain::open(welcome.fabric), es, max_payload);
@@ -95,9 +98,10 @@ fabric_link join_fabric(transports::tcp::endpoint& ep, const transports::connect
   while (!sink.answered && std::chrono::steady_clock::now() < deadline)
     ep.poll(50, sink);
   if (!sink.answered)
-    throw rw::error(errc::timeout, fmt::format("no answer to the fabric offer from {} within "
-                                               "{} ms", req.connect,
-                                               req.request_timeout.count()));
+    throw rw::error(errc::timeout,
+                    fmt::format("no answer to the fabric offer from {} within "
+                                "{} ms",
+                                req.connect, req.request_timeout.count()));
   if (!sink.ok)
     throw rw::error(sink.code, sink.message);
   link.conn->bind(sink.offer);

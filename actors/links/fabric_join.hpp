@@ -18,7 +18,8 @@ struct fabric_link {
 
 /// Throws rw::error: the node advertises no fabric, this host lacks its provider, the
 /// node declined (its reason), or no answer within the request timeout.
-fabric_link join_fabric(transports::tcp::endpoint& ep, const transports::connection_ptr& tcp,
+fabric_link join_fabric(transports::tcp::endpoint& ep,
+                        const transports::connection_ptr& tcp,
                         const transports::welcome_msg& welcome, const join_request& req);
 
 } // namespace rw::actors::detail

@@ -34,13 +34,8 @@ public:
   handshake_sink(const std::string& token, const std::string& job, uint32_t rank,
                  bool want_challenge, transports::frame_sink* others = nullptr,
                  transports::connection_ptr mine = nullptr)
-    : token_(token),
-      job_(job),
-      rank_(rank),
-      want_challenge_(want_challenge),
-      others_(others),
-      mine_(std::move(mine)) {
-  }
+    : token_(token), job_(job), rank_(rank), want_challenge_(want_challenge),
+      others_(others), mine_(std::move(mine)) {}
 
   payload_target on_header(const transports::connection_ptr& c,
                            const frame_header& h) override {
@@ -67,9 +62,10 @@ public:
     if (h.kind == frame_kind::welcome) {
       if (want_challenge_ && !challenged_) {
         fail(errc::unauthorized,
-             "the node admitted this worker to job '" + job_ + "' without checking its "
-             "token: that node runs an open job of that name, not the job the token "
-             "belongs to (check the job's node: rw.job_status(name).endpoints)");
+             "the node admitted this worker to job '" + job_
+               + "' without checking its "
+                 "token: that node runs an open job of that name, not the job the token "
+                 "belongs to (check the job's node: rw.job_status(name).endpoints)");
         return;
       }
       if (decode(buf.data(), buf.size(), welcome, why) == errc::ok)
@@ -93,15 +89,16 @@ public:
   }
 
   // Proves the token: HMAC over the node's nonce (runtime/credentials).
-  void answer(const transports::connection_ptr& c, const frame_header& h, std::string& why) {
+  void answer(const transports::connection_ptr& c, const frame_header& h,
+              std::string& why) {
     transports::challenge_msg ch;
     if (decode(buf.data(), buf.size(), ch, why) != errc::ok) {
       fail(errc::bad_frame, "undecodable challenge: " + why);
       return;
     }
     if (token_.empty()) {
-      fail(errc::unauthorized, "the node asks for the token of job '" + job_
-                                 + "' and this worker has none");
+      fail(errc::unauthorized,
+           "the node asks for the token of job '" + job_ + "' and this worker has none");
       return;
     }
     auto payload = transports::encode(
@@ -140,21 +137,20 @@ private:
   transports::connection_ptr mine_;
 };
 
-
 class joiner {
 public:
   /// With `others`: the endpoint has other connections, whose frames go there while
   /// this one waits for a node's answer.
   joiner(transports::tcp::endpoint& ep, join_request req,
          transports::frame_sink* others = nullptr)
-    : ep(ep), req(std::move(req)), others(others) {
-  }
+    : ep(ep), req(std::move(req)), others(others) {}
 
   // Waits for the node's welcome (or error) on connection `c`.
   transports::welcome_msg await_welcome(const transports::connection_ptr& c,
-                                        const std::string& what, bool want_challenge = false) {
-    handshake_sink sink{req.token, req.job.name, req.rank, want_challenge, others,
-                        others != nullptr ? c : nullptr};
+                                        const std::string& what,
+                                        bool want_challenge = false) {
+    handshake_sink sink{req.token,      req.job.name, req.rank,
+                        want_challenge, others,       others != nullptr ? c : nullptr};
     auto deadline = std::chrono::steady_clock::now() + req.request_timeout;
     while (!sink.answered && std::chrono::steady_clock::now() < deadline)
       ep.poll(50, sink);
@@ -287,20 +283,22 @@ public:
     }
     basis->endpoint_base = bases;
     out.basis = std::move(basis);
-    out.routes = std::make_shared<runtime::job_routes>(std::move(tables), std::move(bases));
+    out.routes = std::make_shared<runtime::job_routes>(std::move(tables),
+                                                       std::move(bases));
     out.conns = std::move(conns);
     for (auto& w : welcomes)
       out.resume_clock = std::min(out.resume_clock, w.resume_clock);
   }
 
   joined_job handshake() {
-    transports::hello_msg hello{req.job, req.rank, {}, 0, !req.token.empty(), req.rack,
-                                req.picked_by};
+    transports::hello_msg hello{req.job,  req.rank,     {}, 0, !req.token.empty(),
+                                req.rack, req.picked_by};
     hello.spec_from_job = req.spec_from_job;
     if (req.spec_from_job && req.transport == "shm")
-      throw rw::error(errc::invalid_spec,
-                      "transport shm needs the job's spec stated (the shared memory segment "
-                      "is sized from its tensors before the hello); use auto or tcp");
+      throw rw::error(
+        errc::invalid_spec,
+        "transport shm needs the job's spec stated (the shared memory segment "
+        "is sized from its tensors before the hello); use auto or tcp");
     std::unique_ptr<transports::shm::worker_channel> channel;
     if ((req.transport == "auto" || req.transport == "shm") && !req.spec_from_job) {
       try {
@@ -310,8 +308,9 @@ public:
       } catch (const std::exception& e) {
         if (req.transport == "shm")
           throw rw::error(errc::io_error, std::string("no shared memory: ") + e.what());
-        spdlog::warn("worker rank {}: shared memory not used ({}); chunks travel over TCP",
-                     req.rank, e.what());
+        spdlog::warn(
+          "worker rank {}: shared memory not used ({}); chunks travel over TCP", req.rank,
+          e.what());
       }
     }
     auto first = connect(req.connect);
@@ -323,10 +322,12 @@ public:
     }
     if (req.spec_from_job) { // from here on the worker states the job's spec
       if (welcome.spec.name != req.job.name || welcome.spec.tensors.empty())
-        throw rw::error(errc::spec_mismatch,
-                        fmt::format("the node at {} did not send job '{}''s spec (it sent "
-                                    "'{}' with {} tensors)", req.connect, req.job.name,
-                                    welcome.spec.name, welcome.spec.tensors.size()));
+        throw rw::error(
+          errc::spec_mismatch,
+          fmt::format("the node at {} did not send job '{}''s spec (it sent "
+                      "'{}' with {} tensors)",
+                      req.connect, req.job.name, welcome.spec.name,
+                      welcome.spec.tensors.size()));
       req.job = welcome.spec;
       req.spec_from_job = false;
       hello.spec = req.job;
@@ -334,14 +335,16 @@ public:
     }
     out.resume_clock = welcome.resume_clock;
     auto single = [&] {
-      return std::make_shared<runtime::job_routes>(std::make_shared<runtime::routing_table>(
-        req.job, welcome.num_shards, welcome.shard_endpoints));
+      return std::make_shared<runtime::job_routes>(
+        std::make_shared<runtime::routing_table>(req.job, welcome.num_shards,
+                                                 welcome.shard_endpoints));
     };
     if (welcome.shm) {
       try {
         channel->connect(welcome.shm_bell, welcome.shm_params, req.job);
       } catch (const std::exception& e) {
-        throw rw::error(errc::io_error, std::string("shared memory with the node: ") + e.what());
+        throw rw::error(errc::io_error,
+                        std::string("shared memory with the node: ") + e.what());
       }
       out.conns = {first};
       out.conn_nodes = {welcome.node_name};
@@ -351,16 +354,18 @@ public:
       return std::move(out);
     }
     if (req.transport == "shm")
-      throw rw::error(errc::io_error,
-                      welcome.job_nodes.size() > 1
-                        ? std::string("the job spans several nodes, so its chunks travel "
-                                      "over TCP; use transport auto or tcp")
-                        : std::string("the node did not take this worker's shared memory (it "
-                                      "is on another host, or runs with --no-shm); use "
-                                      "transport auto or tcp"));
+      throw rw::error(
+        errc::io_error,
+        welcome.job_nodes.size() > 1
+          ? std::string("the job spans several nodes, so its chunks travel "
+                        "over TCP; use transport auto or tcp")
+          : std::string("the node did not take this worker's shared memory (it "
+                        "is on another host, or runs with --no-shm); use "
+                        "transport auto or tcp"));
     channel.reset(); // removes the segment
     if (welcome.job_nodes.size() <= 1
-        && (req.transport == "fabric" || (req.transport == "auto" && !welcome.fabric.empty()))) {
+        && (req.transport == "fabric"
+            || (req.transport == "auto" && !welcome.fabric.empty()))) {
       try {
         auto link = detail::join_fabric(ep, first, welcome, req);
         // One connection serves every shard: each shard's endpoint is 0.
@@ -379,14 +384,15 @@ public:
           first->close();
           throw rw::error(e.code(), std::string("transport fabric: ") + e.what());
         }
-        spdlog::info("worker rank {}: fabric not used ({}); chunks travel over TCP", req.rank,
-                     e.what());
+        spdlog::info("worker rank {}: fabric not used ({}); chunks travel over TCP",
+                     req.rank, e.what());
       }
     } else if (req.transport == "fabric") {
       first->close();
-      throw rw::error(errc::unavailable,
-                      "transport fabric: the job spans several nodes, so its chunks travel "
-                      "to their homes over TCP; use transport auto or tcp");
+      throw rw::error(
+        errc::unavailable,
+        "transport fabric: the job spans several nodes, so its chunks travel "
+        "to their homes over TCP; use transport auto or tcp");
     }
     if (welcome.job_nodes.size() > 1) {
       join_nodes(std::move(first), std::move(hello));
@@ -403,9 +409,10 @@ public:
 
   // One more node of the running job (named `node` at `address` on the ring at
   // `ring_version`): hello, the welcome checked, then attach to its other endpoints.
-  joined_node join_one(const std::string& address, const std::string& node, uint32_t job_id,
-                       uint64_t ring_version) {
-    transports::hello_msg hello{req.job, req.rank, {}, 0, !req.token.empty(), req.rack, {}};
+  joined_node join_one(const std::string& address, const std::string& node,
+                       uint32_t job_id, uint64_t ring_version) {
+    transports::hello_msg hello{req.job,  req.rank, {}, 0, !req.token.empty(),
+                                req.rack, {}};
     auto at = reachable(address, req.connect);
     joined_node out;
     auto c = connect(at);
@@ -413,18 +420,19 @@ public:
       out.welcome = say_hello(c, at, hello);
       auto& w = out.welcome;
       auto index = std::find(w.job_node_names.begin(), w.job_node_names.end(), node);
-      bool same_ring = ring_version == 0 // a reconnect: the node itself is what counts
-                         ? w.node_name == node
-                         : w.ring_version == ring_version && index != w.job_node_names.end()
-                             && w.node_index
-                                  == static_cast<uint32_t>(index - w.job_node_names.begin());
+      bool same_ring =
+        ring_version == 0 // a reconnect: the node itself is what counts
+          ? w.node_name == node
+          : w.ring_version == ring_version && index != w.job_node_names.end()
+              && w.node_index == static_cast<uint32_t>(index - w.job_node_names.begin());
       if (w.job_id != job_id || !same_ring)
-        throw rw::error(errc::spec_mismatch,
-                        fmt::format("node {} at {} does not hold job '{}' (id {}) as node {} of "
-                                    "its ring version {} (it answered job id {}, nodes [{}], "
-                                    "ring version {})",
-                                    node, at, req.job.name, job_id, node, ring_version, w.job_id,
-                                    fmt::join(w.job_node_names, ","), w.ring_version));
+        throw rw::error(
+          errc::spec_mismatch,
+          fmt::format("node {} at {} does not hold job '{}' (id {}) as node {} of "
+                      "its ring version {} (it answered job id {}, nodes [{}], "
+                      "ring version {})",
+                      node, at, req.job.name, job_id, node, ring_version, w.job_id,
+                      fmt::join(w.job_node_names, ","), w.ring_version));
       out.conns = attach_all(w, c, at);
     } catch (...) {
       c->close();
@@ -447,7 +455,6 @@ private:
   joined_job out;
 };
 
-
 // The candidate with the lowest connect round trip; `why` says so, with every one.
 std::string nearest(const join_request& req, const std::vector<std::string>& candidates,
                     std::string& why) {
@@ -466,9 +473,10 @@ std::string nearest(const join_request& req, const std::vector<std::string>& can
   }
   if (best.empty())
     throw rw::error(errc::io_error,
-                    fmt::format("none of job '{}''s nodes answers a connect: {}", req.job.name,
-                                fmt::join(seen, ", ")));
-  why = fmt::format("lowest round trip {:.3f} ms among {}", best_ms, fmt::join(seen, ", "));
+                    fmt::format("none of job '{}''s nodes answers a connect: {}",
+                                req.job.name, fmt::join(seen, ", ")));
+  why = fmt::format("lowest round trip {:.3f} ms among {}", best_ms,
+                    fmt::join(seen, ", "));
   return best;
 }
 
@@ -476,12 +484,14 @@ std::string nearest(const join_request& req, const std::vector<std::string>& can
 // does not take it for its own.
 void drain(transports::tcp::endpoint& ep) {
   struct ignore final : transports::frame_sink {
-    payload_target on_header(const transports::connection_ptr&, const frame_header&) override {
+    payload_target on_header(const transports::connection_ptr&,
+                             const frame_header&) override {
       return payload_target::dropped();
     }
     void on_frame(const transports::connection_ptr&, const frame_header&,
                   payload_target&) override {}
-    void on_closed(const transports::connection_ptr&, errc, const std::string&) override {}
+    void on_closed(const transports::connection_ptr&, errc, const std::string&) override {
+    }
   } none;
   for (int i = 0; i < 50 && ep.connection_count() > 0; ++i)
     ep.poll(10, none);
@@ -499,14 +509,16 @@ constexpr auto same_node_pause = std::chrono::milliseconds(200);
 } // namespace
 
 joined_node join_node(transports::tcp::endpoint& ep, const join_request& req,
-                      const std::string& address, const std::string& node, uint32_t job_id,
-                      uint64_t ring_version, transports::frame_sink& others) {
+                      const std::string& address, const std::string& node,
+                      uint32_t job_id, uint64_t ring_version,
+                      transports::frame_sink& others) {
   joiner j{ep, req, &others};
   return j.join_one(address, node, job_id, ring_version);
 }
 
 transports::connection_ptr join_as_mirror(transports::tcp::endpoint& ep,
-                                          const join_request& req, const std::string& address,
+                                          const join_request& req,
+                                          const std::string& address,
                                           transports::frame_sink& others) {
   auto at = req;
   at.rank = transports::mirror_rank;
@@ -555,8 +567,8 @@ joined_job join_job(transports::tcp::endpoint& ep, const join_request& req) {
         at.connect = next[0];
       } else {
         at.connect = nearest(at, next, at.picked_by);
-        fmt::print(stderr, "rackweave: rank {} of job '{}' says hello at {}: {}\n", req.rank,
-                   req.job.name, at.connect, at.picked_by);
+        fmt::print(stderr, "rackweave: rank {} of job '{}' says hello at {}: {}\n",
+                   req.rank, req.job.name, at.connect, at.picked_by);
       }
       drain(ep);
     }

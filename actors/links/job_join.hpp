@@ -20,10 +20,10 @@
 namespace rw::actors {
 
 struct join_request {
-  std::string connect;   // HOST:PORT of a node of the job
+  std::string connect; // HOST:PORT of a node of the job
   job_spec job;
   uint32_t rank = 0;
-  std::string token;     // "": no credentials (a node with --open-jobs)
+  std::string token;              // "": no credentials (a node with --open-jobs)
   std::string transport = "auto"; // auto, tcp, shm or fabric
   std::string rack;      // the worker's rack option ("": none; see rack_choice.hpp)
   std::string picked_by; // why `connect` ("": the caller chose it), sent in the hello
@@ -36,7 +36,7 @@ struct join_request {
 };
 
 struct joined_job {
-  transports::welcome_msg welcome;              // the first node's
+  transports::welcome_msg welcome;               // the first node's
   std::vector<transports::connection_ptr> conns; // every node's endpoints, node by node
   std::vector<std::string> conn_nodes;           // the name of the node of each
   std::vector<std::string> node_addresses;       // each node's HOST:PORT, in that order
@@ -75,8 +75,9 @@ struct joined_node {
 /// that polls `ep`; frames and closes on the endpoint's other connections go to
 /// `others` meanwhile. Throws rw::error; its connections are closed then.
 joined_node join_node(transports::tcp::endpoint& ep, const join_request& req,
-                      const std::string& address, const std::string& node, uint32_t job_id,
-                      uint64_t ring_version, transports::frame_sink& others);
+                      const std::string& address, const std::string& node,
+                      uint32_t job_id, uint64_t ring_version,
+                      transports::frame_sink& others);
 
 /// A chunk's home node, sending each step's summed gradient to the chunk's replica
 /// node (actors/links/mirror_link): connects to `address` and says hello as
@@ -84,7 +85,8 @@ joined_node join_node(transports::tcp::endpoint& ep, const join_request& req,
 /// the connection once welcomed. Called on the thread that polls `ep`; frames and
 /// closes on its other connections go to `others` meanwhile. Throws rw::error.
 transports::connection_ptr join_as_mirror(transports::tcp::endpoint& ep,
-                                          const join_request& req, const std::string& address,
+                                          const join_request& req,
+                                          const std::string& address,
                                           transports::frame_sink& others);
 
 } // namespace rw::actors

@@ -187,10 +187,10 @@ void mirror_link::transmit(std::unique_lock<std::mutex>& lock) {
     for (auto& [address, b] : out)
       if (!b.conn->send_batch(b.headers.data(), b.pieces.data(),
                               static_cast<int>(b.headers.size()))) {
-        spdlog::warn("job {}: node {} could not send {} step sum(s) to the replica at {}; "
-                     "sent again in {} ms",
-                     s_.job_id, s_.node_name, b.headers.size(), address,
-                     s_.retry_after.count());
+        spdlog::warn(
+          "job {}: node {} could not send {} step sum(s) to the replica at {}; "
+          "sent again in {} ms",
+          s_.job_id, s_.node_name, b.headers.size(), address, s_.retry_after.count());
         b.conn->close();
       }
     lock.lock();
@@ -244,9 +244,10 @@ void mirror_link::connect_wanted() {
                    s_.job_id, s_.node_name, address);
       wake_.notify_one();
     } else {
-      spdlog::warn("job {}: node {} cannot reach the replica node at {}: {}; trying again "
-                   "in {} ms",
-                   s_.job_id, s_.node_name, address, why, s_.retry_after.count());
+      spdlog::warn(
+        "job {}: node {} cannot reach the replica node at {}: {}; trying again "
+        "in {} ms",
+        s_.job_id, s_.node_name, address, why, s_.retry_after.count());
     }
   }
 }
@@ -266,7 +267,8 @@ void mirror_link::flush_acks() {
     caf::anon_send(shard, mirror_atom::value, s_.job_id, std::move(acks));
 }
 
-payload_target mirror_link::on_header(const transports::connection_ptr& c, const frame_header& h) {
+payload_target mirror_link::on_header(const transports::connection_ptr& c,
+                                      const frame_header& h) {
   if (h.kind == frame_kind::error) {
     auto& text = errors_.of(c).bytes;
     text.resize(h.payload_bytes);
@@ -303,13 +305,15 @@ void mirror_link::on_frame(const transports::connection_ptr& c, const frame_head
   if (it == pending_.end() || it->second.warned)
     return;
   it->second.warned = true;
-  spdlog::warn("job {}: the replica at {} refused the sum of chunk {}/{} (clock {}): {} ({}); "
-               "sent again in {} ms",
-               s_.job_id, c->peer(), h.tensor_id, h.chunk_index, h.clock, err.message,
-               to_string(err.code), s_.retry_after.count());
+  spdlog::warn(
+    "job {}: the replica at {} refused the sum of chunk {}/{} (clock {}): {} ({}); "
+    "sent again in {} ms",
+    s_.job_id, c->peer(), h.tensor_id, h.chunk_index, h.clock, err.message,
+    to_string(err.code), s_.retry_after.count());
 }
 
-void mirror_link::on_closed(const transports::connection_ptr& c, errc, const std::string& why) {
+void mirror_link::on_closed(const transports::connection_ptr& c, errc,
+                            const std::string& why) {
   std::lock_guard<std::mutex> guard{mtx_};
   for (auto& [address, p] : peers_)
     if (p.conn == c) {

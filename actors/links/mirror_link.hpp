@@ -46,9 +46,9 @@ namespace rw::actors {
 
 struct mirror_settings {
   uint32_t job_id = 0;
-  job_spec spec;          // with its tensors: the hello restates it
-  std::string token;      // the job's token (its grant's secret)
-  std::string node_name;  // for logs
+  job_spec spec;         // with its tensors: the hello restates it
+  std::string token;     // the job's token (its grant's secret)
+  std::string node_name; // for logs
   std::vector<chunk_shard_actor> shards;
   std::chrono::milliseconds retry_after{1000};
   std::chrono::milliseconds connect_timeout{2000};
@@ -69,8 +69,8 @@ public:
   /// Shard `index` was restarted: acks go to its successor.
   void set_shard(uint32_t index, chunk_shard_actor shard);
 
-  void send(uint32_t shard, uint32_t tensor, uint32_t chunk, uint64_t clock, uint64_t ring,
-            uint32_t node, const float* sum, uint32_t length);
+  void send(uint32_t shard, uint32_t tensor, uint32_t chunk, uint64_t clock,
+            uint64_t ring, uint32_t node, const float* sum, uint32_t length);
   void cancel(uint32_t tensor, uint32_t chunk);
 
   // frame_sink (the reading thread)
@@ -90,9 +90,9 @@ private:
     uint64_t ring = 0;
     uint32_t node = 0;
     std::shared_ptr<const std::vector<float>> sum;
-    time_point sent_at{};  // epoch: not sent yet
-    bool warned = false;   // a refusal was logged
-    bool queued = false;   // in fresh_
+    time_point sent_at{}; // epoch: not sent yet
+    bool warned = false;  // a refusal was logged
+    bool queued = false;  // in fresh_
   };
   struct peer {
     transports::connection_ptr conn; // null: not connected
@@ -116,10 +116,10 @@ private:
   std::condition_variable wake_;
   std::map<uint64_t, std::vector<std::string>> rings_; // the newest few
   std::map<key, pending> pending_;
-  std::deque<key> fresh_;              // to send, oldest first
+  std::deque<key> fresh_;                          // to send, oldest first
   std::map<uint32_t, std::vector<uint64_t>> acks_; // by shard: (tensor, chunk, clock)...
-  std::map<std::string, peer> peers_; // by address
-  std::vector<std::string> wanted_;   // addresses to connect to (the reading thread)
+  std::map<std::string, peer> peers_;              // by address
+  std::vector<std::string> wanted_; // addresses to connect to (the reading thread)
   // An error frame's text, per connection (the receiver thread's).
   transports::receive_scratch<> errors_;
   std::atomic<bool> running_{false};

@@ -118,7 +118,8 @@ void rack_uplink::run() {
     for (uint32_t t = 0; t < s_.join.job.tensors.size() && !restored; ++t) {
       if (!s_.join.job.tensors[t].has_init)
         continue;
-      runtime::chunk_layout layout{s_.join.job.tensors[t].elements, s_.join.job.chunk_bytes};
+      runtime::chunk_layout layout{s_.join.job.tensors[t].elements,
+                                   s_.join.job.chunk_bytes};
       for (uint32_t c = 0; c < layout.count(); ++c) {
         pending p{};
         p.h.kind = frame_kind::pull;
@@ -143,8 +144,10 @@ void rack_uplink::run() {
 void rack_uplink::send(pending& p) {
   p.h.job_id = joined_.welcome.job_id;
   p.h.rank = s_.join.rank;
-  auto conn = joined_.conns.at(joined_.routes->connection_of(p.h.tensor_id, p.h.chunk_index));
-  iovec piece{const_cast<float*>(p.copy.empty() ? p.data : p.copy.data()), p.h.payload_bytes};
+  auto conn = joined_.conns.at(
+    joined_.routes->connection_of(p.h.tensor_id, p.h.chunk_index));
+  iovec piece{const_cast<float*>(p.copy.empty() ? p.data : p.copy.data()),
+              p.h.payload_bytes};
   if (!conn->send(p.h, p.h.payload_bytes ? &piece : nullptr, p.h.payload_bytes ? 1 : 0))
     fail(errc::io_error, fmt::format("cannot send chunk {}/{} to its home at {}",
                                      p.h.tensor_id, p.h.chunk_index, conn->peer()));
@@ -179,7 +182,8 @@ void rack_uplink::init(uint32_t tensor, uint32_t chunk, const float* values) {
   enqueue(std::move(p));
 }
 
-payload_target rack_uplink::on_header(const transports::connection_ptr& c, const frame_header& h) {
+payload_target rack_uplink::on_header(const transports::connection_ptr& c,
+                                      const frame_header& h) {
   if (h.kind == frame_kind::update && h.tensor_id < first_.size()) {
     auto s = seq(h.tensor_id, h.chunk_index);
     if (s >= lengths_.size() || h.payload_bytes != lengths_[s] * sizeof(float))
@@ -217,12 +221,12 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
       // step in a flat job cannot once a worker left. The job goes on ending.
       auto shard = s_.rack_routes->shard_of(h.tensor_id, h.chunk_index);
       caf::anon_send(s_.shards.at(shard), relay_atom::value,
-                     relay_update{s_.rack_job_id, h.tensor_id, h.chunk_index, h.clock, nullptr,
-                                  err.code, err.message});
+                     relay_update{s_.rack_job_id, h.tensor_id, h.chunk_index, h.clock,
+                                  nullptr, err.code, err.message});
       return;
     }
-    fail(err.code, fmt::format("node {} at {} refused chunk {}/{}: {}", node_of(c), c->peer(),
-                               h.tensor_id, h.chunk_index, err.message));
+    fail(err.code, fmt::format("node {} at {} refused chunk {}/{}: {}", node_of(c),
+                               c->peer(), h.tensor_id, h.chunk_index, err.message));
     return;
   }
   if (h.kind != frame_kind::update || t.action == payload_target::discard) {
@@ -249,8 +253,8 @@ void rack_uplink::on_closed(const transports::connection_ptr& c, errc code,
   if (!running_.load())
     return;
   fail(code == errc::ok ? errc::unavailable : code,
-       fmt::format("lost the connection to the job's node {} at {}: {}", node_of(c), c->peer(),
-                   why));
+       fmt::format("lost the connection to the job's node {} at {}: {}", node_of(c),
+                   c->peer(), why));
 }
 
 std::string rack_uplink::node_of(const transports::connection_ptr& c) {

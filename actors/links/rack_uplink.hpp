@@ -45,12 +45,12 @@
 namespace rw::actors {
 
 struct uplink_settings {
-  join_request join;          // the top job, this rack's rank, the job's token
-  uint32_t rack_job_id = 0;   // the rack job on this node
-  routing_ptr rack_routes;    // which of this node's shards owns which chunk
+  join_request join;        // the top job, this rack's rank, the job's token
+  uint32_t rack_job_id = 0; // the rack job on this node
+  routing_ptr rack_routes;  // which of this node's shards owns which chunk
   std::vector<chunk_shard_actor> shards;
-  abort_sink coordinator;     // told when the top level fails
-  std::string node_name;      // for logs
+  abort_sink coordinator; // told when the top level fails
+  std::string node_name;  // for logs
 };
 
 class rack_uplink final : public transports::frame_sink {
@@ -93,13 +93,14 @@ private:
   uplink_settings s_;
   std::shared_ptr<transports::tcp::endpoint> ep_;
   joined_job joined_;
-  std::vector<uint64_t> first_;           // chunk number of each tensor's chunk 0
-  std::vector<uint32_t> lengths_;           // by chunk number: its floats
-  std::vector<float*> targets_;             // by chunk number: its relay buffer (mtx_)
-  std::unordered_map<uint64_t, std::shared_ptr<std::vector<float>>> initials_; // receiving
+  std::vector<uint64_t> first_;   // chunk number of each tensor's chunk 0
+  std::vector<uint32_t> lengths_; // by chunk number: its floats
+  std::vector<float*> targets_;   // by chunk number: its relay buffer (mtx_)
+  std::unordered_map<uint64_t, std::shared_ptr<std::vector<float>>>
+    initials_; // receiving
   std::mutex mtx_;
   bool ready_ = false;
-  std::deque<pending> queued_;            // for the sender thread
+  std::deque<pending> queued_; // for the sender thread
   std::condition_variable wake_;
   // An error frame's text, per connection (the receiver thread's).
   transports::receive_scratch<> errors_;

@@ -20,12 +20,13 @@ rate_prober_actor::behavior_type prober_behavior(rate_prober_actor::pointer self
       auto m = transports::tcp::probe_rate(req.address, limits);
       rate_probe_result r{m.ok, m.gbps, m.bytes, m.elapsed_us, m.error};
       if (m.ok)
-        spdlog::info("rate probe: from node={} to node={} at {}: {:.3f} Gbit/s ({} bytes in "
-                     "{:.1f} ms)",
-                     from, req.target, req.address, m.gbps, m.bytes, m.elapsed_us / 1e3);
+        spdlog::info(
+          "rate probe: from node={} to node={} at {}: {:.3f} Gbit/s ({} bytes in "
+          "{:.1f} ms)",
+          from, req.target, req.address, m.gbps, m.bytes, m.elapsed_us / 1e3);
       else
-        spdlog::warn("rate probe: from node={} to node={} at {} failed: {}", from, req.target,
-                     req.address, m.error);
+        spdlog::warn("rate probe: from node={} to node={} at {} failed: {}", from,
+                     req.target, req.address, m.error);
       self->quit();
       return r;
     },

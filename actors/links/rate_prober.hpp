@@ -17,8 +17,8 @@
 
 namespace rw::actors {
 
-using rate_prober_actor =
-  caf::typed_actor<caf::replies_to<probe_atom, rate_probe_request>::with<rate_probe_result>>;
+using rate_prober_actor = caf::typed_actor<
+  caf::replies_to<probe_atom, rate_probe_request>::with<rate_probe_result>>;
 
 /// Spawns a prober (detached) for one probe.
 rate_prober_actor spawn_rate_prober(caf::actor_system& sys, const std::string& from);

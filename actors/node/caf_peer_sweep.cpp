@@ -16,13 +16,15 @@ caf::io::basp_broker* basp_of(caf::io::middleman* mm) {
   auto handle = mm->named_broker<caf::io::basp_broker>(caf::atom("BASP"));
   if (!handle)
     return nullptr;
-  return static_cast<caf::io::basp_broker*>(caf::actor_cast<caf::abstract_actor*>(handle));
+  return static_cast<caf::io::basp_broker*>(
+    caf::actor_cast<caf::abstract_actor*>(handle));
 }
 
 } // namespace
 
-void peer_connections(caf::actor_system& sys, std::vector<caf::node_id> nodes,
-                      std::function<void(std::vector<caf::node_id>, std::vector<int64_t>)> then) {
+void peer_connections(
+  caf::actor_system& sys, std::vector<caf::node_id> nodes,
+  std::function<void(std::vector<caf::node_id>, std::vector<int64_t>)> then) {
   if (!sys.has_middleman() || nodes.empty())
     return;
   auto* mm = &sys.middleman();
@@ -49,8 +51,8 @@ std::string peer_address(caf::actor_system& sys, const caf::node_id& node,
     std::string where;
     if (broker != nullptr)
       if (auto route = broker->instance.tbl().lookup(node))
-        where = broker->remote_addr(route->hdl) + ":" +
-                std::to_string(broker->remote_port(route->hdl));
+        where = broker->remote_addr(route->hdl) + ":"
+                + std::to_string(broker->remote_port(route->hdl));
     answer->set_value(std::move(where));
   });
   if (result.wait_for(wait) != std::future_status::ready)

@@ -32,8 +32,9 @@ void forget_departed_peers(caf::actor_system& sys);
 /// Posts a look at the middleman's routes to `nodes` and calls `then` on its thread
 /// with each one's connection id (-1: no route), in the same order: send yourself a
 /// message from it, touch nothing else. No-op without a middleman.
-void peer_connections(caf::actor_system& sys, std::vector<caf::node_id> nodes,
-                      std::function<void(std::vector<caf::node_id>, std::vector<int64_t>)> then);
+void peer_connections(
+  caf::actor_system& sys, std::vector<caf::node_id> nodes,
+  std::function<void(std::vector<caf::node_id>, std::vector<int64_t>)> then);
 
 /// Where the middleman's connection to `node` comes from ("HOST:PORT"), for logs; ""
 /// if it has none (this process, a node gone, no middleman) or the middleman did not

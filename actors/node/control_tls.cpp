@@ -80,8 +80,8 @@ void check_tls_files(const tls_files& files) {
   std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key{nullptr, &EVP_PKEY_free};
   if (auto* in = std::fopen(files.key.c_str(), "r"); in != nullptr) {
     // No passphrase callback: an encrypted key is refused, not prompted for.
-    key.reset(PEM_read_PrivateKey(in, nullptr, [](char*, int, int, void*) { return 0; },
-                                  nullptr));
+    key.reset(PEM_read_PrivateKey(
+      in, nullptr, [](char*, int, int, void*) { return 0; }, nullptr));
     std::fclose(in);
   }
   if (!key)
@@ -105,9 +105,9 @@ void check_tls_files(const tls_files& files) {
            != 1)
     refuse("OpenSSL cannot check the certificate" + openssl_error());
   if (X509_verify_cert(check.get()) != 1)
-    refuse(fmt::format("the certificate {} is not signed by the CA {}: {}", files.cert,
-                       files.ca,
-                       X509_verify_cert_error_string(X509_STORE_CTX_get_error(check.get()))));
+    refuse(fmt::format(
+      "the certificate {} is not signed by the CA {}: {}", files.cert, files.ca,
+      X509_verify_cert_error_string(X509_STORE_CTX_get_error(check.get()))));
 }
 
 void configure_control_tls(caf::actor_system_config& cfg, const tls_files& files) {

@@ -47,9 +47,10 @@ transports::tcp::hello_answer hello_answer(caf::actor_system& sys,
         [&](caf::error& err) {
           out.code = errc::unknown_job;
           out.message = fmt::format("{} ({})", refusal, describe(sys, err));
-          detail::log_limited(spdlog::level::warn, peer, "hello refused: peer={} job='{}' rank={}: {}",
-                fmt::format("hello refused: peer={} job='{}' rank={}: {}", peer, hello.spec.name,
-                       hello.rank, describe(sys, err)));
+          detail::log_limited(
+            spdlog::level::warn, peer, "hello refused: peer={} job='{}' rank={}: {}",
+            fmt::format("hello refused: peer={} job='{}' rank={}: {}", peer,
+                        hello.spec.name, hello.rank, describe(sys, err)));
         });
     return out;
   };
@@ -80,7 +81,8 @@ void open_state(const runtime::node_config& cfg, cluster_settings& cs) {
 
 } // namespace
 
-coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_config& cfg,
+coordinator_node::coordinator_node(caf::actor_system& sys,
+                                   const runtime::node_config& cfg,
                                    const std::string& listen, bool with_locator)
   : sys_(sys) {
   if (!sys.has_middleman())
@@ -88,16 +90,18 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
                              "rw::actors::register_cluster_types on its config");
   // Default: the host of the first --listen address, any free port.
   auto listen_host = transports::tcp::parse_address(listen).host;
-  auto control = transports::tcp::parse_address(
-    cfg.control.empty() ? listen_host + ":0" : cfg.control);
+  auto control = transports::tcp::parse_address(cfg.control.empty() ? listen_host + ":0"
+                                                                    : cfg.control);
   cluster_settings cs;
   if (!cfg.cluster_secret_file.empty()) {
     cs.secret = runtime::read_secret_file(cfg.cluster_secret_file);
   } else {
     // rw-node refused to start this way on an address other hosts reach, unless
     // --insecure (it warned then, runtime/control_exposure.hpp).
-    spdlog::info("cluster: no --cluster-secret-file: any process that reaches the control "
-                 "address {} can register nodes and create, stop or delete jobs", control.to_string());
+    spdlog::info(
+      "cluster: no --cluster-secret-file: any process that reaches the control "
+      "address {} can register nodes and create, stop or delete jobs",
+      control.to_string());
   }
   if (!cfg.tenants_file.empty()) {
     if (cs.secret.empty())
@@ -125,10 +129,11 @@ coordinator_node::coordinator_node(caf::actor_system& sys, const runtime::node_c
                    : sys.middleman().publish(coordinator_, control.port, in, true);
   if (!port) {
     auto why = port.error() == caf::sec::cannot_open_port
-                 ? fmt::format("cannot open the control port {}: another process listens "
-                               "there, or the host is not an address of this machine; give "
-                               "another with --control HOST:PORT (port 0: any free one)",
-                               control.to_string())
+                 ? fmt::format(
+                   "cannot open the control port {}: another process listens "
+                   "there, or the host is not an address of this machine; give "
+                   "another with --control HOST:PORT (port 0: any free one)",
+                   control.to_string())
                  : fmt::format("cannot publish the cluster coordinator on {}: {}",
                                control.to_string(), sys.render(port.error()));
     stop();
@@ -172,8 +177,10 @@ void coordinator_node::stop() {
   // takes the same unpublish message as the plain one.)
   caf::scoped_actor self{sys_};
   if (port_ != 0)
-    self->request(control_middleman(sys_), std::chrono::seconds(5), caf::unpublish_atom::value,
-                  caf::actor_cast<caf::actor_addr>(coordinator_), port_)
+    self
+      ->request(control_middleman(sys_), std::chrono::seconds(5),
+                caf::unpublish_atom::value,
+                caf::actor_cast<caf::actor_addr>(coordinator_), port_)
       .receive([] {}, [](const caf::error&) {});
   self->send_exit(coordinator_, caf::exit_reason::user_shutdown);
   self->wait_for(coordinator_);

@@ -33,13 +33,9 @@ public:
   coordinator_node(const coordinator_node&) = delete;
   coordinator_node& operator=(const coordinator_node&) = delete;
 
-  const cluster_coordinator_actor& actor() const noexcept {
-    return coordinator_;
-  }
+  const cluster_coordinator_actor& actor() const noexcept { return coordinator_; }
   /// Where the coordinator takes messages (HOST:PORT).
-  const std::string& control_address() const noexcept {
-    return control_;
-  }
+  const std::string& control_address() const noexcept { return control_; }
   /// The locator's address ("" without one).
   std::string listen_address() const;
 

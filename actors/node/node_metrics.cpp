@@ -20,7 +20,8 @@ using prom::kind;
 // Asks `who` for `msg...` and waits for the answer; nullopt (and one more missing
 // answer) if none comes in time.
 template <class T, class Handle, class... Ts>
-std::optional<T> ask(caf::scoped_actor& self, const Handle& who, int& missing, Ts&&... msg) {
+std::optional<T> ask(caf::scoped_actor& self, const Handle& who, int& missing,
+                     Ts&&... msg) {
   std::optional<T> out;
   if (!who) {
     ++missing;
@@ -31,9 +32,11 @@ std::optional<T> ask(caf::scoped_actor& self, const Handle& who, int& missing, T
   return out;
 }
 
-void process_metrics(prom::writer& w, const std::string& node_name, const std::string& role) {
+void process_metrics(prom::writer& w, const std::string& node_name,
+                     const std::string& role) {
   auto p = runtime::read_process_stats();
-  w.family("rw_node_info", kind::gauge, "the node: its name, role and version (always 1)");
+  w.family("rw_node_info", kind::gauge,
+           "the node: its name, role and version (always 1)");
   w.sample({{"node", node_name}, {"role", role}, {"version", RW_VERSION}}, 1);
   // The process_* names every Prometheus client library exports for its process, so
   // dashboards and alerts written for them work unchanged.
@@ -127,7 +130,8 @@ void job_metrics(prom::writer& w, caf::scoped_actor& self, const node_gauges& no
   for (size_t j = 0; j < gauges.size(); ++j) {
     job_counters merged;
     for (auto& shard : node.shards) {
-      auto part = ask<job_counters>(self, shard, missing, stats_atom::value, gauges[j].id);
+      auto part = ask<job_counters>(self, shard, missing, stats_atom::value,
+                                    gauges[j].id);
       if (!part)
         continue;
       if (merged.size() < part->size())
@@ -145,7 +149,8 @@ void job_metrics(prom::writer& w, caf::scoped_actor& self, const node_gauges& no
   auto each = [&](const char* name, kind k, const char* help, auto field) {
     w.family(name, k, help);
     for (size_t j = 0; j < gauges.size(); ++j)
-      w.sample({{"rw_job", gauges[j].name}}, static_cast<double>(field(gauges[j], seen[j])));
+      w.sample({{"rw_job", gauges[j].name}},
+               static_cast<double>(field(gauges[j], seen[j])));
   };
   each("rw_job_clock", kind::gauge, "steps every chunk of the job on this node completed",
        [](const job_gauge& g, const ranks_seen&) { return g.clock; });
@@ -159,7 +164,8 @@ void job_metrics(prom::writer& w, caf::scoped_actor& self, const node_gauges& no
   each("rw_job_waiting_ranks", kind::gauge,
        "ranks that pushed the step in progress and wait for the others",
        [](const job_gauge&, const ranks_seen& s) { return s.waiting; });
-  each("rw_job_bytes_in_total", kind::counter, "gradient bytes the job's workers pushed here",
+  each("rw_job_bytes_in_total", kind::counter,
+       "gradient bytes the job's workers pushed here",
        [](const job_gauge&, const ranks_seen& s) { return s.bytes_in; });
   each("rw_job_bytes_out_total", kind::counter, "update bytes sent to the job's workers",
        [](const job_gauge&, const ranks_seen& s) { return s.bytes_out; });
@@ -252,8 +258,9 @@ std::string throughput_line(const node_totals& before, const node_totals& now,
   auto line = fmt::format(
     "throughput over {:.0f} s: in {:.1f} MiB/s, out {:.1f} MiB/s, {:.0f} chunk steps/s; "
     "{} connections, {} live jobs, RSS {:.0f} MiB",
-    seconds, rate(before.bytes_in, now.bytes_in) / mib, rate(before.bytes_out, now.bytes_out) / mib,
-    rate(before.steps, now.steps), now.connections, now.jobs,
+    seconds, rate(before.bytes_in, now.bytes_in) / mib,
+    rate(before.bytes_out, now.bytes_out) / mib, rate(before.steps, now.steps),
+    now.connections, now.jobs,
     static_cast<double>(runtime::read_process_stats().rss_bytes) / mib);
   if (now.missing > 0)
     line += fmt::format(" ({} actors did not answer in time: their counts are left out)",
@@ -275,8 +282,9 @@ std::string not_ready(caf::actor_system& sys, const rack_agg_node* node,
     if (!*registered)
       return "not registered with the cluster coordinator yet";
   }
-  if (cluster && !ask<std::vector<node_info>>(self, cluster->actor(), missing,
-                                               caf::get_atom::value, nodes_atom::value))
+  if (cluster
+      && !ask<std::vector<node_info>>(self, cluster->actor(), missing,
+                                      caf::get_atom::value, nodes_atom::value))
     return "the cluster coordinator does not answer";
   return {};
 }

@@ -10,10 +10,10 @@ namespace {
 
 struct supervisor_state {
   supervisor_settings settings;
-  std::vector<chunk_shard_actor> shards;  // by position in settings.shards
+  std::vector<chunk_shard_actor> shards; // by position in settings.shards
   std::vector<std::shared_ptr<detail::shard_book>> books; // each shard's state, kept
-  std::vector<uint32_t> restarts;         // by position, for the logs
-  std::vector<nic_poller_actor> pollers;  // by position in settings.endpoints
+  std::vector<uint32_t> restarts;                         // by position, for the logs
+  std::vector<nic_poller_actor> pollers; // by position in settings.endpoints
   std::vector<std::shared_ptr<detail::poller_book>> poller_books; // each poller's, kept
   rack_coordinator_actor coordinator;
   std::vector<nic_poller_actor> all_pollers;
@@ -102,8 +102,9 @@ numa_supervisor_actor::behavior_type supervisor_behavior(sup_ptr self,
       st.coordinator = coordinator;
       for (auto& e : st.settings.endpoints) {
         st.poller_books.push_back(make_poller_book());
-        st.pollers.push_back(spawn_nic_poller(self->system(), e.settings, e.ep, coordinator,
-                                              all_shards, st.poller_books.back()));
+        st.pollers.push_back(spawn_nic_poller(self->system(), e.settings, e.ep,
+                                              coordinator, all_shards,
+                                              st.poller_books.back()));
         self->monitor(st.pollers.back());
       }
       return st.pollers;

@@ -51,7 +51,7 @@ struct supervised_endpoint {
 
 struct supervisor_settings {
   uint32_t numa = 0;
-  std::vector<shard_settings> shards;          // settings.index is the node-wide index
+  std::vector<shard_settings> shards; // settings.index is the node-wide index
   std::vector<supervised_endpoint> endpoints;
 };
 

@@ -57,7 +57,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
       transports::receive_limits{cfg.max_chunk_bytes, cfg.max_control_bytes,
                                  cfg.first_frame_ms},
       accepting);
-    addresses_.push_back(ep->listen(transports::tcp::parse_address(e.listen)).to_string());
+    addresses_.push_back(
+      ep->listen(transports::tcp::parse_address(e.listen)).to_string());
     eps.push_back(ep);
   }
 
@@ -73,7 +74,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
       if (cfg.fabric != "auto")
         throw std::runtime_error(std::string(e.what()) + " (--fabric " + cfg.fabric
                                  + "; --fabric off runs TCP and shared memory only)");
-      spdlog::warn("fabric: --fabric auto found no usable provider: {}; TCP only", e.what());
+      spdlog::warn("fabric: --fabric auto found no usable provider: {}; TCP only",
+                   e.what());
     }
   }
   // One domain per NIC asked for (--fabric-nics), each with what its endpoint sends
@@ -143,9 +145,12 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     domains[p.poller.numa].endpoints.push_back({s, eps[i]});
   }
   caf::scoped_actor self{sys};
-  std::string failure; // set by a failed start-up request; thrown once the request is done
+  std::string
+    failure; // set by a failed start-up request; thrown once the request is done
   auto fail_with = [&](std::string what) {
-    return [&failure, &sys, what](caf::error& err) { failure = what + ": " + sys.render(err); };
+    return [&failure, &sys, what](caf::error& err) {
+      failure = what + ": " + sys.render(err);
+    };
   };
   auto check = [&] {
     if (failure.empty())
@@ -170,14 +175,17 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   // Every shard must be up (and pinned, if asked) before workers can come.
   for (uint32_t i = 0; i < shards_.size(); ++i) {
     self->request(shards_[i], start_timeout, stats_atom::value)
-      .receive([](shard_stats&) {}, fail_with(fmt::format("shard {} failed to start", i)));
+      .receive([](shard_stats&) {},
+               fail_with(fmt::format("shard {} failed to start", i)));
     check();
   }
 
   uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
-  uint64_t max_job_bytes = cfg.max_job_mib == 0 ? ram / 2 : uint64_t{cfg.max_job_mib} << 20;
-  coordinator_settings cs{name, cfg.max_chunk_bytes, cfg.max_workers, max_job_bytes,
-                          plan_.shard_endpoints, cfg.shm, cfg.open_jobs};
+  uint64_t max_job_bytes = cfg.max_job_mib == 0 ? ram / 2
+                                                : uint64_t{cfg.max_job_mib} << 20;
+  coordinator_settings cs{name,          cfg.max_chunk_bytes,   cfg.max_workers,
+                          max_job_bytes, plan_.shard_endpoints, cfg.shm,
+                          cfg.open_jobs};
   cs.rejoin_timeout = std::chrono::milliseconds(cfg.rejoin_timeout_ms);
   cs.max_open_jobs_per_peer = cfg.max_open_jobs_per_peer;
   cs.balance_interval = std::chrono::milliseconds(cfg.balance ? cfg.balance_ms : 0);
@@ -199,16 +207,19 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   ls.node.uplink_gbps = cfg.uplink_gbps;
   ls.node.core_gbps = cfg.core_gbps;
   if (cfg.uplink_gbps <= 0) { // auto's plan takes the NIC's speed for the agg links
-    auto nic = runtime::nic_speed_for(transports::tcp::parse_address(addresses_.front()).host);
+    auto nic = runtime::nic_speed_for(
+      transports::tcp::parse_address(addresses_.front()).host);
     ls.node.nic_gbps = nic.gbps;
     ls.node.nic = nic.device;
     if (nic.gbps > 0)
-      spdlog::info("node: no --uplink-gbps; {} reports {} Gbit/s, taken for the rack's links",
-                   nic.device, nic.gbps);
+      spdlog::info(
+        "node: no --uplink-gbps; {} reports {} Gbit/s, taken for the rack's links",
+        nic.device, nic.gbps);
     else
-      spdlog::info("node: no --uplink-gbps and no NIC speed ({}): the rack's links count as "
-                   "fast as the probed core link",
-                   nic.why);
+      spdlog::info(
+        "node: no --uplink-gbps and no NIC speed ({}): the rack's links count as "
+        "fast as the probed core link",
+        nic.why);
   }
   ls.heartbeat = std::chrono::milliseconds(cfg.heartbeat_ms);
   if (cfg.coordinator.empty()) {
@@ -263,7 +274,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   if (cfg.shm) {
     auto shm_ep = std::make_shared<transports::shm::endpoint>(
       std::chrono::milliseconds(cfg.io_timeout_ms),
-      uint64_t{cfg.send_queue_mib > 0 ? cfg.send_queue_mib : defaults::send_queue_mib} << 20);
+      uint64_t{cfg.send_queue_mib > 0 ? cfg.send_queue_mib : defaults::send_queue_mib}
+        << 20);
     auto s = side_poller();
     s.thread_name = "rw-poll-shm";
     shm_poller_ = spawn_nic_poller(sys, s, shm_ep, coordinator_, shards_);
@@ -295,11 +307,12 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     for (auto& p : pollers_)
       self->send(p, fabric_atom::value, caf::actor_cast<caf::actor>(poller),
                  std::shared_ptr<transports::endpoint>{fab_ep});
-    fabric_where.push_back(fmt::format(
-      "{} ({}; poller cpu {}, up to {} slots per worker from a {} MiB receive pool, results "
-      "placed: {})",
-      fab_ep->describe(), d->describe(), s.core.os_cpu, es.slots, cfg.fabric_pool_mib,
-      to_string(fab_ep->result_placement())));
+    fabric_where.push_back(fmt::format("{} ({}; poller cpu {}, up to {} slots per worker "
+                                       "from a {} MiB receive pool, results "
+                                       "placed: {})",
+                                       fab_ep->describe(), d->describe(), s.core.os_cpu,
+                                       es.slots, cfg.fabric_pool_mib,
+                                       to_string(fab_ep->result_placement())));
   }
   if (fabric_where.empty())
     fabric_where.push_back("off");
@@ -321,14 +334,14 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                "io_timeout_ms={} max_chunk_bytes={} max_job_mib={}",
                name, cfg.role, ls.node.rack, shards_.size(), fmt::join(addresses_, ", "),
                runtime::kernels().isa, cfg.pin, cfg.priority,
-               cfg.balance ? fmt::format("every {} ms, ratio {}", cfg.balance_ms,
-                                         cfg.balance_ratio)
-                           : std::string{"off"},
-               cfg.step_timeout_ms,
-               cfg.rejoin_timeout_ms, cfg.io_timeout_ms,
+               cfg.balance
+                 ? fmt::format("every {} ms, ratio {}", cfg.balance_ms, cfg.balance_ratio)
+                 : std::string{"off"},
+               cfg.step_timeout_ms, cfg.rejoin_timeout_ms, cfg.io_timeout_ms,
                cfg.max_chunk_bytes, max_job_bytes >> 20);
   spdlog::info("cluster: {} open_jobs={}",
-               cluster_ ? "this node embeds the coordinator, control " + cluster_->control_address()
+               cluster_ ? "this node embeds the coordinator, control "
+                            + cluster_->control_address()
                         : "joining the coordinator found through " + cfg.coordinator,
                cfg.open_jobs);
   spdlog::info("topology: {}", topo_->describe());
@@ -345,8 +358,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
       for (auto x : plan_.shard_endpoints[s])
         if (x == i)
           served.push_back(s);
-    spdlog::info("endpoint {}: tcp://{} nic={} poller cpu {} numa {} serves shards [{}]", i,
-                 addresses_[i], e.nic.empty() ? "(any)" : e.nic, e.poller.core.os_cpu,
+    spdlog::info("endpoint {}: tcp://{} nic={} poller cpu {} numa {} serves shards [{}]",
+                 i, addresses_[i], e.nic.empty() ? "(any)" : e.nic, e.poller.core.os_cpu,
                  e.poller.numa, fmt::join(served, ","));
   }
   spdlog::info("pollers: {}", plan_.pollers_why);
@@ -364,7 +377,9 @@ std::string rack_agg_node::drain() {
   caf::scoped_actor self{sys_};
   std::string out;
   self
-    ->request(link_, std::chrono::milliseconds(defaults::drain_timeout_ms) + std::chrono::seconds(5),
+    ->request(link_,
+              std::chrono::milliseconds(defaults::drain_timeout_ms)
+                + std::chrono::seconds(5),
               drain_atom::value)
     .receive([&](std::string& done) { out = std::move(done); },
              [&](caf::error& err) { out = "the drain failed: " + describe(sys_, err); });

@@ -34,46 +34,28 @@ public:
   rack_agg_node& operator=(const rack_agg_node&) = delete;
 
   /// The first bound address (the real port when the config asked for port 0).
-  const std::string& address() const noexcept {
-    return addresses_.front();
-  }
+  const std::string& address() const noexcept { return addresses_.front(); }
   /// Every bound address, one per endpoint, in config order.
-  const std::vector<std::string>& addresses() const noexcept {
-    return addresses_;
-  }
+  const std::vector<std::string>& addresses() const noexcept { return addresses_; }
   /// The shards as started (a supervisor may have replaced one since).
-  const std::vector<chunk_shard_actor>& shards() const noexcept {
-    return shards_;
-  }
-  const std::vector<nic_poller_actor>& pollers() const noexcept {
-    return pollers_;
-  }
+  const std::vector<chunk_shard_actor>& shards() const noexcept { return shards_; }
+  const std::vector<nic_poller_actor>& pollers() const noexcept { return pollers_; }
   /// The fabric endpoints' pollers (none without --fabric).
   const std::vector<nic_poller_actor>& fabric_pollers() const noexcept {
     return fabric_pollers_;
   }
   /// The node's rack coordinator (its jobs) and cluster link (its membership).
-  const rack_coordinator_actor& rack() const noexcept {
-    return coordinator_;
-  }
-  const cluster_link_actor& link() const noexcept {
-    return link_;
-  }
+  const rack_coordinator_actor& rack() const noexcept { return coordinator_; }
+  const cluster_link_actor& link() const noexcept { return link_; }
   /// The poller of colocated workers' shared memory (null if disabled).
-  const nic_poller_actor& shm_poller() const noexcept {
-    return shm_poller_;
-  }
+  const nic_poller_actor& shm_poller() const noexcept { return shm_poller_; }
   /// Drains this node at the cluster coordinator (rw.node_drain): it takes no new jobs
   /// and its flat BSP jobs move off it. Blocks until done; returns what moved and what
   /// stayed, or why it could not (not in a cluster, the coordinator unreachable).
   std::string drain();
-  const runtime::placement& plan() const noexcept {
-    return plan_;
-  }
+  const runtime::placement& plan() const noexcept { return plan_; }
   /// The embedded cluster coordinator (null when the node joined another's cluster).
-  const coordinator_node* cluster() const noexcept {
-    return cluster_.get();
-  }
+  const coordinator_node* cluster() const noexcept { return cluster_.get(); }
 
   /// Closes the endpoints and stops every actor of the node. Idempotent.
   void stop();
@@ -86,7 +68,7 @@ private:
   std::vector<numa_supervisor_actor> supervisors_;
   std::vector<chunk_shard_actor> shards_;
   std::vector<nic_poller_actor> pollers_;
-  nic_poller_actor shm_poller_; // null with shm disabled
+  nic_poller_actor shm_poller_;                  // null with shm disabled
   std::vector<nic_poller_actor> fabric_pollers_; // one per NIC; none without --fabric
   rack_coordinator_actor coordinator_;
   std::unique_ptr<coordinator_node> cluster_; // embedded, or null

@@ -20,11 +20,12 @@ namespace {
 constexpr auto hello_timeout = std::chrono::seconds(30);
 // A proof of a job placed at join is answered once every rank is placed: the rack
 // coordinator answers within the job's join timeout (at most this long) itself.
-constexpr auto proof_timeout =
-  std::chrono::milliseconds(defaults::max_join_timeout_ms) + hello_timeout;
+constexpr auto proof_timeout = std::chrono::milliseconds(defaults::max_join_timeout_ms)
+                               + hello_timeout;
 } // namespace
 
-void poller_sink::on_hello(const connection_ptr& c, const frame_header& h, payload_target& t) {
+void poller_sink::on_hello(const connection_ptr& c, const frame_header& h,
+                           payload_target& t) {
   auto& st = self_->state;
   transports::hello_msg hello;
   std::string why;
@@ -40,8 +41,9 @@ void poller_sink::on_hello(const connection_ptr& c, const frame_header& h, paylo
 }
 
 // Maps the worker's segment if it offered one and may use it; null otherwise.
-transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c, const job_binding& jb,
-                                     const transports::hello_msg& hello) {
+transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c,
+                                                  const job_binding& jb,
+                                                  const transports::hello_msg& hello) {
   auto& st = self_->state;
   if (hello.shm_segment.empty())
     return nullptr;
@@ -57,7 +59,7 @@ transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c, const
     spdlog::info("shared memory not used: peer={} job={} rank={}: {}", c->peer(),
                  jb.job_id, hello.rank,
                  st.book->shm_poller ? "the worker is on another host"
-                               : "this node has shared memory disabled");
+                                     : "this node has shared memory disabled");
     return nullptr;
   }
   try {
@@ -70,13 +72,14 @@ transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c, const
                 transports::connection_ptr{conn}, jb, hello.rank);
     return conn;
   } catch (const std::exception& e) {
-    spdlog::warn("shared memory refused: peer={} job={} rank={}: {}", c->peer(), jb.job_id,
-                 hello.rank, e.what());
+    spdlog::warn("shared memory refused: peer={} job={} rank={}: {}", c->peer(),
+                 jb.job_id, hello.rank, e.what());
     return nullptr;
   }
 }
 
-void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h, payload_target& t) {
+void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h,
+                            payload_target& t) {
   auto& st = self_->state;
   auto& b = st.book->bindings[c->id()];
   frame_header reply;
@@ -84,8 +87,8 @@ void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h, payl
   reply.job_id = b.job_id;
   reply.rank = b.rank;
   auto decline = [&](errc code, const std::string& why) {
-    spdlog::info("fabric not used: peer={} job={} rank={}: {}", c->peer(), b.job_id, b.rank,
-                 why);
+    spdlog::info("fabric not used: peer={} job={} rank={}: {}", c->peer(), b.job_id,
+                 b.rank, why);
     c->send_error(code, "fabric: " + why, reply);
   };
   // The NIC whose receive pool has lent least (the fewest workers) takes this one.
@@ -99,7 +102,8 @@ void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h, payl
     }
   }
   if (ep == nullptr)
-    return decline(errc::unavailable, "this node runs no fabric endpoint (rw-node --fabric)");
+    return decline(errc::unavailable,
+                   "this node runs no fabric endpoint (rw-node --fabric)");
   if (b.fabric)
     return decline(errc::bad_frame, "a second fabric offer on one connection");
   if (b.shm)
@@ -113,9 +117,9 @@ void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h, payl
     return decline(errc::bad_frame, why);
   auto& mine = ep->fabric_domain().provider();
   if (offer.provider != mine)
-    return decline(errc::unavailable,
-                   fmt::format("the worker runs provider '{}', this node '{}'",
-                               offer.provider, mine));
+    return decline(
+      errc::unavailable,
+      fmt::format("the worker runs provider '{}', this node '{}'", offer.provider, mine));
   std::shared_ptr<transports::fabric::connection> conn;
   try {
     // A slot holds any frame the worker sends: a chunk, its sparse pairs, a hyper change.
@@ -141,9 +145,11 @@ void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h, payl
   reply.payload_bytes = static_cast<uint32_t>(payload.size());
   iovec iov{payload.data(), payload.size()};
   c->send(reply, &iov, 1);
-  spdlog::info("fabric: job={} rank={} peer={}: on {}; it grants {} slots of {} bytes, this "
-               "node {} of {}", b.job_id, b.rank, c->peer(), ep->describe(), offer.slot_count,
-               offer.slot_bytes, conn->slot_count(), conn->offer().slot_bytes);
+  spdlog::info(
+    "fabric: job={} rank={} peer={}: on {}; it grants {} slots of {} bytes, this "
+    "node {} of {}",
+    b.job_id, b.rank, c->peer(), ep->describe(), offer.slot_count, offer.slot_bytes,
+    conn->slot_count(), conn->offer().slot_bytes);
 }
 
 void poller_sink::challenge(const connection_ptr& c, uint32_t rank, const job_binding& jb,
@@ -163,7 +169,8 @@ void poller_sink::challenge(const connection_ptr& c, uint32_t rank, const job_bi
   c->send(reply, &iov, 1);
 }
 
-void poller_sink::on_proof(const connection_ptr& c, const frame_header& h, payload_target& t) {
+void poller_sink::on_proof(const connection_ptr& c, const frame_header& h,
+                           payload_target& t) {
   auto& st = self_->state;
   auto& b = st.book->bindings[c->id()];
   transports::proof_msg proof;
@@ -174,15 +181,18 @@ void poller_sink::on_proof(const connection_ptr& c, const frame_header& h, paylo
     return;
   }
   auto hello = std::move(b.hello);
-  proof_request req{hello_request{hello, c->peer()}, std::move(b.nonce), std::move(proof.mac)};
+  proof_request req{hello_request{hello, c->peer()}, std::move(b.nonce),
+                    std::move(proof.mac)};
   b = binding{}; // joining again, until the coordinator answers
   c->admit(transports::admission::waiting);
   join(c, hello.rank,
-       self_->request(st.book->coordinator, proof_timeout, proof_atom::value, std::move(req)),
+       self_->request(st.book->coordinator, proof_timeout, proof_atom::value,
+                      std::move(req)),
        std::move(hello));
 }
 
-void poller_sink::on_hyper(const connection_ptr& c, const frame_header& h, payload_target& t) {
+void poller_sink::on_hyper(const connection_ptr& c, const frame_header& h,
+                           payload_target& t) {
   auto& st = self_->state;
   frame_header reply;
   reply.kind = frame_kind::hyper;
@@ -201,18 +211,21 @@ void poller_sink::on_hyper(const connection_ptr& c, const frame_header& h, paylo
   if (transports::decode(t.keep->bytes(), h.payload_bytes, change, why) != errc::ok)
     return answer(c, reply, errc::bad_frame, "hyper: " + why);
   if (h.rank != 0)
-    return answer(c, reply, errc::bad_rank,
-                  fmt::format("only rank 0 changes the job's hyper-parameters (this is rank "
-                              "{})", h.rank));
+    return answer(
+      c, reply, errc::bad_rank,
+      fmt::format("only rank 0 changes the job's hyper-parameters (this is rank "
+                  "{})",
+                  h.rank));
   if (auto bad = validate(change); !bad.empty())
     return answer(c, reply, errc::invalid_spec, "hyper: " + bad);
-  spdlog::info("hyper-parameters: job id={} rank 0 at {} asks for {}", h.job_id, c->peer(),
-               describe(change));
+  spdlog::info("hyper-parameters: job id={} rank 0 at {} asks for {}", h.job_id,
+               c->peer(), describe(change));
   auto self = self_;
   auto conn = c;
   // Two rounds over the job's nodes, each bounded: the cluster's answer or a timeout.
-  self_->request(st.book->coordinator, std::chrono::seconds(60), hyper_atom::value, h.job_id,
-                 change)
+  self_
+    ->request(st.book->coordinator, std::chrono::seconds(60), hyper_atom::value, h.job_id,
+              change)
     .then(
       [conn, reply](uint64_t reached) mutable {
         reply.clock = reached;
@@ -220,7 +233,7 @@ void poller_sink::on_hyper(const connection_ptr& c, const frame_header& h, paylo
       },
       [self, conn, reply, answer](caf::error& err) {
         auto code = err.category() == caf::atom("rw") ? static_cast<errc>(err.code())
-                                                       : errc::unavailable;
+                                                      : errc::unavailable;
         answer(conn, reply, code, describe(self->system(), err));
       });
 }
@@ -231,7 +244,8 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
   auto conn = c;
   // A stranger waits for the answer (it may be quiet meanwhile), then is one again.
   auto b = st.book->bindings.find(c->id());
-  const bool stranger = b == st.book->bindings.end() || b->second.status != binding::joined;
+  const bool stranger = b == st.book->bindings.end()
+                        || b->second.status != binding::joined;
   if (stranger)
     c->admit(transports::admission::waiting);
   self_->request(st.book->coordinator, hello_timeout, locate_atom::value)
@@ -264,12 +278,14 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
       });
 }
 
-void poller_sink::on_attach(const connection_ptr& c, const frame_header& h, payload_target& t) {
+void poller_sink::on_attach(const connection_ptr& c, const frame_header& h,
+                            payload_target& t) {
   auto& st = self_->state;
   transports::attach_msg proof;
   std::string why;
   if (decode(t.dst, h.payload_bytes, proof, why) != errc::ok) {
-    refuse(c, h, errc::unauthorized, "an attach whose AttachProof does not decode: " + why);
+    refuse(c, h, errc::unauthorized,
+           "an attach whose AttachProof does not decode: " + why);
     return;
   }
   st.book->bindings[c->id()] = binding{};
@@ -284,7 +300,7 @@ void poller_sink::on_attach(const connection_ptr& c, const frame_header& h, payl
 // the refusal.
 template <class Handle>
 void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending,
-          transports::hello_msg hello) {
+                       transports::hello_msg hello) {
   auto self = self_;
   auto* sink = this;
   pending.then(
@@ -331,7 +347,8 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       // worker that did not take shared memory.
       if (!st.book->fabrics.empty() && it->second.single_home && !w.shm
           && rank != transports::mirror_rank)
-        w.fabric = static_cast<transports::fabric::endpoint&>(*st.book->fabrics.front().ep)
+        w.fabric = static_cast<transports::fabric::endpoint&>(
+                     *st.book->fabrics.front().ep)
                      .fabric_domain()
                      .provider();
       w.job_id = jb.job_id;

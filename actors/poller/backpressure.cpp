@@ -21,11 +21,12 @@ void hold_against(poller_book& book, const transports::connection_ptr& c, bindin
   b.paused_at = std::chrono::steady_clock::now();
   c->pause_reading(true);
   book.paused.push_back(c);
-  spdlog::log(b.pauses++ == 0 ? spdlog::level::warn : spdlog::level::debug,
-              "reading paused: peer={} job={} rank={}: its pushes hold {} MiB at the shards "
-              "(at most {} MiB: four steps of its chunks here); its frames wait in the "
-              "socket until the shards release half",
-              c->peer(), b.job_id, b.rank, b.held->load() >> 20, b.held_limit >> 20);
+  spdlog::log(
+    b.pauses++ == 0 ? spdlog::level::warn : spdlog::level::debug,
+    "reading paused: peer={} job={} rank={}: its pushes hold {} MiB at the shards "
+    "(at most {} MiB: four steps of its chunks here); its frames wait in the "
+    "socket until the shards release half",
+    c->peer(), b.job_id, b.rank, b.held->load() >> 20, b.held_limit >> 20);
 }
 
 void resume_reading(poller_ptr self) {
@@ -46,11 +47,11 @@ void resume_reading(poller_ptr self) {
       }
       b.paused = false;
       c->pause_reading(false);
-      spdlog::debug("reading resumed: peer={} job={} rank={} after {} ms (pause {})", c->peer(),
-                    b.job_id, b.rank,
-                    std::chrono::duration_cast<std::chrono::milliseconds>(now - b.paused_at)
-                      .count(),
-                    b.pauses);
+      spdlog::debug(
+        "reading resumed: peer={} job={} rank={} after {} ms (pause {})", c->peer(),
+        b.job_id, b.rank,
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - b.paused_at).count(),
+        b.pauses);
     }
     paused[i] = std::move(paused.back());
     paused.pop_back();

@@ -16,8 +16,8 @@ namespace rw::actors {
 
 namespace {
 
-using detail::poller_ptr;
 using detail::binding;
+using detail::poller_ptr;
 using detail::poller_sink;
 
 // Serves a connection another poller set up for a joined worker (its shm segment or
@@ -42,11 +42,10 @@ void adopt(poller_ptr self, const transports::connection_ptr& conn, binding b,
   }
 }
 
-nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings settings,
-                                                std::shared_ptr<transports::endpoint> ep,
-                                                rack_coordinator_actor coordinator,
-                                                std::vector<chunk_shard_actor> shards,
-                                                std::shared_ptr<detail::poller_book> book) {
+nic_poller_actor::behavior_type poller_behavior(
+  poller_ptr self, poller_settings settings, std::shared_ptr<transports::endpoint> ep,
+  rack_coordinator_actor coordinator, std::vector<chunk_shard_actor> shards,
+  std::shared_ptr<detail::poller_book> book) {
   auto& st = self->state;
   st.settings = std::move(settings);
   st.ep = std::move(ep);
@@ -123,8 +122,8 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
       self->state.book->shm_bell = bell;
     },
     [=](adopt_atom, transports::connection_ptr& conn, job_binding& jb, uint32_t rank) {
-      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes, jb.compression,
-                                  jb.spec ? jb.spec->name : "");
+      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes,
+                                  jb.compression, jb.spec ? jb.spec->name : "");
       b.shard_rank = jb.shard_rank;
       b.shm_companion = true;
       adopt(self, conn, std::move(b), "shared memory");
@@ -134,8 +133,8 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
     },
     [=](adopt_atom, transports::connection_ptr& conn, transports::connection_ptr& tcp,
         job_binding& jb, uint32_t rank) {
-      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes, jb.compression,
-                                  jb.spec ? jb.spec->name : "");
+      auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes,
+                                  jb.compression, jb.spec ? jb.spec->name : "");
       b.shard_rank = jb.shard_rank;
       b.conn = conn; // resend and reroute frames travel on it, as the worker's data does
       b.tcp = tcp;
@@ -151,7 +150,8 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
           b.previous = b.routes;
           b.routes = rc.routes;
         }
-        if (rc.payload.empty() || b.shm_companion || b.fabric || !b.conn || !b.conn->is_open())
+        if (rc.payload.empty() || b.shm_companion || b.fabric || !b.conn
+            || !b.conn->is_open())
           continue; // new routes only: the reroute frame comes once every node has them
         transports::frame_header h;
         h.kind = transports::frame_kind::reroute;
@@ -166,9 +166,10 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
         for (auto& c : told)
           c->close();
       if (!rc.payload.empty())
-        spdlog::info("endpoint {}: job {}: {} worker connection(s) told the job's new nodes{}",
-                     st.ep->describe(), rc.job_id, told.size(),
-                     rc.close ? " and closed (the job left this node)" : "");
+        spdlog::info(
+          "endpoint {}: job {}: {} worker connection(s) told the job's new nodes{}",
+          st.ep->describe(), rc.job_id, told.size(),
+          rc.close ? " and closed (the job left this node)" : "");
       return ok_atom::value;
     },
     [=](cut_atom, uint32_t job_id, uint32_t rank) {
@@ -202,9 +203,10 @@ nic_poller_actor::behavior_type poller_behavior(poller_ptr self, poller_settings
         h.chunk_index = b.routes && b.routes->is_remapped() ? UINT32_MAX : index;
         told += b.conn->send(h) ? 1 : 0;
       }
-      spdlog::info("endpoint {}: shard {} was restarted; {} worker connection(s) asked to "
-                   "re-send what it had not answered",
-                   st.ep->describe(), index, told);
+      spdlog::info(
+        "endpoint {}: shard {} was restarted; {} worker connection(s) asked to "
+        "re-send what it had not answered",
+        st.ep->describe(), index, told);
     },
   };
 }

@@ -93,9 +93,9 @@ struct poller_settings {
   int block_ms = defaults::poll_block_ms;
   std::shared_ptr<const runtime::topology> topo; // null: not pinned
   runtime::core_info core;
-  uint32_t numa = 0;           // where receive buffers live
+  uint32_t numa = 0;             // where receive buffers live
   uint32_t prealloc_buffers = 0; // of defaults::chunk_bytes, at start
-  bool priority = true; // read the worker furthest behind first when several are ready
+  bool priority = true;    // read the worker furthest behind first when several are ready
   std::string thread_name; // empty: rw-poll-<endpoint_index>
 };
 

@@ -29,17 +29,19 @@ payload_target refuse_probe(const connection_ptr& c, const frame_header& h, errc
 
 } // namespace
 
-payload_target poller_sink::on_probe_header(const connection_ptr& c, const frame_header& h) {
+payload_target poller_sink::on_probe_header(const connection_ptr& c,
+                                            const frame_header& h) {
   auto& st = self_->state;
   if (st.book->bindings.count(c->id()) != 0)
     return refuse_probe(c, h, errc::bad_frame, "a rate probe on a worker's connection");
   auto it = st.book->probes.find(c->id());
   if (it == st.book->probes.end()) {
     if (st.book->probes.size() >= defaults::probe_max_connections)
-      return refuse_probe(c, h, errc::unavailable,
-                          fmt::format("this endpoint is taking {} rate probes already; try "
-                                      "again shortly",
-                                      st.book->probes.size()));
+      return refuse_probe(
+        c, h, errc::unavailable,
+        fmt::format("this endpoint is taking {} rate probes already; try "
+                    "again shortly",
+                    st.book->probes.size()));
     probe_taken fresh;
     fresh.conn = c;
     it = st.book->probes.emplace(c->id(), std::move(fresh)).first;
@@ -51,10 +53,11 @@ payload_target poller_sink::on_probe_header(const connection_ptr& c, const frame
                                     h.payload_bytes, defaults::probe_frame_bytes));
   auto charged = uint64_t{transports::frame_header_bytes} + h.payload_bytes;
   if (it->second.charged + charged > defaults::probe_max_bytes)
-    return refuse_probe(c, h, errc::frame_too_large,
-                        fmt::format("a rate probe of more than {} bytes (headers included) "
-                                    "on one connection",
-                                    defaults::probe_max_bytes));
+    return refuse_probe(
+      c, h, errc::frame_too_large,
+      fmt::format("a rate probe of more than {} bytes (headers included) "
+                  "on one connection",
+                  defaults::probe_max_bytes));
   it->second.charged += charged;
   it->second.bytes += h.payload_bytes;
   if (h.payload_bytes == 0)

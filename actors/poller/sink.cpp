@@ -54,70 +54,53 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
       if (it == st.book->bindings.end() || it->second.status != binding::joined)
         return refuse(c, h, errc::not_joined, "a fabric offer before the welcome");
       if (h.payload_bytes == 0 || h.payload_bytes > 4096)
-        return refuse(c, h, errc::bad_frame,
-                      fmt::format("a fabric frame carries a FabricOffer of 1..4096 bytes, "
-                                  "not {}", h.payload_bytes));
+        return refuse(
+          c, h, errc::bad_frame,
+          fmt::format("a fabric frame carries a FabricOffer of 1..4096 bytes, "
+                      "not {}",
+                      h.payload_bytes));
       return payload_target::into(st.buffer(4096));
     }
     case frame_kind::attach:
       if (st.book->bindings.count(c->id()) != 0)
-        return refuse(c, h, errc::bad_frame, "attach on a connection that already joined");
+        return refuse(c, h, errc::bad_frame,
+                      "attach on a connection that already joined");
       if (h.payload_bytes == 0 || h.payload_bytes > 4096)
-        return refuse(c, h, errc::unauthorized,
-                      fmt::format("an attach carries an AttachProof of 1..4096 bytes, not {} "
-                                  "(wire protocol {})",
-                                  h.payload_bytes, defaults::wire_version));
+        return refuse(
+          c, h, errc::unauthorized,
+          fmt::format("an attach carries an AttachProof of 1..4096 bytes, not {} "
+                      "(wire protocol {})",
+                      h.payload_bytes, defaults::wire_version));
       return payload_target::gathered();
     case frame_kind::push:
     case frame_kind::push_sparse:
     case frame_kind::init:
     case frame_kind::pull:
     case frame_kind::bye:
-    case frame_kind::hyper:
-      return check_data(c, h);
+    case frame_kind::hyper: return check_data(c, h);
     default:
-      return refuse(c, h, errc::bad_frame,
-                    fmt::format("a worker may not send {} frames",
-                                transports::to_string(h.kind)));
+      return refuse(
+        c, h, errc::bad_frame,
+        fmt::format("a worker may not send {} frames", transports::to_string(h.kind)));
   }
 }
 
 void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
-              payload_target& t) {
+                           payload_target& t) {
   auto& st = self_->state;
   if (t.action == payload_target::discard)
     return;
   switch (h.kind) {
-    case frame_kind::hello:
-      on_hello(c, h, t);
-      return;
-    case frame_kind::attach:
-      on_attach(c, h, t);
-      return;
-    case frame_kind::proof:
-      on_proof(c, h, t);
-      return;
-    case frame_kind::locate:
-      on_locate(c, h);
-      return;
-    case frame_kind::probe:
-      on_probe(c, h);
-      return;
-    case frame_kind::bye:
-      st.book->bindings[c->id()].said_bye = true;
-      return;
-    case frame_kind::pull:
-      on_frame_pull(c, h);
-      return;
-    case frame_kind::push_sparse:
-      on_sparse(c, h, t);
-      return;
-    case frame_kind::hyper:
-      on_hyper(c, h, t);
-      return;
-    case frame_kind::fabric:
-      on_fabric(c, h, t);
-      return;
+    case frame_kind::hello: on_hello(c, h, t); return;
+    case frame_kind::attach: on_attach(c, h, t); return;
+    case frame_kind::proof: on_proof(c, h, t); return;
+    case frame_kind::locate: on_locate(c, h); return;
+    case frame_kind::probe: on_probe(c, h); return;
+    case frame_kind::bye: st.book->bindings[c->id()].said_bye = true; return;
+    case frame_kind::pull: on_frame_pull(c, h); return;
+    case frame_kind::push_sparse: on_sparse(c, h, t); return;
+    case frame_kind::hyper: on_hyper(c, h, t); return;
+    case frame_kind::fabric: on_fabric(c, h, t); return;
     case frame_kind::push:
       if ((h.flags & transports::flag_half) != 0) {
         on_half(c, h, t.keep->bytes());
@@ -137,7 +120,8 @@ void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
 // push: `decode(floats, length)` fills it, or says why it cannot, and then nothing of
 // the chunk is applied.
 template <class Decode>
-void poller_sink::as_dense(const connection_ptr& c, const frame_header& h, Decode decode) {
+void poller_sink::as_dense(const connection_ptr& c, const frame_header& h,
+                           Decode decode) {
   auto& st = self_->state;
   auto& b = st.book->bindings[c->id()];
   auto length = b.routes->layout(h.tensor_id).length(h.chunk_index);
@@ -159,7 +143,8 @@ void poller_sink::as_dense(const connection_ptr& c, const frame_header& h, Decod
 
 // A sparse chunk: zeros, plus each pair added at its index, so sparse and dense pushes
 // combine exactly. Any index out of range refuses the whole chunk.
-void poller_sink::on_sparse(const connection_ptr& c, const frame_header& h, payload_target& t) {
+void poller_sink::on_sparse(const connection_ptr& c, const frame_header& h,
+                            payload_target& t) {
   // An empty chunk (no payload): this worker adds nothing to it.
   const std::byte* pairs = t.keep ? t.keep->bytes() : nullptr;
   as_dense(c, h, [&](float* dense, size_t length) {
@@ -179,7 +164,7 @@ void poller_sink::on_half(const connection_ptr& c, const frame_header& h,
 
 // Shared memory: the gradient is read in place, after the same checks as TCP frames.
 void poller_sink::on_resident_frame(const connection_ptr& c, const frame_header& h,
-                       runtime::buffer_ref payload) {
+                                    runtime::buffer_ref payload) {
   if (!admissible(c, h))
     return;
   if (h.kind == frame_kind::pull)
@@ -205,15 +190,17 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
   }
   if (it != st.book->bindings.end() && it->second.tcp) { // a fabric connection
     if (auto* f = dynamic_cast<const transports::fabric::connection*>(c.get()))
-      spdlog::info("fabric connection done: peer={} job={} rank={}: {} frames sent, {} of "
-                   "them updates written straight into the worker's output buffers, {} "
-                   "waited in the send queue for a slot",
-                   c->peer(), it->second.job_id, it->second.rank, f->frames_sent(),
-                   f->placed_sent(), f->queued_frames());
+      spdlog::info(
+        "fabric connection done: peer={} job={} rank={}: {} frames sent, {} of "
+        "them updates written straight into the worker's output buffers, {} "
+        "waited in the send queue for a slot",
+        c->peer(), it->second.job_id, it->second.rank, f->frames_sent(), f->placed_sent(),
+        f->queued_frames());
     if (code != errc::ok || it->second.tcp->is_open())
-      spdlog::warn("fabric connection closed: peer={} job={} rank={}: {} ({}); closing its "
-                   "TCP link too", c->peer(), it->second.job_id, it->second.rank, why,
-                   to_string(code));
+      spdlog::warn(
+        "fabric connection closed: peer={} job={} rank={}: {} ({}); closing its "
+        "TCP link too",
+        c->peer(), it->second.job_id, it->second.rank, why, to_string(code));
     it->second.tcp->close(); // its poller reports the leave
     st.book->bindings.erase(it);
     return;
@@ -250,23 +237,24 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
               fmt::format("{}: {}", c->peer(), why));
 }
 
-payload_target poller_sink::refuse(const connection_ptr& c, const frame_header& h, errc code,
-                      const std::string& why) {
+payload_target poller_sink::refuse(const connection_ptr& c, const frame_header& h,
+                                   errc code, const std::string& why) {
   auto& book = *self_->state.book;
   ++book.refused;
   auto b = book.bindings.find(c->id());
   const bool joined = b != book.bindings.end() && b->second.status == binding::joined;
   const auto strikes = joined ? 0 : ++book.strikes[c->id()];
   const bool closing = strikes >= defaults::max_stranger_refusals;
-  log_limited(spdlog::level::warn, c->peer(), fmt::format("refused {} {}", to_string(code), why),
-              fmt::format("frame refused: peer={} kind={} job={} rank={} tensor={} chunk={} "
-                          "clock={}: {} ({}){}",
-                          c->peer(), transports::to_string(h.kind), h.job_id, h.rank,
-                          h.tensor_id, h.chunk_index, h.clock, why, to_string(code),
-                          closing ? fmt::format("; connection closed: {} frames refused "
-                                                "before it joined a job",
-                                                strikes)
-                                  : std::string{}));
+  log_limited(
+    spdlog::level::warn, c->peer(), fmt::format("refused {} {}", to_string(code), why),
+    fmt::format("frame refused: peer={} kind={} job={} rank={} tensor={} chunk={} "
+                "clock={}: {} ({}){}",
+                c->peer(), transports::to_string(h.kind), h.job_id, h.rank, h.tensor_id,
+                h.chunk_index, h.clock, why, to_string(code),
+                closing ? fmt::format("; connection closed: {} frames refused "
+                                      "before it joined a job",
+                                      strikes)
+                        : std::string{}));
   c->send_error(code, why, h);
   if (!closing)
     return payload_target::dropped();
@@ -278,7 +266,8 @@ void poller_sink::on_frame_pull(const connection_ptr& c, const frame_header& h) 
   auto& st = self_->state;
   auto& b = st.book->bindings[c->id()];
   flush();
-  self_->send(st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)], pull_atom::value,
+  self_->send(st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)],
+              pull_atom::value,
               chunk_pull{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock, c,
                          (h.flags & transports::flag_only_changed) != 0,
                          (h.flags & transports::flag_subscribe) != 0});
@@ -293,7 +282,7 @@ uint64_t poller_sink::priority(const connection_ptr& c) const {
 }
 
 void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
-                   runtime::buffer_ref payload) {
+                                runtime::buffer_ref payload) {
   auto& st = self_->state;
   auto& b = st.book->bindings[c->id()];
   if (h.kind == frame_kind::push)
@@ -301,10 +290,17 @@ void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
   if (h.kind == frame_kind::push && payload)
     hold_against(*st.book, c, b, *payload);
   runtime::trace::instant(h.kind == frame_kind::push ? "push received" : "init received",
-                          "poller", {h.job_id, b.shard_rank, h.tensor_id, h.chunk_index,
-                                     h.clock});
-  chunk_push p{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock,
-               (h.flags & transports::flag_want_result) != 0, std::move(payload), c, h.ring};
+                          "poller",
+                          {h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock});
+  chunk_push p{h.job_id,
+               b.shard_rank,
+               h.tensor_id,
+               h.chunk_index,
+               h.clock,
+               (h.flags & transports::flag_want_result) != 0,
+               std::move(payload),
+               c,
+               h.ring};
   auto index = b.routes->shard_of(h.tensor_id, h.chunk_index);
   if (h.kind == frame_kind::push) {
     if (st.outbox.size() <= index)
@@ -333,7 +329,8 @@ void poller_sink::flush() {
 // Checks a data frame against the connection's binding; refuses it (error frame)
 // and returns false if it does not fit.
 bool poller_sink::admissible(const connection_ptr& c, const frame_header& h) {
-  if (h.kind != frame_kind::push && h.kind != frame_kind::init && h.kind != frame_kind::pull) {
+  if (h.kind != frame_kind::push && h.kind != frame_kind::init
+      && h.kind != frame_kind::pull) {
     refuse(c, h, errc::bad_frame, "only push, init and pull travel on shared memory");
     return false;
   }
@@ -341,7 +338,7 @@ bool poller_sink::admissible(const connection_ptr& c, const frame_header& h) {
 }
 
 payload_target poller_sink::check_data(const connection_ptr& c, const frame_header& h,
-                          bool allocate) {
+                                       bool allocate) {
   auto& st = self_->state;
   auto it = st.book->bindings.find(c->id());
   if (it == st.book->bindings.end() || it->second.status != binding::joined)
@@ -351,17 +348,16 @@ payload_target poller_sink::check_data(const connection_ptr& c, const frame_head
                               transports::to_string(h.kind)));
   auto& b = it->second;
   if (h.job_id != b.job_id)
-    return refuse(c, h, errc::unknown_job,
-                  fmt::format("unknown job {}: this connection joined job {}", h.job_id,
-                              b.job_id));
+    return refuse(
+      c, h, errc::unknown_job,
+      fmt::format("unknown job {}: this connection joined job {}", h.job_id, b.job_id));
   if (h.rank != b.rank)
-    return refuse(c, h, errc::bad_rank,
-                  fmt::format("rank {} on a connection that joined as rank {}", h.rank,
-                              b.rank));
+    return refuse(
+      c, h, errc::bad_rank,
+      fmt::format("rank {} on a connection that joined as rank {}", h.rank, b.rank));
   if (h.kind == frame_kind::bye)
-    return h.payload_bytes == 0
-             ? payload_target::into(nullptr)
-             : refuse(c, h, errc::bad_frame, "bye carries no payload");
+    return h.payload_bytes == 0 ? payload_target::into(nullptr)
+                                : refuse(c, h, errc::bad_frame, "bye carries no payload");
   if (h.kind == frame_kind::hyper) {
     constexpr uint32_t max_hyper_bytes = 4096;
     if (h.payload_bytes == 0 || h.payload_bytes > max_hyper_bytes)
@@ -383,13 +379,15 @@ payload_target poller_sink::check_data(const connection_ptr& c, const frame_head
       && b.previous->is_local(h.tensor_id, h.chunk_index))
     return payload_target::dropped(); // sent by the ring the job just left: sent again
   if (!b.routes->is_local(h.tensor_id, h.chunk_index))
-    return refuse(c, h, errc::bad_chunk,
-                  fmt::format("chunk {}/{} of job {} is homed on another node of the job, "
-                              "not on {} (consistent-hash ring): send it to its home",
-                              h.tensor_id, h.chunk_index, b.job_id, st.settings.node_name));
+    return refuse(
+      c, h, errc::bad_chunk,
+      fmt::format("chunk {}/{} of job {} is homed on another node of the job, "
+                  "not on {} (consistent-hash ring): send it to its home",
+                  h.tensor_id, h.chunk_index, b.job_id, st.settings.node_name));
   if (h.kind == frame_kind::pull)
-    return h.payload_bytes == 0 ? payload_target::into(nullptr)
-                                : refuse(c, h, errc::bad_frame, "pull carries no payload");
+    return h.payload_bytes == 0
+             ? payload_target::into(nullptr)
+             : refuse(c, h, errc::bad_frame, "pull carries no payload");
   auto expect = layout.length(h.chunk_index) * sizeof(float);
   // A dense push of a bf16 / fp16 job carries 16-bit values, flagged with the job's
   // format; every other frame carries float32 (inits: the exact initial values; a
@@ -412,20 +410,22 @@ payload_target poller_sink::check_data(const connection_ptr& c, const frame_head
                                                           to_string(b.compression))));
   if (h.kind == frame_kind::push && job_half != 0) {
     if (half == 0)
-      return refuse(c, h, errc::bad_chunk,
-                    fmt::format("chunk {}/{} carries float32 values: job {} compresses its "
-                                "gradients with {} (flag 0x{:x})",
-                                h.tensor_id, h.chunk_index, b.job_id,
-                                to_string(b.compression), job_half));
+      return refuse(
+        c, h, errc::bad_chunk,
+        fmt::format("chunk {}/{} carries float32 values: job {} compresses its "
+                    "gradients with {} (flag 0x{:x})",
+                    h.tensor_id, h.chunk_index, b.job_id, to_string(b.compression),
+                    job_half));
     expect = transports::half_payload_bytes(half, layout.length(h.chunk_index));
   }
   if (h.kind == frame_kind::push_sparse) {
     // Pairs of 8 bytes, never more than the dense chunk (a worker sends dense then).
-    if (auto why = transports::check_sparse_size(h.payload_bytes, layout.length(h.chunk_index));
+    if (auto why = transports::check_sparse_size(h.payload_bytes,
+                                                 layout.length(h.chunk_index));
         !why.empty())
-      return refuse(c, h, errc::bad_chunk,
-                    fmt::format("sparse chunk {}/{} carries {}", h.tensor_id, h.chunk_index,
-                                why));
+      return refuse(
+        c, h, errc::bad_chunk,
+        fmt::format("sparse chunk {}/{} carries {}", h.tensor_id, h.chunk_index, why));
     if (!allocate)
       return payload_target::into(nullptr);
     return h.payload_bytes == 0 ? payload_target::into(nullptr)

@@ -58,10 +58,10 @@ struct binding {
   /// which the poller widens before a shard sees them.
   compression_spec compression;
   bool said_bye = false;
-  uint64_t clock = 0;               // the latest clock this worker pushed
-  transports::connection_ptr shm;   // the worker's adopted segment (TCP connections)
-  transports::connection_ptr conn;  // joined TCP connections: this one (for resend frames)
-  bool shm_companion = false;       // this is such a segment (on the shm poller)
+  uint64_t clock = 0;              // the latest clock this worker pushed
+  transports::connection_ptr shm;  // the worker's adopted segment (TCP connections)
+  transports::connection_ptr conn; // joined TCP connections: this one (for resend frames)
+  bool shm_companion = false;      // this is such a segment (on the shm poller)
   transports::connection_ptr fabric; // the worker's fabric connection (TCP connections)
   transports::connection_ptr tcp;    // a fabric connection's TCP link (fabric poller)
   bool single_home = true;           // the job's chunks all live here (shm, fabric)
@@ -74,8 +74,8 @@ struct binding {
   bool paused = false;
   uint64_t pauses = 0;
   std::chrono::steady_clock::time_point paused_at{};
-  std::vector<std::byte> nonce;     // challenged: the nonce sent
-  transports::hello_msg hello;      // challenged: the hello the proof is for
+  std::vector<std::byte> nonce; // challenged: the nonce sent
+  transports::hello_msg hello;  // challenged: the hello the proof is for
 };
 
 class poller_sink;
@@ -96,7 +96,7 @@ struct probe_taken {
 struct poller_book {
   rack_coordinator_actor coordinator;
   std::vector<chunk_shard_actor> shards;
-  std::unordered_map<uint64_t, binding> bindings; // by connection id
+  std::unordered_map<uint64_t, binding> bindings;                // by connection id
   std::map<size_t, std::unique_ptr<runtime::buffer_pool>> pools; // by buffer size
   caf::actor shm_poller; // set on TCP pollers when colocated workers may use shm
   std::string shm_bell;
@@ -165,8 +165,7 @@ void resume_reading(poller_ptr self);
 
 class poller_sink final : public transports::frame_sink {
 public:
-  explicit poller_sink(poller_ptr self) : self_(self) {
-  }
+  explicit poller_sink(poller_ptr self) : self_(self) {}
   payload_target on_header(const connection_ptr& c, const frame_header& h) override;
   void on_frame(const connection_ptr& c, const frame_header& h,
                 payload_target& t) override;
@@ -186,6 +185,7 @@ public:
   // Sends the round's pushes to their shards (one message per shard); before any other
   // message leaves the poller, so a shard sees a connection's frames in their order.
   void flush();
+
 private:
   payload_target refuse(const connection_ptr& c, const frame_header& h, errc code,
                         const std::string& why);

@@ -52,21 +52,22 @@ void migrate(rack_ptr self, shard_move m, size_t count, uint64_t bytes, double b
         auto per_shard = m.next->chunks_per_shard();
         ++st.balance.moves;
         auto* job = live_job(st, m.job_id);
-        spdlog::info("balance: job '{}' (id {}): {} chunk(s), {:.2f} MiB, moved from shard {} "
-                     "(busy {:.0f}%) to shard {} (busy {:.0f}%) in {} us; the job's chunks "
-                     "per shard now [{}]; {} move(s) on this node so far",
-                     job ? job->spec.name : std::string{"(ended)"}, m.job_id, count,
-                     double(bytes) / (1 << 20), m.from, busy_from * 100, m.to, busy_to * 100,
-                     std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now()
-                                                                           - started)
-                       .count(),
-                     fmt::join(per_shard, ","), st.balance.moves);
+        spdlog::info(
+          "balance: job '{}' (id {}): {} chunk(s), {:.2f} MiB, moved from shard {} "
+          "(busy {:.0f}%) to shard {} (busy {:.0f}%) in {} us; the job's chunks "
+          "per shard now [{}]; {} move(s) on this node so far",
+          job ? job->spec.name : std::string{"(ended)"}, m.job_id, count,
+          double(bytes) / (1 << 20), m.from, busy_from * 100, m.to, busy_to * 100,
+          std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now()
+                                                                - started)
+            .count(),
+          fmt::join(per_shard, ","), st.balance.moves);
         st.balance.report = true;
         end_move(self);
       },
       [=](caf::error& err) {
-        auto why = fmt::format("chunks moving from shard {} to shard {} were lost: {}", m.from,
-                               m.to, to_string(err));
+        auto why = fmt::format("chunks moving from shard {} to shard {} were lost: {}",
+                               m.from, m.to, to_string(err));
         spdlog::error("balance: job {}: {}", m.job_id, why);
         if (live_job(self->state, m.job_id) != nullptr)
           end_job(self, m.job_id, "failed", errc::internal, why);
@@ -113,7 +114,8 @@ void move(rack_ptr self, uint32_t from, uint32_t to, const balance_plan& plan,
 }
 
 // Asks the busy shard what it would give, and moves it.
-void start_move(rack_ptr self, uint32_t from, uint32_t to, double busy_from, double busy_to) {
+void start_move(rack_ptr self, uint32_t from, uint32_t to, double busy_from,
+                double busy_to) {
   auto& st = self->state;
   st.balance.moving = true;
   double share = (busy_from - busy_to) / (2 * busy_from);
@@ -194,9 +196,10 @@ void judge(rack_ptr self, const std::vector<int64_t>& busy) {
   }
   b.streak = hi == b.busiest ? b.streak + 1 : 1;
   b.busiest = hi;
-  spdlog::debug("balance: shard {} busy {:.0f}%, shard {} busy {:.0f}% ({} sample(s) in a "
-                "row)",
-                hi, frac[hi] * 100, lo, frac[lo] * 100, b.streak);
+  spdlog::debug(
+    "balance: shard {} busy {:.0f}%, shard {} busy {:.0f}% ({} sample(s) in a "
+    "row)",
+    hi, frac[hi] * 100, lo, frac[lo] * 100, b.streak);
   if (b.streak < st.settings.balance_windows)
     return;
   start_move(self, hi, lo, frac[hi], frac[lo]);

@@ -73,8 +73,10 @@ std::string one_clock(ck::chunk_file& f, uint64_t asked) {
     if (f.clock == now_clock)
       f.clock = r.version;
     if (r.version != f.clock)
-      return fmt::format("chunk {}/{} is at version {}, others at {}: the job's chunks are "
-                         "not at one clock", r.tensor, r.chunk, r.version, f.clock);
+      return fmt::format(
+        "chunk {}/{} is at version {}, others at {}: the job's chunks are "
+        "not at one clock",
+        r.tensor, r.chunk, r.version, f.clock);
   }
   if (f.clock == now_clock)
     f.clock = asked;
@@ -83,7 +85,8 @@ std::string one_clock(ck::chunk_file& f, uint64_t asked) {
 
 // Writes the node's file on a writer of its own, then done(part or error).
 void write_file(rack_ptr self, std::string dir, std::shared_ptr<ck::chunk_file> file,
-                uint32_t job_id, std::function<void(caf::expected<checkpoint_part>)> done) {
+                uint32_t job_id,
+                std::function<void(caf::expected<checkpoint_part>)> done) {
   auto writer = self->system().spawn<caf::detached>(file_writer, job_id);
   self->request(writer, caf::infinite, file_job{std::move(dir), std::move(file)})
     .then(
@@ -166,10 +169,11 @@ caf::result<checkpoint_part> on_checkpoint(rack_ptr self, uint32_t job_id, uint6
           finish();
         });
   auto name = st.names.find(job_id);
-  spdlog::info("checkpoint requested: job='{}' id={} clock={} dir='{}': the shards copy its "
-               "chunks at that clock",
-               name == st.names.end() ? std::string{"(ended)"} : name->second, job_id,
-               clock == now_clock ? std::string{"(as they stand)"} : std::to_string(clock), dir);
+  spdlog::info(
+    "checkpoint requested: job='{}' id={} clock={} dir='{}': the shards copy its "
+    "chunks at that clock",
+    name == st.names.end() ? std::string{"(ended)"} : name->second, job_id,
+    clock == now_clock ? std::string{"(as they stand)"} : std::to_string(clock), dir);
   return rp;
 }
 
@@ -219,7 +223,8 @@ std::string load_restore(const std::string& dir, const job_spec& spec,
   try {
     auto m = ck::read_manifest(dir);
     if (auto why = ck::restore_mismatch(m, spec); !why.empty())
-      return fmt::format("job '{}' cannot start from checkpoint '{}': {}", spec.name, dir, why);
+      return fmt::format("job '{}' cannot start from checkpoint '{}': {}", spec.name, dir,
+                         why);
     per_shard.assign(routes.num_shards(), {});
     for (auto& e : m.files) {
       bool wanted = false;

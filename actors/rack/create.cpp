@@ -72,7 +72,8 @@ job_spec rack_part(rack_ptr self, job_info& job, const job_spec& spec) {
 }
 
 // The first worker of a job: the shards allocate its chunks, then the worker joins.
-void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id, binding_promise rp) {
+void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id,
+                     binding_promise rp) {
   auto& st = self->state;
   auto& spec = req.hello.spec;
   auto rank = req.hello.rank;
@@ -98,11 +99,11 @@ void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id, bindi
   if (job.layout.nodes.size() > 1 && !is_hierarchical(job.layout)) {
     runtime::hash_ring ring{job.layout.nodes, job.layout.vnodes, job.layout.ring_version};
     job.routes = std::make_shared<runtime::routing_table>(
-      spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring, job.node_index,
-      job.layout.replicas);
+      spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring,
+      job.node_index, job.layout.replicas);
   } else {
-    job.routes = std::make_shared<runtime::routing_table>(spec, uint32_t(st.shards.size()),
-                                                         st.settings.shard_endpoints);
+    job.routes = std::make_shared<runtime::routing_table>(
+      spec, uint32_t(st.shards.size()), st.settings.shard_endpoints);
   }
   std::vector<std::vector<runtime::checkpoint::chunk_record>> restored;
   if (auto g = st.grants.find(spec.name);
@@ -159,8 +160,8 @@ void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id, bindi
                "optimizer={} lr={} "
                "chunk_bytes={} tensors={} bytes={} chunks={} chunks_per_shard=[{}] "
                "chunks_per_endpoint=[{}] credentials={} nodes={} homed_here={}",
-               job.granted ? "job started on this node" : "job created", spec.name, job.id,
-               spec.num_workers, to_string(spec.consistency),
+               job.granted ? "job started on this node" : "job created", spec.name,
+               job.id, spec.num_workers, to_string(spec.consistency),
                to_string(spec.compression), spec.compression.updates ? "+updates" : "",
                to_string(spec.optimizer.kind), spec.optimizer.learning_rate,
                spec.chunk_bytes, spec.tensors.size(), bytes, job.routes->total_chunks(),
@@ -180,14 +181,22 @@ void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id, bindi
     peers.push_back(caf::actor_cast<caf::actor>(sh));
   mirror_ring(self, job, job.layout);
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
-    job_setup setup{job.id, shard_spec, job.routes, i, job.params, peers, job.uplink,
-                    job.init_rank, restored.empty() ? std::vector<runtime::checkpoint::chunk_record>{}
-                                                    : std::move(restored[i]),
+    job_setup setup{job.id,
+                    shard_spec,
+                    job.routes,
+                    i,
+                    job.params,
+                    peers,
+                    job.uplink,
+                    job.init_rank,
+                    restored.empty() ? std::vector<runtime::checkpoint::chunk_record>{}
+                                     : std::move(restored[i]),
                     job.checkpoint_every};
     setup.ring_version = job.layout.nodes.size() > 1 ? job.layout.ring_version : 0;
     setup.mirror = job.mirror;
-    self->request(st.shards[i], st.settings.shard_setup_timeout, create_atom::value,
-                  std::move(setup), sink)
+    self
+      ->request(st.shards[i], st.settings.shard_setup_timeout, create_atom::value,
+                std::move(setup), sink)
       .then(
         [=](ok_atom) mutable {
           if (--*pending == 0 && rp.pending())
@@ -195,8 +204,9 @@ void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id, bindi
         },
         [=](caf::error& err) mutable {
           // The job ends here, on every shard: its name is free and no rank stays live.
-          auto why = fmt::format("shard {} of node {} did not set up the job's chunks: {}", i,
-                                 self->state.settings.node_name, describe(self->system(), err));
+          auto why = fmt::format(
+            "shard {} of node {} did not set up the job's chunks: {}", i,
+            self->state.settings.node_name, describe(self->system(), err));
           end_job(self, b.job_id, "failed", errc::internal, why);
           if (rp.pending())
             rp.deliver(refuse(errc::internal, why));

@@ -40,12 +40,13 @@ caf::result<uint64_t> on_hyper_prepare(rack_ptr self, uint32_t job_id, uint64_t 
                                      "joined it here yet, or it ended)",
                                      job_id, st.settings.node_name));
   if (job->uplink || job->moving || job->arriving)
-    return cluster_error(errc::unavailable,
-                         fmt::format("job '{}' on node {} is {}: its hyper-parameters cannot "
-                                     "change now",
-                                     job->spec.name, st.settings.node_name,
-                                     job->uplink ? "a hierarchical job's rack part"
-                                                 : "moving between nodes"));
+    return cluster_error(
+      errc::unavailable,
+      fmt::format("job '{}' on node {} is {}: its hyper-parameters cannot "
+                  "change now",
+                  job->spec.name, st.settings.node_name,
+                  job->uplink ? "a hierarchical job's rack part"
+                              : "moving between nodes"));
   if (auto why = validate(change); !why.empty())
     return cluster_error(errc::invalid_spec, why);
   st.hyper[id] = {job_id, change};
@@ -65,28 +66,32 @@ caf::result<uint64_t> on_hyper_prepare(rack_ptr self, uint32_t job_id, uint64_t 
           }
         },
         [self, g, rp](caf::error& err) mutable {
-          g->failure = "a shard did not prepare the change: " + self->system().render(err);
+          g->failure = "a shard did not prepare the change: "
+                       + self->system().render(err);
           if (--g->waiting == 0)
             rp.deliver(cluster_error(errc::unavailable, g->failure));
         });
   caf::delayed_anon_send(caf::actor_cast<rack_coordinator_actor>(self), hyper_hold,
                          hyper_atom::value, job_id, id, false);
-  spdlog::info("hyper-parameters: job='{}' id={}: change {} ({}) prepared: steps of clock "
-               ">= {} wait for the decision",
-               job->spec.name, job_id, id, describe(change), change.at_clock);
+  spdlog::info(
+    "hyper-parameters: job='{}' id={}: change {} ({}) prepared: steps of clock "
+    ">= {} wait for the decision",
+    job->spec.name, job_id, id, describe(change), change.at_clock);
   return rp;
 }
 
-caf::result<ok_atom> on_hyper_end(rack_ptr self, uint32_t job_id, uint64_t id, bool apply) {
+caf::result<ok_atom> on_hyper_end(rack_ptr self, uint32_t job_id, uint64_t id,
+                                  bool apply) {
   auto& st = self->state;
   auto it = st.hyper.find(id);
   if (it == st.hyper.end() || it->second.job_id != job_id) {
     if (!apply)
       return ok_atom::value; // dropped already (it timed out, or the job ended)
-    return cluster_error(errc::unavailable,
-                         fmt::format("hyper-parameter change {} of job {} is not prepared on "
-                                     "node {} (it waited longer than {} s and was dropped)",
-                                     id, job_id, st.settings.node_name, hyper_hold.count()));
+    return cluster_error(
+      errc::unavailable,
+      fmt::format("hyper-parameter change {} of job {} is not prepared on "
+                  "node {} (it waited longer than {} s and was dropped)",
+                  id, job_id, st.settings.node_name, hyper_hold.count()));
   }
   auto change = it->second.change;
   st.hyper.erase(it);
@@ -97,11 +102,11 @@ caf::result<ok_atom> on_hyper_end(rack_ptr self, uint32_t job_id, uint64_t id, b
     return ok_atom::value;
   if (apply) {
     job->spec.schedule.push_back(change); // so shards set up later (moves) have it
-    spdlog::info("hyper-parameters: job='{}' id={}: {} from now on", job->spec.name, job_id,
-                 describe(change));
+    spdlog::info("hyper-parameters: job='{}' id={}: {} from now on", job->spec.name,
+                 job_id, describe(change));
   } else {
-    spdlog::warn("hyper-parameters: job='{}' id={}: change {} ({}) dropped", job->spec.name,
-                 job_id, id, describe(change));
+    spdlog::warn("hyper-parameters: job='{}' id={}: change {} ({}) dropped",
+                 job->spec.name, job_id, id, describe(change));
   }
   return ok_atom::value;
 }
@@ -111,9 +116,9 @@ caf::result<uint64_t> on_hyper_request(rack_ptr self, uint32_t job_id,
   auto& st = self->state;
   auto* job = live_job(st, job_id);
   if (job == nullptr)
-    return cluster_error(errc::unknown_job,
-                         fmt::format("job {} is not running on node {}", job_id,
-                                     st.settings.node_name));
+    return cluster_error(
+      errc::unknown_job,
+      fmt::format("job {} is not running on node {}", job_id, st.settings.node_name));
   // One change at a time per job, and a bounded schedule: a rank 0 looping changes
   // cannot keep the cluster coordinator (which also takes the heartbeats) busy.
   if (auto why = hyper_busy(job->spec, job->hyper_pending); !why.empty())
@@ -124,10 +129,11 @@ caf::result<uint64_t> on_hyper_request(rack_ptr self, uint32_t job_id,
   };
   if (job->granted) {
     if (!st.link)
-      return cluster_error(errc::unavailable,
-                           fmt::format("node {} is not in touch with the cluster coordinator, "
-                                       "which changes job '{}' on every node",
-                                       st.settings.node_name, job->spec.name));
+      return cluster_error(
+        errc::unavailable,
+        fmt::format("node {} is not in touch with the cluster coordinator, "
+                    "which changes job '{}' on every node",
+                    st.settings.node_name, job->spec.name));
     job->hyper_pending = true;
     auto rp = self->make_response_promise<uint64_t>();
     self->request(st.link, hyper_timeout, hyper_atom::value, job->spec.name, change)
@@ -162,9 +168,10 @@ caf::result<uint64_t> on_hyper_request(rack_ptr self, uint32_t job_id,
               else
                 rp.deliver(cluster_error(
                   errc::clock_out_of_range,
-                  fmt::format("the job has run the step of clock {} already (it is at clock "
-                              "{}): at_clock must be >= {}",
-                              change.at_clock, reached, reached)));
+                  fmt::format(
+                    "the job has run the step of clock {} already (it is at clock "
+                    "{}): at_clock must be >= {}",
+                    change.at_clock, reached, reached)));
             },
             [rp, settled](caf::error& err) mutable {
               settled();

@@ -76,14 +76,15 @@ void gather(rack_ptr self, const job_info& job, job_event ev, Done done) {
   };
   for (auto& shard : st.shards)
     self->request(shard, shard_stats_timeout, stats_atom::value, job.id)
-      .then([acc, finish, global = job.global_rank](job_counters& counts) mutable {
-              add_counts(acc->ranks, counts, global);
-              finish();
-            },
-            [acc, finish, id = job.id](caf::error& err) mutable {
-              spdlog::warn("job {}: a shard gave no counts: {}", id, to_string(err));
-              finish();
-            });
+      .then(
+        [acc, finish, global = job.global_rank](job_counters& counts) mutable {
+          add_counts(acc->ranks, counts, global);
+          finish();
+        },
+        [acc, finish, id = job.id](caf::error& err) mutable {
+          spdlog::warn("job {}: a shard gave no counts: {}", id, to_string(err));
+          finish();
+        });
 }
 
 void remember_end(rack_state& st, const std::string& name, const std::string& state,
@@ -97,8 +98,8 @@ void remember_end(rack_state& st, const std::string& name, const std::string& st
   g->second.held_top.clear();
   for (auto& h : held)
     h.rp.deliver(refuse(errc::unknown_job,
-                        fmt::format("job '{}' {} before its ranks were placed{}{}", name, state,
-                                    why.empty() ? "" : ": ", why)));
+                        fmt::format("job '{}' {} before its ranks were placed{}{}", name,
+                                    state, why.empty() ? "" : ": ", why)));
   // One mention per name: an older one (the name was used before) would evict this.
   st.ended_grants.erase(std::remove(st.ended_grants.begin(), st.ended_grants.end(), name),
                         st.ended_grants.end());
@@ -139,22 +140,22 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
   auto& name = g.spec.name;
   auto live = st.jobs.find(name);
   if (live != st.jobs.end() && !live->second.granted)
-    return cluster_error(errc::duplicate_name,
-                         fmt::format("node {} runs an open job named '{}'",
-                                     st.settings.node_name, name));
+    return cluster_error(
+      errc::duplicate_name,
+      fmt::format("node {} runs an open job named '{}'", st.settings.node_name, name));
   auto old = st.grants.find(name);
   if (old != st.grants.end() && old->second.ended.empty())
-    return cluster_error(errc::duplicate_name,
-                         fmt::format("node {} has a live job named '{}'",
-                                     st.settings.node_name, name));
+    return cluster_error(
+      errc::duplicate_name,
+      fmt::format("node {} has a live job named '{}'", st.settings.node_name, name));
   if (g.layout.nodes.size() > 1
       && std::find(g.layout.nodes.begin(), g.layout.nodes.end(), st.settings.node_name)
            == g.layout.nodes.end())
-    return cluster_error(errc::invalid_spec,
-                         fmt::format("job '{}' was granted to node {}, which is not among "
-                                     "its nodes [{}]",
-                                     name, st.settings.node_name,
-                                     fmt::join(g.layout.nodes, ",")));
+    return cluster_error(
+      errc::invalid_spec,
+      fmt::format("job '{}' was granted to node {}, which is not among "
+                  "its nodes [{}]",
+                  name, st.settings.node_name, fmt::join(g.layout.nodes, ",")));
   spdlog::info("job granted: job='{}' id={} workers={} consistency={} optimizer={} "
                "chunk_bytes={} nodes=[{}] reduction={} ring_version={}: waiting for its "
                "workers",
@@ -166,7 +167,8 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
   try {
     auto& root = st.settings.checkpoint_root;
     if (!g.restore.empty())
-      g.restore = root.resolve(g.restore, fmt::format("node {}: restore", st.settings.node_name));
+      g.restore = root.resolve(g.restore,
+                               fmt::format("node {}: restore", st.settings.node_name));
     if (!g.checkpoint_dir.empty())
       g.checkpoint_dir = root.resolve(
         g.checkpoint_dir, fmt::format("node {}: checkpoint_dir", st.settings.node_name));
@@ -175,13 +177,14 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
     return cluster_error(errc::invalid_spec, e.what());
   }
   if (g.joining && (is_hierarchical(g.layout) || g.spec.tensors.empty()))
-    return cluster_error(errc::invalid_spec,
-                         fmt::format("node {} cannot join job '{}': only a flat job whose "
-                                     "tensors are known moves onto a node",
-                                     st.settings.node_name, name));
-  st.grants[name] =
-    grant_info{g.job_id, g.spec, g.secret, g.layout, {}, {}, false, 0, {}, g.restore,
-               g.checkpoint_every, g.checkpoint_dir};
+    return cluster_error(
+      errc::invalid_spec,
+      fmt::format("node {} cannot join job '{}': only a flat job whose "
+                  "tensors are known moves onto a node",
+                  st.settings.node_name, name));
+  st.grants[name] = grant_info{
+    g.job_id, g.spec,    g.secret,           g.layout,        {}, {}, false, 0,
+    {},       g.restore, g.checkpoint_every, g.checkpoint_dir};
   st.grants[name].joining = g.joining;
   st.grants[name].max_memory = g.max_memory;
   if (is_hierarchical(g.layout)) {
@@ -191,7 +194,8 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
     auto top = g.spec;
     top.name = top_job_name(name);
     top.num_workers = static_cast<uint32_t>(g.layout.nodes.size());
-    top.optimizer.rescale = runtime::effective_rescale(g.spec.optimizer, g.spec.num_workers);
+    top.optimizer.rescale = runtime::effective_rescale(g.spec.optimizer,
+                                                       g.spec.num_workers);
     // Compression is the workers' hop: the racks' partial sums and the homes' answers
     // cross the core as float32 (the rack-aggs widen what their workers send).
     top.compression = {};
@@ -201,8 +205,18 @@ caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
     // The state lives at the chunks' homes in the top level: its checkpoints are the
     // job's, and a restored job's top level starts from the checkpoint (each node the
     // chunks it homes, with their optimizer state).
-    grant_info t{g.job_id + top_job_id_offset, top, g.secret, layout, {}, {}, false, 0, {},
-                 g.restore, g.checkpoint_every, g.checkpoint_dir};
+    grant_info t{g.job_id + top_job_id_offset,
+                 top,
+                 g.secret,
+                 layout,
+                 {},
+                 {},
+                 false,
+                 0,
+                 {},
+                 g.restore,
+                 g.checkpoint_every,
+                 g.checkpoint_dir};
     t.internal = true;
     t.init_rank = g.layout.rank_racks.empty() ? 0 : g.layout.rank_racks.front();
     st.grants[top.name] = std::move(t);
@@ -221,7 +235,8 @@ caf::result<job_event> on_status(rack_ptr self, uint32_t job_id) {
     return rp;
   }
   if (auto* g = find_grant(st, job_id))
-    return job_event{job_id, g->ended.empty() ? "created" : g->ended, g->reason, g->spec, {}};
+    return job_event{
+      job_id, g->ended.empty() ? "created" : g->ended, g->reason, g->spec, {}};
   return cluster_error(errc::unknown_job, fmt::format("node {} has no job {}",
                                                       st.settings.node_name, job_id));
 }
@@ -238,8 +253,8 @@ caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& 
     if (g->ended.empty()) {
       auto name = g->spec.name;
       auto spec = g->spec;
-      spdlog::info("job {}: job='{}' id={} before any worker joined: {}", state, name, job_id,
-                   reason);
+      spdlog::info("job {}: job='{}' id={} before any worker joined: {}", state, name,
+                   job_id, reason);
       remember_end(st, name, state, reason);
       send_event(self, job_event{job_id, state, reason, spec, {}});
     }
@@ -290,7 +305,7 @@ void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code
   // coordinator's to log (once), and this line is about this node's part of it.
   auto what = job.granted ? fmt::format("job ended on this node: state={}", state)
                           : fmt::format("job {}", state);
-  auto level = state == "finished" ? spdlog::level::info
+  auto level = state == "finished"  ? spdlog::level::info
                : state == "stopped" ? spdlog::level::warn
                                     : spdlog::level::err;
   if (state == "finished" || state == "stopped")
@@ -300,7 +315,8 @@ void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code
                 to_string(code));
   if (job.granted) {
     remember_end(st, job.spec.name, state, why);
-    gather(self, job, job_event{job_id, state, state == "finished" ? "" : why, job.spec, {}},
+    gather(self, job,
+           job_event{job_id, state, state == "finished" ? "" : why, job.spec, {}},
            [self](job_event& ev) { send_event(self, ev); });
   }
   for (auto& s : st.shards) {

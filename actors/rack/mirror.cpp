@@ -20,15 +20,17 @@ job_info* mirrored_job(rack_state& st, const hello_request& req, job_binding& re
   auto j = st.jobs.find(name);
   if (g == st.grants.end() || !g->second.ended.empty() || j == st.jobs.end()
       || j->second.arriving) {
-    refusal = refuse(errc::unavailable,
-                     fmt::format("job '{}' is not served on node {} (not yet, or any more): "
-                                 "no replica here takes its steps",
-                                 name, st.settings.node_name));
+    refusal = refuse(
+      errc::unavailable,
+      fmt::format("job '{}' is not served on node {} (not yet, or any more): "
+                  "no replica here takes its steps",
+                  name, st.settings.node_name));
     return nullptr;
   }
   if (req.hello.rank != transports::mirror_rank || !req.hello.has_token) {
-    refusal = refuse(errc::bad_rank, "a mirror link says hello as the mirror rank, with the "
-                                     "job's token");
+    refusal = refuse(errc::bad_rank,
+                     "a mirror link says hello as the mirror rank, with the "
+                     "job's token");
     return nullptr;
   }
   return &j->second;
@@ -59,12 +61,14 @@ job_binding mirror_proof(rack_ptr self, const proof_request& p) {
   if (job == nullptr)
     return refusal;
   auto& g = st.grants.at(job->spec.name);
-  if (!runtime::verify(g.secret, p.nonce, job->spec.name, transports::mirror_rank, p.mac)) {
+  if (!runtime::verify(g.secret, p.nonce, job->spec.name, transports::mirror_rank,
+                       p.mac)) {
     spdlog::warn("mirror refused: peer={} job='{}' id={}: wrong token", req.peer,
                  job->spec.name, job->id);
-    return refuse(errc::unauthorized, fmt::format("wrong token for job '{}': the proof does "
-                                                  "not match",
-                                                  job->spec.name));
+    return refuse(errc::unauthorized,
+                  fmt::format("wrong token for job '{}': the proof does "
+                              "not match",
+                              job->spec.name));
   }
   spdlog::info("mirror link joined: job='{}' id={} peer={}: the steps of the chunks "
                "replicated here come from their home",

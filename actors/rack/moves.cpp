@@ -29,10 +29,11 @@ namespace {
 using runtime::checkpoint::chunk_record;
 
 caf::error no_job(const rack_state& st, uint32_t job_id) {
-  return cluster_error(errc::unknown_job,
-                       fmt::format("node {} holds no live job {}: its first worker has not "
-                                   "joined, or it ended",
-                                   st.settings.node_name, job_id));
+  return cluster_error(
+    errc::unknown_job,
+    fmt::format("node {} holds no live job {}: its first worker has not "
+                "joined, or it ended",
+                st.settings.node_name, job_id));
 }
 
 // This node's routes for `job` on the ring of `next` (its index there in `index`), or
@@ -47,8 +48,8 @@ std::shared_ptr<const runtime::routing_table> routes_here(const rack_state& st,
   index = static_cast<uint32_t>(at - next.nodes.begin());
   runtime::hash_ring ring{next.nodes, next.vnodes, next.ring_version};
   return std::make_shared<runtime::routing_table>(job.spec, uint32_t(st.shards.size()),
-                                                  st.settings.shard_endpoints, &ring, index,
-                                                  next.replicas);
+                                                  st.settings.shard_endpoints, &ring,
+                                                  index, next.replicas);
 }
 
 caf::error not_on_ring(const rack_state& st, const job_layout& next) {
@@ -74,9 +75,9 @@ void adopt_ring(rack_ptr self, job_info& job, const job_layout& next, routing_pt
 }
 
 // Every shard has taken the new routes (or `failed` says why not).
-void finish_takeover(rack_ptr self, caf::typed_response_promise<ok_atom> rp, uint32_t job_id,
-                     const job_layout& next, routing_ptr routes, uint32_t index,
-                     uint64_t before, const std::string& failed,
+void finish_takeover(rack_ptr self, caf::typed_response_promise<ok_atom> rp,
+                     uint32_t job_id, const job_layout& next, routing_ptr routes,
+                     uint32_t index, uint64_t before, const std::string& failed,
                      std::chrono::steady_clock::time_point started) {
   auto& st = self->state;
   auto* job = live_job(st, job_id);
@@ -136,10 +137,11 @@ job_info* host_job(rack_ptr self, uint32_t job_id, const job_layout& next) {
   job.moving = true;
   job.arriving = true;
   auto name = job.spec.name;
-  spdlog::info("job joining: job='{}' id={} nodes=[{}] ring_version={}: node {} takes {} "
-               "chunk(s) of it (and {} replica(s)); its workers connect once it is rerouted",
-               name, job_id, fmt::join(next.nodes, ","), next.ring_version,
-               st.settings.node_name, job.routes->local_chunks(), job.routes->replica_chunks());
+  spdlog::info(
+    "job joining: job='{}' id={} nodes=[{}] ring_version={}: node {} takes {} "
+    "chunk(s) of it (and {} replica(s)); its workers connect once it is rerouted",
+    name, job_id, fmt::join(next.nodes, ","), next.ring_version, st.settings.node_name,
+    job.routes->local_chunks(), job.routes->replica_chunks());
   st.names[job_id] = name;
   return &st.jobs.emplace(name, std::move(job)).first->second;
 }
@@ -159,8 +161,9 @@ void tell_pollers(rack_ptr self, route_change rc, std::function<void()> then) {
       then();
   };
   for (auto& p : pollers)
-    self->request(caf::actor_cast<nic_poller_actor>(p), self->state.settings.shard_setup_timeout,
-                  reroute_atom::value, rc)
+    self
+      ->request(caf::actor_cast<nic_poller_actor>(p),
+                self->state.settings.shard_setup_timeout, reroute_atom::value, rc)
       .then([one](ok_atom) { one(); },
             [one, job = rc.job_id](caf::error& err) {
               spdlog::warn("job {}: a poller did not take the job's new routes: {}", job,
@@ -170,7 +173,8 @@ void tell_pollers(rack_ptr self, route_change rc, std::function<void()> then) {
   one();
 }
 
-caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layout& next) {
+caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id,
+                                  const job_layout& next) {
   auto& st = self->state;
   auto* job = live_job(st, job_id);
   if (job == nullptr)
@@ -214,9 +218,11 @@ caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layo
       lowest = std::min(lowest, r.version);
       highest = std::max(highest, r.version);
       // To its home on the new ring, and to its replica there.
-      std::vector<std::string> to{next.nodes[runtime::home_on_ring(ring, job->spec, r.tensor, r.chunk)]};
+      std::vector<std::string> to{
+        next.nodes[runtime::home_on_ring(ring, job->spec, r.tensor, r.chunk)]};
       if (replicated)
-        to.push_back(next.nodes[runtime::replica_on_ring(ring, job->spec, r.tensor, r.chunk)]);
+        to.push_back(
+          next.nodes[runtime::replica_on_ring(ring, job->spec, r.tensor, r.chunk)]);
       for (auto& node : to) {
         if (node == st.settings.node_name) {
           job->staying.push_back(r);
@@ -249,7 +255,8 @@ caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layo
     auto& st = self->state;
     for (uint32_t i = 0; i < st.shards.size(); ++i)
       self
-        ->request(st.shards[i], std::chrono::milliseconds(defaults::move_settle_timeout_ms),
+        ->request(st.shards[i],
+                  std::chrono::milliseconds(defaults::move_settle_timeout_ms),
                   fence_atom::value, job_id, targets)
         .then(
           [taken, pending, done](chunk_snapshot& snap) mutable {
@@ -261,11 +268,11 @@ caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layo
           },
           [self, i, taken, pending, failed, done, name](caf::error& err) mutable {
             if (failed->empty())
-              *failed = fmt::format("job '{}': shard {} of node {} did not settle within {} "
-                                    "ms (is a worker away?): {}; the job goes on where it was",
-                                    name, i, self->state.settings.node_name,
-                                    defaults::move_settle_timeout_ms,
-                                    describe(self->system(), err));
+              *failed = fmt::format(
+                "job '{}': shard {} of node {} did not settle within {} "
+                "ms (is a worker away?): {}; the job goes on where it was",
+                name, i, self->state.settings.node_name, defaults::move_settle_timeout_ms,
+                describe(self->system(), err));
             if (--*pending == 0)
               done();
           });
@@ -281,7 +288,8 @@ caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layo
   auto holding = std::make_shared<size_t>(st.shards.size());
   for (uint32_t i = 0; i < st.shards.size(); ++i)
     self
-      ->request(st.shards[i], std::chrono::milliseconds(defaults::node_request_timeout_ms),
+      ->request(st.shards[i],
+                std::chrono::milliseconds(defaults::node_request_timeout_ms),
                 hold_atom::value, job_id)
       .then(
         [reach, holding, failed, done, fence_all](settle_targets& r) mutable {
@@ -296,10 +304,10 @@ caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id, const job_layo
         },
         [self, i, holding, failed, done, name](caf::error& err) mutable {
           if (failed->empty())
-            *failed = fmt::format("job '{}': shard {} of node {} could not hold its pushes "
-                                  "for the move: {}; the job goes on where it was",
-                                  name, i, self->state.settings.node_name,
-                                  describe(self->system(), err));
+            *failed = fmt::format(
+              "job '{}': shard {} of node {} could not hold its pushes "
+              "for the move: {}; the job goes on where it was",
+              name, i, self->state.settings.node_name, describe(self->system(), err));
           if (--*holding == 0)
             done();
         });
@@ -315,9 +323,9 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
   if (job == nullptr)
     return no_job(st, job_id);
   if (!job->moving)
-    return cluster_error(errc::invalid_spec,
-                         fmt::format("job '{}' has not settled for a move here",
-                                     job->spec.name));
+    return cluster_error(
+      errc::invalid_spec,
+      fmt::format("job '{}' has not settled for a move here", job->spec.name));
   uint32_t index = 0;
   auto routes = routes_here(st, *job, next, index);
   if (!routes)
@@ -353,10 +361,11 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
   }
   auto served = routes->local_chunks() + routes->replica_chunks();
   if (count != served)
-    return cluster_error(errc::internal,
-                         fmt::format("job '{}': node {} has {} of the {} chunks the new ring "
-                                     "has it serve",
-                                     job->spec.name, st.settings.node_name, count, served));
+    return cluster_error(
+      errc::internal,
+      fmt::format("job '{}': node {} has {} of the {} chunks the new ring "
+                  "has it serve",
+                  job->spec.name, st.settings.node_name, count, served));
   job->staying.clear();
   auto rp = self->make_response_promise<ok_atom>();
   auto pending = std::make_shared<size_t>(st.shards.size());
@@ -367,11 +376,20 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
   bool arriving = job->arriving;
   mirror_ring(self, *job, next);
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
-    job_setup setup{job_id, job->spec, routes, i, nullptr, peers, nullptr, job->init_rank,
-                    std::move(per_shard[i]), job->checkpoint_every};
+    job_setup setup{job_id,
+                    job->spec,
+                    routes,
+                    i,
+                    nullptr,
+                    peers,
+                    nullptr,
+                    job->init_rank,
+                    std::move(per_shard[i]),
+                    job->checkpoint_every};
     setup.ring_version = next.ring_version;
     setup.mirror = job->mirror;
-    auto finish = [self, rp, pending, failed, job_id, next, routes, index, arrived]() mutable {
+    auto finish = [self, rp, pending, failed, job_id, next, routes, index,
+                   arrived]() mutable {
       if (--*pending > 0)
         return;
       auto& st = self->state;
@@ -419,13 +437,13 @@ caf::result<ok_atom> on_reroute(rack_ptr self, uint32_t job_id, const job_layout
   auto* job = live_job(st, job_id);
   if (job == nullptr)
     return no_job(st, job_id);
-  bool leaving =
-    std::find(next.nodes.begin(), next.nodes.end(), st.settings.node_name) == next.nodes.end();
+  bool leaving = std::find(next.nodes.begin(), next.nodes.end(), st.settings.node_name)
+                 == next.nodes.end();
   tell_pollers(self, route_change{job_id, nullptr, reroute_payload(next), leaving});
   if (leaving)
     let_go(self, job_id,
-           fmt::format("its chunks moved to [{}] (ring version {})", fmt::join(next.nodes, ","),
-                       next.ring_version));
+           fmt::format("its chunks moved to [{}] (ring version {})",
+                       fmt::join(next.nodes, ","), next.ring_version));
   return ok_atom::value;
 }
 
@@ -435,9 +453,9 @@ caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layou
   if (job == nullptr)
     return no_job(st, job_id);
   if (job->layout.replicas == 0)
-    return cluster_error(errc::invalid_spec,
-                         fmt::format("job '{}' keeps no replicas to take over with",
-                                     job->spec.name));
+    return cluster_error(
+      errc::invalid_spec,
+      fmt::format("job '{}' keeps no replicas to take over with", job->spec.name));
   uint32_t index = 0;
   auto routes = routes_here(st, *job, next, index);
   if (!routes)
@@ -449,18 +467,22 @@ caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layou
   auto started = std::chrono::steady_clock::now();
   mirror_ring(self, *job, next);
   for (uint32_t i = 0; i < st.shards.size(); ++i)
-    self->request(st.shards[i], st.settings.shard_setup_timeout, takeover_atom::value,
-                  route_change{job_id, routes, {}, false, next.ring_version})
+    self
+      ->request(st.shards[i], st.settings.shard_setup_timeout, takeover_atom::value,
+                route_change{job_id, routes, {}, false, next.ring_version})
       .then(
         [=](ok_atom) mutable {
           if (--*pending == 0)
-            finish_takeover(self, rp, job_id, next, routes, index, before, *failed, started);
+            finish_takeover(self, rp, job_id, next, routes, index, before, *failed,
+                            started);
         },
         [=](caf::error& err) mutable {
           *failed = fmt::format("shard {} of node {} could not take over: {}", i,
-                                self->state.settings.node_name, describe(self->system(), err));
+                                self->state.settings.node_name,
+                                describe(self->system(), err));
           if (--*pending == 0)
-            finish_takeover(self, rp, job_id, next, routes, index, before, *failed, started);
+            finish_takeover(self, rp, job_id, next, routes, index, before, *failed,
+                            started);
         });
   return rp;
 }
@@ -481,8 +503,8 @@ caf::result<ok_atom> on_thaw(rack_ptr self, uint32_t job_id) {
     self->send(s, thaw_atom::value, job_id);
   // Same ring: the workers send again what the settling shards dropped.
   tell_pollers(self, route_change{job_id, nullptr, reroute_payload(job->layout), false});
-  spdlog::warn("job move given up: job='{}' id={}: it serves again on [{}]", job->spec.name,
-               job_id, fmt::join(job->layout.nodes, ","));
+  spdlog::warn("job move given up: job='{}' id={}: it serves again on [{}]",
+               job->spec.name, job_id, fmt::join(job->layout.nodes, ","));
   return ok_atom::value;
 }
 

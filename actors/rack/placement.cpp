@@ -45,20 +45,22 @@ job_binding moved_to(rack_ptr self, const grant_info& g, const hello_request& re
                "(rack {}): {}",
                req.peer, g.spec.name, req.hello.rank, l.nodes[home], l.addresses[home],
                l.racks[home], why);
-  auto b = refuse(errc::moved,
-                  fmt::format("{} is where rank {} of job '{}' says hello: it belongs to rack "
-                              "{}, whose rack-agg is {} ({})",
-                              l.addresses[home], req.hello.rank, g.spec.name, l.racks[home],
-                              l.nodes[home], why));
+  auto b = refuse(
+    errc::moved,
+    fmt::format("{} is where rank {} of job '{}' says hello: it belongs to rack "
+                "{}, whose rack-agg is {} ({})",
+                l.addresses[home], req.hello.rank, g.spec.name, l.racks[home],
+                l.nodes[home], why));
   b.candidates = {l.addresses[home]};
   return b;
 }
 
 job_binding bad_rack_option(const grant_info& g, const hello_request& req,
                             const std::string& why) {
-  log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}' rank={}: {}",
-                fmt::format("hello refused: peer={} job='{}' rank={}: {}", req.peer, g.spec.name,
-               req.hello.rank, why));
+  log_limited(spdlog::level::warn, req.peer,
+              "hello refused: peer={} job='{}' rank={}: {}",
+              fmt::format("hello refused: peer={} job='{}' rank={}: {}", req.peer,
+                          g.spec.name, req.hello.rank, why));
   return refuse(errc::invalid_spec, why);
 }
 
@@ -131,10 +133,11 @@ std::optional<job_binding> place_hello(rack_ptr self, const grant_info& g,
       return std::nullopt;
     auto home = l.rank_racks[rank];
     if (!req.hello.rack.empty() && req.hello.rack != l.racks.at(home))
-      return bad_rack_option(g, req,
-                             fmt::format("rank {} of job '{}' belongs to rack {} (the job's "
-                                         "worker_racks), but the worker says its rack is '{}'",
-                                         rank, g.spec.name, l.racks[home], req.hello.rack));
+      return bad_rack_option(
+        g, req,
+        fmt::format("rank {} of job '{}' belongs to rack {} (the job's "
+                    "worker_racks), but the worker says its rack is '{}'",
+                    rank, g.spec.name, l.racks[home], req.hello.rack));
     if (home == here || home >= l.nodes.size())
       return std::nullopt;
     return moved_to(self, g, req, home,
@@ -144,13 +147,15 @@ std::optional<job_binding> place_hello(rack_ptr self, const grant_info& g,
     // Several nodes share the worker's host and nothing picks one of them: the worker
     // measures the round trips to them.
     auto to = addresses_of(l, choice.candidates);
-    spdlog::info("worker directed: peer={} job='{}' rank={}: to the nearest of {} by round "
-                 "trip: {}",
-                 req.peer, g.spec.name, rank, fmt::join(to, ", "), choice.reason);
+    spdlog::info(
+      "worker directed: peer={} job='{}' rank={}: to the nearest of {} by round "
+      "trip: {}",
+      req.peer, g.spec.name, rank, fmt::join(to, ", "), choice.reason);
     auto b = refuse(errc::moved,
                     fmt::format("{} or another node of job '{}' ({}): say hello at the "
                                 "nearest ({})",
-                                to.front(), g.spec.name, fmt::join(to, ", "), choice.reason));
+                                to.front(), g.spec.name, fmt::join(to, ", "),
+                                choice.reason));
     b.candidates = std::move(to);
     return b;
   }
@@ -183,9 +188,10 @@ void bind_then_admit(rack_ptr self, const hello_request& req, uint32_t id,
         auto& st = self->state;
         auto g = st.grants.find(req.hello.spec.name);
         if (g == st.grants.end() || g->second.job_id != id || !g->second.ended.empty()) {
-          rp.deliver(refuse(errc::unknown_job,
-                            fmt::format("job '{}' ended while its ranks were being placed",
-                                        req.hello.spec.name)));
+          rp.deliver(
+            refuse(errc::unknown_job,
+                   fmt::format("job '{}' ended while its ranks were being placed",
+                               req.hello.spec.name)));
           return;
         }
         if (!valid_map(g->second, m)) {
@@ -198,37 +204,44 @@ void bind_then_admit(rack_ptr self, const hello_request& req, uint32_t id,
       },
       [self, req, rp](caf::error& err) mutable {
         auto why = describe(self->system(), err);
-        log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}' rank={}: {}",
-                fmt::format("hello refused: peer={} job='{}' rank={}: {}", req.peer,
-                     req.hello.spec.name, req.hello.rank, why));
+        log_limited(spdlog::level::warn, req.peer,
+                    "hello refused: peer={} job='{}' rank={}: {}",
+                    fmt::format("hello refused: peer={} job='{}' rank={}: {}", req.peer,
+                                req.hello.spec.name, req.hello.rank, why));
         rp.deliver(refuse(errc_of(err), why));
       });
 }
 
-caf::result<job_binding> send_on(rack_ptr self, const hello_request& req, job_binding refusal) {
+caf::result<job_binding> send_on(rack_ptr self, const hello_request& req,
+                                 job_binding refusal) {
   auto& st = self->state;
   auto& name = req.hello.spec.name;
   auto log_refusal = [req] {
-    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} job='{}' rank={}: no such job on this node",
-                fmt::format("hello refused: peer={} job='{}' rank={}: no such job on this node", req.peer, req.hello.spec.name, req.hello.rank));
+    log_limited(
+      spdlog::level::warn, req.peer,
+      "hello refused: peer={} job='{}' rank={}: no such job on this node",
+      fmt::format("hello refused: peer={} job='{}' rank={}: no such job on this node",
+                  req.peer, req.hello.spec.name, req.hello.rank));
   };
   if (!st.link) {
     log_refusal();
     return refusal;
   }
   auto rp = self->make_response_promise<job_binding>();
-  self->request(st.link, std::chrono::milliseconds(defaults::node_request_timeout_ms),
-                where_atom::value, name)
+  self
+    ->request(st.link, std::chrono::milliseconds(defaults::node_request_timeout_ms),
+              where_atom::value, name)
     .then(
       [self, req, rp](job_layout& l) mutable {
         std::string why;
         auto& st = self->state;
         auto answer = send_elsewhere(l, req.hello.spec.name, req.hello.rank,
                                      facts_of(req, no_node), st.settings.node_name, why);
-        spdlog::info("worker sent on: peer={} job='{}' rank={}: node {} does not hold the "
-                     "job; to {}: {}",
-                     req.peer, req.hello.spec.name, req.hello.rank, st.settings.node_name,
-                     fmt::join(answer.candidates, ", "), why);
+        spdlog::info(
+          "worker sent on: peer={} job='{}' rank={}: node {} does not hold the "
+          "job; to {}: {}",
+          req.peer, req.hello.spec.name, req.hello.rank, st.settings.node_name,
+          fmt::join(answer.candidates, ", "), why);
         auto b = refuse(answer.code, answer.message);
         b.candidates = answer.candidates;
         rp.deliver(std::move(b));

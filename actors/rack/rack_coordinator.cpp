@@ -53,9 +53,8 @@ void on_replace(rack_ptr self, uint32_t index, chunk_shard_actor& shard) {
                index, st.jobs.size());
 }
 
-rack_coordinator_actor::behavior_type
-coordinator_behavior(rack_ptr self, coordinator_settings settings,
-                     std::vector<chunk_shard_actor> shards) {
+rack_coordinator_actor::behavior_type coordinator_behavior(
+  rack_ptr self, coordinator_settings settings, std::vector<chunk_shard_actor> shards) {
   self->state.settings = std::move(settings);
   self->state.shards = std::move(shards);
   if (self->state.settings.balance_interval.count() > 0)
@@ -72,7 +71,9 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     [=](step_atom, uint32_t job_id, uint32_t shard, uint64_t clock) {
       on_step(self, job_id, shard, clock);
     },
-    [=](metrics_atom) { return node_gauges{job_gauges(self->state), self->state.shards}; },
+    [=](metrics_atom) {
+      return node_gauges{job_gauges(self->state), self->state.shards};
+    },
     [=](checkpoint_atom, uint32_t job_id, uint64_t clock,
         const std::string& dir) -> caf::result<checkpoint_part> {
       if (auto rp = after_balancing<checkpoint_part>(self, checkpoint_atom::value, job_id,
@@ -107,7 +108,8 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     },
     [=](reshape_atom, uint32_t job_id, const job_layout& next,
         const chunk_moves& moves) -> caf::result<ok_atom> {
-      if (auto rp = after_balancing<ok_atom>(self, reshape_atom::value, job_id, next, moves))
+      if (auto rp = after_balancing<ok_atom>(self, reshape_atom::value, job_id, next,
+                                             moves))
         return *rp;
       return on_reshape(self, job_id, next, moves);
     },
@@ -128,13 +130,13 @@ coordinator_behavior(rack_ptr self, coordinator_settings settings,
     },
     [=](hyper_atom, uint32_t job_id, uint64_t id,
         const hyper_change& change) -> caf::result<uint64_t> {
-      if (auto rp = after_balancing<uint64_t>(self, hyper_atom::value, job_id, id, change))
+      if (auto rp = after_balancing<uint64_t>(self, hyper_atom::value, job_id, id,
+                                              change))
         return *rp;
       return on_hyper_prepare(self, job_id, id, change);
     },
-    [=](hyper_atom, uint32_t job_id, const hyper_change& change) -> caf::result<uint64_t> {
-      return on_hyper_request(self, job_id, change);
-    },
+    [=](hyper_atom, uint32_t job_id, const hyper_change& change)
+      -> caf::result<uint64_t> { return on_hyper_request(self, job_id, change); },
     [=](hyper_atom, uint32_t job_id, uint64_t id, bool apply) -> caf::result<ok_atom> {
       if (auto rp = after_balancing<ok_atom>(self, hyper_atom::value, job_id, id, apply))
         return *rp;

@@ -174,7 +174,8 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<halt_atom, uint32_t, std::string>::with<ok_atom>,
   caf::replies_to<abort_atom, uint32_t, std::string>::with<ok_atom>,
   caf::reacts_to<halt_atom, std::vector<uint32_t>, std::string>,
-  caf::replies_to<checkpoint_atom, uint32_t, uint64_t, std::string>::with<checkpoint_part>,
+  caf::replies_to<checkpoint_atom, uint32_t, uint64_t,
+                  std::string>::with<checkpoint_part>,
   caf::reacts_to<ckpt_atom, uint32_t, uint64_t, chunk_snapshot>,
   caf::reacts_to<register_atom, cluster_gateway>,
   caf::reacts_to<locate_atom, std::string>,
@@ -193,8 +194,7 @@ using rack_coordinator_actor = caf::typed_actor<
   caf::replies_to<hyper_atom, uint32_t, uint64_t, hyper_change>::with<uint64_t>,
   caf::replies_to<hyper_atom, uint32_t, uint64_t, bool>::with<ok_atom>,
   caf::replies_to<hyper_atom, uint32_t, hyper_change>::with<uint64_t>,
-  caf::reacts_to<pollers_atom, std::vector<caf::actor>>,
-  caf::reacts_to<balance_atom>,
+  caf::reacts_to<pollers_atom, std::vector<caf::actor>>, caf::reacts_to<balance_atom>,
   caf::reacts_to<step_atom, uint32_t, uint32_t, uint64_t>,
   caf::replies_to<metrics_atom>::with<node_gauges>>;
 

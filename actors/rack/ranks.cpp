@@ -48,7 +48,8 @@ job_binding joined(const job_info& job, uint32_t rank, bool created) {
   return b;
 }
 
-job_binding join_rank(rack_ptr self, job_info& job, uint32_t rank, const std::string& peer) {
+job_binding join_rank(rack_ptr self, job_info& job, uint32_t rank,
+                      const std::string& peer) {
   auto was = job.ranks[rank];
   if (was == rank_status::live) {
     auto why = fmt::format("rank {} of job '{}' is already held by a connected worker",
@@ -78,8 +79,7 @@ job_binding join_rank(rack_ptr self, job_info& job, uint32_t rank, const std::st
       for (auto& s : self->state.shards) // steps may need the rank again
         self->send(s, rejoin_atom::value, job.id, job.shard_rank(rank));
       break;
-    case rank_status::live:
-      break;
+    case rank_status::live: break;
   }
   return joined(job, rank, false);
 }
@@ -96,11 +96,13 @@ struct resume_gather {
 // Asks shard `i` where the rank goes on from. A shard that died meanwhile answers
 // request_receiver_down: its supervisor's successor is asked instead, once the
 // coordinator knows it (replace_atom), a bounded number of times.
-void ask_resume(rack_ptr self, std::shared_ptr<resume_gather> g, uint32_t i, int attempts) {
+void ask_resume(rack_ptr self, std::shared_ptr<resume_gather> g, uint32_t i,
+                int attempts) {
   auto& st = self->state;
   auto asked = st.shards[i];
-  self->request(asked, st.settings.shard_setup_timeout, resume_atom::value,
-                g->b.job_id, g->b.shard_rank)
+  self
+    ->request(asked, st.settings.shard_setup_timeout, resume_atom::value, g->b.job_id,
+              g->b.shard_rank)
     .then(
       [=](uint64_t clock) {
         g->lowest = std::min(g->lowest, clock);
@@ -108,8 +110,8 @@ void ask_resume(rack_ptr self, std::shared_ptr<resume_gather> g, uint32_t i, int
           return;
         g->b.resume_clock = g->lowest == UINT64_MAX ? 0 : g->lowest;
         if (g->b.resume_clock > 0)
-          spdlog::info("job id={}: rank (shard rank {}) goes on from clock {}", g->b.job_id,
-                       g->b.shard_rank, g->b.resume_clock);
+          spdlog::info("job id={}: rank (shard rank {}) goes on from clock {}",
+                       g->b.job_id, g->b.shard_rank, g->b.resume_clock);
         g->rp.deliver(g->b);
       },
       [=](caf::error& err) {

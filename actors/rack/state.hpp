@@ -38,19 +38,19 @@ struct job_info {
     std::set<std::vector<std::byte>> seen;
   };
   std::vector<attach_nonces> attached;
-  std::vector<std::string> peers;    // where each rank connected from
-  std::string created_by;            // the host (IP address) whose hello created it
+  std::vector<std::string> peers; // where each rank connected from
+  std::string created_by;         // the host (IP address) whose hello created it
   // Per rank: how often it went away (the epoch of its rejoin window), since when and why.
   std::vector<uint32_t> departures;
   std::vector<std::chrono::steady_clock::time_point> away_since;
   std::vector<std::string> away_reason;
   std::shared_ptr<const transports::shm::mapping> params; // shared parameters, if any
-  bool granted = false;              // created through the cluster (has a grant)
-  bool hyper_pending = false;        // a hyper-parameter change is being decided
-  job_layout layout;                 // its nodes (several: only the chunks homed here)
-  uint32_t node_index = 0;           // this node among them
-  bool internal = false;             // a hierarchical job's top level: no news to the cluster
-  uint32_t init_rank = 0;            // the rank whose init sets version 0
+  bool granted = false;       // created through the cluster (has a grant)
+  bool hyper_pending = false; // a hyper-parameter change is being decided
+  job_layout layout;          // its nodes (several: only the chunks homed here)
+  uint32_t node_index = 0;    // this node among them
+  bool internal = false;      // a hierarchical job's top level: no news to the cluster
+  uint32_t init_rank = 0;     // the rank whose init sets version 0
   // A hierarchical job's rack part: each global rank's rank among this rack's workers
   // (no_rank: another rack's), the reverse, and the uplink to the top level.
   std::vector<uint32_t> local_rank;
@@ -109,13 +109,13 @@ struct grant_info {
   job_layout layout;  // the job's nodes, in ring order
   std::string ended;  // "" while live, else finished, failed or stopped
   std::string reason;
-  bool internal = false; // a hierarchical job's top level, derived from the job's grant
+  bool internal = false;  // a hierarchical job's top level, derived from the job's grant
   uint32_t init_rank = 0; // the rank whose init sets version 0
   /// A job placed at join: its top level's participants (the other racks' aggs) that
   /// proved the token before this node learnt the map, and so the top level's init
   /// rank (the rack of rank 0): admitted once it has (take_map), refused if it ends.
   std::vector<held_join> held_top;
-  std::string restore; // the checkpoint the job starts from ("": none)
+  std::string restore;           // the checkpoint the job starts from ("": none)
   uint64_t checkpoint_every = 0; // periodic checkpoints (0: none) into checkpoint_dir
   std::string checkpoint_dir;
   uint64_t max_memory = 0; // the job's memory limit (0: --max-job-mib's)
@@ -127,12 +127,12 @@ struct grant_info {
 struct rack_state {
   coordinator_settings settings;
   std::vector<chunk_shard_actor> shards;
-  std::unordered_map<std::string, job_info> jobs;    // by name
-  std::unordered_map<uint32_t, std::string> names;   // id -> name
+  std::unordered_map<std::string, job_info> jobs;     // by name
+  std::unordered_map<uint32_t, std::string> names;    // id -> name
   std::unordered_map<std::string, grant_info> grants; // by name
-  std::deque<std::string> ended_grants;              // oldest first, to bound memory
-  cluster_gateway link;          // the node's cluster link (null: not in a cluster)
-  std::string cluster_address;  // the cluster coordinator's control address
+  std::deque<std::string> ended_grants;               // oldest first, to bound memory
+  cluster_gateway link;        // the node's cluster link (null: not in a cluster)
+  std::string cluster_address; // the cluster coordinator's control address
   uint32_t next_open_id = open_job_ids; // jobs made by a worker on an --open-jobs node
   /// Checkpoints waiting on the shards, by hook id: each fails at once with the reason
   /// given (a shard crashed and cannot answer for its predecessor).
@@ -150,9 +150,9 @@ struct rack_state {
     uint32_t streak = 0;           // in how many samples in a row
     bool moving = false;
     std::vector<std::function<void()>> deferred; // requests held while chunks move
-    std::string last_refusal;     // the last reason a busy shard gave nothing (logged once)
-    bool report = false;          // log the shards' busy time at the next sample (a move ran)
-    uint64_t moves = 0; // chunk moves between shards so far (logged with each)
+    std::string last_refusal; // the last reason a busy shard gave nothing (logged once)
+    bool report = false;      // log the shards' busy time at the next sample (a move ran)
+    uint64_t moves = 0;       // chunk moves between shards so far (logged with each)
   } balance;
   /// Hyper-parameter changes prepared on the shards and not yet committed or dropped,
   /// by id (actors/rack/hyper.cpp); each is dropped by itself if nobody ends it in time.
@@ -192,7 +192,8 @@ void admit(rack_ptr self, const hello_request& req, uint32_t id, binding_promise
 // --- rack/ranks.cpp ---------------------------------------------------------------
 /// A worker joins `job` as `rank`: new, or again (a restarted process, or after bye).
 /// The binding, or the refusal (a connected worker holds the rank).
-job_binding join_rank(rack_ptr self, job_info& job, uint32_t rank, const std::string& peer);
+job_binding join_rank(rack_ptr self, job_info& job, uint32_t rank,
+                      const std::string& peer);
 /// Answers a joined worker: `b` with where its rank goes on from (resume_clock: the
 /// lowest clock of its pushes some shard has not counted).
 void answer_with_resume(rack_ptr self, job_binding b, binding_promise rp);
@@ -223,7 +224,8 @@ void bind_then_admit(rack_ptr self, const hello_request& req, uint32_t id,
 /// A hello for a job this node does not hold: asks the cluster where the job lives and
 /// sends the worker on (actors/cluster/rack_choice send_elsewhere); `refusal` if it has no
 /// such job or cannot be asked.
-caf::result<job_binding> send_on(rack_ptr self, const hello_request& req, job_binding refusal);
+caf::result<job_binding> send_on(rack_ptr self, const hello_request& req,
+                                 job_binding refusal);
 
 // --- rack/steps.cpp --------------------------------------------------------------
 /// Shard `shard` has completed `clock` steps of job `job_id`: once every shard holding
@@ -244,16 +246,16 @@ caf::result<checkpoint_part> on_checkpoint(rack_ptr self, uint32_t job_id, uint6
 void on_periodic(rack_ptr self, uint32_t job_id, uint64_t clock, chunk_snapshot& snap);
 /// A restored job's chunks homed here (by `routes`), per shard, from the checkpoint in
 /// `dir`; "" or why they cannot be (a bad manifest or file, a spec that differs).
-std::string load_restore(const std::string& dir, const job_spec& spec,
-                         const runtime::routing_table& routes,
-                         std::vector<std::vector<runtime::checkpoint::chunk_record>>& per_shard);
+std::string load_restore(
+  const std::string& dir, const job_spec& spec, const runtime::routing_table& routes,
+  std::vector<std::vector<runtime::checkpoint::chunk_record>>& per_shard);
 
 // --- rack/inject.cpp -------------------------------------------------------------
 /// Fault injection into job `job_id`'s part here (rw.inject): kill "shard" crashes
 /// shard `index`; kill "link" closes the connections of the job's worker rank `index`
 /// (UINT32_MAX: every rank), as a cut link would. What was done, or why not.
-caf::result<std::string> on_inject(rack_ptr self, uint32_t job_id, const std::string& kill,
-                                   uint32_t index);
+caf::result<std::string> on_inject(rack_ptr self, uint32_t job_id,
+                                   const std::string& kill, uint32_t index);
 
 // --- rack/mirror.cpp -------------------------------------------------------------
 /// A hello from another node's mirror link (Hello.mirror): refused, or answered with
@@ -288,7 +290,8 @@ caf::result<ok_atom> on_takeover(rack_ptr self, uint32_t job_id, const job_layou
 
 /// Tells every poller of the node a job's routes (route_change); then() once all have
 /// taken them (a poller that does not answer in time is logged and not waited for).
-void tell_pollers(rack_ptr self, route_change rc, std::function<void()> then = [] {});
+void tell_pollers(
+  rack_ptr self, route_change rc, std::function<void()> then = [] {});
 
 // --- rack/balance.cpp ------------------------------------------------------------
 /// One balancing sample (balance_atom): each shard's busy time since the last; the
@@ -302,7 +305,8 @@ void on_balance(rack_ptr self);
 caf::result<uint64_t> on_hyper_prepare(rack_ptr self, uint32_t job_id, uint64_t id,
                                        const hyper_change& change);
 /// Commits (apply) or drops prepared change `id` on every shard.
-caf::result<ok_atom> on_hyper_end(rack_ptr self, uint32_t job_id, uint64_t id, bool apply);
+caf::result<ok_atom> on_hyper_end(rack_ptr self, uint32_t job_id, uint64_t id,
+                                  bool apply);
 /// Rank 0's worker asks for a change: through the cluster (every node of the job), or,
 /// for an open job, prepared and committed on this node's shards.
 caf::result<uint64_t> on_hyper_request(rack_ptr self, uint32_t job_id,

@@ -45,7 +45,8 @@ void on_step(rack_ptr self, uint32_t job_id, uint32_t shard, uint64_t clock) {
   auto now = std::chrono::steady_clock::now();
   // The first clock has no step before it to measure from; a jump of several clocks at
   // once (chunks moved here with their state) is not one step either.
-  if (job->clock_at != std::chrono::steady_clock::time_point{} && lowest == job->clock + 1)
+  if (job->clock_at != std::chrono::steady_clock::time_point{}
+      && lowest == job->clock + 1)
     job->steps.observe(std::chrono::duration<double>(now - job->clock_at).count());
   job->clock = lowest;
   job->clock_at = now;

@@ -35,7 +35,8 @@ balance_plan plan_shed(shard_book& book, uint32_t index, double share) {
   std::vector<candidate> best;
   for (auto& entry : book.jobs) {
     auto id = entry.first;
-    auto& job = entry.second; // a plain reference: lambdas cannot capture a binding (C++17)
+    auto& job =
+      entry.second; // a plain reference: lambdas cannot capture a binding (C++17)
     uint64_t job_load = 0;
     std::vector<candidate> mine;
     const bool movable = cannot_balance(job).empty();
@@ -62,8 +63,9 @@ balance_plan plan_shed(shard_book& book, uint32_t index, double share) {
   }
   auto target = static_cast<uint64_t>(std::clamp(share, 0.0, 1.0)
                                       * static_cast<double>(plan.shard_load));
-  std::stable_sort(best.begin(), best.end(),
-                   [](const candidate& a, const candidate& b) { return a.load > b.load; });
+  std::stable_sort(best.begin(), best.end(), [](const candidate& a, const candidate& b) {
+    return a.load > b.load;
+  });
   for (auto& c : best) {
     if (plan.load + c.load > target)
       continue;
@@ -81,7 +83,8 @@ std::string expect_chunks(shard_job& job, uint32_t index, routing_ptr next) {
   if (auto why = cannot_balance(job); !why.empty())
     return "the job cannot move: " + why;
   auto& now = *job.routes;
-  if (next->num_tensors() != now.num_tensors() || next->total_chunks() != now.total_chunks())
+  if (next->num_tensors() != now.num_tensors()
+      || next->total_chunks() != now.total_chunks())
     return "the new routes are of another job";
   size_t arriving = 0;
   for (uint32_t t = 0; t < now.num_tensors(); ++t)
@@ -89,7 +92,8 @@ std::string expect_chunks(shard_job& job, uint32_t index, routing_ptr next) {
       bool here = now.shard_of(t, c) == index;
       bool stays = next->shard_of(t, c) == index;
       if (here && !stays)
-        return fmt::format("the new routes take chunk {}/{} away from shard {}", t, c, index);
+        return fmt::format("the new routes take chunk {}/{} away from shard {}", t, c,
+                           index);
       arriving += !here && stays ? 1 : 0;
     }
   if (arriving == 0)
@@ -104,8 +108,8 @@ std::string expect_chunks(shard_job& job, uint32_t index, routing_ptr next) {
         chunks.push_back(std::move(job.chunks[now.local_index(t, c)]));
         incoming.push_back(false);
       } else { // a place holder until the chunk's state comes (nothing reads it)
-        chunks.emplace_back(now.layout(t).length(c), job.spec.num_workers, nullptr, nullptr,
-                            nullptr, false, job.spec.consistency);
+        chunks.emplace_back(now.layout(t).length(c), job.spec.num_workers, nullptr,
+                            nullptr, nullptr, false, job.spec.consistency);
         incoming.push_back(true);
       }
     }
@@ -115,8 +119,8 @@ std::string expect_chunks(shard_job& job, uint32_t index, routing_ptr next) {
   return {};
 }
 
-chunk_handoff give_chunks(shard_book& book, uint32_t job_id, shard_job& job, uint32_t index,
-                          routing_ptr next) {
+chunk_handoff give_chunks(shard_book& book, uint32_t job_id, shard_job& job,
+                          uint32_t index, routing_ptr next) {
   chunk_handoff h;
   h.job_id = job_id;
   h.next = next;
@@ -166,8 +170,8 @@ std::vector<shard_job::stashed> take_chunks(shard_job& job, chunk_handoff& h,
   }
   job.owned_chunks += h.chunks.size();
   for (auto& a : h.arenas)
-    if (a != job.memory && std::find(job.borrowed.begin(), job.borrowed.end(), a)
-                             == job.borrowed.end())
+    if (a != job.memory
+        && std::find(job.borrowed.begin(), job.borrowed.end(), a) == job.borrowed.end())
       job.borrowed.push_back(a);
   if (std::find(job.incoming.begin(), job.incoming.end(), true) == job.incoming.end())
     job.incoming.clear();

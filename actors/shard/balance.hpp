@@ -72,8 +72,8 @@ std::string expect_chunks(shard_job& job, uint32_t index, routing_ptr next);
 
 /// Step 3, at shard `index`: the chunks `next` moves away, taken out of `job` (which
 /// takes `next`) with the backlog's pushes for them.
-chunk_handoff give_chunks(shard_book& book, uint32_t job_id, shard_job& job, uint32_t index,
-                          routing_ptr next);
+chunk_handoff give_chunks(shard_book& book, uint32_t job_id, shard_job& job,
+                          uint32_t index, routing_ptr next);
 
 /// At the new shard: the chunks take their places. Returns the requests to serve now,
 /// in order: the old shard's backlog, then the stash. "" in `error`, or why not.

@@ -10,19 +10,23 @@ std::string cannot_checkpoint(const shard_job& job, uint32_t tensor, uint32_t ch
     return fmt::format("job '{}' runs {}: only BSP jobs have one clock to checkpoint at",
                        job.spec.name, to_string(job.spec.consistency));
   if (job.relay)
-    return fmt::format("job '{}': a rack part of a hierarchical job holds no state of its "
-                       "own (checkpoint its top level)", job.spec.name);
+    return fmt::format(
+      "job '{}': a rack part of a hierarchical job holds no state of its "
+      "own (checkpoint its top level)",
+      job.spec.name);
   if (clock == now_clock)
     return cs.layerwise_pending()
-             ? fmt::format("chunk {}/{} of job '{}' is in the middle of a step", tensor, chunk,
-                           job.spec.name)
+             ? fmt::format("chunk {}/{} of job '{}' is in the middle of a step", tensor,
+                           chunk, job.spec.name)
              : std::string{};
   if (cs.version() > clock)
     return fmt::format("chunk {}/{} of job '{}' is at version {}, past the checkpoint's "
-                       "clock {}", tensor, chunk, job.spec.name, cs.version(), clock);
+                       "clock {}",
+                       tensor, chunk, job.spec.name, cs.version(), clock);
   if (cs.version() == clock && cs.layerwise_pending())
-    return fmt::format("chunk {}/{} of job '{}' is in the middle of its step from clock {}",
-                       tensor, chunk, job.spec.name, clock);
+    return fmt::format(
+      "chunk {}/{} of job '{}' is in the middle of its step from clock {}", tensor, chunk,
+      job.spec.name, clock);
   return {};
 }
 
@@ -53,7 +57,7 @@ chunk_snapshot checkpoint_reached(shard_job& job, uint32_t tensor, uint32_t chun
     periodic.chunks = std::make_shared<std::vector<runtime::checkpoint::chunk_record>>();
   periodic.chunks->push_back(cs.snapshot(tensor, chunk));
   if (job.routes->is_remapped() ? every_chunk_reached(job, v)
-                                 : periodic.chunks->size() == job.owned_chunks) {
+                                : periodic.chunks->size() == job.owned_chunks) {
     done = std::move(periodic);
     job.periodic.erase(v);
   }

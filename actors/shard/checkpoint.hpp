@@ -58,7 +58,8 @@ std::string cannot_checkpoint(const shard_job& job, uint32_t tensor, uint32_t ch
                               const chunk_state& cs, uint64_t clock);
 
 template <class EachChunk>
-started_checkpoint start_checkpoint(shard_job& job, uint64_t clock, EachChunk each_chunk) {
+started_checkpoint start_checkpoint(shard_job& job, uint64_t clock,
+                                    EachChunk each_chunk) {
   started_checkpoint p;
   p.clock = clock;
   p.taken.chunks = std::make_shared<std::vector<runtime::checkpoint::chunk_record>>();

@@ -60,7 +60,8 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     [=](push_atom, chunk_push& p) {
       // Order only matters when requests queue: with nothing waiting, serve at once.
       auto& st = self->state;
-      if (!st.settings.priority || (st.book->backlog.empty() && self->mailbox().empty())) {
+      if (!st.settings.priority
+          || (st.book->backlog.empty() && self->mailbox().empty())) {
         changing(self, p.job_id, [&] { on_push(self, p); });
         return;
       }
@@ -83,8 +84,9 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       }
       // Nothing else waits: the batch is the queue; lowest clock first with priority on.
       if (st.settings.priority)
-        std::stable_sort(batch.begin(), batch.end(),
-                         [](const chunk_push& a, const chunk_push& b) { return a.clock < b.clock; });
+        std::stable_sort(
+          batch.begin(), batch.end(),
+          [](const chunk_push& a, const chunk_push& b) { return a.clock < b.clock; });
       detail::shard_answers::holding together{st.answers};
       for (auto& p : batch)
         changing(self, p.job_id, [&] { on_push(self, p); });
@@ -101,7 +103,9 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       }
     },
     [=](flush_atom) { self->state.answers.flush_replica_acks(); },
-    [=](init_atom, chunk_push& p) { changing(self, p.job_id, [&] { on_init(self, p); }); },
+    [=](init_atom, chunk_push& p) {
+      changing(self, p.job_id, [&] { on_init(self, p); });
+    },
     [=](relay_atom, const relay_update& u) {
       changing(self, u.job_id, [&] { on_relay(self, u); });
     },
@@ -116,8 +120,8 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     [=](crash_atom, const std::string& why) {
       // Stuck a moment first, so requests queue in the mailbox and die with it (the
       // workers' re-send must bring them back).
-      spdlog::warn("shard {}: crashing on purpose in 50 ms ({})", self->state.settings.index,
-                   why);
+      spdlog::warn("shard {}: crashing on purpose in 50 ms ({})",
+                   self->state.settings.index, why);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       throw std::runtime_error("injected fault: " + why);
     },
@@ -140,7 +144,9 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     },
     [=](hyper_atom, uint32_t job_id, uint64_t id, hyper_change& change) -> uint64_t {
       auto it = self->state.book->jobs.find(job_id);
-      return it == self->state.book->jobs.end() ? 0 : detail::prepare_hyper(it->second, id, change);
+      return it == self->state.book->jobs.end()
+               ? 0
+               : detail::prepare_hyper(it->second, id, change);
     },
     [=](hyper_atom, uint32_t job_id, uint64_t id, bool apply) {
       auto it = self->state.book->jobs.find(job_id);
@@ -203,11 +209,13 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
       fail_job(self->state, job_id, code, why);
     },
     [=](drop_atom, uint32_t job_id) {
-      drop_job(self, job_id, errc::unknown_job, "the job finished: every worker said bye");
+      drop_job(self, job_id, errc::unknown_job,
+               "the job finished: every worker said bye");
     },
     [=](drop_atom, uint32_t job_id, errc code, const std::string& why) {
       drop_job(self, job_id, code, why);
-    },    [=](norm_atom, uint32_t job_id, uint32_t tensor, uint64_t version, uint32_t chunk,
+    },
+    [=](norm_atom, uint32_t job_id, uint32_t tensor, uint64_t version, uint32_t chunk,
         double w2, double d2) { on_norm(self, job_id, tensor, version, chunk, w2, d2); },
     [=](trust_atom, uint32_t job_id, uint32_t tensor, uint64_t version, float trust) {
       changing(self, job_id, [&] { on_trust(self, job_id, tensor, version, trust); });

@@ -182,15 +182,15 @@ struct chunk_handoff;
 using handoff_ptr = std::shared_ptr<detail::chunk_handoff>;
 
 /// The part of the coordinator's interface a shard reports to.
-using abort_sink = caf::typed_actor<caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
-                                    caf::reacts_to<ckpt_atom, uint32_t, uint64_t, chunk_snapshot>,
-                                    caf::reacts_to<step_atom, uint32_t, uint32_t, uint64_t>>;
+using abort_sink =
+  caf::typed_actor<caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
+                   caf::reacts_to<ckpt_atom, uint32_t, uint64_t, chunk_snapshot>,
+                   caf::reacts_to<step_atom, uint32_t, uint32_t, uint64_t>>;
 
 using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<push_atom, chunk_push>,
   caf::reacts_to<push_atom, std::vector<chunk_push>>,
-  caf::reacts_to<init_atom, chunk_push>,
-  caf::reacts_to<relay_atom, relay_update>,
+  caf::reacts_to<init_atom, chunk_push>, caf::reacts_to<relay_atom, relay_update>,
   caf::reacts_to<mirror_atom, uint32_t, std::vector<uint64_t>>,
   caf::reacts_to<pull_atom, chunk_pull>,
   caf::replies_to<create_atom, job_setup, abort_sink>::with<ok_atom>,
@@ -200,10 +200,8 @@ using chunk_shard_actor = caf::typed_actor<
   caf::replies_to<resume_atom, uint32_t, uint32_t>::with<uint64_t>,
   caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
   caf::reacts_to<drop_atom, uint32_t>,
-  caf::reacts_to<drop_atom, uint32_t, errc, std::string>,
-  caf::reacts_to<tick_atom>,
-  caf::reacts_to<work_atom>,
-  caf::reacts_to<flush_atom>,
+  caf::reacts_to<drop_atom, uint32_t, errc, std::string>, caf::reacts_to<tick_atom>,
+  caf::reacts_to<work_atom>, caf::reacts_to<flush_atom>,
   caf::reacts_to<norm_atom, uint32_t, uint32_t, uint64_t, uint32_t, double, double>,
   caf::reacts_to<trust_atom, uint32_t, uint32_t, uint64_t, float>,
   caf::replies_to<ckpt_atom, uint32_t, uint64_t>::with<chunk_snapshot>,
@@ -224,8 +222,8 @@ using chunk_shard_actor = caf::typed_actor<
 struct shard_settings {
   uint32_t index = 0;
   std::shared_ptr<const runtime::topology> topo; // null: not pinned
-  runtime::core_info core;                        // where to pin (with topo)
-  uint32_t numa = 0;                              // where chunk memory lives
+  runtime::core_info core;                       // where to pin (with topo)
+  uint32_t numa = 0;                             // where chunk memory lives
   bool priority = true; // answer the waiting worker furthest behind first
   std::chrono::milliseconds step_timeout{defaults::step_timeout_ms};
   std::chrono::milliseconds scan_interval{defaults::timeout_scan_ms};

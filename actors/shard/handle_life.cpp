@@ -41,10 +41,12 @@ void refuse_missing_job(const shard_state& st, const transports::connection_ptr&
   if (i != st.book->tombstones.end() && i->second.code == errc::moved)
     return; // routed by a ring the job left: the worker sends it again by the new one
   if (i != st.book->tombstones.end())
-    conn->send_error(i->second.code, fmt::format("job {} is gone: {}", about.job_id, i->second.why),
+    conn->send_error(i->second.code,
+                     fmt::format("job {} is gone: {}", about.job_id, i->second.why),
                      about);
   else
-    conn->send_error(errc::unknown_job, fmt::format("unknown job {}", about.job_id), about);
+    conn->send_error(errc::unknown_job, fmt::format("unknown job {}", about.job_id),
+                     about);
 }
 
 void bury(shard_state& st, uint32_t job_id, errc code, std::string why) {
@@ -64,14 +66,15 @@ void fail_job(shard_state& st, uint32_t job_id, errc code, const std::string& wh
     bury(st, job_id, code, why);
     return;
   }
-  for_each_own_chunk(st, it->second, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
-    for (auto& w : cs.take_all())
-      w.conn->send_error(code, why, about(job_id, w.rank, t, c, w.version));
-    return true;
-  });
+  for_each_own_chunk(
+    st, it->second, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
+      for (auto& w : cs.take_all())
+        w.conn->send_error(code, why, about(job_id, w.rank, t, c, w.version));
+      return true;
+    });
   for (auto& p : it->second.checkpoints)
-    p.rp.deliver(cluster_error(code, fmt::format("checkpoint at clock {}: the job failed: {}",
-                                                 p.clock, why)));
+    p.rp.deliver(cluster_error(
+      code, fmt::format("checkpoint at clock {}: the job failed: {}", p.clock, why)));
   bury(st, job_id, code, why);
 }
 
@@ -81,7 +84,8 @@ void fail_steps_needing(shard_state& st, uint32_t job_id, shard_job& job, uint32
   for_each_own_chunk(st, job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
     if (cs.needs(rank))
       for (auto& w : cs.take_all())
-        w.conn->send_error(errc::worker_left, why, about(job_id, w.rank, t, c, w.version));
+        w.conn->send_error(errc::worker_left, why,
+                           about(job_id, w.rank, t, c, w.version));
     return true;
   });
 }
@@ -89,15 +93,16 @@ void fail_steps_needing(shard_state& st, uint32_t job_id, shard_job& job, uint32
 // The answer to a request about job `job_id` that this shard does not hold (it ended,
 // failed or never had chunks here): a move, a takeover or a balancing step.
 caf::error no_live_job(const shard_state& st, uint32_t job_id) {
-  return cluster_error(errc::unknown_job,
-                       fmt::format("shard {} has no live job {}", st.settings.index, job_id));
+  return cluster_error(errc::unknown_job, fmt::format("shard {} has no live job {}",
+                                                      st.settings.index, job_id));
 }
 
 // The job of a request, or null (refused if the job is gone; dropped unanswered if the
 // job is frozen for a move, or the chunk is not this shard's by the job's routes: it
 // was routed by a ring the job has left, and the worker sends it again by the new one).
-shard_job* find_job(shard_ptr self, uint32_t job_id, const transports::connection_ptr& conn,
-                    uint32_t rank, uint32_t tensor, uint32_t chunk, uint64_t clock) {
+shard_job* find_job(shard_ptr self, uint32_t job_id,
+                    const transports::connection_ptr& conn, uint32_t rank,
+                    uint32_t tensor, uint32_t chunk, uint64_t clock) {
   auto& st = self->state;
   auto it = st.book->jobs.find(job_id);
   if (it != st.book->jobs.end()) {
@@ -110,7 +115,8 @@ shard_job* find_job(shard_ptr self, uint32_t job_id, const transports::connectio
   return nullptr;
 }
 
-caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup, abort_sink coordinator) {
+caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup,
+                                abort_sink coordinator) {
   auto& st = self->state;
   shard_job job;
   try {
@@ -125,7 +131,8 @@ caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup, abort_sink coo
                                                             job.memory->size());
     } catch (const std::exception& e) { // its answers register on their first send
       spdlog::warn("shard {}: job {}: the parameter arena ({} bytes) was not registered "
-                   "ahead: {}", st.settings.index, setup.job_id, job.memory->size(), e.what());
+                   "ahead: {}",
+                   st.settings.index, setup.job_id, job.memory->size(), e.what());
     }
   }
   st.book->memory_numa = job.memory_numa();
@@ -142,7 +149,8 @@ caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup, abort_sink coo
 }
 
 // A checkpoint of a job this shard holds, live or finished.
-caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id, uint64_t clock) {
+caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id,
+                                          uint64_t clock) {
   auto& st = self->state;
   shard_job* job = nullptr;
   if (auto it = st.book->jobs.find(job_id); it != st.book->jobs.end())
@@ -152,10 +160,11 @@ caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id, uint6
       job = &kept.job;
   if (job == nullptr) {
     auto t = st.book->tombstones.find(job_id);
-    return cluster_error(errc::unknown_job,
-                         t == st.book->tombstones.end()
-                           ? fmt::format("shard {} has no job {}", st.settings.index, job_id)
-                           : fmt::format("job {} is gone: {}", job_id, t->second.why));
+    return cluster_error(
+      errc::unknown_job,
+      t == st.book->tombstones.end()
+        ? fmt::format("shard {} has no job {}", st.settings.index, job_id)
+        : fmt::format("job {} is gone: {}", job_id, t->second.why));
   }
   auto p = detail::start_checkpoint(*job, clock, [&](auto fn) {
     for_each_own_chunk(st, *job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
@@ -178,20 +187,22 @@ void scan_timeouts(shard_ptr self) {
   for (auto& [job_id, job] : st.book->jobs) {
     if (job.timed_out)
       continue;
-    for_each_own_chunk(st, job, [&, id = job_id, &job = job](uint32_t t, uint32_t c,
-                                                           detail::chunk_state& cs) {
-      if (!cs.step_open() || now - cs.opened_at() < st.settings.step_timeout)
-        return true;
-      auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - cs.opened_at());
-      auto why = fmt::format("job '{}' (id {}): step {} of chunk {}/{} waited {} ms for "
-                             "ranks [{}]; the step timeout is {} ms",
-                             job.spec.name, id, cs.version(), t, c, waited.count(),
-                             fmt::join(cs.missing_ranks(), ", "),
-                             st.settings.step_timeout.count());
-      job.timed_out = true;
-      self->send(job.coordinator, abort_atom::value, id, errc::step_timeout, why);
-      return false;
-    });
+    for_each_own_chunk(
+      st, job,
+      [&, id = job_id, &job = job](uint32_t t, uint32_t c, detail::chunk_state& cs) {
+        if (!cs.step_open() || now - cs.opened_at() < st.settings.step_timeout)
+          return true;
+        auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+          now - cs.opened_at());
+        auto why = fmt::format(
+          "job '{}' (id {}): step {} of chunk {}/{} waited {} ms for "
+          "ranks [{}]; the step timeout is {} ms",
+          job.spec.name, id, cs.version(), t, c, waited.count(),
+          fmt::join(cs.missing_ranks(), ", "), st.settings.step_timeout.count());
+        job.timed_out = true;
+        self->send(job.coordinator, abort_atom::value, id, errc::step_timeout, why);
+        return false;
+      });
   }
 }
 
@@ -222,8 +233,9 @@ void drop_job(shard_ptr self, uint32_t job_id, errc code, const std::string& why
   bury(st, job_id, code, why);
   detail::fail_checkpoints(job, "the job finished before every chunk reached it");
   if (st.settings.keep_finished.count() > 0)
-    st.book->finished.push_back({job_id, std::move(job),
-                                 std::chrono::steady_clock::now() + st.settings.keep_finished});
+    st.book->finished.push_back(
+      {job_id, std::move(job),
+       std::chrono::steady_clock::now() + st.settings.keep_finished});
   while (st.book->finished.size() > defaults::kept_finished_jobs)
     st.book->finished.pop_front();
 }
@@ -242,7 +254,8 @@ std::string lost_state(const shard_state& st, uint32_t job_id, shard_job& job) {
   if (job.relay)
     for_each_own_chunk(st, job, [&](uint32_t t, uint32_t, detail::chunk_state& cs) {
       waiting = cs.relay_pending()
-                || (!cs.initialized() && job.spec.tensors[t].has_init); // its init comes from home
+                || (!cs.initialized()
+                    && job.spec.tensors[t].has_init); // its init comes from home
       return !waiting;
     });
   if (waiting)
@@ -271,8 +284,9 @@ void adopt(shard_ptr self) {
   }
   for (auto& [id, why] : lost) {
     auto& job = book.jobs.at(id);
-    auto reason = fmt::format("job '{}' (id {}): shard {} crashed and was restarted, but {}",
-                              job.spec.name, id, st.settings.index, why);
+    auto reason = fmt::format(
+      "job '{}' (id {}): shard {} crashed and was restarted, but {}", job.spec.name, id,
+      st.settings.index, why);
     self->send(job.coordinator, abort_atom::value, id, errc::internal, reason);
     fail_job(st, id, errc::internal, reason);
   }

@@ -60,11 +60,11 @@ void on_mirror_push(shard_ptr self, chunk_push& p) {
     return; // routed by another ring: the home sends it again by its new one
   auto& cs = job.chunks[job.routes->local_index(p.tensor, p.chunk)];
   if (p.payload->size != size_t{cs.length()} * sizeof(float)) {
-    p.conn->send_error(errc::bad_chunk,
-                       fmt::format("chunk {}/{} holds {} bytes, the mirrored sum carries {}",
-                                   p.tensor, p.chunk, cs.length() * sizeof(float),
-                                   p.payload->size),
-                       hdr);
+    p.conn->send_error(
+      errc::bad_chunk,
+      fmt::format("chunk {}/{} holds {} bytes, the mirrored sum carries {}", p.tensor,
+                  p.chunk, cs.length() * sizeof(float), p.payload->size),
+      hdr);
     return;
   }
   st.book->stats.bytes_in += p.payload->size;
@@ -116,7 +116,8 @@ void on_relay(shard_ptr self, const relay_update& u) {
   auto& cs = job.chunks[job.routes->local_index(u.tensor, u.chunk)];
   if (u.data == nullptr) {
     for (auto& w : cs.take_all())
-      w.conn->send_error(u.code, u.why, about(u.job_id, w.rank, u.tensor, u.chunk, w.version));
+      w.conn->send_error(u.code, u.why,
+                         about(u.job_id, w.rank, u.tensor, u.chunk, w.version));
     return;
   }
   if (u.version == 0) {
@@ -125,8 +126,9 @@ void on_relay(shard_ptr self, const relay_update& u) {
     cs.finish_relay(u.data, clock_type::now());
     count_step(self, u.job_id, job);
   } else {
-    spdlog::warn("job {}: chunk {}/{} at version {} got version {} from its home; dropped",
-                 u.job_id, u.tensor, u.chunk, cs.version(), u.version);
+    spdlog::warn(
+      "job {}: chunk {}/{} at version {} got version {} from its home; dropped", u.job_id,
+      u.tensor, u.chunk, cs.version(), u.version);
     return;
   }
   answer_ready(self->state, u.job_id, job, u.tensor, u.chunk, cs);
@@ -163,7 +165,8 @@ caf::result<ok_atom> on_takeover(shard_ptr self, route_change& rc) {
   if (it == st.book->jobs.end())
     return no_live_job(st, rc.job_id);
   size_t released = 0;
-  if (auto why = detail::retarget(it->second, st.settings.index, rc, released); !why.empty())
+  if (auto why = detail::retarget(it->second, st.settings.index, rc, released);
+      !why.empty())
     return cluster_error(errc::internal, why);
   st.book->stats.chunks -= released;
   remirror(self, rc.job_id, it->second);

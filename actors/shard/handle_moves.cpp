@@ -106,26 +106,29 @@ caf::result<ok_atom> on_expect(shard_ptr self, const shard_move& m) {
   auto it = st.book->jobs.find(m.job_id);
   if (it == st.book->jobs.end())
     return no_live_job(st, m.job_id);
-  if (auto why = detail::expect_chunks(it->second, st.settings.index, m.next); !why.empty())
+  if (auto why = detail::expect_chunks(it->second, st.settings.index, m.next);
+      !why.empty())
     return cluster_error(errc::invalid_spec, fmt::format("job {}: shard {}: {}", m.job_id,
                                                          st.settings.index, why));
   auto& incoming = it->second.incoming; // counted from now: a drop counts them out
-  st.book->stats.chunks +=
-    static_cast<uint64_t>(std::count(incoming.begin(), incoming.end(), true));
+  st.book->stats.chunks += static_cast<uint64_t>(
+    std::count(incoming.begin(), incoming.end(), true));
   return ok_atom::value;
 }
 
 // Step 3: the chunks the move takes from this shard go to `to`, whose answer ends it.
-caf::result<ok_atom> on_migrate(shard_ptr self, const shard_move& m, const caf::actor& to) {
+caf::result<ok_atom> on_migrate(shard_ptr self, const shard_move& m,
+                                const caf::actor& to) {
   auto& st = self->state;
   auto it = st.book->jobs.find(m.job_id);
   if (it == st.book->jobs.end())
     return no_live_job(st, m.job_id);
   auto& job = it->second;
   if (!job.incoming.empty())
-    return cluster_error(errc::internal, fmt::format("job {}: shard {} is receiving chunks "
-                                                     "itself",
-                                                     m.job_id, st.settings.index));
+    return cluster_error(errc::internal,
+                         fmt::format("job {}: shard {} is receiving chunks "
+                                     "itself",
+                                     m.job_id, st.settings.index));
   st.answers.flush(); // nothing held may point at a chunk once another shard runs it
   auto h = std::make_shared<detail::chunk_handoff>();
   changing(self, m.job_id, [&] {
@@ -163,9 +166,7 @@ caf::result<ok_atom> on_adopt(shard_ptr self, const handoff_ptr& h) {
       case shard_job::stashed::an_init:
         changing(self, r.push.job_id, [&] { on_init(self, r.push); });
         break;
-      case shard_job::stashed::a_pull:
-        on_pull(self, r.pull);
-        break;
+      case shard_job::stashed::a_pull: on_pull(self, r.pull); break;
     }
   }
   if (!error.empty())

@@ -42,7 +42,8 @@ void on_push(shard_ptr self, chunk_push& p) {
   }
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
   if (job == nullptr || detail::stale_ring(*job, p)
-      || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::a_push, &p, nullptr))
+      || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::a_push, &p,
+                           nullptr))
     return;
   if (job->holding) { // a move's first phase: counted (or dropped) once the fence comes
     job->held.push_back(std::move(p));
@@ -57,8 +58,9 @@ void on_push(shard_ptr self, chunk_push& p) {
     return;
   if (p.payload->size != size_t{cs.length()} * sizeof(float)) {
     p.conn->send_error(errc::bad_chunk,
-                       fmt::format("chunk {}/{} holds {} bytes, push carries {}", p.tensor,
-                                   p.chunk, cs.length() * sizeof(float), p.payload->size),
+                       fmt::format("chunk {}/{} holds {} bytes, push carries {}",
+                                   p.tensor, p.chunk, cs.length() * sizeof(float),
+                                   p.payload->size),
                        hdr);
     return;
   }
@@ -68,10 +70,11 @@ void on_push(shard_ptr self, chunk_push& p) {
   for (uint32_t r = 0; check_departed && r < job->departed.size(); ++r) {
     // (A rank's own push may be served after its leave: the backlog reorders.)
     if (r != p.rank && job->departed[r] && !cs.has_pushed(r, p.clock)) {
-      p.conn->send_error(errc::worker_left,
-                         fmt::format("job '{}': rank {} has left, clock {} cannot complete",
-                                     job->spec.name, r, p.clock),
-                         hdr);
+      p.conn->send_error(
+        errc::worker_left,
+        fmt::format("job '{}': rank {} has left, clock {} cannot complete",
+                    job->spec.name, r, p.clock),
+        hdr);
       return;
     }
   }
@@ -79,7 +82,8 @@ void on_push(shard_ptr self, chunk_push& p) {
   auto bytes = p.payload->size;
   st.book->stats.bytes_in += bytes;
   auto result = [&] {
-    runtime::trace::scope traced{"push", "shard", {p.job_id, p.rank, p.tensor, p.chunk, p.clock}};
+    runtime::trace::scope traced{
+      "push", "shard", {p.job_id, p.rank, p.tensor, p.chunk, p.clock}};
     return cs.push(p.rank, p.clock, std::move(p.payload), clock_type::now());
   }();
   switch (result) {
@@ -97,8 +101,7 @@ void on_push(shard_ptr self, chunk_push& p) {
                                      p.clock, p.tensor, p.chunk, cs.version()),
                          hdr);
       return;
-    default:
-      break;
+    default: break;
   }
   cs.add_load(cs.length() + detail::push_load_overhead);
   if (p.rank < job->counters.size()) { // counted once accepted
@@ -114,7 +117,8 @@ void on_push(shard_ptr self, chunk_push& p) {
 void on_init(shard_ptr self, chunk_push& p) {
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
   if (job == nullptr || detail::stale_ring(*job, p)
-      || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::an_init, &p, nullptr))
+      || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::an_init, &p,
+                           nullptr))
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, 0);
@@ -132,14 +136,16 @@ void on_init(shard_ptr self, chunk_push& p) {
     return;
   }
   if (p.rank != job->init_rank || !tensor.has_init
-      || p.payload->size != size_t{cs.length()} * sizeof(float) || !cs.init(p.payload->floats())) {
+      || p.payload->size != size_t{cs.length()} * sizeof(float)
+      || !cs.init(p.payload->floats())) {
     if (!owned)
       return;
-    p.conn->send_error(errc::bad_chunk,
-                       fmt::format("init of chunk {}/{} refused: only rank 0 initialises, "
-                                   "once, a tensor declared with initial values",
-                                   p.tensor, p.chunk),
-                       hdr);
+    p.conn->send_error(
+      errc::bad_chunk,
+      fmt::format("init of chunk {}/{} refused: only rank 0 initialises, "
+                  "once, a tensor declared with initial values",
+                  p.tensor, p.chunk),
+      hdr);
     return;
   }
   if (job->relay) // the chunk's home and the other racks start from these values too
@@ -158,7 +164,8 @@ void on_init(shard_ptr self, chunk_push& p) {
 void on_pull(shard_ptr self, chunk_pull& p) {
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.min_version);
   if (job == nullptr
-      || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::a_pull, nullptr, &p))
+      || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::a_pull, nullptr,
+                           &p))
     return;
   auto& cs = job->chunks[job->routes->local_index(p.tensor, p.chunk)];
   if (!p.subscribe && p.rank < job->counters.size())
@@ -174,7 +181,8 @@ void on_pull(shard_ptr self, chunk_pull& p) {
   }
   if (p.subscribe) {
     cs.subscribe({p.conn, p.rank, UINT64_MAX});
-    answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs); // the current version
+    answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk,
+                 cs); // the current version
     return;
   }
   if (p.only_changed) {

@@ -69,7 +69,8 @@ void send_update(shard_state& st, uint32_t job_id, shard_job& job, uint32_t tens
     h.payload_bytes = static_cast<uint32_t>(packed.size());
     payload = {const_cast<std::byte*>(packed.data()), packed.size()};
   }
-  runtime::trace::scope traced{"answer", "shard", {job_id, w.rank, tensor, chunk, h.clock}};
+  runtime::trace::scope traced{
+    "answer", "shard", {job_id, w.rank, tensor, chunk, h.clock}};
   if (!st.answers.send(w.conn, h, payload, cs.params()))
     return;
   st.book->stats.bytes_out += h.payload_bytes;
@@ -101,7 +102,8 @@ detail::waiter waiting(detail::waiter w) {
 // A request for a chunk whose state is on its way from another shard of the node
 // (in-node balancing): kept, in order, until it has come. Whether it was.
 bool stash_if_arriving(shard_job& job, uint32_t tensor, uint32_t chunk,
-                       shard_job::stashed::kind_t kind, chunk_push* push, chunk_pull* pull) {
+                       shard_job::stashed::kind_t kind, chunk_push* push,
+                       chunk_pull* pull) {
   if (!job.awaits(tensor, chunk))
     return false;
   shard_job::stashed s{kind, {}, {}};
@@ -157,12 +159,14 @@ void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t t
         // The replica gets the step's sum first; its ack runs the step (on_mirrored).
         auto clock = cs.version();
         const float* sum = cs.prepare_mirror();
-        job.mirror->send(st.settings.index, tensor, chunk, clock, job.ring_version, node, sum,
-                         cs.length());
+        job.mirror->send(st.settings.index, tensor, chunk, clock, job.ring_version, node,
+                         sum, cs.length());
         return;
       }
     }
-    if (job.relay) { // the rack's partial goes to the chunk's home; its answer ends the step
+    if (
+      job
+        .relay) { // the rack's partial goes to the chunk's home; its answer ends the step
       auto clock = cs.version();
       job.relay->push(tensor, chunk, clock, cs.prepare_relay());
       return;
@@ -178,8 +182,10 @@ void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t t
     if (st.answers.points_at(cs.params()))
       st.answers.flush(); // answers held point at the parameters this step changes
     {
-      runtime::trace::scope traced{"step", "shard", {job_id, runtime::trace::about::none,
-                                                     tensor, chunk, cs.version()}};
+      runtime::trace::scope traced{
+        "step",
+        "shard",
+        {job_id, runtime::trace::about::none, tensor, chunk, cs.version()}};
       cs.complete_step(detail::optimizer_for(job, cs.version()), job.rescale,
                        clock_type::now());
     }
@@ -250,7 +256,8 @@ void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version
 // repeat (`counted_before`) is answered at once if its answer is there.
 void answer_push(shard_state& st, shard_job& job, chunk_push& p, detail::chunk_state& cs,
                  bool counted_before) {
-  if (p.want_result || job.routes->mirror_of(p.tensor, p.chunk) != runtime::routing_table::not_here) {
+  if (p.want_result
+      || job.routes->mirror_of(p.tensor, p.chunk) != runtime::routing_table::not_here) {
     auto w = waiting(cs.push_waiter(p.conn, p.rank, p.clock));
     w.ack_only = !p.want_result; // BSP: version clock + 1 is the step's
     if (!counted_before) {

@@ -23,10 +23,11 @@ void restore_chunks(shard_job& job, const job_setup& setup, uint32_t index) {
     return;
   std::vector<bool> done(job.chunks.size(), false);
   for (auto& r : setup.restore) {
-    if (r.tensor >= job.routes->num_tensors() || r.chunk >= job.routes->layout(r.tensor).count()
+    if (r.tensor >= job.routes->num_tensors()
+        || r.chunk >= job.routes->layout(r.tensor).count()
         || job.routes->shard_of(r.tensor, r.chunk) != index)
-      throw std::runtime_error(fmt::format("restore: chunk {}/{} is not one of shard {}'s",
-                                           r.tensor, r.chunk, index));
+      throw std::runtime_error(fmt::format(
+        "restore: chunk {}/{} is not one of shard {}'s", r.tensor, r.chunk, index));
     auto local = job.routes->local_index(r.tensor, r.chunk);
     if (auto why = job.chunks[local].restore(r); !why.empty())
       throw std::runtime_error("restore: " + why);
@@ -34,8 +35,10 @@ void restore_chunks(shard_job& job, const job_setup& setup, uint32_t index) {
   }
   auto missing = std::count(done.begin(), done.end(), false);
   if (missing != 0)
-    throw std::runtime_error(fmt::format("restore: {} of shard {}'s chunks are missing from "
-                                         "the checkpoint", missing, index));
+    throw std::runtime_error(
+      fmt::format("restore: {} of shard {}'s chunks are missing from "
+                  "the checkpoint",
+                  missing, index));
 }
 
 } // namespace
@@ -97,13 +100,16 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
       if (job.routes->shard_of(t, c) != index)
         continue;
       auto len = layout.length(c);
-      float* params = job.shared ? reinterpret_cast<float*>(job.shared->data() + param_offsets[t])
-                                     + layout.offset(c)
-                                 : take(len);
+      float* params = job.shared
+                        ? reinterpret_cast<float*>(job.shared->data() + param_offsets[t])
+                            + layout.offset(c)
+                        : take(len);
       // m (momentum, Adam, LAMB, LARS), v (Adam, LAMB), d (LAMB, LARS)
       auto kind = job.spec.optimizer.kind;
       float* m = state >= 1 ? take(len) : nullptr;
-      float* v = (kind == optimizer_kind::adam || kind == optimizer_kind::lamb) ? take(len) : nullptr;
+      float* v = (kind == optimizer_kind::adam || kind == optimizer_kind::lamb)
+                   ? take(len)
+                   : nullptr;
       float* d = needs_d ? take(len) : nullptr;
       job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
                               job.spec.tensors[t].has_init, job.spec.consistency, d);

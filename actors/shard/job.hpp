@@ -47,8 +47,8 @@ struct shard_job {
   // Of them, homed here (the others are replicas: they take each step's sum from their
   // home and run the same step on it, answer nobody, and are in no checkpoint).
   size_t owned_chunks = 0;
-  std::vector<bool> departed;              // ranks that left
-  job_counters counters;                   // by rank, for job status
+  std::vector<bool> departed; // ranks that left
+  job_counters counters;      // by rank, for job status
   // Steps the job's chunks here completed, summed, and the clock last told to the
   // coordinator (their count over the chunks': handle_steps.cpp, count_step).
   uint64_t steps_done = 0;
@@ -56,17 +56,17 @@ struct shard_job {
   uint32_t departed_count = 0;
   abort_sink coordinator;
   bool timed_out = false;
-  std::vector<caf::actor> peers; // every shard of the node, by index
-  std::shared_ptr<rack_uplink> relay; // a hierarchical job's rack part (else null)
+  std::vector<caf::actor> peers;       // every shard of the node, by index
+  std::shared_ptr<rack_uplink> relay;  // a hierarchical job's rack part (else null)
   std::shared_ptr<mirror_link> mirror; // a flat job on several nodes (else null)
-  uint32_t init_rank = 0;             // who sets version 0
+  uint32_t init_rank = 0;              // who sets version 0
   // Home shard of a tensor (LAMB, LARS): per (tensor, version) the parts received, by
   // chunk, so they are added in chunk order whatever order they came in.
   std::map<std::pair<uint32_t, uint64_t>, std::vector<std::optional<runtime::norm_parts>>>
     norms;
   std::vector<pending_checkpoint> checkpoints;
-  uint64_t checkpoint_every = 0;                 // periodic checkpoints (0: none)
-  std::map<uint64_t, chunk_snapshot> periodic;   // by clock, until every chunk is in
+  uint64_t checkpoint_every = 0;               // periodic checkpoints (0: none)
+  std::map<uint64_t, chunk_snapshot> periodic; // by clock, until every chunk is in
   // Moving the job (a node drained; chunk_shard.hpp, "Moving"): settling while its
   // chunks finish the steps begun (settle_rp: the copy asked for once they have), then
   // frozen: every request for it is dropped unanswered until it is reshaped or thawed.
@@ -134,7 +134,8 @@ void for_each_chunk(shard_job& job, uint32_t index, Fn fn) {
   auto& routes = *job.routes;
   for (uint32_t t = 0; t < routes.num_tensors(); ++t)
     for (uint32_t c = 0; c < routes.layout(t).count(); ++c)
-      if (routes.shard_of(t, c) == index && !fn(t, c, job.chunks[routes.local_index(t, c)]))
+      if (routes.shard_of(t, c) == index
+          && !fn(t, c, job.chunks[routes.local_index(t, c)]))
         return;
 }
 

@@ -79,7 +79,8 @@ void check_settled(shard_job& job, uint32_t index) {
   }
 }
 
-std::string retarget(shard_job& job, uint32_t index, const route_change& rc, size_t& released) {
+std::string retarget(shard_job& job, uint32_t index, const route_change& rc,
+                     size_t& released) {
   auto& next = *rc.routes;
   std::vector<chunk_state> kept;
   size_t owned = 0;

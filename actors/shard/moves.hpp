@@ -38,6 +38,7 @@ void check_settled(shard_job& job, uint32_t index);
 /// A node of the job died: the chunks of shard `index` go on by `rc.routes`, each
 /// keeping its state (every chunk the new routes put here was here before); the ones
 /// not served here any more are dropped (`released` says how many). "" or why not.
-std::string retarget(shard_job& job, uint32_t index, const route_change& rc, size_t& released);
+std::string retarget(shard_job& job, uint32_t index, const route_change& rc,
+                     size_t& released);
 
 } // namespace rw::actors::detail

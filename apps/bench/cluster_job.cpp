@@ -40,7 +40,8 @@ std::string read_secret(const std::string& path) {
 }
 
 // The name of the live node one of whose endpoints is `address` ("" if none is).
-std::string node_at(const std::vector<actors::node_info>& nodes, const std::string& address) {
+std::string node_at(const std::vector<actors::node_info>& nodes,
+                    const std::string& address) {
   for (auto& n : nodes)
     for (auto& e : n.endpoints)
       if (e == address)
@@ -58,8 +59,8 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
   d.cfg.set("scheduler.max-threads", 2);
   d.sys = std::make_unique<caf::actor_system>(d.cfg);
   try {
-    d.client = std::make_unique<shell::cluster_client>(*d.sys, d.req.connect, d.req.timeout,
-                                                       read_secret(d.req.secret_file));
+    d.client = std::make_unique<shell::cluster_client>(
+      *d.sys, d.req.connect, d.req.timeout, read_secret(d.req.secret_file));
   } catch (const shell::shell_error& e) {
     // Not reached (unavailable, timeout: rw-bench exits 3), or refused (a secret: 1).
     throw rw::error(e.code(), fmt::format("cannot reach the coordinator through {}: {}",
@@ -90,9 +91,10 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
   } catch (const shell::shell_error& e) {
     // The coordinator refused the job these options ask for (a rack with no node, a
     // spec it cannot serve): a usage error of rw-bench (exit 2).
-    throw std::invalid_argument(fmt::format("cannot create the job through the coordinator "
-                                            "found at {}: {}",
-                                            d.req.connect, e.what()));
+    throw std::invalid_argument(
+      fmt::format("cannot create the job through the coordinator "
+                  "found at {}: {}",
+                  d.req.connect, e.what()));
   }
   auto& layout = d.job.layout;
   for (uint32_t r = 0; r < d.req.spec.num_workers; ++r) {
@@ -126,7 +128,8 @@ cluster_job::~cluster_job() {
   try {
     d.client->job_delete(d.job.name);
   } catch (const std::exception& e) {
-    std::cerr << "rw-bench: could not delete job '" << d.job.name << "': " << e.what() << "\n";
+    std::cerr << "rw-bench: could not delete job '" << d.job.name << "': " << e.what()
+              << "\n";
   }
   d.client.reset();
   d.sys.reset();

@@ -22,7 +22,7 @@ struct cluster_job_request {
   /// goes on these racks' nodes, and a hierarchical job places each rank at join.
   std::vector<std::string> rack_options;
   std::string reduction = "auto";
-  int replicas = -1; // -1: the coordinator's default
+  int replicas = -1;             // -1: the coordinator's default
   uint64_t checkpoint_every = 0; // periodic checkpoints into checkpoint_dir (0: none)
   std::string checkpoint_dir;
   std::chrono::milliseconds timeout{10'000};

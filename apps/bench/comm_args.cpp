@@ -13,9 +13,11 @@ std::vector<std::string> split_list(const std::string& text) {
   size_t start = 0;
   while (start <= text.size() && !text.empty()) {
     auto comma = text.find(',', start);
-    auto item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    auto item = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                              : comma - start);
     if (item.empty())
-      throw std::invalid_argument(fmt::format("'{}' has an empty entry: give A,B,...", text));
+      throw std::invalid_argument(
+        fmt::format("'{}' has an empty entry: give A,B,...", text));
     out.push_back(item);
     if (comma == std::string::npos)
       break;
@@ -34,15 +36,19 @@ straggler_spec parse_straggler(const std::string& text, uint32_t workers) {
     throw std::invalid_argument("--straggler takes RANK:DELAY, e.g. 1:50ms");
   auto rank = std::stoul(text.substr(0, colon));
   if (rank >= workers)
-    throw std::invalid_argument(fmt::format("--straggler rank {} is not one of the {} workers",
-                                            rank, workers));
+    throw std::invalid_argument(
+      fmt::format("--straggler rank {} is not one of the {} workers", rank, workers));
   auto delay = text.substr(colon + 1);
   size_t used = 0;
   double value = std::stod(delay, &used);
   auto unit = delay.substr(used);
-  double us = unit == "us" ? value : unit == "s" ? value * 1e6 : (unit.empty() || unit == "ms") ? value * 1e3 : -1;
+  double us = unit == "us"                     ? value
+              : unit == "s"                    ? value * 1e6
+              : (unit.empty() || unit == "ms") ? value * 1e3
+                                               : -1;
   if (us < 0 || value < 0)
-    throw std::invalid_argument("--straggler delay '" + delay + "' is not a duration (us, ms, s)");
+    throw std::invalid_argument("--straggler delay '" + delay
+                                + "' is not a duration (us, ms, s)");
   out.rank = static_cast<int>(rank);
   out.delay = std::chrono::microseconds(static_cast<int64_t>(us));
   return out;
@@ -72,14 +78,16 @@ std::vector<tensor_spec> bench_tensors(uint64_t elems, uint32_t layers) {
   if (layers == 0)
     return {{"gradient", elems, false}};
   if (elems < uint64_t{layers} * (bias_elems + 1))
-    throw std::invalid_argument(fmt::format("--layers {}: the gradient ({} elements) is too "
-                                            "small for {} weights and {}-element biases",
-                                            layers, elems, layers, bias_elems));
+    throw std::invalid_argument(
+      fmt::format("--layers {}: the gradient ({} elements) is too "
+                  "small for {} weights and {}-element biases",
+                  layers, elems, layers, bias_elems));
   std::vector<tensor_spec> out;
   uint64_t weight = elems / layers - bias_elems;
   for (uint32_t i = 0; i < layers; ++i) {
-    uint64_t w = i + 1 < layers ? weight : elems - uint64_t{layers - 1} * (weight + bias_elems)
-                                                - bias_elems;
+    uint64_t w = i + 1 < layers
+                   ? weight
+                   : elems - uint64_t{layers - 1} * (weight + bias_elems) - bias_elems;
     out.push_back({fmt::format("layer{}.w", i), w, false});
     out.push_back({fmt::format("layer{}.b", i), bias_elems, false});
   }

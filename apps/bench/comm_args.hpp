@@ -19,33 +19,34 @@ struct comm_args {
   uint32_t iters = 10;
   uint32_t warmup = 1;
   std::string chunk_text = "256KiB"; // defaults::chunk_bytes
-  std::string trace; // "": none; each rank writes TRACE.rankR.json (worker_options::trace)
+  std::string
+    trace; // "": none; each rank writes TRACE.rankR.json (worker_options::trace)
   std::string push_window_text; // "" : the worker's default (defaults::push_window_bytes)
-  uint32_t layers = 0;    // 0: one tensor; N: N layers, a weight and a small bias each
+  uint32_t layers = 0; // 0: one tensor; N: N layers, a weight and a small bias each
   uint64_t checkpoint_every = 0; // periodic checkpoints of the job (0: none)
   std::string checkpoint_dir;
   std::string job;
   bool verify = false;
-  bool barrier = false;   // every worker ready before each iteration (untimed)
+  bool barrier = false; // every worker ready before each iteration (untimed)
   bool json = false;
   std::string transport = "tcp";
   std::string consistency = "bsp";
   std::string compression = "none"; // none, bf16, fp16, topk:R
   bool updates_on = false;          // --compress-updates
-  bool updates_off = false;         // --no-compress-updates (neither: yes for bf16 / fp16)
-  std::string straggler;  // "RANK:DELAY", e.g. 1:50ms
+  bool updates_off = false; // --no-compress-updates (neither: yes for bf16 / fp16)
+  std::string straggler;    // "RANK:DELAY", e.g. 1:50ms
   uint32_t timeout_s = 600;
-  bool open_job = false;  // join an --open-jobs node's job without the coordinator
-  std::string worker_racks;   // comma-separated rack per rank
+  bool open_job = false;    // join an --open-jobs node's job without the coordinator
+  std::string worker_racks; // comma-separated rack per rank
   std::string reduction = "auto";
-  int replicas = -1;          // -1: the coordinator's default
-  std::string secret_file;    // --cluster-secret-file
-  uint32_t rank = 0;      // comm-worker only
-  std::string stop_file;  // comm-worker only: the pacing worker creates it when done
-  std::string token_file; // comm-worker only: the job's token
-  std::string rank_racks; // comm-worker only: hierarchical sum order (rack per rank)
-  std::string rack;       // comm: one rack option for every worker, or one per rank
-                          // (A,B,...); comm-worker: this worker's rack option
+  int replicas = -1;       // -1: the coordinator's default
+  std::string secret_file; // --cluster-secret-file
+  uint32_t rank = 0;       // comm-worker only
+  std::string stop_file;   // comm-worker only: the pacing worker creates it when done
+  std::string token_file;  // comm-worker only: the job's token
+  std::string rank_racks;  // comm-worker only: hierarchical sum order (rack per rank)
+  std::string rack;        // comm: one rack option for every worker, or one per rank
+                           // (A,B,...); comm-worker: this worker's rack option
 };
 
 /// "a,b,c" -> {"a", "b", "c"}; "" -> {}. Throws std::invalid_argument on an empty entry.

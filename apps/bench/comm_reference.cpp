@@ -33,8 +33,8 @@ void comm_reference::as_received(uint32_t rank, uint64_t step, float* grad) {
       } else if (compression_.kind == compression_spec::topk) {
         float* residual = residuals_.at(rank).data() + at + l.offset(c);
         runtime::topk_feedback(residual, chunk, length,
-                               runtime::topk_chunk_count(compression_.ratio,
-                                                         compression_.warmup, step, length),
+                               runtime::topk_chunk_count(
+                                 compression_.ratio, compression_.warmup, step, length),
                                indices, values);
         // As the node densifies pairs: zeros, then each value added at its index.
         std::fill(chunk, chunk + length, 0.0f);

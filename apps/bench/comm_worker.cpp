@@ -58,7 +58,8 @@ void fill_grad(float* g, size_t n, const std::vector<float>& base, uint32_t it) 
 
 // Which ranks are summed together first: one group of every rank (flat), or a group per
 // rack, ranks in order, the groups in rack order (hierarchical: "0,0,1,1").
-std::vector<std::vector<uint32_t>> rank_groups(const std::string& text, uint32_t workers) {
+std::vector<std::vector<uint32_t>> rank_groups(const std::string& text,
+                                               uint32_t workers) {
   std::vector<std::vector<uint32_t>> groups;
   if (text.empty()) {
     groups.emplace_back();
@@ -133,7 +134,9 @@ int run_worker(const comm_args& a) {
   auto straggler = parse_straggler(a.straggler, a.workers);
   // The pacing worker runs the iterations asked for; the others run until it is done.
   bool pacer = static_cast<int>(a.rank) == (straggler.rank >= 0 ? straggler.rank : 0);
-  auto stop_seen = [&] { return !a.stop_file.empty() && access(a.stop_file.c_str(), F_OK) == 0; };
+  auto stop_seen = [&] {
+    return !a.stop_file.empty() && access(a.stop_file.c_str(), F_OK) == 0;
+  };
   uint32_t max_staleness = 0;
   try {
     // The buffers the worker's calls use in place are declared before it: when one call
@@ -228,9 +231,9 @@ int run_worker(const comm_args& a) {
     // Data bytes on the network per timed iteration, sent and received (its own line:
     // readers of the RESULT line stay as they are).
     const double timed = static_cast<double>(std::max<size_t>(times.size(), 1));
-    std::cout << fmt::format("WIRE {:.0f} {:.0f}\n",
-                             static_cast<double>(sent_after - sent_before) / timed,
-                             static_cast<double>(received_after - received_before) / timed);
+    std::cout << fmt::format(
+      "WIRE {:.0f} {:.0f}\n", static_cast<double>(sent_after - sent_before) / timed,
+      static_cast<double>(received_after - received_before) / timed);
     w.close();
     std::cout << "RESULT " << (verified ? 1 : 0) << ' ' << done << ' ' << max_staleness;
     for (auto t : times)
@@ -238,7 +241,8 @@ int run_worker(const comm_args& a) {
     std::cout << std::endl;
     return a.verify && !verified ? 3 : 0;
   } catch (const rw::error& e) {
-    std::cerr << fmt::format("rank {}: {} ({})\n", a.rank, e.what(), rw::to_string(e.code()));
+    std::cerr << fmt::format("rank {}: {} ({})\n", a.rank, e.what(),
+                             rw::to_string(e.code()));
     return 2;
   }
 }

@@ -58,9 +58,7 @@ struct mlp {
   std::array<std::pair<const char*, std::vector<float>*>, 4> tensors() {
     return {{{"W1", &w1}, {"b1", &b1}, {"W2", &w2}, {"b2", &b2}}};
   }
-  size_t elements() const {
-    return w1.size() + b1.size() + w2.size() + b2.size();
-  }
+  size_t elements() const { return w1.size() + b1.size() + w2.size() + b2.size(); }
 };
 
 struct shard {
@@ -195,7 +193,8 @@ int train(const args& a) {
   std::mt19937 rng{7 + a.rank};
   std::vector<uint32_t> order = all, batch(a.batch);
   size_t cursor = order.size();
-  const double bytes_per_step = 2.0 * sizeof(float) * static_cast<double>(params.elements());
+  const double bytes_per_step = 2.0 * sizeof(float)
+                                * static_cast<double>(params.elements());
   const bool tty = isatty(STDOUT_FILENO);
   const auto start = clock_type::now();
   auto last_print = start - std::chrono::seconds(1);
@@ -243,10 +242,10 @@ int train(const args& a) {
   if (tty)
     std::cout << "\n";
   auto final_eval = evaluate(params, data, all, nullptr);
-  std::cout << fmt::format("rank 0 shard ({} points): first loss {:.4f}  final loss {:.4f}  "
-                           "accuracy {:.1f}%\n",
-                           all.size(), first_loss, final_eval.loss,
-                           100.0 * final_eval.accuracy);
+  std::cout << fmt::format(
+    "rank 0 shard ({} points): first loss {:.4f}  final loss {:.4f}  "
+    "accuracy {:.1f}%\n",
+    all.size(), first_loss, final_eval.loss, 100.0 * final_eval.accuracy);
   if (final_eval.loss < first_loss)
     return 0;
   std::cerr << "rw-train-demo: the loss did not fall\n";
@@ -268,7 +267,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", a.steps, "training steps")
     ->check(CLI::Range(1u, 1'000'000'000u))
     ->capture_default_str();
-  app.add_option("--job", a.job, "job name (all ranks must agree)")->capture_default_str();
+  app.add_option("--job", a.job, "job name (all ranks must agree)")
+    ->capture_default_str();
   auto* token = app.add_option(
     "--token", a.token,
     "the job's token, from rw-shell's rw.job_create{name=..., workers=..., "

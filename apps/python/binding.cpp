@@ -65,34 +65,39 @@ typed_buffer buffer_of(const py::object& obj, const std::string& what, bool writ
       throw py::type_error(what + ": " + want + " tensor is needed, not " + dtype);
     auto device = py::str(obj.attr("device")).cast<std::string>();
     if (device != "cpu")
-      throw py::type_error(what + ": the tensor is on " + device + "; RackWeave reads and "
-                           "writes CPU memory (move it with .cpu())");
+      throw py::type_error(what + ": the tensor is on " + device
+                           + "; RackWeave reads and "
+                             "writes CPU memory (move it with .cpu())");
     if (!obj.attr("is_contiguous")().cast<bool>())
-      throw py::type_error(what + ": the tensor is not contiguous (call .contiguous() "
-                           "first: RackWeave does not copy behind your back)");
+      throw py::type_error(what
+                           + ": the tensor is not contiguous (call .contiguous() "
+                             "first: RackWeave does not copy behind your back)");
     out.count = obj.attr("numel")().cast<uint64_t>();
     if (writable && obj.attr("requires_grad").cast<bool>() && py::hasattr(obj, "is_leaf")
         && obj.attr("is_leaf").cast<bool>())
-      throw py::type_error(what + ": the tensor requires grad; write into one that does "
-                           "not (a .detach() view, or torch.no_grad())");
+      throw py::type_error(what
+                           + ": the tensor requires grad; write into one that does "
+                             "not (a .detach() view, or torch.no_grad())");
     out.data = reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>());
     return out;
   }
   if (!py::hasattr(obj, "__array_interface__"))
-    throw py::type_error(what + ": a NumPy array or a torch tensor is needed, not " +
-                         type_name(obj));
+    throw py::type_error(what + ": a NumPy array or a torch tensor is needed, not "
+                         + type_name(obj));
   py::dict ai = obj.attr("__array_interface__");
   auto typestr = ai["typestr"].cast<std::string>();
-  bool ok = kind == element::f32 ? typestr == "<f4" : (typestr == "<i8" || typestr == "<u8");
+  bool ok = kind == element::f32 ? typestr == "<f4"
+                                 : (typestr == "<i8" || typestr == "<u8");
   if (!ok)
     throw py::type_error(what + ": " + want + " array is needed, not typestr " + typestr);
   if (!ai.contains("strides") || !ai["strides"].is_none()) {
     // Strides given: contiguous only if they are C order's.
     bool c_order = py::bool_(obj.attr("flags")["C_CONTIGUOUS"]);
     if (!c_order)
-      throw py::type_error(what + ": the array is not C-contiguous (numpy."
-                           "ascontiguousarray it first: RackWeave does not copy behind "
-                           "your back)");
+      throw py::type_error(what
+                           + ": the array is not C-contiguous (numpy."
+                             "ascontiguousarray it first: RackWeave does not copy behind "
+                             "your back)");
   }
   uint64_t n = 1;
   for (auto d : ai["shape"].cast<py::tuple>())
@@ -106,12 +111,12 @@ typed_buffer buffer_of(const py::object& obj, const std::string& what, bool writ
 }
 
 // `obj` as `elems` float32 elements in place: a NumPy array or a CPU torch tensor.
-checked_buffer float_buffer(const py::object& obj, uint64_t elems, const std::string& what,
-                            bool writable) {
+checked_buffer float_buffer(const py::object& obj, uint64_t elems,
+                            const std::string& what, bool writable) {
   auto b = buffer_of(obj, what, writable, element::f32);
   if (b.count != elems)
-    throw py::value_error(what + ": it has " + std::to_string(b.count) +
-                          " elements, the job's tensor " + std::to_string(elems));
+    throw py::value_error(what + ": it has " + std::to_string(b.count)
+                          + " elements, the job's tensor " + std::to_string(elems));
   return {static_cast<float*>(b.data), b.owner};
 }
 
@@ -119,8 +124,7 @@ checked_buffer float_buffer(const py::object& obj, uint64_t elems, const std::st
 class call_future {
 public:
   call_future(std::future<void> f, std::vector<py::object> keep)
-    : f_(f.share()), keep_(std::move(keep)) {
-  }
+    : f_(f.share()), keep_(std::move(keep)) {}
   call_future(const call_future&) = delete;
   call_future& operator=(const call_future&) = delete;
   ~call_future() {
@@ -165,10 +169,11 @@ public:
   }
 
   /// Rank 0 only: the job's hyper-parameters from at_clock on (worker::set_hyper).
-  uint64_t set_hyper(uint64_t at_clock, std::optional<float> lr, std::optional<float> momentum,
-                     std::optional<float> weight_decay, std::optional<float> beta1,
-                     std::optional<float> beta2) {
-    auto change = rw::python::hyper_from(at_clock, lr, momentum, weight_decay, beta1, beta2);
+  uint64_t set_hyper(uint64_t at_clock, std::optional<float> lr,
+                     std::optional<float> momentum, std::optional<float> weight_decay,
+                     std::optional<float> beta1, std::optional<float> beta2) {
+    auto change = rw::python::hyper_from(at_clock, lr, momentum, weight_decay, beta1,
+                                         beta2);
     py::gil_scoped_release nogil;
     return w_->set_hyper(change);
   }
@@ -188,14 +193,16 @@ public:
     auto o = float_buffer(out, elements(t), "push_pull('" + t + "') output", true);
     return start(w_->push_pull(t, g.data, o.data), {g.owner, o.owner});
   }
-  std::unique_ptr<call_future> push_sparse(const std::string& t, const py::object& indices,
+  std::unique_ptr<call_future> push_sparse(const std::string& t,
+                                           const py::object& indices,
                                            const py::object& values) {
     auto [i, v] = sparse_pair(t, "push_sparse", indices, values);
     return start(w_->push_sparse(t, static_cast<const uint64_t*>(i.data),
                                  static_cast<const float*>(v.data), i.count),
                  {i.owner, v.owner});
   }
-  std::unique_ptr<call_future> push_pull_sparse(const std::string& t, const py::object& indices,
+  std::unique_ptr<call_future> push_pull_sparse(const std::string& t,
+                                                const py::object& indices,
                                                 const py::object& values,
                                                 const py::object& out) {
     auto [i, v] = sparse_pair(t, "push_pull_sparse", indices, values);
@@ -217,8 +224,8 @@ public:
     std::function<void(uint64_t)> cb = [](uint64_t) {};
     if (!on_version.is_none()) {
       if (!PyCallable_Check(on_version.ptr()))
-        throw py::type_error("subscribe: on_version must be callable, not " +
-                             type_name(on_version));
+        throw py::type_error("subscribe: on_version must be callable, not "
+                             + type_name(on_version));
       // Released with the GIL held, whatever thread drops the last copy.
       std::shared_ptr<py::object> fn(new py::object(on_version), [](py::object* f) {
         py::gil_scoped_acquire gil;
@@ -236,9 +243,7 @@ public:
     subscribed_.push_back(o.owner);
     return start(w_->subscribe(t, o.data, std::move(cb)), {o.owner});
   }
-  uint32_t last_changed(const std::string& t) const {
-    return w_->last_changed(t);
-  }
+  uint32_t last_changed(const std::string& t) const { return w_->last_changed(t); }
   std::unique_ptr<call_future> init(const std::string& t, const py::object& values) {
     auto v = float_buffer(values, elements(t), "init('" + t + "') values", false);
     return start(w_->init(t, v.data), {v.owner});
@@ -247,23 +252,22 @@ public:
     py::gil_scoped_release nogil;
     w_->close();
   }
-  rw::worker& get() {
-    return *w_;
-  }
+  rw::worker& get() { return *w_; }
 
 private:
   std::vector<py::object> subscribed_; // outputs the node writes into until close
 
   // A sparse push's indices and values, checked: as many of each, indices in range.
-  std::pair<typed_buffer, typed_buffer> sparse_pair(const std::string& t, const char* call,
+  std::pair<typed_buffer, typed_buffer> sparse_pair(const std::string& t,
+                                                    const char* call,
                                                     const py::object& indices,
                                                     const py::object& values) {
     auto what = std::string{call} + "('" + t + "') ";
     auto i = buffer_of(indices, what + "indices", false, element::i64);
     auto v = buffer_of(values, what + "values", false, element::f32);
     if (i.count != v.count)
-      throw py::value_error(what + ": " + std::to_string(i.count) + " indices but " +
-                            std::to_string(v.count) + " values");
+      throw py::value_error(what + ": " + std::to_string(i.count) + " indices but "
+                            + std::to_string(v.count) + " values");
     return {i, v};
   }
   uint64_t elements(const std::string& t) const {
@@ -273,7 +277,8 @@ private:
     throw rw::error(rw::errc::unknown_tensor,
                     "tensor '" + t + "' is not part of job '" + w_->spec().name + "'");
   }
-  static std::unique_ptr<call_future> start(std::future<void> f, std::vector<py::object> keep) {
+  static std::unique_ptr<call_future> start(std::future<void> f,
+                                            std::vector<py::object> keep) {
     return std::make_unique<call_future>(std::move(f), std::move(keep));
   }
 
@@ -329,78 +334,83 @@ PYBIND11_MODULE(_rackweave, m) {
     .def("done", &call_future::done, "Whether the call has completed.");
 
   py::class_<py_worker>(m, "Worker", "One rank of a job (rackweave/worker.hpp).")
-    .def(py::init([](const std::string& connect, const std::string& job, uint32_t rank,
-                     std::optional<uint32_t> workers, const py::object& tensors,
-                     const std::string& token, std::optional<std::string> optimizer,
-                     std::optional<float> lr, std::optional<float> momentum,
-                     std::optional<float> weight_decay, std::optional<float> beta1,
-                     std::optional<float> beta2, std::optional<float> eps,
-                     std::optional<uint32_t> chunk_bytes,
-                     std::optional<std::string> consistency, const std::string& transport,
-                     double timeout, std::optional<std::string> compression,
-                     std::optional<bool> compress_updates, const std::string& trace) {
-           rw::worker_options o;
-           o.connect = connect;
-           o.trace = trace;
-           o.rank = rank;
-           o.token = token;
-           o.transport = transport;
-           o.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
-           if (!workers) {
-             // The job's name and token alone: the node sends the rest.
-             if (optimizer || lr || momentum || weight_decay || beta1 || beta2 || eps
-                 || chunk_bytes || consistency || compression || compress_updates)
-               throw py::value_error("a spec is stated with workers=...: give workers too, "
-                                     "or leave out optimizer, its hyper-parameters, "
-                                     "chunk_bytes, consistency and compression to take "
-                                     "the job's");
-             o.spec_from_job = true;
-             o.job.name = job;
-           } else {
-             o.job = rw::python::spec_from(
-               job, *workers, optimizer.value_or("sum"), lr.value_or(0.01f),
-               momentum.value_or(0.9f), weight_decay.value_or(0.0f), beta1.value_or(0.9f),
-               beta2.value_or(0.999f), eps.value_or(1e-8f),
-               chunk_bytes.value_or(rw::defaults::chunk_bytes), consistency.value_or("bsp"),
-               compression.value_or("none"), compress_updates.value_or(false));
-             if (tensors.is_none())
-               throw py::value_error("a stated spec needs tensors=...");
-           }
-           if (!tensors.is_none())
-             o.job.tensors = rw::python::tensors_from(tensors);
-           return std::make_unique<py_worker>(std::move(o));
-         }),
-         py::arg("connect"), py::arg("job"), py::arg("rank"), py::arg("workers") = py::none(),
-         py::arg("tensors") = py::none(), py::arg("token") = "",
-         py::arg("optimizer") = py::none(), py::arg("lr") = py::none(),
-         py::arg("momentum") = py::none(), py::arg("weight_decay") = py::none(),
-         py::arg("beta1") = py::none(), py::arg("beta2") = py::none(),
-         py::arg("eps") = py::none(), py::arg("chunk_bytes") = py::none(),
-         py::arg("consistency") = py::none(), py::arg("transport") = "tcp",
-         py::arg("timeout") = 120.0, py::arg("compression") = py::none(),
-         py::arg("compress_updates") = py::none(), py::arg("trace") = "",
-         "Connects to the node at `connect` (HOST:PORT) and joins job `job` as `rank` "
-         "(GIL released meanwhile). With `workers` the worker states the spec (workers, "
-         "tensors, optimizer='sum', lr=0.01, momentum=0.9, weight_decay=0, beta1=0.9, "
-         "beta2=0.999, eps=1e-8, chunk_bytes=262144, consistency='bsp', compression='none' "
-         "('bf16', 'fp16', 'topk:RATIO', 'topk:RATIO,warmup=STEPS'), compress_updates=False), which must match "
-         "the job's. Without it, the job's name and token are enough: the node sends the "
-         "spec (`spec`); `tensors` then declares the tensors of a job that has none yet "
-         "(or must match). `token` is the job's, as rw.job_create returned it ('' : a "
-         "node started with --open-jobs). `timeout`: seconds a call may wait for the node. "
-         "`trace`: a file this worker writes its step timeline to (Chrome trace-event "
-         "JSON, one event per operation; '' : none), to load in ui.perfetto.dev beside "
-         "the node's `rw-node --trace` file.")
+    .def(
+      py::init([](const std::string& connect, const std::string& job, uint32_t rank,
+                  std::optional<uint32_t> workers, const py::object& tensors,
+                  const std::string& token, std::optional<std::string> optimizer,
+                  std::optional<float> lr, std::optional<float> momentum,
+                  std::optional<float> weight_decay, std::optional<float> beta1,
+                  std::optional<float> beta2, std::optional<float> eps,
+                  std::optional<uint32_t> chunk_bytes,
+                  std::optional<std::string> consistency, const std::string& transport,
+                  double timeout, std::optional<std::string> compression,
+                  std::optional<bool> compress_updates, const std::string& trace) {
+        rw::worker_options o;
+        o.connect = connect;
+        o.trace = trace;
+        o.rank = rank;
+        o.token = token;
+        o.transport = transport;
+        o.request_timeout = std::chrono::milliseconds(
+          static_cast<int64_t>(timeout * 1000));
+        if (!workers) {
+          // The job's name and token alone: the node sends the rest.
+          if (optimizer || lr || momentum || weight_decay || beta1 || beta2 || eps
+              || chunk_bytes || consistency || compression || compress_updates)
+            throw py::value_error("a spec is stated with workers=...: give workers too, "
+                                  "or leave out optimizer, its hyper-parameters, "
+                                  "chunk_bytes, consistency and compression to take "
+                                  "the job's");
+          o.spec_from_job = true;
+          o.job.name = job;
+        } else {
+          o.job = rw::python::spec_from(
+            job, *workers, optimizer.value_or("sum"), lr.value_or(0.01f),
+            momentum.value_or(0.9f), weight_decay.value_or(0.0f), beta1.value_or(0.9f),
+            beta2.value_or(0.999f), eps.value_or(1e-8f),
+            chunk_bytes.value_or(rw::defaults::chunk_bytes), consistency.value_or("bsp"),
+            compression.value_or("none"), compress_updates.value_or(false));
+          if (tensors.is_none())
+            throw py::value_error("a stated spec needs tensors=...");
+        }
+        if (!tensors.is_none())
+          o.job.tensors = rw::python::tensors_from(tensors);
+        return std::make_unique<py_worker>(std::move(o));
+      }),
+      py::arg("connect"), py::arg("job"), py::arg("rank"),
+      py::arg("workers") = py::none(), py::arg("tensors") = py::none(),
+      py::arg("token") = "", py::arg("optimizer") = py::none(),
+      py::arg("lr") = py::none(), py::arg("momentum") = py::none(),
+      py::arg("weight_decay") = py::none(), py::arg("beta1") = py::none(),
+      py::arg("beta2") = py::none(), py::arg("eps") = py::none(),
+      py::arg("chunk_bytes") = py::none(), py::arg("consistency") = py::none(),
+      py::arg("transport") = "tcp", py::arg("timeout") = 120.0,
+      py::arg("compression") = py::none(), py::arg("compress_updates") = py::none(),
+      py::arg("trace") = "",
+      "Connects to the node at `connect` (HOST:PORT) and joins job `job` as `rank` "
+      "(GIL released meanwhile). With `workers` the worker states the spec (workers, "
+      "tensors, optimizer='sum', lr=0.01, momentum=0.9, weight_decay=0, beta1=0.9, "
+      "beta2=0.999, eps=1e-8, chunk_bytes=262144, consistency='bsp', compression='none' "
+      "('bf16', 'fp16', 'topk:RATIO', 'topk:RATIO,warmup=STEPS'), "
+      "compress_updates=False), which must match "
+      "the job's. Without it, the job's name and token are enough: the node sends the "
+      "spec (`spec`); `tensors` then declares the tensors of a job that has none yet "
+      "(or must match). `token` is the job's, as rw.job_create returned it ('' : a "
+      "node started with --open-jobs). `timeout`: seconds a call may wait for the node. "
+      "`trace`: a file this worker writes its step timeline to (Chrome trace-event "
+      "JSON, one event per operation; '' : none), to load in ui.perfetto.dev beside "
+      "the node's `rw-node --trace` file.")
     .def("push", &py_worker::push, py::arg("tensor"), py::arg("grad"),
          "Adds `grad` to the tensor's next clock.")
     .def("pull", &py_worker::pull, py::arg("tensor"), py::arg("out"),
          py::arg("min_version") = 0, "The tensor at version >= min_version, into `out`.")
     .def("push_pull", &py_worker::push_pull, py::arg("tensor"), py::arg("grad"),
          py::arg("out"), "push, then the updated tensor into `out`.")
-    .def("push_sparse", &py_worker::push_sparse, py::arg("tensor"), py::arg("indices"),
-         py::arg("values"),
-         "A sparse push: values[i] is added at element indices[i] (int64 or uint64 indices, "
-         "float32 values, as many of each); every other element counts as zero.")
+    .def(
+      "push_sparse", &py_worker::push_sparse, py::arg("tensor"), py::arg("indices"),
+      py::arg("values"),
+      "A sparse push: values[i] is added at element indices[i] (int64 or uint64 indices, "
+      "float32 values, as many of each); every other element counts as zero.")
     .def("push_pull_sparse", &py_worker::push_pull_sparse, py::arg("tensor"),
          py::arg("indices"), py::arg("values"), py::arg("out"),
          "push_sparse, then the updated tensor into `out`.")
@@ -408,33 +418,38 @@ PYBIND11_MODULE(_rackweave, m) {
          py::arg("since"),
          "Only the chunks newer than version `since` into `out` (the rest is left as it "
          "is); last_changed(tensor) then says how many.")
-    .def("last_changed", &py_worker::last_changed, py::arg("tensor"),
-         "Chunks the last completed pull, push_pull or pull_changed on the tensor received.")
-    .def("subscribe", &py_worker::subscribe, py::arg("tensor"), py::arg("out"),
-         py::arg("on_version") = py::none(),
-         "Eager notification: from now on every new version of the tensor is written into "
-         "`out` as the node makes it (kept alive until close), and on_version(v) is called "
-         "once every chunk has reached version v, on the worker's receiver thread (keep it "
-         "short). The Future completes once the subscription is in place.")
+    .def(
+      "last_changed", &py_worker::last_changed, py::arg("tensor"),
+      "Chunks the last completed pull, push_pull or pull_changed on the tensor received.")
+    .def(
+      "subscribe", &py_worker::subscribe, py::arg("tensor"), py::arg("out"),
+      py::arg("on_version") = py::none(),
+      "Eager notification: from now on every new version of the tensor is written into "
+      "`out` as the node makes it (kept alive until close), and on_version(v) is called "
+      "once every chunk has reached version v, on the worker's receiver thread (keep it "
+      "short). The Future completes once the subscription is in place.")
     .def("init", &py_worker::init, py::arg("tensor"), py::arg("values"),
          "Rank 0, tensors declared (name, elements, True): the values of version 0.")
     .def("close", &py_worker::close, "Leaves the job (bye); calls afterwards fail.")
-    .def("clock", [](py_worker& w, const std::string& t) { return w.get().clock(t); },
-         py::arg("tensor"), "How many pushes this worker made to the tensor.")
+    .def(
+      "clock", [](py_worker& w, const std::string& t) { return w.get().clock(t); },
+      py::arg("tensor"), "How many pushes this worker made to the tensor.")
     .def_property_readonly("rank", [](py_worker& w) { return w.get().rank(); })
     .def_property_readonly("job_id", [](py_worker& w) { return w.get().job_id(); })
-    .def("set_hyper", &py_worker::set_hyper, py::arg("at_clock"), py::arg("lr") = py::none(),
-         py::arg("momentum") = py::none(), py::arg("weight_decay") = py::none(),
-         py::arg("beta1") = py::none(), py::arg("beta2") = py::none(),
-         "Rank 0 only: the job's hyper-parameters (those given) from the step of clock "
-         "`at_clock` on, for every chunk on every node (its node asks the cluster's "
-         "coordinator, as rw.job_set does). Call it before pushing clock `at_clock`: a "
-         "change for a step some chunk has run is refused (clock_out_of_range). Returns the "
-         "highest clock the job had reached.")
-    .def_property_readonly("spec", [](py_worker& w) { return spec_dict(w.get().spec()); },
-                           "The job's spec: name, workers, chunk_bytes, optimizer, lr, "
-                           "momentum, weight_decay, beta1, beta2, eps, consistency, and "
-                           "tensors as [(name, elements, has_init)].")
+    .def(
+      "set_hyper", &py_worker::set_hyper, py::arg("at_clock"), py::arg("lr") = py::none(),
+      py::arg("momentum") = py::none(), py::arg("weight_decay") = py::none(),
+      py::arg("beta1") = py::none(), py::arg("beta2") = py::none(),
+      "Rank 0 only: the job's hyper-parameters (those given) from the step of clock "
+      "`at_clock` on, for every chunk on every node (its node asks the cluster's "
+      "coordinator, as rw.job_set does). Call it before pushing clock `at_clock`: a "
+      "change for a step some chunk has run is refused (clock_out_of_range). Returns the "
+      "highest clock the job had reached.")
+    .def_property_readonly(
+      "spec", [](py_worker& w) { return spec_dict(w.get().spec()); },
+      "The job's spec: name, workers, chunk_bytes, optimizer, lr, "
+      "momentum, weight_decay, beta1, beta2, eps, consistency, and "
+      "tensors as [(name, elements, has_init)].")
     .def_property_readonly("transport",
                            [](py_worker& w) { return std::string{w.get().transport()}; })
     .def("__enter__", [](py::object self) { return self; })

@@ -16,10 +16,10 @@ namespace rw::python {
 
 /// The spec, without tensors. An unknown optimizer, a bad consistency or compression
 /// is a ValueError saying which.
-inline job_spec spec_from(const std::string& job, uint32_t workers, const std::string& optimizer,
-                          float lr, float momentum, float weight_decay, float beta1,
-                          float beta2, float eps, uint32_t chunk_bytes,
-                          const std::string& consistency,
+inline job_spec spec_from(const std::string& job, uint32_t workers,
+                          const std::string& optimizer, float lr, float momentum,
+                          float weight_decay, float beta1, float beta2, float eps,
+                          uint32_t chunk_bytes, const std::string& consistency,
                           const std::string& compression = "none",
                           bool compress_updates = false) {
   job_spec spec;
@@ -28,8 +28,8 @@ inline job_spec spec_from(const std::string& job, uint32_t workers, const std::s
   spec.chunk_bytes = chunk_bytes;
   auto kind = parse_optimizer_kind(optimizer);
   if (!kind)
-    throw pybind11::value_error("unknown optimizer '" + optimizer +
-                                "' (sum, sgd, momentum, nesterov, adam, lamb, lars)");
+    throw pybind11::value_error("unknown optimizer '" + optimizer
+                                + "' (sum, sgd, momentum, nesterov, adam, lamb, lars)");
   spec.optimizer.kind = *kind;
   spec.optimizer.learning_rate = lr;
   spec.optimizer.momentum = momentum;
@@ -50,8 +50,8 @@ inline job_spec spec_from(const std::string& job, uint32_t workers, const std::s
 /// A hyper_change from Python's keyword arguments (a ValueError if it is not valid).
 inline hyper_change hyper_from(uint64_t at_clock, std::optional<float> lr,
                                std::optional<float> momentum,
-                               std::optional<float> weight_decay, std::optional<float> beta1,
-                               std::optional<float> beta2) {
+                               std::optional<float> weight_decay,
+                               std::optional<float> beta1, std::optional<float> beta2) {
   hyper_change c{at_clock, lr, momentum, weight_decay, beta1, beta2};
   if (auto why = validate(c); !why.empty())
     throw pybind11::value_error("set_hyper: " + why);
@@ -64,7 +64,8 @@ inline std::vector<tensor_spec> tensors_from(const pybind11::object& obj) {
   std::vector<tensor_spec> out;
   if (pybind11::isinstance<pybind11::dict>(obj)) {
     for (auto item : obj.cast<pybind11::dict>())
-      out.push_back({item.first.cast<std::string>(), item.second.cast<uint64_t>(), false});
+      out.push_back(
+        {item.first.cast<std::string>(), item.second.cast<uint64_t>(), false});
     return out;
   }
   for (auto item : obj) {

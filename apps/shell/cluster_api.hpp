@@ -19,11 +19,8 @@ public:
   /// `code`: the coordinator's reason (a refusal), or unavailable / timeout when it
   /// could not be reached or did not answer.
   explicit shell_error(const std::string& message, errc code = errc::unavailable)
-    : std::runtime_error(message), code_(code) {
-  }
-  errc code() const noexcept {
-    return code_;
-  }
+    : std::runtime_error(message), code_(code) {}
+  errc code() const noexcept { return code_; }
 
 private:
   errc code_;
@@ -49,8 +46,8 @@ public:
   virtual void job_delete(const std::string& name) = 0;
   /// Writes a checkpoint of the job into `dir` (a new or empty directory) at `clock`
   /// (0: the coordinator picks the next clock; a finished job: as it ended).
-  virtual actors::checkpoint_info checkpoint(const std::string& name, const std::string& dir,
-                                             uint64_t clock) = 0;
+  virtual actors::checkpoint_info checkpoint(const std::string& name,
+                                             const std::string& dir, uint64_t clock) = 0;
   /// Fault injection (tests, demos) into job `name` on node `node` ("": the job's first
   /// node): kill = "shard" crashes shard `index`; kill = "link" closes the connections
   /// of the job's worker rank `index` (UINT32_MAX: every rank); returns what was done.

@@ -19,8 +19,8 @@ struct cluster_client::impl {
 
   impl(caf::actor_system& s, std::string c, std::chrono::milliseconds t, std::string k,
        std::string n)
-    : sys(s), connect(std::move(c)), timeout(t), secret(std::move(k)), tenant(std::move(n)) {
-  }
+    : sys(s), connect(std::move(c)), timeout(t), secret(std::move(k)),
+      tenant(std::move(n)) {}
 
   // Finds the coordinator through the node at `connect` and connects to it.
   void reach() {
@@ -61,11 +61,13 @@ struct cluster_client::impl {
     if (lost) {
       coordinator = nullptr; // find it again next time
       if (timed_out)
-        throw shell_error(fmt::format("{}: the coordinator at {} did not answer within {} ms",
-                                      what, address, timeout.count()),
-                          errc::timeout);
-      throw shell_error(fmt::format("{}: the connection to the coordinator at {} failed: {}",
-                                    what, address, failure));
+        throw shell_error(
+          fmt::format("{}: the coordinator at {} did not answer within {} ms", what,
+                      address, timeout.count()),
+          errc::timeout);
+      throw shell_error(
+        fmt::format("{}: the connection to the coordinator at {} failed: {}", what,
+                    address, failure));
     }
     throw shell_error(fmt::format("{}: {}", what, failure), code);
   }
@@ -114,13 +116,14 @@ void cluster_client::job_delete(const std::string& name) {
 }
 
 actors::checkpoint_info cluster_client::checkpoint(const std::string& name,
-                                                   const std::string& dir, uint64_t clock) {
+                                                   const std::string& dir,
+                                                   uint64_t clock) {
   // A checkpoint waits for its clock and for every node's file.
-  auto wait = std::max(impl_->timeout, std::chrono::milliseconds(defaults::checkpoint_timeout_ms)
-                                         + impl_->timeout);
-  return impl_->ask_within<actors::checkpoint_info>(wait, "checkpoint",
-                                                    actors::checkpoint_atom::value, name, dir,
-                                                    clock);
+  auto wait = std::max(impl_->timeout,
+                       std::chrono::milliseconds(defaults::checkpoint_timeout_ms)
+                         + impl_->timeout);
+  return impl_->ask_within<actors::checkpoint_info>(
+    wait, "checkpoint", actors::checkpoint_atom::value, name, dir, clock);
 }
 
 std::chrono::milliseconds cluster_client::moves_wait() {
@@ -134,8 +137,8 @@ std::chrono::milliseconds cluster_client::moves_wait() {
 }
 
 std::string cluster_client::node_drain(const std::string& name) {
-  return impl_->ask_within<std::string>(moves_wait(), "node_drain", actors::drain_atom::value,
-                                        name);
+  return impl_->ask_within<std::string>(moves_wait(), "node_drain",
+                                        actors::drain_atom::value, name);
 }
 
 std::string cluster_client::node_join(const std::string& name) {

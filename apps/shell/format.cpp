@@ -16,9 +16,9 @@ namespace {
 
 bool is_identifier(const std::string& s) {
   static const char* reserved[] = {
-    "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto",
-    "if", "in", "local", "nil", "not", "or", "repeat", "return", "then", "true",
-    "until", "while"};
+    "and",      "break",  "do",   "else", "elseif", "end",  "false", "for",
+    "function", "goto",   "if",   "in",   "local",  "nil",  "not",   "or",
+    "repeat",   "return", "then", "true", "until",  "while"};
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_'))
     return false;
   for (unsigned char c : s)
@@ -112,8 +112,9 @@ private:
     lua_pop(L_, 1);
     auto keys = collect_keys(t, n); // pushes the auxiliary table
     int aux = lua_gettop(L_);
-    std::vector<std::pair<std::string, std::string>> items; // key text ("" = array), value
-    bool multiline = false; // some item needs several lines
+    std::vector<std::pair<std::string, std::string>>
+      items;                          // key text ("" = array), value
+    bool multiline = false;           // some item needs several lines
     auto add = [&](std::string key) { // the value is on top of the stack
       items.emplace_back(std::move(key), render(lua_gettop(L_), indent + 2));
       multiline = multiline || items.back().second.find('\n') != std::string::npos;
@@ -145,7 +146,8 @@ private:
     std::string pad(indent + 2, ' ');
     std::string out = "{\n";
     for (size_t i = 0; i < items.size(); ++i)
-      out += pad + items[i].first + items[i].second + (i + 1 < items.size() ? ",\n" : "\n");
+      out += pad + items[i].first + items[i].second
+             + (i + 1 < items.size() ? ",\n" : "\n");
     return out + std::string(indent, ' ') + "}";
   }
 
@@ -157,12 +159,16 @@ private:
     lua_pushnil(L_);
     while (lua_next(L_, t) != 0) {
       lua_pop(L_, 1); // the value; the key stays for lua_next
-      if (lua_isinteger(L_, -1) && lua_tointeger(L_, -1) >= 1 && lua_tointeger(L_, -1) <= n)
+      if (lua_isinteger(L_, -1) && lua_tointeger(L_, -1) >= 1
+          && lua_tointeger(L_, -1) <= n)
         continue;
       key_entry k;
       k.slot = static_cast<int>(keys.size()) + 1;
       switch (lua_type(L_, -1)) {
-        case LUA_TNUMBER: k.order = 0; k.num = lua_tonumber(L_, -1); break;
+        case LUA_TNUMBER:
+          k.order = 0;
+          k.num = lua_tonumber(L_, -1);
+          break;
         case LUA_TSTRING: {
           size_t size = 0;
           const char* data = lua_tolstring(L_, -1, &size);
@@ -170,8 +176,14 @@ private:
           k.str.assign(data, size);
           break;
         }
-        case LUA_TBOOLEAN: k.order = 2; k.num = lua_toboolean(L_, -1); break;
-        default: k.order = 3; k.str = scalar(L_, -1); break;
+        case LUA_TBOOLEAN:
+          k.order = 2;
+          k.num = lua_toboolean(L_, -1);
+          break;
+        default:
+          k.order = 3;
+          k.str = scalar(L_, -1);
+          break;
       }
       lua_pushvalue(L_, -1);
       lua_rawseti(L_, aux, k.slot);

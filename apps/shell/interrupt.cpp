@@ -53,14 +53,15 @@ bool take_interrupt() noexcept {
 
 bool pause_for(double seconds) noexcept {
   using clock = std::chrono::steady_clock;
-  auto end = clock::now() + std::chrono::duration_cast<clock::duration>(
-                              std::chrono::duration<double>(std::clamp(seconds, 0.0, 1e9)));
+  auto end = clock::now()
+             + std::chrono::duration_cast<clock::duration>(
+               std::chrono::duration<double>(std::clamp(seconds, 0.0, 1e9)));
   while (!interrupt_pending()) {
     auto now = clock::now();
     if (now >= end)
       return true;
-    std::this_thread::sleep_for(std::min<clock::duration>(end - now,
-                                                          std::chrono::milliseconds(50)));
+    std::this_thread::sleep_for(
+      std::min<clock::duration>(end - now, std::chrono::milliseconds(50)));
   }
   return false;
 }

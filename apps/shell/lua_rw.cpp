@@ -28,12 +28,13 @@ struct command {
 
 // In the order rw.help lists them.
 const command commands[] = {
-  {"nodes", rw_nodes, "rw.nodes()", "the live nodes: {id, name, role, endpoints, shards, "
-                                    "jobs, last_seen_ms}; #rw.nodes() counts them"},
+  {"nodes", rw_nodes, "rw.nodes()",
+   "the live nodes: {id, name, role, endpoints, shards, "
+   "jobs, last_seen_ms}; #rw.nodes() counts them"},
   {"jobs", rw_jobs, "rw.jobs()", "every job, in creation order (job tables)"},
-  {"job_create", rw_job_create,
-   "rw.job_create{name=, workers=, ...}",
-   "creates a job; also consistency, compression ('none', 'bf16', 'fp16', 'topk:R', 'topk:R,warmup=N'), "
+  {"job_create", rw_job_create, "rw.job_create{name=, workers=, ...}",
+   "creates a job; also consistency, compression ('none', 'bf16', 'fp16', 'topk:R', "
+   "'topk:R,warmup=N'), "
    "compress_updates, optimizer, lr, momentum, beta1, beta2, epsilon, "
    "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, restore (a "
    "checkpoint dir), checkpoint_every, checkpoint_dir, tensors (a list: {{'w', 1024}, "
@@ -56,12 +57,14 @@ const command commands[] = {
    "supervisor restarts it with its chunks' state; the job goes on); 'link' closes the "
    "connections of the job's worker rank (default: every rank) on that node, as a cut "
    "link would (the workers say hello again and re-send); returns what it did"},
-  {"job_delete", rw_job_delete, "rw.job_delete(name)", "removes the job from the registry; true"},
+  {"job_delete", rw_job_delete, "rw.job_delete(name)",
+   "removes the job from the registry; true"},
   {"node_drain", rw_node_drain, "rw.node_drain(name)",
    "the node takes no new jobs, and each flat BSP job on several nodes moves its chunks "
    "there, with their state, to the other nodes while it trains; returns what moved"},
   {"node_join", rw_node_join, "rw.node_join(name)",
-   "the node takes new jobs (again, after a drain), and each flat BSP job on two nodes or "
+   "the node takes new jobs (again, after a drain), and each flat BSP job on two nodes "
+   "or "
    "more moves the chunks the ring with it homes there, with their state, onto it while "
    "it trains (its workers connect to it); returns what moved"},
   {"wait", rw_wait, "rw.wait(name, cond [, {interval=, timeout=}])",
@@ -89,8 +92,9 @@ std::string job_name(lua_State* L, const char* fn) {
 // __index of the rw table: only reached for names that are not commands.
 int unknown_command(lua_State* L) {
   return protect(L, [&]() -> int {
-    std::string key = lua_type(L, 2) == LUA_TSTRING ? "rw." + std::string(lua_tostring(L, 2))
-                                                    : "rw[" + describe_value(L, 2) + "]";
+    std::string key = lua_type(L, 2) == LUA_TSTRING
+                        ? "rw." + std::string(lua_tostring(L, 2))
+                        : "rw[" + describe_value(L, 2) + "]";
     throw std::invalid_argument(
       fmt::format("{} is not a command; commands: {}", key, command_names()));
   });
@@ -189,7 +193,8 @@ int rw_checkpoint(lua_State* L) {
         int ok = 0;
         auto c = lua_tointegerx(L, -1, &ok);
         if (!ok || c <= 0)
-          throw std::invalid_argument("rw.checkpoint: clock must be a positive whole number");
+          throw std::invalid_argument(
+            "rw.checkpoint: clock must be a positive whole number");
         clock = static_cast<uint64_t>(c);
       }
       lua_pop(L, 1);
@@ -252,7 +257,7 @@ void install_rw(lua_State* L, cluster_api& api, rw_options opts) {
     lua_pushcclosure(L, c.fn, 1);
     lua_setfield(L, -3, c.name);
   }
-  lua_pop(L, 1); // the context
+  lua_pop(L, 1);            // the context
   lua_createtable(L, 0, 1); // metatable: unknown names are errors
   lua_pushcfunction(L, detail::unknown_command);
   lua_setfield(L, -2, "__index");

@@ -141,7 +141,8 @@ int run_script(lua_State* L, const script_source& source,
   int status;
   switch (source.kind) {
     case script_source::code:
-      status = luaL_loadbuffer(L, source.text.data(), source.text.size(), "=(command line)");
+      status = luaL_loadbuffer(L, source.text.data(), source.text.size(),
+                               "=(command line)");
       break;
     case script_source::file:
       status = luaL_loadfile(L, source.text == "-" ? nullptr : source.text.c_str());

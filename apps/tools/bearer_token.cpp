@@ -11,8 +11,9 @@ namespace {
 
 std::array<unsigned char, crypto_generichash_BYTES> digest(std::string_view s) {
   std::array<unsigned char, crypto_generichash_BYTES> out{};
-  crypto_generichash(out.data(), out.size(), reinterpret_cast<const unsigned char*>(s.data()),
-                     s.size(), nullptr, 0);
+  crypto_generichash(out.data(), out.size(),
+                     reinterpret_cast<const unsigned char*>(s.data()), s.size(), nullptr,
+                     0);
   return out;
 }
 

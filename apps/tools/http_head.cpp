@@ -53,7 +53,8 @@ std::variant<std::monostate, bad> check_rest_of_request_line(std::string_view re
                                                              std::string_view& target) {
   auto sp = rest.find(' ');
   if (sp == std::string_view::npos)
-    return refuse(400, "the request line has no HTTP version (HTTP/1.0 or HTTP/1.1 only)");
+    return refuse(400,
+                  "the request line has no HTTP version (HTTP/1.0 or HTTP/1.1 only)");
   target = rest.substr(0, sp);
   auto version = rest.substr(sp + 1);
   if (target.empty() || target.front() != '/')
@@ -63,8 +64,8 @@ std::variant<std::monostate, bad> check_rest_of_request_line(std::string_view re
       return refuse(400, "the request target has a character other than visible ASCII");
   if (version == "HTTP/1.1" || version == "HTTP/1.0")
     return {};
-  if (version.size() == 8 && version.compare(0, 5, "HTTP/") == 0 && version[5] >= '0' &&
-      version[5] <= '9' && version[6] == '.' && version[7] >= '0' && version[7] <= '9')
+  if (version.size() == 8 && version.compare(0, 5, "HTTP/") == 0 && version[5] >= '0'
+      && version[5] <= '9' && version[6] == '.' && version[7] >= '0' && version[7] <= '9')
     return refuse(505, "only HTTP/1.0 and HTTP/1.1 are served");
   return refuse(400, "the request line is malformed (METHOD /path HTTP/1.1)");
 }
@@ -77,7 +78,8 @@ parse_result parse_head(std::string_view in, size_t max) {
   const size_t limit = std::min(in.size(), max);
   auto out_of_bytes = [&]() -> parse_result {
     if (limit == max)
-      return refuse(431, "the request head (request line and header fields) is too large");
+      return refuse(431,
+                    "the request head (request line and header fields) is too large");
     return incomplete{};
   };
   size_t pos = 0;
@@ -142,7 +144,8 @@ parse_result parse_head(std::string_view in, size_t max) {
       return r;
     } else {
       if (line.front() == ' ' || line.front() == '\t')
-        return refuse(400, "a folded header line (obsolete line folding is not accepted)");
+        return refuse(400,
+                      "a folded header line (obsolete line folding is not accepted)");
       auto colon = line.find(':');
       if (colon == std::string_view::npos || colon == 0)
         return refuse(400, "a header line without a field name and a colon");
@@ -156,8 +159,9 @@ parse_result parse_head(std::string_view in, size_t max) {
       if (iequals(name, "transfer-encoding"))
         return refuse(413, "a request body (Transfer-Encoding) is not accepted");
       if (iequals(name, "content-length")) {
-        if (value.empty() || !std::all_of(value.begin(), value.end(),
-                                          [](char c) { return c >= '0' && c <= '9'; }))
+        if (value.empty() || !std::all_of(value.begin(), value.end(), [](char c) {
+              return c >= '0' && c <= '9';
+            }))
           return refuse(400, "Content-Length is not a number");
         if (value.find_first_not_of('0') != std::string_view::npos)
           return refuse(413, "a request body (Content-Length above 0) is not accepted");
@@ -179,18 +183,18 @@ std::string_view target_path(std::string_view target) {
 
 const char* reason_phrase(int status) {
   switch (status) {
-  case 200: return "OK";
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 408: return "Request Timeout";
-  case 413: return "Content Too Large";
-  case 431: return "Request Header Fields Too Large";
-  case 500: return "Internal Server Error";
-  case 503: return "Service Unavailable";
-  case 505: return "HTTP Version Not Supported";
-  default: return "Unknown";
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Content Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
   }
 }
 

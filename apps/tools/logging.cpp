@@ -36,8 +36,8 @@ std::unique_ptr<spdlog::formatter> make_formatter(const std::string& format,
     for (char c : json_escape(node))
       name += c == '%' ? std::string("%%") : std::string(1, c);
     f->add_flag<json_message>('*').set_pattern(
-      R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","node":")" + name +
-      R"(","msg":"%*"})");
+      R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","node":")" + name
+      + R"(","msg":"%*"})");
   } else {
     f->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
   }
@@ -50,7 +50,8 @@ std::string json_escape(const std::string& s) {
   // nlohmann's serializer: quotes, backslashes and control characters escaped, and bytes
   // that are not UTF-8 (a stranger's job name, say) replaced by U+FFFD, so every line
   // stays JSON a log shipper can parse.
-  auto quoted = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  auto quoted = nlohmann::json(s).dump(-1, ' ', false,
+                                       nlohmann::json::error_handler_t::replace);
   return quoted.substr(1, quoted.size() - 2);
 }
 

@@ -29,7 +29,8 @@ using clock = std::chrono::steady_clock;
 std::pair<std::string, int> split_host_port(const std::string& s) {
   auto colon = s.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
-    throw std::runtime_error("--metrics wants HOST:PORT (port 0: any free one), not '" + s + "'");
+    throw std::runtime_error("--metrics wants HOST:PORT (port 0: any free one), not '" + s
+                             + "'");
   auto host = s.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
@@ -43,8 +44,8 @@ std::pair<std::string, int> split_host_port(const std::string& s) {
     port = -1;
   }
   if (port < 0 || port > 65535)
-    throw std::runtime_error("--metrics wants HOST:PORT with a port of 0 to 65535, not '" + s +
-                             "'");
+    throw std::runtime_error("--metrics wants HOST:PORT with a port of 0 to 65535, not '"
+                             + s + "'");
   return {host, port};
 }
 
@@ -60,7 +61,8 @@ int listen_on(const std::string& host, int port, int& bound_port) {
     return -1;
   int fd = -1;
   for (auto* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                a->ai_protocol);
     if (fd < 0)
       continue;
     int yes = 1;
@@ -97,8 +99,8 @@ public:
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (epoll_fd_ < 0 || wake_fd_ < 0)
-      throw std::runtime_error(fmt::format("the metrics endpoint cannot poll: {}",
-                                           std::strerror(errno)));
+      throw std::runtime_error(
+        fmt::format("the metrics endpoint cannot poll: {}", std::strerror(errno)));
     watch(listen_fd_, EPOLLIN);
     watch(wake_fd_, EPOLLIN);
   }
@@ -194,7 +196,8 @@ private:
       if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
           // Out of descriptors: stop listening for a moment rather than spin.
-          spdlog::warn("metrics endpoint: cannot accept a connection: {}", std::strerror(errno));
+          spdlog::warn("metrics endpoint: cannot accept a connection: {}",
+                       std::strerror(errno));
           pause_accept();
         }
         return;
@@ -203,7 +206,8 @@ private:
       if (reserve && reserved_ >= o_.limits.health_reserve) {
         // Full: told so, if its socket takes the answer at once, and closed.
         auto text = answer_text(503, "too many connections\n", {});
-        [[maybe_unused]] auto n = send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        [[maybe_unused]] auto n = send(fd, text.data(), text.size(),
+                                       MSG_NOSIGNAL | MSG_DONTWAIT);
         close(fd);
         ++refused_full_;
         continue;
@@ -211,7 +215,8 @@ private:
       connection c;
       c.fd = fd;
       c.reserve = reserve;
-      c.deadline = clock::now() + (reserve ? o_.limits.reserve_deadline : o_.limits.deadline);
+      c.deadline = clock::now()
+                   + (reserve ? o_.limits.reserve_deadline : o_.limits.deadline);
       c.head = std::make_unique<char[]>(o_.limits.max_head_bytes);
       c.events = EPOLLIN | EPOLLRDHUP;
       watch(fd, c.events);
@@ -231,9 +236,10 @@ private:
   // Handles readiness of `c`; false: close it.
   bool step(connection& c, uint32_t events) {
     switch (c.st) {
-    case state::reading: return read_head(c);
-    case state::writing: return (events & (EPOLLERR | EPOLLHUP)) == 0 && write_answer(c);
-    case state::lingering: return linger(c);
+      case state::reading: return read_head(c);
+      case state::writing:
+        return (events & (EPOLLERR | EPOLLHUP)) == 0 && write_answer(c);
+      case state::lingering: return linger(c);
     }
     return false;
   }
@@ -288,12 +294,14 @@ private:
         return respond(c, 401,
                        "/metrics needs its bearer token: Authorization: Bearer <the line "
                        "of rw-node's --metrics-token-file>\n",
-                       head_only, "WWW-Authenticate: Bearer realm=\"rw-node metrics\"\r\n");
+                       head_only,
+                       "WWW-Authenticate: Bearer realm=\"rw-node metrics\"\r\n");
       exposition e;
       try {
         e = h_.metrics();
       } catch (const std::exception& ex) {
-        return respond(c, 500, std::string("metrics failed: ") + ex.what() + "\n", head_only);
+        return respond(c, 500, std::string("metrics failed: ") + ex.what() + "\n",
+                       head_only);
       }
       size_t length = (e.text ? e.text->size() : 0) + e.trailer.size();
       c.out = head_text(200, runtime::prometheus::content_type, length, {});
@@ -320,8 +328,9 @@ private:
 
   void respond(connection& c, int status, const std::string& text, bool head_only,
                const std::string& fields = {}) {
-    c.out = head_only ? head_text(status, "text/plain; charset=utf-8", text.size(), fields)
-                      : answer_text(status, text, fields);
+    c.out = head_only
+              ? head_text(status, "text/plain; charset=utf-8", text.size(), fields)
+              : answer_text(status, text, fields);
   }
 
   bool write_answer(connection& c) {
@@ -404,11 +413,12 @@ private:
     for (int fd : late) {
       auto& c = conns_.at(fd);
       if (c.st == state::reading) {
-        spdlog::debug("metrics endpoint: a connection sent no whole request in {} ms: cut",
-                      (c.reserve ? o_.limits.reserve_deadline : o_.limits.deadline).count());
+        spdlog::debug(
+          "metrics endpoint: a connection sent no whole request in {} ms: cut",
+          (c.reserve ? o_.limits.reserve_deadline : o_.limits.deadline).count());
         auto text = answer_text(408, "the request took too long\n", {});
-        [[maybe_unused]] auto n =
-          send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        [[maybe_unused]] auto n = send(fd, text.data(), text.size(),
+                                       MSG_NOSIGNAL | MSG_DONTWAIT);
       }
       drop(fd);
     }
@@ -427,20 +437,22 @@ private:
   clock::time_point resume_accept_;
 };
 
-metrics_server::metrics_server(const std::string& host_port, handlers h, metrics_options o) {
+metrics_server::metrics_server(const std::string& host_port, handlers h,
+                               metrics_options o) {
   auto [host, port] = split_host_port(host_port);
   if (o.limits.max_head_bytes == 0 || o.limits.max_connections == 0)
-    throw std::invalid_argument("the metrics endpoint needs room for a request and a connection");
+    throw std::invalid_argument(
+      "the metrics endpoint needs room for a request and a connection");
   int bound_port = 0;
   int fd = listen_on(host, port, bound_port);
   if (fd < 0)
-    throw std::runtime_error("cannot open the metrics port " + host_port +
-                             ": another process listens there, or the host is not an "
-                             "address of this machine; give another with --metrics "
-                             "HOST:PORT (port 0: any free one)");
+    throw std::runtime_error("cannot open the metrics port " + host_port
+                             + ": another process listens there, or the host is not an "
+                               "address of this machine; give another with --metrics "
+                               "HOST:PORT (port 0: any free one)");
   loop_ = std::make_unique<loop>(fd, std::move(h), std::move(o));
-  address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-             std::to_string(bound_port);
+  address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":"
+             + std::to_string(bound_port);
   // Listening already: connections made from now on wait in the backlog until the
   // thread takes them.
   thread_ = std::thread([l = loop_.get()] { l->run(); });

@@ -37,10 +37,10 @@
 namespace rw::tools {
 
 struct metrics_limits {
-  size_t max_head_bytes = http::max_head_bytes;   // request line and header fields
-  std::chrono::milliseconds deadline{5000};       // accept to answer written
-  size_t max_connections = 64;                    // open at once
-  size_t health_reserve = 8;                      // past that: /healthz, /readyz only
+  size_t max_head_bytes = http::max_head_bytes;     // request line and header fields
+  std::chrono::milliseconds deadline{5000};         // accept to answer written
+  size_t max_connections = 64;                      // open at once
+  size_t health_reserve = 8;                        // past that: /healthz, /readyz only
   std::chrono::milliseconds reserve_deadline{1000}; // ... each with this deadline
 };
 
@@ -72,9 +72,7 @@ public:
   metrics_server& operator=(const metrics_server&) = delete;
 
   /// The bound HOST:PORT.
-  const std::string& address() const noexcept {
-    return address_;
-  }
+  const std::string& address() const noexcept { return address_; }
 
   /// Stops serving: open connections are closed. Idempotent.
   void stop();

@@ -43,11 +43,11 @@ public:
 
   struct reading {
     std::shared_ptr<const std::string> text; // the last good exposition
-    std::string error;                       // why the last refresh failed; "" if it did not
-    std::string not_ready;                   // as the last refresh found it
-    clock::time_point started;               // when the last refresh began
-    double refresh_seconds = 0;              // how long it took
-    uint64_t refreshes = 0;                  // since the start
+    std::string error;          // why the last refresh failed; "" if it did not
+    std::string not_ready;      // as the last refresh found it
+    clock::time_point started;  // when the last refresh began
+    double refresh_seconds = 0; // how long it took
+    uint64_t refreshes = 0;     // since the start
   };
 
   /// The latest snapshot. Quick: a lock and a pointer copy.

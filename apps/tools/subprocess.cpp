@@ -83,7 +83,8 @@ std::string subprocess::read_all(std::chrono::steady_clock::time_point deadline)
   }
 }
 
-std::optional<int> subprocess::wait_until(std::chrono::steady_clock::time_point deadline) {
+std::optional<int> subprocess::wait_until(
+  std::chrono::steady_clock::time_point deadline) {
   if (status_ || pid_ <= 0)
     return status_;
   for (;;) {

@@ -24,13 +24,9 @@ public:
   subprocess& operator=(subprocess&&) = delete;
   subprocess(const subprocess&) = delete;
 
-  pid_t pid() const noexcept {
-    return pid_;
-  }
+  pid_t pid() const noexcept { return pid_; }
   /// The read end of the stdout pipe (-1 if not captured).
-  int stdout_fd() const noexcept {
-    return out_fd_;
-  }
+  int stdout_fd() const noexcept { return out_fd_; }
 
   /// Reads everything the child writes to stdout until EOF or the deadline.
   std::string read_all(std::chrono::steady_clock::time_point deadline);

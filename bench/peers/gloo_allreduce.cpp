@@ -37,10 +37,14 @@ uint64_t parse_bytes(const std::string& s) {
   uint64_t m = 1;
   if (pos < s.size()) {
     char u = s[pos];
-    if (u == 'K' || u == 'k') m = 1ull << 10;
-    else if (u == 'M' || u == 'm') m = 1ull << 20;
-    else if (u == 'G' || u == 'g') m = 1ull << 30;
-    else if (u != 'B') throw std::invalid_argument("bad byte size: " + s);
+    if (u == 'K' || u == 'k')
+      m = 1ull << 10;
+    else if (u == 'M' || u == 'm')
+      m = 1ull << 20;
+    else if (u == 'G' || u == 'g')
+      m = 1ull << 30;
+    else if (u != 'B')
+      throw std::invalid_argument("bad byte size: " + s);
   }
   return static_cast<uint64_t>(v * static_cast<double>(m));
 }
@@ -61,22 +65,32 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
       auto next = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+        if (i + 1 >= argc)
+          throw std::invalid_argument(a + " needs a value");
         return argv[++i];
       };
-      if (a == "--rank") rank = std::stoi(next());
-      else if (a == "--size") size = std::stoi(next());
-      else if (a == "--bytes") bytes = parse_bytes(next());
-      else if (a == "--iters") iters = std::stoi(next());
-      else if (a == "--warmup") warmup = std::stoi(next());
-      else if (a == "--store") store_dir = next();
-      else if (a == "--host") host = next();
-      else throw std::invalid_argument("unknown argument " + a);
+      if (a == "--rank")
+        rank = std::stoi(next());
+      else if (a == "--size")
+        size = std::stoi(next());
+      else if (a == "--bytes")
+        bytes = parse_bytes(next());
+      else if (a == "--iters")
+        iters = std::stoi(next());
+      else if (a == "--warmup")
+        warmup = std::stoi(next());
+      else if (a == "--store")
+        store_dir = next();
+      else if (a == "--host")
+        host = next();
+      else
+        throw std::invalid_argument("unknown argument " + a);
     }
-    if (size < 1 || rank < 0 || rank >= size || bytes == 0 || bytes % 4 || iters < 1 ||
-        warmup < 0 || store_dir.empty())
-      throw std::invalid_argument("need --rank R --size W (0 <= R < W), --bytes (multiple "
-                                  "of 4), --iters >= 1, --store DIR");
+    if (size < 1 || rank < 0 || rank >= size || bytes == 0 || bytes % 4 || iters < 1
+        || warmup < 0 || store_dir.empty())
+      throw std::invalid_argument(
+        "need --rank R --size W (0 <= R < W), --bytes (multiple "
+        "of 4), --iters >= 1, --store DIR");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gloo-allreduce: %s\n", e.what());
     return 2;
@@ -102,9 +116,11 @@ int main(int argc, char** argv) {
       float expect[16];
       for (int k = 0; k < 16; ++k) {
         expect[k] = 0.0f;
-        for (int r = 0; r < size; ++r) expect[k] += float((k + 7 * r) & 15);
+        for (int r = 0; r < size; ++r)
+          expect[k] += float((k + 7 * r) & 15);
       }
-      for (size_t i = 0; i < n; ++i) in[i] = input(rank, i, it);
+      for (size_t i = 0; i < n; ++i)
+        in[i] = input(rank, i, it);
       std::memset(out.data(), 0xff, bytes); // NaN: a result never written cannot pass
 
       gloo::BarrierOptions bopts(context);
@@ -117,7 +133,8 @@ int main(int argc, char** argv) {
       opts.setInput(in.data(), n);
       opts.setOutput(out.data(), n);
       opts.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(
+          &gloo::sum<float>));
       opts.setTag(tag++);
       gloo::allreduce(opts);
       auto t1 = std::chrono::steady_clock::now();
@@ -127,14 +144,17 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < n; ++i) {
         float e = expect[(i + 3u * unsigned(it)) & 15u];
         if (out[i] != e) {
-          std::fprintf(stderr, "gloo-allreduce: rank %d: iteration %d: element %zu is %.9g, "
-                               "expected %.9g\n", rank, it, i, double(out[i]), double(e));
+          std::fprintf(stderr,
+                       "gloo-allreduce: rank %d: iteration %d: element %zu is %.9g, "
+                       "expected %.9g\n",
+                       rank, it, i, double(out[i]), double(e));
           return 3;
         }
       }
     }
     std::printf("RANK %d", rank);
-    for (double t : times) std::printf(" %.4f", t);
+    for (double t : times)
+      std::printf(" %.4f", t);
     std::printf("\nVERIFIED 1\n");
     std::fflush(stdout);
     // Leave together, so no rank tears its pairs down while another still reads.

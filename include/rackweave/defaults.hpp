@@ -152,8 +152,8 @@ constexpr uint32_t move_settle_timeout_ms = 10'000;
 /// settle (move_settle_timeout_ms and two node requests), rebuild on the nodes left
 /// (shard_setup_timeout_ms and one), reroute (one), and a node request to spare. rw-shell
 /// waits this long for each job rw.node_drain or rw.node_join may move, beyond --timeout.
-constexpr uint32_t move_timeout_ms =
-  move_settle_timeout_ms + shard_setup_timeout_ms + 5 * node_request_timeout_ms;
+constexpr uint32_t move_timeout_ms = move_settle_timeout_ms + shard_setup_timeout_ms
+                                     + 5 * node_request_timeout_ms;
 /// Finished jobs whose chunks a shard keeps (newest first), so a checkpoint can still
 /// be taken of them; older ones are released.
 constexpr size_t kept_finished_jobs = 4;

@@ -27,16 +27,16 @@ enum class errc : uint16_t {
   io_error,           // the connection failed
   timeout,            // no reply in time (worker side)
   internal,
-  unknown_tensor,     // a tensor name not declared in the job (worker side)
-  closed,             // a call on a worker that was closed (worker side)
-  unauthorized,       // a missing or wrong job token
-  stopped,            // an operator stopped the job
-  duplicate_name,     // a job of that name exists already
-  unavailable,        // the cluster (coordinator or a node) cannot be reached in time
-  moved,              // hello at the wrong node: the message starts with the right one's
-                      // HOST:PORT (a hierarchical job's worker goes to its rack's agg)
-  bad_buffer,         // a buffer whose length is not the tensor's (worker side)
-  too_many_requests,  // more requests of one peer waiting at the node than it allows
+  unknown_tensor,    // a tensor name not declared in the job (worker side)
+  closed,            // a call on a worker that was closed (worker side)
+  unauthorized,      // a missing or wrong job token
+  stopped,           // an operator stopped the job
+  duplicate_name,    // a job of that name exists already
+  unavailable,       // the cluster (coordinator or a node) cannot be reached in time
+  moved,             // hello at the wrong node: the message starts with the right one's
+                     // HOST:PORT (a hierarchical job's worker goes to its rack's agg)
+  bad_buffer,        // a buffer whose length is not the tensor's (worker side)
+  too_many_requests, // more requests of one peer waiting at the node than it allows
 };
 
 const char* to_string(errc code) noexcept;
@@ -45,11 +45,8 @@ const char* to_string(errc code) noexcept;
 class error : public std::runtime_error {
 public:
   error(errc code, const std::string& message)
-    : std::runtime_error(message), code_(code) {
-  }
-  errc code() const noexcept {
-    return code_;
-  }
+    : std::runtime_error(message), code_(code) {}
+  errc code() const noexcept { return code_; }
 
 private:
   errc code_;

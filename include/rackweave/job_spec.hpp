@@ -18,8 +18,8 @@ enum class optimizer_kind : uint8_t {
   momentum, // m = mu * m + g;  p -= lr * m
   nesterov, // m = mu * m + g;  p -= lr * (g + mu * m)
   adam,     // bias-corrected Adam
-  lamb,     // Adam's direction (+ weight decay) scaled by ||w|| / ||direction|| of the tensor
-  lars,     // momentum SGD scaled by eta ||w|| / (||g|| + wd ||w||) of the tensor
+  lamb, // Adam's direction (+ weight decay) scaled by ||w|| / ||direction|| of the tensor
+  lars, // momentum SGD scaled by eta ||w|| / (||g|| + wd ||w||) of the tensor
 };
 
 const char* to_string(optimizer_kind kind) noexcept;
@@ -71,7 +71,7 @@ struct compression_spec {
           // (error feedback, as in Deep Gradient Compression). A chunk of fewer than
           // runtime::topk_dense_below elements (a bias, a small layer) is sent whole.
   } kind = none;
-  float ratio = 0.0f;   // topk: the fraction of each chunk's elements sent, in (0, 1]
+  float ratio = 0.0f; // topk: the fraction of each chunk's elements sent, in (0, 1]
   /// topk: the job's first `warmup` steps send more, as Deep Gradient Compression's
   /// warm-up does: four equal stages at 1/4, 1/16, 1/64 and 1/256 of each chunk (never
   /// less than `ratio`), then `ratio` ("topk:0.01,warmup=40"). 0: no warm-up.

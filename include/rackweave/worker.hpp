@@ -49,21 +49,15 @@ namespace rw {
 template <class T>
 class view {
 public:
-  view(T* data, size_t size) noexcept : data_(data), size_(size) {
-  }
+  view(T* data, size_t size) noexcept : data_(data), size_(size) {}
   /// Any contiguous container whose data() converts to T* (a const one only to a
   /// view of const T).
   template <class C, class P = decltype(std::declval<C&>().data()),
             class = std::enable_if_t<std::is_convertible_v<P, T*>>,
             class = decltype(std::declval<C&>().size())>
-  view(C& container) noexcept : data_(container.data()), size_(container.size()) {
-  }
-  T* data() const noexcept {
-    return data_;
-  }
-  size_t size() const noexcept {
-    return size_;
-  }
+  view(C& container) noexcept : data_(container.data()), size_(container.size()) {}
+  T* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
 
 private:
   T* data_;

@@ -15,7 +15,8 @@ void put(capnp::Data::Builder out, const std::vector<float>& xs) {
 std::vector<float> take(capnp::Data::Reader in, const std::string& what) {
   if (in.size() % sizeof(float) != 0)
     throw checkpoint_error(fmt::format("checkpoint: {} holds an array of {} bytes, not "
-                                       "whole float32s", what, in.size()));
+                                       "whole float32s",
+                                       what, in.size()));
   std::vector<float> xs(in.size() / sizeof(float));
   if (!xs.empty())
     std::memcpy(xs.data(), in.begin(), in.size());

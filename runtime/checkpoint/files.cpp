@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 namespace {
 
 [[noreturn]] void fail_errno(const std::string& what, const std::string& path) {
-  throw checkpoint_error(fmt::format("checkpoint: {} '{}': {}", what, path,
-                                     std::strerror(errno)));
+  throw checkpoint_error(
+    fmt::format("checkpoint: {} '{}': {}", what, path, std::strerror(errno)));
 }
 
 void fsync_path(const std::string& path, int flags) {
@@ -69,9 +69,11 @@ void check_real_dir(const std::string& dir) {
   if (S_ISLNK(st.st_mode))
     throw checkpoint_error(fmt::format(
       "checkpoint: '{}' is a symbolic link: give the directory itself (a link could lead "
-      "the node's writes anywhere)", dir));
+      "the node's writes anywhere)",
+      dir));
   if (!S_ISDIR(st.st_mode))
-    throw checkpoint_error(fmt::format("checkpoint: '{}' exists and is not a directory", dir));
+    throw checkpoint_error(
+      fmt::format("checkpoint: '{}' exists and is not a directory", dir));
 }
 
 bool is_empty_dir(const std::string& dir) {
@@ -102,9 +104,10 @@ void clear_stale(const std::string& tmp) {
     throw checkpoint_error(fmt::format(
       "checkpoint: '{}' exists and is {}: refusing to write through it (someone else put "
       "it there); remove it or choose another directory",
-      tmp, S_ISLNK(st.st_mode) ? "a symbolic link"
-           : S_ISREG(st.st_mode) ? "another user's file"
-                                 : "not a regular file"));
+      tmp,
+      S_ISLNK(st.st_mode)   ? "a symbolic link"
+      : S_ISREG(st.st_mode) ? "another user's file"
+                            : "not a regular file"));
   if (::unlink(tmp.c_str()) != 0 && errno != ENOENT)
     fail_errno("cannot remove the stale temporary file", tmp);
 }
@@ -117,7 +120,8 @@ void prepare_dir(const std::string& dir) {
     if (!is_empty_dir(dir))
       throw checkpoint_error(fmt::format(
         "checkpoint: directory '{}' exists and is not empty: it holds another run's "
-        "checkpoint or other files; give a new or empty one", dir));
+        "checkpoint or other files; give a new or empty one",
+        dir));
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     fail_errno("cannot write into directory", dir);
@@ -131,7 +135,8 @@ void prepare_part_dir(const std::string& dir) {
     if (::lstat(manifest.c_str(), &st) == 0)
       throw checkpoint_error(fmt::format(
         "checkpoint: directory '{}' holds a complete checkpoint already (a MANIFEST): "
-        "another run's; give the job a new or empty checkpoint_dir", dir));
+        "another run's; give the job a new or empty checkpoint_dir",
+        dir));
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     fail_errno("cannot write into directory", dir);
@@ -142,7 +147,8 @@ void write_atomic(const std::string& dir, const std::string& name,
   auto final_path = (fs::path{dir} / name).string();
   auto tmp_path = final_path + ".tmp";
   clear_stale(tmp_path);
-  int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  0600);
   if (fd < 0)
     fail_errno("cannot create", tmp_path);
   size_t done = 0;
@@ -176,8 +182,10 @@ std::vector<uint8_t> read_all(const std::string& dir, const std::string& name,
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ELOOP)
-      throw checkpoint_error(fmt::format("checkpoint: '{}' is a symbolic link: refused (a "
-                                         "checkpoint's files are regular files)", path));
+      throw checkpoint_error(
+        fmt::format("checkpoint: '{}' is a symbolic link: refused (a "
+                    "checkpoint's files are regular files)",
+                    path));
     fail_errno("cannot open", path);
   }
   struct stat st {};
@@ -191,9 +199,10 @@ std::vector<uint8_t> read_all(const std::string& dir, const std::string& name,
   }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     ::close(fd);
-    throw checkpoint_error(fmt::format("checkpoint: '{}' is {} bytes, more than the {} it "
-                                       "may hold: refused unread",
-                                       path, st.st_size, max_bytes));
+    throw checkpoint_error(
+      fmt::format("checkpoint: '{}' is {} bytes, more than the {} it "
+                  "may hold: refused unread",
+                  path, st.st_size, max_bytes));
   }
   std::vector<uint8_t> out(static_cast<size_t>(st.st_size));
   size_t done = 0;
@@ -218,8 +227,10 @@ std::vector<uint8_t> read_all(const std::string& dir, const std::string& name,
   bool more = done == max_bytes && ::read(fd, &extra, 1) == 1;
   ::close(fd);
   if (more)
-    throw checkpoint_error(fmt::format("checkpoint: '{}' holds more than the {} bytes it may "
-                                       "hold: refused", path, max_bytes));
+    throw checkpoint_error(
+      fmt::format("checkpoint: '{}' holds more than the {} bytes it may "
+                  "hold: refused",
+                  path, max_bytes));
   out.resize(done);
   return out;
 }

@@ -45,7 +45,8 @@ manifest read_manifest(const std::string& dir);
 
 /// Reads one chunk file named by the manifest, refusing it if its size or checksum
 /// differ from the manifest's, or it is at another clock.
-chunk_file read_chunk_file(const std::string& dir, const manifest& m, const file_entry& e);
+chunk_file read_chunk_file(const std::string& dir, const manifest& m,
+                           const file_entry& e);
 
 /// Empty when a job created as `wanted` can start from `m`, else the first difference.
 /// Tensors, chunk size and optimizer kind must match: the chunks and their optimizer

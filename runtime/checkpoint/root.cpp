@@ -48,19 +48,22 @@ checkpoint_root::checkpoint_root(const std::string& root) {
   auto canonical = real(root);
   struct stat st {};
   if (canonical.empty() || ::stat(canonical.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw checkpoint_error(fmt::format(
-      "--checkpoint-root '{}' is not an existing directory{}{}: create it (for the node's "
-      "user, chmod 700) or give another", root, canonical.empty() ? ": " : "",
-      canonical.empty() ? std::strerror(errno) : ""));
+    throw checkpoint_error(fmt::format("--checkpoint-root '{}' is not an existing "
+                                       "directory{}{}: create it (for the node's "
+                                       "user, chmod 700) or give another",
+                                       root, canonical.empty() ? ": " : "",
+                                       canonical.empty() ? std::strerror(errno) : ""));
   root_ = canonical;
 }
 
-std::string checkpoint_root::resolve(const std::string& path, const std::string& what) const {
+std::string checkpoint_root::resolve(const std::string& path,
+                                     const std::string& what) const {
   if (root_.empty())
     throw checkpoint_error(fmt::format(
       "{} '{}' refused: this node has no --checkpoint-root (config key "
       "checkpoint.root), so it takes no checkpoint or restore paths; start rw-node with "
-      "--checkpoint-root DIR and give paths under DIR (or relative to it)", what, path));
+      "--checkpoint-root DIR and give paths under DIR (or relative to it)",
+      what, path));
   if (path.empty())
     throw checkpoint_error(fmt::format("{}: give a directory", what));
   fs::path full = fs::path{path}.is_absolute() ? fs::path{path} : fs::path{root_} / path;
@@ -79,7 +82,8 @@ std::string checkpoint_root::resolve(const std::string& path, const std::string&
   if (resolved.empty())
     throw checkpoint_error(fmt::format("{} '{}' refused: '{}' cannot be resolved ({}): a "
                                        "symbolic link that leads nowhere?",
-                                       what, path, prefix.string(), std::strerror(errno)));
+                                       what, path, prefix.string(),
+                                       std::strerror(errno)));
   fs::path out{resolved};
   for (; k < parts.size(); ++k) {
     if (parts[k] == "..")
@@ -93,8 +97,10 @@ std::string checkpoint_root::resolve(const std::string& path, const std::string&
   if (!is_under(result, root_))
     throw checkpoint_error(fmt::format(
       "{} '{}' refused: it resolves to '{}', outside this node's --checkpoint-root '{}' "
-      "(a '..' or a symbolic link leads out of it, or the path is elsewhere); give a path "
-      "under the root", what, path, result, root_));
+      "(a '..' or a symbolic link leads out of it, or the path is elsewhere); give a "
+      "path "
+      "under the root",
+      what, path, result, root_));
   return result;
 }
 

@@ -23,13 +23,9 @@ public:
   /// directory; throws checkpoint_error saying why not.
   explicit checkpoint_root(const std::string& root = {});
 
-  bool configured() const noexcept {
-    return !root_.empty();
-  }
+  bool configured() const noexcept { return !root_.empty(); }
   /// The canonical root ("" without one).
-  const std::string& path() const noexcept {
-    return root_;
-  }
+  const std::string& path() const noexcept { return root_; }
 
   /// The canonical absolute form of `path`, under the root. `what` names the path in
   /// the refusal ("rw.checkpoint's directory", "restore", "checkpoint_dir"). Throws

@@ -31,7 +31,8 @@ __m256i bf16_lanes(__m256i b) {
 void avx2_pack_bf16(const float* in, uint16_t* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i lanes = bf16_lanes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
+    const __m256i lanes = bf16_lanes(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
     // Every lane is below 2^16, so the saturating pack only narrows.
     const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(lanes),
                                             _mm256_extracti128_si256(lanes, 1));
@@ -44,7 +45,8 @@ void avx2_pack_bf16(const float* in, uint16_t* out, size_t n) {
 void avx2_unpack_bf16(const uint16_t* in, float* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    const __m256i wide = _mm256_cvtepu16_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_slli_epi32(wide, 16));
   }
   for (; i < n; ++i)
@@ -65,10 +67,12 @@ uint32_t avx2_max_finite_magnitude(const float* in, size_t n) {
     fold(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
   if (i < n) { // the lanes past the end load as 0, which never wins
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), lane);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)),
+                                            lane);
     fold(_mm256_maskload_epi32(reinterpret_cast<const int*>(in + i), mask));
   }
-  __m128i m = _mm_max_epi32(_mm256_castsi256_si128(best), _mm256_extracti128_si256(best, 1));
+  __m128i m = _mm_max_epi32(_mm256_castsi256_si128(best),
+                            _mm256_extracti128_si256(best, 1));
   m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
   m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
   return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
@@ -79,7 +83,8 @@ void avx2_pack_fp16(const float* in, float inv_scale, uint16_t* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(in + i), inv);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(x, fp16_rounding));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(x, fp16_rounding));
   }
   for (; i < n; ++i)
     out[i] = to_fp16(in[i] * inv_scale);
@@ -89,7 +94,8 @@ void avx2_unpack_fp16(const uint16_t* in, float scale, float* out, size_t n) {
   const __m256 s = _mm256_set1_ps(scale);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    const __m256 x = _mm256_cvtph_ps(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(x, s));
   }
   for (; i < n; ++i)
@@ -99,7 +105,7 @@ void avx2_unpack_fp16(const uint16_t* in, float scale, float* out, size_t n) {
 } // namespace
 
 compression_table avx2_compression() noexcept {
-  return {"avx2", avx2_pack_bf16, avx2_unpack_bf16, avx2_max_finite_magnitude,
+  return {"avx2",         avx2_pack_bf16,  avx2_unpack_bf16, avx2_max_finite_magnitude,
           avx2_pack_fp16, avx2_unpack_fp16};
 }
 

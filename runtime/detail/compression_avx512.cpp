@@ -59,7 +59,8 @@ uint32_t avx512_max_finite_magnitude(const float* in, size_t n) {
   const __m512i inf = _mm512_set1_epi32(0x7f800000);
   __m512i best = _mm512_setzero_si512();
   blocks_of_16(n, [&](size_t i, __mmask16 m) {
-    const __m512i magnitude = _mm512_and_si512(_mm512_maskz_loadu_epi32(m, in + i), abs_mask);
+    const __m512i magnitude = _mm512_and_si512(_mm512_maskz_loadu_epi32(m, in + i),
+                                               abs_mask);
     const __mmask16 finite = _mm512_cmplt_epu32_mask(magnitude, inf);
     best = _mm512_mask_max_epu32(best, finite, best, magnitude);
   });
@@ -85,8 +86,9 @@ void avx512_unpack_fp16(const uint16_t* in, float scale, float* out, size_t n) {
 } // namespace
 
 compression_table avx512_compression() noexcept {
-  return {"avx512", avx512_pack_bf16, avx512_unpack_bf16, avx512_max_finite_magnitude,
-          avx512_pack_fp16, avx512_unpack_fp16};
+  return {"avx512",           avx512_pack_bf16,
+          avx512_unpack_bf16, avx512_max_finite_magnitude,
+          avx512_pack_fp16,   avx512_unpack_fp16};
 }
 
 } // namespace rw::runtime::detail

@@ -23,7 +23,8 @@ namespace rw::fuzz {
 struct input_file {
   int fd;
   std::string path;
-  input_file(const uint8_t* data, size_t size) : fd(memfd_create("rw-fuzz", MFD_CLOEXEC)) {
+  input_file(const uint8_t* data, size_t size)
+    : fd(memfd_create("rw-fuzz", MFD_CLOEXEC)) {
     if (fd < 0)
       fail("memfd_create failed");
     for (size_t done = 0; done < size;) {
@@ -34,9 +35,7 @@ struct input_file {
     }
     path = "/proc/self/fd/" + std::to_string(fd);
   }
-  ~input_file() {
-    close(fd);
-  }
+  ~input_file() { close(fd); }
   input_file(const input_file&) = delete;
   input_file& operator=(const input_file&) = delete;
 };

@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using message = RW_FUZZ_MESSAGE;
   message m;
   std::string why;
-  if (tr::decode(reinterpret_cast<const std::byte*>(data), size, m, why) != rw::errc::ok) {
+  if (tr::decode(reinterpret_cast<const std::byte*>(data), size, m, why)
+      != rw::errc::ok) {
     if (why.empty())
       rw::fuzz::fail("a refused message comes without a reason");
     return 0;

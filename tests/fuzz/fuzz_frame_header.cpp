@@ -26,9 +26,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (tr::decode(out, again, why) != rw::errc::ok)
     rw::fuzz::fail("a decoded header does not decode once encoded: " + why);
   if (again.kind != h.kind || again.flags != h.flags || again.error_code != h.error_code
-      || again.job_id != h.job_id || again.rank != h.rank || again.tensor_id != h.tensor_id
-      || again.chunk_index != h.chunk_index || again.payload_bytes != h.payload_bytes
-      || again.clock != h.clock || again.staleness != h.staleness || again.ring != h.ring)
+      || again.job_id != h.job_id || again.rank != h.rank
+      || again.tensor_id != h.tensor_id || again.chunk_index != h.chunk_index
+      || again.payload_bytes != h.payload_bytes || again.clock != h.clock
+      || again.staleness != h.staleness || again.ring != h.ring)
     rw::fuzz::fail("a header's fields change through encode and decode");
   return 0;
 }

@@ -43,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& isa : rw::runtime::compression_isas()) {
     rw::runtime::select_compression(isa);
     std::vector<float> again(length);
-    if (!tr::widen_half(flag, payload.data(), payload.size(), again.data(), length).empty()
+    if (!tr::widen_half(flag, payload.data(), payload.size(), again.data(), length)
+           .empty()
         || std::memcmp(again.data(), out.data(), length * sizeof(float)) != 0)
       rw::fuzz::fail("conversion paths disagree on a payload: " + isa);
   }
@@ -63,7 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     bool exact_range = flag == tr::flag_bf16 || std::isnormal(v) || (h & 0x7fff) == 0;
     if (flag == tr::flag_bf16 && (h & 0x7f80) == 0 && (h & 0x7f) != 0)
       continue; // a bf16 subnormal widens exactly, but narrowing flushes it to zero
-    if (exact_range && back != h && !(v == 0.0f && (back & 0x7fff) == 0 && (h & 0x7fff) == 0))
+    if (exact_range && back != h
+        && !(v == 0.0f && (back & 0x7fff) == 0 && (h & 0x7fff) == 0))
       rw::fuzz::fail("a 16-bit value did not survive widening and narrowing");
   }
   return 0;

@@ -26,9 +26,9 @@ std::string describe(const http::parse_result& r, const char* base) {
     return "bad " + std::to_string(b->status);
   auto& q = std::get<http::request>(r);
   auto offset = [&](std::string_view v) { return std::to_string(v.data() - base); };
-  return "request " + std::string(q.method) + " " + std::string(q.target) + " [" +
-         std::string(q.authorization) + "] head " + std::to_string(q.head_bytes) + " at " +
-         offset(q.target);
+  return "request " + std::string(q.method) + " " + std::string(q.target) + " ["
+         + std::string(q.authorization) + "] head " + std::to_string(q.head_bytes)
+         + " at " + offset(q.target);
 }
 
 void check(const http::parse_result& r, const char* data, size_t size, size_t max) {
@@ -39,7 +39,8 @@ void check(const http::parse_result& r, const char* data, size_t size, size_t ma
   }
   if (auto* b = std::get_if<http::bad>(&r)) {
     static const int statuses[] = {400, 405, 413, 431, 505};
-    if (std::find(std::begin(statuses), std::end(statuses), b->status) == std::end(statuses))
+    if (std::find(std::begin(statuses), std::end(statuses), b->status)
+        == std::end(statuses))
       rw::fuzz::fail("a refusal with status " + std::to_string(b->status));
     if (b->why.empty())
       rw::fuzz::fail("a refusal without a reason");
@@ -49,8 +50,8 @@ void check(const http::parse_result& r, const char* data, size_t size, size_t ma
   }
   auto& q = std::get<http::request>(r);
   if (q.head_bytes == 0 || q.head_bytes > size || q.head_bytes > max)
-    rw::fuzz::fail("a head of " + std::to_string(q.head_bytes) + " bytes in " +
-                   std::to_string(size) + " (bound " + std::to_string(max) + ")");
+    rw::fuzz::fail("a head of " + std::to_string(q.head_bytes) + " bytes in "
+                   + std::to_string(size) + " (bound " + std::to_string(max) + ")");
   if (data[q.head_bytes - 1] != '\n')
     rw::fuzz::fail("a head that does not end with a line feed");
   auto inside = [&](std::string_view v) {
@@ -68,9 +69,9 @@ void check(const http::parse_result& r, const char* data, size_t size, size_t ma
   for (char c : q.authorization)
     if (c == '\r' || c == '\n' || c == '\0')
       rw::fuzz::fail("an Authorization value with a line break or NUL");
-  if (!q.authorization.empty() &&
-      (q.authorization.front() == ' ' || q.authorization.back() == ' ' ||
-       q.authorization.front() == '\t' || q.authorization.back() == '\t'))
+  if (!q.authorization.empty()
+      && (q.authorization.front() == ' ' || q.authorization.back() == ' '
+          || q.authorization.front() == '\t' || q.authorization.back() == '\t'))
     rw::fuzz::fail("an Authorization value not trimmed");
 }
 
@@ -99,8 +100,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t n : cuts) {
     auto part = parse_copy(data, n, max);
     if (part != "incomplete" && part != whole)
-      rw::fuzz::fail("the first " + std::to_string(n) + " bytes give '" + part +
-                     "', all of them '" + whole + "'");
+      rw::fuzz::fail("the first " + std::to_string(n) + " bytes give '" + part
+                     + "', all of them '" + whole + "'");
   }
   // A smaller bound: what it takes, the larger one takes the same.
   const size_t small = 64;

@@ -57,7 +57,8 @@ tcp::locator_sink& sink() {
       auto it = by_peer->find(peer);
       if (it == by_peer->end())
         rw::fuzz::fail("a hello from a peer nobody connected as: " + peer);
-      if (!hello.spec.name.empty() && it->second->sent.find(hello.spec.name) == std::string::npos)
+      if (!hello.spec.name.empty()
+          && it->second->sent.find(hello.spec.name) == std::string::npos)
         rw::fuzz::fail("connection " + peer + " is answered about job '" + hello.spec.name
                        + "', which it never sent");
       return tr::error_msg{rw::errc::moved, "elsewhere", {"127.0.0.1:2"}};

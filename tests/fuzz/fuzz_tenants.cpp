@@ -49,8 +49,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (auto& [name, t] : tenants) {
       if (name != t.name || !rw::runtime::tenant_name_error(name).empty())
         rw::fuzz::fail("a tenant with a bad name was taken: " + name);
-      if (t.secret.size() < 16 || t.secret == cluster_secret || !secrets.insert(t.secret).second)
-        rw::fuzz::fail("tenant " + name + " was taken with a short, shared or cluster secret");
+      if (t.secret.size() < 16 || t.secret == cluster_secret
+          || !secrets.insert(t.secret).second)
+        rw::fuzz::fail("tenant " + name
+                       + " was taken with a short, shared or cluster secret");
       if ((t.max_jobs && *t.max_jobs == 0) || (t.max_workers && *t.max_workers == 0)
           || (t.max_memory_bytes && *t.max_memory_bytes == 0))
         rw::fuzz::fail("tenant " + name + " was taken with a quota of 0");

@@ -13,9 +13,9 @@
 namespace rw::testing {
 
 struct shell_run {
-  int code = -1;      // exit code (128 + signal, or -1 if it had to be killed)
-  std::string out;    // stdout
-  std::string err;    // stderr
+  int code = -1;   // exit code (128 + signal, or -1 if it had to be killed)
+  std::string out; // stdout
+  std::string err; // stderr
 };
 
 /// Runs the program argv[0] with the rest of `argv`, bounded by `timeout`.
@@ -46,23 +46,20 @@ public:
   /// `member_flags` go to both rack-agg nodes, `coordinator_flags` to the coordinator.
   explicit cluster(std::vector<std::string> coordinator_flags = {},
                    std::vector<std::string> member_flags = {})
-    : coordinator_(with({"--name", "coord"}, coordinator_flags), {"coordinator", false, {}}),
-      a_(with({"--name", "rack-a"}, member_flags), {"rack-agg", false, coordinator_.address()}),
-      b_(with({"--name", "rack-b"}, member_flags), {"rack-agg", false, coordinator_.address()}) {
+    : coordinator_(with({"--name", "coord"}, coordinator_flags),
+                   {"coordinator", false, {}}),
+      a_(with({"--name", "rack-a"}, member_flags),
+         {"rack-agg", false, coordinator_.address()}),
+      b_(with({"--name", "rack-b"}, member_flags),
+         {"rack-agg", false, coordinator_.address()}) {
     if (!coordinator_.wait_for_log("2 node(s) live", std::chrono::seconds(15)))
       throw std::runtime_error("the nodes did not join the coordinator; its log:\n"
                                + coordinator_.log());
   }
 
-  node_process& coordinator() {
-    return coordinator_;
-  }
-  node_process& a() {
-    return a_;
-  }
-  node_process& b() {
-    return b_;
-  }
+  node_process& coordinator() { return coordinator_; }
+  node_process& a() { return a_; }
+  node_process& b() { return b_; }
 
   /// rw-shell --connect (the coordinator's address) -c CODE.
   shell_run shell(const std::string& code) {

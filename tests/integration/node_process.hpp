@@ -22,8 +22,8 @@ namespace rw::testing {
 
 inline std::string temp_path(const std::string& stem) {
   static int counter = 0;
-  return "/tmp/rw-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-"
-         + stem;
+  return "/tmp/rw-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++)
+         + "-" + stem;
 }
 
 /// A new directory under /tmp for one test (the caller removes it).
@@ -53,9 +53,9 @@ class node_process {
 public:
   explicit node_process(std::vector<std::string> extra = {}, node_role how = {})
     : port_file_(temp_path("port")), log_path_(temp_path("node.log")) {
-    std::vector<std::string> argv{RW_NODE_PATH, "--role", how.role, "--listen",
-                                  how.listen, "--port-file", port_file_,
-                                  "--log-level", "debug"};
+    std::vector<std::string> argv{RW_NODE_PATH, "--role",      how.role,
+                                  "--listen",   how.listen,    "--port-file",
+                                  port_file_,   "--log-level", "debug"};
     if (how.open_jobs)
       argv.push_back("--open-jobs");
     if (!how.coordinator.empty()) {
@@ -87,12 +87,8 @@ public:
       std::remove(log_path_.c_str());
   }
 
-  const std::string& address() const {
-    return address_;
-  }
-  std::string log() const {
-    return read_file(log_path_);
-  }
+  const std::string& address() const { return address_; }
+  std::string log() const { return read_file(log_path_); }
   /// The log's last `n` characters: what a failed check prints instead of all of it.
   std::string log_tail(size_t n) const {
     auto text = log();
@@ -110,11 +106,10 @@ public:
     return true;
   }
   /// Where the log ends now: wait_for_log_after(mark, ...) sees only what comes later.
-  size_t log_mark() const {
-    return log().size();
-  }
-  bool wait_for_log_after(size_t mark, const std::string& text,
-                          std::chrono::milliseconds timeout = std::chrono::seconds(5)) const {
+  size_t log_mark() const { return log().size(); }
+  bool wait_for_log_after(
+    size_t mark, const std::string& text,
+    std::chrono::milliseconds timeout = std::chrono::seconds(5)) const {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       auto all = log();
@@ -125,9 +120,7 @@ public:
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
-  tools::subprocess& process() {
-    return proc_.front();
-  }
+  tools::subprocess& process() { return proc_.front(); }
 
 private:
   std::string port_file_;
@@ -144,7 +137,8 @@ struct start_failure {
 };
 inline start_failure node_that_stops(const std::vector<std::string>& args) {
   auto log = temp_path("stops.log");
-  std::vector<std::string> argv{RW_NODE_PATH, "--role", "rack-agg", "--listen", "127.0.0.1:0"};
+  std::vector<std::string> argv{RW_NODE_PATH, "--role", "rack-agg", "--listen",
+                                "127.0.0.1:0"};
   argv.insert(argv.end(), args.begin(), args.end());
   tools::subprocess p{argv, false, log};
   start_failure out;

@@ -22,7 +22,8 @@ struct rack_cluster {
                         const std::vector<std::string>& node_args = {})
     : coordinator({"--name", "coord"}, {"coordinator", false, {}}) {
     for (size_t i = 0; i < racks.size(); ++i) {
-      std::vector<std::string> args{"--name", "n" + std::to_string(i), "--rack", racks[i]};
+      std::vector<std::string> args{"--name", "n" + std::to_string(i), "--rack",
+                                    racks[i]};
       args.insert(args.end(), node_args.begin(), node_args.end());
       nodes.push_back(std::make_unique<node_process>(
         args, node_role{"rack-agg", false, coordinator.address()}));
@@ -46,13 +47,14 @@ struct rack_cluster {
 
   // Creates a job with the fixture's settings; returns its token ("" and the error in
   // `err` if refused).
-  std::string create(const std::string& name, uint32_t workers, const std::string& optimizer,
-                     const std::string& where, std::string* err = nullptr) {
-    auto r = shell("local j = rw.job_create{name = '" + name + "', workers = "
-                   + std::to_string(workers) + ", optimizer = '" + optimizer
-                   + "', lr = 0.05, momentum = 0.9, weight_decay = "
-                   + (optimizer == "sgd" ? "0.01" : "0") + ", chunk_bytes = '4KiB', " + where
-                   + "}; print(j.token)");
+  std::string create(const std::string& name, uint32_t workers,
+                     const std::string& optimizer, const std::string& where,
+                     std::string* err = nullptr) {
+    auto r = shell("local j = rw.job_create{name = '" + name
+                   + "', workers = " + std::to_string(workers) + ", optimizer = '"
+                   + optimizer + "', lr = 0.05, momentum = 0.9, weight_decay = "
+                   + (optimizer == "sgd" ? "0.01" : "0") + ", chunk_bytes = '4KiB', "
+                   + where + "}; print(j.token)");
     if (err != nullptr)
       *err = r.err;
     if (r.code != 0)
@@ -85,15 +87,14 @@ struct worker_process {
 /// Starts rank `rank` of `job` (two workers, over TCP, checked against the
 /// single-process reference) at `connect` with the job's token; `args` adds the rest
 /// (--optimizer, --steps, --step-delay-ms, ...).
-inline std::unique_ptr<worker_process> start_verified(const std::string& connect,
-                                                      const std::string& job, uint32_t rank,
-                                                      const std::string& token,
-                                                      const std::vector<std::string>& args) {
+inline std::unique_ptr<worker_process> start_verified(
+  const std::string& connect, const std::string& job, uint32_t rank,
+  const std::string& token, const std::vector<std::string>& args) {
   auto w = std::make_unique<worker_process>();
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
-                                "--rank", std::to_string(rank), "--workers", "2",
-                                "--token", token, "--out", w->out_path, "--verify",
-                                "--transport", "tcp"};
+  std::vector<std::string> argv{
+    RW_TEST_WORKER_PATH,  "--connect", connect,       "--job",   job,   "--rank",
+    std::to_string(rank), "--workers", "2",           "--token", token, "--out",
+    w->out_path,          "--verify",  "--transport", "tcp"};
   argv.insert(argv.end(), args.begin(), args.end());
   w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
   return w;
@@ -104,11 +105,11 @@ inline std::unique_ptr<worker_process> start_verified(const std::string& connect
 inline std::unique_ptr<worker_process> start_paced(const std::string& connect,
                                                    const std::string& job, uint32_t rank,
                                                    const std::string& token,
-                                                   const std::string& optimizer, uint32_t steps,
-                                                   bool split,
+                                                   const std::string& optimizer,
+                                                   uint32_t steps, bool split,
                                                    std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"--optimizer", optimizer, "--steps", std::to_string(steps),
-                                "--step-delay-ms", "40"};
+  std::vector<std::string> args{"--optimizer",         optimizer,         "--steps",
+                                std::to_string(steps), "--step-delay-ms", "40"};
   if (split)
     args.push_back("--split");
   args.insert(args.end(), extra.begin(), extra.end());
@@ -116,7 +117,8 @@ inline std::unique_ptr<worker_process> start_paced(const std::string& connect,
 }
 
 /// Waits up to `seconds` for `w` to end: its exit code, and its stdout then stderr.
-inline std::pair<std::optional<int>, std::string> finish(worker_process& w, int seconds = 60) {
+inline std::pair<std::optional<int>, std::string> finish(worker_process& w,
+                                                         int seconds = 60) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   auto out = w.proc->read_all(deadline);
   auto code = w.proc->wait_until(deadline);
@@ -126,7 +128,8 @@ inline std::pair<std::optional<int>, std::string> finish(worker_process& w, int 
 /// Waits (up to `seconds` each) for every worker of `ws` to end, and checks that each
 /// exited 0 with its parameters bitwise the reference and said each line of `also`.
 inline void check_all_verified(std::vector<std::unique_ptr<worker_process>>& ws,
-                               const std::vector<std::string>& also = {}, int seconds = 60) {
+                               const std::vector<std::string>& also = {},
+                               int seconds = 60) {
   for (auto& w : ws) {
     auto [code, out] = finish(*w, seconds);
     INFO(out);
@@ -138,19 +141,36 @@ inline void check_all_verified(std::vector<std::unique_ptr<worker_process>>& ws,
 }
 
 inline worker_run start_worker(const std::string& connect, const std::string& job,
-                               uint32_t rank, uint32_t workers, const std::string& optimizer,
-                               const std::string& token, uint32_t hold_ms = 0,
-                               const std::string& rank_racks = {},
+                               uint32_t rank, uint32_t workers,
+                               const std::string& optimizer, const std::string& token,
+                               uint32_t hold_ms = 0, const std::string& rank_racks = {},
                                const std::string& rack = {},
                                const std::string& transport = "auto") {
   worker_run w;
   w.err_path = temp_path("worker.err");
   w.out_path = temp_path("worker.bin");
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
-                                "--rank", std::to_string(rank), "--workers",
-                                std::to_string(workers), "--optimizer", optimizer, "--steps",
-                                "3", "--token", token, "--out", w.out_path, "--verify",
-                                "--transport", transport, "--hold-ms", std::to_string(hold_ms)};
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH,
+                                "--connect",
+                                connect,
+                                "--job",
+                                job,
+                                "--rank",
+                                std::to_string(rank),
+                                "--workers",
+                                std::to_string(workers),
+                                "--optimizer",
+                                optimizer,
+                                "--steps",
+                                "3",
+                                "--token",
+                                token,
+                                "--out",
+                                w.out_path,
+                                "--verify",
+                                "--transport",
+                                transport,
+                                "--hold-ms",
+                                std::to_string(hold_ms)};
   if (!rank_racks.empty()) { // a hierarchical job: the reference sums racks first
     argv.push_back("--rank-racks");
     argv.push_back(rank_racks);

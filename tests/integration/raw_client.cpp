@@ -84,7 +84,8 @@ void raw_client::send_frame(const transports::frame_header& h, const void* paylo
     send_bytes(payload, h.payload_bytes);
 }
 
-void raw_client::send_floats(transports::frame_header h, const std::vector<float>& values) {
+void raw_client::send_floats(transports::frame_header h,
+                             const std::vector<float>& values) {
   h.payload_bytes = static_cast<uint32_t>(values.size() * sizeof(float));
   send_frame(h, values.data());
 }
@@ -187,7 +188,8 @@ transports::welcome_msg raw_client::join_welcome(const job_spec& spec, uint32_t 
   return w;
 }
 
-void raw_client::send_attach(uint32_t job_id, uint32_t rank, const transports::attach_msg& proof) {
+void raw_client::send_attach(uint32_t job_id, uint32_t rank,
+                             const transports::attach_msg& proof) {
   auto payload = transports::encode(proof);
   transports::frame_header h;
   h.kind = transports::frame_kind::attach;

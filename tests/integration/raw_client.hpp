@@ -33,8 +33,8 @@ public:
   void send_floats(transports::frame_header h, const std::vector<float>& values);
 
   /// The next frame, or nullopt if the peer closed or nothing came in time.
-  std::optional<raw_frame> read_frame(std::chrono::milliseconds timeout =
-                                        std::chrono::seconds(5));
+  std::optional<raw_frame> read_frame(
+    std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   /// True if the peer closes the connection within the timeout (frames are skipped).
   bool closed_by_peer(std::chrono::milliseconds timeout = std::chrono::seconds(5));
@@ -53,7 +53,8 @@ public:
   void close();
 
 private:
-  bool read_exact(std::byte* dst, size_t n, std::chrono::steady_clock::time_point deadline);
+  bool read_exact(std::byte* dst, size_t n,
+                  std::chrono::steady_clock::time_point deadline);
   int fd_ = -1;
 };
 

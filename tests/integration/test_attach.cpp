@@ -77,7 +77,8 @@ TEST_CASE("three pollers: one address, three endpoints, a worker's chunks on all
   log = node.log();
   // Hello at the first endpoint, an attach at each of the two others.
   size_t attached = 0;
-  for (auto at = log.find("worker attached: job='three-pollers'"); at != std::string::npos;
+  for (auto at = log.find("worker attached: job='three-pollers'");
+       at != std::string::npos;
        at = log.find("worker attached: job='three-pollers'", at + 1))
     ++attached;
   CHECK(attached == 2);
@@ -134,7 +135,8 @@ TEST_CASE("an attach with a wrong, missing or replayed proof is refused",
   }
 }
 
-TEST_CASE("a job with a token: the attach proof is keyed by it", "[integration][attach][bad]") {
+TEST_CASE("a job with a token: the attach proof is keyed by it",
+          "[integration][attach][bad]") {
   // Token jobs are made through the cluster; the key is the token, so a proof made with
   // the welcome's attach token alone (what an eavesdropper of the welcome knows) fails.
   auto node = two_endpoint_node();
@@ -153,7 +155,8 @@ TEST_CASE("a job with a token: the attach proof is keyed by it", "[integration][
   auto other = welcome.endpoints[1 - welcome.endpoint_index];
   transports::attach_msg eavesdropped;
   eavesdropped.nonce = runtime::make_nonce();
-  eavesdropped.mac = runtime::prove_attach("", welcome.token, eavesdropped.nonce, "tok", 0);
+  eavesdropped.mac = runtime::prove_attach("", welcome.token, eavesdropped.nonce, "tok",
+                                           0);
   testing::raw_client c{other};
   c.send_attach(welcome.job_id, 0, eavesdropped);
   testing::expect_error(c, errc::unauthorized);

@@ -19,9 +19,9 @@
 namespace rw_integration_bad_input {
 
 using namespace rw;
+using testing::check_node_serves;
 using transports::frame_header;
 using transports::frame_kind;
-using testing::check_node_serves;
 
 namespace {
 
@@ -121,7 +121,8 @@ TEST_CASE("a frame of another protocol version is refused", "[integration][bad]"
   check_node_serves(node.address(), "after-version");
 }
 
-TEST_CASE("an oversized length is refused before anything is read", "[integration][bad]") {
+TEST_CASE("an oversized length is refused before anything is read",
+          "[integration][bad]") {
   testing::node_process node{{"--max-chunk-bytes", "65536"}};
   testing::raw_client c{node.address()};
   auto id = c.join(small_job("big", 1), 0);
@@ -134,7 +135,8 @@ TEST_CASE("an oversized length is refused before anything is read", "[integratio
   check_node_serves(node.address(), "after-oversized");
 }
 
-TEST_CASE("a truncated frame is logged and the node keeps serving", "[integration][bad]") {
+TEST_CASE("a truncated frame is logged and the node keeps serving",
+          "[integration][bad]") {
   testing::node_process node;
   {
     testing::raw_client c{node.address()};
@@ -212,7 +214,7 @@ TEST_CASE("connections from one host are capped per endpoint", "[integration][ba
       served = true;
     } catch (const rw::error& e) {
       REQUIRE(e.code() == errc::unavailable); // the close not seen yet
-    } catch (const std::runtime_error&) { // closed before an answer
+    } catch (const std::runtime_error&) {     // closed before an answer
     }
   }
   CHECK(served);
@@ -220,17 +222,17 @@ TEST_CASE("connections from one host are capped per endpoint", "[integration][ba
 
 TEST_CASE("an open-jobs node caps the live jobs one host's hellos create",
           "[integration][bad]") {
-  testing::node_process node{{"--max-open-jobs-per-peer", "2", "--rejoin-timeout-ms", "300"}};
+  testing::node_process node{
+    {"--max-open-jobs-per-peer", "2", "--rejoin-timeout-ms", "300"}};
   auto q1 = std::make_unique<testing::raw_client>(node.address());
   testing::raw_client q2{node.address()}, q3{node.address()};
   q1->join(small_job("q1", 1), 0);
   q2.join(small_job("q2", 1), 0);
   auto refusal = error_code_and_message([&] { q3.join(small_job("q3", 1), 0); });
   CHECK(refusal.first == errc::too_many_requests);
-  CHECK_THAT(refusal.second,
-             Catch::Contains("host 127.0.0.1 has created 2 live jobs")
-               && Catch::Contains("(at most 2, --max-open-jobs-per-peer)")
-               && Catch::Contains("q1") && Catch::Contains("q2"));
+  CHECK_THAT(refusal.second, Catch::Contains("host 127.0.0.1 has created 2 live jobs")
+                               && Catch::Contains("(at most 2, --max-open-jobs-per-peer)")
+                               && Catch::Contains("q1") && Catch::Contains("q2"));
   CHECK_THAT(node.log(), Catch::Contains("hello refused: peer=127.0.0.1:")
                            && Catch::Contains("--max-open-jobs-per-peer"));
   // q1's worker goes for good: once its job has failed, the host may create one more.
@@ -253,7 +255,8 @@ TEST_CASE("data before hello, unknown jobs, bad chunks and bad ranks get errors"
   expect_error(c, errc::not_joined);
   // The connection stays usable: join now.
   auto id = c.join(small_job("ids", 2), 0);
-  c.send_floats(data_header(frame_kind::push, id + 1000, 0, 0, 0), std::vector<float>(1024));
+  c.send_floats(data_header(frame_kind::push, id + 1000, 0, 0, 0),
+                std::vector<float>(1024));
   CHECK_THAT(expect_error(c, errc::unknown_job), Catch::Contains("unknown job"));
   c.send_floats(data_header(frame_kind::push, id, 0, 9, 0), std::vector<float>(1024));
   CHECK_THAT(expect_error(c, errc::bad_chunk), Catch::Contains("chunk 9"));
@@ -277,7 +280,8 @@ TEST_CASE("a worker whose job spec disagrees is refused with the difference",
   testing::node_process node;
   worker first{options(node.address(), small_job("spec", 2, 3000), 0)};
   CHECK(first.created_job());
-  auto code = error_code_of([&] { worker w{options(node.address(), small_job("spec", 2, 3001), 1)}; });
+  auto code = error_code_of(
+    [&] { worker w{options(node.address(), small_job("spec", 2, 3001), 1)}; });
   CHECK(code == errc::spec_mismatch);
   try {
     auto s = small_job("spec", 2);
@@ -310,12 +314,13 @@ TEST_CASE("a duplicate push is dropped, answered as the first was and counted on
   worker w{options(node.address(), spec, 1)};
   std::vector<float> g1(1000, 2.0f), out(1000);
   w.push_pull("t", g1.data(), out.data()).get();
-  CHECK(out[0] == 3.0f);   // 1 + 2: the duplicate was not added
+  CHECK(out[0] == 3.0f); // 1 + 2: the duplicate was not added
   CHECK(out[999] == 3.0f);
 }
 
-TEST_CASE("repeated pulls and subscribes cannot grow a chunk's waiting lists without bound",
-          "[integration][bad]") {
+TEST_CASE(
+  "repeated pulls and subscribes cannot grow a chunk's waiting lists without bound",
+  "[integration][bad]") {
   testing::node_process node;
   auto spec = small_job("greedy", 2, 1000); // one chunk; the step needs both ranks
   testing::raw_client raw{node.address()};
@@ -324,8 +329,9 @@ TEST_CASE("repeated pulls and subscribes cannot grow a chunk's waiting lists wit
   for (int i = 0; i < 20; ++i)
     raw.send_frame(data_header(frame_kind::pull, id, 0, 0, 1));
   for (int i = 0; i < 4; ++i)
-    CHECK_THAT(expect_error(raw, errc::too_many_requests),
-               Catch::Contains("16 pulls of chunk 0/0 from this connection wait already"));
+    CHECK_THAT(
+      expect_error(raw, errc::too_many_requests),
+      Catch::Contains("16 pulls of chunk 0/0 from this connection wait already"));
   // Subscribing again on one connection starts its subscription over: one stream of
   // versions, not one per subscribe (each is answered with the current version).
   auto sub = data_header(frame_kind::pull, id, 0, 0, 0);
@@ -349,7 +355,8 @@ TEST_CASE("repeated pulls and subscribes cannot grow a chunk's waiting lists wit
       ++acks;
     else if (f->header.kind == frame_kind::error)
       ++errors;
-    else if (f->header.kind == frame_kind::update && (f->header.flags & transports::flag_subscribe))
+    else if (f->header.kind == frame_kind::update
+             && (f->header.flags & transports::flag_subscribe))
       version_one_published += f->header.clock == 1 ? 1 : 0;
     else if (f->header.kind == frame_kind::update && f->header.clock == 1)
       ++pulls_answered;
@@ -404,7 +411,8 @@ TEST_CASE("a busy port is a clear error at start", "[integration][bad]") {
   testing::node_process first;
   auto log = testing::temp_path("second.log");
   tools::subprocess second{{RW_NODE_PATH, "--listen", first.address()}, false, log};
-  auto rc = second.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  auto rc = second.wait_until(std::chrono::steady_clock::now()
+                              + std::chrono::seconds(10));
   REQUIRE(rc.has_value());
   CHECK(*rc == 1);
   CHECK_THAT(testing::read_file(log), Catch::Contains("Address already in use"));
@@ -416,7 +424,7 @@ TEST_CASE("workers fail fast when the node goes away", "[integration][bad]") {
   worker w{options(node->address(), small_job("orphan", 2), 0)};
   std::vector<float> g(3000, 1.0f), out(3000);
   auto fut = w.push_pull("t", g.data(), out.data()); // waits for rank 1, forever
-  node.reset(); // SIGTERM
+  node.reset();                                      // SIGTERM
   REQUIRE(fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   CHECK(error_code_of([&] { fut.get(); }) != errc::ok);
   CHECK(error_code_of([&] { worker x{options("127.0.0.1:1", small_job("x", 1), 0)}; })
@@ -490,7 +498,8 @@ TEST_CASE("shared memory is used on this host unless the node or the worker says
     CHECK(std::string(t.transport()) == "tcp");
     CHECK(t.shared_gradient("t") == nullptr);
     std::vector<float> g(3000);
-    CHECK(error_code_of([&] { t.push_pull("t", g.data(), nullptr); }) == errc::invalid_spec);
+    CHECK(error_code_of([&] { t.push_pull("t", g.data(), nullptr); })
+          == errc::invalid_spec);
   }
   testing::node_process no_shm{{"--no-shm"}};
   auto o = options(no_shm.address(), small_job("shm-refused", 1), 0);
@@ -547,7 +556,9 @@ TEST_CASE("a buffer of the wrong length is refused at the call, the right one wo
   auto [code, text] = code_and_text([&] { w.push_pull("t", g, short_out); });
   CHECK(code == errc::bad_buffer);
   CHECK(text == "tensor 't': 2999 elements in the output, 3000 in the tensor");
-  CHECK(code_and_text([&] { w.push("t", rw::const_floats{g.data(), 3001}); }).first
+  CHECK(code_and_text([&] {
+          w.push("t", rw::const_floats{g.data(), 3001});
+        }).first
         == errc::bad_buffer);
   CHECK(code_and_text([&] { w.pull("t", short_out, 0); }).first == errc::bad_buffer);
   auto sparse = code_and_text([&] { w.push_sparse("t", idx, vals); });

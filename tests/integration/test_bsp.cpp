@@ -36,8 +36,8 @@ std::vector<std::string> run_workers(const std::string& address, const std::stri
                                                 "--job", job, "--rank", std::to_string(r),
                                                 "--workers", std::to_string(workers),
                                                 "--optimizer", to_string(kind), "--steps",
-                                                std::to_string(steps), "--out", outs.back(),
-                                                "--transport", transport},
+                                                std::to_string(steps), "--out",
+                                                outs.back(), "--transport", transport},
                        false);
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -63,32 +63,34 @@ std::vector<std::string> run_workers(const std::string& address, const std::stri
 TEST_CASE("BSP push_pull is bitwise the single-process reference", "[integration][bsp]") {
   testing::node_process node{testing::fabric_node_args()};
   for (const std::string& transport : testing::protocol_transports())
-  for (uint32_t workers : {1u, 2u, 4u}) {
-    for (auto kind : {optimizer_kind::sum, optimizer_kind::sgd, optimizer_kind::momentum,
-                      optimizer_kind::nesterov, optimizer_kind::adam, optimizer_kind::lamb,
-                      optimizer_kind::lars}) {
-      INFO(transport << ", " << workers << " workers, " << to_string(kind));
-      {
-        auto job = fmt::format("bsp-{}-{}-{}", transport, workers, to_string(kind));
-        auto spec = testing::fixture_job(job, workers, kind);
-        std::string expect;
-        for (uint32_t t = 0; t < spec.tensors.size(); ++t) {
-          auto ref = testing::fixture_reference(spec, t, workers, steps);
-          expect.append(reinterpret_cast<const char*>(ref.data()), ref.size() * sizeof(float));
+    for (uint32_t workers : {1u, 2u, 4u}) {
+      for (auto kind :
+           {optimizer_kind::sum, optimizer_kind::sgd, optimizer_kind::momentum,
+            optimizer_kind::nesterov, optimizer_kind::adam, optimizer_kind::lamb,
+            optimizer_kind::lars}) {
+        INFO(transport << ", " << workers << " workers, " << to_string(kind));
+        {
+          auto job = fmt::format("bsp-{}-{}-{}", transport, workers, to_string(kind));
+          auto spec = testing::fixture_job(job, workers, kind);
+          std::string expect;
+          for (uint32_t t = 0; t < spec.tensors.size(); ++t) {
+            auto ref = testing::fixture_reference(spec, t, workers, steps);
+            expect.append(reinterpret_cast<const char*>(ref.data()),
+                          ref.size() * sizeof(float));
+          }
+          auto results = run_workers(node.address(), job, workers, kind, transport);
+          for (uint32_t r = 0; r < workers; ++r) {
+            INFO("rank " << r);
+            CHECK(results[r].size() == expect.size());
+            CHECK((results[r].size() == expect.size()
+                   && std::memcmp(results[r].data(), expect.data(), expect.size()) == 0));
+          }
+          // One log line per job lifecycle event, with its ids.
+          CHECK(node.wait_for_log(fmt::format("job created: job='{}'", job)));
+          CHECK(node.wait_for_log(fmt::format("job finished: job='{}'", job)));
         }
-        auto results = run_workers(node.address(), job, workers, kind, transport);
-        for (uint32_t r = 0; r < workers; ++r) {
-          INFO("rank " << r);
-          CHECK(results[r].size() == expect.size());
-          CHECK((results[r].size() == expect.size()
-                 && std::memcmp(results[r].data(), expect.data(), expect.size()) == 0));
-        }
-        // One log line per job lifecycle event, with its ids.
-        CHECK(node.wait_for_log(fmt::format("job created: job='{}'", job)));
-        CHECK(node.wait_for_log(fmt::format("job finished: job='{}'", job)));
       }
     }
-  }
 }
 
 // The node's kernels forced with --kernels: each instruction set this CPU runs gives
@@ -105,7 +107,8 @@ TEST_CASE("kernels forced with --kernels: each instruction set bitwise the refer
         INFO(stopped.log);
         CHECK(stopped.code.has_value());
         CHECK(stopped.code != std::optional<int>{0});
-        CHECK_THAT(stopped.log, Catch::Contains("this CPU cannot run the " + isa + " kernels"));
+        CHECK_THAT(stopped.log,
+                   Catch::Contains("this CPU cannot run the " + isa + " kernels"));
         continue;
       }
       testing::node_process node{{"--kernels", isa}};
@@ -116,7 +119,8 @@ TEST_CASE("kernels forced with --kernels: each instruction set bitwise the refer
         std::string expect;
         for (uint32_t t = 0; t < spec.tensors.size(); ++t) {
           auto ref = testing::fixture_reference(spec, t, 2, steps);
-          expect.append(reinterpret_cast<const char*>(ref.data()), ref.size() * sizeof(float));
+          expect.append(reinterpret_cast<const char*>(ref.data()),
+                        ref.size() * sizeof(float));
         }
         auto results = run_workers(node.address(), job, 2, kind, "tcp");
         for (uint32_t r = 0; r < 2; ++r) {

@@ -51,10 +51,23 @@ ckpt_worker start(const std::string& connect, const std::string& job, uint32_t r
                   uint32_t workers, const std::string& token, uint32_t steps,
                   std::vector<std::string> extra = {}) {
   ckpt_worker w;
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
-                                "--rank", std::to_string(rank), "--workers",
-                                std::to_string(workers), "--optimizer", "adam", "--steps",
-                                std::to_string(steps), "--token", token, "--out", w.out_path,
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH,
+                                "--connect",
+                                connect,
+                                "--job",
+                                job,
+                                "--rank",
+                                std::to_string(rank),
+                                "--workers",
+                                std::to_string(workers),
+                                "--optimizer",
+                                "adam",
+                                "--steps",
+                                std::to_string(steps),
+                                "--token",
+                                token,
+                                "--out",
+                                w.out_path,
                                 "--verify"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   w.proc = std::make_unique<tools::subprocess>(argv, true, w.err_path);
@@ -81,12 +94,17 @@ void expect_verified(std::vector<ckpt_worker>& ws, const std::string& what,
 
 // Restores `dir` as job `name` on `nodes` and runs its two workers from `from` to
 // `steps`; they must end bitwise at the uninterrupted run's parameters.
-void restore_and_verify(rack_cluster& c, const std::string& name, const std::string& nodes,
-                        const std::string& at, const std::string& dir, uint32_t from,
-                        uint32_t steps, std::vector<std::string> extra = {}) {
+void restore_and_verify(rack_cluster& c, const std::string& name,
+                        const std::string& nodes, const std::string& at,
+                        const std::string& dir, uint32_t from, uint32_t steps,
+                        std::vector<std::string> extra = {}) {
   std::string err;
-  auto token = c.create(name, 2, "adam", "nodes = {" + nodes + "}, reduction = 'flat', "
-                                         "restore = '" + dir + "'", &err);
+  auto token = c.create(name, 2, "adam",
+                        "nodes = {" + nodes
+                          + "}, reduction = 'flat', "
+                            "restore = '"
+                          + dir + "'",
+                        &err);
   INFO(err);
   REQUIRE(!token.empty());
   std::vector<ckpt_worker> ws;
@@ -99,12 +117,14 @@ void restore_and_verify(rack_cluster& c, const std::string& name, const std::str
 
 } // namespace
 
-TEST_CASE("a checkpoint of a running and of a finished adam job restores on one and three "
-          "nodes, bitwise the uninterrupted run",
-          "[integration][checkpoint]") {
+TEST_CASE(
+  "a checkpoint of a running and of a finished adam job restores on one and three "
+  "nodes, bitwise the uninterrupted run",
+  "[integration][checkpoint]") {
   rack_cluster c{{"a", "b", "c"}};
   std::string err;
-  auto token = c.create("train", 2, "adam", "nodes = {'n0', 'n1'}, reduction = 'flat'", &err);
+  auto token = c.create("train", 2, "adam", "nodes = {'n0', 'n1'}, reduction = 'flat'",
+                        &err);
   INFO(err);
   REQUIRE(!token.empty());
   auto resume = testing::temp_path("resume");
@@ -115,8 +135,10 @@ TEST_CASE("a checkpoint of a running and of a finished adam job restores on one 
   scratch_dir at3, at6;
   // Held after 3 steps: every chunk reaches version 3 and waits there.
   auto taken = c.shell("rw.wait('train', 3, {timeout = 30}); "
-                       "local k = rw.checkpoint('train', '" + at3.path + "', {clock = 3}); "
-                       "print(k.clock, #k.files, k.bytes > 0)");
+                       "local k = rw.checkpoint('train', '"
+                       + at3.path
+                       + "', {clock = 3}); "
+                         "print(k.clock, #k.files, k.bytes > 0)");
   INFO(taken.err);
   CHECK(taken.out == "3\t2\ttrue\n");
   std::ofstream{resume} << "go";
@@ -127,13 +149,16 @@ TEST_CASE("a checkpoint of a running and of a finished adam job restores on one 
   CHECK(fs::exists(fs::path{at3.path} / "chunks-n1.rwck"));
 
   auto finished = c.shell("rw.wait('train', 'finished', {timeout = 30}); "
-                          "local k = rw.checkpoint('train', '" + at6.path + "'); print(k.clock)");
+                          "local k = rw.checkpoint('train', '"
+                          + at6.path + "'); print(k.clock)");
   INFO(finished.err);
   CHECK(finished.out == "6\n");
 
   restore_and_verify(c, "one", "'n2'", c.nodes[2]->address(), at3.path, 3, 6);
-  restore_and_verify(c, "three", "'n0', 'n1', 'n2'", c.nodes[1]->address(), at3.path, 3, 6);
-  restore_and_verify(c, "more", "'n1'", c.nodes[1]->address(), at6.path, 6, 8); // 8 in all
+  restore_and_verify(c, "three", "'n0', 'n1', 'n2'", c.nodes[1]->address(), at3.path, 3,
+                     6);
+  restore_and_verify(c, "more", "'n1'", c.nodes[1]->address(), at6.path, 6,
+                     8); // 8 in all
 }
 
 TEST_CASE("bad checkpoint directories and restores are refused, saying why",
@@ -149,7 +174,8 @@ TEST_CASE("bad checkpoint directories and restores are refused, saying why",
   expect_verified(ws, "small");
   scratch_dir good, used;
   auto ok = c.shell("rw.wait('small', 'finished', {timeout = 30}); "
-                    "print(rw.checkpoint('small', '" + good.path + "').clock)");
+                    "print(rw.checkpoint('small', '"
+                    + good.path + "').clock)");
   INFO(ok.err);
   REQUIRE(ok.out == "2\n");
 
@@ -167,10 +193,12 @@ TEST_CASE("bad checkpoint directories and restores are refused, saying why",
   CHECK_THAT(err, Catch::Contains("MANIFEST"));
   // Another chunk size: the chunks would not line up.
   auto r = c.shell("rw.job_create{name = 'wide', workers = 2, optimizer = 'adam', "
-                   "chunk_bytes = '8KiB', node = 'n0', restore = '" + good.path + "'}");
+                   "chunk_bytes = '8KiB', node = 'n0', restore = '"
+                   + good.path + "'}");
   CHECK_THAT(r.err, Catch::Contains("4096-byte chunks"));
   r = c.shell("rw.job_create{name = 'other', workers = 2, optimizer = 'sgd', "
-              "chunk_bytes = '4KiB', node = 'n0', restore = '" + good.path + "'}");
+              "chunk_bytes = '4KiB', node = 'n0', restore = '"
+              + good.path + "'}");
   CHECK_THAT(r.err, Catch::Contains("optimizer is adam"));
 
   // A flipped byte in a chunk file: the job is created, its first worker is refused.
@@ -184,10 +212,12 @@ TEST_CASE("bad checkpoint directories and restores are refused, saying why",
     f.seekp(200);
     f.write(&b, 1);
   }
-  auto damaged = c.create("damaged", 2, "adam", "node = 'n0', restore = '" + good.path + "'", &err);
+  auto damaged = c.create("damaged", 2, "adam",
+                          "node = 'n0', restore = '" + good.path + "'", &err);
   INFO(err);
   REQUIRE(!damaged.empty());
-  auto w = start(c.nodes[0]->address(), "damaged", 0, 2, damaged, 4, {"--start-clock", "2"});
+  auto w = start(c.nodes[0]->address(), "damaged", 0, 2, damaged, 4,
+                 {"--start-clock", "2"});
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   auto code = w.proc->wait_until(deadline);
   auto why = testing::read_file(w.err_path);
@@ -205,7 +235,9 @@ TEST_CASE("checkpoint_every writes a checkpoint at every N-th clock, without the
   std::string err;
   auto token = c.create("periodic", 2, "adam",
                         "nodes = {'n0', 'n1'}, reduction = 'flat', checkpoint_every = 2, "
-                        "checkpoint_dir = '" + every.path + "'", &err);
+                        "checkpoint_dir = '"
+                          + every.path + "'",
+                        &err);
   INFO(err);
   REQUIRE(!token.empty());
   std::vector<ckpt_worker> ws;
@@ -213,10 +245,10 @@ TEST_CASE("checkpoint_every writes a checkpoint at every N-th clock, without the
     ws.push_back(start(c.nodes[r]->address(), "periodic", r, 2, token, 5));
   expect_verified(ws, "periodic");
   for (auto clock : {"2", "4"})
-    CHECK(c.coordinator.wait_for_log(std::string{"periodic checkpoint taken: job='periodic'"}
-                                       + " dir='" + every.path + "/clock-000000000" + clock
-                                       + "' clock=" + clock,
-                                     std::chrono::seconds(30)));
+    CHECK(c.coordinator.wait_for_log(
+      std::string{"periodic checkpoint taken: job='periodic'"} + " dir='" + every.path
+        + "/clock-000000000" + clock + "' clock=" + clock,
+      std::chrono::seconds(30)));
   auto at = [&](int clock) {
     return (fs::path{every.path} / fmt::format("clock-{:010}", clock)).string();
   };
@@ -231,9 +263,9 @@ TEST_CASE("checkpoint_every writes a checkpoint at every N-th clock, without the
   // Each is a checkpoint like any other: clock 4 on one node, on to 5 steps.
   restore_and_verify(c, "from-4", "'n1'", c.nodes[1]->address(), at(4), 4, 5);
   // A new job given this run's checkpoint_dir would write over its checkpoints.
-  auto again = c.create("again", 2, "adam",
-                        "node = 'n0', checkpoint_every = 2, checkpoint_dir = '" + every.path
-                          + "'", &err);
+  auto again = c.create(
+    "again", 2, "adam",
+    "node = 'n0', checkpoint_every = 2, checkpoint_dir = '" + every.path + "'", &err);
   CHECK(again.empty());
   CHECK_THAT(err, Catch::Contains("checkpoint_dir") && Catch::Contains("not empty")
                     && Catch::Contains("another run"));
@@ -245,14 +277,16 @@ TEST_CASE("a node that dies during a checkpoint fails it with the reason and lea
           "[integration][checkpoint]") {
   rack_cluster c{{"a", "b"}};
   std::string err;
-  auto token = c.create("doomed", 2, "adam", "nodes = {'n0', 'n1'}, reduction = 'flat'", &err);
+  auto token = c.create("doomed", 2, "adam", "nodes = {'n0', 'n1'}, reduction = 'flat'",
+                        &err);
   INFO(err);
   REQUIRE(!token.empty());
   auto never = testing::temp_path("never");
   std::vector<ckpt_worker> ws;
   for (uint32_t r = 0; r < 2; ++r)
-    ws.push_back(start(c.nodes[r]->address(), "doomed", r, 2, token, 6,
-                       {"--pause-at", "3", "--resume-file", never, "--pause-limit-ms", "20000"}));
+    ws.push_back(
+      start(c.nodes[r]->address(), "doomed", r, 2, token, 6,
+            {"--pause-at", "3", "--resume-file", never, "--pause-limit-ms", "20000"}));
   auto held = c.shell("rw.wait('doomed', 3, {timeout = 30}); print('held')");
   INFO(held.err);
   REQUIRE(held.out == "held\n");
@@ -261,8 +295,10 @@ TEST_CASE("a node that dies during a checkpoint fails it with the reason and lea
   auto shell_err = testing::temp_path("shell.err");
   tools::subprocess shell{{RW_SHELL_PATH, "--connect", c.coordinator.address(), "-c",
                            "rw.checkpoint('doomed', '" + dir.path + "', {clock = 5})"},
-                          true, shell_err};
-  REQUIRE(c.coordinator.wait_for_log("checkpoint asked: job='doomed'", std::chrono::seconds(30)));
+                          true,
+                          shell_err};
+  REQUIRE(c.coordinator.wait_for_log("checkpoint asked: job='doomed'",
+                                     std::chrono::seconds(30)));
   c.nodes[1]->process().signal(SIGKILL);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   shell.read_all(deadline);
@@ -284,23 +320,26 @@ TEST_CASE("a node that dies during a checkpoint fails it with the reason and lea
   std::remove(shell_err.c_str());
 }
 
-TEST_CASE("a hierarchical job is checkpointed at its chunks' homes, without a clock a running "
-          "job is taken at the next one",
-          "[integration][checkpoint]") {
+TEST_CASE(
+  "a hierarchical job is checkpointed at its chunks' homes, without a clock a running "
+  "job is taken at the next one",
+  "[integration][checkpoint]") {
   rack_cluster c{{"a", "b"}};
   std::string err;
-  auto token = c.create("hier", 2, "adam",
-                        "racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'b'}",
-                        &err);
+  auto token = c.create(
+    "hier", 2, "adam",
+    "racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'b'}", &err);
   INFO(err);
   REQUIRE(!token.empty());
   std::vector<ckpt_worker> ws;
   for (uint32_t r = 0; r < 2; ++r)
-    ws.push_back(start(c.nodes[r]->address(), "hier", r, 2, token, 3, {"--rank-racks", "0,1"}));
+    ws.push_back(
+      start(c.nodes[r]->address(), "hier", r, 2, token, 3, {"--rank-racks", "0,1"}));
   expect_verified(ws, "hier");
   scratch_dir hier;
   auto taken = c.shell("rw.wait('hier', 'finished', {timeout = 30}); "
-                       "print(rw.checkpoint('hier', '" + hier.path + "').clock)");
+                       "print(rw.checkpoint('hier', '"
+                       + hier.path + "').clock)");
   INFO(taken.err);
   REQUIRE(taken.out == "3\n");
   // Restored flat on one node with no step to go: the workers read version 3 and find
@@ -310,10 +349,12 @@ TEST_CASE("a hierarchical job is checkpointed at its chunks' homes, without a cl
   // Restored hierarchical again, three more steps: the top level starts from the
   // checkpoint at the chunks' homes, each rack's part from its parameters; the workers
   // go on from clock 3 (their welcome says so) and end at the 6-step run's result.
-  token = c.create("hier-again", 2, "adam",
-                   "racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'b'}, "
-                   "restore = '" + hier.path + "'",
-                   &err);
+  token = c.create(
+    "hier-again", 2, "adam",
+    "racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'b'}, "
+    "restore = '"
+      + hier.path + "'",
+    &err);
   INFO(err);
   REQUIRE(!token.empty());
   ws.clear();
@@ -342,7 +383,8 @@ TEST_CASE("a hierarchical job is checkpointed at its chunks' homes, without a cl
   auto shell_err = testing::temp_path("shell.err");
   tools::subprocess shell{{RW_SHELL_PATH, "--connect", c.coordinator.address(), "-c",
                            "print(rw.checkpoint('next', '" + next.path + "').clock)"},
-                          true, shell_err};
+                          true,
+                          shell_err};
   // Once both nodes' shards wait for the clock, the workers go on and reach it.
   for (auto& n : c.nodes)
     CHECK(n->wait_for_log("checkpoint requested: job='next'", std::chrono::seconds(30)));
@@ -358,9 +400,10 @@ TEST_CASE("a hierarchical job is checkpointed at its chunks' homes, without a cl
   restore_and_verify(c, "next-back", "'n1'", c.nodes[1]->address(), next.path, 4, 6);
 }
 
-TEST_CASE("a finished job's chunks are released after --keep-finished-ms and a checkpoint "
-          "of it is then refused saying so",
-          "[integration][checkpoint]") {
+TEST_CASE(
+  "a finished job's chunks are released after --keep-finished-ms and a checkpoint "
+  "of it is then refused saying so",
+  "[integration][checkpoint]") {
   rack_cluster c{{"a"}, {"--keep-finished-ms", "500"}};
   std::string err;
   auto token = c.create("brief", 2, "adam", "nodes = {'n0'}", &err);
@@ -370,7 +413,8 @@ TEST_CASE("a finished job's chunks are released after --keep-finished-ms and a c
   for (uint32_t r = 0; r < 2; ++r)
     ws.push_back(start(c.nodes[0]->address(), "brief", r, 2, token, 2));
   expect_verified(ws, "brief");
-  auto finished = c.shell("rw.wait('brief', 'finished', {timeout = 30}); print('finished')");
+  auto finished = c.shell(
+    "rw.wait('brief', 'finished', {timeout = 30}); print('finished')");
   INFO(finished.err);
   REQUIRE(finished.out == "finished\n");
   // Well past 500 ms and the shards' 250 ms scan: the chunks are gone.

@@ -29,10 +29,11 @@ testing::shell_run run(const std::vector<std::string>& argv) {
 
 TEST_CASE("every program and subcommand prints its version and exits 0",
           "[integration][cli]") {
-  for (auto argv : std::vector<std::vector<std::string>>{{RW_NODE_PATH, "--version"},
-                                                         {RW_SHELL_PATH, "--version"},
-                                                         {RW_BENCH_PATH, "--version"},
-                                                         {RW_BENCH_PATH, "comm", "--version"}}) {
+  for (auto argv :
+       std::vector<std::vector<std::string>>{{RW_NODE_PATH, "--version"},
+                                             {RW_SHELL_PATH, "--version"},
+                                             {RW_BENCH_PATH, "--version"},
+                                             {RW_BENCH_PATH, "comm", "--version"}}) {
     auto r = run(argv);
     INFO(argv[0] << " " << argv[1] << ": " << r.out << r.err);
     CHECK(r.code == 0);
@@ -107,10 +108,11 @@ TEST_CASE("rw-bench says whether it could not reach the cluster (3) or was misus
 TEST_CASE("rw-bench joins a job made with rw.job_create, given its token file",
           "[integration][cli]") {
   testing::node_process node{{}, {"rack-agg", false}}; // no --open-jobs: tokens only
-  auto made = testing::run_shell({"--connect", node.address(), "-c",
-                                  "local j = rw.job_create{name = 'made-by-shell', "
-                                  "workers = 2, chunk_bytes = '64KiB', optimizer = 'sum'}; "
-                                  "print(j.token)"});
+  auto made = testing::run_shell(
+    {"--connect", node.address(), "-c",
+     "local j = rw.job_create{name = 'made-by-shell', "
+     "workers = 2, chunk_bytes = '64KiB', optimizer = 'sum'}; "
+     "print(j.token)"});
   INFO(made.err);
   REQUIRE(made.code == 0);
   auto dir = testing::scratch_dir("rw-bench-token");
@@ -120,10 +122,11 @@ TEST_CASE("rw-bench joins a job made with rw.job_create, given its token file",
     out << made.out.substr(0, made.out.find('\n')) << "\n";
   }
   ::chmod(token_file.c_str(), 0600);
-  std::vector<std::string> bench{RW_BENCH_PATH, "comm", "--connect", node.address(),
-                                 "--workers", "2", "--bytes", "256KiB", "--chunk-bytes",
-                                 "64KiB", "--iters", "3", "--verify", "--json",
-                                 "--timeout-s", "60", "--job", "made-by-shell"};
+  std::vector<std::string> bench{
+    RW_BENCH_PATH, "comm",    "--connect",    node.address(),  "--workers",
+    "2",           "--bytes", "256KiB",       "--chunk-bytes", "64KiB",
+    "--iters",     "3",       "--verify",     "--json",        "--timeout-s",
+    "60",          "--job",   "made-by-shell"};
   // Without the token, rw-bench would make the job itself: the name is taken.
   auto taken = testing::run_program(bench, std::chrono::seconds(90));
   INFO(taken.err);
@@ -136,12 +139,12 @@ TEST_CASE("rw-bench joins a job made with rw.job_create, given its token file",
   CHECK(joined.code == 0);
   CHECK(testing::bench_json(joined.out)["verified"] == true);
   // The job stays: it was not rw-bench's to delete.
-  auto status = testing::run_shell({"--connect", node.address(), "-c",
-                                    "print(rw.job_status('made-by-shell').state)"});
+  auto status = testing::run_shell(
+    {"--connect", node.address(), "-c", "print(rw.job_status('made-by-shell').state)"});
   CHECK(status.out == "finished\n");
   // Misuse: a token without the job's name, with --open-job, or unreadable.
-  auto no_job = run({RW_BENCH_PATH, "comm", "--connect", node.address(), "--token-file",
-                     token_file});
+  auto no_job = run(
+    {RW_BENCH_PATH, "comm", "--connect", node.address(), "--token-file", token_file});
   CHECK(no_job.code == 2);
   CHECK_THAT(no_job.err, Catch::Contains("--token-file needs --job"));
   auto both = run({RW_BENCH_PATH, "comm", "--connect", node.address(), "--job", "x",
@@ -165,7 +168,8 @@ TEST_CASE("rw-bench's help says what the node needs", "[integration][cli]") {
 TEST_CASE("a shell or worker pointed at the control port is told what that port is",
           "[integration][cli]") {
   testing::node_process node{{}, {"rack-agg", false}};
-  auto where = testing::run_shell({"--connect", node.address(), "-c", "print(rw.coordinator())"});
+  auto where = testing::run_shell(
+    {"--connect", node.address(), "-c", "print(rw.coordinator())"});
   REQUIRE(where.code == 0);
   auto control = where.out.substr(0, where.out.find('\n'));
   REQUIRE(control != node.address());

@@ -31,7 +31,8 @@ TEST_CASE("rw-shell counts the live nodes through any node's address",
   CHECK(r.code == 0);
   CHECK(r.out == "2\n");
   // Through a rack-agg node's address: it points the shell at the coordinator.
-  auto via = testing::run_shell({"--connect", c.a().address(), "-c", "print(#rw.nodes())"});
+  auto via = testing::run_shell(
+    {"--connect", c.a().address(), "-c", "print(#rw.nodes())"});
   INFO(via.err);
   CHECK(via.code == 0);
   CHECK(via.out == "2\n");
@@ -58,7 +59,8 @@ TEST_CASE("a worker with a token refuses a node that does not check it",
   tools::subprocess w{{RW_TEST_WORKER_PATH, "--connect", open.address(), "--job", "squat",
                        "--rank", "0", "--workers", "1", "--token",
                        "rwt1_" + std::string(64, 'a'), "--out", out},
-                      false, err};
+                      false,
+                      err};
   auto code = w.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(20));
   CHECK(code == std::optional<int>{2});
   CHECK_THAT(testing::read_file(err), Catch::Contains("without checking its token"));
@@ -71,8 +73,8 @@ TEST_CASE("two jobs: separate exact results, tokens enforced, no cross-job acces
   testing::cluster c;
   auto dir = scratch_dir();
   auto r = testing::run_shell({"--connect", c.coordinator().address(), "-f",
-                               RW_SOURCE_DIR "/tests/integration/scripts/two_jobs.lua", "--",
-                               RW_TEST_WORKER_PATH, RW_TEST_PROBE_PATH, dir},
+                               RW_SOURCE_DIR "/tests/integration/scripts/two_jobs.lua",
+                               "--", RW_TEST_WORKER_PATH, RW_TEST_PROBE_PATH, dir},
                               std::chrono::seconds(120));
   INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
   CHECK(r.code == 0);
@@ -84,10 +86,12 @@ TEST_CASE("two jobs: separate exact results, tokens enforced, no cross-job acces
   // Each transition is logged once by the coordinator, saying who asked and from where;
   // the nodes log their part of it as theirs.
   auto log = c.coordinator().log();
-  CHECK_THAT(log, Catch::Contains("job created: job='beta-job'") &&
-                    Catch::Contains("by an operator at 127.0.0.1:"));
-  CHECK_THAT(log, Catch::Contains("job stop asked: job='beta-job' by an operator at 127.0.0.1:"));
-  CHECK_THAT(log, Catch::Contains("job delete asked: job='alpha-job' by an operator at 127.0.0.1:"));
+  CHECK_THAT(log, Catch::Contains("job created: job='beta-job'")
+                    && Catch::Contains("by an operator at 127.0.0.1:"));
+  CHECK_THAT(
+    log, Catch::Contains("job stop asked: job='beta-job' by an operator at 127.0.0.1:"));
+  CHECK_THAT(log, Catch::Contains(
+                    "job delete asked: job='alpha-job' by an operator at 127.0.0.1:"));
   auto count = [&](const std::string& what) {
     size_t n = 0;
     for (auto at = log.find(what); at != std::string::npos; at = log.find(what, at + 1))
@@ -99,7 +103,8 @@ TEST_CASE("two jobs: separate exact results, tokens enforced, no cross-job acces
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("bad input in the shell: clear errors, non-zero exit", "[integration][cluster]") {
+TEST_CASE("bad input in the shell: clear errors, non-zero exit",
+          "[integration][cluster]") {
   testing::cluster c;
   auto unknown = c.shell("rw.job_status('nope')");
   CHECK(unknown.code == 1);
@@ -131,7 +136,8 @@ TEST_CASE("bad input in the shell: clear errors, non-zero exit", "[integration][
 TEST_CASE("a node that vanishes: bounded errors, its jobs fail, it rejoins",
           "[integration][cluster]") {
   testing::cluster c{{"--node-timeout-ms", "2000"}, {"--heartbeat-ms", "250"}};
-  auto made = c.shell("print(rw.job_create{name='held', workers=1, node='rack-b'}.state)");
+  auto made = c.shell(
+    "print(rw.job_create{name='held', workers=1, node='rack-b'}.state)");
   INFO(made.err);
   REQUIRE(made.out == "created\n");
   auto mark = c.coordinator().log_mark(); // "node=rack-b" is in its join line already
@@ -145,8 +151,9 @@ TEST_CASE("a node that vanishes: bounded errors, its jobs fail, it rejoins",
   CHECK(took < std::chrono::seconds(10));
   // Silent past the node timeout: gone, and its job failed.
   CHECK(c.coordinator().wait_for_log_after(mark, "node left the cluster: node=rack-b",
-                                          std::chrono::seconds(10)));
-  CHECK(c.coordinator().wait_for_log_after(mark, "sent no heartbeat", std::chrono::seconds(10)));
+                                           std::chrono::seconds(10)));
+  CHECK(c.coordinator().wait_for_log_after(mark, "sent no heartbeat",
+                                           std::chrono::seconds(10)));
   auto after = c.shell("print(#rw.nodes()); local j = rw.job_status('held'); "
                        "print(j.state); print(j.reason)");
   INFO(after.err);
@@ -173,13 +180,15 @@ TEST_CASE("a coordinator that stops answering: bounded errors, the script goes o
   // freezes then, well inside the script's 1.5 s pause (a condition, not a guess).
   auto mark = testing::temp_path("first-answer");
   std::remove(mark.c_str());
-  tools::subprocess shell{{RW_SHELL_PATH, "--connect", c.a().address(), "--timeout", "1500",
-                           "-c",
-                           "print(#rw.nodes()); io.open('" + mark + "', 'w'):close(); "
-                           "rw.sleep(1.5); "
-                           "local ok, e = pcall(rw.nodes); print(ok); print(e); "
-                           "print('still here')"},
-                          true, err_path};
+  tools::subprocess shell{{RW_SHELL_PATH, "--connect", c.a().address(), "--timeout",
+                           "1500", "-c",
+                           "print(#rw.nodes()); io.open('" + mark
+                             + "', 'w'):close(); "
+                               "rw.sleep(1.5); "
+                               "local ok, e = pcall(rw.nodes); print(ok); print(e); "
+                               "print('still here')"},
+                          true,
+                          err_path};
   auto marked_by = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   while (!std::filesystem::exists(mark) && std::chrono::steady_clock::now() < marked_by)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -195,8 +204,8 @@ TEST_CASE("a coordinator that stops answering: bounded errors, the script goes o
   CHECK_THAT(out, Catch::EndsWith("still here\n"));
   // A new session cannot complete the handshake: exit 3 within the timeout.
   auto t0 = std::chrono::steady_clock::now();
-  auto fresh = testing::run_shell({"--connect", c.a().address(), "--timeout", "1500", "-c",
-                                   "print(#rw.nodes())"});
+  auto fresh = testing::run_shell(
+    {"--connect", c.a().address(), "--timeout", "1500", "-c", "print(#rw.nodes())"});
   CHECK(fresh.code == 3);
   CHECK_THAT(fresh.err, Catch::Contains("does not answer"));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
@@ -211,13 +220,14 @@ TEST_CASE("with a cluster secret, only nodes and shells that prove it are heard"
   auto write = [&](const std::string& name, const std::string& text) {
     auto path = dir + "/" + name;
     std::ofstream{path} << text << "\n";
-    std::filesystem::permissions(path, std::filesystem::perms::owner_read |
-                                         std::filesystem::perms::owner_write);
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read
+                                         | std::filesystem::perms::owner_write);
     return path;
   };
   auto secret = write("secret", "correct-horse-battery-staple-42");
   auto wrong = write("wrong", "not-the-cluster-secret-at-all");
-  testing::cluster c{{"--cluster-secret-file", secret}, {"--cluster-secret-file", secret}};
+  testing::cluster c{{"--cluster-secret-file", secret},
+                     {"--cluster-secret-file", secret}};
   auto with = testing::run_shell({"--connect", c.a().address(), "--cluster-secret-file",
                                   secret, "-c", "print(#rw.nodes())"});
   INFO(with.err);
@@ -229,8 +239,8 @@ TEST_CASE("with a cluster secret, only nodes and shells that prove it are heard"
   CHECK_THAT(without.err, Catch::Contains("--cluster-secret-file"));
   CHECK(c.coordinator().wait_for_log("control refused: nodes"));
   // A wrong one: refused at once. Reached, so not 3 (unreachable): the operation failed.
-  auto bad = testing::run_shell({"--connect", c.a().address(), "--cluster-secret-file", wrong,
-                                 "-c", "print(#rw.nodes())"});
+  auto bad = testing::run_shell({"--connect", c.a().address(), "--cluster-secret-file",
+                                 wrong, "-c", "print(#rw.nodes())"});
   CHECK(bad.code == 1);
   CHECK_THAT(bad.err, Catch::Contains("refused the shell"));
   CHECK_THAT(bad.err, Catch::Contains("wrong cluster secret"));
@@ -253,9 +263,11 @@ TEST_CASE("with a cluster secret, only nodes and shells that prove it are heard"
   REQUIRE(tries() >= 3);
   auto coordinator_log = c.coordinator().log();
   size_t refusals = 0;
-  for (auto at = coordinator_log.find("control refused: a wrong proof of the cluster secret");
+  for (auto at =
+         coordinator_log.find("control refused: a wrong proof of the cluster secret");
        at != std::string::npos;
-       at = coordinator_log.find("control refused: a wrong proof of the cluster secret", at + 1)) {
+       at = coordinator_log.find("control refused: a wrong proof of the cluster secret",
+                                 at + 1)) {
     ++refusals;
     auto line = coordinator_log.substr(at, coordinator_log.find('\n', at) - at);
     CHECK_THAT(line, Catch::Contains("; sender 127.0.0.1:"));
@@ -280,8 +292,8 @@ TEST_CASE("a node or shell with a cluster secret warns when the coordinator want
   auto dir = scratch_dir();
   auto secret = dir + "/secret";
   std::ofstream{secret} << "correct-horse-battery-staple-42\n";
-  std::filesystem::permissions(secret, std::filesystem::perms::owner_read |
-                                         std::filesystem::perms::owner_write);
+  std::filesystem::permissions(secret, std::filesystem::perms::owner_read
+                                         | std::filesystem::perms::owner_write);
   testing::cluster c; // an open cluster: no --cluster-secret-file
   testing::node_process member{{"--name", "rack-s", "--cluster-secret-file", secret},
                                {"rack-agg", false, c.coordinator().address()}};

@@ -25,9 +25,10 @@ using transports::frame_kind;
 
 namespace {
 
-worker_options compressed(const std::string& address, const std::string& job, uint32_t rank,
-                          const std::string& transport, const std::string& compression,
-                          bool updates, uint64_t elements = 3000, uint32_t workers = 2) {
+worker_options compressed(const std::string& address, const std::string& job,
+                          uint32_t rank, const std::string& transport,
+                          const std::string& compression, bool updates,
+                          uint64_t elements = 3000, uint32_t workers = 2) {
   auto o = testing::job_options(address, job, rank, transport, elements, workers);
   o.job.compression = parse_compression(compression);
   o.job.compression.updates = updates;
@@ -46,9 +47,10 @@ struct bench_run {
 };
 
 bench_run run_bench(const std::string& address, const std::vector<std::string>& extra) {
-  std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", address, "--workers", "3",
-                                "--bytes", "192KiB", "--iters", "4", "--chunk-bytes", "16KiB",
-                                "--verify", "--json"};
+  std::vector<std::string> argv{RW_BENCH_PATH, "comm",  "--connect",     address,
+                                "--workers",   "3",     "--bytes",       "192KiB",
+                                "--iters",     "4",     "--chunk-bytes", "16KiB",
+                                "--verify",    "--json"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   tools::subprocess p{argv, true};
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
@@ -93,9 +95,11 @@ TEST_CASE("bf16 and fp16 push 16-bit values and the node sums them in float32",
           // What travelled: 16-bit pushes (and updates) plus the 64-byte headers; 3
           // chunks of 1024 values (the last 952).
           uint64_t chunks = 3, payload16 = 3000 * 2, payload32 = 3000 * 4;
-          CHECK(a.wire_bytes_sent() == chunks * transports::frame_header_bytes + payload16);
+          CHECK(a.wire_bytes_sent()
+                == chunks * transports::frame_header_bytes + payload16);
           CHECK(a.wire_bytes_received()
-                == chunks * transports::frame_header_bytes + (updates ? payload16 : payload32));
+                == chunks * transports::frame_header_bytes
+                     + (updates ? payload16 : payload32));
         }
       }
     }
@@ -107,8 +111,8 @@ TEST_CASE("a sparse push in a bf16 job is rounded as a dense one, over every tra
   testing::node_process node{testing::fabric_node_args()};
   for (const std::string& transport : testing::protocol_transports()) {
     DYNAMIC_SECTION(transport) {
-      worker w{compressed(node.address(), "half-sparse-" + transport, 0, transport, "bf16",
-                          false, 3000, 1)};
+      worker w{compressed(node.address(), "half-sparse-" + transport, 0, transport,
+                          "bf16", false, 3000, 1)};
       // Index 3 twice: 1 + 2^-8 in all, a bf16 tie that rounds to 1; index 2500 alone.
       std::vector<uint64_t> idx{3, 3, 2500};
       std::vector<float> val{1.0f, 0x1p-8f, 1.0f + 3 * 0x1p-9f};
@@ -128,7 +132,8 @@ TEST_CASE("fp16 keeps small gradients with its per-chunk scale",
   worker w{compressed(node.address(), "fp16-small", 0, "tcp", "fp16", true, 2048, 1)};
   std::vector<float> g(2048), out(2048);
   for (size_t i = 0; i < g.size(); ++i)
-    g[i] = 1e-7f * static_cast<float>(i + 1) * (i % 2 ? -1.0f : 1.0f); // below fp16's range
+    g[i] = 1e-7f * static_cast<float>(i + 1)
+           * (i % 2 ? -1.0f : 1.0f); // below fp16's range
   w.push_pull("t", g.data(), out.data()).get();
   for (size_t i = 0; i < g.size(); i += 97) {
     INFO(i);
@@ -178,7 +183,8 @@ TEST_CASE("top-k sends a short chunk whole and more of the rest during its warm-
           "[integration][compression]") {
   testing::node_process node;
   SECTION("a 16-element tensor, as a bias would be, travels whole and exact") {
-    auto o = compressed(node.address(), "topk-short", 0, "tcp", "topk:0.01", false, 16, 1);
+    auto o = compressed(node.address(), "topk-short", 0, "tcp", "topk:0.01", false, 16,
+                        1);
     worker w{o};
     std::vector<float> g{5, 1, -3, 0.5f, 0, 0, 0, 0.25f, 1, 1, 1, 1, 1, 1, 1, 1};
     std::vector<float> out(16, -9.0f);
@@ -189,8 +195,8 @@ TEST_CASE("top-k sends a short chunk whole and more of the rest during its warm-
   SECTION("warm-up: a quarter of each chunk, then a sixteenth, ..., then the ratio") {
     // 4096 elements in one chunk, topk:0.001 (5 per step) over 8 warm-up steps: 2 steps
     // each at 1024, 256, 64 and 16 (the ratio is lower), then 5.
-    auto o = compressed(node.address(), "topk-warm", 0, "tcp", "topk:0.001,warmup=8", false,
-                        4096, 1);
+    auto o = compressed(node.address(), "topk-warm", 0, "tcp", "topk:0.001,warmup=8",
+                        false, 4096, 1);
     o.job.chunk_bytes = 16384;
     worker w{o};
     CHECK(w.spec().compression.warmup == 8);
@@ -202,7 +208,8 @@ TEST_CASE("top-k sends a short chunk whole and more of the rest during its warm-
     for (size_t step = 0; step < sent.size(); ++step) {
       w.push_pull("t", g.data(), out.data()).get();
       INFO("step " << step);
-      CHECK(w.wire_bytes_sent() - before == transports::frame_header_bytes + sent[step] * 8);
+      CHECK(w.wire_bytes_sent() - before
+            == transports::frame_header_bytes + sent[step] * 8);
       before = w.wire_bytes_sent();
     }
   }
@@ -252,9 +259,9 @@ TEST_CASE("16-bit updates over a node's two endpoints each land whole",
           "[integration][compression]") {
   testing::node_process node{{"--listen", "127.0.0.1:0"}};
   for (const std::string compression : {"bf16", "fp16"}) {
-    tools::subprocess p{{RW_BENCH_PATH, "comm", "--connect", node.address(), "--workers", "3",
-                         "--bytes", "16MiB", "--iters", "6", "--chunk-bytes", "512KiB",
-                         "--compression", compression, "--verify", "--json"},
+    tools::subprocess p{{RW_BENCH_PATH, "comm", "--connect", node.address(), "--workers",
+                         "3", "--bytes", "16MiB", "--iters", "6", "--chunk-bytes",
+                         "512KiB", "--compression", compression, "--verify", "--json"},
                         true};
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     auto out = p.read_all(deadline);
@@ -287,15 +294,18 @@ TEST_CASE("pushes that do not match the job's compression are refused",
              Catch::Contains("carries float32 values") && Catch::Contains("bf16"));
   // fp16 flagged in a bf16 job
   h.flags = transports::flag_fp16;
-  std::vector<std::byte> payload(transports::half_payload_bytes(transports::flag_fp16, 1024));
+  std::vector<std::byte> payload(
+    transports::half_payload_bytes(transports::flag_fp16, 1024));
   h.payload_bytes = static_cast<uint32_t>(payload.size());
   c.send_frame(h, payload.data());
-  CHECK_THAT(testing::expect_error(c, errc::bad_chunk), Catch::Contains("flagged as fp16"));
+  CHECK_THAT(testing::expect_error(c, errc::bad_chunk),
+             Catch::Contains("flagged as fp16"));
   // bf16 of the wrong size
   h.flags = transports::flag_bf16;
   h.payload_bytes = 1024 * 4;
   c.send_floats(h, std::vector<float>(1024, 1.0f));
-  CHECK_THAT(testing::expect_error(c, errc::bad_chunk), Catch::Contains("holds 2048 bytes"));
+  CHECK_THAT(testing::expect_error(c, errc::bad_chunk),
+             Catch::Contains("holds 2048 bytes"));
   // A 16-bit init: inits are exact
   h.kind = frame_kind::init;
   h.payload_bytes = 2048;
@@ -320,12 +330,14 @@ TEST_CASE("pushes that do not match the job's compression are refused",
   p.kind = frame_kind::push;
   p.job_id = id2;
   p.flags = transports::flag_fp16;
-  std::vector<std::byte> fp16(transports::half_payload_bytes(transports::flag_fp16, 1024));
+  std::vector<std::byte> fp16(
+    transports::half_payload_bytes(transports::flag_fp16, 1024));
   float scale = 3.0f;
   std::memcpy(fp16.data(), &scale, sizeof scale);
   p.payload_bytes = static_cast<uint32_t>(fp16.size());
   d.send_frame(p, fp16.data());
-  CHECK_THAT(testing::expect_error(d, errc::bad_chunk), Catch::Contains("not a normal power of two"));
+  CHECK_THAT(testing::expect_error(d, errc::bad_chunk),
+             Catch::Contains("not a normal power of two"));
   CHECK(node.wait_for_log("frame refused"));
 }
 
@@ -347,9 +359,10 @@ TEST_CASE("compressed jobs over two racks' nodes, flat and hierarchical, verify"
      "topk:0.05"},
   };
   for (auto& extra : runs) {
-    std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", a.address(),
-                                  "--workers", "4", "--bytes", "256KiB", "--iters", "3",
-                                  "--chunk-bytes", "16KiB", "--verify", "--json"};
+    std::vector<std::string> argv{RW_BENCH_PATH, "comm",  "--connect",     a.address(),
+                                  "--workers",   "4",     "--bytes",       "256KiB",
+                                  "--iters",     "3",     "--chunk-bytes", "16KiB",
+                                  "--verify",    "--json"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto err = testing::temp_path("bench.err");
     tools::subprocess p{argv, true, err};
@@ -358,7 +371,8 @@ TEST_CASE("compressed jobs over two racks' nodes, flat and hierarchical, verify"
     auto code = p.wait_until(deadline);
     if (!code)
       p.stop();
-    INFO(fmt::format("{}", fmt::join(extra, " ")) << "\n" << out << testing::read_file(err));
+    INFO(fmt::format("{}", fmt::join(extra, " ")) << "\n"
+                                                  << out << testing::read_file(err));
     std::remove(err.c_str());
     CHECK(code == std::optional<int>{0});
     auto j = testing::bench_json(out);

@@ -20,8 +20,9 @@ struct bench_line {
 };
 
 bench_line run_bench(const std::string& address, const std::vector<std::string>& extra) {
-  std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", address, "--workers", "3",
-                                "--bytes", "256KiB", "--iters", "8", "--json"};
+  std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", address,
+                                "--workers",   "3",    "--bytes",   "256KiB",
+                                "--iters",     "8",    "--json"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   tools::subprocess p{argv, true};
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -65,7 +66,8 @@ TEST_CASE("rw-bench comm: staleness stays within the model's bound under a strag
 
   // Async, end to end: nobody waits for the straggler, so the others do more steps in
   // the time it does its 8.
-  auto async = run_bench(node.address(), {"--consistency", "async", "--straggler", "1:50ms"});
+  auto async = run_bench(node.address(),
+                         {"--consistency", "async", "--straggler", "1:50ms"});
   INFO(async.json);
   REQUIRE(async.exit == 0);
   auto async_its = list_field(async.json, "iterations");
@@ -74,7 +76,8 @@ TEST_CASE("rw-bench comm: staleness stays within the model's bound under a strag
   CHECK(async_its[0] > async_its[1]);
   CHECK(async_its[2] > async_its[1]);
 
-  auto ssp = run_bench(node.address(), {"--consistency", "ssp:2", "--straggler", "1:50ms"});
+  auto ssp = run_bench(node.address(),
+                       {"--consistency", "ssp:2", "--straggler", "1:50ms"});
   INFO(ssp.json);
   REQUIRE(ssp.exit == 0);
   CHECK(field(ssp.json, "max_staleness") <= 2);
@@ -96,8 +99,8 @@ TEST_CASE("SSP and async keep their bounds over every transport",
   testing::node_process node{testing::fabric_node_args()};
   for (const std::string& transport : testing::protocol_transports()) {
     DYNAMIC_SECTION(transport) {
-      auto ssp = run_bench(node.address(), {"--transport", transport, "--consistency", "ssp:2",
-                                            "--straggler", "1:20ms"});
+      auto ssp = run_bench(node.address(), {"--transport", transport, "--consistency",
+                                            "ssp:2", "--straggler", "1:20ms"});
       INFO(ssp.json);
       REQUIRE(ssp.exit == 0);
       CHECK(field(ssp.json, "max_staleness") <= 2);
@@ -105,8 +108,8 @@ TEST_CASE("SSP and async keep their bounds over every transport",
       REQUIRE(its.size() == 3);
       for (auto n : its)
         CHECK(n <= its[1] + 3);
-      auto async = run_bench(node.address(), {"--transport", transport, "--consistency",
-                                              "async"});
+      auto async = run_bench(node.address(),
+                             {"--transport", transport, "--consistency", "async"});
       INFO(async.json);
       REQUIRE(async.exit == 0);
       CHECK(list_field(async.json, "iterations").size() == 3);

@@ -70,9 +70,10 @@ TEST_CASE("checkpoint and restore paths outside --checkpoint-root are refused wi
   auto shell = [&](const std::string& code) {
     return testing::run_shell({"--connect", node.address(), "-c", code});
   };
-  auto made = shell("print(rw.job_create{name = 'j', workers = 1, optimizer = 'sgd', "
-                    "lr = 0.1, node = 'n0', checkpoint_every = 5, checkpoint_dir = 'periodic'}"
-                    ".token ~= nil)");
+  auto made = shell(
+    "print(rw.job_create{name = 'j', workers = 1, optimizer = 'sgd', "
+    "lr = 0.1, node = 'n0', checkpoint_every = 5, checkpoint_dir = 'periodic'}"
+    ".token ~= nil)");
   INFO(made.err);
   REQUIRE(made.out == "true\n");
   CHECK(fs::is_directory(root.path + "/periodic")); // relative: under the root
@@ -88,21 +89,27 @@ TEST_CASE("checkpoint and restore paths outside --checkpoint-root are refused wi
   }
   CHECK(node.wait_for_log("checkpoint refused: job='j'"));
   CHECK(fs::is_empty(elsewhere.path));
-  auto restore = shell("rw.job_create{name = 'r', workers = 1, optimizer = 'sgd', lr = 0.1, node = 'n0', "
-                       "restore = '" + elsewhere.path + "'}");
+  auto restore = shell(
+    "rw.job_create{name = 'r', workers = 1, optimizer = 'sgd', lr = 0.1, node = 'n0', "
+    "restore = '"
+    + elsewhere.path + "'}");
   CHECK(restore.code == 1);
   CHECK_THAT(restore.err, Catch::Contains("restore '" + elsewhere.path + "' refused"));
-  auto periodic = shell("rw.job_create{name = 'p', workers = 1, optimizer = 'sgd', lr = 0.1, "
-                        "node = 'n0', checkpoint_every = 5, checkpoint_dir = '../p'}");
+  auto periodic = shell(
+    "rw.job_create{name = 'p', workers = 1, optimizer = 'sgd', lr = 0.1, "
+    "node = 'n0', checkpoint_every = 5, checkpoint_dir = '../p'}");
   CHECK(periodic.code == 1);
   CHECK_THAT(periodic.err, Catch::Contains("checkpoint_dir '../p' refused"));
   CHECK(node.wait_for_log("job not created: job='p'"));
 
   // A node without a root takes no checkpoint path at all.
-  testing::node_process bare{{"--name", "n1", "--checkpoint-root", ""}, {"rack-agg", false, {}}};
-  auto none = testing::run_shell({"--connect", bare.address(), "-c",
-                                  "rw.job_create{name = 'q', workers = 1, optimizer = 'sgd', lr = 0.1, "
-                                  "node = 'n1', checkpoint_dir = '" + root.path + "/q'}"});
+  testing::node_process bare{{"--name", "n1", "--checkpoint-root", ""},
+                             {"rack-agg", false, {}}};
+  auto none = testing::run_shell(
+    {"--connect", bare.address(), "-c",
+     "rw.job_create{name = 'q', workers = 1, optimizer = 'sgd', lr = 0.1, "
+     "node = 'n1', checkpoint_dir = '"
+       + root.path + "/q'}"});
   CHECK(none.code == 1);
   CHECK_THAT(none.err, Catch::Contains("no --checkpoint-root")
                          && Catch::Contains("--checkpoint-root DIR"));
@@ -118,15 +125,16 @@ TEST_CASE("a node writes checkpoints only under its own --checkpoint-root, whate
   testing::node_process member{{"--name", "m0", "--checkpoint-root", wide.path + "/node"},
                                {"rack-agg", false, coord.address()}};
   REQUIRE(coord.wait_for_log("1 node(s) live", std::chrono::seconds(15)));
-  auto r = testing::run_shell({"--connect", coord.address(), "-c",
-                               "rw.job_create{name = 'k', workers = 1, optimizer = 'sgd', lr = 0.1, "
-                               "node = 'm0', checkpoint_every = 5, checkpoint_dir = '"
-                                 + wide.path + "/coordinators-only'}"});
+  auto r = testing::run_shell(
+    {"--connect", coord.address(), "-c",
+     "rw.job_create{name = 'k', workers = 1, optimizer = 'sgd', lr = 0.1, "
+     "node = 'm0', checkpoint_every = 5, checkpoint_dir = '"
+       + wide.path + "/coordinators-only'}"});
   INFO(r.err);
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Catch::Contains("node m0: checkpoint_dir")
-                      && Catch::Contains("outside this node's --checkpoint-root '" + wide.path
-                                         + "/node'"));
+                      && Catch::Contains("outside this node's --checkpoint-root '"
+                                         + wide.path + "/node'"));
   CHECK(member.wait_for_log("job refused: job='k'"));
 }
 

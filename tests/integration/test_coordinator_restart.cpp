@@ -60,11 +60,24 @@ worker_run paced_worker(const std::string& connect, const std::string& job, uint
                         uint32_t workers, const std::string& token, uint32_t steps,
                         uint32_t delay_ms, std::vector<std::string> extra = {}) {
   worker_run w;
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
-                                "--rank", std::to_string(rank), "--workers",
-                                std::to_string(workers), "--optimizer", "sum", "--steps",
-                                std::to_string(steps), "--step-delay-ms",
-                                std::to_string(delay_ms), "--token", token, "--verify"};
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH,
+                                "--connect",
+                                connect,
+                                "--job",
+                                job,
+                                "--rank",
+                                std::to_string(rank),
+                                "--workers",
+                                std::to_string(workers),
+                                "--optimizer",
+                                "sum",
+                                "--steps",
+                                std::to_string(steps),
+                                "--step-delay-ms",
+                                std::to_string(delay_ms),
+                                "--token",
+                                token,
+                                "--verify"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   w.err_path = temp_path("worker.err");
   w.out_path = temp_path("worker.bin");
@@ -73,7 +86,8 @@ worker_run paced_worker(const std::string& connect, const std::string& job, uint
   return w;
 }
 
-void check_verified(worker_run& w, const std::string& what, clock_type::time_point deadline) {
+void check_verified(worker_run& w, const std::string& what,
+                    clock_type::time_point deadline) {
   auto out = w.proc->read_all(deadline);
   auto code = w.proc->wait_until(deadline);
   INFO(what << ": " << out << read_file(w.err_path));
@@ -93,9 +107,10 @@ std::pair<std::optional<int>, std::string> start_refused(const std::string& db) 
   auto log = temp_path("refused.log");
   std::optional<int> code;
   {
-    tools::subprocess node{{RW_NODE_PATH, "--role", "coordinator", "--listen", "127.0.0.1:0",
-                            "--state-db", db},
-                           false, log};
+    tools::subprocess node{{RW_NODE_PATH, "--role", "coordinator", "--listen",
+                            "127.0.0.1:0", "--state-db", db},
+                           false,
+                           log};
     code = node.wait_until(clock_type::now() + std::chrono::seconds(15));
   }
   auto text = read_file(log);
@@ -123,12 +138,13 @@ TEST_CASE("a coordinator killed mid-training comes back with its jobs and their 
     return run_shell({"--connect", listen, "-c", code});
   };
   auto job = [](const std::string& name, const std::string& node) {
-    return "rw.job_create{name = '" + name + "', workers = 2, optimizer = 'sum', lr = 0.05, "
-           "momentum = 0.9, weight_decay = 0, chunk_bytes = '4KiB', node = '" + node
-           + "'}.token";
+    return "rw.job_create{name = '" + name
+           + "', workers = 2, optimizer = 'sum', lr = 0.05, "
+             "momentum = 0.9, weight_decay = 0, chunk_bytes = '4KiB', node = '"
+           + node + "'}.token";
   };
-  auto made = shell("print(" + job("first", "rack-a") + "); print(" + job("second", "rack-b")
-                    + ")");
+  auto made = shell("print(" + job("first", "rack-a") + "); print("
+                    + job("second", "rack-b") + ")");
   INFO(made.err);
   REQUIRE(made.code == 0);
   auto nl = made.out.find('\n');
@@ -141,7 +157,8 @@ TEST_CASE("a coordinator killed mid-training comes back with its jobs and their 
   std::vector<worker_run> first;
   for (uint32_t r = 0; r < 2; ++r)
     first.push_back(paced_worker(a.address(), "first", r, 2, first_token, 40, 100));
-  REQUIRE(coordinator->wait_for_log("job running: job='first'", std::chrono::seconds(20)));
+  REQUIRE(
+    coordinator->wait_for_log("job running: job='first'", std::chrono::seconds(20)));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
 
   // SIGKILL: nothing is written on the way out.
@@ -156,7 +173,8 @@ TEST_CASE("a coordinator killed mid-training comes back with its jobs and their 
   auto deadline = clock_type::now() + std::chrono::seconds(60);
   for (auto& w : first)
     check_verified(w, "first", deadline);
-  CHECK(a.wait_for_log("job ended on this node: state=finished: job='first'", std::chrono::seconds(10)));
+  CHECK(a.wait_for_log("job ended on this node: state=finished: job='first'",
+                       std::chrono::seconds(10)));
 
   // Started again with the same database: the same jobs, the nodes back in them.
   coordinator.reset();
@@ -164,13 +182,16 @@ TEST_CASE("a coordinator killed mid-training comes back with its jobs and their 
   CHECK(coordinator->wait_for_log("registry restored from " + db + ": 2 job(s)"));
   REQUIRE(coordinator->wait_for_log("2 node(s) live", std::chrono::seconds(20)));
   // What the node says of the first job (it finished while the coordinator was down).
-  CHECK(coordinator->wait_for_log("job reconciled: job='first'", std::chrono::seconds(10)));
-  auto jobs = shell("for _, j in ipairs(rw.jobs()) do print(j.name, j.state, j.node) end; "
-                    "local s = rw.job_status('second'); print(s.name, s.state, s.node)");
+  CHECK(
+    coordinator->wait_for_log("job reconciled: job='first'", std::chrono::seconds(10)));
+  auto jobs = shell(
+    "for _, j in ipairs(rw.jobs()) do print(j.name, j.state, j.node) end; "
+    "local s = rw.job_status('second'); print(s.name, s.state, s.node)");
   INFO(jobs.err);
   CHECK(jobs.code == 0);
-  CHECK(jobs.out == "first\tfinished\track-a\nsecond\tcreated\track-b\n"
-                    "second\tcreated\track-b\n");
+  CHECK(jobs.out
+        == "first\tfinished\track-a\nsecond\tcreated\track-b\n"
+           "second\tcreated\track-b\n");
 
   // The second job's token, handed out before the kill, admits its workers now.
   std::vector<worker_run> second;
@@ -179,7 +200,8 @@ TEST_CASE("a coordinator killed mid-training comes back with its jobs and their 
   deadline = clock_type::now() + std::chrono::seconds(60);
   for (auto& w : second)
     check_verified(w, "second", deadline);
-  auto done = shell("rw.wait('second', 'finished'); print(rw.job_status('second').state)");
+  auto done = shell(
+    "rw.wait('second', 'finished'); print(rw.job_status('second').state)");
   INFO(done.err);
   CHECK(done.out == "finished\n");
   // And a wrong token still does not.
@@ -189,10 +211,11 @@ TEST_CASE("a coordinator killed mid-training comes back with its jobs and their 
   std::remove(wrong.err_path.c_str());
   std::remove(wrong.out_path.c_str());
   // New jobs take ids the old ones did not have.
-  auto ids = shell("local n = rw.job_create{name = 'third', workers = 1, node = 'rack-a'}; "
-                   "local seen = {}; for _, j in ipairs(rw.jobs()) do "
-                   "seen[j.id] = (seen[j.id] or 0) + 1 end; local dup = false; "
-                   "for _, c in pairs(seen) do dup = dup or c > 1 end; print(#rw.jobs(), dup)");
+  auto ids = shell(
+    "local n = rw.job_create{name = 'third', workers = 1, node = 'rack-a'}; "
+    "local seen = {}; for _, j in ipairs(rw.jobs()) do "
+    "seen[j.id] = (seen[j.id] or 0) + 1 end; local dup = false; "
+    "for _, c in pairs(seen) do dup = dup or c > 1 end; print(#rw.jobs(), dup)");
   INFO(ids.err);
   CHECK(ids.out == "3\tfalse\n");
   std::filesystem::remove_all(dir);
@@ -241,10 +264,11 @@ TEST_CASE("a node that restarted with the coordinator gets its waiting job again
   auto shell = [&](const std::string& code) {
     return run_shell({"--connect", listen, "-c", code});
   };
-  auto made = shell("print(rw.job_create{name = 'here', workers = 2, optimizer = 'sum', "
-                    "lr = 0.05, momentum = 0.9, weight_decay = 0, chunk_bytes = '4KiB', "
-                    "node = 'rack-a'}.token); "
-                    "print(rw.job_create{name = 'there', workers = 1, node = 'rack-b'}.id)");
+  auto made = shell(
+    "print(rw.job_create{name = 'here', workers = 2, optimizer = 'sum', "
+    "lr = 0.05, momentum = 0.9, weight_decay = 0, chunk_bytes = '4KiB', "
+    "node = 'rack-a'}.token); "
+    "print(rw.job_create{name = 'there', workers = 1, node = 'rack-b'}.id)");
   INFO(made.err);
   REQUIRE(made.code == 0);
   auto token = made.out.substr(0, made.out.find('\n'));
@@ -267,8 +291,9 @@ TEST_CASE("a node that restarted with the coordinator gets its waiting job again
   auto jobs = shell("for _, j in ipairs(rw.jobs()) do print(j.name, j.state) end; "
                     "print(rw.job_status('there').reason)");
   INFO(jobs.err);
-  CHECK(jobs.out == "here\tcreated\nthere\tfailed\nnode rack-b did not register again "
-                    "within 2000 ms of the coordinator's restart\n");
+  CHECK(jobs.out
+        == "here\tcreated\nthere\tfailed\nnode rack-b did not register again "
+           "within 2000 ms of the coordinator's restart\n");
   std::vector<worker_run> workers;
   for (uint32_t r = 0; r < 2; ++r)
     workers.push_back(paced_worker(again->address(), "here", r, 2, token, 3, 0));
@@ -292,10 +317,12 @@ TEST_CASE("after a coordinator restart a job's periodic checkpoints go on, and a
   auto shell = [&](const std::string& code) {
     return run_shell({"--connect", listen, "-c", code});
   };
-  auto made = shell("print(rw.job_create{name = 'kept', workers = 2, optimizer = 'sum', "
-                    "lr = 0.05, momentum = 0.9, weight_decay = 0, chunk_bytes = '4KiB', "
-                    "racks = {'a', 'b'}, reduction = 'flat', replicas = 0, checkpoint_every = 2, "
-                    "checkpoint_dir = '" + ck + "'}.token)");
+  auto made = shell(
+    "print(rw.job_create{name = 'kept', workers = 2, optimizer = 'sum', "
+    "lr = 0.05, momentum = 0.9, weight_decay = 0, chunk_bytes = '4KiB', "
+    "racks = {'a', 'b'}, reduction = 'flat', replicas = 0, checkpoint_every = 2, "
+    "checkpoint_dir = '"
+    + ck + "'}.token)");
   INFO(made.err);
   REQUIRE(made.code == 0);
   auto token = made.out.substr(0, made.out.find('\n'));
@@ -303,7 +330,7 @@ TEST_CASE("after a coordinator restart a job's periodic checkpoints go on, and a
   // the job once ended before node b was killed (no restart to see). After the hold,
   // 94 steps of 60 ms are left for the next checkpoint and the kill.
   auto resume = temp_path("resume");
-  std::vector<std::string> hold{"--pause-at", "6", "--resume-file", resume,
+  std::vector<std::string> hold{"--pause-at",       "6",     "--resume-file", resume,
                                 "--pause-limit-ms", "120000"};
   std::vector<worker_run> ws;
   ws.push_back(paced_worker(a.address(), "kept", 0, 2, token, 100, 60, hold));
@@ -318,7 +345,8 @@ TEST_CASE("after a coordinator restart a job's periodic checkpoints go on, and a
   REQUIRE(coordinator->wait_for_log("periodic checkpoint taken: job='kept'",
                                     std::chrono::seconds(20)));
   b.process().signal(SIGKILL);
-  REQUIRE(coordinator->wait_for_log("job restarts: job='kept'", std::chrono::seconds(15)));
+  REQUIRE(
+    coordinator->wait_for_log("job restarts: job='kept'", std::chrono::seconds(15)));
   auto deadline = clock_type::now() + std::chrono::seconds(60);
   for (auto& w : ws) { // told why, they stop; a launcher starts them again
     w.proc->wait_until(deadline);

@@ -36,11 +36,13 @@ TEST_CASE("subscribers get every new version without asking, and chunks report r
       std::condition_variable cv;
       std::vector<uint64_t> seen;
       std::vector<float> mirror(3000, -1.0f);
-      a.subscribe("t", mirror.data(), [&](uint64_t v) {
-        std::lock_guard<std::mutex> guard{mtx};
-        seen.push_back(v);
-        cv.notify_all();
-      }).get();
+      a.subscribe("t", mirror.data(),
+                  [&](uint64_t v) {
+                    std::lock_guard<std::mutex> guard{mtx};
+                    seen.push_back(v);
+                    cv.notify_all();
+                  })
+        .get();
       CHECK(a.chunk_count("t") == 3);
       CHECK(a.chunk_offset("t", 2) == 2048);
       CHECK(a.chunk_length("t", 2) == 3000 - 2048);
@@ -56,9 +58,8 @@ TEST_CASE("subscribers get every new version without asking, and chunks report r
           CHECK(a.chunk_ready("t", c));
       }
       std::unique_lock<std::mutex> lock{mtx};
-      REQUIRE(cv.wait_for(lock, std::chrono::seconds(10), [&] {
-        return !seen.empty() && seen.back() == 3;
-      }));
+      REQUIRE(cv.wait_for(lock, std::chrono::seconds(10),
+                          [&] { return !seen.empty() && seen.back() == 3; }));
       // Versions arrive in order (0, the initial value, may or may not be seen first).
       for (size_t i = 1; i < seen.size(); ++i)
         CHECK(seen[i] > seen[i - 1]);

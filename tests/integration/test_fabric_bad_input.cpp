@@ -40,7 +40,6 @@ frame_header fabric_frame(uint32_t job, uint32_t bytes) {
   return h;
 }
 
-
 void check_serves(const std::string& address, const std::string& job,
                   const std::string& transport) {
   rw::worker w{testing::job_options(address, job, 0, transport, 3000, 1)};
@@ -114,7 +113,8 @@ TEST_CASE("fabric: a node asked for a provider this machine lacks says so and ex
   auto stopped = testing::node_that_stops({"--fabric", "verbs"});
   REQUIRE(stopped.code.has_value());
   CHECK(*stopped.code == 1);
-  CHECK_THAT(stopped.log, Catch::Contains("no libfabric provider 'verbs' on this machine"));
+  CHECK_THAT(stopped.log,
+             Catch::Contains("no libfabric provider 'verbs' on this machine"));
   CHECK_THAT(stopped.log, Catch::Contains("--fabric off"));
 }
 

@@ -30,7 +30,8 @@ TEST_CASE("fabric: one endpoint per NIC, workers spread over them",
   REQUIRE(!nics.empty());
   if (nics.size() < 2)
     WARN("the tcp provider offers one NIC here: the spread is not exercised");
-  testing::node_process node{{"--fabric", "tcp", "--fabric-nics", "all", "--fabric-pool", "32"}};
+  testing::node_process node{
+    {"--fabric", "tcp", "--fabric-nics", "all", "--fabric-pool", "32"}};
   for (auto& d : nics)
     CHECK(node.wait_for_log("fabric: fabric://tcp;ofi_rxm/" + d->nic()));
 
@@ -41,7 +42,8 @@ TEST_CASE("fabric: one endpoint per NIC, workers spread over them",
   for (uint32_t r = 0; r < workers; ++r)
     ranks.emplace_back([&, r] {
       try {
-        rw::worker w{testing::job_options(node.address(), "nics", r, "fabric", 3000, workers)};
+        rw::worker w{
+          testing::job_options(node.address(), "nics", r, "fabric", 3000, workers)};
         std::vector<float> g(3000, float(r + 1));
         w.push_pull("t", g.data(), outs[r].data()).get();
       } catch (const std::exception& e) {
@@ -70,11 +72,12 @@ TEST_CASE("fabric: one endpoint per NIC, workers spread over them",
 
 TEST_CASE("fabric: a NIC the provider lacks stops the node with the ones it has",
           "[integration][fabric]") {
-  auto stopped = testing::node_that_stops({"--fabric", "tcp", "--fabric-nics", "no-such-nic0"});
+  auto stopped = testing::node_that_stops(
+    {"--fabric", "tcp", "--fabric-nics", "no-such-nic0"});
   REQUIRE(stopped.code.has_value());
   CHECK(*stopped.code == 1);
   CHECK_THAT(stopped.log, Catch::Contains("has no NIC 'no-such-nic0' here (it has: ")
-                    && Catch::Contains("lo"));
+                            && Catch::Contains("lo"));
 }
 
 } // namespace rw_integration_fabric_nics

@@ -26,10 +26,10 @@
 namespace rw_integration_hostile {
 
 using namespace rw;
-using transports::frame_header;
-using transports::frame_kind;
 using testing::check_node_serves;
 using testing::rss_kib;
+using transports::frame_header;
+using transports::frame_kind;
 
 namespace {
 
@@ -101,9 +101,10 @@ TEST_CASE("hellos interleaved on the coordinator's --listen land apart",
   CHECK_THAT(rb->error().message, Catch::Contains("'bravo'"));
 }
 
-TEST_CASE("a stranger's announced payload holds nothing until it arrives, and each of its "
-          "frames has a deadline",
-          "[integration][bad][hostile]") {
+TEST_CASE(
+  "a stranger's announced payload holds nothing until it arrives, and each of its "
+  "frames has a deadline",
+  "[integration][bad][hostile]") {
   testing::node_process node{{"--first-frame-timeout-ms", "1500"}};
   auto pid = node.process().pid();
   check_node_serves(node.address(), "warm"); // pools and threads as when serving
@@ -116,7 +117,8 @@ TEST_CASE("a stranger's announced payload holds nothing until it arrives, and ea
   std::vector<std::byte> ten(10, std::byte{1});
   // Each one's hello follows its locate's answer at once (a stranger idle for the
   // limit between them would be cut for that instead).
-  auto hello_head = encoded_header(header(frame_kind::hello, defaults::max_control_bytes));
+  auto hello_head = encoded_header(
+    header(frame_kind::hello, defaults::max_control_bytes));
   for (int i = 0; i < 200; ++i) {
     held.push_back(std::make_unique<testing::raw_client>(node.address()));
     auto& c = held.back();
@@ -152,7 +154,8 @@ TEST_CASE("a stranger idle after its locate is closed", "[integration][bad][host
   REQUIRE(f);
   REQUIRE(f->header.kind == frame_kind::error);
   CHECK(f->error().code == errc::timeout);
-  CHECK_THAT(f->error().message, Catch::Contains("idle for 800 ms without joining a job"));
+  CHECK_THAT(f->error().message,
+             Catch::Contains("idle for 800 ms without joining a job"));
   CHECK(c.closed_by_peer());
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
   // A worker waiting for its job's other ranks is not a stranger: it is not cut.
@@ -166,12 +169,15 @@ TEST_CASE("a stranger idle after its locate is closed", "[integration][bad][host
   CHECK(out0[0] == 2.0f);
 }
 
-TEST_CASE("what strangers' payloads hold is bounded node-wide", "[integration][bad][hostile]") {
-  testing::node_process node{{"--max-unjoined-mib", "1", "--max-control-bytes", "1048576"}};
+TEST_CASE("what strangers' payloads hold is bounded node-wide",
+          "[integration][bad][hostile]") {
+  testing::node_process node{
+    {"--max-unjoined-mib", "1", "--max-control-bytes", "1048576"}};
   // Two hellos of 700 KB each, all but their last byte sent: the second passes the
   // node's 1 MiB for peers that have not joined, and is closed for it.
   auto payload = std::vector<std::byte>(700'000, std::byte{0});
-  auto h = encoded_header(header(frame_kind::hello, static_cast<uint32_t>(payload.size())));
+  auto h = encoded_header(
+    header(frame_kind::hello, static_cast<uint32_t>(payload.size())));
   testing::raw_client one{node.address()}, two{node.address()};
   one.send_bytes(h.data(), h.size());
   one.send_bytes(payload.data(), payload.size() - 1);
@@ -188,9 +194,10 @@ TEST_CASE("what strangers' payloads hold is bounded node-wide", "[integration][b
       }
   REQUIRE(refused);
   CHECK(refused->error().code == errc::unavailable);
-  CHECK_THAT(refused->error().message,
-             Catch::Contains("for connections that have not joined a job (at most 1048576, "
-                             "--max-unjoined-mib)"));
+  CHECK_THAT(
+    refused->error().message,
+    Catch::Contains("for connections that have not joined a job (at most 1048576, "
+                    "--max-unjoined-mib)"));
   CHECK_FALSE(kept->read_frame(std::chrono::milliseconds(300))); // not refused, waiting
   kept->close(); // its bytes are given back: a worker is served
   check_node_serves(node.address(), "after-budget");

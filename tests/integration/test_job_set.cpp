@@ -32,7 +32,8 @@ TEST_CASE("rw.job_set changes the learning rate at a clock on every node, exactl
   testing::rack_cluster c{{"a", "b"}};
   std::string err;
   // sgd, lr 0.05, weight decay 0.01 (the fixture's), 4 KiB chunks.
-  auto token = c.create("sched", 2, "sgd", "racks = {'a', 'b'}, reduction = 'flat'", &err);
+  auto token = c.create("sched", 2, "sgd", "racks = {'a', 'b'}, reduction = 'flat'",
+                        &err);
   INFO(err);
   REQUIRE(!token.empty());
   constexpr uint64_t n = 8192; // eight chunks over both nodes
@@ -64,7 +65,7 @@ TEST_CASE("rw.job_set changes the learning rate at a clock on every node, exactl
   auto set = c.shell("print(rw.job_set{name = 'sched', at_clock = 2, lr = 0.5})");
   INFO(set.err);
   REQUIRE(set.out == "2\n"); // the chunks had reached clock 2
-  step(); // clock 2: lr 0.5
+  step();                    // clock 2: lr 0.5
   auto late = c.shell("rw.job_set{name = 'sched', at_clock = 2, lr = 9}");
   CHECK(late.code != 0);
   CHECK_THAT(late.err, Catch::Contains("at_clock must be >= 3"));
@@ -131,9 +132,10 @@ TEST_CASE("an open job's rank 0 changes its hyper-parameters on its node",
   CHECK(node.wait_for_log("hyper-parameters: job='open-sched'"));
 }
 
-TEST_CASE("a checkpoint keeps the job's hyper-parameter changes, the restored job goes on "
-          "with them",
-          "[integration][job_set][checkpoint]") {
+TEST_CASE(
+  "a checkpoint keeps the job's hyper-parameter changes, the restored job goes on "
+  "with them",
+  "[integration][job_set][checkpoint]") {
   testing::rack_cluster c{{"a"}};
   std::string err;
   auto token = c.create("before", 1, "sgd", "node = 'n0'", &err);
@@ -158,15 +160,18 @@ TEST_CASE("a checkpoint keeps the job's hyper-parameter changes, the restored jo
     c1.learning_rate = 0.5f;
     CHECK(w.set_hyper(c1) == 1);
     w.push_pull("w", g, out).get(); // clock 1: lr 0.5
-  } // bye: the job finishes at clock 2
+  }                                 // bye: the job finishes at clock 2
   auto dir = testing::temp_path("sched-ckpt");
   auto taken = c.shell("rw.wait('before', 'finished', {timeout = 30}); "
-                       "print(rw.checkpoint('before', '" + dir + "').clock)");
+                       "print(rw.checkpoint('before', '"
+                       + dir + "').clock)");
   INFO(taken.err);
   REQUIRE(taken.out == "2\n");
-  auto made = c.shell("print(rw.job_create{name = 'after', workers = 1, optimizer = 'sgd', "
-                      "lr = 0.05, weight_decay = 0.01, chunk_bytes = '4KiB', node = 'n0', "
-                      "restore = '" + dir + "'}.token)");
+  auto made = c.shell(
+    "print(rw.job_create{name = 'after', workers = 1, optimizer = 'sgd', "
+    "lr = 0.05, weight_decay = 0.01, chunk_bytes = '4KiB', node = 'n0', "
+    "restore = '"
+    + dir + "'}.token)");
   INFO(made.err);
   REQUIRE(made.code == 0);
   worker w{join("after", made.out.substr(0, made.out.find('\n')))};

@@ -19,7 +19,8 @@ TEST_CASE("workers join a two-node job with its name and token alone",
           "[integration][racks][join]") {
   testing::rack_cluster c{{"a", "b"}};
   std::string err;
-  auto token = c.create("by-name", 2, "sum", "racks = {'a', 'b'}, reduction = 'flat'", &err);
+  auto token = c.create("by-name", 2, "sum", "racks = {'a', 'b'}, reduction = 'flat'",
+                        &err);
   INFO(err);
   REQUIRE(!token.empty());
   constexpr uint64_t n = 10000; // about ten 4 KiB chunks, over both nodes

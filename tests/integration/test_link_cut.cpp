@@ -17,8 +17,8 @@ using testing::rack_cluster;
 using run = testing::worker_process;
 using testing::finish;
 
-std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
-                           const std::string& token, bool split) {
+std::unique_ptr<run> start(const std::string& connect, const std::string& job,
+                           uint32_t rank, const std::string& token, bool split) {
   return testing::start_paced(connect, job, rank, token, "adam", 60, split);
 }
 
@@ -26,9 +26,10 @@ std::unique_ptr<run> start(const std::string& connect, const std::string& job, u
 
 TEST_CASE("a cut link: the worker says hello again and the job goes on, bitwise",
           "[integration][failover]") {
-  auto where = GENERATE(std::string("nodes = {'n0', 'n1'}, reduction = 'flat', replicas = 0"),
-                        std::string("nodes = {'n0', 'n1'}, reduction = 'flat', replicas = 1"),
-                        std::string("node = 'n0'"));
+  auto where = GENERATE(
+    std::string("nodes = {'n0', 'n1'}, reduction = 'flat', replicas = 0"),
+    std::string("nodes = {'n0', 'n1'}, reduction = 'flat', replicas = 1"),
+    std::string("node = 'n0'"));
   INFO(where);
   rack_cluster c{{"a", "b"}};
   std::string err;
@@ -39,7 +40,8 @@ TEST_CASE("a cut link: the worker says hello again and the job goes on, bitwise"
   ws.push_back(start(c.nodes[0]->address(), "cut", 0, token, false));
   ws.push_back(start(c.nodes[0]->address(), "cut", 1, token, true));
   REQUIRE(c.wait_clock("cut", 6));
-  auto cut = c.shell("print(rw.inject{job = 'cut', kill = 'link', node = 'n0', rank = 1})");
+  auto cut = c.shell(
+    "print(rw.inject{job = 'cut', kill = 'link', node = 'n0', rank = 1})");
   INFO(cut.err);
   CHECK_THAT(cut.out, Catch::Contains("of rank 1 of job 'cut' on node n0"));
   CHECK_THAT(cut.out, !Catch::Contains("closed 0 connection(s)"));

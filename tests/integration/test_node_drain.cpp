@@ -27,9 +27,9 @@ using run = testing::worker_process;
 // the workers push: with 30, a loaded machine once ended the job before the drain's
 // shell had started ("moved 0 job(s)"). Unlike the join tests no rank holds at a clock
 // boundary: a drain that lands mid-step is what this covers.
-std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
-                           const std::string& token, bool split, const std::string& optimizer,
-                           uint32_t steps) {
+std::unique_ptr<run> start(const std::string& connect, const std::string& job,
+                           uint32_t rank, const std::string& token, bool split,
+                           const std::string& optimizer, uint32_t steps) {
   return testing::start_paced(connect, job, rank, token, optimizer, steps, split);
 }
 
@@ -40,8 +40,8 @@ TEST_CASE("a node drained mid-training: its chunks move with their state, bitwis
   auto optimizer = GENERATE(std::string("adam"), std::string("lamb"));
   rack_cluster c{{"a", "b", "c"}};
   std::string err;
-  auto token = c.create("moving", 2, optimizer, "racks = {'a', 'b', 'c'}, reduction = 'flat'",
-                        &err);
+  auto token = c.create("moving", 2, optimizer,
+                        "racks = {'a', 'b', 'c'}, reduction = 'flat'", &err);
   INFO(err);
   REQUIRE(!token.empty());
   auto solo = c.create("alone", 1, "sgd", "node = 'n2'", &err);
@@ -58,8 +58,10 @@ TEST_CASE("a node drained mid-training: its chunks move with their state, bitwis
   auto status = c.shell("local j = rw.job_status('moving'); print(j.state, #j.nodes, "
                         "j.ring_version)");
   INFO(status.err);
-  CHECK_THAT(status.out, Catch::StartsWith("finished\t2\t2") || Catch::StartsWith("running\t2\t2"));
-  CHECK(c.nodes[2]->wait_for_log("job moved away: job='moving'", std::chrono::seconds(5)));
+  CHECK_THAT(status.out,
+             Catch::StartsWith("finished\t2\t2") || Catch::StartsWith("running\t2\t2"));
+  CHECK(
+    c.nodes[2]->wait_for_log("job moved away: job='moving'", std::chrono::seconds(5)));
   CHECK(c.coordinator.wait_for_log("job moved: job='moving'", std::chrono::seconds(5)));
   auto refused = c.shell("rw.job_create{name = 'late', workers = 1, node = 'n2'}");
   CHECK(refused.code != 0);
@@ -78,8 +80,8 @@ TEST_CASE("SIGTERM on a node that holds chunks drains it before it stops",
           "[integration][failover]") {
   rack_cluster c{{"a", "b", "c"}};
   std::string err;
-  auto token = c.create("leaving", 2, "adam", "racks = {'a', 'b', 'c'}, reduction = 'flat'",
-                        &err);
+  auto token = c.create("leaving", 2, "adam",
+                        "racks = {'a', 'b', 'c'}, reduction = 'flat'", &err);
   INFO(err);
   REQUIRE(!token.empty());
   std::vector<std::unique_ptr<run>> ws;
@@ -92,7 +94,8 @@ TEST_CASE("SIGTERM on a node that holds chunks drains it before it stops",
   CHECK(code == std::optional<int>{0});
   INFO(c.nodes[2]->log());
   CHECK_THAT(c.nodes[2]->log(), Catch::Contains("node n2 drained in"));
-  CHECK_THAT(c.nodes[2]->log(), Catch::Contains("moved 1 job(s): leaving: moved to [n0,n1]"));
+  CHECK_THAT(c.nodes[2]->log(),
+             Catch::Contains("moved 1 job(s): leaving: moved to [n0,n1]"));
   testing::check_all_verified(ws);
 }
 

@@ -27,10 +27,11 @@ using testing::rack_cluster;
 using run = testing::worker_process;
 using testing::finish;
 
-std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
-                           const std::string& token) {
-  return testing::start_verified(connect, job, rank, token,
-                                 {"--optimizer", "adam", "--steps", "40", "--step-delay-ms", "60"});
+std::unique_ptr<run> start(const std::string& connect, const std::string& job,
+                           uint32_t rank, const std::string& token) {
+  return testing::start_verified(
+    connect, job, rank, token,
+    {"--optimizer", "adam", "--steps", "40", "--step-delay-ms", "60"});
 }
 
 // A flat job over both nodes with periodic checkpoints every `every` clocks, rank 0
@@ -49,16 +50,18 @@ struct checkpointed_job {
 void start_checkpointed(rack_cluster& c, checkpointed_job& j, const std::string& name,
                         uint32_t every, uint32_t clock) {
   std::string err;
-  j.token = c.create(name, 2, "adam",
-                     fmt::format("racks = {{'a', 'b'}}, reduction = 'flat', replicas = 0, "
-                                 "checkpoint_every = {}, checkpoint_dir = '{}'",
-                                 every, j.dir),
-                     &err);
+  j.token = c.create(
+    name, 2, "adam",
+    fmt::format("racks = {{'a', 'b'}}, reduction = 'flat', replicas = 0, "
+                "checkpoint_every = {}, checkpoint_dir = '{}'",
+                every, j.dir),
+    &err);
   INFO(err);
   REQUIRE(!j.token.empty());
   j.ws.push_back(start(c.nodes[0]->address(), name, 0, j.token));
   j.ws.push_back(start(c.nodes[1]->address(), name, 1, j.token));
-  auto at = c.shell(fmt::format("rw.wait('{}', {}, {{timeout = 60}}); print('ok')", name, clock));
+  auto at = c.shell(
+    fmt::format("rw.wait('{}', {}, {{timeout = 60}}); print('ok')", name, clock));
   INFO(at.err);
   REQUIRE(at.out == "ok\n");
   REQUIRE(c.coordinator.wait_for_log("periodic checkpoint taken: job='" + name + "'",
@@ -84,9 +87,11 @@ TEST_CASE("a node killed mid-training: the job starts again from its checkpoint 
     INFO(out);
     CHECK(code == std::optional<int>{2});
   }
-  REQUIRE(c.coordinator.wait_for_log("job restarts: job='survivor'", std::chrono::seconds(10)));
-  auto status = c.shell("local j = rw.job_status('survivor'); print(j.state, j.id ~= " +
-                        at.out.substr(0, at.out.find('\n')) + ", #j.nodes, j.nodes[1])");
+  REQUIRE(
+    c.coordinator.wait_for_log("job restarts: job='survivor'", std::chrono::seconds(10)));
+  auto status = c.shell("local j = rw.job_status('survivor'); print(j.state, j.id ~= "
+                        + at.out.substr(0, at.out.find('\n'))
+                        + ", #j.nodes, j.nodes[1])");
   INFO(status.err);
   CHECK(status.out == "created\ttrue\t1\tn0\n");
   ws.clear();
@@ -115,7 +120,8 @@ TEST_CASE("a node declared dead that comes back serves nothing stale, workers se
   // n1 stops answering (its connections stay open): declared dead once its heartbeats
   // stop, and the job starts again on n0.
   c.nodes[1]->process().signal(SIGSTOP);
-  REQUIRE(c.coordinator.wait_for_log("job restarts: job='fenced'", std::chrono::seconds(20)));
+  REQUIRE(
+    c.coordinator.wait_for_log("job restarts: job='fenced'", std::chrono::seconds(20)));
   c.nodes[1]->process().signal(SIGCONT);
   for (auto& w : ws) {
     auto [code, out] = finish(*w);

@@ -26,12 +26,12 @@ using testing::finish;
 // Every rank holds before step `hold` until `resume` exists, so a drain or join lands
 // while the job runs: on a loaded machine the job once ended first ("moved 0 job(s)").
 // A move settles the job at a clock boundary, which a hold of every rank is.
-std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
-                           const std::string& token, bool split, uint32_t steps,
-                           uint32_t hold, const std::string& resume) {
+std::unique_ptr<run> start(const std::string& connect, const std::string& job,
+                           uint32_t rank, const std::string& token, bool split,
+                           uint32_t steps, uint32_t hold, const std::string& resume) {
   return testing::start_paced(connect, job, rank, token, "adam", steps, split,
-                              {"--pause-at", std::to_string(hold), "--resume-file", resume,
-                               "--pause-limit-ms", "120000"});
+                              {"--pause-at", std::to_string(hold), "--resume-file",
+                               resume, "--pause-limit-ms", "120000"});
 }
 
 } // namespace
@@ -41,10 +41,10 @@ TEST_CASE("a node joins a running job: chunks move onto it with their state, bit
   auto replicas = GENERATE(0, 1);
   rack_cluster c{{"a", "b", "c"}};
   std::string err;
-  auto token = c.create("growing", 2, "adam",
-                        fmt::format("nodes = {{'n0', 'n1'}}, reduction = 'flat', replicas = {}",
-                                    replicas),
-                        &err);
+  auto token = c.create(
+    "growing", 2, "adam",
+    fmt::format("nodes = {{'n0', 'n1'}}, reduction = 'flat', replicas = {}", replicas),
+    &err);
   INFO(err);
   REQUIRE(!token.empty());
   auto resume = testing::temp_path("resume");
@@ -56,23 +56,27 @@ TEST_CASE("a node joins a running job: chunks move onto it with their state, bit
   std::ofstream{resume} << "go\n";
   INFO(join.err);
   CHECK_THAT(join.out, Catch::Contains("node n2 joined in"));
-  CHECK_THAT(join.out, Catch::Contains("moved 1 job(s) onto it: growing: moved to [n0,n1,n2]"));
+  CHECK_THAT(join.out,
+             Catch::Contains("moved 1 job(s) onto it: growing: moved to [n0,n1,n2]"));
   testing::check_all_verified(
     ws, {"joined node n2 of job", "moved to nodes [n0,n1,n2] (ring version 2)"});
   std::remove(resume.c_str());
   CHECK(c.nodes[2]->wait_for_log("job joining: job='growing'", std::chrono::seconds(5)));
-  CHECK(c.nodes[2]->wait_for_log("worker joined: job='growing'", std::chrono::seconds(5)));
+  CHECK(
+    c.nodes[2]->wait_for_log("worker joined: job='growing'", std::chrono::seconds(5)));
   auto status = c.shell("local j = rw.job_status('growing'); print(j.state, #j.nodes, "
                         "j.ring_version)");
   INFO(status.err);
-  CHECK_THAT(status.out, Catch::StartsWith("finished\t3\t2") || Catch::StartsWith("running\t3\t2"));
+  CHECK_THAT(status.out,
+             Catch::StartsWith("finished\t3\t2") || Catch::StartsWith("running\t3\t2"));
 }
 
 TEST_CASE("a drained node joined again takes the job back, bitwise",
           "[integration][failover]") {
   rack_cluster c{{"a", "b", "c"}};
   std::string err;
-  auto token = c.create("tide", 2, "adam", "racks = {'a', 'b', 'c'}, reduction = 'flat'", &err);
+  auto token = c.create("tide", 2, "adam", "racks = {'a', 'b', 'c'}, reduction = 'flat'",
+                        &err);
   INFO(err);
   REQUIRE(!token.empty());
   auto resume = testing::temp_path("resume");
@@ -92,9 +96,11 @@ TEST_CASE("a drained node joined again takes the job back, bitwise",
   CHECK_THAT(join.out, Catch::Contains("tide: moved to [n0,n1,n2]"));
   testing::check_all_verified(ws, {"(ring version 3)", "joined node n2 of job"}, 90);
   std::remove(resume.c_str());
-  auto status = c.shell("local j = rw.job_status('tide'); print(#j.nodes, j.ring_version)");
+  auto status = c.shell(
+    "local j = rw.job_status('tide'); print(#j.nodes, j.ring_version)");
   CHECK_THAT(status.out, Catch::StartsWith("3\t3"));
-  auto placed = c.shell("print(rw.job_create{name = 'later', workers = 1, node = 'n2'}.node)");
+  auto placed = c.shell(
+    "print(rw.job_create{name = 'later', workers = 1, node = 'n2'}.node)");
   INFO(placed.err);
   CHECK(placed.out == "n2\n");
 }
@@ -111,7 +117,8 @@ TEST_CASE("joining an unknown node is a clear error, a job on one node stays",
   auto resume = testing::temp_path("resume");
   std::vector<std::unique_ptr<run>> ws;
   for (uint32_t rank = 0; rank < 2; ++rank)
-    ws.push_back(start(c.nodes[0]->address(), "single", rank, token, false, 20, 10, resume));
+    ws.push_back(
+      start(c.nodes[0]->address(), "single", rank, token, false, 20, 10, resume));
   REQUIRE(c.wait_clock("single", 2));
   auto join = c.shell("print(rw.node_join('n1'))");
   std::ofstream{resume} << "go\n";

@@ -68,14 +68,16 @@ TEST_CASE("shards and pollers run on their planned cores, memory on their domain
   auto& plan = node.plan();
   REQUIRE(node.shards().size() == plan.shards.size());
   for (size_t i = 0; i < node.shards().size(); ++i) {
-    auto s = ask_stats<actors::chunk_shard_actor, actors::shard_stats>(sys, node.shards()[i]);
+    auto s = ask_stats<actors::chunk_shard_actor, actors::shard_stats>(sys,
+                                                                       node.shards()[i]);
     INFO("shard " << i);
     int cpu = static_cast<int>(plan.shards[i].core.os_cpu);
     CHECK(s.cpu == cpu);
     CHECK(s.affinity == std::vector<int>{cpu});
   }
   for (size_t i = 0; i < node.pollers().size(); ++i) {
-    auto p = ask_stats<actors::nic_poller_actor, actors::poller_stats>(sys, node.pollers()[i]);
+    auto p = ask_stats<actors::nic_poller_actor, actors::poller_stats>(sys,
+                                                                       node.pollers()[i]);
     INFO("poller " << i);
     int cpu = static_cast<int>(plan.endpoints[i].poller.core.os_cpu);
     CHECK(p.affinity == std::vector<int>{cpu});
@@ -85,7 +87,8 @@ TEST_CASE("shards and pollers run on their planned cores, memory on their domain
   }
   run_one_step(node.address(), "placed");
   for (size_t i = 0; i < node.shards().size(); ++i) {
-    auto s = ask_stats<actors::chunk_shard_actor, actors::shard_stats>(sys, node.shards()[i]);
+    auto s = ask_stats<actors::chunk_shard_actor, actors::shard_stats>(sys,
+                                                                       node.shards()[i]);
     INFO("shard " << i);
     CHECK(s.memory_numa == static_cast<int>(plan.shards[i].numa));
     CHECK(s.pushes > 0);
@@ -93,27 +96,30 @@ TEST_CASE("shards and pollers run on their planned cores, memory on their domain
   node.stop();
 }
 
-TEST_CASE("with pinning off (--no-pin), threads are left to the OS", "[integration][placement]") {
+TEST_CASE("with pinning off (--no-pin), threads are left to the OS",
+          "[integration][placement]") {
   caf::actor_system_config cfg;
   actors::register_cluster_types(cfg);
   caf::actor_system sys{cfg};
   auto c = local_config();
   c.pin = false;
   actors::rack_agg_node node{sys, c};
-  auto s = ask_stats<actors::chunk_shard_actor, actors::shard_stats>(sys, node.shards()[0]);
+  auto s = ask_stats<actors::chunk_shard_actor, actors::shard_stats>(sys,
+                                                                     node.shards()[0]);
   CHECK(s.affinity.size() == runtime::current_affinity().size());
   node.stop();
 }
 
-TEST_CASE("the supervisor restarts a killed shard with its state: a waiting step completes",
-          "[integration][placement]") {
+TEST_CASE(
+  "the supervisor restarts a killed shard with its state: a waiting step completes",
+  "[integration][placement]") {
   caf::actor_system_config cfg;
   actors::register_cluster_types(cfg);
   caf::actor_system sys{cfg};
   actors::rack_agg_node node{sys, local_config()};
   worker waiting{job(node.address(), "victim", 2, 0)};
   std::vector<float> g(20000, 1.0f), out(20000);
-  auto fut = waiting.push_pull("t", g.data(), out.data()); // waits for rank 1
+  auto fut = waiting.push_pull("t", g.data(), out.data());     // waits for rank 1
   std::this_thread::sleep_for(std::chrono::milliseconds(100)); // rank 0's chunks counted
   auto before = node.shards()[0];
   caf::anon_send_exit(before, caf::exit_reason::kill);
@@ -171,7 +177,8 @@ TEST_CASE("a config naming what the machine lacks fails at start",
   CHECK_THROWS_WITH((actors::rack_agg_node{sys, c}), Catch::Contains("shards asked for"));
   c = local_config();
   c.shard_cores = {4096};
-  CHECK_THROWS_WITH((actors::rack_agg_node{sys, c}), Catch::Contains("core 4096 does not exist"));
+  CHECK_THROWS_WITH((actors::rack_agg_node{sys, c}),
+                    Catch::Contains("core 4096 does not exist"));
   c = local_config();
   c.shard_numa = {63};
   CHECK_THROWS_WITH((actors::rack_agg_node{sys, c}),

@@ -25,9 +25,10 @@ namespace {
 using testing::rack_cluster;
 using run = testing::worker_process;
 
-std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
-                           const std::string& token, bool split, const std::string& optimizer,
-                           uint32_t steps = 30, const std::string& resume_file = {}) {
+std::unique_ptr<run> start(const std::string& connect, const std::string& job,
+                           uint32_t rank, const std::string& token, bool split,
+                           const std::string& optimizer, uint32_t steps = 30,
+                           const std::string& resume_file = {}) {
   std::vector<std::string> held; // at step 20 until the file exists
   if (!resume_file.empty())
     held = {"--pause-at", "20", "--resume-file", resume_file};
@@ -36,27 +37,31 @@ std::unique_ptr<run> start(const std::string& connect, const std::string& job, u
 
 } // namespace
 
-TEST_CASE("nodes killed mid-training: their chunks' replicas take over, no worker restarts, "
-          "bitwise",
-          "[integration][failover]") {
+TEST_CASE(
+  "nodes killed mid-training: their chunks' replicas take over, no worker restarts, "
+  "bitwise",
+  "[integration][failover]") {
   auto optimizer = GENERATE(std::string("adam"), std::string("lamb"));
   rack_cluster c{{"a", "b", "c"}};
   std::string err;
-  auto token = c.create("kept", 2, optimizer, "racks = {'a', 'b', 'c'}, reduction = 'flat'",
-                        &err);
+  auto token = c.create("kept", 2, optimizer,
+                        "racks = {'a', 'b', 'c'}, reduction = 'flat'", &err);
   INFO(err);
   REQUIRE(!token.empty());
   auto before = c.shell("print(rw.job_status('kept').replicas)");
   CHECK(before.out == "1\n");
   auto resume = testing::temp_path("resume");
   std::vector<std::unique_ptr<run>> ws;
-  ws.push_back(start(c.nodes[0]->address(), "kept", 0, token, false, optimizer, 50, resume));
-  ws.push_back(start(c.nodes[1]->address(), "kept", 1, token, true, optimizer, 50, resume));
+  ws.push_back(
+    start(c.nodes[0]->address(), "kept", 0, token, false, optimizer, 50, resume));
+  ws.push_back(
+    start(c.nodes[1]->address(), "kept", 1, token, true, optimizer, 50, resume));
   REQUIRE(c.wait_clock("kept", 6));
   c.nodes[2]->process().signal(SIGKILL);
   // Taken over, then replicated again on n0 and n1 while it trains: a second loss is
   // survived too.
-  REQUIRE(c.coordinator.wait_for_log("job has replicas again: kept", std::chrono::seconds(20)));
+  REQUIRE(
+    c.coordinator.wait_for_log("job has replicas again: kept", std::chrono::seconds(20)));
   auto mid = c.shell("local j = rw.job_status('kept'); print(j.state, #j.nodes, "
                      "j.ring_version, j.replicas)");
   INFO(mid.err);
@@ -65,8 +70,9 @@ TEST_CASE("nodes killed mid-training: their chunks' replicas take over, no worke
   c.nodes[1]->process().signal(SIGKILL);
   testing::check_all_verified(ws, {"moved to nodes [n0,n1] (ring version 2)",
                                    "moved to nodes [n0] (ring version 4)"});
-  auto status = c.shell("local j = rw.job_status('kept'); print(#j.nodes, j.ring_version, "
-                        "j.replicas)");
+  auto status = c.shell(
+    "local j = rw.job_status('kept'); print(#j.nodes, j.ring_version, "
+    "j.replicas)");
   INFO(status.err);
   CHECK(status.out == "1\t4\t0\n");
   std::remove(resume.c_str());
@@ -77,13 +83,15 @@ TEST_CASE("replicas are refused where they cannot work, and counted once in job 
   rack_cluster c{{"a", "b"}};
   std::string err;
   CHECK(c.create("one", 1, "sgd", "node = 'n0', replicas = 1", &err).empty());
-  CHECK_THAT(err, Catch::Contains("replicas = 1 needs a flat BSP job on two nodes or more"));
-  CHECK(c.create("ssp", 2, "sgd", "racks = {'a', 'b'}, consistency = 'ssp:1', replicas = 1",
-                 &err)
+  CHECK_THAT(err,
+             Catch::Contains("replicas = 1 needs a flat BSP job on two nodes or more"));
+  CHECK(c.create("ssp", 2, "sgd",
+                 "racks = {'a', 'b'}, consistency = 'ssp:1', replicas = 1", &err)
           .empty());
   CHECK(c.create("bad", 2, "sgd", "racks = {'a', 'b'}, replicas = 2", &err).empty());
   CHECK_THAT(err, Catch::Contains("replicas must be 0 or 1"));
-  auto solo = c.shell("print(rw.job_create{name = 'solo', workers = 1, node = 'n0'}.replicas)");
+  auto solo = c.shell(
+    "print(rw.job_create{name = 'solo', workers = 1, node = 'n0'}.replicas)");
   CHECK(solo.out == "0\n");
 }
 

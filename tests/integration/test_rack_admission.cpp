@@ -35,7 +35,8 @@ job_spec small_job() {
 // through a null tuple pointer, undefined behaviour UBSan stops on.)
 caf::behavior refusing_shard(std::string why) {
   return {
-    [why](actors::create_atom, actors::job_setup&, actors::abort_sink&) -> caf::result<actors::ok_atom> {
+    [why](actors::create_atom, actors::job_setup&,
+          actors::abort_sink&) -> caf::result<actors::ok_atom> {
       return caf::make_error(caf::sec::runtime_error, why);
     },
     [](actors::abort_atom, uint32_t, errc, const std::string&) {},
@@ -56,8 +57,8 @@ caf::behavior silent_shard(caf::event_based_actor* self,
   };
 }
 
-actors::job_binding hello(caf::scoped_actor& self, const actors::rack_coordinator_actor& rc,
-                          uint32_t rank) {
+actors::job_binding hello(caf::scoped_actor& self,
+                          const actors::rack_coordinator_actor& rc, uint32_t rank) {
   actors::hello_request req;
   req.hello.spec = small_job();
   req.hello.rank = rank;
@@ -84,12 +85,14 @@ actors::coordinator_settings settings() {
 
 } // namespace
 
-TEST_CASE("a shard that fails to set up a job: the job ends on the node, its name is free",
-          "[integration][admission]") {
+TEST_CASE(
+  "a shard that fails to set up a job: the job ends on the node, its name is free",
+  "[integration][admission]") {
   caf::actor_system_config cfg;
   actors::register_cluster_types(cfg);
   caf::actor_system sys{cfg};
-  auto shard = caf::actor_cast<actors::chunk_shard_actor>(sys.spawn(refusing_shard, std::string("cannot allocate the job's chunks")));
+  auto shard = caf::actor_cast<actors::chunk_shard_actor>(
+    sys.spawn(refusing_shard, std::string("cannot allocate the job's chunks")));
   auto rc = actors::spawn_rack_coordinator(sys, settings(), {shard});
   caf::scoped_actor self{sys};
   auto first = hello(self, rc, 0);

@@ -35,7 +35,8 @@ using testing::worker_run;
 // Once job `job` is at clock 3, kills node n1: every worker must fail in bounded time
 // and the job must end failed, naming the node.
 void kill_mid_job(rack_cluster& c, std::vector<worker_run>& ws, const std::string& job) {
-  auto running = c.shell("rw.wait('" + job + "', 3, {timeout = 30}); print('at clock 3')");
+  auto running = c.shell("rw.wait('" + job
+                         + "', 3, {timeout = 30}); print('at clock 3')");
   INFO(running.err);
   REQUIRE(running.out == "at clock 3\n");
   c.nodes[1]->process().signal(SIGKILL);
@@ -47,8 +48,9 @@ void kill_mid_job(rack_cluster& c, std::vector<worker_run>& ws, const std::strin
     std::remove(w.err_path.c_str());
     std::remove(w.out_path.c_str());
   }
-  auto r = c.shell("local j = rw.wait('" + job + "', 'ended', {timeout = 30}); "
-                   "print(j.state, j.reason)");
+  auto r = c.shell("local j = rw.wait('" + job
+                   + "', 'ended', {timeout = 30}); "
+                     "print(j.state, j.reason)");
   INFO(r.err);
   CHECK_THAT(r.out, Catch::StartsWith("failed"));
   CHECK_THAT(r.out, Catch::Contains("n1"));
@@ -92,9 +94,10 @@ TEST_CASE("a job over two racks' nodes, flat: exact for every optimizer (LAMB an
   }
   CHECK(homed_here(*c.nodes[0], "flat-sum") == expect[0]);
   CHECK(homed_here(*c.nodes[1], "flat-sum") == expect[1]);
-  auto status = c.shell("local j = rw.job_status('flat-adam'); print(j.state, #j.nodes, "
-                        "j.nodes[1], j.nodes[2], j.racks[2], j.ring_version, j.reduction, "
-                        "j.ranks[1].clock, j.ranks[4].pushes)");
+  auto status = c.shell(
+    "local j = rw.job_status('flat-adam'); print(j.state, #j.nodes, "
+    "j.nodes[1], j.nodes[2], j.racks[2], j.ring_version, j.reduction, "
+    "j.ranks[1].clock, j.ranks[4].pushes)");
   INFO(status.err);
   // Every rank pushed each of the fixture's 10 chunks 3 times, each to its home.
   CHECK(status.out == "finished\t2\tn0\tn1\tb\t1\tflat\t3\t30\n");
@@ -106,8 +109,8 @@ TEST_CASE("a job over three nodes in three racks, flat, exact", "[integration][r
   auto token = c.create("three", 3, "momentum", "nodes = {'n2', 'n0', 'n1'}", &err);
   INFO(err);
   REQUIRE(!token.empty());
-  run_verified({c.nodes[0]->address(), c.nodes[1]->address(), c.nodes[2]->address()}, "three",
-               "momentum", token);
+  run_verified({c.nodes[0]->address(), c.nodes[1]->address(), c.nodes[2]->address()},
+               "three", "momentum", token);
   int total = 0;
   for (auto& n : c.nodes)
     total += homed_here(*n, "three");
@@ -132,21 +135,25 @@ TEST_CASE("bad placements are refused at create, naming what is wrong",
   refused("nodes = {'n0', 'nx'}", "no live node is named 'nx'");
   refused("nodes = {'n0', 'n0'}", "node 'n0' is named twice");
   refused("node = 'n0', racks = {'a'}", "give one of node, nodes and racks");
-  refused("racks = {'a', 'b'}, reduction = 'tree'", "reduction must be auto, flat or hierarchical");
+  refused("racks = {'a', 'b'}, reduction = 'tree'",
+          "reduction must be auto, flat or hierarchical");
   refused("racks = {'a', 'b'}, reduction = 'hierarchical', consistency = 'ssp:1'",
           "it is BSP-only and the job asks for ssp:1");
   refused("node = 'n0', reduction = 'hierarchical'", "it needs two racks or more");
   refused("racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'b'}",
           "worker_racks names 2 racks for 4 workers");
-  refused("racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'a', 'z', 'b'}",
-          "rank 2's rack 'z' has no node in the job");
-  refused("racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'a', 'a', 'a'}",
-          "rack 'b' is in the job but none of its workers is");
+  refused(
+    "racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'a', 'z', 'b'}",
+    "rank 2's rack 'z' has no node in the job");
+  refused(
+    "racks = {'a', 'b'}, reduction = 'hierarchical', worker_racks = {'a', 'a', 'a', 'a'}",
+    "rack 'b' is in the job but none of its workers is");
   refused("racks = {'a', 'b'}, reduction = 'flat', worker_racks = {'a', 'a', 'b', 'b'}",
           "a flat job's workers talk to every node");
   // SSP and async run across nodes in flat mode.
   std::string err;
-  CHECK(!c.create("ssp-flat", 2, "sum", "racks = {'a', 'b'}, consistency = 'ssp:1'", &err).empty());
+  CHECK(!c.create("ssp-flat", 2, "sum", "racks = {'a', 'b'}, consistency = 'ssp:1'", &err)
+           .empty());
   INFO(err);
 }
 
@@ -160,7 +167,8 @@ TEST_CASE("a node that dies mid-job fails the job, naming the node, and nobody h
   REQUIRE(!token.empty());
   std::vector<worker_run> ws;
   for (uint32_t r = 0; r < 2; ++r)
-    ws.push_back(start_worker(c.nodes[0]->address(), "doomed", r, 2, "sum", token, 60'000));
+    ws.push_back(
+      start_worker(c.nodes[0]->address(), "doomed", r, 2, "sum", token, 60'000));
   kill_mid_job(c, ws, "doomed");
 }
 
@@ -174,8 +182,8 @@ TEST_CASE("rw-bench creates its job through the coordinator, over two racks' nod
   REQUIRE(a.wait_for_log("2 node(s) live", std::chrono::seconds(15)));
   auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", a.address(),
-                                  "--workers", "4", "--bytes", "1MiB", "--iters", "3",
-                                  "--verify", "--json"};
+                                  "--workers",   "4",    "--bytes",   "1MiB",
+                                  "--iters",     "3",    "--verify",  "--json"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto err = testing::temp_path("bench.err");
     tools::subprocess p{argv, true, err};
@@ -194,13 +202,14 @@ TEST_CASE("rw-bench creates its job through the coordinator, over two racks' nod
   CHECK(flat["reduction"] == "flat");
   CHECK(flat["nodes"] == 2);
   // The job was deleted after the run; both nodes served it.
-  CHECK(testing::run_shell({"--connect", a.address(), "-c", "print(#rw.jobs())"}).out == "0\n");
+  CHECK(testing::run_shell({"--connect", a.address(), "-c", "print(#rw.jobs())"}).out
+        == "0\n");
   CHECK(a.wait_for_log("homed_here="));
   CHECK(b.wait_for_log("homed_here="));
   // Hierarchical, with a barrier before each step (the netns benchmarks' workers): the
   // barrier's own tensor does not disturb the verified gradient.
-  auto [code4, out4, err4] =
-    run({"--worker-racks", "a,b,a,b", "--reduction", "hierarchical", "--barrier"});
+  auto [code4, out4, err4] = run(
+    {"--worker-racks", "a,b,a,b", "--reduction", "hierarchical", "--barrier"});
   INFO(out4 << err4);
   CHECK(code4 == std::optional<int>{0});
   auto hier = testing::bench_json(out4);
@@ -230,10 +239,12 @@ TEST_CASE("a hierarchical job over two racks: exact in rack order for every opti
   // Over TCP and over shared memory (each worker shares this host with its rack's agg;
   // --transport shm fails unless the node takes the worker's segment).
   for (std::string transport : {"tcp", "shm"})
-    for (std::string opt : {"sum", "sgd", "momentum", "nesterov", "adam", "lamb", "lars"}) {
+    for (std::string opt :
+         {"sum", "sgd", "momentum", "nesterov", "adam", "lamb", "lars"}) {
       auto job = "hier-" + opt + (transport == "tcp" ? "" : "-shm");
       std::string err;
-      auto token = c.create(job, 4, opt, "racks = {'a', 'b'}, reduction = 'hierarchical'", &err);
+      auto token = c.create(job, 4, opt, "racks = {'a', 'b'}, reduction = 'hierarchical'",
+                            &err);
       INFO(transport << ": " << err);
       REQUIRE(!token.empty());
       // Ranks 0, 1 in rack a, 2, 3 in rack b: each says hello to its own rack's agg.
@@ -248,8 +259,9 @@ TEST_CASE("a hierarchical job over two racks: exact in rack order for every opti
   INFO(err);
   REQUIRE(!token.empty());
   run_verified({b, a, b, a}, "hier-mixed", "momentum", token, "1,0,1,0");
-  auto status = c.shell("local j = rw.job_status('hier-adam'); print(j.state, j.reduction, "
-                        "#j.nodes, j.ranks[1].clock, j.ranks[4].pushes)");
+  auto status = c.shell(
+    "local j = rw.job_status('hier-adam'); print(j.state, j.reduction, "
+    "#j.nodes, j.ranks[1].clock, j.ranks[4].pushes)");
   INFO(status.err);
   CHECK(status.out == "finished\thierarchical\t2\t3\t30\n");
   // With worker_racks fixing each rank's rack, workers that all name rack a's agg are
@@ -259,24 +271,26 @@ TEST_CASE("a hierarchical job over two racks: exact in rack order for every opti
                         "worker_racks = {'a', 'a', 'b', 'b'}");
   REQUIRE(!moved.empty());
   run_verified({a, a, a, a}, "hier-moved", "nesterov", moved, "0,0,1,1");
-  CHECK(c.nodes[0]->wait_for_log("job='hier-moved' rank=3: to its rack's agg n1 at " + b));
+  CHECK(
+    c.nodes[0]->wait_for_log("job='hier-moved' rank=3: to its rack's agg n1 at " + b));
 }
 
 TEST_CASE("a hierarchical job over three racks, exact", "[integration][racks]") {
   rack_cluster c{{"r1", "r2", "r3"}};
   std::string err;
-  auto token = c.create("hier3", 3, "adam", "racks = {'r1', 'r2', 'r3'}, reduction = 'hierarchical'",
-                        &err);
+  auto token = c.create("hier3", 3, "adam",
+                        "racks = {'r1', 'r2', 'r3'}, reduction = 'hierarchical'", &err);
   INFO(err);
   REQUIRE(!token.empty());
-  run_verified({c.nodes[0]->address(), c.nodes[1]->address(), c.nodes[2]->address()}, "hier3",
-               "adam", token, "0,1,2");
+  run_verified({c.nodes[0]->address(), c.nodes[1]->address(), c.nodes[2]->address()},
+               "hier3", "adam", token, "0,1,2");
 }
 
 TEST_CASE("auto picks hierarchical behind an oversubscribed core, flat otherwise",
           "[integration][racks]") {
   testing::node_process coord{{"--name", "coord"}, {"coordinator", false, {}}};
-  auto member = [&](const std::string& name, const std::string& rack, const std::string& core) {
+  auto member = [&](const std::string& name, const std::string& rack,
+                    const std::string& core) {
     return std::make_unique<testing::node_process>(
       std::vector<std::string>{"--name", name, "--rack", rack, "--uplink-gbps", "2",
                                "--core-gbps", core},
@@ -288,10 +302,10 @@ TEST_CASE("auto picks hierarchical behind an oversubscribed core, flat otherwise
   auto b2 = member("n3", "b2", "2");
   REQUIRE(coord.wait_for_log("4 node(s) live", std::chrono::seconds(15)));
   auto plan = [&](const std::string& name, const std::string& racks) {
-    auto r = testing::run_shell(
-      {"--connect", coord.address(), "-c",
-       "local j = rw.job_create{name = '" + name + "', workers = 4, racks = {" + racks +
-         "}}; print(j.reduction); print(j.plan)"});
+    auto r = testing::run_shell({"--connect", coord.address(), "-c",
+                                 "local j = rw.job_create{name = '" + name
+                                   + "', workers = 4, racks = {" + racks
+                                   + "}}; print(j.reduction); print(j.plan)"});
     INFO(r.err);
     return r.out;
   };
@@ -307,15 +321,15 @@ TEST_CASE("a hierarchical job whose node dies mid-job fails, naming it, and nobo
           "[integration][racks]") {
   rack_cluster c{{"a", "b"}};
   std::string err;
-  auto token = c.create("hier-doomed", 2, "sum", "racks = {'a', 'b'}, reduction = 'hierarchical'",
-                        &err);
+  auto token = c.create("hier-doomed", 2, "sum",
+                        "racks = {'a', 'b'}, reduction = 'hierarchical'", &err);
   INFO(err);
   REQUIRE(!token.empty());
   std::vector<worker_run> ws;
-  ws.push_back(start_worker(c.nodes[0]->address(), "hier-doomed", 0, 2, "sum", token, 60'000,
-                            "0,1"));
-  ws.push_back(start_worker(c.nodes[1]->address(), "hier-doomed", 1, 2, "sum", token, 60'000,
-                            "0,1"));
+  ws.push_back(start_worker(c.nodes[0]->address(), "hier-doomed", 0, 2, "sum", token,
+                            60'000, "0,1"));
+  ws.push_back(start_worker(c.nodes[1]->address(), "hier-doomed", 1, 2, "sum", token,
+                            60'000, "0,1"));
   kill_mid_job(c, ws, "hier-doomed");
 }
 

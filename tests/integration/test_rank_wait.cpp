@@ -22,9 +22,10 @@ TEST_CASE("per-rank wait_ms: the rank that waits for a slow one shows it, the sl
     return testing::run_shell({"--connect", node.address(), "-c", code});
   };
   // The test worker's fixture job (its spec must match the grant's).
-  auto made = shell("local j = rw.job_create{name = 'paced', workers = 2, optimizer = 'sum', "
-                    "lr = 0.05, momentum = 0.9, weight_decay = 0, chunk_bytes = '4KiB'}; "
-                    "print(j.token)");
+  auto made = shell(
+    "local j = rw.job_create{name = 'paced', workers = 2, optimizer = 'sum', "
+    "lr = 0.05, momentum = 0.9, weight_decay = 0, chunk_bytes = '4KiB'}; "
+    "print(j.token)");
   INFO(made.err);
   REQUIRE(made.code == 0);
   auto token = made.out.substr(0, made.out.find('\n'));
@@ -33,11 +34,26 @@ TEST_CASE("per-rank wait_ms: the rank that waits for a slow one shows it, the sl
   std::vector<std::string> outs;
   for (uint32_t r = 0; r < 2; ++r) {
     outs.push_back(testing::temp_path(fmt::format("paced-{}.bin", r)));
-    std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", node.address(), "--job",
-                                  "paced", "--rank", std::to_string(r), "--workers", "2",
-                                  "--optimizer", "sum", "--steps", std::to_string(steps),
-                                  "--out", outs.back(), "--token", token, "--verify",
-                                  "--hold-ms", "3000"};
+    std::vector<std::string> argv{RW_TEST_WORKER_PATH,
+                                  "--connect",
+                                  node.address(),
+                                  "--job",
+                                  "paced",
+                                  "--rank",
+                                  std::to_string(r),
+                                  "--workers",
+                                  "2",
+                                  "--optimizer",
+                                  "sum",
+                                  "--steps",
+                                  std::to_string(steps),
+                                  "--out",
+                                  outs.back(),
+                                  "--token",
+                                  token,
+                                  "--verify",
+                                  "--hold-ms",
+                                  "3000"};
     if (r == 1) { // the slow one: it sleeps before each step, rank 0 waits for it
       argv.push_back("--step-delay-ms");
       argv.push_back(std::to_string(delay_ms));
@@ -47,8 +63,9 @@ TEST_CASE("per-rank wait_ms: the rank that waits for a slow one shows it, the sl
   // While both still hold the job (--hold-ms), ask for its status.
   std::string status;
   for (int i = 0; i < 100; ++i) { // at most ~20 s
-    auto s = shell("local j = rw.job_status('paced'); local a, b = j.ranks[1], j.ranks[2]; "
-                   "print(a.clock, b.clock, a.wait_ms, b.wait_ms)");
+    auto s = shell(
+      "local j = rw.job_status('paced'); local a, b = j.ranks[1], j.ranks[2]; "
+      "print(a.clock, b.clock, a.wait_ms, b.wait_ms)");
     if (s.code == 0 && s.out.rfind(fmt::format("{}\t{}\t", steps, steps), 0) == 0) {
       status = s.out;
       break;

@@ -103,12 +103,14 @@ TEST_CASE("auto over two racks with no rates plans from a probed core rate",
   // Equal links (the racks' links count as fast as the probed core): flat.
   CHECK_THAT(r.out, Catch::StartsWith("flat\nauto: flat; link-bound time per GiB"));
   std::smatch m;
-  REQUIRE(std::regex_search(r.out, m,
-                            std::regex{R"(core links ([0-9.e+]+) Gbit/s \(probed n0->n1 in )"
-                                       R"([0-9]+ ms\))"}));
+  REQUIRE(
+    std::regex_search(r.out, m,
+                      std::regex{R"(core links ([0-9.e+]+) Gbit/s \(probed n0->n1 in )"
+                                 R"([0-9]+ ms\))"}));
   CHECK(std::stod(m[1]) > 0);
-  CHECK_THAT(r.out, Catch::Contains("agg links " + m[1].str() + " Gbit/s (not configured, "
-                                    "no NIC speed: assumed as fast as the core link)"));
+  CHECK_THAT(r.out, Catch::Contains("agg links " + m[1].str()
+                                    + " Gbit/s (not configured, "
+                                      "no NIC speed: assumed as fast as the core link)"));
   // The coordinator logs the probe and the plan with the job's name; the prober logs
   // its measurement, and the probed node took the bytes.
   CHECK(c.coordinator.wait_for_log("rate probe: n0->n1 "));
@@ -137,13 +139,12 @@ TEST_CASE("a probe the other node does not answer falls back, and the job is cre
   c.n1.process().signal(SIGSTOP);
   struct resume {
     testing::node_process& n;
-    ~resume() {
-      n.process().signal(SIGCONT);
-    }
+    ~resume() { n.process().signal(SIGCONT); }
   } guard{c.n1};
   auto start = std::chrono::steady_clock::now();
   auto pending = std::async(std::launch::async, [&] { return c.create("fallback"); });
-  bool failed = c.coordinator.wait_for_log("rate probe: n0->n1 failed", std::chrono::seconds(10));
+  bool failed = c.coordinator.wait_for_log("rate probe: n0->n1 failed",
+                                           std::chrono::seconds(10));
   c.n1.process().signal(SIGCONT);
   REQUIRE(failed);
   auto r = pending.get();
@@ -176,7 +177,8 @@ TEST_CASE("probe frames a node must not take are refused, and it keeps serving",
   SECTION("more probe bytes than a connection may carry") {
     testing::raw_client c{node.address()};
     std::vector<std::byte> chunk(defaults::probe_frame_bytes);
-    for (uint32_t sent = 0; sent < defaults::probe_max_bytes; sent += defaults::probe_frame_bytes)
+    for (uint32_t sent = 0; sent < defaults::probe_max_bytes;
+         sent += defaults::probe_frame_bytes)
       c.send_frame(probe_header(defaults::probe_frame_bytes), chunk.data());
     c.send_frame(probe_header(1, transports::flag_want_result), chunk.data());
     expect_refused(c, errc::frame_too_large, "more than");

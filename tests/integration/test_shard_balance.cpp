@@ -26,9 +26,13 @@ namespace {
 // 100 ms in a row, read from the shards' CPU clocks, runtime/thread_cpu.hpp).
 std::pair<int, std::string> skewed_run(const std::string& address, uint32_t iters,
                                        std::vector<std::string> extra = {"--open-job"}) {
-  std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", address,
-                                "--workers", "4", "--bytes", "16MiB", "--layers", "16",
-                                "--chunk-bytes", "1MiB", "--iters", std::to_string(iters),
+  std::vector<std::string> argv{RW_BENCH_PATH,   "comm",
+                                "--connect",     address,
+                                "--workers",     "4",
+                                "--bytes",       "16MiB",
+                                "--layers",      "16",
+                                "--chunk-bytes", "1MiB",
+                                "--iters",       std::to_string(iters),
                                 "--verify"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   tools::subprocess bench{argv, true};
@@ -40,7 +44,8 @@ std::pair<int, std::string> skewed_run(const std::string& address, uint32_t iter
 
 } // namespace
 
-TEST_CASE("a skewed job's chunks move to the idle shard, bitwise", "[integration][balance]") {
+TEST_CASE("a skewed job's chunks move to the idle shard, bitwise",
+          "[integration][balance]") {
   testing::node_process node{{"--shards", "2", "--no-pin", "--balance-ms", "100"}};
   auto [rc, out] = skewed_run(node.address(), 30);
   INFO(out);

@@ -25,15 +25,32 @@ using testing::rack_cluster;
 
 using run = testing::worker_process;
 
-std::unique_ptr<run> start(const std::string& connect, const std::string& job, uint32_t rank,
-                           uint32_t workers, const std::string& optimizer,
+std::unique_ptr<run> start(const std::string& connect, const std::string& job,
+                           uint32_t rank, uint32_t workers, const std::string& optimizer,
                            const std::string& token, const std::string& transport) {
   auto w = std::make_unique<run>();
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", job,
-                                "--rank", std::to_string(rank), "--workers",
-                                std::to_string(workers), "--optimizer", optimizer, "--steps",
-                                "20", "--token", token, "--out", w->out_path, "--verify",
-                                "--transport", transport, "--step-delay-ms", "80"};
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH,
+                                "--connect",
+                                connect,
+                                "--job",
+                                job,
+                                "--rank",
+                                std::to_string(rank),
+                                "--workers",
+                                std::to_string(workers),
+                                "--optimizer",
+                                optimizer,
+                                "--steps",
+                                "20",
+                                "--token",
+                                token,
+                                "--out",
+                                w->out_path,
+                                "--verify",
+                                "--transport",
+                                transport,
+                                "--step-delay-ms",
+                                "80"};
   w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
   return w;
 }
@@ -41,25 +58,26 @@ std::unique_ptr<run> start(const std::string& connect, const std::string& job, u
 // Runs the job's workers (20 steps); once the job is at clock 3 (and again at 10 with
 // `twice`)
 // crashes shard `shard` of node `node`. Returns each worker's exit code and output.
-std::vector<std::pair<std::optional<int>, std::string>>
-crash_mid_job(rack_cluster& c, const std::vector<std::string>& connect, const std::string& job,
-              const std::string& optimizer, const std::string& transport,
-              const std::string& node, uint32_t shard, bool twice) {
+std::vector<std::pair<std::optional<int>, std::string>> crash_mid_job(
+  rack_cluster& c, const std::vector<std::string>& connect, const std::string& job,
+  const std::string& optimizer, const std::string& transport, const std::string& node,
+  uint32_t shard, bool twice) {
   std::string err;
-  auto token = c.create(job, static_cast<uint32_t>(connect.size()), optimizer,
-                        node.empty() ? "node = 'n0'" : "racks = {'a', 'b'}, reduction = 'flat'",
-                        &err);
+  auto token = c.create(
+    job, static_cast<uint32_t>(connect.size()), optimizer,
+    node.empty() ? "node = 'n0'" : "racks = {'a', 'b'}, reduction = 'flat'", &err);
   INFO(err);
   REQUIRE(!token.empty());
   std::vector<std::unique_ptr<run>> ws;
   for (uint32_t r = 0; r < connect.size(); ++r)
-    ws.push_back(start(connect[r], job, r, static_cast<uint32_t>(connect.size()), optimizer,
-                       token, transport));
+    ws.push_back(start(connect[r], job, r, static_cast<uint32_t>(connect.size()),
+                       optimizer, token, transport));
   for (int clock : twice ? std::vector<int>{3, 10} : std::vector<int>{3}) {
-    auto inj = c.shell(fmt::format("rw.wait('{}', {}, {{timeout = 30}}); "
-                                   "print(rw.inject{{job = '{}', kill = 'shard', node = '{}', "
-                                   "shard = {}}})",
-                                   job, clock, job, node, shard));
+    auto inj = c.shell(
+      fmt::format("rw.wait('{}', {}, {{timeout = 30}}); "
+                  "print(rw.inject{{job = '{}', kill = 'shard', node = '{}', "
+                  "shard = {}}})",
+                  job, clock, job, node, shard));
     INFO(inj.err);
     CHECK_THAT(inj.out, Catch::Contains(fmt::format("crashed shard {}", shard)));
   }
@@ -91,15 +109,17 @@ TEST_CASE("a crashed shard is restarted with its state: the job goes on bitwise"
   auto b = c.nodes[1]->address();
   for (const std::string& transport : testing::protocol_transports()) {
     auto job = "shard-" + transport;
-    expect_verified(crash_mid_job(c, {a, a, a}, job, "adam", transport, "", 0, false), job);
+    expect_verified(crash_mid_job(c, {a, a, a}, job, "adam", transport, "", 0, false),
+                    job);
     CHECK(c.nodes[0]->wait_for_log("took over its predecessor's chunks: jobs [",
                                    std::chrono::seconds(5)));
     CHECK(c.nodes[0]->wait_for_log("asked to re-send", std::chrono::seconds(5)));
     auto s = c.shell("print(rw.wait('" + job + "', 'finished', {timeout = 30}).state)");
     CHECK(s.out == "finished\n");
   }
-  expect_verified(crash_mid_job(c, {a, b, a}, "shard-flat", "momentum", "tcp", "n1", 0, true),
-                  "shard-flat");
+  expect_verified(
+    crash_mid_job(c, {a, b, a}, "shard-flat", "momentum", "tcp", "n1", 0, true),
+    "shard-flat");
   CHECK(c.nodes[1]->wait_for_log("(restart 2) took over", std::chrono::seconds(5)));
 }
 
@@ -129,8 +149,9 @@ TEST_CASE("a layer-wise job whose shard crashed fails, saying why, bad injection
   bad("job = 'idle', kill = 'shard'", "holds no live job"); // no worker has joined
 }
 
-TEST_CASE("a shard crash during a checkpoint fails the checkpoint at once, the job goes on",
-          "[integration][failover]") {
+TEST_CASE(
+  "a shard crash during a checkpoint fails the checkpoint at once, the job goes on",
+  "[integration][failover]") {
   rack_cluster c{{"a"}};
   auto a = c.nodes[0]->address();
   std::string err;
@@ -141,12 +162,32 @@ TEST_CASE("a shard crash during a checkpoint fails the checkpoint at once, the j
   std::vector<std::unique_ptr<run>> ws;
   for (uint32_t r = 0; r < 2; ++r) {
     ws.push_back(std::make_unique<run>());
-    std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", a, "--job", "ckpt-crash",
-                                  "--rank", std::to_string(r), "--workers", "2",
-                                  "--optimizer", "adam", "--steps", "6", "--token", token,
-                                  "--out", ws.back()->out_path, "--verify", "--pause-at", "3",
-                                  "--resume-file", resume, "--pause-limit-ms", "30000"};
-    ws.back()->proc = std::make_unique<tools::subprocess>(argv, true, ws.back()->err_path);
+    std::vector<std::string> argv{RW_TEST_WORKER_PATH,
+                                  "--connect",
+                                  a,
+                                  "--job",
+                                  "ckpt-crash",
+                                  "--rank",
+                                  std::to_string(r),
+                                  "--workers",
+                                  "2",
+                                  "--optimizer",
+                                  "adam",
+                                  "--steps",
+                                  "6",
+                                  "--token",
+                                  token,
+                                  "--out",
+                                  ws.back()->out_path,
+                                  "--verify",
+                                  "--pause-at",
+                                  "3",
+                                  "--resume-file",
+                                  resume,
+                                  "--pause-limit-ms",
+                                  "30000"};
+    ws.back()->proc = std::make_unique<tools::subprocess>(argv, true,
+                                                          ws.back()->err_path);
   }
   auto held = c.shell("rw.wait('ckpt-crash', 3, {timeout = 30}); print('held')");
   REQUIRE(held.out == "held\n");
@@ -155,7 +196,8 @@ TEST_CASE("a shard crash during a checkpoint fails the checkpoint at once, the j
   auto shell_err = testing::temp_path("shell.err");
   tools::subprocess shell{{RW_SHELL_PATH, "--connect", c.coordinator.address(), "-c",
                            "rw.checkpoint('ckpt-crash', '" + dir + "', {clock = 5})"},
-                          true, shell_err};
+                          true,
+                          shell_err};
   REQUIRE(c.nodes[0]->wait_for_log("checkpoint requested: job='ckpt-crash'",
                                    std::chrono::seconds(30)));
   auto inj = c.shell("print(rw.inject{job = 'ckpt-crash', kill = 'shard', shard = 0})");
@@ -164,7 +206,8 @@ TEST_CASE("a shard crash during a checkpoint fails the checkpoint at once, the j
   auto deadline = t0 + std::chrono::seconds(60);
   shell.read_all(deadline);
   auto code = shell.wait_until(deadline);
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)); // not the timeout
+  CHECK(std::chrono::steady_clock::now() - t0
+        < std::chrono::seconds(10)); // not the timeout
   CHECK(code.has_value());
   CHECK(code != std::optional<int>{0});
   CHECK_THAT(testing::read_file(shell_err),

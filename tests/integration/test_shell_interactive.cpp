@@ -35,7 +35,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr auto max_wait = std::chrono::milliseconds(10'000); // the bound of any wait
+constexpr auto max_wait = std::chrono::milliseconds(10'000);  // the bound of any wait
 constexpr auto term_grace = std::chrono::milliseconds(1'000); // SIGTERM, then SIGKILL
 
 /// What the terminal shows, as text: ANSI escape sequences (cursor moves, bracketed
@@ -218,12 +218,8 @@ public:
   }
 
   /// Everything the terminal showed so far, escaped for a failure message.
-  std::string transcript() const {
-    return visible(raw_);
-  }
-  std::string plain() const {
-    return plain_text(raw_);
-  }
+  std::string transcript() const { return visible(raw_); }
+  std::string plain() const { return plain_text(raw_); }
 
 private:
   // Reads what is available, waiting at most until `deadline`; false when nothing came
@@ -273,7 +269,8 @@ TEST_CASE("rw-shell's interactive prompt on a terminal: results, errors, continu
       bool ok = shell.wait_for(text);
       if (!ok)
         UNSCOPED_INFO("waited " << max_wait.count() << " ms for \"" << visible(text)
-                                << "\"; the terminal showed:\n" << shell.transcript());
+                                << "\"; the terminal showed:\n"
+                                << shell.transcript());
       return ok;
     };
     auto entered = [&](const std::string& line) {

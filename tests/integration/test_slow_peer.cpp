@@ -110,8 +110,8 @@ TEST_CASE("a worker that reads nothing is cut off past its send queue's bound; t
 TEST_CASE("a worker that reads nothing for the I/O timeout is cut off; the other job on "
           "its shard keeps stepping",
           "[integration][bad][slow]") {
-  testing::node_process node{{"--shards", "1", "--io-timeout-ms",
-                              std::to_string(io_timeout_ms)}};
+  testing::node_process node{
+    {"--shards", "1", "--io-timeout-ms", std::to_string(io_timeout_ms)}};
   auto w = steady_worker(node);
   testing::raw_client peer{node.address()};
   CHECK(stall(peer, job_of("stalled", 8u << 20, 64 * 1024)) == 512);

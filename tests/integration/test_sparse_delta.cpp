@@ -21,8 +21,9 @@ worker_options options(const std::string& address, const std::string& job, uint3
 
 } // namespace
 
-TEST_CASE("dense and sparse pushes combine exactly, and pulls of changes send only changes",
-          "[integration][sparse]") {
+TEST_CASE(
+  "dense and sparse pushes combine exactly, and pulls of changes send only changes",
+  "[integration][sparse]") {
   testing::node_process node{testing::fabric_node_args()};
   for (const std::string& transport : testing::protocol_transports()) {
     DYNAMIC_SECTION(transport) {

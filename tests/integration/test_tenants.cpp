@@ -26,9 +26,7 @@ struct tenant_files {
                               "[vision]\nsecret_file = 'vision.secret'\nmax_jobs = 2\n"
                               "max_workers = 4\nmax_memory_mib = 64\n\n"
                               "[speech]\nsecret_file = 'speech.secret'\n");
-  ~tenant_files() {
-    std::filesystem::remove_all(dir);
-  }
+  ~tenant_files() { std::filesystem::remove_all(dir); }
   std::string write(const std::string& name, const std::string& text) {
     auto path = dir + "/" + name;
     std::ofstream{path} << text << "\n";
@@ -40,8 +38,10 @@ struct tenant_files {
 
 // The fixture's job (rw-test-worker's spec), with `more` fields.
 std::string create(const std::string& name, int workers, const std::string& more = {}) {
-  return "local j = rw.job_create{name = '" + name + "', workers = " + std::to_string(workers)
-         + ", optimizer = 'sum', lr = 0.05, momentum = 0.9, weight_decay = 0, chunk_bytes = "
+  return "local j = rw.job_create{name = '" + name
+         + "', workers = " + std::to_string(workers)
+         + ", optimizer = 'sum', lr = 0.05, momentum = 0.9, weight_decay = 0, "
+           "chunk_bytes = "
            "'4KiB'"
          + (more.empty() ? "" : ", " + more) + "}; ";
 }
@@ -54,7 +54,8 @@ TEST_CASE("a tenant sees and controls only its own jobs, within its quotas",
   testing::cluster c{{"--cluster-secret-file", f.cluster, "--tenants-file", f.tenants},
                      {"--cluster-secret-file", f.cluster}};
   REQUIRE(c.coordinator().wait_for_log("2 tenant(s) from"));
-  auto as = [&](const std::string& tenant, const std::string& secret, const std::string& code) {
+  auto as = [&](const std::string& tenant, const std::string& secret,
+                const std::string& code) {
     return testing::run_shell({"--connect", c.a().address(), "--tenant", tenant,
                                "--tenant-secret-file", secret, "-c", code});
   };
@@ -75,17 +76,19 @@ TEST_CASE("a tenant sees and controls only its own jobs, within its quotas",
   fields >> name >> memory >> token >> endpoint;
   CHECK(name == "vision:m");
   CHECK(memory == std::to_string(8u << 20));
-  CHECK(vision("print(#rw.jobs(), rw.job_status('m').name, rw.job_status('vision:m').state)")
-          .out
-        == "1\tvision:m\tcreated\n");
+  CHECK(
+    vision("print(#rw.jobs(), rw.job_status('m').name, rw.job_status('vision:m').state)")
+      .out
+    == "1\tvision:m\tcreated\n");
 
   // Another tenant neither sees nor touches it, and may use the same short name.
   auto theirs = speech("print(#rw.jobs())");
   INFO(theirs.err);
   CHECK(theirs.out == "0\n");
-  for (auto call : {"rw.job_status('vision:m')", "rw.job_stop('vision:m')",
-                    "rw.job_delete('vision:m')", "rw.job_set{name = 'vision:m', at_clock = 5, lr = 1}",
-                    "rw.job_status('m')"}) {
+  for (auto call :
+       {"rw.job_status('vision:m')", "rw.job_stop('vision:m')",
+        "rw.job_delete('vision:m')",
+        "rw.job_set{name = 'vision:m', at_clock = 5, lr = 1}", "rw.job_status('m')"}) {
     auto r = speech(call);
     INFO(call << ": " << r.err);
     CHECK(r.code == 1);
@@ -105,10 +108,12 @@ TEST_CASE("a tenant sees and controls only its own jobs, within its quotas",
     CHECK(r.code == 1);
     CHECK_THAT(r.err, Catch::Contains("an operator's call"));
   }
-  auto paths = vision(create("p", 1, "memory = '1MiB', checkpoint_every = 5, "
-                                     "checkpoint_dir = '/tmp/rw-tenant-ck'"));
+  auto paths = vision(create("p", 1,
+                             "memory = '1MiB', checkpoint_every = 5, "
+                             "checkpoint_dir = '/tmp/rw-tenant-ck'"));
   CHECK_THAT(paths.err, Catch::Contains("cannot name checkpoint directories"));
-  CHECK(c.coordinator().wait_for_log("control refused: draining a node from tenant 'vision'"));
+  CHECK(c.coordinator().wait_for_log(
+    "control refused: draining a node from tenant 'vision'"));
 
   // Quotas: memory must be asked for, and fit; workers; live jobs.
   auto no_memory = vision(create("n", 1));
@@ -117,13 +122,15 @@ TEST_CASE("a tenant sees and controls only its own jobs, within its quotas",
                               && Catch::Contains("56 MiB of its 64 MiB left"));
   auto too_big = vision(create("n", 1, "memory = '57MiB'"));
   CHECK(too_big.code == 1);
-  CHECK_THAT(too_big.err, Catch::Contains("has 56 MiB of its max_memory_mib 64 MiB left"));
+  CHECK_THAT(too_big.err,
+             Catch::Contains("has 56 MiB of its max_memory_mib 64 MiB left"));
   // A job holds its memory on each of its nodes: two nodes of 30 MiB do not fit in 56
   // (it was once counted once).
   auto spread = vision(create("w", 2, "memory = '30MiB', nodes = {'rack-a', 'rack-b'}"));
   CHECK(spread.code == 1);
-  CHECK_THAT(spread.err, Catch::Contains("asks for 30 MiB of memory on each of its 2 nodes "
-                                         "(60 MiB in all)"));
+  CHECK_THAT(spread.err,
+             Catch::Contains("asks for 30 MiB of memory on each of its 2 nodes "
+                             "(60 MiB in all)"));
   auto too_many_workers = vision(create("n", 3, "memory = '8MiB'"));
   CHECK(too_many_workers.code == 1);
   CHECK_THAT(too_many_workers.err, Catch::Contains("wants 3 workers")
@@ -152,9 +159,9 @@ TEST_CASE("a tenant sees and controls only its own jobs, within its quotas",
 
   // The reservation holds on the node: a worker whose tensors need more is refused,
   // and the job trains with workers that fit.
-  auto big = testing::start_verified(endpoint, name, 0, token,
-                                     {"--optimizer", "sum", "--steps", "3",
-                                      "--extra-elements", "4194304"});
+  auto big = testing::start_verified(
+    endpoint, name, 0, token,
+    {"--optimizer", "sum", "--steps", "3", "--extra-elements", "4194304"});
   auto [code, out] = testing::finish(*big);
   CHECK(code != std::optional<int>{0});
   CHECK_THAT(out, Catch::Contains("created with memory = 8 MiB"));
@@ -172,9 +179,10 @@ TEST_CASE("tenants need a cluster secret", "[integration][cluster][tenants]") {
   CHECK(*stopped.code == 1);
   CHECK_THAT(stopped.log, Catch::Contains("--tenants-file needs --cluster-secret-file"));
   // A bad tenants file stops the coordinator too, naming the file and the tenant.
-  auto bad = f.write("bad.toml", "[vision]\nsecret_file = 'vision.secret'\nmax_jobs = 0\n");
-  auto refused = testing::node_that_stops({"--cluster-secret-file", f.cluster,
-                                           "--tenants-file", bad});
+  auto bad = f.write("bad.toml",
+                     "[vision]\nsecret_file = 'vision.secret'\nmax_jobs = 0\n");
+  auto refused = testing::node_that_stops(
+    {"--cluster-secret-file", f.cluster, "--tenants-file", bad});
   REQUIRE(refused.code.has_value());
   CHECK(*refused.code == 1);
   CHECK_THAT(refused.log, Catch::Contains("bad.toml: tenant 'vision': 'max_jobs'"));

@@ -59,11 +59,26 @@ TEST_CASE("rw-node --trace and the workers' trace option write the step timeline
       auto prefix = testing::temp_path("worker-trace");
       {
         testing::node_process node{{"--trace", node_trace, "--fabric", "tcp"}};
-        std::vector<std::string> argv{RW_BENCH_PATH, "comm", "--connect", node.address(),
-                                      "--open-job", "--workers", std::to_string(workers),
-                                      "--bytes", "1MiB", "--chunk-bytes", "256KiB",
-                                      "--iters", "3", "--warmup", "1", "--json",
-                                      "--transport", transport, "--trace", prefix,
+        std::vector<std::string> argv{RW_BENCH_PATH,
+                                      "comm",
+                                      "--connect",
+                                      node.address(),
+                                      "--open-job",
+                                      "--workers",
+                                      std::to_string(workers),
+                                      "--bytes",
+                                      "1MiB",
+                                      "--chunk-bytes",
+                                      "256KiB",
+                                      "--iters",
+                                      "3",
+                                      "--warmup",
+                                      "1",
+                                      "--json",
+                                      "--transport",
+                                      transport,
+                                      "--trace",
+                                      prefix,
                                       "--verify"};
         tools::subprocess bench{argv, true};
         auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -137,7 +152,8 @@ TEST_CASE("rw-node --trace to a file it cannot write is a configuration error",
   auto log = testing::temp_path("trace-refused.log");
   tools::subprocess node{{RW_NODE_PATH, "--role", "rack-agg", "--listen", "127.0.0.1:0",
                           "--trace", "/nonexistent-dir/trace.json"},
-                         false, log};
+                         false,
+                         log};
   auto rc = node.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(20));
   auto text = testing::read_file(log);
   INFO(text);

@@ -26,7 +26,8 @@ namespace {
 const std::string hierarchical = "racks = {'a', 'b'}, reduction = 'hierarchical'";
 
 // Waits for the worker to end; its exit code (nothing if it did not in time) and stderr.
-std::pair<std::optional<int>, std::string> finish(worker_run& w, std::chrono::seconds limit) {
+std::pair<std::optional<int>, std::string> finish(worker_run& w,
+                                                  std::chrono::seconds limit) {
   auto deadline = std::chrono::steady_clock::now() + limit;
   w.proc->read_all(deadline);
   auto code = w.proc->wait_until(deadline);
@@ -67,9 +68,10 @@ TEST_CASE("workers with rack options, all saying hello to one node, end at their
   REQUIRE(!token.empty());
   // Interleaved: ranks 0, 2 in rack a, 1, 3 in rack b, whatever node they named.
   run_verified({a, a, a, a}, "opts", "momentum", token, "0,1,0,1", {"a", "b", "a", "b"});
-  CHECK(c.nodes[0]->wait_for_log("job='opts' rank=1: to its rack's agg n1 at " + b
-                                 + " (rack b): same host (127.0.0.1) as n0, n1; among them "
-                                   "the worker's rack option 'b'"));
+  CHECK(
+    c.nodes[0]->wait_for_log("job='opts' rank=1: to its rack's agg n1 at " + b
+                             + " (rack b): same host (127.0.0.1) as n0, n1; among them "
+                               "the worker's rack option 'b'"));
   CHECK(c.coordinator.wait_for_log("rank bound: job='opts'"));
   CHECK(c.coordinator.wait_for_log("job placed at join: job='opts'"));
   auto status = c.shell("local j = rw.job_status('opts'); print(j.state, "
@@ -78,10 +80,11 @@ TEST_CASE("workers with rack options, all saying hello to one node, end at their
   CHECK(status.out == "finished\ta,b,a,b\n");
   // rw-bench gives each worker its rack option the same way.
   auto bench_err = testing::temp_path("bench.err");
-  tools::subprocess bench{{RW_BENCH_PATH, "comm", "--connect", a, "--workers", "4", "--bytes",
-                           "256KiB", "--iters", "2", "--verify", "--json", "--rack",
-                           "b,a,b,a", "--reduction", "hierarchical"},
-                          true, bench_err};
+  tools::subprocess bench{{RW_BENCH_PATH, "comm", "--connect", a, "--workers", "4",
+                           "--bytes", "256KiB", "--iters", "2", "--verify", "--json",
+                           "--rack", "b,a,b,a", "--reduction", "hierarchical"},
+                          true,
+                          bench_err};
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   auto out = bench.read_all(deadline);
   auto code = bench.wait_until(deadline);
@@ -103,8 +106,9 @@ TEST_CASE("without rack options a worker is placed in the rack of the node it na
   REQUIRE(!token.empty());
   run_verified({b, a, b, a}, "named", "adam", token, "1,0,1,0");
   // Both nodes share the workers' host: the node named decides among them.
-  CHECK(c.nodes[1]->wait_for_log("job='named' rank=0 rack=b node=n1: same host (127.0.0.1) "
-                                 "as n0, n1; among them the rack of the node it named (n1)"));
+  CHECK(
+    c.nodes[1]->wait_for_log("job='named' rank=0 rack=b node=n1: same host (127.0.0.1) "
+                             "as n0, n1; among them the rack of the node it named (n1)"));
   CHECK(c.nodes[0]->wait_for_log("job='named' rank=1 rack=a node=n0"));
   auto status = c.shell("print(table.concat(rw.job_status('named').rank_racks, ','))");
   CHECK(status.out == "b,a,b,a\n");
@@ -145,7 +149,8 @@ TEST_CASE("bad rack options, ranks that never join and ranks claimed by two rack
     auto [mcode, merr] = finish(m, std::chrono::seconds(30));
     INFO(merr);
     CHECK(mcode == std::optional<int>{2});
-    CHECK_THAT(merr, Catch::Contains("rank(s) 2 of job 'missing' did not join within 2000 ms"));
+    CHECK_THAT(merr,
+               Catch::Contains("rank(s) 2 of job 'missing' did not join within 2000 ms"));
   }
   CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(25));
   auto status = c.shell("local j = rw.job_status('missing'); print(j.state, j.reason)");
@@ -156,7 +161,8 @@ TEST_CASE("bad rack options, ranks that never join and ranks claimed by two rack
   auto twice = c.create("twice", 2, "sum", hierarchical + ", join_timeout_ms = 2000");
   REQUIRE(!twice.empty());
   auto first = start_worker(a, "twice", 0, 2, "sum", twice, 0, {}, "a");
-  REQUIRE(c.coordinator.wait_for_log("rank bound: job='twice'", std::chrono::seconds(20)));
+  REQUIRE(
+    c.coordinator.wait_for_log("rank bound: job='twice'", std::chrono::seconds(20)));
   auto second = start_worker(b, "twice", 0, 2, "sum", twice, 0, {}, "b");
   auto [scode, serr] = finish(second, std::chrono::seconds(30));
   INFO(serr);

@@ -32,12 +32,28 @@ struct job_run {
 std::unique_ptr<run> start(const job_run& j, const std::string& connect, uint32_t rank,
                            std::vector<std::string> extra = {}) {
   auto w = std::make_unique<run>();
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH, "--connect", connect, "--job", j.job,
-                                "--rank", std::to_string(rank), "--workers",
-                                std::to_string(j.workers), "--optimizer", j.optimizer,
-                                "--steps", std::to_string(j.steps), "--token", j.token,
-                                "--out", w->out_path, "--verify", "--transport",
-                                j.transport, "--step-delay-ms", "20"};
+  std::vector<std::string> argv{RW_TEST_WORKER_PATH,
+                                "--connect",
+                                connect,
+                                "--job",
+                                j.job,
+                                "--rank",
+                                std::to_string(rank),
+                                "--workers",
+                                std::to_string(j.workers),
+                                "--optimizer",
+                                j.optimizer,
+                                "--steps",
+                                std::to_string(j.steps),
+                                "--token",
+                                j.token,
+                                "--out",
+                                w->out_path,
+                                "--verify",
+                                "--transport",
+                                j.transport,
+                                "--step-delay-ms",
+                                "20"};
   if (!j.rank_racks.empty()) {
     argv.push_back("--rank-racks");
     argv.push_back(j.rank_racks);
@@ -53,10 +69,10 @@ void crash_and_verify(const job_run& j, const std::vector<std::string>& connect,
                       uint32_t victim, const std::vector<uint32_t>& crashes) {
   std::vector<std::unique_ptr<run>> ws;
   for (uint32_t r = 0; r < j.workers; ++r)
-    ws.push_back(start(j, connect[r], r,
-                       r == victim ? std::vector<std::string>{"--crash-at",
-                                                              std::to_string(crashes[0])}
-                                   : std::vector<std::string>{}));
+    ws.push_back(start(
+      j, connect[r], r,
+      r == victim ? std::vector<std::string>{"--crash-at", std::to_string(crashes[0])}
+                  : std::vector<std::string>{}));
   for (size_t i = 0; i < crashes.size(); ++i) {
     auto [code, out] = finish(*ws[victim]);
     INFO(j.job << ": crash " << i << ": " << out);
@@ -73,7 +89,8 @@ void crash_and_verify(const job_run& j, const std::vector<std::string>& connect,
     CHECK(code == std::optional<int>{0});
     CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
     if (r == victim) // where the node said it goes on: the step it died in
-      CHECK_THAT(out, Catch::Contains(fmt::format("resumes at clock {}", crashes.back())));
+      CHECK_THAT(out,
+                 Catch::Contains(fmt::format("resumes at clock {}", crashes.back())));
   }
 }
 
@@ -82,9 +99,10 @@ std::string create_on(const testing::node_process& node, const std::string& name
                       uint32_t workers, const std::string& optimizer) {
   auto r = testing::run_shell(
     {"--connect", node.address(), "-c",
-     fmt::format("print(rw.job_create{{name = '{}', workers = {}, optimizer = '{}', "
-                 "lr = 0.05, momentum = 0.9, weight_decay = {}, chunk_bytes = '4KiB'}}.token)",
-                 name, workers, optimizer, optimizer == "sgd" ? "0.01" : "0")});
+     fmt::format(
+       "print(rw.job_create{{name = '{}', workers = {}, optimizer = '{}', "
+       "lr = 0.05, momentum = 0.9, weight_decay = {}, chunk_bytes = '4KiB'}}.token)",
+       name, workers, optimizer, optimizer == "sgd" ? "0.01" : "0")});
   INFO(r.err);
   REQUIRE(r.code == 0);
   return r.out.substr(0, r.out.find('\n'));
@@ -107,19 +125,21 @@ TEST_CASE("a worker killed mid-step and started again with its rank goes on: bit
     INFO(err);
     REQUIRE(!j.token.empty());
     crash_and_verify(j, {a, a, a}, 1, {2});
-    auto r = c.shell("local j = rw.wait('" + j.job + "', 'finished', {timeout = 30}); "
-                     "print(j.state, j.ranks[2].clock)");
+    auto r = c.shell("local j = rw.wait('" + j.job
+                     + "', 'finished', {timeout = 30}); "
+                       "print(j.state, j.ranks[2].clock)");
     INFO(r.err);
     CHECK(r.out == "finished\t6\n");
-    CHECK(c.nodes[0]->wait_for_log(
-      fmt::format("worker rejoined: job='{}'", j.job), std::chrono::seconds(5)));
+    CHECK(c.nodes[0]->wait_for_log(fmt::format("worker rejoined: job='{}'", j.job),
+                                   std::chrono::seconds(5)));
   }
   {
     job_run j; // rank 0 (the init rank) twice in a row, on a job over both nodes
     j.job = "restart-flat";
     j.transport = "tcp";
     std::string err;
-    j.token = c.create(j.job, 3, "momentum", "racks = {'a', 'b'}, reduction = 'flat'", &err);
+    j.token = c.create(j.job, 3, "momentum", "racks = {'a', 'b'}, reduction = 'flat'",
+                       &err);
     j.optimizer = "momentum";
     INFO(err);
     REQUIRE(!j.token.empty());
@@ -162,8 +182,9 @@ TEST_CASE("a worker that does not come back fails its job after the rejoin timeo
   CHECK_THAT(out0, Catch::Contains("did not join again within 700 ms"));
   CHECK(waited < std::chrono::seconds(10));
   CHECK(node.wait_for_log("worker away: job='gone'"));
-  auto s = testing::run_shell({"--connect", node.address(), "-c",
-                               "local j = rw.job_status('gone'); print(j.state, j.reason)"});
+  auto s = testing::run_shell(
+    {"--connect", node.address(), "-c",
+     "local j = rw.job_status('gone'); print(j.state, j.reason)"});
   CHECK_THAT(s.out, Catch::StartsWith("failed\t"));
   CHECK_THAT(s.out, Catch::Contains("worker rank 1 disconnected mid-job"));
 }

@@ -14,7 +14,8 @@ namespace rw::testing {
 
 constexpr uint32_t fixture_chunk_bytes = 4096; // 1024 floats per chunk
 
-inline job_spec fixture_job(const std::string& name, uint32_t workers, optimizer_kind kind) {
+inline job_spec fixture_job(const std::string& name, uint32_t workers,
+                            optimizer_kind kind) {
   job_spec spec;
   spec.name = name;
   spec.num_workers = workers;

@@ -14,7 +14,8 @@
 
 namespace rw::testing {
 
-inline std::vector<float> fixture_sum(uint32_t t, uint32_t s, uint64_t n, uint32_t workers,
+inline std::vector<float> fixture_sum(uint32_t t, uint32_t s, uint64_t n,
+                                      uint32_t workers,
                                       const std::vector<uint32_t>& rank_racks) {
   if (rank_racks.empty()) {
     auto sum = fixture_gradient(0, s, t, n);
@@ -47,9 +48,9 @@ inline std::vector<float> fixture_sum(uint32_t t, uint32_t s, uint64_t n, uint32
   return total;
 }
 
-inline std::vector<float> fixture_reference(const job_spec& spec, uint32_t t,
-                                            uint32_t workers, uint32_t steps,
-                                            const std::vector<uint32_t>& rank_racks = {}) {
+inline std::vector<float> fixture_reference(
+  const job_spec& spec, uint32_t t, uint32_t workers, uint32_t steps,
+  const std::vector<uint32_t>& rank_racks = {}) {
   auto n = spec.tensors[t].elements;
   auto params = spec.tensors[t].has_init ? fixture_init(t, n) : std::vector<float>(n);
   std::vector<float> m(n), v(n), d(n);
@@ -66,9 +67,9 @@ inline std::vector<float> fixture_reference(const job_spec& spec, uint32_t t,
     runtime::norm_parts total;
     for (uint32_t c = 0; c < layout.count(); ++c) {
       auto o = layout.offset(c);
-      auto part = runtime::layerwise_prepare(spec.optimizer, rescale, s + 1, params.data() + o,
-                                             sum.data() + o, {m.data() + o, v.data() + o, d.data() + o},
-                                             layout.length(c));
+      auto part = runtime::layerwise_prepare(
+        spec.optimizer, rescale, s + 1, params.data() + o, sum.data() + o,
+        {m.data() + o, v.data() + o, d.data() + o}, layout.length(c));
       total.w2 += part.w2;
       total.d2 += part.d2;
     }
@@ -76,7 +77,8 @@ inline std::vector<float> fixture_reference(const job_spec& spec, uint32_t t,
     for (uint32_t c = 0; c < layout.count(); ++c) {
       auto o = layout.offset(c);
       runtime::layerwise_apply(spec.optimizer, trust, params.data() + o,
-                               {m.data() + o, v.data() + o, d.data() + o}, layout.length(c));
+                               {m.data() + o, v.data() + o, d.data() + o},
+                               layout.length(c));
     }
   }
   return params;

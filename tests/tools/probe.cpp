@@ -50,8 +50,8 @@ int main(int argc, char** argv) {
           auto f = own.read_frame();
           bool refused = f && f->header.kind == frame_kind::error
                          && f->header.error_code == errc::unknown_job;
-          std::cout << transports::to_string(kind) << " job " << target << " chunk " << tensor
-                    << "/" << chunk << ": "
+          std::cout << transports::to_string(kind) << " job " << target << " chunk "
+                    << tensor << "/" << chunk << ": "
                     << (refused ? "refused: " + f->error().message
                                 : std::string("NOT REFUSED"))
                     << "\n";
@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
       testing::raw_client other{connect};
       try {
         other.join(testing::fixture_job(steal, 2, optimizer_kind::sum), 1, token);
-        std::cout << "hello to job '" << steal << "' with another job's token: NOT REFUSED\n";
+        std::cout << "hello to job '" << steal
+                  << "' with another job's token: NOT REFUSED\n";
         ++leaks;
       } catch (const rw::error& e) {
         // Only the refusal the token check gives counts: a lost connection or any other
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
     std::cerr << "rw-test-probe: " << e.what() << "\n";
     return 2;
   }
-  std::cout << (leaks == 0 ? "every attempt was refused\n" : "SOME ATTEMPTS GOT THROUGH\n");
+  std::cout << (leaks == 0 ? "every attempt was refused\n"
+                           : "SOME ATTEMPTS GOT THROUGH\n");
   return leaks == 0 ? 0 : 1;
 }

@@ -51,23 +51,30 @@ int main(int argc, char** argv) {
   app.add_option("--out", out)->required();
   app.add_option("--transport", transport);
   app.add_option("--token", token, "the job's token (from rw.job_create)");
-  app.add_flag("--verify", verify, "check the result against the single-process reference");
+  app.add_flag("--verify", verify,
+               "check the result against the single-process reference");
   app.add_option("--hold-ms", hold_ms, "stay in the job this long after the last step");
-  app.add_option("--step-delay-ms", step_delay_ms,
-                 "sleep this long before each step (a run that is mid-training for a while)");
+  app.add_option(
+    "--step-delay-ms", step_delay_ms,
+    "sleep this long before each step (a run that is mid-training for a while)");
   app.add_option("--rack", rack, "the worker's rack option");
   app.add_option("--start-clock", start_clock, "the clock a restored job goes on from");
-  app.add_option("--extra-elements", extra_elements, "add a tensor 'delta' of this many floats");
+  app.add_option("--extra-elements", extra_elements,
+                 "add a tensor 'delta' of this many floats");
   uint32_t chunk_bytes = 0;
-  app.add_option("--chunk-bytes", chunk_bytes, "the job's chunk size (default: the fixture's)");
-  app.add_option("--crash-at", crash_at, "at this step push one tensor, then die (exit 9)");
+  app.add_option("--chunk-bytes", chunk_bytes,
+                 "the job's chunk size (default: the fixture's)");
+  app.add_option("--crash-at", crash_at,
+                 "at this step push one tensor, then die (exit 9)");
   bool split = false;
-  app.add_flag("--split", split, "push, then pull, rather than push_pull (pushes are acked)");
+  app.add_flag("--split", split,
+               "push, then pull, rather than push_pull (pushes are acked)");
   app.add_option("--pause-at", pause_at, "after this many steps wait for --resume-file");
   app.add_option("--resume-file", resume_file, "go on once this file exists");
   app.add_option("--pause-limit-ms", pause_limit_ms, "longest pause (then exit 6)");
-  app.add_option("--rank-racks", rank_racks,
-                 "each rank's rack, in rank order (a hierarchical job's sum order)")
+  app
+    .add_option("--rank-racks", rank_racks,
+                "each rank's rack, in rank order (a hierarchical job's sum order)")
     ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
@@ -129,7 +136,8 @@ int main(int argc, char** argv) {
         timed_start = std::chrono::steady_clock::now();
       std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
       if (!resume_file.empty() && s == pause_at) {
-        auto limit = std::chrono::steady_clock::now() + std::chrono::milliseconds(pause_limit_ms);
+        auto limit = std::chrono::steady_clock::now()
+                     + std::chrono::milliseconds(pause_limit_ms);
         while (!std::ifstream{resume_file}.good()) {
           if (std::chrono::steady_clock::now() > limit) {
             std::cerr << "rank " << rank << ": " << resume_file << " did not appear\n";
@@ -158,15 +166,18 @@ int main(int argc, char** argv) {
           pending.push_back(w.pull(tensors[t].name, params[t].data(), s + 1));
       } else {
         for (uint32_t t = 0; t < tensors.size(); ++t)
-          pending.push_back(w.push_pull(tensors[t].name, grads[t].data(), params[t].data()));
+          pending.push_back(
+            w.push_pull(tensors[t].name, grads[t].data(), params[t].data()));
       }
       for (auto& f : pending)
         f.get();
     }
     if (steps > timed_from) {
-      std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - timed_start;
-      std::cout << "rank " << rank << ": steps " << timed_from << ".." << steps << " took "
-                << took.count() / (steps - timed_from) << " ms per step" << std::endl;
+      std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now()
+                                                       - timed_start;
+      std::cout << "rank " << rank << ": steps " << timed_from << ".." << steps
+                << " took " << took.count() / (steps - timed_from) << " ms per step"
+                << std::endl;
     }
     std::ofstream file{out, std::ios::binary};
     for (auto& p : params)

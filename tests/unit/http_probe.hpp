@@ -17,8 +17,8 @@
 namespace rw::test {
 
 struct http_reply {
-  int status = 0;    // 0: no status line came
-  std::string head;  // status line and fields
+  int status = 0;   // 0: no status line came
+  std::string head; // status line and fields
   std::string body;
   bool closed = false; // the server closed (EOF or reset) within the time given
 };
@@ -33,9 +33,7 @@ public:
     if (fd_ < 0 || connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0)
       throw std::runtime_error("cannot connect to 127.0.0.1:" + std::to_string(port));
   }
-  ~http_probe() {
-    close(fd_);
-  }
+  ~http_probe() { close(fd_); }
   http_probe(const http_probe&) = delete;
   http_probe& operator=(const http_probe&) = delete;
 
@@ -71,7 +69,8 @@ public:
   }
 
   /// Reads until the server closes or `timeout` passes, and parses what came.
-  http_reply read_reply(std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+  http_reply read_reply(
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
     http_reply r;
     std::string raw;
     auto until = std::chrono::steady_clock::now() + timeout;
@@ -103,16 +102,15 @@ public:
     return r;
   }
 
-  int fd() const {
-    return fd_;
-  }
+  int fd() const { return fd_; }
 
 private:
   int fd_;
 };
 
 /// One request on a connection of its own, and its answer.
-inline http_reply http_get(int port, const std::string& path, const std::string& fields = {},
+inline http_reply http_get(int port, const std::string& path,
+                           const std::string& fields = {},
                            const std::string& method = "GET") {
   http_probe p{port};
   p.send_all(method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + fields + "\r\n");

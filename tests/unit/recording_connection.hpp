@@ -35,14 +35,9 @@ public:
     writes.push_back(w);
     return true;
   }
-  void close() override {
-  }
-  bool is_open() const noexcept override {
-    return true;
-  }
-  const std::string& peer() const noexcept override {
-    return name_;
-  }
+  void close() override {}
+  bool is_open() const noexcept override { return true; }
+  const std::string& peer() const noexcept override { return name_; }
 
   /// Every frame's chunk in the order written, once there are `n` (or after 10 s).
   std::vector<uint32_t> chunks(size_t n) {

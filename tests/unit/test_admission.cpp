@@ -40,7 +40,8 @@ struct gathering_sink final : frame_sink {
     c->admit(admit_as);
     return payload_target::gathered();
   }
-  void on_frame(const connection_ptr& c, const frame_header& h, payload_target& t) override {
+  void on_frame(const connection_ptr& c, const frame_header& h,
+                payload_target& t) override {
     payloads[c->id()].emplace_back(t.dst, t.dst + h.payload_bytes);
   }
   void on_closed(const connection_ptr& c, errc, const std::string& why) override {
@@ -60,9 +61,7 @@ struct raw_socket {
   explicit raw_socket(const tcp::address& at) {
     fd = tcp::connect_to(at, std::chrono::seconds(2));
   }
-  ~raw_socket() {
-    ::close(fd);
-  }
+  ~raw_socket() { ::close(fd); }
   void send(const void* p, size_t n) {
     auto* b = static_cast<const char*>(p);
     while (n > 0) {
@@ -80,7 +79,8 @@ struct raw_socket {
   int fd;
 };
 
-void poll_until(tcp::endpoint& ep, frame_sink& sink, int ms, const std::function<bool()>& done) {
+void poll_until(tcp::endpoint& ep, frame_sink& sink, int ms,
+                const std::function<bool()>& done) {
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   while (!done() && std::chrono::steady_clock::now() < until)
     ep.poll(5, sink);
@@ -104,7 +104,8 @@ struct node_endpoint {
     if (budget > 0)
       policy.stranger_bytes = std::make_shared<byte_budget>(budget);
     ep = std::make_unique<tcp::endpoint>(std::chrono::milliseconds(2000),
-                                         receive_limits{1u << 20, 1u << 20, frame_ms}, policy);
+                                         receive_limits{1u << 20, 1u << 20, frame_ms},
+                                         policy);
     at = ep->listen(tcp::parse_address("127.0.0.1:0"));
   }
 };
@@ -130,7 +131,8 @@ TEST_CASE("interleaved connections gather their payloads apart", "[admission]") 
     for (int i = 0; i < 3; ++i) {
       if (off >= sent[i].size())
         continue;
-      peers[i]->send(sent[i].data() + off, std::min<size_t>(40'000, sent[i].size() - off));
+      peers[i]->send(sent[i].data() + off,
+                     std::min<size_t>(40'000, sent[i].size() - off));
       poll_until(ep, sink, 20, [] { return false; });
     }
   poll_until(ep, sink, 3000, [&] {
@@ -198,13 +200,15 @@ TEST_CASE("a stranger's frame has a deadline; a joined peer's has none", "[admis
   member.send("ab", 2);
   // The stranger trickles a byte every 50 ms: it is cut at the deadline all the same.
   auto t0 = std::chrono::steady_clock::now();
-  while (sink.closed.empty() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3)) {
+  while (sink.closed.empty()
+         && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3)) {
     stranger.send("x", 1);
     poll_until(ep, sink, 50, [] { return false; });
   }
   REQUIRE(sink.closed.size() == 1);
-  CHECK_THAT(sink.closed.begin()->second, Catch::Contains("a frame not whole 300 ms after its "
-                                                          "first byte"));
+  CHECK_THAT(sink.closed.begin()->second,
+             Catch::Contains("a frame not whole 300 ms after its "
+                             "first byte"));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500));
   poll_until(ep, sink, 800, [] { return false; });
   CHECK(sink.closed.size() == 1); // the joined one is not cut
@@ -228,7 +232,8 @@ TEST_CASE("a stranger idle after a whole frame is closed; one waiting is not",
   poll_until(ep, sink, 1200, [] { return false; });
   REQUIRE(sink.closed.size() == 1);
   CHECK(sink.closed.count(sink.seen.front()->id()) == 1);
-  CHECK_THAT(sink.closed.begin()->second, Catch::Contains("idle for 300 ms without joining"));
+  CHECK_THAT(sink.closed.begin()->second,
+             Catch::Contains("idle for 300 ms without joining"));
 }
 
 TEST_CASE("a byte budget never passes its limit", "[admission]") {

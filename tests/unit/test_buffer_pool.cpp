@@ -40,7 +40,6 @@ TEST_CASE("a buffer may outlive its pool", "[pool]") {
   kept.reset(); // freed, not returned to the dead pool (ASan/valgrind would flag it)
 }
 
-
 TEST_CASE("a pool gives its memory back once no buffer is out, down to what it keeps",
           "[pool]") {
   buffer_pool pool{1 << 20, 2}; // 1 MiB buffers: two per 2 MiB slab

@@ -26,7 +26,8 @@ struct temp_dir {
   std::string path;
   temp_dir() {
     path = (fs::temp_directory_path()
-            / ("rw-ckpt-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++)))
+            / ("rw-ckpt-test-" + std::to_string(::getpid()) + "-"
+               + std::to_string(counter()++)))
              .string();
     fs::remove_all(path);
   }
@@ -69,7 +70,11 @@ rw::job_spec two_tensor_job() {
 }
 
 ck::chunk_record record(uint32_t t, uint32_t c, uint32_t len, uint64_t version) {
-  return {t, c, version, awkward(len, t * 100 + c), awkward(len, t * 100 + c + 7),
+  return {t,
+          c,
+          version,
+          awkward(len, t * 100 + c),
+          awkward(len, t * 100 + c + 7),
           awkward(len, t * 100 + c + 13)};
 }
 
@@ -78,8 +83,8 @@ ck::manifest write_sample(const std::string& dir) {
   ck::prepare_dir(dir);
   ck::chunk_file f0{"ck", 5, "n0", {record(0, 0, 16, 5), record(0, 2, 8, 5)}};
   ck::chunk_file f1{"ck", 5, "n1", {record(0, 1, 16, 5), record(1, 0, 16, 5)}};
-  ck::manifest m{two_tensor_job(), 5,
-                 {ck::write_chunk_file(dir, f0), ck::write_chunk_file(dir, f1)}};
+  ck::manifest m{
+    two_tensor_job(), 5, {ck::write_chunk_file(dir, f0), ck::write_chunk_file(dir, f1)}};
   ck::write_manifest(dir, m);
   return m;
 }
@@ -139,7 +144,8 @@ TEST_CASE("a flipped byte fails the checksum", "[checkpoint]") {
   CHECK_NOTHROW(ck::read_chunk_file(d.path, read, read.files[1]));
 }
 
-TEST_CASE("a directory that is not empty, or has no manifest, is refused", "[checkpoint]") {
+TEST_CASE("a directory that is not empty, or has no manifest, is refused",
+          "[checkpoint]") {
   temp_dir d;
   write_sample(d.path);
   CHECK_THROWS_WITH(ck::prepare_dir(d.path), Catch::Contains("not empty"));
@@ -155,7 +161,8 @@ TEST_CASE("a manifest missing a chunk is refused", "[checkpoint]") {
   ck::prepare_dir(d.path);
   ck::chunk_file f0{"ck", 5, "n0", {record(0, 0, 16, 5), record(0, 2, 8, 5)}};
   ck::write_manifest(d.path, {two_tensor_job(), 5, {ck::write_chunk_file(d.path, f0)}});
-  CHECK_THROWS_WITH(ck::read_manifest(d.path), Catch::Contains("no file holds chunk 0/1"));
+  CHECK_THROWS_WITH(ck::read_manifest(d.path),
+                    Catch::Contains("no file holds chunk 0/1"));
 }
 
 TEST_CASE("a restore names the first spec difference", "[checkpoint]") {
@@ -165,8 +172,8 @@ TEST_CASE("a restore names the first spec difference", "[checkpoint]") {
   wanted.optimizer.learning_rate = 0.5f;
   CHECK(ck::restore_mismatch(m, wanted).empty());
   wanted.tensors[1].elements = 17;
-  CHECK_THAT(ck::restore_mismatch(m, wanted), Catch::Contains("tensor #1")
-                                                && Catch::Contains("17"));
+  CHECK_THAT(ck::restore_mismatch(m, wanted),
+             Catch::Contains("tensor #1") && Catch::Contains("17"));
   wanted = two_tensor_job();
   wanted.optimizer.kind = rw::optimizer_kind::sgd;
   CHECK_THAT(ck::restore_mismatch(m, wanted), Catch::Contains("adam"));

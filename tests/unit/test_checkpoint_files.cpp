@@ -33,7 +33,8 @@ struct temp_dir {
   explicit temp_dir(const std::string& stem = "files") {
     static int n = 0;
     path = (fs::temp_directory_path()
-            / ("rw-ckfiles-" + stem + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++)))
+            / ("rw-ckfiles-" + stem + "-" + std::to_string(::getpid()) + "-"
+               + std::to_string(n++)))
              .string();
     fs::remove_all(path);
   }
@@ -74,7 +75,8 @@ ck::manifest write_sample(const std::string& dir) {
   ck::prepare_dir(dir);
   ck::chunk_file f0{"ck", 5, "n0", {record(0, 0, 16, 5), record(0, 2, 8, 5)}};
   ck::chunk_file f1{"ck", 5, "n1", {record(0, 1, 16, 5), record(1, 0, 16, 5)}};
-  ck::manifest m{job(), 5, {ck::write_chunk_file(dir, f0), ck::write_chunk_file(dir, f1)}};
+  ck::manifest m{
+    job(), 5, {ck::write_chunk_file(dir, f0), ck::write_chunk_file(dir, f1)}};
   ck::write_manifest(dir, m);
   return m;
 }
@@ -109,7 +111,8 @@ TEST_CASE("a stale temporary file of our own is replaced", "[checkpoint]") {
   CHECK(!fs::exists(d.path + "/MANIFEST.tmp"));
 }
 
-TEST_CASE("checkpoint files are created 0600 and their directories 0700", "[checkpoint]") {
+TEST_CASE("checkpoint files are created 0600 and their directories 0700",
+          "[checkpoint]") {
   temp_dir d;
   auto dir = d.path + "/deeper/ck";
   auto m = write_sample(dir);
@@ -144,12 +147,14 @@ TEST_CASE("a periodic checkpoint's directory is shared by the job's nodes, never
   CHECK_NOTHROW(ck::prepare_part_dir(dir)); // the next node of the same checkpoint
   write_sample(d.path + "/done");
   CHECK_THROWS_WITH(ck::prepare_part_dir(d.path + "/done"),
-                    Catch::Contains("complete checkpoint") && Catch::Contains("another run"));
+                    Catch::Contains("complete checkpoint")
+                      && Catch::Contains("another run"));
 }
 
 TEST_CASE("a manifest naming a chunk or tensor the job does not have is refused",
           "[checkpoint]") {
-  for (auto bad : {std::pair<uint32_t, uint32_t>{0, 1000000000}, {0, 3}, {2, 0}, {7, 1}}) {
+  for (auto bad :
+       {std::pair<uint32_t, uint32_t>{0, 1000000000}, {0, 3}, {2, 0}, {7, 1}}) {
     temp_dir d;
     auto m = write_sample(d.path);
     m.files[1].chunks.push_back(bad);
@@ -186,7 +191,8 @@ TEST_CASE("a manifest whose tensors make more chunks than any job may is refused
   CHECK_THROWS_WITH(ck::read_manifest(d.path), Catch::Contains("no job could have"));
 }
 
-TEST_CASE("a chunk file larger than its chunks can be is refused unread", "[checkpoint]") {
+TEST_CASE("a chunk file larger than its chunks can be is refused unread",
+          "[checkpoint]") {
   temp_dir d;
   auto m = write_sample(d.path);
   // The file padded to 3 MiB and the manifest made to agree (size and checksum): its
@@ -206,7 +212,8 @@ TEST_CASE("a chunk file larger than its chunks can be is refused unread", "[chec
                     Catch::Contains("refused unread"));
   CHECK_NOTHROW(ck::read_chunk_file(d.path, read, read.files[1]));
   // read_all itself: no more than the caller allows, whatever the file holds.
-  CHECK_THROWS_WITH(ck::read_all(d.path, m.files[0].name, 1024), Catch::Contains("refused"));
+  CHECK_THROWS_WITH(ck::read_all(d.path, m.files[0].name, 1024),
+                    Catch::Contains("refused"));
 }
 
 TEST_CASE("a chunk file reached through a symbolic link is refused", "[checkpoint]") {
@@ -235,11 +242,11 @@ TEST_CASE("a chunk file's records must be the chunks its manifest entry lists, e
     ck::write_manifest(d.path, m);
     auto read = ck::read_manifest(d.path);
     INFO(reason);
-    CHECK_THROWS_WITH(ck::read_chunk_file(d.path, read, read.files[0]), Catch::Contains(reason));
+    CHECK_THROWS_WITH(ck::read_chunk_file(d.path, read, read.files[0]),
+                      Catch::Contains(reason));
   };
   check({"ck", 5, "n0", {record(0, 0, 15, 5), record(0, 2, 8, 5)}}, "15/15/15 floats");
-  check({"ck", 5, "n0", {record(0, 0, 16, 5), record(0, 1, 16, 5)}},
-        "does not list");
+  check({"ck", 5, "n0", {record(0, 0, 16, 5), record(0, 1, 16, 5)}}, "does not list");
   check({"ck", 5, "n0", {record(0, 0, 16, 5)}}, "holds 1 chunks, the manifest lists 2");
 }
 

@@ -23,7 +23,8 @@ struct temp_dir {
   explicit temp_dir(const std::string& stem) {
     static int n = 0;
     path = (fs::canonical(fs::temp_directory_path())
-            / ("rw-ckroot-" + stem + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++)))
+            / ("rw-ckroot-" + stem + "-" + std::to_string(::getpid()) + "-"
+               + std::to_string(n++)))
              .string();
     fs::remove_all(path);
     fs::create_directories(path);
@@ -70,10 +71,10 @@ TEST_CASE("checkpoint paths resolve under the root; outside it they are refused 
   // directory or through one to a path not made yet).
   auto refused = [&](const std::string& path) {
     INFO(path);
-    CHECK_THROWS_WITH(root.resolve(path, "checkpoint_dir"),
-                      Catch::Contains("checkpoint_dir '" + path + "' refused")
-                        && Catch::Contains("outside this node's --checkpoint-root '" + d.path
-                                           + "'"));
+    CHECK_THROWS_WITH(
+      root.resolve(path, "checkpoint_dir"),
+      Catch::Contains("checkpoint_dir '" + path + "' refused")
+        && Catch::Contains("outside this node's --checkpoint-root '" + d.path + "'"));
   };
   refused(elsewhere.path + "/ck");
   refused("../x");
@@ -89,17 +90,20 @@ TEST_CASE("checkpoint paths resolve under the root; outside it they are refused 
   CHECK(root.resolve("in/ck", "restore") == d.path + "/x/ck");
   // A link that leads nowhere is refused.
   fs::create_symlink(d.path + "/missing", d.path + "/dangling");
-  CHECK_THROWS_WITH(root.resolve("dangling/ck", "restore"), Catch::Contains("cannot be resolved"));
+  CHECK_THROWS_WITH(root.resolve("dangling/ck", "restore"),
+                    Catch::Contains("cannot be resolved"));
   CHECK_THROWS_WITH(root.resolve("", "restore"), Catch::Contains("give a directory"));
 }
 
-TEST_CASE("a checkpoint root whose name prefixes another directory does not take that directory",
-          "[checkpoint]") {
+TEST_CASE(
+  "a checkpoint root whose name prefixes another directory does not take that directory",
+  "[checkpoint]") {
   temp_dir d{"prefix"};
   fs::create_directories(d.path + "/ck");
   fs::create_directories(d.path + "/ck-other");
   ck::checkpoint_root root{d.path + "/ck"};
-  CHECK_THROWS_WITH(root.resolve(d.path + "/ck-other/run", "restore"), Catch::Contains("outside"));
+  CHECK_THROWS_WITH(root.resolve(d.path + "/ck-other/run", "restore"),
+                    Catch::Contains("outside"));
 }
 
 } // namespace rw_unit_checkpoint_root

@@ -31,8 +31,7 @@ struct owned_chunk {
   chunk_state cs;
   owned_chunk(uint32_t length, uint32_t workers, bool wait_for_init)
     : params(length), m(length), v(length),
-      cs(length, workers, params.data(), m.data(), v.data(), wait_for_init) {
-  }
+      cs(length, workers, params.data(), m.data(), v.data(), wait_for_init) {}
 };
 
 rw::optimizer_spec sum_spec() {
@@ -45,7 +44,8 @@ rw::optimizer_spec sum_spec() {
 
 TEST_CASE("summation is in rank order whatever the arrival order", "[chunk_state]") {
   // Float addition is not associative: (1e8 + -1e8) + 1 == 1, but (1 + -1e8) + 1e8 == 0.
-  const std::vector<std::vector<float>> grads = {{1e8f, 3.0f}, {-1e8f, 1e-7f}, {1.0f, 7.0f}};
+  const std::vector<std::vector<float>> grads = {
+    {1e8f, 3.0f}, {-1e8f, 1e-7f}, {1.0f, 7.0f}};
   float expect[2];
   for (int i = 0; i < 2; ++i)
     expect[i] = (grads[0][i] + grads[1][i]) + grads[2][i];
@@ -73,7 +73,7 @@ TEST_CASE("duplicates and clocks too far ahead are refused, one step ahead is he
           "[chunk_state]") {
   rw::runtime::buffer_pool pool{4, 0};
   owned_chunk chunk{1, 2, false};
-    auto& cs = chunk.cs;
+  auto& cs = chunk.cs;
   CHECK(cs.push(0, 0, make(pool, {1}), now) == outcome::counted);
   CHECK(cs.push(0, 0, make(pool, {5}), now) == outcome::duplicate);
   CHECK(cs.push(0, 2, make(pool, {5}), now) == outcome::too_far_ahead);
@@ -91,9 +91,10 @@ TEST_CASE("duplicates and clocks too far ahead are refused, one step ahead is he
   CHECK(!cs.step_open());
 }
 
-TEST_CASE("a layer-wise chunk's settle reach: its version, one more once a step is begun, "
-          "two more with the next step held",
-          "[chunk_state]") {
+TEST_CASE(
+  "a layer-wise chunk's settle reach: its version, one more once a step is begun, "
+  "two more with the next step held",
+  "[chunk_state]") {
   rw::runtime::buffer_pool pool{8, 0};
   std::vector<float> params(1), m(1), v(1), d(1);
   chunk_state cs{1, 2, params.data(), m.data(), v.data(), false, {}, d.data()};
@@ -124,9 +125,9 @@ TEST_CASE("a layer-wise chunk's settle reach: its version, one more once a step 
 TEST_CASE("waiters are answered once their version exists", "[chunk_state]") {
   rw::runtime::buffer_pool pool{4, 0};
   owned_chunk chunk{1, 2, true}; // waits for rank 0's init
-    auto& cs = chunk.cs;
-  cs.wait({nullptr, 1, 0});                             // a pull of version 0
-  CHECK(cs.take_ready().empty());                       // not initialised yet
+  auto& cs = chunk.cs;
+  cs.wait({nullptr, 1, 0});       // a pull of version 0
+  CHECK(cs.take_ready().empty()); // not initialised yet
   float init = 4.0f;
   REQUIRE(cs.init(&init));
   CHECK_FALSE(cs.init(&init)); // only once
@@ -146,7 +147,7 @@ TEST_CASE("waiters are answered once their version exists", "[chunk_state]") {
 TEST_CASE("has_pushed and needs describe what a step still waits for", "[chunk_state]") {
   rw::runtime::buffer_pool pool{4, 0};
   owned_chunk chunk{1, 3, false};
-    auto& cs = chunk.cs;
+  auto& cs = chunk.cs;
   CHECK_FALSE(cs.needs(2)); // nothing open yet
   cs.push(0, 0, make(pool, {1}), now);
   CHECK(cs.needs(2));
@@ -193,7 +194,8 @@ TEST_CASE("read-only pushes are summed when the step is complete, bitwise the sa
     owned_chunk chunk{3, workers, false};
     int released = 0;
     for (auto r : order)
-      chunk.cs.push(r, 0, rw::runtime::buffer_ref{new read_only(grads[r], released)}, now);
+      chunk.cs.push(r, 0, rw::runtime::buffer_ref{new read_only(grads[r], released)},
+                    now);
     REQUIRE(chunk.cs.step_ready());
     chunk.cs.complete_step(sum_spec(), 1.0f, now);
     INFO(workers << " workers");

@@ -133,12 +133,10 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 TEST_CASE("the state database round-trips the registry in every job state",
           "[cluster_store]") {
   auto path = scratch("state.db");
-  std::vector<stored_job> jobs{make_job(7, "j-created", "created"),
-                               make_job(8, "j-running", "running"),
-                               make_job(9, "j-finished", "finished"),
-                               make_job(10, "j-failed", "failed"),
-                               make_job(11, "j-stopped", "stopped"),
-                               make_job(12, "j-gone", "created")};
+  std::vector<stored_job> jobs{
+    make_job(7, "j-created", "created"),   make_job(8, "j-running", "running"),
+    make_job(9, "j-finished", "finished"), make_job(10, "j-failed", "failed"),
+    make_job(11, "j-stopped", "stopped"),  make_job(12, "j-gone", "created")};
   // Checkpoints: periodic ones with the newest complete, and a restored job.
   jobs[1].checkpoint_every = 5;
   jobs[1].checkpoint_dir = "/ck/run";
@@ -223,8 +221,9 @@ TEST_CASE("a damaged or foreign state database is refused, never read as empty",
     auto store = cluster_store::open(damaged, err);
     REQUIRE(store);
     for (uint32_t id = 1; id <= 200; ++id)
-      REQUIRE(store->save_job(make_job(id, "job-" + std::to_string(id), "running"), id + 1)
-              == "");
+      REQUIRE(
+        store->save_job(make_job(id, "job-" + std::to_string(id), "running"), id + 1)
+        == "");
   }
   auto size = std::filesystem::file_size(damaged);
   REQUIRE(size > 16384);
@@ -279,8 +278,9 @@ TEST_CASE("a schema-1 state database is brought to schema 2 and keeps its jobs",
   { // As a build before job checkpoints wrote it: no such table, version 1.
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    CHECK(sqlite3_exec(db, "DROP TABLE job_checkpoints; UPDATE schema_version SET version = 1",
-                       nullptr, nullptr, nullptr)
+    CHECK(sqlite3_exec(
+            db, "DROP TABLE job_checkpoints; UPDATE schema_version SET version = 1",
+            nullptr, nullptr, nullptr)
           == SQLITE_OK);
     sqlite3_close(db);
   }
@@ -309,8 +309,9 @@ struct old_layout {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, old_layout& l) {
   auto& x = *l.x;
-  return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks, x.vnodes,
-           x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms);
+  return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks,
+           x.vnodes, x.ring_version, x.reduction, x.rank_racks, x.plan,
+           x.join_timeout_ms);
 }
 // job_spec as a build before its `schedule` wrote it.
 struct old_spec {
@@ -346,20 +347,20 @@ typename Inspector::result_type inspect(Inspector& f, old_report& r) {
   old_spec spec{&x.spec};
   spec_without_compression uncompressed{&x.spec};
   if (r.when == era::before_compression)
-    return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-             x.endpoints, x.layout, uncompressed, x.created_unix_ms, x.started_unix_ms,
-             x.ended_unix_ms, x.ranks, x.max_memory);
+    return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
+             x.node, x.endpoints, x.layout, uncompressed, x.created_unix_ms,
+             x.started_unix_ms, x.ended_unix_ms, x.ranks, x.max_memory);
   if (r.when == era::before_memory)
-    return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-             x.endpoints, x.layout, uncompressed, x.created_unix_ms, x.started_unix_ms,
-             x.ended_unix_ms, x.ranks);
+    return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
+             x.node, x.endpoints, x.layout, uncompressed, x.created_unix_ms,
+             x.started_unix_ms, x.ended_unix_ms, x.ranks);
   if (r.when == era::before_replicas)
-    return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-             x.endpoints, layout, spec, x.created_unix_ms, x.started_unix_ms,
+    return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
+             x.node, x.endpoints, layout, spec, x.created_unix_ms, x.started_unix_ms,
              x.ended_unix_ms, x.ranks);
-  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason, x.node,
-           x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms, x.ended_unix_ms,
-           x.ranks);
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
+           x.node, x.endpoints, x.layout, spec, x.created_unix_ms, x.started_unix_ms,
+           x.ended_unix_ms, x.ranks);
 }
 
 // Replaces every stored report with `old`'s encoding.
@@ -370,7 +371,8 @@ void store_old(const std::string& path, old_report old) {
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
   sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db, "UPDATE jobs SET report = ?", -1, &st, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_prepare_v2(db, "UPDATE jobs SET report = ?", -1, &st, nullptr)
+          == SQLITE_OK);
   sqlite3_bind_blob(st, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
   CHECK(sqlite3_step(st) == SQLITE_DONE);
   sqlite3_finalize(st);
@@ -379,7 +381,8 @@ void store_old(const std::string& path, old_report old) {
 
 // Saves `job` (as this build writes it), replaces its report with `old`'s encoding (as
 // an older build wrote it) and reads the registry back.
-stored_registry read_back_as_old(const std::string& path, stored_job& job, old_report old) {
+stored_registry read_back_as_old(const std::string& path, stored_job& job,
+                                 old_report old) {
   {
     std::string err;
     auto store = cluster_store::open(path, err);
@@ -422,7 +425,8 @@ TEST_CASE("a job written before hyper-parameter schedules existed is read back w
   job.report.spec.schedule.clear();
   job.report.max_memory = 0;
   job.report.spec.compression = {};
-  auto back = read_back_as_old(path, saved, old_report{&job.report, era::before_schedule});
+  auto back = read_back_as_old(path, saved,
+                               old_report{&job.report, era::before_schedule});
   check_same(job, back.jobs[0]);
   CHECK(back.jobs[0].report.layout.replicas == job.report.layout.replicas);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
@@ -449,7 +453,8 @@ TEST_CASE("a job written before compression existed is read back as uncompressed
   REQUIRE(job.report.spec.compression.kind == compression_spec::fp16);
   auto saved = job;
   job.report.spec.compression = {};
-  auto back = read_back_as_old(path, saved, old_report{&job.report, era::before_compression});
+  auto back = read_back_as_old(path, saved,
+                               old_report{&job.report, era::before_compression});
   check_same(job, back.jobs[0]);
   CHECK(back.jobs[0].report.spec.compression.kind == compression_spec::none);
   CHECK(!back.jobs[0].report.spec.compression.updates);

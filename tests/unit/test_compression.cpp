@@ -84,8 +84,7 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
       case 6: // fp16 tie in its subnormal range: an odd multiple of 2^-25
         x = static_cast<float>(2 * (r % 1024) + 1) * 0x1p-25f * (g() % 2 ? -1.0f : 1.0f);
         continue;
-      default:
-        break;
+      default: break;
     }
     x = from_bits(b);
   }
@@ -324,7 +323,8 @@ TEST_CASE("fp16_scale puts the largest finite magnitude between 2^14 and 2^15",
   CHECK(rt::fp16_scale(nullptr, 0) == 1.0f);
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> special{inf, -inf, std::nanf(""), -0.0f};
-  CHECK(rt::fp16_scale(special.data(), special.size()) == 1.0f); // nothing finite non-zero
+  CHECK(rt::fp16_scale(special.data(), special.size())
+        == 1.0f); // nothing finite non-zero
   special.push_back(-3.0f);
   CHECK(rt::fp16_scale(special.data(), special.size()) == 0x1p-13f); // 3 / 2^-13 = 24576
   float max = std::numeric_limits<float>::max();
@@ -332,7 +332,8 @@ TEST_CASE("fp16_scale puts the largest finite magnitude between 2^14 and 2^15",
   float subnormal = from_bits(0x00000100); // 2^-141: the exponent clamps at -126
   CHECK(rt::fp16_scale(&subnormal, 1) == 0x1p-126f);
   for (int e = -112; e <= 127; e += 7) {
-    std::vector<float> x{std::ldexp(1.75f, e) * (e % 2 ? -1.0f : 1.0f), std::ldexp(1.0f, e - 3)};
+    std::vector<float> x{std::ldexp(1.75f, e) * (e % 2 ? -1.0f : 1.0f),
+                         std::ldexp(1.0f, e - 3)};
     const float s = rt::fp16_scale(x.data(), x.size());
     INFO("e=" << e << " scale=" << s);
     CHECK((bits(s) & 0x007fffffu) == 0); // a power of two
@@ -380,12 +381,12 @@ TEST_CASE("rounding in place is pack then unpack", "[compression]") {
 
 TEST_CASE("topk_count", "[compression]") {
   CHECK(rt::topk_count(0.01f, 1000) == 10);
-  CHECK(rt::topk_count(0.25f, 10) == 3);     // ceil(2.5)
-  CHECK(rt::topk_count(0.001f, 10) == 1);    // at least one
+  CHECK(rt::topk_count(0.25f, 10) == 3);  // ceil(2.5)
+  CHECK(rt::topk_count(0.001f, 10) == 1); // at least one
   CHECK(rt::topk_count(1e-9f, 1000000) == 1);
   CHECK(rt::topk_count(1.0f, 7) == 7);
   CHECK(rt::topk_count(1.0f, 1) == 1);
-  CHECK(rt::topk_count(0.5f, 0) == 0); // an empty chunk sends nothing
+  CHECK(rt::topk_count(0.5f, 0) == 0);  // an empty chunk sends nothing
   CHECK(rt::topk_count(0.0f, 10) == 1); // max(1, ...) even outside (0, 1]
   CHECK(rt::topk_count(std::nanf(""), 10) == 1);
   CHECK(rt::topk_count(2.0f, 10) == 10); // at most n
@@ -399,8 +400,8 @@ TEST_CASE("topk_ratio_at and topk_chunk_count: the warm-up's stages and short ch
   // No warm-up: the ratio from the first step.
   CHECK(rt::topk_ratio_at(0.01f, 0, 0) == 0.01f);
   // 8 steps: 2 at each of 1/4, 1/16, 1/64, 1/256, then the ratio.
-  const std::vector<float> stages{0.25f, 0.25f, 0.0625f, 0.0625f, 0.015625f, 0.015625f,
-                                  0.00390625f, 0.00390625f, 0.001f, 0.001f};
+  const std::vector<float> stages{0.25f,     0.25f,       0.0625f,     0.0625f, 0.015625f,
+                                  0.015625f, 0.00390625f, 0.00390625f, 0.001f,  0.001f};
   for (uint64_t step = 0; step < stages.size(); ++step)
     CHECK(rt::topk_ratio_at(0.001f, 8, step) == stages[step]);
   // Never below the ratio: topk:0.1 warms up at 1/4, then sends 0.1.
@@ -418,7 +419,8 @@ TEST_CASE("topk_ratio_at and topk_chunk_count: the warm-up's stages and short ch
 
   // A chunk shorter than topk_dense_below is sent whole, warm-up or not.
   CHECK(rt::topk_chunk_count(0.01f, 0, 0, 16) == 16);
-  CHECK(rt::topk_chunk_count(0.01f, 0, 0, rt::topk_dense_below - 1) == rt::topk_dense_below - 1);
+  CHECK(rt::topk_chunk_count(0.01f, 0, 0, rt::topk_dense_below - 1)
+        == rt::topk_dense_below - 1);
   CHECK(rt::topk_chunk_count(0.01f, 0, 0, rt::topk_dense_below) == 11); // ceil(10.24)
   CHECK(rt::topk_chunk_count(0.01f, 0, 0, 0) == 0);
   CHECK(rt::topk_chunk_count(0.001f, 8, 0, 4096) == 1024);
@@ -459,8 +461,8 @@ TEST_CASE("select_topk matches a full sort, ties to the lower index", "[compress
       for (auto& x : r)
         x = pool[g() % pool.size()];
       for (uint32_t k : {0u, 1u, 3u, static_cast<uint32_t>(n / 3),
-                         static_cast<uint32_t>(n > 0 ? n - 1 : 0), static_cast<uint32_t>(n),
-                         static_cast<uint32_t>(n + 3)}) {
+                         static_cast<uint32_t>(n > 0 ? n - 1 : 0),
+                         static_cast<uint32_t>(n), static_cast<uint32_t>(n + 3)}) {
         INFO("n=" << n << " k=" << k << " specials=" << with_specials);
         rt::select_topk(r.data(), n, k, got);
         REQUIRE(got == reference_topk(r, k));

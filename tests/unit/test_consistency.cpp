@@ -23,10 +23,10 @@ const auto now = std::chrono::steady_clock::now();
 
 struct run_result {
   uint64_t max_staleness = 0;
-  std::vector<uint32_t> pushes;  // per worker
-  std::vector<float> params;     // final
+  std::vector<uint32_t> pushes; // per worker
+  std::vector<float> params;    // final
   uint64_t version = 0;
-  uint32_t max_lead = 0;         // largest clock gap between two workers ever seen
+  uint32_t max_lead = 0; // largest clock gap between two workers ever seen
 };
 
 // Integer-valued gradients so that any sum of them is exact in float.
@@ -112,12 +112,13 @@ TEST_CASE("a seen SSP staleness can reach its bound (the bound is not vacuous)",
           "[consistency]") {
   uint64_t seen = 0;
   for (uint32_t seed = 1; seed <= 12; ++seed)
-    seen = std::max(seen, simulate({consistency_spec::ssp, 2}, 4, 30, seed).max_staleness);
+    seen = std::max(seen,
+                    simulate({consistency_spec::ssp, 2}, 4, 30, seed).max_staleness);
   CHECK(seen == 2);
   uint64_t async_seen = 0;
   for (uint32_t seed = 1; seed <= 12; ++seed)
-    async_seen = std::max(async_seen,
-                          simulate({consistency_spec::async, 0}, 4, 30, seed).max_staleness);
+    async_seen = std::max(
+      async_seen, simulate({consistency_spec::async, 0}, 4, 30, seed).max_staleness);
   CHECK(async_seen > 2); // async has no bound
 }
 
@@ -143,13 +144,15 @@ TEST_CASE("consistency specs parse, and bad ones say why", "[consistency]") {
   CHECK_THROWS_WITH(rw::parse_consistency("ssp:-1"), Catch::Contains(">= 0"));
   CHECK_THROWS_WITH(rw::parse_consistency("ssp:"), Catch::Contains(">= 0"));
   CHECK_THROWS_WITH(rw::parse_consistency("ssp:x"), Catch::Contains(">= 0"));
-  CHECK_THROWS_WITH(rw::parse_consistency("eventual"), Catch::Contains("bsp, ssp:S or async"));
+  CHECK_THROWS_WITH(rw::parse_consistency("eventual"),
+                    Catch::Contains("bsp, ssp:S or async"));
   CHECK(rw::to_string(s) == "ssp:2");
   rw::job_spec a, b;
   a.name = b.name = "j";
   a.tensors = b.tensors = {{"t", 4, false}};
   b.consistency = s;
-  CHECK_THAT(rw::describe_mismatch(a, b), Catch::Contains("runs bsp, hello asks for ssp:2"));
+  CHECK_THAT(rw::describe_mismatch(a, b),
+             Catch::Contains("runs bsp, hello asks for ssp:2"));
 }
 
 TEST_CASE("SSP pushes must come in clock order", "[consistency]") {
@@ -170,7 +173,8 @@ TEST_CASE("SSP pushes must come in clock order", "[consistency]") {
   CHECK(cs.version() == 1);
 }
 
-TEST_CASE("priority servicing answers the worker furthest behind first", "[consistency]") {
+TEST_CASE("priority servicing answers the worker furthest behind first",
+          "[consistency]") {
   std::vector<float> p(1), m(1), v(1);
   chunk_state cs{1, 3, p.data(), m.data(), v.data(), false, {consistency_spec::async, 0}};
   // Three workers wait at once: rank 2 at clock 9, rank 0 at clock 3 (the laggard),

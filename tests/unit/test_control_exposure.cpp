@@ -10,7 +10,8 @@ namespace rw_unit_control_exposure {
 using rw::runtime::node_config;
 
 TEST_CASE("an open control plane without a cluster secret: loopback addresses are told "
-          "from the others", "[secret]") {
+          "from the others",
+          "[secret]") {
   using rw::runtime::is_loopback_address;
   for (auto a : {"127.0.0.1:7700", "127.1.2.3:0", "localhost:7700", "[::1]:7700", "::1",
                  "lo:7700", "127.0.0.1"})
@@ -34,17 +35,19 @@ TEST_CASE("without a cluster secret an open control port or listen address beyon
                     && Catch::Contains("loopback") && Catch::Contains("--insecure"));
   c.control.clear();
   c.listen = {"0.0.0.0:7700"}; // the control port follows the first --listen host
-  CHECK_THAT(rw::runtime::exposure_refusal(c), Catch::Contains("the control port 0.0.0.0:0")
-                                                 && Catch::Contains("--listen 0.0.0.0:7700"));
+  CHECK_THAT(rw::runtime::exposure_refusal(c),
+             Catch::Contains("the control port 0.0.0.0:0")
+               && Catch::Contains("--listen 0.0.0.0:7700"));
   // A member (it joins another node's coordinator): its --listen only.
   c.coordinator = "127.0.0.1:7600";
-  CHECK_THAT(rw::runtime::exposure_refusal(c), !Catch::Contains("control port 0.0.0.0")
-                                                 && Catch::Contains("--listen 0.0.0.0:7700"));
+  CHECK_THAT(rw::runtime::exposure_refusal(c),
+             !Catch::Contains("control port 0.0.0.0")
+               && Catch::Contains("--listen 0.0.0.0:7700"));
   // --insecure: starts, and the warning names what is open.
   c.insecure = true;
   CHECK(rw::runtime::exposure_refusal(c).empty());
-  CHECK_THAT(rw::runtime::exposure_warning(c), Catch::Contains("--insecure")
-                                                 && Catch::Contains("--listen 0.0.0.0:7700"));
+  CHECK_THAT(rw::runtime::exposure_warning(c),
+             Catch::Contains("--insecure") && Catch::Contains("--listen 0.0.0.0:7700"));
   // A secret, or TLS, protects the control plane: no refusal, no warning.
   c.insecure = false;
   c.cluster_secret_file = "/etc/rackweave/cluster.secret";

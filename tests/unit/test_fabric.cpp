@@ -50,7 +50,8 @@ struct recorder final : frame_sink {
     target.assign(h.payload_bytes / sizeof(float), 0);
     return payload_target::into(reinterpret_cast<std::byte*>(target.data()));
   }
-  void on_frame(const connection_ptr&, const frame_header& h, payload_target& t) override {
+  void on_frame(const connection_ptr&, const frame_header& h,
+                payload_target& t) override {
     std::lock_guard<std::mutex> guard{mtx};
     headers.push_back(h);
     auto* f = reinterpret_cast<const float*>(t.dst);
@@ -319,8 +320,8 @@ TEST_CASE("fabric: a send queue over its bound cuts the peer off, not the sender
     refused = !f.ab->send(push_of(i, iov.iov_len), &iov, 1);
   CHECK(refused);
   CHECK_FALSE(f.ab->is_open());
-  CHECK_THAT(f.ab->close_reason(),
-             Catch::Contains("the peer is not reading") && Catch::Contains("--send-queue-mib"));
+  CHECK_THAT(f.ab->close_reason(), Catch::Contains("the peer is not reading")
+                                     && Catch::Contains("--send-queue-mib"));
   REQUIRE(f.pump([&] { return f.ra.closed.size() == 1; }));
   std::lock_guard<std::mutex> guard{f.rb.mtx};
   f.rb.held.clear();
@@ -378,7 +379,8 @@ TEST_CASE("fabric: bad input from a peer", "[fabric]") {
   SECTION("a header that does not decode closes that connection only") {
     rogue_peer rogue{f};
     // Slot 7 of the connection: the real peer has not used it yet.
-    REQUIRE(rogue.write(std::byte{0x5a}, fabric::immediate(rogue.offer.conn_index, 7), 7) == 0);
+    REQUIRE(rogue.write(std::byte{0x5a}, fabric::immediate(rogue.offer.conn_index, 7), 7)
+            == 0);
     REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
     CHECK_FALSE(f.ba->is_open());
     CHECK_THAT(f.rb.closed[0], Catch::Contains("malformed"));
@@ -481,7 +483,8 @@ TEST_CASE("fabric: updates land straight in the worker's output buffer", "[fabri
       CHECK(f.ra.headers[0].chunk_index == 1);
       CHECK(std::vector<float>(out.begin() + 768, out.end()) == last);
       CHECK(std::vector<float>(out.begin() + 256, out.begin() + 512) == second);
-      CHECK(std::all_of(out.begin(), out.begin() + 256, [](float x) { return x == -1.0f; }));
+      CHECK(
+        std::all_of(out.begin(), out.begin() + 256, [](float x) { return x == -1.0f; }));
       CHECK(std::all_of(out.begin() + 512, out.begin() + 768,
                         [](float x) { return x == -1.0f; }));
 

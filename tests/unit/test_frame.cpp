@@ -200,19 +200,20 @@ TEST_CASE("a control message that lists more than its bytes can hold is refused"
   // Found by tests/fuzz/fuzz_welcome: 568 bytes whose tensor list claims 434176
   // zero-size elements, which decoded into as many tensor specs (an amplification: a
   // hello of that shape would have cost the node 20 MB before any authentication).
-  std::ifstream in{std::string(RW_SOURCE_DIR) + "/tests/fuzz/seeds/fuzz_welcome/amplified-tensors",
+  std::ifstream in{std::string(RW_SOURCE_DIR)
+                     + "/tests/fuzz/seeds/fuzz_welcome/amplified-tensors",
                    std::ios::binary};
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
   REQUIRE(bytes.size() == 568);
   std::string why;
   rw::transports::welcome_msg w;
-  CHECK(rw::transports::decode(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(), w,
-                               why)
+  CHECK(rw::transports::decode(reinterpret_cast<const std::byte*>(bytes.data()),
+                               bytes.size(), w, why)
         == rw::errc::bad_frame);
   CHECK_THAT(why, Catch::Contains("traversal limit"));
   rw::transports::hello_msg h;
-  CHECK(rw::transports::decode(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(), h,
-                               why)
+  CHECK(rw::transports::decode(reinterpret_cast<const std::byte*>(bytes.data()),
+                               bytes.size(), h, why)
         == rw::errc::bad_frame);
   // A real welcome still decodes: its reader reads each word once.
   rw::transports::welcome_msg real;

@@ -37,8 +37,9 @@ TEST_CASE("a compression's flag and payload size", "[half]") {
   CHECK(half_payload_bytes(flag_bf16, 1024) == 2048);
   CHECK(half_payload_bytes(flag_fp16, 1024) == 2052);
   CHECK(half_payload_bytes(flag_fp16, 1) == 6);
-  CHECK((flag_half & (flag_want_result | flag_only_changed | flag_subscribe | flag_replica
-                      | flag_placed))
+  CHECK((flag_half
+         & (flag_want_result | flag_only_changed | flag_subscribe | flag_replica
+            | flag_placed))
         == 0);
 }
 
@@ -59,7 +60,8 @@ TEST_CASE("16-bit payloads widen to what round_half gives, bitwise", "[half]") {
         // significant digits.
         double worst = 0;
         for (size_t i = 0; i < n; ++i)
-          worst = std::max(worst, std::abs(double(out[i]) - g[i]) / std::abs(double(g[i])));
+          worst = std::max(worst,
+                           std::abs(double(out[i]) - g[i]) / std::abs(double(g[i])));
         CHECK(worst <= (flag == flag_bf16 ? 0x1p-8 : 0x1p-11));
         if (n == 1000)
           CHECK(worst > 0);
@@ -71,7 +73,8 @@ TEST_CASE("16-bit payloads widen to what round_half gives, bitwise", "[half]") {
 TEST_CASE("a 16-bit payload that is not one is refused with the reason", "[half]") {
   std::vector<float> out(8);
   std::vector<std::byte> payload(64);
-  CHECK_THAT(widen_half(0, payload.data(), 16, out.data(), 8), Catch::Contains("exactly one"));
+  CHECK_THAT(widen_half(0, payload.data(), 16, out.data(), 8),
+             Catch::Contains("exactly one"));
   CHECK_THAT(widen_half(flag_half, payload.data(), 16, out.data(), 8),
              Catch::Contains("exactly one"));
   CHECK_THAT(widen_half(flag_bf16, payload.data(), 15, out.data(), 8),

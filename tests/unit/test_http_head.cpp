@@ -27,8 +27,9 @@ int status_of(std::string_view bytes, size_t max = http::max_head_bytes) {
 } // namespace
 
 TEST_CASE("the request-head parser takes GET and HEAD with their fields") {
-  std::string text = "\r\nGET /metrics?a=b HTTP/1.1\r\nHost: x\r\nauthorization:  Bearer t0k "
-                     "\r\nContent-Length: 000\r\n\r\nbody bytes never looked at";
+  std::string text =
+    "\r\nGET /metrics?a=b HTTP/1.1\r\nHost: x\r\nauthorization:  Bearer t0k "
+    "\r\nContent-Length: 000\r\n\r\nbody bytes never looked at";
   auto r = http::parse_head(text);
   auto* req = std::get_if<http::request>(&r);
   REQUIRE(req);
@@ -60,7 +61,8 @@ TEST_CASE("the request-head parser refuses, with the status that says why") {
   CHECK(status_of("GET / HTTP/1.1\r\nNo colon\r\n\r\n") == 400);
   CHECK(status_of("GET / HTTP/1.1\r\nA: b\rc\r\n\r\n") == 400);
   CHECK(status_of("GET / HTTP/1.1\r\nA: b\x01\r\n\r\n") == 400);
-  CHECK(status_of("GET / HTTP/1.1\r\nAuthorization: a\r\nAuthorization: b\r\n\r\n") == 400);
+  CHECK(status_of("GET / HTTP/1.1\r\nAuthorization: a\r\nAuthorization: b\r\n\r\n")
+        == 400);
   // The bound: the head must end within it; a request that does is fine.
   std::string big = "GET / HTTP/1.1\r\nX: " + std::string(100, 'x') + "\r\n\r\n";
   CHECK(status_of(big, big.size()) == 200);
@@ -70,9 +72,10 @@ TEST_CASE("the request-head parser refuses, with the status that says why") {
 }
 
 TEST_CASE("the request-head parser's answer does not change as bytes come") {
-  for (std::string text : {"GET /m HTTP/1.1\r\nA: b\r\n\r\n", "HEAD / HTTP/1.0\n\n",
-                           "POST / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\r\nContent-Length: 9\r\n\r\n",
-                           "GET / HTTP/3.0\r\n\r\n"}) {
+  for (std::string text :
+       {"GET /m HTTP/1.1\r\nA: b\r\n\r\n", "HEAD / HTTP/1.0\n\n",
+        "POST / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\r\nContent-Length: 9\r\n\r\n",
+        "GET / HTTP/3.0\r\n\r\n"}) {
     auto whole = status_of(text);
     CAPTURE(text);
     bool decided = false;

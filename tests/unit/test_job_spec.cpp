@@ -47,8 +47,9 @@ TEST_CASE("job names are limited to a safe character set", "[job_spec]") {
     s.name = ok;
     CHECK(rw::validate(s, 1 << 20, 16).empty());
   }
-  for (auto bad : {"with space", "a/b", "../up", "-flag", ".hidden", "t:a:b", "t:", ":x",
-                   "quote'", "semi;colon", "/top", "a/top/top", "top/x", "new\nline", "tab\t", "caf\u00e9"}) {
+  for (auto bad :
+       {"with space", "a/b", "../up", "-flag", ".hidden", "t:a:b", "t:", ":x", "quote'",
+        "semi;colon", "/top", "a/top/top", "top/x", "new\nline", "tab\t", "caf\u00e9"}) {
     auto s = good();
     s.name = bad;
     INFO(bad);
@@ -81,10 +82,11 @@ TEST_CASE("a job's chunk count fits its bookkeeping: no truncation to 32 bits",
   auto s = good();
   s.chunk_bytes = 4;
   s.tensors[0].elements = uint64_t{1} << 34; // 2^34 chunks of one element
-  CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("chunks") && Catch::Contains("2^24"));
+  CHECK_THAT(rw::validate(s, 1 << 20, 16),
+             Catch::Contains("chunks") && Catch::Contains("2^24"));
   // Spread over tensors, the job's total counts.
-  s.tensors = {{"a", uint64_t{1} << 23, false}, {"b", uint64_t{1} << 23, false},
-               {"c", 1, false}};
+  s.tensors = {
+    {"a", uint64_t{1} << 23, false}, {"b", uint64_t{1} << 23, false}, {"c", 1, false}};
   CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("16777217 chunks"));
   s.tensors.pop_back();
   CHECK(rw::validate(s, 1 << 20, 16).empty()); // exactly 2^24
@@ -113,11 +115,26 @@ TEST_CASE("compressions parse, validate and are compared between specs", "[job_s
   CHECK(rw::parse_compression(rw::to_string(w)).warmup == 40);
   CHECK(rw::parse_compression("topk:0.5,warmup=0").warmup == 0);
   CHECK(rw::parse_compression("topk:0.5,warmup=2147483648").warmup == 2147483648u);
-  for (auto bad : {"topk:0", "topk:-0.1", "topk:1.5", "topk:", "topk:x", "topk:0.1x",
-                   "topk:nan", "top", "BF16", "", "topk:0.1,", "topk:0.1,warmup=",
-                   "topk:0.1,warmup=-1", "topk:0.1,warmup=+1", "topk:0.1,warmup=1x",
-                   "topk:0.1,warmup=2147483649", "topk:0.1,warm=3", "topk:,warmup=3",
-                   "topk:0.1,warmup=3,warmup=4", "bf16,warmup=3"})
+  for (auto bad : {"topk:0",
+                   "topk:-0.1",
+                   "topk:1.5",
+                   "topk:",
+                   "topk:x",
+                   "topk:0.1x",
+                   "topk:nan",
+                   "top",
+                   "BF16",
+                   "",
+                   "topk:0.1,",
+                   "topk:0.1,warmup=",
+                   "topk:0.1,warmup=-1",
+                   "topk:0.1,warmup=+1",
+                   "topk:0.1,warmup=1x",
+                   "topk:0.1,warmup=2147483649",
+                   "topk:0.1,warm=3",
+                   "topk:,warmup=3",
+                   "topk:0.1,warmup=3,warmup=4",
+                   "bf16,warmup=3"})
     CHECK_THROWS_AS(rw::parse_compression(bad), std::invalid_argument);
   CHECK_THROWS_WITH(rw::parse_compression("zip"), Catch::Contains("none, bf16, fp16"));
 
@@ -136,7 +153,8 @@ TEST_CASE("compressions parse, validate and are compared between specs", "[job_s
   CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("topk only"));
   s.compression = rw::parse_compression("bf16");
   s.compression.warmup = 10; // off the wire
-  CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("warm-up (10 steps) belongs to topk"));
+  CHECK_THAT(rw::validate(s, 1 << 20, 16),
+             Catch::Contains("warm-up (10 steps) belongs to topk"));
   s.compression = rw::parse_compression("topk:0.1");
   s.compression.warmup = 0xffffffffu;
   CHECK_THAT(rw::validate(s, 1 << 20, 16), Catch::Contains("at most 2^31 steps"));

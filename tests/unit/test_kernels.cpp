@@ -57,8 +57,8 @@ void check_bitwise_against_scalar(const std::string& isa) {
   using rw::optimizer_kind;
   auto isas = rw::runtime::supported_isas();
   if (std::find(isas.begin(), isas.end(), isa) == isas.end()) {
-    std::cout << "SKIPPED: this CPU has no " << isa << " (it has "
-              << isas.size() << " instruction set(s) RackWeave can use)\n";
+    std::cout << "SKIPPED: this CPU has no " << isa << " (it has " << isas.size()
+              << " instruction set(s) RackWeave can use)\n";
     return;
   }
   auto& scalar = rw::runtime::kernels_for("scalar");
@@ -82,7 +82,8 @@ void check_bitwise_against_scalar(const std::string& isa) {
         }
         for (uint64_t step = 1; step <= 3; ++step) {
           scalar.step(s, 0.25f, step, p[0].data() + offset, acc.data() + offset,
-                      last.data() + offset, {m[0].data() + offset, v[0].data() + offset}, n);
+                      last.data() + offset, {m[0].data() + offset, v[0].data() + offset},
+                      n);
           k.step(s, 0.25f, step, p[1].data() + offset, acc.data() + offset,
                  last.data() + offset, {m[1].data() + offset, v[1].data() + offset}, n);
         }

@@ -30,9 +30,7 @@ struct two_racks {
       members[i].info.endpoints = {"127.0.0.1:" + std::to_string(7700 + i)};
     }
   }
-  std::vector<const member*> nodes() const {
-    return {&members[0], &members[1]};
-  }
+  std::vector<const member*> nodes() const { return {&members[0], &members[1]}; }
   member members[2];
 };
 
@@ -89,7 +87,8 @@ TEST_CASE("auto wants probes only where a core rate is missing", "[link_plan]") 
   CHECK_FALSE(wants_core_probes(ssp, p, c.nodes())); // hierarchical cannot run it
 }
 
-TEST_CASE("a probed 4:1 core picks hierarchical, a probed full core flat", "[link_plan]") {
+TEST_CASE("a probed 4:1 core picks hierarchical, a probed full core flat",
+          "[link_plan]") {
   two_racks c;
   std::string reduction;
   // The racks' links are 4 Gbit/s (configured on one node, the NIC's on the other); the
@@ -137,7 +136,8 @@ TEST_CASE("the slowest probe counts, and a configured rate beats a probed one",
   // A result kept from an earlier job says how old it is.
   probes[2][1].when = steady::now() - std::chrono::seconds(12);
   text = plan(c, probes, reduction);
-  CHECK_THAT(text, Catch::Contains("core links 0.5 Gbit/s (probed n1->n0 in 80 ms, 12 s ago)"));
+  CHECK_THAT(text,
+             Catch::Contains("core links 0.5 Gbit/s (probed n1->n0 in 80 ms, 12 s ago)"));
   c.members[1].info.core_gbps = 0.25;
   text = plan(c, probes, reduction);
   CHECK_THAT(text, Catch::Contains("core links 0.25 Gbit/s (configured)"));
@@ -154,9 +154,10 @@ TEST_CASE("a failed probe falls back to equal links and says why", "[link_plan]"
   CHECK(reduction == "flat"); // equal links: no oversubscription
   CHECK_THAT(text, Catch::Contains("agg links 1 Gbit/s (assumed: nothing configured, "
                                    "reported or probed)"));
-  CHECK_THAT(text, Catch::Contains("core links 1 Gbit/s (not configured or measured: as "
-                                   "the agg links; the probe n0->n1 failed: cannot connect "
-                                   "to 127.0.0.1:7701: refused)"));
+  CHECK_THAT(text,
+             Catch::Contains("core links 1 Gbit/s (not configured or measured: as "
+                             "the agg links; the probe n0->n1 failed: cannot connect "
+                             "to 127.0.0.1:7701: refused)"));
   // With the racks' links configured the same rule holds: the core counts as they do.
   c.members[0].info.uplink_gbps = 2;
   c.members[1].info.uplink_gbps = 2;

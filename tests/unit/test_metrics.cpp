@@ -104,8 +104,9 @@ TEST_CASE("JSON log lines escape the message and name the node") {
   CHECK(lines[1]["level"] == "warning");
   CHECK(lines[1]["msg"] == "hello from job 't\xef\xbf\xbd(\n'");
   std::remove(file.c_str());
-  CHECK_THROWS_WITH(tools::setup_node_logging({"/proc/no/such/dir/log", "text", 1, 2, "info"}, "n"),
-                    Catch::Contains("cannot write the log file --log-file /proc/no/such/dir/log"));
+  CHECK_THROWS_WITH(
+    tools::setup_node_logging({"/proc/no/such/dir/log", "text", 1, 2, "info"}, "n"),
+    Catch::Contains("cannot write the log file --log-file /proc/no/such/dir/log"));
 }
 
 TEST_CASE("the log file rotates at its size and keeps the files asked for") {
@@ -132,8 +133,10 @@ TEST_CASE("repeated refusals of one peer are logged once a minute, with a count"
   CHECK(log.admit("node-a/proof", t0) == std::optional<uint64_t>{0});
   for (int i = 1; i <= 59; ++i) // one try a second: not logged, counted
     CHECK_FALSE(log.admit("node-a/proof", t0 + std::chrono::seconds(i)));
-  CHECK(log.admit("node-b/proof", t0 + std::chrono::seconds(5)) == std::optional<uint64_t>{0});
-  CHECK(log.admit("node-a/proof", t0 + std::chrono::seconds(60)) == std::optional<uint64_t>{59});
+  CHECK(log.admit("node-b/proof", t0 + std::chrono::seconds(5))
+        == std::optional<uint64_t>{0});
+  CHECK(log.admit("node-a/proof", t0 + std::chrono::seconds(60))
+        == std::optional<uint64_t>{59});
   CHECK_FALSE(log.admit("node-a/proof", t0 + std::chrono::seconds(61)));
   // Many distinct peers: the book stays bounded.
   for (size_t i = 0; i < 3 * rw::actors::detail::refusal_log::max_keys; ++i)
@@ -150,8 +153,9 @@ TEST_CASE("the throughput line gives rates over its interval and the node's stat
   now.connections = 3;
   now.jobs = 1;
   auto line = rw::actors::throughput_line(before, now, 2.0);
-  CHECK_THAT(line, Catch::StartsWith("throughput over 2 s: in 2.0 MiB/s, out 1.0 MiB/s, "
-                                     "150 chunk steps/s; 3 connections, 1 live jobs, RSS "));
+  CHECK_THAT(line,
+             Catch::StartsWith("throughput over 2 s: in 2.0 MiB/s, out 1.0 MiB/s, "
+                               "150 chunk steps/s; 3 connections, 1 live jobs, RSS "));
   CHECK_THAT(line, !Catch::Contains("did not answer"));
   // A restarted shard's counters start again: no negative rate.
   auto after_restart = rw::actors::throughput_line(now, before, 2.0);

@@ -88,10 +88,12 @@ TEST_CASE("the metrics endpoint answers health as the node starts, serves and st
   CHECK(get("/other").first == 404);
   // Degraded: readiness says what is missing; a failed scrape is a 500, not a crash.
   a.not_ready = "not registered with the cluster coordinator yet";
-  CHECK(get("/readyz") ==
-        std::make_pair(503, std::string("not registered with the cluster coordinator yet\n")));
+  CHECK(get("/readyz")
+        == std::make_pair(
+          503, std::string("not registered with the cluster coordinator yet\n")));
   a.metrics_fail = true;
-  CHECK(get("/metrics") == std::make_pair(500, std::string("metrics failed: an actor is gone\n")));
+  CHECK(get("/metrics")
+        == std::make_pair(500, std::string("metrics failed: an actor is gone\n")));
   // Stopping: neither alive nor ready.
   a.stopping = true;
   CHECK(get("/healthz") == std::make_pair(503, std::string("stopping\n")));
@@ -109,10 +111,12 @@ TEST_CASE("the metrics endpoint refuses a busy port and a malformed address") {
     tools::metrics_server second(first.address(), h);
     FAIL("a second server bound " << first.address());
   } catch (const std::runtime_error& e) {
-    CHECK_THAT(e.what(), Catch::Contains("cannot open the metrics port " + first.address()));
+    CHECK_THAT(e.what(),
+               Catch::Contains("cannot open the metrics port " + first.address()));
   }
   for (auto bad : {"127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:x1", "127.0.0.1:65536"})
-    CHECK_THROWS_WITH(tools::metrics_server(bad, h), Catch::Contains("--metrics wants HOST:PORT"));
+    CHECK_THROWS_WITH(tools::metrics_server(bad, h),
+                      Catch::Contains("--metrics wants HOST:PORT"));
 }
 
 TEST_CASE("the metrics endpoint refuses a POST and a body without reading the body") {
@@ -122,8 +126,8 @@ TEST_CASE("the metrics endpoint refuses a POST and a body without reading the bo
   const size_t ten_mb = 10u << 20;
   SECTION("POST with a 10 MB body: 405 on its head, closed; the body finds no reader") {
     test::http_probe p{port};
-    REQUIRE(p.send_all("POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                       std::to_string(ten_mb) + "\r\n\r\n"));
+    REQUIRE(p.send_all("POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                       + std::to_string(ten_mb) + "\r\n\r\n"));
     auto r = p.read_reply(ms(3000));
     CHECK(r.status == 405);
     CHECK(test::field(r, "Allow") == "GET, HEAD");
@@ -158,8 +162,7 @@ TEST_CASE("the metrics endpoint refuses a request head past its bound") {
   CHECK(r.closed);
   // The server reads no more of it: the rest of the line, and 16 MB more (past what
   // the sockets' buffers hold), cannot all go.
-  CHECK_FALSE(p.send_all(line.substr(16384) + std::string(16u << 20, 'a'),
-                         ms(5000)));
+  CHECK_FALSE(p.send_all(line.substr(16384) + std::string(16u << 20, 'a'), ms(5000)));
   // Many short header fields add up the same.
   std::string many = "GET /metrics HTTP/1.1\r\n";
   for (int i = 0; i < 1000; ++i)
@@ -168,13 +171,15 @@ TEST_CASE("the metrics endpoint refuses a request head past its bound") {
   q.send_all(many, ms(2000));
   CHECK(q.read_reply(ms(3000)).status == 431);
   // Up to the bound is fine.
-  CHECK(test::http_get(port, "/healthz", "X-Pad: " + std::string(7000, 'p') + "\r\n").status ==
-        200);
+  CHECK(
+    test::http_get(port, "/healthz", "X-Pad: " + std::string(7000, 'p') + "\r\n").status
+    == 200);
 }
 
 TEST_CASE("the metrics endpoint cuts tricklers at the deadline and health never waits") {
   answers a;
-  tools::metrics_server server("127.0.0.1:0", handlers_for(a)); // the default 5 s deadline
+  tools::metrics_server server("127.0.0.1:0",
+                               handlers_for(a)); // the default 5 s deadline
   int port = port_of(server);
   const double deadline = 5.0;
   std::atomic<bool> done{false};
@@ -253,7 +258,8 @@ TEST_CASE("scrapes are answered from a snapshot refreshed once a second, however
   std::atomic<bool> ready{false};
   tools::metrics_snapshot snapshot{{[&] {
                                       ++asked;
-                                      std::this_thread::sleep_for(ms(50)); // actors answering
+                                      std::this_thread::sleep_for(
+                                        ms(50)); // actors answering
                                       return std::string("rw_up 1\n");
                                     },
                                     [&] { return ready ? std::string() : "starting"; }},
@@ -277,12 +283,14 @@ TEST_CASE("scrapes are answered from a snapshot refreshed once a second, however
         // (No Catch assertions off the test's thread: they are counted, checked after.)
         auto r = test::http_get(port, "/metrics");
         auto at = r.body.find("\nrw_metrics_snapshot_age_seconds ");
-        if (r.status != 200 || r.body.rfind("rw_up 1\n", 0) != 0 || at == std::string::npos) {
+        if (r.status != 200 || r.body.rfind("rw_up 1\n", 0) != 0
+            || at == std::string::npos) {
           ++wrong;
           continue;
         }
         auto age = std::stod(r.body.substr(at + 33));
-        for (double seen = oldest; age > seen && !oldest.compare_exchange_weak(seen, age);)
+        for (double seen = oldest;
+             age > seen && !oldest.compare_exchange_weak(seen, age);)
           ;
         ++scrapes;
       }
@@ -296,8 +304,8 @@ TEST_CASE("scrapes are answered from a snapshot refreshed once a second, however
   CHECK(asked <= 2 + int(took));
   CHECK(oldest <= 1.5); // a second, and the refresh's own 50 ms, and a loaded machine
   auto last = test::http_get(port, "/metrics").body;
-  CHECK_THAT(last, Catch::Contains("\nrw_metrics_snapshot_refreshes_total " +
-                                   std::to_string(asked.load()) + "\n"));
+  CHECK_THAT(last, Catch::Contains("\nrw_metrics_snapshot_refreshes_total "
+                                   + std::to_string(asked.load()) + "\n"));
   CHECK(test::http_get(port, "/readyz").body == "ready\n");
 }
 
@@ -315,7 +323,8 @@ TEST_CASE("a failed snapshot is a 500 saying why, until a refresh succeeds") {
   std::this_thread::sleep_for(ms(300));
   auto e = snapshot.exposition();
   CHECK(*e.text == "rw_up 1\n");
-  CHECK_THAT(e.trailer, Catch::Contains("# TYPE rw_metrics_snapshot_age_seconds gauge\n"));
+  CHECK_THAT(e.trailer,
+             Catch::Contains("# TYPE rw_metrics_snapshot_age_seconds gauge\n"));
   snapshot.stop();
   snapshot.stop(); // idempotent
 }
@@ -333,13 +342,17 @@ TEST_CASE("with a token, /metrics asks for it and health stays open") {
   for (auto wrong : {"Bearer wrong-token-0123456789", "Bearer a-metrics-token-012345678",
                      "Bearer a-metrics-token-01234567890", "Basic YTpi", "Bearer",
                      "a-metrics-token-0123456789"})
-    CHECK(test::http_get(port, "/metrics", std::string("Authorization: ") + wrong + "\r\n")
-            .status == 401);
-  auto right = test::http_get(port, "/metrics", "Authorization: Bearer " + token + "\r\n");
+    CHECK(
+      test::http_get(port, "/metrics", std::string("Authorization: ") + wrong + "\r\n")
+        .status
+      == 401);
+  auto right = test::http_get(port, "/metrics",
+                              "Authorization: Bearer " + token + "\r\n");
   CHECK(right.status == 200);
   CHECK(right.body == "rw_up 1\nrw_tail 2\n");
-  CHECK(test::http_get(port, "/metrics", "authorization: bearer  " + token + " \r\n").status ==
-        200);
+  CHECK(
+    test::http_get(port, "/metrics", "authorization: bearer  " + token + " \r\n").status
+    == 200);
   CHECK(test::http_get(port, "/healthz").status == 200);
   CHECK(test::http_get(port, "/readyz").status == 200);
 }

@@ -87,7 +87,8 @@ TEST_CASE("unknown keys, wrong types and parse errors are named", "[config]") {
   CHECK_THROWS(rw::runtime::load_node_config(bad_syntax, p.app, p.cfg));
   // A float where a whole number goes, however large (fuzz_node_config found a cast
   // past the range of int64 here): refused, naming the key.
-  auto huge_float = write_temp("[limits]\nmax_chunk_bytes = 4194000000000000000000000.5\n");
+  auto huge_float = write_temp(
+    "[limits]\nmax_chunk_bytes = 4194000000000000000000000.5\n");
   CHECK_THROWS_WITH(rw::runtime::load_node_config(huge_float, p.app, p.cfg),
                     Catch::Contains("limits.max_chunk_bytes")
                       && Catch::Contains("whole number"));
@@ -110,10 +111,12 @@ TEST_CASE("values that parse but make no sense are refused", "[config]") {
   c.role = "coordinator";
   CHECK_NOTHROW(rw::runtime::check_node_config(c));
   c.coordinator = "127.0.0.1:7700";
-  CHECK_THROWS_WITH(rw::runtime::check_node_config(c), Catch::Contains("is the coordinator"));
+  CHECK_THROWS_WITH(rw::runtime::check_node_config(c),
+                    Catch::Contains("is the coordinator"));
   c = {};
   c.heartbeat_ms = 3000; // the default node timeout is 5000: too short for it
-  CHECK_THROWS_WITH(rw::runtime::check_node_config(c), Catch::Contains("--node-timeout-ms"));
+  CHECK_THROWS_WITH(rw::runtime::check_node_config(c),
+                    Catch::Contains("--node-timeout-ms"));
 }
 
 TEST_CASE("pollers: auto or a count, from the command line or the file", "[config]") {
@@ -121,7 +124,8 @@ TEST_CASE("pollers: auto or a count, from the command line or the file", "[confi
   CHECK(rw::runtime::pollers_per_listen(c) == 0); // auto
   for (auto* bad : {"0", "65", "-1", "four", "", "4x", "0004"}) {
     c.pollers = bad;
-    CHECK_THROWS_WITH(rw::runtime::check_node_config(c), Catch::Contains("--pollers must be"));
+    CHECK_THROWS_WITH(rw::runtime::check_node_config(c),
+                      Catch::Contains("--pollers must be"));
   }
   c.pollers = "64";
   CHECK(rw::runtime::pollers_per_listen(c) == 64);
@@ -153,7 +157,8 @@ TEST_CASE("the coordinator's state database is a flag and a key, and the coordin
   CHECK(parsed{{}}.cfg.state_db.empty()); // in memory unless asked
   // A rack-agg that joins another cluster runs no coordinator to persist.
   flag.cfg.coordinator = "127.0.0.1:7700";
-  CHECK_THROWS_WITH(rw::runtime::check_node_config(flag.cfg), Catch::Contains("--state-db"));
+  CHECK_THROWS_WITH(rw::runtime::check_node_config(flag.cfg),
+                    Catch::Contains("--state-db"));
   std::remove(path.c_str());
 }
 

@@ -102,7 +102,8 @@ std::vector<float> layerwise_step(optimizer_spec s, std::vector<float> w,
   std::vector<float> m(n), v(n), d(n);
   runtime::norm_parts total;
   for (size_t c = 0; c < n; ++c) { // phase 1, chunk by chunk
-    auto part = runtime::layerwise_prepare(s, 1.0f, 1, &w[c], &g[c], {&m[c], &v[c], &d[c]}, 1);
+    auto part = runtime::layerwise_prepare(s, 1.0f, 1, &w[c], &g[c],
+                                           {&m[c], &v[c], &d[c]}, 1);
     total.w2 += part.w2;
     total.d2 += part.d2;
   }

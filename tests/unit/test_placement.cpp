@@ -100,7 +100,8 @@ TEST_CASE("pollers: N per address, and under 8 cores auto is one", "[placement]"
   r.pollers = 3;
   CHECK_THROWS_WITH(plan_placement(*two_domains(), r), Catch::Contains("past 65535"));
   r = listen({"127.0.0.1:http"});
-  CHECK_THROWS_WITH(plan_placement(*two_domains(), r), Catch::Contains("port is not a number"));
+  CHECK_THROWS_WITH(plan_placement(*two_domains(), r),
+                    Catch::Contains("port is not a number"));
 }
 
 TEST_CASE("one shard per core, pollers in their NIC's domain", "[placement]") {
@@ -110,7 +111,8 @@ TEST_CASE("one shard per core, pollers in their NIC's domain", "[placement]") {
   for (uint32_t i = 0; i < 4; ++i)
     CHECK(plan.shards[i].core.os_cpu == i);
   REQUIRE(plan.endpoints.size() == 2);
-  CHECK(plan.endpoints[0].listen == "10.0.0.1:7700"); // the device name became its address
+  CHECK(plan.endpoints[0].listen
+        == "10.0.0.1:7700"); // the device name became its address
   CHECK(plan.endpoints[0].nic == "eth0");
   CHECK(plan.endpoints[0].poller.numa == 1);
   CHECK(topo->core_by_cpu(plan.endpoints[0].poller.core.os_cpu)->numa == 1);
@@ -147,13 +149,15 @@ TEST_CASE("what does not exist is named at start", "[placement]") {
   auto topo = two_domains();
   auto r = listen({"127.0.0.1:7700"});
   r.shards = 5;
-  CHECK_THROWS_WITH(plan_placement(*topo, r), Catch::Contains("5 shards asked for, but only 4"));
+  CHECK_THROWS_WITH(plan_placement(*topo, r),
+                    Catch::Contains("5 shards asked for, but only 4"));
   r = listen({"127.0.0.1:7700"});
   r.cores = {9};
   CHECK_THROWS_WITH(plan_placement(*topo, r), Catch::Contains("core 9 does not exist"));
   r = listen({"127.0.0.1:7700"});
   r.numa = {3};
-  CHECK_THROWS_WITH(plan_placement(*topo, r), Catch::Contains("NUMA domain 3 does not exist"));
+  CHECK_THROWS_WITH(plan_placement(*topo, r),
+                    Catch::Contains("NUMA domain 3 does not exist"));
   CHECK_THROWS_WITH(plan_placement(*topo, listen({"eth9:7700"})),
                     Catch::Contains("neither a network device"));
   CHECK_THROWS_WITH(plan_placement(*topo, listen({"10.9.9.9:7700"})),

@@ -49,23 +49,27 @@ TEST_CASE("the one node on the worker's host takes it, over its rack option and 
   auto c = choose_rack(three_racks(), "j", facts("10.0.0.1", "c", 2));
   CHECK(c.node == 0);
   CHECK(c.error.empty());
-  CHECK(c.reason == "same host as n0 (10.0.0.1); the worker's rack option 'c' gives way to "
-                    "its host");
+  CHECK(c.reason
+        == "same host as n0 (10.0.0.1); the worker's rack option 'c' gives way to "
+           "its host");
 }
 
-TEST_CASE("nodes sharing the worker's host: its rack option, else the node it named, else "
-          "the round trip among them",
-          "[rack_choice]") {
+TEST_CASE(
+  "nodes sharing the worker's host: its rack option, else the node it named, else "
+  "the round trip among them",
+  "[rack_choice]") {
   auto l = three_racks();
   auto by_option = choose_rack(l, "j", facts("10.0.0.2", "c", 1));
   CHECK(by_option.node == 2);
-  CHECK(by_option.reason == "same host (10.0.0.2) as n1, n2; among them the worker's rack "
-                            "option 'c'");
+  CHECK(by_option.reason
+        == "same host (10.0.0.2) as n1, n2; among them the worker's rack "
+           "option 'c'");
   // A rack option off the host gives way to it: the node named among them decides.
   auto by_named = choose_rack(l, "j", facts("10.0.0.2", "a", 1));
   CHECK(by_named.node == 1);
-  CHECK(by_named.reason == "same host (10.0.0.2) as n1, n2; among them the rack of the node "
-                           "it named (n1)");
+  CHECK(by_named.reason
+        == "same host (10.0.0.2) as n1, n2; among them the rack of the node "
+           "it named (n1)");
   auto open = choose_rack(l, "j", facts("10.0.0.2", "", no_node));
   CHECK(open.node == no_node);
   CHECK(open.candidates == std::vector<uint32_t>{1, 2});
@@ -85,8 +89,9 @@ TEST_CASE("off every node's host: the rack option, else the node named, else the
   f.picked_by = "lowest round trip 0.100 ms among ...";
   auto by_named = choose_rack(l, "j", f);
   CHECK(by_named.node == 2);
-  CHECK(by_named.reason == "rack of the node it named (n2), which the worker picked by "
-                           "lowest round trip 0.100 ms among ...");
+  CHECK(by_named.reason
+        == "rack of the node it named (n2), which the worker picked by "
+           "lowest round trip 0.100 ms among ...");
   auto open = choose_rack(l, "j", facts("10.9.9.9", "", no_node));
   CHECK(open.node == no_node);
   CHECK(open.candidates == std::vector<uint32_t>{0, 1, 2});
@@ -102,8 +107,9 @@ TEST_CASE("a node outside the job sends the worker on: to one node, or to all to
   auto one = send_elsewhere(l, "j", 0, facts("10.9.9.9", "c", no_node), "coord", why);
   CHECK(one.code == errc::moved);
   CHECK(one.candidates == std::vector<std::string>{"10.0.0.2:7710"});
-  CHECK_THAT(one.message, Catch::StartsWith("10.0.0.2:7710 is where rank 0 of job 'j' says "
-                                            "hello"));
+  CHECK_THAT(one.message,
+             Catch::StartsWith("10.0.0.2:7710 is where rank 0 of job 'j' says "
+                               "hello"));
   auto all = send_elsewhere(l, "j", 0, facts("10.9.9.9", "", no_node), "coord", why);
   CHECK(all.code == errc::moved);
   CHECK(all.candidates == l.addresses);
@@ -116,10 +122,12 @@ TEST_CASE("a node outside the job sends the worker on: to one node, or to all to
   l.rank_racks = {1, 0, 2};
   auto fixed = send_elsewhere(l, "j", 1, facts("10.0.0.2", "", no_node), "coord", why);
   CHECK(fixed.candidates == std::vector<std::string>{"10.0.0.1:7700"});
-  auto contradicts = send_elsewhere(l, "j", 1, facts("10.9.9.9", "b", no_node), "coord", why);
+  auto contradicts = send_elsewhere(l, "j", 1, facts("10.9.9.9", "b", no_node), "coord",
+                                    why);
   CHECK(contradicts.code == errc::invalid_spec);
-  CHECK(contradicts.message == "rank 1 of job 'j' belongs to rack a, but the worker says its "
-                               "rack is 'b'");
+  CHECK(contradicts.message
+        == "rank 1 of job 'j' belongs to rack a, but the worker says its "
+           "rack is 'b'");
 }
 
 } // namespace rw_unit_rack_choice

@@ -115,16 +115,16 @@ TEST_CASE("each node's table routes exactly the chunks the ring homes there", "[
 
   // A worker's routes: node b's endpoints come after node a's one.
   rw::runtime::job_routes routes{
-    {std::make_shared<routing_table>(spec, 3, std::vector<std::vector<uint32_t>>{}, &ring, 0),
-     std::make_shared<routing_table>(spec, 2, std::vector<std::vector<uint32_t>>{{0}, {1}},
-                                     &ring, 1)},
+    {std::make_shared<routing_table>(spec, 3, std::vector<std::vector<uint32_t>>{}, &ring,
+                                     0),
+     std::make_shared<routing_table>(
+       spec, 2, std::vector<std::vector<uint32_t>>{{0}, {1}}, &ring, 1)},
     {0, 1}};
   for (uint32_t t = 0; t < 2; ++t)
     for (uint32_t c = 0; c < a.layout(t).count(); ++c) {
       auto home = ring.owner(spec.tensors[t].name, c);
       CHECK(routes.home_of(t, c) == home);
-      CHECK(routes.connection_of(t, c)
-            == (home == 0 ? 0u : 1u + b.endpoint_of(t, c)));
+      CHECK(routes.connection_of(t, c) == (home == 0 ? 0u : 1u + b.endpoint_of(t, c)));
     }
 }
 

@@ -81,18 +81,19 @@ struct quiet_sink final : frame_sink {
   payload_target on_header(const connection_ptr&, const frame_header&) override {
     return payload_target::dropped();
   }
-  void on_frame(const connection_ptr&, const frame_header&, payload_target&) override {
-  }
+  void on_frame(const connection_ptr&, const frame_header&, payload_target&) override {}
   void on_closed(const connection_ptr&, errc c, const std::string& w) override {
     code = c;
     why = w;
   }
 };
 
-std::shared_ptr<tcp::connection> queued(int fd, uint64_t limit, std::chrono::milliseconds io) {
+std::shared_ptr<tcp::connection> queued(int fd, uint64_t limit,
+                                        std::chrono::milliseconds io) {
   tcp::send_policy p{io, limit, std::make_shared<tcp::poll_set>()};
   p.waker->add(fd);
-  return std::make_shared<tcp::connection>(fd, "peer", p, receive_limits{1 << 20, 1 << 20});
+  return std::make_shared<tcp::connection>(fd, "peer", p,
+                                           receive_limits{1 << 20, 1 << 20});
 }
 
 } // namespace
@@ -129,8 +130,9 @@ TEST_CASE("send_queue keeps bytes in order across blocks and partial writes",
   CHECK(got == want);
 }
 
-TEST_CASE("a node's send to a peer that does not read returns at once and queues in order",
-          "[send_queue]") {
+TEST_CASE(
+  "a node's send to a peer that does not read returns at once and queues in order",
+  "[send_queue]") {
   pair_of_sockets s;
   auto c = queued(s.node, 64 << 20, 10s);
   std::vector<std::byte> payload(payload_bytes);
@@ -191,8 +193,9 @@ TEST_CASE("a peer that lets more than the bound pile up is cut off with the reas
                          && Catch::Contains("the limit is 1048576 (--send-queue-mib)"));
 }
 
-TEST_CASE("a peer that takes nothing for the I/O timeout is cut off; one that reads is not",
-          "[send_queue]") {
+TEST_CASE(
+  "a peer that takes nothing for the I/O timeout is cut off; one that reads is not",
+  "[send_queue]") {
   pair_of_sockets s;
   auto c = queued(s.node, 64 << 20, 300ms);
   std::vector<std::byte> payload(payload_bytes);

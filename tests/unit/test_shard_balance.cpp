@@ -38,8 +38,8 @@ TEST_CASE("a busy shard offers its heaviest chunks up to the share", "[balance]"
   book.jobs.emplace(7, make(spec, routes, 0));
   auto& job = book.jobs.at(7);
   REQUIRE(job.chunks.size() == 2);
-  job.chunks[0].add_load(100); // w0
-  job.chunks[1].add_load(300); // w1
+  job.chunks[0].add_load(100);                 // w0
+  job.chunks[1].add_load(300);                 // w1
   auto plan = detail::plan_shed(book, 0, 0.5); // at most 200 of 400
   CHECK(plan.job_id == 7);
   CHECK(plan.shard_load == 400);
@@ -93,7 +93,8 @@ TEST_CASE("a chunk moves between shards with its state and what waited for it",
   CHECK_FALSE(to.awaits(1, 0));
   REQUIRE(to.chunks.size() == 3);
   // A request that comes meanwhile is stashed by the shard (actors/shard/handle_push.cpp).
-  to.stash.push_back({detail::shard_job::stashed::a_pull, {}, chunk_pull{7, 0, 2, 0, 1, nullptr}});
+  to.stash.push_back(
+    {detail::shard_job::stashed::a_pull, {}, chunk_pull{7, 0, 2, 0, 1, nullptr}});
 
   // Step 3: the old shard gives it, with its backlog's push for it.
   auto h = detail::give_chunks(from_book, 7, from, 0, next);
@@ -116,7 +117,8 @@ TEST_CASE("a chunk moves between shards with its state and what waited for it",
   CHECK(arrived.params() == params); // the same memory, kept alive by the new shard
   CHECK(std::equal(w1, w1 + 4, arrived.params()));
   CHECK(arrived.load() == 42);
-  CHECK(std::find(to.borrowed.begin(), to.borrowed.end(), from.memory) != to.borrowed.end());
+  CHECK(std::find(to.borrowed.begin(), to.borrowed.end(), from.memory)
+        != to.borrowed.end());
   // The old shard's waiting push first, then the stash.
   REQUIRE(serve.size() == 2);
   CHECK(serve[0].kind == detail::shard_job::stashed::a_push);

@@ -45,8 +45,9 @@ std::vector<uint32_t> serve_batch(bool priority) {
   auto routes = std::make_shared<const runtime::routing_table>(spec, 1);
   caf::scoped_actor self{sys};
   bool created = false;
-  self->request(shard, std::chrono::seconds(10), create_atom::value,
-                job_setup{9, spec, routes, 0, nullptr, {}}, abort_sink{})
+  self
+    ->request(shard, std::chrono::seconds(10), create_atom::value,
+              job_setup{9, spec, routes, 0, nullptr, {}}, abort_sink{})
     .receive([&](ok_atom) { created = true; }, [](caf::error&) {});
   std::vector<uint32_t> order;
   if (created) {
@@ -58,7 +59,8 @@ std::vector<uint32_t> serve_batch(bool priority) {
       auto b = pool.acquire();
       b->size = 16;
       std::fill(b->floats(), b->floats() + 4, 1.0f);
-      batch.push_back(chunk_push{9, rank, 0, rank, clocks[rank], true, std::move(b), conn});
+      batch.push_back(
+        chunk_push{9, rank, 0, rank, clocks[rank], true, std::move(b), conn});
     }
     caf::anon_send(shard, push_atom::value, std::move(batch));
     order = conn->chunks(3);

@@ -57,8 +57,9 @@ struct two_shards {
     }
     for (uint32_t i = 0; i < 2; ++i) {
       bool created = false;
-      self->request(shards[i], std::chrono::seconds(10), create_atom::value,
-                    job_setup{job_id, spec, routes, i, nullptr, peers}, abort_sink{})
+      self
+        ->request(shards[i], std::chrono::seconds(10), create_atom::value,
+                  job_setup{job_id, spec, routes, i, nullptr, peers}, abort_sink{})
         .receive([&](ok_atom) { created = true; }, [](caf::error&) {});
       REQUIRE(created);
     }
@@ -137,8 +138,10 @@ TEST_CASE("a layer-wise tensor on two shards settles at the step begun on one of
     for (auto& r : *snap.chunks)
       versions.push_back(r.version);
   };
-  fence_a.receive(take, [](caf::error& err) { FAIL("shard A did not settle: " << to_string(err)); });
-  fence_b.receive(take, [](caf::error& err) { FAIL("shard B did not settle: " << to_string(err)); });
+  fence_a.receive(
+    take, [](caf::error& err) { FAIL("shard A did not settle: " << to_string(err)); });
+  fence_b.receive(
+    take, [](caf::error& err) { FAIL("shard B did not settle: " << to_string(err)); });
   CHECK(versions == std::vector<uint64_t>(chunks, 1));
   // Every push of step 0 was answered (push_pull: the chunk at version 1), none of step 1.
   CHECK(n.conn->chunks(2 * chunks).size() == 2 * chunks);

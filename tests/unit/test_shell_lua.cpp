@@ -28,8 +28,15 @@ using rw::actors::rank_report;
 namespace {
 
 rank_report rank(uint32_t r, uint64_t clock, const char* state = "live") {
-  return {r, state, "10.0.0.1:4000" + std::to_string(r), clock, clock * 4, clock * 2,
-          clock * 1000, clock * 500, 1500};
+  return {r,
+          state,
+          "10.0.0.1:4000" + std::to_string(r),
+          clock,
+          clock * 4,
+          clock * 2,
+          clock * 1000,
+          clock * 500,
+          1500};
 }
 
 job_report job(const std::string& name, const std::string& state) {
@@ -65,7 +72,16 @@ struct fake_cluster : rw::shell::cluster_api {
   }
   std::vector<rw::actors::node_info> nodes() override {
     called("nodes");
-    return {{1, "rack-a", "rack-agg", "r1", {"10.0.0.2:7700", "10.0.0.3:7700"}, 4, 1, 20, 10, 40},
+    return {{1,
+             "rack-a",
+             "rack-agg",
+             "r1",
+             {"10.0.0.2:7700", "10.0.0.3:7700"},
+             4,
+             1,
+             20,
+             10,
+             40},
             {2, "rack-b", "rack-agg", "r2", {"10.0.1.2:7700"}, 8, 0, 310, 0, 0}};
   }
   std::vector<job_report> jobs() override {
@@ -181,7 +197,8 @@ TEST_CASE("job_create turns its table into the spec asked for", "[shell]") {
 
   CHECK(sh.run("j = rw.job_create{name = 'k', workers = 8.0, consistency = 'ssp:2', "
                "optimizer = 'adam', lr = 0.001, beta1 = 0.8, weight_decay = 0.01, "
-               "chunk_bytes = '64KiB', node = 'rack-b'}") == "");
+               "chunk_bytes = '64KiB', node = 'rack-b'}")
+        == "");
   CHECK(s.num_workers == 8);
   CHECK(s.consistency.model == rw::consistency_spec::ssp);
   CHECK(s.consistency.staleness == 2);
@@ -195,10 +212,12 @@ TEST_CASE("job_create turns its table into the spec asked for", "[shell]") {
   CHECK(sh.run("rw.job_create{name = 'm', workers = 1, chunk_bytes = 4096}") == "");
   CHECK(s.chunk_bytes == 4096);
   CHECK(sh.run("rw.job_create{name = 'n', workers = 4, racks = {'r1', 'r2'}, "
-               "reduction = 'flat'}") == "");
+               "reduction = 'flat'}")
+        == "");
   CHECK(sh.api.placement.racks == std::vector<std::string>{"r1", "r2"});
   CHECK(sh.api.placement.reduction == "flat");
-  CHECK(sh.run("rw.job_create{name = 'o', workers = 4, nodes = {'rack-a', 'rack-b'}}") == "");
+  CHECK(sh.run("rw.job_create{name = 'o', workers = 4, nodes = {'rack-a', 'rack-b'}}")
+        == "");
   CHECK(sh.api.placement.nodes == std::vector<std::string>{"rack-a", "rack-b"});
   CHECK(sh.eval("rw.nodes()[1].rack") == "\"r1\"");
 }
@@ -223,10 +242,14 @@ TEST_CASE("rw.inject reaches the cluster, bad arguments are clear errors", "[she
   shell sh;
   CHECK(sh.eval("rw.inject{job = 'j', kill = 'shard', node = 'n1', shard = 2}")
         == "\"crashed shard 2 of node n0\"");
-  CHECK(sh.eval("rw.inject{job = 'j', kill = 'shard'}") == "\"crashed shard 0 of node n0\"");
-  CHECK(sh.api.calls == std::vector<std::string>{"inject j shard 'n1' 2", "inject j shard '' 0"});
-  CHECK_THAT(sh.run("rw.inject{kill = 'shard'}"), Catch::Contains("job = NAME is required"));
-  CHECK_THAT(sh.run("rw.inject{job = 'j'}"), Catch::Contains("kill = 'shard' or kill = 'link' is required"));
+  CHECK(sh.eval("rw.inject{job = 'j', kill = 'shard'}")
+        == "\"crashed shard 0 of node n0\"");
+  CHECK(sh.api.calls
+        == std::vector<std::string>{"inject j shard 'n1' 2", "inject j shard '' 0"});
+  CHECK_THAT(sh.run("rw.inject{kill = 'shard'}"),
+             Catch::Contains("job = NAME is required"));
+  CHECK_THAT(sh.run("rw.inject{job = 'j'}"),
+             Catch::Contains("kill = 'shard' or kill = 'link' is required"));
   CHECK_THAT(sh.run("rw.inject{job = 'j', kill = 'shard', shard = 1.5}"),
              Catch::Contains("shard must be a whole number"));
   CHECK_THAT(sh.run("rw.inject{job = 'j', kill = 'shard', shards = 1}"),
@@ -238,8 +261,9 @@ TEST_CASE("rw.inject kill = 'link' takes a rank, every rank by default", "[shell
   shell sh;
   sh.eval("rw.inject{job = 'j', kill = 'link', node = 'n1', rank = 3}");
   sh.eval("rw.inject{job = 'j', kill = 'link'}");
-  CHECK(sh.api.calls
-        == std::vector<std::string>{"inject j link 'n1' 3", "inject j link '' 4294967295"});
+  CHECK(
+    sh.api.calls
+    == std::vector<std::string>{"inject j link 'n1' 3", "inject j link '' 4294967295"});
   CHECK_THAT(sh.run("rw.inject{job = 'j', kill = 'link', shard = 1}"),
              Catch::Contains("shard = goes with kill = 'shard'"));
   CHECK_THAT(sh.run("rw.inject{job = 'j', kill = 'shard', rank = 1}"),
@@ -248,16 +272,20 @@ TEST_CASE("rw.inject kill = 'link' takes a rank, every rank by default", "[shell
              Catch::Contains("option rank must be a whole number >= 0, got -2"));
 }
 
-TEST_CASE("rw.checkpoint and job_create's checkpoint fields reach the cluster", "[shell]") {
+TEST_CASE("rw.checkpoint and job_create's checkpoint fields reach the cluster",
+          "[shell]") {
   shell sh;
   CHECK(sh.eval("rw.checkpoint('j', '/ck/a').clock") == "7");
-  CHECK(sh.eval("rw.checkpoint('j', '/ck/b', {clock = 12}).files[1]") == "\"chunks-n0.rwck\"");
-  CHECK(sh.api.calls == std::vector<std::string>{"checkpoint j /ck/a 0", "checkpoint j /ck/b 12"});
+  CHECK(sh.eval("rw.checkpoint('j', '/ck/b', {clock = 12}).files[1]")
+        == "\"chunks-n0.rwck\"");
+  CHECK(sh.api.calls
+        == std::vector<std::string>{"checkpoint j /ck/a 0", "checkpoint j /ck/b 12"});
   CHECK_THAT(sh.run("rw.checkpoint('j', '/ck/c', {clock = -1})"),
              Catch::Contains("clock must be a positive whole number"));
   CHECK_THAT(sh.run("rw.checkpoint('j')"), Catch::Contains("rw.checkpoint"));
   CHECK(sh.run("rw.job_create{name = 'r', workers = 2, restore = '/ck/a', "
-               "checkpoint_every = 100, checkpoint_dir = '/ck/r'}") == "");
+               "checkpoint_every = 100, checkpoint_dir = '/ck/r'}")
+        == "");
   CHECK(sh.api.placement.restore == "/ck/a");
   CHECK(sh.api.placement.checkpoint_every == 100);
   CHECK(sh.api.placement.checkpoint_dir == "/ck/r");
@@ -269,9 +297,11 @@ TEST_CASE("job_create refuses bad tables, naming the field", "[shell]") {
   shell sh;
   auto refused = [&](const std::string& table, const std::string& says) {
     INFO(table);
-    CHECK_THAT(sh.run("rw.job_create" + table), Contains("rw.job_create") && Contains(says));
+    CHECK_THAT(sh.run("rw.job_create" + table),
+               Contains("rw.job_create") && Contains(says));
   };
-  refused("{name = 'j', workers = 2, wokers = 3}", "unknown field 'wokers' (fields: name,");
+  refused("{name = 'j', workers = 2, wokers = 3}",
+          "unknown field 'wokers' (fields: name,");
   refused("{name = 'j', workers = 'four'}", "workers must be a whole number");
   refused("{name = 'j', workers = 2.5}", "got 2.5");
   refused("{name = 'j', workers = -1}", "workers must be a whole number");
@@ -289,7 +319,8 @@ TEST_CASE("job_create refuses bad tables, naming the field", "[shell]") {
   refused("('j')", "expects a table");
   refused("{name = 'j', workers = 2, racks = 'a'}", "racks must be the racks");
   refused("{name = 'j', workers = 2, racks = {}}", "racks must name at least one");
-  refused("{name = 'j', workers = 2, nodes = {'a', 3}}", "nodes[2] must be a non-empty string");
+  refused("{name = 'j', workers = 2, nodes = {'a', 3}}",
+          "nodes[2] must be a non-empty string");
   CHECK(sh.api.calls.empty()); // nothing reached the cluster
 }
 
@@ -313,7 +344,8 @@ TEST_CASE("the cluster's reports come back as tables", "[shell]") {
   CHECK(sh.eval("j.ranks[2]")
         == "{\n  bytes_in = 3000,\n  bytes_out = 1500,\n  clock = 3,\n"
            "  peer = \"10.0.0.1:40001\",\n  pulls = 6,\n  pushes = 12,\n  rank = 1,\n"
-           "  state = \"live\",\n  steps_pulled = 1,\n  steps_pushed = 3,\n  wait_ms = 1.5\n}");
+           "  state = \"live\",\n  steps_pulled = 1,\n  steps_pushed = 3,\n  wait_ms = "
+           "1.5\n}");
   CHECK(sh.eval("j.optimizer.kind .. ' ' .. j.consistency") == "\"adam ssp:2\"");
   CHECK(sh.eval("j.optimizer.lr == 0.01 and j.optimizer.beta2 == 0.999") == "true");
   CHECK(sh.eval("j.tensors") == "{{elements = 1000, has_init = true, name = \"w\"}}");
@@ -415,9 +447,11 @@ TEST_CASE("rw.watch prints a line per refresh off a terminal", "[shell]") {
   CHECK_THAT(out, Contains("job 'j' finished clock 3"));
   CHECK(out.find("\033[") == std::string::npos);
   sh.api.status = [](int) { return job("j", "running"); };
-  CHECK(sh.eval("rw.watch('j', {interval = 0.001, seconds = 0.01}).state") == "\"running\"");
+  CHECK(sh.eval("rw.watch('j', {interval = 0.001, seconds = 0.01}).state")
+        == "\"running\"");
   CHECK(sh.run("rw.sleep(0.001)") == "");
-  CHECK_THAT(sh.run("rw.sleep(-1)"), Contains("rw.sleep expects a number of seconds >= 0"));
+  CHECK_THAT(sh.run("rw.sleep(-1)"),
+             Contains("rw.sleep expects a number of seconds >= 0"));
 }
 
 TEST_CASE("Ctrl-C stops rw.wait, rw.watch and Lua loops in the interactive shell",
@@ -456,12 +490,15 @@ TEST_CASE("the pretty printer shows tables as Lua constructors", "[shell]") {
   CHECK(sh.eval("1e300 * 1e10") == "inf");
   CHECK(sh.eval("{{1, {2}}, ['end'] = 1}") == "{{1, {2}}, [\"end\"] = 1}");
   CHECK(sh.eval("{long = string.rep('x', 60), n = {1, {y = string.rep('z', 70)}}}")
-        == "{\n  long = \"" + std::string(60, 'x') + "\",\n  n = {\n    1,\n    {\n"
-           "      y = \"" + std::string(70, 'z') + "\"\n    }\n  }\n}");
+        == "{\n  long = \"" + std::string(60, 'x')
+             + "\",\n  n = {\n    1,\n    {\n"
+               "      y = \""
+             + std::string(70, 'z') + "\"\n    }\n  }\n}");
   CHECK(sh.run("t = {name = 'x'}; t.self = t; t.list = {t}") == "");
   CHECK(sh.eval("t") == "{list = {<cycle>}, name = \"x\", self = <cycle>}");
   CHECK(sh.eval("setmetatable({}, {__index = function() error('no') end, "
-                "__tostring = function() error('no') end})") == "{}");
+                "__tostring = function() error('no') end})")
+        == "{}");
   CHECK_THAT(sh.eval("print"), Contains("<function: 0x"));
   CHECK(sh.run("rw.show({a = {1, 2}})") == "");
   CHECK(sh.output() == "{a = {1, 2}}\n");
@@ -474,8 +511,8 @@ TEST_CASE("scripts get their arguments and report failure", "[shell]") {
   shell sh;
   rw::shell::set_script_args(sh.L, "s.lua", {"a", "b"});
   using src = rw::shell::script_source;
-  CHECK(rw::shell::run_script(sh.L, {src::code, "n = select('#', ...) + #arg; x = arg[2]"},
-                              {"a", "b"})
+  CHECK(rw::shell::run_script(
+          sh.L, {src::code, "n = select('#', ...) + #arg; x = arg[2]"}, {"a", "b"})
         == 0);
   CHECK(sh.eval("n .. x .. arg[0]") == "\"4bs.lua\"");
   CHECK(rw::shell::run_script(sh.L, {src::code, "rw.wait('j', 'nope')"}, {}) == 1);
@@ -483,12 +520,16 @@ TEST_CASE("scripts get their arguments and report failure", "[shell]") {
   CHECK(rw::shell::run_script(sh.L, {src::file, "/nonexistent/x.lua"}, {}) == 1);
 }
 
-TEST_CASE("rw.job_set reaches the cluster with the fields given, bad ones are clear errors",
-          "[shell]") {
+TEST_CASE(
+  "rw.job_set reaches the cluster with the fields given, bad ones are clear errors",
+  "[shell]") {
   shell sh;
-  CHECK(sh.eval("rw.job_set{name = 'j', at_clock = 30, lr = 0.5, momentum = 0.8}") == "7");
-  CHECK(sh.api.calls == std::vector<std::string>{"job_set j lr=0.5 momentum=0.8 at clock 30"});
-  CHECK_THAT(sh.run("rw.job_set{name = 'j', lr = 0.1}"), Catch::Contains("at_clock = C is required"));
+  CHECK(sh.eval("rw.job_set{name = 'j', at_clock = 30, lr = 0.5, momentum = 0.8}")
+        == "7");
+  CHECK(sh.api.calls
+        == std::vector<std::string>{"job_set j lr=0.5 momentum=0.8 at clock 30"});
+  CHECK_THAT(sh.run("rw.job_set{name = 'j', lr = 0.1}"),
+             Catch::Contains("at_clock = C is required"));
   CHECK_THAT(sh.run("rw.job_set{name = 'j', at_clock = 1}"),
              Catch::Contains("no hyper-parameter to change"));
   CHECK_THAT(sh.run("rw.job_set{name = 'j', at_clock = 1.5, lr = 1}"),
@@ -497,7 +538,8 @@ TEST_CASE("rw.job_set reaches the cluster with the fields given, bad ones are cl
              Catch::Contains("momentum must be below 1"));
   CHECK_THAT(sh.run("rw.job_set{name = 'j', at_clock = 1, lr = 'x'}"),
              Catch::Contains("lr must be a number"));
-  CHECK_THAT(sh.run("rw.job_set{name = 'j', at_clock = 1, eta = 1}"), Catch::Contains("eta"));
+  CHECK_THAT(sh.run("rw.job_set{name = 'j', at_clock = 1, eta = 1}"),
+             Catch::Contains("eta"));
   CHECK_THAT(sh.run("rw.job_set{at_clock = 1, lr = 1}"), Catch::Contains("name = NAME"));
   CHECK(sh.api.calls.size() == 1);
 }
@@ -505,7 +547,8 @@ TEST_CASE("rw.job_set reaches the cluster with the fields given, bad ones are cl
 TEST_CASE("rw.job_create declares tensors in order, by position or by name", "[shell]") {
   shell sh;
   CHECK(sh.run("rw.job_create{name = 'j', workers = 2, tensors = {{'w', 1024}, "
-               "{name = 'b', elements = 16, has_init = true}}}") == "");
+               "{name = 'b', elements = 16, has_init = true}}}")
+        == "");
   REQUIRE(sh.api.spec.tensors.size() == 2);
   CHECK(sh.api.spec.tensors[0].name == "w");
   CHECK(sh.api.spec.tensors[0].elements == 1024);
@@ -519,8 +562,9 @@ TEST_CASE("rw.job_create declares tensors in order, by position or by name", "[s
              Catch::Contains("elements must be a positive whole number"));
   CHECK_THAT(sh.run("rw.job_create{name = 'j', workers = 2, tensors = {{3, 4}}}"),
              Catch::Contains("the name must be a string"));
-  CHECK_THAT(sh.run("rw.job_create{name = 'j', workers = 2, tensors = {{'w', 4, 'yes'}}}"),
-             Catch::Contains("has_init must be true or false"));
+  CHECK_THAT(
+    sh.run("rw.job_create{name = 'j', workers = 2, tensors = {{'w', 4, 'yes'}}}"),
+    Catch::Contains("has_init must be true or false"));
 }
 
 } // namespace rw_unit_shell_lua

@@ -33,10 +33,12 @@ TEST_CASE("a worker segment opens only for its nonce and its job spec", "[shm]")
   auto spec = spec_of(5000);
   auto mine = create_worker_segment(spec, 42);
   CHECK_NOTHROW(open_worker_segment(mine.name(), 42, spec));
-  CHECK_THROWS_WITH(open_worker_segment(mine.name(), 43, spec), Catch::Contains("not the one"));
+  CHECK_THROWS_WITH(open_worker_segment(mine.name(), 43, spec),
+                    Catch::Contains("not the one"));
   CHECK_THROWS_WITH(open_worker_segment(mine.name(), 42, spec_of(5001)),
                     Catch::Contains("does not match"));
-  CHECK_THROWS_WITH(open_worker_segment("/etc-passwd", 42, spec), Catch::Contains("not a RackWeave"));
+  CHECK_THROWS_WITH(open_worker_segment("/etc-passwd", 42, spec),
+                    Catch::Contains("not a RackWeave"));
   auto opened = open_worker_segment(mine.name(), 42, spec);
   // Both mappings see the same memory, regions cache- and page-aligned.
   auto* table = tensor_table(opened.as<header>());
@@ -69,7 +71,7 @@ TEST_CASE("shared memory segments of dead processes are removed", "[shm]") {
   std::string stale = "/rackweave-node-4194311-00000000deadbeef";
   {
     auto m = rw::transports::shm::mapping::create(stale, 4096);
-    (void) m;
+    (void)m;
   } // the creator's destructor unlinks; recreate without a live owner:
   int fd = shm_open(stale.c_str(), O_CREAT | O_RDWR, 0600);
   REQUIRE(fd >= 0);
@@ -80,11 +82,14 @@ TEST_CASE("shared memory segments of dead processes are removed", "[shm]") {
   CHECK_NOTHROW(rw::transports::shm::open_node_bell(live.name()));
 }
 
-TEST_CASE("the node keeps the tensor table it checked: a worker rewriting it moves nothing",
-          "[shm]") {
+TEST_CASE(
+  "the node keeps the tensor table it checked: a worker rewriting it moves nothing",
+  "[shm]") {
   auto spec = spec_of(5000);
-  auto mine = create_worker_segment(spec, 42); // the worker's mapping: it may write anything
-  connection conn{open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, false};
+  auto mine = create_worker_segment(spec,
+                                    42); // the worker's mapping: it may write anything
+  connection conn{
+    open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, false};
   auto* table = tensor_table(mine.as<header>());
   const auto planned = table[0];
   // After the check, the worker swaps tensor 0's gradient and result regions (and could
@@ -131,7 +136,8 @@ TEST_CASE("completions the worker's ring has no room for wait in order; a worker
   };
 
   SECTION("in order, nothing dropped, the sender never waits") {
-    connection conn{open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, true};
+    connection conn{
+      open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, true};
     const uint64_t total = ring_slots + 1000;
     for (uint64_t seq = 0; seq < total; ++seq)
       REQUIRE(send_update(conn, seq)); // before: the sender spun, then dropped it
@@ -151,7 +157,8 @@ TEST_CASE("completions the worker's ring has no room for wait in order; a worker
     CHECK(conn.is_open());
   }
   SECTION("a backlog past its bound cuts the worker off") {
-    connection conn{open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, true};
+    connection conn{
+      open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, true};
     conn.set_send_limits(std::chrono::seconds(10), 100 * sizeof(completion));
     for (uint64_t seq = 0; seq < ring_slots + 100; ++seq)
       REQUIRE(send_update(conn, seq));
@@ -163,7 +170,8 @@ TEST_CASE("completions the worker's ring has no room for wait in order; a worker
                       && Catch::Contains("--send-queue-mib"));
   }
   SECTION("a worker that takes none for the I/O timeout is cut off") {
-    connection conn{open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, true};
+    connection conn{
+      open_worker_segment(mine.name(), 42, spec), spec, "worker", 1, 0, true};
     conn.set_send_limits(std::chrono::milliseconds(50), 1 << 20);
     for (uint64_t seq = 0; seq < ring_slots + 10; ++seq)
       REQUIRE(send_update(conn, seq));
@@ -172,7 +180,8 @@ TEST_CASE("completions the worker's ring has no room for wait in order; a worker
     std::this_thread::sleep_for(std::chrono::milliseconds(120));
     conn.flush_backlog();
     CHECK_FALSE(conn.is_open());
-    CHECK_THAT(conn.close_reason().second, Catch::Contains("took none of its completions for 50 ms"));
+    CHECK_THAT(conn.close_reason().second,
+               Catch::Contains("took none of its completions for 50 ms"));
   }
 }
 

@@ -24,12 +24,12 @@ struct counting_sink final : frame_sink {
   payload_target on_header(const connection_ptr&, const frame_header&) override {
     return payload_target::into(scratch.data());
   }
-  void on_frame(const connection_ptr& c, const frame_header& h, payload_target&) override {
+  void on_frame(const connection_ptr& c, const frame_header& h,
+                payload_target&) override {
     clocks.push_back(h.clock);
     last = c;
   }
-  void on_closed(const connection_ptr&, errc, const std::string&) override {
-  }
+  void on_closed(const connection_ptr&, errc, const std::string&) override {}
 };
 
 frame_header push(uint64_t clock) {
@@ -52,7 +52,8 @@ void poll_for(tcp::endpoint& ep, counting_sink& sink, size_t n, int ms) {
 TEST_CASE("a paused connection delivers nothing until it resumes, then all in order",
           "[send_queue]") {
   receive_limits limits{1u << 20, 1u << 16};
-  tcp::endpoint node{std::chrono::milliseconds(2000), limits, tcp::accept_policy{1u << 20}};
+  tcp::endpoint node{std::chrono::milliseconds(2000), limits,
+                     tcp::accept_policy{1u << 20}};
   auto at = node.listen(tcp::parse_address("127.0.0.1:0"));
   tcp::endpoint client_ep{std::chrono::milliseconds(2000), limits};
   auto client = client_ep.connect(at, std::chrono::milliseconds(2000));

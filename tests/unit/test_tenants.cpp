@@ -34,11 +34,10 @@ struct scratch {
     secret("keys/cluster.secret", cluster_secret, 0600);
     secret("keys/open.secret", "tenant-open-secret-0123456789", 0644);
     secret("keys/short.secret", "too-short", 0600);
-    secret("keys/endless.secret", std::string(5000, 'x'), 0600); // no line break (but the last)
+    secret("keys/endless.secret", std::string(5000, 'x'),
+           0600); // no line break (but the last)
   }
-  ~scratch() {
-    std::filesystem::remove_all(dir);
-  }
+  ~scratch() { std::filesystem::remove_all(dir); }
   void secret(const std::string& name, const std::string& text, mode_t mode) {
     auto path = dir + "/" + name;
     std::ofstream{path} << text << "\n";
@@ -63,7 +62,8 @@ max_workers = 8
 max_memory_mib = 512
 
 [speech-2]
-secret_file = ")" + s.dir + R"(/keys/b.secret"
+secret_file = ")" + s.dir
+                     + R"(/keys/b.secret"
 )");
   auto t = load_tenants(path, cluster_secret);
   REQUIRE(t.size() == 2);
@@ -90,7 +90,8 @@ TEST_CASE("a tenants file with anything wrong is refused, saying what", "[tenant
   };
   refused("[Vision]\nsecret_file = 'keys/a.secret'\n", "lower-case letters");
   refused("vision = 3\n", "must be a table");
-  refused("[vision]\nsecret_file = 'keys/a.secret'\nmax_job = 2\n", "unknown key 'max_job'");
+  refused("[vision]\nsecret_file = 'keys/a.secret'\nmax_job = 2\n",
+          "unknown key 'max_job'");
   refused("[vision]\nmax_jobs = 2\n", "needs secret_file");
   refused("[vision]\nsecret_file = 'keys/a.secret'\nmax_jobs = 0\n", "from 1 to");
   refused("[vision]\nsecret_file = 'keys/a.secret'\nmax_workers = -3\n", "max_workers");
@@ -109,7 +110,8 @@ TEST_CASE("a tenants file with anything wrong is refused, saying what", "[tenant
           "cannot read the tenant 'vision' secret file");
   refused("[vision]\nsecret_file = '/dev/zero'\n", "is not a regular file");
   refused("[vision]\nsecret_file = 'keys'\n", "is not a regular file");
-  refused("[vision]\nsecret_file = 'keys/endless.secret'\n", "no line break in its first 4096");
+  refused("[vision]\nsecret_file = 'keys/endless.secret'\n",
+          "no line break in its first 4096");
 }
 
 TEST_CASE("a job's tenant is what comes before ':'", "[tenants]") {

@@ -100,7 +100,8 @@ TEST_CASE("an ending thread never withdraws its successor's clock", "[thread_cpu
   successor.join();
 }
 
-TEST_CASE("a named thread shows its name in /proc, cut to 15 characters", "[thread_cpu]") {
+TEST_CASE("a named thread shows its name in /proc, cut to 15 characters",
+          "[thread_cpu]") {
   std::string names[2];
   std::thread named{[&] {
     auto comm = [] {

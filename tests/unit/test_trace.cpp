@@ -86,8 +86,8 @@ TEST_CASE("a session writes trace-event JSON from every thread, threads named",
   REQUIRE(main.size() == 1);
   CHECK(main[0]["ph"] == "X");
   CHECK(main[0]["pid"] == ::getpid());
-  CHECK(main[0]["args"] == json{{"job", 7}, {"rank", 1}, {"tensor", 2}, {"chunk", 3},
-                                {"clock", 42}});
+  CHECK(main[0]["args"]
+        == json{{"job", 7}, {"rank", 1}, {"tensor", 2}, {"chunk", 3}, {"clock", 42}});
   CHECK(main[0]["dur"].get<double>() >= 0);
   auto mark = named(events, "mark")[0];
   CHECK(mark["ph"] == "i");
@@ -155,8 +155,14 @@ TEST_CASE("sessions one after another each get their own events", "[trace]") {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }};
-  { trace::session s{first, "one"}; std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
-  { trace::session s{second, "two"}; std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
+  {
+    trace::session s{first, "one"};
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  {
+    trace::session s{second, "two"};
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   stop = true;
   busy.join();
   auto a = read_json(first), b = read_json(second);

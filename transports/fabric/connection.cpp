@@ -24,14 +24,11 @@ constexpr int bounced = -2;   // post() completed the frame itself (bounce buffe
 connection::connection(std::shared_ptr<core> c, std::string peer, uint32_t slot_bytes,
                        std::unique_ptr<slot_pool::window> slots, int io_timeout_ms,
                        uint64_t send_queue_bytes)
-  : core_(std::move(c)),
-    peer_(std::move(peer)),
-    io_timeout_ms_(io_timeout_ms),
+  : core_(std::move(c)), peer_(std::move(peer)), io_timeout_ms_(io_timeout_ms),
     slot_bytes_(slot_bytes),
-    slot_count_(static_cast<uint32_t>(std::min<uint64_t>(slots->size() / slot_bytes,
-                                                         max_slots))),
-    slots_(std::move(slots)),
-    occupied_(new std::atomic<bool>[slot_count_]) {
+    slot_count_(
+      static_cast<uint32_t>(std::min<uint64_t>(slots->size() / slot_bytes, max_slots))),
+    slots_(std::move(slots)), occupied_(new std::atomic<bool>[slot_count_]) {
   send_queue_bytes_ = send_queue_bytes;
   for (uint32_t i = 0; i < slot_count_; ++i)
     occupied_[i].store(false);
@@ -61,17 +58,19 @@ void connection::bind(const fabric_offer& peer) {
                                 peer.provider, core_->dom->provider()));
   if (peer.slot_bytes < frame_header_bytes + 64 || peer.slot_count == 0
       || peer.slot_count > max_slots || peer.conn_index >= max_connections)
-    throw rw::error(errc::bad_frame,
-                    fmt::format("fabric: the peer offers {} slots of {} bytes as connection "
-                                "{}: out of range", peer.slot_count, peer.slot_bytes,
-                                peer.conn_index));
+    throw rw::error(
+      errc::bad_frame,
+      fmt::format("fabric: the peer offers {} slots of {} bytes as connection "
+                  "{}: out of range",
+                  peer.slot_count, peer.slot_bytes, peer.conn_index));
   fi_addr_t addr = FI_ADDR_UNSPEC;
   auto n = fi_av_insert(core_->av, peer.address.data(), 1, &addr, 0, nullptr);
   if (n != 1)
-    throw rw::error(errc::bad_frame,
-                    fmt::format("fabric: provider {} refused the peer's {}-byte address ({})",
-                                core_->dom->provider_name(), peer.address.size(),
-                                n < 0 ? fi_error_text(n) : std::string{"not inserted"}));
+    throw rw::error(
+      errc::bad_frame,
+      fmt::format("fabric: provider {} refused the peer's {}-byte address ({})",
+                  core_->dom->provider_name(), peer.address.size(),
+                  n < 0 ? fi_error_text(n) : std::string{"not inserted"}));
   std::lock_guard<std::mutex> guard{credit_mtx_};
   peer_addr_ = addr;
   peer_index_ = peer.conn_index;
@@ -90,8 +89,8 @@ void connection::bind(const fabric_offer& peer) {
   for (uint32_t i = 0; i < ops; ++i)
     free_ops_.push_back(static_cast<int>(i));
   headers_.resize(size_t{ops} * frame_header_bytes);
-  headers_region_ = std::make_unique<region>(*core_->dom, headers_.data(), headers_.size(),
-                                             FI_SEND | FI_WRITE);
+  headers_region_ = std::make_unique<region>(*core_->dom, headers_.data(),
+                                             headers_.size(), FI_SEND | FI_WRITE);
   paired_.assign(ops, -1);
   bounce_.resize(peer.slot_bytes);
   bound_ = true;
@@ -134,14 +133,15 @@ int connection::take_credit() {
     core_->progress_tx();
     lock.lock();
     if (credits_.empty() && is_open()
-        && credit_cv_.wait_until(lock, std::min(deadline, clock_type::now()
-                                                            + std::chrono::milliseconds(1)))
+        && credit_cv_.wait_until(
+             lock, std::min(deadline, clock_type::now() + std::chrono::milliseconds(1)))
              == std::cv_status::timeout
         && clock_type::now() >= deadline) {
       lock.unlock();
-      fail(errc::timeout, fmt::format("the peer gave no slot back within {} ms (all {} were "
-                                      "in use: it stopped reading)",
-                                      io_timeout_ms_, peer_slot_count_));
+      fail(errc::timeout,
+           fmt::format("the peer gave no slot back within {} ms (all {} were "
+                       "in use: it stopped reading)",
+                       io_timeout_ms_, peer_slot_count_));
       return -1;
     }
   }
@@ -183,7 +183,8 @@ bool connection::credit(uint32_t s) noexcept {
 }
 
 bool connection::issue(int op, const iovec* iov, void** desc, size_t pieces,
-                       const fi_rma_iov* rma, size_t targets, uint64_t data, bool with_data) {
+                       const fi_rma_iov* rma, size_t targets, uint64_t data,
+                       bool with_data) {
   fi_msg_rma msg{};
   msg.msg_iov = iov;
   msg.desc = desc;
@@ -206,7 +207,8 @@ bool connection::issue(int op, const iovec* iov, void** desc, size_t pieces,
         std::lock_guard<std::mutex> guard{credit_mtx_};
         free_ops_.push_back(op);
       }
-      fail(errc::io_error, fmt::format("an RMA write to the peer failed: {}", fi_error_text(rc)));
+      fail(errc::io_error,
+           fmt::format("an RMA write to the peer failed: {}", fi_error_text(rc)));
       return false;
     }
     core_->progress_tx();
@@ -324,7 +326,8 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
       for (size_t i = 1; i < pieces; ++i)
         body[n++] = iov[i];
     }
-    ok = issue(op, body, bounce_lock.owns_lock() ? desc : desc + 1, n, &target, 1, imm, true);
+    ok = issue(op, body, bounce_lock.owns_lock() ? desc : desc + 1, n, &target, 1, imm,
+               true);
     if (!ok) {
       wait(first);
       return -1;
@@ -355,15 +358,15 @@ bool connection::wait(int op) {
       }
       auto ok = first < 0 || wait(first);
       if (s < 0) {
-        fail(errc::io_error, fmt::format("an RMA write to the peer failed: {}",
-                                         fi_error_text(s)));
+        fail(errc::io_error,
+             fmt::format("an RMA write to the peer failed: {}", fi_error_text(s)));
         return false;
       }
       return ok;
     }
     core_->progress_tx();
     if (clock_type::now() >= deadline) { // the op stays pending: the connection stays
-      fail(errc::timeout,               // in the endpoint's table until it completes
+      fail(errc::timeout,                // in the endpoint's table until it completes
            fmt::format("an RMA write did not complete within {} ms", io_timeout_ms_));
       return false;
     }
@@ -436,10 +439,11 @@ bool connection::enqueue(const frame_header& h, const iovec* payload, int count)
   if (queue_.empty())
     queue_moved_ = clock_type::now(); // the stall clock starts with the first frame
   if (queue_bytes_ + frame_header_bytes + total > send_queue_bytes_) {
-    fail(errc::timeout,
-         fmt::format("the peer is not reading: {} bytes wait for its slots, and a {}-byte "
-                     "frame would pass the {} MiB bound (--send-queue-mib)",
-                     queue_bytes_, frame_header_bytes + total, send_queue_bytes_ >> 20));
+    fail(
+      errc::timeout,
+      fmt::format("the peer is not reading: {} bytes wait for its slots, and a {}-byte "
+                  "frame would pass the {} MiB bound (--send-queue-mib)",
+                  queue_bytes_, frame_header_bytes + total, send_queue_bytes_ >> 20));
     return false;
   }
   queued_frame f;
@@ -476,7 +480,8 @@ bool connection::try_finish(int op) {
     free_ops_.push_back(o);
   }
   if (failed < 0)
-    fail(errc::io_error, fmt::format("an RMA write to the peer failed: {}", fi_error_text(failed)));
+    fail(errc::io_error,
+         fmt::format("an RMA write to the peer failed: {}", fi_error_text(failed)));
   return true;
 }
 
@@ -510,9 +515,10 @@ bool connection::flush_queue() {
   if (!queue_.empty() && is_open()
       && clock_type::now() - queue_moved_ > std::chrono::milliseconds(io_timeout_ms_))
     fail(errc::timeout,
-         fmt::format("the peer gave no slot back for {} ms while {} bytes waited for one (all "
-                     "{} were in use: it stopped reading)",
-                     io_timeout_ms_, queue_bytes_, peer_slot_count_));
+         fmt::format(
+           "the peer gave no slot back for {} ms while {} bytes waited for one (all "
+           "{} were in use: it stopped reading)",
+           io_timeout_ms_, queue_bytes_, peer_slot_count_));
   if (!is_open()) {
     queue_.clear();
     queue_bytes_ = 0;
@@ -552,8 +558,9 @@ bool connection::frame_at(uint32_t s, frame_header& h, std::string& why) const {
     return false;
   }
   if (!placed && frame_header_bytes + size_t{h.payload_bytes} > slot_bytes_) {
-    why = fmt::format("a {} frame says {} payload bytes; its slot holds {}", to_string(h.kind),
-                      h.payload_bytes, slot_bytes_ - frame_header_bytes);
+    why = fmt::format("a {} frame says {} payload bytes; its slot holds {}",
+                      to_string(h.kind), h.payload_bytes,
+                      slot_bytes_ - frame_header_bytes);
     return false;
   }
   return true;
@@ -570,7 +577,8 @@ void connection::release(uint32_t s) noexcept {
   if (!is_open() || !bound_)
     return;
   if (!core_->send_credit(peer_addr_, peer_index_, s, io_timeout_ms_))
-    fail(errc::io_error, "could not give a slot back to the peer (its endpoint is gone?)");
+    fail(errc::io_error,
+         "could not give a slot back to the peer (its endpoint is gone?)");
 }
 
 } // namespace rw::transports::fabric

@@ -75,25 +75,17 @@ public:
   bool send_batch(const frame_header* headers, const iovec* payloads, int n) override;
   void close() override;
   bool is_open() const noexcept override;
-  const std::string& peer() const noexcept override {
-    return peer_;
-  }
+  const std::string& peer() const noexcept override { return peer_; }
 
-  uint32_t index() const noexcept {
-    return index_;
-  }
+  uint32_t index() const noexcept { return index_; }
   /// Why it closed (for the endpoint's report) and how.
   std::string close_reason() const;
-  errc close_code() const noexcept {
-    return close_code_;
-  }
+  errc close_code() const noexcept { return close_code_; }
   /// Closes with a reason (the first reason given is kept).
   void fail(errc code, const std::string& why);
 
   // --- receiving (the endpoint's thread) ---------------------------------------------
-  uint32_t slot_count() const noexcept {
-    return slot_count_;
-  }
+  uint32_t slot_count() const noexcept { return slot_count_; }
   /// Marks slot `s` as holding a frame; false if it already did (the peer wrote into a
   /// slot it had not been given back).
   bool occupy(uint32_t s) noexcept;
@@ -110,9 +102,7 @@ public:
   /// Whether the peer named a buffer for `tensor`'s results.
   bool placing(uint32_t tensor) const;
   /// Frames sent, and of them updates written straight into the peer's buffers.
-  uint64_t frames_sent() const noexcept {
-    return sent_.load(std::memory_order_relaxed);
-  }
+  uint64_t frames_sent() const noexcept { return sent_.load(std::memory_order_relaxed); }
   uint64_t placed_sent() const noexcept {
     return placed_sent_.load(std::memory_order_relaxed);
   }
@@ -131,13 +121,13 @@ public:
   /// Bytes waiting in the send queue.
   uint64_t queued_bytes() const;
 
-  bool adopted = false;                 // endpoint thread: its frames are delivered
-  bool reported = false;                // endpoint thread: its close was reported
-  std::vector<uint32_t> held;           // endpoint thread: slots written before adoption
+  bool adopted = false;       // endpoint thread: its frames are delivered
+  bool reported = false;      // endpoint thread: its close was reported
+  std::vector<uint32_t> held; // endpoint thread: slots written before adoption
 
 private:
   friend class endpoint; // assigns the index
-  struct local_place {  // a buffer this side named (place_results)
+  struct local_place {   // a buffer this side named (place_results)
     std::shared_ptr<region> reg;
     std::byte* base = nullptr;
     uint64_t bytes = 0;
@@ -191,15 +181,15 @@ private:
   uint32_t peer_slot_count_ = 0;
   std::mutex credit_mtx_;
   std::condition_variable credit_cv_;
-  std::deque<uint32_t> credits_;       // the peer's free slots
-  std::vector<bool> out_;              // the peer's slots this side wrote, not yet back
-  std::vector<uint32_t> op_slot_;      // op -> the peer slot it writes
+  std::deque<uint32_t> credits_;  // the peer's free slots
+  std::vector<bool> out_;         // the peer's slots this side wrote, not yet back
+  std::vector<uint32_t> op_slot_; // op -> the peer slot it writes
   std::vector<int> free_ops_;
   std::unique_ptr<tx_op[]> ops_;
-  std::vector<std::byte> headers_;     // one frame header per op, registered
+  std::vector<std::byte> headers_; // one frame header per op, registered
   std::unique_ptr<region> headers_region_;
-  std::vector<int> paired_;            // op -> the header write posted before it, or -1
-  std::vector<std::byte> bounce_;      // for a frame in more pieces than the provider gathers
+  std::vector<int> paired_;       // op -> the header write posted before it, or -1
+  std::vector<std::byte> bounce_; // for a frame in more pieces than the provider gathers
   std::mutex bounce_mtx_;
 
   mutable std::mutex place_mtx_;
@@ -215,9 +205,10 @@ private:
   uint64_t send_queue_bytes_ = 0;
   std::mutex post_mtx_;
   std::deque<queued_frame> queue_;
-  uint64_t queue_bytes_ = 0;           // in queue_
+  uint64_t queue_bytes_ = 0;            // in queue_
   std::atomic<uint64_t> queued_now_{0}; // queue_bytes_, for readers without the lock
-  std::vector<std::pair<int, std::vector<std::byte>>> copies_; // ops in flight, their copy
+  std::vector<std::pair<int, std::vector<std::byte>>>
+    copies_;                                            // ops in flight, their copy
   std::chrono::steady_clock::time_point queue_moved_{}; // last post from the queue
 
   std::atomic<uint64_t> sent_{0};

@@ -28,8 +28,8 @@ bool connection::target_of(const frame_header& h, uint64_t bytes, fi_rma_iov& ou
 
 bool connection::place_results(uint32_t tensor, float* dst, uint64_t bytes,
                                uint32_t chunk_bytes) {
-  if (core_->place_mode == placement::off || dst == nullptr || bytes == 0 || chunk_bytes == 0
-      || tensor >= max_placed_tensors)
+  if (core_->place_mode == placement::off || dst == nullptr || bytes == 0
+      || chunk_bytes == 0 || tensor >= max_placed_tensors)
     return true; // results travel through the slots
   auto* base = reinterpret_cast<std::byte*>(dst);
   {
@@ -42,8 +42,8 @@ bool connection::place_results(uint32_t tensor, float* dst, uint64_t bytes,
   try {
     reg = core_->target_memory.get(base, bytes);
   } catch (const rw::error& e) { // not registrable: results come through the slots
-    spdlog::warn("fabric: peer={}: results of tensor {} go through slots: {}", peer_, tensor,
-                 e.what());
+    spdlog::warn("fabric: peer={}: results of tensor {} go through slots: {}", peer_,
+                 tensor, e.what());
     return true;
   }
   fabric_place p;
@@ -95,8 +95,9 @@ std::byte* connection::placed_at(const frame_header& h, std::string& why) const 
   auto& p = local_places_[h.tensor_id];
   auto offset = uint64_t{h.chunk_index} * p.chunk_bytes;
   if (offset + h.payload_bytes > p.bytes) {
-    why = fmt::format("a placed frame for chunk {}/{} ({} bytes) outside its {}-byte buffer",
-                      h.tensor_id, h.chunk_index, h.payload_bytes, p.bytes);
+    why = fmt::format(
+      "a placed frame for chunk {}/{} ({} bytes) outside its {}-byte buffer", h.tensor_id,
+      h.chunk_index, h.payload_bytes, p.bytes);
     return nullptr;
   }
   return p.base + offset;

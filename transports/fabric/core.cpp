@@ -34,14 +34,14 @@ std::shared_ptr<registration_cache> core::make_send_cache(std::shared_ptr<domain
 }
 
 core::core(std::shared_ptr<domain> d, std::shared_ptr<registration_cache> sends)
-  : dom(d),
-    send_memory(sends ? std::move(sends) : make_send_cache(d)),
-    target_memory(d, FI_REMOTE_WRITE, 4096, 4096),
-    recv_ctx_(posted_receives) {
-  check(fi_endpoint(dom->handle(), dom->info(), &ep, nullptr), "opening an endpoint", *dom);
+  : dom(d), send_memory(sends ? std::move(sends) : make_send_cache(d)),
+    target_memory(d, FI_REMOTE_WRITE, 4096, 4096), recv_ctx_(posted_receives) {
+  check(fi_endpoint(dom->handle(), dom->info(), &ep, nullptr), "opening an endpoint",
+        *dom);
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_TABLE;
-  check(fi_av_open(dom->handle(), &av_attr, &av, nullptr), "opening an address vector", *dom);
+  check(fi_av_open(dom->handle(), &av_attr, &av, nullptr), "opening an address vector",
+        *dom);
   fi_cq_attr cq{};
   cq.format = FI_CQ_FORMAT_DATA;
   cq.size = cq_entries;
@@ -57,13 +57,15 @@ core::core(std::shared_ptr<domain> d, std::shared_ptr<registration_cache> sends)
   tx.format = FI_CQ_FORMAT_CONTEXT;
   tx.size = cq_entries;
   tx.wait_obj = FI_WAIT_NONE;
-  check(fi_cq_open(dom->handle(), &tx, &tx_cq, nullptr), "opening a completion queue", *dom);
+  check(fi_cq_open(dom->handle(), &tx, &tx_cq, nullptr), "opening a completion queue",
+        *dom);
   check(fi_ep_bind(ep, &av->fid, 0), "binding the address vector", *dom);
   check(fi_ep_bind(ep, &tx_cq->fid, FI_TRANSMIT), "binding the transmit queue", *dom);
   check(fi_ep_bind(ep, &rx_cq->fid, FI_RECV), "binding the receive queue", *dom);
   check(fi_enable(ep), "enabling the endpoint", *dom);
   recv_bufs_.resize(posted_receives * receive_bytes);
-  recv_region_ = std::make_unique<region>(*dom, recv_bufs_.data(), recv_bufs_.size(), FI_RECV);
+  recv_region_ = std::make_unique<region>(*dom, recv_bufs_.data(), recv_bufs_.size(),
+                                          FI_RECV);
   for (size_t i = 0; i < posted_receives; ++i)
     repost(i);
 }
@@ -133,7 +135,8 @@ void core::progress_tx() noexcept {
 
 bool core::send_credit(uint64_t dest, uint32_t peer_index, uint32_t slot,
                        int timeout_ms) noexcept {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto deadline = std::chrono::steady_clock::now()
+                  + std::chrono::milliseconds(timeout_ms);
   while (true) {
     auto rc = fi_injectdata(ep, nullptr, 0, immediate(peer_index, slot), dest);
     if (rc == 0)
@@ -157,9 +160,9 @@ uint32_t core::add(std::shared_ptr<connection> c) {
       return i;
     }
   }
-  throw rw::error(errc::unavailable,
-                  fmt::format("fabric: this endpoint has {} connections, its limit",
-                              max_connections));
+  throw rw::error(
+    errc::unavailable,
+    fmt::format("fabric: this endpoint has {} connections, its limit", max_connections));
 }
 
 std::shared_ptr<connection> core::find(uint32_t index) {

@@ -69,7 +69,8 @@ struct core {
 
   /// Sends a credit for `slot` to the peer at `dest`, stamped with the peer's index of
   /// this connection. False if the provider would not take it within `timeout_ms`.
-  bool send_credit(uint64_t dest, uint32_t peer_index, uint32_t slot, int timeout_ms) noexcept;
+  bool send_credit(uint64_t dest, uint32_t peer_index, uint32_t slot,
+                   int timeout_ms) noexcept;
 
   /// Reposts receive buffer `i` (after its message or its consumed immediate).
   void repost(size_t i) noexcept;

@@ -22,7 +22,8 @@ namespace {
 constexpr uint64_t needed_caps = FI_MSG | FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_SEND
                                  | FI_RECV;
 // Every registration rule RackWeave can follow; the provider grants a subset.
-constexpr uint64_t mr_modes = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+constexpr uint64_t mr_modes = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED
+                              | FI_MR_PROV_KEY;
 // The order `auto` prefers: real RDMA first.
 const char* const preference[] = {"verbs", "efa", "tcp"};
 
@@ -124,8 +125,8 @@ int nic_numa(const fi_info* info, std::string& nic) {
   std::string path;
   if (bus != nullptr && bus->bus_type == FI_BUS_PCI) {
     auto& p = bus->attr.pci;
-    path = fmt::format("/sys/bus/pci/devices/{:04x}:{:02x}:{:02x}.{:x}/numa_node", p.domain_id,
-                       p.bus_id, p.device_id, p.function_id);
+    path = fmt::format("/sys/bus/pci/devices/{:04x}:{:02x}:{:02x}.{:x}/numa_node",
+                       p.domain_id, p.bus_id, p.device_id, p.function_id);
   } else if (!nic.empty()) {
     path = "/sys/class/net/" + nic + "/device/numa_node";
   }
@@ -145,9 +146,9 @@ std::string fi_error_text(long rc) {
 std::shared_ptr<domain> domain::open(const std::string& provider,
                                      const std::string& source_host) {
   if (!known_provider(provider))
-    throw rw::error(errc::invalid_spec,
-                    fmt::format("fabric provider '{}' is not one of auto, verbs, efa, tcp",
-                                provider));
+    throw rw::error(
+      errc::invalid_spec,
+      fmt::format("fabric provider '{}' is not one of auto, verbs, efa, tcp", provider));
   std::vector<std::string> tries;
   if (provider == "auto")
     tries.assign(std::begin(preference), std::end(preference));
@@ -158,15 +159,17 @@ std::shared_ptr<domain> domain::open(const std::string& provider,
     auto hints = hints_for(name);
     fi_info* got = nullptr;
     auto flags = source_host.empty() ? 0 : FI_SOURCE;
-    auto rc = fi_getinfo(FI_VERSION(1, 9), source_host.empty() ? nullptr : source_host.c_str(),
-                         nullptr, flags, hints.get(), &got);
+    auto rc = fi_getinfo(FI_VERSION(1, 9),
+                         source_host.empty() ? nullptr : source_host.c_str(), nullptr,
+                         flags, hints.get(), &got);
     if (rc != 0 && !source_host.empty()) // the provider may not bind by address
       rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints.get(), &got);
     if (rc != 0 || got == nullptr) {
       auto here = providers_here();
       if (std::find(here.begin(), here.end(), name) == here.end())
-        why.push_back(fmt::format("no libfabric provider '{}' on this machine (it has: {})",
-                                  name, fmt::join(here, ", ")));
+        why.push_back(
+          fmt::format("no libfabric provider '{}' on this machine (it has: {})", name,
+                      fmt::join(here, ", ")));
       else
         why.push_back(fmt::format("provider '{}' lacks {}", name, lack(name)));
       continue;
@@ -204,8 +207,8 @@ std::shared_ptr<domain> domain::make(const fi_info* pick, const std::string& sho
   return d;
 }
 
-std::vector<std::shared_ptr<domain>> domain::open_nics(const std::string& provider,
-                                                       const std::vector<std::string>& nics) {
+std::vector<std::shared_ptr<domain>> domain::open_nics(
+  const std::string& provider, const std::vector<std::string>& nics) {
   auto hints = hints_for(provider);
   fi_info* got = nullptr;
   if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints.get(), &got) != 0 || !got)
@@ -233,9 +236,10 @@ std::vector<std::shared_ptr<domain>> domain::open_nics(const std::string& provid
   if (!all)
     for (auto& want : nics)
       if (std::find(names.begin(), names.end(), want) == names.end())
-        throw rw::error(errc::invalid_spec,
-                        fmt::format("fabric: provider '{}' has no NIC '{}' here (it has: {})",
-                                    provider, want, fmt::join(names, ", ")));
+        throw rw::error(
+          errc::invalid_spec,
+          fmt::format("fabric: provider '{}' has no NIC '{}' here (it has: {})", provider,
+                      want, fmt::join(names, ", ")));
   if (out.empty())
     throw rw::error(errc::unavailable,
                     fmt::format("fabric: provider '{}' offers no NIC here", provider));

@@ -40,34 +40,22 @@ public:
   /// One domain per NIC of `provider` (a short name: verbs, efa, tcp): every one it
   /// offers for {"all"}, else the ones named (a name it lacks is an error listing the
   /// NICs it has). Throws rw::error.
-  static std::vector<std::shared_ptr<domain>> open_nics(const std::string& provider,
-                                                        const std::vector<std::string>& nics);
+  static std::vector<std::shared_ptr<domain>> open_nics(
+    const std::string& provider, const std::vector<std::string>& nics);
   ~domain();
 
   domain(const domain&) = delete;
   domain& operator=(const domain&) = delete;
 
-  fi_info* info() const noexcept {
-    return info_;
-  }
-  fid_domain* handle() const noexcept {
-    return domain_;
-  }
+  fi_info* info() const noexcept { return info_; }
+  fid_domain* handle() const noexcept { return domain_; }
   /// The provider's full name ("tcp;ofi_rxm") and the short one a peer matches ("tcp").
-  const std::string& provider_name() const noexcept {
-    return provider_name_;
-  }
-  const std::string& provider() const noexcept {
-    return short_name_;
-  }
+  const std::string& provider_name() const noexcept { return provider_name_; }
+  const std::string& provider() const noexcept { return short_name_; }
   /// The NIC (its device or interface name, "" if the provider does not say) and its
   /// NUMA domain (-1: unknown), from the provider's NIC attributes and hwloc.
-  const std::string& nic() const noexcept {
-    return nic_;
-  }
-  int numa() const noexcept {
-    return numa_;
-  }
+  const std::string& nic() const noexcept { return nic_; }
+  int numa() const noexcept { return numa_; }
 
   /// Registration rules granted: remote addresses are virtual addresses, the provider
   /// picks keys. (Descriptors are always passed, so FI_MR_LOCAL needs nothing more; a

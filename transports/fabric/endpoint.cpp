@@ -41,14 +41,10 @@ private:
 /// A placed update's payload, in the receiver's own output buffer: nothing to give back.
 class placed_view final : public runtime::payload {
 public:
-  placed_view(std::byte* at, uint32_t bytes) : payload(at, bytes, true) {
-    size = bytes;
-  }
+  placed_view(std::byte* at, uint32_t bytes) : payload(at, bytes, true) { size = bytes; }
 
 private:
-  void recycle() noexcept override {
-    delete this;
-  }
+  void recycle() noexcept override { delete this; }
 };
 
 bool resident(frame_kind k) {
@@ -57,13 +53,15 @@ bool resident(frame_kind k) {
 } // namespace
 
 uint64_t slot_bytes_for(uint32_t max_payload) {
-  return (uint64_t{frame_header_bytes} + std::max<uint32_t>(max_payload, 4096) + 63) / 64 * 64;
+  return (uint64_t{frame_header_bytes} + std::max<uint32_t>(max_payload, 4096) + 63) / 64
+         * 64;
 }
 
 namespace {
 uint32_t wanted_slots(const endpoint_settings& s, uint64_t slot_bytes) {
-  return static_cast<uint32_t>(std::clamp<uint64_t>(
-    s.max_bytes_per_connection / slot_bytes, std::min<uint32_t>(min_slots, s.slots), s.slots));
+  return static_cast<uint32_t>(
+    std::clamp<uint64_t>(s.max_bytes_per_connection / slot_bytes,
+                         std::min<uint32_t>(min_slots, s.slots), s.slots));
 }
 } // namespace
 
@@ -89,8 +87,10 @@ endpoint::endpoint(std::shared_ptr<domain> d, endpoint_settings s, uint32_t max_
 
 endpoint::~endpoint() {
   if (auto n = placed_.load(); n > 0)
-    spdlog::debug("fabric: {} closed; {} updates arrived straight in their output buffers "
-                 "(placement {})", describe(), n, to_string(core_->place_mode));
+    spdlog::debug(
+      "fabric: {} closed; {} updates arrived straight in their output buffers "
+      "(placement {})",
+      describe(), n, to_string(core_->place_mode));
   std::vector<std::shared_ptr<connection>> conns;
   {
     std::lock_guard<std::mutex> guard{core_->table_mtx};
@@ -101,11 +101,13 @@ endpoint::~endpoint() {
       c->close();
 }
 
-std::shared_ptr<connection> endpoint::open(const std::string& peer, uint32_t max_payload) {
+std::shared_ptr<connection> endpoint::open(const std::string& peer,
+                                           uint32_t max_payload) {
   auto bytes = slot_bytes_for(max_payload);
   if (bytes > UINT32_MAX)
-    throw rw::error(errc::frame_too_large,
-                    fmt::format("fabric: {} payload bytes per frame is too many", max_payload));
+    throw rw::error(
+      errc::frame_too_large,
+      fmt::format("fabric: {} payload bytes per frame is too many", max_payload));
   auto want = wanted_slots(settings_, bytes);
   auto window = pool_->lend(bytes, std::min(want, min_slots), want);
   auto c = std::make_shared<connection>(core_, peer, static_cast<uint32_t>(bytes),
@@ -135,13 +137,15 @@ std::string endpoint::describe() const {
                      d.info()->domain_attr->name ? d.info()->domain_attr->name : "?");
 }
 
-void endpoint::deliver(const std::shared_ptr<connection>& c, uint32_t slot, frame_sink& sink) {
+void endpoint::deliver(const std::shared_ptr<connection>& c, uint32_t slot,
+                       frame_sink& sink) {
   if (!c->is_open())
     return; // closing: its frames are dropped with it
   if (!c->occupy(slot)) {
     c->fail(errc::bad_frame,
             fmt::format("the peer wrote into slot {} while it still held a frame (it "
-                        "overran its credits)", slot));
+                        "overran its credits)",
+                        slot));
     return;
   }
   frame_header h;
@@ -149,7 +153,8 @@ void endpoint::deliver(const std::shared_ptr<connection>& c, uint32_t slot, fram
   if (!c->frame_at(slot, h, why)) {
     // No error frame: sending one would wait on this very thread's progress. The
     // sink hears the close with the reason (a node closes the worker's TCP link too).
-    spdlog::warn("fabric: peer={}: a frame that cannot be trusted: {}; closing", c->peer(), why);
+    spdlog::warn("fabric: peer={}: a frame that cannot be trusted: {}; closing",
+                 c->peer(), why);
     c->fail(errc::bad_frame, why);
     return;
   }
@@ -192,12 +197,13 @@ void endpoint::on_write(uint64_t imm, frame_sink& sink) {
   if (!c || slot >= c->slot_count()) {
     auto n = bad_imm_.fetch_add(1) + 1;
     auto now = std::chrono::steady_clock::now();
-    if (n == 1 || now - bad_imm_logged_ > bad_imm_log_every) { // the endpoint's thread only
+    if (n == 1
+        || now - bad_imm_logged_ > bad_imm_log_every) { // the endpoint's thread only
       bad_imm_logged_ = now;
-      spdlog::warn("fabric: a write's immediate {:#010x} names no slot (connection {} slot "
-                   "{}{}): ignored; {} such writes so far",
-                   imm, index, slot, c ? fmt::format(" of {}", c->slot_count()) : " unknown",
-                   n);
+      spdlog::warn(
+        "fabric: a write's immediate {:#010x} names no slot (connection {} slot "
+        "{}{}): ignored; {} such writes so far",
+        imm, index, slot, c ? fmt::format(" of {}", c->slot_count()) : " unknown", n);
     }
     return;
   }
@@ -213,8 +219,9 @@ void endpoint::on_credit(uint64_t imm) {
   if (!c)
     return; // a credit for a connection already gone
   if (!c->credit(imm_slot(imm)))
-    c->fail(errc::bad_frame,
-            fmt::format("the peer gave back slot {} it had not been sent", imm_slot(imm)));
+    c->fail(
+      errc::bad_frame,
+      fmt::format("the peer gave back slot {} it had not been sent", imm_slot(imm)));
   else if (c->queued_bytes() > 0)
     c->flush_queue(); // frames waited for this credit
 }
@@ -255,7 +262,8 @@ int endpoint::drain(int timeout_ms, frame_sink& sink) {
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
       if (fi_cq_readerr(core_->rx_cq, &err, 0) > 0) {
-        spdlog::warn("fabric: a receive failed: {}", fi_error_text(-static_cast<long>(err.err)));
+        spdlog::warn("fabric: a receive failed: {}",
+                     fi_error_text(-static_cast<long>(err.err)));
         auto i = core_->receive_of(err.op_context);
         if (i != SIZE_MAX)
           core_->repost(i);

@@ -27,7 +27,7 @@
 namespace rw::transports::fabric {
 
 struct endpoint_settings {
-  uint32_t slots = 256;  // receive slots granted to each peer (credits), at most 4096
+  uint32_t slots = 256; // receive slots granted to each peer (credits), at most 4096
   /// At most this much slot memory per connection: jobs with large chunks get fewer
   /// slots (never fewer than 4).
   uint64_t max_bytes_per_connection = 64ull << 20;
@@ -35,7 +35,7 @@ struct endpoint_settings {
   /// connection's slots are a window of it. 0: room for exactly one connection of the
   /// largest window (a worker's endpoint; see pool_for_one).
   uint64_t pool_bytes = 256ull << 20;
-  uint32_t numa = 0;     // where slot memory lives (the NIC's domain)
+  uint32_t numa = 0; // where slot memory lives (the NIC's domain)
   /// Results placed straight into the receiver's buffers: at most this (the provider's
   /// best otherwise; tests lower it to exercise `ordered` and `off`).
   placement max_placement = placement::scatter;
@@ -75,28 +75,16 @@ public:
   size_t connection_count() const noexcept override;
   std::string describe() const override;
 
-  const domain& fabric_domain() const noexcept {
-    return *core_->dom;
-  }
+  const domain& fabric_domain() const noexcept { return *core_->dom; }
   /// How results are placed into peers' buffers here.
-  placement result_placement() const noexcept {
-    return core_->place_mode;
-  }
+  placement result_placement() const noexcept { return core_->place_mode; }
   /// Updates that arrived already in their output buffer (placed), since the start.
-  uint64_t placed_frames() const noexcept {
-    return placed_.load();
-  }
+  uint64_t placed_frames() const noexcept { return placed_.load(); }
   /// Immediates that named no slot, since the start.
-  uint64_t bad_immediates() const noexcept {
-    return bad_imm_.load();
-  }
-  const slot_pool& pool() const noexcept {
-    return *pool_;
-  }
+  uint64_t bad_immediates() const noexcept { return bad_imm_.load(); }
+  const slot_pool& pool() const noexcept { return *pool_; }
   /// Local registrations made for sending (steady state: no new ones).
-  uint64_t registrations() const noexcept {
-    return core_->send_memory->registrations();
-  }
+  uint64_t registrations() const noexcept { return core_->send_memory->registrations(); }
 
 private:
   void on_write(uint64_t imm, frame_sink& sink);

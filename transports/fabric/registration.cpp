@@ -28,18 +28,19 @@ std::string memlock_limit() {
 } // namespace
 
 region::region(domain& d, const void* data, size_t bytes, uint64_t access)
-  : begin_(static_cast<const std::byte*>(data)), bytes_(bytes), virt_addr_(d.mr_virt_addr()) {
+  : begin_(static_cast<const std::byte*>(data)), bytes_(bytes),
+    virt_addr_(d.mr_virt_addr()) {
   uint64_t requested = d.mr_prov_key() ? 0 : d.next_key();
   auto rc = fi_mr_reg(d.handle(), data, bytes, access, 0, requested, 0, &mr_, nullptr);
   if (rc != 0)
-    throw rw::error(errc::io_error,
-                    fmt::format("fabric: registering {} bytes at {} with provider {} failed: "
-                                "{}. The locked-memory limit (ulimit -l) is {}; registered "
-                                "memory counts against it: raise it (ulimit -l unlimited, or "
-                                "LimitMEMLOCK=infinity in a systemd unit) or lower "
-                                "--fabric-slots",
-                                bytes, data, d.provider_name(), fi_error_text(rc),
-                                memlock_limit()));
+    throw rw::error(
+      errc::io_error,
+      fmt::format("fabric: registering {} bytes at {} with provider {} failed: "
+                  "{}. The locked-memory limit (ulimit -l) is {}; registered "
+                  "memory counts against it: raise it (ulimit -l unlimited, or "
+                  "LimitMEMLOCK=infinity in a systemd unit) or lower "
+                  "--fabric-slots",
+                  bytes, data, d.provider_name(), fi_error_text(rc), memlock_limit()));
   desc_ = fi_mr_desc(mr_);
   key_ = fi_mr_key(mr_);
 }
@@ -57,8 +58,7 @@ uint64_t region::remote_address(const void* p) const noexcept {
 registration_cache::registration_cache(std::shared_ptr<domain> d, uint64_t access,
                                        size_t max_regions, uintptr_t span)
   : domain_(std::move(d)), access_(access), max_regions_(max_regions),
-    span_(std::max<uintptr_t>(span, page)) {
-}
+    span_(std::max<uintptr_t>(span, page)) {}
 
 std::shared_ptr<region> registration_cache::get(const void* p, size_t n) {
   auto* b = static_cast<const std::byte*>(p);
@@ -98,9 +98,10 @@ std::shared_ptr<region> registration_cache::get(const void* p, size_t n) {
 
 std::shared_ptr<void> registration_cache::pin(const void* p, size_t n) {
   auto* b = static_cast<const std::byte*>(p);
-  auto* s = reinterpret_cast<const std::byte*>(reinterpret_cast<uintptr_t>(b) & ~(page - 1));
-  auto* e = reinterpret_cast<const std::byte*>((reinterpret_cast<uintptr_t>(b) + n + page - 1)
+  auto* s = reinterpret_cast<const std::byte*>(reinterpret_cast<uintptr_t>(b)
                                                & ~(page - 1));
+  auto* e = reinterpret_cast<const std::byte*>(
+    (reinterpret_cast<uintptr_t>(b) + n + page - 1) & ~(page - 1));
   auto r = std::make_shared<region>(*domain_, s, static_cast<size_t>(e - s), access_);
   {
     std::lock_guard<std::mutex> guard{mtx_};

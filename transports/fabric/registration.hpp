@@ -36,20 +36,12 @@ public:
   region(const region&) = delete;
   region& operator=(const region&) = delete;
 
-  void* desc() const noexcept {
-    return desc_;
-  }
-  uint64_t key() const noexcept {
-    return key_;
-  }
+  void* desc() const noexcept { return desc_; }
+  uint64_t key() const noexcept { return key_; }
   /// The address a peer names for `p` (inside this region) in an RMA operation.
   uint64_t remote_address(const void* p) const noexcept;
-  const std::byte* begin() const noexcept {
-    return begin_;
-  }
-  const std::byte* end() const noexcept {
-    return begin_ + bytes_;
-  }
+  const std::byte* begin() const noexcept { return begin_; }
+  const std::byte* end() const noexcept { return begin_ + bytes_; }
   bool contains(const void* p, size_t n) const noexcept {
     auto* b = static_cast<const std::byte*>(p);
     return b >= begin_ && b + n <= end();
@@ -70,8 +62,8 @@ public:
   /// A miss registers the `span`-aligned range around the buffer (its pages if the
   /// provider refuses that); memory peers may write is registered by pages (`span`
   /// 4096), so nothing beside the buffer is exposed.
-  registration_cache(std::shared_ptr<domain> d, uint64_t access, size_t max_regions = 4096,
-                     uintptr_t span = 1u << 20);
+  registration_cache(std::shared_ptr<domain> d, uint64_t access,
+                     size_t max_regions = 4096, uintptr_t span = 1u << 20);
 
   /// The registration covering [p, p + n), made now if none does. Thread-safe.
   std::shared_ptr<region> get(const void* p, size_t n);
@@ -84,9 +76,7 @@ public:
   std::shared_ptr<void> pin(const void* p, size_t n);
 
   /// Registrations made so far (a steady state makes none).
-  uint64_t registrations() const noexcept {
-    return made_;
-  }
+  uint64_t registrations() const noexcept { return made_; }
 
 private:
   void trim();

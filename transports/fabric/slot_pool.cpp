@@ -18,8 +18,7 @@ constexpr uint64_t mib = 1ull << 20;
 slot_pool::window::window(std::shared_ptr<slot_pool> pool, uint64_t offset,
                           uint64_t bytes) noexcept
   : pool_(std::move(pool)), offset_(offset), bytes_(bytes),
-    data_(pool_->memory_.data() + offset) {
-}
+    data_(pool_->memory_.data() + offset) {}
 
 slot_pool::window::~window() {
   pool_->give_back(offset_, bytes_);
@@ -30,9 +29,9 @@ std::shared_ptr<slot_pool> slot_pool::make(std::shared_ptr<domain> d, uint64_t b
   return std::shared_ptr<slot_pool>(new slot_pool(std::move(d), bytes, numa, shared));
 }
 
-slot_pool::slot_pool(std::shared_ptr<domain> d, uint64_t bytes, uint32_t numa, bool shared)
-  : domain_(std::move(d)),
-    memory_((bytes + alignment - 1) / alignment * alignment, numa),
+slot_pool::slot_pool(std::shared_ptr<domain> d, uint64_t bytes, uint32_t numa,
+                     bool shared)
+  : domain_(std::move(d)), memory_((bytes + alignment - 1) / alignment * alignment, numa),
     shared_(shared) {
   region_ = std::make_unique<region>(*domain_, memory_.data(), memory_.size(),
                                      FI_REMOTE_WRITE | FI_RECV);
@@ -63,12 +62,13 @@ std::unique_ptr<slot_pool::window> slot_pool::lend(uint64_t unit, uint32_t min_u
     if (largest / unit < min_units)
       throw rw::error(
         errc::unavailable,
-        fmt::format("fabric: the receive pool has no room for another peer: it needs {} "
-                    "slots of {} bytes ({:.1f} MiB), the pool's largest free part is {:.1f} "
-                    "MiB ({:.1f} of {:.1f} MiB lent to connections); raise --fabric-pool "
-                    "(node.fabric_pool_mib) or lower the job's chunk size",
-                    min_units, unit, double(min_units * unit) / mib, double(largest) / mib,
-                    double(lent_) / mib, double(memory_.size()) / mib));
+        fmt::format(
+          "fabric: the receive pool has no room for another peer: it needs {} "
+          "slots of {} bytes ({:.1f} MiB), the pool's largest free part is {:.1f} "
+          "MiB ({:.1f} of {:.1f} MiB lent to connections); raise --fabric-pool "
+          "(node.fabric_pool_mib) or lower the job's chunk size",
+          min_units, unit, double(min_units * unit) / mib, double(largest) / mib,
+          double(lent_) / mib, double(memory_.size()) / mib));
     units = min_units; // the last room: smaller than half of it, still fits
   }
   auto offset = best->first;

@@ -28,16 +28,10 @@ public:
     window(const window&) = delete;
     window& operator=(const window&) = delete;
 
-    std::byte* data() const noexcept {
-      return data_;
-    }
-    uint64_t size() const noexcept {
-      return bytes_;
-    }
+    std::byte* data() const noexcept { return data_; }
+    uint64_t size() const noexcept { return bytes_; }
     /// The pool's registration (its key, the addresses peers write to).
-    const region& registration() const noexcept {
-      return *pool_->region_;
-    }
+    const region& registration() const noexcept { return *pool_->region_; }
 
   private:
     friend class slot_pool;
@@ -60,9 +54,7 @@ public:
   /// rw::error(errc::unavailable) when even `min_units` do not fit.
   std::unique_ptr<window> lend(uint64_t unit, uint32_t min_units, uint32_t want_units);
 
-  uint64_t capacity() const noexcept {
-    return memory_.size();
-  }
+  uint64_t capacity() const noexcept { return memory_.size(); }
   /// Bytes lent out now.
   uint64_t lent() const;
 

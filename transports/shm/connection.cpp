@@ -2,20 +2,15 @@
 
 #include "transports/control.hpp"
 
-
 #include <fmt/format.h>
 
 namespace rw::transports::shm {
 
 connection::connection(mapping segment, const job_spec& spec, std::string peer,
                        uint32_t job_id, uint32_t rank, bool worker_reads_params)
-  : segment_(std::move(segment)),
-    header_(segment_.as<header>()),
-    tensors_(plan_regions(spec, planned_bytes_)),
-    peer_(std::move(peer)),
-    job_id_(job_id),
-    rank_(rank),
-    worker_reads_params_(worker_reads_params) {
+  : segment_(std::move(segment)), header_(segment_.as<header>()),
+    tensors_(plan_regions(spec, planned_bytes_)), peer_(std::move(peer)), job_id_(job_id),
+    rank_(rank), worker_reads_params_(worker_reads_params) {
   for (auto& t : spec.tensors)
     layouts_.emplace_back(t.elements, spec.chunk_bytes);
 }
@@ -68,9 +63,10 @@ bool connection::post(const completion& c) noexcept {
     // In order: nothing overtakes what waits in the backlog.
     if (!backlog_list_.empty() || !header_->completions.push(c)) {
       if ((backlog_list_.size() + 1) * sizeof(completion) > backlog_limit_) {
-        cut_locked(fmt::format("the worker is not taking its completions: {} wait for room "
-                               "in its ring, the limit is {} bytes (--send-queue-mib)",
-                               backlog_list_.size() + 1, backlog_limit_));
+        cut_locked(
+          fmt::format("the worker is not taking its completions: {} wait for room "
+                      "in its ring, the limit is {} bytes (--send-queue-mib)",
+                      backlog_list_.size() + 1, backlog_limit_));
         return false;
       }
       if (backlog_list_.empty())
@@ -119,9 +115,11 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
     return false;
   switch (h.kind) {
     case frame_kind::update: {
-      if (h.tensor_id >= layouts_.size() || h.chunk_index >= layouts_[h.tensor_id].count())
+      if (h.tensor_id >= layouts_.size()
+          || h.chunk_index >= layouts_[h.tensor_id].count())
         return false;
-      uint16_t kind = (h.flags & flag_subscribe) ? completion::published : completion::update;
+      uint16_t kind = (h.flags & flag_subscribe) ? completion::published
+                                                 : completion::update;
       if (worker_reads_params_)
         return post({kind, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
       auto& l = layouts_[h.tensor_id];
@@ -158,8 +156,7 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
       if (h.flags & flag_only_changed)
         return post({completion::unchanged, 0, h.tensor_id, h.chunk_index, 0, h.clock});
       return true; // a push's ack: over shm a push completes when its memory is consumed
-    default:
-      return true;
+    default: return true;
   }
 }
 

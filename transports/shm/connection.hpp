@@ -33,31 +33,19 @@ public:
   connection(mapping segment, const job_spec& spec, std::string peer, uint32_t job_id,
              uint32_t rank, bool worker_reads_params);
 
-  uint32_t job_id() const noexcept {
-    return job_id_;
-  }
-  uint32_t rank() const noexcept {
-    return rank_;
-  }
+  uint32_t job_id() const noexcept { return job_id_; }
+  uint32_t rank() const noexcept { return rank_; }
 
   bool send(const frame_header& h, const iovec* payload, int count) override;
   using transports::connection::send;
   void close() override;
   bool is_open() const noexcept override;
-  const std::string& peer() const noexcept override {
-    return peer_;
-  }
-  bool resident() const noexcept override {
-    return true;
-  }
+  const std::string& peer() const noexcept override { return peer_; }
+  bool resident() const noexcept override { return true; }
 
   /// Takes the next request, if any (endpoint thread only).
-  bool next_request(request& out) noexcept {
-    return header_->requests.pop(out);
-  }
-  bool has_requests() const noexcept {
-    return !header_->requests.empty();
-  }
+  bool next_request(request& out) noexcept { return header_->requests.pop(out); }
+  bool has_requests() const noexcept { return !header_->requests.empty(); }
 
   /// The chunk's memory in the gradient region, or nullptr if out of range.
   std::byte* gradient(uint32_t tensor, uint32_t chunk, uint32_t& bytes) const noexcept;
@@ -73,9 +61,7 @@ public:
   void set_send_limits(std::chrono::milliseconds io_timeout, uint64_t backlog_bytes);
 
   /// Whether completions wait for room in the ring.
-  bool has_backlog() const noexcept {
-    return backlog_.load(std::memory_order_acquire);
-  }
+  bool has_backlog() const noexcept { return backlog_.load(std::memory_order_acquire); }
   /// Whether the worker made room for some of them.
   bool backlog_fits() const noexcept {
     return has_backlog() && !header_->completions.full();
@@ -103,7 +89,7 @@ private:
   std::string peer_;
   uint32_t job_id_;
   uint32_t rank_;
-  bool worker_reads_params_; // updates need no copy: the worker maps the parameters
+  bool worker_reads_params_;    // updates need no copy: the worker maps the parameters
   mutable std::mutex post_mtx_; // shards on several threads post completions
   std::deque<completion> backlog_list_; // waiting for room in the ring (post_mtx_)
   std::atomic<bool> backlog_{false};
@@ -117,10 +103,10 @@ private:
 /// A pushed chunk as the shard sees it: the worker's gradient, read in place.
 class view final : public runtime::payload {
 public:
-  view(std::shared_ptr<connection> owner, std::byte* data, uint32_t bytes, uint32_t tensor,
-       uint32_t chunk, uint64_t clock, bool notify)
-    : payload(data, bytes, false), owner_(std::move(owner)), tensor_(tensor), chunk_(chunk),
-      clock_(clock), notify_(notify) {
+  view(std::shared_ptr<connection> owner, std::byte* data, uint32_t bytes,
+       uint32_t tensor, uint32_t chunk, uint64_t clock, bool notify)
+    : payload(data, bytes, false), owner_(std::move(owner)), tensor_(tensor),
+      chunk_(chunk), clock_(clock), notify_(notify) {
     size = bytes;
   }
 

@@ -12,10 +12,8 @@ constexpr int max_requests_per_round = 4096; // then give the other workers a tu
 }
 
 endpoint::endpoint(std::chrono::milliseconds io_timeout, uint64_t backlog_bytes)
-  : io_timeout_(io_timeout),
-    backlog_bytes_(backlog_bytes),
-    bell_((remove_stale_segments(), create_node_bell())) {
-}
+  : io_timeout_(io_timeout), backlog_bytes_(backlog_bytes),
+    bell_((remove_stale_segments(), create_node_bell())) {}
 
 void endpoint::adopt(connection_ptr c) {
   auto shm = std::dynamic_pointer_cast<connection>(c);
@@ -77,7 +75,8 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
     if (c->has_backlog())
       c->flush_backlog();
     request r;
-    for (int n = 0; n < max_requests_per_round && c->is_open() && c->next_request(r); ++n) {
+    for (int n = 0; n < max_requests_per_round && c->is_open() && c->next_request(r);
+         ++n) {
       dispatch(c, r, sink);
       ++handled;
     }
@@ -91,9 +90,9 @@ int endpoint::poll(int timeout_ms, frame_sink& sink) {
       else
         sink.on_closed(c, errc::ok, "shared memory released");
     }
-  conns_.erase(std::remove_if(conns_.begin(), conns_.end(),
-                              [](auto& c) { return c->reported; }),
-               conns_.end());
+  conns_.erase(
+    std::remove_if(conns_.begin(), conns_.end(), [](auto& c) { return c->reported; }),
+    conns_.end());
   if (handled == 0 && timeout_ms > 0) {
     wait(bell_.as<node_bell_segment>()->bell, timeout_ms, [&] {
       std::lock_guard<std::mutex> guard{incoming_mtx_};

@@ -18,14 +18,12 @@ class endpoint final : public transports::endpoint {
 public:
   /// Creates the node doorbell segment. Throws std::runtime_error. `io_timeout` and
   /// `backlog_bytes` bound what waits for a worker that takes no completions.
-  explicit endpoint(std::chrono::milliseconds io_timeout
-                    = std::chrono::milliseconds(defaults::io_timeout_ms),
+  explicit endpoint(std::chrono::milliseconds io_timeout =
+                      std::chrono::milliseconds(defaults::io_timeout_ms),
                     uint64_t backlog_bytes = defaults::send_queue_mib << 20);
 
   /// The doorbell's name, for welcomes.
-  const std::string& bell_name() const noexcept {
-    return bell_.name();
-  }
+  const std::string& bell_name() const noexcept { return bell_.name(); }
 
   void adopt(connection_ptr c) override;
   int poll(int timeout_ms, frame_sink& sink) override;

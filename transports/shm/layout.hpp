@@ -65,7 +65,8 @@ struct spsc_ring {
     return tail.load(std::memory_order_acquire) == head.load(std::memory_order_acquire);
   }
   bool full() const noexcept {
-    return head.load(std::memory_order_acquire) - tail.load(std::memory_order_acquire) >= N;
+    return head.load(std::memory_order_acquire) - tail.load(std::memory_order_acquire)
+           >= N;
   }
 };
 
@@ -83,9 +84,9 @@ struct request {
 /// Node -> worker: what happened to a chunk.
 struct completion {
   enum kind_t : uint16_t {
-    update = 1,   // the result region holds the chunk at version `clock`
-    consumed = 2, // the node is done reading the gradient pushed for `clock`
-    error = 3,    // `code`; the message is errors[extra]
+    update = 1,    // the result region holds the chunk at version `clock`
+    consumed = 2,  // the node is done reading the gradient pushed for `clock`
+    error = 3,     // `code`; the message is errors[extra]
     unchanged = 4, // a pull of changes: the chunk is still at version `clock`
     published = 5, // a subscribed chunk reached version `clock` (read it as an update)
   };
@@ -103,13 +104,13 @@ struct error_text {
 
 struct tensor_entry {
   uint64_t elements;
-  uint64_t grad_offset;   // from the segment's start
+  uint64_t grad_offset; // from the segment's start
   uint64_t result_offset;
 };
 
 struct header {
   uint64_t magic;
-  uint64_t nonce;       // the worker's hello carries it too: proof of the same segment
+  uint64_t nonce; // the worker's hello carries it too: proof of the same segment
   uint64_t total_bytes;
   uint32_t num_tensors;
   uint32_t chunk_bytes;

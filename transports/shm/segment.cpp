@@ -58,10 +58,11 @@ mapping mapping::create(const std::string& name, size_t bytes) {
                          : std::string("its room unknown");
     ::close(fd);
     shm_unlink(name.c_str());
-    throw std::runtime_error(fmt::format(
-      "cannot reserve {:.1f} MiB of shared memory for {}: {} (/dev/shm: {}; a container's "
-      "is often 64 MiB: raise it, e.g. docker --shm-size)",
-      double(bytes) / (1 << 20), name, std::strerror(rc), room));
+    throw std::runtime_error(
+      fmt::format("cannot reserve {:.1f} MiB of shared memory for {}: {} (/dev/shm: {}; "
+                  "a container's "
+                  "is often 64 MiB: raise it, e.g. docker --shm-size)",
+                  double(bytes) / (1 << 20), name, std::strerror(rc), room));
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
@@ -82,14 +83,14 @@ mapping mapping::open(const std::string& name, bool read_only) {
   int fd = shm_open(name.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
   if (fd < 0)
     throw sys_error("cannot open shared memory " + name);
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd, &st) != 0 || st.st_size <= 0) {
     ::close(fd);
     throw std::runtime_error("shared memory " + name + " is empty");
   }
   auto bytes = static_cast<size_t>(st.st_size);
-  void* p = mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED,
-                 fd, 0);
+  void* p = mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE,
+                 MAP_SHARED, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED)
     throw sys_error("cannot map shared memory " + name);
@@ -131,8 +132,8 @@ void mapping::unlink() noexcept {
 
 std::vector<tensor_entry> plan_regions(const job_spec& spec, size_t& total_bytes) {
   std::vector<tensor_entry> out;
-  size_t offset = align_up(tensor_table_offset() + spec.tensors.size() * sizeof(tensor_entry),
-                           region_align);
+  size_t offset = align_up(
+    tensor_table_offset() + spec.tensors.size() * sizeof(tensor_entry), region_align);
   for (auto& t : spec.tensors) {
     auto bytes = align_up(t.elements * sizeof(float), region_align);
     tensor_entry e{t.elements, offset, offset + bytes};
@@ -162,7 +163,8 @@ mapping create_params_segment(const job_spec& spec) {
 
 mapping open_params_segment(const std::string& name, const job_spec& spec) {
   if (name.rfind("/rackweave-params-", 0) != 0 || name.find('/', 1) != std::string::npos)
-    throw std::runtime_error(fmt::format("'{}' is not a RackWeave parameter segment", name));
+    throw std::runtime_error(
+      fmt::format("'{}' is not a RackWeave parameter segment", name));
   size_t total = 0;
   plan_params(spec, total);
   auto m = mapping::open(name, true);
@@ -185,9 +187,11 @@ mapping create_worker_segment(const job_spec& spec, uint64_t nonce) {
   return m;
 }
 
-mapping open_worker_segment(const std::string& name, uint64_t nonce, const job_spec& spec) {
+mapping open_worker_segment(const std::string& name, uint64_t nonce,
+                            const job_spec& spec) {
   if (name.rfind("/rackweave-worker-", 0) != 0 || name.find('/', 1) != std::string::npos)
-    throw std::runtime_error(fmt::format("'{}' is not a RackWeave worker segment name", name));
+    throw std::runtime_error(
+      fmt::format("'{}' is not a RackWeave worker segment name", name));
   auto m = mapping::open(name);
   if (m.size() < sizeof(header))
     throw std::runtime_error("the worker's shared memory is too small for its header");
@@ -198,7 +202,9 @@ mapping open_worker_segment(const std::string& name, uint64_t nonce, const job_s
     throw std::runtime_error("the worker's shared memory is not the one its hello names");
   if (h->total_bytes != total || m.size() != total || h->num_tensors != regions.size()
       || h->chunk_bytes != spec.chunk_bytes
-      || std::memcmp(tensor_table(h), regions.data(), regions.size() * sizeof(tensor_entry)) != 0)
+      || std::memcmp(tensor_table(h), regions.data(),
+                     regions.size() * sizeof(tensor_entry))
+           != 0)
     throw std::runtime_error("the worker's shared memory does not match its job spec");
   return m;
 }
@@ -232,8 +238,10 @@ mapping create_node_bell() {
 
 mapping open_node_bell(const std::string& name) {
   auto m = mapping::open(name);
-  if (m.size() < sizeof(node_bell_segment) || m.as<node_bell_segment>()->magic != bell_magic)
-    throw std::runtime_error("shared memory " + name + " is not a RackWeave node doorbell");
+  if (m.size() < sizeof(node_bell_segment)
+      || m.as<node_bell_segment>()->magic != bell_magic)
+    throw std::runtime_error("shared memory " + name
+                             + " is not a RackWeave node doorbell");
   return m;
 }
 

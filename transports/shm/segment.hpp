@@ -29,15 +29,9 @@ public:
   /// Removes the name (the memory lives on while mapped).
   void unlink() noexcept;
 
-  std::byte* data() const noexcept {
-    return data_;
-  }
-  size_t size() const noexcept {
-    return size_;
-  }
-  const std::string& name() const noexcept {
-    return name_;
-  }
+  std::byte* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
+  const std::string& name() const noexcept { return name_; }
   template <class T>
   T* as() const noexcept {
     return reinterpret_cast<T*>(data_);
@@ -58,7 +52,8 @@ mapping create_worker_segment(const job_spec& spec, uint64_t nonce);
 
 /// Opens a worker's segment and checks it is the one its hello described (magic,
 /// nonce, size, the region of every tensor). Throws std::runtime_error saying why not.
-mapping open_worker_segment(const std::string& name, uint64_t nonce, const job_spec& spec);
+mapping open_worker_segment(const std::string& name, uint64_t nonce,
+                            const job_spec& spec);
 
 /// Where each tensor's parameters start in a job's parameter segment (page-aligned),
 /// and the segment's size.

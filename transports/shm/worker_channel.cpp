@@ -12,10 +12,8 @@ uint64_t random_nonce() {
 } // namespace
 
 worker_channel::worker_channel(const job_spec& spec)
-  : nonce_(random_nonce()),
-    segment_(create_worker_segment(spec, nonce_)),
-    header_(segment_.as<header>()) {
-}
+  : nonce_(random_nonce()), segment_(create_worker_segment(spec, nonce_)),
+    header_(segment_.as<header>()) {}
 
 void worker_channel::connect(const std::string& node_bell, const std::string& params,
                              const job_spec& spec) {
@@ -29,7 +27,8 @@ void worker_channel::connect(const std::string& node_bell, const std::string& pa
 }
 
 float* worker_channel::gradient(uint32_t tensor) const noexcept {
-  return reinterpret_cast<float*>(segment_.data() + tensor_table(header_)[tensor].grad_offset);
+  return reinterpret_cast<float*>(segment_.data()
+                                  + tensor_table(header_)[tensor].grad_offset);
 }
 
 const float* worker_channel::result(uint32_t tensor) const noexcept {
@@ -44,7 +43,8 @@ void worker_channel::ring_node() noexcept {
 }
 
 void worker_channel::wait(int timeout_ms) {
-  shm::wait(header_->worker_bell, timeout_ms, [&] { return !header_->completions.empty(); });
+  shm::wait(header_->worker_bell, timeout_ms,
+            [&] { return !header_->completions.empty(); });
 }
 
 std::string worker_channel::error_text(uint32_t slot) const {

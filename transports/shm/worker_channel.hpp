@@ -16,12 +16,8 @@ public:
   /// Creates a segment for `spec`. Throws std::runtime_error (no /dev/shm, no room).
   explicit worker_channel(const job_spec& spec);
 
-  const std::string& name() const noexcept {
-    return segment_.name();
-  }
-  uint64_t nonce() const noexcept {
-    return nonce_;
-  }
+  const std::string& name() const noexcept { return segment_.name(); }
+  uint64_t nonce() const noexcept { return nonce_; }
 
   /// Maps the node's doorbell and, if the node shares them, the job's parameters (both
   /// from the welcome), then removes the segment's name: the node has it mapped, and
@@ -35,15 +31,11 @@ public:
   const float* result(uint32_t tensor) const noexcept;
 
   /// Posts a request; false if the ring is full (the node is behind).
-  bool post(const request& r) noexcept {
-    return header_->requests.push(r);
-  }
+  bool post(const request& r) noexcept { return header_->requests.push(r); }
   /// Wakes the node if it sleeps.
   void ring_node() noexcept;
 
-  bool next_completion(completion& out) noexcept {
-    return header_->completions.pop(out);
-  }
+  bool next_completion(completion& out) noexcept { return header_->completions.pop(out); }
   /// Sleeps until the node posts a completion or `timeout_ms` passes.
   void wait(int timeout_ms);
   std::string error_text(uint32_t slot) const;

@@ -43,9 +43,9 @@ void advance(iovec*& iov, int& n, size_t sent) {
 
 } // namespace
 
-connection::connection(int fd, std::string peer, send_policy policy, receive_limits limits)
-  : fd_(fd), peer_(std::move(peer)), policy_(std::move(policy)), limits_(limits) {
-}
+connection::connection(int fd, std::string peer, send_policy policy,
+                       receive_limits limits)
+  : fd_(fd), peer_(std::move(peer)), policy_(std::move(policy)), limits_(limits) {}
 
 connection::~connection() {
   release_gather();
@@ -67,19 +67,22 @@ void connection::admit(admission a) {
   admission_.store(a, std::memory_order_release);
 }
 
-std::string connection::overstayed(clock::time_point now, std::chrono::milliseconds limit) const {
+std::string connection::overstayed(clock::time_point now,
+                                   std::chrono::milliseconds limit) const {
   auto a = admitted();
   if (!timed_ || reported_ || a == admission::joined)
     return {};
   if (phase_ == phase::payload || got_ > 0) {
     if (now - frame_started_ < limit)
       return {};
-    auto total = frame_header_bytes + (phase_ == phase::payload ? header_.payload_bytes : 0);
+    auto total = frame_header_bytes
+                 + (phase_ == phase::payload ? header_.payload_bytes : 0);
     auto have = phase_ == phase::payload ? frame_header_bytes + got_ : got_;
-    return fmt::format("a frame not whole {} ms after its first byte ({} of {} bytes in): a "
-                       "peer that has not joined a job sends each frame whole within "
-                       "--first-frame-timeout-ms",
-                       limit.count(), have, total);
+    return fmt::format(
+      "a frame not whole {} ms after its first byte ({} of {} bytes in): a "
+      "peer that has not joined a job sends each frame whole within "
+      "--first-frame-timeout-ms",
+      limit.count(), have, total);
   }
   if (a == admission::waiting || now - quiet_since_ < limit)
     return {};
@@ -217,7 +220,8 @@ bool connection::write_all(iovec* iov, int n) {
       if (errno == EINTR)
         continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
-        return give_up(errc::io_error, fmt::format("send failed: {}", std::strerror(errno)));
+        return give_up(errc::io_error,
+                       fmt::format("send failed: {}", std::strerror(errno)));
       auto now = clock::now();
       if (now >= deadline) {
         // The peer stopped reading: a half-sent frame would corrupt the stream.
@@ -251,7 +255,8 @@ bool connection::write_or_queue(iovec* iov, int n) {
           continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
           break;
-        return give_up(errc::io_error, fmt::format("send failed: {}", std::strerror(errno)));
+        return give_up(errc::io_error,
+                       fmt::format("send failed: {}", std::strerror(errno)));
       }
       advance(iov, n, static_cast<size_t>(sent));
     }
@@ -368,18 +373,20 @@ bool connection::read_ready(frame_sink& sink) {
       if (phase_ == phase::header) {
         n = ::recv(fd_, header_buf_ + got_, frame_header_bytes - got_, 0);
       } else if (target_.action == payload_target::discard) {
-        n = ::recv(fd_, scratch, std::min(discard_chunk, size_t{header_.payload_bytes} - got_), 0);
+        n = ::recv(fd_, scratch,
+                   std::min(discard_chunk, size_t{header_.payload_bytes} - got_), 0);
       } else if (target_.action == payload_target::gather) {
         // Memory taken as the payload arrives, not as its header announces it.
         size_t want = header_.payload_bytes - got_;
         if (gather_.size() == got_
             && !grow_gather(std::min(want, std::max(gather_step, gather_.size())))) {
-          return fail(sink, errc::unavailable,
-                      fmt::format("this node holds {} bytes for connections that have not "
-                                  "joined a job (at most {}, --max-unjoined-mib): try again "
-                                  "later",
-                                  budget_->held(), budget_->limit()),
-                      true);
+          return fail(
+            sink, errc::unavailable,
+            fmt::format("this node holds {} bytes for connections that have not "
+                        "joined a job (at most {}, --max-unjoined-mib): try again "
+                        "later",
+                        budget_->held(), budget_->limit()),
+            true);
         }
         n = ::recv(fd_, gather_.data() + got_, std::min(want, gather_.size() - got_), 0);
       } else {
@@ -412,10 +419,10 @@ bool connection::read_ready(frame_sink& sink) {
         auto total = phase_ == phase::header ? frame_header_bytes
                                              : frame_header_bytes + header_.payload_bytes;
         auto have = phase_ == phase::header ? got_ : frame_header_bytes + got_;
-        return fail(sink, errc::bad_frame,
-                    fmt::format("truncated frame: peer closed after {} of {} bytes", have,
-                                total),
-                    false);
+        return fail(
+          sink, errc::bad_frame,
+          fmt::format("truncated frame: peer closed after {} of {} bytes", have, total),
+          false);
       }
     }
     if (phase_ == phase::header && got_ == 0 && n > 0 && timing())

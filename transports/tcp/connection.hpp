@@ -50,14 +50,10 @@ public:
   bool send_batch(const frame_header* headers, const iovec* payloads, int n) override;
   void close() override;
   bool is_open() const noexcept override;
-  const std::string& peer() const noexcept override {
-    return peer_;
-  }
+  const std::string& peer() const noexcept override { return peer_; }
   bool same_host() const noexcept override;
 
-  int fd() const noexcept {
-    return fd_;
-  }
+  int fd() const noexcept { return fd_; }
 
   /// Backpressure (an accepted connection): while paused, the endpoint takes no more
   /// frames from this peer (a frame half read is finished); its bytes wait in the
@@ -114,9 +110,7 @@ private:
   void release_gather() noexcept;
   // Whether this connection's frames are timed now: accepted, and not joined (a joined
   // worker's data path reads no clock for it).
-  bool timing() const noexcept {
-    return timed_ && admitted() != admission::joined;
-  }
+  bool timing() const noexcept { return timed_ && admitted() != admission::joined; }
 
   bool fail(frame_sink& sink, errc code, const std::string& why, bool tell_peer);
   // Writes the gather list under send_mtx_: all of it (blocking), or what the socket
@@ -150,9 +144,9 @@ private:
   errc give_up_code_ = errc::ok;
   std::string give_up_why_;
   std::atomic<bool> open_{true};
-  std::atomic<bool> write_failed_{false}; // the peer stopped taking frames
-  bool paused_ = false;                       // reading paused (send_mtx_)
-  std::atomic<bool> reading_paused_{false};   // paused_, for the reading thread
+  std::atomic<bool> write_failed_{false};   // the peer stopped taking frames
+  bool paused_ = false;                     // reading paused (send_mtx_)
+  std::atomic<bool> reading_paused_{false}; // paused_, for the reading thread
   bool reported_ = false;
   bool framed_ = false; // a whole frame came in
 
@@ -166,7 +160,7 @@ private:
 
   // Peers that have not joined (accepted connections only; endpoint thread).
   std::atomic<admission> admission_{admission::joined};
-  bool timed_ = false;                // accepted: a stranger's frames are timed
+  bool timed_ = false; // accepted: a stranger's frames are timed
   std::shared_ptr<byte_budget> budget_;
   std::vector<std::byte> gather_;     // a gathered payload, taken as it arrives
   uint64_t gather_charged_ = 0;       // of it, what the budget holds for us

@@ -39,16 +39,12 @@ std::string host_key(const sockaddr_in& sa) {
 constexpr auto accept_pause = std::chrono::milliseconds(100);
 constexpr auto accept_failure_log_every = std::chrono::seconds(60);
 
-
 } // namespace
 
 endpoint::endpoint(std::chrono::milliseconds io_timeout, receive_limits limits,
                    accept_policy accepting)
-  : io_timeout_(io_timeout),
-    limits_(limits),
-    accepting_(accepting),
-    set_(std::make_shared<poll_set>()) {
-}
+  : io_timeout_(io_timeout), limits_(limits), accepting_(accepting),
+    set_(std::make_shared<poll_set>()) {}
 
 endpoint::~endpoint() {
   if (listen_fd_ >= 0)
@@ -69,7 +65,8 @@ std::string endpoint::describe() const {
   return "tcp://" + bound_.to_string();
 }
 
-std::shared_ptr<connection> endpoint::add(int fd, std::string peer, uint64_t queue_bytes) {
+std::shared_ptr<connection> endpoint::add(int fd, std::string peer,
+                                          uint64_t queue_bytes) {
   send_policy policy{io_timeout_, queue_bytes, queue_bytes > 0 ? set_ : nullptr};
   auto c = std::make_shared<connection>(fd, std::move(peer), std::move(policy), limits_);
   set_->add(fd);
@@ -144,13 +141,14 @@ void endpoint::pause_accepting(int error) {
   ++accept_failures_;
   if (accept_failure_logged_ == clock::time_point{}
       || now - accept_failure_logged_ >= accept_failure_log_every) {
-    spdlog::warn("{}: cannot accept connections: {} ({} time(s) since the last such line); "
-                 "not accepting for {} ms at a time until it passes{}",
-                 describe(), std::strerror(error), accept_failures_, accept_pause.count(),
-                 error == EMFILE || error == ENFILE
-                   ? ": raise the open-file limit (ulimit -n, LimitNOFILE=) or lower "
-                     "--max-peer-connections"
-                   : "");
+    spdlog::warn(
+      "{}: cannot accept connections: {} ({} time(s) since the last such line); "
+      "not accepting for {} ms at a time until it passes{}",
+      describe(), std::strerror(error), accept_failures_, accept_pause.count(),
+      error == EMFILE || error == ENFILE
+        ? ": raise the open-file limit (ulimit -n, LimitNOFILE=) or lower "
+          "--max-peer-connections"
+        : "");
     accept_failure_logged_ = now;
     accept_failures_ = 0;
   }

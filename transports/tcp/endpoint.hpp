@@ -58,9 +58,7 @@ public:
   /// Closes every connection (each reported to `sink`) and stops listening.
   void close_all(frame_sink& sink) override;
 
-  size_t connection_count() const noexcept override {
-    return conns_.size();
-  }
+  size_t connection_count() const noexcept override { return conns_.size(); }
 
   std::string describe() const override;
 
@@ -96,7 +94,7 @@ private:
   clock::time_point next_sweep_{};
   clock::time_point accept_paused_until_{}; // listener unwatched until then
   bool accept_paused_ = false;
-  uint64_t accept_failures_ = 0;            // since the last line logged about them
+  uint64_t accept_failures_ = 0; // since the last line logged about them
   clock::time_point accept_failure_logged_{};
   clock::time_point next_stall_check_{};
 };

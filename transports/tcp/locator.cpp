@@ -22,7 +22,8 @@ public:
     buf.resize(h.payload_bytes);
     return payload_target::into(buf.data());
   }
-  void on_frame(const connection_ptr&, const frame_header& h, payload_target& t) override {
+  void on_frame(const connection_ptr&, const frame_header& h,
+                payload_target& t) override {
     if (t.action == payload_target::discard)
       return;
     answered = true;
@@ -33,8 +34,9 @@ public:
       return;
     }
     error_msg err;
-    failure = decode(buf.data(), buf.size(), err, why) == errc::ok ? err.message
-                                                                   : "undecodable error: " + why;
+    failure = decode(buf.data(), buf.size(), err, why) == errc::ok
+                ? err.message
+                : "undecodable error: " + why;
   }
   void on_closed(const connection_ptr&, errc, const std::string& why) override {
     if (!answered) {
@@ -69,16 +71,18 @@ located_msg locate(const std::string& node, std::chrono::milliseconds timeout) {
   frame_header h;
   h.kind = frame_kind::locate;
   if (!conn->send(h))
-    throw std::runtime_error(fmt::format("cannot ask the node at {} for the coordinator", node));
+    throw std::runtime_error(
+      fmt::format("cannot ask the node at {} for the coordinator", node));
   answer_sink sink;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!sink.answered && std::chrono::steady_clock::now() < deadline)
     ep.poll(50, sink);
   conn->close();
   if (!sink.answered)
-    throw std::runtime_error(fmt::format("the node at {} did not say where the coordinator "
-                                         "is within {} ms",
-                                         node, timeout.count()));
+    throw std::runtime_error(
+      fmt::format("the node at {} did not say where the coordinator "
+                  "is within {} ms",
+                  node, timeout.count()));
   if (!sink.failure.empty())
     throw std::runtime_error(fmt::format("the node at {}: {}", node, sink.failure));
   auto coord = parse_address(sink.answer.coordinator);

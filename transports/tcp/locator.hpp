@@ -42,9 +42,7 @@ public:
   locator_service& operator=(const locator_service&) = delete;
 
   /// The bound address (the real port when asked for port 0).
-  const std::string& address() const noexcept {
-    return address_;
-  }
+  const std::string& address() const noexcept { return address_; }
 
 private:
   std::shared_ptr<endpoint> ep_;

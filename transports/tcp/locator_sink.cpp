@@ -6,8 +6,8 @@ namespace rw::transports::tcp {
 
 locator_sink::locator_sink(const located_msg& answer, std::string refusal,
                            hello_answer on_hello)
-  : payload_(encode(answer)), refusal_(std::move(refusal)), on_hello_(std::move(on_hello)) {
-}
+  : payload_(encode(answer)), refusal_(std::move(refusal)),
+    on_hello_(std::move(on_hello)) {}
 
 payload_target locator_sink::on_header(const connection_ptr& c, const frame_header& h) {
   if (h.kind == frame_kind::locate && h.payload_bytes == 0)
@@ -18,7 +18,8 @@ payload_target locator_sink::on_header(const connection_ptr& c, const frame_head
   return payload_target::closing();
 }
 
-void locator_sink::on_frame(const connection_ptr& c, const frame_header& h, payload_target& t) {
+void locator_sink::on_frame(const connection_ptr& c, const frame_header& h,
+                            payload_target& t) {
   if (h.kind == frame_kind::hello) {
     hello_msg hello;
     std::string why;
@@ -48,7 +49,8 @@ accept_policy locator_policy() {
   p.send_queue_bytes = 1u << 20;
   p.max_per_host = defaults::max_peer_connections;
   p.max_strangers = defaults::max_stranger_connections;
-  p.stranger_bytes = std::make_shared<byte_budget>(uint64_t{defaults::max_unjoined_mib} << 20);
+  p.stranger_bytes = std::make_shared<byte_budget>(uint64_t{defaults::max_unjoined_mib}
+                                                   << 20);
   return p;
 }
 

@@ -20,7 +20,8 @@ public:
   locator_sink(const located_msg& answer, std::string refusal, hello_answer on_hello);
 
   payload_target on_header(const connection_ptr& c, const frame_header& h) override;
-  void on_frame(const connection_ptr& c, const frame_header& h, payload_target& t) override;
+  void on_frame(const connection_ptr& c, const frame_header& h,
+                payload_target& t) override;
   void on_closed(const connection_ptr& c, errc code, const std::string& why) override;
 
 private:

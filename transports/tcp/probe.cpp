@@ -25,7 +25,8 @@ std::optional<double> connect_round_trip(const std::string& node, unsigned sampl
     } catch (const std::exception&) {
       continue;
     }
-    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now()
+                                                        - t0)
                 .count();
     ::close(fd);
     best = best ? std::min(*best, ms) : ms;

@@ -29,7 +29,8 @@ public:
     buf.resize(h.payload_bytes);
     return payload_target::into(buf.data());
   }
-  void on_frame(const connection_ptr&, const frame_header& h, payload_target& t) override {
+  void on_frame(const connection_ptr&, const frame_header& h,
+                payload_target& t) override {
     if (t.action == payload_target::discard || answered)
       return;
     answered = true;
@@ -108,35 +109,37 @@ probe_outcome probe_rate(const std::string& node, const probe_limits& limits) {
     h.payload_bytes = static_cast<uint32_t>(n);
     iovec iov{const_cast<std::byte*>(filler.data()), n};
     if (!conn->send(h, &iov, 1))
-      return refused(ep, node, fmt::format("{} did not take the probe's bytes: stalled after {} "
-                                "bytes for {} ms",
-                                node, sent, (limits.timeout / 2).count()));
+      return refused(ep, node,
+                     fmt::format("{} did not take the probe's bytes: stalled after {} "
+                                 "bytes for {} ms",
+                                 node, sent, (limits.timeout / 2).count()));
     sent += n;
   }
   h.payload_bytes = 0;
   h.flags = flag_want_result;
   if (!conn->send(h))
-    return refused(ep, node,
-                   fmt::format("{} did not take the probe's last frame after {} bytes", node,
-                               sent));
+    return refused(
+      ep, node,
+      fmt::format("{} did not take the probe's last frame after {} bytes", node, sent));
   probe_answer_sink sink;
   while (!sink.answered && clock::now() < deadline)
     ep.poll(10, sink);
   conn->close();
   if (!sink.answered)
-    return failed(fmt::format("{} did not acknowledge the probe's {} bytes within {} ms", node,
-                              sent, limits.timeout.count()));
+    return failed(fmt::format("{} did not acknowledge the probe's {} bytes within {} ms",
+                              node, sent, limits.timeout.count()));
   if (!sink.failure.empty())
     return failed(fmt::format("{}: {}", node, sink.failure));
   if (sink.bytes != sent)
-    return failed(fmt::format("{} acknowledged {} of the probe's {} bytes", node, sink.bytes,
-                              sent));
+    return failed(
+      fmt::format("{} acknowledged {} of the probe's {} bytes", node, sink.bytes, sent));
   probe_outcome out;
   out.ok = true;
   out.bytes = sink.bytes;
   out.elapsed_us = static_cast<uint64_t>(std::max<int64_t>(
     1, std::chrono::duration_cast<std::chrono::microseconds>(sink.at - start).count()));
-  out.gbps = static_cast<double>(out.bytes) * 8.0 / (static_cast<double>(out.elapsed_us) * 1e3);
+  out.gbps = static_cast<double>(out.bytes) * 8.0
+             / (static_cast<double>(out.elapsed_us) * 1e3);
   return out;
 }
 

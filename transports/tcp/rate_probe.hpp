@@ -29,10 +29,10 @@ struct probe_limits {
 
 struct probe_outcome {
   bool ok = false;
-  uint64_t bytes = 0;       // acknowledged by the node
-  uint64_t elapsed_us = 0;  // first byte sent to the ack
-  double gbps = 0;          // bytes * 8 / elapsed, in Gbit/s
-  std::string error;        // why it failed, for the plan and the log
+  uint64_t bytes = 0;      // acknowledged by the node
+  uint64_t elapsed_us = 0; // first byte sent to the ack
+  double gbps = 0;         // bytes * 8 / elapsed, in Gbit/s
+  std::string error;       // why it failed, for the plan and the log
 };
 
 /// Probes the node at `node` (HOST:PORT). Blocks for at most about limits.timeout;

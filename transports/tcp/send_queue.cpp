@@ -42,7 +42,8 @@ ssize_t send_queue::drain(int fd) {
   while (bytes_ > 0) {
     iovec iov[max_iov];
     int count = 0;
-    for (auto it = blocks_.begin(); it != blocks_.end() && count < max_iov; ++it, ++count) {
+    for (auto it = blocks_.begin(); it != blocks_.end() && count < max_iov;
+         ++it, ++count) {
       size_t skip = count == 0 ? head_offset_ : 0;
       iov[count] = {it->data.get() + skip, it->size - skip};
     }

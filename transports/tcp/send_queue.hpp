@@ -15,12 +15,8 @@ namespace rw::transports::tcp {
 
 class send_queue {
 public:
-  bool empty() const noexcept {
-    return bytes_ == 0;
-  }
-  size_t bytes() const noexcept {
-    return bytes_;
-  }
+  bool empty() const noexcept { return bytes_ == 0; }
+  size_t bytes() const noexcept { return bytes_; }
 
   /// Copies the `n` pieces behind what is queued.
   void append(const iovec* iov, int n);
@@ -35,7 +31,7 @@ public:
 private:
   struct block {
     std::unique_ptr<std::byte[]> data;
-    size_t size = 0;     // bytes filled
+    size_t size = 0; // bytes filled
     size_t capacity = 0;
   };
 

@@ -20,8 +20,8 @@ std::string option_string(lua_State* L, const char* field, const std::string& fa
   std::string out = fallback;
   if (!lua_isnil(L, -1)) {
     if (lua_type(L, -1) != LUA_TSTRING)
-      throw std::invalid_argument(
-        fmt::format("{}: {} must be a string, got {}", inject_fn, field, describe_value(L, -1)));
+      throw std::invalid_argument(fmt::format("{}: {} must be a string, got {}",
+                                              inject_fn, field, describe_value(L, -1)));
     out = lua_tostring(L, -1);
   }
   lua_pop(L, 1);
@@ -57,13 +57,15 @@ int rw_inject(lua_State* L) {
       throw std::invalid_argument(
         fmt::format("{}: {} = goes with kill = '{}', not kill = '{}'", inject_fn, other,
                     link ? "shard" : "link", kill));
-    auto index = option_number(L, 1, inject_fn, field, link ? -1.0 : 0.0, false, "a whole number");
+    auto index = option_number(L, 1, inject_fn, field, link ? -1.0 : 0.0, false,
+                               "a whole number");
     bool every = link && index == -1.0; // rank absent: every rank
     if (!every && (index < 0 || index >= 4294967295.0 || index != std::floor(index)))
       throw std::invalid_argument(
         fmt::format("{}: {} must be a whole number from 0", inject_fn, field));
     auto which = every ? UINT32_MAX : static_cast<uint32_t>(index);
-    auto done = ask(inject_fn, [&] { return context(L).api->inject(job, kill, node, which); });
+    auto done = ask(inject_fn,
+                    [&] { return context(L).api->inject(job, kill, node, which); });
     lua_pushlstring(L, done.data(), done.size());
     return 1;
   });

@@ -18,7 +18,8 @@ namespace {
 
 constexpr const char* job_args_fn = "rw.job_create";
 constexpr const char* fields =
-  "name, workers, consistency, compression, compress_updates, optimizer, lr, momentum, beta1, beta2, epsilon, "
+  "name, workers, consistency, compression, compress_updates, optimizer, lr, momentum, "
+  "beta1, beta2, epsilon, "
   "weight_decay, rescale, eta, chunk_bytes, node, nodes, racks, reduction, worker_racks, "
   "join_timeout_ms, restore, checkpoint_every, checkpoint_dir, replicas, memory, tensors";
 constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, lars";
@@ -29,18 +30,20 @@ constexpr const char* optimizers = "sum, sgd, momentum, nesterov, adam, lamb, la
 
 std::string string_field(lua_State* L, const std::string& key, const char* what) {
   if (lua_type(L, -1) != LUA_TSTRING)
-    refuse(fmt::format("{} must be {} (a string), got {}", key, what,
-                       describe_value(L, -1)));
+    refuse(
+      fmt::format("{} must be {} (a string), got {}", key, what, describe_value(L, -1)));
   size_t size = 0;
   const char* data = lua_tolstring(L, -1, &size);
   return {data, size};
 }
 
 // A list of strings, such as {"rack-a", "rack-b"}: at least one, none empty.
-std::vector<std::string> strings_field(lua_State* L, const std::string& key, const char* what) {
+std::vector<std::string> strings_field(lua_State* L, const std::string& key,
+                                       const char* what) {
   if (lua_type(L, -1) != LUA_TTABLE)
-    refuse(fmt::format("{} must be {} (a list of strings such as {{\"a\", \"b\"}}), got {}",
-                       key, what, describe_value(L, -1)));
+    refuse(
+      fmt::format("{} must be {} (a list of strings such as {{\"a\", \"b\"}}), got {}",
+                  key, what, describe_value(L, -1)));
   std::vector<std::string> out;
   auto n = luaL_len(L, -1);
   for (lua_Integer i = 1; i <= n; ++i) {
@@ -83,7 +86,8 @@ uint32_t chunk_field(lua_State* L) {
   if (whole_u32(L, bytes))
     return bytes;
   auto bad = fmt::format("chunk_bytes must be a whole number of bytes or a size such "
-                         "as \"32KiB\" or \"1MiB\", got {}", describe_value(L, -1));
+                         "as \"32KiB\" or \"1MiB\", got {}",
+                         describe_value(L, -1));
   if (lua_type(L, -1) != LUA_TSTRING)
     refuse(bad);
   uint64_t parsed = 0;
@@ -99,10 +103,11 @@ uint32_t chunk_field(lua_State* L) {
 
 // memory = "512MiB" (or a whole number of bytes): at least 1 MiB.
 uint64_t memory_field(lua_State* L) {
-  auto bad = fmt::format("memory must be a size such as \"512MiB\" or \"2GiB\" (at least "
-                         "1MiB: the node memory the job may take for parameters and optimizer "
-                         "state), got {}",
-                         describe_value(L, -1));
+  auto bad = fmt::format(
+    "memory must be a size such as \"512MiB\" or \"2GiB\" (at least "
+    "1MiB: the node memory the job may take for parameters and optimizer "
+    "state), got {}",
+    describe_value(L, -1));
   uint64_t bytes = 0;
   if (lua_type(L, -1) == LUA_TNUMBER) {
     if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
@@ -125,8 +130,9 @@ uint64_t memory_field(lua_State* L) {
 // tensors = {{"w", 1024}, {name = "b", elements = 16, has_init = true}, ...}: a list, in
 // the job's tensor order; each entry {name, elements[, has_init]} by position or by name.
 std::vector<tensor_spec> tensors_field(lua_State* L) {
-  constexpr const char* form = "tensors must be a list such as {{\"w\", 1024}, {name = \"b\", "
-                               "elements = 16, has_init = true}}";
+  constexpr const char* form =
+    "tensors must be a list such as {{\"w\", 1024}, {name = \"b\", "
+    "elements = 16, has_init = true}}";
   if (lua_type(L, -1) != LUA_TTABLE)
     refuse(fmt::format("{}, got {}", form, describe_value(L, -1)));
   std::vector<tensor_spec> out;
@@ -162,8 +168,9 @@ std::vector<tensor_spec> tensors_field(lua_State* L) {
     if (lua_isinteger(L, -1))
       e = static_cast<double>(lua_tointeger(L, -1));
     if (!(e >= 1) || std::floor(e) != e || e > 9.0e15)
-      refuse(fmt::format("tensors[{}] ('{}'): elements must be a positive whole number, got {}",
-                         i, t.name, describe_value(L, -1)));
+      refuse(fmt::format(
+        "tensors[{}] ('{}'): elements must be a positive whole number, got {}", i, t.name,
+        describe_value(L, -1)));
     t.elements = static_cast<uint64_t>(e);
     lua_pop(L, 1);
     get(3, "has_init");
@@ -177,8 +184,8 @@ std::vector<tensor_spec> tensors_field(lua_State* L) {
   return out;
 }
 
-void read_field(lua_State* L, const std::string& key, create_request& req, bool& have_name,
-                bool& have_workers) {
+void read_field(lua_State* L, const std::string& key, create_request& req,
+                bool& have_name, bool& have_workers) {
   auto& spec = req.spec;
   auto& o = spec.optimizer;
   if (key == "name") {
@@ -187,7 +194,8 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
   } else if (key == "workers") {
     if (!whole_u32(L, spec.num_workers))
       refuse(fmt::format("workers must be a whole number (how many workers take part), "
-                         "got {}", describe_value(L, -1)));
+                         "got {}",
+                         describe_value(L, -1)));
     have_workers = true;
   } else if (key == "consistency") {
     auto text = string_field(L, key, "\"bsp\", \"ssp:S\" or \"async\"");
@@ -197,7 +205,9 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
       refuse(fmt::format("consistency: {}", e.what()));
     }
   } else if (key == "compression") {
-    auto text = string_field(L, key, "\"none\", \"bf16\", \"fp16\", \"topk:RATIO\" or \"topk:RATIO,warmup=STEPS\"");
+    auto text = string_field(
+      L, key,
+      "\"none\", \"bf16\", \"fp16\", \"topk:RATIO\" or \"topk:RATIO,warmup=STEPS\"");
     auto updates = spec.compression.updates;
     try {
       spec.compression = parse_compression(text);
@@ -242,39 +252,43 @@ void read_field(lua_State* L, const std::string& key, create_request& req, bool&
   } else if (key == "racks") {
     req.placement.racks = strings_field(L, key, "the racks whose nodes hold the job");
   } else if (key == "worker_racks") {
-    req.placement.worker_racks =
-      strings_field(L, key, "each rank's rack (hierarchical reduction)");
+    req.placement.worker_racks = strings_field(
+      L, key, "each rank's rack (hierarchical reduction)");
   } else if (key == "join_timeout_ms") {
-    if (!whole_u32(L, req.placement.join_timeout_ms) || req.placement.join_timeout_ms == 0)
-      refuse(fmt::format("join_timeout_ms must be a positive whole number of milliseconds "
-                         "(how long a hierarchical job placed at join waits for all its "
-                         "workers), got {}",
-                         describe_value(L, -1)));
+    if (!whole_u32(L, req.placement.join_timeout_ms)
+        || req.placement.join_timeout_ms == 0)
+      refuse(
+        fmt::format("join_timeout_ms must be a positive whole number of milliseconds "
+                    "(how long a hierarchical job placed at join waits for all its "
+                    "workers), got {}",
+                    describe_value(L, -1)));
   } else if (key == "restore") {
     req.placement.restore = string_field(L, key, "a checkpoint directory to start from");
   } else if (key == "checkpoint_dir") {
-    req.placement.checkpoint_dir =
-      string_field(L, key, "where periodic checkpoints go (one directory per clock)");
+    req.placement.checkpoint_dir = string_field(
+      L, key, "where periodic checkpoints go (one directory per clock)");
   } else if (key == "checkpoint_every") {
     uint32_t every = 0;
     if (!whole_u32(L, every) || every == 0)
-      refuse(fmt::format("checkpoint_every must be a positive whole number of clocks, got {}",
-                         describe_value(L, -1)));
+      refuse(
+        fmt::format("checkpoint_every must be a positive whole number of clocks, got {}",
+                    describe_value(L, -1)));
     req.placement.checkpoint_every = every;
   } else if (key == "replicas") {
     uint32_t n = 0;
     if (!whole_u32(L, n) || n > 1)
-      refuse(fmt::format("replicas must be 0 or 1 (each chunk also served by the next node "
-                         "of the ring, which takes over if its home dies), got {}",
-                         describe_value(L, -1)));
+      refuse(
+        fmt::format("replicas must be 0 or 1 (each chunk also served by the next node "
+                    "of the ring, which takes over if its home dies), got {}",
+                    describe_value(L, -1)));
     req.placement.replicas = static_cast<int32_t>(n);
   } else if (key == "memory") {
     req.placement.memory = memory_field(L);
   } else if (key == "tensors") {
     spec.tensors = tensors_field(L);
   } else if (key == "reduction") {
-    req.placement.reduction =
-      string_field(L, key, "how the job reduces across nodes: auto, flat or hierarchical");
+    req.placement.reduction = string_field(
+      L, key, "how the job reduces across nodes: auto, flat or hierarchical");
   } else {
     refuse(fmt::format("unknown field '{}' (fields: {})", key, fields));
   }
@@ -296,7 +310,8 @@ create_request read_create_request(lua_State* L, int index) {
       auto key = describe_value(L, -2);
       lua_pop(L, 2);
       refuse(fmt::format("fields are named (name = ..., workers = ...); got a value at "
-                         "[{}]", key));
+                         "[{}]",
+                         key));
     }
     std::string key = lua_tostring(L, -2);
     try {

@@ -23,8 +23,8 @@ std::optional<float> option_float(lua_State* L, const char* field) {
   std::optional<float> out;
   if (!lua_isnil(L, -1)) {
     if (lua_type(L, -1) != LUA_TNUMBER)
-      throw std::invalid_argument(
-        fmt::format("{}: {} must be a number, got {}", job_set_fn, field, describe_value(L, -1)));
+      throw std::invalid_argument(fmt::format("{}: {} must be a number, got {}",
+                                              job_set_fn, field, describe_value(L, -1)));
     out = static_cast<float>(lua_tonumber(L, -1));
   }
   lua_pop(L, 1);
@@ -36,12 +36,13 @@ std::optional<float> option_float(lua_State* L, const char* field) {
 int rw_job_set(lua_State* L) {
   return protect(L, [&] {
     if (lua_type(L, 1) != LUA_TTABLE)
-      throw std::invalid_argument(fmt::format(
-        "{} expects {{name = NAME, at_clock = C, lr = ..., momentum = ..., weight_decay = "
-        "..., beta1 = ..., beta2 = ...}}, got {}",
-        job_set_fn, describe_value(L, 1)));
-    check_options(L, 1, job_set_fn,
-                  {"name", "at_clock", "lr", "momentum", "weight_decay", "beta1", "beta2"});
+      throw std::invalid_argument(fmt::format("{} expects {{name = NAME, at_clock = C, "
+                                              "lr = ..., momentum = ..., weight_decay = "
+                                              "..., beta1 = ..., beta2 = ...}}, got {}",
+                                              job_set_fn, describe_value(L, 1)));
+    check_options(
+      L, 1, job_set_fn,
+      {"name", "at_clock", "lr", "momentum", "weight_decay", "beta1", "beta2"});
     lua_getfield(L, 1, "name");
     if (lua_type(L, -1) != LUA_TSTRING)
       throw std::invalid_argument(
@@ -54,10 +55,13 @@ int rw_job_set(lua_State* L) {
     if (!given)
       throw std::invalid_argument(fmt::format(
         "{}: at_clock = C is required: the clock whose step first uses the new values "
-        "(rw.job_status(name) shows where the job is)", job_set_fn));
-    auto at = option_number(L, 1, job_set_fn, "at_clock", 0.0, false, "a whole number of clocks");
+        "(rw.job_status(name) shows where the job is)",
+        job_set_fn));
+    auto at = option_number(L, 1, job_set_fn, "at_clock", 0.0, false,
+                            "a whole number of clocks");
     if (at != std::floor(at) || at >= 1.8e19)
-      throw std::invalid_argument(fmt::format("{}: at_clock must be a whole number", job_set_fn));
+      throw std::invalid_argument(
+        fmt::format("{}: at_clock must be a whole number", job_set_fn));
     hyper_change change;
     change.at_clock = static_cast<uint64_t>(at);
     change.learning_rate = option_float(L, "lr");

@@ -62,7 +62,8 @@ void push_optimizer(lua_State* L, const optimizer_spec& o) {
 uint64_t chunks_per_step(const job_spec& spec) {
   uint64_t n = 0;
   for (auto& t : spec.tensors)
-    n += (t.elements * sizeof(float) + spec.chunk_bytes - 1) / std::max<uint32_t>(spec.chunk_bytes, 1);
+    n += (t.elements * sizeof(float) + spec.chunk_bytes - 1)
+         / std::max<uint32_t>(spec.chunk_bytes, 1);
   return n;
 }
 
@@ -113,7 +114,8 @@ void push_node(lua_State* L, const actors::node_info& n) {
   lua_setfield(L, -2, "uplink_gbps");
   lua_pushnumber(L, n.core_gbps);
   lua_setfield(L, -2, "core_gbps");
-  lua_pushnumber(L, n.nic_gbps); // what its NIC reports (0: nothing), for auto's agg links
+  lua_pushnumber(L,
+                 n.nic_gbps); // what its NIC reports (0: nothing), for auto's agg links
   lua_setfield(L, -2, "nic_gbps");
   set(L, "nic", n.nic);
   set(L, "shards", uint64_t{n.shards});
@@ -140,7 +142,8 @@ void push_job(lua_State* L, const actors::job_report& job) {
   // has said hello).
   std::vector<std::string> rank_racks;
   for (auto k : job.layout.rank_racks)
-    rank_racks.push_back(k < job.layout.racks.size() ? job.layout.racks[k] : std::string{"?"});
+    rank_racks.push_back(k < job.layout.racks.size() ? job.layout.racks[k]
+                                                     : std::string{"?"});
   set_strings(L, "rank_racks", rank_racks);
   set(L, "workers", uint64_t{job.spec.num_workers});
   set(L, "consistency", to_string(job.spec.consistency));

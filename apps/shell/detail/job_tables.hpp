@@ -36,7 +36,6 @@ struct job_totals {
 
 job_totals totals_of(const actors::job_report& job);
 
-
 void push_node(lua_State* L, const actors::node_info& node);
 void push_job(lua_State* L, const actors::job_report& job);
 

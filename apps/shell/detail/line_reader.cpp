@@ -30,9 +30,7 @@ struct sigint_held {
     waiting = before;
     sigdelset(&waiting, SIGINT);
   }
-  ~sigint_held() {
-    pthread_sigmask(SIG_SETMASK, &before, nullptr);
-  }
+  ~sigint_held() { pthread_sigmask(SIG_SETMASK, &before, nullptr); }
   sigset_t before;
   sigset_t waiting;
 };

@@ -44,8 +44,9 @@ void check_options(lua_State* L, int index, const char* fn,
   for (auto* a : allowed)
     names += (names.empty() ? "" : ", ") + std::string(a);
   if (lua_type(L, index) != LUA_TTABLE)
-    throw std::invalid_argument(fmt::format("{}: options must be a table ({{{}}}), got {}",
-                                            fn, names, describe_value(L, index)));
+    throw std::invalid_argument(
+      fmt::format("{}: options must be a table ({{{}}}), got {}", fn, names,
+                  describe_value(L, index)));
   lua_pushnil(L);
   while (lua_next(L, index) != 0) {
     lua_pop(L, 1);
@@ -80,8 +81,8 @@ double option_number(lua_State* L, int index, const char* fn, const char* field,
   auto got = describe_value(L, -1);
   lua_pop(L, 1);
   if (!ok || !(positive ? value > 0 : value >= 0))
-    throw std::invalid_argument(fmt::format("{}: option {} must be {} {} 0, got {}", fn, field,
-                                            what, positive ? ">" : ">=", got));
+    throw std::invalid_argument(fmt::format("{}: option {} must be {} {} 0, got {}", fn,
+                                            field, what, positive ? ">" : ">=", got));
   return value;
 }
 

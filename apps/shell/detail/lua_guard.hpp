@@ -89,6 +89,7 @@ void check_options(lua_State* L, int index, const char* fn,
 /// opts[field] (opts at `index`, may be nil) as a number >= 0, or > 0 when `positive`;
 /// `fallback` when absent; an error calls it `what` ("a number of seconds").
 double option_number(lua_State* L, int index, const char* fn, const char* field,
-                     double fallback, bool positive, const char* what = "a number of seconds");
+                     double fallback, bool positive,
+                     const char* what = "a number of seconds");
 
 } // namespace rw::shell::detail

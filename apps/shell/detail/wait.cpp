@@ -69,7 +69,8 @@ bool call_condition(lua_State* L, int fn_index, const actors::job_report& job) {
                             ? lua_tostring(L, -1)
                             : fmt::format("(error object is {})", describe_value(L, -1));
     lua_pop(L, 1);
-    throw lua_raise(fmt::format("{}: the condition function failed: {}", wait_fn, message));
+    throw lua_raise(
+      fmt::format("{}: the condition function failed: {}", wait_fn, message));
   }
   bool holds = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -82,7 +83,7 @@ verdict check(lua_State* L, const condition& c, const actors::job_report& job) {
   switch (c.kind) {
     case condition::by_state:
       if (c.target == "created")
-        holds = true; // every job the cluster reports was created
+        holds = true;                 // every job the cluster reports was created
       else if (c.target == "running") // reached: running now, or ran and ended since
         holds = job.state == "running" || (ended && job.started_unix_ms != 0);
       else if (c.target == "ended")
@@ -97,9 +98,7 @@ verdict check(lua_State* L, const condition& c, const actors::job_report& job) {
                           && static_cast<double>(r.clock) >= c.clock;
                  });
       break;
-    case condition::by_function:
-      holds = call_condition(L, c.fn_index, job);
-      break;
+    case condition::by_function: holds = call_condition(L, c.fn_index, job); break;
   }
   if (holds)
     return verdict::holds;
@@ -129,24 +128,24 @@ int rw_wait(lua_State* L) {
     for (;;) {
       auto job = ask(wait_fn, [&] { return ctx.api->job_status(name); });
       switch (check(L, cond, job)) {
-        case verdict::holds:
-          push_job(L, job);
-          return 1;
+        case verdict::holds: push_job(L, job); return 1;
         case verdict::never:
           throw std::runtime_error(fmt::format("{}: job '{}' ended ({}) and will never "
-                                               "reach {}", wait_fn, name, state_of(job),
+                                               "reach {}",
+                                               wait_fn, name, state_of(job),
                                                cond.describe()));
-        case verdict::not_yet:
-          break;
+        case verdict::not_yet: break;
       }
       std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
       if (elapsed.count() >= timeout)
         throw std::runtime_error(fmt::format("{}: job '{}' did not reach {} within {} s "
-                                             "({})", wait_fn, name, cond.describe(), timeout,
+                                             "({})",
+                                             wait_fn, name, cond.describe(), timeout,
                                              state_of(job)));
       if (!pause_for(std::min(interval, timeout - elapsed.count())))
         throw std::runtime_error(fmt::format("{}: interrupted before job '{}' reached {} "
-                                             "({})", wait_fn, name, cond.describe(),
+                                             "({})",
+                                             wait_fn, name, cond.describe(),
                                              state_of(job)));
     }
   });

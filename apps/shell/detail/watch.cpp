@@ -60,10 +60,10 @@ std::string now_hms() {
 
 std::string render_line(const actors::job_report& job, const job_totals& t,
                         const rates& r) {
-  return fmt::format("{} job '{}' {} clock {} pushes {} pulls {} in {} out {} wait {} {}\n",
-                     now_hms(), job.name, job.state, clock_range(t), t.pushes, t.pulls,
-                     human_bytes(t.bytes_in), human_bytes(t.bytes_out),
-                     human_wait(t.wait_us), rate_text(r));
+  return fmt::format(
+    "{} job '{}' {} clock {} pushes {} pulls {} in {} out {} wait {} {}\n", now_hms(),
+    job.name, job.state, clock_range(t), t.pushes, t.pulls, human_bytes(t.bytes_in),
+    human_bytes(t.bytes_out), human_wait(t.wait_us), rate_text(r));
 }
 
 std::string render_screen(const actors::job_report& job, const job_totals& t,
@@ -73,12 +73,12 @@ std::string render_screen(const actors::job_report& job, const job_totals& t,
   out += fmt::format("job '{}' (id {})  {}{}  on {}\n", job.name, job.id, job.state,
                      job.reason.empty() ? "" : " (" + job.reason + ")",
                      job.node.empty() ? "-" : job.node);
-  out += fmt::format("{} workers  {}  {} lr {}  {} chunks  compression {}{}   {}  every {} "
-                     "s, Ctrl-C stops\n\n",
-                     s.num_workers, to_string(s.consistency), to_string(s.optimizer.kind),
-                     s.optimizer.learning_rate, human_bytes(s.chunk_bytes),
-                     to_string(s.compression), s.compression.updates ? " (and updates)" : "",
-                     now_hms(), interval);
+  out += fmt::format(
+    "{} workers  {}  {} lr {}  {} chunks  compression {}{}   {}  every {} "
+    "s, Ctrl-C stops\n\n",
+    s.num_workers, to_string(s.consistency), to_string(s.optimizer.kind),
+    s.optimizer.learning_rate, human_bytes(s.chunk_bytes), to_string(s.compression),
+    s.compression.updates ? " (and updates)" : "", now_hms(), interval);
   out += fmt::format("{:>5} {:<7} {:>9} {:>10} {:>10} {:>11} {:>11} {:>10}  {}\n", "rank",
                      "state", "clock", "pushes", "pulls", "in", "out", "wait", "peer");
   for (auto& rk : job.ranks)
@@ -120,11 +120,13 @@ int rw_watch(lua_State* L) {
         r.known = dt > 0;
         if (r.known) {
           r.in = static_cast<double>(growth(totals.bytes_in, last->second.bytes_in)) / dt;
-          r.out = static_cast<double>(growth(totals.bytes_out, last->second.bytes_out)) / dt;
+          r.out = static_cast<double>(growth(totals.bytes_out, last->second.bytes_out))
+                  / dt;
         }
       }
       last.emplace(now, totals);
-      auto text = tty ? render_screen(job, totals, r, interval) : render_line(job, totals, r);
+      auto text = tty ? render_screen(job, totals, r, interval)
+                      : render_line(job, totals, r);
       std::fputs(text.c_str(), out);
       std::fflush(out);
       double elapsed = std::chrono::duration<double>(clock::now() - start).count();

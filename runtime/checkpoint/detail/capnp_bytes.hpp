@@ -23,9 +23,10 @@ inline std::vector<uint8_t> to_bytes(capnp::MallocMessageBuilder& msg) {
 template <class Fn>
 auto read_message(const std::vector<uint8_t>& bytes, const std::string& what, Fn fn) {
   if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0)
-    throw checkpoint_error(fmt::format("checkpoint: {} is {} bytes, not a whole number of "
-                                       "Cap'n Proto words: truncated or not a checkpoint",
-                                       what, bytes.size()));
+    throw checkpoint_error(
+      fmt::format("checkpoint: {} is {} bytes, not a whole number of "
+                  "Cap'n Proto words: truncated or not a checkpoint",
+                  what, bytes.size()));
   auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
   std::memcpy(words.begin(), bytes.data(), bytes.size());
   try {
@@ -35,8 +36,8 @@ auto read_message(const std::vector<uint8_t>& bytes, const std::string& what, Fn
     capnp::FlatArrayMessageReader reader{words.asPtr(), opts};
     return fn(reader);
   } catch (const kj::Exception& e) {
-    throw checkpoint_error(fmt::format("checkpoint: {} does not decode: {}", what,
-                                       e.getDescription().cStr()));
+    throw checkpoint_error(
+      fmt::format("checkpoint: {} does not decode: {}", what, e.getDescription().cStr()));
   }
 }
 
