@@ -35,6 +35,7 @@ packages=(
   python3-numpy python3-pytest python3-torch  # its buffers and its tests
   python3-sklearn python3-matplotlib  # the digits demo's data set; bench/torch.sh's plots
   clang-14 libclang-rt-14-dev llvm-14  # libFuzzer, sanitizer runtimes, llvm-symbolizer
+  clang-format-14  # the house style (.clang-format; ctest format_clean)
 )
 
 missing=()

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Every tracked C++ file is formatted as .clang-format says (clang-format-14, which
+# apps/scripts/setup.sh installs). Prints "check_format: ok", or the files that are not
+# and how to fix them.
+#
+#   bash tests/format/check_format.sh [SOURCE_DIR]
+#
+# To format the tree: git ls-files '*.cpp' '*.hpp' | xargs clang-format-14 -i
+set -euo pipefail
+cd "${1:-$(dirname "$0")/../..}"
+command -v clang-format-14 >/dev/null || {
+  echo "check_format: clang-format-14 is not installed (bash apps/scripts/setup.sh)" >&2
+  exit 1
+}
+mapfile -t files < <(git ls-files '*.cpp' '*.hpp')
+((${#files[@]} > 50)) || {
+  echo "check_format: only ${#files[@]} C++ files found in $(pwd): not a RackWeave tree?" >&2
+  exit 1
+}
+# One clang-format for every file; it names each file that differs in its warnings.
+rc=0
+out=$(clang-format-14 --dry-run -Werror "${files[@]}" 2>&1) || rc=$?
+mapfile -t bad < <(sed -n \
+  's/^\([^:]*\):[0-9]*:[0-9]*: error: code should be clang-formatted.*/\1/p' <<<"$out" \
+  | sort -u)
+if ((rc != 0 && ${#bad[@]} == 0)); then # it failed for another reason: say it
+  printf '%s\n' "$out" | tail -20
+  echo "check_format: clang-format-14 failed (exit $rc)"
+  exit 1
+fi
+if ((${#bad[@]})); then
+  printf 'check_format: not formatted: %s\n' "${bad[@]}"
+  echo "check_format: ${#bad[@]} of ${#files[@]} files; fix with: clang-format-14 -i FILE..."
+  exit 1
+fi
+echo "check_format: ok (${#files[@]} files)"
