@@ -1,7 +1,8 @@
 #pragma once
 // The cluster coordinator's state, shared by its parts: cluster_coordinator.cpp
 // (membership: register, heartbeat, leave, nodes that vanish),
-// actors/cluster/jobs.cpp (the job registry: create, status, stop, delete, events),
+// create.cpp (a job created: placed, granted), jobs.cpp (the job registry: status,
+// stop, delete, the news nodes send),
 // actors/cluster/placement.cpp (where a job goes, how it reduces) and
 // actors/cluster/probes.cpp (measuring core links for `auto`).
 
@@ -225,6 +226,10 @@ void expire_awaited(cluster_ptr self);
 /// Fails job `job_id` on the nodes `ids`, without waiting for them.
 void halt_on(cluster_ptr self, const std::vector<uint32_t>& ids, uint32_t job_id,
              const std::string& why);
+/// The registered job named `name` (live or ended, not deleted), or null.
+job_entry* job_named(cluster_ptr self, const std::string& name);
+
+// --- cluster/create.cpp ------------------------------------------------------------
 /// The layout of a job on `nodes` (names, addresses, racks; nothing else set).
 job_layout layout_of(const std::vector<const member*>& nodes);
 
@@ -308,11 +313,12 @@ std::string check_restore(job_spec& spec, const std::string& dir);
 void periodic_part(cluster_ptr self, uint32_t node_id, uint32_t id, uint64_t clock,
                    checkpoint_part& part);
 
-// --- cluster/jobs.cpp --------------------------------------------------------------
 /// `by`: who asked (for the log line): "an operator at HOST:PORT (CAF node N)".
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
                                     const job_placement& placement,
                                     const std::string& by);
+
+// --- cluster/jobs.cpp --------------------------------------------------------------
 caf::result<job_report> job_status(cluster_ptr self, const std::string& name);
 caf::result<job_report> stop_job(cluster_ptr self, const std::string& name);
 /// rw.job_set: changes the job's hyper-parameters from change.at_clock on, on every node
