@@ -6,10 +6,14 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "transports/tcp/address.hpp"
 
@@ -79,9 +83,39 @@ void raw_client::send_bytes(const void* data, size_t size) {
 void raw_client::send_frame(const transports::frame_header& h, const void* payload) {
   alignas(8) std::byte head[transports::frame_header_bytes];
   transports::encode(h, head);
-  send_bytes(head, sizeof(head));
-  if (payload != nullptr && h.payload_bytes > 0)
-    send_bytes(payload, h.payload_bytes);
+  size_t payload_bytes = payload != nullptr ? h.payload_bytes : 0;
+  auto* body = static_cast<const std::byte*>(payload);
+  // Header and payload in one gather write, as a worker sends them: a node that refuses
+  // the frame on its header and closes cannot do it between two writes, which would
+  // fail the second with EPIPE before the refusal could be read.
+  size_t total = sizeof(head) + payload_bytes, done = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (done < total) {
+    iovec iov[2];
+    int parts = 0;
+    if (done < sizeof(head))
+      iov[parts++] = {head + done, sizeof(head) - done};
+    size_t body_done = done > sizeof(head) ? done - sizeof(head) : 0;
+    if (body_done < payload_bytes)
+      iov[parts++] = {const_cast<std::byte*>(body + body_done),
+                      payload_bytes - body_done};
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<size_t>(parts);
+    ssize_t n = ::sendmsg(fd_, &m, MSG_NOSIGNAL);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EINTR)
+      throw std::runtime_error(
+        fmt::format("send failed after {} of a frame's {} bytes: {}", done, total,
+                    std::strerror(errno)));
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error("send timed out");
+    pollfd pfd{fd_, POLLOUT, 0};
+    ::poll(&pfd, 1, 50);
+  }
 }
 
 void raw_client::send_floats(transports::frame_header h,
