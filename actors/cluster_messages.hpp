@@ -126,7 +126,7 @@ struct node_admission {
 };
 
 /// The coordinator asks a node to measure the rate from it to another node's data
-/// plane (transports/tcp/rate_probe), within `timeout_ms`.
+/// plane (services/rate_probe), within `timeout_ms`.
 struct rate_probe_request {
   std::string target;  // the other node's name, for the log
   std::string address; // its first --listen endpoint (HOST:PORT)

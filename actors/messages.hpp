@@ -15,13 +15,13 @@
 #include <caf/atom.hpp>
 
 #include "actors/cluster_messages.hpp"
+#include "protocol/control.hpp"
 #include "rackweave/errc.hpp"
 #include "rackweave/job_spec.hpp"
 #include "runtime/buffer_pool.hpp"
 #include "runtime/checkpoint/chunk_file.hpp"
 #include "runtime/chunking.hpp"
 #include "runtime/step_histogram.hpp"
-#include "transports/control.hpp"
 #include "transports/shm/segment.hpp"
 #include "transports/transport.hpp"
 
@@ -143,7 +143,7 @@ struct settle_targets {
 
 /// A worker's hello, as the poller forwards it to the rack coordinator.
 struct hello_request {
-  transports::hello_msg hello;
+  protocol::hello_msg hello;
   std::string peer;
 };
 
@@ -255,7 +255,7 @@ using job_counters = std::vector<rank_counters>;
 
 /// A job's routes changed on the node (a drain moved chunks): each poller binds the
 /// job's connections to `routes` (null: as they are) and sends each a `reroute` frame
-/// carrying `payload` (transports::reroute_msg); with `close`, the job has left the
+/// carrying `payload` (protocol::reroute_msg); with `close`, the job has left the
 /// node, and the connections are closed after it.
 struct route_change {
   uint32_t job_id = 0;

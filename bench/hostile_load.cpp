@@ -31,9 +31,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "transports/frame.hpp"
+#include "protocol/frame.hpp"
 
-namespace tr = rw::transports;
+namespace pr = rw::protocol;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
@@ -83,12 +83,12 @@ bool send_all(int fd, const void* p, size_t n) {
   return true;
 }
 
-std::vector<std::byte> header(tr::frame_kind kind, uint32_t payload) {
-  tr::frame_header h;
+std::vector<std::byte> header(pr::frame_kind kind, uint32_t payload) {
+  pr::frame_header h;
   h.kind = kind;
   h.payload_bytes = payload;
-  std::vector<std::byte> out(tr::frame_header_bytes);
-  tr::encode(h, out.data());
+  std::vector<std::byte> out(pr::frame_header_bytes);
+  pr::encode(h, out.data());
   return out;
 }
 
@@ -106,9 +106,9 @@ int stranger(const address& node, uint32_t hello_bytes) {
   int fd = dial(node);
   if (fd < 0)
     return -1;
-  auto locate = header(tr::frame_kind::locate, 0);
+  auto locate = header(pr::frame_kind::locate, 0);
   std::byte answer[4096];
-  auto hello = header(tr::frame_kind::hello, hello_bytes);
+  auto hello = header(pr::frame_kind::hello, hello_bytes);
   const char ten[10] = {};
   if (!send_all(fd, locate.data(), locate.size())
       || ::recv(fd, answer, sizeof(answer), 0) <= 0

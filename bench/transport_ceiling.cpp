@@ -35,6 +35,7 @@
 
 namespace {
 
+using namespace rw::protocol;
 using namespace rw::transports;
 using clock_type = std::chrono::steady_clock;
 

@@ -75,9 +75,9 @@ std::string chunk_state::restore(const runtime::checkpoint::chunk_record& r) {
 
 const std::vector<std::byte>& chunk_state::packed(uint16_t flag) const {
   if (packed_version_ != version_
-      || packed_.size() != transports::half_payload_bytes(flag, length_)) {
-    packed_.resize(transports::half_payload_bytes(flag, length_));
-    transports::narrow_half(flag, params_, length_, packed_.data());
+      || packed_.size() != protocol::half_payload_bytes(flag, length_)) {
+    packed_.resize(protocol::half_payload_bytes(flag, length_));
+    protocol::narrow_half(flag, params_, length_, packed_.data());
     packed_version_ = version_;
   }
   return packed_;

@@ -34,12 +34,12 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/half.hpp"
 #include "rackweave/job_spec.hpp"
 #include "runtime/buffer_pool.hpp"
 #include "runtime/checkpoint/chunk_file.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
-#include "transports/half.hpp"
 #include "transports/transport.hpp"
 
 namespace rw::actors::detail {
@@ -82,7 +82,7 @@ public:
   uint64_t version() const noexcept { return version_; }
   bool initialized() const noexcept { return initialized_; }
   const float* params() const noexcept { return params_; }
-  /// The parameters as a 16-bit payload of `flag` (transports/half.hpp: flag_bf16 or
+  /// The parameters as a 16-bit payload of `flag` (protocol/half.hpp: flag_bf16 or
   /// flag_fp16; a job with compress_updates), packed on first use per version and kept
   /// until the parameters change: every worker answered gets the same bytes, packed once.
   const std::vector<std::byte>& packed(uint16_t flag) const;

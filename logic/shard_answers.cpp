@@ -7,7 +7,7 @@ namespace rw::actors::detail {
 template <class Frame, class Conn, class Header, class Payload>
 void shard_answers::send_grouped(std::vector<Frame>& frames, Conn conn_of,
                                  Header header_of, Payload payload_of) {
-  std::vector<transports::frame_header> headers;
+  std::vector<protocol::frame_header> headers;
   std::vector<iovec> payloads;
   std::vector<bool> sent(frames.size(), false);
   for (size_t i = 0; i < frames.size(); ++i) {
@@ -31,12 +31,12 @@ void shard_answers::send_grouped(std::vector<Frame>& frames, Conn conn_of,
 }
 
 bool shard_answers::send(const transports::connection_ptr& conn,
-                         const transports::frame_header& h, iovec payload) {
+                         const protocol::frame_header& h, iovec payload) {
   return send(conn, h, payload, static_cast<const float*>(payload.iov_base));
 }
 
 bool shard_answers::send(const transports::connection_ptr& conn,
-                         const transports::frame_header& h, iovec payload,
+                         const protocol::frame_header& h, iovec payload,
                          const float* params) {
   if (!holding_)
     return payload.iov_len > 0 ? conn->send(h, &payload, 1) : conn->send(h);
@@ -56,13 +56,13 @@ void shard_answers::flush() {
 }
 
 bool shard_answers::add_replica_ack(const transports::connection_ptr& conn,
-                                    const transports::frame_header& h) {
+                                    const protocol::frame_header& h) {
   replica_acks_.emplace_back(conn, h);
   return replica_acks_.size() == 1;
 }
 
 void shard_answers::flush_replica_acks() {
-  using ack = std::pair<transports::connection_ptr, transports::frame_header>;
+  using ack = std::pair<transports::connection_ptr, protocol::frame_header>;
   send_grouped(
     replica_acks_,
     [](const ack& a) -> const transports::connection_ptr& { return a.first; },

@@ -27,11 +27,11 @@ class shard_answers {
 public:
   /// Sends `h` (with `payload`, a chunk's parameters, if any) now, or holds it while a
   /// holding scope lives. False: the send failed (never while holding).
-  bool send(const transports::connection_ptr& conn, const transports::frame_header& h,
+  bool send(const transports::connection_ptr& conn, const protocol::frame_header& h,
             iovec payload = {nullptr, 0});
   /// As send, for a payload made from the parameters at `params` (their 16-bit packing):
   /// points_at(params) holds while it is held.
-  bool send(const transports::connection_ptr& conn, const transports::frame_header& h,
+  bool send(const transports::connection_ptr& conn, const protocol::frame_header& h,
             iovec payload, const float* params);
   /// Sends what is held, each connection's frames in one gather write.
   void flush();
@@ -61,14 +61,14 @@ public:
   /// Keeps a replica's ack; true if it is the first since the last flush_replica_acks
   /// (the shard then sends itself the message that flushes them).
   bool add_replica_ack(const transports::connection_ptr& conn,
-                       const transports::frame_header& h);
+                       const protocol::frame_header& h);
   /// Sends the replica acks kept, per connection in one gather write.
   void flush_replica_acks();
 
 private:
   struct held_frame {
     transports::connection_ptr conn;
-    transports::frame_header header;
+    protocol::frame_header header;
     iovec payload;
   };
   // Sends `frames` (given each frame's connection), per connection in order; clears it.
@@ -79,7 +79,7 @@ private:
   bool holding_ = false;
   std::vector<held_frame> held_;
   std::unordered_set<const float*> held_params_;
-  std::vector<std::pair<transports::connection_ptr, transports::frame_header>>
+  std::vector<std::pair<transports::connection_ptr, protocol::frame_header>>
     replica_acks_;
 };
 

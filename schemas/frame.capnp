@@ -2,7 +2,7 @@
 # The data-plane frame header. Every frame on a RackWeave transport is this header,
 # serialised as an unpacked single-segment Cap'n Proto message, followed by
 # `payloadBytes` of payload. The struct holds only fixed-width fields, so its encoded
-# size never changes (see transports/frame.hpp: frame_header_bytes).
+# size never changes (see protocol/frame.hpp: frame_header_bytes).
 
 $import "/capnp/c++.capnp".namespace("rw::schema");
 
@@ -62,7 +62,7 @@ struct FrameHeader {
                             #        an unchanged chunk is answered with an ack
                             # bit 2: pull subscribes: every new version of the chunk
                             #        is sent (update with bit 2) until disconnect
-                            # bit 3: ack from a chunk's replica (transports/frame.hpp)
+                            # bit 3: ack from a chunk's replica (protocol/frame.hpp)
                             # bit 4: fabric only: update payload placed in memory
                             # bit 5: push/update payload is bfloat16 values (2 bytes
                             #        each, little-endian) of a job with compression bf16

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "transports/control.hpp"
+#include "protocol/control.hpp"
 
 namespace rw::transports {
 
@@ -15,7 +15,8 @@ std::atomic<uint64_t> next_connection_id{1};
 
 connection::connection() : id_(next_connection_id.fetch_add(1)) {}
 
-bool connection::send_batch(const frame_header* headers, const iovec* payloads, int n) {
+bool connection::send_batch(const protocol::frame_header* headers, const iovec* payloads,
+                            int n) {
   for (int i = 0; i < n; ++i)
     if (!send(headers[i], payloads[i].iov_len > 0 ? &payloads[i] : nullptr,
               payloads[i].iov_len > 0 ? 1 : 0))
@@ -24,11 +25,11 @@ bool connection::send_batch(const frame_header* headers, const iovec* payloads, 
 }
 
 bool connection::send_error(errc code, const std::string& message,
-                            const frame_header& about,
+                            const protocol::frame_header& about,
                             const std::vector<std::string>& candidates) {
-  auto payload = encode(error_msg{code, message, candidates});
-  frame_header h = about;
-  h.kind = frame_kind::error;
+  auto payload = encode(protocol::error_msg{code, message, candidates});
+  protocol::frame_header h = about;
+  h.kind = protocol::frame_kind::error;
   h.flags = 0;
   h.error_code = code;
   h.payload_bytes = static_cast<uint32_t>(payload.size());
@@ -44,7 +45,8 @@ void endpoint::adopt(connection_ptr) {
   throw std::logic_error("this endpoint cannot adopt connections (" + describe() + ")");
 }
 
-void frame_sink::on_resident_frame(const connection_ptr& c, const frame_header& h,
+void frame_sink::on_resident_frame(const connection_ptr& c,
+                                   const protocol::frame_header& h,
                                    runtime::buffer_ref payload) {
   auto t = on_header(c, h);
   std::vector<std::byte> gathered;

@@ -2,7 +2,7 @@
 // The transport contract. Every backend (transports/tcp, transports/shm,
 // transports/fabric) implements the same three classes in its own folder:
 //
-//  - `connection`: one peer, full duplex, framed (transports/frame.hpp). `send` is safe
+//  - `connection`: one peer, full duplex, framed (protocol/frame.hpp). `send` is safe
 //    to call from any thread; frames from different threads never interleave; a send
 //    blocks at most the transport's I/O timeout and never copies the payload (gather
 //    list straight from the caller's memory). `close` may be called from any thread: it
@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "protocol/frame.hpp"
 #include "rackweave/defaults.hpp"
 #include "rackweave/errc.hpp"
 #include "runtime/buffer_pool.hpp"
-#include "transports/frame.hpp"
 
 namespace rw::transports {
 
@@ -70,7 +70,7 @@ public:
 
   /// Sends one frame: the header, then `count` payload pieces. Returns false (and
   /// closes the connection) if the peer failed or did not read within the timeout.
-  virtual bool send(const frame_header& h, const iovec* payload, int count) = 0;
+  virtual bool send(const protocol::frame_header& h, const iovec* payload, int count) = 0;
 
   /// Stops the connection from any thread; the receiver reports the close.
   virtual void close() = 0;
@@ -88,7 +88,7 @@ public:
   virtual bool resident() const noexcept { return false; }
 
   /// Sends a header-only frame.
-  bool send(const frame_header& h) { return send(h, nullptr, 0); }
+  bool send(const protocol::frame_header& h) { return send(h, nullptr, 0); }
 
   /// Where this side wants the results (updates) of `tensor` to land: [dst, dst +
   /// bytes), chunk c at dst + c * chunk_bytes. A transport that can write into its
@@ -113,10 +113,12 @@ public:
 
   /// Sends `n` frames, frame i being headers[i] and the one piece payloads[i] (an empty
   /// piece for none), as one write where the backend can. Same guarantees as send.
-  virtual bool send_batch(const frame_header* headers, const iovec* payloads, int n);
+  virtual bool send_batch(const protocol::frame_header* headers, const iovec* payloads,
+                          int n);
 
   /// Sends an error frame about `about` (its job, rank, tensor, chunk and clock).
-  bool send_error(errc code, const std::string& message, const frame_header& about,
+  bool send_error(errc code, const std::string& message,
+                  const protocol::frame_header& about,
                   const std::vector<std::string>& candidates = {});
 
   /// A process-unique id, for logs and maps.
@@ -134,10 +136,11 @@ public:
 
   /// A header arrived. Answer with where its payload goes; `closing()` ends the
   /// connection (send any error frame first).
-  virtual payload_target on_header(const connection_ptr& c, const frame_header& h) = 0;
+  virtual payload_target on_header(const connection_ptr& c,
+                                   const protocol::frame_header& h) = 0;
 
   /// The frame's payload (if any) is in `t`.
-  virtual void on_frame(const connection_ptr& c, const frame_header& h,
+  virtual void on_frame(const connection_ptr& c, const protocol::frame_header& h,
                         payload_target& t) = 0;
 
   /// The connection is gone. `code` is errc::ok for an orderly close by the peer.
@@ -150,7 +153,7 @@ public:
   /// A frame whose payload is already in memory this process can read (shared
   /// memory): `payload` is that memory, by reference. The default copies it through
   /// on_header / on_frame; sinks that can use it in place override this.
-  virtual void on_resident_frame(const connection_ptr& c, const frame_header& h,
+  virtual void on_resident_frame(const connection_ptr& c, const protocol::frame_header& h,
                                  runtime::buffer_ref payload);
 };
 

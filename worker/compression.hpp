@@ -1,7 +1,7 @@
 #pragma once
 // The worker's side of a job's compression (rackweave/job_spec.hpp: compression_spec)
 // that keeps state between pushes: top-k with error feedback. (bf16 / fp16 keep none:
-// each chunk is packed as it is sent, transports/half.hpp.)
+// each chunk is packed as it is sent, protocol/half.hpp.)
 
 #include <vector>
 

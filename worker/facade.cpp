@@ -15,7 +15,7 @@
 #include "worker/proxy.hpp"
 #include "runtime/layerwise.hpp"
 #include "runtime/trace.hpp"
-#include "transports/control.hpp"
+#include "protocol/control.hpp"
 #include "transports/tcp/endpoint.hpp"
 
 namespace rw {
@@ -29,7 +29,7 @@ struct worker::impl {
   std::shared_ptr<transports::tcp::endpoint> ep;
   std::shared_ptr<actors::worker_link> link;
   actors::worker_proxy_actor proxy;
-  transports::welcome_msg welcome;
+  protocol::welcome_msg welcome;
   std::unordered_map<std::string, uint32_t> index;
   mutable std::mutex mtx;
   std::vector<uint64_t> clocks;
@@ -429,7 +429,7 @@ uint64_t worker::set_hyper(const hyper_change& change) {
     if (d.closed)
       throw rw::error(errc::closed, "the worker is closed");
   }
-  auto payload = transports::encode(change);
+  auto payload = protocol::encode(change);
   return d.link->request_hyper(payload, d.opts.request_timeout);
 }
 

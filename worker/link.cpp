@@ -8,13 +8,13 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include "transports/control.hpp"
-#include "transports/half.hpp"
+#include "protocol/control.hpp"
+#include "protocol/half.hpp"
 
 namespace rw::actors {
 
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 using transports::payload_target;
 
 namespace {
@@ -55,7 +55,7 @@ void worker_link::start(worker_proxy_actor proxy) {
 
 void worker_link::set_compression(const compression_spec& c) {
   compression_ = c;
-  half_ = transports::half_flag(c);
+  half_ = protocol::half_flag(c);
 }
 
 void worker_link::use_fabric(std::shared_ptr<transports::endpoint> fabric,
@@ -151,7 +151,7 @@ void worker_link::copy_result(float* dst, const float* result, uint32_t length) 
   std::memcpy(dst, result, size_t{length} * sizeof(float));
   // compress_updates: what a worker over the network gets (the node's are float32).
   if (compression_.updates)
-    transports::round_half(half_, dst, length);
+    protocol::round_half(half_, dst, length);
 }
 
 void worker_link::abandon(const std::string& why) {
@@ -370,9 +370,9 @@ uint64_t worker_link::request_hyper(const std::vector<std::byte>& payload,
   auto& [answer, text] = *hyper_answer_;
   if (answer.error_code == errc::ok)
     return answer.clock;
-  transports::error_msg err;
+  protocol::error_msg err;
   std::string why;
-  if (transports::decode(text.data(), text.size(), err, why) != errc::ok)
+  if (protocol::decode(text.data(), text.size(), err, why) != errc::ok)
     err = {answer.error_code, "the node refused the change (" + why + ")", {}};
   throw rw::error(answer.error_code, err.message);
 }
@@ -401,23 +401,22 @@ payload_target worker_link::on_header(const transports::connection_ptr& c,
   }
   if (h.kind != frame_kind::update && h.kind != frame_kind::ack) {
     spdlog::warn("worker rank {}: unexpected {} frame from the node; dropped", rank_,
-                 transports::to_string(h.kind));
+                 protocol::to_string(h.kind));
     return payload_target::dropped();
   }
-  wire_received_.fetch_add(transports::frame_header_bytes + h.payload_bytes,
+  wire_received_.fetch_add(protocol::frame_header_bytes + h.payload_bytes,
                            std::memory_order_relaxed);
   if (h.tensor_id >= slots_.size() || h.chunk_index >= layout(h.tensor_id).count())
     return payload_target::dropped();
-  if (h.kind == frame_kind::ack && (h.flags & transports::flag_replica) != 0)
+  if (h.kind == frame_kind::ack && (h.flags & protocol::flag_replica) != 0)
     return h.payload_bytes == 0 ? payload_target::into(nullptr)
                                 : payload_target::dropped();
   auto& layout = this->layout(h.tensor_id);
   auto& s = *slots_[h.tensor_id];
   std::lock_guard<std::mutex> guard{s.mtx};
-  const auto half = static_cast<uint16_t>(h.flags & transports::flag_half);
+  const auto half = static_cast<uint16_t>(h.flags & protocol::flag_half);
   const auto expect = half != 0 && h.kind == frame_kind::update
-                        ? transports::half_payload_bytes(half,
-                                                         layout.length(h.chunk_index))
+                        ? protocol::half_payload_bytes(half, layout.length(h.chunk_index))
                         : layout.length(h.chunk_index) * sizeof(float);
   // A 16-bit update lands in its connection's buffer, widened into its place once it is
   // in (other connections' frames may come in between).
@@ -434,13 +433,13 @@ payload_target worker_link::on_header(const transports::connection_ptr& c,
     l.extra.dst = dst;
     return payload_target::into(l.bytes.data());
   };
-  if (h.kind == frame_kind::update && (h.flags & transports::flag_subscribe)) {
+  if (h.kind == frame_kind::update && (h.flags & protocol::flag_subscribe)) {
     if (s.sub_dst == nullptr || h.payload_bytes != expect)
       return payload_target::dropped();
     return into(s.sub_dst + layout.offset(h.chunk_index), false);
   }
   bool is_update = h.kind == frame_kind::update;
-  bool unchanged = !is_update && (h.flags & transports::flag_only_changed) != 0;
+  bool unchanged = !is_update && (h.flags & protocol::flag_only_changed) != 0;
   if (!belongs(s, is_update, unchanged, h.clock))
     return payload_target::dropped(); // a late answer to an operation that failed
   if (!is_update)
@@ -457,11 +456,11 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
                            payload_target& t) {
   if (t.action == payload_target::discard)
     return;
-  if (h.kind == frame_kind::update && (h.flags & transports::flag_half) != 0) {
+  if (h.kind == frame_kind::update && (h.flags & protocol::flag_half) != 0) {
     auto length = layout(h.tensor_id).length(h.chunk_index);
     auto& l = landing_.of(c);
-    auto why = transports::widen_half(h.flags & transports::flag_half, l.bytes.data(),
-                                      h.payload_bytes, l.extra.dst, length);
+    auto why = protocol::widen_half(h.flags & protocol::flag_half, l.bytes.data(),
+                                    h.payload_bytes, l.extra.dst, length);
     if (!why.empty()) {
       release_landing(c);
       lose(errc::bad_frame,
@@ -492,7 +491,7 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
     return;
   }
   if (h.kind == frame_kind::error) {
-    transports::error_msg err;
+    protocol::error_msg err;
     std::string why;
     auto& text = landing_.of(c).bytes;
     if (decode(text.data(), text.size(), err, why) != errc::ok)
@@ -517,12 +516,12 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
     into.tensor = UINT32_MAX; // in: an outcome held for it may be told (the op is then
     landed(h.tensor_id, s);   // disarmed, and this answer is not counted below)
   }
-  if (h.kind == frame_kind::ack && (h.flags & transports::flag_replica) != 0) {
+  if (h.kind == frame_kind::ack && (h.flags & protocol::flag_replica) != 0) {
     if (s.seq != 0 && s.mirror && h.clock == s.push_clock)
       mirror_done(h.tensor_id, s, h.chunk_index);
     return;
   }
-  if (h.kind == frame_kind::update && (h.flags & transports::flag_subscribe)) {
+  if (h.kind == frame_kind::update && (h.flags & protocol::flag_subscribe)) {
     auto whole = published(s, h.chunk_index, h.clock);
     guard.unlock(); // announce without the slot locked
     announce(h.tensor_id, whole);

@@ -195,7 +195,7 @@ public:
   /// with `updates`, the node's answers as 16-bit values (bf16 / fp16), or top-k pairs.
   void set_compression(const compression_spec& c);
   const compression_spec& compression() const noexcept { return compression_; }
-  /// transports::half_flag of it: the flag of 16-bit pushes (0: float32 or pairs).
+  /// protocol::half_flag of it: the flag of 16-bit pushes (0: float32 or pairs).
   uint16_t half_flag() const noexcept { return half_; }
   /// Data frames on the network (rw::worker::wire_bytes_sent): counted by the proxy as
   /// it sends them, and by the receiver.
@@ -218,8 +218,8 @@ public:
 
   // frame_sink (receiver thread)
   transports::payload_target on_header(const transports::connection_ptr& c,
-                                       const transports::frame_header& h) override;
-  void on_frame(const transports::connection_ptr& c, const transports::frame_header& h,
+                                       const protocol::frame_header& h) override;
+  void on_frame(const transports::connection_ptr& c, const protocol::frame_header& h,
                 transports::payload_target& t) override;
   void on_closed(const transports::connection_ptr& c, errc code,
                  const std::string& why) override;
@@ -288,7 +288,7 @@ private:
   void on_reroute(uint32_t conn, const std::vector<std::byte>& payload);
   // Routes by the ring of `msg` (every node of it known): retires the connections of
   // the nodes it leaves out. False (logged) if it cannot.
-  bool adopt_ring(const transports::reroute_msg& msg);
+  bool adopt_ring(const protocol::reroute_msg& msg);
   // The reroute held while the nodes it adds are joined (receiver thread, between two
   // polls); the proxy then re-sends for each connection that sent it and for the new
   // nodes.
@@ -368,13 +368,12 @@ private:
   std::mutex hyper_call_;
   std::mutex hyper_mtx_;
   std::condition_variable hyper_cv_;
-  std::optional<std::pair<transports::frame_header, std::vector<std::byte>>>
-    hyper_answer_;
+  std::optional<std::pair<protocol::frame_header, std::vector<std::byte>>> hyper_answer_;
   std::shared_ptr<const runtime::routes_basis> basis_; // receiver thread only
   bool multi_node_ = false;                            // basis_ set (before start)
   node_joiner joiner_;
-  std::optional<transports::reroute_msg> pending_; // waiting for its new nodes' joins
-  std::vector<uint32_t> pending_conns_;            // the connections that sent it
+  std::optional<protocol::reroute_msg> pending_; // waiting for its new nodes' joins
+  std::vector<uint32_t> pending_conns_;          // the connections that sent it
   std::vector<node_at> nodes_;
   std::vector<std::string> ring_nodes_;   // the nodes of the ring routed by
   bool reconnecting_ = false;             // some node is down

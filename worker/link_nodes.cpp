@@ -15,7 +15,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include "transports/control.hpp"
+#include "protocol/control.hpp"
 
 namespace rw::actors {
 
@@ -59,7 +59,7 @@ std::pair<uint32_t, uint32_t> worker_link::conn_range(size_t node) const {
 }
 
 void worker_link::on_reroute(uint32_t conn, const std::vector<std::byte>& payload) {
-  transports::reroute_msg msg;
+  protocol::reroute_msg msg;
   std::string why;
   if (decode(payload.data(), payload.size(), msg, why) != errc::ok) {
     spdlog::warn("worker rank {}: undecodable reroute frame from the node ignored: {}",
@@ -94,7 +94,7 @@ void worker_link::on_reroute(uint32_t conn, const std::vector<std::byte>& payloa
   }
 }
 
-bool worker_link::adopt_ring(const transports::reroute_msg& msg) {
+bool worker_link::adopt_ring(const protocol::reroute_msg& msg) {
   try {
     auto next = basis_->rebuild(msg.nodes, msg.ring_version, msg.replicas);
     auto list = conns();

@@ -11,14 +11,14 @@
 #include "worker/compression.hpp"
 #include "worker/link.hpp"
 #include "runtime/trace.hpp"
-#include "transports/half.hpp"
+#include "protocol/half.hpp"
 
 namespace rw::actors {
 
 namespace {
 
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 
 struct tensor_queue {
   std::deque<worker_op> waiting;
@@ -87,19 +87,9 @@ bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   transports::shm::request r{};
   r.tensor = t;
   r.clock = op.kind == worker_op::pull ? op.min_version : clock;
-  switch (op.kind) {
-    case worker_op::init: r.kind = uint16_t(frame_kind::init); break;
-    case worker_op::pull: r.kind = uint16_t(frame_kind::pull); break;
-    case worker_op::push: r.kind = uint16_t(frame_kind::push); break;
-    case worker_op::push_pull:
-      r.kind = uint16_t(frame_kind::push);
-      r.flags = transports::flag_want_result;
-      break;
-  }
-  if (op.kind == worker_op::pull && op.only_changed)
-    r.flags = transports::flag_only_changed;
-  if (op.kind == worker_op::pull && op.subscribe)
-    r.flags = transports::flag_subscribe;
+  const auto shape = protocol::frame_for(op.kind, {op.only_changed, op.subscribe});
+  r.kind = uint16_t(shape.kind);
+  r.flags = shape.flags;
   if (op.sparse && only.empty()) { // scattered straight into the gradient region
     std::memset(grad, 0, layout.elements * sizeof(float));
     for (size_t i = 0; i < op.count; ++i)
@@ -119,7 +109,7 @@ bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
                   layout.length(c) * sizeof(float));
     if (half != 0 && op.kind != worker_op::pull
         && (only.empty() || (op.src != nullptr && op.src != grad)))
-      transports::round_half(half, grad + layout.offset(c), layout.length(c));
+      protocol::round_half(half, grad + layout.offset(c), layout.length(c));
     r.chunk = c;
     while (!shm.post(r)) { // the ring is full: the node is behind
       if (link.closed())
@@ -152,21 +142,11 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   h.job_id = link.job_id();
   h.rank = link.rank();
   h.tensor_id = t;
-  switch (op.kind) {
-    case worker_op::init: h.kind = frame_kind::init; break;
-    case worker_op::pull: h.kind = frame_kind::pull; break;
-    case worker_op::push: h.kind = frame_kind::push; break;
-    case worker_op::push_pull:
-      h.kind = frame_kind::push;
-      h.flags = transports::flag_want_result;
-      break;
-  }
+  const auto shape = protocol::frame_for(op.kind, {op.only_changed, op.subscribe});
+  h.kind = shape.kind;
+  h.flags = shape.flags;
   h.clock = op.kind == worker_op::pull ? op.min_version : clock;
   h.ring = link.ring_stamp(); // routed by this ring (a node on a newer one drops it)
-  if (op.kind == worker_op::pull && op.only_changed)
-    h.flags = transports::flag_only_changed;
-  if (op.kind == worker_op::pull && op.subscribe)
-    h.flags = transports::flag_subscribe;
   // bf16 / fp16: a dense pushed chunk travels as 16-bit values, packed into the link's
   // buffer as it goes out (the sends below are done before this returns). Inits travel
   // exact.
@@ -176,7 +156,7 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   // Sparse: each chunk's pairs, or the dense chunk where that is smaller (in a bf16 /
   // fp16 job always the dense chunk, rounded as any push is, as over shared memory).
   // Both live until the sends below are done.
-  std::vector<std::vector<transports::sparse_pair>> pairs;
+  std::vector<std::vector<protocol::sparse_pair>> pairs;
   std::vector<std::vector<float>> dense;
   if (op.sparse) {
     pairs.resize(layout.count());
@@ -188,7 +168,7 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     }
     for (uint32_t c = 0; c < layout.count(); ++c) {
       if (half == 0
-          && pairs[c].size() * sizeof(transports::sparse_pair)
+          && pairs[c].size() * sizeof(protocol::sparse_pair)
                <= layout.length(c) * sizeof(float))
         continue;
       dense[c].assign(layout.length(c), 0.0f);
@@ -217,7 +197,7 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
     if (ok && !p.headers.empty() && !link.retired(static_cast<uint32_t>(e))) {
       uint64_t bytes = 0;
       for (auto& hdr : p.headers)
-        bytes += transports::frame_header_bytes + hdr.payload_bytes;
+        bytes += protocol::frame_header_bytes + hdr.payload_bytes;
       link.count_sent(bytes);
     }
     p.headers.clear();
@@ -229,17 +209,17 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
   // answers). A push goes to the home alone: the home sends the step's sum on.
   const bool to_replica = op.kind == worker_op::init;
   const size_t half_stride = half != 0
-                               ? transports::half_payload_bytes(half, layout.chunk_elems)
+                               ? protocol::half_payload_bytes(half, layout.chunk_elems)
                                : 0;
   auto& packed = link.pack_buffer();
   if (half != 0 && packed.size() < half_stride * layout.count())
     packed.resize(half_stride * layout.count());
   auto pack = [&](uint32_t c, const float* values, frame_header& hdr) {
     auto* out = packed.data() + half_stride * c;
-    transports::narrow_half(half, values, layout.length(c), out);
+    protocol::narrow_half(half, values, layout.length(c), out);
     hdr.flags |= half;
     hdr.payload_bytes = static_cast<uint32_t>(
-      transports::half_payload_bytes(half, layout.length(c)));
+      protocol::half_payload_bytes(half, layout.length(c)));
     return iovec{out, hdr.payload_bytes};
   };
   const uint32_t window_step = std::max<uint32_t>(window / 4, 1);
@@ -266,7 +246,7 @@ bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t cl
       hc.kind = as_dense ? frame_kind::push : frame_kind::push_sparse;
       hc.payload_bytes = static_cast<uint32_t>(
         as_dense ? dense[c].size() * sizeof(float)
-                 : pairs[c].size() * sizeof(transports::sparse_pair));
+                 : pairs[c].size() * sizeof(protocol::sparse_pair));
       piece = {as_dense ? static_cast<void*>(dense[c].data())
                         : static_cast<void*>(pairs[c].data()),
                hc.payload_bytes};
@@ -373,8 +353,7 @@ void finish(proxy_ptr self, uint32_t t, uint64_t seq, errc code, const std::stri
     return;
   q.busy = false;
   if (q.started_ns != 0) {
-    static constexpr const char* names[] = {"init", "push", "pull", "push_pull"};
-    runtime::trace::complete(code == errc::ok ? names[q.running.kind]
+    runtime::trace::complete(code == errc::ok ? op_name(q.running.kind)
                                               : "failed operation",
                              "worker", q.started_ns,
                              {self->state.link->job_id(), self->state.link->rank(), t,

@@ -38,6 +38,7 @@
 #include <caf/typed_actor.hpp>
 
 #include "actors/messages.hpp"
+#include "protocol/data_frame.hpp"
 
 namespace rw::actors {
 
@@ -49,7 +50,10 @@ using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
 using bye_atom = caf::atom_constant<caf::atom("bye")>;
 
 struct worker_op {
-  enum kind_t { init, push, pull, push_pull } kind;
+  using kind_t = protocol::data_op; // the frame that carries it: protocol::frame_for
+  static constexpr kind_t init = kind_t::init, push = kind_t::push, pull = kind_t::pull,
+                          push_pull = kind_t::push_pull;
+  kind_t kind;
   uint32_t tensor;
   const float* src;     // init, push, push_pull: the caller's values (dense)
   float* dst;           // pull, push_pull: where the result goes

@@ -103,10 +103,10 @@ std::vector<std::string> addresses_of(const job_layout& l,
   return out;
 }
 
-transports::error_msg send_elsewhere(const job_layout& l, const std::string& job,
-                                     uint32_t rank, const placement_facts& f,
-                                     const std::string& here, std::string& reason) {
-  transports::error_msg out;
+protocol::error_msg send_elsewhere(const job_layout& l, const std::string& job,
+                                   uint32_t rank, const placement_facts& f,
+                                   const std::string& here, std::string& reason) {
+  protocol::error_msg out;
   auto choice = choose_rack(l, job, f);
   if (!choice.error.empty()) {
     reason = choice.error;

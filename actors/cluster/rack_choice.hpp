@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "actors/cluster_messages.hpp"
-#include "transports/control.hpp"
+#include "protocol/control.hpp"
 
 namespace rw::actors::detail {
 
@@ -49,9 +49,9 @@ rack_choice choose_rack(const job_layout& layout, const std::string& job,
 /// (one candidate), or to every node of the job when they cannot tell (the worker
 /// measures the round trips); or errc::invalid_spec for a bad rack option. `here` names
 /// the answering node; `reason` is set to why, for its log.
-transports::error_msg send_elsewhere(const job_layout& layout, const std::string& job,
-                                     uint32_t rank, const placement_facts& facts,
-                                     const std::string& here, std::string& reason);
+protocol::error_msg send_elsewhere(const job_layout& layout, const std::string& job,
+                                   uint32_t rank, const placement_facts& facts,
+                                   const std::string& here, std::string& reason);
 
 /// The addresses of the layout's nodes `nodes`.
 std::vector<std::string> addresses_of(const job_layout& layout,

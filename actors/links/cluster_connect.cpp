@@ -7,7 +7,7 @@
 
 #include "actors/node/control_tls.hpp"
 #include "runtime/credentials.hpp"
-#include "transports/tcp/locator.hpp"
+#include "services/locator.hpp"
 
 namespace rw::actors {
 
@@ -15,7 +15,7 @@ coordinator_contact locate_coordinator(const std::string& via,
                                        std::chrono::milliseconds timeout) {
   coordinator_contact out;
   try {
-    out.address = transports::tcp::locate(via, timeout).coordinator;
+    out.address = services::locate(via, timeout).coordinator;
     transports::tcp::parse_address(out.address); // a usable HOST:PORT
   } catch (const std::exception& e) {
     out.error = e.what();

@@ -5,8 +5,8 @@
 namespace rw::actors::detail {
 
 namespace {
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 using transports::payload_target;
 
 // The largest frame a node sends a worker besides updates: errors, hyper answers,
@@ -40,7 +40,7 @@ public:
       }
       return;
     }
-    transports::error_msg err;
+    protocol::error_msg err;
     if (decode(buf_.data(), buf_.size(), err, why) != errc::ok)
       err = {errc::bad_frame, "undecodable error frame: " + why, {}};
     code = err.code;
@@ -59,7 +59,7 @@ public:
   bool ok = false;
   errc code = errc::ok;
   std::string message;
-  transports::fabric_offer offer;
+  protocol::fabric_offer offer;
 
 private:
   transports::connection_ptr tcp_;
@@ -69,7 +69,7 @@ private:
 
 fabric_link join_fabric(transports::tcp::endpoint& ep,
                         const transports::connection_ptr& tcp,
-                        const transports::welcome_msg& welcome, const join_request& req) {
+                        const protocol::welcome_msg& welcome, const join_request& req) {
   if (welcome.fabric.empty())
     throw rw::error(
       errc::unavailable,
@@ -84,7 +84,7 @@ fabric_link join_fabric(transports::tcp::endpoint& ep,
   link.ep = std::make_shared<transports::fabric::endpoint>(
     transports::fabric::domain::open(welcome.fabric), es, max_payload);
   link.conn = link.ep->open("node " + req.connect + " (fabric)", max_payload);
-  auto payload = transports::encode(link.conn->offer());
+  auto payload = protocol::encode(link.conn->offer());
   frame_header h;
   h.kind = frame_kind::fabric;
   h.job_id = welcome.job_id;

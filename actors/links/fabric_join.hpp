@@ -20,6 +20,6 @@ struct fabric_link {
 /// node declined (its reason), or no answer within the request timeout.
 fabric_link join_fabric(transports::tcp::endpoint& ep,
                         const transports::connection_ptr& tcp,
-                        const transports::welcome_msg& welcome, const join_request& req);
+                        const protocol::welcome_msg& welcome, const join_request& req);
 
 } // namespace rw::actors::detail

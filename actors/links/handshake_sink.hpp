@@ -7,17 +7,17 @@
 
 #include <fmt/format.h>
 
+#include "protocol/control.hpp"
 #include "rackweave/errc.hpp"
 #include "runtime/credentials.hpp"
-#include "transports/control.hpp"
 #include "transports/transport.hpp"
 
 namespace rw::actors::detail {
 
 // Receives the node's answer to the hello: a welcome or an error; or first a
 // challenge, answered with a proof of the token.
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 using transports::payload_target;
 
 class handshake_sink final : public transports::frame_sink {
@@ -70,7 +70,7 @@ public:
         fail(errc::bad_frame, "undecodable welcome: " + why);
       return;
     }
-    transports::error_msg err;
+    protocol::error_msg err;
     if (decode(buf.data(), buf.size(), err, why) != errc::ok)
       err = {errc::bad_frame, "undecodable error frame: " + why, {}};
     candidates = std::move(err.candidates);
@@ -87,7 +87,7 @@ public:
   // Proves the token: HMAC over the node's nonce (runtime/credentials).
   void answer(const transports::connection_ptr& c, const frame_header& h,
               std::string& why) {
-    transports::challenge_msg ch;
+    protocol::challenge_msg ch;
     if (decode(buf.data(), buf.size(), ch, why) != errc::ok) {
       fail(errc::bad_frame, "undecodable challenge: " + why);
       return;
@@ -97,8 +97,8 @@ public:
            "the node asks for the token of job '" + job_ + "' and this worker has none");
       return;
     }
-    auto payload = transports::encode(
-      transports::proof_msg{runtime::prove(token_, ch.nonce, job_, rank_)});
+    auto payload = protocol::encode(
+      protocol::proof_msg{runtime::prove(token_, ch.nonce, job_, rank_)});
     frame_header p;
     p.kind = frame_kind::proof;
     p.rank = rank_;
@@ -121,7 +121,7 @@ public:
   errc code = errc::ok;
   std::string message;
   std::vector<std::string> candidates; // with errc::moved: where to go instead
-  transports::welcome_msg welcome;
+  protocol::welcome_msg welcome;
 
 private:
   const std::string& token_;

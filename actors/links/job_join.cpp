@@ -13,14 +13,14 @@
 #include "runtime/ring.hpp"
 #include "actors/links/fabric_join.hpp"
 #include "actors/links/handshake_sink.hpp"
-#include "transports/tcp/probe.hpp"
+#include "services/probe.hpp"
 
 namespace rw::actors {
 
 namespace {
 
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 using transports::payload_target;
 
 using detail::handshake_sink;
@@ -34,9 +34,9 @@ public:
     : ep(ep), req(std::move(req)), others(others) {}
 
   // Waits for the node's welcome (or error) on connection `c`.
-  transports::welcome_msg await_welcome(const transports::connection_ptr& c,
-                                        const std::string& what,
-                                        bool want_challenge = false) {
+  protocol::welcome_msg await_welcome(const transports::connection_ptr& c,
+                                      const std::string& what,
+                                      bool want_challenge = false) {
     handshake_sink sink{req.token,      req.job.name, req.rank,
                         want_challenge, others,       others != nullptr ? c : nullptr};
     auto deadline = std::chrono::steady_clock::now() + req.request_timeout;
@@ -62,10 +62,10 @@ public:
 
   // Says hello on `c` (to `address`) and waits for the welcome, proving the token
   // if the node asks.
-  transports::welcome_msg say_hello(const transports::connection_ptr& c,
-                                    const std::string& address,
-                                    const transports::hello_msg& hello) {
-    auto payload = transports::encode(hello);
+  protocol::welcome_msg say_hello(const transports::connection_ptr& c,
+                                  const std::string& address,
+                                  const protocol::hello_msg& hello) {
+    auto payload = protocol::encode(hello);
     if (payload.size() > defaults::max_control_bytes)
       throw rw::error(errc::invalid_spec, "the job spec is too large to send");
     frame_header h;
@@ -89,7 +89,7 @@ public:
   // One connection per endpoint of the node that sent `w` on `first` (reached at
   // `address`): attaches to the others, proving the rank (runtime::prove_attach: keyed
   // by the job's token, bound to the welcome's attach token and a fresh nonce).
-  std::vector<transports::connection_ptr> attach_all(const transports::welcome_msg& w,
+  std::vector<transports::connection_ptr> attach_all(const protocol::welcome_msg& w,
                                                      transports::connection_ptr first,
                                                      const std::string& address) {
     std::vector<transports::connection_ptr> conns(w.endpoints.size());
@@ -99,11 +99,11 @@ public:
         continue;
       auto addr = reachable(w.endpoints[i], address);
       conns[i] = connect(addr);
-      transports::attach_msg proof;
+      protocol::attach_msg proof;
       proof.nonce = runtime::make_nonce();
       proof.mac = runtime::prove_attach(req.token, w.token, proof.nonce, req.job.name,
                                         req.rank);
-      auto payload = transports::encode(proof);
+      auto payload = protocol::encode(proof);
       frame_header a;
       a.kind = frame_kind::attach;
       a.job_id = w.job_id;
@@ -119,12 +119,12 @@ public:
 
   // A job on several nodes: joins every other node of the job too, and routes each
   // chunk to its home (runtime/ring).
-  void join_nodes(transports::connection_ptr first, transports::hello_msg hello) {
+  void join_nodes(transports::connection_ptr first, protocol::hello_msg hello) {
     auto& names = welcome.job_node_names;
     runtime::hash_ring ring{names, welcome.ring_vnodes, welcome.ring_version};
     auto n = static_cast<uint32_t>(names.size());
     std::vector<std::vector<transports::connection_ptr>> node_conns(n);
-    std::vector<transports::welcome_msg> welcomes(n);
+    std::vector<protocol::welcome_msg> welcomes(n);
     welcomes[welcome.node_index] = welcome;
     node_conns[welcome.node_index] = attach_all(welcome, std::move(first), req.connect);
     hello.shm_segment.clear(); // chunks travel to their homes over TCP
@@ -179,8 +179,8 @@ public:
   }
 
   joined_job handshake() {
-    transports::hello_msg hello{req.job,  req.rank,     {}, 0, !req.token.empty(),
-                                req.rack, req.picked_by};
+    protocol::hello_msg hello{req.job,  req.rank,     {}, 0, !req.token.empty(),
+                              req.rack, req.picked_by};
     hello.spec_from_job = req.spec_from_job;
     if (req.spec_from_job && req.transport == "shm")
       throw rw::error(
@@ -299,8 +299,7 @@ public:
   // `ring_version`): hello, the welcome checked, then attach to its other endpoints.
   joined_node join_one(const std::string& address, const std::string& node,
                        uint32_t job_id, uint64_t ring_version) {
-    transports::hello_msg hello{req.job,  req.rank, {}, 0, !req.token.empty(),
-                                req.rack, {}};
+    protocol::hello_msg hello{req.job, req.rank, {}, 0, !req.token.empty(), req.rack, {}};
     auto at = reachable(address, req.connect);
     joined_node out;
     auto c = connect(at);
@@ -339,7 +338,7 @@ private:
   transports::tcp::endpoint& ep;
   join_request req; // with spec_from_job: the job's spec once the first node sent it
   transports::frame_sink* others;
-  transports::welcome_msg welcome;
+  protocol::welcome_msg welcome;
   joined_job out;
 };
 
@@ -352,7 +351,7 @@ std::string nearest(const join_request& req, const std::vector<std::string>& can
   auto timeout = std::min(req.connect_timeout,
                           std::chrono::milliseconds(defaults::rtt_probe_timeout_ms));
   for (auto& c : candidates) {
-    auto ms = transports::tcp::connect_round_trip(c, defaults::rtt_probes, timeout);
+    auto ms = services::connect_round_trip(c, defaults::rtt_probes, timeout);
     seen.push_back(ms ? fmt::format("{} {:.3f} ms", c, *ms) : c + " unreachable");
     if (ms && (best.empty() || *ms < best_ms)) {
       best = c;
@@ -409,12 +408,12 @@ transports::connection_ptr join_as_mirror(transports::tcp::endpoint& ep,
                                           const std::string& address,
                                           transports::frame_sink& others) {
   auto at = req;
-  at.rank = transports::mirror_rank;
+  at.rank = protocol::mirror_rank;
   joiner j{ep, at, &others};
   auto c = j.connect(address);
-  transports::hello_msg hello;
+  protocol::hello_msg hello;
   hello.spec = req.job;
-  hello.rank = transports::mirror_rank;
+  hello.rank = protocol::mirror_rank;
   hello.has_token = true;
   hello.mirror = true;
   try {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "protocol/control.hpp"
 #include "rackweave/job_spec.hpp"
 #include "runtime/chunking.hpp"
-#include "transports/control.hpp"
 #include "transports/shm/worker_channel.hpp"
 #include "transports/tcp/endpoint.hpp"
 
@@ -36,7 +36,7 @@ struct join_request {
 };
 
 struct joined_job {
-  transports::welcome_msg welcome;               // the first node's
+  protocol::welcome_msg welcome;                 // the first node's
   std::vector<transports::connection_ptr> conns; // every node's endpoints, node by node
   std::vector<std::string> conn_nodes;           // the name of the node of each
   std::vector<std::string> node_addresses;       // each node's HOST:PORT, in that order
@@ -64,7 +64,7 @@ joined_job join_job(transports::tcp::endpoint& ep, const join_request& req);
 
 /// One more node of a job the worker is in, while it runs (a node joined the job).
 struct joined_node {
-  transports::welcome_msg welcome;
+  protocol::welcome_msg welcome;
   std::vector<transports::connection_ptr> conns; // the node's endpoints, in order
 };
 
@@ -81,7 +81,7 @@ joined_node join_node(transports::tcp::endpoint& ep, const join_request& req,
 
 /// A chunk's home node, sending each step's summed gradient to the chunk's replica
 /// node (actors/links/mirror_link): connects to `address` and says hello as
-/// transports::mirror_rank of job `req.job` (Hello.mirror), proving `req.token`; returns
+/// protocol::mirror_rank of job `req.job` (Hello.mirror), proving `req.token`; returns
 /// the connection once welcomed. Called on the thread that polls `ep`; frames and
 /// closes on its other connections go to `others` meanwhile. Throws rw::error.
 transports::connection_ptr join_as_mirror(transports::tcp::endpoint& ep,

@@ -6,13 +6,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "transports/control.hpp"
+#include "protocol/control.hpp"
 #include "transports/tcp/address.hpp"
 
 namespace rw::actors {
 
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 using transports::payload_target;
 
 namespace {
@@ -167,9 +167,9 @@ void mirror_link::transmit(std::unique_lock<std::mutex>& lock) {
       b.address = address;
       frame_header h;
       h.kind = frame_kind::push;
-      h.flags = transports::flag_replica;
+      h.flags = protocol::flag_replica;
       h.job_id = s_.job_id;
-      h.rank = transports::mirror_rank;
+      h.rank = protocol::mirror_rank;
       h.tensor_id = k.first;
       h.chunk_index = k.second;
       h.clock = p.clock;
@@ -279,7 +279,7 @@ payload_target mirror_link::on_header(const transports::connection_ptr& c,
 
 void mirror_link::on_frame(const transports::connection_ptr& c, const frame_header& h,
                            payload_target&) {
-  if (h.kind == frame_kind::ack && (h.flags & transports::flag_replica) != 0) {
+  if (h.kind == frame_kind::ack && (h.flags & protocol::flag_replica) != 0) {
     uint32_t shard = 0;
     {
       std::lock_guard<std::mutex> guard{mtx_};
@@ -295,7 +295,7 @@ void mirror_link::on_frame(const transports::connection_ptr& c, const frame_head
   }
   if (h.kind != frame_kind::error)
     return;
-  transports::error_msg err;
+  protocol::error_msg err;
   std::string why;
   auto& text = errors_.of(c).bytes;
   if (decode(text.data(), text.size(), err, why) != errc::ok)

@@ -11,7 +11,7 @@
 //   shard -> link      send(shard, tensor, chunk, clock, ring, node, sum)   (a call, on
 //                      the shard's thread) the sum of step `clock`, copied here, for
 //                      node `node` of ring `ring`
-//   link  -> replica   push of `clock` with flag_replica, as transports::mirror_rank of
+//   link  -> replica   push of `clock` with flag_replica, as protocol::mirror_rank of
 //                      the job, on a connection said hello with Hello.mirror and the
 //                      job's token proved (actors/links/job_join: join_as_mirror)
 //   replica -> link    ack with flag_replica: the replica has the sum (it applies it
@@ -75,8 +75,8 @@ public:
 
   // frame_sink (the reading thread)
   transports::payload_target on_header(const transports::connection_ptr& c,
-                                       const transports::frame_header& h) override;
-  void on_frame(const transports::connection_ptr& c, const transports::frame_header& h,
+                                       const protocol::frame_header& h) override;
+  void on_frame(const transports::connection_ptr& c, const protocol::frame_header& h,
                 transports::payload_target& t) override;
   void on_closed(const transports::connection_ptr& c, errc code,
                  const std::string& why) override;

@@ -4,12 +4,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "transports/control.hpp"
+#include "protocol/control.hpp"
 
 namespace rw::actors {
 
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 using transports::payload_target;
 
 rack_uplink::rack_uplink(uplink_settings s) : s_(std::move(s)) {
@@ -156,7 +156,7 @@ void rack_uplink::send(pending& p) {
 void rack_uplink::push(uint32_t tensor, uint32_t chunk, uint64_t clock, float* partial) {
   pending p{};
   p.h.kind = frame_kind::push;
-  p.h.flags = transports::flag_want_result;
+  p.h.flags = protocol::flag_want_result;
   p.h.tensor_id = tensor;
   p.h.chunk_index = chunk;
   p.h.clock = clock;
@@ -211,7 +211,7 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
   if (h.kind == frame_kind::ack)
     return; // an init was taken
   if (h.kind == frame_kind::error) {
-    transports::error_msg err;
+    protocol::error_msg err;
     std::string why;
     auto& text = errors_.of(c).bytes;
     if (decode(text.data(), text.size(), err, why) != errc::ok)
@@ -231,7 +231,7 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
   }
   if (h.kind != frame_kind::update || t.action == payload_target::discard) {
     fail(errc::bad_frame, fmt::format("unexpected {} frame from {}",
-                                      transports::to_string(h.kind), c->peer()));
+                                      protocol::to_string(h.kind), c->peer()));
     return;
   }
   auto s = seq(h.tensor_id, h.chunk_index);

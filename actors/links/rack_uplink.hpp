@@ -68,15 +68,15 @@ public:
 
   // frame_sink (the uplink's thread)
   transports::payload_target on_header(const transports::connection_ptr& c,
-                                       const transports::frame_header& h) override;
-  void on_frame(const transports::connection_ptr& c, const transports::frame_header& h,
+                                       const protocol::frame_header& h) override;
+  void on_frame(const transports::connection_ptr& c, const protocol::frame_header& h,
                 transports::payload_target& t) override;
   void on_closed(const transports::connection_ptr& c, errc code,
                  const std::string& why) override;
 
 private:
   struct pending {
-    transports::frame_header h;
+    protocol::frame_header h;
     const float* data;
     std::vector<float> copy; // init values, kept until sent
   };

@@ -3,7 +3,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
-#include "transports/tcp/rate_probe.hpp"
+#include "services/rate_probe.hpp"
 
 namespace rw::actors {
 
@@ -13,11 +13,11 @@ rate_prober_actor::behavior_type prober_behavior(rate_prober_actor::pointer self
                                                  std::string from) {
   return {
     [=](probe_atom, const rate_probe_request& req) {
-      transports::tcp::probe_limits limits;
+      services::probe_limits limits;
       limits.max_bytes = req.max_bytes;
       limits.burst = std::chrono::milliseconds(req.burst_ms);
       limits.timeout = std::chrono::milliseconds(req.timeout_ms);
-      auto m = transports::tcp::probe_rate(req.address, limits);
+      auto m = services::probe_rate(req.address, limits);
       rate_probe_result r{m.ok, m.gbps, m.bytes, m.elapsed_us, m.error};
       if (m.ok)
         spdlog::info(

@@ -6,7 +6,7 @@
 //
 // Protocol
 //   link -> prober  (probe_atom, rate_probe_request) -> rate_probe_result
-//                   sends the burst (transports/tcp/rate_probe), answers what it
+//                   sends the burst (services/rate_probe), answers what it
 //                   measured or why it failed (never an error message), then quits:
 //                   one prober per probe
 

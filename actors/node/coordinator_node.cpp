@@ -13,7 +13,7 @@
 #include "actors/cluster/rack_choice.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/tenants.hpp"
-#include "transports/tcp/locator.hpp"
+#include "services/locator.hpp"
 
 namespace rw::actors {
 
@@ -23,12 +23,12 @@ constexpr auto where_timeout = std::chrono::seconds(2);
 
 // A worker that says hello to the coordinator's own address is sent on to the job's
 // node for it (or to all of them, to pick the nearest): actors/cluster/rack_choice.
-transports::tcp::hello_answer hello_answer(caf::actor_system& sys,
-                                           cluster_coordinator_actor coordinator,
-                                           std::string node, std::string refusal) {
-  return [&sys, coordinator, node, refusal](const transports::hello_msg& hello,
+services::hello_answer hello_answer(caf::actor_system& sys,
+                                    cluster_coordinator_actor coordinator,
+                                    std::string node, std::string refusal) {
+  return [&sys, coordinator, node, refusal](const protocol::hello_msg& hello,
                                             const std::string& peer) {
-    transports::error_msg out{errc::bad_frame, refusal, {}};
+    protocol::error_msg out{errc::bad_frame, refusal, {}};
     caf::scoped_actor self{sys};
     self->request(coordinator, where_timeout, where_atom::value, hello.spec.name)
       .receive(
@@ -148,8 +148,8 @@ coordinator_node::coordinator_node(caf::actor_system& sys,
         "this is the cluster coordinator's address: workers connect to a rack-agg node "
         "(rw.job_status(name).endpoints says which); shells and nodes only ask it "
         "where the coordinator is";
-      locator_ = std::make_unique<transports::tcp::locator_service>(
-        listen, transports::located_msg{control_, cfg.name, "coordinator"}, refusal,
+      locator_ = std::make_unique<services::locator_service>(
+        listen, protocol::located_msg{control_, cfg.name, "coordinator"}, refusal,
         hello_answer(sys, coordinator_, cfg.name, refusal));
     } catch (const std::exception& e) {
       stop();

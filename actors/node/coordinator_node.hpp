@@ -13,7 +13,7 @@
 #include "actors/cluster/cluster_coordinator.hpp"
 #include "runtime/node_config.hpp"
 
-namespace rw::transports::tcp {
+namespace rw::services {
 class locator_service;
 }
 
@@ -48,7 +48,7 @@ private:
   std::string control_;
   uint16_t port_ = 0;
   bool tls_ = false; // published through the OpenSSL module
-  std::unique_ptr<transports::tcp::locator_service> locator_;
+  std::unique_ptr<services::locator_service> locator_;
 };
 
 } // namespace rw::actors

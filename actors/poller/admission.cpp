@@ -27,7 +27,7 @@ constexpr auto proof_timeout = std::chrono::milliseconds(defaults::max_join_time
 void poller_sink::on_hello(const connection_ptr& c, const frame_header& h,
                            payload_target& t) {
   auto& st = self_->state;
-  transports::hello_msg hello;
+  protocol::hello_msg hello;
   std::string why;
   if (decode(t.dst, h.payload_bytes, hello, why) != errc::ok) {
     refuse(c, h, errc::bad_frame, why);
@@ -43,7 +43,7 @@ void poller_sink::on_hello(const connection_ptr& c, const frame_header& h,
 // Maps the worker's segment if it offered one and may use it; null otherwise.
 transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c,
                                                   const job_binding& jb,
-                                                  const transports::hello_msg& hello) {
+                                                  const protocol::hello_msg& hello) {
   auto& st = self_->state;
   if (hello.shm_segment.empty())
     return nullptr;
@@ -111,9 +111,9 @@ void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h,
   if (!b.single_home)
     return decline(errc::unavailable, "the job spans several nodes: its chunks travel to "
                                       "their homes over TCP");
-  transports::fabric_offer offer;
+  protocol::fabric_offer offer;
   std::string why;
-  if (transports::decode(t.keep->bytes(), h.payload_bytes, offer, why) != errc::ok)
+  if (protocol::decode(t.keep->bytes(), h.payload_bytes, offer, why) != errc::ok)
     return decline(errc::bad_frame, why);
   auto& mine = ep->fabric_domain().provider();
   if (offer.provider != mine)
@@ -141,7 +141,7 @@ void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h,
   // and frames written before the fabric poller adopts the connection are held.
   self_->send(caf::actor_cast<nic_poller_actor>(path->poller), adopt_atom::value,
               transports::connection_ptr{conn}, c, std::move(jb), b.rank);
-  auto payload = transports::encode(conn->offer());
+  auto payload = protocol::encode(conn->offer());
   reply.payload_bytes = static_cast<uint32_t>(payload.size());
   iovec iov{payload.data(), payload.size()};
   c->send(reply, &iov, 1);
@@ -153,13 +153,13 @@ void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h,
 }
 
 void poller_sink::challenge(const connection_ptr& c, uint32_t rank, const job_binding& jb,
-                            transports::hello_msg hello) {
+                            protocol::hello_msg hello) {
   auto& b = self_->state.book->bindings[c->id()];
   b.status = binding::challenged;
   b.nonce = jb.challenge;
   b.hello = std::move(hello);
   c->admit(transports::admission::stranger); // its proof comes within the frame deadline
-  auto payload = transports::encode(transports::challenge_msg{jb.challenge});
+  auto payload = protocol::encode(protocol::challenge_msg{jb.challenge});
   frame_header reply;
   reply.kind = frame_kind::challenge;
   reply.rank = rank;
@@ -173,7 +173,7 @@ void poller_sink::on_proof(const connection_ptr& c, const frame_header& h,
                            payload_target& t) {
   auto& st = self_->state;
   auto& b = st.book->bindings[c->id()];
-  transports::proof_msg proof;
+  protocol::proof_msg proof;
   std::string why;
   if (decode(t.dst, h.payload_bytes, proof, why) != errc::ok) {
     st.book->bindings.erase(c->id());
@@ -201,14 +201,14 @@ void poller_sink::on_hyper(const connection_ptr& c, const frame_header& h,
   auto answer = [](const connection_ptr& conn, frame_header r, errc code,
                    const std::string& message) {
     r.error_code = code;
-    auto payload = transports::encode(transports::error_msg{code, message, {}});
+    auto payload = protocol::encode(protocol::error_msg{code, message, {}});
     r.payload_bytes = static_cast<uint32_t>(payload.size());
     iovec iov{payload.data(), payload.size()};
     conn->send(r, &iov, 1);
   };
   hyper_change change;
   std::string why;
-  if (transports::decode(t.keep->bytes(), h.payload_bytes, change, why) != errc::ok)
+  if (protocol::decode(t.keep->bytes(), h.payload_bytes, change, why) != errc::ok)
     return answer(c, reply, errc::bad_frame, "hyper: " + why);
   if (h.rank != 0)
     return answer(
@@ -261,8 +261,8 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
                            reply);
           return;
         }
-        auto payload = transports::encode(
-          transports::located_msg{address, self->state.settings.node_name, "rack-agg"});
+        auto payload = protocol::encode(
+          protocol::located_msg{address, self->state.settings.node_name, "rack-agg"});
         reply.kind = frame_kind::located;
         reply.payload_bytes = static_cast<uint32_t>(payload.size());
         iovec iov{payload.data(), payload.size()};
@@ -281,7 +281,7 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
 void poller_sink::on_attach(const connection_ptr& c, const frame_header& h,
                             payload_target& t) {
   auto& st = self_->state;
-  transports::attach_msg proof;
+  protocol::attach_msg proof;
   std::string why;
   if (decode(t.dst, h.payload_bytes, proof, why) != errc::ok) {
     refuse(c, h, errc::unauthorized,
@@ -300,7 +300,7 @@ void poller_sink::on_attach(const connection_ptr& c, const frame_header& h,
 // the refusal.
 template <class Handle>
 void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending,
-                       transports::hello_msg hello) {
+                       protocol::hello_msg hello) {
   auto self = self_;
   auto* sink = this;
   pending.then(
@@ -339,14 +339,14 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       it->second.conn = conn;
       it->second.shm = sink->adopt_shm(conn, jb, hello);
       it->second.single_home = jb.layout.nodes.size() <= 1 || is_hierarchical(jb.layout);
-      transports::welcome_msg w;
+      protocol::welcome_msg w;
       w.shm = it->second.shm != nullptr;
       w.shm_bell = w.shm ? st.book->shm_bell : std::string{};
       w.shm_params = w.shm ? jb.params_segment : std::string{};
       // Fabric is offered where the worker's chunks all come here (as for shm), to a
       // worker that did not take shared memory.
       if (!st.book->fabrics.empty() && it->second.single_home && !w.shm
-          && rank != transports::mirror_rank)
+          && rank != protocol::mirror_rank)
         w.fabric = static_cast<transports::fabric::endpoint&>(
                      *st.book->fabrics.front().ep)
                      .fabric_domain()
@@ -370,7 +370,7 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
         w.ring_version = jb.layout.ring_version;
         w.replicas = jb.layout.replicas;
       }
-      auto payload = transports::encode(w);
+      auto payload = protocol::encode(w);
       reply.kind = frame_kind::welcome;
       reply.payload_bytes = static_cast<uint32_t>(payload.size());
       iovec iov{payload.data(), payload.size()};

@@ -5,12 +5,12 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/poller/sink.hpp"
+#include "protocol/half.hpp"
+#include "protocol/sparse.hpp"
 #include "runtime/thread_cpu.hpp"
 #include "runtime/trace.hpp"
 #include "transports/fabric/connection.hpp"
 #include "transports/shm/connection.hpp"
-#include "transports/half.hpp"
-#include "transports/sparse.hpp"
 
 namespace rw::actors {
 
@@ -153,8 +153,8 @@ nic_poller_actor::behavior_type poller_behavior(
         if (rc.payload.empty() || b.shm_companion || b.fabric || !b.conn
             || !b.conn->is_open())
           continue; // new routes only: the reroute frame comes once every node has them
-        transports::frame_header h;
-        h.kind = transports::frame_kind::reroute;
+        protocol::frame_header h;
+        h.kind = protocol::frame_kind::reroute;
         h.job_id = b.job_id;
         h.rank = b.rank;
         h.payload_bytes = static_cast<uint32_t>(rc.payload.size());
@@ -194,8 +194,8 @@ nic_poller_actor::behavior_type poller_behavior(
         if (b.status != binding::joined || b.shm_companion || b.fabric || !b.conn
             || !b.conn->is_open())
           continue;
-        transports::frame_header h;
-        h.kind = transports::frame_kind::resend;
+        protocol::frame_header h;
+        h.kind = protocol::frame_kind::resend;
         h.job_id = b.job_id;
         h.rank = b.rank;
         // A worker knows a chunk's first shard only: once chunks moved between shards

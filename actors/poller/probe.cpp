@@ -1,4 +1,4 @@
-// Another node's rate probe on a NIC poller (transports/tcp/rate_probe): the poller
+// Another node's rate probe on a NIC poller (services/rate_probe): the poller
 // takes the probe's bytes into one scratch buffer, overwriting them, and answers the
 // last frame with an ack carrying how many it took. Nothing here authenticates the
 // prober, so what a probe can cost is bounded instead: at most
@@ -51,7 +51,7 @@ payload_target poller_sink::on_probe_header(const connection_ptr& c,
     return refuse_probe(c, h, errc::frame_too_large,
                         fmt::format("a probe frame of {} bytes; the limit is {}",
                                     h.payload_bytes, defaults::probe_frame_bytes));
-  auto charged = uint64_t{transports::frame_header_bytes} + h.payload_bytes;
+  auto charged = uint64_t{protocol::frame_header_bytes} + h.payload_bytes;
   if (it->second.charged + charged > defaults::probe_max_bytes)
     return refuse_probe(
       c, h, errc::frame_too_large,
@@ -68,7 +68,7 @@ payload_target poller_sink::on_probe_header(const connection_ptr& c,
 }
 
 void poller_sink::on_probe(const connection_ptr& c, const frame_header& h) {
-  if ((h.flags & transports::flag_want_result) == 0)
+  if ((h.flags & protocol::flag_want_result) == 0)
     return;
   auto taken = self_->state.book->probes[c->id()].bytes;
   frame_header reply;

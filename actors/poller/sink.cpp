@@ -9,25 +9,26 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/poller/sink.hpp"
+#include "protocol/data_check.hpp"
+#include "protocol/half.hpp"
+#include "protocol/sparse.hpp"
 #include "runtime/thread_cpu.hpp"
 #include "runtime/trace.hpp"
 #include "transports/fabric/connection.hpp"
 #include "transports/shm/connection.hpp"
-#include "transports/half.hpp"
-#include "transports/sparse.hpp"
 
 namespace rw::actors::detail {
 
 payload_target poller_sink::on_header(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
   ++st.book->frames_in;
-  st.book->bytes_in += transports::frame_header_bytes + h.payload_bytes;
+  st.book->bytes_in += protocol::frame_header_bytes + h.payload_bytes;
   if (h.kind == frame_kind::probe)
     return on_probe_header(c, h);
   if (st.book->probes.count(c->id()) != 0)
     return refuse(c, h, errc::bad_frame,
                   fmt::format("a {} frame on a rate probe's connection",
-                              transports::to_string(h.kind)));
+                              protocol::to_string(h.kind)));
   switch (h.kind) {
     case frame_kind::hello:
       if (st.book->bindings.count(c->id()) != 0)
@@ -81,7 +82,7 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
     default:
       return refuse(
         c, h, errc::bad_frame,
-        fmt::format("a worker may not send {} frames", transports::to_string(h.kind)));
+        fmt::format("a worker may not send {} frames", protocol::to_string(h.kind)));
   }
 }
 
@@ -102,7 +103,7 @@ void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
     case frame_kind::hyper: on_hyper(c, h, t); return;
     case frame_kind::fabric: on_fabric(c, h, t); return;
     case frame_kind::push:
-      if ((h.flags & transports::flag_half) != 0) {
+      if ((h.flags & protocol::flag_half) != 0) {
         on_half(c, h, t.keep->bytes());
         return;
       }
@@ -136,7 +137,7 @@ void poller_sink::as_dense(const connection_ptr& c, const frame_header& h,
   dense->size = length * sizeof(float);
   auto as_push = h;
   as_push.kind = frame_kind::push;
-  as_push.flags = static_cast<uint16_t>(h.flags & ~transports::flag_half);
+  as_push.flags = static_cast<uint16_t>(h.flags & ~protocol::flag_half);
   as_push.payload_bytes = static_cast<uint32_t>(dense->size);
   dispatch_data(c, as_push, std::move(dense));
 }
@@ -148,7 +149,7 @@ void poller_sink::on_sparse(const connection_ptr& c, const frame_header& h,
   // An empty chunk (no payload): this worker adds nothing to it.
   const std::byte* pairs = t.keep ? t.keep->bytes() : nullptr;
   as_dense(c, h, [&](float* dense, size_t length) {
-    return transports::densify_sparse(pairs, h.payload_bytes, dense, length);
+    return protocol::densify_sparse(pairs, h.payload_bytes, dense, length);
   });
 }
 
@@ -156,9 +157,9 @@ void poller_sink::on_sparse(const connection_ptr& c, const frame_header& h,
 // refuses the whole chunk.
 void poller_sink::on_half(const connection_ptr& c, const frame_header& h,
                           const std::byte* payload) {
-  auto flag = static_cast<uint16_t>(h.flags & transports::flag_half);
+  auto flag = static_cast<uint16_t>(h.flags & protocol::flag_half);
   as_dense(c, h, [&](float* dense, size_t length) {
-    return transports::widen_half(flag, payload, h.payload_bytes, dense, length);
+    return protocol::widen_half(flag, payload, h.payload_bytes, dense, length);
   });
 }
 
@@ -169,7 +170,7 @@ void poller_sink::on_resident_frame(const connection_ptr& c, const frame_header&
     return;
   if (h.kind == frame_kind::pull)
     on_frame_pull(c, h);
-  else if (h.kind == frame_kind::push && (h.flags & transports::flag_half) != 0)
+  else if (h.kind == frame_kind::push && (h.flags & protocol::flag_half) != 0)
     on_half(c, h, payload->bytes()); // a fabric slot's 16-bit chunk
   else
     dispatch_data(c, h, std::move(payload));
@@ -223,7 +224,7 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
   st.book->bindings.erase(it);
   if (b.status != binding::joined)
     return; // the hello reply will see the connection gone and tell the coordinator
-  if (b.rank == transports::mirror_rank) { // another node's mirror link: no rank left
+  if (b.rank == protocol::mirror_rank) { // another node's mirror link: no rank left
     spdlog::info("mirror link closed: peer={} job={}: {}", c->peer(), b.job_id, why);
     return;
   }
@@ -249,7 +250,7 @@ payload_target poller_sink::refuse(const connection_ptr& c, const frame_header& 
     spdlog::level::warn, c->peer(), fmt::format("refused {} {}", to_string(code), why),
     fmt::format("frame refused: peer={} kind={} job={} rank={} tensor={} chunk={} "
                 "clock={}: {} ({}){}",
-                c->peer(), transports::to_string(h.kind), h.job_id, h.rank, h.tensor_id,
+                c->peer(), protocol::to_string(h.kind), h.job_id, h.rank, h.tensor_id,
                 h.chunk_index, h.clock, why, to_string(code),
                 closing ? fmt::format("; connection closed: {} frames refused "
                                       "before it joined a job",
@@ -269,8 +270,8 @@ void poller_sink::on_frame_pull(const connection_ptr& c, const frame_header& h) 
   self_->send(st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)],
               pull_atom::value,
               chunk_pull{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock, c,
-                         (h.flags & transports::flag_only_changed) != 0,
-                         (h.flags & transports::flag_subscribe) != 0});
+                         (h.flags & protocol::flag_only_changed) != 0,
+                         (h.flags & protocol::flag_subscribe) != 0});
 }
 
 uint64_t poller_sink::priority(const connection_ptr& c) const {
@@ -297,7 +298,7 @@ void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
                h.tensor_id,
                h.chunk_index,
                h.clock,
-               (h.flags & transports::flag_want_result) != 0,
+               (h.flags & protocol::flag_want_result) != 0,
                std::move(payload),
                c,
                h.ring};
@@ -345,99 +346,31 @@ payload_target poller_sink::check_data(const connection_ptr& c, const frame_head
     return refuse(c, h, errc::not_joined,
                   fmt::format("{} before the connection joined a job: send hello and "
                               "wait for welcome",
-                              transports::to_string(h.kind)));
+                              protocol::to_string(h.kind)));
   auto& b = it->second;
-  if (h.job_id != b.job_id)
-    return refuse(
-      c, h, errc::unknown_job,
-      fmt::format("unknown job {}: this connection joined job {}", h.job_id, b.job_id));
-  if (h.rank != b.rank)
-    return refuse(
-      c, h, errc::bad_rank,
-      fmt::format("rank {} on a connection that joined as rank {}", h.rank, b.rank));
-  if (h.kind == frame_kind::bye)
-    return h.payload_bytes == 0 ? payload_target::into(nullptr)
-                                : refuse(c, h, errc::bad_frame, "bye carries no payload");
-  if (h.kind == frame_kind::hyper) {
-    constexpr uint32_t max_hyper_bytes = 4096;
-    if (h.payload_bytes == 0 || h.payload_bytes > max_hyper_bytes)
-      return refuse(c, h, errc::bad_frame,
-                    fmt::format("hyper carries a HyperChange of 1..{} bytes, not {}",
-                                max_hyper_bytes, h.payload_bytes));
-    return payload_target::into(st.buffer(max_hyper_bytes));
+  protocol::data_context ctx;
+  ctx.job_id = b.job_id;
+  ctx.rank = b.rank;
+  ctx.routes = b.routes.get();
+  ctx.previous = b.previous.get();
+  // A mirror link sends float32 sums; shared memory carries float32 (the worker rounds
+  // its chunks in place as the wire would).
+  ctx.job_half = b.rank == protocol::mirror_rank || c->resident()
+                   ? uint16_t{0}
+                   : protocol::half_flag(b.compression);
+  ctx.compression = &b.compression;
+  ctx.node_name = st.settings.node_name;
+  auto check = protocol::check_data_frame(h, ctx);
+  switch (check.verdict) {
+    case protocol::data_check::refuse: return refuse(c, h, check.code, check.why);
+    case protocol::data_check::drop: return payload_target::dropped();
+    case protocol::data_check::receive: break;
   }
-  if (h.tensor_id >= b.routes->num_tensors())
-    return refuse(c, h, errc::bad_chunk,
-                  fmt::format("tensor {} does not exist (the job has {})", h.tensor_id,
-                              b.routes->num_tensors()));
-  auto& layout = b.routes->layout(h.tensor_id);
-  if (h.chunk_index >= layout.count())
-    return refuse(c, h, errc::bad_chunk,
-                  fmt::format("chunk {} of tensor {} does not exist (it has {})",
-                              h.chunk_index, h.tensor_id, layout.count()));
-  if (!b.routes->is_local(h.tensor_id, h.chunk_index) && b.previous
-      && b.previous->is_local(h.tensor_id, h.chunk_index))
-    return payload_target::dropped(); // sent by the ring the job just left: sent again
-  if (!b.routes->is_local(h.tensor_id, h.chunk_index))
-    return refuse(
-      c, h, errc::bad_chunk,
-      fmt::format("chunk {}/{} of job {} is homed on another node of the job, "
-                  "not on {} (consistent-hash ring): send it to its home",
-                  h.tensor_id, h.chunk_index, b.job_id, st.settings.node_name));
-  if (h.kind == frame_kind::pull)
-    return h.payload_bytes == 0
-             ? payload_target::into(nullptr)
-             : refuse(c, h, errc::bad_frame, "pull carries no payload");
-  auto expect = layout.length(h.chunk_index) * sizeof(float);
-  // A dense push of a bf16 / fp16 job carries 16-bit values, flagged with the job's
-  // format; every other frame carries float32 (inits: the exact initial values; a
-  // mirror link's sums; shared memory, where nothing travels and the worker rounds its
-  // chunks in place as the wire would). Sparse pushes carry float32 pairs.
-  const uint16_t half = h.flags & transports::flag_half;
-  const uint16_t job_half = b.rank == transports::mirror_rank || c->resident()
-                              ? uint16_t{0}
-                              : transports::half_flag(b.compression);
-  if (half != 0 && (h.kind != frame_kind::push || half != job_half))
-    return refuse(c, h, errc::bad_chunk,
-                  fmt::format("a {} frame of chunk {}/{} flagged as {} values: job {} {}",
-                              transports::to_string(h.kind), h.tensor_id, h.chunk_index,
-                              half == transports::flag_bf16   ? "bf16"
-                              : half == transports::flag_fp16 ? "fp16"
-                                                              : "both bf16 and fp16",
-                              b.job_id,
-                              job_half == 0 ? "sends float32 chunks"
-                                            : fmt::format("compresses with {}",
-                                                          to_string(b.compression))));
-  if (h.kind == frame_kind::push && job_half != 0) {
-    if (half == 0)
-      return refuse(
-        c, h, errc::bad_chunk,
-        fmt::format("chunk {}/{} carries float32 values: job {} compresses its "
-                    "gradients with {} (flag 0x{:x})",
-                    h.tensor_id, h.chunk_index, b.job_id, to_string(b.compression),
-                    job_half));
-    expect = transports::half_payload_bytes(half, layout.length(h.chunk_index));
-  }
-  if (h.kind == frame_kind::push_sparse) {
-    // Pairs of 8 bytes, never more than the dense chunk (a worker sends dense then).
-    if (auto why = transports::check_sparse_size(h.payload_bytes,
-                                                 layout.length(h.chunk_index));
-        !why.empty())
-      return refuse(
-        c, h, errc::bad_chunk,
-        fmt::format("sparse chunk {}/{} carries {}", h.tensor_id, h.chunk_index, why));
-    if (!allocate)
-      return payload_target::into(nullptr);
-    return h.payload_bytes == 0 ? payload_target::into(nullptr)
-                                : payload_target::into(st.buffer(b.chunk_bytes));
-  }
-  if (h.payload_bytes != expect)
-    return refuse(c, h, errc::bad_chunk,
-                  fmt::format("chunk {}/{} holds {} bytes, the frame carries {}",
-                              h.tensor_id, h.chunk_index, expect, h.payload_bytes));
-  if (!allocate)
+  if (!allocate || check.payload == protocol::data_check::none)
     return payload_target::into(nullptr);
-  return payload_target::into(st.buffer(b.chunk_bytes));
+  return payload_target::into(st.buffer(check.payload == protocol::data_check::hyper
+                                          ? protocol::max_hyper_bytes
+                                          : b.chunk_bytes));
 }
 
 } // namespace rw::actors::detail

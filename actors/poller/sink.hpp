@@ -16,13 +16,13 @@
 
 #include "logic/limited_log.hpp"
 #include "actors/poller/nic_poller.hpp"
-#include "transports/control.hpp"
+#include "protocol/control.hpp"
 
 namespace rw::actors::detail {
 
+using protocol::frame_header;
+using protocol::frame_kind;
 using transports::connection_ptr;
-using transports::frame_header;
-using transports::frame_kind;
 using transports::payload_target;
 
 struct binding {
@@ -75,7 +75,7 @@ struct binding {
   uint64_t pauses = 0;
   std::chrono::steady_clock::time_point paused_at{};
   std::vector<std::byte> nonce; // challenged: the nonce sent
-  transports::hello_msg hello;  // challenged: the hello the proof is for
+  protocol::hello_msg hello;    // challenged: the hello the proof is for
 };
 
 class poller_sink;
@@ -201,7 +201,7 @@ private:
   void on_hello(const connection_ptr& c, const frame_header& h, payload_target& t);
   // Maps the worker's segment if it offered one and may use it; null otherwise.
   transports::connection_ptr adopt_shm(const connection_ptr& c, const job_binding& jb,
-                                       const transports::hello_msg& hello);
+                                       const protocol::hello_msg& hello);
   void on_attach(const connection_ptr& c, const frame_header& h, payload_target& t);
   // The worker's answer to the challenge its hello got.
   void on_proof(const connection_ptr& c, const frame_header& h, payload_target& t);
@@ -219,12 +219,12 @@ private:
   void on_probe(const connection_ptr& c, const frame_header& h);
   // Sends the challenge of a hello for a job with a token.
   void challenge(const connection_ptr& c, uint32_t rank, const job_binding& jb,
-                 transports::hello_msg hello);
+                 protocol::hello_msg hello);
   // Completes a hello or attach: binds the connection and sends the welcome, or sends
   // the refusal.
   template <class Handle>
   void join(const connection_ptr& conn, uint32_t rank, Handle pending,
-            transports::hello_msg hello = {});
+            protocol::hello_msg hello = {});
   poller_ptr self_;
 };
 

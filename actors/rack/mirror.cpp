@@ -1,6 +1,6 @@
 // Passive replication on the node (actors/links/mirror_link): the mirror link of each flat
 // job on several nodes, and the admission of other nodes' links, which say hello as
-// transports::mirror_rank and prove the job's token like a worker.
+// protocol::mirror_rank and prove the job's token like a worker.
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -27,7 +27,7 @@ job_info* mirrored_job(rack_state& st, const hello_request& req, job_binding& re
                   name, st.settings.node_name));
     return nullptr;
   }
-  if (req.hello.rank != transports::mirror_rank || !req.hello.has_token) {
+  if (req.hello.rank != protocol::mirror_rank || !req.hello.has_token) {
     refusal = refuse(errc::bad_rank,
                      "a mirror link says hello as the mirror rank, with the "
                      "job's token");
@@ -61,8 +61,7 @@ job_binding mirror_proof(rack_ptr self, const proof_request& p) {
   if (job == nullptr)
     return refusal;
   auto& g = st.grants.at(job->spec.name);
-  if (!runtime::verify(g.secret, p.nonce, job->spec.name, transports::mirror_rank,
-                       p.mac)) {
+  if (!runtime::verify(g.secret, p.nonce, job->spec.name, protocol::mirror_rank, p.mac)) {
     spdlog::warn("mirror refused: peer={} job='{}' id={}: wrong token", req.peer,
                  job->spec.name, job->id);
     return refuse(errc::unauthorized,
@@ -79,7 +78,7 @@ job_binding mirror_proof(rack_ptr self, const proof_request& p) {
   b.chunk_bytes = job->spec.chunk_bytes;
   b.layout = job->layout;
   b.node_index = job->node_index;
-  b.shard_rank = transports::mirror_rank;
+  b.shard_rank = protocol::mirror_rank;
   return b;
 }
 

@@ -147,8 +147,8 @@ job_info* host_job(rack_ptr self, uint32_t job_id, const job_layout& next) {
 }
 
 std::vector<std::byte> reroute_payload(const job_layout& l) {
-  return transports::encode(
-    transports::reroute_msg{l.ring_version, l.nodes, l.replicas, l.addresses});
+  return protocol::encode(
+    protocol::reroute_msg{l.ring_version, l.nodes, l.replicas, l.addresses});
 }
 
 } // namespace

@@ -261,7 +261,7 @@ caf::result<std::string> on_inject(rack_ptr self, uint32_t job_id,
 /// A hello from another node's mirror link (Hello.mirror): refused, or answered with
 /// a challenge (the link proves the job's token).
 job_binding mirror_hello(rack_ptr self, const hello_request& req);
-/// Its proof: the connection is bound to the job as transports::mirror_rank (no rank
+/// Its proof: the connection is bound to the job as protocol::mirror_rank (no rank
 /// of the job; its pushes are the sums of the chunks replicated here).
 job_binding mirror_proof(rack_ptr self, const proof_request& p);
 /// A flat job on several nodes: its mirror link, made (and started) if it has none,

@@ -122,7 +122,7 @@
 //   mirror link -> shard (mirror_atom, job_id, [tensor, chunk, clock]...)
 //                         replicas = 1: each chunk's replica has the sum of its step
 //                         `clock` (actors/links/mirror_link); those steps run, from their sums
-//   poller      -> shard  (push_atom, chunk_push) of rank transports::mirror_rank: at a
+//   poller      -> shard  (push_atom, chunk_push) of rank protocol::mirror_rank: at a
 //                         chunk's replica, its home's sum of a step, taken as the whole
 //                         step (its optimizer step runs on it) and acked (flag_replica);
 //                         a repeat is acked again and dropped. The acks wait for the

@@ -34,10 +34,10 @@
 
 namespace rw::actors::shard_impl {
 
-// A replica took an init, or its home's sum of a step (transports::flag_replica).
+// A replica took an init, or its home's sum of a step (protocol::flag_replica).
 void replica_ack(const transports::connection_ptr& conn, frame_header hdr) {
   hdr.kind = frame_kind::ack;
-  hdr.flags = transports::flag_replica;
+  hdr.flags = protocol::flag_replica;
   hdr.payload_bytes = 0;
   conn->send(hdr);
 }
@@ -78,7 +78,7 @@ void on_mirror_push(shard_ptr self, chunk_push& p) {
     return;
   }
   hdr.kind = frame_kind::ack;
-  hdr.flags = transports::flag_replica;
+  hdr.flags = protocol::flag_replica;
   if (st.answers.add_replica_ack(p.conn, hdr)) // behind the sums queued now: together
     self->send(self, flush_atom::value);
   if (result == detail::chunk_state::outcome::duplicate) {

@@ -36,7 +36,7 @@ namespace rw::actors::shard_impl {
 
 void on_push(shard_ptr self, chunk_push& p) {
   auto& st = self->state;
-  if (p.rank == transports::mirror_rank) {
+  if (p.rank == protocol::mirror_rank) {
     on_mirror_push(self, p);
     return;
   }
@@ -197,7 +197,7 @@ void on_pull(shard_ptr self, chunk_pull& p) {
     }
     if (cs.initialized() && p.min_version == cs.version()) {
       hdr.kind = frame_kind::ack; // unchanged: nothing to send
-      hdr.flags = transports::flag_only_changed;
+      hdr.flags = protocol::flag_only_changed;
       p.conn->send(hdr);
       return;
     }

@@ -63,7 +63,7 @@ void send_update(shard_state& st, uint32_t job_id, shard_job& job, uint32_t tens
   // compress_updates: the parameters as 16-bit values, to a worker whose chunks travel
   // (over shared memory the worker reads them in place and rounds its copy the same way).
   if (job.spec.compression.updates && !w.conn->resident()) {
-    auto flag = transports::half_flag(job.spec.compression);
+    auto flag = protocol::half_flag(job.spec.compression);
     auto& packed = cs.packed(flag);
     h.flags |= flag;
     h.payload_bytes = static_cast<uint32_t>(packed.size());
@@ -90,7 +90,7 @@ void answer_ready(shard_state& st, uint32_t job_id, shard_job& job, uint32_t ten
     send_update(st, job_id, job, tensor, chunk, cs, w);
   // Eager notification: subscribers get each new version without asking.
   for (auto& w : cs.publish())
-    send_update(st, job_id, job, tensor, chunk, cs, w, transports::flag_subscribe);
+    send_update(st, job_id, job, tensor, chunk, cs, w, protocol::flag_subscribe);
 }
 
 // A request about to wait for an answer, stamped so its wait is counted.

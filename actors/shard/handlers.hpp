@@ -19,13 +19,13 @@
 #include "actors/shard/job.hpp"
 #include "logic/chunk_state.hpp"
 #include "logic/shard_answers.hpp"
-#include "transports/frame.hpp"
+#include "protocol/frame.hpp"
 
 namespace rw::actors::shard_impl {
 
 using clock_type = std::chrono::steady_clock;
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 
 constexpr size_t max_tombstones = 256;
 // Backlog pushes served per work token: enough that their answers share system calls,

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "protocol/half.hpp"
 #include "runtime/compression.hpp"
-#include "transports/half.hpp"
 
 namespace rw::bench {
 
@@ -20,7 +20,7 @@ comm_reference::comm_reference(const job_spec& spec, uint32_t workers)
 }
 
 void comm_reference::as_received(uint32_t rank, uint64_t step, float* grad) {
-  auto half = transports::half_flag(compression_);
+  auto half = protocol::half_flag(compression_);
   std::vector<uint32_t> indices;
   std::vector<float> values;
   uint64_t at = 0;
@@ -29,7 +29,7 @@ void comm_reference::as_received(uint32_t rank, uint64_t step, float* grad) {
       float* chunk = grad + at + l.offset(c);
       auto length = l.length(c);
       if (half != 0) {
-        transports::round_half(half, chunk, length);
+        protocol::round_half(half, chunk, length);
       } else if (compression_.kind == compression_spec::topk) {
         float* residual = residuals_.at(rank).data() + at + l.offset(c);
         runtime::topk_feedback(residual, chunk, length,
@@ -49,11 +49,11 @@ void comm_reference::as_received(uint32_t rank, uint64_t step, float* grad) {
 void comm_reference::as_answered(float* result) const {
   if (!compression_.updates)
     return;
-  auto half = transports::half_flag(compression_);
+  auto half = protocol::half_flag(compression_);
   uint64_t at = 0;
   for (auto& l : layouts_) {
     for (uint32_t c = 0; c < l.count(); ++c)
-      transports::round_half(half, result + at + l.offset(c), l.length(c));
+      protocol::round_half(half, result + at + l.offset(c), l.length(c));
     at += l.elements;
   }
 }

@@ -3,7 +3,7 @@
 // rank's gradient as the node receives it (rounded to bf16 / fp16 per chunk, or the
 // chunk's top-k of gradient plus residual, as sparse pairs densified), and the result as
 // a worker reads it (rounded per chunk with compress_updates). The same functions the
-// worker and the node use (runtime/compression.hpp, transports/half.hpp), applied in
+// worker and the node use (runtime/compression.hpp, protocol/half.hpp), applied in
 // one process: a mismatch is a bug in how the pieces are put together, not rounding.
 
 #include <cstddef>

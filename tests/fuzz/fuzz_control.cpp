@@ -1,4 +1,4 @@
-// One control-message decoder (transports/control.hpp), chosen at build time by
+// One control-message decoder (protocol/control.hpp), chosen at build time by
 // RW_FUZZ_MESSAGE (tests/fuzz/CMakeLists.txt builds one target per message): any bytes
 // decode or are refused with a reason; what decodes re-encodes to bytes that decode, and
 // encoding is stable from then on (encode(decode(encode(m))) == encode(m)).
@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "protocol/control.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
-#include "transports/control.hpp"
 
 namespace tr = rw::transports;
 

@@ -1,12 +1,12 @@
-// The frame header decoder (transports/frame.hpp) over any 64 bytes: it decodes or says
+// The frame header decoder (protocol/frame.hpp) over any 64 bytes: it decodes or says
 // why not; what decodes encodes back to a header that decodes to the same fields.
 
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "protocol/frame.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
-#include "transports/frame.hpp"
 
 namespace tr = rw::transports;
 

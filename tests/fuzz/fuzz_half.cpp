@@ -1,4 +1,4 @@
-// The 16-bit chunk payloads of bf16 / fp16 jobs (transports/half.hpp): the first byte
+// The 16-bit chunk payloads of bf16 / fp16 jobs (protocol/half.hpp): the first byte
 // chooses the flags (bit 0: bf16, bit 1: fp16, both or neither too), the next two the
 // chunk's length (1..65536 values), the rest is the payload. A payload is refused or
 // widens to finite-or-not floats that narrow back to the same 16-bit values (widening
@@ -9,10 +9,10 @@
 #include <cstring>
 #include <vector>
 
+#include "protocol/frame.hpp"
+#include "protocol/half.hpp"
 #include "runtime/compression.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
-#include "transports/frame.hpp"
-#include "transports/half.hpp"
 
 namespace tr = rw::transports;
 

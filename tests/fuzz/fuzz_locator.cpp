@@ -1,5 +1,5 @@
 // Several connections' bytes into a locator endpoint (a coordinator-only node's --listen:
-// transports/tcp/locator_sink), interleaved as the input says, over real sockets on
+// services/locator_sink), interleaved as the input says, over real sockets on
 // 127.0.0.1. A buffer one connection's frame lands in must never be moved or written by
 // another's (the use-after-free of issue 34, which one stream could not show). Property:
 // every hello the locator decodes names a job whose name that same connection sent.
@@ -20,8 +20,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "services/locator_sink.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
-#include "transports/tcp/locator_sink.hpp"
 
 namespace tr = rw::transports;
 namespace tcp = rw::transports::tcp;
@@ -43,15 +43,15 @@ tcp::endpoint& endpoint() {
   static auto* ep = [] {
     auto* e = new tcp::endpoint{std::chrono::milliseconds(1000),
                                 tr::receive_limits{0, rw::defaults::max_control_bytes, 0},
-                                tcp::locator_policy()};
+                                services::locator_policy()};
     e->listen(tcp::parse_address("127.0.0.1:0"));
     return e;
   }();
   return *ep;
 }
 
-tcp::locator_sink& sink() {
-  static tcp::locator_sink s{
+services::locator_sink& sink() {
+  static services::locator_sink s{
     tr::located_msg{"127.0.0.1:1", "fuzz", "coordinator"}, "not here",
     [](const tr::hello_msg& hello, const std::string& peer) {
       auto it = by_peer->find(peer);

@@ -12,10 +12,10 @@
 #include <tuple>
 #include <vector>
 
+#include "protocol/control.hpp"
+#include "protocol/frame.hpp"
+#include "protocol/half.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
-#include "transports/control.hpp"
-#include "transports/frame.hpp"
-#include "transports/half.hpp"
 
 namespace fs = std::filesystem;
 namespace tr = rw::transports;

@@ -1,4 +1,4 @@
-// The push_sparse checks (transports/sparse.hpp): the first two bytes choose the chunk's
+// The push_sparse checks (protocol/sparse.hpp): the first two bytes choose the chunk's
 // length (1..65536 elements), the rest is the payload. A payload that passes the size
 // check is either refused whole or gives a dense chunk whose sum is the pairs' sum.
 
@@ -7,9 +7,9 @@
 #include <cstring>
 #include <vector>
 
+#include "protocol/frame.hpp"
+#include "protocol/sparse.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
-#include "transports/frame.hpp"
-#include "transports/sparse.hpp"
 
 namespace tr = rw::transports;
 

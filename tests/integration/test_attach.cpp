@@ -10,10 +10,10 @@
 
 #include "rackweave/worker.hpp"
 #include "runtime/credentials.hpp"
-#include "tests/integration/cluster_fixture.hpp"
-#include "tests/integration/expect_error.hpp"
-#include "tests/integration/node_process.hpp"
-#include "tests/integration/raw_client.hpp"
+#include "tests/support/cluster_fixture.hpp"
+#include "tests/support/expect_error.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/raw_client.hpp"
 
 namespace rw_integration_attach {
 
@@ -93,14 +93,14 @@ TEST_CASE("an attach with a wrong, missing or replayed proof is refused",
   REQUIRE(welcome.endpoints.size() == 2);
   auto other = welcome.endpoints[1 - welcome.endpoint_index];
 
-  transports::attach_msg good;
+  protocol::attach_msg good;
   good.nonce = runtime::make_nonce();
   good.mac = runtime::prove_attach("", welcome.token, good.nonce, spec.name, 0);
 
   SECTION("the old clear token, or no proof at all") {
     testing::raw_client c{other};
-    transports::frame_header h;
-    h.kind = transports::frame_kind::attach;
+    protocol::frame_header h;
+    h.kind = protocol::frame_kind::attach;
     h.job_id = welcome.job_id;
     h.clock = welcome.token; // wire protocol 2 sent the token itself
     c.send_frame(h);
@@ -122,7 +122,7 @@ TEST_CASE("an attach with a wrong, missing or replayed proof is refused",
     c.send_attach(welcome.job_id, 0, good);
     auto f = c.read_frame();
     REQUIRE(f);
-    CHECK(f->header.kind == transports::frame_kind::welcome);
+    CHECK(f->header.kind == protocol::frame_kind::welcome);
     testing::raw_client replay{other};
     replay.send_attach(welcome.job_id, 0, good);
     CHECK_THAT(testing::expect_error(replay, errc::unauthorized),
@@ -153,21 +153,21 @@ TEST_CASE("a job with a token: the attach proof is keyed by it",
   // (worker::created_job() is false).
   CHECK_FALSE(welcome.created);
   auto other = welcome.endpoints[1 - welcome.endpoint_index];
-  transports::attach_msg eavesdropped;
+  protocol::attach_msg eavesdropped;
   eavesdropped.nonce = runtime::make_nonce();
   eavesdropped.mac = runtime::prove_attach("", welcome.token, eavesdropped.nonce, "tok",
                                            0);
   testing::raw_client c{other};
   c.send_attach(welcome.job_id, 0, eavesdropped);
   testing::expect_error(c, errc::unauthorized);
-  transports::attach_msg proved;
+  protocol::attach_msg proved;
   proved.nonce = runtime::make_nonce();
   proved.mac = runtime::prove_attach(token, welcome.token, proved.nonce, "tok", 0);
   testing::raw_client d{other};
   d.send_attach(welcome.job_id, 0, proved);
   auto f = d.read_frame();
   REQUIRE(f);
-  CHECK(f->header.kind == transports::frame_kind::welcome);
+  CHECK(f->header.kind == protocol::frame_kind::welcome);
 }
 
 } // namespace rw_integration_attach

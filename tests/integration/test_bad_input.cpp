@@ -10,18 +10,18 @@
 
 #include "rackweave/defaults.hpp"
 #include "rackweave/worker.hpp"
-#include "tests/integration/node_checks.hpp"
-#include "tests/integration/node_process.hpp"
-#include "tests/integration/expect_error.hpp"
-#include "tests/integration/raw_client.hpp"
-#include "transports/control.hpp"
+#include "tests/support/node_checks.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/expect_error.hpp"
+#include "tests/support/raw_client.hpp"
+#include "protocol/control.hpp"
 
 namespace rw_integration_bad_input {
 
 using namespace rw;
+using protocol::frame_header;
+using protocol::frame_kind;
 using testing::check_node_serves;
-using transports::frame_header;
-using transports::frame_kind;
 
 namespace {
 
@@ -100,7 +100,7 @@ std::pair<errc, std::string> error_code_and_message(Fn fn) {
 TEST_CASE("a stream with the wrong magic is refused and closed", "[integration][bad]") {
   testing::node_process node;
   testing::raw_client c{node.address()};
-  std::string junk(transports::frame_header_bytes, 'G'); // e.g. an HTTP client
+  std::string junk(protocol::frame_header_bytes, 'G'); // e.g. an HTTP client
   c.send_bytes(junk.data(), junk.size());
   expect_error(c, errc::bad_magic);
   CHECK(c.closed_by_peer());
@@ -111,8 +111,8 @@ TEST_CASE("a stream with the wrong magic is refused and closed", "[integration][
 TEST_CASE("a frame of another protocol version is refused", "[integration][bad]") {
   testing::node_process node;
   testing::raw_client c{node.address()};
-  alignas(8) std::byte head[transports::frame_header_bytes];
-  transports::encode(data_header(frame_kind::pull, 1, 0, 0, 0), head);
+  alignas(8) std::byte head[protocol::frame_header_bytes];
+  protocol::encode(data_header(frame_kind::pull, 1, 0, 0, 0), head);
   head[20] = std::byte{9}; // version 9
   c.send_bytes(head, sizeof(head));
   auto msg = expect_error(c, errc::bad_version);
@@ -140,8 +140,8 @@ TEST_CASE("a truncated frame is logged and the node keeps serving",
   testing::node_process node;
   {
     testing::raw_client c{node.address()};
-    alignas(8) std::byte head[transports::frame_header_bytes];
-    transports::encode(data_header(frame_kind::pull, 1, 0, 0, 0), head);
+    alignas(8) std::byte head[protocol::frame_header_bytes];
+    protocol::encode(data_header(frame_kind::pull, 1, 0, 0, 0), head);
     c.send_bytes(head, 20);
   } // closes mid-header
   CHECK(node.wait_for_log("truncated frame: peer closed after 20 of 64 bytes"));
@@ -154,8 +154,8 @@ TEST_CASE("a connection that says nothing, or trickles its hello, is closed in t
   auto t0 = std::chrono::steady_clock::now();
   testing::raw_client silent{node.address()};
   testing::raw_client trickle{node.address()};
-  alignas(8) std::byte head[transports::frame_header_bytes];
-  transports::encode(data_header(frame_kind::hello, 0, 0, 0, 0), head);
+  alignas(8) std::byte head[protocol::frame_header_bytes];
+  protocol::encode(data_header(frame_kind::hello, 0, 0, 0, 0), head);
   trickle.send_bytes(head, 10); // a header that never ends
   // A worker that says hello in time is served meanwhile, and after.
   testing::raw_client worker{node.address()};
@@ -335,7 +335,7 @@ TEST_CASE(
   // Subscribing again on one connection starts its subscription over: one stream of
   // versions, not one per subscribe (each is answered with the current version).
   auto sub = data_header(frame_kind::pull, id, 0, 0, 0);
-  sub.flags = transports::flag_subscribe;
+  sub.flags = protocol::flag_subscribe;
   for (int i = 0; i < 30; ++i)
     raw.send_frame(sub);
   std::vector<float> g0(1000, 1.0f);
@@ -356,7 +356,7 @@ TEST_CASE(
     else if (f->header.kind == frame_kind::error)
       ++errors;
     else if (f->header.kind == frame_kind::update
-             && (f->header.flags & transports::flag_subscribe))
+             && (f->header.flags & protocol::flag_subscribe))
       version_one_published += f->header.clock == 1 ? 1 : 0;
     else if (f->header.kind == frame_kind::update && f->header.clock == 1)
       ++pulls_answered;
@@ -518,9 +518,9 @@ TEST_CASE("a sparse frame with an index out of range is refused and nothing appl
   auto spec = small_job("sparse-raw", 1, 1000); // one chunk of 1000 elements
   testing::raw_client raw{node.address()};
   auto id = raw.join(spec, 0);
-  transports::sparse_pair pairs[2] = {{5, 1.0f}, {1000, 2.0f}};
+  protocol::sparse_pair pairs[2] = {{5, 1.0f}, {1000, 2.0f}};
   auto h = data_header(frame_kind::push_sparse, id, 0, 0, 0);
-  h.flags = transports::flag_want_result;
+  h.flags = protocol::flag_want_result;
   h.payload_bytes = sizeof(pairs);
   raw.send_frame(h, pairs);
   CHECK_THAT(expect_error(raw, errc::bad_chunk), Catch::Contains("sparse index 1000"));
@@ -596,7 +596,7 @@ TEST_CASE("bad hyper frames get clear answers and change nothing", "[integration
   hyper_change c;
   c.at_clock = 3;
   c.learning_rate = 0.5f;
-  auto payload = transports::encode(c);
+  auto payload = protocol::encode(c);
   frame_header h1 = h;
   h1.rank = 1;
   h1.payload_bytes = static_cast<uint32_t>(payload.size());
@@ -608,7 +608,7 @@ TEST_CASE("bad hyper frames get clear answers and change nothing", "[integration
   // No field to change.
   hyper_change none;
   none.at_clock = 3;
-  auto empty = transports::encode(none);
+  auto empty = protocol::encode(none);
   h.payload_bytes = static_cast<uint32_t>(empty.size());
   r0.send_frame(h, empty.data());
   auto e = r0.read_frame();

@@ -11,8 +11,9 @@
 #include "runtime/chunking.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
-#include "tests/integration/job_options.hpp"
-#include "tests/integration/node_process.hpp"
+#include "tests/support/job_options.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/test_worker.hpp"
 #include "tests/tools/fixture_job.hpp"
 #include "tests/tools/fixture_reference.hpp"
 
@@ -28,27 +29,27 @@ constexpr uint32_t steps = 3;
 std::vector<std::string> run_workers(const std::string& address, const std::string& job,
                                      uint32_t workers, optimizer_kind kind,
                                      const std::string& transport) {
-  std::vector<tools::subprocess> procs;
-  std::vector<std::string> outs;
+  std::vector<std::unique_ptr<testing::worker_process>> procs;
   for (uint32_t r = 0; r < workers; ++r) {
-    outs.push_back(testing::temp_path(fmt::format("{}-{}.bin", job, r)));
-    procs.emplace_back(std::vector<std::string>{RW_TEST_WORKER_PATH, "--connect", address,
-                                                "--job", job, "--rank", std::to_string(r),
-                                                "--workers", std::to_string(workers),
-                                                "--optimizer", to_string(kind), "--steps",
-                                                std::to_string(steps), "--out",
-                                                outs.back(), "--transport", transport},
-                       false);
+    testing::worker_args a;
+    a.connect = address;
+    a.job = job;
+    a.rank = r;
+    a.workers = workers;
+    a.optimizer = to_string(kind);
+    a.steps = steps;
+    a.transport = transport;
+    a.verify = false; // the test compares the parameters itself
+    procs.push_back(testing::start_worker(a));
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   std::vector<std::string> results;
   for (uint32_t r = 0; r < workers; ++r) {
-    auto rc = procs[r].wait_until(deadline);
-    INFO("worker " << r);
+    auto [rc, out] = testing::finish(*procs[r], deadline);
+    INFO("worker " << r << ": " << out);
     REQUIRE(rc.has_value());
     REQUIRE(*rc == 0);
-    results.push_back(testing::read_file(outs[r]));
-    std::remove(outs[r].c_str());
+    results.push_back(testing::read_file(procs[r]->out_path));
   }
   return results;
 }

@@ -20,7 +20,7 @@
 
 #include "runtime/checkpoint/manifest.hpp"
 
-#include "tests/integration/rack_cluster.hpp"
+#include "tests/support/rack_cluster.hpp"
 
 namespace rw_integration_checkpoint {
 
@@ -40,38 +40,22 @@ struct scratch_dir {
   }
 };
 
-struct ckpt_worker {
-  std::unique_ptr<tools::subprocess> proc;
-  std::string err_path = testing::temp_path("worker.err");
-  std::string out_path = testing::temp_path("worker.bin");
-};
+using ckpt_worker = std::unique_ptr<testing::worker_process>;
 
 // A worker of the fixture job (adam), verifying its result after `steps` steps.
 ckpt_worker start(const std::string& connect, const std::string& job, uint32_t rank,
                   uint32_t workers, const std::string& token, uint32_t steps,
                   std::vector<std::string> extra = {}) {
-  ckpt_worker w;
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH,
-                                "--connect",
-                                connect,
-                                "--job",
-                                job,
-                                "--rank",
-                                std::to_string(rank),
-                                "--workers",
-                                std::to_string(workers),
-                                "--optimizer",
-                                "adam",
-                                "--steps",
-                                std::to_string(steps),
-                                "--token",
-                                token,
-                                "--out",
-                                w.out_path,
-                                "--verify"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  w.proc = std::make_unique<tools::subprocess>(argv, true, w.err_path);
-  return w;
+  testing::worker_args a;
+  a.connect = connect;
+  a.job = job;
+  a.rank = rank;
+  a.workers = workers;
+  a.token = token;
+  a.optimizer = "adam";
+  a.steps = steps;
+  a.extra = std::move(extra);
+  return testing::start_worker(a);
 }
 
 // Every worker ends 0, verified bitwise against the reference.
@@ -81,14 +65,8 @@ void expect_verified(std::vector<ckpt_worker>& ws, const std::string& what,
                      const std::function<std::string()>& context = {}) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
   for (size_t r = 0; r < ws.size(); ++r) {
-    auto out = ws[r].proc->read_all(deadline);
-    auto code = ws[r].proc->wait_until(deadline);
-    INFO(what << " rank " << r << ": " << out << testing::read_file(ws[r].err_path));
-    INFO((context ? context() : std::string{}));
-    CHECK(code == std::optional<int>{0});
-    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
-    std::remove(ws[r].err_path.c_str());
-    std::remove(ws[r].out_path.c_str());
+    testing::check_verified(*ws[r], what + " rank " + std::to_string(r), deadline,
+                            context ? context() : std::string{});
   }
 }
 
@@ -219,13 +197,11 @@ TEST_CASE("bad checkpoint directories and restores are refused, saying why",
   auto w = start(c.nodes[0]->address(), "damaged", 0, 2, damaged, 4,
                  {"--start-clock", "2"});
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  auto code = w.proc->wait_until(deadline);
-  auto why = testing::read_file(w.err_path);
+  auto code = w->proc->wait_until(deadline);
+  auto why = testing::read_file(w->err_path);
   INFO(why);
   CHECK(code == std::optional<int>{2});
   CHECK_THAT(why, Catch::Contains("checksum") && Catch::Contains("damaged"));
-  std::remove(w.err_path.c_str());
-  std::remove(w.out_path.c_str());
 }
 
 TEST_CASE("checkpoint_every writes a checkpoint at every N-th clock, without the shell",
@@ -312,10 +288,8 @@ TEST_CASE("a node that dies during a checkpoint fails it with the reason and lea
   CHECK_THAT(why, Catch::Contains("failed, no manifest written: node n"));
   CHECK(!fs::exists(fs::path{dir.path} / "MANIFEST"));
   for (auto& w : ws) {
-    w.proc->signal(SIGKILL);
-    w.proc->wait_until(deadline);
-    std::remove(w.err_path.c_str());
-    std::remove(w.out_path.c_str());
+    w->proc->signal(SIGKILL);
+    w->proc->wait_until(deadline);
   }
   std::remove(shell_err.c_str());
 }

@@ -11,8 +11,8 @@
 #include <catch2/catch.hpp>
 
 #include "rackweave/worker.hpp"
-#include "tests/integration/bench_json.hpp"
-#include "tests/integration/cluster_fixture.hpp"
+#include "tests/support/bench_json.hpp"
+#include "tests/support/cluster_fixture.hpp"
 #include "transports/tcp/address.hpp"
 
 namespace rw_integration_cli {

@@ -9,7 +9,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/integration/cluster_fixture.hpp"
+#include "tests/support/cluster_fixture.hpp"
 
 namespace rw_integration_cluster {
 
@@ -54,18 +54,16 @@ TEST_CASE("a worker with a token refuses a node that does not check it",
   // An open-jobs node admits anybody to a job nobody created: a worker that holds a
   // token wants the job that token belongs to, so it must not silently join this one.
   testing::node_process open{{}, {"rack-agg", true, {}}};
-  auto out = testing::temp_path("w.bin");
-  auto err = testing::temp_path("w.err");
-  tools::subprocess w{{RW_TEST_WORKER_PATH, "--connect", open.address(), "--job", "squat",
-                       "--rank", "0", "--workers", "1", "--token",
-                       "rwt1_" + std::string(64, 'a'), "--out", out},
-                      false,
-                      err};
-  auto code = w.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(20));
+  testing::worker_args a;
+  a.connect = open.address();
+  a.job = "squat";
+  a.workers = 1;
+  a.token = "rwt1_" + std::string(64, 'a');
+  a.verify = false;
+  auto w = testing::start_worker(a);
+  auto [code, out] = testing::finish(*w, 20);
   CHECK(code == std::optional<int>{2});
-  CHECK_THAT(testing::read_file(err), Catch::Contains("without checking its token"));
-  std::remove(out.c_str());
-  std::remove(err.c_str());
+  CHECK_THAT(out, Catch::Contains("without checking its token"));
 }
 
 TEST_CASE("two jobs: separate exact results, tokens enforced, no cross-job access, stop",

@@ -8,20 +8,20 @@
 #include <fmt/format.h>
 
 #include "apps/tools/subprocess.hpp"
+#include "protocol/half.hpp"
 #include "rackweave/worker.hpp"
 #include "runtime/compression.hpp"
-#include "tests/integration/bench_json.hpp"
-#include "tests/integration/expect_error.hpp"
-#include "tests/integration/job_options.hpp"
-#include "tests/integration/node_process.hpp"
-#include "tests/integration/raw_client.hpp"
-#include "transports/half.hpp"
+#include "tests/support/bench_json.hpp"
+#include "tests/support/expect_error.hpp"
+#include "tests/support/job_options.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/raw_client.hpp"
 
 namespace rw_integration_compression {
 
 using namespace rw;
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 
 namespace {
 
@@ -95,10 +95,9 @@ TEST_CASE("bf16 and fp16 push 16-bit values and the node sums them in float32",
           // What travelled: 16-bit pushes (and updates) plus the 64-byte headers; 3
           // chunks of 1024 values (the last 952).
           uint64_t chunks = 3, payload16 = 3000 * 2, payload32 = 3000 * 4;
-          CHECK(a.wire_bytes_sent()
-                == chunks * transports::frame_header_bytes + payload16);
+          CHECK(a.wire_bytes_sent() == chunks * protocol::frame_header_bytes + payload16);
           CHECK(a.wire_bytes_received()
-                == chunks * transports::frame_header_bytes
+                == chunks * protocol::frame_header_bytes
                      + (updates ? payload16 : payload32));
         }
       }
@@ -142,8 +141,8 @@ TEST_CASE("fp16 keeps small gradients with its per-chunk scale",
   }
   // Bitwise what the pack-and-widen reference gives, per chunk (1024 values).
   auto ref = g;
-  transports::round_half(transports::flag_fp16, ref.data(), 1024);
-  transports::round_half(transports::flag_fp16, ref.data() + 1024, 1024);
+  protocol::round_half(protocol::flag_fp16, ref.data(), 1024);
+  protocol::round_half(protocol::flag_fp16, ref.data() + 1024, 1024);
   CHECK(std::memcmp(ref.data(), out.data(), ref.size() * sizeof(float)) == 0);
 }
 
@@ -174,7 +173,7 @@ TEST_CASE("top-k sends each chunk's largest entries and keeps the rest for later
       want[1] = 1, want[3] = 0.5f, want[1026] = 1, want[1027] = 1;
       CHECK(out == want);
       if (transport != "shm") // 2 pairs of 8 bytes per chunk, not 4 KiB of floats
-        CHECK(w.wire_bytes_sent() == 2 * 2 * (transports::frame_header_bytes + 2 * 8));
+        CHECK(w.wire_bytes_sent() == 2 * 2 * (protocol::frame_header_bytes + 2 * 8));
     }
   }
 }
@@ -190,7 +189,7 @@ TEST_CASE("top-k sends a short chunk whole and more of the rest during its warm-
     std::vector<float> out(16, -9.0f);
     w.push_pull("t", g.data(), out.data()).get();
     CHECK(out == g);
-    CHECK(w.wire_bytes_sent() == transports::frame_header_bytes + 16 * sizeof(float));
+    CHECK(w.wire_bytes_sent() == protocol::frame_header_bytes + 16 * sizeof(float));
   }
   SECTION("warm-up: a quarter of each chunk, then a sixteenth, ..., then the ratio") {
     // 4096 elements in one chunk, topk:0.001 (5 per step) over 8 warm-up steps: 2 steps
@@ -209,7 +208,7 @@ TEST_CASE("top-k sends a short chunk whole and more of the rest during its warm-
       w.push_pull("t", g.data(), out.data()).get();
       INFO("step " << step);
       CHECK(w.wire_bytes_sent() - before
-            == transports::frame_header_bytes + sent[step] * 8);
+            == protocol::frame_header_bytes + sent[step] * 8);
       before = w.wire_bytes_sent();
     }
   }
@@ -293,15 +292,14 @@ TEST_CASE("pushes that do not match the job's compression are refused",
   CHECK_THAT(testing::expect_error(c, errc::bad_chunk),
              Catch::Contains("carries float32 values") && Catch::Contains("bf16"));
   // fp16 flagged in a bf16 job
-  h.flags = transports::flag_fp16;
-  std::vector<std::byte> payload(
-    transports::half_payload_bytes(transports::flag_fp16, 1024));
+  h.flags = protocol::flag_fp16;
+  std::vector<std::byte> payload(protocol::half_payload_bytes(protocol::flag_fp16, 1024));
   h.payload_bytes = static_cast<uint32_t>(payload.size());
   c.send_frame(h, payload.data());
   CHECK_THAT(testing::expect_error(c, errc::bad_chunk),
              Catch::Contains("flagged as fp16"));
   // bf16 of the wrong size
-  h.flags = transports::flag_bf16;
+  h.flags = protocol::flag_bf16;
   h.payload_bytes = 1024 * 4;
   c.send_floats(h, std::vector<float>(1024, 1.0f));
   CHECK_THAT(testing::expect_error(c, errc::bad_chunk),
@@ -329,9 +327,8 @@ TEST_CASE("pushes that do not match the job's compression are refused",
   frame_header p;
   p.kind = frame_kind::push;
   p.job_id = id2;
-  p.flags = transports::flag_fp16;
-  std::vector<std::byte> fp16(
-    transports::half_payload_bytes(transports::flag_fp16, 1024));
+  p.flags = protocol::flag_fp16;
+  std::vector<std::byte> fp16(protocol::half_payload_bytes(protocol::flag_fp16, 1024));
   float scale = 3.0f;
   std::memcpy(fp16.data(), &scale, sizeof scale);
   p.payload_bytes = static_cast<uint32_t>(fp16.size());

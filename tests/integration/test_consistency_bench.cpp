@@ -4,9 +4,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "tests/integration/bench_json.hpp"
-#include "tests/integration/job_options.hpp"
-#include "tests/integration/node_process.hpp"
+#include "tests/support/bench_json.hpp"
+#include "tests/support/job_options.hpp"
+#include "tests/support/node_process.hpp"
 
 namespace rw_integration_consistency_bench {
 

@@ -10,7 +10,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/integration/cluster_fixture.hpp"
+#include "tests/support/cluster_fixture.hpp"
 
 namespace rw_integration_control_plane {
 

@@ -19,8 +19,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/integration/cluster_fixture.hpp"
-#include "tests/integration/rack_cluster.hpp"
+#include "tests/support/cluster_fixture.hpp"
+#include "tests/support/rack_cluster.hpp"
 
 namespace rw_integration_coordinator_restart {
 
@@ -54,47 +54,28 @@ std::unique_ptr<node_process> start_coordinator(const std::string& listen,
     node_role{"coordinator", false, {}, listen});
 }
 
+using worker_run = std::unique_ptr<testing::worker_process>;
+
 // A worker of the fixture job that takes `steps` steps, `delay_ms` apart, and checks
 // its result bitwise against the single-process reference.
 worker_run paced_worker(const std::string& connect, const std::string& job, uint32_t rank,
                         uint32_t workers, const std::string& token, uint32_t steps,
                         uint32_t delay_ms, std::vector<std::string> extra = {}) {
-  worker_run w;
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH,
-                                "--connect",
-                                connect,
-                                "--job",
-                                job,
-                                "--rank",
-                                std::to_string(rank),
-                                "--workers",
-                                std::to_string(workers),
-                                "--optimizer",
-                                "sum",
-                                "--steps",
-                                std::to_string(steps),
-                                "--step-delay-ms",
-                                std::to_string(delay_ms),
-                                "--token",
-                                token,
-                                "--verify"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  w.err_path = temp_path("worker.err");
-  w.out_path = temp_path("worker.bin");
-  argv.insert(argv.end(), {"--out", w.out_path});
-  w.proc = std::make_unique<tools::subprocess>(argv, true, w.err_path);
-  return w;
+  testing::worker_args a;
+  a.connect = connect;
+  a.job = job;
+  a.rank = rank;
+  a.workers = workers;
+  a.token = token;
+  a.steps = steps;
+  a.step_delay_ms = delay_ms;
+  a.extra = std::move(extra);
+  return testing::start_worker(a);
 }
 
 void check_verified(worker_run& w, const std::string& what,
                     clock_type::time_point deadline) {
-  auto out = w.proc->read_all(deadline);
-  auto code = w.proc->wait_until(deadline);
-  INFO(what << ": " << out << read_file(w.err_path));
-  CHECK(code == std::optional<int>{0});
-  CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
-  std::remove(w.err_path.c_str());
-  std::remove(w.out_path.c_str());
+  testing::check_verified(*w, what, deadline);
 }
 
 std::string scratch_dir() {
@@ -167,7 +148,7 @@ TEST_CASE("a coordinator killed mid-training comes back with its jobs and their 
         == std::optional<int>{128 + SIGKILL});
   // The workers were mid-training when it died...
   for (auto& w : first)
-    CHECK_FALSE(w.proc->wait_until(clock_type::now()).has_value());
+    CHECK_FALSE(w->proc->wait_until(clock_type::now()).has_value());
   CHECK(a.wait_for_log("lost the coordinator", std::chrono::seconds(10)));
   // ...and finish every step, bitwise, with no coordinator: it is not on the data path.
   auto deadline = clock_type::now() + std::chrono::seconds(60);
@@ -206,10 +187,8 @@ TEST_CASE("a coordinator killed mid-training comes back with its jobs and their 
   CHECK(done.out == "finished\n");
   // And a wrong token still does not.
   auto wrong = paced_worker(b.address(), "second", 0, 2, first_token, 1, 0);
-  CHECK(wrong.proc->wait_until(clock_type::now() + std::chrono::seconds(30))
+  CHECK(wrong->proc->wait_until(clock_type::now() + std::chrono::seconds(30))
         != std::optional<int>{0});
-  std::remove(wrong.err_path.c_str());
-  std::remove(wrong.out_path.c_str());
   // New jobs take ids the old ones did not have.
   auto ids = shell(
     "local n = rw.job_create{name = 'third', workers = 1, node = 'rack-a'}; "
@@ -349,9 +328,7 @@ TEST_CASE("after a coordinator restart a job's periodic checkpoints go on, and a
     coordinator->wait_for_log("job restarts: job='kept'", std::chrono::seconds(15)));
   auto deadline = clock_type::now() + std::chrono::seconds(60);
   for (auto& w : ws) { // told why, they stop; a launcher starts them again
-    w.proc->wait_until(deadline);
-    std::remove(w.err_path.c_str());
-    std::remove(w.out_path.c_str());
+    w->proc->wait_until(deadline);
   }
   ws.clear();
   for (uint32_t r = 0; r < 2; ++r)

@@ -9,17 +9,17 @@
 #include <catch2/catch.hpp>
 
 #include "rackweave/worker.hpp"
-#include "tests/integration/job_options.hpp"
-#include "tests/integration/node_process.hpp"
-#include "tests/integration/expect_error.hpp"
-#include "tests/integration/raw_client.hpp"
-#include "transports/control.hpp"
+#include "tests/support/job_options.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/expect_error.hpp"
+#include "tests/support/raw_client.hpp"
+#include "protocol/control.hpp"
 
 namespace rw_integration_fabric_bad_input {
 
 using namespace rw;
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 
 namespace {
 
@@ -71,12 +71,12 @@ TEST_CASE("fabric: bad offers get clear errors and the node serves on",
     std::vector<std::byte> junk(64, std::byte{0x41});
     c.send_frame(fabric_frame(job, 64), junk.data());
     expect_error(c, errc::bad_frame);
-    transports::fabric_offer o;
+    protocol::fabric_offer o;
     o.provider = "verbs";
     o.address.assign(16, std::byte{1});
     o.slot_bytes = 8192;
     o.slot_count = 4;
-    auto bytes = transports::encode(o);
+    auto bytes = protocol::encode(o);
     c.send_frame(fabric_frame(job, static_cast<uint32_t>(bytes.size())), bytes.data());
     CHECK_THAT(expect_error(c, errc::unavailable), Catch::Contains("provider 'verbs'"));
   }

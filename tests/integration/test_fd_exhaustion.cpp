@@ -15,9 +15,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "tests/integration/node_checks.hpp"
-#include "tests/integration/node_process.hpp"
-#include "tests/integration/raw_client.hpp"
+#include "tests/support/node_checks.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/raw_client.hpp"
 
 namespace rw_integration_fd_exhaustion {
 

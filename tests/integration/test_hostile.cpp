@@ -14,22 +14,22 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "protocol/control.hpp"
 #include "rackweave/defaults.hpp"
 #include "rackweave/worker.hpp"
-#include "tests/integration/expect_error.hpp"
-#include "tests/integration/job_options.hpp"
-#include "tests/integration/node_checks.hpp"
-#include "tests/integration/node_process.hpp"
-#include "tests/integration/raw_client.hpp"
-#include "transports/control.hpp"
+#include "tests/support/expect_error.hpp"
+#include "tests/support/job_options.hpp"
+#include "tests/support/node_checks.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/raw_client.hpp"
 
 namespace rw_integration_hostile {
 
 using namespace rw;
+using protocol::frame_header;
+using protocol::frame_kind;
 using testing::check_node_serves;
 using testing::rss_kib;
-using transports::frame_header;
-using transports::frame_kind;
 
 namespace {
 
@@ -50,17 +50,17 @@ frame_header header(frame_kind kind, uint32_t payload = 0) {
 }
 
 std::vector<std::byte> encoded_header(const frame_header& h) {
-  std::vector<std::byte> head(transports::frame_header_bytes);
-  transports::encode(h, head.data());
+  std::vector<std::byte> head(protocol::frame_header_bytes);
+  protocol::encode(h, head.data());
   return head;
 }
 
 // A hello for job `job`, padded to about `bytes` (its picked_by text).
 std::vector<std::byte> hello_payload(const std::string& job, size_t bytes) {
-  transports::hello_msg h;
+  protocol::hello_msg h;
   h.spec = one_chunk_job(job, 2);
   h.picked_by = std::string(bytes, 'x');
-  auto out = transports::encode(h);
+  auto out = protocol::encode(h);
   return std::vector<std::byte>(out.begin(), out.end());
 }
 
@@ -239,7 +239,7 @@ TEST_CASE("a rate probe holds its slot for a bounded time, empty frames included
   CHECK(node.wait_for_log("rate probe closed: peer="));
   testing::raw_client later{node.address()};
   auto h = header(frame_kind::probe);
-  h.flags = transports::flag_want_result;
+  h.flags = protocol::flag_want_result;
   later.send_frame(h);
   auto ack = later.read_frame();
   REQUIRE(ack);
@@ -257,7 +257,7 @@ TEST_CASE("a push repeated while its step is open is answered once",
   frame_header push;
   push.kind = frame_kind::push;
   push.job_id = id;
-  push.flags = transports::flag_want_result;
+  push.flags = protocol::flag_want_result;
   std::vector<float> g(1000, 1.0f);
   for (int i = 0; i < 3000; ++i)
     raw.send_floats(push, g);
@@ -352,7 +352,7 @@ TEST_CASE("one hyper-parameter change at a time per job", "[integration][bad][ho
     hyper_change change;
     change.at_clock = 5 + i;
     change.learning_rate = 0.01f * float(i + 1);
-    auto payload = transports::encode(change);
+    auto payload = protocol::encode(change);
     frame_header h;
     h.kind = frame_kind::hyper;
     h.job_id = id;

@@ -11,7 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "rackweave/worker.hpp"
-#include "tests/integration/rack_cluster.hpp"
+#include "tests/support/rack_cluster.hpp"
 
 namespace rw_integration_job_set {
 

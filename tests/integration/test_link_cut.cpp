@@ -5,7 +5,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/integration/rack_cluster.hpp"
+#include "tests/support/rack_cluster.hpp"
 
 namespace rw_integration_link_cut {
 

@@ -11,7 +11,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "tests/integration/rack_cluster.hpp"
+#include "tests/support/rack_cluster.hpp"
 
 namespace rw_integration_node_join {
 

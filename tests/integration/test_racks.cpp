@@ -17,8 +17,8 @@
 
 #include "runtime/chunking.hpp"
 #include "runtime/ring.hpp"
-#include "tests/integration/bench_json.hpp"
-#include "tests/integration/rack_cluster.hpp"
+#include "tests/support/bench_json.hpp"
+#include "tests/support/rack_cluster.hpp"
 #include "tests/tools/fixture_job.hpp"
 
 namespace rw_integration_racks {
@@ -29,12 +29,28 @@ namespace {
 
 using testing::rack_cluster;
 using testing::run_verified;
-using testing::start_worker;
-using testing::worker_run;
+using testing::worker_process;
+using workers_t = std::vector<std::unique_ptr<worker_process>>;
+
+// Rank `rank` of the two of `job` (sum, verified), staying in the job after its steps
+// until its node is killed; `rank_racks` for a hierarchical job.
+std::unique_ptr<worker_process> held_worker(const std::string& connect,
+                                            const std::string& job, uint32_t rank,
+                                            const std::string& token,
+                                            const std::string& rank_racks = {}) {
+  testing::worker_args a;
+  a.connect = connect;
+  a.job = job;
+  a.rank = rank;
+  a.token = token;
+  a.hold_ms = 60'000;
+  a.rank_racks = rank_racks;
+  return testing::start_worker(a);
+}
 
 // Once job `job` is at clock 3, kills node n1: every worker must fail in bounded time
 // and the job must end failed, naming the node.
-void kill_mid_job(rack_cluster& c, std::vector<worker_run>& ws, const std::string& job) {
+void kill_mid_job(rack_cluster& c, workers_t& ws, const std::string& job) {
   auto running = c.shell("rw.wait('" + job
                          + "', 3, {timeout = 30}); print('at clock 3')");
   INFO(running.err);
@@ -42,11 +58,9 @@ void kill_mid_job(rack_cluster& c, std::vector<worker_run>& ws, const std::strin
   c.nodes[1]->process().signal(SIGKILL);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (auto& w : ws) {
-    auto code = w.proc->wait_until(deadline);
-    INFO(testing::read_file(w.err_path));
+    auto code = w->proc->wait_until(deadline);
+    INFO(testing::read_file(w->err_path));
     CHECK(code == std::optional<int>{2}); // failed, in bounded time
-    std::remove(w.err_path.c_str());
-    std::remove(w.out_path.c_str());
   }
   auto r = c.shell("local j = rw.wait('" + job
                    + "', 'ended', {timeout = 30}); "
@@ -165,10 +179,9 @@ TEST_CASE("a node that dies mid-job fails the job, naming the node, and nobody h
   auto token = c.create("doomed", 2, "sum", "racks = {'a', 'b'}, replicas = 0", &err);
   INFO(err);
   REQUIRE(!token.empty());
-  std::vector<worker_run> ws;
+  workers_t ws;
   for (uint32_t r = 0; r < 2; ++r)
-    ws.push_back(
-      start_worker(c.nodes[0]->address(), "doomed", r, 2, "sum", token, 60'000));
+    ws.push_back(held_worker(c.nodes[0]->address(), "doomed", r, token));
   kill_mid_job(c, ws, "doomed");
 }
 
@@ -325,11 +338,9 @@ TEST_CASE("a hierarchical job whose node dies mid-job fails, naming it, and nobo
                         "racks = {'a', 'b'}, reduction = 'hierarchical'", &err);
   INFO(err);
   REQUIRE(!token.empty());
-  std::vector<worker_run> ws;
-  ws.push_back(start_worker(c.nodes[0]->address(), "hier-doomed", 0, 2, "sum", token,
-                            60'000, "0,1"));
-  ws.push_back(start_worker(c.nodes[1]->address(), "hier-doomed", 1, 2, "sum", token,
-                            60'000, "0,1"));
+  workers_t ws;
+  ws.push_back(held_worker(c.nodes[0]->address(), "hier-doomed", 0, token, "0,1"));
+  ws.push_back(held_worker(c.nodes[1]->address(), "hier-doomed", 1, token, "0,1"));
   kill_mid_job(c, ws, "hier-doomed");
 }
 

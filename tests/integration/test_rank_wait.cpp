@@ -7,8 +7,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "tests/integration/cluster_fixture.hpp"
-#include "tests/integration/node_process.hpp"
+#include "tests/support/cluster_fixture.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/test_worker.hpp"
 
 namespace rw_integration_rank_wait {
 
@@ -30,35 +31,18 @@ TEST_CASE("per-rank wait_ms: the rank that waits for a slow one shows it, the sl
   REQUIRE(made.code == 0);
   auto token = made.out.substr(0, made.out.find('\n'));
   constexpr uint32_t steps = 6, delay_ms = 150;
-  std::vector<tools::subprocess> workers;
-  std::vector<std::string> outs;
+  std::vector<std::unique_ptr<testing::worker_process>> workers;
   for (uint32_t r = 0; r < 2; ++r) {
-    outs.push_back(testing::temp_path(fmt::format("paced-{}.bin", r)));
-    std::vector<std::string> argv{RW_TEST_WORKER_PATH,
-                                  "--connect",
-                                  node.address(),
-                                  "--job",
-                                  "paced",
-                                  "--rank",
-                                  std::to_string(r),
-                                  "--workers",
-                                  "2",
-                                  "--optimizer",
-                                  "sum",
-                                  "--steps",
-                                  std::to_string(steps),
-                                  "--out",
-                                  outs.back(),
-                                  "--token",
-                                  token,
-                                  "--verify",
-                                  "--hold-ms",
-                                  "3000"};
-    if (r == 1) { // the slow one: it sleeps before each step, rank 0 waits for it
-      argv.push_back("--step-delay-ms");
-      argv.push_back(std::to_string(delay_ms));
-    }
-    workers.emplace_back(argv, false);
+    testing::worker_args a;
+    a.connect = node.address();
+    a.job = "paced";
+    a.rank = r;
+    a.token = token;
+    a.steps = steps;
+    a.hold_ms = 3000;
+    if (r == 1) // the slow one: it sleeps before each step, rank 0 waits for it
+      a.step_delay_ms = delay_ms;
+    workers.push_back(testing::start_worker(a));
   }
   // While both still hold the job (--hold-ms), ask for its status.
   std::string status;
@@ -83,9 +67,7 @@ TEST_CASE("per-rank wait_ms: the rank that waits for a slow one shows it, the sl
   CHECK(wait1 < wait0 / 4);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (auto& w : workers)
-    CHECK(w.wait_until(deadline) == std::optional<int>{0});
-  for (auto& o : outs)
-    std::remove(o.c_str());
+    CHECK(testing::finish(*w, deadline).first == std::optional<int>{0});
 }
 
 } // namespace rw_integration_rank_wait

@@ -12,15 +12,15 @@
 #include <catch2/catch.hpp>
 
 #include "rackweave/worker.hpp"
-#include "tests/integration/cluster_fixture.hpp"
-#include "tests/integration/raw_client.hpp"
-#include "transports/tcp/rate_probe.hpp"
+#include "services/rate_probe.hpp"
+#include "tests/support/cluster_fixture.hpp"
+#include "tests/support/raw_client.hpp"
 
 namespace rw_integration_rate_probe {
 
 using namespace rw;
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 
 namespace {
 
@@ -180,12 +180,12 @@ TEST_CASE("probe frames a node must not take are refused, and it keeps serving",
     // each reach the bound exactly, and the refusal comes on the one-byte frame after
     // them. (Full-size frames crossed it on the 64th, and the node's close could fail
     // the test's write of that frame's payload before the refusal was read.)
-    const uint32_t payload = defaults::probe_frame_bytes - transports::frame_header_bytes;
+    const uint32_t payload = defaults::probe_frame_bytes - protocol::frame_header_bytes;
     std::vector<std::byte> chunk(payload);
     for (uint32_t charged = 0; charged < defaults::probe_max_bytes;
          charged += defaults::probe_frame_bytes)
       c.send_frame(probe_header(payload), chunk.data());
-    c.send_frame(probe_header(1, transports::flag_want_result), chunk.data());
+    c.send_frame(probe_header(1, protocol::flag_want_result), chunk.data());
     expect_refused(c, errc::frame_too_large, "more than");
   }
   SECTION("too many probes at once") {
@@ -193,7 +193,7 @@ TEST_CASE("probe frames a node must not take are refused, and it keeps serving",
     std::byte one[1] = {};
     for (uint32_t i = 0; i < defaults::probe_max_connections; ++i) {
       held.push_back(std::make_unique<testing::raw_client>(node.address()));
-      held.back()->send_frame(probe_header(1, transports::flag_want_result), one);
+      held.back()->send_frame(probe_header(1, protocol::flag_want_result), one);
       auto ack = held.back()->read_frame(); // taken: the node counts it as under way
       REQUIRE(ack.has_value());
       CHECK(ack->header.kind == frame_kind::ack);
@@ -225,7 +225,7 @@ TEST_CASE("probe frames a node must not take are refused, and it keeps serving",
   }
   CHECK(node.wait_for_log(logged)); // operators see every refusal
   // Still serving: a whole probe measures, and a worker runs.
-  auto m = transports::tcp::probe_rate(node.address());
+  auto m = services::probe_rate(node.address());
   INFO(m.error);
   CHECK(m.ok);
   CHECK(m.bytes > 0);
@@ -233,7 +233,7 @@ TEST_CASE("probe frames a node must not take are refused, and it keeps serving",
   CHECK(m.gbps > 0);
   check_serves_workers(node.address());
   // Where nothing listens, the probe fails at once, saying so.
-  auto nobody = transports::tcp::probe_rate("127.0.0.1:1");
+  auto nobody = services::probe_rate("127.0.0.1:1");
   CHECK_FALSE(nobody.ok);
   CHECK_THAT(nobody.error, Catch::Contains("cannot connect to 127.0.0.1:1"));
 }

@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "runtime/checkpoint/manifest.hpp"
-#include "tests/integration/node_process.hpp"
-#include "tests/integration/rack_cluster.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/rack_cluster.hpp"
 
 namespace rw_integration_shard_balance {
 

@@ -12,8 +12,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "tests/integration/job_options.hpp"
-#include "tests/integration/rack_cluster.hpp"
+#include "tests/support/job_options.hpp"
+#include "tests/support/rack_cluster.hpp"
 
 namespace rw_integration_shard_failover {
 
@@ -28,31 +28,17 @@ using run = testing::worker_process;
 std::unique_ptr<run> start(const std::string& connect, const std::string& job,
                            uint32_t rank, uint32_t workers, const std::string& optimizer,
                            const std::string& token, const std::string& transport) {
-  auto w = std::make_unique<run>();
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH,
-                                "--connect",
-                                connect,
-                                "--job",
-                                job,
-                                "--rank",
-                                std::to_string(rank),
-                                "--workers",
-                                std::to_string(workers),
-                                "--optimizer",
-                                optimizer,
-                                "--steps",
-                                "20",
-                                "--token",
-                                token,
-                                "--out",
-                                w->out_path,
-                                "--verify",
-                                "--transport",
-                                transport,
-                                "--step-delay-ms",
-                                "80"};
-  w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
-  return w;
+  testing::worker_args a;
+  a.connect = connect;
+  a.job = job;
+  a.rank = rank;
+  a.workers = workers;
+  a.optimizer = optimizer;
+  a.steps = 20;
+  a.token = token;
+  a.transport = transport;
+  a.step_delay_ms = 80;
+  return testing::start_worker(a);
 }
 
 // Runs the job's workers (20 steps); once the job is at clock 3 (and again at 10 with
@@ -161,33 +147,15 @@ TEST_CASE(
   auto resume = testing::temp_path("resume");
   std::vector<std::unique_ptr<run>> ws;
   for (uint32_t r = 0; r < 2; ++r) {
-    ws.push_back(std::make_unique<run>());
-    std::vector<std::string> argv{RW_TEST_WORKER_PATH,
-                                  "--connect",
-                                  a,
-                                  "--job",
-                                  "ckpt-crash",
-                                  "--rank",
-                                  std::to_string(r),
-                                  "--workers",
-                                  "2",
-                                  "--optimizer",
-                                  "adam",
-                                  "--steps",
-                                  "6",
-                                  "--token",
-                                  token,
-                                  "--out",
-                                  ws.back()->out_path,
-                                  "--verify",
-                                  "--pause-at",
-                                  "3",
-                                  "--resume-file",
-                                  resume,
-                                  "--pause-limit-ms",
-                                  "30000"};
-    ws.back()->proc = std::make_unique<tools::subprocess>(argv, true,
-                                                          ws.back()->err_path);
+    testing::worker_args w;
+    w.connect = a;
+    w.job = "ckpt-crash";
+    w.rank = r;
+    w.token = token;
+    w.optimizer = "adam";
+    w.steps = 6;
+    w.extra = {"--pause-at", "3", "--resume-file", resume, "--pause-limit-ms", "30000"};
+    ws.push_back(testing::start_worker(w));
   }
   auto held = c.shell("rw.wait('ckpt-crash', 3, {timeout = 30}); print('held')");
   REQUIRE(held.out == "held\n");

@@ -24,7 +24,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/integration/node_process.hpp"
+#include "tests/support/node_process.hpp"
 
 extern char** environ;
 

@@ -10,15 +10,15 @@
 #include <fmt/format.h>
 
 #include "rackweave/worker.hpp"
-#include "tests/integration/node_process.hpp"
-#include "tests/integration/raw_client.hpp"
+#include "tests/support/node_process.hpp"
+#include "tests/support/raw_client.hpp"
 
 namespace rw_integration_slow_peer {
 
 using namespace rw;
 using namespace std::chrono_literals;
-using transports::frame_header;
-using transports::frame_kind;
+using protocol::frame_header;
+using protocol::frame_kind;
 
 namespace {
 
@@ -44,7 +44,7 @@ uint32_t stall(testing::raw_client& peer, const job_spec& spec) {
   for (uint32_t c = 0; c < chunks; ++c) {
     frame_header h;
     h.kind = frame_kind::push;
-    h.flags = transports::flag_want_result;
+    h.flags = protocol::flag_want_result;
     h.job_id = id;
     h.chunk_index = c;
     try {

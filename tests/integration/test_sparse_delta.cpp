@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include "rackweave/worker.hpp"
-#include "tests/integration/job_options.hpp"
-#include "tests/integration/node_process.hpp"
+#include "tests/support/job_options.hpp"
+#include "tests/support/node_process.hpp"
 
 namespace rw_integration_sparse_delta {
 

@@ -7,8 +7,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/integration/cluster_fixture.hpp"
-#include "tests/integration/rack_cluster.hpp"
+#include "tests/support/cluster_fixture.hpp"
+#include "tests/support/rack_cluster.hpp"
 
 namespace rw_integration_tenants {
 

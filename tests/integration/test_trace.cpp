@@ -11,8 +11,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "tests/integration/bench_json.hpp"
-#include "tests/integration/node_process.hpp"
+#include "tests/support/bench_json.hpp"
+#include "tests/support/node_process.hpp"
 
 namespace rw_integration_trace {
 

@@ -10,31 +10,43 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/integration/bench_json.hpp"
-#include "tests/integration/rack_cluster.hpp"
+#include "tests/support/bench_json.hpp"
+#include "tests/support/rack_cluster.hpp"
 
 namespace rw_integration_worker_placement {
 
 using namespace rw;
 using testing::rack_cluster;
 using testing::run_verified;
-using testing::start_worker;
-using testing::worker_run;
+using testing::worker_process;
 
 namespace {
 
 const std::string hierarchical = "racks = {'a', 'b'}, reduction = 'hierarchical'";
 
-// Waits for the worker to end; its exit code (nothing if it did not in time) and stderr.
-std::pair<std::optional<int>, std::string> finish(worker_run& w,
+// Rank `rank` of the `workers` of `job` (sum, verified) at `connect`, with the rack
+// option `rack` ("": none); `rank_racks` for the reference of a hierarchical job.
+std::unique_ptr<worker_process> start_worker(const std::string& connect,
+                                             const std::string& job, uint32_t rank,
+                                             uint32_t workers, const std::string& token,
+                                             const std::string& rack = {},
+                                             const std::string& rank_racks = {}) {
+  testing::worker_args a;
+  a.connect = connect;
+  a.job = job;
+  a.rank = rank;
+  a.workers = workers;
+  a.token = token;
+  a.rack = rack;
+  a.rank_racks = rank_racks;
+  return testing::start_worker(a);
+}
+
+// Waits for the worker to end: its exit code (nothing if it did not in time) and what
+// it printed.
+std::pair<std::optional<int>, std::string> finish(std::unique_ptr<worker_process>& w,
                                                   std::chrono::seconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  w.proc->read_all(deadline);
-  auto code = w.proc->wait_until(deadline);
-  auto err = testing::read_file(w.err_path);
-  std::remove(w.err_path.c_str());
-  std::remove(w.out_path.c_str());
-  return {code, err};
+  return testing::finish(*w, std::chrono::steady_clock::now() + limit);
 }
 
 // The text after `marker` in the file, up to the next ": ", once it shows up.
@@ -122,7 +134,7 @@ TEST_CASE("bad rack options, ranks that never join and ranks claimed by two rack
   auto b = c.nodes[1]->address();
   auto token = c.create("badrack", 2, "sum", hierarchical);
   REQUIRE(!token.empty());
-  auto w = start_worker(a, "badrack", 0, 2, "sum", token, 0, {}, "z");
+  auto w = start_worker(a, "badrack", 0, 2, token, "z");
   auto [code, err] = finish(w, std::chrono::seconds(30));
   INFO(err);
   CHECK(code == std::optional<int>{2});
@@ -131,7 +143,7 @@ TEST_CASE("bad rack options, ranks that never join and ranks claimed by two rack
   // With worker_racks, a rack option that contradicts the rank's rack names both.
   auto fixed = c.create("fixed", 2, "sum", hierarchical + ", worker_racks = {'a', 'b'}");
   REQUIRE(!fixed.empty());
-  auto wf = start_worker(a, "fixed", 0, 2, "sum", fixed, 0, {}, "b");
+  auto wf = start_worker(a, "fixed", 0, 2, fixed, "b");
   auto [fcode, ferr] = finish(wf, std::chrono::seconds(30));
   INFO(ferr);
   CHECK(fcode == std::optional<int>{2});
@@ -142,9 +154,9 @@ TEST_CASE("bad rack options, ranks that never join and ranks claimed by two rack
   auto missing = c.create("missing", 3, "sum", hierarchical + ", join_timeout_ms = 2000");
   REQUIRE(!missing.empty());
   auto started = std::chrono::steady_clock::now();
-  std::vector<worker_run> ws;
-  ws.push_back(start_worker(a, "missing", 0, 3, "sum", missing));
-  ws.push_back(start_worker(b, "missing", 1, 3, "sum", missing));
+  std::vector<std::unique_ptr<worker_process>> ws;
+  ws.push_back(start_worker(a, "missing", 0, 3, missing));
+  ws.push_back(start_worker(b, "missing", 1, 3, missing));
   for (auto& m : ws) {
     auto [mcode, merr] = finish(m, std::chrono::seconds(30));
     INFO(merr);
@@ -160,10 +172,10 @@ TEST_CASE("bad rack options, ranks that never join and ranks claimed by two rack
   // once, naming both racks (the first waits for rank 1, which never comes).
   auto twice = c.create("twice", 2, "sum", hierarchical + ", join_timeout_ms = 2000");
   REQUIRE(!twice.empty());
-  auto first = start_worker(a, "twice", 0, 2, "sum", twice, 0, {}, "a");
+  auto first = start_worker(a, "twice", 0, 2, twice, "a");
   REQUIRE(
     c.coordinator.wait_for_log("rank bound: job='twice'", std::chrono::seconds(20)));
-  auto second = start_worker(b, "twice", 0, 2, "sum", twice, 0, {}, "b");
+  auto second = start_worker(b, "twice", 0, 2, twice, "b");
   auto [scode, serr] = finish(second, std::chrono::seconds(30));
   INFO(serr);
   CHECK(scode == std::optional<int>{2});
@@ -183,15 +195,15 @@ TEST_CASE("a worker that names a node with no rack in the job is sent on: to its
   REQUIRE(!token.empty());
   std::vector<std::string> aggs{c.nodes[0]->address(), c.nodes[1]->address()};
   // Rank 0 says hello to the coordinator, with no rack option: it measures the aggs.
-  auto w0 = start_worker(c.coordinator.address(), "rtt", 0, 2, "sum", token, 0, "0,1");
-  auto chosen = wait_for_word(w0.err_path, "rank 0 of job 'rtt' says hello at ");
-  INFO(testing::read_file(w0.err_path) << c.coordinator.log());
+  auto w0 = start_worker(c.coordinator.address(), "rtt", 0, 2, token, {}, "0,1");
+  auto chosen = wait_for_word(w0->err_path, "rank 0 of job 'rtt' says hello at ");
+  INFO(testing::read_file(w0->err_path) << c.coordinator.log());
   REQUIRE((chosen == aggs[0] || chosen == aggs[1]));
   auto k = chosen == aggs[0] ? 0 : 1;
   // Rank 1 says hello to n2 (not in the job) with the other rack as its option: sent on
   // there. One rank per rack sums the same either way (a + b == b + a).
-  auto w1 = start_worker(c.nodes[2]->address(), "rtt", 1, 2, "sum", token, 0, "0,1",
-                         k == 0 ? "b" : "a");
+  auto w1 = start_worker(c.nodes[2]->address(), "rtt", 1, 2, token, k == 0 ? "b" : "a",
+                         "0,1");
   auto [code0, err0] = finish(w0, std::chrono::seconds(60));
   auto [code1, err1] = finish(w1, std::chrono::seconds(60));
   INFO(err0 << err1);

@@ -10,8 +10,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "tests/integration/job_options.hpp"
-#include "tests/integration/rack_cluster.hpp"
+#include "tests/support/job_options.hpp"
+#include "tests/support/rack_cluster.hpp"
 
 namespace rw_integration_worker_restart {
 

@@ -4,7 +4,7 @@
     python3 tests/layers/check_layers.py SOURCE_DIR
 
 Layers, lowest first: include/rackweave (the public API), runtime/ (with the generated
-schemas/), transports/, logic/, actors/, worker/. A file may include its own layer and
+schemas/), protocol/, transports/, services/, logic/, actors/, worker/. A file may include its own layer and
 those below it. logic/ is the CAF-free layer: none of its files includes a CAF header
 or names caf::. The linker checks calls the same way (CMakeLists.txt, RW_LAYER_CHECK);
 this checks the includes, which the linker cannot see (a type or an inline function).
@@ -17,11 +17,12 @@ import pathlib
 import re
 import sys
 
-LAYERS = ["include", "runtime", "transports", "logic", "actors", "worker"]
+LAYERS = ["include", "runtime", "protocol", "transports", "services", "logic", "actors",
+          "worker"]
 # What an include's first path component means.
 PREFIX_LAYER = {"rackweave": "include", "runtime": "runtime", "schemas": "runtime",
-                "transports": "transports", "logic": "logic", "actors": "actors",
-                "worker": "worker"}
+                "protocol": "protocol", "transports": "transports", "services": "services",
+                "logic": "logic", "actors": "actors", "worker": "worker"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 CAF_INCLUDE = re.compile(r'^\s*#\s*include\s+<caf/', re.M)
 
@@ -63,12 +64,13 @@ def self_test():
         "runtime/a.cpp": '#include "actors/messages.hpp"\n',
         "logic/b.hpp": '#include <caf/actor.hpp>\n// caf::actor\n#include "worker/link.hpp"\n',
         "transports/c.cpp": '#include "nowhere/x.hpp"\n',
+        "protocol/d.hpp": '#include "transports/transport.hpp"\n',
         "actors/ok.cpp": '#include "logic/chunk_state.hpp"\n#include "rackweave/errc.hpp"\n'
                          '#include "schemas/frame.capnp.h"\n#include "local.hpp"\n',
     }
     found = list(violations(made_up))
     want = ["runtime/a.cpp:1:", "logic/b.hpp:1: logic/ includes a CAF",
-            "logic/b.hpp:2: logic/ names caf::", "logic/b.hpp:3:", "transports/c.cpp:1:"]
+            "logic/b.hpp:2: logic/ names caf::", "logic/b.hpp:3:", "protocol/d.hpp:1:", "transports/c.cpp:1:"]
     missing = [w for w in want if not any(f.startswith(w) for f in found)]
     if missing or len(found) != len(want):
         print("check_layers: the self-test failed: found", found, "missing", missing)

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import rackweave
+import rwnode
 from rwnode import run_ranks
 
 
@@ -39,43 +40,15 @@ def get(url, timeout=10):
         return None, str(e)
 
 
-class Node:
-    """rw-node --open-jobs with --metrics on a free port, stopped by its PID."""
+class Node(rwnode.Node):
+    """rw-node --open-jobs with --metrics on a free port."""
 
     def __init__(self, *options):
-        self.tmp = tempfile.mkdtemp(prefix="rw-metrics-")
-        self.port_file = os.path.join(self.tmp, "port")
-        self.log_path = os.path.join(self.tmp, "node.log")
         self.metrics = f"127.0.0.1:{free_port()}"
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [os.environ["RW_NODE"], "--listen", "127.0.0.1:0", "--port-file", self.port_file,
-             "--no-pin", "--open-jobs", "--metrics", self.metrics, *options],
-            stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while not (os.path.exists(self.port_file) and open(self.port_file).read().strip()):
-            assert self.proc.poll() is None, "rw-node exited: " + self.text()
-            assert time.monotonic() < deadline, "rw-node did not start"
-            time.sleep(0.05)
-        self.address = open(self.port_file).read().strip()
+        super().__init__("--open-jobs", "--metrics", self.metrics, *options)
 
     def url(self, path):
         return f"http://{self.metrics}{path}"
-
-    def text(self):
-        self.log.flush()
-        return open(self.log_path).read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
 
 
 def families(text):

@@ -11,11 +11,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include "tests/integration/raw_client.hpp"
+#include "tests/support/raw_client.hpp"
 #include "tests/tools/fixture_job.hpp"
 
 using namespace rw;
-using transports::frame_kind;
+using protocol::frame_kind;
 
 int main(int argc, char** argv) {
   std::string connect, job, token, steal;
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     for (uint32_t tensor = 0; tensor < 3; ++tensor)
       for (uint32_t chunk = 0; chunk < 2; ++chunk)
         for (auto kind : {frame_kind::pull, frame_kind::push}) {
-          transports::frame_header h;
+          protocol::frame_header h;
           h.kind = kind;
           h.job_id = target;
           h.rank = 0;
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
           auto f = own.read_frame();
           bool refused = f && f->header.kind == frame_kind::error
                          && f->header.error_code == errc::unknown_job;
-          std::cout << transports::to_string(kind) << " job " << target << " chunk "
+          std::cout << protocol::to_string(kind) << " job " << target << " chunk "
                     << tensor << "/" << chunk << ": "
                     << (refused ? "refused: " + f->error().message
                                 : std::string("NOT REFUSED"))

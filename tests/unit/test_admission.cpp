@@ -25,6 +25,7 @@
 namespace rw_unit_admission {
 
 using namespace rw;
+using namespace rw::protocol;
 using namespace rw::transports;
 
 namespace {

@@ -25,6 +25,7 @@
 namespace rw_unit_fabric {
 
 using namespace rw;
+using namespace rw::protocol;
 using namespace rw::transports;
 
 namespace {
@@ -179,7 +180,7 @@ struct rogue_peer {
   fabric::region mem;
   fabric::tx_op op;
   fi_addr_t dest = FI_ADDR_UNSPEC;
-  transports::fabric_offer offer;
+  protocol::fabric_offer offer;
 
 private:
   pair_fixture& f_;

@@ -6,12 +6,12 @@
 
 #include <catch2/catch.hpp>
 
-#include "transports/control.hpp"
-#include "transports/frame.hpp"
+#include "protocol/control.hpp"
+#include "protocol/frame.hpp"
 
 namespace rw_unit_frame {
 
-using namespace rw::transports;
+using namespace rw::protocol;
 
 namespace {
 
@@ -187,12 +187,12 @@ TEST_CASE("the credential and locate messages round-trip", "[frame]") {
   CHECK(ld.role == "rack-agg");
 
   frame_header f;
-  f.kind = rw::transports::frame_kind::located;
-  alignas(8) std::byte buf[rw::transports::frame_header_bytes];
+  f.kind = rw::protocol::frame_kind::located;
+  alignas(8) std::byte buf[rw::protocol::frame_header_bytes];
   encode(f, buf);
   frame_header fd;
   REQUIRE(decode(buf, fd, why) == rw::errc::ok);
-  CHECK(fd.kind == rw::transports::frame_kind::located);
+  CHECK(fd.kind == rw::protocol::frame_kind::located);
 }
 
 TEST_CASE("a control message that lists more than its bytes can hold is refused",
@@ -206,26 +206,26 @@ TEST_CASE("a control message that lists more than its bytes can hold is refused"
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
   REQUIRE(bytes.size() == 568);
   std::string why;
-  rw::transports::welcome_msg w;
-  CHECK(rw::transports::decode(reinterpret_cast<const std::byte*>(bytes.data()),
-                               bytes.size(), w, why)
+  rw::protocol::welcome_msg w;
+  CHECK(rw::protocol::decode(reinterpret_cast<const std::byte*>(bytes.data()),
+                             bytes.size(), w, why)
         == rw::errc::bad_frame);
   CHECK_THAT(why, Catch::Contains("traversal limit"));
-  rw::transports::hello_msg h;
-  CHECK(rw::transports::decode(reinterpret_cast<const std::byte*>(bytes.data()),
-                               bytes.size(), h, why)
+  rw::protocol::hello_msg h;
+  CHECK(rw::protocol::decode(reinterpret_cast<const std::byte*>(bytes.data()),
+                             bytes.size(), h, why)
         == rw::errc::bad_frame);
   // A real welcome still decodes: its reader reads each word once.
-  rw::transports::welcome_msg real;
+  rw::protocol::welcome_msg real;
   real.node_name = "n1";
   real.endpoints = {"10.0.0.1:7100"};
   real.shard_endpoints = {{0}};
   real.spec.name = "big";
   for (uint32_t i = 0; i < 2000; ++i)
     real.spec.tensors.push_back({"layer" + std::to_string(i), 1024, i % 2 == 0});
-  auto enc = rw::transports::encode(real);
-  rw::transports::welcome_msg back;
-  REQUIRE(rw::transports::decode(enc.data(), enc.size(), back, why) == rw::errc::ok);
+  auto enc = rw::protocol::encode(real);
+  rw::protocol::welcome_msg back;
+  REQUIRE(rw::protocol::decode(enc.data(), enc.size(), back, why) == rw::errc::ok);
   CHECK(back.spec.tensors.size() == 2000);
 }
 
@@ -235,23 +235,23 @@ TEST_CASE("a CAF middleman's handshake is named as a control port, not garbage",
   const char* hex =
     "000000000000058e00000000000000030000000000000000000000000000000000003e9aab9bac7900"
     "002866bffadf3ac9f1142f6446ca706c9bb0f69b114400010f67656e657269";
-  alignas(8) std::byte in[rw::transports::frame_header_bytes];
+  alignas(8) std::byte in[rw::protocol::frame_header_bytes];
   for (size_t i = 0; i < sizeof(in); ++i)
     in[i] = static_cast<std::byte>(std::stoi(std::string(hex + 2 * i, 2), nullptr, 16));
-  CHECK(rw::transports::looks_like_caf_handshake(in));
-  rw::transports::frame_header h;
+  CHECK(rw::protocol::looks_like_caf_handshake(in));
+  rw::protocol::frame_header h;
   std::string why;
-  CHECK(rw::transports::decode(in, h, why) == rw::errc::bad_magic);
+  CHECK(rw::protocol::decode(in, h, why) == rw::errc::bad_magic);
   CHECK_THAT(why, Catch::Contains("control port") && Catch::Contains("--listen"));
   // A RackWeave header, and other garbage, are not taken for one.
-  rw::transports::frame_header real;
-  alignas(8) std::byte ours[rw::transports::frame_header_bytes];
-  rw::transports::encode(real, ours);
-  CHECK_FALSE(rw::transports::looks_like_caf_handshake(ours));
+  rw::protocol::frame_header real;
+  alignas(8) std::byte ours[rw::protocol::frame_header_bytes];
+  rw::protocol::encode(real, ours);
+  CHECK_FALSE(rw::protocol::looks_like_caf_handshake(ours));
   std::memset(in, 0xab, sizeof(in));
-  CHECK_FALSE(rw::transports::looks_like_caf_handshake(in));
+  CHECK_FALSE(rw::protocol::looks_like_caf_handshake(in));
   why.clear();
-  CHECK(rw::transports::decode(in, h, why) == rw::errc::bad_magic);
+  CHECK(rw::protocol::decode(in, h, why) == rw::errc::bad_magic);
   CHECK_THAT(why, Catch::Contains("not a RackWeave peer"));
 }
 

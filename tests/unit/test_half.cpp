@@ -1,4 +1,4 @@
-// The 16-bit chunk payloads of bf16 / fp16 jobs (transports/half.hpp): sizes, the
+// The 16-bit chunk payloads of bf16 / fp16 jobs (protocol/half.hpp): sizes, the
 // round trip, and every refusal a receiver makes before using one.
 
 #include <cmath>
@@ -7,14 +7,14 @@
 
 #include <catch2/catch.hpp>
 
+#include "protocol/frame.hpp"
+#include "protocol/half.hpp"
 #include "runtime/compression.hpp"
-#include "transports/frame.hpp"
-#include "transports/half.hpp"
 
 namespace rw_unit_half {
 
 using namespace rw;
-using namespace rw::transports;
+using namespace rw::protocol;
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "apps/tools/metrics_snapshot.hpp"
 #include "apps/tools/bearer_token.hpp"
 #include "runtime/prometheus.hpp"
-#include "tests/unit/http_probe.hpp"
+#include "tests/support/http_probe.hpp"
 
 namespace rw_unit_metrics_server {
 

@@ -20,6 +20,7 @@
 namespace rw_unit_send_queue {
 
 using namespace rw;
+using namespace rw::protocol;
 using namespace rw::transports;
 using namespace std::chrono_literals;
 

@@ -8,12 +8,12 @@
 #include <catch2/catch.hpp>
 
 #include "logic/shard_answers.hpp"
-#include "tests/unit/recording_connection.hpp"
+#include "tests/support/recording_connection.hpp"
 
 namespace rw_unit_shard_answers {
 
 using rw::actors::detail::shard_answers;
-using rw::transports::frame_header;
+using rw::protocol::frame_header;
 
 namespace {
 

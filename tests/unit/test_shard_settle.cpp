@@ -19,7 +19,7 @@
 #include "actors/shard/chunk_shard.hpp"
 #include "runtime/buffer_pool.hpp"
 #include "runtime/chunking.hpp"
-#include "tests/unit/recording_connection.hpp"
+#include "tests/support/recording_connection.hpp"
 
 namespace rw_unit_shard_settle {
 

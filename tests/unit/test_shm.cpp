@@ -101,8 +101,8 @@ TEST_CASE(
 
   // An update for chunk 1 lands where the node planned the result.
   std::vector<float> update(1024, 9.0f);
-  rw::transports::frame_header h;
-  h.kind = rw::transports::frame_kind::update;
+  rw::protocol::frame_header h;
+  h.kind = rw::protocol::frame_kind::update;
   h.tensor_id = 0;
   h.chunk_index = 1;
   h.payload_bytes = 4096;
@@ -127,8 +127,8 @@ TEST_CASE("completions the worker's ring has no room for wait in order; a worker
   auto mine = create_worker_segment(spec, 42);
   auto* ring = &mine.as<header>()->completions;
   auto send_update = [](connection& c, uint64_t seq) {
-    rw::transports::frame_header h;
-    h.kind = rw::transports::frame_kind::update;
+    rw::protocol::frame_header h;
+    h.kind = rw::protocol::frame_kind::update;
     h.tensor_id = 0;
     h.chunk_index = static_cast<uint32_t>(seq % 5);
     h.clock = seq;

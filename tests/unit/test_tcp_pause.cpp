@@ -13,6 +13,7 @@
 namespace rw_unit_tcp_pause {
 
 using namespace rw;
+using namespace rw::protocol;
 using namespace rw::transports;
 
 namespace {

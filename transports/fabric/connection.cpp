@@ -39,8 +39,8 @@ connection::~connection() {
     fi_av_remove(core_->av, &peer_addr_, 1, 0);
 }
 
-fabric_offer connection::offer() const {
-  fabric_offer o;
+protocol::fabric_offer connection::offer() const {
+  protocol::fabric_offer o;
   o.provider = core_->dom->provider();
   o.address = core_->address();
   o.slots_address = slots_->registration().remote_address(slots_->data());
@@ -51,12 +51,12 @@ fabric_offer connection::offer() const {
   return o;
 }
 
-void connection::bind(const fabric_offer& peer) {
+void connection::bind(const protocol::fabric_offer& peer) {
   if (peer.provider != core_->dom->provider())
     throw rw::error(errc::bad_frame,
                     fmt::format("fabric: the peer runs provider '{}', this side '{}'",
                                 peer.provider, core_->dom->provider()));
-  if (peer.slot_bytes < frame_header_bytes + 64 || peer.slot_count == 0
+  if (peer.slot_bytes < protocol::frame_header_bytes + 64 || peer.slot_count == 0
       || peer.slot_count > max_slots || peer.conn_index >= max_connections)
     throw rw::error(
       errc::bad_frame,
@@ -88,7 +88,7 @@ void connection::bind(const fabric_offer& peer) {
   op_slot_.assign(ops, 0);
   for (uint32_t i = 0; i < ops; ++i)
     free_ops_.push_back(static_cast<int>(i));
-  headers_.resize(size_t{ops} * frame_header_bytes);
+  headers_.resize(size_t{ops} * protocol::frame_header_bytes);
   headers_region_ = std::make_unique<region>(*core_->dom, headers_.data(),
                                              headers_.size(), FI_SEND | FI_WRITE);
   paired_.assign(ops, -1);
@@ -216,7 +216,7 @@ bool connection::issue(int op, const iovec* iov, void** desc, size_t pieces,
   }
 }
 
-int connection::post(const frame_header& h, const iovec* payload, int count) {
+int connection::post(const protocol::frame_header& h, const iovec* payload, int count) {
   if (!is_open() || !bound_)
     return -1;
   size_t total = 0;
@@ -224,7 +224,7 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
     total += payload[i].iov_len;
   fi_rma_iov target{};
   bool placed = total > 0 && target_of(h, total, target);
-  if (!placed && frame_header_bytes + total > peer_slot_bytes_) {
+  if (!placed && protocol::frame_header_bytes + total > peer_slot_bytes_) {
     fail(errc::frame_too_large,
          fmt::format("a {} frame of {} bytes does not fit the peer's {}-byte slots",
                      to_string(h.kind), total, peer_slot_bytes_));
@@ -239,10 +239,10 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
     return -1;
   }
   op_slot_[op] = static_cast<uint32_t>(slot);
-  auto* header = headers_.data() + size_t(op) * frame_header_bytes;
+  auto* header = headers_.data() + size_t(op) * protocol::frame_header_bytes;
   if (placed) {
     auto flagged = h;
-    flagged.flags |= flag_placed;
+    flagged.flags |= protocol::flag_placed;
     encode(flagged, header);
   } else {
     encode(h, header);
@@ -258,10 +258,10 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
   auto limit = std::min<size_t>(core_->dom->iov_limit(), max_pieces + 1);
   if (size_t(count) + 1 > limit) {
     bounce_lock = std::unique_lock<std::mutex>{bounce_mtx_};
-    if (bounce_.size() < frame_header_bytes + total)
-      bounce_.resize(frame_header_bytes + total);
-    std::memcpy(bounce_.data(), header, frame_header_bytes);
-    size_t at = frame_header_bytes;
+    if (bounce_.size() < protocol::frame_header_bytes + total)
+      bounce_.resize(protocol::frame_header_bytes + total);
+    std::memcpy(bounce_.data(), header, protocol::frame_header_bytes);
+    size_t at = protocol::frame_header_bytes;
     for (int i = 0; i < count; ++i) {
       std::memcpy(bounce_.data() + at, payload[i].iov_base, payload[i].iov_len);
       at += payload[i].iov_len;
@@ -276,7 +276,7 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
     desc[0] = held[0]->desc();
     pieces = 1;
   } else {
-    iov[0] = {header, frame_header_bytes};
+    iov[0] = {header, protocol::frame_header_bytes};
     desc[0] = headers_region_->desc();
     pieces = 1;
     for (int i = 0; i < count; ++i) {
@@ -297,11 +297,11 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
   auto slot_addr = peer_slots_ + uint64_t(slot) * peer_slot_bytes_;
   bool ok;
   if (!placed) {
-    fi_rma_iov rma{slot_addr, frame_header_bytes + total, peer_key_};
+    fi_rma_iov rma{slot_addr, protocol::frame_header_bytes + total, peer_key_};
     ok = issue(op, iov, desc, pieces, &rma, 1, imm, true);
   } else if (core_->place_mode == placement::scatter) {
     // One write, two places: the header into the slot, the payload into the buffer.
-    fi_rma_iov rma[2] = {{slot_addr, frame_header_bytes, peer_key_}, target};
+    fi_rma_iov rma[2] = {{slot_addr, protocol::frame_header_bytes, peer_key_}, target};
     ok = issue(op, iov, desc, pieces, rma, 2, imm, true);
   } else {
     // The header first, then the payload with the immediate: placed in that order.
@@ -310,18 +310,19 @@ int connection::post(const frame_header& h, const iovec* payload, int count) {
       fail(errc::timeout, fmt::format("no write completed within {} ms", io_timeout_ms_));
       return -1;
     }
-    std::memcpy(headers_.data() + size_t(first) * frame_header_bytes, header,
-                frame_header_bytes);
-    iovec head{headers_.data() + size_t(first) * frame_header_bytes, frame_header_bytes};
+    std::memcpy(headers_.data() + size_t(first) * protocol::frame_header_bytes, header,
+                protocol::frame_header_bytes);
+    iovec head{headers_.data() + size_t(first) * protocol::frame_header_bytes,
+               protocol::frame_header_bytes};
     void* head_desc = headers_region_->desc();
-    fi_rma_iov to_slot{slot_addr, frame_header_bytes, peer_key_};
+    fi_rma_iov to_slot{slot_addr, protocol::frame_header_bytes, peer_key_};
     if (!issue(first, &head, &head_desc, 1, &to_slot, 1, 0, false))
       return -1;
     paired_[op] = first;
     iovec body[max_pieces + 1];
     size_t n = 0;
     if (bounce_lock.owns_lock()) {
-      body[n++] = {bounce_.data() + frame_header_bytes, total};
+      body[n++] = {bounce_.data() + protocol::frame_header_bytes, total};
     } else {
       for (size_t i = 1; i < pieces; ++i)
         body[n++] = iov[i];
@@ -379,7 +380,7 @@ bool connection::wait(int op) {
   }
 }
 
-bool connection::send(const frame_header& h, const iovec* payload, int count) {
+bool connection::send(const protocol::frame_header& h, const iovec* payload, int count) {
   if (send_queue_bytes_ == 0) {
     auto op = post(h, payload, count);
     return op != -1 && wait(op);
@@ -397,7 +398,8 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
   return op != -1 && wait(op);
 }
 
-bool connection::send_batch(const frame_header* headers, const iovec* payloads, int n) {
+bool connection::send_batch(const protocol::frame_header* headers, const iovec* payloads,
+                            int n) {
   // Every write in flight at once, then their completions: the window is the peer's
   // slots, not one frame. With a send queue, what finds no credit waits there.
   std::vector<int> ops;
@@ -432,18 +434,19 @@ bool connection::credit_free() {
   return !credits_.empty();
 }
 
-bool connection::enqueue(const frame_header& h, const iovec* payload, int count) {
+bool connection::enqueue(const protocol::frame_header& h, const iovec* payload,
+                         int count) {
   size_t total = 0;
   for (int i = 0; i < count; ++i)
     total += payload[i].iov_len;
   if (queue_.empty())
     queue_moved_ = clock_type::now(); // the stall clock starts with the first frame
-  if (queue_bytes_ + frame_header_bytes + total > send_queue_bytes_) {
-    fail(
-      errc::timeout,
-      fmt::format("the peer is not reading: {} bytes wait for its slots, and a {}-byte "
-                  "frame would pass the {} MiB bound (--send-queue-mib)",
-                  queue_bytes_, frame_header_bytes + total, send_queue_bytes_ >> 20));
+  if (queue_bytes_ + protocol::frame_header_bytes + total > send_queue_bytes_) {
+    fail(errc::timeout,
+         fmt::format(
+           "the peer is not reading: {} bytes wait for its slots, and a {}-byte "
+           "frame would pass the {} MiB bound (--send-queue-mib)",
+           queue_bytes_, protocol::frame_header_bytes + total, send_queue_bytes_ >> 20));
     return false;
   }
   queued_frame f;
@@ -454,7 +457,7 @@ bool connection::enqueue(const frame_header& h, const iovec* payload, int count)
     std::memcpy(f.payload.data() + at, payload[i].iov_base, payload[i].iov_len);
     at += payload[i].iov_len;
   }
-  queue_bytes_ += frame_header_bytes + total;
+  queue_bytes_ += protocol::frame_header_bytes + total;
   queued_now_.store(queue_bytes_, std::memory_order_relaxed);
   queue_.push_back(std::move(f));
   queued_frames_.fetch_add(1, std::memory_order_relaxed);
@@ -496,7 +499,7 @@ void connection::drain_queue() {
     auto op = post(f.h, &iov, f.payload.empty() ? 0 : 1);
     if (op == -1)
       return; // closed, with the reason
-    queue_bytes_ -= frame_header_bytes + f.payload.size();
+    queue_bytes_ -= protocol::frame_header_bytes + f.payload.size();
     queued_now_.store(queue_bytes_, std::memory_order_relaxed);
     queue_moved_ = clock_type::now();
     if (op != bounced) // the write reads the copy until it completes
@@ -544,30 +547,30 @@ bool connection::occupy(uint32_t s) noexcept {
   return s < slot_count_ && !occupied_[s].exchange(true);
 }
 
-bool connection::frame_at(uint32_t s, frame_header& h, std::string& why) const {
+bool connection::frame_at(uint32_t s, protocol::frame_header& h, std::string& why) const {
   if (decode(slots_->data() + size_t(s) * slot_bytes_, h, why) != errc::ok)
     return false;
   // Only an update may say its payload is elsewhere (written into an output buffer this
   // side named: placed_at checks it lies there); every other frame's payload is in its
   // slot, and the slot's size bounds it.
-  const bool placed = (h.flags & flag_placed) != 0;
-  if (placed && h.kind != frame_kind::update) {
+  const bool placed = (h.flags & protocol::flag_placed) != 0;
+  if (placed && h.kind != protocol::frame_kind::update) {
     why = fmt::format("a {} frame flagged as placed (only an update's payload is written "
                       "elsewhere)",
                       to_string(h.kind));
     return false;
   }
-  if (!placed && frame_header_bytes + size_t{h.payload_bytes} > slot_bytes_) {
+  if (!placed && protocol::frame_header_bytes + size_t{h.payload_bytes} > slot_bytes_) {
     why = fmt::format("a {} frame says {} payload bytes; its slot holds {}",
                       to_string(h.kind), h.payload_bytes,
-                      slot_bytes_ - frame_header_bytes);
+                      slot_bytes_ - protocol::frame_header_bytes);
     return false;
   }
   return true;
 }
 
 std::byte* connection::payload_at(uint32_t s) const noexcept {
-  return slots_->data() + size_t(s) * slot_bytes_ + frame_header_bytes;
+  return slots_->data() + size_t(s) * slot_bytes_ + protocol::frame_header_bytes;
 }
 
 void connection::release(uint32_t s) noexcept {

@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
+#include "protocol/control.hpp"
 #include "runtime/topology.hpp"
-#include "transports/control.hpp"
 #include "transports/fabric/core.hpp"
 #include "transports/fabric/slot_pool.hpp"
 #include "transports/transport.hpp"
@@ -62,17 +62,18 @@ public:
   ~connection() override;
 
   /// What this side offers the peer (FabricOffer).
-  fabric_offer offer() const;
+  protocol::fabric_offer offer() const;
   /// Takes the peer's offer: its address into the address vector, its slots as
   /// credits. Throws rw::error(errc::bad_frame) for an offer of another provider or one
   /// whose address the provider refuses.
-  void bind(const fabric_offer& peer);
+  void bind(const protocol::fabric_offer& peer);
 
-  bool send(const frame_header& h, const iovec* payload, int count) override;
+  bool send(const protocol::frame_header& h, const iovec* payload, int count) override;
   bool place_results(uint32_t tensor, float* dst, uint64_t bytes,
                      uint32_t chunk_bytes) override;
   using transports::connection::send;
-  bool send_batch(const frame_header* headers, const iovec* payloads, int n) override;
+  bool send_batch(const protocol::frame_header* headers, const iovec* payloads,
+                  int n) override;
   void close() override;
   bool is_open() const noexcept override;
   const std::string& peer() const noexcept override { return peer_; }
@@ -90,15 +91,15 @@ public:
   /// slot it had not been given back).
   bool occupy(uint32_t s) noexcept;
   /// Decodes the header in slot `s`; false with `why` if it cannot be trusted.
-  bool frame_at(uint32_t s, frame_header& h, std::string& why) const;
+  bool frame_at(uint32_t s, protocol::frame_header& h, std::string& why) const;
   std::byte* payload_at(uint32_t s) const noexcept;
   /// Gives slot `s` back to the peer (any thread).
   void release(uint32_t s) noexcept;
   /// Where the payload of a placed frame `h` was written (inside a buffer this side
   /// named for its tensor), or null with `why`.
-  std::byte* placed_at(const frame_header& h, std::string& why) const;
+  std::byte* placed_at(const protocol::frame_header& h, std::string& why) const;
   /// The peer says where it wants a tensor's results; false with `why` if out of range.
-  bool set_place(const fabric_place& p, std::string& why);
+  bool set_place(const protocol::fabric_place& p, std::string& why);
   /// Whether the peer named a buffer for `tensor`'s results.
   bool placing(uint32_t tensor) const;
   /// Frames sent, and of them updates written straight into the peer's buffers.
@@ -142,13 +143,13 @@ private:
   int take_credit();
   int take_op();
   /// Posts one frame; -1 when it failed (the connection is closed then).
-  int post(const frame_header& h, const iovec* payload, int count);
+  int post(const protocol::frame_header& h, const iovec* payload, int count);
   /// Issues one RMA write for op `op`; false when it failed (the connection is closed).
   bool issue(int op, const iovec* iov, void** desc, size_t pieces, const fi_rma_iov* rma,
              size_t targets, uint64_t data, bool with_data);
   /// Where an update's payload goes in the peer's memory, if the peer named a buffer
   /// for its tensor and the chunk fits in it.
-  bool target_of(const frame_header& h, uint64_t bytes, fi_rma_iov& out);
+  bool target_of(const protocol::frame_header& h, uint64_t bytes, fi_rma_iov& out);
   bool wait(int op);
   /// Whether op `op` (and the header write paired with it) has completed: then it is
   /// free again (a failed write closes the connection). Never waits.
@@ -156,7 +157,7 @@ private:
   bool credit_free();
   /// Copies a frame to the back of the queue; false (the connection cut off) over the
   /// bound. Holds post_mtx_.
-  bool enqueue(const frame_header& h, const iovec* payload, int count);
+  bool enqueue(const protocol::frame_header& h, const iovec* payload, int count);
   /// Posts queued frames while credits last and reaps completed copies. Holds post_mtx_.
   void drain_queue();
 
@@ -199,7 +200,7 @@ private:
   // The send queue (send_queue_bytes_ > 0). post_mtx_ orders posts: whoever posts
   // holds it from taking a credit to issuing the write.
   struct queued_frame {
-    frame_header h;
+    protocol::frame_header h;
     std::vector<std::byte> payload;
   };
   uint64_t send_queue_bytes_ = 0;

@@ -10,9 +10,11 @@
 
 namespace rw::transports::fabric {
 
-bool connection::target_of(const frame_header& h, uint64_t bytes, fi_rma_iov& out) {
+bool connection::target_of(const protocol::frame_header& h, uint64_t bytes,
+                           fi_rma_iov& out) {
   // 16-bit results are widened by the receiver: they travel through the slots.
-  if (h.kind != frame_kind::update || (h.flags & (flag_subscribe | flag_half)) != 0
+  if (h.kind != protocol::frame_kind::update
+      || (h.flags & (protocol::flag_subscribe | protocol::flag_half)) != 0
       || core_->place_mode == placement::off)
     return false;
   std::lock_guard<std::mutex> guard{place_mtx_};
@@ -46,7 +48,7 @@ bool connection::place_results(uint32_t tensor, float* dst, uint64_t bytes,
                  tensor, e.what());
     return true;
   }
-  fabric_place p;
+  protocol::fabric_place p;
   p.tensor = tensor;
   p.address = reg->remote_address(base);
   p.key = reg->key();
@@ -59,15 +61,15 @@ bool connection::place_results(uint32_t tensor, float* dst, uint64_t bytes,
     local_places_[tensor] = {std::move(reg), base, bytes, chunk_bytes};
   }
   auto payload = encode(p);
-  frame_header h;
-  h.kind = frame_kind::place;
+  protocol::frame_header h;
+  h.kind = protocol::frame_kind::place;
   h.tensor_id = tensor;
   h.payload_bytes = static_cast<uint32_t>(payload.size());
   iovec iov{payload.data(), payload.size()};
   return send(h, &iov, 1);
 }
 
-bool connection::set_place(const fabric_place& p, std::string& why) {
+bool connection::set_place(const protocol::fabric_place& p, std::string& why) {
   if (p.tensor >= max_placed_tensors) {
     why = fmt::format("a place for tensor {} (at most {} tensors)", p.tensor,
                       max_placed_tensors);
@@ -85,7 +87,8 @@ bool connection::placing(uint32_t tensor) const {
   return tensor < remote_places_.size() && remote_places_[tensor].bytes > 0;
 }
 
-std::byte* connection::placed_at(const frame_header& h, std::string& why) const {
+std::byte* connection::placed_at(const protocol::frame_header& h,
+                                 std::string& why) const {
   std::lock_guard<std::mutex> guard{place_mtx_};
   if (h.tensor_id >= local_places_.size() || local_places_[h.tensor_id].base == nullptr) {
     why = fmt::format("a placed {} frame for tensor {}, which has no output buffer here",

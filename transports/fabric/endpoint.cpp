@@ -47,14 +47,16 @@ private:
   void recycle() noexcept override { delete this; }
 };
 
-bool resident(frame_kind k) {
-  return k == frame_kind::push || k == frame_kind::init || k == frame_kind::pull;
+bool resident(protocol::frame_kind k) {
+  return k == protocol::frame_kind::push || k == protocol::frame_kind::init
+         || k == protocol::frame_kind::pull;
 }
 } // namespace
 
 uint64_t slot_bytes_for(uint32_t max_payload) {
-  return (uint64_t{frame_header_bytes} + std::max<uint32_t>(max_payload, 4096) + 63) / 64
-         * 64;
+  return (uint64_t{protocol::frame_header_bytes} + std::max<uint32_t>(max_payload, 4096)
+          + 63)
+         / 64 * 64;
 }
 
 namespace {
@@ -148,7 +150,7 @@ void endpoint::deliver(const std::shared_ptr<connection>& c, uint32_t slot,
                         slot));
     return;
   }
-  frame_header h;
+  protocol::frame_header h;
   std::string why;
   if (!c->frame_at(slot, h, why)) {
     // No error frame: sending one would wait on this very thread's progress. The
@@ -158,17 +160,17 @@ void endpoint::deliver(const std::shared_ptr<connection>& c, uint32_t slot,
     c->fail(errc::bad_frame, why);
     return;
   }
-  if (h.kind == frame_kind::place || (h.flags & flag_placed) != 0) {
+  if (h.kind == protocol::frame_kind::place || (h.flags & protocol::flag_placed) != 0) {
     // The transport's own: where the peer wants results, or an update already there.
-    if (h.kind == frame_kind::place) {
-      fabric_place p;
+    if (h.kind == protocol::frame_kind::place) {
+      protocol::fabric_place p;
       if (decode(c->payload_at(slot), h.payload_bytes, p, why) == errc::ok
           && c->set_place(p, why)) {
         c->release(slot);
         return;
       }
     } else if (auto* at = c->placed_at(h, why)) {
-      h.flags &= static_cast<uint16_t>(~flag_placed);
+      h.flags &= static_cast<uint16_t>(~protocol::flag_placed);
       placed_.fetch_add(1, std::memory_order_relaxed);
       sink.frame_sink::on_resident_frame(
         c, h, runtime::buffer_ref{new placed_view(at, h.payload_bytes)});

@@ -1,6 +1,6 @@
 #include "transports/shm/connection.hpp"
 
-#include "transports/control.hpp"
+#include "protocol/control.hpp"
 
 #include <fmt/format.h>
 
@@ -110,16 +110,16 @@ void connection::consumed(uint32_t tensor, uint32_t chunk, uint64_t clock) noexc
   post({completion::consumed, 0, tensor, chunk, 0, clock});
 }
 
-bool connection::send(const frame_header& h, const iovec* payload, int count) {
+bool connection::send(const protocol::frame_header& h, const iovec* payload, int count) {
   if (!is_open())
     return false;
   switch (h.kind) {
-    case frame_kind::update: {
+    case protocol::frame_kind::update: {
       if (h.tensor_id >= layouts_.size()
           || h.chunk_index >= layouts_[h.tensor_id].count())
         return false;
-      uint16_t kind = (h.flags & flag_subscribe) ? completion::published
-                                                 : completion::update;
+      uint16_t kind = (h.flags & protocol::flag_subscribe) ? completion::published
+                                                           : completion::update;
       if (worker_reads_params_)
         return post({kind, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
       auto& l = layouts_[h.tensor_id];
@@ -134,13 +134,13 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
       }
       return post({kind, 0, h.tensor_id, h.chunk_index, h.staleness, h.clock});
     }
-    case frame_kind::error: {
+    case protocol::frame_kind::error: {
       auto slot = header_->next_error.fetch_add(1) % error_slots;
       // The error text is the control payload; store its message part only.
       std::string text;
       for (int i = 0; i < count; ++i)
         text.append(static_cast<const char*>(payload[i].iov_base), payload[i].iov_len);
-      error_msg err;
+      protocol::error_msg err;
       std::string why;
       if (decode(reinterpret_cast<const std::byte*>(text.data()), text.size(), err, why)
           != errc::ok)
@@ -152,8 +152,8 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
       return post({completion::error, static_cast<uint16_t>(h.error_code), h.tensor_id,
                    h.chunk_index, slot, h.clock});
     }
-    case frame_kind::ack:
-      if (h.flags & flag_only_changed)
+    case protocol::frame_kind::ack:
+      if (h.flags & protocol::flag_only_changed)
         return post({completion::unchanged, 0, h.tensor_id, h.chunk_index, 0, h.clock});
       return true; // a push's ack: over shm a push completes when its memory is consumed
     default: return true;

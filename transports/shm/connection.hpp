@@ -36,7 +36,7 @@ public:
   uint32_t job_id() const noexcept { return job_id_; }
   uint32_t rank() const noexcept { return rank_; }
 
-  bool send(const frame_header& h, const iovec* payload, int count) override;
+  bool send(const protocol::frame_header& h, const iovec* payload, int count) override;
   using transports::connection::send;
   void close() override;
   bool is_open() const noexcept override;

@@ -38,8 +38,8 @@ std::string endpoint::describe() const {
 
 void endpoint::dispatch(const std::shared_ptr<connection>& c, const request& r,
                         frame_sink& sink) {
-  frame_header h;
-  h.kind = static_cast<frame_kind>(r.kind);
+  protocol::frame_header h;
+  h.kind = static_cast<protocol::frame_kind>(r.kind);
   h.flags = r.flags;
   h.job_id = c->job_id();
   h.rank = c->rank();
@@ -47,16 +47,16 @@ void endpoint::dispatch(const std::shared_ptr<connection>& c, const request& r,
   h.chunk_index = r.chunk;
   h.clock = r.clock;
   runtime::buffer_ref payload;
-  if (h.kind == frame_kind::push || h.kind == frame_kind::init) {
+  if (h.kind == protocol::frame_kind::push || h.kind == protocol::frame_kind::init) {
     uint32_t bytes = 0;
     auto* data = c->gradient(r.tensor, r.chunk, bytes);
     if (data != nullptr) {
-      bool notify = (r.flags & flag_want_result) == 0;
+      bool notify = (r.flags & protocol::flag_want_result) == 0;
       payload.reset(new view(c, data, bytes, r.tensor, r.chunk, r.clock, notify));
       h.payload_bytes = bytes;
     }
-  } else if (h.kind != frame_kind::pull) {
-    h.kind = frame_kind::invalid; // only push, init and pull travel on the ring
+  } else if (h.kind != protocol::frame_kind::pull) {
+    h.kind = protocol::frame_kind::invalid; // only push, init and pull travel on the ring
   }
   sink.on_resident_frame(c, h, std::move(payload));
 }

@@ -23,9 +23,9 @@ constexpr size_t discard_chunk = 64 * 1024;
 // peer holds at most twice what it sent (and this).
 constexpr size_t gather_step = 4 * 1024;
 
-bool is_data_kind(frame_kind k) {
-  return k == frame_kind::push || k == frame_kind::init || k == frame_kind::update
-         || k == frame_kind::push_sparse;
+bool is_data_kind(protocol::frame_kind k) {
+  return k == protocol::frame_kind::push || k == protocol::frame_kind::init
+         || k == protocol::frame_kind::update || k == protocol::frame_kind::push_sparse;
 }
 
 // Moves past `sent` bytes of the gather list.
@@ -75,9 +75,9 @@ std::string connection::overstayed(clock::time_point now,
   if (phase_ == phase::payload || got_ > 0) {
     if (now - frame_started_ < limit)
       return {};
-    auto total = frame_header_bytes
+    auto total = protocol::frame_header_bytes
                  + (phase_ == phase::payload ? header_.payload_bytes : 0);
-    auto have = phase_ == phase::payload ? frame_header_bytes + got_ : got_;
+    auto have = phase_ == phase::payload ? protocol::frame_header_bytes + got_ : got_;
     return fmt::format(
       "a frame not whole {} ms after its first byte ({} of {} bytes in): a "
       "peer that has not joined a job sends each frame whole within "
@@ -151,8 +151,8 @@ size_t connection::queued_bytes() const {
   return queue_.bytes();
 }
 
-bool connection::send(const frame_header& h, const iovec* payload, int count) {
-  alignas(8) std::byte head[frame_header_bytes];
+bool connection::send(const protocol::frame_header& h, const iovec* payload, int count) {
+  alignas(8) std::byte head[protocol::frame_header_bytes];
   encode(h, head);
   iovec local[8];
   std::vector<iovec> heap;
@@ -161,16 +161,17 @@ bool connection::send(const frame_header& h, const iovec* payload, int count) {
     heap.resize(static_cast<size_t>(count) + 1);
     iov = heap.data();
   }
-  iov[0] = {head, frame_header_bytes};
+  iov[0] = {head, protocol::frame_header_bytes};
   for (int i = 0; i < count; ++i)
     iov[i + 1] = payload[i];
   std::lock_guard<std::mutex> guard{send_mtx_};
   return write(iov, count + 1);
 }
 
-bool connection::send_batch(const frame_header* headers, const iovec* payloads, int n) {
+bool connection::send_batch(const protocol::frame_header* headers, const iovec* payloads,
+                            int n) {
   constexpr int per_write = 256; // frames per gather write (2 pieces each, < IOV_MAX)
-  alignas(8) std::byte heads[per_write][frame_header_bytes];
+  alignas(8) std::byte heads[per_write][protocol::frame_header_bytes];
   iovec iov[2 * per_write];
   std::lock_guard<std::mutex> guard{send_mtx_};
   for (int first = 0; first < n; first += per_write) {
@@ -178,7 +179,7 @@ bool connection::send_batch(const frame_header* headers, const iovec* payloads, 
     int pieces = 0;
     for (int i = 0; i < count; ++i) {
       encode(headers[first + i], heads[i]);
-      iov[pieces++] = {heads[i], frame_header_bytes};
+      iov[pieces++] = {heads[i], protocol::frame_header_bytes};
       if (payloads[first + i].iov_len > 0)
         iov[pieces++] = payloads[first + i];
     }
@@ -367,11 +368,11 @@ bool connection::read_ready(frame_sink& sink) {
     if (reading_paused_.load(std::memory_order_acquire) && phase_ == phase::header)
       return true; // backpressure: the rest stays in the socket until reading resumes
     // A header that arrived with the previous payload needs no read.
-    bool header_ready = phase_ == phase::header && got_ == frame_header_bytes;
+    bool header_ready = phase_ == phase::header && got_ == protocol::frame_header_bytes;
     ssize_t n = 0;
     if (!header_ready) {
       if (phase_ == phase::header) {
-        n = ::recv(fd_, header_buf_ + got_, frame_header_bytes - got_, 0);
+        n = ::recv(fd_, header_buf_ + got_, protocol::frame_header_bytes - got_, 0);
       } else if (target_.action == payload_target::discard) {
         n = ::recv(fd_, scratch,
                    std::min(discard_chunk, size_t{header_.payload_bytes} - got_), 0);
@@ -393,7 +394,7 @@ bool connection::read_ready(frame_sink& sink) {
         // The payload's rest, and as much of the next header as has arrived: most
         // frames then cost one read.
         iovec iov[2] = {{target_.dst + got_, header_.payload_bytes - got_},
-                        {header_buf_, frame_header_bytes}};
+                        {header_buf_, protocol::frame_header_bytes}};
         n = ::readv(fd_, iov, 2);
       }
       if (n < 0) {
@@ -416,9 +417,10 @@ bool connection::read_ready(frame_sink& sink) {
         }
         if (phase_ == phase::header && got_ == 0)
           return fail(sink, errc::ok, "peer closed the connection", false);
-        auto total = phase_ == phase::header ? frame_header_bytes
-                                             : frame_header_bytes + header_.payload_bytes;
-        auto have = phase_ == phase::header ? got_ : frame_header_bytes + got_;
+        auto total = phase_ == phase::header
+                       ? protocol::frame_header_bytes
+                       : protocol::frame_header_bytes + header_.payload_bytes;
+        auto have = phase_ == phase::header ? got_ : protocol::frame_header_bytes + got_;
         return fail(
           sink, errc::bad_frame,
           fmt::format("truncated frame: peer closed after {} of {} bytes", have, total),
@@ -433,7 +435,7 @@ bool connection::read_ready(frame_sink& sink) {
       got_ = header_.payload_bytes;
     }
     if (phase_ == phase::header) {
-      if (got_ < frame_header_bytes)
+      if (got_ < protocol::frame_header_bytes)
         continue;
       std::string why;
       auto rc = decode(header_buf_, header_, why);

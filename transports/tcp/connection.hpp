@@ -45,9 +45,10 @@ public:
   connection(int fd, std::string peer, send_policy policy, receive_limits limits);
   ~connection() override;
 
-  bool send(const frame_header& h, const iovec* payload, int count) override;
+  bool send(const protocol::frame_header& h, const iovec* payload, int count) override;
   using transports::connection::send;
-  bool send_batch(const frame_header* headers, const iovec* payloads, int n) override;
+  bool send_batch(const protocol::frame_header* headers, const iovec* payloads,
+                  int n) override;
   void close() override;
   bool is_open() const noexcept override;
   const std::string& peer() const noexcept override { return peer_; }
@@ -152,10 +153,10 @@ private:
 
   // Receive state (endpoint thread only).
   phase phase_ = phase::header;
-  alignas(8) std::byte header_buf_[frame_header_bytes];
+  alignas(8) std::byte header_buf_[protocol::frame_header_bytes];
   size_t got_ = 0;
   size_t spill_ = 0; // bytes of the next header read along with a payload
-  frame_header header_;
+  protocol::frame_header header_;
   payload_target target_;
 
   // Peers that have not joined (accepted connections only; endpoint thread).

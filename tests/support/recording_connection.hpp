@@ -19,12 +19,12 @@ public:
     std::vector<void*> payloads;
   };
 
-  bool send(const transports::frame_header& h, const iovec* payload, int count) override {
+  bool send(const protocol::frame_header& h, const iovec* payload, int count) override {
     std::lock_guard<std::mutex> guard{mtx_};
     writes.push_back({{h.chunk_index}, {count > 0 ? payload[0].iov_base : nullptr}});
     return true;
   }
-  bool send_batch(const transports::frame_header* headers, const iovec* payloads,
+  bool send_batch(const protocol::frame_header* headers, const iovec* payloads,
                   int n) override {
     write w;
     for (int i = 0; i < n; ++i) {

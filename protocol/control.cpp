@@ -1,4 +1,4 @@
-#include "transports/control.hpp"
+#include "protocol/control.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -10,7 +10,7 @@
 #include "runtime/optimizer_fields.hpp"
 #include "schemas/control.capnp.h"
 
-namespace rw::transports {
+namespace rw::protocol {
 
 namespace {
 
@@ -503,4 +503,4 @@ errc decode(const std::byte* data, size_t size, fabric_place& out, std::string& 
   });
 }
 
-} // namespace rw::transports
+} // namespace rw::protocol

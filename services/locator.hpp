@@ -11,22 +11,25 @@
 #include <string>
 #include <thread>
 
-#include "transports/control.hpp"
+#include "protocol/control.hpp"
 #include "transports/tcp/address.hpp"
 
 namespace rw::transports::tcp {
-
 class endpoint;
+} // namespace rw::transports::tcp
+
+namespace rw::services {
 
 /// Asks the node at `node` (HOST:PORT) where the coordinator is, within `timeout`.
 /// The answer's host is filled in (from `node`) when the node left it empty or gave a
 /// wildcard. Throws std::runtime_error with a message fit for the user.
-located_msg locate(const std::string& node, std::chrono::milliseconds timeout);
+protocol::located_msg locate(const std::string& node, std::chrono::milliseconds timeout);
 
 /// How a locator answers a worker's hello (with an error frame: typically moved, to the
 /// job's nodes); given the hello and the worker's HOST:PORT. Runs on the locator's
 /// thread, so it must return within a bounded time.
-using hello_answer = std::function<error_msg(const hello_msg&, const std::string& peer)>;
+using hello_answer =
+  std::function<protocol::error_msg(const protocol::hello_msg&, const std::string& peer)>;
 
 /// Answers `locate` on a listening endpoint with a fixed answer, on its own thread; a
 /// hello goes to `on_hello` if given; any other frame is refused with an error frame
@@ -34,8 +37,8 @@ using hello_answer = std::function<error_msg(const hello_msg&, const std::string
 class locator_service {
 public:
   /// Binds `listen` at once (throws if it cannot); serves until destroyed.
-  locator_service(const std::string& listen, located_msg answer, std::string refusal,
-                  hello_answer on_hello = {});
+  locator_service(const std::string& listen, protocol::located_msg answer,
+                  std::string refusal, hello_answer on_hello = {});
   ~locator_service();
 
   locator_service(const locator_service&) = delete;
@@ -45,10 +48,10 @@ public:
   const std::string& address() const noexcept { return address_; }
 
 private:
-  std::shared_ptr<endpoint> ep_;
+  std::shared_ptr<transports::tcp::endpoint> ep_;
   std::string address_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 
-} // namespace rw::transports::tcp
+} // namespace rw::services

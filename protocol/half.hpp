@@ -17,7 +17,7 @@
 
 #include "rackweave/job_spec.hpp"
 
-namespace rw::transports {
+namespace rw::protocol {
 
 /// The frame flag of a compression's 16-bit payloads: flag_bf16, flag_fp16, or 0 where
 /// chunks travel as float32 (none) or sparse pairs (topk).
@@ -42,4 +42,4 @@ std::string widen_half(uint16_t flag, const std::byte* payload, size_t bytes, fl
 /// shared-memory workers (whose chunks do not travel) apply.
 void round_half(uint16_t flag, float* x, size_t length) noexcept;
 
-} // namespace rw::transports
+} // namespace rw::protocol

@@ -11,7 +11,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/integration/cluster_fixture.hpp"
+#include "tests/support/cluster_fixture.hpp"
+#include "tests/support/test_worker.hpp"
 
 namespace rw::testing {
 
@@ -66,38 +67,20 @@ struct rack_cluster {
   std::vector<std::unique_ptr<node_process>> nodes;
 };
 
-struct worker_run {
-  std::unique_ptr<tools::subprocess> proc;
-  std::string err_path;
-  std::string out_path;
-};
-
-/// A test worker process (the caller starts `proc` with these paths) whose files are
-/// removed at the end.
-struct worker_process {
-  std::unique_ptr<tools::subprocess> proc;
-  std::string err_path = temp_path("worker.err");
-  std::string out_path = temp_path("worker.bin");
-  ~worker_process() {
-    std::remove(err_path.c_str());
-    std::remove(out_path.c_str());
-  }
-};
-
 /// Starts rank `rank` of `job` (two workers, over TCP, checked against the
 /// single-process reference) at `connect` with the job's token; `args` adds the rest
 /// (--optimizer, --steps, --step-delay-ms, ...).
 inline std::unique_ptr<worker_process> start_verified(
   const std::string& connect, const std::string& job, uint32_t rank,
   const std::string& token, const std::vector<std::string>& args) {
-  auto w = std::make_unique<worker_process>();
-  std::vector<std::string> argv{
-    RW_TEST_WORKER_PATH,  "--connect", connect,       "--job",   job,   "--rank",
-    std::to_string(rank), "--workers", "2",           "--token", token, "--out",
-    w->out_path,          "--verify",  "--transport", "tcp"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  w->proc = std::make_unique<tools::subprocess>(argv, true, w->err_path);
-  return w;
+  worker_args a;
+  a.connect = connect;
+  a.job = job;
+  a.rank = rank;
+  a.token = token;
+  a.transport = "tcp";
+  a.extra = args;
+  return start_worker(a);
 }
 
 /// A verified worker of two paced at 40 ms a step, so a fault lands while it runs:
@@ -108,79 +91,18 @@ inline std::unique_ptr<worker_process> start_paced(const std::string& connect,
                                                    const std::string& optimizer,
                                                    uint32_t steps, bool split,
                                                    std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"--optimizer",         optimizer,         "--steps",
-                                std::to_string(steps), "--step-delay-ms", "40"};
-  if (split)
-    args.push_back("--split");
-  args.insert(args.end(), extra.begin(), extra.end());
-  return start_verified(connect, job, rank, token, args);
-}
-
-/// Waits up to `seconds` for `w` to end: its exit code, and its stdout then stderr.
-inline std::pair<std::optional<int>, std::string> finish(worker_process& w,
-                                                         int seconds = 60) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  auto out = w.proc->read_all(deadline);
-  auto code = w.proc->wait_until(deadline);
-  return {code, out + read_file(w.err_path)};
-}
-
-/// Waits (up to `seconds` each) for every worker of `ws` to end, and checks that each
-/// exited 0 with its parameters bitwise the reference and said each line of `also`.
-inline void check_all_verified(std::vector<std::unique_ptr<worker_process>>& ws,
-                               const std::vector<std::string>& also = {},
-                               int seconds = 60) {
-  for (auto& w : ws) {
-    auto [code, out] = finish(*w, seconds);
-    INFO(out);
-    CHECK(code == std::optional<int>{0});
-    CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
-    for (auto& line : also)
-      CHECK_THAT(out, Catch::Contains(line));
-  }
-}
-
-inline worker_run start_worker(const std::string& connect, const std::string& job,
-                               uint32_t rank, uint32_t workers,
-                               const std::string& optimizer, const std::string& token,
-                               uint32_t hold_ms = 0, const std::string& rank_racks = {},
-                               const std::string& rack = {},
-                               const std::string& transport = "auto") {
-  worker_run w;
-  w.err_path = temp_path("worker.err");
-  w.out_path = temp_path("worker.bin");
-  std::vector<std::string> argv{RW_TEST_WORKER_PATH,
-                                "--connect",
-                                connect,
-                                "--job",
-                                job,
-                                "--rank",
-                                std::to_string(rank),
-                                "--workers",
-                                std::to_string(workers),
-                                "--optimizer",
-                                optimizer,
-                                "--steps",
-                                "3",
-                                "--token",
-                                token,
-                                "--out",
-                                w.out_path,
-                                "--verify",
-                                "--transport",
-                                transport,
-                                "--hold-ms",
-                                std::to_string(hold_ms)};
-  if (!rank_racks.empty()) { // a hierarchical job: the reference sums racks first
-    argv.push_back("--rank-racks");
-    argv.push_back(rank_racks);
-  }
-  if (!rack.empty()) { // the worker's rack option
-    argv.push_back("--rack");
-    argv.push_back(rack);
-  }
-  w.proc = std::make_unique<tools::subprocess>(argv, true, w.err_path);
-  return w;
+  worker_args a;
+  a.connect = connect;
+  a.job = job;
+  a.rank = rank;
+  a.token = token;
+  a.transport = "tcp";
+  a.optimizer = optimizer;
+  a.steps = steps;
+  a.step_delay_ms = 40;
+  a.split = split;
+  a.extra = std::move(extra);
+  return start_worker(a);
 }
 
 // Runs the job's workers, each connecting to the node given for its rank (with the
@@ -192,23 +114,31 @@ inline std::vector<std::string> run_verified(const std::vector<std::string>& con
                                              const std::string& token,
                                              const std::string& rank_racks = {},
                                              const std::vector<std::string>& racks = {},
-                                             const std::string& transport = "auto") {
+                                             const std::string& transport = {}) {
   auto n = static_cast<uint32_t>(connect.size());
-  std::vector<worker_run> ws;
-  for (uint32_t r = 0; r < n; ++r)
-    ws.push_back(start_worker(connect[r], job, r, n, optimizer, token, 0, rank_racks,
-                              r < racks.size() ? racks[r] : std::string{}, transport));
+  std::vector<std::unique_ptr<worker_process>> ws;
+  for (uint32_t r = 0; r < n; ++r) {
+    worker_args a;
+    a.connect = connect[r];
+    a.job = job;
+    a.rank = r;
+    a.workers = n;
+    a.optimizer = optimizer;
+    a.token = token;
+    a.rank_racks = rank_racks;
+    a.rack = r < racks.size() ? racks[r] : std::string{};
+    a.transport = transport;
+    ws.push_back(start_worker(a));
+  }
   std::vector<std::string> errs;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (uint32_t r = 0; r < n; ++r) {
-    auto out = ws[r].proc->read_all(deadline);
-    auto code = ws[r].proc->wait_until(deadline);
-    errs.push_back(read_file(ws[r].err_path));
+    auto out = ws[r]->proc->read_all(deadline);
+    auto code = ws[r]->proc->wait_until(deadline);
+    errs.push_back(read_file(ws[r]->err_path));
     INFO(job << " rank " << r << ": " << out << errs.back());
     CHECK(code == std::optional<int>{0});
     CHECK_THAT(out, Catch::Contains("verified, bitwise the reference"));
-    std::remove(ws[r].err_path.c_str());
-    std::remove(ws[r].out_path.c_str());
   }
   return errs;
 }

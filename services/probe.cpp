@@ -1,4 +1,4 @@
-#include "transports/tcp/probe.hpp"
+#include "services/probe.hpp"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 
 #include "transports/tcp/address.hpp"
 
-namespace rw::transports::tcp {
+namespace rw::services {
 
 std::optional<double> connect_round_trip(const std::string& node, unsigned samples,
                                          std::chrono::milliseconds timeout) {
@@ -34,4 +34,4 @@ std::optional<double> connect_round_trip(const std::string& node, unsigned sampl
   return best;
 }
 
-} // namespace rw::transports::tcp
+} // namespace rw::services

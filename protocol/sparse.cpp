@@ -1,12 +1,12 @@
-#include "transports/sparse.hpp"
+#include "protocol/sparse.hpp"
 
 #include <cstring>
 
 #include <fmt/format.h>
 
-#include "transports/frame.hpp"
+#include "protocol/frame.hpp"
 
-namespace rw::transports {
+namespace rw::protocol {
 
 std::string check_sparse_size(size_t payload_bytes, size_t length) {
   if (payload_bytes % sizeof(sparse_pair) != 0 || payload_bytes > length * sizeof(float))
@@ -34,4 +34,4 @@ std::string densify_sparse(const std::byte* pairs, size_t payload_bytes, float* 
   return {};
 }
 
-} // namespace rw::transports
+} // namespace rw::protocol

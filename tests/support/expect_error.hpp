@@ -6,14 +6,14 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/integration/raw_client.hpp"
+#include "tests/support/raw_client.hpp"
 
 namespace rw::testing {
 
 inline std::string expect_error(raw_client& c, errc code) {
   auto f = c.read_frame();
   REQUIRE(f.has_value());
-  REQUIRE(f->header.kind == transports::frame_kind::error);
+  REQUIRE(f->header.kind == protocol::frame_kind::error);
   auto e = f->error();
   INFO(e.message);
   CHECK(e.code == code);

@@ -7,11 +7,11 @@
 #include <optional>
 #include <string>
 
-namespace rw::transports::tcp {
+namespace rw::services {
 
 /// The lowest of `samples` connect times to `node` (HOST:PORT), in milliseconds, each bounded by
 /// `timeout`; nothing if no connect succeeded.
 std::optional<double> connect_round_trip(const std::string& node, unsigned samples,
                                          std::chrono::milliseconds timeout);
 
-} // namespace rw::transports::tcp
+} // namespace rw::services

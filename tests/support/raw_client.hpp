@@ -8,17 +8,17 @@
 #include <string>
 #include <vector>
 
-#include "transports/control.hpp"
-#include "transports/frame.hpp"
+#include "protocol/control.hpp"
+#include "protocol/frame.hpp"
 
 namespace rw::testing {
 
 struct raw_frame {
-  transports::frame_header header;
+  protocol::frame_header header;
   std::vector<std::byte> payload;
 
   /// For error frames: the decoded code and message.
-  transports::error_msg error() const;
+  protocol::error_msg error() const;
 };
 
 class raw_client {
@@ -29,8 +29,8 @@ public:
   ~raw_client();
 
   void send_bytes(const void* data, size_t size);
-  void send_frame(const transports::frame_header& h, const void* payload = nullptr);
-  void send_floats(transports::frame_header h, const std::vector<float>& values);
+  void send_frame(const protocol::frame_header& h, const void* payload = nullptr);
+  void send_floats(protocol::frame_header h, const std::vector<float>& values);
 
   /// The next frame, or nullopt if the peer closed or nothing came in time.
   std::optional<raw_frame> read_frame(
@@ -45,10 +45,10 @@ public:
   /// std::runtime_error.
   uint32_t join(const job_spec& spec, uint32_t rank, const std::string& token = {});
   /// The same, returning the whole welcome.
-  transports::welcome_msg join_welcome(const job_spec& spec, uint32_t rank,
-                                       const std::string& token = {});
+  protocol::welcome_msg join_welcome(const job_spec& spec, uint32_t rank,
+                                     const std::string& token = {});
   /// Sends an attach frame carrying `proof`.
-  void send_attach(uint32_t job_id, uint32_t rank, const transports::attach_msg& proof);
+  void send_attach(uint32_t job_id, uint32_t rank, const protocol::attach_msg& proof);
 
   void close();
 

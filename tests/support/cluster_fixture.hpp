@@ -8,7 +8,7 @@
 
 #include <unistd.h>
 
-#include "tests/integration/node_process.hpp"
+#include "tests/support/node_process.hpp"
 
 namespace rw::testing {
 

@@ -1,4 +1,4 @@
-#include "transports/frame.hpp"
+#include "protocol/frame.hpp"
 
 #include <cstring>
 
@@ -9,7 +9,7 @@
 #include "rackweave/defaults.hpp"
 #include "schemas/frame.capnp.h"
 
-namespace rw::transports {
+namespace rw::protocol {
 
 namespace {
 
@@ -142,4 +142,4 @@ errc decode(const std::byte* in, frame_header& out, std::string& why) {
   return errc::ok;
 }
 
-} // namespace rw::transports
+} // namespace rw::protocol

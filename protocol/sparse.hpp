@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <string>
 
-namespace rw::transports {
+namespace rw::protocol {
 
 /// "" when `payload_bytes` can be a sparse chunk of `length` elements: a whole number of
 /// pairs, never more bytes than the dense chunk (a worker sends dense then). Else why not.
@@ -21,4 +21,4 @@ std::string check_sparse_size(size_t payload_bytes, size_t length);
 std::string densify_sparse(const std::byte* pairs, size_t payload_bytes, float* dense,
                            size_t length);
 
-} // namespace rw::transports
+} // namespace rw::protocol

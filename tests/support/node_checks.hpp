@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 
 #include "rackweave/worker.hpp"
-#include "tests/integration/job_options.hpp"
+#include "tests/support/job_options.hpp"
 
 namespace rw::testing {
 

@@ -1,4 +1,4 @@
-#include "tests/integration/raw_client.hpp"
+#include "tests/support/raw_client.hpp"
 
 #include "runtime/credentials.hpp"
 
@@ -19,8 +19,8 @@
 
 namespace rw::testing {
 
-transports::error_msg raw_frame::error() const {
-  transports::error_msg e;
+protocol::error_msg raw_frame::error() const {
+  protocol::error_msg e;
   std::string why;
   if (decode(payload.data(), payload.size(), e, why) != errc::ok)
     throw std::runtime_error("undecodable error frame: " + why);
@@ -80,9 +80,9 @@ void raw_client::send_bytes(const void* data, size_t size) {
   }
 }
 
-void raw_client::send_frame(const transports::frame_header& h, const void* payload) {
-  alignas(8) std::byte head[transports::frame_header_bytes];
-  transports::encode(h, head);
+void raw_client::send_frame(const protocol::frame_header& h, const void* payload) {
+  alignas(8) std::byte head[protocol::frame_header_bytes];
+  protocol::encode(h, head);
   size_t payload_bytes = payload != nullptr ? h.payload_bytes : 0;
   auto* body = static_cast<const std::byte*>(payload);
   // Header and payload in one gather write, as a worker sends them: a node that refuses
@@ -118,8 +118,7 @@ void raw_client::send_frame(const transports::frame_header& h, const void* paylo
   }
 }
 
-void raw_client::send_floats(transports::frame_header h,
-                             const std::vector<float>& values) {
+void raw_client::send_floats(protocol::frame_header h, const std::vector<float>& values) {
   h.payload_bytes = static_cast<uint32_t>(values.size() * sizeof(float));
   send_frame(h, values.data());
 }
@@ -151,12 +150,12 @@ bool raw_client::read_exact(std::byte* dst, size_t n,
 
 std::optional<raw_frame> raw_client::read_frame(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  alignas(8) std::byte head[transports::frame_header_bytes];
+  alignas(8) std::byte head[protocol::frame_header_bytes];
   if (!read_exact(head, sizeof(head), deadline))
     return std::nullopt;
   raw_frame f;
   std::string why;
-  if (transports::decode(head, f.header, why) != errc::ok)
+  if (protocol::decode(head, f.header, why) != errc::ok)
     throw std::runtime_error("the node sent an undecodable header: " + why);
   f.payload.resize(f.header.payload_bytes);
   if (!read_exact(f.payload.data(), f.payload.size(), deadline))
@@ -182,28 +181,28 @@ uint32_t raw_client::join(const job_spec& spec, uint32_t rank, const std::string
   return join_welcome(spec, rank, token).job_id;
 }
 
-transports::welcome_msg raw_client::join_welcome(const job_spec& spec, uint32_t rank,
-                                                 const std::string& token) {
-  transports::hello_msg hello;
+protocol::welcome_msg raw_client::join_welcome(const job_spec& spec, uint32_t rank,
+                                               const std::string& token) {
+  protocol::hello_msg hello;
   hello.spec = spec;
   hello.rank = rank;
   hello.has_token = !token.empty();
-  auto payload = transports::encode(hello);
-  transports::frame_header h;
-  h.kind = transports::frame_kind::hello;
+  auto payload = protocol::encode(hello);
+  protocol::frame_header h;
+  h.kind = protocol::frame_kind::hello;
   h.rank = rank;
   h.payload_bytes = static_cast<uint32_t>(payload.size());
   send_frame(h, payload.data());
   auto f = read_frame();
-  if (f && f->header.kind == transports::frame_kind::challenge) {
-    transports::challenge_msg ch;
+  if (f && f->header.kind == protocol::frame_kind::challenge) {
+    protocol::challenge_msg ch;
     std::string why;
     if (decode(f->payload.data(), f->payload.size(), ch, why) != errc::ok)
       throw std::runtime_error("undecodable challenge: " + why);
-    auto proof = transports::encode(
-      transports::proof_msg{runtime::prove(token, ch.nonce, spec.name, rank)});
-    transports::frame_header p;
-    p.kind = transports::frame_kind::proof;
+    auto proof = protocol::encode(
+      protocol::proof_msg{runtime::prove(token, ch.nonce, spec.name, rank)});
+    protocol::frame_header p;
+    p.kind = protocol::frame_kind::proof;
     p.rank = rank;
     p.payload_bytes = static_cast<uint32_t>(proof.size());
     send_frame(p, proof.data());
@@ -211,11 +210,11 @@ transports::welcome_msg raw_client::join_welcome(const job_spec& spec, uint32_t 
   }
   if (!f)
     throw std::runtime_error("no answer to hello");
-  if (f->header.kind == transports::frame_kind::error) {
+  if (f->header.kind == protocol::frame_kind::error) {
     auto e = f->error();
     throw rw::error(e.code, e.message); // the node's refusal, with its code
   }
-  transports::welcome_msg w;
+  protocol::welcome_msg w;
   std::string why;
   if (decode(f->payload.data(), f->payload.size(), w, why) != errc::ok)
     throw std::runtime_error(why);
@@ -223,10 +222,10 @@ transports::welcome_msg raw_client::join_welcome(const job_spec& spec, uint32_t 
 }
 
 void raw_client::send_attach(uint32_t job_id, uint32_t rank,
-                             const transports::attach_msg& proof) {
-  auto payload = transports::encode(proof);
-  transports::frame_header h;
-  h.kind = transports::frame_kind::attach;
+                             const protocol::attach_msg& proof) {
+  auto payload = protocol::encode(proof);
+  protocol::frame_header h;
+  h.kind = protocol::frame_kind::attach;
   h.job_id = job_id;
   h.rank = rank;
   h.payload_bytes = static_cast<uint32_t>(payload.size());

@@ -12,7 +12,7 @@
 
 #include "rackweave/errc.hpp"
 
-namespace rw::transports {
+namespace rw::protocol {
 
 enum class frame_kind : uint16_t {
   invalid = 0,
@@ -69,7 +69,7 @@ constexpr uint16_t flag_placed = 16;
 
 /// Flag bits of a push (worker -> node) or an update (node -> worker) of a job created
 /// with compression bf16 or fp16: the payload holds the chunk as 16-bit values in that
-/// format (transports/half.hpp), not float32. At most one of them is set.
+/// format (protocol/half.hpp), not float32. At most one of them is set.
 constexpr uint16_t flag_bf16 = 32;
 constexpr uint16_t flag_fp16 = 64;
 constexpr uint16_t flag_half = flag_bf16 | flag_fp16;
@@ -112,4 +112,4 @@ bool looks_like_caf_handshake(const std::byte* in);
 /// code and sets `why`; the stream can no longer be trusted after that.
 errc decode(const std::byte* in, frame_header& out, std::string& why);
 
-} // namespace rw::transports
+} // namespace rw::protocol

@@ -1,13 +1,13 @@
-#include "transports/half.hpp"
+#include "protocol/half.hpp"
 
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "protocol/frame.hpp"
 #include "runtime/compression.hpp"
-#include "transports/frame.hpp"
 
-namespace rw::transports {
+namespace rw::protocol {
 
 namespace {
 
@@ -78,4 +78,4 @@ void round_half(uint16_t flag, float* x, size_t length) noexcept {
     runtime::round_fp16(x, length);
 }
 
-} // namespace rw::transports
+} // namespace rw::protocol

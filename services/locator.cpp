@@ -1,12 +1,12 @@
-#include "transports/tcp/locator.hpp"
+#include "services/locator.hpp"
 
 #include <fmt/format.h>
 
 #include "rackweave/defaults.hpp"
-#include "transports/tcp/endpoint.hpp"
-#include "transports/tcp/locator_sink.hpp"
+#include "services/locator_sink.hpp"
+#include "services/tcp_names.hpp"
 
-namespace rw::transports::tcp {
+namespace rw::services {
 
 namespace {
 
@@ -15,25 +15,26 @@ constexpr receive_limits control_only{0, defaults::max_control_bytes};
 // Receives the answer to a locate.
 class answer_sink final : public frame_sink {
 public:
-  payload_target on_header(const connection_ptr&, const frame_header& h) override {
-    if (h.kind != frame_kind::located && h.kind != frame_kind::error)
+  payload_target on_header(const connection_ptr&,
+                           const protocol::frame_header& h) override {
+    if (h.kind != protocol::frame_kind::located && h.kind != protocol::frame_kind::error)
       return payload_target::dropped();
     kind = h.kind;
     buf.resize(h.payload_bytes);
     return payload_target::into(buf.data());
   }
-  void on_frame(const connection_ptr&, const frame_header& h,
+  void on_frame(const connection_ptr&, const protocol::frame_header& h,
                 payload_target& t) override {
     if (t.action == payload_target::discard)
       return;
     answered = true;
     std::string why;
-    if (h.kind == frame_kind::located) {
+    if (h.kind == protocol::frame_kind::located) {
       if (decode(buf.data(), buf.size(), answer, why) != errc::ok)
         failure = "undecodable answer: " + why;
       return;
     }
-    error_msg err;
+    protocol::error_msg err;
     failure = decode(buf.data(), buf.size(), err, why) == errc::ok
                 ? err.message
                 : "undecodable error: " + why;
@@ -45,16 +46,16 @@ public:
     }
   }
 
-  frame_kind kind = frame_kind::invalid;
+  protocol::frame_kind kind = protocol::frame_kind::invalid;
   std::vector<std::byte> buf;
   bool answered = false;
   std::string failure;
-  located_msg answer;
+  protocol::located_msg answer;
 };
 
 } // namespace
 
-located_msg locate(const std::string& node, std::chrono::milliseconds timeout) {
+protocol::located_msg locate(const std::string& node, std::chrono::milliseconds timeout) {
   address where;
   try {
     where = parse_address(node);
@@ -62,14 +63,14 @@ located_msg locate(const std::string& node, std::chrono::milliseconds timeout) {
     throw std::runtime_error(e.what());
   }
   endpoint ep{timeout, control_only};
-  std::shared_ptr<connection> conn;
+  std::shared_ptr<transports::tcp::connection> conn;
   try {
     conn = ep.connect(where, timeout);
   } catch (const std::exception& e) {
     throw std::runtime_error(fmt::format("no node answers at {}: {}", node, e.what()));
   }
-  frame_header h;
-  h.kind = frame_kind::locate;
+  protocol::frame_header h;
+  h.kind = protocol::frame_kind::locate;
   if (!conn->send(h))
     throw std::runtime_error(
       fmt::format("cannot ask the node at {} for the coordinator", node));
@@ -92,7 +93,7 @@ located_msg locate(const std::string& node, std::chrono::milliseconds timeout) {
   return sink.answer;
 }
 
-locator_service::locator_service(const std::string& listen, located_msg answer,
+locator_service::locator_service(const std::string& listen, protocol::located_msg answer,
                                  std::string refusal, hello_answer on_hello)
   : ep_(std::make_shared<endpoint>(std::chrono::milliseconds(defaults::io_timeout_ms),
                                    control_only, locator_policy())) {
@@ -112,4 +113,4 @@ locator_service::~locator_service() {
     thread_.join();
 }
 
-} // namespace rw::transports::tcp
+} // namespace rw::services

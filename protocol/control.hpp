@@ -11,7 +11,7 @@
 #include "rackweave/errc.hpp"
 #include "rackweave/job_spec.hpp"
 
-namespace rw::transports {
+namespace rw::protocol {
 
 using bytes = std::vector<std::byte>;
 
@@ -136,4 +136,4 @@ errc decode(const std::byte* data, size_t size, hyper_change& out, std::string& 
 errc decode(const std::byte* data, size_t size, fabric_offer& out, std::string& why);
 errc decode(const std::byte* data, size_t size, fabric_place& out, std::string& why);
 
-} // namespace rw::transports
+} // namespace rw::protocol

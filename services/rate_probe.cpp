@@ -1,4 +1,4 @@
-#include "transports/tcp/rate_probe.hpp"
+#include "services/rate_probe.hpp"
 
 #include <sys/socket.h>
 
@@ -7,10 +7,10 @@
 
 #include <fmt/format.h>
 
-#include "transports/control.hpp"
-#include "transports/tcp/endpoint.hpp"
+#include "protocol/control.hpp"
+#include "services/tcp_names.hpp"
 
-namespace rw::transports::tcp {
+namespace rw::services {
 
 namespace {
 
@@ -21,25 +21,26 @@ constexpr size_t probe_send_buffer = 2 * defaults::probe_frame_bytes;
 // What the probed node answers: an ack (the bytes it took) or an error.
 class probe_answer_sink final : public frame_sink {
 public:
-  payload_target on_header(const connection_ptr&, const frame_header& h) override {
-    if (h.kind == frame_kind::ack && h.payload_bytes == 0)
+  payload_target on_header(const connection_ptr&,
+                           const protocol::frame_header& h) override {
+    if (h.kind == protocol::frame_kind::ack && h.payload_bytes == 0)
       return payload_target::into(nullptr);
-    if (h.kind != frame_kind::error)
+    if (h.kind != protocol::frame_kind::error)
       return payload_target::dropped();
     buf.resize(h.payload_bytes);
     return payload_target::into(buf.data());
   }
-  void on_frame(const connection_ptr&, const frame_header& h,
+  void on_frame(const connection_ptr&, const protocol::frame_header& h,
                 payload_target& t) override {
     if (t.action == payload_target::discard || answered)
       return;
     answered = true;
     at = clock::now();
-    if (h.kind == frame_kind::ack) {
+    if (h.kind == protocol::frame_kind::ack) {
       bytes = h.clock;
       return;
     }
-    error_msg err;
+    protocol::error_msg err;
     std::string why;
     failure = decode(buf.data(), buf.size(), err, why) == errc::ok
                 ? fmt::format("the node refused the probe: {}", err.message)
@@ -88,7 +89,7 @@ probe_outcome probe_rate(const std::string& node, const probe_limits& limits) {
   auto deadline = clock::now() + limits.timeout;
   // A send the node does not take within half the time fails the probe.
   endpoint ep{limits.timeout / 2, receive_limits{0, defaults::max_control_bytes}};
-  std::shared_ptr<connection> conn;
+  std::shared_ptr<transports::tcp::connection> conn;
   try {
     conn = ep.connect(where, limits.timeout / 4);
   } catch (const std::exception& e) {
@@ -102,8 +103,8 @@ probe_outcome probe_rate(const std::string& node, const probe_limits& limits) {
   static const std::vector<std::byte> filler(defaults::probe_frame_bytes);
   auto start = clock::now();
   uint64_t sent = 0;
-  frame_header h;
-  h.kind = frame_kind::probe;
+  protocol::frame_header h;
+  h.kind = protocol::frame_kind::probe;
   while (sent < limits.max_bytes && clock::now() - start < limits.burst) {
     auto n = std::min<uint64_t>(filler.size(), limits.max_bytes - sent);
     h.payload_bytes = static_cast<uint32_t>(n);
@@ -116,7 +117,7 @@ probe_outcome probe_rate(const std::string& node, const probe_limits& limits) {
     sent += n;
   }
   h.payload_bytes = 0;
-  h.flags = flag_want_result;
+  h.flags = protocol::flag_want_result;
   if (!conn->send(h))
     return refused(
       ep, node,
@@ -143,4 +144,4 @@ probe_outcome probe_rate(const std::string& node, const probe_limits& limits) {
   return out;
 }
 
-} // namespace rw::transports::tcp
+} // namespace rw::services

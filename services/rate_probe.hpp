@@ -2,7 +2,7 @@
 // The rate probe's sending side: how fast bytes get from this host to another node's
 // --listen endpoint, measured rather than configured (as PLink probes the network).
 //
-// Exchange (on the ordinary data plane, transports/frame.hpp)
+// Exchange (on the ordinary data plane, protocol/frame.hpp)
 //   prober -> node  `probe` frames of at most defaults::probe_frame_bytes of payload,
 //                   until `max_bytes` are sent or `burst` has passed, whichever first;
 //                   then a `probe` frame with flag_want_result (no payload)
@@ -18,7 +18,7 @@
 
 #include "rackweave/defaults.hpp"
 
-namespace rw::transports::tcp {
+namespace rw::services {
 
 struct probe_limits {
   uint32_t max_bytes = defaults::probe_bytes;
@@ -39,4 +39,4 @@ struct probe_outcome {
 /// never throws: a failure is an outcome with ok false and the reason.
 probe_outcome probe_rate(const std::string& node, const probe_limits& limits = {});
 
-} // namespace rw::transports::tcp
+} // namespace rw::services
