@@ -7,9 +7,16 @@ members, so the default `--redirects 0` becomes None. This runs the same torchru
 that lookup done by value; everything else (options, environment: RANK, WORLD_SIZE,
 LOCAL_RANK, MASTER_ADDR, MASTER_PORT) is torchrun's own. On a Python or torch without
 the bug, plain `torchrun` does the same.
+
+One more difference: torch 1.13's `--standalone` puts every single-host run's rendezvous
+on localhost:29400, so two runs at once on one host collide (the second fails with
+RendezvousConnectionError: Broken pipe). Here `--standalone` asks the kernel for a free
+port instead, as later torch does.
 """
 
 import re
+import socket
+import uuid
 
 from torch.distributed.elastic.multiprocessing import api as _api
 
@@ -24,7 +31,25 @@ def _from_str(cls, vm):
 
 _api.Std.from_str = classmethod(_from_str)
 
-if __name__ == "__main__":
-    from torch.distributed.run import main
 
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv=None):
+    from torch.distributed.elastic.multiprocessing.errors import record
+    from torch.distributed.run import parse_args, run
+
+    args = parse_args(argv)
+    if args.standalone:  # what torch's run() would set, on a port of this run's own
+        args.standalone = False
+        args.rdzv_backend = "c10d"
+        args.rdzv_endpoint = f"localhost:{_free_port()}"
+        args.rdzv_id = str(uuid.uuid4())
+    record(run)(args)
+
+
+if __name__ == "__main__":
     main()
