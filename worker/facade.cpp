@@ -151,7 +151,7 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
   d.proxy = actors::spawn_worker_proxy(*d.sys, d.link, d.opts.request_timeout,
                                        d.opts.start_clock, d.opts.push_window_bytes,
                                        runtime::is_layerwise(d.opts.job.optimizer.kind));
-  d.link->start(d.proxy);
+  d.link->start(actors::events_of(d.proxy));
 }
 
 worker::~worker() {

@@ -47,8 +47,8 @@ worker_link::~worker_link() {
   stop("worker closed");
 }
 
-void worker_link::start(worker_proxy_actor proxy) {
-  proxy_ = std::move(proxy);
+void worker_link::start(std::shared_ptr<link_events> events) {
+  events_ = std::move(events);
   running_ = true;
   receiver_ = std::thread([this] { run(); });
 }
@@ -67,7 +67,7 @@ void worker_link::use_fabric(std::shared_ptr<transports::endpoint> fabric,
 void worker_link::run() {
   receive();
   if (lost_) // told now that nothing lands in a buffer any more
-    caf::anon_send(proxy_, lost_atom::value, lost_->first, lost_->second);
+    events_->lost(lost_->first, lost_->second);
 }
 
 void worker_link::receive() {
@@ -113,7 +113,6 @@ void worker_link::on_completion(const transports::shm::completion& c) {
   std::unique_lock<std::mutex> lock{s.mtx};
   if (c.kind == completion::error) {
     if (s.seq != 0) {
-      interruptions_.fetch_add(1, std::memory_order_acq_rel);
       complete(c.tensor, s, static_cast<errc>(c.code), shm_->error_text(c.extra));
     }
     return;
@@ -195,6 +194,7 @@ void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* 
   s.version = version;
   s.remaining = count;
   s.answered = 0;
+  s.wake_at = 0;
   s.staleness = 0;
   s.changes_only = changes_only;
   s.changed = 0;
@@ -220,22 +220,13 @@ void worker_link::set_subscription(uint32_t tensor, float* dst,
   s.sub_min = UINT64_MAX;
 }
 
-bool worker_link::wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
-                                std::chrono::steady_clock::time_point until,
-                                uint64_t since) {
+bool worker_link::wake_when_answered(uint32_t tensor, uint64_t seq, uint32_t answered) {
   auto& s = *slots_[tensor];
-  std::unique_lock<std::mutex> lock{s.mtx};
-  // Woken per answer; a close or an interruption is seen within a few milliseconds.
-  while (s.seq == seq && s.answered < answered) {
-    if (closed() || interruptions() != since)
-      return false;
-    auto next = std::min(until,
-                         std::chrono::steady_clock::now() + std::chrono::milliseconds(5));
-    if (s.answered_cv.wait_until(lock, next) == std::cv_status::timeout
-        && std::chrono::steady_clock::now() >= until)
-      return false;
-  }
-  return true;
+  std::lock_guard<std::mutex> guard{s.mtx};
+  if (s.seq != seq || s.answered >= answered || closed())
+    return true;
+  s.wake_at = answered;
+  return false;
 }
 
 bool worker_link::chunk_arrived(uint32_t tensor, uint32_t chunk) const {
@@ -292,7 +283,10 @@ void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t 
   s.changed += changed ? 1 : 0;
   --s.remaining;
   ++s.answered;
-  s.answered_cv.notify_all();
+  if (s.wake_at != 0 && s.answered >= s.wake_at) {
+    s.wake_at = 0;
+    events_->answered(tensor, s.seq);
+  }
   finish_if_done(tensor, s);
 }
 
@@ -334,9 +328,9 @@ void worker_link::landed(uint32_t tensor, slot& s) {
 
 void worker_link::tell(uint32_t tensor, slot::outcome o) {
   if (o.code == errc::ok)
-    caf::anon_send(proxy_, done_atom::value, tensor, o.seq);
+    events_->done(tensor, o.seq);
   else
-    caf::anon_send(proxy_, fail_atom::value, tensor, o.seq, o.code, std::move(o.why));
+    events_->failed(tensor, o.seq, o.code, std::move(o.why));
 }
 
 uint64_t worker_link::request_hyper(const std::vector<std::byte>& payload,
@@ -485,8 +479,7 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
   }
   if (h.kind == frame_kind::resend) {
     if (auto i = index_of(c); i != UINT32_MAX) {
-      interruptions_.fetch_add(1, std::memory_order_acq_rel);
-      caf::anon_send(proxy_, resend_atom::value, i, h.chunk_index);
+      events_->resend(i, h.chunk_index);
     }
     return;
   }
@@ -500,7 +493,6 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
       auto& s = *slots_[h.tensor_id];
       std::lock_guard<std::mutex> guard{s.mtx};
       if (s.seq != 0) {
-        interruptions_.fetch_add(1, std::memory_order_acq_rel);
         complete(h.tensor_id, s, err.code, std::move(err.message));
         return;
       }
@@ -610,7 +602,6 @@ void worker_link::lose(errc code, const std::string& why) {
         lost_code = errc::timeout;
     }
   }
-  interruptions_.fetch_add(1, std::memory_order_acq_rel);
   lost_.emplace(lost_code, std::move(reason)); // told once the receiver has stopped (run)
 }
 

@@ -7,10 +7,10 @@
 // operation and reported to the proxy, each chunk once (a repeated answer, to a
 // re-sent request, is ignored). Frames that belong to no armed operation (late answers
 // to a failed one) are dropped. A `resend` frame (a shard of the node restarted) goes
-// to the proxy as (resend_atom, connection index, shard). A `reroute` frame (the job's
+// to the proxy as link_events::resend(connection index, shard). A `reroute` frame (the job's
 // nodes changed: a node was drained) makes the link route by the new ring (set_basis)
 // and stop using the connections to nodes that left it (their closing is expected, not
-// a loss); then the proxy hears (reroute_atom, connection index) and re-sends what is
+// a loss); then the proxy hears link_events::reroute(connection index) and re-sends what is
 // unanswered for the chunks homed on that connection's node. A reroute that names a
 // node the worker has no connection to (it joined the job) is taken between two polls:
 // the receiver says hello to that node (the joiner given to set_basis), appends its
@@ -27,7 +27,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -35,11 +34,11 @@
 #include <vector>
 
 #include "actors/links/job_join.hpp"
-#include "worker/proxy.hpp"
 #include "runtime/chunking.hpp"
 #include "transports/receive_scratch.hpp"
 #include "transports/shm/worker_channel.hpp"
 #include "transports/transport.hpp"
+#include "worker/link_events.hpp"
 
 namespace rw::actors {
 
@@ -66,8 +65,8 @@ public:
   bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
   ~worker_link() override;
 
-  /// Starts the receiver thread, reporting to `proxy`.
-  void start(worker_proxy_actor proxy);
+  /// Starts the receiver thread, reporting to `events` (the proxy's).
+  void start(std::shared_ptr<link_events> events);
   /// Closes the connection (with `why` as the reason reported) and joins the receiver.
   void stop(const std::string& why);
 
@@ -160,18 +159,12 @@ public:
   void set_subscription(uint32_t tensor, float* dst,
                         std::function<void(uint64_t)> on_version);
 
-  /// Waits until operation `seq` on `tensor` has at least `answered` chunks answered,
-  /// is over, the link closed, `until`, or the receiver told the proxy something
-  /// (interruptions() moved past `since`: a resend, a reroute, a failure, which the
-  /// proxy must be free to handle). The push window: worker_proxy.
-  /// True if the chunks were answered (or the operation is over); false on a close,
-  /// an interruption or `until`.
-  bool wait_answered(uint32_t tensor, uint64_t seq, uint32_t answered,
-                     std::chrono::steady_clock::time_point until, uint64_t since);
-  /// How many times the receiver has told the proxy of a resend, reroute or failure.
-  uint64_t interruptions() const noexcept {
-    return interruptions_.load(std::memory_order_acquire);
-  }
+  /// The push window (worker/chunk_sender): true if operation `seq` on `tensor`
+  /// already has at least `answered` chunks answered, is over, or the link closed;
+  /// otherwise false, and link_events::answered(tensor, seq) is called once it has
+  /// (never, if the operation ends first: its outcome is told instead). One wait per
+  /// tensor: a later call replaces it.
+  bool wake_when_answered(uint32_t tensor, uint64_t seq, uint32_t answered);
 
   /// Whether chunk `chunk` of the armed (or last) operation on `tensor` has its answer
   /// (and its replica's ack, where one is awaited).
@@ -232,8 +225,8 @@ private:
     float* dst = nullptr;
     uint64_t version = 0;
     uint32_t remaining = 0;
-    uint32_t answered = 0;               // chunks answered (replicas' acks aside)
-    std::condition_variable answered_cv; // wait_answered waits on it
+    uint32_t answered = 0;  // chunks answered (replicas' acks aside)
+    uint32_t wake_at = 0;   // tell the proxy once `answered` reaches it (0: nobody asked)
     uint32_t staleness = 0; // the largest served to the armed operation so far
     bool changes_only = false;
     uint32_t changed = 0;
@@ -384,12 +377,11 @@ private:
   bool retire_node_of(uint32_t conn, std::string& node);
   std::unique_ptr<std::atomic<bool>[]> retired_; // by connection, up to the capacity
   uint32_t retired_capacity_ = 0;
-  worker_proxy_actor proxy_;
+  std::shared_ptr<link_events> events_;
   std::thread receiver_;
   std::atomic<bool> running_{false};
   std::atomic<bool> closed_{false};
-  std::atomic<uint64_t> interruptions_{0}; // wait_answered returns on a change
-  std::atomic<bool> abandoned_{false};     // the worker closed its connections itself
+  std::atomic<bool> abandoned_{false}; // the worker closed its connections itself
   std::mutex reason_mtx_;
   std::string close_reason_;
 };

@@ -89,8 +89,7 @@ void worker_link::on_reroute(uint32_t conn, const std::vector<std::byte>& payloa
       return;
   }
   if (!retired(conn)) {
-    interruptions_.fetch_add(1, std::memory_order_acq_rel);
-    caf::anon_send(proxy_, reroute_atom::value, conn);
+    events_->reroute(conn);
   }
 }
 
@@ -232,13 +231,11 @@ void worker_link::join_pending() {
     return;
   for (auto c : conns_that_sent) {
     if (!retired(c)) {
-      interruptions_.fetch_add(1, std::memory_order_acq_rel);
-      caf::anon_send(proxy_, reroute_atom::value, c);
+      events_->reroute(c);
     }
   }
   for (auto c : first_of_new) {
-    interruptions_.fetch_add(1, std::memory_order_acq_rel);
-    caf::anon_send(proxy_, reroute_atom::value, c);
+    events_->reroute(c);
   }
 }
 
@@ -303,8 +300,7 @@ void worker_link::reconnect_nodes() {
         "worker rank {}: back on node {} of job {} after {} ms (lost: {}); what "
         "it serves and has not answered is sent again",
         rank_, n.name, job_id_, ms_since(n.since), n.why);
-      interruptions_.fetch_add(1, std::memory_order_acq_rel);
-      caf::anon_send(proxy_, resend_atom::value, from, UINT32_MAX);
+      events_->resend(from, UINT32_MAX);
     } catch (const std::exception& e) {
       bool refused = std::strstr(e.what(), std::strerror(ECONNREFUSED)) != nullptr;
       if (!refused && ms_since(n.since) < defaults::reconnect_window_ms) {

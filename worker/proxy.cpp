@@ -8,10 +8,11 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
+#include "protocol/half.hpp"
+#include "runtime/trace.hpp"
+#include "worker/chunk_sender.hpp"
 #include "worker/compression.hpp"
 #include "worker/link.hpp"
-#include "runtime/trace.hpp"
-#include "protocol/half.hpp"
 
 namespace rw::actors {
 
@@ -28,6 +29,11 @@ struct tensor_queue {
   uint64_t running_clock = 0; // the clock the running operation's frames carry
   uint64_t started_ns = 0;    // when it started (trace::now_ns), if tracing
   uint64_t clock = 0;         // pushes made
+  // The running operation's chunks still to send: its push window paused them, until
+  // the link says enough are answered (window_atom, pause 0) or pause `pause`'s
+  // max_window_wait is over (window_atom, that pause). Null: all sent.
+  std::unique_ptr<chunk_sender> sender;
+  uint64_t pause = 0;
 };
 
 void fail(worker_op& op, errc code, const std::string& why);
@@ -74,209 +80,7 @@ const char* op_name(worker_op::kind_t k) {
   return "?";
 }
 
-// Posts every chunk of `op` on tensor `t` through shared memory: gradients land in the
-// segment's gradient region (no copy if the caller computed them there), and the node
-// is rung every few chunks so it starts summing before the whole tensor is posted.
-using chunk_filter = std::vector<bool>; // empty: every chunk
-
-bool post_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock,
-                 const chunk_filter& only) {
-  auto& shm = *link.shm();
-  auto& layout = link.layout(t);
-  auto* grad = shm.gradient(t);
-  transports::shm::request r{};
-  r.tensor = t;
-  r.clock = op.kind == worker_op::pull ? op.min_version : clock;
-  const auto shape = protocol::frame_for(op.kind, {op.only_changed, op.subscribe});
-  r.kind = uint16_t(shape.kind);
-  r.flags = shape.flags;
-  if (op.sparse && only.empty()) { // scattered straight into the gradient region
-    std::memset(grad, 0, layout.elements * sizeof(float));
-    for (size_t i = 0; i < op.count; ++i)
-      grad[op.indices[i]] += op.values[i];
-  }
-  constexpr uint32_t ring_every = 64;
-  // bf16 / fp16: the chunk is rounded in the segment as the wire would round it, so a
-  // job computes the same whatever its workers' transports. A re-sent chunk computed
-  // in the segment was rounded the first time (fp16 rounding twice may not be rounding
-  // once: the second scale comes from the rounded values).
-  const uint16_t half = op.kind == worker_op::init ? uint16_t{0} : link.half_flag();
-  for (uint32_t c = 0; c < layout.count(); ++c) {
-    if (!only.empty() && !only[c])
-      continue;
-    if (op.src != nullptr && op.src != grad)
-      std::memcpy(grad + layout.offset(c), op.src + layout.offset(c),
-                  layout.length(c) * sizeof(float));
-    if (half != 0 && op.kind != worker_op::pull
-        && (only.empty() || (op.src != nullptr && op.src != grad)))
-      protocol::round_half(half, grad + layout.offset(c), layout.length(c));
-    r.chunk = c;
-    while (!shm.post(r)) { // the ring is full: the node is behind
-      if (link.closed())
-        return false;
-      shm.ring_node();
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-    if ((c + 1) % ring_every == 0)
-      shm.ring_node();
-  }
-  shm.ring_node();
-  return true;
-}
-
-// Sends every chunk of `op` on tensor `t` straight from the caller's memory, in gather
-// writes of up to `batch` frames per connection; returns false if a connection failed.
-// With `window` (chunks; 0: none), chunk c goes out only once c - window chunks of
-// operation `seq` are answered: a worker that got ahead of the others (whose pushes
-// of the same chunks its answers wait for) leaves the links to them. A wait lasts at
-// most max_window_wait; then the operation's other chunks go out unpaced.
-constexpr std::chrono::milliseconds max_window_wait{200};
-
-bool send_chunks(worker_link& link, uint32_t t, const worker_op& op, uint64_t clock,
-                 const chunk_filter& only = {}, uint64_t seq = 0, uint32_t window = 0) {
-  if (link.shm() != nullptr)
-    return post_chunks(link, t, op, clock, only);
-  constexpr size_t batch = 64;
-  auto& layout = link.layout(t);
-  frame_header h;
-  h.job_id = link.job_id();
-  h.rank = link.rank();
-  h.tensor_id = t;
-  const auto shape = protocol::frame_for(op.kind, {op.only_changed, op.subscribe});
-  h.kind = shape.kind;
-  h.flags = shape.flags;
-  h.clock = op.kind == worker_op::pull ? op.min_version : clock;
-  h.ring = link.ring_stamp(); // routed by this ring (a node on a newer one drops it)
-  // bf16 / fp16: a dense pushed chunk travels as 16-bit values, packed into the link's
-  // buffer as it goes out (the sends below are done before this returns). Inits travel
-  // exact.
-  const uint16_t half = op.kind == worker_op::push || op.kind == worker_op::push_pull
-                          ? link.half_flag()
-                          : uint16_t{0};
-  // Sparse: each chunk's pairs, or the dense chunk where that is smaller (in a bf16 /
-  // fp16 job always the dense chunk, rounded as any push is, as over shared memory).
-  // Both live until the sends below are done.
-  std::vector<std::vector<protocol::sparse_pair>> pairs;
-  std::vector<std::vector<float>> dense;
-  if (op.sparse) {
-    pairs.resize(layout.count());
-    dense.resize(layout.count());
-    for (size_t i = 0; i < op.count; ++i) {
-      auto c = static_cast<uint32_t>(op.indices[i] / layout.chunk_elems);
-      pairs[c].push_back(
-        {static_cast<uint32_t>(op.indices[i] - layout.offset(c)), op.values[i]});
-    }
-    for (uint32_t c = 0; c < layout.count(); ++c) {
-      if (half == 0
-          && pairs[c].size() * sizeof(protocol::sparse_pair)
-               <= layout.length(c) * sizeof(float))
-        continue;
-      dense[c].assign(layout.length(c), 0.0f);
-      for (auto& p : pairs[c])
-        dense[c][p.index] += p.value;
-      pairs[c].clear();
-    }
-  }
-  struct pending {
-    std::vector<frame_header> headers;
-    std::vector<iovec> payloads;
-  };
-  // One snapshot of the routes for the whole operation, then of the connections (a
-  // node joining appends its connections before the routes that use them).
-  const auto routes = link.routes();
-  const auto conns = link.conns();
-  std::vector<pending> per_conn(conns->size());
-  bool failed = false;
-  // A connection to a node the job left (or lost: its replicas take over) is skipped;
-  // what it would have carried is sent again after the reroute.
-  auto flush = [&](size_t e) {
-    auto& p = per_conn[e];
-    bool ok = p.headers.empty() || link.retired(static_cast<uint32_t>(e))
-              || (*conns)[e]->send_batch(p.headers.data(), p.payloads.data(),
-                                         static_cast<int>(p.headers.size()));
-    if (ok && !p.headers.empty() && !link.retired(static_cast<uint32_t>(e))) {
-      uint64_t bytes = 0;
-      for (auto& hdr : p.headers)
-        bytes += protocol::frame_header_bytes + hdr.payload_bytes;
-      link.count_sent(bytes);
-    }
-    p.headers.clear();
-    p.payloads.clear();
-    failed = failed || !ok;
-    return true;
-  };
-  // Inits go to the chunk's replica as well (it sets version 0 too; only the home
-  // answers). A push goes to the home alone: the home sends the step's sum on.
-  const bool to_replica = op.kind == worker_op::init;
-  const size_t half_stride = half != 0
-                               ? protocol::half_payload_bytes(half, layout.chunk_elems)
-                               : 0;
-  auto& packed = link.pack_buffer();
-  if (half != 0 && packed.size() < half_stride * layout.count())
-    packed.resize(half_stride * layout.count());
-  auto pack = [&](uint32_t c, const float* values, frame_header& hdr) {
-    auto* out = packed.data() + half_stride * c;
-    protocol::narrow_half(half, values, layout.length(c), out);
-    hdr.flags |= half;
-    hdr.payload_bytes = static_cast<uint32_t>(
-      protocol::half_payload_bytes(half, layout.length(c)));
-    return iovec{out, hdr.payload_bytes};
-  };
-  const uint32_t window_step = std::max<uint32_t>(window / 4, 1);
-  const uint64_t since = link.interruptions();
-  for (uint32_t c = 0; c < layout.count(); ++c) {
-    if (!only.empty() && !only[c])
-      continue;
-    if (window > 0 && c >= window && c % window_step == 0) {
-      for (size_t e = 0; e < per_conn.size(); ++e) // what waits must be on its way
-        flush(e);
-      // Interrupted (a resend, a reroute, a failure the proxy must handle), or no
-      // answer for a while (a straggler; other workers sending their operations in
-      // another order, whose answers wait for this worker's next one): the rest goes out
-      // unpaced, and the proxy is free sooner.
-      if (!link.wait_answered(t, seq, c - window + 1,
-                              std::chrono::steady_clock::now() + max_window_wait, since))
-        window = 0;
-    }
-    h.chunk_index = c;
-    iovec piece{nullptr, 0};
-    auto hc = h; // this chunk's header (a packed chunk's flags and size are its own)
-    if (op.sparse) {
-      bool as_dense = !dense[c].empty();
-      hc.kind = as_dense ? frame_kind::push : frame_kind::push_sparse;
-      hc.payload_bytes = static_cast<uint32_t>(
-        as_dense ? dense[c].size() * sizeof(float)
-                 : pairs[c].size() * sizeof(protocol::sparse_pair));
-      piece = {as_dense ? static_cast<void*>(dense[c].data())
-                        : static_cast<void*>(pairs[c].data()),
-               hc.payload_bytes};
-      if (as_dense && half != 0)
-        piece = pack(c, dense[c].data(), hc);
-    } else if (half != 0) {
-      piece = pack(c, op.src + layout.offset(c), hc);
-    } else if (op.kind != worker_op::pull) {
-      hc.payload_bytes = layout.length(c) * sizeof(float);
-      piece = {const_cast<float*>(op.src + layout.offset(c)), hc.payload_bytes};
-    }
-    auto e = routes->connection_of(t, c);
-    per_conn[e].headers.push_back(hc);
-    per_conn[e].payloads.push_back(piece);
-    if (per_conn[e].headers.size() == batch)
-      flush(e);
-    if (!to_replica)
-      continue;
-    auto r = routes->replica_connection_of(t, c);
-    if (r == UINT32_MAX)
-      continue;
-    per_conn[r].headers.push_back(hc);
-    per_conn[r].payloads.push_back(piece);
-    if (per_conn[r].headers.size() == batch)
-      flush(r);
-  }
-  for (size_t e = 0; e < per_conn.size(); ++e)
-    flush(e);
-  return !failed;
-}
+void go_on(proxy_ptr self, uint32_t t);
 
 void start_next(proxy_ptr self, uint32_t t) {
   auto& st = self->state;
@@ -291,7 +95,7 @@ void start_next(proxy_ptr self, uint32_t t) {
     return;
   }
   if (q.running.subscribe) { // nothing to wait for: updates come as they happen
-    if (send_chunks(*st.link, t, q.running, q.clock))
+    if (chunk_sender{*st.link, t, q.running, q.clock}.run() == chunk_sender::sent)
       q.running.done->set_value();
     else
       fail(q.running, errc::io_error, "the connection to the node failed");
@@ -341,10 +145,34 @@ void start_next(proxy_ptr self, uint32_t t) {
     auto bytes = base * (st.link->replicated() ? 4 : 1);
     window = static_cast<uint32_t>(std::max<uint64_t>(bytes / chunk, 4));
   }
-  send_chunks(*st.link, t, op, q.clock, {}, q.seq, window);
+  q.sender = std::make_unique<chunk_sender>(*st.link, t, op, q.clock, chunk_filter{},
+                                            q.seq, window);
   if (op.kind == worker_op::push || op.kind == worker_op::push_pull)
     ++q.clock;
   self->delayed_send(self, st.timeout, timeout_atom::value, t, q.seq);
+  go_on(self, t);
+}
+
+void go_on(proxy_ptr self, uint32_t t) {
+  auto& q = self->state.tensors[t];
+  // A failed send: the receiver reports the close with its reason (lost_atom).
+  if (q.sender->run() != chunk_sender::paused) {
+    q.sender.reset();
+    return;
+  }
+  ++q.pause;
+  self->delayed_send(self, max_window_wait, window_atom::value, t, q.seq, q.pause);
+}
+
+// The paused operations go on unpaced, so that what follows (a resend, a reroute) sees
+// every chunk sent, as before a window.
+void unpace_all(proxy_ptr self) {
+  auto& st = self->state;
+  for (uint32_t t = 0; t < st.tensors.size(); ++t)
+    if (st.tensors[t].busy && st.tensors[t].sender) {
+      st.tensors[t].sender->unpace();
+      go_on(self, t);
+    }
 }
 
 void finish(proxy_ptr self, uint32_t t, uint64_t seq, errc code, const std::string& why) {
@@ -352,6 +180,7 @@ void finish(proxy_ptr self, uint32_t t, uint64_t seq, errc code, const std::stri
   if (!q.busy || q.seq != seq)
     return;
   q.busy = false;
+  q.sender.reset();
   if (q.started_ns != 0) {
     runtime::trace::complete(code == errc::ok ? op_name(q.running.kind)
                                               : "failed operation",
@@ -375,6 +204,7 @@ void resend_where(proxy_ptr self, Where where) {
   auto& st = self->state;
   if (st.lost)
     return;
+  unpace_all(self);
   for (uint32_t t = 0; t < st.tensors.size(); ++t) {
     auto& q = st.tensors[t];
     if (!q.busy)
@@ -386,7 +216,7 @@ void resend_where(proxy_ptr self, Where where) {
       if (where(t, c) && !st.link->chunk_arrived(t, c))
         any = only[c] = true;
     if (any)
-      send_chunks(*st.link, t, q.running, q.running_clock, only);
+      chunk_sender{*st.link, t, q.running, q.running_clock, std::move(only)}.run();
   }
 }
 
@@ -432,6 +262,17 @@ worker_proxy_actor::behavior_type proxy_behavior(
         return self->state.link->homed_with(t, c, conn);
       });
     },
+    [=](window_atom, uint32_t t, uint64_t seq, uint64_t pause) {
+      auto& q = self->state.tensors[t];
+      if (!q.busy || q.seq != seq || !q.sender)
+        return;
+      if (pause != 0) { // the wait is over: the rest goes unpaced
+        if (pause != q.pause)
+          return; // an earlier pause's
+        q.sender->unpace();
+      }
+      go_on(self, t);
+    },
     [=](timeout_atom, uint32_t t, uint64_t seq) {
       auto& q = self->state.tensors[t];
       if (!q.busy || q.seq != seq)
@@ -459,7 +300,38 @@ worker_proxy_actor::behavior_type proxy_behavior(
   };
 }
 
+// What the link's receiver tells the proxy, as messages to its actor.
+class proxy_events final : public link_events {
+public:
+  explicit proxy_events(worker_proxy_actor proxy) : proxy_(std::move(proxy)) {}
+  void done(uint32_t tensor, uint64_t seq) override {
+    caf::anon_send(proxy_, done_atom::value, tensor, seq);
+  }
+  void failed(uint32_t tensor, uint64_t seq, errc code, std::string why) override {
+    caf::anon_send(proxy_, fail_atom::value, tensor, seq, code, std::move(why));
+  }
+  void lost(errc code, std::string why) override {
+    caf::anon_send(proxy_, lost_atom::value, code, std::move(why));
+  }
+  void resend(uint32_t conn, uint32_t shard) override {
+    caf::anon_send(proxy_, resend_atom::value, conn, shard);
+  }
+  void reroute(uint32_t conn) override {
+    caf::anon_send(proxy_, reroute_atom::value, conn);
+  }
+  void answered(uint32_t tensor, uint64_t seq) override {
+    caf::anon_send(proxy_, window_atom::value, tensor, seq, uint64_t{0});
+  }
+
+private:
+  worker_proxy_actor proxy_;
+};
+
 } // namespace
+
+std::shared_ptr<link_events> events_of(worker_proxy_actor proxy) {
+  return std::make_shared<proxy_events>(std::move(proxy));
+}
 
 worker_proxy_actor spawn_worker_proxy(caf::actor_system& sys,
                                       std::shared_ptr<worker_link> link,

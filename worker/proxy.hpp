@@ -8,6 +8,8 @@
 //   facade   -> proxy  (submit_atom, worker_op)   queue an operation; its promise is
 //                      fulfilled or failed exactly once. Operations on one tensor run
 //                      one at a time, in order; different tensors overlap.
+// The receiver (worker_link, on its own thread) tells the proxy through link_events,
+// whose implementation here (events_of) sends these messages:
 //   receiver -> proxy  (done_atom, tensor, seq)   every chunk of operation `seq` arrived
 //   receiver -> proxy  (fail_atom, tensor, seq, errc, message)
 //                      the node answered operation `seq` with an error frame
@@ -25,6 +27,12 @@
 //                      by the new ring already): every chunk of a running operation now
 //                      homed on the node behind `conn` whose answer has not come is sent
 //                      there again (same clock; answers already counted are repeated)
+//   receiver -> proxy  (window_atom, tensor, seq, 0)  enough of operation `seq`'s chunks
+//                      are answered: its push window moves on (worker/chunk_sender)
+//   proxy    -> proxy  (window_atom, tensor, seq, pause)  max_window_wait after pause
+//                      `pause`: the rest of the operation goes out unpaced
+// Before a resend or a reroute, every paused operation's rest goes out unpaced. No
+// handler waits: the proxy is free for the next message at once.
 
 #include <chrono>
 #include <cstdint>
@@ -39,6 +47,7 @@
 
 #include "actors/messages.hpp"
 #include "protocol/data_frame.hpp"
+#include "worker/link_events.hpp"
 
 namespace rw::actors {
 
@@ -48,6 +57,7 @@ using fail_atom = caf::atom_constant<caf::atom("fail")>;
 using lost_atom = caf::atom_constant<caf::atom("lost")>;
 using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
 using bye_atom = caf::atom_constant<caf::atom("bye")>;
+using window_atom = caf::atom_constant<caf::atom("window")>;
 
 struct worker_op {
   using kind_t = protocol::data_op; // the frame that carries it: protocol::frame_for
@@ -79,8 +89,12 @@ using worker_proxy_actor = caf::typed_actor<
   caf::reacts_to<fail_atom, uint32_t, uint64_t, errc, std::string>,
   caf::reacts_to<lost_atom, errc, std::string>,
   caf::reacts_to<timeout_atom, uint32_t, uint64_t>,
+  caf::reacts_to<window_atom, uint32_t, uint64_t, uint64_t>,
   caf::reacts_to<resend_atom, uint32_t, uint32_t>, caf::reacts_to<reroute_atom, uint32_t>,
   caf::replies_to<bye_atom>::with<ok_atom>>;
+
+/// What the link (worker_link::start) tells `proxy` through.
+std::shared_ptr<link_events> events_of(worker_proxy_actor proxy);
 
 /// `push_window_bytes` (0: none): how far a push_pull's chunks may run ahead of those
 /// answered (not with `layerwise`, whose answers wait for the whole tensor).
