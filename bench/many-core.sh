@@ -117,10 +117,18 @@ if want pollers; then
 stage "pollers: new build, rackweave-tcp at $big"
 : >"$work/pollers.jsonl"; : >"$work/pollers.log"
 for p in 1 2 8; do
+  started=$SECONDS
   timeout -k 10 40 bash bench/peers.sh --build-dir "$new" --workers "$big_w" \
     --bytes "$big" --iters "$iters" --warmup "$warmup" --timeout 30 --json --no-results \
     --systems rackweave-tcp --node-args "--pollers $p" 2>>"$work/pollers.log" |
-    sed "s/^{/{\"pollers\":$p,/" >>"$work/pollers.jsonl" || failed=1
+    sed "s/^{/{\"pollers\":$p,/" >>"$work/pollers.jsonl"
+  rc=${PIPESTATUS[0]}
+  if ((rc != 0)); then # why, here: the folder goes away with the run
+    failed=1
+    echo "pollers $p: peers.sh exited $rc after $((SECONDS - started)) s (124: the" \
+      "40 s limit); the end of its log:" >&2
+    tail -n 15 "$work/pollers.log" >&2
+  fi
 done
 keep pollers
 fi

@@ -127,8 +127,23 @@ for log in "$tmp/tls.log" "$tmp/tls2.log"; do
 done
 token=$(shell --connect "$address" $(tls_of shell) -c "$create_job")
 [[ $token == rwt1_* ]] || fail "the TLS shell printed no token: $token"
-nodes=$(shell --connect "$address" $(tls_of shell) -c 'print(#rw.nodes())')
-[[ $nodes == 2 ]] || fail "the coordinator lists $nodes nodes, not 2"
+# Both nodes listed, within 15 s. Known bug (issue 38): under load the second node's
+# TLS connection to the coordinator sometimes closes about a second after it registered,
+# as shells connect (seen with this session's build and the one before it); the node
+# registers again at once. What this test checks (no clear text on a TLS control port)
+# holds either way; a vanished node is reported, and a node that does not come back
+# fails the test.
+for ((i = 0; i < 30; i++)); do
+  nodes=$(shell --connect "$address" $(tls_of shell) -c 'print(#rw.nodes())')
+  [[ $nodes == 2 ]] && break
+  sleep 0.5
+done
+if grep -q "node left the cluster" "$tmp/tls.log" || [[ $nodes != 2 ]]; then
+  grep -hE "node (joined|left|refused)|registered with|lost the coordinator" \
+    "$tmp/tls.log" "$tmp/tls2.log" >&2
+  echo "tls_control: note: a node's TLS connection to the coordinator closed (issue 38)" >&2
+fi
+[[ $nodes == 2 ]] || fail "the coordinator lists $nodes nodes, not 2, after 15 s"
 stop_capture "$capture"
 bytes=$(stat -c %s "$tmp/tls.pcap")
 ((bytes > 4096)) || fail "the TLS capture holds only $bytes bytes: nothing was captured"
