@@ -31,10 +31,7 @@ std::vector<std::string> run_workers(const std::string& address, const std::stri
                                      const std::string& transport) {
   std::vector<std::unique_ptr<testing::worker_process>> procs;
   for (uint32_t r = 0; r < workers; ++r) {
-    testing::worker_args a;
-    a.connect = address;
-    a.job = job;
-    a.rank = r;
+    auto a = testing::worker_args::of(address, job, r);
     a.workers = workers;
     a.optimizer = to_string(kind);
     a.steps = steps;

@@ -46,12 +46,8 @@ using ckpt_worker = std::unique_ptr<testing::worker_process>;
 ckpt_worker start(const std::string& connect, const std::string& job, uint32_t rank,
                   uint32_t workers, const std::string& token, uint32_t steps,
                   std::vector<std::string> extra = {}) {
-  testing::worker_args a;
-  a.connect = connect;
-  a.job = job;
-  a.rank = rank;
+  auto a = testing::worker_args::of(connect, job, rank, token);
   a.workers = workers;
-  a.token = token;
   a.optimizer = "adam";
   a.steps = steps;
   a.extra = std::move(extra);

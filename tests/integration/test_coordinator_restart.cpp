@@ -61,12 +61,8 @@ using worker_run = std::unique_ptr<testing::worker_process>;
 worker_run paced_worker(const std::string& connect, const std::string& job, uint32_t rank,
                         uint32_t workers, const std::string& token, uint32_t steps,
                         uint32_t delay_ms, std::vector<std::string> extra = {}) {
-  testing::worker_args a;
-  a.connect = connect;
-  a.job = job;
-  a.rank = rank;
+  auto a = testing::worker_args::of(connect, job, rank, token);
   a.workers = workers;
-  a.token = token;
   a.steps = steps;
   a.step_delay_ms = delay_ms;
   a.extra = std::move(extra);

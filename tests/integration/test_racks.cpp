@@ -38,11 +38,7 @@ std::unique_ptr<worker_process> held_worker(const std::string& connect,
                                             const std::string& job, uint32_t rank,
                                             const std::string& token,
                                             const std::string& rank_racks = {}) {
-  testing::worker_args a;
-  a.connect = connect;
-  a.job = job;
-  a.rank = rank;
-  a.token = token;
+  auto a = testing::worker_args::of(connect, job, rank, token);
   a.hold_ms = 60'000;
   a.rank_racks = rank_racks;
   return testing::start_worker(a);

@@ -33,11 +33,7 @@ TEST_CASE("per-rank wait_ms: the rank that waits for a slow one shows it, the sl
   constexpr uint32_t steps = 6, delay_ms = 150;
   std::vector<std::unique_ptr<testing::worker_process>> workers;
   for (uint32_t r = 0; r < 2; ++r) {
-    testing::worker_args a;
-    a.connect = node.address();
-    a.job = "paced";
-    a.rank = r;
-    a.token = token;
+    auto a = testing::worker_args::of(node.address(), "paced", r, token);
     a.steps = steps;
     a.hold_ms = 3000;
     if (r == 1) // the slow one: it sleeps before each step, rank 0 waits for it

@@ -28,14 +28,10 @@ using run = testing::worker_process;
 std::unique_ptr<run> start(const std::string& connect, const std::string& job,
                            uint32_t rank, uint32_t workers, const std::string& optimizer,
                            const std::string& token, const std::string& transport) {
-  testing::worker_args a;
-  a.connect = connect;
-  a.job = job;
-  a.rank = rank;
+  auto a = testing::worker_args::of(connect, job, rank, token);
   a.workers = workers;
   a.optimizer = optimizer;
   a.steps = 20;
-  a.token = token;
   a.transport = transport;
   a.step_delay_ms = 80;
   return testing::start_worker(a);
@@ -147,11 +143,7 @@ TEST_CASE(
   auto resume = testing::temp_path("resume");
   std::vector<std::unique_ptr<run>> ws;
   for (uint32_t r = 0; r < 2; ++r) {
-    testing::worker_args w;
-    w.connect = a;
-    w.job = "ckpt-crash";
-    w.rank = r;
-    w.token = token;
+    auto w = testing::worker_args::of(a, "ckpt-crash", r, token);
     w.optimizer = "adam";
     w.steps = 6;
     w.extra = {"--pause-at", "3", "--resume-file", resume, "--pause-limit-ms", "30000"};

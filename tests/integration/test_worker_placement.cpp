@@ -31,12 +31,8 @@ std::unique_ptr<worker_process> start_worker(const std::string& connect,
                                              uint32_t workers, const std::string& token,
                                              const std::string& rack = {},
                                              const std::string& rank_racks = {}) {
-  testing::worker_args a;
-  a.connect = connect;
-  a.job = job;
-  a.rank = rank;
+  auto a = testing::worker_args::of(connect, job, rank, token);
   a.workers = workers;
-  a.token = token;
   a.rack = rack;
   a.rank_racks = rank_racks;
   return testing::start_worker(a);

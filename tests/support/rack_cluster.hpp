@@ -73,11 +73,7 @@ struct rack_cluster {
 inline std::unique_ptr<worker_process> start_verified(
   const std::string& connect, const std::string& job, uint32_t rank,
   const std::string& token, const std::vector<std::string>& args) {
-  worker_args a;
-  a.connect = connect;
-  a.job = job;
-  a.rank = rank;
-  a.token = token;
+  auto a = worker_args::of(connect, job, rank, token);
   a.transport = "tcp";
   a.extra = args;
   return start_worker(a);
@@ -91,11 +87,7 @@ inline std::unique_ptr<worker_process> start_paced(const std::string& connect,
                                                    const std::string& optimizer,
                                                    uint32_t steps, bool split,
                                                    std::vector<std::string> extra = {}) {
-  worker_args a;
-  a.connect = connect;
-  a.job = job;
-  a.rank = rank;
-  a.token = token;
+  auto a = worker_args::of(connect, job, rank, token);
   a.transport = "tcp";
   a.optimizer = optimizer;
   a.steps = steps;
@@ -118,13 +110,9 @@ inline std::vector<std::string> run_verified(const std::vector<std::string>& con
   auto n = static_cast<uint32_t>(connect.size());
   std::vector<std::unique_ptr<worker_process>> ws;
   for (uint32_t r = 0; r < n; ++r) {
-    worker_args a;
-    a.connect = connect[r];
-    a.job = job;
-    a.rank = r;
+    auto a = worker_args::of(connect[r], job, r, token);
     a.workers = n;
     a.optimizer = optimizer;
-    a.token = token;
     a.rank_racks = rank_racks;
     a.rack = r < racks.size() ? racks[r] : std::string{};
     a.transport = transport;

@@ -38,6 +38,18 @@ struct worker_args {
   std::string rack;               // the worker's rack option
   std::vector<std::string> extra; // anything else, last
 
+  /// Rank `rank` of `job` at `connect` with the job's token ("": none); the rest the
+  /// worker's defaults, set field by field after.
+  static worker_args of(std::string connect, std::string job, uint32_t rank,
+                        std::string token = {}) {
+    worker_args a;
+    a.connect = std::move(connect);
+    a.job = std::move(job);
+    a.rank = rank;
+    a.token = std::move(token);
+    return a;
+  }
+
   /// The command line, writing its parameters to `out_path`.
   std::vector<std::string> argv(const std::string& out_path) const {
     std::vector<std::string> a{RW_TEST_WORKER_PATH,
