@@ -9,23 +9,23 @@
 #include "protocol/control.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
-namespace tr = rw::transports;
+namespace pr = rw::protocol;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using message = RW_FUZZ_MESSAGE;
   message m;
   std::string why;
-  if (tr::decode(reinterpret_cast<const std::byte*>(data), size, m, why)
+  if (pr::decode(reinterpret_cast<const std::byte*>(data), size, m, why)
       != rw::errc::ok) {
     if (why.empty())
       rw::fuzz::fail("a refused message comes without a reason");
     return 0;
   }
-  auto once = tr::encode(m);
+  auto once = pr::encode(m);
   message again;
-  if (tr::decode(once.data(), once.size(), again, why) != rw::errc::ok)
+  if (pr::decode(once.data(), once.size(), again, why) != rw::errc::ok)
     rw::fuzz::fail("a decoded message does not decode once encoded: " + why);
-  if (tr::encode(again) != once)
+  if (pr::encode(again) != once)
     rw::fuzz::fail("a message changes through encode and decode");
   return 0;
 }

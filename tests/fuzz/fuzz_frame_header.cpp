@@ -8,22 +8,22 @@
 #include "protocol/frame.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
-namespace tr = rw::transports;
+namespace pr = rw::protocol;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  alignas(8) std::byte in[tr::frame_header_bytes] = {};
+  alignas(8) std::byte in[pr::frame_header_bytes] = {};
   std::memcpy(in, data, size < sizeof in ? size : sizeof in);
-  tr::frame_header h;
+  pr::frame_header h;
   std::string why;
-  if (tr::decode(in, h, why) != rw::errc::ok) {
+  if (pr::decode(in, h, why) != rw::errc::ok) {
     if (why.empty())
       rw::fuzz::fail("a refused header comes without a reason");
     return 0;
   }
-  alignas(8) std::byte out[tr::frame_header_bytes];
-  tr::encode(h, out);
-  tr::frame_header again;
-  if (tr::decode(out, again, why) != rw::errc::ok)
+  alignas(8) std::byte out[pr::frame_header_bytes];
+  pr::encode(h, out);
+  pr::frame_header again;
+  if (pr::decode(out, again, why) != rw::errc::ok)
     rw::fuzz::fail("a decoded header does not decode once encoded: " + why);
   if (again.kind != h.kind || again.flags != h.flags || again.error_code != h.error_code
       || again.job_id != h.job_id || again.rank != h.rank

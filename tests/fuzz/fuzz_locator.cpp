@@ -24,6 +24,7 @@
 #include "tests/fuzz/fuzz_check.hpp"
 
 namespace tr = rw::transports;
+namespace pr = rw::protocol;
 namespace tcp = rw::transports::tcp;
 
 namespace {
@@ -43,17 +44,17 @@ tcp::endpoint& endpoint() {
   static auto* ep = [] {
     auto* e = new tcp::endpoint{std::chrono::milliseconds(1000),
                                 tr::receive_limits{0, rw::defaults::max_control_bytes, 0},
-                                services::locator_policy()};
+                                rw::services::locator_policy()};
     e->listen(tcp::parse_address("127.0.0.1:0"));
     return e;
   }();
   return *ep;
 }
 
-services::locator_sink& sink() {
-  static services::locator_sink s{
-    tr::located_msg{"127.0.0.1:1", "fuzz", "coordinator"}, "not here",
-    [](const tr::hello_msg& hello, const std::string& peer) {
+rw::services::locator_sink& sink() {
+  static rw::services::locator_sink s{
+    pr::located_msg{"127.0.0.1:1", "fuzz", "coordinator"}, "not here",
+    [](const pr::hello_msg& hello, const std::string& peer) {
       auto it = by_peer->find(peer);
       if (it == by_peer->end())
         rw::fuzz::fail("a hello from a peer nobody connected as: " + peer);
@@ -61,7 +62,7 @@ services::locator_sink& sink() {
           && it->second->sent.find(hello.spec.name) == std::string::npos)
         rw::fuzz::fail("connection " + peer + " is answered about job '" + hello.spec.name
                        + "', which it never sent");
-      return tr::error_msg{rw::errc::moved, "elsewhere", {"127.0.0.1:2"}};
+      return pr::error_msg{rw::errc::moved, "elsewhere", {"127.0.0.1:2"}};
     }};
   return s;
 }

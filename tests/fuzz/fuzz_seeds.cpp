@@ -18,7 +18,7 @@
 #include "tests/fuzz/fuzz_check.hpp"
 
 namespace fs = std::filesystem;
-namespace tr = rw::transports;
+namespace pr = rw::protocol;
 
 namespace {
 
@@ -32,7 +32,7 @@ void write(const fs::path& dir, const std::string& target, const std::string& na
 }
 
 void write(const fs::path& dir, const std::string& target, const std::string& name,
-           const tr::bytes& b) {
+           const pr::bytes& b) {
   write(dir, target, name, b.data(), b.size());
 }
 
@@ -54,9 +54,9 @@ rw::job_spec session_job() {
 }
 
 void frames(const fs::path& dir) {
-  auto header = [&](const std::string& name, tr::frame_kind kind, uint16_t flags,
+  auto header = [&](const std::string& name, pr::frame_kind kind, uint16_t flags,
                     uint32_t payload) {
-    tr::frame_header h;
+    pr::frame_header h;
     h.kind = kind;
     h.flags = flags;
     h.job_id = 7;
@@ -66,23 +66,23 @@ void frames(const fs::path& dir) {
     h.payload_bytes = payload;
     h.clock = 12;
     h.ring = 1;
-    alignas(8) std::byte out[tr::frame_header_bytes];
-    tr::encode(h, out);
+    alignas(8) std::byte out[pr::frame_header_bytes];
+    pr::encode(h, out);
     write(dir, "fuzz_frame_header", name, out, sizeof out);
   };
-  header("push", tr::frame_kind::push, tr::flag_want_result, 4096);
-  header("pull", tr::frame_kind::pull, tr::flag_only_changed | tr::flag_subscribe, 0);
-  header("update", tr::frame_kind::update, 0, 4096);
-  header("sparse", tr::frame_kind::push_sparse, 0, 64);
-  header("hello", tr::frame_kind::hello, 0, 512);
-  header("bye", tr::frame_kind::bye, 0, 0);
+  header("push", pr::frame_kind::push, pr::flag_want_result, 4096);
+  header("pull", pr::frame_kind::pull, pr::flag_only_changed | pr::flag_subscribe, 0);
+  header("update", pr::frame_kind::update, 0, 4096);
+  header("sparse", pr::frame_kind::push_sparse, 0, 64);
+  header("hello", pr::frame_kind::hello, 0, 512);
+  header("bye", pr::frame_kind::bye, 0, 0);
 }
 
 void sparse(const fs::path& dir) {
   // Length 1024 (two bytes: length - 1), then pairs.
   std::vector<unsigned char> in{0xff, 0x03};
   for (uint32_t i : {0u, 5u, 5u, 1023u}) {
-    tr::sparse_pair p{i, 0.25f * float(i)};
+    pr::sparse_pair p{i, 0.25f * float(i)};
     auto* b = reinterpret_cast<const unsigned char*>(&p);
     in.insert(in.end(), b, b + sizeof p);
   }
@@ -96,10 +96,10 @@ void half(const fs::path& dir) {
   std::vector<float> grad(1000);
   for (size_t i = 0; i < grad.size(); ++i)
     grad[i] = 0.001f * float(i) - 0.3f;
-  for (auto [bit, flag, name] : {std::tuple{1, tr::flag_bf16, "bf16_chunk"},
-                                 std::tuple{2, tr::flag_fp16, "fp16_chunk"}}) {
-    std::vector<std::byte> payload(tr::half_payload_bytes(flag, grad.size()));
-    tr::narrow_half(flag, grad.data(), grad.size(), payload.data());
+  for (auto [bit, flag, name] : {std::tuple{1, pr::flag_bf16, "bf16_chunk"},
+                                 std::tuple{2, pr::flag_fp16, "fp16_chunk"}}) {
+    std::vector<std::byte> payload(pr::half_payload_bytes(flag, grad.size()));
+    pr::narrow_half(flag, grad.data(), grad.size(), payload.data());
     std::vector<unsigned char> in{static_cast<unsigned char>(bit), 0xe7, 0x03}; // 1000
     auto* b = reinterpret_cast<const unsigned char*>(payload.data());
     in.insert(in.end(), b, b + payload.size());
@@ -108,20 +108,20 @@ void half(const fs::path& dir) {
 }
 
 void control(const fs::path& dir) {
-  tr::hello_msg hello;
+  pr::hello_msg hello;
   hello.spec = session_job();
   hello.rank = 2;
   hello.shm_segment = "/rw-4242-7";
   hello.shm_nonce = 99;
   hello.has_token = true;
   hello.rack = "a";
-  write(dir, "fuzz_hello", "worker", tr::encode(hello));
+  write(dir, "fuzz_hello", "worker", pr::encode(hello));
   hello.spec.tensors.clear();
   hello.spec_from_job = true;
   hello.mirror = true;
-  write(dir, "fuzz_hello", "by_name", tr::encode(hello));
+  write(dir, "fuzz_hello", "by_name", pr::encode(hello));
 
-  tr::welcome_msg w;
+  pr::welcome_msg w;
   w.job_id = 7;
   w.node_name = "n1";
   w.created = true;
@@ -140,73 +140,73 @@ void control(const fs::path& dir) {
   w.replicas = 1;
   w.spec = session_job();
   w.fabric = "tcp";
-  write(dir, "fuzz_welcome", "three_nodes", tr::encode(w));
+  write(dir, "fuzz_welcome", "three_nodes", pr::encode(w));
 
-  tr::challenge_msg ch;
+  pr::challenge_msg ch;
   ch.nonce.assign(32, std::byte{0x5a});
-  write(dir, "fuzz_challenge", "nonce", tr::encode(ch));
-  tr::proof_msg pr;
+  write(dir, "fuzz_challenge", "nonce", pr::encode(ch));
+  pr::proof_msg pr;
   pr.mac.assign(32, std::byte{0xa5});
-  write(dir, "fuzz_proof", "mac", tr::encode(pr));
-  tr::attach_msg at;
+  write(dir, "fuzz_proof", "mac", pr::encode(pr));
+  pr::attach_msg at;
   at.nonce.assign(32, std::byte{0x3c});
   at.mac.assign(32, std::byte{0xc3});
-  write(dir, "fuzz_attach", "proof", tr::encode(at));
+  write(dir, "fuzz_attach", "proof", pr::encode(at));
 
-  tr::error_msg e;
+  pr::error_msg e;
   e.code = rw::errc::moved;
   e.message = "job 'resnet-a' runs on n2";
   e.candidates = {"10.0.0.3:7100"};
-  write(dir, "fuzz_error", "moved", tr::encode(e));
+  write(dir, "fuzz_error", "moved", pr::encode(e));
 
-  tr::located_msg l{"10.0.0.9:7000", "n1", "rack-agg"};
-  write(dir, "fuzz_located", "coordinator", tr::encode(l));
+  pr::located_msg l{"10.0.0.9:7000", "n1", "rack-agg"};
+  write(dir, "fuzz_located", "coordinator", pr::encode(l));
 
-  tr::reroute_msg r;
+  pr::reroute_msg r;
   r.ring_version = 4;
   r.nodes = {"n0", "n2"};
   r.replicas = 1;
   r.addresses = {"10.0.0.1:7100", "10.0.0.3:7100"};
-  write(dir, "fuzz_reroute", "two_nodes", tr::encode(r));
+  write(dir, "fuzz_reroute", "two_nodes", pr::encode(r));
 
   rw::hyper_change hc;
   hc.at_clock = 100;
   hc.learning_rate = 0.1f;
   hc.beta2 = 0.99f;
-  write(dir, "fuzz_hyper", "lr_beta2", tr::encode(hc));
+  write(dir, "fuzz_hyper", "lr_beta2", pr::encode(hc));
 
-  tr::fabric_offer fo;
+  pr::fabric_offer fo;
   fo.provider = "tcp;ofi_rxm";
   fo.address.assign(16, std::byte{0x11});
   fo.slots_address = 0x7f0000001000;
   fo.slots_key = 42;
   fo.slot_bytes = 1 << 20;
   fo.slot_count = 64;
-  write(dir, "fuzz_fabric_offer", "tcp", tr::encode(fo));
+  write(dir, "fuzz_fabric_offer", "tcp", pr::encode(fo));
 
-  tr::fabric_place fp{1, 0x7f0000200000, 43, 4000, 1 << 20};
-  write(dir, "fuzz_fabric_place", "tensor1", tr::encode(fp));
+  pr::fabric_place fp{1, 0x7f0000200000, 43, 4000, 1 << 20};
+  write(dir, "fuzz_fabric_place", "tensor1", pr::encode(fp));
 }
 
 } // namespace
 
 // fuzz_locator's scripts: [op][length LE16][bytes], op's low bits a connection.
 void locator(const fs::path& dir) {
-  auto frame = [](tr::frame_kind kind, const tr::bytes& payload) {
-    tr::frame_header h;
+  auto frame = [](pr::frame_kind kind, const pr::bytes& payload) {
+    pr::frame_header h;
     h.kind = kind;
     h.payload_bytes = static_cast<uint32_t>(payload.size());
-    std::string out(tr::frame_header_bytes, '\0');
-    tr::encode(h, reinterpret_cast<std::byte*>(out.data()));
+    std::string out(pr::frame_header_bytes, '\0');
+    pr::encode(h, reinterpret_cast<std::byte*>(out.data()));
     out.append(reinterpret_cast<const char*>(payload.data()), payload.size());
     return out;
   };
   auto hello_of = [&](const std::string& job, size_t pad) {
-    tr::hello_msg h;
+    pr::hello_msg h;
     h.spec = session_job();
     h.spec.name = job;
     h.picked_by = std::string(pad, 'p');
-    return frame(tr::frame_kind::hello, tr::encode(h));
+    return frame(pr::frame_kind::hello, pr::encode(h));
   };
   auto record = [](std::string& script, uint8_t op, const std::string& bytes) {
     script.push_back(char(op));
@@ -222,7 +222,7 @@ void locator(const fs::path& dir) {
   record(script, 1, b.substr(0, 5000));
   record(script, 8 | 1, b.substr(5000));
   record(script, 0, a.substr(1000));
-  record(script, 2, frame(tr::frame_kind::locate, {}));
+  record(script, 2, frame(pr::frame_kind::locate, {}));
   write(dir, "fuzz_locator", "interleaved-hellos", script.data(), script.size());
   std::string closing;
   record(closing, 4 | 3, a.substr(0, 70));

@@ -11,7 +11,7 @@
 #include "protocol/sparse.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
-namespace tr = rw::transports;
+namespace pr = rw::protocol;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2)
@@ -19,15 +19,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t length = (size_t(data[0]) | size_t(data[1]) << 8) + 1;
   auto* payload = reinterpret_cast<const std::byte*>(data + 2);
   size_t bytes = size - 2;
-  auto size_why = tr::check_sparse_size(bytes, length);
-  bool fits = bytes % sizeof(tr::sparse_pair) == 0 && bytes <= length * sizeof(float);
+  auto size_why = pr::check_sparse_size(bytes, length);
+  bool fits = bytes % sizeof(pr::sparse_pair) == 0 && bytes <= length * sizeof(float);
   if (size_why.empty() != fits)
     rw::fuzz::fail("check_sparse_size disagrees with its contract");
   if (!fits)
     return 0;
   std::vector<float> dense(length, 1.0f);
-  auto why = tr::densify_sparse(payload, bytes, dense.data(), length);
-  tr::sparse_pair p;
+  auto why = pr::densify_sparse(payload, bytes, dense.data(), length);
+  pr::sparse_pair p;
   bool in_range = true;
   for (size_t i = 0; i < bytes / sizeof p; ++i) {
     std::memcpy(&p, payload + i * sizeof p, sizeof p);
