@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include <caf/all.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>

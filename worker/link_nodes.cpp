@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include <caf/all.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
