@@ -9,6 +9,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -27,11 +28,17 @@ using testing::rack_cluster;
 using run = testing::worker_process;
 using testing::finish;
 
+// `held`: the worker waits after step 20 until that file exists, so the fault lands
+// mid-training however slow the machine (a sanitizer build under load once finished
+// all 40 steps before the kill).
 std::unique_ptr<run> start(const std::string& connect, const std::string& job,
-                           uint32_t rank, const std::string& token) {
-  return testing::start_verified(
-    connect, job, rank, token,
-    {"--optimizer", "adam", "--steps", "40", "--step-delay-ms", "60"});
+                           uint32_t rank, const std::string& token,
+                           const std::string& held = {}) {
+  std::vector<std::string> args{"--optimizer",     "adam", "--steps", "40",
+                                "--step-delay-ms", "60"};
+  if (!held.empty())
+    args.insert(args.end(), {"--pause-at", "20", "--resume-file", held});
+  return testing::start_verified(connect, job, rank, token, args);
 }
 
 // A flat job over both nodes with periodic checkpoints every `every` clocks, rank 0
@@ -40,10 +47,13 @@ std::unique_ptr<run> start(const std::string& connect, const std::string& job,
 struct checkpointed_job {
   std::string token;
   std::string dir = testing::temp_path("periodic");
+  std::string held = testing::temp_path("held"); // its workers wait at step 20 for it
   std::vector<std::unique_ptr<run>> ws;
+  void release() const { std::ofstream{held} << "go\n"; }
   ~checkpointed_job() {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
+    std::filesystem::remove(held, ec);
   }
 };
 
@@ -58,8 +68,8 @@ void start_checkpointed(rack_cluster& c, checkpointed_job& j, const std::string&
     &err);
   INFO(err);
   REQUIRE(!j.token.empty());
-  j.ws.push_back(start(c.nodes[0]->address(), name, 0, j.token));
-  j.ws.push_back(start(c.nodes[1]->address(), name, 1, j.token));
+  j.ws.push_back(start(c.nodes[0]->address(), name, 0, j.token, j.held));
+  j.ws.push_back(start(c.nodes[1]->address(), name, 1, j.token, j.held));
   auto at = c.shell(
     fmt::format("rw.wait('{}', {}, {{timeout = 60}}); print('ok')", name, clock));
   INFO(at.err);
@@ -82,6 +92,7 @@ TEST_CASE("a node killed mid-training: the job starts again from its checkpoint 
   auto at = c.shell("print(rw.job_status('survivor').id)");
   REQUIRE(at.code == 0);
   c.nodes[1]->process().signal(SIGKILL);
+  job.release();       // on from step 20 at the latest, into the dead node
   for (auto& w : ws) { // told why, they stop; a launcher starts them again
     auto [code, out] = finish(*w);
     INFO(out);
@@ -120,6 +131,7 @@ TEST_CASE("a node declared dead that comes back serves nothing stale, workers se
   // n1 stops answering (its connections stay open): declared dead once its heartbeats
   // stop, and the job starts again on n0.
   c.nodes[1]->process().signal(SIGSTOP);
+  job.release(); // on from step 20 at the latest, into the stopped node
   REQUIRE(
     c.coordinator.wait_for_log("job restarts: job='fenced'", std::chrono::seconds(20)));
   c.nodes[1]->process().signal(SIGCONT);
