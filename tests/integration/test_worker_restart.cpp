@@ -213,6 +213,10 @@ TEST_CASE("a job finishes when every rank has said bye, a rank that said bye may
   CHECK(open.out == "running\tleft\n");
   j.steps = 4; // both ranks train: rank 0 joins again
   auto w0 = start(j, node.address(), 0);
+  // Rank 1 starts once rank 0 is back: a push whose step needs a rank that said bye
+  // and has not joined again fails at once (worker_left), by design. Started together,
+  // rank 1's first push sometimes came first (the clean-clone CI at ebd72c6).
+  REQUIRE(node.wait_for_log("worker rejoined: job='byes'", std::chrono::seconds(20)));
   auto w1 = start(j, node.address(), 1);
   for (auto* w : {w0.get(), w1.get()}) {
     auto [code, out] = finish(*w);
