@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "actors/shard/chunk_shard.hpp"
+#include "actors/shard/outbox.hpp"
 #include "actors/links/job_join.hpp"
 #include "transports/receive_scratch.hpp"
 
@@ -55,7 +56,7 @@ struct mirror_settings {
   std::chrono::milliseconds request_timeout{5000};
 };
 
-class mirror_link final : public transports::frame_sink {
+class mirror_link final : public transports::frame_sink, public chunk_mirror {
 public:
   explicit mirror_link(mirror_settings s);
   ~mirror_link() override;
@@ -69,9 +70,10 @@ public:
   /// Shard `index` was restarted: acks go to its successor.
   void set_shard(uint32_t index, chunk_shard_actor shard);
 
+  // chunk_mirror (the job's shards)
   void send(uint32_t shard, uint32_t tensor, uint32_t chunk, uint64_t clock,
-            uint64_t ring, uint32_t node, const float* sum, uint32_t length);
-  void cancel(uint32_t tensor, uint32_t chunk);
+            uint64_t ring, uint32_t node, const float* sum, uint32_t length) override;
+  void cancel(uint32_t tensor, uint32_t chunk) override;
 
   // frame_sink (the reading thread)
   transports::payload_target on_header(const transports::connection_ptr& c,

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "actors/shard/chunk_shard.hpp"
+#include "actors/shard/outbox.hpp"
 #include "actors/links/job_join.hpp"
 #include "actors/messages.hpp"
 #include "transports/receive_scratch.hpp"
@@ -53,7 +54,7 @@ struct uplink_settings {
   std::string node_name;  // for logs
 };
 
-class rack_uplink final : public transports::frame_sink {
+class rack_uplink final : public transports::frame_sink, public chunk_relay {
 public:
   explicit rack_uplink(uplink_settings s);
   ~rack_uplink() override;
@@ -63,8 +64,9 @@ public:
   /// Leaves the top job (bye) and joins the thread. Idempotent.
   void stop();
 
-  void push(uint32_t tensor, uint32_t chunk, uint64_t clock, float* partial);
-  void init(uint32_t tensor, uint32_t chunk, const float* values);
+  // chunk_relay (the rack job's shards)
+  void push(uint32_t tensor, uint32_t chunk, uint64_t clock, float* partial) override;
+  void init(uint32_t tensor, uint32_t chunk, const float* values) override;
 
   // frame_sink (the uplink's thread)
   transports::payload_target on_header(const transports::connection_ptr& c,

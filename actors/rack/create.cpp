@@ -176,9 +176,7 @@ void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id,
   auto b = joined(job, rank, !job.granted);
   auto sink = caf::actor_cast<abort_sink>(self);
   auto pending = std::make_shared<size_t>(st.shards.size());
-  std::vector<caf::actor> peers;
-  for (auto& sh : st.shards)
-    peers.push_back(caf::actor_cast<caf::actor>(sh));
+  auto peers = make_shard_peers(st.shards);
   mirror_ring(self, job, job.layout);
   for (uint32_t i = 0; i < st.shards.size(); ++i) {
     job_setup setup{job.id,

@@ -370,9 +370,7 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
   auto rp = self->make_response_promise<ok_atom>();
   auto pending = std::make_shared<size_t>(st.shards.size());
   auto failed = std::make_shared<std::string>();
-  std::vector<caf::actor> peers;
-  for (auto& sh : st.shards)
-    peers.push_back(caf::actor_cast<caf::actor>(sh));
+  auto peers = make_shard_peers(st.shards);
   bool arriving = job->arriving;
   mirror_ring(self, *job, next);
   for (uint32_t i = 0; i < st.shards.size(); ++i) {

@@ -42,7 +42,8 @@ chunk_snapshot checkpoint_reached(shard_job& job, uint32_t tensor, uint32_t chun
     }
     it->taken.chunks->push_back(cs.snapshot(tensor, chunk));
     if (--it->remaining == 0) {
-      it->rp.deliver(it->taken);
+      if (it->reply)
+        it->reply->deliver(it->taken);
       it = all.erase(it);
     } else {
       ++it;
@@ -88,8 +89,9 @@ std::vector<std::pair<uint64_t, chunk_snapshot>> take_complete_periodic(shard_jo
 
 void fail_checkpoints(shard_job& job, const std::string& why) {
   for (auto& p : job.checkpoints)
-    p.rp.deliver(cluster_error(errc::unavailable,
-                               fmt::format("checkpoint at clock {}: {}", p.clock, why)));
+    if (p.reply)
+      p.reply->fail(errc::unavailable,
+                    fmt::format("checkpoint at clock {}: {}", p.clock, why));
   job.checkpoints.clear();
 }
 

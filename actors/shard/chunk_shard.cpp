@@ -1,44 +1,109 @@
+// The chunk shard actor: a thin driver of shard_core (core.hpp). Each message of the
+// protocol (chunk_shard.hpp) becomes a call, each answer a reply or a response
+// promise, and each call on the core's interfaces (outbox.hpp) a message: tokens to
+// itself, norms and trust ratios to the node's other shards, reports to a job's
+// coordinator.
+
 #include "actors/shard/chunk_shard.hpp"
 
-#include <algorithm>
-#include <cstring>
-#include <ctime>
-#include <deque>
-#include <map>
+#include <chrono>
+#include <memory>
 #include <optional>
+#include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include <caf/all.hpp>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include "logic/chunk_state.hpp"
-#include "logic/shard_answers.hpp"
-#include "actors/shard/balance.hpp"
-#include "actors/shard/hyper.hpp"
-#include "actors/shard/checkpoint.hpp"
-#include "actors/shard/job.hpp"
-#include "actors/shard/moves.hpp"
-#include "actors/links/mirror_link.hpp"
-#include "actors/links/rack_uplink.hpp"
-#include "runtime/kernels.hpp"
-#include "runtime/layerwise.hpp"
+#include "actors/shard/core.hpp"
 #include "runtime/thread_cpu.hpp"
-#include "runtime/trace.hpp"
-
-#include "actors/shard/handlers.hpp"
 
 namespace rw::actors {
 
-namespace shard_impl {
+namespace {
 
-chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings settings,
-                                                std::shared_ptr<shard_book> book) {
-  self->state.settings = settings;
-  self->state.book = std::move(book);
+// The shard's own mailbox, for its core.
+class mailbox_outbox final : public shard_outbox {
+public:
+  explicit mailbox_outbox(caf::scheduled_actor* self) : self_(self) {}
+  bool idle() override { return self_->mailbox().empty(); }
+  void work_later() override { caf::anon_send(handle(), work_atom::value); }
+  void flush_later() override { caf::anon_send(handle(), flush_atom::value); }
+
+private:
+  caf::actor handle() { return caf::actor_cast<caf::actor>(self_); }
+  caf::scheduled_actor* self_;
+};
+
+// Every shard of the node, by index.
+class actor_peers final : public shard_peers {
+public:
+  explicit actor_peers(std::vector<chunk_shard_actor> shards)
+    : shards_(std::move(shards)) {}
+  size_t size() const override { return shards_.size(); }
+  void norm(uint32_t to, uint32_t job_id, uint32_t tensor, uint64_t version,
+            uint32_t chunk, double w2, double d2) const override {
+    caf::anon_send(shards_.at(to), norm_atom::value, job_id, tensor, version, chunk, w2,
+                   d2);
+  }
+  void trust(uint32_t to, uint32_t job_id, uint32_t tensor, uint64_t version,
+             float trust) const override {
+    caf::anon_send(shards_.at(to), trust_atom::value, job_id, tensor, version, trust);
+  }
+
+private:
+  std::vector<chunk_shard_actor> shards_;
+};
+
+// A job's node coordinator.
+class sink_reports final : public job_reports {
+public:
+  explicit sink_reports(abort_sink sink) : sink_(std::move(sink)) {}
+  void failed(uint32_t job_id, errc code, const std::string& why) override {
+    caf::anon_send(sink_, abort_atom::value, job_id, code, why);
+  }
+  void checkpointed(uint32_t job_id, uint64_t clock, chunk_snapshot snap) override {
+    caf::anon_send(sink_, ckpt_atom::value, job_id, clock, std::move(snap));
+  }
+  void stepped(uint32_t job_id, uint32_t shard, uint64_t clock) override {
+    caf::anon_send(sink_, step_atom::value, job_id, shard, clock);
+  }
+
+private:
+  abort_sink sink_;
+};
+
+// A response promise.
+class promised_snapshot final : public snapshot_reply {
+public:
+  explicit promised_snapshot(caf::typed_response_promise<chunk_snapshot> rp)
+    : rp_(std::move(rp)) {}
+  void deliver(chunk_snapshot snap) override { rp_.deliver(std::move(snap)); }
+  void fail(errc code, const std::string& why) override {
+    rp_.deliver(cluster_error(code, why));
+  }
+
+private:
+  caf::typed_response_promise<chunk_snapshot> rp_;
+};
+
+struct shard_state {
+  std::unique_ptr<mailbox_outbox> out;
+  std::unique_ptr<shard_core> core;
+  static inline const char* name = "rw.chunk_shard";
+};
+
+using shard_ptr = chunk_shard_actor::stateful_pointer<shard_state>;
+
+caf::result<ok_atom> answer(const shard_refusal& r) {
+  if (r)
+    return cluster_error(r.code, r.why);
+  return ok_atom::value;
+}
+
+chunk_shard_actor::behavior_type shard_behavior(
+  shard_ptr self, shard_settings settings, std::shared_ptr<detail::shard_book> book) {
   runtime::name_this_thread("rw-shard-" + std::to_string(settings.index));
   if (settings.topo) {
     try {
@@ -54,215 +119,117 @@ chunk_shard_actor::behavior_type shard_behavior(shard_ptr self, shard_settings s
     self->attach_functor([slot = settings.cpu_clock, token] { slot->withdraw(token); });
   }
   self->delayed_send(self, settings.scan_interval, tick_atom::value);
-  if (self->state.book->incarnation++ > 0)
-    adopt(self);
+  auto& st = self->state;
+  st.out = std::make_unique<mailbox_outbox>(self);
+  st.core = std::make_unique<shard_core>(settings, std::move(book), *st.out);
+  auto* core = st.core.get(); // lives as long as the behavior
+  core->start();
   return {
-    [=](push_atom, chunk_push& p) {
-      // Order only matters when requests queue: with nothing waiting, serve at once.
-      auto& st = self->state;
-      if (!st.settings.priority
-          || (st.book->backlog.empty() && self->mailbox().empty())) {
-        changing(self, p.job_id, [&] { on_push(self, p); });
-        return;
-      }
-      // The work token goes behind whatever is queued already: by the time it is taken,
-      // every push that arrived meanwhile is in the backlog to choose from.
-      auto clock = p.clock;
-      self->state.book->backlog.emplace(clock, std::move(p));
-      self->send(self, work_atom::value);
-    },
-    [=](push_atom, std::vector<chunk_push>& batch) {
-      auto& st = self->state;
-      auto& backlog = st.book->backlog;
-      if (st.settings.priority && !(backlog.empty() && self->mailbox().empty())) {
-        for (auto& p : batch) { // behind what waits, as single pushes would be
-          auto clock = p.clock;
-          backlog.emplace(clock, std::move(p));
-          self->send(self, work_atom::value);
-        }
-        return;
-      }
-      // Nothing else waits: the batch is the queue; lowest clock first with priority on.
-      if (st.settings.priority)
-        std::stable_sort(
-          batch.begin(), batch.end(),
-          [](const chunk_push& a, const chunk_push& b) { return a.clock < b.clock; });
-      detail::shard_answers::holding together{st.answers};
-      for (auto& p : batch)
-        changing(self, p.job_id, [&] { on_push(self, p); });
-    },
-    [=](work_atom) {
-      // The backlog's lowest clocks, a few at a time (the work tokens of those served
-      // here find less, or nothing, to do), their answers sent together.
-      auto& backlog = self->state.book->backlog;
-      detail::shard_answers::holding together{self->state.answers};
-      for (int served = 0; served < max_served_per_work && !backlog.empty(); ++served) {
-        auto next = std::move(backlog.begin()->second);
-        backlog.erase(backlog.begin());
-        changing(self, next.job_id, [&] { on_push(self, next); });
-      }
-    },
-    [=](flush_atom) { self->state.answers.flush_replica_acks(); },
-    [=](init_atom, chunk_push& p) {
-      changing(self, p.job_id, [&] { on_init(self, p); });
-    },
-    [=](relay_atom, const relay_update& u) {
-      changing(self, u.job_id, [&] { on_relay(self, u); });
-    },
+    [=](push_atom, chunk_push& p) { core->push(p); },
+    [=](push_atom, std::vector<chunk_push>& batch) { core->push(batch); },
+    [=](work_atom) { core->work(); },
+    [=](flush_atom) { core->flush(); },
+    [=](init_atom, chunk_push& p) { core->init(p); },
+    [=](relay_atom, const relay_update& u) { core->relay(u); },
     [=](mirror_atom, uint32_t job_id, const std::vector<uint64_t>& acked) {
-      detail::shard_answers::holding together{self->state.answers};
-      changing(self, job_id, [&] {
-        for (size_t i = 0; i + 2 < acked.size(); i += 3)
-          on_mirrored(self, job_id, static_cast<uint32_t>(acked[i]),
-                      static_cast<uint32_t>(acked[i + 1]), acked[i + 2]);
-      });
+      core->mirrored(job_id, acked);
     },
     [=](crash_atom, const std::string& why) {
       // Stuck a moment first, so requests queue in the mailbox and die with it (the
       // workers' re-send must bring them back).
-      spdlog::warn("shard {}: crashing on purpose in 50 ms ({})",
-                   self->state.settings.index, why);
+      spdlog::warn("shard {}: crashing on purpose in 50 ms ({})", core->settings().index,
+                   why);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       throw std::runtime_error("injected fault: " + why);
     },
-    [=](pull_atom, chunk_pull& p) { on_pull(self, p); },
+    [=](pull_atom, chunk_pull& p) { core->pull(p); },
     [=](create_atom, job_setup& setup, abort_sink& coordinator) {
-      return create_job(self, setup, std::move(coordinator));
+      std::shared_ptr<job_reports> reports;
+      if (coordinator)
+        reports = std::make_shared<sink_reports>(std::move(coordinator));
+      return answer(core->create(setup, std::move(reports)));
     },
-    [=](ckpt_atom, uint32_t job_id, uint64_t clock) {
-      return on_checkpoint(self, job_id, clock);
+    [=](ckpt_atom, uint32_t job_id, uint64_t clock) -> caf::result<chunk_snapshot> {
+      auto rp = self->make_response_promise<chunk_snapshot>();
+      core->checkpoint(job_id, clock, std::make_shared<promised_snapshot>(rp));
+      return rp; // answered through the copy the core holds
     },
-    [=](hold_atom, uint32_t job_id) { return on_hold(self, job_id); },
-    [=](fence_atom, uint32_t job_id, const settle_targets& targets) {
-      return on_fence(self, job_id, targets);
+    [=](hold_atom, uint32_t job_id) -> caf::result<settle_targets> {
+      settle_targets reach;
+      if (auto r = core->hold(job_id, reach))
+        return cluster_error(r.code, r.why);
+      return reach;
     },
-    [=](reshape_atom, job_setup& setup) { return on_reshape(self, setup); },
-    [=](takeover_atom, route_change& rc) {
-      caf::result<ok_atom> out = ok_atom::value;
-      changing(self, rc.job_id, [&] { out = on_takeover(self, rc); });
-      return out;
+    [=](fence_atom, uint32_t job_id,
+        const settle_targets& targets) -> caf::result<chunk_snapshot> {
+      auto rp = self->make_response_promise<chunk_snapshot>();
+      core->fence(job_id, targets, std::make_shared<promised_snapshot>(rp));
+      return rp;
     },
+    [=](reshape_atom, job_setup& setup) { return answer(core->reshape(setup)); },
+    [=](takeover_atom, route_change& rc) { return answer(core->takeover(rc)); },
     [=](hyper_atom, uint32_t job_id, uint64_t id, hyper_change& change) -> uint64_t {
-      auto it = self->state.book->jobs.find(job_id);
-      return it == self->state.book->jobs.end()
-               ? 0
-               : detail::prepare_hyper(it->second, id, change);
+      return core->prepare_hyper(job_id, id, change);
     },
     [=](hyper_atom, uint32_t job_id, uint64_t id, bool apply) {
-      auto it = self->state.book->jobs.find(job_id);
-      if (it == self->state.book->jobs.end() || !detail::end_hyper(it->second, id, apply))
-        return;
-      auto& job = it->second;
-      detail::for_each_chunk(job, self->state.settings.index,
-                             [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
-                               run_steps(self, job_id, job, t, c, cs); // those held
-                               return true;
-                             });
+      core->end_hyper(job_id, id, apply);
     },
-    [=](thaw_atom, uint32_t job_id) {
-      auto it = self->state.book->jobs.find(job_id);
-      if (it == self->state.book->jobs.end())
-        return;
-      auto& job = it->second;
-      job.settling = false;
-      job.frozen = false;
-      job.settle_to.clear();
-      if (job.settle_rp) {
-        job.settle_rp->deliver(cluster_error(errc::stopped, "the move was given up"));
-        job.settle_rp.reset();
-      }
-      serve_held(self, job_id, job);
-    },
+    [=](thaw_atom, uint32_t job_id) { core->thaw(job_id); },
     [=](leave_atom, uint32_t job_id, uint32_t rank, const std::string& why) {
-      auto it = self->state.book->jobs.find(job_id);
-      if (it == self->state.book->jobs.end() || rank >= it->second.departed.size())
-        return;
-      if (!it->second.departed[rank]) {
-        it->second.departed[rank] = true;
-        ++it->second.departed_count;
-      }
-      fail_steps_needing(self->state, job_id, it->second, rank, why);
+      core->leave(job_id, rank, why);
     },
-    [=](rejoin_atom, uint32_t job_id, uint32_t rank) {
-      auto it = self->state.book->jobs.find(job_id);
-      if (it == self->state.book->jobs.end() || rank >= it->second.departed.size()
-          || !it->second.departed[rank])
-        return;
-      it->second.departed[rank] = false;
-      --it->second.departed_count;
-    },
+    [=](rejoin_atom, uint32_t job_id, uint32_t rank) { core->rejoin(job_id, rank); },
     [=](resume_atom, uint32_t job_id, uint32_t rank) {
-      auto& st = self->state;
-      uint64_t lowest = UINT64_MAX;
-      auto it = st.book->jobs.find(job_id);
-      if (it == st.book->jobs.end() || rank >= it->second.departed.size())
-        return lowest;
-      auto& job = it->second;
-      for_each_own_chunk(st, job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
-        if (job.routes->is_owned(t, c)) // a replica counts no worker's pushes
-          lowest = std::min(lowest, cs.next_clock(rank));
-        return true;
-      });
-      return lowest;
+      return core->resume(job_id, rank);
     },
     [=](abort_atom, uint32_t job_id, errc code, const std::string& why) {
-      fail_job(self->state, job_id, code, why);
+      core->abort(job_id, code, why);
     },
     [=](drop_atom, uint32_t job_id) {
-      drop_job(self, job_id, errc::unknown_job,
-               "the job finished: every worker said bye");
+      core->drop(job_id, errc::unknown_job, "the job finished: every worker said bye");
     },
     [=](drop_atom, uint32_t job_id, errc code, const std::string& why) {
-      drop_job(self, job_id, code, why);
+      core->drop(job_id, code, why);
     },
     [=](norm_atom, uint32_t job_id, uint32_t tensor, uint64_t version, uint32_t chunk,
-        double w2, double d2) { on_norm(self, job_id, tensor, version, chunk, w2, d2); },
+        double w2, double d2) { core->norm(job_id, tensor, version, chunk, w2, d2); },
     [=](trust_atom, uint32_t job_id, uint32_t tensor, uint64_t version, float trust) {
-      changing(self, job_id, [&] { on_trust(self, job_id, tensor, version, trust); });
+      core->trust(job_id, tensor, version, trust);
     },
     [=](tick_atom) {
-      scan_timeouts(self);
-      release_finished(self->state);
-      self->delayed_send(self, self->state.settings.scan_interval, tick_atom::value);
+      core->tick();
+      self->delayed_send(self, core->settings().scan_interval, tick_atom::value);
     },
-    [=](stats_atom, uint32_t job_id) {
-      auto it = self->state.book->jobs.find(job_id);
-      // A job without chunks here counts nothing here.
-      if (it == self->state.book->jobs.end() || it->second.chunks.empty())
-        return job_counters{};
-      return it->second.counters;
+    [=](stats_atom, uint32_t job_id) { return core->counters(job_id); },
+    [=](plan_atom, double share) { return core->plan(share); },
+    [=](expect_atom, const shard_move& m) { return answer(core->expect(m)); },
+    [=](migrate_atom, const shard_move& m, const caf::actor& to) -> caf::result<ok_atom> {
+      handoff_ptr handoff;
+      if (auto r = core->give(m, handoff))
+        return cluster_error(r.code, r.why);
+      // The shard the chunks go to answers for both.
+      return self->delegate(caf::actor_cast<chunk_shard_actor>(to), adopt_atom::value,
+                            handoff);
     },
-    [=](plan_atom, double share) {
-      return detail::plan_shed(*self->state.book, self->state.settings.index, share);
-    },
-    [=](expect_atom, const shard_move& m) { return on_expect(self, m); },
-    [=](migrate_atom, const shard_move& m, const caf::actor& to) {
-      return on_migrate(self, m, to);
-    },
-    [=](adopt_atom, const handoff_ptr& h) { return on_adopt(self, h); },
-    [=](stats_atom) {
-      auto s = self->state.book->stats;
-      s.busy_ns = runtime::this_thread_cpu_ns(); // the shard's: it is detached
-      s.cpu = runtime::current_cpu();
-      s.affinity = runtime::current_affinity();
-      s.memory_numa = self->state.book->memory_numa;
-      // The backlog only: counting the mailbox from inside a handler (fifo_inbox::size)
-      // moves its messages while CAF iterates them, which UBSan catches as a bad downcast.
-      s.queued = self->state.book->backlog.size();
-      return s;
-    },
+    [=](adopt_atom, const handoff_ptr& h) { return answer(core->adopt(h)); },
+    [=](stats_atom) { return core->stats(); },
   };
 }
 
-} // namespace shard_impl
+} // namespace
 
 std::shared_ptr<detail::shard_book> make_shard_book() {
   return std::make_shared<detail::shard_book>();
 }
 
+std::shared_ptr<const shard_peers> make_shard_peers(
+  const std::vector<chunk_shard_actor>& shards) {
+  return std::make_shared<actor_peers>(shards);
+}
+
 chunk_shard_actor spawn_chunk_shard(caf::actor_system& sys, shard_settings settings,
                                     std::shared_ptr<detail::shard_book> book) {
-  return sys.spawn<caf::detached>(shard_impl::shard_behavior, settings,
+  return sys.spawn<caf::detached>(shard_behavior, settings,
                                   book ? std::move(book) : make_shard_book());
 }
 

@@ -164,22 +164,19 @@
 #include <memory>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <caf/actor_system.hpp>
 #include <caf/typed_actor.hpp>
 
 #include "actors/messages.hpp"
-#include "runtime/memory_registrar.hpp"
-#include "runtime/thread_cpu.hpp"
-#include "runtime/topology.hpp"
+#include "actors/shard/settings.hpp"
 
 namespace rw::actors {
 
 namespace detail {
 struct shard_book;
-struct chunk_handoff;
 } // namespace detail
-using handoff_ptr = std::shared_ptr<detail::chunk_handoff>;
 
 /// The part of the coordinator's interface a shard reports to.
 using abort_sink =
@@ -219,32 +216,20 @@ using chunk_shard_actor = caf::typed_actor<
   caf::replies_to<stats_atom>::with<shard_stats>,
   caf::replies_to<stats_atom, uint32_t>::with<job_counters>>;
 
-struct shard_settings {
-  uint32_t index = 0;
-  std::shared_ptr<const runtime::topology> topo; // null: not pinned
-  runtime::core_info core;                       // where to pin (with topo)
-  uint32_t numa = 0;                             // where chunk memory lives
-  bool priority = true; // answer the waiting worker furthest behind first
-  std::chrono::milliseconds step_timeout{defaults::step_timeout_ms};
-  std::chrono::milliseconds scan_interval{defaults::timeout_scan_ms};
-  /// How long a finished job's chunks stay for a checkpoint (0: released at once).
-  std::chrono::milliseconds keep_finished{defaults::keep_finished_ms};
-  /// Registers a new job's arena with the transports that send from it (the fabric
-  /// endpoint's NIC); empty: none does.
-  runtime::memory_registrar register_memory;
-  /// Where the shard's thread publishes its CPU clock for the node's balancer (null:
-  /// nowhere). Kept across restarts: the next thread publishes in the same slot.
-  std::shared_ptr<runtime::thread_cpu_slot> cpu_clock;
-};
-
 /// A new, empty shard book (actors/shard/job.hpp): what a shard holds, kept by its
 /// supervisor too so a restarted shard goes on with it.
 std::shared_ptr<detail::shard_book> make_shard_book();
 
+/// The node's shards, by index, as a job's shards see them (a layer-wise step's norms
+/// and trust ratios go to them as messages).
+std::shared_ptr<const shard_peers> make_shard_peers(
+  const std::vector<chunk_shard_actor>& shards);
+
 /// Spawns a shard as a detached actor (its own thread), which pins itself to
 /// settings.core first; if that fails it exits with the reason (ask it for stats to
 /// know it is up). It keeps its state in `book`; a book that a shard before it held
-/// (it died) is adopted: see "Restart" above.
+/// (it died) is adopted: see "Restart" above. Its logic is shard_core (core.hpp).
+
 chunk_shard_actor spawn_chunk_shard(caf::actor_system& sys, shard_settings settings,
                                     std::shared_ptr<detail::shard_book> book);
 

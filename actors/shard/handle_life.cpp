@@ -5,15 +5,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ctime>
 #include <deque>
 #include <map>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include <caf/all.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -25,11 +22,8 @@
 #include "actors/shard/checkpoint.hpp"
 #include "actors/shard/job.hpp"
 #include "actors/shard/moves.hpp"
-#include "actors/links/mirror_link.hpp"
-#include "actors/links/rack_uplink.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
-#include "runtime/thread_cpu.hpp"
 #include "runtime/trace.hpp"
 
 namespace rw::actors::shard_impl {
@@ -73,8 +67,9 @@ void fail_job(shard_state& st, uint32_t job_id, errc code, const std::string& wh
       return true;
     });
   for (auto& p : it->second.checkpoints)
-    p.rp.deliver(cluster_error(
-      code, fmt::format("checkpoint at clock {}: the job failed: {}", p.clock, why)));
+    if (p.reply)
+      p.reply->fail(
+        code, fmt::format("checkpoint at clock {}: the job failed: {}", p.clock, why));
   bury(st, job_id, code, why);
 }
 
@@ -92,18 +87,18 @@ void fail_steps_needing(shard_state& st, uint32_t job_id, shard_job& job, uint32
 
 // The answer to a request about job `job_id` that this shard does not hold (it ended,
 // failed or never had chunks here): a move, a takeover or a balancing step.
-caf::error no_live_job(const shard_state& st, uint32_t job_id) {
-  return cluster_error(errc::unknown_job, fmt::format("shard {} has no live job {}",
-                                                      st.settings.index, job_id));
+shard_refusal no_live_job(const shard_state& st, uint32_t job_id) {
+  return {errc::unknown_job,
+          fmt::format("shard {} has no live job {}", st.settings.index, job_id)};
 }
 
 // The job of a request, or null (refused if the job is gone; dropped unanswered if the
 // job is frozen for a move, or the chunk is not this shard's by the job's routes: it
 // was routed by a ring the job has left, and the worker sends it again by the new one).
-shard_job* find_job(shard_ptr self, uint32_t job_id,
+shard_job* find_job(shard_core& self, uint32_t job_id,
                     const transports::connection_ptr& conn, uint32_t rank,
                     uint32_t tensor, uint32_t chunk, uint64_t clock) {
-  auto& st = self->state;
+  auto& st = self.state;
   auto it = st.book->jobs.find(job_id);
   if (it != st.book->jobs.end()) {
     auto& job = it->second;
@@ -115,15 +110,15 @@ shard_job* find_job(shard_ptr self, uint32_t job_id,
   return nullptr;
 }
 
-caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup,
-                                abort_sink coordinator) {
-  auto& st = self->state;
+shard_refusal create_job(shard_core& self, job_setup& setup,
+                         std::shared_ptr<job_reports> coordinator) {
+  auto& st = self.state;
   shard_job job;
   try {
     job = detail::make_shard_job(setup, std::move(coordinator), st.settings.numa);
   } catch (const std::exception& e) {
     spdlog::error("shard {}: job {}: {}", st.settings.index, setup.job_id, e.what());
-    return cluster_error(errc::invalid_spec, e.what());
+    return {errc::invalid_spec, e.what()};
   }
   if (st.settings.register_memory && job.memory->size() > 0) {
     try {
@@ -145,13 +140,13 @@ caf::result<ok_atom> create_job(shard_ptr self, job_setup& setup,
                             [&](auto& f) { return f.id == setup.job_id; }),
              done.end());
   st.book->jobs.emplace(setup.job_id, std::move(job));
-  return ok_atom::value;
+  return {};
 }
 
 // A checkpoint of a job this shard holds, live or finished.
-caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id,
-                                          uint64_t clock) {
-  auto& st = self->state;
+void on_checkpoint(shard_core& self, uint32_t job_id, uint64_t clock,
+                   snapshot_reply_ptr reply) {
+  auto& st = self.state;
   shard_job* job = nullptr;
   if (auto it = st.book->jobs.find(job_id); it != st.book->jobs.end())
     job = &it->second;
@@ -160,29 +155,31 @@ caf::result<chunk_snapshot> on_checkpoint(shard_ptr self, uint32_t job_id,
       job = &kept.job;
   if (job == nullptr) {
     auto t = st.book->tombstones.find(job_id);
-    return cluster_error(
-      errc::unknown_job,
-      t == st.book->tombstones.end()
-        ? fmt::format("shard {} has no job {}", st.settings.index, job_id)
-        : fmt::format("job {} is gone: {}", job_id, t->second.why));
+    reply->fail(errc::unknown_job,
+                t == st.book->tombstones.end()
+                  ? fmt::format("shard {} has no job {}", st.settings.index, job_id)
+                  : fmt::format("job {} is gone: {}", job_id, t->second.why));
+    return;
   }
   auto p = detail::start_checkpoint(*job, clock, [&](auto fn) {
     for_each_own_chunk(st, *job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
       return !job->routes->is_owned(t, c) || fn(t, c, cs); // replicas: their home's copy
     });
   });
-  if (!p.error.empty())
-    return cluster_error(errc::invalid_spec, p.error);
-  if (p.remaining == 0)
-    return p.taken;
-  p.rp = self->make_response_promise<chunk_snapshot>();
-  auto rp = p.rp;
+  if (!p.error.empty()) {
+    reply->fail(errc::invalid_spec, p.error);
+    return;
+  }
+  if (p.remaining == 0) {
+    reply->deliver(p.taken);
+    return;
+  }
+  p.reply = std::move(reply);
   job->checkpoints.push_back(std::move(p));
-  return rp;
 }
 
-void scan_timeouts(shard_ptr self) {
-  auto& st = self->state;
+void scan_timeouts(shard_core& self) {
+  auto& st = self.state;
   auto now = clock_type::now();
   for (auto& [job_id, job] : st.book->jobs) {
     if (job.timed_out)
@@ -200,7 +197,8 @@ void scan_timeouts(shard_ptr self) {
           job.spec.name, id, cs.version(), t, c, waited.count(),
           fmt::join(cs.missing_ranks(), ", "), st.settings.step_timeout.count());
         job.timed_out = true;
-        self->send(job.coordinator, abort_atom::value, id, errc::step_timeout, why);
+        if (job.coordinator)
+          job.coordinator->failed(id, errc::step_timeout, why);
         return false;
       });
   }
@@ -223,11 +221,11 @@ void release_finished(shard_state& st) {
 
 // A job leaves the shard (it finished, or moved to other nodes): its chunks are kept a
 // while for a checkpoint; frames for it are answered by `code` and `why`.
-void drop_job(shard_ptr self, uint32_t job_id, errc code, const std::string& why) {
-  auto it = self->state.book->jobs.find(job_id);
-  if (it == self->state.book->jobs.end())
+void drop_job(shard_core& self, uint32_t job_id, errc code, const std::string& why) {
+  auto it = self.state.book->jobs.find(job_id);
+  if (it == self.state.book->jobs.end())
     return;
-  auto& st = self->state;
+  auto& st = self.state;
   st.book->stats.chunks -= it->second.chunks.size();
   auto job = std::move(it->second);
   bury(st, job_id, code, why);
@@ -266,8 +264,8 @@ std::string lost_state(const shard_state& st, uint32_t job_id, shard_job& job) {
 
 // A shard that takes over a book its predecessor held (it died): the jobs whose state
 // is whole go on, the others fail; pushes its predecessor had queued are served.
-void adopt(shard_ptr self) {
-  auto& st = self->state;
+void adopt(shard_core& self) {
+  auto& st = self.state;
   auto& book = *st.book;
   std::vector<uint32_t> kept;
   std::vector<std::pair<uint32_t, std::string>> lost;
@@ -275,7 +273,9 @@ void adopt(shard_ptr self) {
     // Checkpoint promises of the dead shard cannot be kept by this one: dropped; the
     // node's coordinator fails those checkpoints when it learns of the restart.
     job.checkpoints.clear();
-    job.settle_rp.reset(); // the node's coordinator gives the move up when it times out
+    // A move's fence likewise: the node's coordinator gives the move up when it times
+    // out.
+    job.settle_reply.reset();
     auto why = lost_state(st, id, job);
     if (why.empty())
       kept.push_back(id);
@@ -287,14 +287,15 @@ void adopt(shard_ptr self) {
     auto reason = fmt::format(
       "job '{}' (id {}): shard {} crashed and was restarted, but {}", job.spec.name, id,
       st.settings.index, why);
-    self->send(job.coordinator, abort_atom::value, id, errc::internal, reason);
+    if (job.coordinator)
+      job.coordinator->failed(id, errc::internal, reason);
     fail_job(st, id, errc::internal, reason);
   }
   book.changing.reset();
   for (auto& id : kept) // acks of mirrored sums may have died in the mailbox
     remirror(self, id, book.jobs.at(id));
   for (size_t i = 0; i < book.backlog.size(); ++i)
-    self->send(self, work_atom::value);
+    self.out.work_later();
   spdlog::warn("shard {} (restart {}) took over its predecessor's chunks: jobs [{}] go "
                "on; {} job(s) failed; {} queued pushes to serve",
                st.settings.index, book.incarnation - 1, fmt::join(kept, ","), lost.size(),

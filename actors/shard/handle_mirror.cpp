@@ -5,15 +5,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ctime>
 #include <deque>
 #include <map>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include <caf/all.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -25,11 +22,8 @@
 #include "actors/shard/checkpoint.hpp"
 #include "actors/shard/job.hpp"
 #include "actors/shard/moves.hpp"
-#include "actors/links/mirror_link.hpp"
-#include "actors/links/rack_uplink.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
-#include "runtime/thread_cpu.hpp"
 #include "runtime/trace.hpp"
 
 namespace rw::actors::shard_impl {
@@ -46,8 +40,8 @@ void replica_ack(const transports::connection_ptr& conn, frame_header hdr) {
 // whole step, acked, and applied in order. Taken while the job settles or is frozen for
 // a move too: the home's step waits for this ack, and a replica is rebuilt from its
 // home's copy after a move anyway.
-void on_mirror_push(shard_ptr self, chunk_push& p) {
-  auto& st = self->state;
+void on_mirror_push(shard_core& self, chunk_push& p) {
+  auto& st = self.state;
   auto hdr = about(p.job_id, p.rank, p.tensor, p.chunk, p.clock);
   auto it = st.book->jobs.find(p.job_id);
   if (it == st.book->jobs.end()) {
@@ -80,7 +74,7 @@ void on_mirror_push(shard_ptr self, chunk_push& p) {
   hdr.kind = frame_kind::ack;
   hdr.flags = protocol::flag_replica;
   if (st.answers.add_replica_ack(p.conn, hdr)) // behind the sums queued now: together
-    self->send(self, flush_atom::value);
+    self.out.flush_later();
   if (result == detail::chunk_state::outcome::duplicate) {
     ++st.book->stats.duplicates;
     return;
@@ -89,9 +83,9 @@ void on_mirror_push(shard_ptr self, chunk_push& p) {
 }
 
 // At a chunk's home: its replica has the sum of step `clock`; the step runs.
-void on_mirrored(shard_ptr self, uint32_t job_id, uint32_t tensor, uint32_t chunk,
+void on_mirrored(shard_core& self, uint32_t job_id, uint32_t tensor, uint32_t chunk,
                  uint64_t clock) {
-  auto& st = self->state;
+  auto& st = self.state;
   auto it = st.book->jobs.find(job_id);
   if (it == st.book->jobs.end())
     return;
@@ -108,9 +102,9 @@ void on_mirrored(shard_ptr self, uint32_t job_id, uint32_t tensor, uint32_t chun
 // A hierarchical job's chunk, back from its home: the initial values (version 0, for
 // racks whose workers had none to give) or the result of the step the rack's partial
 // went into.
-void on_relay(shard_ptr self, const relay_update& u) {
-  auto it = self->state.book->jobs.find(u.job_id);
-  if (it == self->state.book->jobs.end())
+void on_relay(shard_core& self, const relay_update& u) {
+  auto it = self.state.book->jobs.find(u.job_id);
+  if (it == self.state.book->jobs.end())
     return; // the job ended meanwhile
   auto& job = it->second;
   auto& cs = job.chunks[job.routes->local_index(u.tensor, u.chunk)];
@@ -131,15 +125,15 @@ void on_relay(shard_ptr self, const relay_update& u) {
       u.tensor, u.chunk, cs.version(), u.version);
     return;
   }
-  answer_ready(self->state, u.job_id, job, u.tensor, u.chunk, cs);
+  answer_ready(self.state, u.job_id, job, u.tensor, u.chunk, cs);
   run_steps(self, u.job_id, job, u.tensor, u.chunk, cs); // pushes held for the next step
 }
 
 // Steps whose sum waits for a replica's ack: sent again to the replica the job's routes
 // name now, or, where they name none (a takeover leaves the job without replicas), run
 // at once.
-void remirror(shard_ptr self, uint32_t job_id, shard_job& job) {
-  auto& st = self->state;
+void remirror(shard_core& self, uint32_t job_id, shard_job& job) {
+  auto& st = self.state;
   for_each_own_chunk(st, job, [&](uint32_t t, uint32_t c, detail::chunk_state& cs) {
     if (!cs.mirror_pending() || !job.mirror)
       return true;
@@ -159,18 +153,18 @@ void remirror(shard_ptr self, uint32_t job_id, shard_job& job) {
 
 // A node of the job died: the chunks here go on by the new routes, state and all
 // (chunk_shard.hpp, "takeover").
-caf::result<ok_atom> on_takeover(shard_ptr self, route_change& rc) {
-  auto& st = self->state;
+shard_refusal on_takeover(shard_core& self, route_change& rc) {
+  auto& st = self.state;
   auto it = st.book->jobs.find(rc.job_id);
   if (it == st.book->jobs.end())
     return no_live_job(st, rc.job_id);
   size_t released = 0;
   if (auto why = detail::retarget(it->second, st.settings.index, rc, released);
       !why.empty())
-    return cluster_error(errc::internal, why);
+    return {errc::internal, why};
   st.book->stats.chunks -= released;
   remirror(self, rc.job_id, it->second);
-  return ok_atom::value;
+  return {};
 }
 
 } // namespace rw::actors::shard_impl

@@ -5,15 +5,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ctime>
 #include <deque>
 #include <map>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include <caf/all.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -25,75 +22,78 @@
 #include "actors/shard/checkpoint.hpp"
 #include "actors/shard/job.hpp"
 #include "actors/shard/moves.hpp"
-#include "actors/links/mirror_link.hpp"
-#include "actors/links/rack_uplink.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
-#include "runtime/thread_cpu.hpp"
 #include "runtime/trace.hpp"
 
 namespace rw::actors::shard_impl {
 
 // The pushes a move's first phase held, counted now (or dropped) as any other.
-void serve_held(shard_ptr self, uint32_t job_id, shard_job& job) {
+void serve_held(shard_core& self, uint32_t job_id, shard_job& job) {
   job.holding = false;
   auto held = std::move(job.held);
   job.held.clear();
-  detail::shard_answers::holding together{self->state.answers};
+  detail::shard_answers::holding together{self.state.answers};
   for (auto& p : held)
     changing(self, job_id, [&] { on_push(self, p); });
 }
 
 // A job moves, first phase: its pushes here wait for the fence (chunk_shard.hpp, "hold").
-caf::result<settle_targets> on_hold(shard_ptr self, uint32_t job_id) {
-  auto& st = self->state;
+shard_refusal on_hold(shard_core& self, uint32_t job_id, settle_targets& reach) {
+  auto& st = self.state;
   auto it = st.book->jobs.find(job_id);
   if (it == st.book->jobs.end())
     return no_live_job(st, job_id);
   auto& job = it->second;
   if (auto why = detail::cannot_settle(job); !why.empty())
-    return cluster_error(errc::invalid_spec, why);
+    return {errc::invalid_spec, why};
   job.holding = true;
-  return detail::settle_reach(job, st.settings.index);
+  reach = detail::settle_reach(job, st.settings.index);
+  return {};
 }
 
 // Then its chunks here settle, then their copy (chunk_shard.hpp, "fence").
-caf::result<chunk_snapshot> on_fence(shard_ptr self, uint32_t job_id,
-                                     const settle_targets& targets) {
-  auto& st = self->state;
+void on_fence(shard_core& self, uint32_t job_id, const settle_targets& targets,
+              snapshot_reply_ptr reply) {
+  auto& st = self.state;
   auto it = st.book->jobs.find(job_id);
-  if (it == st.book->jobs.end())
-    return no_live_job(st, job_id);
+  if (it == st.book->jobs.end()) {
+    auto no = no_live_job(st, job_id);
+    reply->fail(no.code, no.why);
+    return;
+  }
   auto& job = it->second;
-  if (job.settle_rp)
-    return cluster_error(errc::invalid_spec,
-                         fmt::format("job '{}' is moving already", job.spec.name));
-  if (!job.holding)
-    return cluster_error(errc::internal, fmt::format("job '{}': a fence came without its "
-                                                     "hold first",
-                                                     job.spec.name));
-  auto rp = self->make_response_promise<chunk_snapshot>();
+  if (job.settle_reply) {
+    reply->fail(errc::invalid_spec,
+                fmt::format("job '{}' is moving already", job.spec.name));
+    return;
+  }
+  if (!job.holding) {
+    reply->fail(
+      errc::internal,
+      fmt::format("job '{}': a fence came without its hold first", job.spec.name));
+    return;
+  }
   job.settling = true;
   job.frozen = false;
-  job.settle_rp = rp;
+  job.settle_reply = std::move(reply);
   job.settle_to = targets.by_tensor;
   serve_held(self, job_id, job);
   if (auto again = st.book->jobs.find(job_id); again != st.book->jobs.end())
     detail::check_settled(again->second, st.settings.index);
-  return rp;
 }
 
 // The moved job's chunks here, from the copies (chunk_shard.hpp, "reshape").
-caf::result<ok_atom> on_reshape(shard_ptr self, job_setup& setup) {
-  auto& st = self->state;
+shard_refusal on_reshape(shard_core& self, job_setup& setup) {
+  auto& st = self.state;
   auto it = st.book->jobs.find(setup.job_id);
   if (it == st.book->jobs.end())
     return no_live_job(st, setup.job_id);
   auto coordinator = it->second.coordinator;
   detail::fail_checkpoints(it->second, "the job moved between nodes before every chunk "
                                        "reached the checkpoint's clock");
-  if (it->second.settle_rp)
-    it->second.settle_rp->deliver(cluster_error(errc::stopped, "the job was reshaped"));
+  if (it->second.settle_reply)
+    it->second.settle_reply->fail(errc::stopped, "the job was reshaped");
   st.book->stats.chunks -= it->second.chunks.size();
   st.book->jobs.erase(it); // waiters dropped unanswered: they are sent again
   return create_job(self, setup, std::move(coordinator));
@@ -101,34 +101,32 @@ caf::result<ok_atom> on_reshape(shard_ptr self, job_setup& setup) {
 
 // In-node balancing, step 1 (actors/shard/balance.hpp): the chunks the move gives this
 // shard wait for their state.
-caf::result<ok_atom> on_expect(shard_ptr self, const shard_move& m) {
-  auto& st = self->state;
+shard_refusal on_expect(shard_core& self, const shard_move& m) {
+  auto& st = self.state;
   auto it = st.book->jobs.find(m.job_id);
   if (it == st.book->jobs.end())
     return no_live_job(st, m.job_id);
   if (auto why = detail::expect_chunks(it->second, st.settings.index, m.next);
       !why.empty())
-    return cluster_error(errc::invalid_spec, fmt::format("job {}: shard {}: {}", m.job_id,
-                                                         st.settings.index, why));
+    return {errc::invalid_spec,
+            fmt::format("job {}: shard {}: {}", m.job_id, st.settings.index, why)};
   auto& incoming = it->second.incoming; // counted from now: a drop counts them out
   st.book->stats.chunks += static_cast<uint64_t>(
     std::count(incoming.begin(), incoming.end(), true));
-  return ok_atom::value;
+  return {};
 }
 
-// Step 3: the chunks the move takes from this shard go to `to`, whose answer ends it.
-caf::result<ok_atom> on_migrate(shard_ptr self, const shard_move& m,
-                                const caf::actor& to) {
-  auto& st = self->state;
+// Step 3: the chunks the move takes from this shard, for the shard they go to (whose
+// answer to the handoff ends it).
+shard_refusal on_migrate(shard_core& self, const shard_move& m, handoff_ptr& handoff) {
+  auto& st = self.state;
   auto it = st.book->jobs.find(m.job_id);
   if (it == st.book->jobs.end())
     return no_live_job(st, m.job_id);
   auto& job = it->second;
   if (!job.incoming.empty())
-    return cluster_error(errc::internal,
-                         fmt::format("job {}: shard {} is receiving chunks "
-                                     "itself",
-                                     m.job_id, st.settings.index));
+    return {errc::internal, fmt::format("job {}: shard {} is receiving chunks itself",
+                                        m.job_id, st.settings.index)};
   st.answers.flush(); // nothing held may point at a chunk once another shard runs it
   auto h = std::make_shared<detail::chunk_handoff>();
   changing(self, m.job_id, [&] {
@@ -138,12 +136,13 @@ caf::result<ok_atom> on_migrate(shard_ptr self, const shard_move& m,
   st.book->stats.moved_out += h->chunks.size();
   for (auto& [clock, snap] : detail::take_complete_periodic(job))
     send_periodic(self, m.job_id, job, clock, std::move(snap));
-  return self->delegate(caf::actor_cast<chunk_shard_actor>(to), adopt_atom::value, h);
+  handoff = std::move(h);
+  return {};
 }
 
 // The chunks arrive: they take their places, and what waited for them is served.
-caf::result<ok_atom> on_adopt(shard_ptr self, const handoff_ptr& h) {
-  auto& st = self->state;
+shard_refusal on_adopt(shard_core& self, const handoff_ptr& h) {
+  auto& st = self.state;
   auto it = st.book->jobs.find(h->job_id);
   if (it == st.book->jobs.end())
     return no_live_job(st, h->job_id);
@@ -152,8 +151,8 @@ caf::result<ok_atom> on_adopt(shard_ptr self, const handoff_ptr& h) {
   std::vector<shard_job::stashed> serve;
   changing(self, h->job_id, [&] { serve = detail::take_chunks(job, *h, error); });
   if (!error.empty() && serve.empty())
-    return cluster_error(errc::internal, fmt::format("job {}: shard {}: {}", h->job_id,
-                                                     st.settings.index, error));
+    return {errc::internal,
+            fmt::format("job {}: shard {}: {}", h->job_id, st.settings.index, error)};
   st.book->stats.moved_in += h->chunks.size();
   for (auto& [clock, snap] : detail::take_complete_periodic(job))
     send_periodic(self, h->job_id, job, clock, std::move(snap));
@@ -170,9 +169,9 @@ caf::result<ok_atom> on_adopt(shard_ptr self, const handoff_ptr& h) {
     }
   }
   if (!error.empty())
-    return cluster_error(errc::internal, fmt::format("job {}: shard {}: {}", h->job_id,
-                                                     st.settings.index, error));
-  return ok_atom::value;
+    return {errc::internal,
+            fmt::format("job {}: shard {}: {}", h->job_id, st.settings.index, error)};
+  return {};
 }
 
 } // namespace rw::actors::shard_impl

@@ -5,15 +5,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ctime>
 #include <deque>
 #include <map>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include <caf/all.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -25,17 +22,14 @@
 #include "actors/shard/checkpoint.hpp"
 #include "actors/shard/job.hpp"
 #include "actors/shard/moves.hpp"
-#include "actors/links/mirror_link.hpp"
-#include "actors/links/rack_uplink.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
-#include "runtime/thread_cpu.hpp"
 #include "runtime/trace.hpp"
 
 namespace rw::actors::shard_impl {
 
-void on_push(shard_ptr self, chunk_push& p) {
-  auto& st = self->state;
+void on_push(shard_core& self, chunk_push& p) {
+  auto& st = self.state;
   if (p.rank == protocol::mirror_rank) {
     on_mirror_push(self, p);
     return;
@@ -114,7 +108,7 @@ void on_push(shard_ptr self, chunk_push& p) {
   run_steps(self, p.job_id, *job, p.tensor, p.chunk, cs);
 }
 
-void on_init(shard_ptr self, chunk_push& p) {
+void on_init(shard_core& self, chunk_push& p) {
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
   if (job == nullptr || detail::stale_ring(*job, p)
       || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::an_init, &p,
@@ -158,10 +152,10 @@ void on_init(shard_ptr self, chunk_push& p) {
     replica_ack(p.conn, hdr);
   }
   run_steps(self, p.job_id, *job, p.tensor, p.chunk, cs);
-  answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs);
+  answer_ready(self.state, p.job_id, *job, p.tensor, p.chunk, cs);
 }
 
-void on_pull(shard_ptr self, chunk_pull& p) {
+void on_pull(shard_core& self, chunk_pull& p) {
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.min_version);
   if (job == nullptr
       || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::a_pull, nullptr,
@@ -181,7 +175,7 @@ void on_pull(shard_ptr self, chunk_pull& p) {
   }
   if (p.subscribe) {
     cs.subscribe({p.conn, p.rank, UINT64_MAX});
-    answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk,
+    answer_ready(self.state, p.job_id, *job, p.tensor, p.chunk,
                  cs); // the current version
     return;
   }
@@ -202,7 +196,7 @@ void on_pull(shard_ptr self, chunk_pull& p) {
       return;
     }
     cs.wait(waiting({p.conn, p.rank, p.min_version + 1}));
-    answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs);
+    answer_ready(self.state, p.job_id, *job, p.tensor, p.chunk, cs);
     return;
   }
   if (p.min_version > cs.version() + 1) {
@@ -214,7 +208,7 @@ void on_pull(shard_ptr self, chunk_pull& p) {
     return;
   }
   cs.wait(waiting({p.conn, p.rank, p.min_version}));
-  answer_ready(self->state, p.job_id, *job, p.tensor, p.chunk, cs);
+  answer_ready(self.state, p.job_id, *job, p.tensor, p.chunk, cs);
 }
 
 } // namespace rw::actors::shard_impl

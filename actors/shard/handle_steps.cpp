@@ -5,15 +5,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ctime>
 #include <deque>
 #include <map>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include <caf/all.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -25,11 +22,8 @@
 #include "actors/shard/checkpoint.hpp"
 #include "actors/shard/job.hpp"
 #include "actors/shard/moves.hpp"
-#include "actors/links/mirror_link.hpp"
-#include "actors/links/rack_uplink.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
-#include "runtime/thread_cpu.hpp"
 #include "runtime/trace.hpp"
 
 namespace rw::actors::shard_impl {
@@ -116,17 +110,17 @@ bool stash_if_arriving(shard_job& job, uint32_t tensor, uint32_t chunk,
 }
 
 // A periodic checkpoint's copies of every chunk here, for the coordinator to write.
-void send_periodic(shard_ptr self, uint32_t job_id, shard_job& job, uint64_t clock,
+void send_periodic(shard_core& self, uint32_t job_id, shard_job& job, uint64_t clock,
                    chunk_snapshot snap) {
-  if (snap.chunks)
-    self->send(job.coordinator, ckpt_atom::value, job_id, clock, std::move(snap));
+  if (snap.chunks && job.coordinator)
+    job.coordinator->checkpointed(job_id, clock, std::move(snap));
 }
 
 // A chunk of the job finished a step. Once the job's chunks here have finished as many
 // steps as there are chunks (in BSP: once the lowest chunk clock moves on), the
 // coordinator hears the job's new clock on this shard (its step times, /metrics).
-void count_step(shard_ptr self, uint32_t job_id, shard_job& job) {
-  ++self->state.book->stats.updates;
+void count_step(shard_core& self, uint32_t job_id, shard_job& job) {
+  ++self.state.book->stats.updates;
   if (job.chunks.empty())
     return;
   auto clock = ++job.steps_done / job.chunks.size();
@@ -134,22 +128,22 @@ void count_step(shard_ptr self, uint32_t job_id, shard_job& job) {
     return;
   job.clock_told = clock;
   if (job.coordinator)
-    self->send(job.coordinator, step_atom::value, job_id, self->state.settings.index,
-               static_cast<uint64_t>(clock));
+    job.coordinator->stepped(job_id, self.state.settings.index,
+                             static_cast<uint64_t>(clock));
 }
 
 // Runs every step the chunk is ready for. A layer-wise step (LAMB, LARS) only prepares:
 // its share of the tensor's norms goes to the tensor's home shard, and the step ends
 // when the trust ratio comes back (on_trust).
-void run_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
+void run_steps(shard_core& self, uint32_t job_id, shard_job& job, uint32_t tensor,
                uint32_t chunk, detail::chunk_state& cs) {
   run_ready_steps(self, job_id, job, tensor, chunk, cs);
-  detail::check_settled(job, self->state.settings.index); // a moving job's chunks
+  detail::check_settled(job, self.state.settings.index); // a moving job's chunks
 }
 
-void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t tensor,
+void run_ready_steps(shard_core& self, uint32_t job_id, shard_job& job, uint32_t tensor,
                      uint32_t chunk, detail::chunk_state& cs) {
-  auto& st = self->state;
+  auto& st = self.state;
   while (cs.step_ready()) {
     if (!job.pending_hyper.empty() && cs.version() >= detail::held_from(job))
       return; // a hyper-parameter change for this clock is being agreed on: it decides
@@ -175,8 +169,7 @@ void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t t
       auto version = cs.version();
       auto parts = cs.prepare_layerwise(job.spec.optimizer, job.rescale);
       auto home = job.routes->shard_of(tensor, 0);
-      self->send(caf::actor_cast<chunk_shard_actor>(job.peers[home]), norm_atom::value,
-                 job_id, tensor, version, chunk, parts.w2, parts.d2);
+      job.peers->norm(home, job_id, tensor, version, chunk, parts.w2, parts.d2);
       return;
     }
     if (st.answers.points_at(cs.params()))
@@ -197,10 +190,10 @@ void run_ready_steps(shard_ptr self, uint32_t job_id, shard_job& job, uint32_t t
   }
 }
 
-void on_norm(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version,
+void on_norm(shard_core& self, uint32_t job_id, uint32_t tensor, uint64_t version,
              uint32_t chunk, double w2, double d2) {
-  auto it = self->state.book->jobs.find(job_id);
-  if (it == self->state.book->jobs.end())
+  auto it = self.state.book->jobs.find(job_id);
+  if (it == self.state.book->jobs.end())
     return; // the job ended meanwhile
   auto& job = it->second;
   auto count = job.routes->layout(tensor).count();
@@ -217,26 +210,25 @@ void on_norm(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version,
   }
   job.norms.erase({tensor, version});
   auto trust = runtime::layerwise_trust(job.spec.optimizer, total);
-  std::vector<bool> told(job.peers.size(), false);
+  std::vector<bool> told(job.peers->size(), false);
   for (uint32_t c = 0; c < count; ++c) {
     auto owner = job.routes->shard_of(tensor, c);
     if (told[owner])
       continue;
     told[owner] = true;
-    self->send(caf::actor_cast<chunk_shard_actor>(job.peers[owner]), trust_atom::value,
-               job_id, tensor, version, trust);
+    job.peers->trust(owner, job_id, tensor, version, trust);
   }
 }
 
-void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version,
+void on_trust(shard_core& self, uint32_t job_id, uint32_t tensor, uint64_t version,
               float trust) {
-  auto it = self->state.book->jobs.find(job_id);
-  if (it == self->state.book->jobs.end())
+  auto it = self.state.book->jobs.find(job_id);
+  if (it == self.state.book->jobs.end())
     return;
   auto& job = it->second;
   auto& layout = job.routes->layout(tensor);
   for (uint32_t c = 0; c < layout.count(); ++c) {
-    if (job.routes->shard_of(tensor, c) != self->state.settings.index)
+    if (job.routes->shard_of(tensor, c) != self.state.settings.index)
       continue;
     auto& cs = job.chunks[job.routes->local_index(tensor, c)];
     if (!cs.layerwise_pending() || cs.version() != version)
@@ -246,7 +238,7 @@ void on_trust(shard_ptr self, uint32_t job_id, uint32_t tensor, uint64_t version
     if (detail::checkpoint_clock(job, cs.version()))
       send_periodic(self, job_id, job, cs.version(),
                     detail::checkpoint_reached(job, tensor, c, cs));
-    answer_ready(self->state, job_id, job, tensor, c, cs);
+    answer_ready(self.state, job_id, job, tensor, c, cs);
     run_steps(self, job_id, job, tensor, c, cs); // pushes held for the next step
   }
 }

@@ -43,7 +43,8 @@ void restore_chunks(shard_job& job, const job_setup& setup, uint32_t index) {
 
 } // namespace
 
-shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa) {
+shard_job make_shard_job(job_setup& setup, std::shared_ptr<job_reports> coordinator,
+                         uint32_t numa) {
   const auto index = setup.shard_index;
   shard_job job;
   job.spec = std::move(setup.spec);
@@ -67,6 +68,9 @@ shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa
     param_offsets = transports::shm::plan_params(job.spec, total);
   }
   job.peers = setup.peers;
+  if (runtime::is_layerwise(job.spec.optimizer.kind) && !job.peers)
+    throw std::runtime_error("a layer-wise job's shard needs the node's other shards "
+                             "(job_setup::peers): its steps share a tensor's norms");
   auto state = runtime::state_arrays(job.spec.optimizer.kind);
   // d: a rack's partial (relay), or a replicated step's sum (mirror); layer-wise
   // optimizers have it already.

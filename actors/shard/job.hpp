@@ -9,10 +9,10 @@
 #include <optional>
 #include <unordered_map>
 
-#include <caf/typed_response_promise.hpp>
 #include <vector>
 
-#include "actors/shard/chunk_shard.hpp"
+#include "actors/shard/outbox.hpp"
+#include "actors/shard/requests.hpp"
 #include "logic/chunk_state.hpp"
 #include "runtime/layerwise.hpp"
 #include "runtime/topology.hpp"
@@ -24,7 +24,7 @@ struct pending_checkpoint {
   uint64_t clock = 0;
   size_t remaining = 0; // chunks not yet at the clock
   chunk_snapshot taken;
-  caf::typed_response_promise<chunk_snapshot> rp;
+  snapshot_reply_ptr reply; // answered once `remaining` is 0, or failed
 };
 
 struct shard_job {
@@ -54,12 +54,12 @@ struct shard_job {
   uint64_t steps_done = 0;
   uint64_t clock_told = 0;
   uint32_t departed_count = 0;
-  abort_sink coordinator;
+  std::shared_ptr<job_reports> coordinator; // null: nobody to tell
   bool timed_out = false;
-  std::vector<caf::actor> peers;       // every shard of the node, by index
-  std::shared_ptr<rack_uplink> relay;  // a hierarchical job's rack part (else null)
-  std::shared_ptr<mirror_link> mirror; // a flat job on several nodes (else null)
-  uint32_t init_rank = 0;              // who sets version 0
+  std::shared_ptr<const shard_peers> peers; // every shard of the node, by index
+  std::shared_ptr<chunk_relay> relay;       // a hierarchical job's rack part (else null)
+  std::shared_ptr<chunk_mirror> mirror;     // a flat job on several nodes (else null)
+  uint32_t init_rank = 0;                   // who sets version 0
   // Home shard of a tensor (LAMB, LARS): per (tensor, version) the parts received, by
   // chunk, so they are added in chunk order whatever order they came in.
   std::map<std::pair<uint32_t, uint64_t>, std::vector<std::optional<runtime::norm_parts>>>
@@ -68,12 +68,12 @@ struct shard_job {
   uint64_t checkpoint_every = 0;               // periodic checkpoints (0: none)
   std::map<uint64_t, chunk_snapshot> periodic; // by clock, until every chunk is in
   // Moving the job (a node drained; chunk_shard.hpp, "Moving"): settling while its
-  // chunks finish the steps begun (settle_rp: the copy asked for once they have), then
+  // chunks finish the steps begun (settle_reply: the copy asked for once they have), then
   // frozen: every request for it is dropped unanswered until it is reshaped or thawed.
   bool settling = false;
   bool frozen = false;
-  uint64_t ring_version = 0; // pushes and inits routed by an older ring are dropped
-  std::optional<caf::typed_response_promise<chunk_snapshot>> settle_rp;
+  uint64_t ring_version = 0;       // pushes and inits routed by an older ring are dropped
+  snapshot_reply_ptr settle_reply; // the fence's answer, once settled (null: none)
   // The move's first phase (hold_atom): the job's pushes wait here, uncounted, until the
   // fence says how far each tensor of a layer-wise job settles (settle_to, by tensor).
   bool holding = false;
@@ -145,6 +145,7 @@ void for_each_chunk(shard_job& job, uint32_t index, Fn fn) {
 /// A restored job's chunks take their state from setup.restore, which must hold every
 /// chunk of the shard, each fitting its chunk; throws std::runtime_error saying which
 /// does not.
-shard_job make_shard_job(job_setup& setup, abort_sink coordinator, uint32_t numa);
+shard_job make_shard_job(job_setup& setup, std::shared_ptr<job_reports> coordinator,
+                         uint32_t numa);
 
 } // namespace rw::actors::detail

@@ -14,7 +14,7 @@ std::string cannot_settle(const shard_job& job) {
     return fmt::format("job '{}' cannot move: only a flat BSP job's chunks settle at a "
                        "clock boundary",
                        job.spec.name);
-  if (job.settle_rp || job.holding)
+  if (job.settle_reply || job.holding)
     return fmt::format("job '{}' is moving already", job.spec.name);
   return {};
 }
@@ -73,9 +73,9 @@ void check_settled(shard_job& job, uint32_t index) {
   });
   job.settling = false;
   job.frozen = true;
-  if (job.settle_rp) {
-    job.settle_rp->deliver(std::move(snap));
-    job.settle_rp.reset();
+  if (job.settle_reply) {
+    job.settle_reply->deliver(std::move(snap));
+    job.settle_reply.reset();
   }
 }
 

@@ -32,7 +32,7 @@ bool settling_admits(const shard_job& job, uint32_t tensor, const chunk_state& c
                      uint64_t clock);
 
 /// A settling job: once every chunk homed on shard `index` has settled, their copy goes
-/// to the promise waiting for it and the job freezes. Does nothing otherwise.
+/// to the reply waiting for it (the fence's) and the job freezes. Does nothing otherwise.
 void check_settled(shard_job& job, uint32_t index);
 
 /// A node of the job died: the chunks of shard `index` go on by `rc.routes`, each

@@ -6,7 +6,9 @@
 Layers, lowest first: include/rackweave (the public API), runtime/ (with the generated
 schemas/), protocol/, transports/, services/, logic/, actors/, worker/. A file may include its own layer and
 those below it. logic/ is the CAF-free layer: none of its files includes a CAF header
-or names caf::. The linker checks calls the same way (CMakeLists.txt, RW_LAYER_CHECK);
+or names caf::. So is the chunk shard's logic inside actors/ (shard_core,
+actors/shard/core.hpp, and the files it is made of: CAF_FREE_ACTORS), which besides
+includes of actors/ only the others of that set. The linker checks calls the same way (CMakeLists.txt, RW_LAYER_CHECK);
 this checks the includes, which the linker cannot see (a type or an inline function).
 
 Prints "check_layers: ok" and exits 0, or prints each violation and exits 1. Before
@@ -25,6 +27,10 @@ PREFIX_LAYER = {"rackweave": "include", "runtime": "runtime", "schemas": "runtim
                 "logic": "logic", "actors": "actors", "worker": "worker"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 CAF_INCLUDE = re.compile(r'^\s*#\s*include\s+<caf/', re.M)
+# The chunk shard's logic: plain classes its actor (actors/shard/chunk_shard.cpp) drives.
+CAF_FREE_ACTORS = re.compile(
+    r"^actors/shard/(core|handlers|handle_\w+|job|checkpoint|moves|balance|hyper|outbox|"
+    r"requests|settings)\.(hpp|cpp)$")
 
 
 def layer_of(path):
@@ -50,13 +56,22 @@ def violations(files):
                 yield f"{path}:{line}: includes {target}, which is in no layer"
             elif LAYERS.index(to) > rank:
                 yield f"{path}:{line}: {layer}/ includes {target} ({to}/ is above it)"
-        if layer == "logic":
+        caf_free = layer == "logic" or CAF_FREE_ACTORS.match(path)
+        what = "logic/" if layer == "logic" else "the shard's logic"
+        if caf_free:
             for m in CAF_INCLUDE.finditer(text):
                 line = text.count("\n", 0, m.start()) + 1
-                yield f"{path}:{line}: logic/ includes a CAF header"
+                yield f"{path}:{line}: {what} includes a CAF header"
             for i, l in enumerate(text.splitlines(), 1):
                 if "caf::" in l:
-                    yield f"{path}:{i}: logic/ names caf::"
+                    yield f"{path}:{i}: {what} names caf::"
+        if layer == "actors" and caf_free:
+            for m in INCLUDE.finditer(text):
+                target = m.group(1)
+                if target.startswith("actors/") and not CAF_FREE_ACTORS.match(target):
+                    line = text.count("\n", 0, m.start()) + 1
+                    yield (f"{path}:{line}: the shard's logic includes {target}, "
+                           "which is not CAF-free")
 
 
 def self_test():
@@ -67,10 +82,14 @@ def self_test():
         "protocol/d.hpp": '#include "transports/transport.hpp"\n',
         "actors/ok.cpp": '#include "logic/chunk_state.hpp"\n#include "rackweave/errc.hpp"\n'
                          '#include "schemas/frame.capnp.h"\n#include "local.hpp"\n',
+        "actors/shard/core.cpp": '#include "actors/shard/job.hpp"\n'
+                                 '#include "actors/messages.hpp"\n#include <caf/all.hpp>\n',
     }
     found = list(violations(made_up))
     want = ["runtime/a.cpp:1:", "logic/b.hpp:1: logic/ includes a CAF",
-            "logic/b.hpp:2: logic/ names caf::", "logic/b.hpp:3:", "protocol/d.hpp:1:", "transports/c.cpp:1:"]
+            "logic/b.hpp:2: logic/ names caf::", "logic/b.hpp:3:", "protocol/d.hpp:1:", "transports/c.cpp:1:",
+            "actors/shard/core.cpp:2: the shard's logic includes actors/messages.hpp",
+            "actors/shard/core.cpp:3: the shard's logic includes a CAF header"]
     missing = [w for w in want if not any(f.startswith(w) for f in found)]
     if missing or len(found) != len(want):
         print("check_layers: the self-test failed: found", found, "missing", missing)

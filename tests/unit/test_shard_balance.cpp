@@ -24,9 +24,18 @@ job_spec skewed(optimizer_kind kind = optimizer_kind::sum) {
   return spec;
 }
 
+// The node's shards, for a layer-wise job's setup: these tests run no step.
+struct no_peers final : shard_peers {
+  size_t size() const override { return 2; }
+  void norm(uint32_t, uint32_t, uint32_t, uint64_t, uint32_t, double,
+            double) const override {}
+  void trust(uint32_t, uint32_t, uint32_t, uint64_t, float) const override {}
+};
+
 detail::shard_job make(const job_spec& spec, routing_ptr routes, uint32_t shard) {
-  job_setup setup{7, spec, std::move(routes), shard, nullptr, {}};
-  return detail::make_shard_job(setup, abort_sink{}, 0);
+  job_setup setup{7,     spec,    std::move(routes),
+                  shard, nullptr, std::make_shared<no_peers>()};
+  return detail::make_shard_job(setup, nullptr, 0);
 }
 
 } // namespace

@@ -48,13 +48,12 @@ struct two_shards {
     spec.optimizer.learning_rate = 0.01f;
     spec.tensors = {{"w", 16, false}}; // 4 chunks
     routes = std::make_shared<const runtime::routing_table>(spec, 2);
-    std::vector<caf::actor> peers;
     for (uint32_t i = 0; i < 2; ++i) {
       shard_settings s;
       s.index = i;
       shards.push_back(spawn_chunk_shard(sys, s, make_shard_book()));
-      peers.push_back(caf::actor_cast<caf::actor>(shards.back()));
     }
+    auto peers = make_shard_peers(shards);
     for (uint32_t i = 0; i < 2; ++i) {
       bool created = false;
       self

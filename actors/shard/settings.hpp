@@ -1,0 +1,34 @@
+#pragma once
+// How a chunk shard is set up by its NUMA supervisor: where it runs, where its chunk
+// memory lives, its priority order and its timeouts.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "rackweave/defaults.hpp"
+#include "runtime/memory_registrar.hpp"
+#include "runtime/thread_cpu.hpp"
+#include "runtime/topology.hpp"
+
+namespace rw::actors {
+
+struct shard_settings {
+  uint32_t index = 0;
+  std::shared_ptr<const runtime::topology> topo; // null: not pinned
+  runtime::core_info core;                       // where to pin (with topo)
+  uint32_t numa = 0;                             // where chunk memory lives
+  bool priority = true; // answer the waiting worker furthest behind first
+  std::chrono::milliseconds step_timeout{defaults::step_timeout_ms};
+  std::chrono::milliseconds scan_interval{defaults::timeout_scan_ms};
+  /// How long a finished job's chunks stay for a checkpoint (0: released at once).
+  std::chrono::milliseconds keep_finished{defaults::keep_finished_ms};
+  /// Registers a new job's arena with the transports that send from it (the fabric
+  /// endpoint's NIC); empty: none does.
+  runtime::memory_registrar register_memory;
+  /// Where the shard's thread publishes its CPU clock for the node's balancer (null:
+  /// nowhere). Kept across restarts: the next thread publishes in the same slot.
+  std::shared_ptr<runtime::thread_cpu_slot> cpu_clock;
+};
+
+} // namespace rw::actors
