@@ -3,6 +3,9 @@
 // same rank, sends again what it had not had answered there, and the job goes on,
 // bitwise at the single-process reference. No process restarts.
 
+#include <cstdio>
+#include <fstream>
+
 #include <catch2/catch.hpp>
 
 #include "tests/support/rack_cluster.hpp"
@@ -17,9 +20,15 @@ using testing::rack_cluster;
 using run = testing::worker_process;
 using testing::finish;
 
+// With `held`, the worker waits after step 20 until that file exists, so a fault
+// injected at clock 6 lands before the job ends however slow the machine.
 std::unique_ptr<run> start(const std::string& connect, const std::string& job,
-                           uint32_t rank, const std::string& token, bool split) {
-  return testing::start_paced(connect, job, rank, token, "adam", 60, split);
+                           uint32_t rank, const std::string& token, bool split,
+                           const std::string& held = {}) {
+  std::vector<std::string> extra;
+  if (!held.empty())
+    extra = {"--pause-at", "20", "--resume-file", held};
+  return testing::start_paced(connect, job, rank, token, "adam", 60, split, extra);
 }
 
 } // namespace
@@ -36,12 +45,14 @@ TEST_CASE("a cut link: the worker says hello again and the job goes on, bitwise"
   auto token = c.create("cut", 2, "adam", where, &err);
   INFO(err);
   REQUIRE(!token.empty());
+  auto held = testing::temp_path("held");
   std::vector<std::unique_ptr<run>> ws;
-  ws.push_back(start(c.nodes[0]->address(), "cut", 0, token, false));
-  ws.push_back(start(c.nodes[0]->address(), "cut", 1, token, true));
+  ws.push_back(start(c.nodes[0]->address(), "cut", 0, token, false, held));
+  ws.push_back(start(c.nodes[0]->address(), "cut", 1, token, true, held));
   REQUIRE(c.wait_clock("cut", 6));
   auto cut = c.shell(
     "print(rw.inject{job = 'cut', kill = 'link', node = 'n0', rank = 1})");
+  std::ofstream{held} << "go\n";
   INFO(cut.err);
   CHECK_THAT(cut.out, Catch::Contains("of rank 1 of job 'cut' on node n0"));
   CHECK_THAT(cut.out, !Catch::Contains("closed 0 connection(s)"));
@@ -56,6 +67,7 @@ TEST_CASE("a cut link: the worker says hello again and the job goes on, bitwise"
   CHECK(c.nodes[0]->wait_for_log("worker rejoined: job='cut'", std::chrono::seconds(5)));
   auto all = c.shell("print(rw.inject{job = 'cut', kill = 'link', node = 'n0'})");
   CHECK(all.code != 0); // the job has finished: nothing to cut
+  std::remove(held.c_str());
 }
 
 TEST_CASE("rw.inject kill = 'link' refuses a rank the job does not have",

@@ -25,21 +25,26 @@ using testing::rack_cluster;
 
 using run = testing::worker_process;
 
+// A worker of 20 steps that waits after step `hold` until the file `held` exists.
 std::unique_ptr<run> start(const std::string& connect, const std::string& job,
                            uint32_t rank, uint32_t workers, const std::string& optimizer,
-                           const std::string& token, const std::string& transport) {
+                           const std::string& token, const std::string& transport,
+                           uint32_t hold, const std::string& held) {
   auto a = testing::worker_args::of(connect, job, rank, token);
   a.workers = workers;
   a.optimizer = optimizer;
   a.steps = 20;
   a.transport = transport;
   a.step_delay_ms = 80;
+  a.extra = {"--pause-at", std::to_string(hold), "--resume-file", held};
   return testing::start_worker(a);
 }
 
 // Runs the job's workers (20 steps); once the job is at clock 3 (and again at 10 with
-// `twice`)
-// crashes shard `shard` of node `node`. Returns each worker's exit code and output.
+// `twice`) crashes shard `shard` of node `node`. The workers wait three steps past the
+// last crash's clock until it was injected, so it lands before the job ends however
+// slow the machine (under ASan the job once finished before the second injection).
+// Returns each worker's exit code and output.
 std::vector<std::pair<std::optional<int>, std::string>> crash_mid_job(
   rack_cluster& c, const std::vector<std::string>& connect, const std::string& job,
   const std::string& optimizer, const std::string& transport, const std::string& node,
@@ -50,11 +55,14 @@ std::vector<std::pair<std::optional<int>, std::string>> crash_mid_job(
     node.empty() ? "node = 'n0'" : "racks = {'a', 'b'}, reduction = 'flat'", &err);
   INFO(err);
   REQUIRE(!token.empty());
+  auto clocks = twice ? std::vector<int>{3, 10} : std::vector<int>{3};
+  auto held = testing::temp_path("held");
   std::vector<std::unique_ptr<run>> ws;
   for (uint32_t r = 0; r < connect.size(); ++r)
     ws.push_back(start(connect[r], job, r, static_cast<uint32_t>(connect.size()),
-                       optimizer, token, transport));
-  for (int clock : twice ? std::vector<int>{3, 10} : std::vector<int>{3}) {
+                       optimizer, token, transport,
+                       static_cast<uint32_t>(clocks.back() + 3), held));
+  for (int clock : clocks) {
     auto inj = c.shell(
       fmt::format("rw.wait('{}', {}, {{timeout = 30}}); "
                   "print(rw.inject{{job = '{}', kill = 'shard', node = '{}', "
@@ -63,6 +71,7 @@ std::vector<std::pair<std::optional<int>, std::string>> crash_mid_job(
     INFO(inj.err);
     CHECK_THAT(inj.out, Catch::Contains(fmt::format("crashed shard {}", shard)));
   }
+  std::ofstream{held} << "go\n";
   std::vector<std::pair<std::optional<int>, std::string>> out;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (auto& w : ws) {
@@ -70,6 +79,7 @@ std::vector<std::pair<std::optional<int>, std::string>> crash_mid_job(
     auto code = w->proc->wait_until(deadline);
     out.emplace_back(code, text + testing::read_file(w->err_path));
   }
+  std::remove(held.c_str());
   return out;
 }
 
