@@ -25,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dir=build-tsan
-tests=("[send_queue],[shm],[pool],[fabric],[answers],[chunk_state],[consistency],[balance],[admission],[thread_cpu],[trace]")
+tests=("[send_queue],[shm],[pool],[fabric],[answers],[answer_slots],[chunk_state],[consistency],[balance],[admission],[thread_cpu],[trace]")
 build=1
 run=1
 while (($#)); do

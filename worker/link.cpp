@@ -20,6 +20,13 @@ namespace {
 // Connections a link can hold in all (a node joining appends its own): far above any
 // job's nodes times endpoints.
 constexpr uint32_t max_link_connections = 1024;
+
+std::vector<uint32_t> chunk_counts(const runtime::job_routes& routes) {
+  std::vector<uint32_t> counts;
+  for (uint32_t t = 0; t < routes.num_tensors(); ++t)
+    counts.push_back(routes.layout(t).count());
+  return counts;
+}
 } // namespace
 
 worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
@@ -28,18 +35,12 @@ worker_link::worker_link(std::shared_ptr<transports::endpoint> ep,
                          std::unique_ptr<transports::shm::worker_channel> shm)
   : ep_(std::move(ep)), conns_(std::make_shared<const conn_list>(std::move(conns))),
     job_id_(job_id), rank_(rank), routes_(routes), shapes_(std::move(routes)),
-    shm_(std::move(shm)),
+    shm_(std::move(shm)), answers_(chunk_counts(*shapes_)),
     retired_capacity_(
       std::max<uint32_t>(max_link_connections, static_cast<uint32_t>(conns_->size()))) {
   retired_.reset(new std::atomic<bool>[retired_capacity_]);
   for (uint32_t i = 0; i < retired_capacity_; ++i)
     retired_[i].store(false);
-  for (uint32_t t = 0; t < routes_->num_tensors(); ++t) {
-    slots_.push_back(std::make_unique<slot>());
-    slots_.back()->arrived.assign(routes_->layout(t).count(), 0);
-    last_staleness_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
-    last_changed_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
-  }
 }
 
 worker_link::~worker_link() {
@@ -48,6 +49,7 @@ worker_link::~worker_link() {
 
 void worker_link::start(std::shared_ptr<link_events> events) {
   events_ = std::move(events);
+  answers_.set_events(events_);
   running_ = true;
   receiver_ = std::thread([this] { run(); });
 }
@@ -106,43 +108,29 @@ void worker_link::receive() {
 
 void worker_link::on_completion(const transports::shm::completion& c) {
   using transports::shm::completion;
-  if (c.tensor >= slots_.size())
+  if (c.tensor >= answers_.num_tensors())
     return;
-  auto& s = *slots_[c.tensor];
-  std::unique_lock<std::mutex> lock{s.mtx};
   if (c.kind == completion::error) {
-    if (s.seq != 0) {
-      complete(c.tensor, s, static_cast<errc>(c.code), shm_->error_text(c.extra));
-    }
+    answers_.fail(c.tensor, static_cast<errc>(c.code), shm_->error_text(c.extra));
     return;
   }
+  auto& l = layout(c.tensor);
+  if (c.chunk >= l.count())
+    return;
+  auto* result = shm_->result(c.tensor);
+  // The caller reads elsewhere than the segment: one copy.
+  auto copy = [&](float* dst) {
+    if (dst != nullptr && dst != result)
+      copy_result(dst + l.offset(c.chunk), result + l.offset(c.chunk), l.length(c.chunk));
+  };
   if (c.kind == completion::published) {
-    uint64_t whole = UINT64_MAX;
-    if (s.sub_dst != nullptr && c.chunk < layout(c.tensor).count()) {
-      auto& l = layout(c.tensor);
-      auto* result = shm_->result(c.tensor);
-      if (s.sub_dst != result)
-        copy_result(s.sub_dst + l.offset(c.chunk), result + l.offset(c.chunk),
-                    l.length(c.chunk));
-      whole = published(s, c.chunk, c.clock);
-    }
-    lock.unlock(); // announce without the slot locked
-    announce(c.tensor, whole);
+    answers_.published(c.tensor, c.chunk, c.clock, copy);
     return;
   }
   bool is_update = c.kind == completion::update;
-  bool unchanged = c.kind == completion::unchanged;
-  if (!belongs(s, is_update, unchanged, c.clock) || c.chunk >= layout(c.tensor).count())
-    return; // about an operation that already failed
-  if (is_update) {
-    auto* result = shm_->result(c.tensor);
-    if (s.dst != nullptr && s.dst != result) { // the caller reads elsewhere: one copy
-      auto& l = layout(c.tensor);
-      copy_result(s.dst + l.offset(c.chunk), result + l.offset(c.chunk),
-                  l.length(c.chunk));
-    }
-  }
-  chunk_done(c.tensor, s, c.chunk, is_update ? c.extra : 0, is_update);
+  // An answer to an operation that already failed is dropped.
+  answers_.answer_whole(c.tensor, c.chunk, is_update, c.kind == completion::unchanged,
+                        c.clock, c.extra, copy);
 }
 
 void worker_link::copy_result(float* dst, const float* result, uint32_t length) const {
@@ -176,7 +164,6 @@ void worker_link::stop(const std::string& why) {
 
 void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* dst,
                       uint64_t version, bool changes_only, bool mirrored) {
-  auto& s = *slots_[tensor];
   auto& l = layout(tensor);
   auto count = l.count();
   auto r = routes();
@@ -186,150 +173,27 @@ void worker_link::arm(uint32_t tensor, uint64_t seq, bool expect_update, float* 
     for (auto& c : *conns())
       c->place_results(tensor, dst, l.elements * sizeof(float),
                        l.chunk_elems * sizeof(float));
-  std::lock_guard<std::mutex> guard{s.mtx};
-  s.seq = seq;
-  s.expect_update = expect_update;
-  s.dst = dst;
-  s.version = version;
-  s.remaining = count;
-  s.answered = 0;
-  s.wake_at = 0;
-  s.staleness = 0;
-  s.changes_only = changes_only;
-  s.changed = 0;
-  std::fill(s.arrived.begin(), s.arrived.end(), 0);
-  s.mirror = mirrored && replicas_ > 0 && multi_node_;
-  s.push_clock = expect_update && version > 0 ? version - 1 : version;
-  s.mirrored.assign(count, 1);
-  if (s.mirror)
+  std::vector<uint8_t> replica_awaited;
+  if (mirrored && replicas_ > 0 && multi_node_) {
+    replica_awaited.assign(count, 0);
     for (uint32_t c = 0; c < count; ++c)
-      if (r->replica_of(tensor, c) != UINT32_MAX) {
-        s.mirrored[c] = 0;
-        ++s.remaining;
-      }
+      replica_awaited[c] = r->replica_of(tensor, c) != UINT32_MAX ? 1 : 0;
+  }
+  answers_.arm(tensor, armed_op{seq, expect_update, dst, version, changes_only},
+               replica_awaited);
 }
 
 void worker_link::set_subscription(uint32_t tensor, float* dst,
                                    std::function<void(uint64_t)> on_version) {
-  auto& s = *slots_[tensor];
-  std::lock_guard<std::mutex> guard{s.mtx};
-  s.sub_dst = dst;
-  s.on_version = std::move(on_version);
-  s.sub_versions.assign(layout(tensor).count(), UINT64_MAX);
-  s.sub_min = UINT64_MAX;
+  answers_.subscribe(tensor, dst, std::move(on_version));
 }
 
 bool worker_link::wake_when_answered(uint32_t tensor, uint64_t seq, uint32_t answered) {
-  auto& s = *slots_[tensor];
-  std::lock_guard<std::mutex> guard{s.mtx};
-  if (s.seq != seq || s.answered >= answered || closed())
-    return true;
-  s.wake_at = answered;
-  return false;
+  return closed() || answers_.wake_when_answered(tensor, seq, answered);
 }
 
 bool worker_link::chunk_arrived(uint32_t tensor, uint32_t chunk) const {
-  auto& s = *slots_[tensor];
-  std::lock_guard<std::mutex> guard{s.mtx};
-  return chunk < s.arrived.size() && s.arrived[chunk] != 0
-         && (chunk >= s.mirrored.size() || s.mirrored[chunk] != 0);
-}
-
-uint64_t worker_link::published(slot& s, uint32_t chunk, uint64_t version) {
-  if (chunk >= s.sub_versions.size())
-    return UINT64_MAX;
-  auto& v = s.sub_versions[chunk];
-  if (v != UINT64_MAX && v >= version)
-    return UINT64_MAX;
-  v = version;
-  // Every chunk at least here: a whole new version of the tensor.
-  auto least = *std::min_element(s.sub_versions.begin(), s.sub_versions.end());
-  if (least == UINT64_MAX || (s.sub_min != UINT64_MAX && least <= s.sub_min))
-    return UINT64_MAX;
-  s.sub_min = least;
-  return least;
-}
-
-void worker_link::announce(uint32_t tensor, uint64_t version) {
-  if (version == UINT64_MAX)
-    return;
-  std::function<void(uint64_t)> callback;
-  {
-    std::lock_guard<std::mutex> guard{slots_[tensor]->mtx};
-    callback = slots_[tensor]->on_version;
-  }
-  if (callback)
-    callback(version);
-}
-
-bool worker_link::belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock) {
-  if (s.seq == 0)
-    return false;
-  if (unchanged)
-    return s.expect_update && s.changes_only && clock + 1 == s.version;
-  return s.expect_update == is_update
-         && (is_update ? clock >= s.version : clock == s.version);
-}
-
-void worker_link::chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness,
-                             bool changed) {
-  if (chunk < s.arrived.size()) {
-    if (s.arrived[chunk] != 0)
-      return; // answered already: this answers a re-sent request
-    s.arrived[chunk] = 1;
-  }
-  s.staleness = std::max(s.staleness, staleness);
-  s.changed += changed ? 1 : 0;
-  --s.remaining;
-  ++s.answered;
-  if (s.wake_at != 0 && s.answered >= s.wake_at) {
-    s.wake_at = 0;
-    events_->answered(tensor, s.seq);
-  }
-  finish_if_done(tensor, s);
-}
-
-void worker_link::mirror_done(uint32_t tensor, slot& s, uint32_t chunk) {
-  if (chunk >= s.mirrored.size() || s.mirrored[chunk] != 0)
-    return; // acked already (a re-sent push's repeat), or no replica awaited
-  s.mirrored[chunk] = 1;
-  --s.remaining;
-  finish_if_done(tensor, s);
-}
-
-void worker_link::finish_if_done(uint32_t tensor, slot& s) {
-  if (s.seq == 0 || s.remaining > 0)
-    return;
-  last_staleness_[tensor]->store(s.staleness, std::memory_order_release);
-  last_changed_[tensor]->store(s.changed, std::memory_order_release);
-  complete(tensor, s, errc::ok, {});
-}
-
-void worker_link::complete(uint32_t tensor, slot& s, errc code, std::string why) {
-  auto seq = s.seq;
-  s.seq = 0; // nothing more lands in its buffer from here on (belongs)
-  slot::outcome o{seq, code, std::move(why)};
-  if (s.landings > 0)
-    s.held = std::move(o);
-  else
-    tell(tensor, std::move(o));
-}
-
-void worker_link::landed(uint32_t tensor, slot& s) {
-  if (s.landings > 0)
-    --s.landings;
-  if (s.landings > 0 || !s.held)
-    return;
-  auto o = std::move(*s.held);
-  s.held.reset();
-  tell(tensor, std::move(o));
-}
-
-void worker_link::tell(uint32_t tensor, slot::outcome o) {
-  if (o.code == errc::ok)
-    events_->done(tensor, o.seq);
-  else
-    events_->failed(tensor, o.seq, o.code, std::move(o.why));
+  return answers_.chunk_arrived(tensor, chunk);
 }
 
 uint64_t worker_link::request_hyper(const std::vector<std::byte>& payload,
@@ -399,14 +263,13 @@ payload_target worker_link::on_header(const transports::connection_ptr& c,
   }
   wire_received_.fetch_add(protocol::frame_header_bytes + h.payload_bytes,
                            std::memory_order_relaxed);
-  if (h.tensor_id >= slots_.size() || h.chunk_index >= layout(h.tensor_id).count())
+  if (h.tensor_id >= answers_.num_tensors()
+      || h.chunk_index >= layout(h.tensor_id).count())
     return payload_target::dropped();
   if (h.kind == frame_kind::ack && (h.flags & protocol::flag_replica) != 0)
     return h.payload_bytes == 0 ? payload_target::into(nullptr)
                                 : payload_target::dropped();
   auto& layout = this->layout(h.tensor_id);
-  auto& s = *slots_[h.tensor_id];
-  std::lock_guard<std::mutex> guard{s.mtx};
   const auto half = static_cast<uint16_t>(h.flags & protocol::flag_half);
   const auto expect = half != 0 && h.kind == frame_kind::update
                         ? protocol::half_payload_bytes(half, layout.length(h.chunk_index))
@@ -416,10 +279,8 @@ payload_target worker_link::on_header(const transports::connection_ptr& c,
   // An operation's buffer (not a subscription's) counts the landing until on_frame.
   auto into = [&](float* dst, bool armed) {
     auto& l = landing_.of(c);
-    if (armed) {
-      ++s.landings;
+    if (armed)
       l.extra.tensor = h.tensor_id;
-    }
     if (half == 0)
       return payload_target::into(reinterpret_cast<std::byte*>(dst));
     l.bytes.resize(expect);
@@ -427,22 +288,26 @@ payload_target worker_link::on_header(const transports::connection_ptr& c,
     return payload_target::into(l.bytes.data());
   };
   if (h.kind == frame_kind::update && (h.flags & protocol::flag_subscribe)) {
-    if (s.sub_dst == nullptr || h.payload_bytes != expect)
+    auto* sub = answers_.subscription(h.tensor_id);
+    if (sub == nullptr || h.payload_bytes != expect)
       return payload_target::dropped();
-    return into(s.sub_dst + layout.offset(h.chunk_index), false);
+    return into(sub + layout.offset(h.chunk_index), false);
   }
   bool is_update = h.kind == frame_kind::update;
   bool unchanged = !is_update && (h.flags & protocol::flag_only_changed) != 0;
-  if (!belongs(s, is_update, unchanged, h.clock))
-    return payload_target::dropped(); // a late answer to an operation that failed
-  if (!is_update)
-    return payload_target::into(nullptr);
-  if (h.payload_bytes != expect) {
-    spdlog::error("worker rank {}: node sent {} bytes for chunk {}/{} of {}", rank_,
-                  h.payload_bytes, h.tensor_id, h.chunk_index, expect);
-    return payload_target::dropped();
+  float* dst = nullptr;
+  switch (answers_.begin(h.tensor_id, h.chunk_index, is_update, unchanged, h.clock,
+                         h.payload_bytes == expect, dst)) {
+    case answer_verdict::stale:
+      return payload_target::dropped(); // a late answer to an operation that failed
+    case answer_verdict::ack: return payload_target::into(nullptr);
+    case answer_verdict::bad_length:
+      spdlog::error("worker rank {}: node sent {} bytes for chunk {}/{} of {}", rank_,
+                    h.payload_bytes, h.tensor_id, h.chunk_index, expect);
+      return payload_target::dropped();
+    case answer_verdict::land: break;
   }
-  return into(s.dst + layout.offset(h.chunk_index), true);
+  return into(dst + layout.offset(h.chunk_index), true);
 }
 
 void worker_link::on_frame(const transports::connection_ptr& c, const frame_header& h,
@@ -488,40 +353,29 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
     auto& text = landing_.of(c).bytes;
     if (decode(text.data(), text.size(), err, why) != errc::ok)
       err = {errc::bad_frame, "undecodable error frame from the node: " + why, {}};
-    if (h.tensor_id < slots_.size()) {
-      auto& s = *slots_[h.tensor_id];
-      std::lock_guard<std::mutex> guard{s.mtx};
-      if (s.seq != 0) {
-        complete(h.tensor_id, s, err.code, std::move(err.message));
-        return;
-      }
-    }
+    if (answers_.fail(h.tensor_id, err.code, err.message))
+      return;
     // Late errors about an operation that already failed (its other chunks).
     spdlog::debug("worker rank {}: error from the node: {} ({})", rank_, err.message,
                   to_string(err.code));
     return;
   }
-  auto& s = *slots_[h.tensor_id];
-  std::unique_lock<std::mutex> guard{s.mtx};
-  if (auto& into = landing_.of(c).extra; into.tensor != UINT32_MAX) {
-    into.tensor = UINT32_MAX; // in: an outcome held for it may be told (the op is then
-    landed(h.tensor_id, s);   // disarmed, and this answer is not counted below)
-  }
   if (h.kind == frame_kind::ack && (h.flags & protocol::flag_replica) != 0) {
-    if (s.seq != 0 && s.mirror && h.clock == s.push_clock)
-      mirror_done(h.tensor_id, s, h.chunk_index);
+    answers_.replica_acked(h.tensor_id, h.chunk_index, h.clock);
     return;
   }
   if (h.kind == frame_kind::update && (h.flags & protocol::flag_subscribe)) {
-    auto whole = published(s, h.chunk_index, h.clock);
-    guard.unlock(); // announce without the slot locked
-    announce(h.tensor_id, whole);
+    answers_.published(h.tensor_id, h.chunk_index, h.clock);
     return;
   }
-  if (s.seq != 0)
-    chunk_done(h.tensor_id, s, h.chunk_index,
-               h.kind == frame_kind::update ? h.staleness : 0,
-               h.kind == frame_kind::update);
+  // Its payload is in: an outcome held for it may be told (the operation is then
+  // disarmed, and this answer is not counted).
+  auto& into = landing_.of(c).extra;
+  bool landing = into.tensor != UINT32_MAX;
+  into.tensor = UINT32_MAX;
+  bool is_update = h.kind == frame_kind::update;
+  answers_.answered(h.tensor_id, h.chunk_index, is_update ? h.staleness : 0, is_update,
+                    landing);
 }
 
 uint32_t worker_link::index_of(const transports::connection_ptr& c) const {
@@ -534,9 +388,7 @@ void worker_link::release_landing(const transports::connection_ptr& c) {
   auto& into = landing_.of(c).extra;
   if (into.tensor == UINT32_MAX)
     return;
-  auto& s = *slots_[into.tensor];
-  std::lock_guard<std::mutex> guard{s.mtx};
-  landed(into.tensor, s);
+  answers_.landed(into.tensor);
   into.tensor = UINT32_MAX;
 }
 

@@ -38,6 +38,7 @@
 #include "transports/receive_scratch.hpp"
 #include "transports/shm/worker_channel.hpp"
 #include "transports/transport.hpp"
+#include "worker/answer_slots.hpp"
 #include "worker/link_events.hpp"
 
 namespace rw::actors {
@@ -179,7 +180,7 @@ public:
   /// How many chunks the last completed operation on `tensor` received (a pull of
   /// changes counts only the chunks that had changed).
   uint32_t last_changed(uint32_t tensor) const noexcept {
-    return last_changed_[tensor]->load(std::memory_order_acquire);
+    return answers_.last_changed(tensor);
   }
   /// Closes the connection because of `why` (a timeout); the receiver then reports it.
   void abandon(const std::string& why);
@@ -206,7 +207,7 @@ public:
 
   /// The largest staleness served to the last completed operation on `tensor`.
   uint32_t last_staleness(uint32_t tensor) const noexcept {
-    return last_staleness_[tensor]->load(std::memory_order_acquire);
+    return answers_.last_staleness(tensor);
   }
 
   // frame_sink (receiver thread)
@@ -218,65 +219,6 @@ public:
                  const std::string& why) override;
 
 private:
-  struct slot {
-    std::mutex mtx;
-    uint64_t seq = 0; // 0: nothing armed
-    bool expect_update = false;
-    float* dst = nullptr;
-    uint64_t version = 0;
-    uint32_t remaining = 0;
-    uint32_t answered = 0;  // chunks answered (replicas' acks aside)
-    uint32_t wake_at = 0;   // tell the proxy once `answered` reaches it (0: nobody asked)
-    uint32_t staleness = 0; // the largest served to the armed operation so far
-    bool changes_only = false;
-    uint32_t changed = 0;
-    std::vector<uint8_t> arrived;  // by chunk, for the armed (or last) operation
-    bool mirror = false;           // replicas' acks awaited too
-    uint64_t push_clock = 0;       // the clock those acks carry
-    std::vector<uint8_t> mirrored; // by chunk: its replica acked (or it has none)
-    // Connections whose payload is landing in `dst` now (their header read, the rest
-    // not yet): the operation's outcome waits for them, so a caller never frees a
-    // buffer that a frame is still written into (a duplicate answer on another
-    // connection, or a node still sending when another node failed the operation).
-    uint32_t landings = 0;
-    struct outcome {
-      uint64_t seq;
-      errc code; // ok: done
-      std::string why;
-    };
-    std::optional<outcome> held; // decided while landings > 0: told when they end
-    // The tensor's subscription, if any.
-    float* sub_dst = nullptr;
-    std::function<void(uint64_t)> on_version;
-    std::vector<uint64_t> sub_versions; // by chunk; UINT64_MAX: none yet
-    uint64_t sub_min = UINT64_MAX;      // every chunk is at least here
-  };
-
-  // Called with the slot locked: a subscribed chunk reached `version`. Returns the
-  // tensor version to announce (UINT64_MAX: none); the caller announces it unlocked,
-  // so a callback may call into the worker.
-  uint64_t published(slot& s, uint32_t chunk, uint64_t version);
-  void announce(uint32_t tensor, uint64_t version);
-
-  // Called with the slot locked: one more chunk of the armed operation is in.
-  void chunk_done(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness,
-                  bool changed);
-  // Called with the slot locked: the replica of `chunk` acked the armed push.
-  void mirror_done(uint32_t tensor, slot& s, uint32_t chunk);
-  // Called with the slot locked, after an answer counted: completes the operation if
-  // nothing more is awaited.
-  void finish_if_done(uint32_t tensor, slot& s);
-  // Called with the slot locked: the armed operation ends with `code` (ok: done). It is
-  // disarmed at once; the proxy is told once no payload lands in its buffer any more.
-  void complete(uint32_t tensor, slot& s, errc code, std::string why);
-  // Called with the slot locked: a payload that landed in the armed buffer is in (or
-  // its connection closed); tells the proxy an outcome held for it.
-  void landed(uint32_t tensor, slot& s);
-  // The proxy is told the operation's outcome (done_atom or fail_atom).
-  void tell(uint32_t tensor, slot::outcome o);
-  // Whether an update (or an unchanged ack) about `clock` belongs to the armed operation.
-  static bool belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock);
-
   // A `reroute` frame (`payload`) from connection `conn` (receiver thread).
   void on_reroute(uint32_t conn, const std::vector<std::byte>& payload);
   // Routes by the ring of `msg` (every node of it known): retires the connections of
@@ -338,12 +280,10 @@ private:
   std::unique_ptr<transports::shm::worker_channel> shm_;
   std::shared_ptr<transports::endpoint> fabric_; // null unless use_fabric
   transports::connection_ptr companion_;
-  std::vector<std::unique_ptr<slot>> slots_;
-  std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_staleness_;
-  std::vector<std::unique_ptr<std::atomic<uint32_t>>> last_changed_;
+  answer_slots answers_; // what each tensor's armed operation awaits
   // Per connection (receiver thread): the payload of an error, reroute, hyper or 16-bit
   // update frame, and for an update, where its floats go and the tensor whose
-  // operation's buffer that is (counted in its slot's landings while it lands).
+  // operation's buffer that is (answer_slots counts it as landing until it is in).
   struct landing_into {
     float* dst = nullptr;         // a 16-bit update's floats, once widened
     uint32_t tensor = UINT32_MAX; // UINT32_MAX: not landing in an operation's buffer

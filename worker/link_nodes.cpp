@@ -110,15 +110,8 @@ bool worker_link::adopt_ring(const protocol::reroute_msg& msg) {
     ring_version_.store(msg.ring_version, std::memory_order_release);
     ring_nodes_ = msg.nodes;
     // A chunk without a replica on the new ring: its ack is no longer awaited.
-    for (uint32_t t = 0; t < slots_.size(); ++t) {
-      auto& s = *slots_[t];
-      std::lock_guard<std::mutex> guard{s.mtx};
-      if (s.seq == 0 || !s.mirror)
-        continue;
-      for (uint32_t c = 0; c < s.mirrored.size(); ++c)
-        if (s.mirrored[c] == 0 && next->replica_of(t, c) == UINT32_MAX)
-          mirror_done(t, s, c);
-    }
+    answers_.replicas_changed(
+      [&](uint32_t t, uint32_t c) { return next->replica_of(t, c) != UINT32_MAX; });
     spdlog::info(
       "worker rank {}: job {} moved to nodes [{}] (ring version {}): chunks go "
       "to their new homes; what is unanswered is sent again",
