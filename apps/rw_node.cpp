@@ -25,6 +25,7 @@
 #include "actors/cluster_messages.hpp"
 #include "actors/node/control_tls.hpp"
 #include "actors/node/coordinator_node.hpp"
+#include "actors/node/idle_policy.hpp"
 #include "actors/node/node_metrics.hpp"
 #include "actors/node/rack_agg_node.hpp"
 #include "runtime/checkpoint/root.hpp"
@@ -196,6 +197,7 @@ int main(int argc, char** argv) {
 
   caf::actor_system_config sys_cfg;
   sys_cfg.set("logger.verbosity", caf::atom("quiet"));
+  rw::actors::configure_idle_policy(sys_cfg);
   rw::actors::register_cluster_types(sys_cfg);
   try {
     rw::actors::configure_control_tls(sys_cfg, {cfg.tls_cert, cfg.tls_key, cfg.tls_ca});

@@ -17,6 +17,7 @@
 
 #include "actors/cluster_messages.hpp"
 #include "actors/node/control_tls.hpp"
+#include "actors/node/idle_policy.hpp"
 #include "apps/shell/cluster_client.hpp"
 #include "apps/shell/lua_rw.hpp"
 #include "apps/shell/repl.hpp"
@@ -143,6 +144,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   cfg.set("logger.verbosity", caf::atom("quiet"));
+  rw::actors::configure_idle_policy(cfg);
   // CAF's threads must not take SIGINT: the prompt and rw.wait wait for it on this one.
   sigset_t sigint;
   sigemptyset(&sigint);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "actors/links/job_join.hpp"
+#include "actors/node/idle_policy.hpp"
 #include "worker/link.hpp"
 #include "worker/proxy.hpp"
 #include "runtime/layerwise.hpp"
@@ -146,6 +147,7 @@ worker::worker(worker_options options) : impl_(std::make_unique<impl>()) {
     d.index.emplace(d.opts.job.tensors[i].name, i);
   d.clocks.assign(d.opts.job.tensors.size(), d.opts.start_clock);
   d.cfg.set("scheduler.max-threads", 2);
+  actors::configure_idle_policy(d.cfg);
   d.cfg.set("logger.verbosity", caf::atom("quiet"));
   d.sys = std::make_unique<caf::actor_system>(d.cfg);
   d.proxy = actors::spawn_worker_proxy(*d.sys, d.link, d.opts.request_timeout,

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "actors/cluster_messages.hpp"
+#include "actors/node/idle_policy.hpp"
 #include "apps/shell/cluster_client.hpp"
 #include "rackweave/errc.hpp"
 #include "runtime/credentials.hpp"
@@ -57,6 +58,7 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
   actors::register_cluster_types(d.cfg);
   d.cfg.set("logger.verbosity", caf::atom("quiet"));
   d.cfg.set("scheduler.max-threads", 2);
+  rw::actors::configure_idle_policy(d.cfg);
   d.sys = std::make_unique<caf::actor_system>(d.cfg);
   try {
     d.client = std::make_unique<shell::cluster_client>(

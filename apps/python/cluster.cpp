@@ -11,6 +11,7 @@
 
 #include "actors/cluster_messages.hpp"
 #include "actors/node/control_tls.hpp"
+#include "actors/node/idle_policy.hpp"
 #include "apps/shell/cluster_client.hpp"
 #include "rackweave/errc.hpp"
 #include "runtime/credentials.hpp"
@@ -34,6 +35,7 @@ struct coordinator_session {
     actors::configure_control_tls(cfg, tls); // bad files: RuntimeError, as a bad secret
     cfg.set("logger.verbosity", caf::atom("quiet"));
     cfg.set("scheduler.max-threads", 2);
+    actors::configure_idle_policy(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
     std::string secret;
     if (!tenant.empty() && secret_file.empty())
