@@ -99,12 +99,7 @@ void answer_slots::landed(uint32_t tensor) {
   to_tell t;
   {
     std::lock_guard<std::mutex> guard{s.mtx};
-    if (s.landings > 0)
-      --s.landings;
-    if (s.landings == 0 && s.held) {
-      t.told = std::move(s.held);
-      s.held.reset();
-    }
+    end_landing(s, t);
   }
   tell(tensor, std::move(t));
 }
@@ -117,10 +112,8 @@ void answer_slots::answered(uint32_t tensor, uint32_t chunk, uint32_t staleness,
   to_tell t;
   {
     std::lock_guard<std::mutex> guard{s.mtx};
-    if (landing && s.landings > 0 && --s.landings == 0 && s.held) {
-      t.told = std::move(s.held); // the operation ended while this landed: not counted
-      s.held.reset();
-    }
+    if (landing)
+      end_landing(s, t); // an operation that ended while this landed: not counted below
     if (s.op.seq != 0)
       count(tensor, s, chunk, staleness, changed, t);
   }
@@ -214,6 +207,15 @@ void answer_slots::published(uint32_t tensor, uint32_t chunk, uint64_t version,
     whole = advance(s, chunk, version);
   }
   announce(tensor, whole);
+}
+
+void answer_slots::end_landing(slot& s, to_tell& t) {
+  if (s.landings > 0)
+    --s.landings;
+  if (s.landings == 0 && s.held) {
+    t.told = std::move(s.held);
+    s.held.reset();
+  }
 }
 
 void answer_slots::count(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness,

@@ -163,6 +163,9 @@ private:
   };
 
   static bool belongs(const slot& s, bool is_update, bool unchanged, uint64_t clock);
+  // With the slot locked: one payload that was landing in op.dst is in; once none is,
+  // an outcome held for them is to be told.
+  static void end_landing(slot& s, to_tell& t);
   // With the slot locked: counts chunk `chunk` of the armed operation.
   void count(uint32_t tensor, slot& s, uint32_t chunk, uint32_t staleness, bool changed,
              to_tell& t);
