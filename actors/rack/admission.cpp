@@ -8,10 +8,9 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/rack/state.hpp"
-#include "logic/chunk_state.hpp"
+#include "logic/admission.hpp"
 #include "logic/limited_log.hpp"
 #include "runtime/credentials.hpp"
-#include "runtime/kernels.hpp"
 #include "runtime/ring.hpp"
 
 namespace rw::actors::detail {
@@ -22,114 +21,47 @@ std::string peer_host(const std::string& peer) {
 
 namespace {
 
-// Attaches one welcome admits (a worker makes one per further endpoint of the node,
-// again after a lost connection): what bounds the nonces kept against replays.
-constexpr size_t max_attaches_per_welcome = 4096;
+admission_limits limits_of(const coordinator_settings& s) {
+  return {s.node_name, s.max_chunk_bytes, s.max_workers, s.max_job_bytes,
+          s.max_open_jobs_per_peer};
+}
+
+// Logs a refused hello (once a minute per host and reason) and answers the worker.
+job_binding refuse_hello(const hello_request& req, admission_refusal r) {
+  log_limited(spdlog::level::warn, req.peer, r.reason,
+              fmt::format("hello refused: peer={}{}", req.peer, r.log));
+  return refuse(r.code, std::move(r.why));
+}
 
 // A hello that states no spec (Hello.specFromJob) gets the job's: the running job's
-// on this node, else its grant's with the tensors the worker declares (a job created
-// without tensors: the first worker declares them). Tensors the worker declares for a
-// job that has them must be the same. Returns the refusal, or nothing.
+// on this node, else its live grant's (logic/admission.hpp). Returns the refusal, or
+// nothing.
 std::optional<job_binding> resolve_spec(rack_ptr self, hello_request& req) {
-  auto& h = req.hello;
-  if (!h.spec_from_job)
-    return std::nullopt;
   auto& st = self->state;
-  auto name = h.spec.name;
-  auto declared = std::move(h.spec.tensors);
-  if (auto j = st.jobs.find(name); j != st.jobs.end()) {
-    h.spec = j->second.spec;
-  } else if (auto g = st.grants.find(name);
-             g != st.grants.end() && g->second.ended.empty()) {
-    h.spec = g->second.spec;
-    if (h.spec.tensors.empty())
-      h.spec.tensors = declared;
-  } else {
-    auto why = fmt::format(
-      "no job named '{}' on node {}: a worker that states no spec joins "
-      "a job created through the cluster (rw.job_create, "
-      "rackweave.create_job) or already running here",
-      name, st.settings.node_name);
-    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} rank={}: {}",
-                fmt::format("hello refused: peer={} rank={}: {}", req.peer, h.rank, why));
-    return refuse(errc::unknown_job, why);
-  }
-  if (h.spec.tensors.empty()) {
-    auto why = fmt::format(
-      "job '{}' has no tensors yet: the first worker to join declares "
-      "them (worker_options.job.tensors; Python: tensors=...)",
-      name);
-    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={} rank={}: {}",
-                fmt::format("hello refused: peer={} rank={}: {}", req.peer, h.rank, why));
-    return refuse(errc::invalid_spec, why);
-  }
-  if (!declared.empty()) {
-    auto theirs = h.spec;
-    theirs.tensors = std::move(declared);
-    if (auto diff = describe_mismatch(h.spec, theirs); !diff.empty()) {
-      log_limited(
-        spdlog::level::warn, req.peer, "hello refused: peer={} rank={}: {}",
-        fmt::format("hello refused: peer={} rank={}: {}", req.peer, h.rank, diff));
-      return refuse(errc::spec_mismatch, diff);
-    }
-  }
+  auto& h = req.hello;
+  const job_spec* running = nullptr;
+  const job_spec* granted = nullptr;
+  if (auto j = st.jobs.find(h.spec.name); j != st.jobs.end())
+    running = &j->second.spec;
+  else if (auto g = st.grants.find(h.spec.name);
+           g != st.grants.end() && g->second.ended.empty())
+    granted = &g->second.spec;
+  if (auto r = detail::resolve_spec(h.spec, h.spec_from_job, h.rank, running, granted,
+                                    limits_of(st.settings)))
+    return refuse_hello(req, std::move(r));
   return std::nullopt;
 }
 
-// Checks a hello on its own: a valid spec, a rank inside it, a size the node allows.
-// Returns the refusal, or nothing.
+// Checks a hello on its own: a valid spec, a rank inside it, a size the node allows
+// (a job created with `memory`, a tenant's reservation, may take no more than that).
 std::optional<job_binding> check_hello(rack_ptr self, const hello_request& req) {
   auto& st = self->state;
-  auto& spec = req.hello.spec;
-  auto rank = req.hello.rank;
-  if (auto why = validate(spec, st.settings.max_chunk_bytes, st.settings.max_workers);
-      !why.empty()) {
-    log_limited(spdlog::level::warn, req.peer,
-                "hello refused: peer={} job='{}': invalid job spec: {}",
-                fmt::format("hello refused: peer={} job='{}': invalid job spec: {}",
-                            req.peer, spec.name, why));
-    return refuse(errc::invalid_spec, "invalid job spec: " + why);
-  }
-  if (rank >= spec.num_workers) {
-    log_limited(spdlog::level::warn, req.peer,
-                "hello refused: peer={} job='{}': rank {} outside 0..{}",
-                fmt::format("hello refused: peer={} job='{}': rank {} outside 0..{}",
-                            req.peer, spec.name, rank, spec.num_workers - 1));
-    return refuse(errc::bad_rank,
-                  fmt::format("rank {} is outside 0..{}", rank, spec.num_workers - 1));
-  }
-  // Parameters and optimizer state, each chunk's arrays on cache lines, and each
-  // chunk's bookkeeping on its shard (a job of many small chunks costs more than its
-  // floats).
-  uint64_t footprint = 0;
-  const uint64_t arrays = 1 + runtime::state_arrays(spec.optimizer.kind);
-  for (auto& t : spec.tensors) {
-    runtime::chunk_layout layout{t.elements, spec.chunk_bytes};
-    const uint64_t full = (uint64_t{layout.chunk_elems} * sizeof(float) + 63) / 64 * 64;
-    const uint64_t count = layout.count();
-    const uint64_t last =
-      (uint64_t{layout.length(layout.count() - 1)} * sizeof(float) + 63) / 64 * 64;
-    footprint += arrays * ((count - 1) * full + last)
-                 + count * sizeof(detail::chunk_state);
-  }
-  // A job created with `memory` (a tenant's reservation) may take no more than that.
-  uint64_t limit = st.settings.max_job_bytes;
-  std::string source = "this node allows {} MiB per job (--max-job-mib)";
-  if (auto g = st.grants.find(spec.name);
-      g != st.grants.end() && g->second.max_memory != 0 && g->second.max_memory < limit) {
-    limit = g->second.max_memory;
-    source =
-      "the job was created with memory = {} MiB (rw.job_create): create it with more";
-  }
-  if (footprint > limit) {
-    auto why = fmt::format("job '{}' needs {} MiB of node memory for parameters, "
-                           "optimizer state and per-chunk bookkeeping; {}",
-                           spec.name, footprint >> 20,
-                           fmt::format(fmt::runtime(source), limit >> 20));
-    log_limited(spdlog::level::warn, req.peer, "hello refused: peer={}: {}",
-                fmt::format("hello refused: peer={}: {}", req.peer, why));
-    return refuse(errc::invalid_spec, why);
-  }
+  uint64_t reserved = 0;
+  if (auto g = st.grants.find(req.hello.spec.name); g != st.grants.end())
+    reserved = g->second.max_memory;
+  if (auto r = detail::check_hello(req.hello.spec, req.hello.rank, limits_of(st.settings),
+                                   reserved))
+    return refuse_hello(req, std::move(r));
   return std::nullopt;
 }
 
@@ -137,25 +69,17 @@ std::optional<job_binding> check_hello(rack_ptr self, const hello_request& req) 
 // as many live open jobs here as a host may.
 std::optional<job_binding> check_open_job_quota(rack_ptr self, const hello_request& req) {
   auto& st = self->state;
-  auto limit = st.settings.max_open_jobs_per_peer;
-  if (limit == 0 || st.jobs.count(req.hello.spec.name) > 0)
+  if (st.settings.max_open_jobs_per_peer == 0 || st.jobs.count(req.hello.spec.name) > 0)
     return std::nullopt;
   auto host = peer_host(req.peer);
   std::vector<std::string> theirs;
   for (auto& [name, job] : st.jobs)
     if (!job.granted && job.created_by == host)
       theirs.push_back(name);
-  if (theirs.size() < limit)
-    return std::nullopt;
-  auto why = fmt::format(
-    "host {} has created {} live jobs on node {} already (at most {}, "
-    "--max-open-jobs-per-peer): finish or stop one of [{}] first",
-    host, theirs.size(), st.settings.node_name, limit, fmt::join(theirs, ", "));
-  log_limited(spdlog::level::warn, req.peer,
-              "hello refused: peer={} job='{}' rank={}: {}",
-              fmt::format("hello refused: peer={} job='{}' rank={}: {}", req.peer,
-                          req.hello.spec.name, req.hello.rank, why));
-  return refuse(errc::too_many_requests, why);
+  if (auto r = detail::check_open_job_quota(host, theirs, req.hello.spec, req.hello.rank,
+                                            limits_of(st.settings)))
+    return refuse_hello(req, std::move(r));
+  return std::nullopt;
 }
 
 } // namespace
@@ -310,30 +234,29 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
                   "newest welcome)",
                   req.rank, job.spec.name));
   }
-  if (job.attached.size() < job.ranks.size())
-    job.attached.resize(job.ranks.size());
-  auto& used = job.attached[req.rank];
-  if (used.token != attach_token)
-    used = {attach_token, {}};
-  if (used.seen.size() >= max_attaches_per_welcome) {
-    spdlog::warn("attach refused: peer={} job='{}' id={} rank={}: {} attaches since its "
-                 "welcome",
-                 req.peer, job.spec.name, req.job_id, req.rank, used.seen.size());
-    return refuse(
-      errc::too_many_requests,
-      fmt::format("attach refused: rank {} attached {} times since its welcome "
-                  "(at most {}): say hello again",
-                  req.rank, used.seen.size(), max_attaches_per_welcome));
-  }
-  if (!used.seen.insert(req.nonce).second) {
-    spdlog::warn("attach refused: peer={} job='{}' id={} rank={}: a proof that was used "
-                 "already (a replay)",
-                 req.peer, job.spec.name, req.job_id, req.rank);
-    return refuse(
-      errc::unauthorized,
-      fmt::format("attach refused: this proof for rank {} of job '{}' was used "
-                  "already",
-                  req.rank, job.spec.name));
+  switch (job.attached.take(req.rank, attach_token, req.nonce)) {
+    case attach_ledger::verdict::taken: break;
+    case attach_ledger::verdict::exhausted:
+      spdlog::warn(
+        "attach refused: peer={} job='{}' id={} rank={}: {} attaches since its "
+        "welcome",
+        req.peer, job.spec.name, req.job_id, req.rank, job.attached.taken(req.rank));
+      return refuse(
+        errc::too_many_requests,
+        fmt::format("attach refused: rank {} attached {} times since its welcome "
+                    "(at most {}): say hello again",
+                    req.rank, job.attached.taken(req.rank),
+                    attach_ledger::max_per_welcome));
+    case attach_ledger::verdict::replayed:
+      spdlog::warn(
+        "attach refused: peer={} job='{}' id={} rank={}: a proof that was used "
+        "already (a replay)",
+        req.peer, job.spec.name, req.job_id, req.rank);
+      return refuse(
+        errc::unauthorized,
+        fmt::format("attach refused: this proof for rank {} of job '{}' was used "
+                    "already",
+                    req.rank, job.spec.name));
   }
   ++job.connections[req.rank];
   spdlog::debug("worker attached: job='{}' id={} rank={} peer={}", job.spec.name, job.id,

@@ -14,6 +14,7 @@
 #include "actors/rack/rack_coordinator.hpp"
 #include "actors/links/mirror_link.hpp"
 #include "actors/links/rack_uplink.hpp"
+#include "logic/attach_ledger.hpp"
 
 namespace rw::actors::detail {
 
@@ -31,13 +32,8 @@ struct job_info {
   std::vector<rank_status> ranks;
   std::vector<uint32_t> connections; // live connections per rank
   std::vector<uint64_t> tokens;      // attach token per rank (libsodium: unpredictable)
-  // Per rank: the attach proofs' nonces taken under its current attach token (each is
-  // taken once: a proof seen on the wire cannot be replayed).
-  struct attach_nonces {
-    uint64_t token = 0;
-    std::set<std::vector<std::byte>> seen;
-  };
-  std::vector<attach_nonces> attached;
+  // The attach proofs' nonces per rank, each taken once (logic/attach_ledger.hpp).
+  attach_ledger attached;
   std::vector<std::string> peers; // where each rank connected from
   std::string created_by;         // the host (IP address) whose hello created it
   // Per rank: how often it went away (the epoch of its rejoin window), since when and why.
