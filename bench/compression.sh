@@ -157,7 +157,7 @@ fi
 : >"$tmp/accuracy.jsonl"
 accuracy_note=""
 train=(--epochs 10 --batch 32 --lr 0.05 --progress-every 0)
-((smoke)) && train=(--max-steps 4 --batch 4 --progress-every 0)
+((smoke)) && train=(--max-steps 4 --batch 4 --progress-every 0 --test-examples 128)
 if ((do_accuracy)); then
   if ! PYTHONPATH=$build/python /usr/bin/python3 -c 'import torch, sklearn' 2>/dev/null; then
     accuracy_note="left out: python3-torch or python3-sklearn is missing"

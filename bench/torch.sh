@@ -74,7 +74,7 @@ export PYTHONPATH=$tmp/python OMP_NUM_THREADS=1
 
 train_args() { # MODEL: train.py's options for it
   if ((smoke)); then
-    echo "--max-steps 4 --batch 4 --progress-every 0"
+    echo "--max-steps 4 --batch 4 --progress-every 0 --test-examples 128"
   elif [[ $1 == digits ]]; then
     echo "--epochs 10 --batch 32 --lr 0.05"
   else

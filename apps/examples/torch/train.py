@@ -49,6 +49,9 @@ def parse(argv):
                    help="the RackWeave job's chunk size (the job must have the same)")
     p.add_argument("--progress-every", type=float, default=1.0,
                    help="seconds between progress lines (0: only at the end of each epoch)")
+    p.add_argument("--test-examples", type=int, default=0,
+                   help="rank 0 reports test accuracy on the first N test examples "
+                        "(0: all of them; a short smoke run has no accuracy to speak of)")
     p.add_argument("--json-out", default="", help="rank 0 writes the run's figures here")
     p.add_argument("--compression", default="none",
                    help="--system server: how gradients travel (none, bf16, fp16, topk:RATIO, "
@@ -57,6 +60,8 @@ def parse(argv):
                    help="--system server, bf16 / fp16: the new parameters travel as 16-bit "
                         "values too")
     a = p.parse_args(argv)
+    if a.test_examples < 0:
+        p.error("--test-examples must be 0 (all) or positive")
     for k in ("epochs", "batch"):
         if getattr(a, k) <= 0:
             p.error(f"--{k} must be positive")
@@ -156,6 +161,8 @@ def main(argv):
     # short run several steps' time.
     accuracy = None
     if rank == 0:
+        if a.test_examples:
+            x_test, y_test = x_test[:a.test_examples], y_test[:a.test_examples]
         with torch.no_grad():
             accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
     for close in closing:
