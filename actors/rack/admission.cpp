@@ -201,7 +201,7 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
   if (n == st.names.end())
     return refuse(errc::unknown_job, fmt::format("unknown job {}", req.job_id));
   auto& job = st.jobs.at(n->second);
-  if (req.rank >= job.ranks.size() || job.ranks[req.rank] != rank_status::live) {
+  if (req.rank >= job.ranks.size() || job.ranks.status(req.rank) != rank_status::live) {
     spdlog::warn("attach refused: peer={} job={} rank={}: no such live rank", req.peer,
                  req.job_id, req.rank);
     return refuse(
@@ -222,7 +222,7 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
     }
     token = g->second.secret;
   }
-  auto attach_token = job.tokens[req.rank];
+  auto attach_token = job.ranks.token(req.rank);
   if (!runtime::verify_attach(token, attach_token, req.nonce, job.spec.name, req.rank,
                               req.mac)) {
     spdlog::warn("attach refused: peer={} job='{}' id={} rank={}: wrong proof", req.peer,
@@ -234,18 +234,18 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
                   "newest welcome)",
                   req.rank, job.spec.name));
   }
-  switch (job.attached.take(req.rank, attach_token, req.nonce)) {
+  switch (job.ranks.attach(req.rank, req.nonce)) {
     case attach_ledger::verdict::taken: break;
     case attach_ledger::verdict::exhausted:
       spdlog::warn(
         "attach refused: peer={} job='{}' id={} rank={}: {} attaches since its "
         "welcome",
-        req.peer, job.spec.name, req.job_id, req.rank, job.attached.taken(req.rank));
+        req.peer, job.spec.name, req.job_id, req.rank, job.ranks.attaches(req.rank));
       return refuse(
         errc::too_many_requests,
         fmt::format("attach refused: rank {} attached {} times since its welcome "
                     "(at most {}): say hello again",
-                    req.rank, job.attached.taken(req.rank),
+                    req.rank, job.ranks.attaches(req.rank),
                     attach_ledger::max_per_welcome));
     case attach_ledger::verdict::replayed:
       spdlog::warn(
@@ -258,7 +258,6 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
                     "already",
                     req.rank, job.spec.name));
   }
-  ++job.connections[req.rank];
   spdlog::debug("worker attached: job='{}' id={} rank={} peer={}", job.spec.name, job.id,
                 req.rank, req.peer);
   return joined(job, req.rank, false);

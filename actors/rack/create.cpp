@@ -127,18 +127,9 @@ void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id,
     spdlog::info("job '{}' id={}: restoring {} chunks homed here from checkpoint '{}'",
                  spec.name, id, job.routes->local_chunks(), g->second.restore);
   }
-  job.ranks.assign(spec.num_workers, rank_status::absent);
-  job.ranks[rank] = rank_status::live;
-  job.connections.assign(spec.num_workers, 0);
-  job.connections[rank] = 1;
-  job.tokens.assign(spec.num_workers, 0);
-  job.tokens[rank] = runtime::random_u64();
-  job.peers.assign(spec.num_workers, std::string{});
-  job.peers[rank] = req.peer;
+  job.ranks.reset(spec.num_workers);
+  job.ranks.join(rank, req.peer, runtime::random_u64());
   job.created_by = peer_host(req.peer);
-  job.departures.assign(spec.num_workers, 0);
-  job.away_since.assign(spec.num_workers, {});
-  job.away_reason.assign(spec.num_workers, std::string{});
   if (st.settings.shared_params && job.layout.nodes.size() <= 1) {
     try {
       job.params = std::make_shared<transports::shm::mapping>(

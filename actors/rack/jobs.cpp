@@ -21,23 +21,13 @@ namespace {
 constexpr auto shard_stats_timeout = std::chrono::seconds(1);
 constexpr size_t max_ended_grants = 1024;
 
-const char* to_string(rank_status s) {
-  switch (s) {
-    case rank_status::absent: return "absent";
-    case rank_status::live: return "live";
-    case rank_status::away: return "away";
-    case rank_status::left: return "left";
-  }
-  return "?";
-}
-
 // The job's ranks as they stand, without counts.
 std::vector<rank_report> rank_shells(const job_info& job) {
   std::vector<rank_report> out(job.ranks.size());
   for (uint32_t r = 0; r < out.size(); ++r) {
     out[r].rank = r;
-    out[r].state = to_string(job.ranks[r]);
-    out[r].peer = job.peers[r];
+    out[r].state = to_string(job.ranks.status(r));
+    out[r].peer = job.ranks.peer(r);
   }
   return out;
 }

@@ -127,13 +127,7 @@ job_info* host_job(rack_ptr self, uint32_t job_id, const job_layout& next) {
     return nullptr;
   job.layout = next;
   auto n = job.spec.num_workers;
-  job.ranks.assign(n, rank_status::absent);
-  job.connections.assign(n, 0);
-  job.tokens.assign(n, 0);
-  job.peers.assign(n, std::string{});
-  job.departures.assign(n, 0);
-  job.away_since.assign(n, {});
-  job.away_reason.assign(n, std::string{});
+  job.ranks.reset(n);
   job.moving = true;
   job.arriving = true;
   auto name = job.spec.name;

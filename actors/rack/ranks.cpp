@@ -14,30 +14,12 @@
 
 namespace rw::actors::detail {
 
-namespace {
-
-long long ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::steady_clock::now() - t)
-    .count();
-}
-
-// Every rank that joins on this node has said bye.
-bool all_said_bye(const job_info& job) {
-  for (uint32_t r = 0; r < job.ranks.size(); ++r)
-    if (job.belongs(r) && job.ranks[r] != rank_status::left)
-      return false;
-  return true;
-}
-
-} // namespace
-
 job_binding joined(const job_info& job, uint32_t rank, bool created) {
   job_binding b;
   b.job_id = job.id;
   b.created = created;
   b.routes = job.routes;
-  b.token = job.tokens[rank];
+  b.token = job.ranks.token(rank);
   b.chunk_bytes = job.spec.chunk_bytes;
   b.params_segment = job.params ? job.params->name() : std::string{};
   b.layout = job.layout;
@@ -50,19 +32,15 @@ job_binding joined(const job_info& job, uint32_t rank, bool created) {
 
 job_binding join_rank(rack_ptr self, job_info& job, uint32_t rank,
                       const std::string& peer) {
-  auto was = job.ranks[rank];
-  if (was == rank_status::live) {
+  auto joining = job.ranks.join(rank, peer, runtime::random_u64());
+  if (joining.refused) {
     auto why = fmt::format("rank {} of job '{}' is already held by a connected worker",
                            rank, job.spec.name);
     log_limited(spdlog::level::warn, peer, "hello refused: peer={}: {}",
                 fmt::format("hello refused: peer={}: {}", peer, why));
     return refuse(errc::rank_taken, why);
   }
-  job.ranks[rank] = rank_status::live;
-  job.connections[rank] = 1;
-  job.tokens[rank] = runtime::random_u64();
-  job.peers[rank] = peer;
-  switch (was) {
+  switch (joining.was) {
     case rank_status::absent:
       spdlog::info("worker joined: job='{}' id={} rank={} peer={}", job.spec.name, job.id,
                    rank, peer);
@@ -70,8 +48,8 @@ job_binding join_rank(rack_ptr self, job_info& job, uint32_t rank,
     case rank_status::away:
       spdlog::info("worker rejoined: job='{}' id={} rank={} peer={}: back {} ms after it "
                    "went away ({})",
-                   job.spec.name, job.id, rank, peer, ms_since(job.away_since[rank]),
-                   job.away_reason[rank]);
+                   job.spec.name, job.id, rank, peer, joining.away_for.count(),
+                   joining.away_reason);
       break;
     case rank_status::left:
       spdlog::info("worker rejoined: job='{}' id={} rank={} peer={}: after its bye",
@@ -152,31 +130,24 @@ void on_leave(rack_ptr self, uint32_t job_id, uint32_t rank, bool graceful,
   if (n == st.names.end())
     return; // the job already ended
   auto& job = st.jobs.at(n->second);
-  if (rank >= job.ranks.size() || job.ranks[rank] != rank_status::live)
-    return;
-  if (job.connections[rank] > 0)
-    --job.connections[rank];
-  if (graceful && job.connections[rank] > 0)
-    return; // the rank's other connections are still up
-  if (!graceful) {
+  auto out = job.ranks.leave(rank, graceful, reason);
+  if (out.what == rank_book::leaving::ignored
+      || out.what == rank_book::leaving::still_connected)
+    return; // not a live rank, or its other connections are still up
+  if (out.what == rank_book::leaving::away) {
     // Its steps wait: a restarted worker with the same rank goes on where it stopped.
-    job.ranks[rank] = rank_status::away;
-    job.connections[rank] = 0;
-    auto departure = ++job.departures[rank];
-    job.away_since[rank] = std::chrono::steady_clock::now();
-    job.away_reason[rank] = reason;
     spdlog::warn("worker away: job='{}' id={} rank={} disconnected without saying bye "
                  "({}); its steps wait up to {} ms (--rejoin-timeout-ms) for a worker "
                  "that joins again as rank {}",
                  job.spec.name, job_id, rank, reason, st.settings.rejoin_timeout.count(),
                  rank);
     self->delayed_send(self, st.settings.rejoin_timeout, rejoin_atom::value, job_id, rank,
-                       departure);
+                       out.departure);
     return;
   }
-  job.ranks[rank] = rank_status::left;
   spdlog::info("worker left: job='{}' id={} rank={} (bye)", job.spec.name, job_id, rank);
-  if (all_said_bye(job)) {
+  // Every rank that joins on this node has said bye.
+  if (job.ranks.all_left([&](uint32_t r) { return job.belongs(r); })) {
     end_job(self, job_id, "finished", errc::ok, "every worker said bye");
     return;
   }
@@ -192,12 +163,11 @@ void on_rejoin_window(rack_ptr self, uint32_t job_id, uint32_t rank, uint32_t de
   if (n == st.names.end())
     return;
   auto& job = st.jobs.at(n->second);
-  if (rank >= job.ranks.size() || job.ranks[rank] != rank_status::away
-      || job.departures[rank] != departure)
+  if (!job.ranks.still_away(rank, departure))
     return; // back meanwhile (or away again, with a window of its own)
   auto why = fmt::format("job '{}' (id {}): worker rank {} disconnected mid-job ({}) and "
                          "did not join again within {} ms (--rejoin-timeout-ms)",
-                         job.spec.name, job_id, rank, job.away_reason[rank],
+                         job.spec.name, job_id, rank, job.ranks.away_reason(rank),
                          st.settings.rejoin_timeout.count());
   spdlog::warn("{}", why);
   end_job(self, job_id, "failed", errc::worker_left, why);

@@ -14,13 +14,9 @@
 #include "actors/rack/rack_coordinator.hpp"
 #include "actors/links/mirror_link.hpp"
 #include "actors/links/rack_uplink.hpp"
-#include "logic/attach_ledger.hpp"
+#include "logic/rank_book.hpp"
 
 namespace rw::actors::detail {
-
-/// A rank of a job: never joined; joined and connected; gone without bye (it may join
-/// again until its rejoin window closes); said bye (it may join again too).
-enum class rank_status : uint8_t { absent, live, away, left };
 
 constexpr uint32_t no_rank = UINT32_MAX;
 
@@ -29,17 +25,10 @@ struct job_info {
   uint32_t id = 0;
   job_spec spec;
   routing_ptr routes;
-  std::vector<rank_status> ranks;
-  std::vector<uint32_t> connections; // live connections per rank
-  std::vector<uint64_t> tokens;      // attach token per rank (libsodium: unpredictable)
-  // The attach proofs' nonces per rank, each taken once (logic/attach_ledger.hpp).
-  attach_ledger attached;
-  std::vector<std::string> peers; // where each rank connected from
-  std::string created_by;         // the host (IP address) whose hello created it
-  // Per rank: how often it went away (the epoch of its rejoin window), since when and why.
-  std::vector<uint32_t> departures;
-  std::vector<std::chrono::steady_clock::time_point> away_since;
-  std::vector<std::string> away_reason;
+  // Its ranks: joined, connected, away or gone, their peers, attach tokens and proofs
+  // (logic/rank_book.hpp).
+  rank_book ranks;
+  std::string created_by; // the host (IP address) whose hello created it
   std::shared_ptr<const transports::shm::mapping> params; // shared parameters, if any
   bool granted = false;       // created through the cluster (has a grant)
   bool hyper_pending = false; // a hyper-parameter change is being decided

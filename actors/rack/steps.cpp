@@ -58,13 +58,10 @@ std::vector<job_gauge> job_gauges(const rack_state& st) {
     job_gauge g;
     g.id = job.id;
     g.name = name;
-    for (size_t r = 0; r < job.ranks.size(); ++r) {
-      if (!job.belongs(static_cast<uint32_t>(r)))
-        continue;
-      ++g.ranks;
-      g.live += job.ranks[r] == rank_status::live;
-      g.away += job.ranks[r] == rank_status::away;
-    }
+    auto c = job.ranks.count([&](uint32_t r) { return job.belongs(r); });
+    g.ranks = c.ranks;
+    g.live = c.live;
+    g.away = c.away;
     g.clock = job.clock;
     g.steps = job.steps;
     out.push_back(std::move(g));
