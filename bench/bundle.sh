@@ -57,6 +57,9 @@ is_glibc() {
   esac
   return 1
 }
+# libfabric is loaded when the fabric transport opens a domain (dlopen), so ldd of our
+# programs does not list it: it and what it needs are added by name.
+fabric_lib=$(ldconfig -p | awk '$1 == "libfabric.so.1" {print $NF; exit}')
 added=0
 while read -r lib; do
   is_glibc "$lib" && continue
@@ -67,9 +70,13 @@ while read -r lib; do
     strip --strip-unneeded "$dir/lib/${lib##*/}" 2>/dev/null || true
     added=$((added + 1))
   fi
-done < <(for f in "${programs[@]}" "${peers[@]}" "$build/librackweave.so"; do
-           ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
-         done | sort -u)
+done < <({
+           for f in "${programs[@]}" "${peers[@]}" "$build/librackweave.so" \
+             ${fabric_lib:+"$fabric_lib"}; do
+             ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
+           done
+           if [[ -n $fabric_lib ]]; then echo "$fabric_lib"; fi
+         } | sort -u)
 
 # A wrapper per program: the bundle's libraries first, then exec (same PID).
 wrap() {

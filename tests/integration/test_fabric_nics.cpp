@@ -1,6 +1,6 @@
 // A node with a fabric endpoint per NIC (--fabric-nics): workers spread over the NICs,
 // each NIC's endpoint with its own pool and poller, results verified; a NIC the
-// provider lacks stops the node with the NICs it has.
+// provider lacks stops the node with the NICs it has; libfabric loaded only where used.
 
 #include <thread>
 
@@ -22,7 +22,21 @@ size_t occurrences(const std::string& text, const std::string& what) {
     ++n;
   return n;
 }
+bool maps_libfabric(pid_t pid) {
+  return testing::read_file("/proc/" + std::to_string(pid) + "/maps").find("libfabric.so")
+         != std::string::npos;
+}
 } // namespace
+
+TEST_CASE("libfabric is loaded only by a process that opens a fabric domain",
+          "[integration][fabric]") {
+  // Its providers' libraries came with it at every start (libinfinipath's clock
+  // calibration: 0.2 s of sleeps; transports/fabric/libfabric.hpp).
+  testing::node_process tcp_only;
+  CHECK_FALSE(maps_libfabric(tcp_only.pid()));
+  testing::node_process with_fabric{testing::fabric_node_args()};
+  CHECK(maps_libfabric(with_fabric.pid()));
+}
 
 TEST_CASE("fabric: one endpoint per NIC, workers spread over them",
           "[integration][fabric]") {

@@ -88,6 +88,7 @@ public:
   }
 
   const std::string& address() const { return address_; }
+  pid_t pid() const { return proc_.front().pid(); }
   std::string log() const { return read_file(log_path_); }
   /// The log's last `n` characters: what a failed check prints instead of all of it.
   std::string log_tail(size_t n) const {

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "rackweave/errc.hpp"
+#include "transports/fabric/libfabric.hpp"
 
 namespace rw::transports::fabric {
 
@@ -34,15 +35,15 @@ std::string short_name(const std::string& full) {
 struct info_deleter {
   void operator()(fi_info* p) const noexcept {
     if (p)
-      fi_freeinfo(p);
+      lib::freeinfo(p);
   }
 };
 using info_ptr = std::unique_ptr<fi_info, info_deleter>;
 
 info_ptr hints_for(const std::string& provider) {
-  info_ptr h{fi_allocinfo()};
+  info_ptr h{lib::dupinfo(nullptr)};
   if (!h)
-    throw rw::error(errc::internal, "fabric: fi_allocinfo failed");
+    throw rw::error(errc::internal, "fabric: fi_dupinfo(NULL) failed");
   h->caps = needed_caps;
   h->ep_attr->type = FI_EP_RDM;
   h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
@@ -58,23 +59,23 @@ info_ptr hints_for(const std::string& provider) {
 std::vector<std::string> providers_here() {
   fi_info* all = nullptr;
   std::vector<std::string> out;
-  if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, nullptr, &all) == 0) {
+  if (lib::getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, nullptr, &all) == 0) {
     for (auto* i = all; i != nullptr; i = i->next) {
       auto name = short_name(i->fabric_attr->prov_name);
       if (std::find(out.begin(), out.end(), name) == out.end())
         out.push_back(name);
     }
-    fi_freeinfo(all);
+    lib::freeinfo(all);
   }
   return out;
 }
 
 // What `provider` lacks, said from what it offers without our requirements.
 std::string lack(const std::string& provider) {
-  info_ptr h{fi_allocinfo()};
+  info_ptr h{lib::dupinfo(nullptr)};
   h->fabric_attr->prov_name = strdup(provider.c_str());
   fi_info* got = nullptr;
-  if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, h.get(), &got) != 0 || !got)
+  if (lib::getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, h.get(), &got) != 0 || !got)
     return {};
   std::string out;
   bool rdm = false, rma = false;
@@ -84,7 +85,7 @@ std::string lack(const std::string& provider) {
     rma |= (i->caps & FI_RMA) != 0;
     cq_data = std::max(cq_data, i->domain_attr->cq_data_size);
   }
-  fi_freeinfo(got);
+  lib::freeinfo(got);
   std::vector<std::string> missing;
   if (!rdm)
     missing.push_back("reliable datagram endpoints (FI_EP_RDM)");
@@ -140,7 +141,7 @@ bool known_provider(const std::string& name) {
 }
 
 std::string fi_error_text(long rc) {
-  return fmt::format("{} ({})", fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)), rc);
+  return fmt::format("{} ({})", lib::strerror(static_cast<int>(rc < 0 ? -rc : rc)), rc);
 }
 
 std::shared_ptr<domain> domain::open(const std::string& provider,
@@ -159,11 +160,11 @@ std::shared_ptr<domain> domain::open(const std::string& provider,
     auto hints = hints_for(name);
     fi_info* got = nullptr;
     auto flags = source_host.empty() ? 0 : FI_SOURCE;
-    auto rc = fi_getinfo(FI_VERSION(1, 9),
-                         source_host.empty() ? nullptr : source_host.c_str(), nullptr,
-                         flags, hints.get(), &got);
+    auto rc = lib::getinfo(FI_VERSION(1, 9),
+                           source_host.empty() ? nullptr : source_host.c_str(), nullptr,
+                           flags, hints.get(), &got);
     if (rc != 0 && !source_host.empty()) // the provider may not bind by address
-      rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints.get(), &got);
+      rc = lib::getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints.get(), &got);
     if (rc != 0 || got == nullptr) {
       auto here = providers_here();
       if (std::find(here.begin(), here.end(), name) == here.end())
@@ -192,11 +193,11 @@ std::shared_ptr<domain> domain::open(const std::string& provider,
 
 std::shared_ptr<domain> domain::make(const fi_info* pick, const std::string& short_name) {
   std::shared_ptr<domain> d{new domain};
-  d->info_ = fi_dupinfo(pick);
+  d->info_ = lib::dupinfo(pick);
   d->provider_name_ = pick->fabric_attr->prov_name;
   d->short_name_ = short_name;
   d->numa_ = nic_numa(pick, d->nic_);
-  if (auto rc = fi_fabric(d->info_->fabric_attr, &d->fabric_, nullptr); rc != 0)
+  if (auto rc = lib::open_fabric(d->info_->fabric_attr, &d->fabric_, nullptr); rc != 0)
     throw rw::error(errc::unavailable, fmt::format("fabric: opening provider {}: {}",
                                                    d->provider_name_, fi_error_text(rc)));
   if (auto rc = fi_domain(d->fabric_, d->info_, &d->domain_, nullptr); rc != 0)
@@ -211,7 +212,7 @@ std::vector<std::shared_ptr<domain>> domain::open_nics(
   const std::string& provider, const std::vector<std::string>& nics) {
   auto hints = hints_for(provider);
   fi_info* got = nullptr;
-  if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints.get(), &got) != 0 || !got)
+  if (lib::getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints.get(), &got) != 0 || !got)
     throw rw::error(errc::unavailable,
                     fmt::format("fabric: provider '{}' offers no domain here", provider));
   info_ptr list{got};
@@ -252,7 +253,7 @@ domain::~domain() {
   if (fabric_)
     fi_close(&fabric_->fid);
   if (info_)
-    fi_freeinfo(info_);
+    lib::freeinfo(info_);
 }
 
 bool domain::mr_virt_addr() const noexcept {
