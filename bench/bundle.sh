@@ -58,8 +58,10 @@ is_glibc() {
   return 1
 }
 # libfabric is loaded when the fabric transport opens a domain (dlopen), so ldd of our
-# programs does not list it: it and what it needs are added by name.
-fabric_lib=$(ldconfig -p | awk '$1 == "libfabric.so.1" {print $NF; exit}')
+# programs does not list it: it and what it needs are added by name. (awk reads all of
+# ldconfig's 70 KB: quitting at the match would end ldconfig with SIGPIPE, a failure
+# under pipefail.)
+fabric_lib=$(ldconfig -p | awk '$1 == "libfabric.so.1" && !found {print $NF; found = 1}')
 added=0
 while read -r lib; do
   is_glibc "$lib" && continue

@@ -33,8 +33,11 @@ struct api {
 template <class Fn>
 void bind(api& a, void* handle, Fn& fn, const char* name, const char* version) {
   fn = reinterpret_cast<Fn>(dlvsym(handle, name, version));
-  if (fn == nullptr && a.failed.empty())
-    a.failed = fmt::format("{} has no {}@{}: {}", soname, name, version, dlerror());
+  if (fn == nullptr && a.failed.empty()) {
+    const char* why = dlerror();
+    a.failed = fmt::format("{} has no {}@{}: {}", soname, name, version,
+                           why ? why : "symbol not found");
+  }
 }
 
 api& loaded() {
@@ -44,9 +47,10 @@ api& loaded() {
     // RTLD_LOCAL: its symbols (and its providers') stay out of the global scope.
     void* handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
+      const char* why = dlerror();
       a.failed = fmt::format("{} cannot be loaded ({}): install libfabric (Debian: "
                              "apt-get install libfabric1)",
-                             soname, dlerror());
+                             soname, why ? why : "not found");
       return;
     }
     bind(a, handle, a.getinfo, "fi_getinfo", "FABRIC_1.3");
