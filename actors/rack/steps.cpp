@@ -58,7 +58,8 @@ std::vector<job_gauge> job_gauges(const rack_state& st) {
     job_gauge g;
     g.id = job.id;
     g.name = name;
-    auto c = job.ranks.count([&](uint32_t r) { return job.belongs(r); });
+    const auto& info = job; // a structured binding: no lambda may capture it (C++17)
+    auto c = info.ranks.count([&info](uint32_t r) { return info.belongs(r); });
     g.ranks = c.ranks;
     g.live = c.live;
     g.away = c.away;
