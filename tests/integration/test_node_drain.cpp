@@ -7,6 +7,7 @@
 // jobs; a job on it alone stays, and the drain says why.
 
 #include <csignal>
+#include <fstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -84,19 +85,27 @@ TEST_CASE("SIGTERM on a node that holds chunks drains it before it stops",
                         "racks = {'a', 'b', 'c'}, reduction = 'flat'", &err);
   INFO(err);
   REQUIRE(!token.empty());
+  // The workers hold after 6 steps until the node has stopped: unheld, they once ran
+  // their 30 steps out before the SIGTERM landed ("moved 0 job(s)").
+  auto resume = testing::temp_path("drain-resume");
+  std::vector<std::string> hold{"--pause-at", "6", "--resume-file", resume};
   std::vector<std::unique_ptr<run>> ws;
-  ws.push_back(start(c.nodes[0]->address(), "leaving", 0, token, false, "adam", 30));
-  ws.push_back(start(c.nodes[1]->address(), "leaving", 1, token, true, "adam", 30));
+  ws.push_back(testing::start_paced(c.nodes[0]->address(), "leaving", 0, token, "adam",
+                                    30, false, hold));
+  ws.push_back(testing::start_paced(c.nodes[1]->address(), "leaving", 1, token, "adam",
+                                    30, true, hold));
   REQUIRE(c.wait_clock("leaving", 6));
   c.nodes[2]->process().signal(SIGTERM);
   auto code = c.nodes[2]->process().wait_until(std::chrono::steady_clock::now()
                                                + std::chrono::seconds(60));
+  { std::ofstream{resume}; } // the workers go on, on n0 and n1
   CHECK(code == std::optional<int>{0});
   INFO(c.nodes[2]->log());
   CHECK_THAT(c.nodes[2]->log(), Catch::Contains("node n2 drained in"));
   CHECK_THAT(c.nodes[2]->log(),
              Catch::Contains("moved 1 job(s): leaving: moved to [n0,n1]"));
   testing::check_all_verified(ws);
+  std::remove(resume.c_str());
 }
 
 } // namespace rw_integration_node_drain
