@@ -342,13 +342,20 @@ TEST_CASE("every loopback address counts as one host for --max-peer-connections"
 TEST_CASE("one hyper-parameter change at a time per job", "[integration][bad][hostile]") {
   // Rank 0 could loop changes: each was decided (and, for a cluster job, written to the
   // coordinator's state with an fsync) with no bound on how many were in flight.
+  // Changes sent together reach the rack coordinator while the first is decided (two
+  // rounds of messages over the shards), and are refused. Not always each of them: a
+  // decision takes well under a millisecond, and a poller thread preempted that long
+  // between two frames lets the second be decided after the first (seen once with two
+  // changes, ctest -j2 on 2 cores). Eight frames: the bound shows unless the poller was
+  // preempted at every one of the seven gaps; without it none is refused.
   testing::node_process node;
   auto spec = one_chunk_job("hyper-loop", 1);
   spec.optimizer = {optimizer_kind::sgd, 0.1f};
   testing::raw_client raw{node.address()};
   auto id = raw.join(spec, 0);
-  std::vector<std::byte> both;
-  for (int i = 0; i < 2; ++i) {
+  constexpr int sent = 8;
+  std::vector<std::byte> all;
+  for (int i = 0; i < sent; ++i) {
     hyper_change change;
     change.at_clock = 5 + i;
     change.learning_rate = 0.01f * float(i + 1);
@@ -358,12 +365,12 @@ TEST_CASE("one hyper-parameter change at a time per job", "[integration][bad][ho
     h.job_id = id;
     h.payload_bytes = static_cast<uint32_t>(payload.size());
     auto head = encoded_header(h);
-    both.insert(both.end(), head.begin(), head.end());
-    both.insert(both.end(), payload.begin(), payload.end());
+    all.insert(all.end(), head.begin(), head.end());
+    all.insert(all.end(), payload.begin(), payload.end());
   }
-  raw.send_bytes(both.data(), both.size()); // together: the second comes mid-decision
+  raw.send_bytes(all.data(), all.size()); // together: the later ones come mid-decision
   size_t done = 0, busy = 0;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < sent; ++i) {
     auto f = raw.read_frame(std::chrono::seconds(10));
     REQUIRE(f);
     REQUIRE(f->header.kind == frame_kind::hyper);
@@ -377,8 +384,9 @@ TEST_CASE("one hyper-parameter change at a time per job", "[integration][bad][ho
     CHECK_THAT(e.message, Catch::Contains("is being decided already"));
     ++busy;
   }
-  CHECK(done == 1);
-  CHECK(busy == 1);
+  CHECK(done >= 1);
+  CHECK(busy >= 1);
+  CHECK(done + busy == sent);
 }
 
 } // namespace rw_integration_hostile
