@@ -17,6 +17,7 @@
 #include "rackweave/defaults.hpp"
 #include "rackweave/errc.hpp"
 #include "rackweave/job_spec.hpp"
+#include "runtime/job_layout.hpp"
 #include "runtime/optimizer_fields.hpp"
 
 namespace rw {
@@ -66,6 +67,14 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_spec& x) {
   return f(caf::meta::type_name("rw::job_spec"), x.name, x.num_workers, x.chunk_bytes,
            x.optimizer, x.tensors, x.consistency, x.schedule, x.compression);
+}
+
+// runtime/job_layout.hpp
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_layout& x) {
+  return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks,
+           x.vnodes, x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms,
+           x.replicas);
 }
 
 } // namespace rw
@@ -144,41 +153,7 @@ struct rate_probe_result {
   std::string error;
 };
 
-/// Where a job lives: its nodes, in ring order (runtime/ring hashes their names), and
-/// how a step reduces across them. One node: the job lives there alone.
-struct job_layout {
-  std::vector<std::string> nodes;     // names, in ring order
-  std::vector<std::string> addresses; // where a worker says hello to each (HOST:PORT)
-  std::vector<std::string> racks;     // each node's rack
-  uint32_t vnodes = defaults::ring_vnodes;
-  uint64_t ring_version = 1;
-  std::string reduction = "flat"; // how the job reduces across nodes
-  /// Hierarchical: the node (index into nodes, one per rack) each rank belongs to.
-  /// Empty in a job placed at join until every rank has said hello.
-  std::vector<uint32_t> rank_racks;
-  std::string plan; // why this reduction (auto's numbers), for status
-  /// Hierarchical without worker_racks: ranks are placed at join (each worker at its
-  /// nearest agg), and every rank must say hello within this long of the first. 0: the
-  /// map is fixed at creation.
-  uint32_t join_timeout_ms = 0;
-  /// A flat BSP job on several nodes: each chunk also served by this many other nodes
-  /// (0 or 1; runtime::replica_on_ring), which count every push as its home does, so
-  /// one that takes over when the home dies has the step in progress too.
-  uint32_t replicas = 0;
-};
-
-/// A job over several nodes whose workers each talk to their own rack's node alone.
-inline bool is_hierarchical(const job_layout& l) {
-  return l.nodes.size() > 1 && l.reduction == "hierarchical";
-}
-
-/// A hierarchical job's top level: the job the rack-aggs take part in, one rank per
-/// rack, with the chunks homed over the nodes as in a flat job. Its name and id are
-/// derived from the job's, the same way on every node.
-inline std::string top_job_name(const std::string& job) {
-  return job + "/top";
-}
-constexpr uint32_t top_job_id_offset = 1u << 30;
+// job_layout, is_hierarchical, top_job_name: runtime/job_layout.hpp.
 
 /// Where a new job may go, as the shell asks: one node by name, several nodes, every
 /// node of some racks, or (all empty) the live node with the fewest live jobs; and how
@@ -353,13 +328,6 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rate_probe_result& x) {
   return f(caf::meta::type_name("rw::rate_probe_result"), x.ok, x.gbps, x.bytes,
            x.elapsed_us, x.error);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, job_layout& x) {
-  return f(caf::meta::type_name("rw::job_layout"), x.nodes, x.addresses, x.racks,
-           x.vnodes, x.ring_version, x.reduction, x.rank_racks, x.plan, x.join_timeout_ms,
-           x.replicas);
 }
 
 template <class Inspector>

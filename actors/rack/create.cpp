@@ -9,10 +9,10 @@
 
 #include "actors/rack/state.hpp"
 #include "logic/chunk_state.hpp"
+#include "logic/job_plan.hpp"
 #include "logic/limited_log.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/kernels.hpp"
-#include "runtime/ring.hpp"
 
 namespace rw::actors::detail {
 
@@ -35,17 +35,9 @@ job_binding join_job(rack_ptr self, job_info& job, const hello_request& req) {
 // chunk's partial to its home in the top level. Returns the shards' spec.
 job_spec rack_part(rack_ptr self, job_info& job, const job_spec& spec) {
   auto& st = self->state;
-  job.local_rank.assign(spec.num_workers, no_rank);
-  for (uint32_t r = 0; r < spec.num_workers; ++r)
-    if (job.layout.rank_racks.at(r) == job.node_index) {
-      job.local_rank[r] = static_cast<uint32_t>(job.global_rank.size());
-      job.global_rank.push_back(r);
-    }
-  auto part = spec;
-  part.num_workers = static_cast<uint32_t>(job.global_rank.size());
-  part.optimizer = optimizer_spec{};
-  part.optimizer.kind = optimizer_kind::sum; // never run: the step ends at the home
-  part.optimizer.rescale = 1.0f;
+  auto plan = plan_rack_part(spec, job.layout.rank_racks, job.node_index);
+  job.local_rank = std::move(plan.local_rank);
+  job.global_rank = std::move(plan.global_rank);
   auto g = st.grants.find(top_job_name(spec.name));
   uplink_settings u;
   u.join.connect = job.layout.addresses.at(job.node_index);
@@ -68,7 +60,7 @@ job_spec rack_part(rack_ptr self, job_info& job, const job_spec& spec) {
                "here, then each chunk's partial goes to its home in '{}' as rack {}",
                spec.name, job.id, fmt::join(job.global_rank, ","), spec.num_workers,
                top_job_name(spec.name), job.node_index);
-  return part;
+  return plan.spec;
 }
 
 // The first worker of a job: the shards allocate its chunks, then the worker joins.
@@ -92,19 +84,11 @@ void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id,
       job.checkpoint_every = g->second.checkpoint_every;
       job.checkpoint_dir = g->second.checkpoint_dir;
     }
-    auto& nodes = job.layout.nodes;
-    job.node_index = static_cast<uint32_t>(
-      std::find(nodes.begin(), nodes.end(), st.settings.node_name) - nodes.begin());
+    job.node_index = node_index_in(job.layout, st.settings.node_name)
+                       .value_or(static_cast<uint32_t>(job.layout.nodes.size()));
   }
-  if (job.layout.nodes.size() > 1 && !is_hierarchical(job.layout)) {
-    runtime::hash_ring ring{job.layout.nodes, job.layout.vnodes, job.layout.ring_version};
-    job.routes = std::make_shared<runtime::routing_table>(
-      spec, uint32_t(st.shards.size()), st.settings.shard_endpoints, &ring,
-      job.node_index, job.layout.replicas);
-  } else {
-    job.routes = std::make_shared<runtime::routing_table>(
-      spec, uint32_t(st.shards.size()), st.settings.shard_endpoints);
-  }
+  job.routes = node_routes(spec, job.layout, job.node_index, uint32_t(st.shards.size()),
+                           st.settings.shard_endpoints);
   std::vector<std::vector<runtime::checkpoint::chunk_record>> restored;
   if (auto g = st.grants.find(spec.name);
       job.granted && g != st.grants.end() && !g->second.restore.empty()) {
@@ -114,16 +98,8 @@ void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id,
       rp.deliver(refuse(errc::invalid_spec, why));
       return;
     }
-    if (is_hierarchical(job.layout)) {
-      // A rack's part holds every chunk's parameters at the checkpoint's version (for
-      // its workers' pulls, and to go on from that clock), not the optimizer's state,
-      // which is its top level's, at the chunks' homes.
-      for (auto& shard : restored)
-        for (auto& r : shard) {
-          r.m.clear();
-          r.v.clear();
-        }
-    }
+    if (is_hierarchical(job.layout))
+      drop_optimizer_state(restored); // the top level's, at the chunks' homes
     spdlog::info("job '{}' id={}: restoring {} chunks homed here from checkpoint '{}'",
                  spec.name, id, job.routes->local_chunks(), g->second.restore);
   }

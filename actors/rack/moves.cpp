@@ -19,8 +19,8 @@
 
 #include "actors/rack/state.hpp"
 #include "actors/poller/nic_poller.hpp"
+#include "logic/job_plan.hpp"
 #include "runtime/checkpoint/chunk_file.hpp"
-#include "runtime/ring.hpp"
 
 namespace rw::actors::detail {
 
@@ -38,18 +38,14 @@ caf::error no_job(const rack_state& st, uint32_t job_id) {
 
 // This node's routes for `job` on the ring of `next` (its index there in `index`), or
 // null if `next` leaves it out.
-std::shared_ptr<const runtime::routing_table> routes_here(const rack_state& st,
-                                                          const job_info& job,
-                                                          const job_layout& next,
-                                                          uint32_t& index) {
-  auto at = std::find(next.nodes.begin(), next.nodes.end(), st.settings.node_name);
-  if (at == next.nodes.end())
+routing_ptr routes_here(const rack_state& st, const job_info& job, const job_layout& next,
+                        uint32_t& index) {
+  auto at = node_index_in(next, st.settings.node_name);
+  if (!at)
     return nullptr;
-  index = static_cast<uint32_t>(at - next.nodes.begin());
-  runtime::hash_ring ring{next.nodes, next.vnodes, next.ring_version};
-  return std::make_shared<runtime::routing_table>(job.spec, uint32_t(st.shards.size()),
-                                                  st.settings.shard_endpoints, &ring,
-                                                  index, next.replicas);
+  index = *at;
+  return node_routes(job.spec, next, index, uint32_t(st.shards.size()),
+                     st.settings.shard_endpoints);
 }
 
 caf::error not_on_ring(const rack_state& st, const job_layout& next) {
@@ -204,34 +200,14 @@ caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id,
       rp.deliver(cluster_error(errc::timeout, *failed));
       return;
     }
-    runtime::hash_ring ring{next.nodes, next.vnodes, next.ring_version};
-    std::map<std::string, runtime::checkpoint::chunk_file> out;
-    uint64_t lowest = UINT64_MAX, highest = 0;
-    bool replicated = next.replicas > 0 && next.nodes.size() > 1;
-    for (auto& r : *taken) {
-      lowest = std::min(lowest, r.version);
-      highest = std::max(highest, r.version);
-      // To its home on the new ring, and to its replica there.
-      std::vector<std::string> to{
-        next.nodes[runtime::home_on_ring(ring, job->spec, r.tensor, r.chunk)]};
-      if (replicated)
-        to.push_back(
-          next.nodes[runtime::replica_on_ring(ring, job->spec, r.tensor, r.chunk)]);
-      for (auto& node : to) {
-        if (node == st.settings.node_name) {
-          job->staying.push_back(r);
-          continue;
-        }
-        auto& f = out[node];
-        f.job = name;
-        f.node = st.settings.node_name;
-        f.chunks.push_back(r);
-      }
-    }
+    auto split = split_for_move(*taken, job->spec, next, st.settings.node_name);
+    job->staying = std::move(split.staying);
     chunk_moves moves;
     std::vector<std::string> where;
-    for (auto& [node, f] : out) {
-      where.push_back(fmt::format("{} to {}", f.chunks.size(), node));
+    for (auto& [node, chunks] : split.leaving) {
+      where.push_back(fmt::format("{} to {}", chunks.size(), node));
+      runtime::checkpoint::chunk_file f{name, 0, st.settings.node_name,
+                                        std::move(chunks)};
       moves.moves.push_back({node, runtime::checkpoint::encode(f)});
     }
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -239,8 +215,8 @@ caf::result<chunk_moves> on_fence(rack_ptr self, uint32_t job_id,
                 .count();
     spdlog::info("job settled for a move: job='{}' id={}: {} chunk(s) at versions {}..{} "
                  "after {} ms; {} stay, moving [{}]",
-                 name, job_id, taken->size(), taken->empty() ? 0 : lowest, highest, ms,
-                 job->staying.size(), fmt::join(where, ", "));
+                 name, job_id, taken->size(), split.lowest_version, split.highest_version,
+                 ms, job->staying.size(), fmt::join(where, ", "));
     rp.deliver(std::move(moves));
   };
   // Second phase: every shard settles its chunks, layer-wise tensors at their targets.
@@ -324,42 +300,21 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
   auto routes = routes_here(st, *job, next, index);
   if (!routes)
     return not_on_ring(st, next);
-  std::vector<std::vector<chunk_record>> per_shard(st.shards.size());
-  size_t count = 0, arrived = 0;
-  auto place = [&](chunk_record& r) -> std::string {
-    if (r.tensor >= routes->num_tensors() || r.chunk >= routes->layout(r.tensor).count()
-        || !routes->is_local(r.tensor, r.chunk))
-      return fmt::format("chunk {}/{} is not homed on node {} by the new ring", r.tensor,
-                         r.chunk, st.settings.node_name);
-    per_shard[routes->shard_of(r.tensor, r.chunk)].push_back(std::move(r));
-    ++count;
-    return {};
-  };
+  chunk_placement placed{routes, st.settings.node_name};
   for (auto& r : job->staying)
-    if (auto why = place(r); !why.empty())
+    if (auto why = placed.keep(r); !why.empty())
       return cluster_error(errc::internal, why);
   for (auto& m : incoming.moves) {
     if (m.node != st.settings.node_name)
       continue;
-    runtime::checkpoint::chunk_file f;
-    try {
-      f = runtime::checkpoint::decode_chunk_file(m.file, "chunks moved to " + m.node);
-    } catch (const std::exception& e) {
-      return cluster_error(errc::bad_frame, e.what());
-    }
-    for (auto& r : f.chunks) {
-      if (auto why = place(r); !why.empty())
-        return cluster_error(errc::internal, why);
-      ++arrived;
-    }
+    std::string why;
+    if (auto code = placed.receive(m.file, why); code != errc::ok)
+      return cluster_error(code, why);
   }
-  auto served = routes->local_chunks() + routes->replica_chunks();
-  if (count != served)
-    return cluster_error(
-      errc::internal,
-      fmt::format("job '{}': node {} has {} of the {} chunks the new ring "
-                  "has it serve",
-                  job->spec.name, st.settings.node_name, count, served));
+  if (auto why = placed.check_complete(job->spec.name); !why.empty())
+    return cluster_error(errc::internal, why);
+  auto arrived = placed.arrived();
+  auto per_shard = placed.take();
   job->staying.clear();
   auto rp = self->make_response_promise<ok_atom>();
   auto pending = std::make_shared<size_t>(st.shards.size());
