@@ -3,7 +3,8 @@
 # through ctest: unit tests and every benchmark in its smoke mode in ./build, then the
 # unit and the multi-process integration tests (127.0.0.1) under ASan + UBSan and a
 # short run of every fuzz target (tests/sanitize.sh), then the threaded unit tests under
-# ThreadSanitizer (tests/tsan.sh). Every test is bounded in time, and every
+# ThreadSanitizer (tests/tsan.sh), then tests/stress.sh's smoke (two multi-process
+# tests beside a CPU hog). Every test is bounded in time, and every
 # process a test starts is stopped by PID. At the end (pass or fail) it prints how long
 # each stage took.
 set -euo pipefail
@@ -104,3 +105,8 @@ wait_build "tsan build" "$tsan_log" "$tsan_t0"
 # The unit tests of code that threads share outside CAF's mailboxes (send queues, shm
 # rings, pools, fabric slots) under ThreadSanitizer.
 stage "tsan (run)" bash tests/tsan.sh --no-build
+# tests/stress.sh's smoke: two multi-process tests of the ASan build, once, beside a CPU
+# hog on both cores (bash tests/stress.sh runs every multi-process test 20 times).
+stage "stress smoke (run)" bash tests/stress.sh --runs 1 --build-dir build-asan --hog 2 \
+  --tests '' --only '^(a hierarchical job over three racks, exact|one hyper-parameter change at a time per job)$' \
+  --out build-asan/stress-smoke
