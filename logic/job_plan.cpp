@@ -102,7 +102,7 @@ std::string chunk_placement::place(chunk_record& r) {
   return {};
 }
 
-std::string chunk_placement::keep(chunk_record r) {
+std::string chunk_placement::keep(chunk_record&& r) {
   return place(r);
 }
 

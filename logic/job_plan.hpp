@@ -83,8 +83,9 @@ public:
 
   chunk_placement(std::shared_ptr<const runtime::routing_table> routes, std::string node);
 
-  /// Places one chunk the node kept; the reason it cannot ("" if placed).
-  std::string keep(chunk_record r);
+  /// Places one chunk the node kept (moved from `r`); the reason it cannot ("" if
+  /// placed).
+  std::string keep(chunk_record&& r);
   /// Places every chunk of a chunk file another node sent; errc::bad_frame if the file
   /// does not decode, errc::internal if a chunk is not this node's (why in `why`).
   errc receive(const std::vector<uint8_t>& file, std::string& why);

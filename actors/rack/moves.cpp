@@ -302,7 +302,7 @@ caf::result<ok_atom> on_reshape(rack_ptr self, uint32_t job_id, const job_layout
     return not_on_ring(st, next);
   chunk_placement placed{routes, st.settings.node_name};
   for (auto& r : job->staying)
-    if (auto why = placed.keep(r); !why.empty())
+    if (auto why = placed.keep(std::move(r)); !why.empty())
       return cluster_error(errc::internal, why);
   for (auto& m : incoming.moves) {
     if (m.node != st.settings.node_name)

@@ -173,7 +173,7 @@ TEST_CASE("a moved job's chunks go to their new homes and land on the right shar
     chunk_placement placed{routes, name};
     if (name == "b")
       for (auto& r : split.staying)
-        CHECK(placed.keep(r).empty());
+        CHECK(placed.keep(std::move(r)).empty());
     for (auto& [node, chunks] : split.leaving) {
       if (node != name)
         continue;
@@ -220,8 +220,9 @@ TEST_CASE("a reshape refuses chunks the new ring does not give the node, and a s
   REQUIRE(found_theirs);
   REQUIRE(found_ours);
   chunk_placement placed{routes, "a"};
-  CHECK(placed.keep(ours).empty());
-  CHECK_THAT(placed.keep(theirs), Catch::Contains("is not homed on node a"));
+  CHECK(placed.keep(chunk_record(ours)).empty());
+  CHECK_THAT(placed.keep(chunk_record(theirs)),
+             Catch::Contains("is not homed on node a"));
   CHECK_THAT(placed.keep(record(9, 0, 1)), Catch::Contains("chunk 9/0"));
   CHECK_THAT(placed.keep(record(1, 99, 1)), Catch::Contains("chunk 1/99"));
   CHECK(placed.placed() == 1);
