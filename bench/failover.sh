@@ -35,12 +35,14 @@
 #
 #   bash bench/failover.sh [--workers 4] [--bytes 16MiB] [--steps 40] [--at 10]
 #                          [--chunk-bytes 262144] [--repeat 3] [--cost-only]
-#                          [--json] [--smoke] [--build-dir DIR]
+#                          [--hog N] [--json] [--smoke] [--build-dir DIR]
 #
 # --chunk-bytes: the jobs' chunk size (default: a job's default, 256 KiB).
 # --repeat N: how many pairs of fault-free runs, without and with replicas, in turn.
 # --cost-only: the fault-free runs alone (what checkpoints and replicas cost), printed,
 # bench/RESULTS.md left as it is.
+# --hog N: N busy processes beside the whole run (one per core: recovery under load, as
+# tests/stress.sh runs the tests); its own section, failover-hog.
 # --smoke (see lib/common.sh): 3 workers, 64 KiB, 12 steps, fault at clock 4.
 set -euo pipefail
 # shellcheck source=lib/common.sh
@@ -49,7 +51,7 @@ cd "$(dirname "$0")/.."
 common_options "$@"
 set -- ${rest[@]+"${rest[@]}"}
 
-workers=4 bytes=16MiB steps=40 at=10 json=0 delay=0 chunk_bytes=262144 cost_only=0 repeat=3
+workers=4 bytes=16MiB steps=40 at=10 json=0 delay=0 chunk_bytes=262144 cost_only=0 repeat=3 hog=0
 # (Smoke steps are paced, so a fault lands while the job still runs.)
 if ((smoke)); then workers=3 bytes=64KiB steps=12 at=4 delay=100 repeat=1; fi
 while (($#)); do
@@ -62,10 +64,12 @@ while (($#)); do
     --json) json=1; shift ;;
     --cost-only) cost_only=1; shift ;;
     --repeat) repeat=$2; shift 2 ;;
-    -h|--help) sed -n 2,30p "$0"; exit 0 ;;
+    --hog) hog=$2; shift 2 ;;
+    -h|--help) sed -n 2,46p "$0"; exit 0 ;;
     *) usage_error "unknown option $1" ;;
   esac
 done
+[[ $hog =~ ^[0-9]+$ ]] && ((hog <= 64)) || usage_error "--hog takes 0 to 64 busy processes, not '$hog'"
 for v in workers steps at chunk_bytes repeat; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || usage_error "--$v must be a positive integer, not '${!v}'"
 done
@@ -80,6 +84,15 @@ tmp=$(mktemp -d)
 pids=()
 cleanup() { release ${pids[@]+"${pids[@]}"}; }
 set_exit_traps cleanup
+# --hog N: N busy processes for the whole run, as tests/stress.sh's (recovery under load).
+for ((k = 0; k < hog; k++)); do
+  python3 -c 'while True: pass' </dev/null >/dev/null 2>&1 &
+  pids+=("$!")
+done
+((hog == 0)) || note "beside $hog busy process(es) (--hog)"
+section=failover # in bench/RESULTS.md; a run under --hog has its own
+hog_arg=()
+((hog == 0)) || { section=failover-hog; hog_arg=(--hog "$hog"); }
 
 node_bin=$build/apps/rw-node
 shell_bin=$build/apps/rw-shell
@@ -411,15 +424,15 @@ for line in "${results[@]}"; do
 done
 
 {
-  echo "<!-- failover:begin -->"
-  echo "## Failover: faults during training, bitwise against the fault-free run"
+  echo "<!-- $section:begin -->"
+  echo "## Failover: faults during training, bitwise against the fault-free run$( ((hog)) && echo ", under a CPU hog")"
   echo
   echo "$(date -u +%Y-%m-%d), $(machine_facts); a --role coordinator (state database) and"
   echo "rack-agg nodes n0 (rack a), n1 (rack b), n2 (rack c: the drain's and the join's jobs"
   echo "only) on 127.0.0.1;"
-  echo "every process on this one machine."
+  echo "every process on this one machine$( ((hog)) && echo ", beside $hog busy processes (\`python3 -c 'while True: pass'\`, one per core, as tests/stress.sh's hog)")."
   echo
-  echo "Command: \`$(invocation_of --workers "$workers" --bytes "$bytes" --steps "$steps" --at "$at")\`."
+  echo "Command: \`$(invocation_of --workers "$workers" --bytes "$bytes" --steps "$steps" --at "$at" ${hog_arg[@]+"${hog_arg[@]}"})\`."
   echo "One BSP Adam job per fault, W = $workers over both nodes (flat, TCP), the test"
   echo "fixture's tensors plus $bytes, $steps steps; the fault at clock $at. Verified: every"
   echo "worker's final parameters are bitwise those of the fault-free run (\`cmp\`)."
@@ -473,8 +486,8 @@ done
   echo "two cores that run the workers and both nodes. Per chunk, each sum is a frame and a"
   echo "shard message; the replica's acks go out together, one system call per batch."
   echo
-  echo "<!-- failover:end -->"
+  echo "<!-- $section:end -->"
 } >"$tmp/section.md"
-update_results failover "$tmp/section.md"
+update_results "$section" "$tmp/section.md"
 ((smoke)) || say "written: bench/RESULTS.md"
 ((fails == 0)) || { note "$fails fault(s) not verified"; exit 1; }

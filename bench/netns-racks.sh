@@ -22,15 +22,21 @@
 #   bash bench/netns.sh --racks R [--workers W] [--bytes S] [--rate B] [--oversub O]
 #                       [--chunk-bytes C] [--verify] [--iters N] [--warmup K]
 #                       [--timeout S] [--json] [--smoke] [--build-dir DIR]
-#                       [--only SYSTEM,...] [--congestion cubic|bbr|reno]
+#                       [--only SYSTEM,...] [--congestion CC[,CC...]]
+#                       [--capture DIR]
 #
 # (netns.sh hands --racks 2 and more to this script.) Defaults: 2 racks, 4 workers,
 # 16MiB, 1gbit, 4:1, 32KiB chunks, 10 iterations after 2 warm-up, 120 s per run. Needs
 # root. Namespaces are named rwr-<pid>-*, addresses are in 10.78.0.0/16 inside them only;
 # everything is removed on exit. --json: one object per system on stdout (system,
-# median_ms, bound_ms, verified, ...). Writes the netns-racks section of
+# median_ms, bound_ms, verified, congestion, ...). Writes the netns-racks-CC section of
 # bench/RESULTS.md unless a system failed or --only left some out (for quick
 # comparisons: --only rackweave-hierarchical,gloo-ring). --smoke: 1MiB, 2 iterations after 1, verified.
+# --congestion (default cubic,bbr,reno; --smoke: cubic): the whole run once per TCP
+# congestion control, as bench/netns.sh does (see there); exits 1 if any run failed.
+# --capture DIR: during each run, the TCP headers crossing each rack's core link
+# (tcpdump, 96 bytes a packet) into DIR/SYSTEM.coreK.pcap: how the connections across
+# the core share it, step by step (python3 bench/lib/core_capture.py sums it up).
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
@@ -39,6 +45,7 @@ source "$(dirname "$0")/lib/netns.sh"
 cd "$(dirname "$0")/.."
 
 invocation=$(invocation_of "$@")
+all_args=("$@")
 common_options "$@"
 set -- ${rest[@]+"${rest[@]}"}
 
@@ -54,6 +61,7 @@ run_timeout=120
 json=0
 verify=0
 only=
+samples=
 if ((smoke)); then size=1MiB iters=2 warmup=1 run_timeout=60 verify=1; fi
 while (($#)); do
   case $1 in
@@ -66,6 +74,7 @@ while (($#)); do
     --chunk-bytes) chunk=$2; shift 2 ;;
     --verify) verify=1; shift ;;
     --only) only=$2; shift 2 ;;
+    --capture) samples=$2; shift 2 ;;
     *) run_option 2,33 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
@@ -78,7 +87,15 @@ bytes=$(to_bytes "$size") && ((bytes > 0 && bytes % 4 == 0)) ||
 to_bytes "$chunk" >/dev/null || usage_error "bad --chunk-bytes $chunk (e.g. 32KiB)"
 worker_bps=$(rate_bps "$rate") || usage_error "bad --rate $rate (e.g. 1gbit)"
 check_run_counts "$iters" "$warmup" "$run_timeout"
+open_report "$json"
+run_each_congestion "${all_args[@]}"
 check_congestion
+export RW_CONGESTION=$congestion
+if [[ -n $samples ]]; then
+  mkdir -p "$samples" || usage_error "--capture $samples: cannot make it"
+  samples=$(cd "$samples" && pwd)
+  command -v tcpdump >/dev/null || usage_error "--capture needs tcpdump (apt-get install tcpdump)"
+fi
 for sys_name in ${only//,/ }; do
   case $sys_name in
     rackweave-hierarchical|rackweave-flat|gloo-ring|torch-gloo) ;;
@@ -92,7 +109,6 @@ if ((EUID != 0)); then
   ((smoke)) && skip_smoke "needs root (ip netns, tc)"
   usage_error "needs root (ip netns, tc)"
 fi
-open_report "$json"
 
 prefix="rwr-$$-"
 port=7700
@@ -109,10 +125,11 @@ started=$(date +%s)
 tmp=$(mktemp -d)
 namespaces=()
 run_pids=()
+capture_pids=()
 node_pids=()
 cleanup() {
   local rc=$?
-  release "${run_pids[@]}" "${node_pids[@]}"
+  release "${run_pids[@]}" "${node_pids[@]}" "${capture_pids[@]}"
   delete_namespaces || rc=1
   exit "$rc"
 }
@@ -236,6 +253,31 @@ rack_list() {
   echo "$out"
 }
 
+# capture_core K FILE: the headers of every packet on rack K's core link (its port on
+# the core switch), until killed; tcpdump's own buffer, so the run pays one copy of
+# 96 bytes per (GSO) packet.
+capture_core() {
+  exec timeout -k 2 "$run_timeout" ip netns exec "$core_ns" tcpdump -i "c$1" -s 96 -B 8192 \
+    -U -w "$2" tcp 2>/dev/null
+}
+start_capture() { # SYSTEM: with --capture, every core link's packets until stop_capture
+  [[ -n $samples ]] || return 0
+  local k
+  for ((k = 0; k < racks; k++)); do
+    capture_core "$k" "$samples/$1.core$k.pcap" &
+    capture_pids+=($!)
+  done
+  sleep 0.5 # tcpdump listening before the first packet
+}
+stop_capture() { # SYSTEM: and every namespace's TCP counters so far (nstat -a)
+  [[ -n $samples ]] || return 0
+  ((${#capture_pids[@]} == 0)) || stop_pids "${capture_pids[@]}"
+  capture_pids=()
+  local ns
+  for ns in "${namespaces[@]}"; do
+    { echo "# $ns"; ip netns exec "$ns" nstat -asz; ip -n "$ns" -s link; } >>"$samples/$1.nstat"
+  done
+}
 # run_rackweave REDUCTION: one job over every rack's agg; each worker says hello to its
 # own rack's agg.
 run_rackweave() {
@@ -269,6 +311,7 @@ run_rackweave() {
   local t0 files=() before
   t0=$(date +%s)
   before=$(link_counters)
+  start_capture "$sys"
   for ((r = 0; r < workers; r++)); do
     launch "$tmp/$sys.$r" "$(worker_ns "$r")" "$tmp/bin/rw-bench" comm-worker "${args[@]}" \
       --connect "$(agg_addr "$(rack_of "$r")"):$port" --rank "$r"
@@ -276,6 +319,7 @@ run_rackweave() {
   done
   st=0
   wait_ranks || st=$?
+  stop_capture "$sys"
   link_report "$sys" "$before"
   shell_in_rack0 -c "rw.job_delete('$job')" >/dev/null 2>&1 || true
   if ((st == 0)) && res=$(step_stats RESULT "${files[@]}" 2>"$tmp/$sys.stats"); then
@@ -321,6 +365,7 @@ run_peer() {
   local t0
   t0=$(date +%s)
   before=$(link_counters)
+  start_capture "$sys"
   for ((r = 0; r < workers; r++)); do
     cmd=("${@//HOST/$(worker_addr "$r")}")
     launch "$tmp/$sys.$r" "$(worker_ns "$r")" "${cmd[@]}" --rank "$r"
@@ -328,6 +373,7 @@ run_peer() {
   done
   st=0
   wait_ranks || st=$?
+  stop_capture "$sys"
   link_report "$sys" "$before"
   if ((st == 0)) && res=$(step_stats RANK "${files[@]}" 2>"$tmp/$sys.stats"); then
     record "$sys" $res true
@@ -376,5 +422,5 @@ if [[ -n $only ]]; then
   note "--only: a partial run; bench/RESULTS.md left alone"
   exit 0
 fi
-update_results netns-racks "$tmp/section.md"
+update_results "netns-racks-$congestion" "$tmp/section.md"
 ((smoke)) || say "written: bench/RESULTS.md"

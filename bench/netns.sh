@@ -8,12 +8,13 @@
 # which a step may find full):
 #   Gloo ring   t >= (2(W-1)/W * S - b_worker) / B_worker
 #   RackWeave   t >= max((S - b_worker) / B_worker, (W * S / K - b_agg) / B_agg)
-# Prints a table and writes bench/RESULTS.md (the section between the netns markers).
+# Prints a table and writes bench/RESULTS.md (the section between the netns-CC markers,
+# CC the run's TCP congestion control).
 #
 #   bash bench/netns.sh [--workers W] [--bytes S] [--iters N] [--warmup K]
 #                       [--rate R] [--agg-rate R] [--agg-links K] [--chunk-bytes C]
 #                       [--verify] [--timeout S] [--json] [--smoke] [--build-dir DIR]
-#                       [--congestion cubic|bbr|reno]   (TCP in every namespace; cubic)
+#                       [--congestion CC[,CC...]]   (TCP in every namespace: cubic,bbr,reno)
 #                       [--compression none|bf16|fp16|topk:R]   (RackWeave's job; none)
 #                       [--no-results]   (print only; bench/rack-bound.sh runs it so)
 #   bash bench/netns.sh --racks R ...   several racks and a core: bench/netns-racks.sh
@@ -32,6 +33,12 @@
 # leaves bench/RESULTS.md alone. --smoke (see lib/common.sh): 2 workers, 1MiB, 2
 # iterations after 1 warm-up, verified; skipped where network namespaces cannot be
 # made (not root, or ip netns add fails); Gloo left out when its packages are missing.
+# --congestion: the whole run once per congestion control named, each in namespaces of
+# its own with its own table, JSON objects ("congestion") and RESULTS.md section; one
+# the kernel lacks is skipped with a note, one it has but does not allow in a namespace
+# is added to net.ipv4.tcp_allowed_congestion_control for the run (put back at exit).
+# Exits 1 if any run failed. Default: cubic,bbr,reno; --smoke: cubic alone (or the
+# machine's default where cubic cannot be set).
 set -euo pipefail
 # --racks N (N >= 2): several racks and an oversubscribed core, bench/netns-racks.sh.
 for ((i = 1; i <= $#; i++)); do
@@ -49,6 +56,7 @@ source "$(dirname "$0")/lib/netns.sh"
 cd "$(dirname "$0")/.."
 
 invocation=$(invocation_of "$@")
+all_args=("$@")
 common_options "$@"
 set -- ${rest[@]+"${rest[@]}"}
 
@@ -94,7 +102,10 @@ agg_bps=$(rate_bps "$agg_rate") || usage_error "bad --agg-rate $agg_rate"
 [[ $agg_links =~ ^[1-9][0-9]*$ ]] && ((agg_links <= 254)) ||
   usage_error "--agg-links takes 1..254"
 check_run_counts "$iters" "$warmup" "$run_timeout"
+open_report "$json"
+run_each_congestion "${all_args[@]}"
 check_congestion
+export RW_CONGESTION=$congestion
 [[ $compression =~ ^(none|bf16|fp16|topk:(0?\.[0-9]+|1(\.0*)?))$ ]] ||
   usage_error "bad --compression $compression (none, bf16, fp16 or topk:RATIO, 0 < RATIO <= 1)"
 if ((EUID != 0)); then
@@ -103,7 +114,6 @@ if ((EUID != 0)); then
 fi
 
 # Everything but the --json lines goes to stdout only without --json.
-open_report "$json"
 
 prefix="rwb-$$-"
 switch_ns=${prefix}sw
@@ -261,7 +271,10 @@ python3 - "$tmp/results" "$tmp/table.txt" "$tmp/section.md" "$workers" "$bytes" 
   "$elapsed" "$json" "$(burst_of "$worker_bps")" "$(burst_of "$agg_bps")" \
   "$compression" "$(cat "$tmp/wire" 2>/dev/null || true)" \
   "${commands[@]}" <<'PY' || report_rc=$?
-import datetime, json, sys
+import datetime, json, os, sys
+# The run's TCP congestion control: in every JSON object, and the section's name.
+cc = os.environ.get("RW_CONGESTION", "")
+section = "netns-" + cc if cc else "netns"
 (res_path, txt_path, md_path, w, s, size, bw, ba, k, rate, agg_rate, iters, warmup, chunk,
  invocation, machine, elapsed, as_json, bucket_w, bucket_a, compression, wire), commands = \
     sys.argv[1:23], sys.argv[23:]
@@ -290,7 +303,7 @@ for line in open(res_path):
         below.append(f"{name}: median {med} ms is below its link bound {bound:.3f} ms")
     rows.append([name, med, p90, f"{bound:.3f}", f"{float(med) / bound:.2f}" if ok else "FAIL", formula])
     if as_json == "1":
-        print(json.dumps({"system": name, "workers": w, "bytes": s, "agg_links": k,
+        print(json.dumps({"system": name, "congestion": cc, "workers": w, "bytes": s, "agg_links": k,
                           "worker_rate_bps": bw, "agg_rate_bps": ba, "iters": int(iters),
                           "median_ms": float(med) if ok else None,
                           "p90_ms": float(p90) if ok else None,
@@ -307,8 +320,9 @@ with open(txt_path, "w") as f:
     f.write(f"\ncommand: {invocation}\nwhich runs:\n")
     f.writelines(f"  {c}\n" for c in commands)
     f.write(f"took {elapsed} s\n")
-md = ["<!-- netns:begin -->",
-      "## Emulated rack in network namespaces (bench/netns.sh)",
+md = [f"<!-- {section}:begin -->",
+      "## Emulated rack in network namespaces (bench/netns.sh"
+      + (f", TCP {cc})" if cc else ")"),
       "",
       f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}. Every host is a network "
       "namespace on this one machine, so every process shares its cores.",
@@ -339,7 +353,7 @@ md = ["<!-- netns:begin -->",
       "agg link: 2 ms at the rate, at least 256 KiB). So measured/bound cannot go below 1 "
       "— nor, with 1500-byte frames, below about 1.05, since tbf also counts Ethernet, IP "
       "and TCP headers.",
-      "<!-- netns:end -->"]
+      f"<!-- {section}:end -->"]
 open(md_path, "w").write("\n".join(md) + "\n")
 for b in below:
     print(f"netns.sh: {b}: the bound or the shaping is wrong", file=sys.stderr)
@@ -352,5 +366,5 @@ if ((report_rc)) || grep -q FAIL "$tmp/results"; then
   exit 1
 fi
 ((no_results)) && exit 0
-update_results netns "$tmp/section.md"
+update_results "netns-$congestion" "$tmp/section.md"
 ((smoke)) || say "written: bench/RESULTS.md"

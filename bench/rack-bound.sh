@@ -7,7 +7,7 @@
 #   2 x 1gbit    the agg links bind (W x S / 2 through each): RackWeave <= 1.1 x its bound
 #   4 x 500mbit  every link at half the rate: Gloo and RackWeave <= 1.1 x their bounds
 #   4 x 1gbit, bbr   the first again under BBR (no target: what the congestion control
-#                costs; netns.sh sets cubic, Linux's default, unless told otherwise)
+#                costs; the other three set cubic, Linux's default)
 # Prints a table and writes bench/RESULTS.md (the section between the rack-bound markers).
 #
 #   bash bench/rack-bound.sh [--workers W] [--bytes S] [--iters N] [--warmup K]
@@ -48,9 +48,9 @@ open_report "$json"
 build_tree
 
 configs=(
-  "4x1gbit|--agg-links 4 --rate 1gbit"
-  "2x1gbit|--agg-links 2 --rate 1gbit"
-  "4x500mbit|--agg-links 4 --rate 500mbit"
+  "4x1gbit|--agg-links 4 --rate 1gbit --congestion cubic"
+  "2x1gbit|--agg-links 2 --rate 1gbit --congestion cubic"
+  "4x500mbit|--agg-links 4 --rate 500mbit --congestion cubic"
   "4x1gbit-bbr|--agg-links 4 --rate 1gbit --congestion bbr"
 )
 ((smoke)) && configs=("${configs[0]}" "${configs[3]}")

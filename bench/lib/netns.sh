@@ -44,24 +44,72 @@ settable_in_ns() { # CC: whether a new namespace may set it (outside the machine
   ip netns del "$probe" 2>/dev/null || true
   return $ok
 }
+# allow_congestion CC: adds CC to the machine's net.ipv4.tcp_allowed_congestion_control
+# (global, not per namespace: root may) when the kernel has it and a namespace may not set
+# it yet (Debian's default list is "reno bbr" here, where cubic is built in). Says so;
+# restore_congestion puts the list back at exit. Fails where it cannot be written.
+allowed_before=
+allow_congestion() {
+  local now
+  now=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null) || return 1
+  [[ " $now " == *" $1 "* ]] && return 0
+  ((EUID == 0)) || return 1
+  sysctl -q -w net.ipv4.tcp_allowed_congestion_control="$now $1" >/dev/null 2>&1 || return 1
+  [[ -n $allowed_before ]] || allowed_before=$now
+  trap restore_congestion EXIT # until set_exit_traps, whose cleanup calls it too
+  note "$1 added to net.ipv4.tcp_allowed_congestion_control ($now) for this run; put back at exit"
+}
+restore_congestion() {
+  [[ -n $allowed_before ]] || return 0
+  sysctl -q -w net.ipv4.tcp_allowed_congestion_control="$allowed_before" >/dev/null 2>&1 ||
+    note "could not put net.ipv4.tcp_allowed_congestion_control back to: $allowed_before"
+  allowed_before=
+}
 check_congestion() { # usage error unless a namespace here may use $congestion
-  local allowed default_cc
-  allowed=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control \
-    /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null | tr ' \t' '\n\n' |
-    sort -u | tr '\n' ' ')
+  local available default_cc
+  available=$(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null)
   if [[ -z $congestion ]]; then
     congestion=cubic
-    if ! settable_in_ns cubic; then
+    if ! settable_in_ns cubic && ! { [[ " $available " == *" cubic "* ]] &&
+      allow_congestion cubic && settable_in_ns cubic; }; then
+      restore_congestion
       default_cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo reno)
-      note "cubic cannot be set in a network namespace here (net.ipv4.tcp_allowed_congestion_control: $(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null)); every namespace uses the machine's default, $default_cc"
+      note "cubic cannot be set in a network namespace here (available: ${available:-?}; net.ipv4.tcp_allowed_congestion_control: $(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null)); every namespace uses the machine's default, $default_cc"
       congestion=$default_cc
     fi
     return 0
   fi
-  [[ " $allowed " == *" $congestion "* ]] ||
-    usage_error "--congestion $congestion: this kernel offers ${allowed:-none}"
-  settable_in_ns "$congestion" ||
-    usage_error "--congestion $congestion: a network namespace here may not set it (net.ipv4.tcp_allowed_congestion_control: $(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null))"
+  [[ " $available " == *" $congestion "* ]] ||
+    usage_error "--congestion $congestion: this kernel offers ${available:-none} (modprobe tcp_$congestion to add it)"
+  settable_in_ns "$congestion" || { allow_congestion "$congestion" && settable_in_ns "$congestion"; } ||
+    usage_error "--congestion $congestion: a network namespace here may not set it (net.ipv4.tcp_allowed_congestion_control: $(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null); root may add it)"
+}
+# run_each_congestion ARG...: with --congestion A,B,... (by default, outside smoke mode,
+# cubic,bbr,reno) runs this script once per congestion control, each in namespaces of its
+# own and writing its own section of bench/RESULTS.md (NAME-CC), then exits: 0 if every
+# run passed, 1 if any failed. One the kernel does not have is skipped with a note, as
+# "where the kernel allows" (modprobe tcp_CC adds it). ARG...: the script's arguments.
+# Returns at once when $congestion names one (or none: smoke mode's cubic or default).
+run_each_congestion() {
+  if [[ -z $congestion ]] && ((!smoke)); then congestion=cubic,bbr,reno; fi
+  [[ $congestion == *,* ]] || return 0
+  local cc available rc=0 ran=() failed=() skipped=()
+  available=$(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null)
+  for cc in ${congestion//,/ }; do
+    [[ $cc =~ ^[a-z0-9_]+$ ]] || usage_error "--congestion takes names, e.g. cubic,bbr,reno; not $cc"
+  done
+  for cc in ${congestion//,/ }; do
+    if [[ " $available " != *" $cc "* ]]; then
+      note "--congestion $cc: skipped, this kernel offers ${available:-none}"
+      skipped+=("$cc")
+      continue
+    fi
+    say "== TCP congestion control $cc"
+    if bash "$0" "$@" --congestion "$cc"; then ran+=("$cc"); else failed+=("$cc"); rc=1; fi
+  done
+  say "congestion controls: ran ${ran[*]:-none}; failed ${failed[*]:-none}; skipped ${skipped[*]:-none}"
+  ((${#ran[@]} + ${#failed[@]} > 0)) || { note "no congestion control of --congestion $congestion could run"; exit 1; }
+  exit "$rc"
 }
 add_ns() {
   ip netns add "$1"
@@ -152,6 +200,7 @@ delete_namespaces() {
   for ((i = ${#namespaces[@]} - 1; i >= 0; i--)); do
     ip netns del "${namespaces[i]}" 2>/dev/null || true
   done
+  restore_congestion
   if ns=$(ip netns list | grep "^$prefix"); then
     note "namespaces left behind: $ns"
     return 1

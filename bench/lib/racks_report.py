@@ -23,7 +23,13 @@ links into the core. Per step, with p = W/R workers per rack:
 """
 import datetime
 import json
+import os
 import sys
+
+# The TCP congestion control of the run (bench/netns-racks.sh exports it): its JSON
+# objects carry it and its section of bench/RESULTS.md is its own, netns-racks-CC.
+CONGESTION = os.environ.get("RW_CONGESTION", "")
+SECTION = "netns-racks-" + CONGESTION if CONGESTION else "netns-racks"
 
 
 def main() -> int:
@@ -62,7 +68,8 @@ def main() -> int:
         rows.append([name, med, p90, f"{bound:.3f}", ratio, verified, busiest,
                      " ".join(note)])
         if as_json == "1":
-            print(json.dumps({"system": name, "median_ms": out[name],
+            print(json.dumps({"system": name, "congestion": CONGESTION,
+                              "median_ms": out[name],
                               "p90_ms": float(p90) if measured else None,
                               "bound_ms": round(bound, 3), "bound_link": busiest,
                               "ratio": round(float(med) / bound, 3) if measured else None,
@@ -99,8 +106,9 @@ def main() -> int:
                               for i, c in enumerate(x)).rstrip() + "\n")
         f.write("\n" + "\n".join(targets) + "\n")
         f.write(f"\ncommand: {invocation}\ntook {elapsed} s\n")
-    md = ["<!-- netns-racks:begin -->",
-          "## Emulated racks and an oversubscribed core (bench/netns-racks.sh)",
+    md = [f"<!-- {SECTION}:begin -->",
+          "## Emulated racks and an oversubscribed core (bench/netns-racks.sh"
+          + (f", TCP {CONGESTION})" if CONGESTION else ")"),
           "",
           f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}. Every host is a "
           "network namespace on this one machine, so every process shares its cores.",
@@ -125,7 +133,7 @@ def main() -> int:
           "bucket (bench/lib/racks_report.py gives each system's bytes per link): the core "
           "carries 2(R-1)/R x S per rack link for hierarchical reduction, p S (R-1)/R + "
           "(W-p) S/R for flat, one ring edge (2(W-1)/W x S) for a ring.",
-          "<!-- netns-racks:end -->"]
+          f"<!-- {SECTION}:end -->"]
     open(md_path, "w").write("\n".join(md) + "\n")
     for b in below:
         print(f"netns-racks: {b}: the bound or the shaping is wrong", file=sys.stderr)

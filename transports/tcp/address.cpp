@@ -116,6 +116,15 @@ void tune_socket(int fd) {
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
 }
 
+void ack_now(int fd) noexcept {
+#ifdef TCP_QUICKACK
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+#else
+  (void)fd;
+#endif
+}
+
 int connect_to(const address& addr, std::chrono::milliseconds timeout) {
   auto sa = resolve(addr);
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

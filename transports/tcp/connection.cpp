@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "transports/tcp/address.hpp"
+
 namespace rw::transports::tcp {
 
 namespace {
@@ -364,9 +366,11 @@ bool connection::read_ready(frame_sink& sink) {
     return false;
   auto self = shared_from_this();
   std::byte scratch[discard_chunk];
+  bool took = false; // bytes this round: acknowledged at its end (ack_now)
   for (int frames = 0; frames < max_frames_per_read;) {
     if (reading_paused_.load(std::memory_order_acquire) && phase_ == phase::header)
-      return true; // backpressure: the rest stays in the socket until reading resumes
+      return done_reading(
+        took); // backpressure: the rest stays in the socket until reading resumes
     // A header that arrived with the previous payload needs no read.
     bool header_ready = phase_ == phase::header && got_ == protocol::frame_header_bytes;
     ssize_t n = 0;
@@ -401,7 +405,7 @@ bool connection::read_ready(frame_sink& sink) {
         if (errno == EINTR)
           continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
-          return true;
+          return done_reading(took);
         auto error = errno;
         if (auto [code, why] = why_writing_stopped(); code != errc::ok && !is_open())
           return fail(sink, code, why, false); // cut off here: the peer then saw a reset
@@ -427,6 +431,7 @@ bool connection::read_ready(frame_sink& sink) {
           false);
       }
     }
+    took = took || n > 0;
     if (phase_ == phase::header && got_ == 0 && n > 0 && timing())
       frame_started_ = clock::now();
     got_ += static_cast<size_t>(n);
@@ -480,6 +485,12 @@ bool connection::read_ready(frame_sink& sink) {
     if (reported_)
       return false;
   }
+  return done_reading(took);
+}
+
+bool connection::done_reading(bool took) noexcept {
+  if (took && is_open())
+    ack_now(fd_);
   return true;
 }
 

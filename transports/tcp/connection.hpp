@@ -114,6 +114,9 @@ private:
   bool timing() const noexcept { return timed_ && admitted() != admission::joined; }
 
   bool fail(frame_sink& sink, errc code, const std::string& why, bool tell_peer);
+  // The end of a read round that went well: what it took is acknowledged now
+  // (ack_now) if `took`. Returns true.
+  bool done_reading(bool took) noexcept;
   // Writes the gather list under send_mtx_: all of it (blocking), or what the socket
   // takes, queueing the rest (queued).
   bool write(iovec* iov, int n);
