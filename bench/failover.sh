@@ -23,8 +23,10 @@
 #                 workers are started again there (as a launcher would)
 #   takeover      n1 started again, then kill -9 n1 at clock --at under a job with
 #                 replicas = 1: the replicas on n0 take over; no worker restarts
-# recovery_ms: from the kill to the first step every rank completed after it (the
-# step in flight, i.e. every rank's clock past the highest clock any rank had); for the
+# recovery_ms: from the kill (shard, link: the shell's clock as it asks for the fault)
+# to the first step every rank completed after it (the step in flight, i.e. every rank's
+# clock past the highest clock any rank had; worker, shard, link and takeover: the
+# fault lands mid-step at rank 0's hold, timed by the workers' --clock-file); for the
 # coordinator, to the restarted coordinator answering rw.job_status for the job; for
 # restore, from rw.job_create{restore = ...} to the restored job's first step done.
 # Also the cost of what node failover needs when nothing fails: the fault-free job
@@ -65,7 +67,7 @@ while (($#)); do
     --cost-only) cost_only=1; shift ;;
     --repeat) repeat=$2; shift 2 ;;
     --hog) hog=$2; shift 2 ;;
-    -h|--help) sed -n 2,46p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,48p "$0"; exit 0 ;;
     *) usage_error "unknown option $1" ;;
   esac
 done
@@ -146,7 +148,7 @@ start_worker() {
   timeout -k 5 600 "$worker_bin" --connect "${at_node:-${node_addr[rank % 2]}}" --job "$name" \
     --rank "$rank" --workers "$workers" --optimizer adam --steps "$steps" --token "$token" \
     --transport tcp --extra-elements "$elements" --chunk-bytes "$chunk_bytes" \
-    --out "$tmp/$name.$rank.bin" \
+    --out "$tmp/$name.$rank.bin" --clock-file "$tmp/$name.$rank.clocks" \
     --step-delay-ms "$delay" "$@" \
     >>"$tmp/$name.$rank.out" 2>&1 &
   worker_pid=$!
@@ -211,9 +213,22 @@ report() {
 # measured. A drain or a join holds every rank there: their move first settles the job
 # at a clock boundary (no step begun), which a step the other ranks had begun without
 # rank 0 would never reach.
+# recovered_at NAME CLOCK: when every rank of job NAME had ended a step of clock CLOCK
+# or later (ms, the system clock), from the workers' --clock-file lines (each rank's
+# first such line: a restarted worker goes on after the step it had pushed, so its first
+# is the first step it pushed again); empty if a rank never did.
+recovered_at() {
+  local r latest=0 t
+  for ((r = 0; r < workers; r++)); do
+    t=$(awk -v c="$2" '$1 >= c { print $2; exit }' "$tmp/$1.$r.clocks" 2>/dev/null)
+    [[ $t =~ ^[0-9]+$ ]] || return 0
+    ((t > latest)) && latest=$t
+  done
+  echo "$latest"
+}
 recovery=0
 run_job() {
-  local name=$1 where=$2 fault=$3 token ps=() r t0 high hold=()
+  local name=$1 where=$2 fault=$3 token ps=() r t0 high hold=() next= waiter=0 injected=0
   recovery=0
   token=$(create "$name" "$where")
   if [[ $fault != none ]]; then
@@ -229,8 +244,23 @@ run_job() {
     ps+=("$worker_pid")
   done
   if [[ $fault != none ]]; then
-    shell "rw.wait('$name', $at, {timeout = 300, interval = 0.02})" >/dev/null
-    high=$(clock_max "$name")
+
+    case $fault in worker|shard|link|takeover) waiter=1 ;; esac
+    if ((waiter)); then
+      # The fault lands mid-step at a known clock: every rank has done the steps up to
+      # rank 0's hold, the others have pushed the next step, which cannot end without
+      # rank 0, held until the fault is in. Recovery: to that step ended on every rank,
+      # as the workers wrote it (--clock-file; no shell's start or polling in it).
+      shell "rw.wait('$name', ${hold[1]}, {timeout = 300, interval = 0.02})" >/dev/null
+      next=$((hold[1] + 1))
+    else
+      shell "rw.wait('$name', $at, {timeout = 300, interval = 0.02})" >/dev/null
+      high=$(clock_max "$name")
+      # The next clock after the fault; on a loaded machine the shell may only have
+      # seen the clock once the last step was done (then there is none to wait for).
+      next=$((high + 1))
+      ((next > steps)) && next=$steps
+    fi
     t0=$(now_ms)
     case $fault in
       worker)
@@ -240,11 +270,15 @@ run_job() {
         touch "$tmp/$name.go"
         start_worker "$name" "$token" 1
         ps[1]=$worker_pid ;;
-      shard)
-        shell "rw.inject{job = '$name', kill = 'shard', node = 'n0', shard = 0}" >/dev/null ;;
-      link)
-        shell "print(rw.inject{job = '$name', kill = 'link', node = 'n0', rank = 1})" \
-          >"$tmp/link.out" ;;
+      shard|link)
+        # t0 is the shell's time just before it asks (not its start); the fault is in
+        # once answered, and rank 0 goes on at once.
+        local what="kill = 'shard', node = 'n0', shard = 0"
+        [[ $fault == shard ]] || what="kill = 'link', node = 'n0', rank = 1"
+        shell "print(rw.time_ms()); print(rw.inject{job = '$name', $what});
+               io.open('$tmp/$name.go', 'w'):close()" >"$tmp/$fault.out"
+        t0=$(head -n 1 "$tmp/$fault.out")
+        injected=1 ;;
       drain)
         # Synchronous: answered once the job's chunks have moved off n2.
         shell "print(rw.node_drain('n2'))" >"$tmp/drain.out" ;;
@@ -274,19 +308,23 @@ run_job() {
           sleep 0.05
         done ;;
     esac
-    touch "$tmp/$name.go" # the fault is in: rank 0 goes on
+    ((injected)) || touch "$tmp/$name.go" # the fault is in: rank 0 goes on
     if [[ $fault == coordinator ]]; then
       recovery=$(($(now_ms) - t0))
+    elif ((waiter)); then
+      : # timed below, from the workers' clock files, once they are done
     else
-      # The next clock after the fault; on a loaded machine the shell may only have seen
-      # the clock once the last step was done (then there is no next one to wait for).
-      local next=$((high + 1))
-      ((next > steps)) && next=$steps
       shell "rw.wait('$name', $next, {timeout = 300, interval = 0.01})" >/dev/null
       recovery=$(($(now_ms) - t0))
     fi
   fi
   wait_workers "$name" "${ps[@]}"
+  if ((waiter)); then
+    local done_ms
+    done_ms=$(recovered_at "$name" "$next")
+    [[ -n $done_ms ]] || { note "$fault: a rank never ended step $next (its --clock-file)"; exit 1; }
+    recovery=$((done_ms - t0))
+  fi
 }
 
 # The fault-free run (no replicas) and, in turn with it, the same job with replicas = 1

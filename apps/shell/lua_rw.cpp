@@ -73,6 +73,9 @@ const command commands[] = {
   {"watch", rw_watch, "rw.watch(name [, {interval=, seconds=}])",
    "shows the job's progress until it ends (Ctrl-C stops); returns the job"},
   {"sleep", rw_sleep, "rw.sleep(seconds)", "pauses the script"},
+  {"time_ms", rw_time_ms, "rw.time_ms()",
+   "milliseconds since the Unix epoch (the system clock, as date +%s%3N): for timing "
+   "what a script does, or comparing with other programs' clocks"},
   {"coordinator", rw_coordinator, "rw.coordinator()", "the coordinator's address"},
   {"show", rw_show, "rw.show(value)", "prints a value, tables in full"},
   {"help", rw_help, "rw.help()", "this list"},

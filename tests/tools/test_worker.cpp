@@ -15,6 +15,8 @@
 // size: bench/failover.sh); every worker of the job must give the same N.
 // --crash-at K: at step K, sends the first tensor's push and dies (exit 9, no bye), as a
 // killed process would, mid-step.
+// --clock-file F: appends "CLOCK UNIX_MS" to F as each step ends (the clock it reached,
+// the system clock in ms): bench/failover.sh times recovery from these.
 
 #include <algorithm>
 #include <chrono>
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
   int64_t crash_at = -1;
   uint64_t extra_elements = 0;
   std::string resume_file;
+  std::string clock_file;
   bool verify = false;
   std::vector<uint32_t> rank_racks;
   CLI::App app{"rw-test-worker: one worker of the test fixture job"};
@@ -72,6 +75,8 @@ int main(int argc, char** argv) {
   app.add_option("--pause-at", pause_at, "after this many steps wait for --resume-file");
   app.add_option("--resume-file", resume_file, "go on once this file exists");
   app.add_option("--pause-limit-ms", pause_limit_ms, "longest pause (then exit 6)");
+  app.add_option("--clock-file", clock_file,
+                 "append 'CLOCK UNIX_MS' here as each step ends");
   app
     .add_option("--rank-racks", rank_racks,
                 "each rank's rack, in rank order (a hierarchical job's sum order)")
@@ -171,6 +176,12 @@ int main(int argc, char** argv) {
       }
       for (auto& f : pending)
         f.get();
+      if (!clock_file.empty()) {
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+        std::ofstream{clock_file, std::ios::app} << s + 1 << ' ' << ms << '\n';
+      }
     }
     if (steps > timed_from) {
       std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now()

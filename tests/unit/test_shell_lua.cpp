@@ -3,6 +3,7 @@
 // tables, the cluster's errors become Lua errors, rw.wait follows a job whose state
 // advances, and the pretty printer shows values the way the prompt prints them.
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <functional>
@@ -452,6 +453,26 @@ TEST_CASE("rw.watch prints a line per refresh off a terminal", "[shell]") {
   CHECK(sh.run("rw.sleep(0.001)") == "");
   CHECK_THAT(sh.run("rw.sleep(-1)"),
              Contains("rw.sleep expects a number of seconds >= 0"));
+}
+
+TEST_CASE("rw.time_ms is the system clock in milliseconds, and times a pause",
+          "[shell]") {
+  shell sh;
+  auto ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+  };
+  auto before = ms();
+  auto told = std::stoll(sh.eval("rw.time_ms()"));
+  auto after = ms();
+  CHECK(told >= before);
+  CHECK(told <= after);
+  CHECK(sh.eval("math.type(rw.time_ms())") == "\"integer\"");
+  // A 50 ms pause reads at least 50 ms (the clock moves with it).
+  CHECK(sh.eval("(function() local t = rw.time_ms(); rw.sleep(0.05); "
+                "return rw.time_ms() - t >= 50 end)()")
+        == "true");
 }
 
 TEST_CASE("Ctrl-C stops rw.wait, rw.watch and Lua loops in the interactive shell",

@@ -23,6 +23,7 @@ int rw_help(lua_State* L);
 // wait.cpp
 int rw_wait(lua_State* L);
 int rw_sleep(lua_State* L);
+int rw_time_ms(lua_State* L); // milliseconds since the Unix epoch (the system clock)
 
 // watch.cpp
 int rw_watch(lua_State* L);

@@ -151,6 +151,14 @@ int rw_wait(lua_State* L) {
   });
 }
 
+int rw_time_ms(lua_State* L) {
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  lua_pushinteger(L,
+                  static_cast<lua_Integer>(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
+  return 1;
+}
+
 int rw_sleep(lua_State* L) {
   return protect(L, [&] {
     double seconds = arg_number(L, 1, "rw.sleep", "a number of seconds");
