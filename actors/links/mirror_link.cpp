@@ -293,6 +293,30 @@ void mirror_link::on_frame(const transports::connection_ptr& c, const frame_head
     acks.insert(acks.end(), {h.tensor_id, h.chunk_index, h.clock});
     return;
   }
+  if (h.kind == frame_kind::resend) {
+    // A shard of the replica's node was restarted: the sums queued in its mailbox died
+    // with it. Every unacked sum goes again now, not after retry_after (the replica
+    // drops a repeat and acks it): under a CPU hog a shard crash on the replica's node
+    // cost the home's step the whole 1 s wait.
+    size_t again = 0;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      for (auto& [k, p] : pending_) {
+        if (p.queued)
+          continue;
+        p.sent_at = {};
+        p.queued = true;
+        fresh_.push_back(k);
+        ++again;
+      }
+    }
+    if (again > 0)
+      wake_.notify_one();
+    spdlog::info("job {}: a shard of the replica node at {} was restarted: {} unacked "
+                 "sum(s) sent again",
+                 s_.job_id, c->peer(), again);
+    return;
+  }
   if (h.kind != frame_kind::error)
     return;
   protocol::error_msg err;

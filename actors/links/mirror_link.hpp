@@ -15,14 +15,17 @@
 //                      the job, on a connection said hello with Hello.mirror and the
 //                      job's token proved (actors/links/job_join: join_as_mirror)
 //   replica -> link    ack with flag_replica: the replica has the sum (it applies it
-//                      in order); error frames are logged and the sum sent again
+//                      in order); error frames are logged and the sum sent again;
+//                      resend: a shard there was restarted, every unacked sum goes again
 //   link  -> shard     (mirror_atom, job, [tensor, chunk, clock]...): those steps may
 //                      run (the acks one read of the connections brought, per shard)
 //   shard -> link      cancel(tensor, chunk): the step ran without the replica (a
 //                      takeover left the chunk none)
 // A sum not acked within retry_after is sent again (a cut connection is made again
 // first): the replica drops a repeat and acks it, so a sum lost on the way, or an ack
-// lost in a restarted shard's mailbox, costs a retry, not the job. The rack
+// lost in a restarted shard's mailbox, costs a retry, not the job. A resend frame from
+// the replica's node (one of its shards was restarted, and the sums in its mailbox
+// died) sends every unacked sum again at once. The rack
 // coordinator tells the link each ring the job takes (set_ring, before its shards use
 // it) and each restarted shard (set_shard). One thread connects and reads; one sends,
 // new sums first, in the order they came, up to send_batch of them per system call.
