@@ -36,7 +36,9 @@
 # congestion control, as bench/netns.sh does (see there); exits 1 if any run failed.
 # --capture DIR: during each run, the TCP headers crossing each rack's core link
 # (tcpdump, 96 bytes a packet) into DIR/SYSTEM.coreK.pcap: how the connections across
-# the core share it, step by step (python3 bench/lib/core_capture.py sums it up).
+# the core share it, step by step (python3 bench/lib/core_capture.py sums it up); after
+# it, every namespace's TCP counters (nstat -a) and links (ip -s link), cumulative, into
+# DIR/SYSTEM.nstat.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
@@ -61,7 +63,7 @@ run_timeout=120
 json=0
 verify=0
 only=
-samples=
+capture_dir=
 if ((smoke)); then size=1MiB iters=2 warmup=1 run_timeout=60 verify=1; fi
 while (($#)); do
   case $1 in
@@ -74,7 +76,7 @@ while (($#)); do
     --chunk-bytes) chunk=$2; shift 2 ;;
     --verify) verify=1; shift ;;
     --only) only=$2; shift 2 ;;
-    --capture) samples=$2; shift 2 ;;
+    --capture) capture_dir=$2; shift 2 ;;
     *) run_option 2,33 "$@"; shift "$shifted" ;; # --iters --warmup --timeout --json -h
   esac
 done
@@ -91,9 +93,9 @@ open_report "$json"
 run_each_congestion "${all_args[@]}"
 check_congestion
 export RW_CONGESTION=$congestion
-if [[ -n $samples ]]; then
-  mkdir -p "$samples" || usage_error "--capture $samples: cannot make it"
-  samples=$(cd "$samples" && pwd)
+if [[ -n $capture_dir ]]; then
+  mkdir -p "$capture_dir" || usage_error "--capture $capture_dir: cannot make it"
+  capture_dir=$(cd "$capture_dir" && pwd)
   command -v tcpdump >/dev/null || usage_error "--capture needs tcpdump (apt-get install tcpdump)"
 fi
 for sys_name in ${only//,/ }; do
@@ -261,21 +263,21 @@ capture_core() {
     -U -w "$2" tcp 2>/dev/null
 }
 start_capture() { # SYSTEM: with --capture, every core link's packets until stop_capture
-  [[ -n $samples ]] || return 0
+  [[ -n $capture_dir ]] || return 0
   local k
   for ((k = 0; k < racks; k++)); do
-    capture_core "$k" "$samples/$1.core$k.pcap" &
+    capture_core "$k" "$capture_dir/$1.core$k.pcap" &
     capture_pids+=($!)
   done
   sleep 0.5 # tcpdump listening before the first packet
 }
 stop_capture() { # SYSTEM: and every namespace's TCP counters so far (nstat -a)
-  [[ -n $samples ]] || return 0
+  [[ -n $capture_dir ]] || return 0
   ((${#capture_pids[@]} == 0)) || stop_pids "${capture_pids[@]}"
   capture_pids=()
   local ns
   for ns in "${namespaces[@]}"; do
-    { echo "# $ns"; ip netns exec "$ns" nstat -asz; ip -n "$ns" -s link; } >>"$samples/$1.nstat"
+    { echo "# $ns"; ip netns exec "$ns" nstat -asz; ip -n "$ns" -s link; } >>"$capture_dir/$1.nstat"
   done
 }
 # run_rackweave REDUCTION: one job over every rack's agg; each worker says hello to its

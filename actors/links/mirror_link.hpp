@@ -25,9 +25,9 @@
 // first): the replica drops a repeat and acks it, so a sum lost on the way, or an ack
 // lost in a restarted shard's mailbox, costs a retry, not the job. A resend frame from
 // the replica's node (one of its shards was restarted, and the sums in its mailbox
-// died) sends every unacked sum again at once. The rack
-// coordinator tells the link each ring the job takes (set_ring, before its shards use
-// it) and each restarted shard (set_shard). One thread connects and reads; one sends,
+// died) sends every unacked sum again at once. The rack coordinator tells the link
+// each ring the job takes (set_ring, before its shards use it) and each restarted
+// shard (set_shard). One thread connects and reads; one sends,
 // new sums first, in the order they came, up to send_batch of them per system call.
 
 #include <atomic>

@@ -368,9 +368,9 @@ bool connection::read_ready(frame_sink& sink) {
   std::byte scratch[discard_chunk];
   bool took = false; // bytes this round: acknowledged at its end (ack_now)
   for (int frames = 0; frames < max_frames_per_read;) {
+    // Backpressure: the rest stays in the socket until reading resumes.
     if (reading_paused_.load(std::memory_order_acquire) && phase_ == phase::header)
-      return done_reading(
-        took); // backpressure: the rest stays in the socket until reading resumes
+      return done_reading(took);
     // A header that arrived with the previous payload needs no read.
     bool header_ready = phase_ == phase::header && got_ == protocol::frame_header_bytes;
     ssize_t n = 0;
