@@ -152,21 +152,28 @@ stop_pids() {
 }
 
 # release PID...: an exit trap's common part: ignore further signals, stop PID..., remove
-# $tmp (kept, and named, with RW_KEEP_TMP=1: the nodes' logs, for a look after a failure).
+# $tmp. Kept, and named, with RW_KEEP_TMP=1; kept too when the script fails (the exit
+# status set_exit_traps saw is not 0), without its files over 1 MiB (tensors, checkpoints):
+# a failure seen once must leave the nodes' and workers' logs behind for its cause.
 release() {
   trap '' INT TERM HUP # a second Ctrl-C must not cut the cleanup short
   stop_pids "$@"
   if [[ -n ${tmp:-} && -n ${RW_KEEP_TMP:-} ]]; then
     note "kept $tmp (RW_KEEP_TMP)"
+  elif [[ -n ${tmp:-} && ${exit_status:-0} != 0 && ${exit_status:-0} != 130 ]]; then
+    find "$tmp" -type f -size +1M -delete 2>/dev/null || true
+    note "failed (exit $exit_status): its logs are kept in $tmp (files over 1 MiB removed)"
   elif [[ -n ${tmp:-} ]]; then
     rm -rf "$tmp"
   fi
 }
 
-# set_exit_traps FUNCTION: runs FUNCTION on exit, also after INT, TERM or HUP (exit 130, 143, 129).
+# set_exit_traps FUNCTION: runs FUNCTION on exit, also after INT, TERM or HUP (exit 130,
+# 143, 129), with the exit status in exit_status (release keeps $tmp's logs if not 0).
+exit_status=0
 set_exit_traps() {
   # shellcheck disable=SC2064 # the function's name, expanded now on purpose
-  trap "$1" EXIT
+  trap "exit_status=\$?; $1" EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
   trap 'exit 129' HUP

@@ -17,6 +17,7 @@
 // killed process would, mid-step.
 // --clock-file F: appends "CLOCK UNIX_MS" to F as each step ends (the clock it reached,
 // the system clock in ms): bench/failover.sh times recovery from these.
+// --trace F: the worker's step timeline (worker_options::trace).
 
 #include <algorithm>
 #include <chrono>
@@ -77,6 +78,9 @@ int main(int argc, char** argv) {
   app.add_option("--pause-limit-ms", pause_limit_ms, "longest pause (then exit 6)");
   app.add_option("--clock-file", clock_file,
                  "append 'CLOCK UNIX_MS' here as each step ends");
+  std::string trace;
+  app.add_option("--trace", trace,
+                 "write this worker's step timeline here (Chrome trace-event JSON)");
   app
     .add_option("--rank-racks", rank_racks,
                 "each rank's rack, in rank order (a hierarchical job's sum order)")
@@ -101,6 +105,7 @@ int main(int argc, char** argv) {
   o.token = token;
   o.rack = rack;
   o.start_clock = start_clock;
+  o.trace = trace;
   try {
     // The buffers outlive the worker: a call still in flight when another call's
     // failure ends the run goes on writing into its buffer until the worker is gone
