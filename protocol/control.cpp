@@ -234,6 +234,7 @@ bytes encode(const reroute_msg& x) {
   auto addresses = root.initAddresses(static_cast<unsigned>(x.addresses.size()));
   for (unsigned i = 0; i < x.addresses.size(); ++i)
     addresses.set(i, x.addresses[i]);
+  root.setKeptPushes(x.kept_pushes);
   return to_bytes(msg);
 }
 
@@ -400,6 +401,7 @@ errc decode(const std::byte* data, size_t size, reroute_msg& out, std::string& w
     out.addresses.clear();
     for (auto a : root.getAddresses())
       out.addresses.emplace_back(a.cStr());
+    out.kept_pushes = root.getKeptPushes();
     if (!out.addresses.empty() && out.addresses.size() != out.nodes.size()) {
       why = fmt::format("a reroute names {} nodes and {} addresses", out.nodes.size(),
                         out.addresses.size());

@@ -102,6 +102,9 @@ struct reroute_msg {
   /// Each node's worker address (HOST:PORT), as `nodes` (empty from an older node): a
   /// node the worker is not connected to yet (one joined the job) is reached there.
   std::vector<std::string> addresses;
+  /// The sending node counted every push the old ring routed to it (a takeover: its
+  /// chunks stayed): a worker sends again only what went to a chunk's former home.
+  bool kept_pushes = false;
 };
 
 struct error_msg {

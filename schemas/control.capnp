@@ -223,11 +223,15 @@ struct HyperChange {
 # ring). The worker routes every chunk by the ring of `nodes` (names, in ring order; a
 # subset of the nodes it joined) at `ringVersion`, stops using the connections to nodes
 # no longer listed, and sends again every request still unanswered whose chunk is now
-# homed on the node that sent this frame. Every node of the job sends one.
+# homed on the node that sent this frame. Every node of the job sends one. With
+# `keptPushes` (a takeover: the node's chunks stayed, and pushes routed by the old ring
+# were counted, not dropped) only the requests whose chunk's home changed are sent again.
 struct Reroute {
   ringVersion @0 :UInt64;
   nodes @1 :List(Text);
   replicas @2 :UInt32;  # replicas of each chunk on the new ring (0 after a takeover)
   addresses @3 :List(Text);  # each node's worker address (HOST:PORT), as `nodes`: a
                              # worker says hello to a node it has no connection to yet
+  keptPushes @4 :Bool;       # the sender counted every push the old ring routed to it
+                             # (a takeover): what it was sent need not come again
 }

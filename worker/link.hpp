@@ -129,6 +129,14 @@ public:
     auto r = routes();
     return r->home_of(tensor, chunk) == r->node_of_connection(conn);
   }
+  /// Whether the last ring change moved (tensor, chunk): it travels on another
+  /// connection than by the routes before (true if there were none).
+  bool moved_by_reroute(uint32_t tensor, uint32_t chunk) const noexcept {
+    auto before = std::atomic_load(&routes_before_);
+    return !before
+           || before->connection_of(tensor, chunk)
+                != routes()->connection_of(tensor, chunk);
+  }
   using conn_list = std::vector<transports::connection_ptr>;
   /// Every connection so far (a node joining appends its own; none is removed):
   /// connection e of the routes is element e.
@@ -275,6 +283,8 @@ private:
   uint32_t rank_;
   std::shared_ptr<const runtime::job_routes>
     routes_; // swapped by a reroute (atomic_load)
+  std::shared_ptr<const runtime::job_routes>
+    routes_before_; // routes_ before the last reroute (atomic_load; null: none yet)
   std::shared_ptr<const runtime::job_routes>
     shapes_; // the first: tensor layouts, never swapped
   std::unique_ptr<transports::shm::worker_channel> shm_;

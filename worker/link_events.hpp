@@ -25,8 +25,10 @@ public:
   /// said hello to that node again): what it serves and has not answered is sent again.
   virtual void resend(uint32_t conn, uint32_t shard) = 0;
   /// The job's nodes changed (the link routes by the new ring already): what is now
-  /// homed on the node behind `conn` and has not been answered is sent there again.
-  virtual void reroute(uint32_t conn) = 0;
+  /// homed on the node behind `conn` and has not been answered is sent there again;
+  /// with `only_moved` (that node kept what the ring before routed to it: a takeover)
+  /// only what the ring change moved (worker_link::moved_by_reroute).
+  virtual void reroute(uint32_t conn, bool only_moved) = 0;
   /// Operation `seq` on `tensor` has the chunks answered that the proxy asked to be
   /// told of (worker_link::wake_when_answered: the push window may move on).
   virtual void answered(uint32_t tensor, uint64_t seq) = 0;

@@ -87,8 +87,12 @@ void worker_link::on_reroute(uint32_t conn, const std::vector<std::byte>& payloa
     if (!adopt_ring(msg))
       return;
   }
+  // A takeover's node kept what the ring before routed to it: only what the ring
+  // change moved comes again (a frame of an older ring, or of the same ring with
+  // nothing kept, such as a move given up, sends again all it homes).
+  bool only_moved = msg.kept_pushes && msg.ring_version == ring_version_.load();
   if (!retired(conn)) {
-    events_->reroute(conn);
+    events_->reroute(conn, only_moved);
   }
 }
 
@@ -106,6 +110,7 @@ bool worker_link::adopt_ring(const protocol::reroute_msg& msg) {
       for (auto i = basis_->endpoint_base[n]; i < end; ++i)
         retired_[i].store(true, std::memory_order_release);
     }
+    std::atomic_store(&routes_before_, routes());
     std::atomic_store(&routes_, next);
     ring_version_.store(msg.ring_version, std::memory_order_release);
     ring_nodes_ = msg.nodes;
@@ -223,11 +228,11 @@ void worker_link::join_pending() {
     return;
   for (auto c : conns_that_sent) {
     if (!retired(c)) {
-      events_->reroute(c);
+      events_->reroute(c, false);
     }
   }
   for (auto c : first_of_new) {
-    events_->reroute(c);
+    events_->reroute(c, false); // a join: its nodes kept nothing
   }
 }
 

@@ -257,9 +257,11 @@ worker_proxy_actor::behavior_type proxy_behavior(
                                    : link.served_by(t, c, conn, shard);
       });
     },
-    [=](reroute_atom, uint32_t conn) {
+    [=](reroute_atom, uint32_t conn, bool only_moved) {
       resend_where(self, [&](uint32_t t, uint32_t c) {
-        return self->state.link->homed_with(t, c, conn);
+        auto& link = *self->state.link;
+        return link.homed_with(t, c, conn)
+               && (!only_moved || link.moved_by_reroute(t, c));
       });
     },
     [=](window_atom, uint32_t t, uint64_t seq, uint64_t pause) {
@@ -316,8 +318,8 @@ public:
   void resend(uint32_t conn, uint32_t shard) override {
     caf::anon_send(proxy_, resend_atom::value, conn, shard);
   }
-  void reroute(uint32_t conn) override {
-    caf::anon_send(proxy_, reroute_atom::value, conn);
+  void reroute(uint32_t conn, bool only_moved) override {
+    caf::anon_send(proxy_, reroute_atom::value, conn, only_moved);
   }
   void answered(uint32_t tensor, uint64_t seq) override {
     caf::anon_send(proxy_, window_atom::value, tensor, seq, uint64_t{0});

@@ -90,8 +90,8 @@ using worker_proxy_actor = caf::typed_actor<
   caf::reacts_to<lost_atom, errc, std::string>,
   caf::reacts_to<timeout_atom, uint32_t, uint64_t>,
   caf::reacts_to<window_atom, uint32_t, uint64_t, uint64_t>,
-  caf::reacts_to<resend_atom, uint32_t, uint32_t>, caf::reacts_to<reroute_atom, uint32_t>,
-  caf::replies_to<bye_atom>::with<ok_atom>>;
+  caf::reacts_to<resend_atom, uint32_t, uint32_t>,
+  caf::reacts_to<reroute_atom, uint32_t, bool>, caf::replies_to<bye_atom>::with<ok_atom>>;
 
 /// What the link (worker_link::start) tells `proxy` through.
 std::shared_ptr<link_events> events_of(worker_proxy_actor proxy);

@@ -2,6 +2,8 @@
 // each job transition, taking the registry back at start, and reconciling with each
 // node as it registers again after the restart.
 
+#include <chrono>
+
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -10,6 +12,13 @@
 #include "actors/cluster/store.hpp"
 
 namespace rw::actors::detail {
+
+namespace {
+
+// A commit this slow is logged (a warning an operator can act on).
+constexpr auto slow_commit = std::chrono::milliseconds(250);
+
+} // namespace
 
 void restore_registry(cluster_ptr self) {
   auto& st = self->state;
@@ -59,10 +68,22 @@ std::string save_job(cluster_ptr self, uint32_t id) {
   if (!st.settings.store || it == st.jobs.end())
     return {};
   auto& j = it->second;
+  auto started = std::chrono::steady_clock::now();
   auto why = st.settings.store->save_job(
     stored_job{j.report, j.token, j.restore, j.checkpoint_every, j.checkpoint_dir,
                j.last_checkpoint, j.last_checkpoint_clock},
     st.next_job_id);
+  // A synchronous commit (fsync) holds the coordinator: nothing is answered, no
+  // failover goes on meanwhile. Behind a backlog of dirty pages it took seconds
+  // (bench/failover.sh under a CPU hog: a takeover asked of the node 3.5 s late, the
+  // node's heartbeats unanswered).
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+    std::chrono::steady_clock::now() - started);
+  if (took >= slow_commit)
+    spdlog::warn("state database: recording job '{}' ({}) took {} ms (a synchronous "
+                 "commit); the coordinator answered nothing meanwhile: a disk with "
+                 "less write backlog under --state-db shortens it",
+                 it->second.report.name, it->second.report.state, took.count());
   if (!why.empty())
     spdlog::error("job {} ('{}', {}) not recorded: {}", id, it->second.report.name,
                   it->second.report.state, why);

@@ -92,6 +92,7 @@ void finish_takeover(rack_ptr self, caf::typed_response_promise<ok_atom> rp,
                std::chrono::duration_cast<std::chrono::microseconds>(
                  std::chrono::steady_clock::now() - started)
                  .count());
+  job->taken_over_at = next.ring_version;
   adopt_ring(self, *job, next, routes, index, rp);
 }
 
@@ -136,9 +137,11 @@ job_info* host_job(rack_ptr self, uint32_t job_id, const job_layout& next) {
   return &st.jobs.emplace(name, std::move(job)).first->second;
 }
 
-std::vector<std::byte> reroute_payload(const job_layout& l) {
-  return protocol::encode(
-    protocol::reroute_msg{l.ring_version, l.nodes, l.replicas, l.addresses});
+// With `kept`, the workers send again only what went to a chunk's former home.
+std::vector<std::byte> reroute_payload(const job_layout& l, bool kept = false) {
+  protocol::reroute_msg msg{l.ring_version, l.nodes, l.replicas, l.addresses};
+  msg.kept_pushes = kept;
+  return protocol::encode(msg);
 }
 
 } // namespace
@@ -386,7 +389,10 @@ caf::result<ok_atom> on_reroute(rack_ptr self, uint32_t job_id, const job_layout
     return no_job(st, job_id);
   bool leaving = std::find(next.nodes.begin(), next.nodes.end(), st.settings.node_name)
                  == next.nodes.end();
-  tell_pollers(self, route_change{job_id, nullptr, reroute_payload(next), leaving});
+  // After a takeover to this ring the shards counted what the ring before routed here:
+  // only the dead node's chunks come again (actors/shard/moves.hpp, stale_push).
+  bool kept = job->taken_over_at != 0 && job->taken_over_at == next.ring_version;
+  tell_pollers(self, route_change{job_id, nullptr, reroute_payload(next, kept), leaving});
   if (leaving)
     let_go(self, job_id,
            fmt::format("its chunks moved to [{}] (ring version {})",

@@ -32,9 +32,12 @@ struct job_info {
   bool granted = false;       // created through the cluster (has a grant)
   bool hyper_pending = false; // a hyper-parameter change is being decided
   job_layout layout;          // its nodes (several: only the chunks homed here)
-  uint32_t node_index = 0;    // this node among them
-  bool internal = false;      // a hierarchical job's top level: no news to the cluster
-  uint32_t init_rank = 0;     // the rank whose init sets version 0
+  // The ring version a takeover put it on (0: none): its shards kept their chunks and
+  // count the pushes the ring before routed here, which its reroute tells the workers.
+  uint64_t taken_over_at = 0;
+  uint32_t node_index = 0; // this node among them
+  bool internal = false;   // a hierarchical job's top level: no news to the cluster
+  uint32_t init_rank = 0;  // the rank whose init sets version 0
   // A hierarchical job's rack part: each global rank's rank among this rack's workers
   // (no_rank: another rack's), the reverse, and the uplink to the top level.
   std::vector<uint32_t> local_rank;

@@ -35,7 +35,7 @@ void on_push(shard_core& self, chunk_push& p) {
     return;
   }
   auto* job = find_job(self, p.job_id, p.conn, p.rank, p.tensor, p.chunk, p.clock);
-  if (job == nullptr || detail::stale_ring(*job, p)
+  if (job == nullptr || detail::stale_push(*job, p)
       || stash_if_arriving(*job, p.tensor, p.chunk, shard_job::stashed::a_push, &p,
                            nullptr))
     return;

@@ -72,7 +72,9 @@ struct shard_job {
   // frozen: every request for it is dropped unanswered until it is reshaped or thawed.
   bool settling = false;
   bool frozen = false;
-  uint64_t ring_version = 0;       // pushes and inits routed by an older ring are dropped
+  uint64_t ring_version = 0; // pushes and inits routed by an older ring are dropped,
+  uint64_t kept_from = 0;    // but after a takeover workers' pushes routed by rings
+                             // from kept_from on count (detail::stale_push)
   snapshot_reply_ptr settle_reply; // the fence's answer, once settled (null: none)
   // The move's first phase (hold_atom): the job's pushes wait here, uncounted, until the
   // fence says how far each tensor of a layer-wise job settles (settle_to, by tensor).

@@ -99,6 +99,8 @@ std::string retarget(shard_job& job, uint32_t index, const route_change& rc,
   job.chunks = std::move(kept);
   job.owned_chunks = owned;
   job.routes = rc.routes;
+  if (job.kept_from == 0) // a second takeover keeps the first's floor: nothing came here
+    job.kept_from = job.ring_version;
   job.ring_version = rc.ring_version;
   return {};
 }

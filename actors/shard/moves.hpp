@@ -18,6 +18,16 @@ inline bool stale_ring(const shard_job& job, const chunk_push& p) {
   return p.ring != 0 && p.ring < static_cast<uint32_t>(job.ring_version);
 }
 
+/// A worker's push routed by a ring the job has left, so dropped (the worker sends it
+/// again after the reroute)? After a takeover (retarget) not: every chunk homed here
+/// now was here before, so a push an older ring routed here (from kept_from on) went
+/// to the chunk's home then as now. It counts, and the reroute says so (kept_pushes):
+/// only the dead node's chunks come again.
+inline bool stale_push(const shard_job& job, const chunk_push& p) {
+  auto floor = job.kept_from != 0 ? job.kept_from : job.ring_version;
+  return p.ring != 0 && p.ring < static_cast<uint32_t>(floor);
+}
+
 /// Why the job cannot move at a clock boundary ("" if it can).
 std::string cannot_settle(const shard_job& job);
 

@@ -168,6 +168,9 @@ void control(const fs::path& dir) {
   r.replicas = 1;
   r.addresses = {"10.0.0.1:7100", "10.0.0.3:7100"};
   write(dir, "fuzz_reroute", "two_nodes", pr::encode(r));
+  r.replicas = 0;
+  r.kept_pushes = true; // a takeover's
+  write(dir, "fuzz_reroute", "takeover", pr::encode(r));
 
   rw::hyper_change hc;
   hc.at_clock = 100;

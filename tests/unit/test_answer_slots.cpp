@@ -39,7 +39,7 @@ public:
   }
   void lost(errc, std::string) override { add({"lost", 0, 0}); }
   void resend(uint32_t, uint32_t) override {}
-  void reroute(uint32_t) override {}
+  void reroute(uint32_t, bool) override {}
   void answered(uint32_t tensor, uint64_t seq) override {
     add({"answered", tensor, seq});
   }

@@ -195,6 +195,28 @@ TEST_CASE("the credential and locate messages round-trip", "[frame]") {
   CHECK(fd.kind == rw::protocol::frame_kind::located);
 }
 
+TEST_CASE("a reroute carries its ring, nodes, addresses and whether the node kept the "
+          "pushes the ring before routed to it",
+          "[frame]") {
+  using rw::protocol::reroute_msg;
+  std::string why;
+  reroute_msg r{3, {"n0", "n2"}, 0, {"127.0.0.1:7100", "127.0.0.1:7102"}};
+  r.kept_pushes = true; // a takeover's
+  auto b = encode(r);
+  reroute_msg d;
+  REQUIRE(decode(b.data(), b.size(), d, why) == rw::errc::ok);
+  CHECK(d.ring_version == 3);
+  CHECK(d.nodes == r.nodes);
+  CHECK(d.addresses == r.addresses);
+  CHECK(d.replicas == 0);
+  CHECK(d.kept_pushes);
+  // A move's (and an older node's, which never sets the field): every request again.
+  r.kept_pushes = false;
+  b = encode(r);
+  REQUIRE(decode(b.data(), b.size(), d, why) == rw::errc::ok);
+  CHECK_FALSE(d.kept_pushes);
+}
+
 TEST_CASE("a control message that lists more than its bytes can hold is refused",
           "[frame]") {
   // Found by tests/fuzz/fuzz_welcome: 568 bytes whose tensor list claims 434176
