@@ -209,11 +209,16 @@ void on_periodic(rack_ptr self, uint32_t job_id, uint64_t clock, chunk_snapshot&
   }
   // The cluster knows a hierarchical job by its own id, not its top level's.
   auto cluster_id = job.internal ? job_id - top_job_id_offset : job_id;
+  // The job's end waits for the file (report_end): under load the write ended after the
+  // job had, the job was deleted as soon as it finished, and the coordinator dropped
+  // the entry of a checkpoint the job had taken (no manifest).
+  ++st.writing[cluster_id].writing;
   write_file(self, dir, std::move(file), job_id,
              [self, cluster_id, clock](caf::expected<checkpoint_part> p) {
                if (p && self->state.link)
                  self->send(self->state.link, checkpoint_atom::value, cluster_id, clock,
                             std::move(*p));
+               periodic_written(self, cluster_id);
              });
 }
 

@@ -125,6 +125,30 @@ void send_event(rack_ptr self, const job_event& ev) {
 
 } // namespace
 
+void report_end(rack_ptr self, job_event ev) {
+  auto& st = self->state;
+  auto it = st.writing.find(ev.job_id);
+  if (it == st.writing.end() || it->second.writing == 0) {
+    send_event(self, ev);
+    return;
+  }
+  spdlog::info("job {}: its end goes to the cluster once the {} periodic checkpoint "
+               "file(s) being written are",
+               ev.job_id, it->second.writing);
+  it->second.held.push_back(std::move(ev));
+}
+
+void periodic_written(rack_ptr self, uint32_t cluster_id) {
+  auto& st = self->state;
+  auto it = st.writing.find(cluster_id);
+  if (it == st.writing.end() || --it->second.writing > 0)
+    return;
+  auto held = std::move(it->second.held);
+  st.writing.erase(it);
+  for (auto& ev : held)
+    send_event(self, ev);
+}
+
 caf::result<ok_atom> on_grant(rack_ptr self, job_grant& g) {
   auto& st = self->state;
   auto& name = g.spec.name;
@@ -224,6 +248,15 @@ caf::result<job_event> on_status(rack_ptr self, uint32_t job_id) {
            [rp](job_event& ev) mutable { rp.deliver(std::move(ev)); });
     return rp;
   }
+  // Ended here, its end held until its periodic checkpoint files are written
+  // (report_end): to the cluster it runs until then.
+  if (auto w = st.writing.find(job_id);
+      w != st.writing.end() && !w->second.held.empty()) {
+    auto ev = w->second.held.back();
+    ev.state = "running";
+    ev.reason.clear();
+    return ev;
+  }
   if (auto* g = find_grant(st, job_id))
     return job_event{
       job_id, g->ended.empty() ? "created" : g->ended, g->reason, g->spec, {}};
@@ -307,7 +340,7 @@ void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code
     remember_end(st, job.spec.name, state, why);
     gather(self, job,
            job_event{job_id, state, state == "finished" ? "" : why, job.spec, {}},
-           [self](job_event& ev) { send_event(self, ev); });
+           [self](job_event& ev) { report_end(self, std::move(ev)); });
   }
   for (auto& s : st.shards) {
     if (state == "finished")

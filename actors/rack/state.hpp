@@ -148,6 +148,14 @@ struct rack_state {
     hyper_change change;
   };
   std::map<uint64_t, prepared_hyper> hyper;
+  /// Periodic checkpoint files being written, by job id, and the job's end held until
+  /// they are (the coordinator hears each file before the end, so a job deleted as soon
+  /// as it finished keeps the checkpoints it took: rack/checkpoint.cpp).
+  struct periodic_writes {
+    uint32_t writing = 0;
+    std::vector<job_event> held; // the job's end, sent once the last write is done
+  };
+  std::map<uint32_t, periodic_writes> writing;
   static inline const char* name = "rw.rack_coordinator";
 };
 
@@ -231,6 +239,12 @@ caf::result<checkpoint_part> on_checkpoint(rack_ptr self, uint32_t job_id, uint6
 /// shard holding chunks of the job has sent its own, the node's file is written into
 /// checkpoint_dir/clock-NNNNNNNNNN and its entry goes to the cluster (checkpoint_atom).
 void on_periodic(rack_ptr self, uint32_t job_id, uint64_t clock, chunk_snapshot& snap);
+/// Reports a job's end to the cluster now, or, while periodic checkpoint files of the
+/// job are being written, once the last is (its entry reaches the cluster first).
+void report_end(rack_ptr self, job_event ev);
+/// A periodic checkpoint file of job `cluster_id` is written (or failed) and its entry
+/// sent: the job's held end goes to the cluster after the last.
+void periodic_written(rack_ptr self, uint32_t cluster_id);
 /// A restored job's chunks homed here (by `routes`), per shard, from the checkpoint in
 /// `dir`; "" or why they cannot be (a bad manifest or file, a spec that differs).
 std::string load_restore(
@@ -335,8 +349,9 @@ void on_halt_all(rack_ptr self, const std::vector<uint32_t>& keep,
                  const std::string& reason);
 /// Tells the cluster a granted job started.
 void report_start(rack_ptr self, const job_info& job);
-/// Ends a job: reports it to the cluster with its final counts (if granted), then
-/// aborts it on the shards (state failed or stopped) or drops it (finished).
+/// Ends a job: reports it to the cluster with its final counts (if granted; once its
+/// periodic checkpoint files being written are, see report_end), then aborts it on the
+/// shards (state failed or stopped) or drops it (finished).
 void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code,
              const std::string& why);
 

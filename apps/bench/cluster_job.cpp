@@ -1,9 +1,11 @@
 #include "apps/bench/cluster_job.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <stdexcept>
+#include <thread>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -128,6 +130,19 @@ cluster_job::~cluster_job() {
   if (!d.client)
     return;
   try {
+    // With periodic checkpoints, the last ones are whole once the job has ended: its
+    // nodes report the end after their checkpoint files (a delete before that drops
+    // the entries still on their way, and those checkpoints get no manifest). Bounded:
+    // a node that never says so is not waited for long.
+    if (d.req.checkpoint_every > 0) {
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (std::chrono::steady_clock::now() < until) {
+        auto state = d.client->job_status(d.job.name).state;
+        if (state != "running" && state != "created")
+          break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
     d.client->job_delete(d.job.name);
   } catch (const std::exception& e) {
     std::cerr << "rw-bench: could not delete job '" << d.job.name << "': " << e.what()
