@@ -249,6 +249,7 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
   self->state.next_job_id = 1 + static_cast<uint32_t>(runtime::random_u64() % (1u << 29));
   self->state.started = steady::now();
   restore_registry(self);
+  start_store_writer(self);
   self->set_down_handler([self](caf::down_msg& dm) {
     for (auto& [id, m] : self->state.nodes)
       if (m.addr == dm.source) {
@@ -304,7 +305,7 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
       for (auto& [id, j] : self->state.jobs)
         if (visible_to(*who, j.report.name))
           out.push_back(j.report);
-      return out;
+      return when_recorded(self, std::move(out));
     },
     [=](create_atom, job_spec& spec,
         const job_placement& placement) -> caf::result<job_created> {

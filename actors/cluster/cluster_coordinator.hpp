@@ -40,7 +40,8 @@
 //                         too) is granted again if no worker had joined, else it fails.
 //                         A node that does not come back within node_timeout of the
 //                         restart is gone: its jobs fail, as for a node that vanished.
-//                         Every job transition is written to the database before the
+//                         Every job transition is written to the database (on the
+//                         writer's thread, actors/cluster/store_writer.hpp) before the
 //                         shell is answered (actors/cluster/store.hpp).
 //   link  -> coordinator  (heartbeat_atom, node id) -> ok_atom
 //                         an error (unknown_job) means the coordinator has forgotten

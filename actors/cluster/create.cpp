@@ -118,37 +118,48 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
   ask_nodes<ok_atom>(
     self, ids, "did not take the job",
     [self, rp, id, ids, by](auto&, std::vector<std::string>& failures) mutable {
-      auto it = self->state.jobs.find(id);
-      if (failures.empty() && it == self->state.jobs.end())
-        failures.push_back("the job's node left while the job was being created");
-      // Recorded before the shell hears of it: a coordinator that restarts has it.
-      if (failures.empty()) {
-        if (auto why = save_job(self, id); !why.empty())
-          failures.push_back("the job could not be recorded, so it was not created: "
-                             + why);
-      }
-      if (!failures.empty()) {
+      // Not created: the entry goes, its id stays taken, and nodes that took the grant
+      // after all (late) end it too.
+      auto refuse = [self, rp, id, ids](const std::vector<std::string>& why) mutable {
+        auto it = self->state.jobs.find(id);
         if (it != self->state.jobs.end()) {
           self->state.by_name.erase(it->second.report.name);
           self->state.jobs.erase(it);
         }
-        save_next_job_id(self); // its id stays taken
-        // Nodes may have taken the grant after all (late): end it there too.
+        save_next_job_id(self);
         halt_on(self, ids, id, "the job was not created (a node did not take it)");
-        auto msg = fmt::format("{}", fmt::join(failures, "; "));
+        auto msg = fmt::format("{}", fmt::join(why, "; "));
         spdlog::warn("job not created: id={}: {}", id, msg);
         rp.deliver(cluster_error(errc::unavailable, msg));
+      };
+      if (failures.empty() && self->state.jobs.count(id) == 0)
+        failures.push_back("the job's node left while the job was being created");
+      if (!failures.empty()) {
+        refuse(failures);
         return;
       }
-      auto& r = it->second.report;
-      spdlog::info(
-        "job created: job='{}' id={} by {} nodes=[{}] workers={} consistency={} "
-        "compression={}{} optimizer={} chunk_bytes={}",
-        r.name, id, by, fmt::join(r.layout.nodes, ","), r.spec.num_workers,
-        to_string(r.spec.consistency), to_string(r.spec.compression),
-        r.spec.compression.updates ? "+updates" : "", to_string(r.spec.optimizer.kind),
-        r.spec.chunk_bytes);
-      rp.deliver(job_created{r, it->second.token});
+      // Recorded before the shell hears of it: a coordinator that restarts has it.
+      save_job(self, id, [self, rp, id, by, refuse](const std::string& why) mutable {
+        if (!why.empty()) {
+          refuse({"the job could not be recorded, so it was not created: " + why});
+          return;
+        }
+        auto it = self->state.jobs.find(id);
+        if (it == self->state.jobs.end()) {
+          rp.deliver(cluster_error(errc::unavailable,
+                                   "the job was deleted while it was being recorded"));
+          return;
+        }
+        auto& r = it->second.report;
+        spdlog::info(
+          "job created: job='{}' id={} by {} nodes=[{}] workers={} consistency={} "
+          "compression={}{} optimizer={} chunk_bytes={}",
+          r.name, id, by, fmt::join(r.layout.nodes, ","), r.spec.num_workers,
+          to_string(r.spec.consistency), to_string(r.spec.compression),
+          r.spec.compression.updates ? "+updates" : "", to_string(r.spec.optimizer.kind),
+          r.spec.chunk_bytes);
+        rp.deliver(job_created{r, it->second.token});
+      });
     },
     grant_atom::value, grant);
 }

@@ -132,7 +132,7 @@ caf::result<uint64_t> set_hyper(cluster_ptr self, const std::string& name,
                    }
                    spdlog::info("job set: job='{}' id={}: {} (the job was at clock {})",
                                 name, id, describe(change), reached);
-                   rp.deliver(reached);
+                   deliver_when_recorded(self, rp, reached);
                  });
     },
     hyper_atom::value, id, change_id, change);

@@ -40,7 +40,8 @@ caf::error unknown(cluster_ptr self, const std::string& name) {
       : fmt::format("no job named '{}' (jobs: {})", name, fmt::join(names, ", ")));
 }
 
-// Ends job `j` with `state` and records it (state database) before anybody hears of it.
+// Ends job `j` with `state` and records it (state database); shells hear of it once it
+// is recorded (when_recorded).
 void mark_ended(cluster_ptr self, job_entry& j, const std::string& state,
                 const std::string& reason) {
   if (is_ended(j.report.state))
@@ -192,7 +193,7 @@ caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
   if (j == nullptr)
     return unknown(self, name);
   if (j->report.state != "running")
-    return j->report;
+    return when_recorded(self, j->report);
   auto rp = self->make_response_promise<job_report>();
   auto id = j->report.id;
   ask_nodes<job_event>(
@@ -219,7 +220,7 @@ caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
         r.ranks = merge_ranks(parts);
       if (r.spec.tensors.size() != tensors)
         save_job(self, id); // the tensors its workers declared
-      rp.deliver(r);
+      deliver_when_recorded(self, rp, r);
     },
     status_atom::value, id);
   return rp;
@@ -230,7 +231,7 @@ caf::result<job_report> stop_job(cluster_ptr self, const std::string& name) {
   if (j == nullptr)
     return unknown(self, name);
   if (is_ended(j->report.state))
-    return j->report; // nothing to stop
+    return when_recorded(self, j->report); // nothing to stop
   auto id = j->report.id;
   std::vector<uint32_t> live;
   for (auto n : j->node_ids)
@@ -238,7 +239,7 @@ caf::result<job_report> stop_job(cluster_ptr self, const std::string& name) {
       live.push_back(n);
   if (live.empty()) {
     mark_ended(self, *j, "stopped", stopped_by_operator);
-    return j->report;
+    return when_recorded(self, j->report);
   }
   auto rp = self->make_response_promise<job_report>();
   ask_nodes<ok_atom>(
@@ -249,7 +250,7 @@ caf::result<job_report> stop_job(cluster_ptr self, const std::string& name) {
         return;
       mark_ended(self, it->second, "stopped", stopped_by_operator);
       spdlog::info("job stopped: job='{}' id={}", it->second.report.name, id);
-      rp.deliver(it->second.report);
+      deliver_when_recorded(self, rp, it->second.report);
     },
     halt_atom::value, id, stopped_by_operator);
   return rp;
@@ -277,19 +278,19 @@ caf::result<ok_atom> remove_job(cluster_ptr self, const std::string& name) {
       live.push_back(n);
   if (is_ended(j->report.state) || live.empty()) {
     forget();
-    return ok_atom::value;
+    return when_recorded(self, ok_atom::value);
   }
   auto rp = self->make_response_promise<ok_atom>();
   ask_nodes<ok_atom>(
     self, live, "did not stop the job, so it was not deleted",
-    [rp, forget](auto&, std::vector<std::string>& failures) mutable {
+    [self, rp, forget](auto&, std::vector<std::string>& failures) mutable {
       if (!failures.empty()) {
         rp.deliver(
           cluster_error(errc::unavailable, fmt::format("{}", fmt::join(failures, "; "))));
         return;
       }
       forget();
-      rp.deliver(ok_atom::value);
+      deliver_when_recorded(self, rp, ok_atom::value);
     },
     halt_atom::value, id, std::string{"deleted by an operator"});
   return rp;

@@ -1,5 +1,6 @@
-// The coordinator's side of its state database (actors/cluster/store.hpp): writing
-// each job transition, taking the registry back at start, and reconciling with each
+// The coordinator's side of its state database (actors/cluster/store.hpp): sending
+// each job transition to the writer (actors/cluster/store_writer.hpp) and holding
+// answers until what they report is recorded, taking the registry back at start, and reconciling with each
 // node as it registers again after the restart.
 
 #include <chrono>
@@ -10,13 +11,47 @@
 
 #include "actors/cluster/state.hpp"
 #include "actors/cluster/store.hpp"
+#include "actors/cluster/store_writer.hpp"
 
 namespace rw::actors::detail {
 
 namespace {
 
-// A commit this slow is logged (a warning an operator can act on).
-constexpr auto slow_commit = std::chrono::milliseconds(250);
+// Write `seq` is done (`why`: "" durable, else why not): `done` hears it, then whatever
+// waited for writes up to it.
+void written(cluster_ptr self, uint64_t seq, const std::string& why,
+             const std::function<void(const std::string&)>& done) {
+  auto& st = self->state;
+  st.writes_done = std::max(st.writes_done, seq);
+  if (done)
+    done(why);
+  while (!st.after_writes.empty() && st.after_writes.front().first <= st.writes_done) {
+    auto fn = std::move(st.after_writes.front().second);
+    st.after_writes.pop_front();
+    fn();
+  }
+}
+
+// Sends `w` to the writer (in order after every write sent before); `done` hears the
+// outcome. Without a state database nothing is written and `done` hears "" at once.
+void send_write(cluster_ptr self, store_write w,
+                std::function<void(const std::string&)> done = {}) {
+  auto& st = self->state;
+  if (!st.writer) {
+    if (done)
+      done({});
+    return;
+  }
+  auto seq = ++st.writes_sent;
+  self->request(st.writer, caf::infinite, std::move(w))
+    .then([self, seq, done](std::string& why) { written(self, seq, why, done); },
+          [self, seq, done](caf::error& err) {
+            auto why = fmt::format("the state database's writer stopped: {}",
+                                   describe(self->system(), err));
+            spdlog::error("{}", why);
+            written(self, seq, why, done);
+          });
+}
 
 } // namespace
 
@@ -62,50 +97,56 @@ void restore_registry(cluster_ptr self) {
                st.settings.node_timeout.count(), fmt::join(names, ", "));
 }
 
-std::string save_job(cluster_ptr self, uint32_t id) {
+void start_store_writer(cluster_ptr self) {
+  auto& st = self->state;
+  if (st.settings.store)
+    st.writer = spawn_store_writer(self->system(), st.settings.store, self->address());
+}
+
+void save_job(cluster_ptr self, uint32_t id,
+              std::function<void(const std::string&)> done) {
   auto& st = self->state;
   auto it = st.jobs.find(id);
-  if (!st.settings.store || it == st.jobs.end())
-    return {};
+  if (it == st.jobs.end()) {
+    if (done)
+      done({});
+    return;
+  }
   auto& j = it->second;
-  auto started = std::chrono::steady_clock::now();
-  auto why = st.settings.store->save_job(
-    stored_job{j.report, j.token, j.restore, j.checkpoint_every, j.checkpoint_dir,
-               j.last_checkpoint, j.last_checkpoint_clock},
-    st.next_job_id);
-  // A synchronous commit (fsync) holds the coordinator: nothing is answered, no
-  // failover goes on meanwhile. Behind a backlog of dirty pages it took seconds
-  // (bench/failover.sh under a CPU hog: a takeover asked of the node 3.5 s late, the
-  // node's heartbeats unanswered).
-  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-    std::chrono::steady_clock::now() - started);
-  if (took >= slow_commit)
-    spdlog::warn("state database: recording job '{}' ({}) took {} ms (a synchronous "
-                 "commit); the coordinator answered nothing meanwhile: a disk with "
-                 "less write backlog under --state-db shortens it",
-                 it->second.report.name, it->second.report.state, took.count());
-  if (!why.empty())
-    spdlog::error("job {} ('{}', {}) not recorded: {}", id, it->second.report.name,
-                  it->second.report.state, why);
-  return why;
+  store_write w;
+  w.what = store_write::kind::save_job;
+  w.job = stored_job{j.report,
+                     j.token,
+                     j.restore,
+                     j.checkpoint_every,
+                     j.checkpoint_dir,
+                     j.last_checkpoint,
+                     j.last_checkpoint_clock};
+  w.next_job_id = st.next_job_id;
+  send_write(self, std::move(w), std::move(done));
 }
 
 void save_next_job_id(cluster_ptr self) {
-  auto& st = self->state;
-  if (!st.settings.store)
-    return;
-  if (auto why = st.settings.store->save_next_job_id(st.next_job_id); !why.empty())
-    spdlog::error("next job id {} not recorded: {}", st.next_job_id, why);
+  store_write w;
+  w.what = store_write::kind::save_next_job_id;
+  w.next_job_id = self->state.next_job_id;
+  send_write(self, std::move(w));
 }
 
-std::string unsave_job(cluster_ptr self, uint32_t id) {
+void unsave_job(cluster_ptr self, uint32_t id) {
+  store_write w;
+  w.what = store_write::kind::remove_job;
+  w.job_id = id;
+  send_write(self, std::move(w));
+}
+
+void after_recorded(cluster_ptr self, std::function<void()> fn) {
   auto& st = self->state;
-  if (!st.settings.store)
-    return {};
-  auto why = st.settings.store->remove_job(id);
-  if (!why.empty())
-    spdlog::error("job {} not deleted from the state database: {}", id, why);
-  return why;
+  if (st.writes_done >= st.writes_sent) {
+    fn();
+    return;
+  }
+  st.after_writes.emplace_back(st.writes_sent, std::move(fn));
 }
 
 uint32_t admit_node_id(cluster_state& st, const std::string& name) {

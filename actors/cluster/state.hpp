@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 
 #include "actors/cluster/cluster_coordinator.hpp"
+#include "actors/cluster/store_writer.hpp"
 #include "logic/challenge_book.hpp"
 #include "logic/refusal_log.hpp"
 #include "runtime/credentials.hpp"
@@ -107,6 +109,12 @@ struct cluster_state {
   /// started (a node not back within node_timeout of it is gone).
   std::map<std::string, uint32_t> awaited;
   steady::time_point started = steady::now();
+  /// The state database's writer (null without one), the writes sent to it and done
+  /// (they are done in order), and what waits for writes up to a number to be done.
+  store_writer_actor writer;
+  uint64_t writes_sent = 0;
+  uint64_t writes_done = 0;
+  std::deque<std::pair<uint64_t, std::function<void()>>> after_writes;
   uint32_t next_node_id = 1;
   uint32_t next_job_id = 1; // from a random start, so a restarted coordinator's ids
                             // do not meet the ones nodes remember from before (or,
@@ -205,13 +213,37 @@ void release_bindings(job_entry& j, const std::string& why);
 /// Takes the registry restored from the state database (settings.restored): its jobs,
 /// the next job id, and an id kept for each node a live job lives on (st.awaited).
 void restore_registry(cluster_ptr self);
-/// Writes job `id` as it is now to the state database (nothing without one). "" on
-/// success, else why not (logged).
-std::string save_job(cluster_ptr self, uint32_t id);
-/// Writes the next job id (ids taken by creations that failed are not reused).
+/// Spawns the state database's writer (none without --state-db).
+void start_store_writer(cluster_ptr self);
+/// Records job `id` as it is now in the state database (nothing without one), on the
+/// writer's thread: the coordinator goes on meanwhile. Writes are applied in the order
+/// they are sent. `done` hears "" once the write is durable, else why not (logged);
+/// without a state database it hears "" at once.
+void save_job(cluster_ptr self, uint32_t id,
+              std::function<void(const std::string&)> done = {});
+/// Records the next job id (ids taken by creations that failed are not reused).
 void save_next_job_id(cluster_ptr self);
-/// Deletes job `id` from the state database. "" on success, else why not (logged).
-std::string unsave_job(cluster_ptr self, uint32_t id);
+/// Deletes job `id` from the state database.
+void unsave_job(cluster_ptr self, uint32_t id);
+/// Runs `fn` once every write sent so far is done (at once when none is pending): a
+/// shell hears of a transition only once it is recorded.
+void after_recorded(cluster_ptr self, std::function<void()> fn);
+/// Answers `value` once every write sent so far is done.
+template <class T>
+caf::result<T> when_recorded(cluster_ptr self, T value) {
+  if (self->state.writes_done >= self->state.writes_sent)
+    return value;
+  auto rp = self->make_response_promise<T>();
+  after_recorded(
+    self, [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); });
+  return rp;
+}
+/// Delivers `value` to `rp` once every write sent so far is done.
+template <class Promise, class T>
+void deliver_when_recorded(cluster_ptr self, Promise rp, T value) {
+  after_recorded(
+    self, [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); });
+}
 /// The id a registering node gets: the one kept for its name by a restored job, else a
 /// new one.
 uint32_t admit_node_id(cluster_state& st, const std::string& name);

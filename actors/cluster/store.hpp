@@ -12,8 +12,9 @@
 // reused) and the schema version, checked at open.
 //
 // Every write is one transaction, durable when the call returns (synchronous=FULL: a
-// shell that was told a job exists must find it after a power cut too; writes happen
-// at job transitions, a few per job, so the fsync costs nothing that matters). The
+// shell that was told a job exists must find it after a power cut too). The
+// coordinator makes its calls on a thread of its own (store_writer.hpp): an fsync
+// behind a disk's write backlog has taken seconds. The
 // database is held with an exclusive lock: a second coordinator on the same file is
 // refused at start.
 

@@ -99,6 +99,10 @@ bool take_over(cluster_ptr self, uint32_t id, uint32_t dead, const std::string& 
   j.report.node = next.nodes.front();
   if (auto m = st.nodes.find(kept.front()); m != st.nodes.end())
     j.report.endpoints = m->second.info.endpoints;
+  // Recorded on the writer's thread while the nodes are asked: a commit does not
+  // delay the takeover. (A coordinator killed before the commit is durable comes back
+  // with the old layout; the dead node never registers again, so the job fails after
+  // --node-timeout, with that reason.)
   save_job(self, id);
   auto t0 = std::chrono::steady_clock::now();
   ask_each<ok_atom>(

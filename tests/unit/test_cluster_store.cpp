@@ -1,5 +1,6 @@
 // The coordinator's state database (actors/cluster/store): a registry written
-// is the registry read back, in every job state; files that are not one, are damaged,
+// is the registry read back, in every job state; its writer (store_writer) applies
+// writes in the order sent and every one sent before its coordinator went; files that are not one, are damaged,
 // are held by another process or are readable by others are refused, naming the file.
 
 #include <filesystem>
@@ -9,11 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <caf/all.hpp>
 #include <caf/binary_serializer.hpp>
 #include <catch2/catch.hpp>
 #include <sqlite3.h>
 
 #include "actors/cluster/store.hpp"
+#include "actors/cluster/store_writer.hpp"
 
 namespace rw_unit_cluster_store {
 
@@ -459,6 +462,70 @@ TEST_CASE("a job written before compression existed is read back as uncompressed
   CHECK(back.jobs[0].report.spec.compression.kind == compression_spec::none);
   CHECK(!back.jobs[0].report.spec.compression.updates);
   CHECK(back.jobs[0].report.max_memory == job.report.max_memory);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST_CASE("the state database's writer applies writes in order and finishes them after "
+          "its coordinator is gone",
+          "[cluster_store]") {
+  auto path = scratch("state.db");
+  std::string err;
+  std::shared_ptr<cluster_store> store = cluster_store::open(path, err);
+  REQUIRE(store);
+  auto jobs_written = 0;
+  {
+    caf::actor_system_config cfg;
+    caf::actor_system sys{cfg};
+    std::vector<std::string> answers;
+    {
+      caf::scoped_actor coordinator{sys};
+      auto writer = spawn_store_writer(sys, store, coordinator->address());
+      // Each job goes created -> running -> finished; every third one is deleted.
+      // Sent without waiting: only the order of the mailbox keeps the last state last.
+      for (uint32_t id = 1; id <= 30; ++id)
+        for (auto state : {"created", "running", "finished"}) {
+          store_write w;
+          w.job = make_job(id, "job-" + std::to_string(id), state);
+          w.next_job_id = id + 1;
+          coordinator->send(writer, w);
+        }
+      for (uint32_t id = 3; id <= 30; id += 3) {
+        store_write w;
+        w.what = store_write::kind::remove_job;
+        w.job_id = id;
+        coordinator->send(writer, w);
+      }
+      store_write w;
+      w.what = store_write::kind::save_next_job_id;
+      w.next_job_id = 77;
+      // The last write is asked; its answer comes after every write before it.
+      coordinator->request(writer, caf::infinite, w)
+        .receive([&](std::string& why) { answers.push_back(why); },
+                 [&](caf::error& e) { answers.push_back(to_string(e)); });
+      // More writes, then the coordinator goes: they are done before the writer quits.
+      for (uint32_t id = 31; id <= 40; ++id) {
+        store_write late;
+        late.job = make_job(id, "late-" + std::to_string(id), "running");
+        late.next_job_id = 78;
+        coordinator->send(writer, late);
+      }
+    } // the coordinator is gone; the actor system waits for the writer to quit
+    REQUIRE(answers == std::vector<std::string>{""});
+    jobs_written = 30 - 10 + 10; // 30, less the 10 deleted, and the 10 late ones
+  }
+  stored_registry back;
+  store.reset();
+  auto again = cluster_store::open(path, err);
+  INFO(err);
+  REQUIRE(again);
+  REQUIRE(again->load(back, err));
+  CHECK(back.next_job_id == 78);
+  REQUIRE(back.jobs.size() == static_cast<size_t>(jobs_written));
+  for (auto& j : back.jobs) {
+    INFO(j.report.name);
+    CHECK((j.report.id > 30 || j.report.id % 3 != 0)); // deleted ones stay deleted
+    CHECK(j.report.state == (j.report.id <= 30 ? "finished" : "running"));
+  }
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 
