@@ -161,6 +161,9 @@ void go_on(proxy_ptr self, uint32_t t) {
     return;
   }
   ++q.pause;
+  runtime::trace::instant("window paused", "worker",
+                          {self->state.link->job_id(), self->state.link->rank(), t,
+                           runtime::trace::about::none, q.running_clock});
   self->delayed_send(self, max_window_wait, window_atom::value, t, q.seq, q.pause);
 }
 
@@ -213,8 +216,12 @@ void resend_where(proxy_ptr self, Where where) {
     chunk_filter only(count, false);
     bool any = false;
     for (uint32_t c = 0; c < count; ++c)
-      if (where(t, c) && !st.link->chunk_arrived(t, c))
+      if (where(t, c) && !st.link->chunk_arrived(t, c)) {
         any = only[c] = true;
+        runtime::trace::instant(
+          "sent again", "worker",
+          {st.link->job_id(), st.link->rank(), t, c, q.running_clock});
+      }
     if (any)
       chunk_sender{*st.link, t, q.running, q.running_clock, std::move(only)}.run();
   }
@@ -272,6 +279,9 @@ worker_proxy_actor::behavior_type proxy_behavior(
         if (pause != q.pause)
           return; // an earlier pause's
         q.sender->unpace();
+        runtime::trace::instant("window unpaced", "worker",
+                                {self->state.link->job_id(), self->state.link->rank(), t,
+                                 runtime::trace::about::none, q.running_clock});
       }
       go_on(self, t);
     },

@@ -19,7 +19,13 @@ namespace rw::transports::tcp {
 
 namespace {
 
-constexpr int max_frames_per_read = 64;
+// Frames read from one connection per poll round. The pushes a round reads go to the
+// shards at its end (actors/poller), so a long round holds them there, and holds the
+// other connections' frames in their sockets: under a CPU hog 64 frames took a starved
+// poller 246 ms, and a takeover's resent chunks behind them waited that long
+// (bench/failover.sh --hog 2). Eight frames (2 MiB of 256 KiB chunks) per connection
+// keep rounds short; epoll reports the rest at once in the next round.
+constexpr int max_frames_per_read = 8;
 constexpr size_t discard_chunk = 64 * 1024;
 // A gathered payload's memory starts at this much and doubles as its bytes fill it: a
 // peer holds at most twice what it sent (and this).
@@ -485,6 +491,10 @@ bool connection::read_ready(frame_sink& sink) {
     if (reported_)
       return false;
   }
+  // At the limit: a whole header already read (one that came along with the last
+  // payload, such as a pull's) waits for no event, so the next round looks here again.
+  if (policy_.waker)
+    policy_.waker->kick(fd_);
   return done_reading(took);
 }
 
