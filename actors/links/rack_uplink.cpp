@@ -1,5 +1,7 @@
 #include "actors/links/rack_uplink.hpp"
 
+#include <utility>
+
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -22,6 +24,7 @@ rack_uplink::rack_uplink(uplink_settings s) : s_(std::move(s)) {
     total += layout.count();
   }
   targets_.assign(lengths_.size(), nullptr);
+  awaited_.assign(lengths_.size(), 0);
   ep_ = std::make_shared<transports::tcp::endpoint>(
     s_.join.request_timeout,
     transports::receive_limits{s_.join.job.chunk_bytes, defaults::max_control_bytes});
@@ -167,6 +170,7 @@ void rack_uplink::push(uint32_t tensor, uint32_t chunk, uint64_t clock, float* p
     // kernel's hands before the home can have answered.
     std::lock_guard<std::mutex> guard{mtx_};
     targets_[seq(tensor, chunk)] = partial;
+    awaited_[seq(tensor, chunk)] = clock + 1;
   }
   enqueue(std::move(p));
 }
@@ -194,8 +198,16 @@ payload_target rack_uplink::on_header(const transports::connection_ptr& c,
       return payload_target::into(reinterpret_cast<std::byte*>(buf->data()));
     }
     std::lock_guard<std::mutex> guard{mtx_};
-    if (targets_[s] != nullptr) // the chunk's relay buffer, which its partial left
+    if (targets_[s] != nullptr && h.clock == awaited_[s]) // the answer to the partial
       return payload_target::into(reinterpret_cast<std::byte*>(targets_[s]));
+    stray_ = true; // on_frame lets it go: said here
+    spdlog::warn(
+      "job {}: node {} sent chunk {}/{} at version {}, which this rack did not "
+      "ask for ({}): dropped",
+      s_.rack_job_id, node_of(c), h.tensor_id, h.chunk_index, h.clock,
+      targets_[s] == nullptr
+        ? std::string{"no partial of it is on its way"}
+        : fmt::format("its partial in flight asks for version {}", awaited_[s]));
     return payload_target::dropped();
   }
   if (h.kind == frame_kind::error) {
@@ -229,6 +241,8 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
                                c->peer(), h.tensor_id, h.chunk_index, err.message));
     return;
   }
+  if (std::exchange(stray_, false))
+    return; // an update not asked for, dropped (on_header said so)
   if (h.kind != frame_kind::update || t.action == payload_target::discard) {
     fail(errc::bad_frame, fmt::format("unexpected {} frame from {}",
                                       protocol::to_string(h.kind), c->peer()));
@@ -242,7 +256,7 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
     u.data = u.keep->data();
   } else {
     std::lock_guard<std::mutex> guard{mtx_};
-    u.data = targets_[s];
+    u.data = std::exchange(targets_[s], nullptr); // one answer per partial
   }
   auto shard = s_.rack_routes->shard_of(h.tensor_id, h.chunk_index);
   caf::anon_send(s_.shards.at(shard), relay_atom::value, std::move(u));

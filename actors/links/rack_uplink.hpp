@@ -97,7 +97,13 @@ private:
   joined_job joined_;
   std::vector<uint64_t> first_;   // chunk number of each tensor's chunk 0
   std::vector<uint32_t> lengths_; // by chunk number: its floats
-  std::vector<float*> targets_;   // by chunk number: its relay buffer (mtx_)
+  // By chunk number: the relay buffer the partial in flight left, which the home's
+  // answer to it lands in, and that answer's version (mtx_). Cleared once the answer
+  // is in: any other update (a repeat, a version not asked for) is dropped, never
+  // written over a buffer the rack's shard uses again.
+  std::vector<float*> targets_;
+  std::vector<uint64_t> awaited_;
+  bool stray_ = false; // the frame on_header dropped is one (the receiver thread's)
   std::unordered_map<uint64_t, std::shared_ptr<std::vector<float>>>
     initials_; // receiving
   std::mutex mtx_;
