@@ -3,6 +3,8 @@
 // and its end, reported with the final counts before the shards let go of it.
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -121,6 +123,34 @@ void send_event(rack_ptr self, const job_event& ev) {
     return; // a hierarchical job's top level: the cluster hears of the job itself
   if (self->state.link)
     self->send(self->state.link, event_atom::value, ev);
+}
+
+// Stops a job's link to other nodes (mirror link, rack uplink) on a thread of its own:
+// stopping joins the link's threads, and one of them may be in a connection attempt
+// or a send bounded only by the request timeout. On the rack coordinator's thread that
+// held every other message: a node whose job had just ended answered the next job's
+// grant 3.4 s late, after the cluster had given up on it (bench/failover.sh under a
+// CPU hog: "node n0 did not take the job: no answer in time"). (A detached actor: the
+// actor system waits for it at shutdown. It takes an argument: CAF 0.17 spawns an
+// argument-less function actor through a null tuple pointer.)
+caf::behavior link_stopper(caf::event_based_actor* self, std::function<void()> stop,
+                           std::string what) {
+  auto started = std::chrono::steady_clock::now();
+  stop();
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+    std::chrono::steady_clock::now() - started);
+  if (took >= std::chrono::milliseconds(250))
+    spdlog::warn("{} took {} ms to stop (a connection attempt or a send in progress)",
+                 what, took.count());
+  self->quit();
+  return {};
+}
+
+template <class Link>
+void stop_off_thread(rack_ptr self, std::shared_ptr<Link> link, std::string what) {
+  self->system().spawn<caf::detached>(
+    link_stopper, std::function<void()>{[link = std::move(link)] { link->stop(); }},
+    std::move(what));
 }
 
 } // namespace
@@ -348,10 +378,12 @@ void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code
     else
       self->send(s, abort_atom::value, job_id, code, why);
   }
-  if (job.uplink)
-    job.uplink->stop(); // leaves the top level: its other participants see the rack go
+  if (job.uplink) // leaves the top level: its other participants see the rack go
+    stop_off_thread(self, std::move(job.uplink),
+                    fmt::format("job {}'s uplink to its top level", job_id));
   if (job.mirror)
-    job.mirror->stop();
+    stop_off_thread(self, std::move(job.mirror),
+                    fmt::format("job {}'s mirror link", job_id));
   st.jobs.erase(n->second);
   st.names.erase(n);
 }
@@ -377,7 +409,8 @@ void let_go(rack_ptr self, uint32_t job_id, const std::string& why) {
                fmt::format("job {} moved away from node {}: {}", job_id,
                            st.settings.node_name, why));
   if (auto j = st.jobs.find(name); j != st.jobs.end() && j->second.mirror)
-    j->second.mirror->stop();
+    stop_off_thread(self, std::move(j->second.mirror),
+                    fmt::format("job {}'s mirror link", job_id));
   st.jobs.erase(name);
   st.names.erase(n);
 }
