@@ -37,7 +37,8 @@
 #
 #   bash bench/failover.sh [--workers 4] [--bytes 16MiB] [--steps 40] [--at 10]
 #                          [--chunk-bytes 262144] [--repeat 3] [--cost-only]
-#                          [--hog N] [--faults F,...] [--json] [--smoke] [--build-dir DIR]
+#                          [--hog N] [--faults F,...] [--keep-above MS] [--json] [--smoke]
+#                          [--build-dir DIR]
 #
 # --chunk-bytes: the jobs' chunk size (default: a job's default, 256 KiB).
 # --repeat N: how many pairs of fault-free runs, without and with replicas, in turn.
@@ -47,6 +48,9 @@
 # tests/stress.sh runs the tests); its own section, failover-hog.
 # --faults F,...: only those faults (after the fault-free runs); bench/RESULTS.md left
 # alone. join runs the drain first (it takes the drained node).
+# --keep-above MS: a fault whose recovery took longer than MS keeps the run's logs (the
+# nodes', the coordinator's, the workers'; files over 1 MiB removed), named at the end:
+# an outlier that passes otherwise leaves nothing to find its cause in.
 # --smoke (see lib/common.sh): 3 workers, 64 KiB, 12 steps, fault at clock 4.
 set -euo pipefail
 # shellcheck source=lib/common.sh
@@ -56,6 +60,7 @@ common_options "$@"
 set -- ${rest[@]+"${rest[@]}"}
 
 workers=4 bytes=16MiB steps=40 at=10 json=0 delay=0 chunk_bytes=262144 cost_only=0 repeat=3 hog=0 faults=
+keep_above=
 # (Smoke steps are paced, so a fault lands while the job still runs.)
 if ((smoke)); then workers=3 bytes=64KiB steps=12 at=4 delay=100 repeat=1; fi
 while (($#)); do
@@ -70,10 +75,13 @@ while (($#)); do
     --repeat) repeat=$2; shift 2 ;;
     --hog) hog=$2; shift 2 ;;
     --faults) faults=$2; shift 2 ;;
-    -h|--help) sed -n 2,50p "$0"; exit 0 ;;
+    --keep-above) keep_above=$2; shift 2 ;;
+    -h|--help) sed -n 2,54p "$0"; exit 0 ;;
     *) usage_error "unknown option $1" ;;
   esac
 done
+[[ -z $keep_above || $keep_above =~ ^[0-9]+$ ]] ||
+  usage_error "--keep-above takes a number of milliseconds, not $keep_above"
 for f in ${faults//,/ }; do
   case $f in worker|shard|link|coordinator|restore|drain|join|node|takeover) ;;
     *) usage_error "--faults takes worker, shard, link, coordinator, restore, drain, join, node, takeover; not $f" ;;
@@ -206,6 +214,9 @@ results=()
 # report FAULT VERIFIED RECOVERY_MS STEPS: one result line.
 report() {
   results+=("$1 $2 $3 $4")
+  if [[ -n $keep_above && $3 =~ ^[0-9]+$ ]] && (($3 > keep_above)); then
+    keep_logs_because="${keep_logs_because:+$keep_logs_because; }$1 recovered in $3 ms (over --keep-above $keep_above)"
+  fi
   if ((json)); then
     printf '{"fault":"%s","verified":%s,"recovery_ms":%s,"steps":%s,"workers":%s,"bytes":%s}\n' \
       "$1" "$2" "$3" "$4" "$workers" "$((elements * 4))"

@@ -3,6 +3,8 @@
 // worker, finishes once every node has finished, and fails everywhere when any node
 // fails it or leaves the cluster.
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -194,6 +196,14 @@ caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
     return unknown(self, name);
   if (j->report.state != "running")
     return when_recorded(self, j->report);
+  // Just after a restart from the state database, a node of the job that has not
+  // registered again yet (it has --node-timeout-ms to) cannot be asked: the report as
+  // recorded, without live counts, not "it has left the cluster".
+  for (auto n : j->node_ids)
+    if (self->state.nodes.count(n) == 0
+        && std::any_of(self->state.awaited.begin(), self->state.awaited.end(),
+                       [n](const auto& a) { return a.second == n; }))
+      return when_recorded(self, j->report);
   auto rp = self->make_response_promise<job_report>();
   auto id = j->report.id;
   ask_nodes<job_event>(

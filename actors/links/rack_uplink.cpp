@@ -200,7 +200,7 @@ payload_target rack_uplink::on_header(const transports::connection_ptr& c,
     std::lock_guard<std::mutex> guard{mtx_};
     if (targets_[s] != nullptr && h.clock == awaited_[s]) // the answer to the partial
       return payload_target::into(reinterpret_cast<std::byte*>(targets_[s]));
-    stray_ = true; // on_frame lets it go: said here
+    stray_ = std::make_tuple(h.tensor_id, h.chunk_index, h.clock); // on_frame: let go
     spdlog::warn(
       "job {}: node {} sent chunk {}/{} at version {}, which this rack did not "
       "ask for ({}): dropped",
@@ -241,7 +241,9 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
                                c->peer(), h.tensor_id, h.chunk_index, err.message));
     return;
   }
-  if (std::exchange(stray_, false))
+  if (auto stray = std::exchange(stray_, std::nullopt);
+      stray && h.kind == frame_kind::update
+      && *stray == std::make_tuple(h.tensor_id, h.chunk_index, h.clock))
     return; // an update not asked for, dropped (on_header said so)
   if (h.kind != frame_kind::update || t.action == payload_target::discard) {
     fail(errc::bad_frame, fmt::format("unexpected {} frame from {}",

@@ -32,6 +32,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -103,7 +105,9 @@ private:
   // written over a buffer the rack's shard uses again.
   std::vector<float*> targets_;
   std::vector<uint64_t> awaited_;
-  bool stray_ = false; // the frame on_header dropped is one (the receiver thread's)
+  // The update on_header just dropped as not asked for (tensor, chunk, version): its
+  // on_frame lets it go (the receiver thread's).
+  std::optional<std::tuple<uint32_t, uint32_t, uint64_t>> stray_;
   std::unordered_map<uint64_t, std::shared_ptr<std::vector<float>>>
     initials_; // receiving
   std::mutex mtx_;

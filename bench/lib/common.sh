@@ -153,8 +153,9 @@ stop_pids() {
 
 # release PID...: an exit trap's common part: ignore further signals, stop PID..., remove
 # $tmp. Kept, and named, with RW_KEEP_TMP=1; kept too when the script fails (the exit
-# status set_exit_traps saw is not 0), without its files over 1 MiB (tensors, checkpoints):
-# a failure seen once must leave the nodes' and workers' logs behind for its cause.
+# status set_exit_traps saw is not 0), or when it set keep_logs_because (a figure worth
+# a look: failover.sh --keep-above), without its files over 1 MiB (tensors,
+# checkpoints): a failure seen once must leave the nodes' and workers' logs behind.
 release() {
   trap '' INT TERM HUP # a second Ctrl-C must not cut the cleanup short
   stop_pids "$@"
@@ -163,6 +164,9 @@ release() {
   elif [[ -n ${tmp:-} && ${exit_status:-0} != 0 && ${exit_status:-0} != 130 ]]; then
     find "$tmp" -type f -size +1M -delete 2>/dev/null || true
     note "failed (exit $exit_status): its logs are kept in $tmp (files over 1 MiB removed)"
+  elif [[ -n ${tmp:-} && -n ${keep_logs_because:-} ]]; then
+    find "$tmp" -type f -size +1M -delete 2>/dev/null || true
+    note "$keep_logs_because: its logs are kept in $tmp (files over 1 MiB removed)"
   elif [[ -n ${tmp:-} ]]; then
     rm -rf "$tmp"
   fi
