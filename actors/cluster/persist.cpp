@@ -1,7 +1,7 @@
 // The coordinator's side of its state database (actors/cluster/store.hpp): sending
-// each job transition to the writer (actors/cluster/store_writer.hpp) and holding
-// answers until what they report is recorded, taking the registry back at start, and reconciling with each
-// node as it registers again after the restart.
+// each job transition to the writer (actors/cluster/store_writer.hpp), holding answers
+// until what they report is recorded, taking the registry back at start, and
+// reconciling with each node as it registers again after the restart.
 
 #include <chrono>
 
