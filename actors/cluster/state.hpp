@@ -228,21 +228,20 @@ void unsave_job(cluster_ptr self, uint32_t id);
 /// Runs `fn` once every write sent so far is done (at once when none is pending): a
 /// shell hears of a transition only once it is recorded.
 void after_recorded(cluster_ptr self, std::function<void()> fn);
+/// Delivers `value` to `rp` once every write sent so far is done.
+template <class Promise, class T>
+void deliver_when_recorded(cluster_ptr self, Promise rp, T value) {
+  after_recorded(
+    self, [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); });
+}
 /// Answers `value` once every write sent so far is done.
 template <class T>
 caf::result<T> when_recorded(cluster_ptr self, T value) {
   if (self->state.writes_done >= self->state.writes_sent)
     return value;
   auto rp = self->make_response_promise<T>();
-  after_recorded(
-    self, [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); });
+  deliver_when_recorded(self, rp, std::move(value));
   return rp;
-}
-/// Delivers `value` to `rp` once every write sent so far is done.
-template <class Promise, class T>
-void deliver_when_recorded(cluster_ptr self, Promise rp, T value) {
-  after_recorded(
-    self, [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); });
 }
 /// The id a registering node gets: the one kept for its name by a restored job, else a
 /// new one.
