@@ -122,10 +122,11 @@ int main(int argc, char** argv) {
     auto start = static_cast<uint32_t>(w.clock(tensors[0].name));
     if (start > 0 && start_clock == 0)
       std::cout << "rank " << rank << ": resumes at clock " << start << std::endl;
+    std::vector<std::future<void>> resumed;
     for (uint32_t t = 0; t < tensors.size(); ++t) {
       params[t].resize(tensors[t].elements);
       if (start > 0) { // that version (or a newer one, where the step completed)
-        w.pull(tensors[t].name, params[t].data(), start).get();
+        resumed.push_back(w.pull(tensors[t].name, params[t].data(), start));
         continue;
       }
       if (!tensors[t].has_init)
@@ -137,6 +138,8 @@ int main(int argc, char** argv) {
       // Every rank reads version 0; non-zero ranks wait for rank 0's init.
       w.pull(tensors[t].name, params[t].data(), 0).get();
     }
+    for (auto& f : resumed) // all in flight at once, as a restarted process would read
+      f.get();
     // The steady state: the steps after the first two (joins, inits and first pulls
     // settle there), timed for bench/failover.sh.
     uint32_t timed_from = std::min(start + 2, steps);
