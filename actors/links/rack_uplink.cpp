@@ -14,7 +14,19 @@ using protocol::frame_header;
 using protocol::frame_kind;
 using transports::payload_target;
 
-rack_uplink::rack_uplink(uplink_settings s) : s_(std::move(s)) {
+namespace {
+
+uint64_t chunks_of(const job_spec& spec) {
+  uint64_t total = 0;
+  for (auto& t : spec.tensors)
+    total += runtime::chunk_layout{t.elements, spec.chunk_bytes}.count();
+  return total;
+}
+
+} // namespace
+
+rack_uplink::rack_uplink(uplink_settings s)
+  : s_(std::move(s)), slots_(chunks_of(s_.join.job)) {
   uint64_t total = 0;
   for (auto& t : s_.join.job.tensors) {
     first_.push_back(total);
@@ -23,8 +35,6 @@ rack_uplink::rack_uplink(uplink_settings s) : s_(std::move(s)) {
       lengths_.push_back(layout.length(c));
     total += layout.count();
   }
-  targets_.assign(lengths_.size(), nullptr);
-  awaited_.assign(lengths_.size(), 0);
   ep_ = std::make_shared<transports::tcp::endpoint>(
     s_.join.request_timeout,
     transports::receive_limits{s_.join.job.chunk_bytes, defaults::max_control_bytes});
@@ -169,8 +179,7 @@ void rack_uplink::push(uint32_t tensor, uint32_t chunk, uint64_t clock, float* p
     // The home's answer comes back into the same buffer: the partial is in the
     // kernel's hands before the home can have answered.
     std::lock_guard<std::mutex> guard{mtx_};
-    targets_[seq(tensor, chunk)] = partial;
-    awaited_[seq(tensor, chunk)] = clock + 1;
+    slots_.expect(seq(tensor, chunk), partial, clock + 1);
   }
   enqueue(std::move(p));
 }
@@ -197,17 +206,17 @@ payload_target rack_uplink::on_header(const transports::connection_ptr& c,
       buf = std::make_shared<std::vector<float>>(lengths_[s]);
       return payload_target::into(reinterpret_cast<std::byte*>(buf->data()));
     }
-    std::lock_guard<std::mutex> guard{mtx_};
-    if (targets_[s] != nullptr && h.clock == awaited_[s]) // the answer to the partial
-      return payload_target::into(reinterpret_cast<std::byte*>(targets_[s]));
+    std::string why;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (auto* answer = slots_.target(s, h.clock)) // the answer to the partial
+        return payload_target::into(reinterpret_cast<std::byte*>(answer));
+      why = slots_.why_not(s);
+    }
     stray_ = std::make_tuple(h.tensor_id, h.chunk_index, h.clock); // on_frame: let go
-    spdlog::warn(
-      "job {}: node {} sent chunk {}/{} at version {}, which this rack did not "
-      "ask for ({}): dropped",
-      s_.rack_job_id, node_of(c), h.tensor_id, h.chunk_index, h.clock,
-      targets_[s] == nullptr
-        ? std::string{"no partial of it is on its way"}
-        : fmt::format("its partial in flight asks for version {}", awaited_[s]));
+    spdlog::warn("job {}: node {} sent chunk {}/{} at version {}, which this rack did "
+                 "not ask for ({}): dropped",
+                 s_.rack_job_id, node_of(c), h.tensor_id, h.chunk_index, h.clock, why);
     return payload_target::dropped();
   }
   if (h.kind == frame_kind::error) {
@@ -258,7 +267,7 @@ void rack_uplink::on_frame(const transports::connection_ptr& c, const frame_head
     u.data = u.keep->data();
   } else {
     std::lock_guard<std::mutex> guard{mtx_};
-    u.data = std::exchange(targets_[s], nullptr); // one answer per partial
+    u.data = slots_.take(s); // one answer per partial
   }
   auto shard = s_.rack_routes->shard_of(h.tensor_id, h.chunk_index);
   caf::anon_send(s_.shards.at(shard), relay_atom::value, std::move(u));

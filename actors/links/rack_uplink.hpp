@@ -42,6 +42,7 @@
 #include "actors/shard/chunk_shard.hpp"
 #include "actors/shard/outbox.hpp"
 #include "actors/links/job_join.hpp"
+#include "actors/links/relay_slots.hpp"
 #include "actors/messages.hpp"
 #include "transports/receive_scratch.hpp"
 
@@ -99,12 +100,9 @@ private:
   joined_job joined_;
   std::vector<uint64_t> first_;   // chunk number of each tensor's chunk 0
   std::vector<uint32_t> lengths_; // by chunk number: its floats
-  // By chunk number: the relay buffer the partial in flight left, which the home's
-  // answer to it lands in, and that answer's version (mtx_). Cleared once the answer
-  // is in: any other update (a repeat, a version not asked for) is dropped, never
-  // written over a buffer the rack's shard uses again.
-  std::vector<float*> targets_;
-  std::vector<uint64_t> awaited_;
+  // By chunk number: the relay buffer of the partial in flight, which the home's
+  // answer to it lands in, once (mtx_). Any other update is dropped.
+  relay_slots slots_;
   // The update on_header just dropped as not asked for (tensor, chunk, version): its
   // on_frame lets it go (the receiver thread's).
   std::optional<std::tuple<uint32_t, uint32_t, uint64_t>> stray_;
