@@ -198,6 +198,10 @@ caf::result<node_admission> on_register(cluster_ptr self, node_info& info) {
   node_admission out{id, live_jobs_on(st, id)};
   if (returning) // read-only questions: the answer above says what the node keeps
     reconcile_node(self, id);
+  // Creations that waited for a node to place on (just after a restart) are tried
+  // again once this answer is out: a grant sent before it, the node would fail.
+  if (!st.placing_later.empty())
+    self->send(self, create_atom::value);
   return out;
 }
 
@@ -418,6 +422,7 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
       else
         replicate_again(self, job_id, ring_version, attempt);
     },
+    [=](create_atom) { retry_placements(self); },
     [=](tick_atom) {
       expire(self);
       // Every shell session and Python call is a new CAF node: CAF 0.17.6 keeps a

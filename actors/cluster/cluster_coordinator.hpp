@@ -120,6 +120,10 @@
 //   coordinator -> itself (replicate_atom, job id, ring version, attempt)  a job taken
 //                         over on that ring gets its replicas back (actors/cluster/takeover)
 //   coordinator -> itself (tick_atom)  every node_timeout / 4: forget silent nodes
+//   coordinator -> itself (create_atom)  a node registered: the creations that found no
+//                         node to place on while nodes were awaited after a restart
+//                         (create_job) are tried again, after the node's admission
+//                         answer (a grant before it, the node would fail)
 //   coordinator -> itself (untrust_atom, vector<node_id>, vector<int64_t>)  the
 //                         middleman connection each process that proved the cluster
 //                         secret is on now (-1: none; actors/node/caf_peer_sweep), looked at
@@ -180,7 +184,7 @@ using cluster_coordinator_actor = caf::typed_actor<
                   uint32_t>::with<std::string>,
   caf::replies_to<drain_atom, std::string>::with<std::string>,
   caf::replies_to<node_join_atom, std::string>::with<std::string>,
-  caf::reacts_to<tick_atom>,
+  caf::reacts_to<tick_atom>, caf::reacts_to<create_atom>,
   caf::reacts_to<untrust_atom, std::vector<caf::node_id>, std::vector<int64_t>>>;
 
 /// What the coordinator asks of a node: the node's cluster link answers.

@@ -164,6 +164,44 @@ void place_and_grant(cluster_ptr self, created_promise rp, job_spec spec,
     grant_atom::value, grant);
 }
 
+// Places the job and grants it (after probing its core links where its reduction
+// needs them). With no node to place it on while nodes that had jobs are awaited after
+// a restart (they register again within node_timeout), it waits for them: a script
+// that creates a job just after the coordinator came back is not refused for a node
+// about to return.
+void place_or_wait(cluster_ptr self, created_promise rp, const job_spec& spec,
+                   const job_placement& placement, const std::string& by) {
+  auto& st = self->state;
+  std::string why;
+  auto nodes = place_job(st, placement, why);
+  if (nodes.empty() && !st.awaited.empty()) {
+    std::vector<std::string> names;
+    for (auto& [name, id] : st.awaited)
+      names.push_back(name);
+    spdlog::info("job '{}' asked by {} waits to be placed ({}): node(s) [{}] are to "
+                 "register again within {} ms of the coordinator's start",
+                 spec.name, by, why, fmt::join(names, ", "),
+                 st.settings.node_timeout.count());
+    st.placing_later.push_back([self, rp, spec, placement, by]() mutable {
+      if (rp.pending())
+        place_or_wait(self, rp, spec, placement, by);
+    });
+    return;
+  }
+  if (nodes.empty()) {
+    rp.deliver(cluster_error(errc::unavailable, "cannot place the job: " + why));
+    return;
+  }
+  if (!wants_core_probes(spec, placement, nodes)) {
+    place_and_grant(self, rp, spec, placement, {}, by);
+    return;
+  }
+  probe_core_links(self, nodes, spec.name,
+                   [self, rp, spec, placement, by](core_probes probes) mutable {
+                     place_and_grant(self, rp, spec, placement, probes, by);
+                   });
+}
+
 } // namespace
 
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
@@ -208,20 +246,16 @@ caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
                                                            spec.name, e.what()));
     }
   }
-  std::string why;
-  auto nodes = place_job(st, placement, why);
-  if (nodes.empty())
-    return cluster_error(errc::unavailable, "cannot place the job: " + why);
   auto rp = self->make_response_promise<job_created>();
-  if (!wants_core_probes(spec, placement, nodes)) {
-    place_and_grant(self, rp, spec, placement, {}, by);
-    return rp;
-  }
-  probe_core_links(self, nodes, spec.name,
-                   [self, rp, spec, placement, by](core_probes probes) mutable {
-                     place_and_grant(self, rp, spec, placement, probes, by);
-                   });
+  place_or_wait(self, rp, spec, placement, by);
   return rp;
+}
+
+void retry_placements(cluster_ptr self) {
+  auto held = std::move(self->state.placing_later);
+  self->state.placing_later.clear();
+  for (auto& place : held)
+    place(); // may hold it again (placing_later)
 }
 
 } // namespace rw::actors::detail

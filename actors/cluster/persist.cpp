@@ -249,6 +249,7 @@ void expire_awaited(cluster_ptr self) {
                  fmt::format("node {} did not register again within {} ms of the "
                              "coordinator's restart",
                              name, st.settings.node_timeout.count()));
+  retry_placements(self); // none awaited now: placed on who is live, or refused
 }
 
 } // namespace rw::actors::detail

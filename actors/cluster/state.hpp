@@ -109,6 +109,9 @@ struct cluster_state {
   /// started (a node not back within node_timeout of it is gone).
   std::map<std::string, uint32_t> awaited;
   steady::time_point started = steady::now();
+  /// Creations that found no node to place on while nodes were still awaited: tried
+  /// again as each registers, answered once none is awaited (retry_placements).
+  std::vector<std::function<void()>> placing_later;
   /// The state database's writer (null without one), the writes sent to it and done
   /// (they are done in order), and what waits for writes up to a number to be done.
   store_writer_actor writer;
@@ -345,9 +348,14 @@ void periodic_part(cluster_ptr self, uint32_t node_id, uint32_t id, uint64_t clo
                    checkpoint_part& part);
 
 /// `by`: who asked (for the log line): "an operator at HOST:PORT (CAF node N)".
+/// Just after a restart from the state database, a job that finds no node to place
+/// on while nodes are awaited waits for them (placing_later), bounded by node_timeout.
 caf::result<job_created> create_job(cluster_ptr self, job_spec& spec,
                                     const job_placement& placement,
                                     const std::string& by);
+/// A node registered, or the wait for awaited nodes ended: the creations held for them
+/// are placed now, or held again while nodes are still awaited, or refused.
+void retry_placements(cluster_ptr self);
 
 // --- cluster/jobs.cpp --------------------------------------------------------------
 caf::result<job_report> job_status(cluster_ptr self, const std::string& name);

@@ -242,9 +242,13 @@ TEST_CASE("with a cluster secret, only nodes and shells that prove it are heard"
   CHECK(bad.code == 1);
   CHECK_THAT(bad.err, Catch::Contains("refused the shell"));
   CHECK_THAT(bad.err, Catch::Contains("wrong cluster secret"));
-  // A node with the wrong secret does not join.
-  testing::node_process stray{{"--name", "rack-c", "--cluster-secret-file", wrong},
-                              {"rack-agg", false, c.coordinator().address()}};
+  // A node with the wrong secret does not join. It tries again every heartbeat and says
+  // so every tenth try: at the default 1 s the third saying came 20 s after the first,
+  // just what the wait below allowed, and under a CPU hog it came later
+  // (tests/stress.sh, 1 run of 8). At 200 ms: 2 s apart.
+  testing::node_process stray{
+    {"--name", "rack-c", "--cluster-secret-file", wrong, "--heartbeat-ms", "200"},
+    {"rack-agg", false, c.coordinator().address()}};
   CHECK(stray.wait_for_log("did not accept the cluster secret"));
   // It keeps trying; the coordinator logs its refusal once a minute, not at every try,
   // naming where it comes from.

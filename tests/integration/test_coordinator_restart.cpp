@@ -2,7 +2,8 @@
 // job trains, the data path does not notice; started again with the same database, it
 // has its jobs back, and a job created before the kill admits its workers after it.
 // A node that restarted with it gets its waiting job granted again; a node that never
-// comes back fails its jobs after the node timeout. A job's checkpoints are kept too:
+// comes back fails its jobs after the node timeout, and a job created on a node still
+// to come back waits for it. A job's checkpoints are kept too:
 // its periodic checkpoints go on, and a node's death restarts it from the newest. A
 // database it cannot trust stops it at start, naming the file.
 
@@ -291,6 +292,71 @@ TEST_CASE("a node that restarted with the coordinator gets its waiting job again
     check_verified(w, "here", deadline);
   there->proc->signal(SIGKILL); // its node is gone: it fails on its own, or is stopped
   there->proc->wait_until(clock_type::now() + std::chrono::seconds(10));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("just after a coordinator restart a job created on a node still to register "
+          "again waits for it, and one on a node nobody awaits is refused at once",
+          "[integration][cluster][persist]") {
+  auto dir = scratch_dir();
+  auto db = dir + "/state.db";
+  auto listen = "127.0.0.1:" + std::to_string(free_port());
+  auto embedded = [&] {
+    return std::make_unique<node_process>(
+      std::vector<std::string>{"--name", "rack-a", "--state-db", db, "--node-timeout-ms",
+                               "8000"},
+      node_role{"rack-agg", false, {}, listen});
+  };
+  auto rack_b = [&] {
+    return std::make_unique<node_process>(std::vector<std::string>{"--name", "rack-b"},
+                                          node_role{"rack-agg", false, listen});
+  };
+  auto first = embedded();
+  auto b = rack_b();
+  REQUIRE(first->wait_for_log("2 node(s) live", std::chrono::seconds(15)));
+  auto shell = [&](const std::string& code) {
+    return run_shell({"--connect", listen, "-c", code});
+  };
+  // A job on rack-b: the restarted coordinator awaits rack-b by name.
+  auto made = shell("print(rw.job_create{name = 'there', workers = 1, "
+                    "node = 'rack-b'}.token ~= nil)");
+  INFO(made.err);
+  REQUIRE(made.out == "true\n");
+  first->process().signal(SIGKILL);
+  b->process().signal(SIGKILL);
+  CHECK(first->process().wait_until(clock_type::now() + std::chrono::seconds(5))
+        == std::optional<int>{128 + SIGKILL});
+  CHECK(b->process().wait_until(clock_type::now() + std::chrono::seconds(5))
+        == std::optional<int>{128 + SIGKILL});
+  first.reset();
+  b.reset();
+
+  auto again = embedded();
+  CHECK(again->wait_for_log("registry restored from " + db + ": 1 job(s), 1 live"));
+  // Created on rack-b before rack-b is back: it waits (it used to be refused with "no
+  // live node is named 'rack-b'"), and is placed once rack-b registers.
+  auto shell_err = temp_path("shell.err");
+  tools::subprocess early{{RW_SHELL_PATH, "--connect", listen, "-c",
+                           "print(rw.job_create{name = 'early', workers = 1, "
+                           "node = 'rack-b'}.node)"},
+                          true,
+                          shell_err};
+  CHECK(again->wait_for_log("job 'early' asked by", std::chrono::seconds(10)));
+  CHECK(again->log().find("waits to be placed (no live node is named 'rack-b'")
+        != std::string::npos);
+  auto deadline = clock_type::now() + std::chrono::seconds(30);
+  CHECK_FALSE(early.wait_until(clock_type::now() + std::chrono::milliseconds(500))
+                .has_value()); // still waiting: nothing answered it
+  b = rack_b();
+  auto out = early.read_all(deadline);
+  CHECK(early.wait_until(deadline) == std::optional<int>{0});
+  INFO(read_file(shell_err));
+  CHECK(out == "rack-b\n");
+  // Nobody is awaited now: a node that does not exist is refused at once, as ever.
+  auto none = shell("rw.job_create{name = 'nowhere', workers = 1, node = 'rack-z'}");
+  CHECK(none.code != 0);
+  CHECK_THAT(none.err, Catch::Contains("no live node is named 'rack-z'"));
+  std::remove(shell_err.c_str());
   std::filesystem::remove_all(dir);
 }
 
