@@ -88,7 +88,7 @@ std::chrono::milliseconds step_until_cut(worker& w, testing::node_process& node,
 
 } // namespace
 
-TEST_CASE("a worker that reads nothing is cut off past its send queue's bound; the other "
+TEST_CASE("a worker that reads nothing is cut off past its send queue's bound, the other "
           "job on its shard keeps stepping",
           "[integration][bad][slow]") {
   testing::node_process node{{"--shards", "1", "--io-timeout-ms",
@@ -107,7 +107,7 @@ TEST_CASE("a worker that reads nothing is cut off past its send queue's bound; t
   CHECK(peer.closed_by_peer(10s));
 }
 
-TEST_CASE("a worker that reads nothing for the I/O timeout is cut off; the other job on "
+TEST_CASE("a worker that reads nothing for the I/O timeout is cut off, the other job on "
           "its shard keeps stepping",
           "[integration][bad][slow]") {
   testing::node_process node{

@@ -87,6 +87,7 @@ class Test:
         self.locks = sorted(props.get("RESOURCE_LOCK", []))
         self.skip = [re.compile(x) for x in props.get("SKIP_REGULAR_EXPRESSION", [])]
         self.passing = [re.compile(x) for x in props.get("PASS_REGULAR_EXPRESSION", [])]
+        self.failing = [re.compile(x) for x in props.get("FAIL_REGULAR_EXPRESSION", [])]
         self.will_fail = bool(props.get("WILL_FAIL", False))
         self.disabled = bool(props.get("DISABLED", False))
 
@@ -203,11 +204,15 @@ def run_one(test, env, default_timeout, log_path, locks, running):
         ok = rc == 0
         if test.passing:
             ok = any(r.search(text) for r in test.passing)
+        failing = any(r.search(text) for r in test.failing)
+        if failing:
+            ok = False
         if test.will_fail:
             ok = not ok
         if ok:
             return "passed", seconds, ""
-        return "failed", seconds, (f"exit status {rc}" if rc != 0
+        return "failed", seconds, ("its output has the fail expression" if failing
+                                   else f"exit status {rc}" if rc != 0
                                    else "its output lacks the pass expression")
     finally:
         for name in reversed(test.locks):
@@ -272,8 +277,10 @@ def main(argv):
             failed_here = 0
             with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
                 futures = {}
-                for t in chosen:
-                    log = os.path.join(run_dir, slug(t.name) + ".log")
+                for i, t in enumerate(chosen):
+                    # Two tests may share a name (ctest allows it): the position keeps
+                    # their logs apart (one's removal once made the other's read fail).
+                    log = os.path.join(run_dir, f"{i + 1:03d}-{slug(t.name)}.log")
                     futures[pool.submit(run_one, t, env, a.timeout, log, locks,
                                         running)] = (t, log)
                 for f in concurrent.futures.as_completed(futures):

@@ -186,7 +186,7 @@ TEST_CASE("a header's announced size takes nothing until its bytes come", "[admi
   CHECK(policy.stranger_bytes->held() == 0);
 }
 
-TEST_CASE("a stranger's frame has a deadline; a joined peer's has none", "[admission]") {
+TEST_CASE("a stranger's frame has a deadline, a joined peer's has none", "[admission]") {
   node_endpoint node{0, 300};
   auto& ep = *node.ep;
   auto& at = node.at;
@@ -215,7 +215,7 @@ TEST_CASE("a stranger's frame has a deadline; a joined peer's has none", "[admis
   CHECK(sink.closed.size() == 1); // the joined one is not cut
 }
 
-TEST_CASE("a stranger idle after a whole frame is closed; one waiting is not",
+TEST_CASE("a stranger idle after a whole frame is closed, one waiting is not",
           "[admission]") {
   node_endpoint node{0, 300};
   auto& ep = *node.ep;

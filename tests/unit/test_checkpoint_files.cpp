@@ -83,7 +83,7 @@ ck::manifest write_sample(const std::string& dir) {
 
 } // namespace
 
-TEST_CASE("a link planted at a checkpoint's temporary name is refused; its target is "
+TEST_CASE("a link planted at a checkpoint's temporary name is refused, its target is "
           "unchanged",
           "[checkpoint]") {
   temp_dir d, elsewhere{"victim"};

@@ -54,7 +54,7 @@ TEST_CASE("a checkpoint root must be an existing directory", "[checkpoint]") {
                     Catch::Contains("not an existing directory"));
 }
 
-TEST_CASE("checkpoint paths resolve under the root; outside it they are refused with the "
+TEST_CASE("checkpoint paths resolve under the root, outside it they are refused with the "
           "reason",
           "[checkpoint]") {
   temp_dir d{"root"}, elsewhere{"elsewhere"};

@@ -530,7 +530,7 @@ TEST_CASE("fabric: a placed frame for no buffer closes that connection", "[fabri
   CHECK(f.rb.headers.empty());
 }
 
-TEST_CASE("fabric: only an update may be flagged placed; every other frame's payload is "
+TEST_CASE("fabric: only an update may be flagged placed, every other frame's payload is "
           "bounded by its slot",
           "[fabric][bad]") {
   // A `place` frame flagged as placed once skipped the slot bound, and the endpoint then

@@ -66,7 +66,7 @@ TEST_CASE("a rank gone without bye is away until it joins again or its window cl
   CHECK(c.away == 1);
 }
 
-TEST_CASE("a bye on one of several connections keeps the rank; the last one leaves it",
+TEST_CASE("a bye on one of several connections keeps the rank, the last one leaves it",
           "[rank_book]") {
   rank_book book{2};
   book.join(0, "h:1", 5);

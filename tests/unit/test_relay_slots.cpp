@@ -22,7 +22,7 @@ using namespace rw;
 using namespace rw::actors;
 
 TEST_CASE("a chunk's answer lands in its partial's buffer once, at the version asked "
-          "for; nothing else lands anywhere",
+          "for, nothing else lands anywhere",
           "[links][hierarchical]") {
   relay_slots slots{4};
   float partial[8] = {};

@@ -195,7 +195,7 @@ TEST_CASE("a peer that lets more than the bound pile up is cut off with the reas
 }
 
 TEST_CASE(
-  "a peer that takes nothing for the I/O timeout is cut off; one that reads is not",
+  "a peer that takes nothing for the I/O timeout is cut off, one that reads is not",
   "[send_queue]") {
   pair_of_sockets s;
   auto c = queued(s.node, 64 << 20, 300ms);

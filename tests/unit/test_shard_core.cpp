@@ -206,7 +206,7 @@ TEST_CASE("shard_core: with other requests waiting, a push waits in the backlog 
 }
 
 TEST_CASE("shard_core: a checkpoint at a clock the chunk has not reached is answered "
-          "right after its step; an unknown job's is refused",
+          "right after its step, an unknown job's is refused",
           "[shard_core]") {
   one_shard s{optimizer_kind::sum, 1};
   REQUIRE(!s.refused);
@@ -260,7 +260,7 @@ TEST_CASE("shard_core: a step that waits past the step timeout is reported to th
 }
 
 TEST_CASE("shard_core: requests about a job the shard does not hold are refused, naming "
-          "it; a frame for it is answered with an error",
+          "it, a frame for it is answered with an error",
           "[shard_core]") {
   one_shard s{optimizer_kind::sum};
   REQUIRE(!s.refused);

@@ -120,7 +120,7 @@ TEST_CASE(
   CHECK(reinterpret_cast<const float*>(g)[0] == 5.0f);
 }
 
-TEST_CASE("completions the worker's ring has no room for wait in order; a worker that "
+TEST_CASE("completions the worker's ring has no room for wait in order, a worker that "
           "takes none is cut off",
           "[shm]") {
   auto spec = spec_of(5000);
