@@ -285,7 +285,10 @@ def main(argv):
                                         running)] = (t, log)
                 for f in concurrent.futures.as_completed(futures):
                     t, log = futures[f]
-                    outcome, seconds, why = f.result()
+                    try:
+                        outcome, seconds, why = f.result()
+                    except Exception as e:  # the harness's own error: this test's, not all
+                        outcome, seconds, why = "failed", 0.0, f"the harness failed: {e!r}"
                     counts[outcome] += 1
                     if outcome in ("failed", "timeout"):
                         failed_here += 1
