@@ -48,6 +48,28 @@ uint16_t free_port() {
   return ntohs(addr.sin_port);
 }
 
+// SIGKILL to both nodes (nothing written on the way out); both gone.
+void kill_both(std::unique_ptr<node_process>& x, std::unique_ptr<node_process>& y) {
+  for (auto* n : {&x, &y})
+    (*n)->process().signal(SIGKILL);
+  for (auto* n : {&x, &y}) {
+    CHECK((*n)->process().wait_until(clock_type::now() + std::chrono::seconds(5))
+          == std::optional<int>{128 + SIGKILL});
+    n->reset();
+  }
+}
+
+// rack-a with the coordinator embedded (--state-db `db`): they die and come back
+// together.
+std::unique_ptr<node_process> embedded_rack_a(const std::string& listen,
+                                              const std::string& db,
+                                              const std::string& node_timeout_ms) {
+  return std::make_unique<node_process>(
+    std::vector<std::string>{"--name", "rack-a", "--state-db", db, "--node-timeout-ms",
+                             node_timeout_ms},
+    node_role{"rack-agg", false, {}, listen});
+}
+
 std::unique_ptr<node_process> start_coordinator(const std::string& listen,
                                                 const std::string& db) {
   return std::make_unique<node_process>(
@@ -227,12 +249,7 @@ TEST_CASE("a node that restarted with the coordinator gets its waiting job again
   auto db = dir + "/state.db";
   // The rack-agg that embeds the coordinator: both die together, and come back.
   auto listen = "127.0.0.1:" + std::to_string(free_port());
-  auto embedded = [&] {
-    return std::make_unique<node_process>(
-      std::vector<std::string>{"--name", "rack-a", "--state-db", db, "--node-timeout-ms",
-                               "4000"},
-      node_role{"rack-agg", false, {}, listen});
-  };
+  auto embedded = [&] { return embedded_rack_a(listen, db, "4000"); };
   auto first = embedded();
   auto b = std::make_unique<node_process>(std::vector<std::string>{"--name", "rack-b"},
                                           node_role{"rack-agg", false, listen});
@@ -257,14 +274,7 @@ TEST_CASE("a node that restarted with the coordinator gets its waiting job again
   // A status answer waits for what the coordinator recorded before it: the state
   // database says running from here on.
   CHECK(shell("print(rw.job_status('there').state)").out == "running\n");
-  first->process().signal(SIGKILL);
-  b->process().signal(SIGKILL);
-  CHECK(first->process().wait_until(clock_type::now() + std::chrono::seconds(5))
-        == std::optional<int>{128 + SIGKILL});
-  CHECK(b->process().wait_until(clock_type::now() + std::chrono::seconds(5))
-        == std::optional<int>{128 + SIGKILL});
-  first.reset();
-  b.reset();
+  kill_both(first, b);
 
   auto again = embedded();
   CHECK(again->wait_for_log("registry restored from " + db + ": 2 job(s), 2 live"));
@@ -301,12 +311,7 @@ TEST_CASE("just after a coordinator restart a job created on a node still to reg
   auto dir = scratch_dir();
   auto db = dir + "/state.db";
   auto listen = "127.0.0.1:" + std::to_string(free_port());
-  auto embedded = [&] {
-    return std::make_unique<node_process>(
-      std::vector<std::string>{"--name", "rack-a", "--state-db", db, "--node-timeout-ms",
-                               "8000"},
-      node_role{"rack-agg", false, {}, listen});
-  };
+  auto embedded = [&] { return embedded_rack_a(listen, db, "8000"); };
   auto rack_b = [&] {
     return std::make_unique<node_process>(std::vector<std::string>{"--name", "rack-b"},
                                           node_role{"rack-agg", false, listen});
@@ -322,14 +327,7 @@ TEST_CASE("just after a coordinator restart a job created on a node still to reg
                     "node = 'rack-b'}.token ~= nil)");
   INFO(made.err);
   REQUIRE(made.out == "true\n");
-  first->process().signal(SIGKILL);
-  b->process().signal(SIGKILL);
-  CHECK(first->process().wait_until(clock_type::now() + std::chrono::seconds(5))
-        == std::optional<int>{128 + SIGKILL});
-  CHECK(b->process().wait_until(clock_type::now() + std::chrono::seconds(5))
-        == std::optional<int>{128 + SIGKILL});
-  first.reset();
-  b.reset();
+  kill_both(first, b);
 
   auto again = embedded();
   CHECK(again->wait_for_log("registry restored from " + db + ": 1 job(s), 1 live"));
