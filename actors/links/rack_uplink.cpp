@@ -14,19 +14,7 @@ using protocol::frame_header;
 using protocol::frame_kind;
 using transports::payload_target;
 
-namespace {
-
-uint64_t chunks_of(const job_spec& spec) {
-  uint64_t total = 0;
-  for (auto& t : spec.tensors)
-    total += runtime::chunk_layout{t.elements, spec.chunk_bytes}.count();
-  return total;
-}
-
-} // namespace
-
-rack_uplink::rack_uplink(uplink_settings s)
-  : s_(std::move(s)), slots_(chunks_of(s_.join.job)) {
+rack_uplink::rack_uplink(uplink_settings s) : s_(std::move(s)) {
   uint64_t total = 0;
   for (auto& t : s_.join.job.tensors) {
     first_.push_back(total);
@@ -35,6 +23,7 @@ rack_uplink::rack_uplink(uplink_settings s)
       lengths_.push_back(layout.length(c));
     total += layout.count();
   }
+  slots_ = relay_slots{lengths_.size()};
   ep_ = std::make_shared<transports::tcp::endpoint>(
     s_.join.request_timeout,
     transports::receive_limits{s_.join.job.chunk_bytes, defaults::max_control_bytes});

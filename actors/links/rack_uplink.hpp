@@ -102,7 +102,7 @@ private:
   std::vector<uint32_t> lengths_; // by chunk number: its floats
   // By chunk number: the relay buffer of the partial in flight, which the home's
   // answer to it lands in, once (mtx_). Any other update is dropped.
-  relay_slots slots_;
+  relay_slots slots_{0};
   // The update on_header just dropped as not asked for (tensor, chunk, version): its
   // on_frame lets it go (the receiver thread's).
   std::optional<std::tuple<uint32_t, uint32_t, uint64_t>> stray_;
