@@ -32,6 +32,7 @@
 #include "apps/bench/cluster_job.hpp"
 #include "apps/bench/comm_args.hpp"
 #include "apps/bench/comm_worker.hpp"
+#include "apps/tools/crash_report.hpp"
 #include "apps/tools/exit_codes.hpp"
 #include "apps/tools/subprocess.hpp"
 #include "apps/tools/units.hpp"
@@ -404,6 +405,7 @@ void add_common(CLI::App* cmd, comm_args& a) {
 } // namespace
 
 int main(int argc, char** argv) {
+  rw::tools::install_crash_report("rw-bench"); // a fault leaves a backtrace on stderr
   // Logs (the worker library's too, in the worker processes) go to stderr: stdout
   // carries the results the parent and the bench scripts parse.
   spdlog::set_default_logger(spdlog::stderr_color_mt("rw-bench"));

@@ -18,6 +18,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "apps/tools/crash_report.hpp"
 #include "apps/tools/exit_codes.hpp"
 #include "apps/tools/logging.hpp"
 #include "apps/tools/metrics_server.hpp"
@@ -141,6 +142,7 @@ private:
 } // namespace
 
 int main(int argc, char** argv) {
+  rw::tools::install_crash_report("rw-node"); // a fault leaves a backtrace on stderr
   // Signals are taken by sigwait below, never by another thread: blocked before any
   // thread starts (the log's flusher, the actor system's, the metrics server's), which
   // inherit the mask. A thread that did not block them would die of SIGTERM with the

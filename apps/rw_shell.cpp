@@ -21,6 +21,7 @@
 #include "apps/shell/cluster_client.hpp"
 #include "apps/shell/lua_rw.hpp"
 #include "apps/shell/repl.hpp"
+#include "apps/tools/crash_report.hpp"
 #include "apps/tools/exit_codes.hpp"
 #include "rackweave/defaults.hpp"
 #include "runtime/credentials.hpp"
@@ -60,6 +61,7 @@ std::vector<std::string> script_args(int argc, char** argv, int& our_argc) {
 } // namespace
 
 int main(int argc, char** argv) {
+  rw::tools::install_crash_report("rw-shell"); // a fault leaves a backtrace on stderr
   int our_argc = argc;
   auto args = script_args(argc, argv, our_argc);
   std::string connect = rw::defaults::listen;
