@@ -68,12 +68,17 @@ stop_node() {
     sleep 0.1
   done
   if kill -0 "$node_pid" 2>/dev/null; then
-    echo "demo: the node did not stop within 5 s of SIGTERM" >&2
+    echo "demo: the node did not stop within 5 s of SIGTERM; its log (tail):" >&2
+    tail -n 40 "$tmp/node.log" | sed 's/^/  /' >&2
     return 1 # the EXIT trap kills it
   fi
   wait "$node_pid" || rc=$?
   forget "$node_pid"
-  ((rc == 0)) || { echo "demo: the node exited with $rc" >&2; return 1; }
+  if ((rc != 0)); then
+    echo "demo: the node exited with $rc; its log (tail):" >&2
+    tail -n 40 "$tmp/node.log" | sed 's/^/  /' >&2
+    return 1
+  fi
   echo "demo: node log (tail):"
   tail -n 8 "$tmp/node.log" | sed 's/^/  /'
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # TLS on the control plane (--tls-cert, --tls-key, --tls-ca), end to end on 127.0.0.1:
 #  1. without TLS, a capture of the coordinator's control port (tcpdump on lo) holds the
-#     token of a job a shell created: the check below can fail;
+#     token of a job a shell created, even with tcpdump held stopped meanwhile: the
+#     check below can fail, and a capture is complete before it is read;
 #  2. with TLS on the coordinator, a second rack-agg node and the shell, the same capture
 #     holds neither the token nor any CAF message type name, and the node registered;
 #  3. refusals: a shell without TLS, a shell whose certificate another CA signed, files
@@ -71,8 +72,15 @@ control_port_of() { # LOG: the coordinator's control port, from its start line
   sed -n 's/.*cluster coordinator up: control=[^ ]*:\([0-9]*\).*/\1/p' "$1" | sed -n 1p
 }
 # Captures the control port into FILE; the tcpdump PID in $REPLY. PORT FILE
+# The kernel hands tcpdump packets through a ring that drops what does not fit while
+# tcpdump is behind. In immediate mode each slot is as large as the snapshot length
+# (-s 0: 256 KiB), so the default 2 MiB ring held only 8 packets, and under load the
+# plain capture once lost the shell's (FAIL: "misses the token"). Whole loopback
+# packets (-s 65600) in a 64 MiB ring (-B, KiB) hold about 1,000; stop_capture fails
+# if any was dropped, so the TLS check below never passes on a capture with holes.
 start_capture() {
-  tcpdump -i lo --immediate-mode -U -n -s 0 -w "$2" "tcp port $1" 2>"$2.log" &
+  tcpdump -i lo --immediate-mode -U -n -s 65600 -B 65536 -w "$2" "tcp port $1" \
+    2>"$2.log" &
   REPLY=$!
   pids+=("$REPLY")
   local i
@@ -83,12 +91,30 @@ start_capture() {
   cat "$2.log" >&2
   fail "tcpdump did not start within 5 s"
 }
-stop_capture() { # PID
-  kill -INT "$1" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 100; i++)); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.05; done
-  kill -KILL "$1" 2>/dev/null || true
+# Stops a capture once it has read everything sent before: tcpdump exits on SIGINT
+# without reading the packets the kernel still holds for it. A marker sent to the
+# port afterwards and found in the file (-U writes each packet as it is read) proves
+# the packets before it were read. The node gets the marker as a stranger's bytes.
+# Fails unless tcpdump reports that the kernel dropped none. PID PORT FILE
+stop_capture() {
+  local pid=$1 port=$2 file=$3 marker="rw-capture-marker-$RANDOM$RANDOM" i
+  (exec 3<>"/dev/tcp/127.0.0.1/$port" && printf '%s' "$marker" >&3) 2>/dev/null ||
+    fail "could not send the capture's marker to port $port"
+  for ((i = 0; i < 200; i++)); do
+    grep -aqF "$marker" "$file" && break
+    sleep 0.05
+  done
+  grep -aqF "$marker" "$file" || fail "the capture of port $port did not catch up within 10 s"
+  kill -INT "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -0 "$pid" 2>/dev/null && fail "tcpdump did not stop within 5 s of SIGINT"
+  grep -q "^0 packets dropped by kernel" "$file.log" ||
+    { cat "$file.log" >&2; fail "the capture of port $port has holes: the kernel dropped packets"; }
 }
+
 shell() { timeout -k 5 60 "$shell_bin" --timeout 5000 "$@"; }
 create_job='local j = rw.job_create{name = "tls-job", workers = 2}; print(j.token)'
 
@@ -99,8 +125,12 @@ port=$(control_port_of "$tmp/plain.log")
 [[ -n $port ]] || fail "no control port in the plain node's log"
 start_capture "$port" "$tmp/plain.pcap"
 capture=$REPLY
+# tcpdump reads nothing while the shell runs (the worst case under load): its packets
+# wait in the kernel, and stop_capture must still find them.
+kill -STOP "$capture"
 token=$(shell --connect "$(<"$tmp/plain.port")" -c "$create_job")
-stop_capture "$capture"
+kill -CONT "$capture"
+stop_capture "$capture" "$port" "$tmp/plain.pcap"
 [[ $token == rwt1_* ]] || fail "the plain shell printed no token: $token"
 grep -aqF "$token" "$tmp/plain.pcap" ||
   fail "the capture of a plain control port misses the token: the check cannot fail"
@@ -144,7 +174,7 @@ if grep -q "node left the cluster" "$tmp/tls.log" || [[ $nodes != 2 ]]; then
   echo "tls_control: note: a node's TLS connection to the coordinator closed (issue 38)" >&2
 fi
 [[ $nodes == 2 ]] || fail "the coordinator lists $nodes nodes, not 2, after 15 s"
-stop_capture "$capture"
+stop_capture "$capture" "$port" "$tmp/tls.pcap"
 bytes=$(stat -c %s "$tmp/tls.pcap")
 ((bytes > 4096)) || fail "the TLS capture holds only $bytes bytes: nothing was captured"
 ! grep -aqF "$token" "$tmp/tls.pcap" || fail "the job's token crossed the TLS control port in clear"

@@ -24,7 +24,8 @@ import sys
 import threading
 import time
 
-DEFAULT_TESTS = r"^(python_package|bench_smoke_(failover|rack_bound|netns_racks))$"
+DEFAULT_TESTS = (r"^(python_package|demo_digits|tls_control_plane"
+                 r"|bench_smoke_(failover|rack_bound|netns_racks))$")
 
 
 def parse_args(argv):
