@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The multi-process tests (integration: failover, racks, checkpoints, moves; the Python
 # package; the README's demo; TLS on the control plane; the failover, rack-bound and
-# netns-racks bench smokes) run N times with a
-# CPU hog on every core, to bring out the races an idle machine hides. Each failure's
-# output is kept; the report lists every test that failed, how often, and where its
-# output is. Exits 1 on any failure or timeout.
+# netns-racks bench smokes) run N times with a CPU hog on every core, to bring out the
+# races an idle machine hides. Each failure's output is kept; the report lists every
+# test that failed, how often, and where its output is. Exits 1 on any failure or
+# timeout.
 #
 #   bash tests/stress.sh [--runs 20] [--build-dir DIR] [--label integration]
 #                        [--tests REGEX] [--only REGEX] [--hog N] [--jobs 2]
