@@ -1,5 +1,8 @@
 #include "services/locator.hpp"
 
+#include <algorithm>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "rackweave/defaults.hpp"
@@ -35,9 +38,12 @@ public:
       return;
     }
     protocol::error_msg err;
-    failure = decode(buf.data(), buf.size(), err, why) == errc::ok
-                ? err.message
-                : "undecodable error: " + why;
+    if (decode(buf.data(), buf.size(), err, why) == errc::ok) {
+      failure = err.message;
+      code = err.code;
+    } else {
+      failure = "undecodable error: " + why;
+    }
   }
   void on_closed(const connection_ptr&, errc, const std::string& why) override {
     if (!answered) {
@@ -50,8 +56,35 @@ public:
   std::vector<std::byte> buf;
   bool answered = false;
   std::string failure;
+  errc code = errc::internal; // of an error frame
   protocol::located_msg answer;
 };
+
+constexpr auto locate_retry_gap = std::chrono::milliseconds(50);
+
+// One question on a connection (and endpoint) of its own, answered or not by
+// `deadline`.
+void ask_once(const address& where, const std::string& node,
+              std::chrono::steady_clock::time_point deadline, answer_sink& sink) {
+  auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         deadline - std::chrono::steady_clock::now()),
+                       std::chrono::milliseconds(1));
+  endpoint ep{left, control_only};
+  std::shared_ptr<transports::tcp::connection> conn;
+  try {
+    conn = ep.connect(where, left);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("no node answers at {}: {}", node, e.what()));
+  }
+  protocol::frame_header h;
+  h.kind = protocol::frame_kind::locate;
+  if (!conn->send(h))
+    throw std::runtime_error(
+      fmt::format("cannot ask the node at {} for the coordinator", node));
+  while (!sink.answered && std::chrono::steady_clock::now() < deadline)
+    ep.poll(50, sink);
+  conn->close();
+}
 
 } // namespace
 
@@ -62,35 +95,44 @@ protocol::located_msg locate(const std::string& node, std::chrono::milliseconds 
   } catch (const std::exception& e) {
     throw std::runtime_error(e.what());
   }
-  endpoint ep{timeout, control_only};
-  std::shared_ptr<transports::tcp::connection> conn;
-  try {
-    conn = ep.connect(where, timeout);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("no node answers at {}: {}", node, e.what()));
+  auto started = std::chrono::steady_clock::now();
+  auto deadline = started + timeout;
+  bool answered = false;
+  std::string failure;
+  protocol::located_msg answer;
+  int asked = 0;
+  for (;;) {
+    answer_sink sink;
+    ask_once(where, node, deadline, sink);
+    ++asked;
+    answered = sink.answered;
+    failure = std::move(sink.failure);
+    answer = std::move(sink.answer);
+    // "Not yet" (a node that has not registered with its coordinator since it
+    // started): asked again, within the same timeout, as a client would by hand.
+    if (!answered || failure.empty() || sink.code != errc::unavailable
+        || std::chrono::steady_clock::now() + locate_retry_gap >= deadline)
+      break;
+    std::this_thread::sleep_for(locate_retry_gap);
   }
-  protocol::frame_header h;
-  h.kind = protocol::frame_kind::locate;
-  if (!conn->send(h))
-    throw std::runtime_error(
-      fmt::format("cannot ask the node at {} for the coordinator", node));
-  answer_sink sink;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!sink.answered && std::chrono::steady_clock::now() < deadline)
-    ep.poll(50, sink);
-  conn->close();
-  if (!sink.answered)
+  if (!answered)
     throw std::runtime_error(
       fmt::format("the node at {} did not say where the coordinator "
                   "is within {} ms",
                   node, timeout.count()));
-  if (!sink.failure.empty())
-    throw std::runtime_error(fmt::format("the node at {}: {}", node, sink.failure));
-  auto coord = parse_address(sink.answer.coordinator);
+  if (!failure.empty())
+    throw std::runtime_error(
+      asked > 1 ? fmt::format("the node at {}: {} (still after {} tries in {} ms)", node,
+                              failure, asked,
+                              std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now() - started)
+                                .count())
+                : fmt::format("the node at {}: {}", node, failure));
+  auto coord = parse_address(answer.coordinator);
   if (is_wildcard(coord.host))
     coord.host = where.host;
-  sink.answer.coordinator = coord.to_string();
-  return sink.answer;
+  answer.coordinator = coord.to_string();
+  return answer;
 }
 
 locator_service::locator_service(const std::string& listen, protocol::located_msg answer,

@@ -3,9 +3,10 @@
 // has its jobs back, and a job created before the kill admits its workers after it.
 // A node that restarted with it gets its waiting job granted again; a node that never
 // comes back fails its jobs after the node timeout, and a job created on a node still
-// to come back waits for it. A job's checkpoints are kept too:
-// its periodic checkpoints go on, and a node's death restarts it from the newest. A
-// database it cannot trust stops it at start, naming the file.
+// to come back waits for it, as does a shell that asks a node not yet registered. A
+// job's checkpoints are kept too: its periodic checkpoints go on, and a node's death
+// restarts it from the newest. A database it cannot trust stops it at start, naming
+// the file.
 
 #include <csignal>
 #include <filesystem>
@@ -356,6 +357,42 @@ TEST_CASE("just after a coordinator restart a job created on a node still to reg
   CHECK_THAT(none.err, Catch::Contains("no live node is named 'rack-z'"));
   std::remove(shell_err.c_str());
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a shell that reaches a node before the node registered with its coordinator "
+          "waits for it within its timeout, and says so when the timeout ends first",
+          "[integration][cluster]") {
+  // The node's coordinator is not up yet: the node listens, and answers "where is the
+  // coordinator" with "not yet" until its link registers (every 100 ms it tries).
+  auto listen = "127.0.0.1:" + std::to_string(free_port());
+  node_process member{{"--name", "rack-a", "--heartbeat-ms", "100"},
+                      node_role{"rack-agg", false, listen}};
+  auto short_wait = run_shell(
+    {"--connect", member.address(), "--timeout", "600", "-c", "print(#rw.nodes())"});
+  INFO(short_wait.err);
+  CHECK(short_wait.code == 3); // not reached
+  CHECK_THAT(short_wait.err,
+             Catch::Contains("this node has not reached its cluster coordinator yet")
+               && Catch::Contains("tries in"));
+  // A job created through it meanwhile (the Python package's create_job once failed
+  // so, under load, just after its node started) is created once the coordinator
+  // comes up and the node registers, 1 s later.
+  auto shell_err = temp_path("shell.err");
+  tools::subprocess early{{RW_SHELL_PATH, "--connect", member.address(), "--timeout",
+                           "20000", "-c",
+                           "print(rw.job_create{name = 'early', workers = 1}.node)"},
+                          true,
+                          shell_err};
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  CHECK_FALSE(early.wait_until(clock_type::now()).has_value()); // still asking
+  node_process coordinator{{"--name", "coord"},
+                           node_role{"coordinator", false, {}, listen}};
+  auto deadline = clock_type::now() + std::chrono::seconds(30);
+  auto out = early.read_all(deadline);
+  CHECK(early.wait_until(deadline) == std::optional<int>{0});
+  INFO(read_file(shell_err));
+  CHECK(out == "rack-a\n");
+  std::remove(shell_err.c_str());
 }
 
 TEST_CASE("after a coordinator restart a job's periodic checkpoints go on, and a node's "
