@@ -1,7 +1,6 @@
 #include "apps/tools/crash_report.hpp"
 
 #include <execinfo.h>
-#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -9,7 +8,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 
 namespace rw::tools {
 namespace {
