@@ -24,6 +24,7 @@
 #include "apps/tools/metrics_server.hpp"
 #include "apps/tools/metrics_snapshot.hpp"
 #include "actors/cluster_messages.hpp"
+#include "actors/node/caf_peer_sweep.hpp"
 #include "actors/node/control_tls.hpp"
 #include "actors/node/coordinator_node.hpp"
 #include "actors/node/idle_policy.hpp"
@@ -303,6 +304,9 @@ int main(int argc, char** argv) {
     node->stop();
   if (coordinator)
     coordinator->stop();
+  // CAF's helpers for the remote processes it met go before the actor system does
+  // (actors/node/caf_peer_sweep.hpp): one left running crashed the node at its exit.
+  rw::actors::detail::stop_peer_helpers(sys);
   if (metrics)
     metrics->stop();
   if (snapshot)

@@ -1,5 +1,6 @@
 #include "actors/node/caf_peer_sweep.hpp"
 
+#include <algorithm>
 #include <future>
 #include <memory>
 
@@ -73,6 +74,9 @@ void forget_departed_peers(caf::actor_system& sys) {
     auto& servers = broker->spawn_servers;
     for (auto it = servers.begin(); it != servers.end();) {
       if (!broker->instance.tbl().lookup(it->first)) {
+        // Its node is gone: a helper still waiting for that node's answer would wait 5
+        // minutes, outside the broker's sight (whose end stops the helpers it holds).
+        caf::anon_send_exit(it->second, caf::exit_reason::user_shutdown);
         it = servers.erase(it);
         ++forgotten;
       } else {
@@ -83,6 +87,53 @@ void forget_departed_peers(caf::actor_system& sys) {
       spdlog::debug("control plane: forgot {} departed CAF peer(s), {} connected",
                     forgotten, servers.size());
   });
+}
+
+size_t stop_peer_helpers(caf::actor_system& sys, std::chrono::milliseconds wait) {
+  if (!sys.has_middleman())
+    return 0;
+  auto* mm = &sys.middleman();
+  auto taken = std::make_shared<std::promise<std::vector<caf::actor>>>();
+  auto helpers = taken->get_future();
+  mm->backend().post([mm, taken] {
+    std::vector<caf::actor> out;
+    if (auto* broker = basp_of(mm)) {
+      for (auto& [node, helper] : broker->spawn_servers)
+        out.push_back(helper);
+      broker->spawn_servers.clear();
+    }
+    taken->set_value(std::move(out));
+  });
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  if (helpers.wait_until(deadline) != std::future_status::ready) {
+    spdlog::warn("control plane: the middleman did not hand over its peer helpers within "
+                 "{} ms; stopping without them",
+                 wait.count());
+    return 0;
+  }
+  auto all = helpers.get();
+  if (all.empty())
+    return 0;
+  caf::scoped_actor self{sys};
+  for (auto& helper : all) {
+    self->monitor(helper);
+    self->send_exit(helper, caf::exit_reason::user_shutdown);
+  }
+  size_t down = 0;
+  bool late = false;
+  while (down < all.size() && !late) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    self->receive([&](caf::down_msg&) { ++down; },
+                  caf::after(std::max(left, std::chrono::milliseconds(0))) >>
+                    [&] { late = true; });
+  }
+  if (late)
+    spdlog::warn("control plane: {} of {} CAF peer helper(s) did not stop within {} ms",
+                 all.size() - down, all.size(), wait.count());
+  else
+    spdlog::debug("control plane: stopped {} CAF peer helper(s)", all.size());
+  return down;
 }
 
 } // namespace rw::actors::detail

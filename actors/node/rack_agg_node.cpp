@@ -14,6 +14,7 @@
 #include "runtime/nic_speed.hpp"
 #include "transports/fabric/core.hpp"
 #include "transports/fabric/endpoint.hpp"
+#include "transports/fabric/kept_signals.hpp"
 #include "transports/shm/endpoint.hpp"
 #include "transports/tcp/endpoint.hpp"
 
@@ -348,6 +349,11 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   spdlog::info("shared memory for colocated workers: {}", shm_where);
   for (auto& f : fabric_where)
     spdlog::info("fabric: {}", f);
+  if (auto n = transports::fabric::kept_signals::restored())
+    spdlog::info("fabric: put back {} signal handler(s) that libfabric's providers had "
+                 "installed (libpsm2 takes the faults, SIGINT and SIGTERM): the node's "
+                 "own handling stays",
+                 n);
   for (uint32_t i = 0; i < plan_.shards.size(); ++i)
     spdlog::info("shard {}: cpu {} numa {}", i, plan_.shards[i].core.os_cpu,
                  plan_.shards[i].numa);

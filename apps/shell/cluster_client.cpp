@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "actors/links/cluster_connect.hpp"
+#include "actors/node/caf_peer_sweep.hpp"
 
 namespace rw::shell {
 
@@ -81,7 +82,11 @@ cluster_client::cluster_client(caf::actor_system& sys, std::string connect,
   impl_->reach();
 }
 
-cluster_client::~cluster_client() = default;
+cluster_client::~cluster_client() {
+  // Before the caller destroys the actor system: CAF's helper for the coordinator's
+  // node would otherwise outlive the scheduler (actors/node/caf_peer_sweep.hpp).
+  actors::detail::stop_peer_helpers(impl_->sys);
+}
 
 std::vector<actors::node_info> cluster_client::nodes() {
   return impl_->ask<std::vector<actors::node_info>>("nodes", caf::get_atom::value,

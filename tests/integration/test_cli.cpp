@@ -5,14 +5,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <catch2/catch.hpp>
+
+#include "apps/tools/crash_report.hpp"
+#include "apps/tools/subprocess.hpp"
 
 #include "rackweave/worker.hpp"
 #include "tests/support/bench_json.hpp"
 #include "tests/support/cluster_fixture.hpp"
+#include "tests/support/job_options.hpp"
 #include "transports/tcp/address.hpp"
 
 namespace rw_integration_cli {
@@ -189,6 +195,86 @@ TEST_CASE("a shell or worker pointed at the control port is told what that port 
   } catch (const rw::error& e) {
     CHECK_THAT(e.what(), Catch::Contains("control port") && Catch::Contains("--listen"));
   }
+}
+
+TEST_CASE("an rw-node that dies of a fault says so in its log and fails the test that "
+          "started it",
+          "[integration][cli]") {
+  // With --fabric too: libfabric loads libpsm2, whose constructor installs handlers for
+  // the faults, SIGINT and SIGTERM that call exit(1). The node puts its own back.
+  for (bool fabric : {false, true}) {
+    INFO((fabric ? "--fabric tcp" : "no fabric"));
+    auto log = testing::temp_path("fault.log");
+    auto port = testing::temp_path("fault.port");
+    std::vector<std::string> argv{RW_NODE_PATH,  "--role",   "rack-agg",    "--listen",
+                                  "127.0.0.1:0", "--no-pin", "--port-file", port};
+    if (fabric)
+      for (auto& a : testing::fabric_node_args())
+        argv.push_back(a);
+    tools::subprocess node{argv, false, log};
+    for (int i = 0; i < 200 && testing::read_file(port).empty(); ++i) // at most 10 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE_FALSE(testing::read_file(port).empty());
+    node.signal(SIGSEGV);
+    auto status = node.wait_until(std::chrono::steady_clock::now()
+                                  + std::chrono::seconds(10));
+    auto text = testing::read_file(log);
+    INFO(text);
+    REQUIRE(status);
+    // What node_process's stop (and rwnode.py's) sees: the fault, or the sanitizer's.
+    auto why = testing::crash_of(status, text);
+    if (tools::crash_report_enabled) {
+      CHECK(*status == 128 + SIGSEGV);
+      CHECK(why == "died of SIGSEGV");
+      CHECK_THAT(text, Catch::Contains("rw-node: fatal signal SIGSEGV")
+                         && Catch::Contains("backtrace:"));
+    } else {
+      CHECK_THAT(why, Catch::StartsWith("logged a sanitizer report"));
+    }
+    CHECK_THAT(text, !Catch::Contains("terminated with signal")); // libpsm2's report
+    std::remove(log.c_str());
+    std::remove(port.c_str());
+  }
+  // A node that stopped on SIGTERM, or that the test killed, did not crash.
+  CHECK(testing::crash_of(0, "").empty());
+  CHECK(testing::crash_of(128 + SIGKILL, "").empty());
+}
+
+TEST_CASE("a worker on the fabric transport leaves the process's signal handlers as "
+          "they were",
+          "[integration][cli][fabric]") {
+  // A training process's own Ctrl-C and SIGTERM handling, and its fault handling, stay
+  // its own when the worker loads libfabric (and libfabric libpsm2).
+  testing::node_process node{testing::fabric_node_args()};
+  struct sigaction mine {};
+  mine.sa_handler = [](int) {};
+  sigemptyset(&mine.sa_mask);
+  std::vector<int> kept{SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL, SIGABRT};
+  std::vector<struct sigaction> before(kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i] == SIGINT || kept[i] == SIGTERM) // a handler of the program's own
+      REQUIRE(::sigaction(kept[i], &mine, &before[i]) == 0);
+    else
+      REQUIRE(::sigaction(kept[i], nullptr, &before[i]) == 0);
+  }
+  {
+    auto o = testing::job_options(node.address(), "signals", 0, "fabric", 1024, 1);
+    worker w{o};
+    std::vector<float> grad(1024, 1.0f), out(1024);
+    w.push_pull("t", grad.data(), out.data()).get();
+  }
+  for (size_t i = 0; i < kept.size(); ++i) {
+    struct sigaction now {};
+    REQUIRE(::sigaction(kept[i], nullptr, &now) == 0);
+    INFO("signal " << kept[i]);
+    CHECK(reinterpret_cast<void*>(now.sa_handler)
+          == reinterpret_cast<void*>(kept[i] == SIGINT || kept[i] == SIGTERM
+                                       ? mine.sa_handler
+                                       : before[i].sa_handler));
+  }
+  for (size_t i = 0; i < kept.size(); ++i)
+    if (kept[i] == SIGINT || kept[i] == SIGTERM)
+      ::sigaction(kept[i], &before[i], nullptr);
 }
 
 } // namespace rw_integration_cli

@@ -212,6 +212,28 @@ TEST_CASE("a coordinator that stops answering: bounded errors, the script goes o
   std::remove(mark.c_str());
 }
 
+TEST_CASE("a coordinator that met a shell which left during the handshake stops cleanly",
+          "[integration][cluster]") {
+  testing::cluster c;
+  // Frozen, the coordinator cannot answer: the shell sends its handshake, gives up and
+  // exits. Thawed, the coordinator reads that handshake from a closed connection, and
+  // CAF 0.17's BASP starts a helper for the new node that nobody will answer (it waits
+  // 5 minutes); the coordinator's sweep of departed peers, every quarter of the node
+  // timeout, then drops the broker's handle to it. Left running at the exit, the
+  // helper crashed the process in the actor system's destructor (caf_peer_sweep.hpp).
+  c.coordinator().process().signal(SIGSTOP);
+  auto fresh = testing::run_shell(
+    {"--connect", c.a().address(), "--timeout", "1000", "-c", "print(#rw.nodes())"});
+  c.coordinator().process().signal(SIGCONT);
+  CHECK(fresh.code == 3);
+  std::this_thread::sleep_for(std::chrono::seconds(3)); // two sweeps at least
+  auto& coordinator = c.coordinator().process();
+  coordinator.stop(std::chrono::seconds(10));
+  auto status = coordinator.wait_until(std::chrono::steady_clock::now());
+  INFO(c.coordinator().log_tail(4000));
+  CHECK(status == 0);
+}
+
 TEST_CASE("with a cluster secret, only nodes and shells that prove it are heard",
           "[integration][cluster]") {
   auto dir = scratch_dir();

@@ -6,6 +6,7 @@ than its deadline, connections past its cap (while health still answers)."""
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -458,3 +459,4 @@ def test_a_metrics_token_guards_metrics_and_leaves_health_open():
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, r.stderr
     assert "--metrics-token-file protects the --metrics endpoint" in r.stderr
+    shutil.rmtree(tmp)

@@ -1,6 +1,8 @@
 #pragma once
 // An rw-node started for one test on 127.0.0.1 (a free port), stopped by PID when the
-// test ends, with its log in a temporary file the test can read.
+// test ends, with its log in a temporary file the test can read. A node that dies of a
+// fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) or with a sanitizer's report, at
+// any time up to and including its stop, fails the test that started it, its log kept.
 
 #include <algorithm>
 #include <chrono>
@@ -12,9 +14,13 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include <csignal>
 #include <unistd.h>
+
+#include <catch2/catch.hpp>
 
 #include "apps/tools/subprocess.hpp"
 
@@ -38,6 +44,28 @@ inline std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+/// Why a node's end was a crash ("" when it was not): `status` as subprocess::wait_until
+/// gives it (128 + a signal) showing a fault's signal, or a sanitizer's report in `log`
+/// (ASan and UBSan exit with status 1).
+inline std::string crash_of(std::optional<int> status, const std::string& log) {
+  if (status && *status > 128) {
+    int sig = *status - 128;
+    const std::pair<int, const char*> faults[] = {{SIGSEGV, "SIGSEGV"},
+                                                  {SIGBUS, "SIGBUS"},
+                                                  {SIGILL, "SIGILL"},
+                                                  {SIGFPE, "SIGFPE"},
+                                                  {SIGABRT, "SIGABRT"}};
+    for (auto [fault, name] : faults)
+      if (sig == fault)
+        return std::string("died of ") + name;
+  }
+  for (const char* report : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                             "runtime error:", "WARNING: ThreadSanitizer"})
+    if (log.find(report) != std::string::npos)
+      return std::string("logged a sanitizer report (") + report + ")";
+  return {};
 }
 
 /// How a test's node runs. Data-path tests let workers create jobs (open jobs); the
@@ -81,8 +109,19 @@ public:
   }
 
   ~node_process() {
-    proc_.clear(); // SIGTERM, then SIGKILL if needed
+    if (proc_.empty())
+      return;
+    auto& p = proc_.front();
+    p.stop(); // SIGTERM, then SIGKILL after 2 s (a test's kill already reaped it)
+    auto status = p.wait_until(std::chrono::steady_clock::now());
     std::remove(port_file_.c_str());
+    if (auto why = crash_of(status, log()); !why.empty()) {
+      // Not an exception: a destructor may run while one is in flight.
+      FAIL_CHECK("rw-node (pid " << p.pid() << ") " << why << "; its log, kept at "
+                                 << log_path_ << " (tail):\n"
+                                 << log_tail(6000));
+      return;
+    }
     if (std::getenv("RW_KEEP_LOGS") == nullptr) // set: kept for a look after a failure
       std::remove(log_path_.c_str());
   }

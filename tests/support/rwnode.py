@@ -1,5 +1,8 @@
 """The Python tests' one node launcher: rw-node on a free loopback port, stopped by its
-PID when the test is done with it; and ranks run as threads of the test process.
+PID when the test is done with it; and ranks run as threads of the test process. A node
+that dies of a fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) or logs a sanitizer's
+report fails the test at its stop, its log kept; a clean stop (exit 0) removes its
+directory.
 
     with running_node("--open-jobs") as address: ...     # HOST:PORT
     node = Node("--open-jobs", "--metrics", "127.0.0.1:9100"); ...; node.stop()
@@ -7,10 +10,17 @@ PID when the test is done with it; and ranks run as threads of the test process.
 
 import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import tempfile
 import threading
 import time
+
+
+FAULTS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT)
+SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: ThreadSanitizer")
 
 
 class Node:
@@ -39,8 +49,10 @@ class Node:
 
     def text(self):
         """What the node logged so far."""
-        self.log.flush()
-        return open(self.log_path).read()
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
 
     def stop(self, timeout=15):
         """SIGTERM (the node drains and stops), SIGKILL after `timeout` s; its exit
@@ -54,7 +66,27 @@ class Node:
                 self.proc.wait()
         if not self.log.closed:
             self.log.close()
-        return self.proc.returncode
+        rc = self.proc.returncode
+        why = self.crash(rc)
+        if why:
+            raise AssertionError(f"rw-node (pid {self.proc.pid}) {why}; its log, kept at "
+                                 f"{self.log_path} (tail):\n{self.text()[-6000:]}")
+        if rc == 0:  # kept otherwise: the test may show the log
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        return rc
+
+    def crash(self, rc):
+        """Why the node's end was a crash ("" when it was not)."""
+        if rc is not None and rc < 0 and -rc in FAULTS:
+            return "died of " + signal.Signals(-rc).name
+        try:
+            text = self.text()
+        except OSError:
+            return ""
+        for report in SANITIZER_REPORTS:
+            if report in text:
+                return f"logged a sanitizer report ({report})"
+        return ""
 
 
 @contextlib.contextmanager

@@ -41,8 +41,8 @@ def parse_args(argv):
                    help="every test with this ctest label (default integration; '' none)")
     p.add_argument("--tests", default=DEFAULT_TESTS,
                    help="and every test whose name matches this regular expression "
-                   "(default: the Python package, the failover, rack-bound and "
-                   "netns-racks bench smokes)")
+                   "(default: the Python package, the demo, the TLS test, the "
+                   "failover, rack-bound and netns-racks bench smokes)")
     p.add_argument("--only", default=None,
                    help="of those, only the tests whose name matches (a regular expression)")
     p.add_argument("--hog", type=int, default=os.cpu_count() or 2,
@@ -255,6 +255,7 @@ def main(argv):
           f"time, beside {a.hog} busy process(es); failures' output in {out}", flush=True)
 
     failures = {}  # name -> [(run, outcome, why, log)]
+    slowest = {}  # name -> (its longest run's seconds, its timeout)
     counts = {"passed": 0, "skipped": 0, "failed": 0, "timeout": 0, "stopped": 0}
     started = time.monotonic()
     hog = Hog(a.hog)
@@ -291,6 +292,10 @@ def main(argv):
                     except Exception as e:  # the harness's own error: this test's, not all
                         outcome, seconds, why = "failed", 0.0, f"the harness failed: {e!r}"
                     counts[outcome] += 1
+                    if outcome != "stopped":
+                        limit = t.timeout or a.timeout
+                        slowest[t.name] = (max(seconds, slowest.get(t.name, (0, 0))[0]),
+                                           limit)
                     if outcome in ("failed", "timeout"):
                         failed_here += 1
                         failures.setdefault(t.name, []).append((run, outcome, why, log))
@@ -303,17 +308,18 @@ def main(argv):
             if stop["signal"]:
                 print(f"stress: stopped by {stop['signal']} in run {run}",
                       file=sys.stderr, flush=True)
-                write_report(out, a, build, chosen, failures, counts, started, True)
+                write_report(out, a, build, chosen, failures, counts, slowest, started, True)
                 return 1
             print(f"stress: run {run}/{a.runs}: {len(chosen) - failed_here} of "
                   f"{len(chosen)} passed or skipped in {time.monotonic() - t0:.0f} s", flush=True)
     finally:
         hog.stop()
-    write_report(out, a, build, chosen, failures, counts, started, stopped=False)
+    write_report(out, a, build, chosen, failures, counts, slowest, started,
+                 stopped=False)
     return 1 if failures else 0
 
 
-def write_report(out, a, build, chosen, failures, counts, started, stopped):
+def write_report(out, a, build, chosen, failures, counts, slowest, started, stopped):
     wall = time.monotonic() - started
     lines = [f"stress: {a.runs} run(s) of {len(chosen)} test(s) of {build} beside "
              f"{a.hog} busy process(es), {a.jobs} at a time: {counts['passed']} passed, "
@@ -327,6 +333,13 @@ def write_report(out, a, build, chosen, failures, counts, started, stopped):
             lines.append(f"    run {run}: {why}: {log}")
     if not failures and not stopped:
         lines.append("  no failures")
+    # How close the slowest runs came to their timeouts: a margin that load eats.
+    closest = sorted(slowest.items(), key=lambda kv: -kv[1][0] / kv[1][1])[:5]
+    if closest:
+        lines.append("  closest to their timeout (longest run of the test / its timeout):")
+        for name, (seconds, limit) in closest:
+            lines.append(f"    {seconds:.1f} / {limit:.0f} s ({100 * seconds / limit:.0f} %): "
+                         f"{name}")
     text = "\n".join(lines) + "\n"
     print(text, end="", flush=True)
     with open(os.path.join(out, "report.txt"), "w") as f:
@@ -335,6 +348,8 @@ def write_report(out, a, build, chosen, failures, counts, started, stopped):
         json.dump({"build": build, "runs": a.runs, "tests": len(chosen), "hog": a.hog,
                    "jobs": a.jobs, "wall_s": round(wall, 1), "stopped": stopped,
                    "counts": counts,
+                   "longest_s": {n: {"seconds": round(v[0], 1), "timeout_s": v[1]}
+                                 for n, v in sorted(slowest.items())},
                    "failures": {n: [{"run": r, "outcome": o, "why": w, "log": l}
                                     for r, o, w, l in v] for n, v in failures.items()}},
                   f, indent=1)

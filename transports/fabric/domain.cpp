@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "rackweave/errc.hpp"
+#include "transports/fabric/kept_signals.hpp"
 #include "transports/fabric/libfabric.hpp"
 
 namespace rw::transports::fabric {
@@ -200,6 +201,7 @@ std::shared_ptr<domain> domain::make(const fi_info* pick, const std::string& sho
   if (auto rc = lib::open_fabric(d->info_->fabric_attr, &d->fabric_, nullptr); rc != 0)
     throw rw::error(errc::unavailable, fmt::format("fabric: opening provider {}: {}",
                                                    d->provider_name_, fi_error_text(rc)));
+  kept_signals keep; // a provider may load more of its libraries here
   if (auto rc = fi_domain(d->fabric_, d->info_, &d->domain_, nullptr); rc != 0)
     throw rw::error(errc::unavailable,
                     fmt::format("fabric: opening domain {} of provider {}: {}",

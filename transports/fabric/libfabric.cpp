@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "rackweave/errc.hpp"
+#include "transports/fabric/kept_signals.hpp"
 
 namespace rw::transports::fabric::lib {
 
@@ -44,7 +45,9 @@ api& loaded() {
   static api a;
   static std::once_flag once;
   std::call_once(once, [] {
-    // RTLD_LOCAL: its symbols (and its providers') stay out of the global scope.
+    // RTLD_LOCAL: its symbols (and its providers') stay out of the global scope. The
+    // providers' libraries load with it; their constructors' signal handlers go.
+    kept_signals keep;
     void* handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* why = dlerror();
@@ -79,7 +82,9 @@ void load() {
 
 int getinfo(uint32_t version, const char* node, const char* service, uint64_t flags,
             const fi_info* hints, fi_info** info) {
-  return ready().getinfo(version, node, service, flags, hints, info);
+  auto& a = ready();
+  kept_signals keep; // the first call initialises every provider
+  return a.getinfo(version, node, service, flags, hints, info);
 }
 
 void freeinfo(fi_info* info) {
@@ -91,7 +96,9 @@ fi_info* dupinfo(const fi_info* info) {
 }
 
 int open_fabric(fi_fabric_attr* attr, fid_fabric** fabric, void* context) {
-  return ready().fabric(attr, fabric, context);
+  auto& a = ready();
+  kept_signals keep;
+  return a.fabric(attr, fabric, context);
 }
 
 const char* strerror(int errnum) {
