@@ -134,8 +134,11 @@ running() {
 }
 
 # stop_pids PID...: SIGTERM, 5 s grace, then SIGKILL to each one's group (timeout's); reaps them all.
+# Returns 1, after naming it, when one of them died of a fault (SIGILL, SIGABRT, SIGBUS,
+# SIGFPE, SIGSEGV: status 132, 134, 135, 136, 139), at its stop or before: a node that
+# crashes as it exits fails the bench instead of passing unseen.
 stop_pids() {
-  local p end=$((SECONDS + 5)) left
+  local p end=$((SECONDS + 5)) left st crashed=0
   for p; do kill -TERM "$p" 2>/dev/null || true; done
   while ((SECONDS < end)); do
     left=0
@@ -148,17 +151,38 @@ stop_pids() {
   for p; do
     if running "$p"; then kill -KILL -- "-$p" "$p" 2>/dev/null || true; fi
   done
-  for p; do wait "$p" 2>/dev/null || true; done
+  for p; do
+    st=0
+    wait "$p" 2>/dev/null || st=$?
+    case $st in
+      132|134|135|136|139)
+        note "process $p ($(fault_name "$st")) died of a fault (exit status $st)"
+        crashed=1 ;;
+    esac
+  done
+  return "$crashed"
 }
 
-# release PID...: an exit trap's common part: ignore further signals, stop PID..., remove
-# $tmp. Kept, and named, with RW_KEEP_TMP=1; kept too when the script fails (the exit
+# fault_name STATUS: the signal's name for 128 + a fault's number.
+fault_name() {
+  case $1 in
+    132) echo SIGILL ;; 134) echo SIGABRT ;; 135) echo SIGBUS ;; 136) echo SIGFPE ;;
+    139) echo SIGSEGV ;; *) echo "status $1" ;;
+  esac
+}
+
+# release PID...: an exit trap's common part: ignore further signals, stop PID... (one
+# that died of a fault makes the script fail: exit_status 1), remove $tmp. Kept, and named, with RW_KEEP_TMP=1; kept too when the script fails (the exit
 # status set_exit_traps saw is not 0), or when it set keep_logs_because (a figure worth
 # a look: failover.sh --keep-above), without its files over 1 MiB (tensors,
 # checkpoints): a failure seen once must leave the nodes' and workers' logs behind.
 release() {
   trap '' INT TERM HUP # a second Ctrl-C must not cut the cleanup short
-  stop_pids "$@"
+  local crashed=0
+  stop_pids "$@" || crashed=1
+  if ((crashed)) && [[ ${exit_status:-0} == 0 ]]; then
+    exit_status=1 # the logs below are kept, and the script exits 1
+  fi
   if [[ -n ${tmp:-} && -n ${RW_KEEP_TMP:-} ]]; then
     note "kept $tmp (RW_KEEP_TMP)"
   elif [[ -n ${tmp:-} && ${exit_status:-0} != 0 && ${exit_status:-0} != 130 ]]; then
@@ -173,11 +197,13 @@ release() {
 }
 
 # set_exit_traps FUNCTION: runs FUNCTION on exit, also after INT, TERM or HUP (exit 130,
-# 143, 129), with the exit status in exit_status (release keeps $tmp's logs if not 0).
+# 143, 129), with the exit status in exit_status (release keeps $tmp's logs if not 0,
+# and sets it to 1 when a process it stopped had died of a fault).
 exit_status=0
 set_exit_traps() {
   # shellcheck disable=SC2064 # the function's name, expanded now on purpose
-  trap "exit_status=\$?; $1" EXIT
+  # The exit status is exit_status's, which FUNCTION may raise (release: a crashed node).
+  trap "exit_status=\$?; $1; exit \$exit_status" EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
   trap 'exit 129' HUP
