@@ -172,10 +172,11 @@ fault_name() {
 }
 
 # release PID...: an exit trap's common part: ignore further signals, stop PID... (one
-# that died of a fault makes the script fail: exit_status 1), remove $tmp. Kept, and named, with RW_KEEP_TMP=1; kept too when the script fails (the exit
-# status set_exit_traps saw is not 0), or when it set keep_logs_because (a figure worth
-# a look: failover.sh --keep-above), without its files over 1 MiB (tensors,
-# checkpoints): a failure seen once must leave the nodes' and workers' logs behind.
+# that died of a fault makes the script fail: exit_status 1), remove $tmp. Kept, and
+# named, with RW_KEEP_TMP=1; kept too when the script fails (the exit status
+# set_exit_traps saw is not 0), or when it set keep_logs_because (a figure worth a look:
+# failover.sh --keep-above), without its files over 1 MiB (tensors, checkpoints): a
+# failure seen once must leave the nodes' and workers' logs behind.
 release() {
   trap '' INT TERM HUP # a second Ctrl-C must not cut the cleanup short
   local crashed=0
