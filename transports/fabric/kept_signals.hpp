@@ -22,9 +22,10 @@ public:
   kept_signals(const kept_signals&) = delete;
   kept_signals& operator=(const kept_signals&) = delete;
 
-  /// The signals kept: the faults, the requests to stop, SIGPIPE and SIGCHLD.
-  static constexpr int watched[] = {SIGSEGV, SIGBUS,  SIGILL, SIGFPE,  SIGABRT, SIGINT,
-                                    SIGTERM, SIGQUIT, SIGHUP, SIGPIPE, SIGCHLD};
+  /// The signals kept: the faults and the requests to stop, as libpsm2 takes them. Not
+  /// SIGPIPE: a provider that ignores it may count on that for its sockets.
+  static constexpr int watched[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+                                    SIGABRT, SIGINT, SIGTERM};
   static constexpr std::size_t count = sizeof(watched) / sizeof(watched[0]);
 
   /// How many handlers calls into libfabric changed and this process put back, since
