@@ -1,7 +1,9 @@
 #pragma once
-// Asking several nodes one thing and acting once all have answered or failed (moving a
-// job: actors/cluster/drain.cpp, actors/cluster/takeover.cpp).
+// Asking several nodes one thing and acting once all have answered or failed: moving a
+// job (actors/cluster/move.cpp, join.cpp, takeover.cpp, hyper.cpp) and the job registry
+// (jobs.cpp, create.cpp).
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,11 +16,13 @@
 
 namespace rw::actors::detail {
 
-// Asks each node in `ids` (a node not live is a failure at once) and calls
-// done(answers by node id, failures) when all have answered or failed.
-template <class T, class Done, class... Ts>
-void ask_each(cluster_ptr self, const std::vector<uint32_t>& ids,
-              std::chrono::milliseconds timeout, const char* what, Done done, Ts... xs) {
+// Asks each node in `ids` and calls done(answers by node id, failures) once all have
+// answered or failed: a failed ask reads "node NAME WHAT: ERROR", and a node that is no
+// longer live fails at once with gone(id).
+template <class T, class Gone, class Done, class... Ts>
+void ask_all(cluster_ptr self, const std::vector<uint32_t>& ids,
+             std::chrono::milliseconds timeout, const char* what, Gone gone, Done done,
+             Ts... xs) {
   struct acc_t {
     std::map<uint32_t, T> answers;
     std::vector<std::string> failures;
@@ -33,8 +37,7 @@ void ask_each(cluster_ptr self, const std::vector<uint32_t>& ids,
   for (auto id : ids) {
     auto it = self->state.nodes.find(id);
     if (it == self->state.nodes.end()) {
-      acc->failures.push_back(
-        fmt::format("node id {} left the cluster before it {}", id, what));
+      acc->failures.push_back(gone(id));
       finish();
       continue;
     }
@@ -52,6 +55,33 @@ void ask_each(cluster_ptr self, const std::vector<uint32_t>& ids,
         });
   }
   finish(); // the extra count: done runs once, after the loop, even if every ask failed
+}
+
+// ask_all for a step of moving a job, WHAT what each node is to have done ("took the
+// job's grant"): a node gone reads "node id N left the cluster before it WHAT".
+template <class T, class Done, class... Ts>
+void ask_each(cluster_ptr self, const std::vector<uint32_t>& ids,
+              std::chrono::milliseconds timeout, const char* what, Done done, Ts... xs) {
+  ask_all<T>(
+    self, ids, timeout, what,
+    [what](uint32_t id) {
+      return fmt::format("node id {} left the cluster before it {}", id, what);
+    },
+    std::move(done), xs...);
+}
+
+// ask_all for the job registry (actors/cluster/jobs.cpp, create.cpp), within the
+// coordinator's node_request_timeout, WHAT what a failed node did not do ("did not stop
+// the job"): a node gone reads "node id N WHAT: it has left the cluster".
+template <class T, class Done, class... Ts>
+void ask_nodes(cluster_ptr self, const std::vector<uint32_t>& ids, const char* what,
+               Done done, Ts... xs) {
+  ask_all<T>(
+    self, ids, self->state.settings.node_request_timeout, what,
+    [what](uint32_t id) {
+      return fmt::format("node id {} {}: it has left the cluster", id, what);
+    },
+    std::move(done), xs...);
 }
 
 } // namespace rw::actors::detail

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/cluster/ask.hpp"
 #include "actors/cluster/state.hpp"
 #include "runtime/checkpoint/files.hpp"
 #include "runtime/credentials.hpp"

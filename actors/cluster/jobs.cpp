@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/cluster/ask.hpp"
 #include "actors/cluster/state.hpp"
 #include "runtime/checkpoint/files.hpp"
 #include "runtime/credentials.hpp"
@@ -85,50 +86,6 @@ std::vector<rank_report> merge_ranks(
       x.wait_us += r.wait_us;
     }
   return out;
-}
-
-// Sends a request to every node of the job (by the ids given) and calls
-// done(answers, failures) once all have answered or failed. Nodes no longer live are
-// failures at once.
-template <class T, class Done, class... Ts>
-void ask_nodes(cluster_ptr self, const std::vector<uint32_t>& ids, const char* what,
-               Done done, Ts... xs) {
-  struct acc_t {
-    std::vector<std::pair<uint32_t, T>> answers;
-    std::vector<std::string> failures;
-    size_t pending = 0;
-  };
-  auto acc = std::make_shared<acc_t>();
-  acc->pending = ids.size();
-  auto finish = [acc, done]() mutable {
-    if (--acc->pending == 0)
-      done(acc->answers, acc->failures);
-  };
-  if (ids.empty()) {
-    done(acc->answers, acc->failures);
-    return;
-  }
-  for (auto id : ids) {
-    auto it = self->state.nodes.find(id);
-    if (it == self->state.nodes.end()) {
-      acc->failures.push_back(
-        fmt::format("node id {} {}: it has left the cluster", id, what));
-      finish();
-      continue;
-    }
-    auto name = it->second.info.name;
-    self->request(it->second.link, self->state.settings.node_request_timeout, xs...)
-      .then(
-        [acc, finish, id](T& x) mutable {
-          acc->answers.emplace_back(id, std::move(x));
-          finish();
-        },
-        [self, acc, finish, name, what](caf::error& err) mutable {
-          acc->failures.push_back(
-            fmt::format("node {} {}: {}", name, what, describe(self->system(), err)));
-          finish();
-        });
-  }
 }
 
 } // namespace
@@ -208,7 +165,7 @@ caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
   auto id = j->report.id;
   ask_nodes<job_event>(
     self, j->node_ids, "did not report the job's status",
-    [self, rp, id](std::vector<std::pair<uint32_t, job_event>>& answers,
+    [self, rp, id](std::map<uint32_t, job_event>& answers,
                    std::vector<std::string>& failures) mutable {
       auto it = self->state.jobs.find(id);
       if (!answered_by_all(self, rp, it, failures))
