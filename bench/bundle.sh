@@ -11,13 +11,20 @@
 #   DIR/NAME/peers/gloo-allreduce           the same, when BUILD/peers has it
 #                                           (bench/setup-peers.sh builds it)
 #   DIR/NAME/bin/                           the stripped programs and librackweave.so
+#   DIR/NAME/python/rackweave/_rackweave*   the Python package's native part, one per
+#                                           Python the build was made for (cmake
+#                                           -DRW_PYTHON_EXTRA=.../include/python3.12 adds
+#                                           the GPU machine's); bench/gpu.sh takes the
+#                                           Python part from the checkout
+#   DIR/NAME/python/digits.pt               scikit-learn's digits, for a machine without
+#                                           it (apps/examples/torch/models.py)
 #   DIR/NAME/BUNDLE                         what it was made from (commit, build, host)
 # DIR/lib holds the libraries, shared by every build packed into DIR: bundle an old and
 # a new build into one DIR (two --name) and compare them in one run on the other
 # machine, for about 12 MB more. The wrappers exec, so a script's PID is the program's.
 # MPI is not packed (its launcher and plugins come with the machine's own OpenMPI):
 # bench/peers.sh builds bench/peers/mpi_allreduce.c there with the machine's mpicc.
-# Python is not either: torch-gloo runs on the machine's own torch.
+# Python and torch are not either: torch-gloo and bench/gpu.sh run on the machine's own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +35,7 @@ while (($#)); do
   case $1 in
     --build-dir) build=$2; shift 2 ;;
     --name) name=$2; shift 2 ;;
-    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,27p "$0"; exit 0 ;;
     -*) echo "bundle.sh: unknown option $1" >&2; exit 2 ;;
     *) [[ -z $dir ]] || { echo "bundle.sh: one DIR only" >&2; exit 2; }; dir=$1; shift ;;
   esac
@@ -41,6 +48,8 @@ for f in "${programs[@]}" "$build/librackweave.so"; do
 done
 peers=()
 [[ -x $build/peers/gloo-allreduce ]] && peers=("$build/peers/gloo-allreduce")
+extensions=()
+for f in "$build"/python/rackweave/_rackweave*.so; do [[ -f $f ]] && extensions+=("$f"); done
 
 out=$dir/$name
 rm -rf "$out"
@@ -49,6 +58,19 @@ strip -o "$out/bin/librackweave.so" "$build/librackweave.so"
 for f in "${programs[@]}" "${peers[@]}"; do
   strip -o "$out/bin/${f##*/}" "$f"
 done
+if ((${#extensions[@]})); then
+  mkdir -p "$out/python/rackweave"
+  for f in "${extensions[@]}"; do strip -o "$out/python/rackweave/${f##*/}" "$f"; done
+  # The digits, where the other machine has no scikit-learn.
+  /usr/bin/python3 - "$out/python/digits.pt" <<'PY' ||
+import sys, torch
+from sklearn.datasets import load_digits
+d = load_digits()
+torch.save({"images": torch.tensor(d.images, dtype=torch.float32),
+            "target": torch.tensor(d.target, dtype=torch.int64)}, sys.argv[1])
+PY
+    echo "bundle.sh: no digits.pt (Debian's python3-torch and python3-sklearn are needed)" >&2
+fi
 
 # Every library ldd resolves, but glibc's (the other machine has a newer one) and ours.
 is_glibc() {
@@ -74,7 +96,7 @@ while read -r lib; do
   fi
 done < <({
            for f in "${programs[@]}" "${peers[@]}" "$build/librackweave.so" \
-             ${fabric_lib:+"$fabric_lib"}; do
+             ${extensions[@]+"${extensions[@]}"} ${fabric_lib:+"$fabric_lib"}; do
              ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
            done
            if [[ -n $fabric_lib ]]; then echo "$fabric_lib"; fi
@@ -102,6 +124,7 @@ build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/
   echo "RackWeave bundle '$name': commit $commit$dirty, ${build_type:-unknown} build $(cd "$build" && pwd)"
   echo "made $(date -u '+%Y-%m-%d %H:%M') UTC on $(uname -n), $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "peers: ${peers[*]##*/}"
+  echo "python: ${extensions[*]##*/}"
 } >"$out/BUNDLE"
 
 # It must run here without the build's RUNPATH: check it does.

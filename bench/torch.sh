@@ -25,6 +25,8 @@
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
+# shellcheck source=lib/torch_runs.sh
+source "$(dirname "$0")/lib/torch_runs.sh"
 cd "$(dirname "$0")/.."
 
 invocation=$(invocation_of "$@")
@@ -41,15 +43,7 @@ while (($#)); do
     *) run_option 2,22 "$@"; shift "$shifted" ;; # --timeout --json -h
   esac
 done
-[[ $workers =~ ^[1-9][0-9]*$ ]] || usage_error "bad --workers $workers"
-[[ $run_timeout =~ ^[1-9][0-9]*$ ]] || usage_error "bad --timeout $run_timeout"
-for m in $models; do
-  [[ $m == digits || $m == resnet ]] || usage_error "unknown model $m (digits, resnet)"
-done
-for s in $systems; do
-  [[ $s == server || $s == hook || $s == ddp || $s == local ]] ||
-    usage_error "unknown system $s (server, hook, ddp, local)"
-done
+check_torch_options digits resnet
 py=/usr/bin/python3 # Debian's, the one with python3-torch
 $py -c 'import torch, sklearn' 2>/dev/null ||
   skip_smoke "Debian's python3-torch and python3-sklearn are needed (apps/scripts/setup.sh installs them)"
@@ -83,36 +77,8 @@ train_args() { # MODEL: train.py's options for it
 }
 
 failures=0
-: >"$tmp/results.jsonl"
 say "torch: models [$models], systems [$systems], $workers ranks each"
-for model in $models; do
-  rm -f "$tmp/port"
-  timeout -k 5 $((run_timeout + 30)) "$tmp/bin/rw-node" --role rack-agg \
-    --listen 127.0.0.1:0 --port-file "$tmp/port" >"$tmp/node-$model.log" 2>&1 </dev/null &
-  node_pid=$!
-  wait_for_port "$tmp/port" "$node_pid" ||
-    { note "rw-node did not start:"; cat "$tmp/node-$model.log" >&2; exit 1; }
-  st=0
-  # shellcheck disable=SC2046 # the options split on purpose
-  timeout -k 5 "$run_timeout" $py apps/examples/torch/compare.py --connect "$(<"$tmp/port")" \
-    --model "$model" --systems "${systems// /,}" --workers "$workers" --json \
-    --curves "$tmp/curves" -- $(train_args "$model") \
-    >"$tmp/$model.jsonl" 2>"$tmp/$model.err" </dev/null &
-  run_pid=$!
-  wait "$run_pid" || st=$?
-  run_pid=
-  stop_pids "$node_pid"
-  node_pid=
-  if ((st != 0)); then
-    note "$model failed (exit $st):"; tail -n 8 "$tmp/$model.err" | sed 's/^/    /' >&2
-    failures=$((failures + 1))
-    echo "{\"model\": \"$model\", \"error\": \"exit $st\"}" >>"$tmp/results.jsonl"
-    continue
-  fi
-  grep "^$model/.*test accuracy" "$tmp/$model.err" | sed 's/^/  /' >&2 || true
-  cat "$tmp/$model.jsonl" >>"$tmp/results.jsonl"
-  ((json)) && cat "$tmp/$model.jsonl"
-done
+train_models "$tmp/bin/rw-node" --print
 elapsed=$(($(date +%s) - started))
 
 machine="$facts; load average $load_start at the start, $(load_avg) at the end"

@@ -6,7 +6,8 @@
 //   w.push_pull("w", grad, out).result()
 //
 // Buffers are used in place, never copied: NumPy arrays and CPU torch tensors that are
-// float32 and C-contiguous, of exactly the tensor's size (outputs writable). Anything
+// float32 and C-contiguous, of exactly the tensor's size (outputs writable). CUDA
+// tensors go through rackweave.torch, which stages them (rackweave/staging.py). Anything
 // else is a TypeError (dtype, layout, device) or ValueError (size) at the call, never a
 // silent copy. Each call returns a Future holding the buffers it uses until it
 // completes; result() waits with the GIL released, so other Python threads (other
@@ -65,9 +66,12 @@ typed_buffer buffer_of(const py::object& obj, const std::string& what, bool writ
       throw py::type_error(what + ": " + want + " tensor is needed, not " + dtype);
     auto device = py::str(obj.attr("device")).cast<std::string>();
     if (device != "cpu")
-      throw py::type_error(what + ": the tensor is on " + device
-                           + "; RackWeave reads and "
-                             "writes CPU memory (move it with .cpu())");
+      throw py::type_error(
+        what + ": the tensor is on " + device
+        + "; the native Worker reads and writes CPU memory only. For CUDA "
+          "tensors use rackweave.torch (ServerOptimizer, or allreduce_hook with "
+          "HookState), which stages them through pinned host buffers; or move this "
+          "one with .cpu()");
     if (!obj.attr("is_contiguous")().cast<bool>())
       throw py::type_error(what
                            + ": the tensor is not contiguous (call .contiguous() "
@@ -312,6 +316,7 @@ py::dict spec_dict(const rw::job_spec& s) {
 
 PYBIND11_MODULE(_rackweave, m) {
   m.doc() = "RackWeave workers: gradient exchange through a rack-scale parameter service";
+  m.attr("__version__") = RW_VERSION; // the project's version (CMakeLists.txt)
 
   static py::exception<rw::error> error_type(m, "Error");
   py::register_exception_translator([](std::exception_ptr p) {

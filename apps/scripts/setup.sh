@@ -33,6 +33,7 @@ packages=(
   python3-prometheus-client # the metrics test parses /metrics with its parser
   pybind11-dev python3-dev  # the rackweave Python package
   python3-numpy python3-pytest python3-torch  # its buffers and its tests
+  python3-venv python3-pip python3-setuptools python3-wheel python3-build  # pip install ., a wheel
   python3-sklearn python3-matplotlib  # the digits demo's data set; bench/torch.sh's plots
   clang-14 libclang-rt-14-dev llvm-14  # libFuzzer, sanitizer runtimes, llvm-symbolizer
   clang-format-14  # the house style (.clang-format; ctest format_clean)

@@ -6,11 +6,9 @@ import itertools
 
 import pytest
 
-from rwnode import run_ranks
-
 torch = pytest.importorskip("torch")
 import rackweave.torch as rwt  # noqa: E402 - after the skip
-from torchref import make_model, rank_data, reference_losses  # noqa: E402
+from torchref import make_model, rank_data, reference_losses, server_losses  # noqa: E402
 
 STEPS, LR, WORKERS = 4, 0.1, 2
 _jobs = itertools.count()
@@ -24,29 +22,14 @@ def reference():
     return reference_losses(STEPS, WORKERS, lambda s: LR, data)
 
 
-@pytest.mark.parametrize("overlap,lazy", [(True, False), (False, False), (True, True),
-                                          (False, True)])
-def test_server_sgd_matches_the_reference(node, overlap, lazy):
-    job = f"torch-{next(_jobs)}"
-    got = [[None] * WORKERS for _ in range(STEPS)]
-    # Made here, one after the other: torch's seed is global to the process.
-    models = [make_model(r) for r in range(WORKERS)]  # rank 1's start is replaced by rank 0's
-
-    def rank(r):
-        model = models[r]
-        opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=LR,
-                                  connect=node, job=job, rank=r, workers=WORKERS,
-                                  overlap=overlap, model=model if lazy else None)
-        x, y = data(r)
-        for s in range(STEPS):
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            got[s][r] = loss.item()
-        opt.close()
-
-    run_ranks(WORKERS, rank)
+# staging: the path CUDA parameters take (pinned buffers, side streams, the pusher and
+# lander threads: rackweave.staging), here with host buffers and plain copies.
+@pytest.mark.parametrize("overlap,lazy,staging", [
+    (True, False, False), (False, False, False), (True, True, False), (False, True, False),
+    (True, False, True), (False, False, True), (True, True, True)])
+def test_server_sgd_matches_the_reference(node, overlap, lazy, staging):
+    got = server_losses(node, f"torch-{next(_jobs)}", STEPS, WORKERS, LR, data, lazy=lazy,
+                        overlap=overlap, staging=staging)
     want = reference()
     for s in range(STEPS):
         assert got[s] == pytest.approx(want[s], rel=1e-5, abs=1e-6), f"step {s}"

@@ -1,5 +1,6 @@
 """The single-process reference the PyTorch tests compare with: a small model, each
-rank's data, and SGD on the ranks' mean gradient (rank 0's initial parameters)."""
+rank's data, and SGD on the ranks' mean gradient (rank 0's initial parameters); and the
+same training through a node with ServerOptimizer, ranks as threads of this process."""
 
 import torch
 
@@ -36,3 +37,32 @@ def reference_losses(steps, workers, lr_at, data):
                 p -= lr_at(s) * total / workers
         losses.append(step_losses)
     return losses
+
+
+def server_losses(node, job, steps, workers, lr, data, device="cpu", lazy=False, **options):
+    """Per step, each rank's loss: make_model(rank) on `device` (rank 0's values replace
+    the others' at the start) trained with ServerOptimizer (sgd, lr) through `node`, the
+    ranks as threads of this process; `options` go to ServerOptimizer."""
+    import rackweave.torch as rwt
+    from rwnode import run_ranks
+
+    got = [[None] * workers for _ in range(steps)]
+    # Made here, one after the other: torch's seed is global to the process.
+    models = [make_model(r).to(device) for r in range(workers)]
+
+    def rank(r):
+        model = models[r]
+        opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=lr,
+                                  connect=node, job=job, rank=r, workers=workers,
+                                  model=model if lazy else None, **options)
+        x, y = (t.to(device) for t in data(r))
+        for s in range(steps):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            got[s][r] = loss.item()
+        opt.close()
+
+    run_ranks(workers, rank)
+    return got

@@ -5,21 +5,39 @@ digits: a small CNN on the 8x8 handwritten digits scikit-learn ships (load_digit
 resnet: a ResNet-style CNN (three stages of basic blocks, GroupNorm, ~2.8 M parameters)
         on generated 3x16x16 images: each of 10 classes is a fixed random pattern, each
         image its class's pattern, randomly shifted, plus noise.
+resnet18: ResNet-18 as for CIFAR-10 (a 3x3 stem, four stages of two basic blocks, 64 to
+        512 channels, GroupNorm; 11.2 M parameters) on generated CIFAR-shaped 3x32x32
+        images made as resnet's are.
+
+Where scikit-learn is missing (the GPU machine), the digits come from the file named by
+RACKWEAVE_DIGITS (torch.save of the images and labels: bench/bundle.sh writes it).
 """
+
+import os
 
 import torch
 from torch import nn
 
-MODELS = ("digits", "resnet")
+MODELS = ("digits", "resnet", "resnet18")
+
+
+def digits_arrays():
+    """scikit-learn's digits (images 1797 x 8 x 8 in 0..16, labels), or the saved copy."""
+    saved = os.environ.get("RACKWEAVE_DIGITS")
+    if saved:
+        d = torch.load(saved)
+        return d["images"], d["target"]
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return (torch.tensor(d.images, dtype=torch.float32),
+            torch.tensor(d.target, dtype=torch.int64))
 
 
 def digits_data():
     """(x_train, y_train, x_test, y_test): float32 images N x 1 x 8 x 8 in [0, 1]."""
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(d.target, dtype=torch.int64)
+    images, y = digits_arrays()
+    x = images.unsqueeze(1) / 16.0
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(1234))
     x, y = x[order], y[order]
     cut = int(len(y) * 0.8)
@@ -33,10 +51,12 @@ def digits_model():
         nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
-def resnet_data(train=4096, test=1024):
+def resnet_data(train=4096, test=1024, side=16):
     g = torch.Generator().manual_seed(4321)
-    # Blocky patterns (4x4 cells of 4x4 pixels): a shift of a few pixels keeps the class.
-    patterns = torch.randn(10, 3, 4, 4, generator=g).repeat_interleave(4, 2).repeat_interleave(4, 3)
+    # Blocky patterns (cells of 4x4 pixels): a shift of a few pixels keeps the class.
+    cells = side // 4
+    patterns = torch.randn(10, 3, cells, cells, generator=g).repeat_interleave(
+        4, 2).repeat_interleave(4, 3)
 
     def make(n):
         y = torch.randint(0, 10, (n,), generator=g)
@@ -77,10 +97,23 @@ def resnet_model():
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
 
 
+def resnet18_model():
+    # ResNet-18's layout for 32x32 inputs (a 3x3 stem, no max pool), GroupNorm as above.
+    def stage(cin, cout, stride):
+        return [_Block(cin, cout, stride), _Block(cout, cout, 1)]
+
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.GroupNorm(8, 64), nn.ReLU(),
+        *stage(64, 64, 1), *stage(64, 128, 2), *stage(128, 256, 2), *stage(256, 512, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10))
+
+
 def build(name):
     """(model, data): the model made from the current torch seed."""
     if name == "digits":
         return digits_model(), digits_data()
     if name == "resnet":
         return resnet_model(), resnet_data()
+    if name == "resnet18":
+        return resnet18_model(), resnet_data(train=8192, test=1024, side=32)
     raise ValueError(f"unknown model '{name}' ({', '.join(MODELS)})")

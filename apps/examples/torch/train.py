@@ -10,6 +10,8 @@
          ddp:    torch DDP over gloo, momentum SGD in the process (the comparison);
          local:  no exchange at all, each rank on its own (the compute floor: what the
                  same ranks cost on this host without any communication).
+--device cuda puts each rank's model and data on a GPU (rank LOCAL_RANK on device
+LOCAL_RANK modulo the devices), and the step is timed to the end of its kernels.
 The three do the same arithmetic up to the order of summation: each step every rank
 takes its slice of a global batch (the same shuffle everywhere), the gradients are
 averaged over the ranks and momentum SGD steps. Rank 0 prints a progress line and, at
@@ -56,6 +58,12 @@ def parse(argv):
     p.add_argument("--compression", default="none",
                    help="--system server: how gradients travel (none, bf16, fp16, topk:RATIO, "
                         "topk:RATIO,warmup=STEPS)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the model and its data live: cuda puts rank R on CUDA "
+                        "device LOCAL_RANK modulo the devices (several ranks may share one)")
+    p.add_argument("--staging", action="store_true",
+                   help="--system server or hook on CPU: send the parameters through the "
+                        "staging path CUDA tensors take (host buffers, plain copies)")
     p.add_argument("--compress-updates", action="store_true",
                    help="--system server, bf16 / fp16: the new parameters travel as 16-bit "
                         "values too")
@@ -84,8 +92,21 @@ def main(argv):
     rank, workers = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)  # several ranks (and the node) share this host's cores
     torch.manual_seed(a.seed)
-    model, (x_train, y_train, x_test, y_test) = models.build(a.model)
+    model, data = models.build(a.model)
     params = sum(p.numel() for p in model.parameters())
+    device = torch.device("cpu")
+    if a.device == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("train.py: --device cuda, but torch sees no CUDA device")
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        device = torch.device("cuda", local % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        # The same convolution algorithms every run and rank, so that the systems'
+        # losses can be compared step by step.
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    model.to(device)
+    x_train, y_train, x_test, y_test = (t.to(device) for t in data)
 
     import rackweave.torch as rwt
 
@@ -94,7 +115,7 @@ def main(argv):
         opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="momentum", lr=a.lr,
                                   momentum=a.momentum, model=model, chunk_bytes=a.chunk_bytes,
                                   compression=a.compression,
-                                  compress_updates=a.compress_updates)
+                                  compress_updates=a.compress_updates, staging=a.staging)
         closing.append(opt.close)
         net = model
     elif a.system == "local":
@@ -102,9 +123,11 @@ def main(argv):
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     else:
         dist.init_process_group("gloo")
-        net = torch.nn.parallel.DistributedDataParallel(model)
+        net = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device] if device.type == "cuda" else None)
         if a.system == "hook":
-            state = rwt.HookState(model.named_parameters(), chunk_bytes=a.chunk_bytes)
+            state = rwt.HookState(model.named_parameters(), chunk_bytes=a.chunk_bytes,
+                                  staging=a.staging)
             net.register_comm_hook(state, rwt.allreduce_hook)
             closing.append(state.close)
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
@@ -129,7 +152,7 @@ def main(argv):
         for s in range(steps_per_epoch):
             if step == total:
                 break
-            mine = order[s * global_batch + rank * a.batch:][:a.batch]
+            mine = order[s * global_batch + rank * a.batch:][:a.batch].to(device)
             x, y = x_train[mine], y_train[mine]
             t0 = time.perf_counter()
             out = net(x)
@@ -137,6 +160,8 @@ def main(argv):
             loss.backward()
             opt.step()
             opt.zero_grad()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # the step's kernels, not their launches
             now = time.perf_counter()
             times.append(now - t0)
             step += 1
@@ -175,7 +200,8 @@ def main(argv):
               f"{median_ms:.2f} ms over {step} steps", flush=True)
         if a.json_out:
             with open(a.json_out, "w") as f:
-                json.dump({"model": a.model, "system": a.system, "workers": workers,
+                json.dump({"model": a.model, "system": a.system, "device": device.type,
+                           "torch": torch.__version__, "workers": workers,
                            "parameters": params, "steps": step,
                            "median_step_ms": round(median_ms, 3),
                            "accuracy": round(accuracy, 4),

@@ -12,6 +12,6 @@ Calls return a Future; result() waits with the GIL released. Failures raise
 rackweave.Error, whose `code` names the error ("unknown_job", "timeout", ...).
 """
 
-from ._rackweave import Error, Future, Worker, create_job, delete_job, set_hyper
+from ._rackweave import Error, Future, Worker, __version__, create_job, delete_job, set_hyper
 
-__all__ = ["Error", "Future", "Worker", "create_job", "delete_job", "set_hyper"]
+__all__ = ["Error", "Future", "Worker", "__version__", "create_job", "delete_job", "set_hyper"]

@@ -42,6 +42,18 @@ are pushed as DDP hands the bucket over, and the mean is written back into the b
 place. The process group DDP needs (gloo) still broadcasts the initial parameters; no
 gradient goes through it.
 
+CUDA parameters (one device per worker) take the same two ways: each gradient is copied
+into a pinned host buffer on a side stream as backward produces it and pushed once that
+copy is done, the answer lands in a second pinned buffer and goes back onto the device on
+another side stream, and the compute stream waits for that copy (a stream wait, never a
+device synchronize) before the parameter is read again: in step(), or with `model=`, in
+the forward of its own module. The buffers are made once per tensor (per bucket for the
+hook) and reused every step (rackweave.staging). A model spread over several devices, or
+a parameter that is not a contiguous float32 tensor, is a TypeError at construction.
+`staging=True` sends CPU parameters down the same path (host buffers, plain copies), as
+the suite does to test it without a GPU; by default the worker reads and writes CPU
+parameters in place.
+
 Where arguments are left out, torchrun's environment fills them in: RANK, WORLD_SIZE,
 and RACKWEAVE_CONNECT (HOST:PORT of the job's node), RACKWEAVE_JOB, RACKWEAVE_TOKEN,
 RACKWEAVE_TRANSPORT (default "auto": shared memory with a node on this host, else TCP).
@@ -53,6 +65,7 @@ import os
 import torch as _torch
 
 from ._rackweave import Worker
+from .staging import CudaOps, HostOps, Pipeline, device_of
 
 __all__ = ["HookState", "ServerOptimizer", "allreduce_hook"]
 
@@ -80,14 +93,11 @@ class ServerOptimizer(_torch.optim.Optimizer):
                  weight_decay=None, betas=None, eps=None, *, connect=None, job=None,
                  rank=None, workers=None, token=None, chunk_bytes=None, overlap=True,
                  transport=None, timeout=120.0, model=None, compression=None,
-                 compress_updates=None):
+                 compress_updates=None, staging=False):
         self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not self.params:
             raise ValueError("ServerOptimizer: no parameter requires grad")
-        for n, p in self.params:
-            if p.device.type != "cpu" or p.dtype != _torch.float32 or not p.is_contiguous():
-                raise TypeError(f"ServerOptimizer: parameter '{n}' must be a contiguous "
-                                f"float32 CPU tensor (it is {p.dtype} on {p.device})")
+        self.device = device_of(self.params, "ServerOptimizer")
         self.rank = _from_env(rank, "RANK", int)
         joining = dict(
             connect=_from_env(connect, "RACKWEAVE_CONNECT"), job=_from_env(job, "RACKWEAVE_JOB"),
@@ -120,6 +130,9 @@ class ServerOptimizer(_torch.optim.Optimizer):
         self.overlap = overlap
         self._pending = {}
         self._hooks = []
+        # CUDA parameters (or CPU ones with staging=True) go through pinned buffers
+        # (rackweave.staging); CPU ones are read and written in place.
+        self._stage = _pipeline(self.device, staging)
         job = self.worker.spec
         super().__init__([p for _, p in self.params],
                          dict(lr=job["lr"], momentum=job["momentum"],
@@ -127,11 +140,23 @@ class ServerOptimizer(_torch.optim.Optimizer):
                               betas=(job["beta1"], job["beta2"])))
         self._running = self._hyper()  # what the node runs now
         # Version 0: rank 0's values, everywhere.
-        if self.rank == 0:
-            for f in [self.worker.init(n, p.data.view(-1)) for n, p in self.params]:
+        if self._stage is None:
+            if self.rank == 0:
+                for f in [self.worker.init(n, p.data.view(-1)) for n, p in self.params]:
+                    f.result()
+            for f in [self.worker.pull(n, p.data.view(-1), 0) for n, p in self.params]:
                 f.result()
-        for f in [self.worker.pull(n, p.data.view(-1), 0) for n, p in self.params]:
-            f.result()
+        else:
+            staged = {n: self._stage.buffers(n, p.numel()) for n, p in self.params}
+            if self.rank == 0:
+                for n, p in self.params:
+                    staged[n][0].copy_(p.data.view(-1))
+                for f in [self.worker.init(n, staged[n][0]) for n, _ in self.params]:
+                    f.result()
+            for f in [self.worker.pull(n, staged[n][1], 0) for n, _ in self.params]:
+                f.result()
+            for n, p in self.params:
+                p.data.view(-1).copy_(staged[n][1])
         if overlap:
             for n, p in self.params:
                 self._hooks.append(p.register_hook(self._pusher(n, p)))
@@ -147,20 +172,38 @@ class ServerOptimizer(_torch.optim.Optimizer):
                 if names:
                     self._hooks.append(m.register_forward_pre_hook(self._waiter(names)))
 
+    def _landed(self, call):
+        """Waits for one parameter's answer: in its memory (CPU), or on its way there
+        with the compute stream waiting for it (staged)."""
+        if self._stage is None:
+            call.result()
+        else:
+            self._stage.ops.compute_wait(call.result())
+
+    def _exchange(self, name, grad, param):
+        """Pushes one parameter's gradient; its new values land in `param`."""
+        if self._stage is None:
+            return self.worker.push_pull(name, grad.view(-1), param.data.view(-1))
+        return self._stage.submit(
+            name, grad, param.data,
+            exchange=lambda out, into: self.worker.push_pull(name, out, into))
+
     def _waiter(self, names):
         def hook(module, inputs):
             for n in names:
                 f = self._inflight.pop(n, None)
                 if f is not None:
-                    f.result()
+                    self._landed(f)
         return hook
 
     def synchronize(self):
         """Waits until every parameter holds its newest version (with `model`, step()
-        does not; reading parameters outside the model's forward needs this first)."""
+        does not; reading parameters outside the model's forward needs this first).
+        With CUDA parameters the host waits for the answers, and the current stream
+        for their copies onto the device."""
         inflight, self._inflight = self._inflight, {}
         for f in inflight.values():
-            f.result()
+            self._landed(f)
 
     def _hyper(self):
         g = self.param_groups[0]
@@ -190,8 +233,8 @@ class ServerOptimizer(_torch.optim.Optimizer):
             g = grad if grad.is_contiguous() else grad.contiguous()
             before = self._inflight.pop(name, None)  # a parameter no forward waited for
             if before is not None:
-                before.result()
-            self._pending[name] = self.worker.push_pull(name, g.view(-1), param.data.view(-1))
+                self._landed(before)
+            self._pending[name] = self._exchange(name, g, param)
             return None
         return hook
 
@@ -208,8 +251,8 @@ class ServerOptimizer(_torch.optim.Optimizer):
                     raise RuntimeError(f"ServerOptimizer: '{n}' has no gradient to push")
                 before = self._inflight.pop(n, None)
                 if before is not None:
-                    before.result()
-                self._pending[n] = self.worker.push_pull(n, p.grad.view(-1), p.data.view(-1))
+                    self._landed(before)
+                self._pending[n] = self._exchange(n, p.grad, p)
         missing = [n for n, _ in self.params if n not in self._pending]
         if missing:
             raise RuntimeError("ServerOptimizer: backward produced no gradient for "
@@ -219,7 +262,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
             self._inflight.update(pending)
             return
         for n, _ in self.params:
-            pending[n].result()
+            self._landed(pending[n])
 
     def zero_grad(self, set_to_none=True):
         for _, p in self.params:
@@ -233,7 +276,20 @@ class ServerOptimizer(_torch.optim.Optimizer):
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        if self._stage is not None:
+            self._stage.close()
         self.worker.close()
+
+
+def _pipeline(device, staging):
+    """The staging path for parameters on `device`, or None where the worker reads and
+    writes them in place (CPU, unless staging=True: the same path as CUDA's, with host
+    buffers and plain copies)."""
+    if device.type == "cuda":
+        return Pipeline(CudaOps(device))
+    if staging:
+        return Pipeline(HostOps())
+    return None
 
 
 class HookState:
@@ -241,10 +297,12 @@ class HookState:
     model's trainable parameters (by name)."""
 
     def __init__(self, named_parameters, *, connect=None, job=None, rank=None, workers=None,
-                 token=None, chunk_bytes=262144, transport=None, timeout=120.0):
+                 token=None, chunk_bytes=262144, transport=None, timeout=120.0,
+                 staging=False):
         params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not params:
             raise ValueError("HookState: no parameter requires grad")
+        self.device = device_of(params, "HookState")
         self.names = {id(p): n for n, p in params}
         self.rank = _from_env(rank, "RANK", int)
         self.workers = _from_env(workers, "WORLD_SIZE", int)
@@ -259,9 +317,14 @@ class HookState:
         # Completes each bucket's torch future once the node has answered every one of
         # its parameters (waiting releases the GIL); in order, so buckets finish in turn.
         self._waiter = concurrent.futures.ThreadPoolExecutor(1, "rackweave-hook")
+        # CUDA buckets (or CPU ones with staging=True) go through pinned buffers, one
+        # pair per bucket (rackweave.staging).
+        self._stage = _pipeline(self.device, staging)
 
     def close(self):
         self._waiter.shutdown(wait=True)
+        if self._stage is not None:
+            self._stage.close()
         self.worker.close()
 
 
@@ -269,28 +332,57 @@ def allreduce_hook(state, bucket):
     """DDP communication hook: the mean of the ranks' gradients of the bucket (summed by
     the node in rank order, then divided by the ranks) in the bucket's buffer."""
     buf = bucket.buffer()
-    calls = []
+    slices = []  # (name, first element, end)
     offset = 0
     for p in bucket.parameters():
         name = state.names.get(id(p))
         if name is None:
             raise RuntimeError("allreduce_hook: a parameter of the DDP model is not one "
                                "HookState was given (pass the same model's named_parameters())")
-        view = buf[offset:offset + p.numel()]
-        calls.append(state.worker.push_pull(name, view, view))
+        slices.append((name, offset, offset + p.numel()))
         offset += p.numel()
     if offset != buf.numel():
         raise RuntimeError(f"allreduce_hook: the bucket holds {buf.numel()} elements, its "
                            f"parameters {offset}")
-    done = _torch.futures.Future()
 
-    def wait():
-        try:
-            for c in calls:
-                c.result()
-            done.set_result(buf.div_(state.workers))
-        except BaseException as e:  # noqa: BLE001 - handed to DDP, which raises it
-            done.set_exception(e)
+    def exchange(out, into):
+        return _AllOf([state.worker.push_pull(n, out[a:b], into[a:b]) for n, a, b in slices])
+
+    done = _torch.futures.Future()
+    if state._stage is None:
+        calls = exchange(buf, buf)
+
+        def wait():
+            try:
+                calls.result()
+                done.set_result(buf.div_(state.workers))
+            except BaseException as e:  # noqa: BLE001 - handed to DDP, which raises it
+                done.set_exception(e)
+    else:
+        # The mean is taken on the host, in the pinned buffer, before the copy back; the
+        # bucket's future completes once that copy has (DDP then reads the bucket on its
+        # own stream).
+        landed = state._stage.submit(f"bucket {bucket.index()}", buf, buf, exchange,
+                                     finish=lambda host: host.div_(state.workers),
+                                     in_place=True)
+
+        def wait():
+            try:
+                state._stage.ops.host_wait(landed.result())
+                done.set_result(buf)
+            except BaseException as e:  # noqa: BLE001 - handed to DDP, which raises it
+                done.set_exception(e)
 
     state._waiter.submit(wait)
     return done
+
+
+class _AllOf:
+    """Several rackweave Futures as one: result() waits for each."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def result(self):
+        for c in self.calls:
+            c.result()

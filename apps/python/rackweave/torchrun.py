@@ -29,7 +29,9 @@ def _from_str(cls, vm):
     raise ValueError(f"{vm} does not match: <{_api._VALUE_REGEX}> or <{_api._MAPPING_REGEX}>")
 
 
-_api.Std.from_str = classmethod(_from_str)
+# Only where torch has that lookup (1.x): torch 2.x parses the value itself.
+if all(hasattr(_api, n) for n in ("Std", "_VALUE_REGEX", "_MAPPING_REGEX")):
+    _api.Std.from_str = classmethod(_from_str)
 
 
 def _free_port():
