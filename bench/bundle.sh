@@ -19,9 +19,9 @@
 #   DIR/NAME/python/digits.pt               scikit-learn's digits, for a machine without
 #                                           it (apps/examples/torch/models.py)
 #   DIR/NAME/BUNDLE                         what it was made from (commit, build, host)
-# DIR/lib holds the libraries, shared by every build packed into DIR: bundle an old and
-# a new build into one DIR (two --name) and compare them in one run on the other
-# machine, for about 12 MB more. The wrappers exec, so a script's PID is the program's.
+# DIR/lib holds the libraries (DIR/lib/cxx the compiler's runtime), shared by every
+# build packed into DIR: bundle an old and a new build into one DIR (two --name) and
+# compare them in one run on the other machine, for about 12 MB more. The wrappers exec, so a script's PID is the program's.
 # MPI is not packed (its launcher and plugins come with the machine's own OpenMPI):
 # bench/peers.sh builds bench/peers/mpi_allreduce.c there with the machine's mpicc.
 # Python and torch are not either: torch-gloo and bench/gpu.sh run on the machine's own.
@@ -84,14 +84,20 @@ is_glibc() {
 # ldconfig's 70 KB: quitting at the match would end ldconfig with SIGPIPE, a failure
 # under pipefail.)
 fabric_lib=$(ldconfig -p | awk '$1 == "libfabric.so.1" && !found {print $NF; found = 1}')
+# The compiler's runtime (libstdc++, libgcc_s, libatomic) goes to DIR/lib/cxx: the
+# programs' wrappers take it, but a Python process that loads _rackweave (bench/gpu.sh)
+# keeps the machine's own, which its torch was built against (newer than Debian's).
 added=0
+mkdir -p "$dir/lib/cxx"
 while read -r lib; do
   is_glibc "$lib" && continue
   [[ ${lib##*/} == librackweave.so ]] && continue
-  if [[ ! -e $dir/lib/${lib##*/} ]]; then
-    cp -L "$lib" "$dir/lib/${lib##*/}"
-    chmod u+w "$dir/lib/${lib##*/}"
-    strip --strip-unneeded "$dir/lib/${lib##*/}" 2>/dev/null || true
+  to=$dir/lib
+  case ${lib##*/} in libstdc++.so*|libgcc_s.so*|libatomic.so*) to=$dir/lib/cxx ;; esac
+  if [[ ! -e $to/${lib##*/} ]]; then
+    cp -L "$lib" "$to/${lib##*/}"
+    chmod u+w "$to/${lib##*/}"
+    strip --strip-unneeded "$to/${lib##*/}" 2>/dev/null || true
     added=$((added + 1))
   fi
 done < <({
@@ -108,7 +114,7 @@ wrap() {
   cat >"$wrapper" <<EOF
 #!/bin/sh
 here=\$(cd "\$(dirname "\$0")/.." && pwd)
-LD_LIBRARY_PATH=\$here/bin:\$here/../lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec "\$here/bin/$target" "\$@"
+LD_LIBRARY_PATH=\$here/bin:\$here/../lib:\$here/../lib/cxx\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec "\$here/bin/$target" "\$@"
 EOF
   chmod +x "$wrapper"
 }

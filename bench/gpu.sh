@@ -88,8 +88,9 @@ cleanup() {
 set_exit_traps cleanup
 
 # The package: the build's (or bundle's) native part for this Python, the source tree's
-# Python part (the same as a build's copy). A bundle's programs and extension find their
-# libraries in its bin/ and ../lib.
+# Python part (the same as a build's copy). A bundle's extension finds its libraries in
+# its bin/ and ../lib, but not ../lib/cxx: Python keeps the machine's own C++ runtime,
+# the one its torch was built against (the programs' wrappers take the bundle's).
 [[ -x $build/apps/rw-node ]] || usage_error "$build/apps/rw-node is missing (a build or a bundle)"
 mkdir -p "$tmp/python/rackweave"
 cp apps/python/rackweave/*.py "$tmp/python/rackweave/"
