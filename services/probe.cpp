@@ -4,7 +4,7 @@
 
 #include <unistd.h>
 
-#include "transports/tcp/address.hpp"
+#include "services/tcp_names.hpp"
 
 namespace rw::services {
 

@@ -14,6 +14,7 @@ using transports::payload_target;
 using transports::receive_limits;
 using transports::tcp::accept_policy;
 using transports::tcp::address;
+using transports::tcp::connect_to;
 using transports::tcp::endpoint;
 using transports::tcp::is_wildcard;
 using transports::tcp::parse_address;

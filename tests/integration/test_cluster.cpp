@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/support/cluster_fixture.hpp"
+#include "tests/support/test_worker.hpp"
 
 namespace rw_integration_cluster {
 
