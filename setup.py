@@ -1,6 +1,7 @@
 """The rackweave package for pip: `pip install .` builds the native part, _rackweave, with
 CMake for the Python running pip, and puts librackweave.so beside it (the extension
-finds it through its $ORIGIN RUNPATH); the Python part is apps/python/rackweave.
+finds it through its $ORIGIN RUNPATH, $ORIGIN alone in setup.py's own build); the Python
+part is apps/python/rackweave.
 
 The CMake build goes to build/pip/cmake-<python tag> (Release), or, when
 RACKWEAVE_BUILD_DIR names an existing build configured for this Python, there (the test
@@ -37,7 +38,8 @@ class CMakeBuild(build_ext):
             subprocess.check_call(["cmake", "-S", ROOT, "-B", build, *gen,
                                    "-DCMAKE_BUILD_TYPE=Release",
                                    f"-DPYTHON_EXECUTABLE={sys.executable}",
-                                   "-DRW_INTEGRATION_TESTS=OFF"])
+                                   "-DRW_INTEGRATION_TESTS=OFF",
+                                   "-DRW_PYTHON_ORIGIN_ONLY=ON"])
         elif not os.path.exists(os.path.join(build, "CMakeCache.txt")):
             raise SystemExit(f"setup.py: RACKWEAVE_BUILD_DIR={build} is not a CMake build")
         subprocess.check_call(["cmake", "--build", build, "--target", "_rackweave",
