@@ -18,6 +18,13 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "pip_install: FAIL: $*" >&2; exit 1; }
+# runpath_of FILE: its RUNPATH (or RPATH) line; readelf's whole output read first, so no
+# reader stops a pipeline early under pipefail.
+runpath_of() {
+  local dyn
+  dyn=$(readelf -d "$1")
+  grep -E 'R(UN)?PATH' <<<"$dyn" || true
+}
 export RACKWEAVE_BUILD_DIR=$build PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
 version=$(sed -n 's/^project(RackWeave VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
@@ -41,12 +48,12 @@ print(native)
 PY
 native=$(<"$tmp/where")
 [[ -f $(dirname "$native")/librackweave.so ]] || fail "no librackweave.so beside $native"
-readelf -d "$native" | grep -E 'R(UN)?PATH' | grep -q '\$ORIGIN' ||
-  fail "$native has no \$ORIGIN in its RUNPATH: $(readelf -d "$native" | grep -E 'R(UN)?PATH')"
+runpath=$(runpath_of "$native")
+[[ $runpath == *'$ORIGIN'* ]] || fail "$native has no \$ORIGIN in its RUNPATH: $runpath"
 # Loaded from beside it, not from the build.
 LD_DEBUG=libs "$tmp/venv/bin/python" -c 'import rackweave' 2>"$tmp/ld.log" || true
 grep -q "calling init: $(dirname "$native")/librackweave.so" "$tmp/ld.log" ||
-  fail "librackweave.so was not loaded from $(dirname "$native"): $(grep 'librackweave' "$tmp/ld.log" | head -3)"
+  fail "librackweave.so was not loaded from $(dirname "$native"): $(grep -m3 'librackweave' "$tmp/ld.log")"
 
 "$build/apps/rw-node" --listen 127.0.0.1:0 --port-file "$tmp/port" --open-jobs --no-pin \
   2>"$tmp/node.log" &
@@ -73,8 +80,9 @@ PY
 # The wheel.
 /usr/bin/python3 -m build --wheel --no-isolation --outdir "$tmp/dist" "$src" >"$tmp/build.log" 2>&1 ||
   { tail -30 "$tmp/build.log" >&2; fail "python3 -m build --wheel failed"; }
-wheel=$(ls "$tmp"/dist/rackweave-"$version"-*.whl 2>/dev/null | head -1)
-[[ -n $wheel ]] || fail "no rackweave-$version wheel in $tmp/dist: $(ls "$tmp/dist")"
+wheels=("$tmp"/dist/rackweave-"$version"-*.whl)
+wheel=${wheels[0]}
+[[ -f $wheel ]] || fail "no rackweave-$version wheel in $tmp/dist: $(ls "$tmp/dist")"
 /usr/bin/python3 - "$wheel" "$tmp/unpacked" <<'PY' || fail "the wheel's contents"
 import sys, zipfile
 wheel, into = sys.argv[1:]
@@ -87,6 +95,7 @@ if not any(n.startswith("rackweave/_rackweave.cpython-") for n in names):
     sys.exit(f"no native part in {wheel}: {names}")
 zipfile.ZipFile(wheel).extractall(into)
 PY
-readelf -d "$tmp"/unpacked/rackweave/_rackweave.cpython-*.so | grep -E 'R(UN)?PATH' | grep -q '\$ORIGIN' ||
-  fail "the wheel's native part has no \$ORIGIN RUNPATH"
+unpacked=("$tmp"/unpacked/rackweave/_rackweave.cpython-*.so)
+runpath=$(runpath_of "${unpacked[0]}")
+[[ $runpath == *'$ORIGIN'* ]] || fail "the wheel's native part has no \$ORIGIN RUNPATH: $runpath"
 echo "pip_install: ok ($(basename "$wheel"))"
