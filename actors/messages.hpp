@@ -67,6 +67,7 @@ using migrate_atom = caf::atom_constant<caf::atom("migrate")>;
 using balance_atom = caf::atom_constant<caf::atom("balance")>;
 using step_atom = caf::atom_constant<caf::atom("step")>;
 using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
+using state_atom = caf::atom_constant<caf::atom("state")>;
 
 /// A worker's hello, as the poller forwards it to the rack coordinator.
 struct hello_request {
@@ -148,6 +149,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<rw::transports::endpoint>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_push)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<rw::actors::chunk_push>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_pull)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::state_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::job_setup)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::relay_update)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_snapshot)

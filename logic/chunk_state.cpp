@@ -73,6 +73,31 @@ std::string chunk_state::restore(const runtime::checkpoint::chunk_record& r) {
   return {};
 }
 
+std::string chunk_state::cannot_load(uint64_t clock) const {
+  if (!initialized_)
+    return "it has no initial values yet (rank 0 initialises it first)";
+  if (!settled())
+    return fmt::format("a step is in it (version {}): load between steps", version_);
+  if (version_ != 0 && version_ != clock)
+    return fmt::format("it is at version {}: a state loads into a chunk at version 0 "
+                       "(before the job's first step), or one at the state's clock {}",
+                       version_, clock);
+  return {};
+}
+
+bool chunk_state::load_array(uint32_t k, const float* values) {
+  auto* dst = const_cast<float*>(state_array(k));
+  if (dst == nullptr)
+    return false;
+  std::memcpy(dst, values, size_t{length_} * sizeof(float));
+  return true;
+}
+
+void chunk_state::load_version(uint64_t clock) {
+  version_ = clock;
+  packed_version_ = UINT64_MAX;
+}
+
 const std::vector<std::byte>& chunk_state::packed(uint16_t flag) const {
   if (packed_version_ != version_
       || packed_.size() != protocol::half_payload_bytes(flag, length_)) {

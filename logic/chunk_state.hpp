@@ -102,6 +102,24 @@ public:
   /// what does not fit (a length, an array the optimizer lacks or needs), else "".
   std::string restore(const runtime::checkpoint::chunk_record& r);
 
+  /// The optimizer state a worker reads and loads (`state` frames), between steps: the
+  /// arrays kept (m, then v, where the optimizer has them), how many, and array k (null
+  /// past them).
+  uint32_t state_arrays() const noexcept { return (m_ ? 1u : 0u) + (v_ ? 1u : 0u); }
+  const float* state_array(uint32_t k) const noexcept {
+    return k == 0 ? (m_ ? m_ : v_) : k == 1 && m_ ? v_ : nullptr;
+  }
+  /// Why the chunk cannot take a saved state of clock `clock` now ("" if it can): it
+  /// must be initialized, have nothing of a step in it (settled) and be at version 0,
+  /// or at `clock` already (a load sent again).
+  std::string cannot_load(uint64_t clock) const;
+  /// Loads array k (length() floats) of a saved state; check cannot_load first.
+  /// Returns false if the chunk keeps no array k.
+  bool load_array(uint32_t k, const float* values);
+  /// The saved state's clock becomes the chunk's version (the steps it counts, Adam's
+  /// bias correction too); check cannot_load first.
+  void load_version(uint64_t clock);
+
   /// Sets version-0 values (rank 0's init). Returns false if already initialized or
   /// past version 0.
   bool init(const float* values);

@@ -75,6 +75,23 @@ data_check check_data_frame(const frame_header& h, const data_context& ctx) {
     return h.payload_bytes == 0 ? received(data_check::none)
                                 : refused(errc::bad_frame, "pull carries no payload");
   const size_t length = layout.length(h.chunk_index);
+  if (h.kind == frame_kind::state) {
+    if ((h.flags & ~flag_state_load) != 0)
+      return refused(errc::bad_frame,
+                     fmt::format("a state frame's only flag is 0x{:x} (load), not 0x{:x}",
+                                 flag_state_load, h.flags));
+    // A read, or a load of the version alone, carries nothing; a load of an array
+    // carries it whole, float32.
+    const bool array_load = (h.flags & flag_state_load) != 0
+                            && h.staleness != state_version_only;
+    const size_t want = array_load ? length * sizeof(float) : 0;
+    if (h.payload_bytes != want)
+      return refused(errc::bad_chunk,
+                     fmt::format("a state {} of chunk {}/{} carries {} bytes, not {}",
+                                 array_load ? "load of an array" : "read or clock load",
+                                 h.tensor_id, h.chunk_index, h.payload_bytes, want));
+    return received(want == 0 ? data_check::none : data_check::chunk);
+  }
   size_t expect = length * sizeof(float);
   // A dense push of a bf16 / fp16 job carries 16-bit values, flagged with the job's
   // format; every other frame carries float32 (inits: the exact initial values; a

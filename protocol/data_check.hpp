@@ -13,6 +13,9 @@
 //                                                                   the job compresses
 //   push_sparse  job, rank, tensor, chunk, homed here               pairs, at most the
 //                                                                   dense chunk
+//   state        job, rank, tensor, chunk, homed here, flags        a load of an array:
+//                                                                   the chunk, float32;
+//                                                                   else none
 //
 // A chunk homed here by the ring the job just left, and no longer, is dropped without a
 // word: its sender routes it again by the new ring.
@@ -54,7 +57,7 @@ struct data_check {
   std::string why;
 };
 
-/// Checks frame `h` (bye, hyper, pull, init, push or push_sparse) against `ctx`.
+/// Checks frame `h` (bye, hyper, pull, init, push, push_sparse or state) against `ctx`.
 data_check check_data_frame(const frame_header& h, const data_context& ctx);
 
 } // namespace rw::protocol

@@ -41,6 +41,7 @@ const char* to_string(frame_kind kind) noexcept {
     case frame_kind::hyper: return "hyper";
     case frame_kind::fabric: return "fabric";
     case frame_kind::place: return "place";
+    case frame_kind::state: return "state";
   }
   return "?";
 }
@@ -120,7 +121,7 @@ errc decode(const std::byte* in, frame_header& out, std::string& why) {
       return errc::bad_version;
     }
     auto kind = static_cast<uint16_t>(root.getKind());
-    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::place)) {
+    if (kind == 0 || kind > static_cast<uint16_t>(frame_kind::state)) {
       why = fmt::format("unknown frame kind {}", kind);
       return errc::bad_frame;
     }

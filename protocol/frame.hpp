@@ -44,6 +44,11 @@ enum class frame_kind : uint16_t {
                 // FabricOffer; the worker's chunks then travel over libfabric
   place = 21,   // worker -> node, fabric only: where a tensor's results go (payload:
                 // FabricPlace); consumed by the fabric transport
+  state = 22,   // worker -> node: read one optimizer array of a chunk (the answer: a
+                // `state` frame, `clock` = the chunk's version, payload the array), or,
+                // with flag_state_load (rank 0), load one; node -> worker: the answer
+                // (a refusal: an `error` frame about the request). `staleness` names
+                // the array (state_version_only: none, only the version / the clock)
 };
 
 const char* to_string(frame_kind kind) noexcept;
@@ -73,6 +78,15 @@ constexpr uint16_t flag_placed = 16;
 constexpr uint16_t flag_bf16 = 32;
 constexpr uint16_t flag_fp16 = 64;
 constexpr uint16_t flag_half = flag_bf16 | flag_fp16;
+
+/// Flag bit of a `state` frame from a worker: load (rank 0) the array `staleness` of the
+/// chunk from the payload, or with state_version_only and no payload set its version to
+/// `clock`; without it the frame reads.
+constexpr uint16_t flag_state_load = 128;
+
+/// A `state` frame's `staleness` naming no optimizer array: a read answers with the
+/// chunk's version alone, a load sets the version (`clock`).
+constexpr uint32_t state_version_only = 0xFFFFFFFFu;
 
 /// The rank a mirror link (a chunk's home node sending each step's sum to the chunk's
 /// replica node; Hello.mirror) says hello as and stamps its frames with.

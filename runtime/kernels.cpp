@@ -119,6 +119,11 @@ int state_arrays(optimizer_kind kind) noexcept {
   }
 }
 
+uint32_t kept_state_arrays(optimizer_kind kind) noexcept {
+  const bool v = kind == optimizer_kind::adam || kind == optimizer_kind::lamb;
+  return (state_arrays(kind) >= 1 ? 1u : 0u) + (v ? 1u : 0u);
+}
+
 float effective_rescale(const optimizer_spec& spec, uint32_t workers) noexcept {
   return spec.rescale != 0.0f ? spec.rescale : 1.0f / static_cast<float>(workers);
 }

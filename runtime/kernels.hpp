@@ -73,6 +73,11 @@ inline void sum_into(float* acc, const float* x, size_t n) noexcept {
 /// Number of state arrays (each as long as the chunk) `kind` needs.
 int state_arrays(optimizer_kind kind) noexcept;
 
+/// Of them, the arrays that outlive a step (a worker saves and loads them: m where the
+/// optimizer keeps momentum or a first moment, then v for Adam and LAMB); not LAMB's and
+/// LARS's direction d, which lives only inside a step.
+uint32_t kept_state_arrays(optimizer_kind kind) noexcept;
+
 /// The gradient scale the optimizer applies to a sum of `workers` gradients.
 float effective_rescale(const optimizer_spec& spec, uint32_t workers) noexcept;
 

@@ -51,6 +51,14 @@ enum FrameKind {
                  # are then written straight into that memory and their header, flagged
                  # `placed` (16), into a slot. The fabric transport consumes it: the
                  # node's actors never see it
+  state @22;     # worker -> node: read one optimizer array (`staleness`: 0 = m, 1 = v;
+                 # 0xFFFFFFFF: none, the version only) of a chunk of a BSP job, between
+                 # steps; the node answers with a `state` frame (`clock` = the chunk's
+                 # version, payload the array as float32). With flags bit 7 (128) rank 0
+                 # loads the array from the payload into a chunk at version 0 (or at
+                 # `clock`), or with 0xFFFFFFFF and no payload sets its version to
+                 # `clock`; the answer carries no payload. A refusal is an `error`
+                 # frame about the request (its header's tensor, chunk and staleness)
 }
 
 struct FrameHeader {

@@ -4,7 +4,9 @@
 // with the actors because it drives them; the header is runtime's public one.
 #include "rackweave/worker.hpp"
 
+#include <algorithm>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -66,6 +68,31 @@ struct worker::impl {
         ++clocks[op.tensor];
     }
     caf::anon_send(proxy, actors::submit_atom::value, std::move(op));
+    return fut;
+  }
+
+  /// Rank 0 only: else bad_rank, saying who does `what`.
+  void only_rank0(const char* what) const {
+    if (opts.rank != 0)
+      throw rw::error(errc::bad_rank,
+                      fmt::format("only rank 0 {} (this is rank {})", what, opts.rank));
+  }
+
+  /// The link, or errc::closed.
+  actors::worker_link& live_link() {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (closed || !link)
+      throw rw::error(errc::closed, "the worker is closed");
+    return *link;
+  }
+
+  /// The tensor's pushes go on from `clock`, after what is queued on it.
+  std::future<void> set_clock(uint32_t t, uint64_t clock) {
+    actors::worker_op op{actors::worker_op::push, t, nullptr, nullptr, clock, nullptr};
+    op.sets_clock = true;
+    auto fut = submit(std::move(op));
+    std::lock_guard<std::mutex> guard{mtx};
+    clocks[t] = clock; // submit counted it as a push
     return fut;
   }
 
@@ -418,12 +445,7 @@ std::future<void> worker::subscribe(const std::string& tensor, floats out,
 
 uint64_t worker::set_hyper(const hyper_change& change) {
   auto& d = *impl_;
-  if (d.opts.rank != 0)
-    throw rw::error(
-      errc::bad_rank,
-      fmt::format("only rank 0 changes the job's hyper-parameters (this is rank "
-                  "{})",
-                  d.opts.rank));
+  d.only_rank0("changes the job's hyper-parameters");
   if (auto why = validate(change); !why.empty())
     throw rw::error(errc::invalid_spec, "set_hyper: " + why);
   {
@@ -433,6 +455,74 @@ uint64_t worker::set_hyper(const hyper_change& change) {
   }
   auto payload = protocol::encode(change);
   return d.link->request_hyper(payload, d.opts.request_timeout);
+}
+
+// --- the optimizer state -------------------------------------------------------------
+
+uint32_t worker::state_arrays() const noexcept {
+  return runtime::kept_state_arrays(impl_->opts.job.optimizer.kind);
+}
+
+uint64_t worker::pull_state(const std::string& tensor, floats out) {
+  auto& d = *impl_;
+  auto t = d.tensor(tensor);
+  auto n = d.elements(tensor);
+  const auto against = fmt::format("{} arrays of the tensor's", state_arrays());
+  check_length(out, uint64_t{state_arrays()} * n, tensor, "optimizer state buffer",
+               against.c_str());
+  auto versions = d.live_link().request_state(t, state_arrays(), out.data(), nullptr, 0,
+                                              d.opts.request_timeout);
+  auto [low, high] = std::minmax_element(versions.begin(), versions.end());
+  if (*low != *high)
+    throw rw::error(errc::clock_out_of_range,
+                    fmt::format("the optimizer state of '{}' was read with its chunks at "
+                                "versions {} to {}: read it once every push of this "
+                                "worker was answered (a BSP job's chunks then stand at "
+                                "one version)",
+                                tensor, *low, *high));
+  return *low;
+}
+
+void worker::load_state(const std::string& tensor, const_floats state, uint64_t clock) {
+  auto& d = *impl_;
+  auto t = d.tensor(tensor);
+  d.only_rank0("loads the optimizer state; the other ranks call go_on_from");
+  auto n = d.elements(tensor);
+  const auto against = fmt::format("{} arrays of the tensor's", state_arrays());
+  check_length(state, uint64_t{state_arrays()} * n, tensor, "optimizer state",
+               against.c_str());
+  // A job without arrays still loads its clock; the source then only says "a load".
+  static const float none = 0.0f;
+  d.live_link().request_state(t, state_arrays(), nullptr,
+                              state.size() > 0 ? state.data() : &none, clock,
+                              d.opts.request_timeout);
+  d.set_clock(t, clock).get();
+}
+
+void worker::go_on_from(const std::string& tensor, uint64_t clock) {
+  auto& d = *impl_;
+  auto t = d.tensor(tensor);
+  const auto deadline = std::chrono::steady_clock::now() + d.opts.request_timeout;
+  for (auto pause = std::chrono::milliseconds(2);;
+       pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
+    auto versions = d.live_link().request_state(t, 0, nullptr, nullptr, 0,
+                                                d.opts.request_timeout);
+    auto [low, high] = std::minmax_element(versions.begin(), versions.end());
+    if (*high > clock)
+      throw rw::error(errc::clock_out_of_range,
+                      fmt::format("tensor '{}' is at version {} already, past clock {}: "
+                                  "the job went on without this worker",
+                                  tensor, *high, clock));
+    if (*low == clock)
+      break;
+    if (std::chrono::steady_clock::now() + pause > deadline)
+      throw rw::error(errc::timeout,
+                      fmt::format("tensor '{}' did not reach clock {} within {} ms (at "
+                                  "version {}): has rank 0 loaded the optimizer state?",
+                                  tensor, clock, d.opts.request_timeout.count(), *low));
+    std::this_thread::sleep_for(pause);
+  }
+  d.set_clock(t, clock).get();
 }
 
 } // namespace rw

@@ -155,7 +155,7 @@ void worker_link::abandon(const std::string& why) {
 
 void worker_link::stop(const std::string& why) {
   abandon(why);
-  hyper_cv_.notify_all(); // a set_hyper waiting gives up
+  wake_callers(); // a set_hyper or optimizer-state call waiting gives up
 
   running_ = false;
   if (receiver_.joinable())
@@ -248,6 +248,8 @@ payload_target worker_link::on_header(const transports::connection_ptr& c,
   }
   if (h.kind == frame_kind::error)
     return land(h.payload_bytes);
+  if (h.kind == frame_kind::state)
+    return on_state_header(c, h);
   if (h.kind == frame_kind::resend && h.payload_bytes == 0)
     return payload_target::into(nullptr);
   if (h.kind == frame_kind::reroute) {
@@ -341,6 +343,10 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
       on_reroute(i, landing_.of(c).bytes);
     return;
   }
+  if (h.kind == frame_kind::state) {
+    on_state_frame(c, h);
+    return;
+  }
   if (h.kind == frame_kind::resend) {
     if (auto i = index_of(c); i != UINT32_MAX) {
       events_->resend(i, h.chunk_index);
@@ -353,6 +359,8 @@ void worker_link::on_frame(const transports::connection_ptr& c, const frame_head
     auto& text = landing_.of(c).bytes;
     if (decode(text.data(), text.size(), err, why) != errc::ok)
       err = {errc::bad_frame, "undecodable error frame from the node: " + why, {}};
+    if (on_state_error(h, err.code, err.message))
+      return;
     if (answers_.fail(h.tensor_id, err.code, err.message))
       return;
     // Late errors about an operation that already failed (its other chunks).
@@ -436,6 +444,15 @@ void worker_link::on_closed(const transports::connection_ptr& gone, errc code,
        fmt::format("connection to the node lost: {}", why));
 }
 
+void worker_link::wake_callers() {
+  // Under each mutex once: a caller between its check of closed() and its wait is
+  // then waiting, and is woken.
+  { std::lock_guard<std::mutex> guard{hyper_mtx_}; }
+  hyper_cv_.notify_all();
+  { std::lock_guard<std::mutex> guard{state_mtx_}; }
+  state_cv_.notify_all();
+}
+
 void worker_link::lose(errc code, const std::string& why) {
   if (closed_.exchange(true))
     return; // the first connection to go takes the others down; report once
@@ -454,6 +471,7 @@ void worker_link::lose(errc code, const std::string& why) {
     }
   }
   lost_.emplace(lost_code, std::move(reason)); // told once the receiver has stopped (run)
+  wake_callers(); // a call waiting for an answer gives up now
 }
 
 } // namespace rw::actors

@@ -150,6 +150,16 @@ public:
   /// rw::error (the node's refusal, a closed link, or errc::timeout).
   uint64_t request_hyper(const std::vector<std::byte>& payload,
                          std::chrono::milliseconds timeout);
+  /// A tensor's optimizer state (worker::pull_state, load_state; one call at a time):
+  /// one `state` frame per chunk and array (`arrays` 0: the version alone) to the
+  /// chunk's home, each answered once; waits for every answer, at most `timeout`. A
+  /// read (src null) lands array k of chunk c at dst + k * elements + offset(c) and
+  /// returns each chunk's version; a load sends each array from src likewise, then
+  /// sets each chunk's version to `clock`. An error frame about the tensor meanwhile
+  /// fails the call (rw::error), as do the link's loss and the timeout.
+  std::vector<uint64_t> request_state(uint32_t tensor, uint32_t arrays, float* dst,
+                                      const float* src, uint64_t clock,
+                                      std::chrono::milliseconds timeout);
   uint32_t rank() const noexcept { return rank_; }
   const runtime::chunk_layout& layout(uint32_t tensor) const {
     return shapes_->layout(tensor);
@@ -313,6 +323,35 @@ private:
   std::mutex hyper_mtx_;
   std::condition_variable hyper_cv_;
   std::optional<std::pair<protocol::frame_header, std::vector<std::byte>>> hyper_answer_;
+  // One optimizer-state call at a time (request_state, worker/link_state.cpp): what it
+  // awaits, and what came back, once the receiver has it.
+  struct state_wait {
+    uint32_t tensor = 0;
+    uint32_t tag = 0;    // in every frame of the call (`ring`), and in their answers
+    uint32_t arrays = 0; // the optimizer's arrays per element
+    bool load = false;
+    float* dst = nullptr;           // a read: where array k of the tensor goes
+    std::vector<uint8_t> got;       // by chunk * slots + slot: answered
+    std::vector<uint64_t> versions; // a read: by chunk (UINT64_MAX: none yet)
+    size_t left = 0;                // answers still awaited
+    std::optional<std::pair<errc, std::string>> error;
+    uint32_t slots() const noexcept { return load ? arrays + 1 : std::max(arrays, 1u); }
+    // The slot a frame about `array` answers (UINT32_MAX: none of this call's).
+    uint32_t slot_of(uint32_t array) const noexcept;
+  };
+  transports::payload_target on_state_header(const transports::connection_ptr& c,
+                                             const protocol::frame_header& h);
+  void on_state_frame(const transports::connection_ptr& c,
+                      const protocol::frame_header& h);
+  // An error frame about the tensor of the call in progress fails it; false if none.
+  bool on_state_error(const protocol::frame_header& h, errc code, const std::string& why);
+  // Wakes a set_hyper or state call waiting (the link closed).
+  void wake_callers();
+  std::mutex state_call_;
+  std::mutex state_mtx_;
+  std::condition_variable state_cv_;
+  std::optional<state_wait> state_;
+  uint32_t state_tags_ = 0;                            // the last call's tag
   std::shared_ptr<const runtime::routes_basis> basis_; // receiver thread only
   bool multi_node_ = false;                            // basis_ set (before start)
   node_joiner joiner_;

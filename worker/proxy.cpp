@@ -94,6 +94,13 @@ void start_next(proxy_ptr self, uint32_t t) {
     start_next(self, t);
     return;
   }
+  if (q.running.sets_clock) { // the next push carries min_version + 1
+    q.clock = q.running.min_version;
+    q.running.done->set_value();
+    q.running = {};
+    start_next(self, t);
+    return;
+  }
   if (q.running.subscribe) { // nothing to wait for: updates come as they happen
     if (chunk_sender{*st.link, t, q.running, q.clock}.run() == chunk_sender::sent)
       q.running.done->set_value();

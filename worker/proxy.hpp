@@ -76,6 +76,9 @@ struct worker_op {
   size_t count = 0;
   bool only_changed = false; // pull: only chunks newer than min_version
   bool subscribe = false;    // pull: subscribe (done once sent; the tensor stays free)
+  // No frame: the tensor's pushes go on from clock min_version (worker::go_on_from),
+  // after the operations queued before it.
+  bool sets_clock = false;
   // A push of a topk job, made sparse when it starts (worker/compression): the
   // pairs picked, which indices and values then point at.
   std::vector<uint64_t> picked_indices;

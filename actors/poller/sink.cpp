@@ -78,6 +78,7 @@ payload_target poller_sink::on_header(const connection_ptr& c, const frame_heade
     case frame_kind::init:
     case frame_kind::pull:
     case frame_kind::bye:
+    case frame_kind::state:
     case frame_kind::hyper: return check_data(c, h);
     default:
       return refuse(
@@ -102,6 +103,7 @@ void poller_sink::on_frame(const connection_ptr& c, const frame_header& h,
     case frame_kind::push_sparse: on_sparse(c, h, t); return;
     case frame_kind::hyper: on_hyper(c, h, t); return;
     case frame_kind::fabric: on_fabric(c, h, t); return;
+    case frame_kind::state: on_state(c, h, std::move(t.keep)); return;
     case frame_kind::push:
       if ((h.flags & protocol::flag_half) != 0) {
         on_half(c, h, t.keep->bytes());
@@ -272,6 +274,20 @@ void poller_sink::on_frame_pull(const connection_ptr& c, const frame_header& h) 
               chunk_pull{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock, c,
                          (h.flags & protocol::flag_only_changed) != 0,
                          (h.flags & protocol::flag_subscribe) != 0});
+}
+
+void poller_sink::on_state(const connection_ptr& c, const frame_header& h,
+                           runtime::buffer_ref payload) {
+  auto& st = self_->state;
+  auto& b = st.book->bindings[c->id()];
+  if (payload)
+    payload->size = h.payload_bytes;
+  flush(); // after the pushes read before it
+  self_->send(st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)],
+              state_atom::value,
+              state_request{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock,
+                            h.staleness, (h.flags & protocol::flag_state_load) != 0,
+                            std::move(payload), c, h.ring});
 }
 
 uint64_t poller_sink::priority(const connection_ptr& c) const {

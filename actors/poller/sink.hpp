@@ -190,6 +190,9 @@ private:
   payload_target refuse(const connection_ptr& c, const frame_header& h, errc code,
                         const std::string& why);
   void on_frame_pull(const connection_ptr& c, const frame_header& h);
+  /// A `state` frame (checked by check_data): to the shard of its chunk.
+  void on_state(const connection_ptr& c, const frame_header& h,
+                runtime::buffer_ref payload);
   uint64_t priority(const connection_ptr& c) const override;
   void dispatch_data(const connection_ptr& c, const frame_header& h,
                      runtime::buffer_ref payload);

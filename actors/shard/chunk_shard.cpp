@@ -143,6 +143,7 @@ chunk_shard_actor::behavior_type shard_behavior(
       throw std::runtime_error("injected fault: " + why);
     },
     [=](pull_atom, chunk_pull& p) { core->pull(p); },
+    [=](state_atom, state_request& r) { core->state_of(r); },
     [=](create_atom, job_setup& setup, abort_sink& coordinator) {
       std::shared_ptr<job_reports> reports;
       if (coordinator)

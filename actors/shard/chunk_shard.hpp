@@ -26,6 +26,10 @@
 //   poller      -> shard  (init_atom, chunk_push)   rank 0's initial values (version 0)
 //   poller      -> shard  (pull_atom, chunk_pull)   answered with an `update` frame as
 //                         soon as the chunk's version reaches min_version
+//   poller      -> shard  (state_atom, state_request)  a chunk's optimizer state (BSP,
+//                         between steps): one array read, answered with a `state`
+//                         frame; or rank 0 loads one, or sets the version, into a chunk
+//                         at version 0 (actors/shard/handle_state.cpp)
 //   coordinator -> shard  (create_atom, job_setup) -> ok_atom
 //                         allocate this shard's chunks of a new job
 //   coordinator -> shard  (leave_atom, job_id, rank, reason)
@@ -189,7 +193,7 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<push_atom, std::vector<chunk_push>>,
   caf::reacts_to<init_atom, chunk_push>, caf::reacts_to<relay_atom, relay_update>,
   caf::reacts_to<mirror_atom, uint32_t, std::vector<uint64_t>>,
-  caf::reacts_to<pull_atom, chunk_pull>,
+  caf::reacts_to<pull_atom, chunk_pull>, caf::reacts_to<state_atom, state_request>,
   caf::replies_to<create_atom, job_setup, abort_sink>::with<ok_atom>,
   caf::reacts_to<leave_atom, uint32_t, uint32_t, std::string>,
   caf::reacts_to<rejoin_atom, uint32_t, uint32_t>,

@@ -79,6 +79,13 @@ void shard_core::pull(chunk_pull& p) {
   si::on_pull(*this, p);
 }
 
+void shard_core::state_of(state_request& r) {
+  if (r.load)
+    si::changing(*this, r.job_id, [&] { si::on_state(*this, r); });
+  else
+    si::on_state(*this, r);
+}
+
 void shard_core::relay(const relay_update& u) {
   si::changing(*this, u.job_id, [&] { si::on_relay(*this, u); });
 }

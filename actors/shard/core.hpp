@@ -54,6 +54,8 @@ public:
   void flush();
   void init(chunk_push& p);
   void pull(chunk_pull& p);
+  /// A chunk's optimizer state, read or loaded (handle_state.cpp).
+  void state_of(state_request& r);
   void relay(const relay_update& u);
   /// Replicas have the sums of steps (tensor, chunk, clock, ...) of job `job_id`.
   void mirrored(uint32_t job_id, const std::vector<uint64_t>& acked);

@@ -2,6 +2,7 @@
 // The chunk shard's handlers, shared by the files that hold them, one concept each:
 //   handle_steps.cpp   a chunk's step: answers, running ready steps, layer-wise norms
 //   handle_push.cpp    the data path: pushes, inits, pulls
+//   handle_state.cpp   a chunk's optimizer state, read or loaded (state frames)
 //   handle_mirror.cpp  replicas and relays: mirrored sums, a rack's part, takeovers
 //   handle_life.cpp    a job's life here: creation, failure, timeouts, checkpoints,
 //                      finished jobs, a successor adopting the book
@@ -65,6 +66,9 @@ void answer_push(shard_state& st, shard_job& job, chunk_push& p, detail::chunk_s
 void on_push(shard_core& self, chunk_push& p);
 void on_init(shard_core& self, chunk_push& p);
 void on_pull(shard_core& self, chunk_pull& p);
+
+// handle_state.cpp: a chunk's optimizer state
+void on_state(shard_core& self, state_request& r);
 
 // handle_mirror.cpp: replicas and relays
 void replica_ack(const transports::connection_ptr& conn, frame_header hdr);

@@ -110,10 +110,9 @@ shard_job make_shard_job(job_setup& setup, std::shared_ptr<job_reports> coordina
                         : take(len);
       // m (momentum, Adam, LAMB, LARS), v (Adam, LAMB), d (LAMB, LARS)
       auto kind = job.spec.optimizer.kind;
-      float* m = state >= 1 ? take(len) : nullptr;
-      float* v = (kind == optimizer_kind::adam || kind == optimizer_kind::lamb)
-                   ? take(len)
-                   : nullptr;
+      const auto kept = runtime::kept_state_arrays(kind);
+      float* m = kept >= 1 ? take(len) : nullptr;
+      float* v = kept >= 2 ? take(len) : nullptr;
       float* d = needs_d ? take(len) : nullptr;
       job.chunks.emplace_back(len, job.spec.num_workers, params, m, v,
                               job.spec.tensors[t].has_init, job.spec.consistency, d);

@@ -61,6 +61,22 @@ struct chunk_pull {
   bool subscribe = false; // every new version from now on (and the current one)
 };
 
+/// A worker's `state` frame (protocol/frame.hpp, kind state): read one optimizer array
+/// of a chunk, or its version alone; or (rank 0, `load`) load one from `payload`, or
+/// set the chunk's version to `clock`.
+struct state_request {
+  uint32_t job_id;
+  uint32_t rank;
+  uint32_t tensor;
+  uint32_t chunk;
+  uint64_t clock; // a load: the clock the state is of
+  uint32_t array; // 0: m, 1: v (as the optimizer has them); state_version_only: none
+  bool load;
+  runtime::buffer_ref payload; // a load of an array: its values (float32)
+  transports::connection_ptr conn;
+  uint32_t tag = 0; // the frame's `ring` field: the worker's call, echoed in the answer
+};
+
 /// Tells a shard to allocate its chunks of a new job. With `params`, the job's
 /// parameters live in that shared segment (at transports::shm::plan_params offsets),
 /// so colocated workers read them in place; otherwise in the shard's NUMA arena.

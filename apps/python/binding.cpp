@@ -182,6 +182,25 @@ public:
     return w_->set_hyper(change);
   }
 
+  /// The optimizer state (worker::pull_state, load_state, go_on_from), blocking with
+  /// the GIL released.
+  uint64_t pull_state(const std::string& t, const py::object& out) {
+    auto n = uint64_t{w_->state_arrays()} * elements(t);
+    auto b = float_buffer(out, n, "pull_state('" + t + "') output", true);
+    py::gil_scoped_release nogil;
+    return w_->pull_state(t, rw::floats{b.data, n});
+  }
+  void load_state(const std::string& t, const py::object& state, uint64_t clock) {
+    auto n = uint64_t{w_->state_arrays()} * elements(t);
+    auto b = float_buffer(state, n, "load_state('" + t + "') state", false);
+    py::gil_scoped_release nogil;
+    w_->load_state(t, rw::const_floats{b.data, n}, clock);
+  }
+  void go_on_from(const std::string& t, uint64_t clock) {
+    py::gil_scoped_release nogil;
+    w_->go_on_from(t, clock);
+  }
+
   std::unique_ptr<call_future> push(const std::string& t, const py::object& grad) {
     auto g = float_buffer(grad, elements(t), "push('" + t + "') gradient", false);
     return start(w_->push(t, g.data), {g.owner});
@@ -450,6 +469,23 @@ PYBIND11_MODULE(_rackweave, m) {
       "coordinator, as rw.job_set does). Call it before pushing clock `at_clock`: a "
       "change for a step some chunk has run is refused (clock_out_of_range). Returns the "
       "highest clock the job had reached.")
+    .def_property_readonly(
+      "state_arrays", [](py_worker& w) { return w.get().state_arrays(); },
+      "Arrays of optimizer state the node keeps per element: 0 (sgd, sum), 1 (momentum, "
+      "nesterov, lars) or 2 (adam, lamb: m, then v).")
+    .def("pull_state", &py_worker::pull_state, py::arg("tensor"), py::arg("out"),
+         "The tensor's optimizer state on the node into `out` (state_arrays times its "
+         "elements: array k of element i at out[k * elements + i]); returns its clock. "
+         "BSP jobs, once every push of this worker was answered.")
+    .def("load_state", &py_worker::load_state, py::arg("tensor"), py::arg("state"),
+         py::arg("clock"),
+         "Rank 0, resuming: `state` (as pull_state gave it) becomes the tensor's "
+         "optimizer state and `clock` its version, in a job at version 0 (after init); "
+         "this worker's pushes then go on from `clock`.")
+    .def("go_on_from", &py_worker::go_on_from, py::arg("tensor"), py::arg("clock"),
+         "Every other rank after rank 0's load_state: waits until the tensor stands at "
+         "`clock` on the node, then this worker goes on as if it had pushed the tensor "
+         "`clock` times.")
     .def_property_readonly(
       "spec", [](py_worker& w) { return spec_dict(w.get().spec()); },
       "The job's spec: name, workers, chunk_bytes, optimizer, lr, "

@@ -249,6 +249,42 @@ public:
   /// LAMB/LARS or hierarchical jobs (invalid_spec).
   uint64_t set_hyper(const hyper_change& change);
 
+  /// Saving and resuming the optimizer state the node holds (the state frames of
+  /// docs/wire-protocol.md). BSP jobs only, not a hierarchical job (invalid_spec); each
+  /// call blocks, at most the request timeout, and is made between operations on the
+  /// tensor (an error about the tensor that comes meanwhile is taken as the call's).
+  ///
+  /// How many arrays the node keeps per element of every tensor, which a saved state
+  /// holds: 0 (sgd, sum), 1 (momentum, nesterov, lars: the momentum) or 2 (adam, lamb:
+  /// the first moment m, then the second moment v).
+  uint32_t state_arrays() const noexcept;
+
+  /// The tensor's optimizer state into `out` (state_arrays() times its elements: array
+  /// k of element i at out[k * elements + i]); returns its clock (the steps applied).
+  /// Read it once every push this worker made was answered: the tensor's chunks then
+  /// stand at one version. One caught between two versions (another rank's step ran
+  /// in between; SSP) or halfway through a step is refused (clock_out_of_range).
+  uint64_t pull_state(const std::string& tensor, floats out);
+
+  /// Rank 0 (else bad_rank), resuming: `state` (as pull_state gave it) becomes the
+  /// tensor's optimizer state and `clock` its version, from which its steps count on
+  /// (Adam's bias correction included), then this worker goes on from `clock` as
+  /// go_on_from does. Saved with its parameters at clock c, a job resumed this way
+  /// computes bitwise what the saved one computed from c on. The job's chunks of the
+  /// tensor must stand at version 0 (no step yet, rank 0's init done) or already at
+  /// `clock`, between steps (else clock_out_of_range, nothing loaded into that chunk);
+  /// a job with replicas is refused (invalid_spec). Its parameters are not touched:
+  /// init them as saved.
+  void load_state(const std::string& tensor, const_floats state, uint64_t clock);
+
+  /// Every other rank, after rank 0's load_state: waits until the node's chunks of
+  /// `tensor` stand at `clock` (rank 0's load is in), then this worker goes on as if it
+  /// had pushed the tensor `clock` times (clock() says so; its next push is for the
+  /// step to version clock + 1). A worker that joins after the load goes on from there
+  /// anyway (its welcome says where). Throws errc::timeout if the load does not come
+  /// within the request timeout, clock_out_of_range if the tensor is past `clock`.
+  void go_on_from(const std::string& tensor, uint64_t clock);
+
   /// Leaves the job (bye) and disconnects; calls afterwards throw. Idempotent.
   void close();
 

@@ -205,3 +205,43 @@ TEST_CASE("read-only pushes are summed when the step is complete, bitwise the sa
 }
 
 } // namespace rw_unit_chunk_state
+
+namespace rw_unit_chunk_state {
+
+TEST_CASE("a saved optimizer state loads into a chunk before its first step only",
+          "[chunk_state]") {
+  rw::runtime::buffer_pool pool{4, 0};
+  std::vector<float> params(2), m(2);
+  chunk_state cs{2, 2, params.data(), m.data(), nullptr, true};
+  CHECK(cs.state_arrays() == 1);
+  CHECK(cs.state_array(1) == nullptr);
+  CHECK_THAT(cs.cannot_load(5), Catch::Contains("no initial values yet"));
+  const float init[2] = {1.0f, 2.0f};
+  REQUIRE(cs.init(init));
+  CHECK(cs.cannot_load(5).empty());
+  const float saved[2] = {0.25f, -0.5f};
+  CHECK(cs.load_array(0, saved));
+  CHECK(!cs.load_array(1, saved)); // momentum keeps one array
+  CHECK(m == std::vector<float>{0.25f, -0.5f});
+  cs.load_version(5);
+  CHECK(cs.version() == 5);
+  CHECK(cs.cannot_load(5).empty()); // sent again: the same clock
+  CHECK_THAT(cs.cannot_load(4), Catch::Contains("it is at version 5"));
+  // The ranks go on from the loaded clock: a push for an earlier one is a duplicate.
+  CHECK(cs.push(0, 4, make(pool, {1, 1}), now) == outcome::duplicate);
+  CHECK(cs.next_clock(1) == 5);
+  CHECK(cs.push(0, 5, make(pool, {1, 1}), now) == outcome::counted);
+  CHECK_THAT(cs.cannot_load(5), Catch::Contains("a step is in it"));
+  CHECK(cs.push(1, 5, make(pool, {1, 1}), now) == outcome::step_ready);
+  rw::optimizer_spec momentum;
+  momentum.kind = rw::optimizer_kind::momentum;
+  momentum.learning_rate = 0.5f;
+  momentum.momentum = 0.5f;
+  cs.complete_step(momentum, 1.0f, now);
+  CHECK(cs.version() == 6);
+  CHECK_THAT(cs.cannot_load(5), Catch::Contains("it is at version 6"));
+  // m = 0.5 m + g (g = 2, the sum): the loaded momentum took part.
+  CHECK(m[0] == 0.5f * 0.25f + 2.0f);
+}
+
+} // namespace rw_unit_chunk_state

@@ -106,6 +106,38 @@ TEST_CASE("bye, pull and hyper carry what they must", "[protocol]") {
   CHECK((full.code == errc::bad_frame && full.why == "pull carries no payload"));
 }
 
+TEST_CASE("a state frame carries an array only when it loads one", "[protocol]") {
+  fixture f{spec_of()};
+  auto state = [](uint32_t chunk, uint32_t bytes, uint16_t flags, uint32_t array) {
+    auto h = header(frame_kind::state, 0, chunk, bytes);
+    h.flags = flags;
+    h.staleness = array;
+    return h;
+  };
+  // A read, of an array or of the version alone, carries nothing.
+  auto read = check_data_frame(state(3, 0, 0, 1), f.ctx);
+  CHECK((read.verdict == data_check::receive && read.payload == data_check::none));
+  CHECK(check_data_frame(state(3, 4096, 0, 1), f.ctx).code == errc::bad_chunk);
+  // A load of an array carries the whole chunk (the last one is shorter).
+  auto load = check_data_frame(state(3, 4096, flag_state_load, 0), f.ctx);
+  CHECK((load.verdict == data_check::receive && load.payload == data_check::chunk));
+  CHECK(check_data_frame(state(10, 400, flag_state_load, 1), f.ctx).verdict
+        == data_check::receive);
+  auto wrong = check_data_frame(state(10, 4096, flag_state_load, 1), f.ctx);
+  CHECK((wrong.code == errc::bad_chunk
+         && wrong.why
+              == "a state load of an array of chunk 0/10 carries 4096 bytes, not 400"));
+  // A load of the clock carries nothing.
+  CHECK(check_data_frame(state(3, 0, flag_state_load, state_version_only), f.ctx).verdict
+        == data_check::receive);
+  CHECK(check_data_frame(state(3, 4, flag_state_load, state_version_only), f.ctx).code
+        == errc::bad_chunk);
+  // Any other flag, and a chunk that does not exist, are refused.
+  CHECK(check_data_frame(state(3, 0, flag_want_result, 0), f.ctx).code
+        == errc::bad_frame);
+  CHECK(check_data_frame(state(11, 0, 0, 0), f.ctx).code == errc::bad_chunk);
+}
+
 TEST_CASE("a chunk that does not exist is refused, naming the limits", "[protocol]") {
   fixture f{spec_of()};
   auto t = check_data_frame(header(frame_kind::push, 2, 0, 40), f.ctx);

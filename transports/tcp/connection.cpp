@@ -33,7 +33,8 @@ constexpr size_t gather_step = 4 * 1024;
 
 bool is_data_kind(protocol::frame_kind k) {
   return k == protocol::frame_kind::push || k == protocol::frame_kind::init
-         || k == protocol::frame_kind::update || k == protocol::frame_kind::push_sparse;
+         || k == protocol::frame_kind::update || k == protocol::frame_kind::push_sparse
+         || k == protocol::frame_kind::state; // one optimizer array of a chunk
 }
 
 // Moves past `sent` bytes of the gather list.

@@ -26,6 +26,9 @@ memory. step() waits until every parameter has them; given the model too
 parameters, so the next forward overlaps the last answers (`synchronize()` waits for
 all, e.g. before saving). One backward per step: gradient accumulation over several
 backward calls needs overlap=False (step() then pushes the accumulated .grad).
+state_dict() reads the optimizer state the node holds (momentum, Adam's moments, the
+clock) for torch.save; load_state_dict() on every rank of a new job, right after
+construction, puts it back, and training goes on bitwise from there.
 
 2. Any DDP model exchanges its gradients through the node (a DDP communication hook):
 
@@ -263,6 +266,96 @@ class ServerOptimizer(_torch.optim.Optimizer):
             return
         for n, _ in self.params:
             self._landed(pending[n])
+
+    # torch's names for the arrays the node keeps, by optimizer (m, then v).
+    _ARRAY_NAMES = {"momentum": ("momentum_buffer",), "nesterov": ("momentum_buffer",),
+                    "lars": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq"),
+                    "lamb": ("exp_avg", "exp_avg_sq")}
+
+    def state_dict(self):
+        """The optimizer state the node holds, as torch.save keeps it: per parameter (by
+        index, as torch's optimizers number them) its `step` (the job's clock: the steps
+        applied, which Adam's bias correction counts) and the node's arrays as CPU
+        tensors shaped like the parameter (momentum_buffer; Adam and LAMB: exp_avg and
+        exp_avg_sq); `param_groups` as any torch optimizer's (lr, momentum,
+        weight_decay, betas); and under "rackweave" the optimizer, the clock and the
+        parameters' names. Any rank may call it, between steps (after step(); with
+        `model=`, it waits for the last answers first)."""
+        if self._pending:
+            raise RuntimeError("ServerOptimizer.state_dict: call it after step(), not "
+                               "between backward and step()")
+        self.synchronize()
+        kind = self.worker.spec["optimizer"]
+        names = self._ARRAY_NAMES.get(kind, ())
+        arrays = self.worker.state_arrays
+        state, clock = {}, None
+        for i, (n, p) in enumerate(self.params):
+            buf = _torch.empty(arrays * p.numel(), dtype=_torch.float32)
+            at = self.worker.pull_state(n, buf)
+            if clock is None:
+                clock = at
+            elif at != clock:
+                raise RuntimeError(f"ServerOptimizer.state_dict: '{n}' is at clock {at}, "
+                                   f"'{self.params[0][0]}' at {clock}")
+            entry = {"step": at}
+            for k, key in enumerate(names[:arrays]):
+                entry[key] = buf[k * p.numel():(k + 1) * p.numel()].view(p.shape).clone()
+            state[i] = entry
+        group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
+        group["params"] = list(range(len(self.params)))
+        return {"state": state, "param_groups": [group],
+                "rackweave": {"optimizer": kind, "clock": clock,
+                              "names": [n for n, _ in self.params]}}
+
+    def load_state_dict(self, state_dict):
+        """Resumes from state_dict(): every rank calls it, right after constructing the
+        optimizer with the model as saved (rank 0's parameters become the job's version
+        0, so load the model's state_dict first), before the first step. Rank 0 loads
+        each parameter's arrays and the clock into the node; the other ranks wait until
+        it has, and every rank goes on from that clock: training continues bitwise as
+        it would have from the save. The param group's values (an LR scheduler's lr
+        included) apply from the next step. A state of another optimizer, or of other
+        parameters, is a ValueError; a job that has stepped already is refused
+        (rackweave.Error, clock_out_of_range)."""
+        ours = state_dict.get("rackweave") if isinstance(state_dict, dict) else None
+        if ours is None:
+            raise ValueError("ServerOptimizer.load_state_dict: not a ServerOptimizer's "
+                             "state_dict (it has no 'rackweave' entry)")
+        kind = self.worker.spec["optimizer"]
+        if ours["optimizer"] != kind:
+            raise ValueError(f"ServerOptimizer.load_state_dict: the state is {ours['optimizer']}'s, "
+                             f"the job runs {kind}")
+        mine = [n for n, _ in self.params]
+        if list(ours["names"]) != mine:
+            theirs = list(ours["names"])
+            differ = [(a, b) for a, b in zip(theirs, mine) if a != b][:3]
+            raise ValueError("ServerOptimizer.load_state_dict: the state is of other "
+                             f"parameters ({len(theirs)} saved, {len(mine)} here; first "
+                             f"differences {differ})")
+        if self._pending:
+            raise RuntimeError("ServerOptimizer.load_state_dict: call it before the first "
+                               "backward")
+        self.synchronize()
+        clock = int(ours["clock"])
+        names = self._ARRAY_NAMES.get(kind, ())
+        arrays = self.worker.state_arrays
+        for i, (n, p) in enumerate(self.params):
+            if self.rank != 0:
+                self.worker.go_on_from(n, clock)
+                continue
+            entry = state_dict["state"][i]
+            parts = [entry[key].detach().to("cpu", _torch.float32).reshape(-1)
+                     for key in names[:arrays]]
+            for key, part in zip(names, parts):
+                if part.numel() != p.numel():
+                    raise ValueError(f"ServerOptimizer.load_state_dict: '{n}' {key} has "
+                                     f"{part.numel()} elements, the parameter {p.numel()}")
+            buf = (_torch.cat(parts) if parts else _torch.empty(0)).contiguous()
+            self.worker.load_state(n, buf, clock)
+        saved = state_dict["param_groups"][0]
+        for key in ("lr", "momentum", "weight_decay", "betas"):
+            if key in saved:
+                self.param_groups[0][key] = saved[key]
 
     def zero_grad(self, set_to_none=True):
         for _, p in self.params:
