@@ -355,6 +355,19 @@ uint64_t worker::wire_bytes_sent() const noexcept {
   return impl_->link ? impl_->link->wire_bytes_sent() : 0;
 }
 
+std::shared_ptr<void> worker::register_buffer(const void* data, size_t bytes) {
+  if (data == nullptr || bytes == 0)
+    throw rw::error(errc::bad_buffer, "register_buffer: no memory to register");
+  return impl_->live_link().pin(data, bytes);
+}
+
+uint64_t worker::fabric_registrations() const noexcept {
+  if (!impl_->link)
+    return 0;
+  auto [sends, results] = impl_->link->fabric_registrations();
+  return sends + results;
+}
+
 uint64_t worker::wire_bytes_received() const noexcept {
   return impl_->link ? impl_->link->wire_bytes_received() : 0;
 }

@@ -9,6 +9,7 @@
 
 #include "protocol/control.hpp"
 #include "protocol/half.hpp"
+#include "transports/fabric/endpoint.hpp"
 
 namespace rw::actors {
 
@@ -63,6 +64,18 @@ void worker_link::use_fabric(std::shared_ptr<transports::endpoint> fabric,
                              transports::connection_ptr companion) {
   fabric_ = std::move(fabric);
   companion_ = std::move(companion);
+}
+
+std::shared_ptr<void> worker_link::pin(const void* p, size_t n) const {
+  auto* f = dynamic_cast<transports::fabric::endpoint*>(fabric_.get());
+  return f != nullptr ? f->pin(p, n) : nullptr;
+}
+
+std::pair<uint64_t, uint64_t> worker_link::fabric_registrations() const noexcept {
+  auto* f = dynamic_cast<transports::fabric::endpoint*>(fabric_.get());
+  if (f == nullptr)
+    return {0, 0};
+  return {f->registrations(), f->result_registrations()};
 }
 
 void worker_link::run() {

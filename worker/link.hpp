@@ -62,6 +62,12 @@ public:
   /// either closing loses the link (no reconnect over fabric). Before start().
   void use_fabric(std::shared_ptr<transports::endpoint> fabric,
                   transports::connection_ptr companion);
+  /// Registers [p, p + n) with the fabric NIC now (fabric::endpoint::pin), for as long
+  /// as the handle lives; null where chunks do not travel over libfabric.
+  std::shared_ptr<void> pin(const void* p, size_t n) const;
+  /// Registrations the fabric endpoint made: for sends, and for placed results (0, 0
+  /// without fabric).
+  std::pair<uint64_t, uint64_t> fabric_registrations() const noexcept;
   /// The TCP connection beside a fabric link, or null.
   const transports::connection_ptr& companion() const noexcept { return companion_; }
   bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }

@@ -165,6 +165,23 @@ private:
   std::vector<py::object> keep_;
 };
 
+// A buffer registered with the fabric NIC (Worker.register_buffer): the registration
+// and the buffer both live until release() or the object goes.
+class py_registration {
+public:
+  py_registration(std::shared_ptr<void> handle, py::object buffer)
+    : handle_(std::move(handle)), buffer_(std::move(buffer)) {}
+  void release() {
+    handle_.reset();
+    buffer_ = py::none();
+  }
+  bool active() const noexcept { return handle_ != nullptr; }
+
+private:
+  std::shared_ptr<void> handle_;
+  py::object buffer_;
+};
+
 class py_worker {
 public:
   explicit py_worker(rw::worker_options o) {
@@ -196,6 +213,19 @@ public:
     py::gil_scoped_release nogil;
     w_->load_state(t, rw::const_floats{b.data, n}, clock);
   }
+  /// The buffer registered with the fabric NIC (worker::register_buffer), or None.
+  py::object register_buffer(const py::object& buffer) {
+    auto b = buffer_of(buffer, "register_buffer", false, element::f32);
+    std::shared_ptr<void> handle;
+    {
+      py::gil_scoped_release nogil;
+      handle = w_->register_buffer(b.data, b.count * sizeof(float));
+    }
+    if (!handle)
+      return py::none();
+    return py::cast(std::make_unique<py_registration>(std::move(handle), b.owner));
+  }
+
   void go_on_from(const std::string& t, uint64_t clock) {
     py::gil_scoped_release nogil;
     w_->go_on_from(t, clock);
@@ -357,6 +387,13 @@ PYBIND11_MODULE(_rackweave, m) {
          "raises rackweave.Error if it failed.")
     .def("done", &call_future::done, "Whether the call has completed.");
 
+  py::class_<py_registration>(m, "Registration",
+                              "A buffer registered with the fabric NIC "
+                              "(Worker.register_buffer).")
+    .def("release", &py_registration::release,
+         "Deregisters it (once no send uses it) and lets go of the buffer.")
+    .def_property_readonly("active", &py_registration::active);
+
   py::class_<py_worker>(m, "Worker", "One rank of a job (rackweave/worker.hpp).")
     .def(
       py::init([](const std::string& connect, const std::string& job, uint32_t rank,
@@ -469,6 +506,16 @@ PYBIND11_MODULE(_rackweave, m) {
       "coordinator, as rw.job_set does). Call it before pushing clock `at_clock`: a "
       "change for a step some chunk has run is refused (clock_out_of_range). Returns the "
       "highest clock the job had reached.")
+    .def("register_buffer", &py_worker::register_buffer, py::arg("buffer"),
+         "Where chunks travel over libfabric: registers the buffer (float32, a NumPy "
+         "array or CPU torch tensor) with the NIC now and returns a Registration that "
+         "keeps it (and the buffer) until release() or until it goes, so sends from it "
+         "and results landing in it register nothing on the way. None over TCP or "
+         "shared memory.")
+    .def_property_readonly(
+      "fabric_registrations", [](py_worker& w) { return w.get().fabric_registrations(); },
+      "Memory registrations this worker's fabric endpoint made (0 over TCP or shared "
+      "memory): a steady state makes none.")
     .def_property_readonly(
       "state_arrays", [](py_worker& w) { return w.get().state_arrays(); },
       "Arrays of optimizer state the node keeps per element: 0 (sgd, sum), 1 (momentum, "

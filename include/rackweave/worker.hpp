@@ -219,6 +219,18 @@ public:
   uint64_t wire_bytes_sent() const noexcept;
   uint64_t wire_bytes_received() const noexcept;
 
+  /// Where chunks travel over libfabric: registers [data, data + bytes) with the NIC
+  /// now, for as long as the returned handle lives, so gradients sent from there and
+  /// results landing there (an `out` of push_pull) need no registration on the way:
+  /// for buffers made once and used every step (rackweave.torch's pinned staging
+  /// buffers). Keep the memory alive while the handle is. Null over TCP or shared
+  /// memory (nothing to register). Throws rw::error(errc::io_error) naming the
+  /// locked-memory limit where the provider refuses.
+  std::shared_ptr<void> register_buffer(const void* data, size_t bytes);
+  /// Registrations this worker's fabric endpoint made, for sends and for placed
+  /// results together (0 over TCP or shared memory): a steady state makes none.
+  uint64_t fabric_registrations() const noexcept;
+
   /// With shared memory: compute the gradient in shared_gradient(), call push_pull
   /// with a null `out`, and read the new values at shared_result() (the node's own
   /// parameters, mapped read-only): no byte is copied on either side. The values there

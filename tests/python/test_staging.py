@@ -54,6 +54,68 @@ def test_the_answer_lands_after_finish_and_buffers_are_made_once():
         p.close()
 
 
+class Pin:
+    """What Worker.register_buffer returns where chunks travel over libfabric."""
+
+    def __init__(self, buffer):
+        self.buffer, self.active = buffer, True
+
+    def release(self):
+        self.active = False
+
+
+def test_each_buffer_is_registered_once_when_made_and_released_at_close():
+    pins = []
+
+    def register(buffer):
+        pins.append(Pin(buffer))
+        return pins[-1]
+
+    p = Pipeline(HostOps(), register=register)
+    for _ in range(3):
+        p.submit("w", torch.ones(6), torch.zeros(6),
+                 lambda out, into: (into.copy_(out), Done())[1]).result(timeout=10)
+    assert len(pins) == 2  # out and in, once, reused every step
+    assert {id(x.buffer) for x in pins} == {id(b) for b in p.buffers("w", 6)}
+    p.buffers("w", 8)  # a DDP bucket rebuilt: the old ones go, the new ones register
+    assert [x.active for x in pins] == [False, False, True, True]
+    p.close()
+    assert not any(x.active for x in pins)
+    assert p.registrations() == []
+    # Over TCP or shared memory register_buffer gives None: nothing is kept.
+    q = Pipeline(HostOps(), register=lambda b: None)
+    q.buffers("w", 4)
+    assert q.registrations() == []
+    q.close()
+
+
+def test_staging_buffers_register_with_the_nic_once_over_fabric():
+    """ServerOptimizer over libfabric (the tcp provider): its pinned buffers are
+    registered when made, and training makes no registration after that."""
+    from rwnode import running_node
+
+    with running_node("--open-jobs", "--fabric", "tcp") as address:
+        model = torch.nn.Linear(64, 32)
+        opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=0.1,
+                                  connect=address, job="fabric-pins", rank=0, workers=1,
+                                  transport="fabric", staging=True)
+        try:
+            assert opt.worker.transport == "fabric"
+            pins = opt._stage.registrations()
+            assert len(pins) == 2 * len(opt.params) and all(x.active for x in pins)
+            before = opt.worker.fabric_registrations
+            assert before >= len(pins)
+            x = torch.randn(16, 64)
+            for _ in range(4):
+                model(x).square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+            assert opt.worker.fabric_registrations == before  # none on the way
+        finally:
+            opt.close()
+        assert not any(x.active for x in pins)
+
+
 def test_in_place_answers_over_the_out_buffer():
     p = Pipeline(HostOps())
     try:

@@ -42,7 +42,7 @@ bool connection::place_results(uint32_t tensor, float* dst, uint64_t bytes,
   }
   std::shared_ptr<region> reg;
   try {
-    reg = core_->target_memory.get(base, bytes);
+    reg = core_->target_memory->get(base, bytes);
   } catch (const rw::error& e) { // not registrable: results come through the slots
     spdlog::warn("fabric: peer={}: results of tensor {} go through slots: {}", peer_,
                  tensor, e.what());

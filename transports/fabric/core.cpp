@@ -35,7 +35,8 @@ std::shared_ptr<registration_cache> core::make_send_cache(std::shared_ptr<domain
 
 core::core(std::shared_ptr<domain> d, std::shared_ptr<registration_cache> sends)
   : dom(d), send_memory(sends ? std::move(sends) : make_send_cache(d)),
-    target_memory(d, FI_REMOTE_WRITE, 4096, 4096), recv_ctx_(posted_receives) {
+    target_memory(std::make_shared<registration_cache>(d, FI_REMOTE_WRITE, 4096, 4096)),
+    recv_ctx_(posted_receives) {
   check(fi_endpoint(dom->handle(), dom->info(), &ep, nullptr), "opening an endpoint",
         *dom);
   fi_av_attr av_attr{};

@@ -87,7 +87,7 @@ struct core {
   /// Local buffers this side sends from (tensors, arenas, header staging).
   std::shared_ptr<registration_cache> send_memory;
   /// Output buffers peers write results into (connection::place_results), by pages.
-  registration_cache target_memory;
+  std::shared_ptr<registration_cache> target_memory;
   /// How results are placed: the provider's best, or less if the settings say so.
   placement place_mode = placement::off;
 

@@ -87,6 +87,17 @@ endpoint::endpoint(std::shared_ptr<domain> d, endpoint_settings s, uint32_t max_
   pool_ = slot_pool::make(core_->dom, settings_.pool_bytes, settings_.numa, false);
 }
 
+std::shared_ptr<void> endpoint::pin(const void* p, size_t n) {
+  struct both {
+    std::shared_ptr<void> sends, results;
+  };
+  auto held = std::make_shared<both>();
+  held->sends = core_->send_memory->pin(p, n);
+  if (core_->place_mode != placement::off)
+    held->results = core_->target_memory->pin(p, n);
+  return held;
+}
+
 endpoint::~endpoint() {
   if (auto n = placed_.load(); n > 0)
     spdlog::debug(

@@ -85,6 +85,15 @@ public:
   const slot_pool& pool() const noexcept { return *pool_; }
   /// Local registrations made for sending (steady state: no new ones).
   uint64_t registrations() const noexcept { return core_->send_memory->registrations(); }
+  /// Registrations of output buffers for peers' writes (placed results).
+  uint64_t result_registrations() const noexcept {
+    return core_->target_memory->registrations();
+  }
+  /// Registers [p, p + n) now, for as long as the handle lives: for sends from it and,
+  /// where results are placed, for peers' writes into it (registration_cache::pin), so
+  /// neither registers on the way. A worker's buffers made once and reused every step.
+  /// Throws rw::error(errc::io_error) as region does.
+  std::shared_ptr<void> pin(const void* p, size_t n);
 
 private:
   void on_write(uint64_t imm, frame_sink& sink);

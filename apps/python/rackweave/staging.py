@@ -168,8 +168,14 @@ class Pipeline:
     copy's) complete the Future with the exception. close() ends the threads once
     everything submitted has landed."""
 
-    def __init__(self, ops):
+    def __init__(self, ops, register=None):
+        """register(buffer): registers a host buffer with the fabric NIC where the
+        worker's chunks travel over libfabric (Worker.register_buffer), returning what
+        keeps the registration (None: nothing to register); each buffer is registered
+        once, when it is made."""
         self.ops = ops
+        self._register = register
+        self._pins = {}
         self._out = {}
         self._in = {}
         self._to_push = queue.Queue()
@@ -185,8 +191,19 @@ class Pipeline:
     def _buffer(self, kept, name, numel):
         b = kept.get(name)
         if b is None or b.numel() != numel:  # first use, or a DDP bucket rebuilt
+            old = self._pins.pop((id(kept), name), None)
+            if old is not None:
+                old.release()
             b = kept[name] = self.ops.host_buffer(numel)
+            if self._register is not None:
+                pin = self._register(b)
+                if pin is not None:
+                    self._pins[(id(kept), name)] = pin
         return b
+
+    def registrations(self):
+        """The NIC registrations of the buffers (empty where none is needed)."""
+        return list(self._pins.values())
 
     def buffers(self, name, numel):
         """The host buffers of `name` (out, in), made on first use and again when the
@@ -248,3 +265,6 @@ class Pipeline:
         self._to_push.put(None)
         for t in self._threads:
             t.join()
+        for pin in self._pins.values():
+            pin.release()
+        self._pins = {}

@@ -51,7 +51,8 @@ copy is done, the answer lands in a second pinned buffer and goes back onto the 
 another side stream, and the compute stream waits for that copy (a stream wait, never a
 device synchronize) before the parameter is read again: in step(), or with `model=`, in
 the forward of its own module. The buffers are made once per tensor (per bucket for the
-hook) and reused every step (rackweave.staging). A model spread over several devices, or
+hook) and reused every step (rackweave.staging); over libfabric each is registered with
+the NIC when it is made (Worker.register_buffer). A model spread over several devices, or
 a parameter that is not a contiguous float32 tensor, is a TypeError at construction.
 `staging=True` sends CPU parameters down the same path (host buffers, plain copies), as
 the suite does to test it without a GPU; by default the worker reads and writes CPU
@@ -135,7 +136,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
         self._hooks = []
         # CUDA parameters (or CPU ones with staging=True) go through pinned buffers
         # (rackweave.staging); CPU ones are read and written in place.
-        self._stage = _pipeline(self.device, staging)
+        self._stage = _pipeline(self.device, staging, self.worker)
         job = self.worker.spec
         super().__init__([p for _, p in self.params],
                          dict(lr=job["lr"], momentum=job["momentum"],
@@ -374,14 +375,15 @@ class ServerOptimizer(_torch.optim.Optimizer):
         self.worker.close()
 
 
-def _pipeline(device, staging):
+def _pipeline(device, staging, worker):
     """The staging path for parameters on `device`, or None where the worker reads and
     writes them in place (CPU, unless staging=True: the same path as CUDA's, with host
-    buffers and plain copies)."""
+    buffers and plain copies). Over libfabric each buffer is registered with the NIC
+    once, when it is made (Worker.register_buffer)."""
     if device.type == "cuda":
-        return Pipeline(CudaOps(device))
+        return Pipeline(CudaOps(device), register=worker.register_buffer)
     if staging:
-        return Pipeline(HostOps())
+        return Pipeline(HostOps(), register=worker.register_buffer)
     return None
 
 
@@ -412,7 +414,7 @@ class HookState:
         self._waiter = concurrent.futures.ThreadPoolExecutor(1, "rackweave-hook")
         # CUDA buckets (or CPU ones with staging=True) go through pinned buffers, one
         # pair per bucket (rackweave.staging).
-        self._stage = _pipeline(self.device, staging)
+        self._stage = _pipeline(self.device, staging, self.worker)
 
     def close(self):
         self._waiter.shutdown(wait=True)
