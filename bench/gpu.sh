@@ -29,6 +29,9 @@
 # writes bench/RESULTS.md (the gpu section); --out DIR also gets results.jsonl,
 # section.md and run.log (for the device tool, which returns only what is in DIR).
 # Exits 1 if a system failed.
+# Then apps/examples/torch/resume.py: ServerOptimizer.state_dict() saved after step 3,
+# loaded into a new job, the resumed steps bitwise those of the run that went on (a
+# JSON line, check "state_dict_resume"; a mismatch fails the bench).
 # --smoke (lib/common.sh): on the CPU (no GPU needed), W = 2, 2 steps of each model,
 # with train.py --staging, so the staging path CUDA tensors take runs end to end.
 set -euo pipefail
@@ -123,17 +126,46 @@ train_args() { # MODEL: train.py's options for it
   echo "$a"
 }
 
+# ServerOptimizer.state_dict() saved mid-run and loaded into a new job, on this device
+# and torch (apps/examples/torch/resume.py): the resumed steps must be bitwise those of
+# the run that went on, or the bench fails. Its JSON line goes to $tmp/resume.jsonl.
+resume_check() {
+  local st=0 extra=
+  rm -f "$tmp/port"
+  timeout -k 5 $((run_timeout + 30)) "$build/apps/rw-node" --role rack-agg --open-jobs \
+    --listen 127.0.0.1:0 --port-file "$tmp/port" >"$tmp/node-resume.log" 2>&1 </dev/null &
+  node_pid=$!
+  wait_for_port "$tmp/port" "$node_pid" ||
+    { note "rw-node did not start:"; cat "$tmp/node-resume.log" >&2; exit 1; }
+  ((smoke)) && extra=--staging # on the CPU, through the path CUDA tensors take
+  timeout -k 5 "$run_timeout" "$py" apps/examples/torch/resume.py --connect "$(<"$tmp/port")" \
+    --device "$device" --workers "$workers" ${extra:+"$extra"} \
+    >"$tmp/resume.jsonl" 2>"$tmp/resume.err" </dev/null &
+  run_pid=$!
+  wait "$run_pid" || st=$?
+  run_pid=
+  if ! stop_pids "$node_pid"; then ((st)) || st=1; fi
+  node_pid=
+  if ((st != 0)); then
+    note "the state_dict resume check failed (exit $st):"
+    tail -n 12 "$tmp/resume.err" | sed 's/^/    /' >&2
+    failures=$((failures + 1))
+  fi
+  cat "$tmp/resume.jsonl" >&2
+}
+
 failures=0
 say "gpu: models [$models], systems [$systems], $workers ranks each on $device ($gpu_name), Python $py_version, torch $torch_version"
 train_models "$build/apps/rw-node"
+resume_check
 elapsed=$(($(date +%s) - started))
 
 machine="$facts; GPU: $gpu_name; Python $py_version, torch $torch_version"
 $py - "$tmp/results.jsonl" "$tmp/curves" "$tmp/final.jsonl" "$tmp/section.md" "$invocation" \
-  "$machine" "$elapsed" "$workers" "$models" "$systems" "$device" >&3 <<'PY'
+  "$machine" "$elapsed" "$workers" "$models" "$systems" "$device" "$tmp/resume.jsonl" >&3 <<'PY'
 import datetime, json, math, os, sys
 (res, curves, final, md_path, invocation, machine, elapsed, w, models, systems,
- device) = sys.argv[1:]
+ device, resume_path) = sys.argv[1:]
 recs = [json.loads(l) for l in open(res) if l.strip()]
 models, systems = models.split(), systems.split()
 names = {"server": "rackweave ServerOptimizer", "hook": "rackweave DDP hook",
@@ -180,6 +212,17 @@ for model in models:
         if d is not None:
             targets.append(f"- {model}: {names[s]}'s loss within {d:.2g} of DDP's at every "
                            f"step (target 1e-5): **{'met' if d <= 1e-5 else 'not met'}**")
+resume = [json.loads(l) for l in open(resume_path) if l.strip()] \
+    if os.path.exists(resume_path) else []
+if resume:
+    r = resume[0]
+    out.append(r)
+    targets.append(f"- ServerOptimizer.state_dict() saved at step {r['saved_at']} and loaded "
+                   f"into a new job ({r['optimizer']}, {r['workers']} ranks on {r['device']}, "
+                   f"torch {r['torch']}): the resumed steps bitwise those of the run that went "
+                   f"on: **{'met' if r['bitwise'] else 'not met'}**")
+else:
+    targets.append("- ServerOptimizer.state_dict() resume: **did not run**")
 with open(final, "w") as f:
     for r in out:
         f.write(json.dumps(r) + "\n")
