@@ -35,7 +35,9 @@ std::vector<uint64_t> worker_link::request_state(uint32_t tensor, uint32_t array
     std::lock_guard<std::mutex> guard{state_mtx_};
     state_wait w;
     w.tensor = tensor;
-    w.tag = ++state_tags_; // answers to an earlier call that gave up are not this one's
+    // Answers to an earlier call that gave up are not this one's; the top bit keeps the
+    // tag apart from the ring versions other frames' errors carry in the same field.
+    w.tag = 0x80000000u | (++state_tags_ & 0x7FFFFFFFu);
     w.arrays = arrays;
     w.load = src != nullptr;
     w.dst = dst;
