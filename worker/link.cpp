@@ -114,8 +114,14 @@ void worker_link::receive() {
       ++drained;
     }
     ep_->poll(0, *this);
-    if (drained == 0)
-      shm_->wait(20);
+    if (drained == 0) {
+      // A set_hyper or optimizer-state call waits for a TCP answer: wait on the socket
+      // (a millisecond at most) rather than the segment's bell, which TCP never rings.
+      if (control_calls_.load(std::memory_order_acquire) > 0)
+        ep_->poll(1, *this);
+      else
+        shm_->wait(20);
+    }
   }
 }
 
@@ -212,6 +218,7 @@ bool worker_link::chunk_arrived(uint32_t tensor, uint32_t chunk) const {
 uint64_t worker_link::request_hyper(const std::vector<std::byte>& payload,
                                     std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> one{hyper_call_};
+  control_call awaiting{*this};
   {
     std::lock_guard<std::mutex> guard{hyper_mtx_};
     hyper_answer_.reset();

@@ -353,6 +353,22 @@ private:
   bool on_state_error(const protocol::frame_header& h, errc code, const std::string& why);
   // Wakes a set_hyper or state call waiting (the link closed).
   void wake_callers();
+  // Calls waiting for an answer over TCP (set_hyper, optimizer state): while any does,
+  // the receiver of a shared-memory link polls the socket instead of sleeping on the
+  // segment (whose bell a TCP answer does not ring: 20 ms per answer before).
+  std::atomic<int> control_calls_{0};
+  // Counts one such call while it lives, and wakes a receiver asleep on the segment.
+  struct control_call {
+    explicit control_call(worker_link& l) : link(l) {
+      link.control_calls_.fetch_add(1, std::memory_order_acq_rel);
+      if (link.shm_)
+        link.shm_->wake();
+    }
+    ~control_call() { link.control_calls_.fetch_sub(1, std::memory_order_acq_rel); }
+    control_call(const control_call&) = delete;
+    control_call& operator=(const control_call&) = delete;
+    worker_link& link;
+  };
   std::mutex state_call_;
   std::mutex state_mtx_;
   std::condition_variable state_cv_;

@@ -29,6 +29,7 @@ std::vector<uint64_t> worker_link::request_state(uint32_t tensor, uint32_t array
                                                  uint64_t clock,
                                                  std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> one{state_call_};
+  control_call awaiting{*this};
   const auto& layout = this->layout(tensor);
   const uint32_t count = layout.count();
   {

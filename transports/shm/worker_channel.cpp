@@ -47,6 +47,10 @@ void worker_channel::wait(int timeout_ms) {
             [&] { return !header_->completions.empty(); });
 }
 
+void worker_channel::wake() noexcept {
+  ring(header_->worker_bell);
+}
+
 std::string worker_channel::error_text(uint32_t slot) const {
   auto& e = header_->errors[slot % error_slots];
   return std::string(e.text, strnlen(e.text, sizeof(e.text)));

@@ -38,6 +38,9 @@ public:
   bool next_completion(completion& out) noexcept { return header_->completions.pop(out); }
   /// Sleeps until the node posts a completion or `timeout_ms` passes.
   void wait(int timeout_ms);
+  /// Ends a wait of this process's receiver now (another of its threads needs it to
+  /// look elsewhere: an answer over TCP).
+  void wake() noexcept;
   std::string error_text(uint32_t slot) const;
 
 private:
