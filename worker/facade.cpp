@@ -64,7 +64,10 @@ struct worker::impl {
       std::lock_guard<std::mutex> guard{mtx};
       if (closed)
         throw rw::error(errc::closed, "the worker is closed");
-      if (op.kind == actors::worker_op::push || op.kind == actors::worker_op::push_pull)
+      if (op.sets_clock)
+        clocks[op.tensor] = op.min_version;
+      else if (op.kind == actors::worker_op::push
+               || op.kind == actors::worker_op::push_pull)
         ++clocks[op.tensor];
     }
     caf::anon_send(proxy, actors::submit_atom::value, std::move(op));
@@ -90,10 +93,13 @@ struct worker::impl {
   std::future<void> set_clock(uint32_t t, uint64_t clock) {
     actors::worker_op op{actors::worker_op::push, t, nullptr, nullptr, clock, nullptr};
     op.sets_clock = true;
-    auto fut = submit(std::move(op));
-    std::lock_guard<std::mutex> guard{mtx};
-    clocks[t] = clock; // submit counted it as a push
-    return fut;
+    return submit(std::move(op));
+  }
+
+  /// The lowest and highest of the chunks' versions a state call returned.
+  static std::pair<uint64_t, uint64_t> span_of(const std::vector<uint64_t>& versions) {
+    auto [low, high] = std::minmax_element(versions.begin(), versions.end());
+    return {*low, *high};
   }
 
   void handshake() {
@@ -472,6 +478,18 @@ uint64_t worker::set_hyper(const hyper_change& change) {
 
 // --- the optimizer state -------------------------------------------------------------
 
+namespace {
+
+// A saved state's buffer holds the optimizer's arrays of the tensor, one after another.
+template <class T>
+void check_state_length(const view<T>& v, uint32_t arrays, uint64_t elements,
+                        const std::string& tensor, const char* what) {
+  const auto against = fmt::format("{} arrays of the tensor's", arrays);
+  check_length(v, uint64_t{arrays} * elements, tensor, what, against.c_str());
+}
+
+} // namespace
+
 uint32_t worker::state_arrays() const noexcept {
   return runtime::kept_state_arrays(impl_->opts.job.optimizer.kind);
 }
@@ -479,31 +497,26 @@ uint32_t worker::state_arrays() const noexcept {
 uint64_t worker::pull_state(const std::string& tensor, floats out) {
   auto& d = *impl_;
   auto t = d.tensor(tensor);
-  auto n = d.elements(tensor);
-  const auto against = fmt::format("{} arrays of the tensor's", state_arrays());
-  check_length(out, uint64_t{state_arrays()} * n, tensor, "optimizer state buffer",
-               against.c_str());
-  auto versions = d.live_link().request_state(t, state_arrays(), out.data(), nullptr, 0,
-                                              d.opts.request_timeout);
-  auto [low, high] = std::minmax_element(versions.begin(), versions.end());
-  if (*low != *high)
+  check_state_length(out, state_arrays(), d.elements(tensor), tensor,
+                     "optimizer state buffer");
+  auto [low, high] = impl::span_of(d.live_link().request_state(
+    t, state_arrays(), out.data(), nullptr, 0, d.opts.request_timeout));
+  if (low != high)
     throw rw::error(errc::clock_out_of_range,
                     fmt::format("the optimizer state of '{}' was read with its chunks at "
                                 "versions {} to {}: read it once every push of this "
                                 "worker was answered (a BSP job's chunks then stand at "
                                 "one version)",
-                                tensor, *low, *high));
-  return *low;
+                                tensor, low, high));
+  return low;
 }
 
 void worker::load_state(const std::string& tensor, const_floats state, uint64_t clock) {
   auto& d = *impl_;
   auto t = d.tensor(tensor);
   d.only_rank0("loads the optimizer state; the other ranks call go_on_from");
-  auto n = d.elements(tensor);
-  const auto against = fmt::format("{} arrays of the tensor's", state_arrays());
-  check_length(state, uint64_t{state_arrays()} * n, tensor, "optimizer state",
-               against.c_str());
+  check_state_length(state, state_arrays(), d.elements(tensor), tensor,
+                     "optimizer state");
   // A job without arrays still loads its clock; the source then only says "a load".
   static const float none = 0.0f;
   d.live_link().request_state(t, state_arrays(), nullptr,
@@ -518,21 +531,20 @@ void worker::go_on_from(const std::string& tensor, uint64_t clock) {
   const auto deadline = std::chrono::steady_clock::now() + d.opts.request_timeout;
   for (auto pause = std::chrono::milliseconds(2);;
        pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
-    auto versions = d.live_link().request_state(t, 0, nullptr, nullptr, 0,
-                                                d.opts.request_timeout);
-    auto [low, high] = std::minmax_element(versions.begin(), versions.end());
-    if (*high > clock)
+    auto [low, high] = impl::span_of(
+      d.live_link().request_state(t, 0, nullptr, nullptr, 0, d.opts.request_timeout));
+    if (high > clock)
       throw rw::error(errc::clock_out_of_range,
                       fmt::format("tensor '{}' is at version {} already, past clock {}: "
                                   "the job went on without this worker",
-                                  tensor, *high, clock));
-    if (*low == clock)
+                                  tensor, high, clock));
+    if (low == clock)
       break;
     if (std::chrono::steady_clock::now() + pause > deadline)
       throw rw::error(errc::timeout,
                       fmt::format("tensor '{}' did not reach clock {} within {} ms (at "
                                   "version {}): has rank 0 loaded the optimizer state?",
-                                  tensor, clock, d.opts.request_timeout.count(), *low));
+                                  tensor, clock, d.opts.request_timeout.count(), low));
     std::this_thread::sleep_for(pause);
   }
   d.set_clock(t, clock).get();

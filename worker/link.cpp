@@ -66,13 +66,19 @@ void worker_link::use_fabric(std::shared_ptr<transports::endpoint> fabric,
   companion_ = std::move(companion);
 }
 
+namespace {
+transports::fabric::endpoint* as_fabric(const std::shared_ptr<transports::endpoint>& e) {
+  return dynamic_cast<transports::fabric::endpoint*>(e.get());
+}
+} // namespace
+
 std::shared_ptr<void> worker_link::pin(const void* p, size_t n) const {
-  auto* f = dynamic_cast<transports::fabric::endpoint*>(fabric_.get());
+  auto* f = as_fabric(fabric_);
   return f != nullptr ? f->pin(p, n) : nullptr;
 }
 
 std::pair<uint64_t, uint64_t> worker_link::fabric_registrations() const noexcept {
-  auto* f = dynamic_cast<transports::fabric::endpoint*>(fabric_.get());
+  auto* f = as_fabric(fabric_);
   if (f == nullptr)
     return {0, 0};
   return {f->registrations(), f->result_registrations()};

@@ -62,13 +62,14 @@ std::vector<uint64_t> worker_link::request_state(uint32_t tensor, uint32_t array
   h.rank = rank_;
   h.tensor_id = tensor;
   h.clock = load ? clock : 0;
+  uint32_t slots = 0;
   {
     std::lock_guard<std::mutex> guard{state_mtx_};
     h.ring = state_->tag;
+    slots = state_->slots();
   }
   const auto routes = this->routes();
   const auto list = conns();
-  const uint32_t slots = load ? arrays + 1 : std::max(arrays, 1u);
   for (uint32_t c = 0; c < count; ++c) {
     auto e = routes->connection_of(tensor, c);
     if (closed() || list->empty())

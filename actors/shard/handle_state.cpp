@@ -22,24 +22,29 @@ namespace rw::actors::shard_impl {
 
 namespace {
 
-// Why job `job` cannot serve `r` at all ("" if it can).
-std::string refusal(const shard_job& job, const state_request& r) {
+// Why job `job` cannot serve `r` at all (none if it can).
+shard_refusal refusal(const shard_job& job, const state_request& r) {
   if (job.spec.consistency.model != consistency_spec::bsp)
-    return fmt::format("job '{}' is {}: its chunks are at no one clock, so its optimizer "
-                       "state is read and loaded in BSP jobs only",
-                       job.spec.name, to_string(job.spec.consistency));
+    return {
+      errc::invalid_spec,
+      fmt::format("job '{}' is {}: its chunks are at no one clock, so its optimizer "
+                  "state is read and loaded in BSP jobs only",
+                  job.spec.name, to_string(job.spec.consistency))};
   if (job.relay)
-    return fmt::format("job '{}' is hierarchical: this node holds a rack's part of it "
-                       "and the optimizer state is at the job's top level",
-                       job.spec.name);
+    return {errc::invalid_spec,
+            fmt::format("job '{}' is hierarchical: this node holds a rack's part of it "
+                        "and the optimizer state is at the job's top level",
+                        job.spec.name)};
   if (r.load && job.mirror)
-    return fmt::format("job '{}' keeps replicas of its chunks on other nodes: a loaded "
-                       "state would not reach them (create it with replicas = 0 to load "
-                       "one)",
-                       job.spec.name);
+    return {errc::invalid_spec,
+            fmt::format("job '{}' keeps replicas of its chunks on other nodes: a loaded "
+                        "state would not reach them (create it with replicas = 0 to load "
+                        "one)",
+                        job.spec.name)};
   if (r.load && r.rank != job.init_rank)
-    return fmt::format("only rank {} loads the optimizer state (this is rank {})",
-                       job.init_rank, r.rank);
+    return {errc::bad_rank,
+            fmt::format("only rank {} loads the optimizer state (this is rank {})",
+                        job.init_rank, r.rank)};
   return {};
 }
 
@@ -59,8 +64,8 @@ void on_state(shard_core& self, state_request& r) {
                                    r.load ? "load" : "read", r.tensor, r.chunk, why),
                        hdr);
   };
-  if (auto why = refusal(*job, r); !why.empty()) {
-    refuse(r.load && r.rank != job->init_rank ? errc::bad_rank : errc::invalid_spec, why);
+  if (auto no = refusal(*job, r)) {
+    refuse(no.code, no.why);
     return;
   }
   if (job->settling || job->holding || job->awaits(r.tensor, r.chunk)
