@@ -160,7 +160,7 @@ print("\n".join(lines))
 md = ["<!-- balance:begin -->",
       "## In-node balancing on a skewed job (bench/balance.sh)",
       "",
-      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}; node and workers on this "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}; node and workers on this "
       "one machine, loopback TCP.",
       "",
       f"Command: `{invocation}` (the whole run took {elapsed} s). Each run: a fresh "

@@ -267,7 +267,7 @@ if acc:
 acc_table = out[:]
 
 md = ["<!-- compression:begin -->", "## Gradient compression (bench/compression.sh)", "",
-      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}. Command: `{invocation}` "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}. Command: `{invocation}` "
       f"(took {elapsed} s). bf16 and fp16 compress the answers too; topk sends each "
       "chunk's largest entries of gradient + residual as sparse pairs (a chunk under 1024 "
       "elements whole) and gets the "

@@ -235,7 +235,7 @@ print("\n".join(targets))
 md = ["<!-- gpu:begin -->",
       "## PyTorch training on a GPU: RackWeave against torch DDP over gloo (bench/gpu.sh)",
       "",
-      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}; the node and {w} ranks "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}; the node and {w} ranks "
       f"on this one machine, every rank's model and data on {device} (several ranks share "
       "one GPU), the node over shared memory.",
       "",

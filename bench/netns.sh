@@ -324,7 +324,7 @@ md = [f"<!-- {section}:begin -->",
       "## Emulated rack in network namespaces (bench/netns.sh"
       + (f", TCP {cc})" if cc else ")"),
       "",
-      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}. Every host is a network "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}. Every host is a network "
       "namespace on this one machine, so every process shares its cores.",
       "",
       f"Command: `{invocation}` ({iters} timed iterations after {warmup} warm-up per system; "

@@ -545,7 +545,7 @@ def md_table(head, rows):
 md = [f"<!-- {section}:begin -->",
       f"## {title}",
       "",
-      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}; every process on this "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}; every process on this "
       "one machine, over loopback (or shared memory where a system says so).",
       "",
       f"Command: `{invocation}` ({iters} timed iterations after {warmup} warm-up per run; "

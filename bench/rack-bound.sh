@@ -146,7 +146,7 @@ with open(txt_path, "w") as f:
 md = ["<!-- rack-bound:begin -->",
       "## The emulated rack at its link bound (bench/rack-bound.sh)",
       "",
-      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}. Every host is a network "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}. Every host is a network "
       "namespace on this one machine (bench/netns.sh: veth pairs into one bridge, `tc tbf` "
       "on both ends of every link, TCP cubic in every namespace unless the configuration "
       "says bbr).",

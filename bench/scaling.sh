@@ -129,7 +129,7 @@ with open(txt_path, "w") as f:
 md = ["<!-- scaling:begin -->",
       "## Scaling with workers and bytes (bench/scaling.sh)",
       "",
-      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}; every process on this "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}; every process on this "
       "one machine, loopback TCP.",
       "",
       f"Command: `{invocation}` (the whole run took {elapsed} s): `bench/peers.sh` over the "

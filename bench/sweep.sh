@@ -246,7 +246,7 @@ with open(txt_path, "w") as f:
 md = ["<!-- sweep:begin -->",
       "## Chunk size and core scaling (bench/sweep.sh)",
       "",
-      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}; node and workers on "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}; node and workers on "
       "this one machine, loopback TCP.",
       "",
       f"Command: `{invocation}` ({iters} timed iterations after {warmup} warm-up per run; "

@@ -136,7 +136,7 @@ except ImportError:
 md = ["<!-- torch:begin -->",
       "## PyTorch training: RackWeave against torch DDP over gloo (bench/torch.sh)",
       "",
-      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}; the node and {w} ranks "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}; the node and {w} ranks "
       "on this one machine (torchrun, one torch thread per rank), loopback.",
       "",
       f"Command: `{invocation}` (the whole run took {elapsed} s). Per model a fresh "

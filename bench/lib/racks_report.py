@@ -110,7 +110,7 @@ def main() -> int:
           "## Emulated racks and an oversubscribed core (bench/netns-racks.sh"
           + (f", TCP {CONGESTION})" if CONGESTION else ")"),
           "",
-          f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {machine}. Every host is a "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}. Every host is a "
           "network namespace on this one machine, so every process shares its cores.",
           "",
           f"Command: `{invocation}` ({iters} timed iterations after {warmup} warm-up per "
