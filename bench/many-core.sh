@@ -26,6 +26,9 @@
 #   verify     rackweave-tcp and -shm of NEW at W 4 8 14 x 4MiB 64MiB with rw-bench
 #              --verify: every result bitwise the rank-order sum (a row fails if not)
 #   trace      bench/trace.sh on NEW: what --trace costs, 3 pairs at W 4 x 64MiB
+#   job-shards rackweave-shm and -tcp of NEW at W 4 8 14 x 4MiB with --job-kib-per-shard
+#              0 (every shard), 256, 1024 (auto's) and 4096: what touching fewer shards
+#              gives a small job
 #   fabric     one run of rackweave-tcp and rackweave-fabric (libfabric's tcp provider)
 #              of NEW at W 4 x 64MiB, every result --verify'ed
 #   sweep      rackweave-tcp of NEW at W 8 14 x 64MiB: the defaults, then one
@@ -64,7 +67,7 @@ done
 [[ $budget =~ ^[0-9]+$ ]] || { echo "many-core.sh: --budget takes whole seconds" >&2; exit 2; }
 for s in $stages; do
   case $s in
-    facts|scale|old|pollers|shards|repeat|repeat-small|verify|trace|fabric|sweep|gpu|headers) ;;
+    facts|scale|old|pollers|shards|repeat|repeat-small|verify|trace|job-shards|fabric|sweep|gpu|headers) ;;
     *) echo "many-core.sh: unknown stage $s" >&2; exit 2 ;;
   esac
 done
@@ -188,6 +191,15 @@ stage_verify() {
   iters=$it
 }
 
+stage_job-shards() {
+  local kib
+  for kib in 0 256 1024 4096; do
+    extra="\"job_kib_per_shard\":$kib," peers job-shards 40 --workers "$target_w" \
+      --bytes "$small" --systems "rackweave-shm rackweave-tcp" \
+      --node-args "--job-kib-per-shard $kib"
+  done
+}
+
 stage_fabric() {
   peers fabric "$1" --workers "$(((smoke)) && echo 2 || echo 4)" --bytes "$big" \
     --systems "rackweave-tcp rackweave-fabric" --bench-args "--verify"
@@ -253,6 +265,7 @@ limit_of() {
     verify) echo $((smoke ? 60 : 150)) ;;
     trace) echo $((smoke ? 60 : 120)) ;;
     fabric) echo $((smoke ? 60 : 45)) ;;
+    job-shards) echo 170 ;;
     sweep) echo 400 ;;
     gpu) echo $((smoke ? 240 : 200)) ;;
   esac

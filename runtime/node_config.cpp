@@ -234,6 +234,23 @@ std::vector<option_def> option_table(node_config& c) {
         "chunk shards (serving cores); 0 = one per allowed core, but for the pollers' "
         "cores on a machine of 8 cores or more",
         c.shards),
+    // TOML takes job_kib_per_shard = 1024 as well as "auto".
+    [&c](option_def d) {
+      d.set = [&c](const toml::node& n) {
+        if (auto* i = n.as_integer())
+          c.job_kib_per_shard = std::to_string(i->get());
+        else
+          c.job_kib_per_shard = read_value<std::string>(n, "shards.job_kib_per_shard");
+      };
+      return d;
+    }(def("shards.job_kib_per_shard", "--job-kib-per-shard",
+          "how many shards serve a job: one per N KiB of its parameters on this node "
+          "(at least one, at most all; the least loaded of each NUMA domain's), so a "
+          "small job's step touches few shards; the in-node balancer (--balance) "
+          "widens a job that gets busy. 0: every job over every shard. auto: 1024 on a "
+          "node of 8 shards or more, 0 below. Flat one-node jobs without a layer-wise "
+          "optimizer; the choice is logged at start, each job's shards when it starts",
+          c.job_kib_per_shard)),
     def("shards.cores", "--shard-cores", "OS CPU numbers shards may use (default: all)",
         c.shard_cores),
     def("shards.numa", "--shard-numa", "NUMA domains shards may use (default: all)",
@@ -481,6 +498,7 @@ void check_node_config(const node_config& cfg) {
   if (cfg.listen.empty())
     throw std::runtime_error("at least one --listen address is needed");
   pollers_per_listen(cfg); // throws on a bad --pollers
+  job_kib_per_shard(cfg);  // throws on a bad --job-kib-per-shard
   static const std::set<std::string> isas{"auto", "scalar", "avx2", "avx512"};
   if (isas.count(cfg.kernels) == 0)
     throw std::runtime_error(
@@ -521,6 +539,25 @@ uint32_t pollers_per_listen(const node_config& cfg) {
     throw std::runtime_error(
       fmt::format("--pollers must be auto or a number from 1 to {} (it is '{}')",
                   max_pollers, cfg.pollers));
+  return n;
+}
+
+std::optional<uint64_t> job_kib_per_shard(const node_config& cfg) {
+  auto& text = cfg.job_kib_per_shard;
+  if (text == "auto")
+    return std::nullopt;
+  uint64_t n = 0;
+  bool digits = !text.empty() && text.size() <= 10;
+  for (char ch : text) {
+    digits = digits && ch >= '0' && ch <= '9';
+    if (digits)
+      n = n * 10 + uint64_t(ch - '0');
+  }
+  if (!digits || n > max_job_kib_per_shard)
+    throw std::runtime_error(
+      fmt::format("--job-kib-per-shard must be auto or a number of KiB from 0 to {} (it "
+                  "is '{}')",
+                  max_job_kib_per_shard, text));
   return n;
 }
 

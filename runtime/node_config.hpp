@@ -4,6 +4,7 @@
 // given on the command line wins over the file.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,10 @@ struct node_config {
   bool priority = true;            // serve the worker furthest behind first
   std::string kernels = "auto";    // auto, scalar, avx2, avx512
   uint32_t shards = 0;             // serving cores; 0 = auto (placement.hpp)
-  std::vector<uint32_t> shard_cores; // OS CPU numbers shards may use; empty = all
-  std::vector<uint32_t> shard_numa;  // NUMA domains shards may use; empty = all
-  bool balance = true;               // move chunks from a busy shard to an idle one
+  std::string job_kib_per_shard = "auto"; // a job's shards: a shard per N KiB, or auto
+  std::vector<uint32_t> shard_cores;      // OS CPU numbers shards may use; empty = all
+  std::vector<uint32_t> shard_numa;       // NUMA domains shards may use; empty = all
+  bool balance = true;                    // move chunks from a busy shard to an idle one
   uint32_t balance_ms = defaults::balance_ms; // how often shards' busy time is compared
   double balance_ratio = defaults::balance_ratio; // how much busier is too busy
   uint32_t prealloc_buffers = 64; // receive buffers (of the default chunk) per poller
@@ -100,5 +102,12 @@ constexpr uint32_t max_pollers = 64;
 
 /// --pollers as a number: 0 for auto, else 1..max_pollers; throws on anything else.
 uint32_t pollers_per_listen(const node_config& cfg);
+
+/// The largest --job-kib-per-shard (1 TiB of a job's parameters per shard).
+constexpr uint64_t max_job_kib_per_shard = uint64_t{1} << 30;
+
+/// --job-kib-per-shard: nothing for auto (logic/shard_set.hpp decides from the shard
+/// count), else 0..max_job_kib_per_shard KiB; throws on anything else.
+std::optional<uint64_t> job_kib_per_shard(const node_config& cfg);
 
 } // namespace rw::runtime

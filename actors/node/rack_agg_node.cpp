@@ -191,6 +191,10 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   cs.max_open_jobs_per_peer = cfg.max_open_jobs_per_peer;
   cs.balance_interval = std::chrono::milliseconds(cfg.balance ? cfg.balance_ms : 0);
   cs.balance_ratio = cfg.balance_ratio;
+  auto kib = runtime::job_kib_per_shard(cfg);
+  job_shares_ = detail::choose_bytes_per_shard(!kib, kib.value_or(0),
+                                               static_cast<uint32_t>(shards_.size()));
+  cs.job_bytes_per_shard = job_shares_.bytes_per_shard;
   cs.shard_cpu = std::move(shard_cpu);
   try {
     cs.checkpoint_root = runtime::checkpoint::checkpoint_root{cfg.checkpoint_root};
@@ -369,6 +373,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                  e.poller.numa, fmt::join(served, ","));
   }
   spdlog::info("pollers: {}", plan_.pollers_why);
+  spdlog::info("job shards: {}", job_shares_.why);
   for (auto& note : plan_.notes)
     spdlog::warn("placement: {}", note);
 }

@@ -19,6 +19,7 @@
 #include "actors/poller/nic_poller.hpp"
 #include "actors/node/numa_supervisor.hpp"
 #include "actors/rack/rack_coordinator.hpp"
+#include "logic/shard_set.hpp"
 #include "runtime/node_config.hpp"
 #include "runtime/placement.hpp"
 
@@ -64,6 +65,7 @@ private:
   caf::actor_system& sys_;
   std::shared_ptr<const runtime::topology> topo_;
   runtime::placement plan_;
+  detail::shard_share_choice job_shares_; // how many shards serve a job (logged)
   std::vector<std::string> addresses_;
   std::vector<numa_supervisor_actor> supervisors_;
   std::vector<chunk_shard_actor> shards_;

@@ -11,8 +11,10 @@
 #include "logic/chunk_state.hpp"
 #include "logic/job_plan.hpp"
 #include "logic/limited_log.hpp"
+#include "logic/shard_set.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/kernels.hpp"
+#include "runtime/layerwise.hpp"
 
 namespace rw::actors::detail {
 
@@ -63,6 +65,29 @@ job_spec rack_part(rack_ptr self, job_info& job, const job_spec& spec) {
   return plan.spec;
 }
 
+// A job on this node alone, which the in-node balancer may widen later, is served by
+// one shard per settings.job_bytes_per_shard of its parameters, the least loaded
+// (logic/shard_set.hpp); any other keeps every shard. Says which, for the job's line.
+std::string choose_shards(const rack_state& st, job_info& job) {
+  auto n = st.shards.size();
+  if (st.settings.job_bytes_per_shard == 0)
+    return fmt::format("all {}", n);
+  if (job.layout.nodes.size() > 1 || is_hierarchical(job.layout)
+      || runtime::is_layerwise(job.spec.optimizer.kind))
+    return fmt::format("all {} (on several nodes, hierarchical or layer-wise: not "
+                       "narrowed, the balancer could not widen it)",
+                       n);
+  std::vector<uint64_t> load(n, 0);
+  for (auto& [name, other] : st.jobs)
+    if (other.routes && other.id != job.id)
+      add_load(*other.routes, load);
+  auto set = narrow_job(*job.routes, st.settings.job_bytes_per_shard,
+                        st.settings.shard_endpoints, load);
+  if (!set.moves.empty())
+    job.routes = job.routes->remapped(set.moves);
+  return set.why;
+}
+
 // The first worker of a job: the shards allocate its chunks, then the worker joins.
 void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id,
                      binding_promise rp) {
@@ -89,6 +114,7 @@ void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id,
   }
   job.routes = node_routes(spec, job.layout, job.node_index, uint32_t(st.shards.size()),
                            st.settings.shard_endpoints);
+  auto shards_why = choose_shards(st, job);
   std::vector<std::vector<runtime::checkpoint::chunk_record>> restored;
   if (auto g = st.grants.find(spec.name);
       job.granted && g != st.grants.end() && !g->second.restore.empty()) {
@@ -123,19 +149,20 @@ void create_rack_job(rack_ptr self, const hello_request& req, uint32_t id,
     bytes += t.elements * sizeof(float);
   // An open job is created here; a granted one was created at the cluster coordinator
   // (its log says by whom), and its first worker starts this node's part.
-  spdlog::info("{}: job='{}' id={} workers={} consistency={} compression={}{} "
-               "optimizer={} lr={} "
-               "chunk_bytes={} tensors={} bytes={} chunks={} chunks_per_shard=[{}] "
-               "chunks_per_endpoint=[{}] credentials={} nodes={} homed_here={}",
-               job.granted ? "job started on this node" : "job created", spec.name,
-               job.id, spec.num_workers, to_string(spec.consistency),
-               to_string(spec.compression), spec.compression.updates ? "+updates" : "",
-               to_string(spec.optimizer.kind), spec.optimizer.learning_rate,
-               spec.chunk_bytes, spec.tensors.size(), bytes, job.routes->total_chunks(),
-               fmt::join(job.routes->chunks_per_shard(), ","),
-               fmt::join(job.routes->chunks_per_endpoint(), ","),
-               job.granted ? "token" : "none (open job)",
-               std::max<size_t>(job.layout.nodes.size(), 1), job.routes->local_chunks());
+  spdlog::info(
+    "{}: job='{}' id={} workers={} consistency={} compression={}{} "
+    "optimizer={} lr={} "
+    "chunk_bytes={} tensors={} bytes={} chunks={} shards={} chunks_per_shard=[{}] "
+    "chunks_per_endpoint=[{}] credentials={} nodes={} homed_here={}",
+    job.granted ? "job started on this node" : "job created", spec.name, job.id,
+    spec.num_workers, to_string(spec.consistency), to_string(spec.compression),
+    spec.compression.updates ? "+updates" : "", to_string(spec.optimizer.kind),
+    spec.optimizer.learning_rate, spec.chunk_bytes, spec.tensors.size(), bytes,
+    job.routes->total_chunks(), shards_why,
+    fmt::join(job.routes->chunks_per_shard(), ","),
+    fmt::join(job.routes->chunks_per_endpoint(), ","),
+    job.granted ? "token" : "none (open job)",
+    std::max<size_t>(job.layout.nodes.size(), 1), job.routes->local_chunks());
   spdlog::info("worker joined: job='{}' id={} rank={} peer={}", spec.name, job.id, rank,
                req.peer);
   // Created by this hello only for an open job: a granted one was created by whoever

@@ -222,6 +222,9 @@ struct coordinator_settings {
   std::chrono::milliseconds balance_interval{0};
   double balance_ratio = defaults::balance_ratio;
   uint32_t balance_windows = defaults::balance_windows;
+  /// A job is served by one shard per this many bytes of its parameters on the node
+  /// (logic/shard_set.hpp; 0: every job by every shard).
+  uint64_t job_bytes_per_shard = 0;
   /// Each shard's CPU clock, by shard index (shard_settings::cpu_clock): what the
   /// balancer samples. Balancing is off without one per shard.
   std::vector<std::shared_ptr<const runtime::thread_cpu_slot>> shard_cpu;

@@ -2,7 +2,9 @@
 // the other) on a node of two shards. Its chunks move to the idle shard while it runs,
 // and every result stays bitwise the rank-order sum (rw-bench --verify); periodic
 // checkpoints taken across the move hold every chunk once, at their clock; with
-// --no-balance nothing moves.
+// --no-balance nothing moves. And a job's shards (--job-kib-per-shard,
+// logic/shard_set.hpp): a small job is served by one shard, the balancer widens it when
+// it gets busy, and a second small job goes to the shard the first left idle.
 
 #include <filesystem>
 #include <set>
@@ -13,6 +15,7 @@
 #include "runtime/checkpoint/manifest.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/rack_cluster.hpp"
+#include "apps/tools/subprocess.hpp"
 
 namespace rw_integration_shard_balance {
 
@@ -115,6 +118,59 @@ TEST_CASE("periodic checkpoints stay whole while chunks move between shards",
     CHECK(clocks.count(clock) == 1);
   std::error_code ec;
   fs::remove_all(dir, ec);
+}
+
+TEST_CASE("a job narrowed to one shard is widened by the balancer once busy, bitwise",
+          "[integration][balance]") {
+  // 16 MiB of parameters, a shard per 16 MiB: one shard, until it gets busy.
+  testing::node_process node{
+    {"--shards", "2", "--no-pin", "--balance-ms", "100", "--job-kib-per-shard", "16384"}};
+  INFO(node.log_tail(4000));
+  CHECK(node.wait_for_log("job shards: a shard per 16384 KiB"));
+  auto [rc, out] = skewed_run(node.address(), 16);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("verified: yes") != std::string::npos);
+  CHECK(node.wait_for_log("shards=1 of 2 ("));
+  CHECK(node.wait_for_log("chunks_per_shard=[32,0]"));
+  CHECK(node.wait_for_log("moved from shard 0 (busy"));
+  CHECK(node.wait_for_log("to shard 1 (busy"));
+}
+
+TEST_CASE("small jobs are served by one shard each, the least loaded, bitwise",
+          "[integration][job_shards]") {
+  testing::node_process node{
+    {"--shards", "2", "--no-pin", "--no-balance", "--job-kib-per-shard", "64"}};
+  // 64 KiB in 4 chunks: one shard. The first job trains until it is stopped, so the
+  // second starts beside it, while it holds shard 0.
+  auto run = [&](const std::string& iters) {
+    return tools::subprocess{{RW_BENCH_PATH, "comm", "--connect", node.address(),
+                              "--open-job", "--workers", "2", "--bytes", "64KiB",
+                              "--chunk-bytes", "16KiB", "--iters", iters, "--verify"},
+                             true};
+  };
+  auto first = run("100000000");
+  REQUIRE(node.wait_for_log("chunks_per_shard=[4,0]", std::chrono::seconds(60)));
+  auto mark = node.log().size();
+  auto second = run("20");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto out = second.read_all(deadline);
+  auto rc = second.wait_until(deadline);
+  INFO(out);
+  INFO(node.log_tail(4000));
+  REQUIRE(rc.value_or(-1) == 0);
+  CHECK(out.find("verified: yes") != std::string::npos);
+  CHECK(node.log().substr(mark).find("chunks_per_shard=[0,4]") != std::string::npos);
+  CHECK_FALSE(first.wait_until(std::chrono::steady_clock::now())); // still training
+  first.stop();
+}
+
+TEST_CASE("a node of fewer than 8 shards serves every job by every shard (auto)",
+          "[integration][job_shards]") {
+  testing::node_process node{{"--shards", "2", "--no-pin"}};
+  INFO(node.log_tail(4000));
+  CHECK(node.wait_for_log(
+    "job shards: auto: every job is served by every shard (fewer than 8 shards: 2)"));
 }
 
 } // namespace rw_integration_shard_balance

@@ -145,6 +145,29 @@ TEST_CASE("pollers: auto or a count, from the command line or the file", "[confi
   std::remove(path.c_str());
 }
 
+TEST_CASE("job-kib-per-shard: auto or KiB, from the command line or the file",
+          "[config]") {
+  rw::runtime::node_config c;
+  CHECK_FALSE(rw::runtime::job_kib_per_shard(c)); // auto
+  for (auto* bad : {"-1", "1MiB", "", "1073741825", "99999999999", "auto "}) {
+    c.job_kib_per_shard = bad;
+    CHECK_THROWS_WITH(rw::runtime::check_node_config(c),
+                      Catch::Contains("--job-kib-per-shard must be"));
+  }
+  c.job_kib_per_shard = "0";
+  CHECK(rw::runtime::job_kib_per_shard(c) == uint64_t{0});
+  parsed p{{"--job-kib-per-shard", "512"}};
+  CHECK(rw::runtime::job_kib_per_shard(p.cfg) == uint64_t{512});
+  for (auto* text : {"[shards]\njob_kib_per_shard = 2048\n",
+                     "[shards]\njob_kib_per_shard = \"2048\"\n"}) {
+    auto path = write_temp(text);
+    parsed f{{"--config", path}};
+    rw::runtime::load_node_config(path, f.app, f.cfg);
+    CHECK(rw::runtime::job_kib_per_shard(f.cfg) == uint64_t{2048});
+    std::remove(path.c_str());
+  }
+}
+
 TEST_CASE("the coordinator's state database is a flag and a key, and the coordinator's",
           "[config]") {
   auto path = write_temp("[cluster]\nstate_db = \"/var/lib/rw/state.db\"\n");
