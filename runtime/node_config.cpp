@@ -99,6 +99,19 @@ option_def def(std::string key, std::string flag, std::string help, T& field) {
   return d;
 }
 
+// A text option the TOML file may also give as a number (pollers = 4 or "auto").
+option_def number_or_text(std::string key, std::string flag, std::string help,
+                          std::string& field) {
+  auto d = def(key, flag, std::move(help), field);
+  d.set = [key, &field](const toml::node& n) {
+    if (auto* i = n.as_integer())
+      field = std::to_string(i->get());
+    else
+      field = read_value<std::string>(n, key);
+  };
+  return d;
+}
+
 std::vector<option_def> option_table(node_config& c) {
   return {
     def("node.role", "--role",
@@ -131,16 +144,7 @@ std::vector<option_def> option_table(node_config& c) {
         "HOST:PORT workers connect to, with --pollers NIC pollers each; HOST may be a "
         "network device (eth0:7700); port 0 picks a free one",
         c.listen),
-    // TOML takes pollers = 4 as well as pollers = "auto".
-    [&c](option_def d) {
-      d.set = [&c](const toml::node& n) {
-        if (auto* i = n.as_integer())
-          c.pollers = std::to_string(i->get());
-        else
-          c.pollers = read_value<std::string>(n, "node.pollers");
-      };
-      return d;
-    }(def(
+    number_or_text(
       "node.pollers", "--pollers",
       "NIC pollers (threads reading the sockets) per --listen address: N or auto. "
       "An address with N pollers is N endpoints on consecutive ports (PORT, PORT+1, "
@@ -149,7 +153,7 @@ std::vector<option_def> option_table(node_config& c) {
       "shared among the addresses, each on a core of its NIC's NUMA domain kept from "
       "the shards; 1 on a machine of fewer than 8 cores. The choice and why are logged "
       "at start",
-      c.pollers)),
+      c.pollers),
     def("node.log_level", "--log-level", "trace, debug, info, warn, error or off",
         c.log_level),
     def("node.log_file", "--log-file",
@@ -234,23 +238,15 @@ std::vector<option_def> option_table(node_config& c) {
         "chunk shards (serving cores); 0 = one per allowed core, but for the pollers' "
         "cores on a machine of 8 cores or more",
         c.shards),
-    // TOML takes job_kib_per_shard = 1024 as well as "auto".
-    [&c](option_def d) {
-      d.set = [&c](const toml::node& n) {
-        if (auto* i = n.as_integer())
-          c.job_kib_per_shard = std::to_string(i->get());
-        else
-          c.job_kib_per_shard = read_value<std::string>(n, "shards.job_kib_per_shard");
-      };
-      return d;
-    }(def("shards.job_kib_per_shard", "--job-kib-per-shard",
-          "how many shards serve a job: one per N KiB of its parameters on this node "
-          "(at least one, at most all; the least loaded of each NUMA domain's), so a "
-          "small job's step touches few shards; the in-node balancer (--balance) "
-          "widens a job that gets busy. 0: every job over every shard. auto: 1024 on a "
-          "node of 8 shards or more, 0 below. Flat one-node jobs without a layer-wise "
-          "optimizer; the choice is logged at start, each job's shards when it starts",
-          c.job_kib_per_shard)),
+    number_or_text(
+      "shards.job_kib_per_shard", "--job-kib-per-shard",
+      "how many shards serve a job: one per N KiB of its parameters on this node (at "
+      "least one, at most all; the least loaded of each NUMA domain's), so a small "
+      "job's step touches few shards; the in-node balancer (--balance) widens a job "
+      "that gets busy. 0: every job over every shard. auto: 1024 on a node of 8 shards "
+      "or more, 0 below. Flat one-node jobs without a layer-wise optimizer; the choice "
+      "is logged at start, each job's shards when it starts",
+      c.job_kib_per_shard),
     def("shards.cores", "--shard-cores", "OS CPU numbers shards may use (default: all)",
         c.shard_cores),
     def("shards.numa", "--shard-numa", "NUMA domains shards may use (default: all)",
