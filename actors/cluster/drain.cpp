@@ -50,8 +50,11 @@ caf::result<std::string> drain_node(cluster_ptr self, const std::string& name) {
       name, ms, r.moved.size(), r.moved.empty() ? "" : ": ", fmt::join(r.moved, "; "),
       r.stayed.size(), r.stayed.empty() ? "" : ": ", fmt::join(r.stayed, "; "));
   };
-  spdlog::warn("node drain: node {}: no new jobs go there; {} job(s) to move, {} stay",
-               name, run->todo.size(), run->stayed.size());
+  // A warning when jobs are touched; a node stopping with none (its SIGTERM) is routine.
+  spdlog::log(run->todo.empty() && run->stayed.empty() ? spdlog::level::info
+                                                       : spdlog::level::warn,
+              "node drain: node {}: no new jobs go there; {} job(s) to move, {} stay",
+              name, run->todo.size(), run->stayed.size());
   auto rp = run->rp;
   run_moves(self, run);
   return rp;
