@@ -10,6 +10,7 @@
 #   DIR/NAME/apps/rw-node, apps/rw-bench   wrappers that set LD_LIBRARY_PATH and exec
 #   DIR/NAME/peers/gloo-allreduce           the same, when BUILD/peers has it
 #                                           (bench/setup-peers.sh builds it)
+#   DIR/NAME/bench/rw-trace-cost            the same (bench/trace.sh's)
 #   DIR/NAME/bin/                           the stripped programs and librackweave.so
 #   DIR/NAME/python/rackweave/_rackweave*   the Python package's native part, one per
 #                                           Python the build was made for (cmake
@@ -48,14 +49,16 @@ for f in "${programs[@]}" "$build/librackweave.so"; do
 done
 peers=()
 [[ -x $build/peers/gloo-allreduce ]] && peers=("$build/peers/gloo-allreduce")
+benches=() # bench/trace.sh's
+[[ -x $build/bench/rw-trace-cost ]] && benches=("$build/bench/rw-trace-cost")
 extensions=()
 for f in "$build"/python/rackweave/_rackweave*.so; do [[ -f $f ]] && extensions+=("$f"); done
 
 out=$dir/$name
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/apps" "$out/peers" "$dir/lib"
+mkdir -p "$out/bin" "$out/apps" "$out/peers" "$out/bench" "$dir/lib"
 strip -o "$out/bin/librackweave.so" "$build/librackweave.so"
-for f in "${programs[@]}" "${peers[@]}"; do
+for f in "${programs[@]}" "${peers[@]}" "${benches[@]}"; do
   strip -o "$out/bin/${f##*/}" "$f"
 done
 if ((${#extensions[@]})); then
@@ -101,7 +104,7 @@ while read -r lib; do
     added=$((added + 1))
   fi
 done < <({
-           for f in "${programs[@]}" "${peers[@]}" "$build/librackweave.so" \
+           for f in "${programs[@]}" "${peers[@]}" "${benches[@]}" "$build/librackweave.so" \
              ${extensions[@]+"${extensions[@]}"} ${fabric_lib:+"$fabric_lib"}; do
              ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
            done
@@ -121,6 +124,7 @@ EOF
 wrap rw-node "$out/apps/rw-node"
 wrap rw-bench "$out/apps/rw-bench"
 for f in "${peers[@]}"; do wrap "${f##*/}" "$out/peers/${f##*/}"; done
+for f in "${benches[@]}"; do wrap "${f##*/}" "$out/bench/${f##*/}"; done
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 dirty=

@@ -5,7 +5,11 @@
 # the CPU time (node, rw-bench and its workers) and the median step of each pair. Every
 # trace file is parsed as trace-event JSON and its events counted. Target (issue 36):
 # tracing costs <= 5 % (judged on CPU time: the step time's run-to-run spread here is
-# larger), in every pair. Writes the trace section of bench/RESULTS.md.
+# larger), in every pair. Beside it, tracing's own CPU time, counted rather than
+# compared: each traced run's events times what recording one costs a thread on this
+# machine (bench/trace_cost.cpp, rw-trace-cost, run once first) plus what the processes'
+# trace writers spent formatting them (each file's "trace cost" event). Writes the trace
+# section of bench/RESULTS.md.
 #
 #   bash bench/trace.sh [--pairs 3] [--workers 4] [--bytes 64MiB] [--iters 20]
 #                       [--transport tcp] [--smoke] [--build-dir DIR]
@@ -45,9 +49,19 @@ cleanup() { release ${node_pid:+"$node_pid"}; rm -rf "$tmp"; }
 set_exit_traps cleanup
 fabric=()
 [[ $transport == fabric ]] && fabric=(--fabric tcp)
+# What recording one event costs its thread here (ns), for tracing's own CPU time.
+record_ns=
+if [[ -x $build/bench/rw-trace-cost ]]; then
+  record_ns=$("$build/bench/rw-trace-cost" --json | python3 -c 'import json, sys
+print(json.loads(sys.stdin.read())["record_ns"])') && check_numbers "rw-trace-cost" "$record_ns" ||
+    { note "rw-trace-cost failed"; exit 1; }
+else
+  note "$build/bench/rw-trace-cost is missing: tracing's own CPU time is not counted"
+fi
 
 # measure on|off: one run against a fresh node; sets step_ms (the run's median step) and,
-# traced, events (the node's events + the workers'), mib (the files' size).
+# traced, events (the node's events + the workers'), mib (the files' size), format_s (the
+# CPU seconds their writers spent formatting them).
 measure() {
   local traced=$1 node_trace=() bench_trace=() line
   if [[ $traced == on ]]; then
@@ -96,8 +110,15 @@ print("%.2f" % (int(sys.argv[1]) / hz + float(open(sys.argv[2]).read())))' \
   [[ $traced == on ]] || return 0
   # The files, parsed: the node's must hold every kind of event for every push, each
   # worker's one push_pull per iteration.
-  read -r events mib < <(python3 - "$tmp" "$workers" "$iters" <<'PY'
+  read -r events mib format_s < <(python3 - "$tmp" "$workers" "$iters" <<'PY'
 import collections, glob, json, os, sys
+
+def format_cpu_s(events, path):
+    cost = [e for e in events if e["name"] == "trace cost"]
+    if len(cost) != 1:
+        sys.exit(f"{path}: no 'trace cost' event at its end")
+    return cost[0]["args"]["format_cpu_us"] / 1e6
+
 tmp, workers, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 steps = iters + 2
 node = json.load(open(os.path.join(tmp, "node.json")))
@@ -110,6 +131,7 @@ if min(n["push received"], n["push"], n["answer"]) < workers * steps:
     sys.exit(f"the node's trace lacks pushes or answers of {workers} workers x {steps} "
              f"steps: {dict(n)}")
 total, size = len(node), os.path.getsize(os.path.join(tmp, "node.json"))
+fmt_s = format_cpu_s(node, "node.json")
 files = sorted(glob.glob(os.path.join(tmp, "worker.rank*.json")))
 if len(files) != workers:
     sys.exit(f"expected {workers} worker trace files, found {files}")
@@ -120,12 +142,20 @@ for f in files:
         sys.exit(f"{f}: {ops} push_pull events, expected {steps} (or one more)")
     total += len(w)
     size += os.path.getsize(f)
-print(total, f"{size / 1048576:.2f}")
+    fmt_s += format_cpu_s(w, f)
+print(total, f"{size / 1048576:.2f}", f"{fmt_s:.3f}")
 PY
-  ) && check_numbers "the trace files" "$events" "$mib" || exit 1
+  ) && check_numbers "the trace files" "$events" "$mib" "$format_s" || exit 1
 }
 
-on=() off=() ratios=() cpu_on=() cpu_off=() cpu_ratios=() node_on=() node_off=()
+# own_share EVENTS FORMAT_S UNTRACED_CPU_S: tracing's own CPU time as a share of the
+# untraced run's ("-" without rw-trace-cost's figure).
+own_share() {
+  [[ -n $record_ns ]] || { echo -; return; }
+  python3 -c "print(f'{($1 * $record_ns / 1e9 + $2) / $3:.4f}')"
+}
+
+on=() off=() ratios=() cpu_on=() cpu_off=() cpu_ratios=() node_on=() node_off=() own=()
 for ((i = 1; i <= pairs; i++)); do
   if ((i % 2)); then
     measure off; off+=("$step_ms"); cpu_off+=("$cpu_s"); node_off+=("$node_s")
@@ -136,7 +166,8 @@ for ((i = 1; i <= pairs; i++)); do
   fi
   ratios+=("$(python3 -c "print(f'{${on[-1]} / ${off[-1]}:.3f}')")")
   cpu_ratios+=("$(python3 -c "print(f'{${cpu_on[-1]} / ${cpu_off[-1]}:.3f}')")")
-  note "pair $i: step ${on[-1]} ms traced, ${off[-1]} ms not (${ratios[-1]}x); CPU ${cpu_on[-1]} s traced, ${cpu_off[-1]} s not (${cpu_ratios[-1]}x; the node's ${node_on[-1]} and ${node_off[-1]} s); $events events, $mib MiB"
+  own+=("$(own_share "$events" "$format_s" "${cpu_off[-1]}")")
+  note "pair $i: step ${on[-1]} ms traced, ${off[-1]} ms not (${ratios[-1]}x); CPU ${cpu_on[-1]} s traced, ${cpu_off[-1]} s not (${cpu_ratios[-1]}x; the node's ${node_on[-1]} and ${node_off[-1]} s); $events events, $mib MiB; tracing's own CPU ${own[-1]} of the untraced run's (formatting $format_s s)"
 done
 
 # The cost is judged on CPU time (what tracing adds to the node's and the workers'
@@ -154,6 +185,7 @@ PY
 verdict=${verdict/_/ }
 echo "tracing: traced / untraced CPU time per pair: ${cpu_ratios[*]} (worst $cpu_worst, best $cpu_best): <= 1.05 in every pair: $verdict"
 echo "tracing: traced / untraced median step per pair: ${ratios[*]} (median $step_median, from $step_best to $step_worst)"
+echo "tracing's own CPU time per pair, as a share of the untraced run's: ${own[*]} (recording ${record_ns:-?} ns per event here, plus the writers' formatting)"
 echo "last traced run: $events events, $mib MiB of trace files for $((iters + 2)) steps"
 echo "command: $invocation"
 
@@ -170,10 +202,10 @@ echo "command: $invocation"
   echo
   echo "Command: \`$invocation\`"
   echo
-  echo "| pair | CPU traced (s) | CPU untraced (s) | CPU ratio | of it the node's (s), traced / not | step traced (ms) | step untraced (ms) | step ratio |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| pair | CPU traced (s) | CPU untraced (s) | CPU ratio | of it the node's (s), traced / not | tracing's own CPU, share of untraced | step traced (ms) | step untraced (ms) | step ratio |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for ((i = 0; i < pairs; i++)); do
-    echo "| $((i + 1)) | ${cpu_on[i]} | ${cpu_off[i]} | ${cpu_ratios[i]} | ${node_on[i]} / ${node_off[i]} | ${on[i]} | ${off[i]} | ${ratios[i]} |"
+    echo "| $((i + 1)) | ${cpu_on[i]} | ${cpu_off[i]} | ${cpu_ratios[i]} | ${node_on[i]} / ${node_off[i]} | ${own[i]} | ${on[i]} | ${off[i]} | ${ratios[i]} |"
   done
   echo
   echo "CPU is the node's and rw-bench's with its workers over the whole run (the same"
@@ -183,6 +215,9 @@ echo "command: $invocation"
   echo "(from $step_best to $step_worst), is within this machine's run-to-run spread (up to 15 %"
   echo "between two runs of one build), so it is shown, not judged. A traced run wrote $events"
   echo "events, $mib MiB, for $((iters + 2)) steps (warm-up included): node and workers together."
+  echo "Tracing's own CPU time is counted, not compared: a run's events times what recording"
+  echo "one costs its thread on this machine (\`rw-trace-cost\`: ${record_ns:-not measured} ns),"
+  echo "plus what the trace writers spent formatting them (each file's \`trace cost\` event)."
   echo "<!-- trace:end -->"
 } >"$tmp/section.md"
 update_results trace "$tmp/section.md"

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "rackweave/errc.hpp"
+#include "runtime/thread_cpu.hpp"
 
 namespace rw::runtime::trace {
 
@@ -60,7 +61,11 @@ struct session::state {
   bool stopping = false;
   std::thread writer;
 
-  uint64_t dropped = 0; // by threads over their bound (the writer's, then the closer's)
+  uint64_t dropped = 0;   // by threads over their bound (the writer's, then the closer's)
+  uint64_t written = 0;   // records formatted into the file
+  uint64_t format_ns = 0; // CPU time the writer and the closer spent taking and writing
+  fmt::memory_buffer out; // the lines being formatted (the writer's, then the closer's)
+  std::vector<record> taken; // the records being formatted, likewise
   bool first_event = true;
 
   // What goes before the next event: the array's events are comma-separated.
@@ -119,21 +124,54 @@ std::string escaped(const std::string& s) {
   return out;
 }
 
+// Appending to an event's line without format strings: the writer formats every event
+// of the run (bench/trace_cost.cpp measures it).
+void put(fmt::memory_buffer& out, std::string_view s) {
+  out.append(s.data(), s.data() + s.size());
+}
+
+void put(fmt::memory_buffer& out, uint64_t v) {
+  fmt::format_int digits{v};
+  out.append(digits.data(), digits.data() + digits.size());
+}
+
+// Nanoseconds as microseconds with three decimals ("12.345").
+void put_micros(fmt::memory_buffer& out, uint64_t ns) {
+  put(out, ns / 1000);
+  auto rest = static_cast<unsigned>(ns % 1000);
+  char frac[4] = {'.', char('0' + rest / 100), char('0' + rest / 10 % 10),
+                  char('0' + rest % 10)};
+  out.append(frac, frac + 4);
+}
+
 // One event's line, appended to `out` (no allocation once `out` has grown).
 void format_event(fmt::memory_buffer& out, const record& r, long pid, long tid) {
-  auto it = std::back_inserter(out);
-  fmt::format_to(it, R"({{"name":"{}","cat":"{}","ph":"{}","ts":{}.{:03},)", r.name,
-                 r.cat, r.phase, r.begin_ns / 1000, r.begin_ns % 1000);
-  if (r.phase == 'X')
-    fmt::format_to(it, R"("dur":{}.{:03},)", r.dur_ns / 1000, r.dur_ns % 1000);
-  else
-    fmt::format_to(it, R"("s":"t",)");
-  fmt::format_to(it, R"("pid":{},"tid":{})", pid, tid);
+  put(out, R"({"name":")");
+  put(out, r.name);
+  put(out, R"(","cat":")");
+  put(out, r.cat);
+  put(out, R"(","ph":")");
+  out.push_back(r.phase);
+  put(out, R"(","ts":)");
+  put_micros(out, r.begin_ns);
+  if (r.phase == 'X') {
+    put(out, R"(,"dur":)");
+    put_micros(out, r.dur_ns);
+  } else {
+    put(out, R"(,"s":"t")");
+  }
+  put(out, R"(,"pid":)");
+  put(out, static_cast<uint64_t>(pid));
+  put(out, R"(,"tid":)");
+  put(out, static_cast<uint64_t>(tid));
   bool any = false;
-  auto arg = [&](const char* key, uint64_t v) {
+  auto arg = [&](std::string_view key, uint64_t v) {
     if (v == about::none)
       return;
-    fmt::format_to(it, R"({}"{}":{})", any ? "," : R"(,"args":{)", key, v);
+    put(out, any ? R"(,")" : R"(,"args":{")");
+    put(out, key);
+    put(out, R"(":)");
+    put(out, v);
     any = true;
   };
   arg("job", r.a.job);
@@ -141,7 +179,7 @@ void format_event(fmt::memory_buffer& out, const record& r, long pid, long tid) 
   arg("tensor", r.a.tensor);
   arg("chunk", r.a.chunk);
   arg("clock", r.a.clock);
-  fmt::format_to(it, "{}}}", any ? "}" : "");
+  put(out, any ? "}}" : "}");
 }
 
 } // namespace
@@ -191,13 +229,13 @@ uint64_t now_ns() noexcept {
 }
 
 void session::state::take_all() {
+  auto cpu_at_start = runtime::this_thread_cpu_ns();
   std::vector<std::shared_ptr<thread_buffer>> list;
   {
     std::lock_guard<std::mutex> guard{threads_mtx};
     list = threads;
   }
   const auto pid = static_cast<long>(::getpid());
-  std::vector<record> taken;
   for (auto& t : list) {
     uint64_t lost = 0;
     {
@@ -213,15 +251,23 @@ void session::state::take_all() {
                               pid, t->tid, escaped(thread_name_of(*t))));
     }
     dropped += lost;
-    fmt::memory_buffer out;
+    // Written in pieces of about 256 KiB from one buffer kept across takes: no buffer
+    // grows with the records, and none is allocated again.
     for (auto& r : taken) {
       out.append(std::string_view{separator()});
       format_event(out, r, pid, t->tid);
+      if (out.size() >= (256u << 10)) {
+        std::fwrite(out.data(), 1, out.size(), file);
+        out.clear();
+      }
     }
     std::fwrite(out.data(), 1, out.size(), file);
+    out.clear();
+    written += taken.size();
     taken.clear();
   }
   std::fflush(file);
+  format_ns += runtime::this_thread_cpu_ns() - cpu_at_start;
 }
 
 void session::state::run_writer() {
@@ -293,6 +339,12 @@ session::~session() {
       fmt::format(R"({{"name":"dropped records","ph":"i","s":"g","ts":{}.000,)"
                   R"("pid":{},"tid":0,"args":{{"dropped":{}}}}})",
                   now_ns() / 1000, static_cast<long>(::getpid()), lost));
+  // What tracing cost this process on the writer's side (for bench/trace.sh): the
+  // records written and the CPU time spent formatting them.
+  s->write_event(fmt::format(
+    R"({{"name":"trace cost","ph":"i","s":"g","ts":{}.000,"pid":{},"tid":0,)"
+    R"("args":{{"records":{},"format_cpu_us":{}}}}})",
+    now_ns() / 1000, static_cast<long>(::getpid()), s->written, s->format_ns / 1000));
   std::fputs("\n]\n", s->file);
   std::fclose(s->file);
 }

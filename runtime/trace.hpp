@@ -11,7 +11,10 @@
 // takes; more are dropped and counted (the file's last event says how many).
 //
 // The file ("JSON array format"): '[', one event object per line, ']' when the session
-// ends. A process that dies leaves a file without the ']', which both viewers open.
+// ends. A process that dies leaves a file without the ']', which both viewers open. Its
+// last event, "trace cost", gives the records written and the CPU time the writer spent
+// formatting them (format_cpu_us): tracing's own cost, with what recording costs a
+// thread per event (bench/trace_cost.cpp measures that).
 //  - "ph":"X" complete events: ts and dur in microseconds of CLOCK_MONOTONIC, so the
 //    files of several processes on one host line up (load them together in Perfetto);
 //  - "ph":"i" instant events, thread-scoped;

@@ -107,9 +107,16 @@ TEST_CASE("rw-node --trace and the workers' trace option write the step timeline
       CHECK(n["poll round"] >= 1);
       // Each kind on the threads that do it.
       auto names = thread_names(events);
+      // The file's last event says what it holds and what formatting it cost.
+      REQUIRE(n["trace cost"] == 1);
+      auto& cost = events.back();
+      CHECK(cost["name"] == "trace cost");
+      CHECK(cost["args"]["records"].get<size_t>()
+            == events.size() - n["process_name"] - n["thread_name"] - 1);
+      CHECK(cost["args"]["format_cpu_us"].get<long>() >= 0);
       for (auto& e : events) {
         auto name = e["name"].get<std::string>();
-        if (name == "process_name" || name == "thread_name")
+        if (name == "process_name" || name == "thread_name" || name == "trace cost")
           continue;
         auto thread = names[e["tid"].get<long>()];
         INFO(name << " on " << thread);
