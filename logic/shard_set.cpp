@@ -113,8 +113,7 @@ shard_set narrow_job(const runtime::routing_table& routes, uint64_t bytes_per_sh
     return out;
   }
   out.shards = std::move(chosen_all);
-  out.why = fmt::format("{} of {} ({} KiB of parameters here, a shard per {} KiB; the "
-                        "balancer widens it when busy)",
+  out.why = fmt::format("{} of {} ({} KiB of parameters here, a shard per {} KiB)",
                         out.shards.size(), n, (total + 1023) >> 10,
                         bytes_per_shard >> 10);
   return out;

@@ -43,8 +43,8 @@ shard_share_choice choose_bytes_per_shard(bool is_auto, uint64_t asked_kib,
 struct shard_set {
   std::vector<uint32_t> shards; // ascending; every shard when nothing narrows
   std::vector<std::array<uint32_t, 3>> moves; // (tensor, chunk, shard), for remapped()
-  /// For the job's log line: "4 of 12 (1024 KiB of its parameters per shard)", or why
-  /// it is not narrowed.
+  /// For the job's log line: "4 of 12 (4096 KiB of parameters here, a shard per 1024
+  /// KiB)", or "all 12 (...)" when it is not narrowed.
   std::string why;
 };
 

@@ -8,7 +8,8 @@
 // numbers) to its own buffer under its own, uncontended lock; a writer thread takes the
 // buffers every 50 ms and formats them into the file (at niceness 10: it yields to the
 // data path when cores are short), so the threads that record never format or write. A thread records at most `max_records_per_thread` between two
-// takes; more are dropped and counted (the file's last event says how many).
+// takes; more are dropped and counted (a "dropped records" event at the file's end says
+// how many).
 //
 // The file ("JSON array format"): '[', one event object per line, ']' when the session
 // ends. A process that dies leaves a file without the ']', which both viewers open. Its

@@ -83,9 +83,13 @@ std::string choose_shards(const rack_state& st, job_info& job) {
       add_load(*other.routes, load);
   auto set = narrow_job(*job.routes, st.settings.job_bytes_per_shard,
                         st.settings.shard_endpoints, load);
-  if (!set.moves.empty())
-    job.routes = job.routes->remapped(set.moves);
-  return set.why;
+  if (set.moves.empty())
+    return set.why;
+  job.routes = job.routes->remapped(set.moves);
+  return set.why
+         + (st.settings.balance_interval.count() > 0
+              ? "; the balancer widens it when busy"
+              : "; --no-balance: it stays so");
 }
 
 // The first worker of a job: the shards allocate its chunks, then the worker joins.
