@@ -170,6 +170,8 @@ int run_driver(comm_args a, const std::string& command) {
                                           : "--no-compress-updates",
                                   "--stop-file",
                                   a.stop_file,
+                                  "--parent",
+                                  std::to_string(static_cast<long>(getpid())),
                                   "--job",
                                   a.job};
     if (!a.straggler.empty()) {
@@ -469,6 +471,8 @@ int main(int argc, char** argv) {
   worker->add_option("--stop-file", a.stop_file,
                      "created by the pacing worker when done");
   worker->add_option("--token-file", a.token_file, "the job's token");
+  worker->add_option("--parent", a.parent,
+                     "rw-bench's PID: the worker ends when that process does");
   worker->add_option(
     "--rank-racks", a.rank_racks,
     "RACK,RACK,...: each rank's rack index, for --verify of a hierarchical "

@@ -44,6 +44,7 @@ struct comm_args {
   uint32_t rank = 0;       // comm-worker only
   std::string stop_file;   // comm-worker only: the pacing worker creates it when done
   std::string token_file;  // comm-worker only: the job's token
+  long parent = 0;         // comm-worker only: rw-bench's PID (it ends with it)
   std::string rank_racks;  // comm-worker only: hierarchical sum order (rack per rank)
   std::string rack;        // comm: one rack option for every worker, or one per rank
                            // (A,B,...); comm-worker: this worker's rack option

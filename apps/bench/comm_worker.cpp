@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <future>
 #include <iostream>
 #include <thread>
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -114,6 +116,17 @@ void expected_sum(std::vector<float>& expect, std::vector<float>& tmp,
 } // namespace
 
 int run_worker(const comm_args& a) {
+  // A worker ends with the rw-bench that started it, also when that one is stopped by
+  // its PID (SIGTERM, a timeout): it started this process from its main thread, which
+  // lives as long as it does, so the parent-death signal fires only then. One that is
+  // gone already (before the signal was asked for) ends at once.
+  if (a.parent > 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != static_cast<pid_t>(a.parent)) {
+      std::cerr << "comm-worker: rw-bench (pid " << a.parent << ") has ended\n";
+      return 1;
+    }
+  }
   auto bytes = rw::tools::parse_bytes(a.bytes_text);
   auto elems = bytes / sizeof(float);
   rw::worker_options o;
