@@ -29,8 +29,9 @@
 #   job-shards rackweave-shm and -tcp of NEW at W 4 8 14 x 4MiB with --job-kib-per-shard
 #              0 (every shard), 256, 1024 (auto's) and 4096: what touching fewer shards
 #              gives a small job
-#   fabric     one run of rackweave-tcp and rackweave-fabric (libfabric's tcp provider)
-#              of NEW at W 4 x 64MiB, every result --verify'ed
+#   fabric     rackweave-tcp and rackweave-fabric (libfabric's tcp provider) of NEW at
+#              W 4 x 64MiB, every result --verify'ed: with the defaults (auto fabric
+#              endpoints per NIC), then with --fabric-endpoints 1
 #   sweep      rackweave-tcp of NEW at W 8 14 x 64MiB: the defaults, then one
 #              change each (push window, chunk size, shards, pollers)
 #   gpu        one run of bench/gpu.sh on NEW: ResNet-18 on the GPU, 4 ranks, through
@@ -205,9 +206,14 @@ stage_job-shards() {
   done
 }
 
-stage_fabric() {
-  peers fabric "$1" --workers "$(((smoke)) && echo 2 || echo 4)" --bytes "$big" \
-    --systems "rackweave-tcp rackweave-fabric" --bench-args "--verify"
+stage_fabric() { # the defaults (auto endpoints per NIC), then one endpoint, as before
+  local n
+  for n in auto 1; do
+    extra="\"fabric_endpoints\":\"$n\"," peers fabric $(($1 / 2)) \
+      --workers "$(((smoke)) && echo 2 || echo 4)" --bytes "$big" \
+      --systems "rackweave-tcp rackweave-fabric" --bench-args "--verify" \
+      --node-args "--fabric-endpoints $n"
+  done
 }
 
 stage_trace() { # its report goes to the log; its RESULTS.md section into OUT's copy
@@ -269,7 +275,7 @@ limit_of() {
     repeat-small) echo $((smoke ? 60 : 100)) ;;
     verify) echo $((smoke ? 60 : 150)) ;;
     trace) echo $((smoke ? 60 : 120)) ;;
-    fabric) echo $((smoke ? 60 : 45)) ;;
+    fabric) echo $((smoke ? 120 : 90)) ;;
     job-shards) echo 170 ;;
     sweep) echo 400 ;;
     gpu) echo $((smoke ? 240 : 200)) ;;

@@ -216,7 +216,7 @@ fi
 need_node=0
 for s in "${active[@]}"; do [[ $s == rackweave-* ]] && ((rw_built)) && need_node=1; done
 address=
-node_fabric=()
+node_fabric=() fabric_said=0
 [[ " ${active[*]} " == *" rackweave-fabric "* ]] && node_fabric=(--fabric tcp)
 if ((need_node)); then
   "$build/apps/rw-node" --role rack-agg --open-jobs --listen 127.0.0.1:0 --port-file "$tmp/port" \
@@ -283,7 +283,10 @@ measure() {
       else
         local extra=() cpu0
         [[ $sys == rackweave-shm ]] && extra=(--transport shm)
-        [[ $sys == rackweave-fabric ]] && extra=(--transport fabric)
+        if [[ $sys == rackweave-fabric ]]; then
+          extra=(--transport fabric)
+          ((fabric_said++)) || note "node: $(grep -m1 -o 'fabric endpoints: .*' "$tmp/node.log")"
+        fi
         cpu0=$(node_cpu)
         python3 bench/lib/node_threads.py snap "$node_pid" "$tmp/threads.0" 2>/dev/null
         local wall0=$EPOCHREALTIME

@@ -220,12 +220,23 @@ std::vector<option_def> option_table(node_config& c) {
       "interfaces for the tcp provider). Empty: the one serving the first --listen "
       "address",
       c.fabric_nics),
+    number_or_text(
+      "node.fabric_endpoints", "--fabric-endpoints",
+      "fabric endpoints per NIC: N or auto. Each is a libfabric domain of its own, with "
+      "its own receive pool (--fabric-pool) and poller thread, and a worker's fabric "
+      "connection goes to the least loaded: a provider drives its domain's progress "
+      "one thread at a time. auto: on the tcp provider (the CPU moves every byte) as "
+      "many as --pollers auto gives the machine, shared among the NICs (1 under 8 "
+      "cores); on verbs and efa (the NIC moves them) 1. The choice and why are logged "
+      "at start",
+      c.fabric_endpoints),
     def(
       "node.fabric_pool_mib", "--fabric-pool",
-      "MiB of receive memory the fabric endpoint allocates on its NIC's NUMA domain and "
-      "registers once at start; each fabric worker's slots are lent from it (at most "
-      "half of what is free, so later workers get fewer slots; a worker whose smallest "
-      "window does not fit is refused and stays on TCP). Counts against ulimit -l",
+      "MiB of receive memory each fabric endpoint allocates on its NIC's NUMA domain and "
+      "registers once at start; each fabric worker's slots are lent from its "
+      "endpoint's pool (at most half of what is free, so later workers get fewer "
+      "slots; a worker whose smallest window does not fit is refused and stays on "
+      "TCP). Counts against ulimit -l, once per endpoint (--fabric-endpoints)",
       c.fabric_pool_mib),
     def("scheduling.priority", "--priority",
         "when requests queue, serve the worker furthest behind first (--no-priority: "
@@ -494,7 +505,8 @@ void check_node_config(const node_config& cfg) {
   if (cfg.listen.empty())
     throw std::runtime_error("at least one --listen address is needed");
   pollers_per_listen(cfg); // throws on a bad --pollers
-  job_kib_per_shard(cfg);  // throws on a bad --job-kib-per-shard
+  fabric_endpoints_per_nic(cfg);
+  job_kib_per_shard(cfg); // throws on a bad --job-kib-per-shard
   static const std::set<std::string> isas{"auto", "scalar", "avx2", "avx512"};
   if (isas.count(cfg.kernels) == 0)
     throw std::runtime_error(
@@ -521,21 +533,31 @@ void check_node_config(const node_config& cfg) {
       cfg.balance_ms, cfg.balance_ratio));
 }
 
-uint32_t pollers_per_listen(const node_config& cfg) {
-  if (cfg.pollers == "auto")
+namespace {
+// "auto" (0) or a count from 1 to `max`; throws naming `flag` on anything else.
+uint32_t auto_or_count(const std::string& text, const char* flag, uint32_t max) {
+  if (text == "auto")
     return 0;
   uint32_t n = 0;
-  bool digits = !cfg.pollers.empty() && cfg.pollers.size() <= 3;
-  for (char ch : cfg.pollers) {
+  bool digits = !text.empty() && text.size() <= 3;
+  for (char ch : text) {
     digits = digits && ch >= '0' && ch <= '9';
     if (digits)
       n = n * 10 + uint32_t(ch - '0');
   }
-  if (!digits || n < 1 || n > max_pollers)
-    throw std::runtime_error(
-      fmt::format("--pollers must be auto or a number from 1 to {} (it is '{}')",
-                  max_pollers, cfg.pollers));
+  if (!digits || n < 1 || n > max)
+    throw std::runtime_error(fmt::format(
+      "{} must be auto or a number from 1 to {} (it is '{}')", flag, max, text));
   return n;
+}
+} // namespace
+
+uint32_t pollers_per_listen(const node_config& cfg) {
+  return auto_or_count(cfg.pollers, "--pollers", max_pollers);
+}
+
+uint32_t fabric_endpoints_per_nic(const node_config& cfg) {
+  return auto_or_count(cfg.fabric_endpoints, "--fabric-endpoints", max_fabric_endpoints);
 }
 
 std::optional<uint64_t> job_kib_per_shard(const node_config& cfg) {

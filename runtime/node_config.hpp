@@ -40,9 +40,10 @@ struct node_config {
   uint32_t fabric_slots = 256;     // receive slots (credits) per fabric peer
   uint32_t fabric_pool_mib = 256;  // receive pool registered at start, lent to peers
   std::string fabric_nics;         // NICs with a fabric endpoint: "", "all" or names
-  bool priority = true;            // serve the worker furthest behind first
-  std::string kernels = "auto";    // auto, scalar, avx2, avx512
-  uint32_t shards = 0;             // serving cores; 0 = auto (placement.hpp)
+  std::string fabric_endpoints = "auto";  // fabric endpoints (domains) per NIC: N or auto
+  bool priority = true;                   // serve the worker furthest behind first
+  std::string kernels = "auto";           // auto, scalar, avx2, avx512
+  uint32_t shards = 0;                    // serving cores; 0 = auto (placement.hpp)
   std::string job_kib_per_shard = "auto"; // a job's shards: a shard per N KiB, or auto
   std::vector<uint32_t> shard_cores;      // OS CPU numbers shards may use; empty = all
   std::vector<uint32_t> shard_numa;       // NUMA domains shards may use; empty = all
@@ -102,6 +103,13 @@ constexpr uint32_t max_pollers = 64;
 
 /// --pollers as a number: 0 for auto, else 1..max_pollers; throws on anything else.
 uint32_t pollers_per_listen(const node_config& cfg);
+
+/// The most fabric endpoints one NIC may have.
+constexpr uint32_t max_fabric_endpoints = 16;
+
+/// --fabric-endpoints as a number: 0 for auto, else 1..max_fabric_endpoints; throws on
+/// anything else.
+uint32_t fabric_endpoints_per_nic(const node_config& cfg);
 
 /// The largest --job-kib-per-shard (1 TiB of a job's parameters per shard).
 constexpr uint64_t max_job_kib_per_shard = uint64_t{1} << 30;

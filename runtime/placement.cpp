@@ -115,6 +115,47 @@ poller_choice choose_pollers(uint32_t cores, uint32_t listens, uint32_t asked) {
   return c;
 }
 
+fabric_choice choose_fabric_endpoints(const std::string& provider, uint32_t cores,
+                                      uint32_t nics, uint32_t asked) {
+  fabric_choice c;
+  nics = std::max(nics, 1u);
+  if (asked > 0) {
+    c.per_nic = asked;
+    c.why = fmt::format("{} per NIC (--fabric-endpoints {})", asked, asked);
+  } else if (provider != "tcp") {
+    c.per_nic = 1;
+    c.why = fmt::format("auto: 1 per NIC (provider {}: the NIC moves the bytes)",
+                        provider);
+  } else {
+    auto pollers = choose_pollers(cores, 1, 0).per_listen;
+    c.per_nic = std::max(1u, pollers / nics);
+    c.why = fmt::format("auto: {} per NIC (provider tcp: the CPU moves every byte, and a "
+                        "domain's progress runs one thread at a time; as many as the "
+                        "pollers of {} core(s), over {} NIC(s))",
+                        c.per_nic, cores, nics);
+  }
+  return c;
+}
+
+thread_place fabric_poller_place(const topology& topo, const placement& plan, int numa,
+                                 uint32_t k) {
+  auto first = plan.endpoints.empty() ? thread_place{} : plan.endpoints.front().poller;
+  auto domain = numa >= 0 ? static_cast<uint32_t>(numa) : first.numa;
+  std::vector<core_info> pick;
+  for (auto& e : plan.endpoints)
+    if (e.poller.core.numa == domain
+        && std::none_of(pick.begin(), pick.end(),
+                        [&](auto& c) { return c.os_cpu == e.poller.core.os_cpu; }))
+      pick.push_back(e.poller.core);
+  if (pick.empty())
+    for (auto& c : topo.cores())
+      if (c.numa == domain)
+        pick.push_back(c);
+  if (pick.empty())
+    return first;
+  return {pick[k % pick.size()], domain};
+}
+
 placement plan_placement(const topology& topo, const placement_request& req) {
   placement plan;
   auto cores = allowed_cores(topo, req);

@@ -39,6 +39,19 @@ struct poller_choice {
 };
 poller_choice choose_pollers(uint32_t cores, uint32_t listens, uint32_t asked);
 
+/// Fabric endpoints per NIC, and why (for the node's start line). Each is a libfabric
+/// domain of its own, with its own receive pool and poller: a provider drives its
+/// domain's progress under one lock, so on the tcp provider, where the CPU moves every
+/// byte, one domain would carry all the NIC's traffic on one thread at a time. auto:
+/// for tcp as many as choose_pollers gives the machine in all (shared among the NICs);
+/// for verbs and efa, whose NIC moves the bytes, one.
+struct fabric_choice {
+  uint32_t per_nic = 1;
+  std::string why;
+};
+fabric_choice choose_fabric_endpoints(const std::string& provider, uint32_t cores,
+                                      uint32_t nics, uint32_t asked);
+
 /// The machine's cores from which auto placement keeps shards off, for the pollers.
 constexpr uint32_t spare_core_threshold = 8;
 
@@ -65,6 +78,13 @@ struct placement {
   std::vector<std::string> notes; // for the log: sharing, unknown locality
   std::string pollers_why;        // how many pollers per address, and why
 };
+
+/// Where fabric endpoint `k` of a NIC in NUMA domain `numa` (-1: unknown, the first
+/// endpoint's domain) polls: the TCP pollers' cores of that domain in turn (on a machine
+/// of 8 cores or more, cores kept from the shards; a fabric worker's TCP connection
+/// carries little), else the domain's cores in turn.
+thread_place fabric_poller_place(const topology& topo, const placement& plan, int numa,
+                                 uint32_t k);
 
 /// Plans the node. Throws std::runtime_error naming what does not exist (a core, a
 /// NUMA domain, a NIC or address) or cannot fit (more shards than cores).

@@ -100,6 +100,24 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                                + cfg.fabric_nics + ")");
     }
   }
+  // Each NIC as --fabric-endpoints domains of its own (a provider drives a domain's
+  // progress one thread at a time), each endpoint with its own pool and poller.
+  runtime::fabric_choice fabric_count;
+  std::vector<uint32_t> dom_nic; // doms[i] is endpoint dom_index[i] of NIC dom_nic[i]
+  std::vector<uint32_t> dom_index;
+  if (!doms.empty()) {
+    fabric_count = runtime::choose_fabric_endpoints(
+      doms.front()->provider(), static_cast<uint32_t>(topo_->cores().size()),
+      static_cast<uint32_t>(doms.size()), runtime::fabric_endpoints_per_nic(cfg));
+    std::vector<std::shared_ptr<transports::fabric::domain>> all;
+    for (uint32_t n = 0; n < doms.size(); ++n)
+      for (uint32_t k = 0; k < fabric_count.per_nic; ++k) {
+        all.push_back(k == 0 ? doms[n] : doms[n]->again());
+        dom_nic.push_back(n);
+        dom_index.push_back(k);
+      }
+    doms = std::move(all);
+  }
   std::vector<std::shared_ptr<transports::fabric::registration_cache>> send_caches;
   for (auto& d : doms)
     send_caches.push_back(transports::fabric::core::make_send_cache(d));
@@ -293,12 +311,14 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   for (size_t n = 0; n < doms.size(); ++n) {
     auto& d = doms[n];
     auto s = side_poller();
-    s.thread_name = "rw-poll-fab-" + std::to_string(n);
-    if (d->numa() >= 0) // the NIC's domain, and a core of it when it has one
-      s.numa = static_cast<uint32_t>(d->numa());
-    for (auto& core : topo_->cores())
-      if (d->numa() >= 0 && core.numa == s.numa && s.core.numa != s.numa)
-        s.core = core;
+    s.thread_name = fabric_count.per_nic > 1
+                      ? fmt::format("rw-poll-fab-{}-{}", dom_nic[n], dom_index[n])
+                      : fmt::format("rw-poll-fab-{}", dom_nic[n]);
+    // A core of the NIC's domain: the TCP pollers' in turn (a fabric worker's TCP
+    // connection carries little).
+    auto place = runtime::fabric_poller_place(*topo_, plan_, d->numa(), dom_index[n]);
+    s.core = place.core;
+    s.numa = place.numa;
     transports::fabric::endpoint_settings es;
     es.slots = cfg.fabric_slots;
     es.pool_bytes = uint64_t{cfg.fabric_pool_mib} << 20;
@@ -306,6 +326,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     es.numa = s.numa;
     es.io_timeout_ms = static_cast<int>(cfg.io_timeout_ms);
     es.send_queue_bytes = uint64_t{cfg.send_queue_mib} << 20; // 0: sends wait for credit
+    es.index = dom_index[n];
+    es.per_nic = fabric_count.per_nic;
     auto fab_ep = std::make_shared<transports::fabric::endpoint>(d, es);
     auto poller = spawn_nic_poller(sys, s, fab_ep, coordinator_, shards_);
     fabric_pollers_.push_back(poller);
@@ -351,6 +373,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                cfg.open_jobs);
   spdlog::info("topology: {}", topo_->describe());
   spdlog::info("shared memory for colocated workers: {}", shm_where);
+  if (!fabric_count.why.empty())
+    spdlog::info("fabric endpoints: {}", fabric_count.why);
   for (auto& f : fabric_where)
     spdlog::info("fabric: {}", f);
   if (auto n = transports::fabric::kept_signals::restored())

@@ -84,6 +84,57 @@ TEST_CASE("fabric: one endpoint per NIC, workers spread over them",
   }
 }
 
+TEST_CASE("fabric: several endpoints on one NIC, each a domain of its own, workers "
+          "spread over them",
+          "[integration][fabric]") {
+  // Each endpoint its own domain (the provider's progress runs one thread at a time
+  // per domain), pool and poller; the least loaded pool takes the next worker.
+  testing::node_process node{
+    {"--fabric", "tcp", "--fabric-endpoints", "3", "--fabric-pool", "32"}};
+  CHECK(node.wait_for_log("fabric endpoints: 3 per NIC (--fabric-endpoints 3)"));
+  for (auto* k : {"#0 (", "#1 (", "#2 ("})
+    CHECK(node.wait_for_log(k));
+
+  const uint32_t workers = 3, n = 5000;
+  std::vector<std::vector<float>> outs(workers, std::vector<float>(n, 0.0f));
+  std::vector<std::string> errors(workers);
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < workers; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        rw::worker w{
+          testing::job_options(node.address(), "endpoints", r, "fabric", n, workers)};
+        std::vector<float> g(n);
+        for (int step = 0; step < 3; ++step) {
+          for (uint32_t i = 0; i < n; ++i)
+            g[i] = float(r + 1) * 0.5f + float(i % 7) + float(step);
+          w.push_pull("t", g.data(), outs[r].data()).get();
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks)
+    t.join();
+  for (uint32_t r = 0; r < workers; ++r) {
+    INFO("rank " << r);
+    CHECK(errors[r].empty());
+    for (uint32_t i : {0u, 1u, 4321u, n - 1}) {
+      // The last step's sum, in rank order: 0.5 + 1.0 + 1.5 + 3 x (i % 7 + 2).
+      float want = 0.0f;
+      for (uint32_t q = 0; q < workers; ++q)
+        want += float(q + 1) * 0.5f + float(i % 7) + 2.0f;
+      CHECK(outs[r][i] == want);
+    }
+    CHECK(outs[r] == outs[0]);
+  }
+  auto log = node.log();
+  for (auto* k : {"#0; it grants", "#1; it grants", "#2; it grants"}) {
+    INFO(k);
+    CHECK(occurrences(log, k) == 1); // one worker on each endpoint
+  }
+}
+
 TEST_CASE("fabric: a NIC the provider lacks stops the node with the ones it has",
           "[integration][fabric]") {
   auto stopped = testing::node_that_stops(

@@ -119,6 +119,25 @@ TEST_CASE("values that parse but make no sense are refused", "[config]") {
                     Catch::Contains("--node-timeout-ms"));
 }
 
+TEST_CASE("fabric endpoints per NIC: auto or a count, from the command line or the file",
+          "[config]") {
+  rw::runtime::node_config c;
+  CHECK(rw::runtime::fabric_endpoints_per_nic(c) == 0); // auto
+  for (auto* bad : {"0", "17", "-2", "many", "", "2x"}) {
+    c.fabric_endpoints = bad;
+    CHECK_THROWS_WITH(rw::runtime::check_node_config(c),
+                      Catch::Contains("--fabric-endpoints must be auto or a number from "
+                                      "1 to 16"));
+  }
+  parsed p{{"--fabric-endpoints", "16"}};
+  CHECK(rw::runtime::fabric_endpoints_per_nic(p.cfg) == 16);
+  auto path = write_temp("[node]\nfabric_endpoints = 3\n");
+  parsed f{{"--config", path}};
+  rw::runtime::load_node_config(path, f.app, f.cfg);
+  CHECK(rw::runtime::fabric_endpoints_per_nic(f.cfg) == 3);
+  std::remove(path.c_str());
+}
+
 TEST_CASE("pollers: auto or a count, from the command line or the file", "[config]") {
   rw::runtime::node_config c;
   CHECK(rw::runtime::pollers_per_listen(c) == 0); // auto

@@ -104,6 +104,49 @@ TEST_CASE("pollers: N per address, and under 8 cores auto is one", "[placement]"
                     Catch::Contains("port is not a number"));
 }
 
+TEST_CASE("fabric endpoints per NIC: auto on the tcp provider follows the pollers",
+          "[placement]") {
+  auto c = choose_fabric_endpoints("tcp", 16, 1, 0);
+  CHECK(c.per_nic == 4); // as many as --pollers auto gives 16 cores
+  CHECK_THAT(c.why, Catch::Contains("auto: 4 per NIC (provider tcp"));
+  CHECK(choose_fabric_endpoints("tcp", 16, 2, 0).per_nic == 2); // shared among NICs
+  CHECK(choose_fabric_endpoints("tcp", 64, 3, 0).per_nic == 2); // 8 over 3 NICs
+  CHECK(choose_fabric_endpoints("tcp", 2, 1, 0).per_nic == 1);  // a small machine
+  CHECK(choose_fabric_endpoints("tcp", 16, 8, 0).per_nic == 1); // never none
+  c = choose_fabric_endpoints("verbs", 64, 1, 0);
+  CHECK(c.per_nic == 1); // the NIC moves the bytes
+  CHECK_THAT(c.why, Catch::Contains("provider verbs: the NIC moves the bytes"));
+  c = choose_fabric_endpoints("verbs", 2, 1, 3);
+  CHECK(c.per_nic == 3);
+  CHECK_THAT(c.why, Catch::Contains("--fabric-endpoints 3"));
+}
+
+TEST_CASE("fabric pollers take the TCP pollers' cores of their NIC's domain in turn",
+          "[placement]") {
+  auto topo = sixteen_cores();
+  auto plan = plan_placement(*topo, listen({"eth0:7700"}));
+  for (uint32_t k = 0; k < 6; ++k) {
+    auto at = fabric_poller_place(*topo, plan, 0, k);
+    CHECK(at.numa == 0);
+    CHECK(at.core.os_cpu == 12 + k % 4); // the cores kept from the shards
+  }
+  CHECK(fabric_poller_place(*topo, plan, -1, 1).core.os_cpu
+        == 13); // unknown: the first's
+  // Two domains, the TCP poller on eth0 (domain 1): a NIC on domain 0 takes that
+  // domain's cores in turn; one on domain 1 the poller's core.
+  auto two = two_domains();
+  plan = plan_placement(*two, listen({"eth0:7700"}));
+  REQUIRE(plan.endpoints.front().poller.numa == 1);
+  auto on0 = fabric_poller_place(*two, plan, 0, 0);
+  auto on0b = fabric_poller_place(*two, plan, 0, 1);
+  CHECK(on0.numa == 0);
+  CHECK(on0.core.numa == 0);
+  CHECK(on0b.core.numa == 0);
+  CHECK(on0.core.os_cpu != on0b.core.os_cpu);
+  auto on1 = fabric_poller_place(*two, plan, 1, 1);
+  CHECK(on1.core.os_cpu == plan.endpoints.front().poller.core.os_cpu);
+}
+
 TEST_CASE("one shard per core, pollers in their NIC's domain", "[placement]") {
   auto topo = two_domains();
   auto plan = plan_placement(*topo, listen({"eth0:7700", "10.0.1.1:7701"}));

@@ -210,6 +210,10 @@ std::shared_ptr<domain> domain::make(const fi_info* pick, const std::string& sho
   return d;
 }
 
+std::shared_ptr<domain> domain::again() const {
+  return make(info_, short_name_);
+}
+
 std::vector<std::shared_ptr<domain>> domain::open_nics(
   const std::string& provider, const std::vector<std::string>& nics) {
   auto hints = hints_for(provider);

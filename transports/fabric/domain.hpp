@@ -42,6 +42,9 @@ public:
   /// NICs it has). Throws rw::error.
   static std::vector<std::shared_ptr<domain>> open_nics(
     const std::string& provider, const std::vector<std::string>& nics);
+  /// Another domain on the same NIC, opened as this one was: its own progress and
+  /// registrations (a node's second, third ... endpoint on a NIC). Throws rw::error.
+  std::shared_ptr<domain> again() const;
   ~domain();
 
   domain(const domain&) = delete;

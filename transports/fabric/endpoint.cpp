@@ -146,8 +146,12 @@ size_t endpoint::connection_count() const noexcept {
 
 std::string endpoint::describe() const {
   auto& d = *core_->dom;
-  return fmt::format("fabric://{}/{}", d.provider_name(),
-                     d.info()->domain_attr->name ? d.info()->domain_attr->name : "?");
+  auto name = fmt::format("fabric://{}/{}", d.provider_name(),
+                          d.info()->domain_attr->name ? d.info()->domain_attr->name
+                                                      : "?");
+  if (settings_.per_nic > 1)
+    name += fmt::format("#{}", settings_.index);
+  return name;
 }
 
 void endpoint::deliver(const std::shared_ptr<connection>& c, uint32_t slot,

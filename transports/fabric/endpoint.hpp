@@ -46,6 +46,10 @@ struct endpoint_settings {
   /// Each connection's send queue bound (connection.hpp, "Send queue"): a node's sends
   /// never wait for a peer's credit. 0: a sender waits for credit (a worker's endpoint).
   uint64_t send_queue_bytes = 0;
+  /// Which of its NIC's endpoints this is, and of how many (describe() names it "#k"
+  /// when there are several).
+  uint32_t index = 0;
+  uint32_t per_nic = 1;
 };
 
 /// Slot bytes (header included, 64-byte multiple) for frames of up to `max_payload`.
