@@ -222,10 +222,10 @@ std::vector<option_def> option_table(node_config& c) {
       c.fabric_nics),
     number_or_text(
       "node.fabric_endpoints", "--fabric-endpoints",
-      "fabric endpoints per NIC: N or auto. Each is a libfabric domain of its own, with "
-      "its own receive pool (--fabric-pool) and poller thread, and a worker's fabric "
-      "connection goes to the least loaded: a provider drives its domain's progress "
-      "one thread at a time. auto: on the tcp provider (the CPU moves every byte) as "
+      "fabric endpoints per NIC: N or auto. Each has its own libfabric domain, receive "
+      "pool (--fabric-pool) and poller thread, and a worker's fabric connection goes "
+      "to the least loaded: an endpoint's transmit progress runs one thread at a "
+      "time. auto: on the tcp provider (the CPU moves every byte) as "
       "many as --pollers auto gives the machine, shared among the NICs (1 under 8 "
       "cores); on verbs and efa (the NIC moves them) 1. The choice and why are logged "
       "at start",

@@ -129,10 +129,11 @@ fabric_choice choose_fabric_endpoints(const std::string& provider, uint32_t core
   } else {
     auto pollers = choose_pollers(cores, 1, 0).per_listen;
     c.per_nic = std::max(1u, pollers / nics);
-    c.why = fmt::format("auto: {} per NIC (provider tcp: the CPU moves every byte, and a "
-                        "domain's progress runs one thread at a time; as many as the "
-                        "pollers of {} core(s), over {} NIC(s))",
-                        c.per_nic, cores, nics);
+    c.why = fmt::format(
+      "auto: {} per NIC (provider tcp: the CPU moves every byte, and an "
+      "endpoint's progress runs one thread at a time; as many as the "
+      "pollers of {} core(s), over {} NIC(s))",
+      c.per_nic, cores, nics);
   }
   return c;
 }

@@ -39,12 +39,13 @@ struct poller_choice {
 };
 poller_choice choose_pollers(uint32_t cores, uint32_t listens, uint32_t asked);
 
-/// Fabric endpoints per NIC, and why (for the node's start line). Each is a libfabric
-/// domain of its own, with its own receive pool and poller: a provider drives its
-/// domain's progress under one lock, so on the tcp provider, where the CPU moves every
-/// byte, one domain would carry all the NIC's traffic on one thread at a time. auto:
-/// for tcp as many as choose_pollers gives the machine in all (shared among the NICs);
-/// for verbs and efa, whose NIC moves the bytes, one.
+/// Fabric endpoints per NIC, and why (for the node's start line). Each has its own
+/// domain, receive pool and poller: an endpoint's transmit progress runs one thread at
+/// a time (transports/fabric/core.hpp, and the provider's own endpoint lock), so on the
+/// tcp provider, where the CPU moves every byte, one endpoint would carry all the NIC's
+/// traffic on one thread at a time (its own domain keeps a provider that serializes a
+/// domain from sharing it). auto: for tcp as many as choose_pollers gives the machine
+/// in all (shared among the NICs); for verbs and efa, whose NIC moves the bytes, one.
 struct fabric_choice {
   uint32_t per_nic = 1;
   std::string why;

@@ -100,8 +100,8 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                                + cfg.fabric_nics + ")");
     }
   }
-  // Each NIC as --fabric-endpoints domains of its own (a provider drives a domain's
-  // progress one thread at a time), each endpoint with its own pool and poller.
+  // Each NIC as --fabric-endpoints endpoints (an endpoint's transmit progress runs one
+  // thread at a time), each on a domain of its own, with its own pool and poller.
   runtime::fabric_choice fabric_count;
   std::vector<uint32_t> dom_nic; // doms[i] is endpoint dom_index[i] of NIC dom_nic[i]
   std::vector<uint32_t> dom_index;

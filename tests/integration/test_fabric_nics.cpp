@@ -87,8 +87,8 @@ TEST_CASE("fabric: one endpoint per NIC, workers spread over them",
 TEST_CASE("fabric: several endpoints on one NIC, each a domain of its own, workers "
           "spread over them",
           "[integration][fabric]") {
-  // Each endpoint its own domain (the provider's progress runs one thread at a time
-  // per domain), pool and poller; the least loaded pool takes the next worker.
+  // Each endpoint with its own domain, pool and poller (an endpoint's progress runs one
+  // thread at a time); the least loaded pool takes the next worker.
   testing::node_process node{
     {"--fabric", "tcp", "--fabric-endpoints", "3", "--fabric-pool", "32"}};
   CHECK(node.wait_for_log("fabric endpoints: 3 per NIC (--fabric-endpoints 3)"));
