@@ -98,15 +98,22 @@ shard_refusal no_live_job(const shard_state& st, uint32_t job_id) {
 shard_job* find_job(shard_core& self, uint32_t job_id,
                     const transports::connection_ptr& conn, uint32_t rank,
                     uint32_t tensor, uint32_t chunk, uint64_t clock) {
+  return find_job(self, conn, about(job_id, rank, tensor, chunk, clock));
+}
+
+shard_job* find_job(shard_core& self, const transports::connection_ptr& conn,
+                    const frame_header& request) {
   auto& st = self.state;
-  auto it = st.book->jobs.find(job_id);
+  auto it = st.book->jobs.find(request.job_id);
   if (it != st.book->jobs.end()) {
     auto& job = it->second;
-    if (job.frozen || job.routes->shard_of(tensor, chunk) != st.settings.index)
+    if (job.frozen
+        || job.routes->shard_of(request.tensor_id, request.chunk_index)
+             != st.settings.index)
       return nullptr;
     return &it->second;
   }
-  refuse_missing_job(st, conn, about(job_id, rank, tensor, chunk, clock));
+  refuse_missing_job(st, conn, request);
   return nullptr;
 }
 

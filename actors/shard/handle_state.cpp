@@ -51,13 +51,13 @@ shard_refusal refusal(const shard_job& job, const state_request& r) {
 } // namespace
 
 void on_state(shard_core& self, state_request& r) {
-  auto* job = find_job(self, r.job_id, r.conn, r.rank, r.tensor, r.chunk, r.clock);
-  if (job == nullptr)
-    return;
   auto hdr = about(r.job_id, r.rank, r.tensor, r.chunk, r.clock);
   hdr.kind = frame_kind::state;
   hdr.staleness = r.array;
   hdr.ring = r.tag; // which call of the worker's this answers
+  auto* job = find_job(self, r.conn, hdr);
+  if (job == nullptr)
+    return;
   auto refuse = [&](errc code, const std::string& why) {
     r.conn->send_error(code,
                        fmt::format("{} of the optimizer state of chunk {}/{} refused: {}",

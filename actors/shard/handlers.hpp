@@ -89,6 +89,10 @@ void fail_steps_needing(shard_state& st, uint32_t job_id, shard_job& job, uint32
 shard_job* find_job(shard_core& self, uint32_t job_id,
                     const transports::connection_ptr& conn, uint32_t rank,
                     uint32_t tensor, uint32_t chunk, uint64_t clock);
+/// The same, refusing a missing job with `request`'s fields (a state call's tag in
+/// `ring`, so that the worker's call ends at once rather than at its timeout).
+shard_job* find_job(shard_core& self, const transports::connection_ptr& conn,
+                    const frame_header& request);
 shard_refusal create_job(shard_core& self, job_setup& setup,
                          std::shared_ptr<job_reports> coordinator);
 void on_checkpoint(shard_core& self, uint32_t job_id, uint64_t clock,

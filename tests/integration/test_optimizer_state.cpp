@@ -5,6 +5,7 @@
 // bias correction counts the loaded clock); and what is refused, to whom, with what.
 
 #include <chrono>
+#include <optional>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -237,6 +238,56 @@ TEST_CASE("what a worker's optimizer-state calls refuse, and why",
   REQUIRE(not_joined);
   CHECK(not_joined->error().code == errc::not_joined);
   testing::check_node_serves(node.address(), "after-state-refusals");
+}
+
+TEST_CASE("a state call about a job that is gone ends at once, answered with its tag",
+          "[integration][optimizer_state][bad]") {
+  // The shard's refusal of a job it no longer holds carries the call's tag (`ring`)
+  // and array (`staleness`) as every other state answer does: without them the worker
+  // could not tell which call it ends, and waited for its timeout.
+  testing::node_process node{{"--step-timeout-ms", "300"}};
+  auto o = options(node.address(), "state-gone", 0, "tcp", optimizer_kind::adam);
+  o.request_timeout = std::chrono::seconds(20);
+  worker w{o};
+  testing::raw_client idle{node.address()};
+  auto id = idle.join(o.job, 1); // joined, never pushes: the step times out
+  std::vector<float> init(n, 0.5f), out(n), state(2 * n);
+  w.init("t", init).get();
+  auto g = gradient(0, 1);
+  try {
+    w.push_pull("t", g, out).get();
+    FAIL("the step completed without rank 1");
+  } catch (const error& e) {
+    CHECK(e.code() == errc::step_timeout);
+  }
+  REQUIRE(node.wait_for_log("job failed"));
+
+  frame_header read;
+  read.kind = frame_kind::state;
+  read.job_id = id;
+  read.rank = 1;
+  read.staleness = 1; // Adam's second array
+  read.ring = 77;     // the call's tag
+  idle.send_frame(read);
+  std::optional<testing::raw_frame> f;
+  for (int i = 0; i < 10 && (!f || f->header.kind != frame_kind::error); ++i)
+    f = idle.read_frame(std::chrono::seconds(5)); // skipping the step's own refusal
+  REQUIRE(f);
+  REQUIRE(f->header.kind == frame_kind::error);
+  CHECK(f->header.ring == 77);
+  CHECK(f->header.staleness == 1);
+  CHECK(f->error().code == errc::step_timeout);
+  CHECK_THAT(f->error().message, Catch::Contains("is gone"));
+
+  // The worker's own call: refused at once, not at its 20 s timeout.
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    w.pull_state("t", state);
+    FAIL("read the state of a job that failed");
+  } catch (const error& e) {
+    CHECK(e.code() != errc::timeout);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
 }
 
 } // namespace rw_integration_optimizer_state
