@@ -10,6 +10,10 @@ void shard_answers::send_grouped(std::vector<Frame>& frames, Conn conn_of,
   std::vector<protocol::frame_header> headers;
   std::vector<iovec> payloads;
   std::vector<bool> sent(frames.size(), false);
+  // Every peer's frames posted first, then waited for: where a transport writes from
+  // the shard's memory after posting (fabric), the answers to every worker are in
+  // flight at once rather than one worker's after another's.
+  std::vector<std::pair<transports::connection_ptr, uint64_t>> posted;
   for (size_t i = 0; i < frames.size(); ++i) {
     if (sent[i])
       continue;
@@ -25,7 +29,16 @@ void shard_answers::send_grouped(std::vector<Frame>& frames, Conn conn_of,
     }
     runtime::trace::scope traced{
       "send", "shard", {headers.front().job_id, headers.front().rank}};
-    conn->send_batch(headers.data(), payloads.data(), static_cast<int>(headers.size()));
+    bool ok = true;
+    auto mark = conn->post_batch(headers.data(), payloads.data(),
+                                 static_cast<int>(headers.size()), ok);
+    if (mark != 0)
+      posted.emplace_back(conn, mark);
+  }
+  if (!posted.empty()) {
+    runtime::trace::scope traced{"send wait", "shard"};
+    for (auto& [conn, mark] : posted)
+      conn->wait_sent(mark); // the payloads (the chunks' parameters) are free again
   }
   frames.clear();
 }

@@ -1,7 +1,9 @@
 #pragma once
 // A chunk shard's outgoing answers (updates and acks to workers, a replica's acks to a
 // chunk's home), gathered so that a shard serving many chunks in one message sends each
-// peer's answers in one gather write rather than one system call per chunk.
+// peer's answers in one gather write rather than one system call per chunk, every
+// peer's posted before any is waited for (connection::post_batch). flush() returns once
+// every payload has been read: none is in flight when the parameters change.
 //
 // While a `holding` scope lives (a poller's batch of pushes, a few backlog pushes, a
 // replica's acks), send() keeps each frame; when the outermost scope ends they go out,

@@ -116,6 +116,24 @@ public:
   virtual bool send_batch(const protocol::frame_header* headers, const iovec* payloads,
                           int n);
 
+  /// send_batch in two halves, so that a caller with frames for several peers has them
+  /// all in flight at once: post_batch may return while its payloads are still being
+  /// read (fabric: the RMA writes posted, their completions not yet reaped), with a
+  /// mark; the payloads stay untouched until wait_sent(mark) has returned. `ok` is
+  /// false if a frame could not be posted (the connection is closed then). A transport
+  /// that sends at once (tcp, shm) returns 0, and wait_sent(0) returns at once.
+  virtual uint64_t post_batch(const protocol::frame_header* headers,
+                              const iovec* payloads, int n, bool& ok) {
+    ok = send_batch(headers, payloads, n);
+    return 0;
+  }
+  /// Waits until every frame posted up to `mark` has been read from the caller's
+  /// memory, at most the transport's I/O timeout; false (the connection closed) if not.
+  virtual bool wait_sent(uint64_t mark) {
+    (void)mark;
+    return true;
+  }
+
   /// Sends an error frame about `about` (its job, rank, tensor, chunk and clock).
   bool send_error(errc code, const std::string& message,
                   const protocol::frame_header& about,

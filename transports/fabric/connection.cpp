@@ -159,6 +159,7 @@ int connection::take_op() {
   while (free_ops_.empty()) {
     lock.unlock();
     core_->progress_tx();
+    reap(); // ops a batch left in flight (post_batch), finished meanwhile
     std::this_thread::yield();
     lock.lock();
     if (clock_type::now() >= deadline || !is_open())
@@ -400,33 +401,68 @@ bool connection::send(const protocol::frame_header& h, const iovec* payload, int
 
 bool connection::send_batch(const protocol::frame_header* headers, const iovec* payloads,
                             int n) {
-  // Every write in flight at once, then their completions: the window is the peer's
-  // slots, not one frame. With a send queue, what finds no credit waits there.
-  std::vector<int> ops;
-  ops.reserve(n);
   bool ok = true;
-  {
-    std::unique_lock<std::mutex> lock{post_mtx_, std::defer_lock};
-    if (send_queue_bytes_ > 0) {
-      lock.lock();
-      drain_queue();
+  auto mark = post_batch(headers, payloads, n, ok);
+  return wait_sent(mark) && ok;
+}
+
+uint64_t connection::post_batch(const protocol::frame_header* headers,
+                                const iovec* payloads, int n, bool& ok) {
+  // Every write in flight at once, their completions reaped later: the window is the
+  // peer's slots, not one frame. With a send queue, what finds no credit waits there
+  // (copied: its caller's memory is free at once).
+  ok = true;
+  uint64_t mark = 0;
+  std::unique_lock<std::mutex> lock{post_mtx_, std::defer_lock};
+  if (send_queue_bytes_ > 0) {
+    lock.lock();
+    drain_queue();
+  }
+  for (int i = 0; i < n && ok; ++i) {
+    int count = payloads[i].iov_len > 0 ? 1 : 0;
+    if (send_queue_bytes_ > 0 && (!queue_.empty() || !credit_free())) {
+      ok = enqueue(headers[i], &payloads[i], count);
+      continue;
     }
-    for (int i = 0; i < n && ok; ++i) {
-      int count = payloads[i].iov_len > 0 ? 1 : 0;
-      if (send_queue_bytes_ > 0 && (!queue_.empty() || !credit_free())) {
-        ok = enqueue(headers[i], &payloads[i], count);
-        continue;
-      }
-      auto op = post(headers[i], &payloads[i], count);
-      if (op == -1)
-        ok = false;
-      else
-        ops.push_back(op);
+    auto op = post(headers[i], &payloads[i], count);
+    if (op == -1) {
+      ok = false;
+    } else if (op != bounced) {
+      std::lock_guard<std::mutex> guard{inflight_mtx_};
+      inflight_.emplace_back(op, ++marked_);
+      mark = marked_;
     }
   }
-  for (auto op : ops)
-    ok = wait(op) && ok;
-  return ok;
+  return mark;
+}
+
+void connection::reap() {
+  std::lock_guard<std::mutex> guard{inflight_mtx_};
+  while (!inflight_.empty() && try_finish(inflight_.front().first)) {
+    reaped_.store(inflight_.front().second, std::memory_order_release);
+    inflight_.pop_front();
+  }
+}
+
+bool connection::wait_sent(uint64_t mark) {
+  if (mark == 0)
+    return true;
+  auto deadline = clock_type::now() + std::chrono::milliseconds(io_timeout_ms_);
+  for (int spins = 0;; ++spins) {
+    reap();
+    if (reaped_.load(std::memory_order_acquire) >= mark)
+      return is_open();
+    core_->progress_tx();
+    if (clock_type::now() >= deadline) { // the ops stay pending: the connection stays
+      fail(errc::timeout,                // in the endpoint's table until they complete
+           fmt::format("an RMA write did not complete within {} ms", io_timeout_ms_));
+      return false;
+    }
+    if (spins > 4096) // as in wait(): keep driving the provider, then nap
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    else
+      std::this_thread::yield();
+  }
 }
 
 bool connection::credit_free() {

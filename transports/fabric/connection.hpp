@@ -8,7 +8,9 @@
 // with immediate data (header then payload, gathered straight from the caller's
 // memory, registered once through the endpoint's registration cache) and returns when
 // the write completed locally, so the caller's memory is free again as after a TCP
-// send. The receiver hands the slot to its sink in place and, once the last reference
+// send. `post_batch` returns once a batch's writes are posted, with a mark; its
+// completions are reaped in order by `wait_sent(mark)` (and by a sender short of ops),
+// so that a shard has its answers to every worker in flight before it waits. The receiver hands the slot to its sink in place and, once the last reference
 // to the frame is gone, gives it back with a credit message. A sender without credit
 // waits at most the I/O timeout, then the connection is closed: a fast peer cannot
 // overrun a slow one, and a peer that stops giving slots back is cut off.
@@ -74,6 +76,9 @@ public:
   using transports::connection::send;
   bool send_batch(const protocol::frame_header* headers, const iovec* payloads,
                   int n) override;
+  uint64_t post_batch(const protocol::frame_header* headers, const iovec* payloads, int n,
+                      bool& ok) override;
+  bool wait_sent(uint64_t mark) override;
   void close() override;
   bool is_open() const noexcept override;
   const std::string& peer() const noexcept override { return peer_; }
@@ -154,6 +159,9 @@ private:
   /// Whether op `op` (and the header write paired with it) has completed: then it is
   /// free again (a failed write closes the connection). Never waits.
   bool try_finish(int op);
+  /// Frees the ops post_batch left in flight that have completed, oldest first, up to
+  /// the first still pending. Never waits; takes inflight_mtx_ (not under credit_mtx_).
+  void reap();
   bool credit_free();
   /// Copies a frame to the back of the queue; false (the connection cut off) over the
   /// bound. Holds post_mtx_.
@@ -211,6 +219,13 @@ private:
   std::vector<std::pair<int, std::vector<std::byte>>>
     copies_;                                            // ops in flight, their copy
   std::chrono::steady_clock::time_point queue_moved_{}; // last post from the queue
+
+  // Ops post_batch left in flight, in the order of their marks (any thread posts and
+  // waits; wait_sent and take_op reap).
+  std::mutex inflight_mtx_;
+  std::deque<std::pair<int, uint64_t>> inflight_; // op, its mark
+  uint64_t marked_ = 0;                           // the last mark given
+  std::atomic<uint64_t> reaped_{0};               // every op up to this mark is finished
 
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> queued_frames_{0};
