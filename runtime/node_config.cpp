@@ -504,9 +504,9 @@ void check_node_config(const node_config& cfg) {
     throw std::runtime_error("--max-workers must be at least 1");
   if (cfg.listen.empty())
     throw std::runtime_error("at least one --listen address is needed");
-  pollers_per_listen(cfg); // throws on a bad --pollers
-  fabric_endpoints_per_nic(cfg);
-  job_kib_per_shard(cfg); // throws on a bad --job-kib-per-shard
+  pollers_per_listen(cfg);       // throws on a bad --pollers
+  fabric_endpoints_per_nic(cfg); // throws on a bad --fabric-endpoints
+  job_kib_per_shard(cfg);        // throws on a bad --job-kib-per-shard
   static const std::set<std::string> isas{"auto", "scalar", "avx2", "avx512"};
   if (isas.count(cfg.kernels) == 0)
     throw std::runtime_error(

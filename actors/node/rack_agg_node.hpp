@@ -70,9 +70,8 @@ private:
   std::vector<numa_supervisor_actor> supervisors_;
   std::vector<chunk_shard_actor> shards_;
   std::vector<nic_poller_actor> pollers_;
-  nic_poller_actor shm_poller_; // null with shm disabled
-  std::vector<nic_poller_actor>
-    fabric_pollers_; // --fabric-endpoints per NIC; none without --fabric
+  nic_poller_actor shm_poller_;                  // null with shm disabled
+  std::vector<nic_poller_actor> fabric_pollers_; // one per fabric endpoint, or none
   rack_coordinator_actor coordinator_;
   std::unique_ptr<coordinator_node> cluster_; // embedded, or null
   cluster_link_actor link_;

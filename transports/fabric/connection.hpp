@@ -10,8 +10,9 @@
 // the write completed locally, so the caller's memory is free again as after a TCP
 // send. `post_batch` returns once a batch's writes are posted, with a mark; its
 // completions are reaped in order by `wait_sent(mark)` (and by a sender short of ops),
-// so that a shard has its answers to every worker in flight before it waits. The receiver hands the slot to its sink in place and, once the last reference
-// to the frame is gone, gives it back with a credit message. A sender without credit
+// so that a shard has its answers to every worker in flight before it waits. The
+// receiver hands the slot to its sink in place and, once the last reference to the
+// frame is gone, gives it back with a credit message. A sender without credit
 // waits at most the I/O timeout, then the connection is closed: a fast peer cannot
 // overrun a slow one, and a peer that stops giving slots back is cut off.
 //
