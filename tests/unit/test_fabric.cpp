@@ -225,7 +225,7 @@ TEST_CASE("fabric: frames travel both ways with their payloads, in place", "[fab
   CHECK(f.a->registrations() == made);
 }
 
-TEST_CASE("fabric: a batch posted returns with a mark; waiting for the mark frees its "
+TEST_CASE("fabric: a batch posted returns with a mark, waiting for the mark frees its "
           "memory, and posting more frames than ops reaps on the way",
           "[fabric]") {
   pair_fixture f{8}; // 8 credits, 24 ops: 40 frames need ops reaped while posting
