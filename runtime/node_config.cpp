@@ -222,22 +222,21 @@ std::vector<option_def> option_table(node_config& c) {
       c.fabric_nics),
     number_or_text(
       "node.fabric_endpoints", "--fabric-endpoints",
-      "fabric endpoints per NIC: N or auto. Each has its own libfabric domain, receive "
-      "pool (--fabric-pool) and poller thread, and a worker's fabric connection goes "
-      "to the least loaded: an endpoint's transmit progress runs one thread at a "
-      "time. auto: on the tcp provider (the CPU moves every byte) as "
+      "fabric endpoints per NIC: N or auto. Each has its own libfabric domain, poller "
+      "thread and 1/N of the NIC's receive pool (--fabric-pool), and a worker's fabric "
+      "connection goes to the least loaded: an endpoint's transmit progress runs one "
+      "thread at a time. auto: on the tcp provider (the CPU moves every byte) as "
       "many as --pollers auto gives the machine, shared among the NICs (1 under 8 "
       "cores); on verbs and efa (the NIC moves them) 1. The choice and why are logged "
       "at start",
       c.fabric_endpoints),
-    def(
-      "node.fabric_pool_mib", "--fabric-pool",
-      "MiB of receive memory each fabric endpoint allocates on its NIC's NUMA domain and "
-      "registers once at start; each fabric worker's slots are lent from its "
-      "endpoint's pool (at most half of what is free, so later workers get fewer "
-      "slots; a worker whose smallest window does not fit is refused and stays on "
-      "TCP). Counts against ulimit -l, once per endpoint (--fabric-endpoints)",
-      c.fabric_pool_mib),
+    def("node.fabric_pool_mib", "--fabric-pool",
+        "MiB of receive memory each NIC allocates on its NUMA domain and registers once "
+        "at start, shared out evenly among its fabric endpoints (--fabric-endpoints); "
+        "each fabric worker's slots are lent from its endpoint's share (at most half of "
+        "what is free, so later workers get fewer slots; a worker whose smallest window "
+        "does not fit is refused and stays on TCP). Counts against ulimit -l",
+        c.fabric_pool_mib),
     def("scheduling.priority", "--priority",
         "when requests queue, serve the worker furthest behind first (--no-priority: "
         "arrival order)",

@@ -321,7 +321,9 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     s.numa = place.numa;
     transports::fabric::endpoint_settings es;
     es.slots = cfg.fabric_slots;
-    es.pool_bytes = uint64_t{cfg.fabric_pool_mib} << 20;
+    // The NIC's pool shared out among its endpoints: resident memory (the pool is
+    // touched where it is allocated) stays what --fabric-pool says, however many.
+    es.pool_bytes = (uint64_t{cfg.fabric_pool_mib} << 20) / fabric_count.per_nic;
     es.send_memory = send_caches[n];
     es.numa = s.numa;
     es.io_timeout_ms = static_cast<int>(cfg.io_timeout_ms);
@@ -334,12 +336,13 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     for (auto& p : pollers_)
       self->send(p, fabric_atom::value, caf::actor_cast<caf::actor>(poller),
                  std::shared_ptr<transports::endpoint>{fab_ep});
-    fabric_where.push_back(fmt::format("{} ({}; poller cpu {}, up to {} slots per worker "
-                                       "from a {} MiB receive pool, results "
-                                       "placed: {})",
-                                       fab_ep->describe(), d->describe(), s.core.os_cpu,
-                                       es.slots, cfg.fabric_pool_mib,
-                                       to_string(fab_ep->result_placement())));
+    fabric_where.push_back(
+      fmt::format("{} ({}; poller cpu {}, up to {} slots per worker "
+                  "from a {} MiB receive pool, results "
+                  "placed: {})",
+                  fab_ep->describe(), d->describe(), s.core.os_cpu, es.slots,
+                  fmt::format("{:g}", double(es.pool_bytes) / (1 << 20)),
+                  to_string(fab_ep->result_placement())));
   }
   if (fabric_where.empty())
     fabric_where.push_back("off");

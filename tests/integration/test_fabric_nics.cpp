@@ -94,6 +94,8 @@ TEST_CASE("fabric: several endpoints on one NIC, each a domain of its own, worke
   CHECK(node.wait_for_log("fabric endpoints: 3 per NIC (--fabric-endpoints 3)"));
   for (auto* k : {"#0 (", "#1 (", "#2 ("})
     CHECK(node.wait_for_log(k));
+  // The NIC's 32 MiB pool shared out: a third each.
+  CHECK(occurrences(node.log(), "from a 10.6667 MiB receive pool") == 3);
 
   const uint32_t workers = 3, n = 5000;
   std::vector<std::vector<float>> outs(workers, std::vector<float>(n, 0.0f));
