@@ -65,6 +65,7 @@ struct fake_cluster : rw::shell::cluster_api {
   rw::actors::job_placement placement;
   std::function<job_report(int)> status = [](int) { return job("j", "running"); };
   int status_calls = 0;
+  int timeouts = 0; // job_status calls left that the coordinator does not answer in time
 
   void called(const std::string& what) {
     calls.push_back(what);
@@ -98,6 +99,12 @@ struct fake_cluster : rw::shell::cluster_api {
   }
   job_report job_status(const std::string& name) override {
     called("job_status " + name);
+    if (timeouts > 0) {
+      --timeouts;
+      throw rw::shell::shell_error(
+        "job_status: the coordinator at 10.0.0.9:7800 did not answer within 10000 ms",
+        rw::errc::timeout);
+    }
     return status(++status_calls);
   }
   job_report job_stop(const std::string& name) override {
@@ -432,6 +439,26 @@ TEST_CASE("rw.wait fails at once on an ended job and is bounded in time", "[shel
              Contains("option interval must be a number of seconds > 0, got 0"));
   sh.api.fail = "unknown job 'j'";
   CHECK_THAT(sh.run("rw.wait('j', 'ended')"), Contains("rw.wait: unknown job 'j'"));
+}
+
+TEST_CASE("rw.wait asks again when a status call goes unanswered, within its timeout",
+          "[shell]") {
+  // A coordinator busy for a while (a slow disk held its answers 10 s in CI) is not
+  // the end of a wait: only its own timeout is.
+  shell sh;
+  sh.api.status = [](int n) { return job("j", n < 2 ? "running" : "finished"); };
+  sh.api.timeouts = 2;
+  CHECK(sh.eval("rw.wait('j', 'finished', {interval = 0.001}).state") == "\"finished\"");
+  CHECK(sh.api.status_calls == 2); // two answered, after two unanswered
+  sh.api.timeouts = 1000;
+  CHECK_THAT(sh.run("rw.wait('j', 'ended', {timeout = 0.05, interval = 0.01})"),
+             Contains("rw.wait: job 'j': no status within 0.05 s: job_status: the "
+                      "coordinator at 10.0.0.9:7800 did not answer within 10000 ms")
+               && Contains("unanswered"));
+  sh.api.timeouts = 0;
+  sh.api.fail = "the connection to the coordinator at 10.0.0.9:7800 failed: refused";
+  CHECK_THAT(sh.run("rw.wait('j', 'ended')"), // not a slow answer: at once
+             Contains("rw.wait: the connection to the coordinator"));
 }
 
 TEST_CASE("rw.watch prints a line per refresh off a terminal", "[shell]") {

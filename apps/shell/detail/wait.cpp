@@ -125,8 +125,33 @@ int rw_wait(lua_State* L) {
     if (ctx.opts.interactive)
       scope.emplace();
     auto start = std::chrono::steady_clock::now();
+    std::string unanswered; // the last status call the coordinator did not answer
+    int unanswered_calls = 0;
     for (;;) {
-      auto job = ask(wait_fn, [&] { return ctx.api->job_status(name); });
+      std::optional<actors::job_report> asked;
+      try {
+        asked = ctx.api->job_status(name);
+      } catch (const shell_error& e) {
+        // A coordinator slow to answer (busy, a slow disk) is asked again until the
+        // wait's own timeout; any other failure ends the wait at once.
+        if (e.code() != errc::timeout)
+          throw shell_error(std::string(wait_fn) + ": " + e.what(), e.code());
+        unanswered = e.what();
+        ++unanswered_calls;
+      }
+      if (!asked) {
+        std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
+        if (waited.count() >= timeout)
+          throw std::runtime_error(fmt::format(
+            "{}: job '{}': no status within {} s: {} ({} status call(s) unanswered)",
+            wait_fn, name, timeout, unanswered, unanswered_calls));
+        if (!pause_for(std::min(interval, timeout - waited.count())))
+          throw std::runtime_error(
+            fmt::format("{}: interrupted before job '{}' reached {}", wait_fn, name,
+                        cond.describe()));
+        continue;
+      }
+      auto& job = *asked;
       switch (check(L, cond, job)) {
         case verdict::holds: push_job(L, job); return 1;
         case verdict::never:
