@@ -2,6 +2,7 @@
 // each NIC's endpoint with its own pool and poller, results verified; a NIC the
 // provider lacks stops the node with the NICs it has; libfabric loaded only where used.
 
+#include <functional>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -21,6 +22,34 @@ size_t occurrences(const std::string& text, const std::string& what) {
   for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
     ++n;
   return n;
+}
+// `workers` ranks of job `job` over fabric, each on its own thread, `steps` push_pulls
+// of `n` floats (rank r's gradient element i at step k: grad(r, i, k)); each rank's
+// last result in outs[r]. Returns each rank's error ("" for none).
+std::vector<std::string> train_over_fabric(
+  const std::string& address, const std::string& job, uint32_t workers, uint32_t n,
+  int steps, const std::function<float(uint32_t, uint32_t, int)>& grad,
+  std::vector<std::vector<float>>& outs) {
+  outs.assign(workers, std::vector<float>(n, 0.0f));
+  std::vector<std::string> errors(workers);
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < workers; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        rw::worker w{testing::job_options(address, job, r, "fabric", n, workers)};
+        std::vector<float> g(n);
+        for (int step = 0; step < steps; ++step) {
+          for (uint32_t i = 0; i < n; ++i)
+            g[i] = grad(r, i, step);
+          w.push_pull("t", g.data(), outs[r].data()).get();
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks)
+    t.join();
+  return errors;
 }
 bool maps_libfabric(pid_t pid) {
   return testing::read_file("/proc/" + std::to_string(pid) + "/maps").find("libfabric.so")
@@ -50,22 +79,10 @@ TEST_CASE("fabric: one endpoint per NIC, workers spread over them",
     CHECK(node.wait_for_log("fabric: fabric://tcp;ofi_rxm/" + d->nic()));
 
   const uint32_t workers = 2;
-  std::vector<std::vector<float>> outs(workers, std::vector<float>(3000, 0.0f));
-  std::vector<std::string> errors(workers);
-  std::vector<std::thread> ranks;
-  for (uint32_t r = 0; r < workers; ++r)
-    ranks.emplace_back([&, r] {
-      try {
-        rw::worker w{
-          testing::job_options(node.address(), "nics", r, "fabric", 3000, workers)};
-        std::vector<float> g(3000, float(r + 1));
-        w.push_pull("t", g.data(), outs[r].data()).get();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : ranks)
-    t.join();
+  std::vector<std::vector<float>> outs;
+  auto errors = train_over_fabric(
+    node.address(), "nics", workers, 3000, 1,
+    [](uint32_t r, uint32_t, int) { return float(r + 1); }, outs);
   for (uint32_t r = 0; r < workers; ++r) {
     INFO("rank " << r);
     CHECK(errors[r].empty());
@@ -98,26 +115,13 @@ TEST_CASE("fabric: several endpoints on one NIC, each a domain of its own, worke
   CHECK(occurrences(node.log(), "from a 10.6667 MiB receive pool") == 3);
 
   const uint32_t workers = 3, n = 5000;
-  std::vector<std::vector<float>> outs(workers, std::vector<float>(n, 0.0f));
-  std::vector<std::string> errors(workers);
-  std::vector<std::thread> ranks;
-  for (uint32_t r = 0; r < workers; ++r)
-    ranks.emplace_back([&, r] {
-      try {
-        rw::worker w{
-          testing::job_options(node.address(), "endpoints", r, "fabric", n, workers)};
-        std::vector<float> g(n);
-        for (int step = 0; step < 3; ++step) {
-          for (uint32_t i = 0; i < n; ++i)
-            g[i] = float(r + 1) * 0.5f + float(i % 7) + float(step);
-          w.push_pull("t", g.data(), outs[r].data()).get();
-        }
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : ranks)
-    t.join();
+  std::vector<std::vector<float>> outs;
+  auto errors = train_over_fabric(
+    node.address(), "endpoints", workers, n, 3,
+    [](uint32_t r, uint32_t i, int step) {
+      return float(r + 1) * 0.5f + float(i % 7) + float(step);
+    },
+    outs);
   for (uint32_t r = 0; r < workers; ++r) {
     INFO("rank " << r);
     CHECK(errors[r].empty());
