@@ -441,6 +441,7 @@ bytes encode(const fabric_offer& x) {
   root.setSlotBytes(x.slot_bytes);
   root.setSlotCount(x.slot_count);
   root.setConnIndex(x.conn_index);
+  root.setCreditBatch(x.credit_batch);
   return to_bytes(msg);
 }
 
@@ -456,6 +457,7 @@ errc decode(const std::byte* data, size_t size, fabric_offer& out, std::string& 
     out.slot_bytes = root.getSlotBytes();
     out.slot_count = root.getSlotCount();
     out.conn_index = root.getConnIndex();
+    out.credit_batch = root.getCreditBatch();
     if (out.address.empty() || out.address.size() > 256) {
       why = fmt::format("a fabric offer with a {}-byte address (1 to 256)",
                         out.address.size());

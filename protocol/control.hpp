@@ -62,6 +62,7 @@ struct fabric_offer {
   uint32_t slot_bytes = 0;
   uint32_t slot_count = 0;
   uint32_t conn_index = 0;
+  uint32_t credit_batch = 0; // slots per credit message it takes (0, 1: one each)
 };
 
 /// Where a worker wants a tensor's results (frame kind `place`; schemas/control.capnp).

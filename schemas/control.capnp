@@ -133,6 +133,10 @@ struct FabricOffer {
   slotBytes @4 :UInt32;    # each slot's size, header included
   slotCount @5 :UInt32;    # at most 4096
   connIndex @6 :UInt32;    # the sender's index of this connection (< 2^20)
+  creditBatch @7 :UInt32;  # slots the sender takes back in one credit message: 0 or 1,
+                           # one per message (its immediate names the slot); n > 1, up
+                           # to n (the immediate names the first, the payload the rest
+                           # as little-endian 16-bit slot numbers)
 }
 
 # Where a worker wants a tensor's results (frame kind `place`, fabric only): chunk c of

@@ -196,9 +196,10 @@ void poller_sink::on_closed(const connection_ptr& c, errc code, const std::strin
       spdlog::info(
         "fabric connection done: peer={} job={} rank={}: {} frames sent, {} of "
         "them updates written straight into the worker's output buffers, {} "
-        "waited in the send queue for a slot",
+        "waited in the send queue for a slot; {} slots given back in {} credit "
+        "messages",
         c->peer(), it->second.job_id, it->second.rank, f->frames_sent(), f->placed_sent(),
-        f->queued_frames());
+        f->queued_frames(), f->credits_given(), f->credit_messages());
     if (code != errc::ok || it->second.tcp->is_open())
       spdlog::warn(
         "fabric connection closed: peer={} job={} rank={}: {} ({}); closing its "

@@ -48,6 +48,7 @@ protocol::fabric_offer connection::offer() const {
   o.slot_bytes = slot_bytes_;
   o.slot_count = slot_count_;
   o.conn_index = index_;
+  o.credit_batch = credit_batch_accepted;
   return o;
 }
 
@@ -78,6 +79,13 @@ void connection::bind(const protocol::fabric_offer& peer) {
   peer_key_ = peer.slots_key;
   peer_slot_bytes_ = peer.slot_bytes;
   peer_slot_count_ = peer.slot_count;
+  // The peer takes up to creditBatch slots per credit message (0 from an older peer:
+  // one), as many as this side's inject carries; owing an eighth of this side's slots
+  // at most keeps the peer's window from shrinking by more.
+  peer_credit_batch_ = std::clamp<uint32_t>(peer.credit_batch, 1,
+                                            core_->credits_per_message());
+  batch_at_ = std::clamp<uint32_t>(slot_count_ / 8, 1, peer_credit_batch_);
+  owed_.reserve(batch_at_);
   for (uint32_t s = 0; s < peer.slot_count; ++s)
     credits_.push_back(s);
   out_.assign(peer.slot_count, false);
@@ -171,16 +179,24 @@ int connection::take_op() {
   return op;
 }
 
-bool connection::credit(uint32_t s) noexcept {
+bool connection::credit(const uint16_t* slots, size_t n) noexcept {
+  bool all = true;
+  size_t taken = 0;
   {
     std::lock_guard<std::mutex> guard{credit_mtx_};
-    if (s >= peer_slot_count_ || !out_[s])
-      return false;
-    out_[s] = false;
-    credits_.push_back(s);
+    for (; taken < n; ++taken) {
+      auto s = slots[taken];
+      if (s >= peer_slot_count_ || !out_[s]) {
+        all = false;
+        break;
+      }
+      out_[s] = false;
+      credits_.push_back(s);
+    }
   }
-  credit_cv_.notify_one();
-  return true;
+  if (taken > 0)
+    credit_cv_.notify_all();
+  return all;
 }
 
 bool connection::issue(int op, const iovec* iov, void** desc, size_t pieces,
@@ -580,7 +596,10 @@ bool connection::idle() const noexcept {
 }
 
 bool connection::occupy(uint32_t s) noexcept {
-  return s < slot_count_ && !occupied_[s].exchange(true);
+  if (s >= slot_count_ || occupied_[s].exchange(true))
+    return false;
+  busy_.fetch_add(1);
+  return true;
 }
 
 bool connection::frame_at(uint32_t s, protocol::frame_header& h, std::string& why) const {
@@ -610,14 +629,49 @@ std::byte* connection::payload_at(uint32_t s) const noexcept {
 }
 
 void connection::release(uint32_t s) noexcept {
-  if (s >= slot_count_)
-    return;
-  occupied_[s].store(false);
+  if (s >= slot_count_ || !occupied_[s].exchange(false))
+    return; // not held: nothing owed (a second release of one slot gives back nothing)
+  std::vector<uint16_t> due;
+  {
+    std::lock_guard<std::mutex> guard{owed_mtx_};
+    owed_.push_back(static_cast<uint16_t>(s));
+    auto left = busy_.fetch_sub(1) - 1;
+    if (owed_.size() >= batch_at_ || left == 0)
+      due.swap(owed_);
+  }
+  if (!due.empty())
+    send_owed(due);
+}
+
+void connection::hold() noexcept {
+  busy_.fetch_add(1);
+}
+
+void connection::unhold() noexcept {
+  std::vector<uint16_t> due;
+  {
+    std::lock_guard<std::mutex> guard{owed_mtx_};
+    if (busy_.fetch_sub(1) == 1 && !owed_.empty())
+      due.swap(owed_);
+  }
+  if (!due.empty())
+    send_owed(due);
+}
+
+void connection::send_owed(const std::vector<uint16_t>& owed) noexcept {
   if (!is_open() || !bound_)
-    return;
-  if (!core_->send_credit(peer_addr_, peer_index_, s, io_timeout_ms_))
-    fail(errc::io_error,
-         "could not give a slot back to the peer (its endpoint is gone?)");
+    return; // closing: the peer's slots go with it
+  for (size_t at = 0; at < owed.size(); at += peer_credit_batch_) {
+    auto n = std::min<size_t>(peer_credit_batch_, owed.size() - at);
+    if (!core_->send_credits(peer_addr_, peer_index_, owed.data() + at, n,
+                             io_timeout_ms_)) {
+      fail(errc::io_error,
+           "could not give a slot back to the peer (its endpoint is gone?)");
+      return;
+    }
+    credit_messages_.fetch_add(1, std::memory_order_relaxed);
+    credits_given_.fetch_add(n, std::memory_order_relaxed);
+  }
 }
 
 } // namespace rw::transports::fabric

@@ -12,7 +12,12 @@
 // completions are reaped in order by `wait_sent(mark)` (and by a sender short of ops),
 // so that a shard has its answers to every worker in flight before it waits. The
 // receiver hands the slot to its sink in place and, once the last reference to the
-// frame is gone, gives it back with a credit message. A sender without credit
+// frame is gone, gives it back with a credit message. Credits are owed, not sent one
+// by one, while the peer keeps writing: one message gives back up to the peer's
+// creditBatch slots, and a connection sends what it owes once it owes batch_at()
+// slots or holds no frame of the peer's any more (nor does the endpoint's thread, in
+// the middle of a round of completions), so a credit is never withheld for longer than
+// some other frame of the same peer is held. A sender without credit
 // waits at most the I/O timeout, then the connection is closed: a fast peer cannot
 // overrun a slow one, and a peer that stops giving slots back is cut off.
 //
@@ -99,8 +104,23 @@ public:
   /// Decodes the header in slot `s`; false with `why` if it cannot be trusted.
   bool frame_at(uint32_t s, protocol::frame_header& h, std::string& why) const;
   std::byte* payload_at(uint32_t s) const noexcept;
-  /// Gives slot `s` back to the peer (any thread).
+  /// Gives slot `s` back to the peer (any thread): owed, and sent with others once
+  /// batch_at() are owed or no frame of the peer's is held (see the top).
   void release(uint32_t s) noexcept;
+  /// The endpoint's thread, around a round of completions: while held, credits for the
+  /// frames it delivers and gives back at once are owed, and unhold() sends them.
+  void hold() noexcept;
+  void unhold() noexcept;
+  /// Owed credits that send a message at once: the peer's creditBatch (as this side's
+  /// inject size allows), at most an eighth of this side's slots, at least 1.
+  uint32_t batch_at() const noexcept { return batch_at_; }
+  /// Credit messages sent, and the slots they gave back.
+  uint64_t credit_messages() const noexcept {
+    return credit_messages_.load(std::memory_order_relaxed);
+  }
+  uint64_t credits_given() const noexcept {
+    return credits_given_.load(std::memory_order_relaxed);
+  }
   /// Where the payload of a placed frame `h` was written (inside a buffer this side
   /// named for its tensor), or null with `why`.
   std::byte* placed_at(const protocol::frame_header& h, std::string& why) const;
@@ -117,8 +137,9 @@ public:
   uint64_t queued_frames() const noexcept {
     return queued_frames_.load(std::memory_order_relaxed);
   }
-  /// The peer gave back slot `s` of its own; false if it was not out.
-  bool credit(uint32_t s) noexcept;
+  /// The peer gave back slots[0..n) of its own; false at the first that was not out
+  /// (the ones before it are taken back).
+  bool credit(const uint16_t* slots, size_t n) noexcept;
   /// No write of this side is in flight: the connection may leave the table.
   bool idle() const noexcept;
   /// Send queue (the endpoint's thread): posts queued frames while credits last, frees
@@ -130,6 +151,7 @@ public:
 
   bool adopted = false;       // endpoint thread: its frames are delivered
   bool reported = false;      // endpoint thread: its close was reported
+  bool in_round = false;      // endpoint thread: held for this round (endpoint::drain)
   std::vector<uint32_t> held; // endpoint thread: slots written before adoption
 
 private:
@@ -164,6 +186,9 @@ private:
   /// the first still pending. Never waits; takes inflight_mtx_ (not under credit_mtx_).
   void reap();
   bool credit_free();
+  /// Sends `owed` in messages of peer_credit_batch_ slots (closes the connection when the
+  /// provider will not take one).
+  void send_owed(const std::vector<uint16_t>& owed) noexcept;
   /// Copies a frame to the back of the queue; false (the connection cut off) over the
   /// bound. Holds post_mtx_.
   bool enqueue(const protocol::frame_header& h, const iovec* payload, int count);
@@ -180,6 +205,16 @@ private:
   uint32_t slot_count_;
   std::unique_ptr<slot_pool::window> slots_;
   std::unique_ptr<std::atomic<bool>[]> occupied_;
+  // Credits owed to the peer (release) and what keeps them owed: the peer's frames held
+  // plus the endpoint's hold. busy_ rises without the lock (occupy, hold) and falls
+  // under it, so the release that brings it to 0 sees every credit owed before it.
+  std::mutex owed_mtx_;
+  std::vector<uint16_t> owed_;
+  std::atomic<uint32_t> busy_{0};
+  uint32_t batch_at_ = 1;          // set by bind
+  uint32_t peer_credit_batch_ = 1; // slots per credit message to the peer (bind)
+  std::atomic<uint64_t> credit_messages_{0};
+  std::atomic<uint64_t> credits_given_{0};
 
   // The peer's slots, written by this side.
   bool bound_ = false;

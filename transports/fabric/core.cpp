@@ -6,6 +6,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -17,7 +18,7 @@ namespace rw::transports::fabric {
 
 namespace {
 constexpr size_t posted_receives = 512; // credit messages in flight towards this side
-constexpr size_t receive_bytes = 64;    // credits carry no payload; room to spare
+constexpr size_t receive_bytes = credit_receive_bytes;
 constexpr size_t cq_entries = 8192;
 
 void check(long rc, const char* what, const domain& d) {
@@ -69,6 +70,8 @@ core::core(std::shared_ptr<domain> d, std::shared_ptr<registration_cache> sends)
                                           FI_RECV);
   for (size_t i = 0; i < posted_receives; ++i)
     repost(i);
+  credits_per_message_ = static_cast<uint32_t>(
+    std::min<size_t>(credit_batch_accepted, 1 + dom->inject_size() / 2));
 }
 
 core::~core() {
@@ -100,6 +103,10 @@ void core::repost(size_t i) noexcept {
       return;
     progress_tx();
   }
+}
+
+const std::byte* core::receive_buffer(size_t i) const noexcept {
+  return recv_bufs_.data() + i * receive_bytes;
 }
 
 size_t core::receive_of(void* context) const noexcept {
@@ -134,12 +141,20 @@ void core::progress_tx() noexcept {
   }
 }
 
-bool core::send_credit(uint64_t dest, uint32_t peer_index, uint32_t slot,
-                       int timeout_ms) noexcept {
+bool core::send_credits(uint64_t dest, uint32_t peer_index, const uint16_t* slots,
+                        size_t n, int timeout_ms) noexcept {
+  if (n == 0 || n > credits_per_message_)
+    return false;
+  unsigned char more[2 * (credit_batch_accepted - 1)];
+  for (size_t i = 1; i < n; ++i) { // little-endian, whatever this host is
+    more[2 * (i - 1)] = static_cast<unsigned char>(slots[i] & 0xff);
+    more[2 * (i - 1) + 1] = static_cast<unsigned char>(slots[i] >> 8);
+  }
   auto deadline = std::chrono::steady_clock::now()
                   + std::chrono::milliseconds(timeout_ms);
   while (true) {
-    auto rc = fi_injectdata(ep, nullptr, 0, immediate(peer_index, slot), dest);
+    auto rc = fi_injectdata(ep, n > 1 ? more : nullptr, 2 * (n - 1),
+                            immediate(peer_index, slots[0]), dest);
     if (rc == 0)
       return true;
     if (rc != -FI_EAGAIN || std::chrono::steady_clock::now() > deadline)

@@ -6,8 +6,10 @@
 // index peers stamp into their immediates.
 //
 // Immediate data (32 bits): the receiver's connection index (20 bits) and a slot of
-// that connection (12 bits). A write names the slot it filled; a credit message (no
-// payload) names a slot of the receiver's peer that is free again.
+// that connection (12 bits). A write names the slot it filled; a credit message names
+// a slot of the receiver's peer that is free again, and its payload (empty, or up to
+// credit_batch_accepted - 1 little-endian 16-bit slot numbers, to a peer whose offer
+// said it takes them) more such slots.
 
 #include <atomic>
 #include <cstdint>
@@ -39,6 +41,13 @@ constexpr uint32_t imm_slot(uint64_t imm) {
   return static_cast<uint32_t>(imm) & (max_slots - 1);
 }
 
+/// Bytes of a posted receive (credit messages land there).
+constexpr size_t credit_receive_bytes = 64;
+/// Slots one credit message may give back to this side: one in its immediate, the rest
+/// in its payload (FabricOffer.creditBatch).
+constexpr uint32_t credit_batch_accepted = 32;
+static_assert((credit_batch_accepted - 1) * 2 <= credit_receive_bytes);
+
 /// A transmit in flight: its completion sets `state` (the context is its first member).
 struct tx_op {
   alignas(8) unsigned char context[64]; // fi_context2, kept opaque here
@@ -67,10 +76,16 @@ struct core {
   /// Reads the transmit queue's completions (any thread; one at a time, others skip).
   void progress_tx() noexcept;
 
-  /// Sends a credit for `slot` to the peer at `dest`, stamped with the peer's index of
-  /// this connection. False if the provider would not take it within `timeout_ms`.
-  bool send_credit(uint64_t dest, uint32_t peer_index, uint32_t slot,
-                   int timeout_ms) noexcept;
+  /// Sends one credit message for slots[0..n) (n at most credits_per_message()) to the
+  /// peer at `dest`, stamped with the peer's index of this connection. False if the
+  /// provider would not take it within `timeout_ms`.
+  bool send_credits(uint64_t dest, uint32_t peer_index, const uint16_t* slots, size_t n,
+                    int timeout_ms) noexcept;
+  /// Slots one credit message from this side may carry, as the provider's inject size
+  /// allows (at most credit_batch_accepted; 1 when it injects no payload).
+  uint32_t credits_per_message() const noexcept { return credits_per_message_; }
+  /// Receive buffer `i`'s bytes (a credit message's payload, until it is reposted).
+  const std::byte* receive_buffer(size_t i) const noexcept;
 
   /// Reposts receive buffer `i` (after its message or its consumed immediate).
   void repost(size_t i) noexcept;
@@ -104,6 +119,7 @@ private:
   std::unique_ptr<region> recv_region_;
   std::vector<tx_op> recv_ctx_; // contexts of the posted receives
   uint32_t next_index_ = 0;
+  uint32_t credits_per_message_ = 1;
 };
 
 } // namespace rw::transports::fabric

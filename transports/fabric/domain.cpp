@@ -271,6 +271,9 @@ bool domain::mr_prov_key() const noexcept {
 size_t domain::iov_limit() const noexcept {
   return std::max<size_t>(1, info_->tx_attr->iov_limit);
 }
+size_t domain::inject_size() const noexcept {
+  return info_->tx_attr->inject_size;
+}
 fabric::placement domain::placement() const noexcept {
   if (info_->tx_attr->rma_iov_limit >= 2)
     return placement::scatter;

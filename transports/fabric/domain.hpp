@@ -68,6 +68,8 @@ public:
   bool mr_prov_key() const noexcept;
   /// Local pieces one write may gather.
   size_t iov_limit() const noexcept;
+  /// The most bytes one inject (fi_injectdata) may carry.
+  size_t inject_size() const noexcept;
   /// The best placement of results the provider allows.
   fabric::placement placement() const noexcept;
   /// A key for a new registration when the application picks them.

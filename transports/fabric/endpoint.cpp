@@ -228,19 +228,41 @@ void endpoint::on_write(uint64_t imm, frame_sink& sink) {
     c->held.push_back(slot);
     return;
   }
+  if (round_ && !c->in_round) {
+    c->in_round = true;
+    c->hold();
+    round_->push_back(c);
+  }
   deliver(c, slot, sink);
 }
 
-void endpoint::on_credit(uint64_t imm) {
+void endpoint::on_credit(uint64_t imm, const std::byte* more, size_t bytes) {
   auto c = core_->find(imm_connection(imm));
   if (!c)
     return; // a credit for a connection already gone
-  if (!c->credit(imm_slot(imm)))
+  uint16_t slots[credit_batch_accepted];
+  slots[0] = static_cast<uint16_t>(imm_slot(imm));
+  if (bytes % 2 != 0 || bytes / 2 + 1 > credit_batch_accepted || (bytes > 0 && !more)) {
     c->fail(
       errc::bad_frame,
-      fmt::format("the peer gave back slot {} it had not been sent", imm_slot(imm)));
-  else if (c->queued_bytes() > 0)
-    c->flush_queue(); // frames waited for this credit
+      fmt::format("a credit message of {} payload bytes (an even count, at most {})",
+                  bytes, 2 * (credit_batch_accepted - 1)));
+    return;
+  }
+  const size_t n = 1 + bytes / 2;
+  for (size_t i = 1; i < n; ++i)
+    slots[i] = static_cast<uint16_t>(std::to_integer<uint16_t>(more[2 * (i - 1)])
+                                     | std::to_integer<uint16_t>(more[2 * i - 1]) << 8);
+  if (!c->credit(slots, n)) {
+    std::string listed;
+    for (size_t i = 0; i < n; ++i)
+      listed += fmt::format("{}{}", i ? " " : "", slots[i]);
+    c->fail(
+      errc::bad_frame,
+      fmt::format("the peer gave back a slot it had not been sent (slots {})", listed));
+  } else if (c->queued_bytes() > 0) {
+    c->flush_queue(); // frames waited for these credits
+  }
 }
 
 void endpoint::flush_queues() {
@@ -289,6 +311,7 @@ int endpoint::drain(int timeout_ms, frame_sink& sink) {
     }
     if (n <= 0)
       break;
+    round_holder round{*this}; // credits owed during these completions go in batches
     for (long i = 0; i < n; ++i) {
       auto& x = e[i];
       auto posted = core_->receive_of(x.op_context);
@@ -299,7 +322,8 @@ int endpoint::drain(int timeout_ms, frame_sink& sink) {
           on_write(x.data, sink);
       } else if (x.flags & FI_RECV) {
         if (x.flags & FI_REMOTE_CQ_DATA)
-          on_credit(x.data);
+          on_credit(x.data, posted != SIZE_MAX ? core_->receive_buffer(posted) : nullptr,
+                    x.len);
         if (posted != SIZE_MAX)
           core_->repost(posted);
       }

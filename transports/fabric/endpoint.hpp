@@ -101,7 +101,23 @@ public:
 
 private:
   void on_write(uint64_t imm, frame_sink& sink);
-  void on_credit(uint64_t imm);
+  /// A credit message: its immediate's slot, and `bytes` more of them in `more`.
+  void on_credit(uint64_t imm, const std::byte* more, size_t bytes);
+  /// Connections written to in this round of completions (drain): held, so that the
+  /// credits of frames given back at once go in batches; unheld when the round ends.
+  struct round_holder {
+    explicit round_holder(endpoint& e) : e_(e) { e_.round_ = &list_; }
+    ~round_holder() {
+      e_.round_ = nullptr;
+      for (auto& c : list_) {
+        c->in_round = false;
+        c->unhold();
+      }
+    }
+    endpoint& e_;
+    std::vector<std::shared_ptr<connection>> list_;
+  };
+  std::vector<std::shared_ptr<connection>>* round_ = nullptr;
   void deliver(const std::shared_ptr<connection>& c, uint32_t slot, frame_sink& sink);
   int drain(int timeout_ms, frame_sink& sink);
   void sweep(frame_sink& sink);

@@ -1,0 +1,167 @@
+// Fabric credits in batches (transports/fabric/connection.hpp): a receiver owes the
+// slots it gives back and sends them batch_at() at a time, or all at once when it holds
+// no frame of the peer's any more; an older peer (creditBatch 0) gets one per message;
+// and the credit messages a hostile peer can send.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "rackweave/errc.hpp"
+#include "tests/support/fabric_pair.hpp"
+
+namespace rw_unit_fabric_credits {
+
+using namespace rw;
+using namespace rw::protocol;
+using namespace rw::transports;
+using namespace rw_test::fabric_pair;
+
+namespace {
+
+// Sends frames [first, first + n) from `c`, each 64 floats.
+void send_frames(fabric::connection& c, uint32_t first, uint32_t n) {
+  std::vector<float> grad(64, 1.0f);
+  iovec iov{grad.data(), grad.size() * sizeof(float)};
+  for (uint32_t i = first; i < first + n; ++i)
+    REQUIRE(c.send(push_of(i, iov.iov_len), &iov, 1));
+}
+
+// Drops the first `n` frames the recorder holds (their slots go back).
+void drop_held(recorder& r, size_t n) {
+  std::lock_guard<std::mutex> guard{r.mtx};
+  r.held.erase(r.held.begin(), r.held.begin() + static_cast<long>(n));
+}
+
+} // namespace
+
+TEST_CASE("fabric: slots go back batch_at() to a credit message, and none is withheld "
+          "once the receiver holds no frame of the peer's",
+          "[fabric]") {
+  pair_fixture f{64};
+  const uint32_t at = f.ba->batch_at();
+  REQUIRE(at == std::clamp(f.ba->slot_count() / 8, 1u, fabric::credit_batch_accepted));
+  REQUIRE(at > 1);
+  f.rb.keep = true; // the receiver holds every frame until the test drops it
+
+  SECTION("four batches' worth") {
+    const uint32_t n = 4 * at;
+    send_frames(*f.ab, 0, n);
+    REQUIRE(f.pump([&] { return f.rb.held.size() == n; }));
+    CHECK(f.ba->credit_messages() == 0); // every slot still held
+    drop_held(f.rb, n - 1);
+    CHECK(f.ba->credit_messages() == 3); // three full batches; at - 1 still owed
+    CHECK(f.ba->credits_given() == 3 * at);
+    drop_held(f.rb, 1); // the last frame held: everything owed goes
+    CHECK(f.ba->credit_messages() == 4);
+    CHECK(f.ba->credits_given() == n);
+  }
+  SECTION("fewer than a batch") {
+    send_frames(*f.ab, 0, 3);
+    REQUIRE(f.pump([&] { return f.rb.held.size() == 3; }));
+    drop_held(f.rb, 1);
+    CHECK(f.ba->credit_messages() == 0); // owed while two frames are held
+    drop_held(f.rb, 2);
+    CHECK(f.ba->credit_messages() == 1);
+    CHECK(f.ba->credits_given() == 3);
+  }
+  // The sender has every slot back: a whole window goes through without waiting.
+  f.rb.keep = false;
+  const auto before = f.rb.headers.size();
+  send_frames(*f.ab, 100, f.ba->slot_count());
+  REQUIRE(f.pump([&] { return f.rb.headers.size() == before + f.ba->slot_count(); }));
+  CHECK(f.ab->is_open());
+  CHECK(f.ba->is_open());
+}
+
+TEST_CASE("fabric: frames given back while the endpoint delivers them go back in "
+          "batches too",
+          "[fabric]") {
+  pair_fixture f{64};
+  const uint32_t n = 8 * f.ba->slot_count(); // many windows, each slot reused
+  send_frames(*f.ab, 0, n);
+  REQUIRE(f.pump([&] { return f.rb.headers.size() == n; }));
+  // Each round of completions owes its slots and sends them when it ends; how many go
+  // in one message depends on how many completions a round found.
+  REQUIRE(f.pump([&] { return f.ba->credits_given() == n; }));
+  CHECK(f.ba->credit_messages() <= n);
+  CHECK(f.ba->credit_messages() >= n / fabric::credit_batch_accepted);
+  CHECK(f.ab->is_open());
+}
+
+TEST_CASE("fabric: a peer whose offer names no credit batch gets one slot per message",
+          "[fabric]") {
+  pair_fixture f{64};
+  // This build says on the wire what it takes.
+  fabric_offer back;
+  std::string why;
+  auto wire = encode(f.ba->offer());
+  REQUIRE(decode(wire.data(), wire.size(), back, why) == errc::ok);
+  CHECK(back.credit_batch == fabric::credit_batch_accepted);
+  auto ac = f.a->open("c", 4096);
+  auto ca = f.b->open("a-old", 4096);
+  ac->bind(ca->offer());
+  auto old = ac->offer();
+  old.credit_batch = 0; // as an older build's offer decodes
+  ca->bind(old);
+  CHECK(ca->batch_at() == 1);
+  f.a->adopt(ac);
+  f.b->adopt(ca);
+  f.rb.keep = true;
+  send_frames(*ac, 0, 16);
+  REQUIRE(f.pump([&] { return f.rb.held.size() == 16; }));
+  drop_held(f.rb, 16);
+  CHECK(ca->credit_messages() == 16);
+  CHECK(ca->credits_given() == 16);
+  f.rb.keep = false;
+  send_frames(*ac, 16, ca->slot_count()); // every slot came back
+  REQUIRE(f.pump([&] { return f.rb.headers.size() == 16 + ca->slot_count(); }));
+  CHECK(ac->is_open());
+}
+
+TEST_CASE("fabric: credit messages a peer may not send close its connection",
+          "[fabric]") {
+  pair_fixture f;
+  rogue_peer rogue{f};
+  const auto index = rogue.offer.conn_index; // b's index of its connection to a
+
+  SECTION("an odd payload") {
+    REQUIRE(rogue.credit(fabric::immediate(index, 0), 3) == 0);
+    REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
+    CHECK(f.ba->close_code() == errc::bad_frame);
+    CHECK_THAT(f.ba->close_reason(), Catch::Contains("a credit message of 3 payload"));
+  }
+  SECTION("a slot b never wrote") {
+    REQUIRE(rogue.credit(fabric::immediate(index, 5), 0) == 0);
+    REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
+    CHECK_THAT(f.ba->close_reason(),
+               Catch::Contains("gave back a slot it had not been sent (slots 5)"));
+  }
+  SECTION("a batch naming slots far out of range") {
+    std::fill(rogue.junk.begin(), rogue.junk.end(), std::byte{0xff}); // slot 65535
+    REQUIRE(rogue.credit(fabric::immediate(index, 1), 4) == 0);
+    REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
+    CHECK_THAT(f.ba->close_reason(), Catch::Contains("(slots 1 65535 65535)"));
+  }
+  SECTION("a slot given back twice in one message") {
+    // b writes one frame into a's slot 0, which a holds; the rogue gives slot 0 back
+    // twice in one message: the first is taken (b cannot tell it from a's own credit),
+    // the second closes the connection.
+    f.ra.keep = true;
+    std::vector<float> grad(16, 1.0f);
+    iovec iov{grad.data(), grad.size() * sizeof(float)};
+    REQUIRE(f.ba->send(push_of(0, iov.iov_len), &iov, 1));
+    REQUIRE(f.pump([&] { return f.ra.held.size() == 1; }));
+    std::fill(rogue.junk.begin(), rogue.junk.end(), std::byte{0});
+    REQUIRE(rogue.credit(fabric::immediate(index, 0), 2) == 0); // slots 0 and 0
+    REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
+    CHECK_THAT(f.ba->close_reason(), Catch::Contains("(slots 0 0)"));
+    std::lock_guard<std::mutex> guard{f.ra.mtx};
+    f.ra.held.clear();
+  }
+  CHECK(f.ab->is_open()); // a's side of the pair is not the one that was lied to
+}
+
+} // namespace rw_unit_fabric_credits
