@@ -31,9 +31,14 @@ subprocess::subprocess(std::vector<std::string> argv, bool capture_stdout,
       throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
     posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
   }
-  if (!stderr_path.empty())
+  if (!stderr_path.empty()) {
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    // Nothing of the parent's output is held by the child: a child that outlives a
+    // crashed parent would keep its reader (ctest, a pipe) waiting for the end.
+    if (!capture_stdout)
+      posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  }
   int rc = posix_spawn(&pid_, argv[0].c_str(), &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (capture_stdout)

@@ -14,8 +14,9 @@ namespace rw::tools {
 
 class subprocess {
 public:
-  /// Starts argv[0] (a path) with `argv`; stderr goes to `stderr_path` when given.
-  /// Throws std::runtime_error on failure.
+  /// Starts argv[0] (a path) with `argv`; stderr goes to `stderr_path` when given, and
+  /// so does stdout unless it is captured (the child then holds none of this process's
+  /// output, whoever reads it). Throws std::runtime_error on failure.
   subprocess(std::vector<std::string> argv, bool capture_stdout,
              const std::string& stderr_path = {});
   ~subprocess();
