@@ -301,8 +301,17 @@ int endpoint::drain(int timeout_ms, frame_sink& sink) {
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
       if (fi_cq_readerr(core_->rx_cq, &err, 0) > 0) {
-        spdlog::warn("fabric: a receive failed: {}",
-                     fi_error_text(-static_cast<long>(err.err)));
+        // A peer decides how often this happens (a message longer than a credit
+        // message's receive buffer is truncated): counted, logged at most once a while.
+        auto failed = failed_rx_.fetch_add(1) + 1;
+        auto now = std::chrono::steady_clock::now();
+        if (failed == 1 || now - failed_rx_logged_ > bad_imm_log_every) {
+          failed_rx_logged_ = now;
+          spdlog::warn("fabric: a receive failed: {} (a credit message is at most {} "
+                       "bytes); dropped; {} such receives so far",
+                       fi_error_text(-static_cast<long>(err.err)), credit_receive_bytes,
+                       failed);
+        }
         auto i = core_->receive_of(err.op_context);
         if (i != SIZE_MAX)
           core_->repost(i);

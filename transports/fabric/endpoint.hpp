@@ -86,6 +86,8 @@ public:
   uint64_t placed_frames() const noexcept { return placed_.load(); }
   /// Immediates that named no slot, since the start.
   uint64_t bad_immediates() const noexcept { return bad_imm_.load(); }
+  /// Receives that failed (a message longer than a credit message, truncated), dropped.
+  uint64_t failed_receives() const noexcept { return failed_rx_.load(); }
   const slot_pool& pool() const noexcept { return *pool_; }
   /// Local registrations made for sending (steady state: no new ones).
   uint64_t registrations() const noexcept { return core_->send_memory->registrations(); }
@@ -129,6 +131,8 @@ private:
   std::vector<std::shared_ptr<connection>> incoming_; // adopted, not yet polled
   std::atomic<size_t> live_{0};
   std::atomic<uint64_t> bad_imm_{0};
+  std::atomic<uint64_t> failed_rx_{0};
+  std::chrono::steady_clock::time_point failed_rx_logged_{}; // the endpoint's thread
   std::atomic<uint64_t> placed_{0};
   std::chrono::steady_clock::time_point bad_imm_logged_{}; // rate-limits their log line
   uint64_t swept_epoch_ = 0;
