@@ -336,13 +336,11 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     for (auto& p : pollers_)
       self->send(p, fabric_atom::value, caf::actor_cast<caf::actor>(poller),
                  std::shared_ptr<transports::endpoint>{fab_ep});
-    fabric_where.push_back(
-      fmt::format("{} ({}; poller cpu {}, up to {} slots per worker "
-                  "from a {} MiB receive pool, results "
-                  "placed: {})",
-                  fab_ep->describe(), d->describe(), s.core.os_cpu, es.slots,
-                  fmt::format("{:g}", double(es.pool_bytes) / (1 << 20)),
-                  to_string(fab_ep->result_placement())));
+    fabric_where.push_back(fmt::format(
+      "{} ({}; poller cpu {}, up to {} slots per worker from a {:g} MiB "
+      "receive pool, results placed: {})",
+      fab_ep->describe(), d->describe(), s.core.os_cpu, es.slots,
+      double(es.pool_bytes) / (1 << 20), to_string(fab_ep->result_placement())));
   }
   if (fabric_where.empty())
     fabric_where.push_back("off");

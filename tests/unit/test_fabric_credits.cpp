@@ -1,6 +1,6 @@
-// Fabric credits in batches (transports/fabric/connection.hpp): a receiver owes the
-// slots it gives back and sends them batch_at() at a time, or all at once when it holds
-// no frame of the peer's any more; an older peer (creditBatch 0) gets one per message;
+// Fabric credits in batches (transports/fabric/owed_credits.hpp, connection.hpp): a
+// receiver owes the slots it gives back and sends them batch_at() at a time, or all at
+// once when it holds no frame of the peer's any more; an older peer (creditBatch 0) gets one per message;
 // and the credit messages a hostile peer can send.
 #include <catch2/catch.hpp>
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "rackweave/errc.hpp"
+#include "transports/fabric/owed_credits.hpp"
 #include "tests/support/fabric_pair.hpp"
 
 namespace rw_unit_fabric_credits {
@@ -36,6 +37,32 @@ void drop_held(recorder& r, size_t n) {
 }
 
 } // namespace
+
+TEST_CASE("fabric: owed slots are due batch_at() at a time, or once nothing holds them "
+          "back",
+          "[fabric]") {
+  fabric::owed_credits owed;
+  auto slots = [](const fabric::owed_credits::batch& b) {
+    return std::vector<uint16_t>(b.slots.begin(), b.slots.begin() + long(b.n));
+  };
+  owed.set_batch_at(4);
+  for (int i = 0; i < 6; ++i)
+    owed.hold(); // six frames held
+  CHECK(owed.release(1).n == 0);
+  CHECK(owed.release(2).n == 0);
+  CHECK(owed.release(3).n == 0);
+  CHECK(slots(owed.release(4)) == std::vector<uint16_t>{1, 2, 3, 4});
+  CHECK(owed.release(5).n == 0); // one frame still held
+  owed.hold();                   // a round of the endpoint's thread
+  CHECK(owed.release(6).n == 0); // the last frame, but the round holds them back
+  CHECK(slots(owed.unhold()) == std::vector<uint16_t>{5, 6});
+  owed.hold();
+  CHECK(owed.unhold().n == 0); // a round that gave nothing back: nothing due
+  owed.set_batch_at(1000);
+  CHECK(owed.batch_at() == fabric::credit_batch_accepted);
+  owed.set_batch_at(0);
+  CHECK(owed.batch_at() == 1);
+}
 
 TEST_CASE("fabric: slots go back batch_at() to a credit message, and none is withheld "
           "once the receiver holds no frame of the peer's",

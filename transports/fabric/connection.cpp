@@ -81,11 +81,11 @@ void connection::bind(const protocol::fabric_offer& peer) {
   peer_slot_count_ = peer.slot_count;
   // The peer takes up to creditBatch slots per credit message (0 from an older peer:
   // one), as many as this side's inject carries; owing an eighth of this side's slots
-  // at most keeps the peer's window from shrinking by more.
-  peer_credit_batch_ = std::clamp<uint32_t>(peer.credit_batch, 1,
-                                            core_->credits_per_message());
-  batch_at_ = std::clamp<uint32_t>(slot_count_ / 8, 1, peer_credit_batch_);
-  owed_.reserve(batch_at_);
+  // at most keeps the peer's window from shrinking by more. Owing no more than one
+  // message holds, every batch due goes in one.
+  const auto per_message = std::clamp<uint32_t>(peer.credit_batch, 1,
+                                                core_->credits_per_message());
+  owed_.set_batch_at(std::clamp<uint32_t>(slot_count_ / 8, 1, per_message));
   for (uint32_t s = 0; s < peer.slot_count; ++s)
     credits_.push_back(s);
   out_.assign(peer.slot_count, false);
@@ -598,7 +598,7 @@ bool connection::idle() const noexcept {
 bool connection::occupy(uint32_t s) noexcept {
   if (s >= slot_count_ || occupied_[s].exchange(true))
     return false;
-  busy_.fetch_add(1);
+  owed_.hold();
   return true;
 }
 
@@ -631,47 +631,29 @@ std::byte* connection::payload_at(uint32_t s) const noexcept {
 void connection::release(uint32_t s) noexcept {
   if (s >= slot_count_ || !occupied_[s].exchange(false))
     return; // not held: nothing owed (a second release of one slot gives back nothing)
-  std::vector<uint16_t> due;
-  {
-    std::lock_guard<std::mutex> guard{owed_mtx_};
-    owed_.push_back(static_cast<uint16_t>(s));
-    auto left = busy_.fetch_sub(1) - 1;
-    if (owed_.size() >= batch_at_ || left == 0)
-      due.swap(owed_);
-  }
-  if (!due.empty())
-    send_owed(due);
+  send_owed(owed_.release(static_cast<uint16_t>(s)));
 }
 
 void connection::hold() noexcept {
-  busy_.fetch_add(1);
+  owed_.hold();
 }
 
 void connection::unhold() noexcept {
-  std::vector<uint16_t> due;
-  {
-    std::lock_guard<std::mutex> guard{owed_mtx_};
-    if (busy_.fetch_sub(1) == 1 && !owed_.empty())
-      due.swap(owed_);
-  }
-  if (!due.empty())
-    send_owed(due);
+  send_owed(owed_.unhold());
 }
 
-void connection::send_owed(const std::vector<uint16_t>& owed) noexcept {
-  if (!is_open() || !bound_)
-    return; // closing: the peer's slots go with it
-  for (size_t at = 0; at < owed.size(); at += peer_credit_batch_) {
-    auto n = std::min<size_t>(peer_credit_batch_, owed.size() - at);
-    if (!core_->send_credits(peer_addr_, peer_index_, owed.data() + at, n,
-                             io_timeout_ms_)) {
-      fail(errc::io_error,
-           "could not give a slot back to the peer (its endpoint is gone?)");
-      return;
-    }
-    credit_messages_.fetch_add(1, std::memory_order_relaxed);
-    credits_given_.fetch_add(n, std::memory_order_relaxed);
+void connection::send_owed(const owed_credits::batch& due) noexcept {
+  if (due.n == 0 || !is_open() || !bound_)
+    return; // nothing due, or closing: the peer's slots go with it
+  // Never more than batch_at() slots, which one message to this peer holds (bind).
+  if (!core_->send_credits(peer_addr_, peer_index_, due.slots.data(), due.n,
+                           io_timeout_ms_)) {
+    fail(errc::io_error,
+         "could not give a slot back to the peer (its endpoint is gone?)");
+    return;
   }
+  credit_messages_.fetch_add(1, std::memory_order_relaxed);
+  credits_given_.fetch_add(due.n, std::memory_order_relaxed);
 }
 
 } // namespace rw::transports::fabric

@@ -49,6 +49,7 @@
 #include "protocol/control.hpp"
 #include "runtime/topology.hpp"
 #include "transports/fabric/core.hpp"
+#include "transports/fabric/owed_credits.hpp"
 #include "transports/fabric/slot_pool.hpp"
 #include "transports/transport.hpp"
 
@@ -113,7 +114,7 @@ public:
   void unhold() noexcept;
   /// Owed credits that send a message at once: the peer's creditBatch (as this side's
   /// inject size allows), at most an eighth of this side's slots, at least 1.
-  uint32_t batch_at() const noexcept { return batch_at_; }
+  uint32_t batch_at() const noexcept { return owed_.batch_at(); }
   /// Credit messages sent, and the slots they gave back.
   uint64_t credit_messages() const noexcept {
     return credit_messages_.load(std::memory_order_relaxed);
@@ -186,9 +187,9 @@ private:
   /// the first still pending. Never waits; takes inflight_mtx_ (not under credit_mtx_).
   void reap();
   bool credit_free();
-  /// Sends `owed` in messages of peer_credit_batch_ slots (closes the connection when the
-  /// provider will not take one).
-  void send_owed(const std::vector<uint16_t>& owed) noexcept;
+  /// Sends the slots due in one credit message, if any (closes the connection when the
+  /// provider will not take it).
+  void send_owed(const owed_credits::batch& due) noexcept;
   /// Copies a frame to the back of the queue; false (the connection cut off) over the
   /// bound. Holds post_mtx_.
   bool enqueue(const protocol::frame_header& h, const iovec* payload, int count);
@@ -205,14 +206,7 @@ private:
   uint32_t slot_count_;
   std::unique_ptr<slot_pool::window> slots_;
   std::unique_ptr<std::atomic<bool>[]> occupied_;
-  // Credits owed to the peer (release) and what keeps them owed: the peer's frames held
-  // plus the endpoint's hold. busy_ rises without the lock (occupy, hold) and falls
-  // under it, so the release that brings it to 0 sees every credit owed before it.
-  std::mutex owed_mtx_;
-  std::vector<uint16_t> owed_;
-  std::atomic<uint32_t> busy_{0};
-  uint32_t batch_at_ = 1;          // set by bind
-  uint32_t peer_credit_batch_ = 1; // slots per credit message to the peer (bind)
+  owed_credits owed_; // slots given back, not yet sent (held: occupy, hold)
   std::atomic<uint64_t> credit_messages_{0};
   std::atomic<uint64_t> credits_given_{0};
 
