@@ -33,6 +33,7 @@
 #include "runtime/checkpoint/root.hpp"
 #include "runtime/control_exposure.hpp"
 #include "runtime/credentials.hpp"
+#include "runtime/tenants.hpp"
 #include "runtime/node_config.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/topology.hpp"
@@ -75,11 +76,13 @@ const char* description =
   "metrics (/metrics), liveness (/healthz) and readiness (/readyz) over HTTP; /metrics\n"
   "names every job on the node (tenants' too): bind it to a private address, and\n"
   "give --metrics-token-file to ask scrapers for a bearer token.\n\n"
-  "The control plane: without --cluster-secret-file (or TLS) every process that\n"
-  "reaches the coordinator's control port is an operator, so rw-node refuses to start\n"
-  "(exit 2) unless the control port and every --listen address are loopback or\n"
-  "--insecure is given. Checkpoints and restores take paths under --checkpoint-root\n"
-  "only (none without it).\n\n"
+  "The control plane: with --cluster-secret-file it is mutual TLS with certificates\n"
+  "derived from the secret (or from --tls-* files), so a process without the secret\n"
+  "is refused before any CAF message; without either, every process that reaches the\n"
+  "coordinator's control port is an operator, so rw-node refuses to start (exit 2)\n"
+  "unless the control port and every --listen address are loopback or --insecure is\n"
+  "given (docs/security.md). Checkpoints and restores take paths under\n"
+  "--checkpoint-root only (none without it).\n\n"
   "Exit codes: 0 stopped by a signal, 1 it failed (could not start, a port is busy),\n"
   "2 a usage or configuration error.";
 
@@ -203,7 +206,18 @@ int main(int argc, char** argv) {
   rw::actors::configure_idle_policy(sys_cfg);
   rw::actors::register_cluster_types(sys_cfg);
   try {
-    rw::actors::configure_control_tls(sys_cfg, {cfg.tls_cert, cfg.tls_key, cfg.tls_ca});
+    rw::actors::control_identity control;
+    control.files = {cfg.tls_cert, cfg.tls_key, cfg.tls_ca};
+    if (!cfg.cluster_secret_file.empty()) {
+      control.cluster_secret = rw::runtime::read_secret_file(cfg.cluster_secret_file);
+      // The node that runs the coordinator admits its tenants' shells.
+      bool coordinator = cfg.role == "coordinator" || cfg.coordinator.empty();
+      if (coordinator && !cfg.tenants_file.empty())
+        for (auto& [name, t] :
+             rw::runtime::load_tenants(cfg.tenants_file, control.cluster_secret))
+          control.admitted_tenants.emplace_back(name, t.secret);
+    }
+    rw::actors::configure_control_tls(sys_cfg, control);
   } catch (const std::exception& e) {
     spdlog::error("bad configuration: {}", e.what());
     return 2;

@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
   std::string secret_file;
   app.add_option("--cluster-secret-file", secret_file,
                  "the cluster secret, when the coordinator wants one (the same file as "
-                 "the nodes' --cluster-secret-file)");
+                 "the nodes' --cluster-secret-file): the shell then speaks TLS with a "
+                 "certificate derived from it");
   std::string tenant;
   std::string tenant_secret_file;
   auto* tenant_opt = app.add_option(
@@ -140,7 +141,11 @@ int main(int argc, char** argv) {
   caf::actor_system_config cfg;
   rw::actors::register_cluster_types(cfg);
   try {
-    rw::actors::configure_control_tls(cfg, tls);
+    rw::actors::control_identity control;
+    control.files = tls;
+    (tenant.empty() ? control.cluster_secret : control.tenant_secret) = secret;
+    control.tenant = tenant;
+    rw::actors::configure_control_tls(cfg, control);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rw-shell: %s\n", e.what());
     return 2;

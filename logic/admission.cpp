@@ -126,4 +126,24 @@ admission_refusal check_open_job_quota(const std::string& host,
                  "hello refused: peer={} job='{}' rank={}: {}");
 }
 
+admission_refusal check_open_jobs_budget(uint64_t held,
+                                         const std::vector<std::string>& open,
+                                         const job_spec& spec, uint32_t rank,
+                                         const admission_limits& limits) {
+  auto limit = limits.max_open_jobs_bytes;
+  auto wanted = job_footprint(spec);
+  if (limit == 0 || held + wanted <= limit)
+    return {};
+  auto mib = [](uint64_t b) { return (b + (1u << 20) - 1) >> 20; };
+  auto why = fmt::format(
+    "job '{}' needs {} MiB and the {} live open job(s) on node {} hold {} MiB of the "
+    "{} MiB all open jobs may take (--max-open-jobs-mib): finish or stop one of [{}] "
+    "first, or create the job with rw.job_create",
+    spec.name, mib(wanted), open.size(), limits.node_name, mib(held), limit >> 20,
+    fmt::join(open, ", "));
+  auto log = fmt::format(" job='{}' rank={}: {}", spec.name, rank, why);
+  return refused(errc::too_many_requests, std::move(why), std::move(log),
+                 "hello refused: peer={} job='{}' rank={}: open jobs' memory");
+}
+
 } // namespace rw::actors::detail

@@ -34,6 +34,7 @@ struct admission_limits {
   uint32_t max_workers = 0;
   uint64_t max_job_bytes = 0;          // --max-job-mib
   uint32_t max_open_jobs_per_peer = 0; // 0: no limit
+  uint64_t max_open_jobs_bytes = 0;    // --max-open-jobs-mib, every open job; 0: none
 };
 
 /// Bytes of node memory a job takes: parameters and optimizer state, each chunk's arrays
@@ -61,5 +62,14 @@ admission_refusal check_open_job_quota(const std::string& host,
                                        const std::vector<std::string>& theirs,
                                        const job_spec& spec, uint32_t rank,
                                        const admission_limits& limits);
+
+/// A hello that would create an open job on the node: refused when its footprint and
+/// the `held` bytes of the node's live open jobs (`open`, by name) together pass
+/// max_open_jobs_bytes (strangers' hellos create open jobs: without a node-wide bound,
+/// 16 jobs per host, each up to --max-job-mib).
+admission_refusal check_open_jobs_budget(uint64_t held,
+                                         const std::vector<std::string>& open,
+                                         const job_spec& spec, uint32_t rank,
+                                         const admission_limits& limits);
 
 } // namespace rw::actors::detail

@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "logic/log_text.hpp"
 #include "logic/refusal_log.hpp"
 
 namespace rw::actors::detail {
@@ -12,8 +13,9 @@ void log_limited(spdlog::level::level_enum level, const std::string& peer,
   static refusal_log book;
   auto colon = peer.rfind(':');
   auto host = colon == std::string::npos ? peer : peer.substr(0, colon);
-  std::string key = host + ' ';
-  for (char ch : reason)
+  // The key is kept a minute: a reason a peer made long (a name it chose) is cut.
+  std::string key = host.substr(0, 64) + ' ';
+  for (char ch : reason.substr(0, 256))
     if (ch < '0' || ch > '9')
       key += ch;
   std::optional<uint64_t> unlogged;
@@ -23,11 +25,16 @@ void log_limited(spdlog::level::level_enum level, const std::string& peer,
   }
   if (!unlogged)
     return;
+  // The callers cut the names they log (loggable); this bounds what they missed.
+  auto text = line.size() > limited_line_max
+                ? line.substr(0, limited_line_max)
+                    + fmt::format("...(line cut: {} bytes)", line.size())
+                : line;
   if (*unlogged == 0)
-    spdlog::log(level, "{}", line);
+    spdlog::log(level, "{}", text);
   else
     spdlog::log(level, "{} [{} more like it from {} in the last minute, not logged]",
-                line, *unlogged, host);
+                text, *unlogged, loggable(host, 64));
 }
 
 } // namespace rw::actors::detail

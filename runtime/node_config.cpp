@@ -304,6 +304,12 @@ std::vector<option_def> option_table(node_config& c) {
         "with --open-jobs: live jobs one host's workers may have created on this node; "
         "a hello that would create more is refused (0: no limit)",
         c.max_open_jobs_per_peer),
+    def("limits.max_open_jobs_mib", "--max-open-jobs-mib",
+        "with --open-jobs: node memory (MiB) every live open job together may take "
+        "(parameters, optimizer state, bookkeeping); a hello that would create one past "
+        "it is refused; 0 = --max-job-mib (so strangers' hellos take no more than one "
+        "job may)",
+        c.max_open_jobs_mib),
     def("limits.send_queue_mib", "--send-queue-mib",
         "bytes (MiB) the node may hold queued for one peer that reads slower than the "
         "node sends (never blocking a shard or poller); a peer past it is cut off; 0: no "
@@ -345,8 +351,11 @@ std::vector<option_def> option_table(node_config& c) {
         c.open_jobs),
     def("cluster.secret_file", "--cluster-secret-file",
         "file holding the cluster secret (first line, 16+ characters, chmod 600): the "
-        "coordinator hears only nodes and shells that prove it; members and rw-shell "
-        "give the same file. Empty: the control plane is open to anyone who reaches it, "
+        "control plane is then mutual TLS with certificates derived from the secret "
+        "(without --tls-*), so a process without it is refused before any CAF message, "
+        "and the coordinator hears only nodes and shells that prove it; members and "
+        "rw-shell give the same file (docs/security.md). Empty: the control plane is "
+        "open to anyone who reaches it, "
         "so the node refuses to start unless its control port and --listen addresses are "
         "loopback (127.0.0.0/8, ::1, localhost), TLS is on, or --insecure is given",
         c.cluster_secret_file),

@@ -61,6 +61,7 @@ struct node_config {
   uint32_t send_queue_mib = defaults::send_queue_mib; // queued for one slow peer, at most
   uint32_t max_peer_connections = defaults::max_peer_connections; // per host and endpoint
   uint32_t max_open_jobs_per_peer = defaults::max_open_jobs_per_peer; // --open-jobs only
+  uint32_t max_open_jobs_mib = 0; // --open-jobs: every open job together; 0 = max_job_mib
   uint32_t first_frame_ms =
     defaults::first_frame_ms; // a stranger's frame deadline, idle limit
   uint32_t max_unjoined_mib = defaults::max_unjoined_mib; // held for strangers' payloads

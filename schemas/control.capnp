@@ -118,6 +118,9 @@ struct Located {
                             # an empty or wildcard HOST means "the host you asked"
   nodeName @1 :Text;        # the node that answered
   role @2 :Text;            # its role (rack-agg, coordinator)
+  controlCa @3 :Text;       # PEM certificate of the control-plane CA the cluster secret
+                            # derives (docs/security.md), for a tenant's shell to check
+                            # the coordinator with; "" when the node derives none
 }
 
 # One side of a fabric connection (transports/fabric): its endpoint's address and the

@@ -40,10 +40,14 @@ void locator_sink::on_frame(const connection_ptr& c, const protocol::frame_heade
   reply.payload_bytes = static_cast<uint32_t>(payload_.size());
   iovec iov{payload_.data(), payload_.size()};
   c->send(reply, &iov, 1);
+  // Answers queue for a peer that may read none: a few per connection, then it goes.
+  if (++locates_[c->id()] >= defaults::max_stranger_locates)
+    c->close();
 }
 
 void locator_sink::on_closed(const connection_ptr& c, errc, const std::string&) {
   hellos_.erase(c->id());
+  locates_.erase(c->id());
 }
 
 accept_policy locator_policy() {

@@ -31,7 +31,8 @@ private:
   protocol::bytes payload_;
   std::string refusal_;
   hello_answer on_hello_;
-  std::unordered_map<uint64_t, uint32_t> hellos_; // answered, by connection id
+  std::unordered_map<uint64_t, uint32_t> hellos_;  // answered, by connection id
+  std::unordered_map<uint64_t, uint32_t> locates_; // answered, by connection id
 };
 
 /// How a locator endpoint accepts: it serves strangers only, so answers are queued,

@@ -15,8 +15,12 @@ coordinator_contact locate_coordinator(const std::string& via,
                                        std::chrono::milliseconds timeout) {
   coordinator_contact out;
   try {
-    out.address = services::locate(via, timeout).coordinator;
+    auto located = services::locate(via, timeout);
+    out.address = located.coordinator;
     transports::tcp::parse_address(out.address); // a usable HOST:PORT
+    // A tenant's shell checks the coordinator against the CA the node names.
+    if (auto why = trust_located_ca(located.control_ca); !why.empty())
+      out.error = fmt::format("the node at {}: {}", via, why);
   } catch (const std::exception& e) {
     out.error = e.what();
   }
@@ -100,16 +104,29 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
         accept_connect(sys, out, std::move(ptr), ifs);
       },
       [&](caf::error& err) {
+        // With derived certificates the node was reached and named the coordinator:
+        // a handshake that ends at once is the coordinator refusing this secret.
+        if (derived_control_tls(sys) && err != caf::sec::request_timeout)
+          out.code = errc::unauthorized;
         out.error = err == caf::sec::request_timeout
                       ? fmt::format("no handshake within {} ms", timeout.count())
                       : sys.render(err);
         out.error += " (" + tls_hint(sys) + ")";
       });
   if (!out.coordinator) {
-    out.error = fmt::format(
-      "the node at {} points to the coordinator at {}, which does not "
-      "answer: {}",
-      via, out.address, out.error);
+    if (out.code == errc::unauthorized)
+      out.error = tenant.empty()
+                    ? fmt::format("the coordinator at {} refused the TLS handshake: this "
+                                  "--cluster-secret-file is not the cluster's: {}",
+                                  out.address, out.error)
+                    : fmt::format("the coordinator at {} refused the TLS handshake: "
+                                  "tenant '{}' and this secret do not match (an unknown "
+                                  "tenant or a wrong --tenant-secret-file): {}",
+                                  out.address, tenant, out.error);
+    else
+      out.error = fmt::format("the node at {} points to the coordinator at {}, which "
+                              "does not answer: {}",
+                              via, out.address, out.error);
     return out;
   }
   if (!secret.empty())

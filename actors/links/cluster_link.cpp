@@ -149,8 +149,9 @@ void try_register(link_ptr self) {
         prove_then_register(self);
       },
       [self, contact](caf::error& err) {
-        attempt_failed(self, fmt::format("the coordinator at {} does not answer: {}",
-                                         contact.address, describe(self->system(), err)));
+        attempt_failed(self, fmt::format("the coordinator at {} does not answer: {} ({})",
+                                         contact.address, describe(self->system(), err),
+                                         tls_hint(self->system())));
       });
 }
 

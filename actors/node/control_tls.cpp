@@ -10,11 +10,19 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
+
+#include "runtime/control_certs.hpp"
 
 namespace rw::actors {
 
@@ -33,6 +41,57 @@ std::string openssl_error() {
 
 [[noreturn]] void refuse(const std::string& why) {
   throw std::runtime_error("TLS: " + why);
+}
+
+// A sealed memory file holding `text` (nothing on disk; gone with the process), open
+// for as long as the process runs: CAF reads it as /proc/self/fd/N at each connection.
+int memory_file(const char* name, const std::string& text, bool seal = true) {
+  int fd = ::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    refuse(fmt::format("cannot make a memory file for the derived certificates: {}",
+                       std::strerror(errno)));
+  size_t done = 0;
+  while (done < text.size()) {
+    auto n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      ::close(fd);
+      refuse(
+        fmt::format("cannot write the derived certificates: {}", std::strerror(errno)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (seal)
+    ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  return fd;
+}
+
+std::string fd_path(int fd) {
+  return "/proc/self/fd/" + std::to_string(fd);
+}
+
+// The derived identity of this process: made once per distinct identity (a Python
+// process asks for one per call) and kept, with its memory files, until it exits.
+struct derived_state {
+  std::mutex mtx;
+  std::string key;                   // what it was derived from
+  std::string cert, private_key, ca; // /proc/self/fd paths
+  std::string cluster_ca;            // PEM, for located answers
+  int tenant_ca_fd = -1;             // a tenant's slot for the located CA
+  bool derived = false;
+};
+
+derived_state& derived() {
+  static auto* state = new derived_state; // never destroyed: CAF may read at exit
+  return *state;
+}
+
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0)
+    return "localhost";
+  return name;
 }
 
 void check_readable(const std::string& what, const std::string& path) {
@@ -120,6 +179,88 @@ void configure_control_tls(caf::actor_system_config& cfg, const tls_files& files
   cfg.openssl_cafile = files.ca;
 }
 
+void configure_control_tls(caf::actor_system_config& cfg, const control_identity& id) {
+  if (id.files.any()) {
+    configure_control_tls(cfg, id.files);
+    return;
+  }
+  bool tenant = !id.tenant.empty();
+  if (id.cluster_secret.empty() && (!tenant || id.tenant_secret.empty()))
+    return; // plain TCP: no secret to derive from
+  auto& st = derived();
+  std::lock_guard<std::mutex> guard{st.mtx};
+  std::string key = id.cluster_secret + '\0' + id.tenant + '\0' + id.tenant_secret;
+  for (auto& [name, secret] : id.admitted_tenants)
+    key += '\0' + name + '\0' + secret;
+  if (!st.derived || st.key != key) {
+    auto subject = fmt::format("rackweave {} {}:{}",
+                               tenant ? "tenant " + id.tenant : std::string{"member"},
+                               this_host(), ::getpid());
+    auto me = tenant ? runtime::derived_identity(
+                id.tenant_secret, runtime::tenant_scope(id.tenant), subject)
+                     : runtime::derived_identity(id.cluster_secret,
+                                                 runtime::cluster_scope, subject);
+    // A member trusts the cluster CA, and the coordinator each tenant's; a tenant's
+    // shell trusts what the located answer says the cluster CA is (trust_located_ca).
+    std::string trusted;
+    if (!tenant) {
+      trusted = me.ca;
+      for (auto& [name, secret] : id.admitted_tenants)
+        trusted += runtime::derived_ca_cert(secret, runtime::tenant_scope(name));
+    }
+    st.cert = fd_path(memory_file("rw-control-cert", me.cert));
+    st.private_key = fd_path(memory_file("rw-control-key", me.key));
+    OPENSSL_cleanse(me.key.data(), me.key.size());
+    int ca_fd = memory_file("rw-control-ca", trusted, !tenant);
+    st.ca = fd_path(ca_fd);
+    st.tenant_ca_fd = tenant ? ca_fd : -1;
+    st.cluster_ca = tenant ? std::string{} : me.ca;
+    st.key = std::move(key);
+    st.derived = true;
+  }
+  cfg.load<caf::openssl::manager>();
+  cfg.openssl_certificate = st.cert;
+  cfg.openssl_key = st.private_key;
+  cfg.openssl_cafile = st.ca;
+}
+
+bool derived_control_tls(caf::actor_system& sys) {
+  if (!control_tls(sys))
+    return false;
+  auto& st = derived();
+  std::lock_guard<std::mutex> guard{st.mtx};
+  return st.derived && sys.config().openssl_certificate == st.cert;
+}
+
+std::string derived_cluster_ca() {
+  auto& st = derived();
+  std::lock_guard<std::mutex> guard{st.mtx};
+  return st.cluster_ca;
+}
+
+std::string trust_located_ca(const std::string& pem) {
+  auto& st = derived();
+  std::lock_guard<std::mutex> guard{st.mtx};
+  if (st.tenant_ca_fd < 0)
+    return {};
+  if (pem.empty())
+    return "the node that was asked sent no control-plane CA certificate (the cluster "
+           "runs without a secret, or with --tls-* files: give the shell --tls-cert, "
+           "--tls-key and --tls-ca)";
+  if (runtime::common_name(pem).empty())
+    return "the control-plane CA certificate in the located answer is not a PEM "
+           "certificate";
+  // The same descriptor number, new contents: CAF reads the file anew per connection.
+  int fd = memory_file("rw-control-ca", pem);
+  if (::dup3(fd, st.tenant_ca_fd, O_CLOEXEC) < 0) {
+    ::close(fd);
+    return fmt::format("cannot keep the located CA certificate: {}",
+                       std::strerror(errno));
+  }
+  ::close(fd);
+  return {};
+}
+
 bool control_tls(caf::actor_system& sys) {
   return sys.has_openssl_manager() && sys.openssl_manager().authentication_enabled();
 }
@@ -130,11 +271,17 @@ caf::io::middleman_actor control_middleman(caf::actor_system& sys) {
 }
 
 std::string tls_hint(caf::actor_system& sys) {
+  if (derived_control_tls(sys))
+    return "this process speaks TLS with a certificate derived from its secret: the "
+           "coordinator must have the same --cluster-secret-file (and the tenant in its "
+           "--tenants-file), and no --tls-* files";
   return control_tls(sys)
            ? "this process speaks TLS (--tls-*): the coordinator must too, with a "
              "certificate from the same CA"
-           : "this process speaks plain TCP: if the cluster uses TLS, give --tls-cert, "
-             "--tls-key and --tls-ca";
+           : "this process speaks plain TCP: if the cluster has a secret, give "
+             "--cluster-secret-file; if it uses TLS files, give --tls-cert, --tls-key "
+             "and "
+             "--tls-ca";
 }
 
 } // namespace rw::actors

@@ -1,4 +1,5 @@
 #include "logic/limited_log.hpp"
+#include "logic/log_text.hpp"
 #include "actors/node/coordinator_node.hpp"
 
 #include <caf/all.hpp>
@@ -41,16 +42,17 @@ services::hello_answer hello_answer(caf::actor_system& sys,
           out = detail::send_elsewhere(l, hello.spec.name, hello.rank, f, node, why);
           spdlog::info("worker sent on: peer={} job='{}' rank={}: node {} is the "
                        "coordinator; to {}: {}",
-                       peer, hello.spec.name, hello.rank, node,
-                       fmt::join(out.candidates, ", "), why);
+                       peer, detail::loggable(hello.spec.name), hello.rank, node,
+                       fmt::join(out.candidates, ", "), detail::loggable(why, 512));
         },
         [&](caf::error& err) {
           out.code = errc::unknown_job;
           out.message = fmt::format("{} ({})", refusal, describe(sys, err));
-          detail::log_limited(
-            spdlog::level::warn, peer, "hello refused: peer={} job='{}' rank={}: {}",
-            fmt::format("hello refused: peer={} job='{}' rank={}: {}", peer,
-                        hello.spec.name, hello.rank, describe(sys, err)));
+          detail::log_limited(spdlog::level::warn, peer,
+                              "hello refused: peer={} job='{}' rank={}: {}",
+                              fmt::format("hello refused: peer={} job='{}' rank={}: {}",
+                                          peer, detail::loggable(hello.spec.name),
+                                          hello.rank, describe(sys, err)));
         });
     return out;
   };
@@ -149,8 +151,9 @@ coordinator_node::coordinator_node(caf::actor_system& sys,
         "(rw.job_status(name).endpoints says which); shells and nodes only ask it "
         "where the coordinator is";
       locator_ = std::make_unique<services::locator_service>(
-        listen, protocol::located_msg{control_, cfg.name, "coordinator"}, refusal,
-        hello_answer(sys, coordinator_, cfg.name, refusal));
+        listen,
+        protocol::located_msg{control_, cfg.name, "coordinator", derived_cluster_ca()},
+        refusal, hello_answer(sys, coordinator_, cfg.name, refusal));
     } catch (const std::exception& e) {
       stop();
       throw;
@@ -158,7 +161,11 @@ coordinator_node::coordinator_node(caf::actor_system& sys,
   }
   spdlog::info("cluster coordinator up: control={}{} secret={} tls={}", control_,
                locator_ ? " locate=" + locator_->address() : std::string{},
-               cs.secret.empty() ? "none" : "required", tls_ ? "required" : "off");
+               cs.secret.empty() ? "none" : "required",
+               !tls_ ? "off"
+               : derived_control_tls(sys_)
+                 ? "required (certificates derived from the secret)"
+                 : "required");
 }
 
 coordinator_node::~coordinator_node() {

@@ -1,5 +1,7 @@
 #include "actors/node/rack_agg_node.hpp"
 
+#include "actors/node/control_tls.hpp"
+
 #include <unistd.h>
 
 #include <map>
@@ -152,6 +154,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     auto& p = plan_.endpoints[i];
     poller_settings s;
     s.node_name = name;
+    s.control_ca = derived_cluster_ca();
     s.endpoint_index = i;
     s.endpoints = addresses_;
     s.max_control_bytes = cfg.max_control_bytes;
@@ -207,6 +210,9 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
                           cfg.open_jobs};
   cs.rejoin_timeout = std::chrono::milliseconds(cfg.rejoin_timeout_ms);
   cs.max_open_jobs_per_peer = cfg.max_open_jobs_per_peer;
+  cs.max_open_jobs_bytes = cfg.max_open_jobs_mib == 0
+                             ? max_job_bytes
+                             : uint64_t{cfg.max_open_jobs_mib} << 20;
   cs.balance_interval = std::chrono::milliseconds(cfg.balance ? cfg.balance_ms : 0);
   cs.balance_ratio = cfg.balance_ratio;
   auto kib = runtime::job_kib_per_shard(cfg);

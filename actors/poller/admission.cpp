@@ -246,13 +246,34 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
   auto b = st.book->bindings.find(c->id());
   const bool stranger = b == st.book->bindings.end()
                         || b->second.status != binding::joined;
-  if (stranger)
+  if (stranger) {
+    // Answers queue for a peer that may read none of them: one at a time, a few each.
+    auto& asked = st.book->locates[c->id()];
+    if (asked.pending || asked.count >= defaults::max_stranger_locates) {
+      refuse(c, h, errc::too_many_requests,
+             asked.pending ? "a locate while the last one is being answered: wait for "
+                             "its located frame"
+                           : fmt::format("a connection that has not joined a job asks "
+                                         "locate {} times at most: connect again",
+                                         defaults::max_stranger_locates));
+      return;
+    }
+    ++asked.count;
+    asked.pending = true;
     c->admit(transports::admission::waiting);
+  }
+  auto answered = [self, conn, stranger] {
+    if (!stranger)
+      return;
+    conn->admit(transports::admission::stranger);
+    if (auto it = self->state.book->locates.find(conn->id());
+        it != self->state.book->locates.end())
+      it->second.pending = false;
+  };
   self_->request(st.book->coordinator, hello_timeout, locate_atom::value)
     .then(
-      [self, conn, stranger](std::string& address) {
-        if (stranger)
-          conn->admit(transports::admission::stranger);
+      [self, conn, answered](std::string& address) {
+        answered();
         frame_header reply;
         if (address.empty()) {
           conn->send_error(errc::unavailable,
@@ -262,15 +283,15 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
           return;
         }
         auto payload = protocol::encode(
-          protocol::located_msg{address, self->state.settings.node_name, "rack-agg"});
+          protocol::located_msg{address, self->state.settings.node_name, "rack-agg",
+                                self->state.settings.control_ca});
         reply.kind = frame_kind::located;
         reply.payload_bytes = static_cast<uint32_t>(payload.size());
         iovec iov{payload.data(), payload.size()};
         conn->send(reply, &iov, 1);
       },
-      [self, conn, stranger](caf::error& err) {
-        if (stranger)
-          conn->admit(transports::admission::stranger);
+      [self, conn, answered](caf::error& err) {
+        answered();
         conn->send_error(errc::internal,
                          "the node could not say where its coordinator is: "
                            + self->system().render(err),

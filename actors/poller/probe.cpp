@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/poller/sink.hpp"
+#include "logic/limited_log.hpp"
 
 namespace rw::actors::detail {
 
@@ -21,8 +22,9 @@ namespace {
 
 payload_target refuse_probe(const connection_ptr& c, const frame_header& h, errc code,
                             const std::string& why) {
-  spdlog::warn("rate probe refused: peer={}: {} ({}); connection closed", c->peer(), why,
-               to_string(code));
+  log_limited(spdlog::level::warn, c->peer(), "rate probe refused " + why,
+              fmt::format("rate probe refused: peer={}: {} ({}); connection closed",
+                          c->peer(), why, to_string(code)));
   c->send_error(code, why, h);
   return payload_target::closing();
 }

@@ -181,6 +181,7 @@ void poller_sink::on_resident_frame(const connection_ptr& c, const frame_header&
 void poller_sink::on_closed(const connection_ptr& c, errc code, const std::string& why) {
   auto& st = self_->state;
   st.book->strikes.erase(c->id());
+  st.book->locates.erase(c->id());
   if (auto p = st.book->probes.find(c->id()); p != st.book->probes.end()) {
     spdlog::debug("rate probe ended: peer={} bytes={}", c->peer(), p->second.bytes);
     st.book->probes.erase(p);
@@ -266,12 +267,37 @@ payload_target poller_sink::refuse(const connection_ptr& c, const frame_header& 
   return payload_target::closing();
 }
 
+binding* poller_sink::home_of(const connection_ptr& c, const frame_header& h,
+                              uint32_t& shard) {
+  auto& st = self_->state;
+  auto it = st.book->bindings.find(c->id());
+  if (it == st.book->bindings.end() || !it->second.routes)
+    return nullptr; // closed or left while the payload arrived
+  auto& routes = *it->second.routes;
+  if (h.tensor_id < routes.num_tensors()
+      && h.chunk_index < routes.layout(h.tensor_id).count()) {
+    shard = routes.shard_of(h.tensor_id, h.chunk_index);
+    if (shard != runtime::routing_table::not_here && shard < st.book->shards.size())
+      return &it->second;
+  }
+  ++st.book->rerouted_drops;
+  spdlog::debug("frame dropped: peer={} kind={} job={} chunk {}/{} clock={}: its chunk "
+                "moved to another node while the frame arrived (the worker sends it "
+                "again there)",
+                c->peer(), protocol::to_string(h.kind), h.job_id, h.tensor_id,
+                h.chunk_index, h.clock);
+  return nullptr;
+}
+
 void poller_sink::on_frame_pull(const connection_ptr& c, const frame_header& h) {
   auto& st = self_->state;
-  auto& b = st.book->bindings[c->id()];
+  uint32_t shard = 0;
+  auto* bound = home_of(c, h, shard);
+  if (bound == nullptr)
+    return;
+  auto& b = *bound;
   flush();
-  self_->send(st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)],
-              pull_atom::value,
+  self_->send(st.book->shards[shard], pull_atom::value,
               chunk_pull{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock, c,
                          (h.flags & protocol::flag_only_changed) != 0,
                          (h.flags & protocol::flag_subscribe) != 0});
@@ -280,12 +306,15 @@ void poller_sink::on_frame_pull(const connection_ptr& c, const frame_header& h) 
 void poller_sink::on_state(const connection_ptr& c, const frame_header& h,
                            runtime::buffer_ref payload) {
   auto& st = self_->state;
-  auto& b = st.book->bindings[c->id()];
+  uint32_t shard = 0;
+  auto* bound = home_of(c, h, shard);
+  if (bound == nullptr)
+    return;
+  auto& b = *bound;
   if (payload)
     payload->size = h.payload_bytes;
   flush(); // after the pushes read before it
-  self_->send(st.book->shards[b.routes->shard_of(h.tensor_id, h.chunk_index)],
-              state_atom::value,
+  self_->send(st.book->shards[shard], state_atom::value,
               state_request{h.job_id, b.shard_rank, h.tensor_id, h.chunk_index, h.clock,
                             h.staleness, (h.flags & protocol::flag_state_load) != 0,
                             std::move(payload), c, h.ring});
@@ -302,7 +331,11 @@ uint64_t poller_sink::priority(const connection_ptr& c) const {
 void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
                                 runtime::buffer_ref payload) {
   auto& st = self_->state;
-  auto& b = st.book->bindings[c->id()];
+  uint32_t index = 0;
+  auto* bound = home_of(c, h, index);
+  if (bound == nullptr)
+    return;
+  auto& b = *bound;
   if (h.kind == frame_kind::push)
     b.clock = std::max(b.clock, h.clock);
   if (h.kind == frame_kind::push && payload)
@@ -319,7 +352,6 @@ void poller_sink::dispatch_data(const connection_ptr& c, const frame_header& h,
                std::move(payload),
                c,
                h.ring};
-  auto index = b.routes->shard_of(h.tensor_id, h.chunk_index);
   if (h.kind == frame_kind::push) {
     if (st.outbox.size() <= index)
       st.outbox.resize(st.book->shards.size());

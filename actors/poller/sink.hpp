@@ -114,6 +114,13 @@ struct poller_book {
   /// Frames refused on connections that have not joined a job, by connection id: at
   /// defaults::max_stranger_refusals the connection is closed.
   std::unordered_map<uint64_t, uint32_t> strikes;
+  /// Locates asked by connections that have not joined, by connection id, and whether
+  /// one is being answered: defaults::max_stranger_locates each, one at a time.
+  struct locates_asked {
+    uint32_t count = 0;
+    bool pending = false;
+  };
+  std::unordered_map<uint64_t, locates_asked> locates;
   uint32_t incarnation = 0; // pollers that have held this book before the current one
   /// Connections whose reading is paused (backpressure).
   std::vector<transports::connection_ptr> paused;
@@ -121,6 +128,8 @@ struct poller_book {
   uint64_t frames_in = 0;
   uint64_t bytes_in = 0;
   uint64_t refused = 0;
+  // Data frames whose chunk moved to another node while their payload arrived.
+  uint64_t rerouted_drops = 0;
 };
 
 struct poller_state {
@@ -196,6 +205,13 @@ private:
   uint64_t priority(const connection_ptr& c) const override;
   void dispatch_data(const connection_ptr& c, const frame_header& h,
                      runtime::buffer_ref payload);
+  // The connection's binding, with `shard` set to the shard that serves the frame's
+  // chunk now; null if there is none: the routes the frame was checked against when its
+  // header came may have changed while its payload arrived (a reroute: a node joined or
+  // drained). A chunk no longer homed here is dropped, as a frame of the ring the job
+  // just left (the worker sends it again to its new home). One lookup per frame, as
+  // before.
+  binding* home_of(const connection_ptr& c, const frame_header& h, uint32_t& shard);
   // Checks a data frame against the connection's binding; refuses it (error frame)
   // and returns false if it does not fit.
   bool admissible(const connection_ptr& c, const frame_header& h);

@@ -22,8 +22,8 @@ std::string peer_host(const std::string& peer) {
 namespace {
 
 admission_limits limits_of(const coordinator_settings& s) {
-  return {s.node_name, s.max_chunk_bytes, s.max_workers, s.max_job_bytes,
-          s.max_open_jobs_per_peer};
+  return {s.node_name,     s.max_chunk_bytes,        s.max_workers,
+          s.max_job_bytes, s.max_open_jobs_per_peer, s.max_open_jobs_bytes};
 }
 
 // Logs a refused hello (once a minute per host and reason) and answers the worker.
@@ -69,15 +69,23 @@ std::optional<job_binding> check_hello(rack_ptr self, const hello_request& req) 
 // as many live open jobs here as a host may.
 std::optional<job_binding> check_open_job_quota(rack_ptr self, const hello_request& req) {
   auto& st = self->state;
-  if (st.settings.max_open_jobs_per_peer == 0 || st.jobs.count(req.hello.spec.name) > 0)
+  if (st.jobs.count(req.hello.spec.name) > 0)
     return std::nullopt;
   auto host = peer_host(req.peer);
-  std::vector<std::string> theirs;
+  std::vector<std::string> theirs, open;
+  uint64_t held = 0;
   for (auto& [name, job] : st.jobs)
-    if (!job.granted && job.created_by == host)
-      theirs.push_back(name);
+    if (!job.granted) {
+      open.push_back(name);
+      held += detail::job_footprint(job.spec);
+      if (job.created_by == host)
+        theirs.push_back(name);
+    }
   if (auto r = detail::check_open_job_quota(host, theirs, req.hello.spec, req.hello.rank,
                                             limits_of(st.settings)))
+    return refuse_hello(req, std::move(r));
+  if (auto r = detail::check_open_jobs_budget(held, open, req.hello.spec, req.hello.rank,
+                                              limits_of(st.settings)))
     return refuse_hello(req, std::move(r));
   return std::nullopt;
 }
@@ -202,8 +210,9 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
     return refuse(errc::unknown_job, fmt::format("unknown job {}", req.job_id));
   auto& job = st.jobs.at(n->second);
   if (req.rank >= job.ranks.size() || job.ranks.status(req.rank) != rank_status::live) {
-    spdlog::warn("attach refused: peer={} job={} rank={}: no such live rank", req.peer,
-                 req.job_id, req.rank);
+    log_limited(spdlog::level::warn, req.peer, "attach refused: no such live rank",
+                fmt::format("attach refused: peer={} job={} rank={}: no such live rank",
+                            req.peer, req.job_id, req.rank));
     return refuse(
       errc::bad_rank,
       fmt::format("attach refused: job {} has no live rank {}", req.job_id, req.rank));
@@ -212,9 +221,10 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
   if (job.granted) {
     auto g = st.grants.find(job.spec.name);
     if (g == st.grants.end() || g->second.secret.empty()) {
-      spdlog::warn("attach refused: peer={} job='{}' id={} rank={}: the job's grant (its "
-                   "token) is gone from this node",
-                   req.peer, job.spec.name, req.job_id, req.rank);
+      log_limited(spdlog::level::warn, req.peer, "attach refused: the grant is gone",
+                  fmt::format("attach refused: peer={} job='{}' id={} rank={}: the job's "
+                              "grant (its token) is gone from this node",
+                              req.peer, job.spec.name, req.job_id, req.rank));
       return refuse(
         errc::unauthorized,
         fmt::format("attach refused: job '{}' has no token on node {} any more",
@@ -225,8 +235,9 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
   auto attach_token = job.ranks.token(req.rank);
   if (!runtime::verify_attach(token, attach_token, req.nonce, job.spec.name, req.rank,
                               req.mac)) {
-    spdlog::warn("attach refused: peer={} job='{}' id={} rank={}: wrong proof", req.peer,
-                 job.spec.name, req.job_id, req.rank);
+    log_limited(spdlog::level::warn, req.peer, "attach refused: wrong proof",
+                fmt::format("attach refused: peer={} job='{}' id={} rank={}: wrong proof",
+                            req.peer, job.spec.name, req.job_id, req.rank));
     return refuse(
       errc::unauthorized,
       fmt::format("attach refused: the proof for rank {} of job '{}' does not "
@@ -237,10 +248,11 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
   switch (job.ranks.attach(req.rank, req.nonce)) {
     case attach_ledger::verdict::taken: break;
     case attach_ledger::verdict::exhausted:
-      spdlog::warn(
-        "attach refused: peer={} job='{}' id={} rank={}: {} attaches since its "
-        "welcome",
-        req.peer, job.spec.name, req.job_id, req.rank, job.ranks.attaches(req.rank));
+      log_limited(spdlog::level::warn, req.peer, "attach refused: attaches exhausted",
+                  fmt::format("attach refused: peer={} job='{}' id={} rank={}: {} "
+                              "attaches since its welcome",
+                              req.peer, job.spec.name, req.job_id, req.rank,
+                              job.ranks.attaches(req.rank)));
       return refuse(
         errc::too_many_requests,
         fmt::format("attach refused: rank {} attached {} times since its welcome "
@@ -248,10 +260,10 @@ job_binding on_attach(rack_ptr self, const attach_request& req) {
                     req.rank, job.ranks.attaches(req.rank),
                     attach_ledger::max_per_welcome));
     case attach_ledger::verdict::replayed:
-      spdlog::warn(
-        "attach refused: peer={} job='{}' id={} rank={}: a proof that was used "
-        "already (a replay)",
-        req.peer, job.spec.name, req.job_id, req.rank);
+      log_limited(spdlog::level::warn, req.peer, "attach refused: a replay",
+                  fmt::format("attach refused: peer={} job='{}' id={} rank={}: a proof "
+                              "that was used already (a replay)",
+                              req.peer, job.spec.name, req.job_id, req.rank));
       return refuse(
         errc::unauthorized,
         fmt::format("attach refused: this proof for rank {} of job '{}' was used "

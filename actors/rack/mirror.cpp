@@ -7,6 +7,8 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/rack/state.hpp"
+#include "logic/limited_log.hpp"
+#include "logic/log_text.hpp"
 #include "runtime/credentials.hpp"
 
 namespace rw::actors::detail {
@@ -43,8 +45,10 @@ job_binding mirror_hello(rack_ptr self, const hello_request& req) {
   job_binding refusal;
   auto* job = mirrored_job(st, req, refusal);
   if (job == nullptr) {
-    spdlog::warn("mirror refused: peer={} job='{}': {}", req.peer, req.hello.spec.name,
-                 refusal.message);
+    log_limited(spdlog::level::warn, req.peer, "mirror refused",
+                fmt::format("mirror refused: peer={} job='{}': {}", req.peer,
+                            loggable(req.hello.spec.name),
+                            loggable(refusal.message, 256)));
     return refusal;
   }
   job_binding b;
@@ -62,8 +66,9 @@ job_binding mirror_proof(rack_ptr self, const proof_request& p) {
     return refusal;
   auto& g = st.grants.at(job->spec.name);
   if (!runtime::verify(g.secret, p.nonce, job->spec.name, protocol::mirror_rank, p.mac)) {
-    spdlog::warn("mirror refused: peer={} job='{}' id={}: wrong token", req.peer,
-                 job->spec.name, job->id);
+    log_limited(spdlog::level::warn, req.peer, "mirror refused: wrong token",
+                fmt::format("mirror refused: peer={} job='{}' id={}: wrong token",
+                            req.peer, job->spec.name, job->id));
     return refuse(errc::unauthorized,
                   fmt::format("wrong token for job '{}': the proof does "
                               "not match",

@@ -13,6 +13,7 @@
 #include "logic/limited_log.hpp"
 #include "actors/cluster/rack_choice.hpp"
 #include "actors/rack/state.hpp"
+#include "logic/log_text.hpp"
 
 namespace rw::actors::detail {
 
@@ -240,8 +241,8 @@ caf::result<job_binding> send_on(rack_ptr self, const hello_request& req,
         spdlog::info(
           "worker sent on: peer={} job='{}' rank={}: node {} does not hold the "
           "job; to {}: {}",
-          req.peer, req.hello.spec.name, req.hello.rank, st.settings.node_name,
-          fmt::join(answer.candidates, ", "), why);
+          req.peer, loggable(req.hello.spec.name), req.hello.rank, st.settings.node_name,
+          fmt::join(answer.candidates, ", "), loggable(why, 512));
         auto b = refuse(answer.code, answer.message);
         b.candidates = answer.candidates;
         rp.deliver(std::move(b));

@@ -211,6 +211,8 @@ struct coordinator_settings {
   bool open_jobs = false;
   /// Live open jobs the workers of one host (IP address) may have created (0: any).
   uint32_t max_open_jobs_per_peer = defaults::max_open_jobs_per_peer;
+  /// What the live open jobs together may take (parameters, state; 0: no bound).
+  uint64_t max_open_jobs_bytes = 0;
   /// The shards must have set up a new job's chunks within this long, or it fails.
   std::chrono::milliseconds shard_setup_timeout{defaults::shard_setup_timeout_ms};
   /// A rank whose worker disconnected without bye may join again within this long.

@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "actors/cluster_messages.hpp"
+#include "actors/node/control_tls.hpp"
 #include "actors/node/idle_policy.hpp"
 #include "apps/shell/cluster_client.hpp"
 #include "rackweave/errc.hpp"
@@ -61,10 +62,14 @@ cluster_job::cluster_job(cluster_job_request req) : impl_(std::make_unique<impl>
   d.cfg.set("logger.verbosity", caf::atom("quiet"));
   d.cfg.set("scheduler.max-threads", 2);
   rw::actors::configure_idle_policy(d.cfg);
+  auto secret = read_secret(d.req.secret_file);
+  actors::control_identity control;
+  control.cluster_secret = secret; // with a secret, TLS derived from it
+  actors::configure_control_tls(d.cfg, control);
   d.sys = std::make_unique<caf::actor_system>(d.cfg);
   try {
-    d.client = std::make_unique<shell::cluster_client>(
-      *d.sys, d.req.connect, d.req.timeout, read_secret(d.req.secret_file));
+    d.client = std::make_unique<shell::cluster_client>(*d.sys, d.req.connect,
+                                                       d.req.timeout, secret);
   } catch (const shell::shell_error& e) {
     // Not reached (unavailable, timeout: rw-bench exits 3), or refused (a secret: 1).
     throw rw::error(e.code(), fmt::format("cannot reach the coordinator through {}: {}",

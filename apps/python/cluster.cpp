@@ -32,11 +32,6 @@ struct coordinator_session {
                       const std::string& tenant, const actors::tls_files& tls,
                       double timeout) {
     actors::register_cluster_types(cfg);
-    actors::configure_control_tls(cfg, tls); // bad files: RuntimeError, as a bad secret
-    cfg.set("logger.verbosity", caf::atom("quiet"));
-    cfg.set("scheduler.max-threads", 2);
-    actors::configure_idle_policy(cfg);
-    sys = std::make_unique<caf::actor_system>(cfg);
     std::string secret;
     if (!tenant.empty() && secret_file.empty())
       throw std::invalid_argument("tenant= needs secret_file= (the tenant's secret)");
@@ -44,6 +39,16 @@ struct coordinator_session {
       secret = tenant.empty() ? runtime::read_secret_file(secret_file)
                               : runtime::read_secret_file(secret_file, "tenant '" + tenant
                                                                          + "' secret");
+    actors::control_identity control;
+    control.files = tls;
+    (tenant.empty() ? control.cluster_secret : control.tenant_secret) = secret;
+    control.tenant = tenant;
+    // Bad files: RuntimeError, as a bad secret.
+    actors::configure_control_tls(cfg, control);
+    cfg.set("logger.verbosity", caf::atom("quiet"));
+    cfg.set("scheduler.max-threads", 2);
+    actors::configure_idle_policy(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
     auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
     try {
       py::gil_scoped_release nogil;

@@ -1,5 +1,6 @@
 #include "apps/tools/metrics_server.hpp"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
@@ -150,6 +151,9 @@ private:
   struct connection {
     int fd = -1;
     bool reserve = false; // let in past max_connections: health only
+    std::string address;  // the peer's IP address, for max_per_address
+    bool counted = false; // in per_address_: a regular one not answered yet
+    clock::time_point accepted;
     clock::time_point deadline;
     std::unique_ptr<char[]> head;
     size_t used = 0;
@@ -192,7 +196,10 @@ private:
 
   void accept_all() {
     for (int i = 0; i < 256; ++i) {
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage peer{};
+      socklen_t peer_len = sizeof(peer);
+      int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
           // Out of descriptors: stop listening for a moment rather than spin.
@@ -202,7 +209,15 @@ private:
         }
         return;
       }
-      bool reserve = regular_ >= o_.limits.max_connections;
+      auto address = address_of(peer);
+      auto past_cap = [&] {
+        auto a = per_address_.find(address);
+        return regular_ >= o_.limits.max_connections
+               || (a != per_address_.end() && a->second >= o_.limits.max_per_address);
+      };
+      bool reserve = past_cap();
+      if (reserve && reserved_ >= o_.limits.health_reserve && evict_idle())
+        reserve = past_cap();
       if (reserve && reserved_ >= o_.limits.health_reserve) {
         // Full: told so, if its socket takes the answer at once, and closed.
         auto text = answer_text(503, "too many connections\n", {});
@@ -215,14 +230,52 @@ private:
       connection c;
       c.fd = fd;
       c.reserve = reserve;
-      c.deadline = clock::now()
+      c.address = address;
+      c.accepted = clock::now();
+      c.deadline = c.accepted
                    + (reserve ? o_.limits.reserve_deadline : o_.limits.deadline);
+      if (!reserve) {
+        ++per_address_[address];
+        c.counted = true;
+      }
       c.head = std::make_unique<char[]>(o_.limits.max_head_bytes);
       c.events = EPOLLIN | EPOLLRDHUP;
       watch(fd, c.events);
       (reserve ? reserved_ : regular_) += 1;
       conns_.emplace(fd, std::move(c));
     }
+  }
+
+  static std::string address_of(const sockaddr_storage& peer) {
+    char text[INET6_ADDRSTRLEN] = {};
+    if (peer.ss_family == AF_INET)
+      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(peer).sin_addr, text,
+                sizeof(text));
+    else if (peer.ss_family == AF_INET6)
+      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr, text,
+                sizeof(text));
+    return text;
+  }
+
+  // Cuts the oldest connection that has sent nothing for evict_idle_after (told 408),
+  // to make room; false if there is none.
+  bool evict_idle() {
+    auto now = clock::now();
+    int oldest = -1;
+    clock::time_point since = now - o_.limits.evict_idle_after;
+    for (auto& [fd, c] : conns_)
+      if (c.st == state::reading && c.used == 0 && c.accepted <= since) {
+        since = c.accepted;
+        oldest = fd;
+      }
+    if (oldest < 0)
+      return false;
+    auto text = answer_text(408, "idle: its place was taken by a newer connection\n", {});
+    [[maybe_unused]] auto n = send(oldest, text.data(), text.size(),
+                                   MSG_NOSIGNAL | MSG_DONTWAIT);
+    drop(oldest);
+    ++evicted_;
+    return true;
   }
 
   void pause_accept() {
@@ -264,6 +317,7 @@ private:
     }
     c.head.reset(); // not needed any more: what follows the head is never read into it
     c.st = state::writing;
+    uncount(c);
     return write_answer(c);
   }
 
@@ -392,8 +446,20 @@ private:
     if (it == conns_.end())
       return;
     (it->second.reserve ? reserved_ : regular_) -= 1;
+    uncount(it->second);
     close(fd); // leaves the epoll set with it
     conns_.erase(it);
+  }
+
+  // A connection whose request is read no longer counts against its address: the cap
+  // is on places held without a request (an answered one goes as soon as it is sent).
+  void uncount(connection& c) {
+    if (!c.counted)
+      return;
+    c.counted = false;
+    if (auto a = per_address_.find(c.address);
+        a != per_address_.end() && --a->second == 0)
+      per_address_.erase(a);
   }
 
   // Connections past their deadline: cut (told 408 if still reading their request).
@@ -433,6 +499,8 @@ private:
   size_t regular_ = 0;
   size_t reserved_ = 0;
   uint64_t refused_full_ = 0;
+  uint64_t evicted_ = 0;
+  std::unordered_map<std::string, size_t> per_address_; // regular connections
   bool accept_paused_ = false;
   clock::time_point resume_accept_;
 };

@@ -16,7 +16,11 @@
 // (413), a head past its bound (431), a malformed one (400); cut: a connection past
 // its deadline (408 if it can still be told). Past `max_connections`, a few more
 // (`health_reserve`, with `reserve_deadline`) are let in for /healthz and /readyz
-// only (anything else: 503); past those, a connection is closed at once. The handlers
+// only (anything else: 503), and so is a connection from an address that holds
+// `max_per_address` already. Past those a new connection takes the place of the
+// oldest one that has sent nothing for `evict_idle_after` (cut, told 408), so idle
+// connections from anywhere never keep a health probe out; with none such it is closed
+// at once (503). The handlers
 // run on the serving thread, so they must be quick: rw-node gives it a snapshot.
 //
 // Why not cpp-httplib, which served it before: its 0.11.4 (Debian's, compiled) reads
@@ -42,6 +46,10 @@ struct metrics_limits {
   size_t max_connections = 64;                      // open at once
   size_t health_reserve = 8;                        // past that: /healthz, /readyz only
   std::chrono::milliseconds reserve_deadline{1000}; // ... each with this deadline
+  size_t max_per_address = 16; // from one address, request not read yet; past: reserve
+  /// Full (regular and reserve): a new connection takes the place of the oldest one
+  /// that has sent nothing for this long, so idle connections never shut out a probe.
+  std::chrono::milliseconds evict_idle_after{100};
 };
 
 struct metrics_options {

@@ -52,6 +52,13 @@ constexpr uint32_t max_stranger_connections = 256;
 constexpr uint32_t max_unjoined_mib = 8;
 /// A peer that has not joined a job and had this many frames refused is closed.
 constexpr uint32_t max_stranger_refusals = 4;
+/// `locate` answers one connection that has not joined a job gets (one at a time): a
+/// client that pipelines locates and reads none makes the node queue no more.
+constexpr uint32_t max_stranger_locates = 4;
+/// A peer that has not joined a job holds its connection at most this many times
+/// first_frame_ms in all, however often it sends (its idle time restarts with each
+/// frame); time spent waiting for the node's answer to its hello is not counted.
+constexpr uint32_t stranger_lifetimes = 3;
 /// How long a peer may take none of the bytes sent to it before its connection is
 /// closed (a worker's own sends block at most this long; a node's are queued).
 constexpr uint32_t io_timeout_ms = 10'000;

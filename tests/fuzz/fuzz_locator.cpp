@@ -53,7 +53,7 @@ tcp::endpoint& endpoint() {
 
 rw::services::locator_sink& sink() {
   static rw::services::locator_sink s{
-    pr::located_msg{"127.0.0.1:1", "fuzz", "coordinator"}, "not here",
+    pr::located_msg{"127.0.0.1:1", "fuzz", "coordinator", ""}, "not here",
     [](const pr::hello_msg& hello, const std::string& peer) {
       auto it = by_peer->find(peer);
       if (it == by_peer->end())

@@ -247,6 +247,28 @@ TEST_CASE("an open-jobs node caps the live jobs one host's hellos create",
   CHECK(created);
 }
 
+TEST_CASE("an open-jobs node bounds the memory all open jobs take together",
+          "[integration][bad][hostile]") {
+  // Hellos created 16 jobs per host, each up to --max-job-mib (half the RAM by
+  // default): 4 x 200 MiB took the node from 23 to 824 MiB resident. Now every open
+  // job together takes at most --max-open-jobs-mib.
+  testing::node_process node{{"--max-open-jobs-mib", "3"}};
+  // 500,000 floats (the sum optimizer: no state): 2 MB and its chunks' bookkeeping.
+  auto one = std::make_unique<testing::raw_client>(node.address());
+  one->join(small_job("mem-a", 1, 500'000), 0);
+  testing::raw_client two{node.address()};
+  auto refusal = error_code_and_message(
+    [&] { two.join(small_job("mem-b", 1, 500'000), 0); });
+  CHECK(refusal.first == errc::too_many_requests);
+  CHECK_THAT(refusal.second,
+             Catch::Contains("all open jobs may take (--max-open-jobs-mib)")
+               && Catch::Contains("mem-a"));
+  // A small one still fits beside it.
+  testing::raw_client three{node.address()};
+  CHECK(error_code_and_message([&] { three.join(small_job("mem-c", 1, 1000), 0); }).first
+        == errc::ok);
+}
+
 TEST_CASE("data before hello, unknown jobs, bad chunks and bad ranks get errors",
           "[integration][bad]") {
   testing::node_process node;

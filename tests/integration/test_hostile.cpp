@@ -389,4 +389,102 @@ TEST_CASE("one hyper-parameter change at a time per job", "[integration][bad][ho
   CHECK(done + busy == sent);
 }
 
+TEST_CASE("hellos that carry a 1 MiB name or rack cost the log a bounded line",
+          "[integration][bad][hostile]") {
+  testing::node_process node;
+  const auto before = node.log().size();
+  // A mirror hello is decided before its name is checked: 20 of them with a 1 MiB job
+  // name once wrote 39 MiB of log in 1.2 s. A worker's hello for a job this node does
+  // not hold, with a 1 MiB rack, once echoed the rack in its "worker sent on" line.
+  for (int i = 0; i < 20; ++i) {
+    protocol::hello_msg h;
+    h.spec = one_chunk_job("mirror-" + std::to_string(i), 2);
+    h.spec.name += std::string(1000 * 1000, 'n');
+    h.mirror = i % 2 == 0;
+    h.rank = h.mirror ? protocol::mirror_rank : 0;
+    h.has_token = true;
+    if (!h.mirror) {
+      h.spec.name = "not-here";
+      h.rack = std::string(1000 * 1000, 'r');
+    }
+    auto payload = protocol::encode(h);
+    REQUIRE(payload.size() <= defaults::max_control_bytes);
+    testing::raw_client c{node.address()};
+    c.send_frame(header(frame_kind::hello, static_cast<uint32_t>(payload.size())),
+                 payload.data());
+    REQUIRE(c.read_frame(std::chrono::seconds(5))); // refused, or an open job made
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto log = node.log().substr(before);
+  INFO(log.substr(0, 3000));
+  CHECK(log.size() < 64 * 1024);
+  CHECK(log.find(std::string(1000, 'n')) == std::string::npos);
+  CHECK(log.find(std::string(1000, 'r')) == std::string::npos);
+  check_node_serves(node.address(), "after-long-names");
+}
+
+TEST_CASE("pipelined locates from a peer that reads none get a few answers",
+          "[integration][bad][hostile]") {
+  testing::node_process node;
+  check_node_serves(node.address(), "warm"); // the node has reached its coordinator
+  // 1000 locates sent before reading any: each answer once queued for the peer (24 MiB
+  // of locates: +126 MiB of resident memory). One is answered at a time, four in all.
+  testing::raw_client c{node.address()};
+  auto locate = encoded_header(header(frame_kind::locate));
+  std::vector<std::byte> many;
+  for (int i = 0; i < 1000; ++i)
+    many.insert(many.end(), locate.begin(), locate.end());
+  try {
+    c.send_bytes(many.data(), many.size());
+  } catch (const std::runtime_error&) { // closed under the sender: fine
+  }
+  size_t located = 0, refused = 0;
+  while (auto f = c.read_frame(std::chrono::seconds(3))) {
+    located += f->header.kind == frame_kind::located;
+    refused += f->header.kind == frame_kind::error;
+  }
+  // The first is answered once the node's coordinator says where it is; the node may
+  // have closed the connection for the refused ones before that.
+  INFO("located " << located << ", refused " << refused);
+  CHECK(located <= defaults::max_stranger_locates);
+  CHECK(refused <= defaults::max_stranger_refusals);
+  CHECK(c.closed_by_peer());
+  check_node_serves(node.address(), "after-locates");
+}
+
+TEST_CASE("a stranger that keeps sending holds its connection a bounded time in all",
+          "[integration][bad][hostile]") {
+  testing::node_process node{{"--first-frame-timeout-ms", "500"}};
+  check_node_serves(node.address(), "warm");
+  // A locate every 400 ms restarted the idle timer each time: the connection was held
+  // for as long as the peer liked. Now: 3 x 500 ms of being a stranger, in all.
+  testing::raw_client c{node.address()};
+  auto t0 = std::chrono::steady_clock::now();
+  bool cut = false;
+  std::string messages;
+  while (!cut && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(8)) {
+    try {
+      c.send_frame(header(frame_kind::locate));
+    } catch (const std::runtime_error&) {
+      break;
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto f = c.read_frame(std::chrono::milliseconds(50));
+      if (f && f->header.kind == frame_kind::error) {
+        messages += f->error().message + "\n";
+        cut = cut
+              || f->error().message.find("without joining a job (a peer that has "
+                                         "not joined holds its connection at most")
+                   != std::string::npos;
+      }
+    }
+  }
+  INFO(messages);
+  CHECK(cut);
+  CHECK(c.closed_by_peer());
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4));
+  check_node_serves(node.address(), "after-lifetime");
+}
+
 } // namespace rw_integration_hostile

@@ -183,9 +183,11 @@ TEST_CASE("tenants need a cluster secret", "[integration][cluster][tenants]") {
                      "[vision]\nsecret_file = 'vision.secret'\nmax_jobs = 0\n");
   auto refused = testing::node_that_stops(
     {"--cluster-secret-file", f.cluster, "--tenants-file", bad});
+  // Read as the configuration is (the control plane's TLS admits the tenants): exit 2.
   REQUIRE(refused.code.has_value());
-  CHECK(*refused.code == 1);
-  CHECK_THAT(refused.log, Catch::Contains("bad.toml: tenant 'vision': 'max_jobs'"));
+  CHECK(*refused.code == 2);
+  CHECK_THAT(refused.log, Catch::Contains("bad configuration:")
+                            && Catch::Contains("bad.toml: tenant 'vision': 'max_jobs'"));
 }
 
 } // namespace rw_integration_tenants

@@ -190,7 +190,7 @@ expect() { # RC PATTERN COMMAND...: runs it, checks its exit code and stderr
   [[ $got == "$rc" ]] || { cat "$tmp/err" >&2; fail "$* exited $got, not $rc"; }
   grep -qE "$pattern" "$tmp/err" || { cat "$tmp/err" >&2; fail "$*: no '$pattern' in its errors"; }
 }
-expect 3 "if the cluster uses TLS, give --tls-cert" shell --connect "$address" -c 'print(1)'
+expect 3 "if it uses TLS files, give --tls-cert" shell --connect "$address" -c 'print(1)'
 expect 3 "cannot reach the cluster" \
   shell --connect "$address" --tls-cert "$certs/stranger.pem" --tls-key "$certs/stranger.key" \
   --tls-ca "$certs/other-ca.pem" -c 'print(1)'

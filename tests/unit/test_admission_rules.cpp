@@ -135,6 +135,22 @@ TEST_CASE("a host's open jobs are capped", "[admission_rules]") {
   CHECK_FALSE(check_open_job_quota("10.0.0.1", {"a", "b", "c"}, spec("q"), 0, unlimited));
 }
 
+TEST_CASE("every open job together stays within the node's budget", "[admission_rules]") {
+  auto l = limits();
+  auto one = job_footprint(spec("q", 100'000));
+  l.max_open_jobs_bytes = 2 * one + one / 2;
+  CHECK_FALSE(check_open_jobs_budget(0, {}, spec("q", 100'000), 0, l));
+  CHECK_FALSE(check_open_jobs_budget(one, {"a"}, spec("q", 100'000), 0, l));
+  auto r = check_open_jobs_budget(2 * one, {"a", "b"}, spec("q", 100'000), 1, l);
+  CHECK(r.code == errc::too_many_requests);
+  CHECK_THAT(r.why, Catch::Contains("the 2 live open job(s) on node n0 hold")
+                      && Catch::Contains("(--max-open-jobs-mib): finish or stop one of "
+                                         "[a, b] first"));
+  CHECK(r.log == " job='q' rank=1: " + r.why);
+  l.max_open_jobs_bytes = 0; // no bound
+  CHECK_FALSE(check_open_jobs_budget(uint64_t{1} << 40, {"a"}, spec("q"), 0, l));
+}
+
 TEST_CASE("an attach proof's nonce is taken once per welcome, and only so many",
           "[admission_rules]") {
   attach_ledger ledger;

@@ -235,10 +235,26 @@ TEST_CASE("the metrics endpoint caps its connections and still answers health") 
   CHECK(status == 200);
   CHECK(took < 0.1);
   CHECK(test::http_get(port, "/metrics").status == 503);
-  // The reserve taken too (a connection that says nothing): the next is shut at once.
+  // The reserve taken too (a connection that says nothing): the next takes the place
+  // of the oldest silent one (told 408), so health still answers at once.
   test::http_probe silent{port};
+  std::this_thread::sleep_for(ms(150));
+  auto [again, again_took] = timed_health(port);
+  CHECK(again == 200);
+  CHECK(again_took < 0.1);
+  auto evicted = idle.front()->read_reply(ms(2000));
+  CHECK(evicted.closed);
+  CHECK(evicted.status == 408);
+  idle.erase(idle.begin());
+  // Every place held by a connection too young to give up: the next is shut at once.
+  l.evict_idle_after = ms(60'000);
+  tools::metrics_server strict("127.0.0.1:0", handlers_for(a), {std::string(), l});
+  int strict_port = port_of(strict);
+  std::vector<std::unique_ptr<test::http_probe>> young;
+  for (int i = 0; i < 5; ++i)
+    young.push_back(std::make_unique<test::http_probe>(strict_port));
   std::this_thread::sleep_for(ms(100));
-  test::http_probe extra{port};
+  test::http_probe extra{strict_port};
   auto t0 = std::chrono::steady_clock::now();
   auto r = extra.read_reply(ms(2000));
   CHECK(r.closed);
@@ -249,6 +265,35 @@ TEST_CASE("the metrics endpoint caps its connections and still answers health") 
   CHECK(timed_health(port).first == 200);
   // A regular connection closing frees its place.
   idle.pop_back();
+  std::this_thread::sleep_for(ms(100));
+  CHECK(test::http_get(port, "/metrics").status == 200);
+}
+
+TEST_CASE("idle connections from one address never keep a health probe out") {
+  // 72 idle connections from one address once took every place, reserve included:
+  // 80 of 80 /healthz probes were answered 503 (a liveness probe would restart a
+  // healthy node). One address holds 16 regular places at most, and a newcomer takes
+  // the place of the oldest idle connection.
+  answers a;
+  tools::metrics_server server("127.0.0.1:0", handlers_for(a));
+  int port = port_of(server);
+  std::vector<std::unique_ptr<test::http_probe>> idle;
+  for (int i = 0; i < 16; ++i)
+    idle.push_back(std::make_unique<test::http_probe>(port));
+  std::this_thread::sleep_for(ms(200));
+  // The address holds its 16: a scrape from it is let in for health only.
+  CHECK(test::http_get(port, "/metrics").status == 503);
+  for (int i = 0; i < 56; ++i)
+    idle.push_back(std::make_unique<test::http_probe>(port));
+  std::this_thread::sleep_for(ms(200));
+  int ok = 0;
+  for (int i = 0; i < 20; ++i)
+    ok += timed_health(port).first == 200;
+  CHECK(ok == 20);
+  auto oldest = idle.front()->read_reply(ms(2000));
+  CHECK(oldest.status == 408);
+  CHECK(oldest.closed);
+  idle.clear();
   std::this_thread::sleep_for(ms(100));
   CHECK(test::http_get(port, "/metrics").status == 200);
 }

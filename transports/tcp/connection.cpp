@@ -65,14 +65,21 @@ void connection::treat_as_stranger(std::shared_ptr<byte_budget> budget) {
   budget_ = std::move(budget);
   timed_ = true;
   quiet_since_ = clock::now();
+  stranger_since_ = quiet_since_;
   admission_.store(admission::stranger, std::memory_order_release);
 }
 
 void connection::admit(admission a) {
   // A stranger again (its challenge sent, its locate answered): idle from now. Called on
   // the thread that drives the endpoint, as quiet_since_ is read there.
-  if (a == admission::stranger && admitted() != admission::stranger)
-    quiet_since_ = clock::now();
+  auto before = admitted();
+  auto now = clock::now();
+  if (a == admission::stranger && before != admission::stranger) {
+    quiet_since_ = now;
+    stranger_since_ = now;
+  }
+  if (a != admission::stranger && before == admission::stranger && timed_)
+    stranger_time_ += now - stranger_since_;
   admission_.store(a, std::memory_order_release);
 }
 
@@ -93,6 +100,16 @@ std::string connection::overstayed(clock::time_point now,
       "--first-frame-timeout-ms",
       limit.count(), have, total);
   }
+  if (a == admission::stranger
+      && stranger_time_ + (now - stranger_since_) >= defaults::stranger_lifetimes * limit)
+    return fmt::format(
+      "held {} ms without joining a job (a peer that has not joined holds "
+      "its connection at most {} x --first-frame-timeout-ms in all, "
+      "however often it sends)",
+      std::chrono::duration_cast<std::chrono::milliseconds>(stranger_time_
+                                                            + (now - stranger_since_))
+        .count(),
+      defaults::stranger_lifetimes);
   if (a == admission::waiting || now - quiet_since_ < limit)
     return {};
   if (!framed_)

@@ -83,7 +83,8 @@ public:
 
   /// Why a peer that has not joined has overstayed, or "" (endpoint thread): a frame
   /// begun more than `limit` ago and not whole yet, or (a stranger, not waiting on
-  /// this side) nothing begun for `limit`.
+  /// this side) nothing begun for `limit`, or the connection held as a stranger for
+  /// defaults::stranger_lifetimes x `limit` in all (however often it sent).
   std::string overstayed(std::chrono::steady_clock::time_point now,
                          std::chrono::milliseconds limit) const;
 
@@ -170,6 +171,9 @@ private:
   uint64_t gather_charged_ = 0;       // of it, what the budget holds for us
   clock::time_point frame_started_{}; // the current frame's first byte came
   clock::time_point quiet_since_{};   // accepted, or the last frame was whole
+  // Time held as a stranger (not while waiting for this side), for the total bound.
+  clock::duration stranger_time_{};
+  clock::time_point stranger_since_{}; // a stranger (again) since then
 };
 
 } // namespace rw::transports::tcp
