@@ -19,12 +19,26 @@
 // interposes them (loaded RTLD_GLOBAL before us), libssl's run unchanged.
 // tests/integration/test_control_auth.cpp checks that members stay connected while
 // shells come and go and strangers fail their handshakes.
+//
+// The same place logs what CAF does not: a peer whose TLS handshake with this side (as
+// the server: a control port) failed, with OpenSSL's reason (once a minute per host and
+// reason, logic/limited_log.hpp), so an operator sees who was refused and why.
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <sys/socket.h>
 
 #include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "logic/limited_log.hpp"
 
 namespace {
 
@@ -36,6 +50,52 @@ Fn next_definition(const char* name) {
   return fn;
 }
 
+// HOST:PORT of the peer on `ssl`'s socket ("an unknown peer" if it cannot be told).
+std::string peer_of(SSL* ssl) {
+  sockaddr_storage peer{};
+  socklen_t len = sizeof(peer);
+  int fd = SSL_get_fd(ssl);
+  char host[INET6_ADDRSTRLEN] = {};
+  if (fd < 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0)
+    return "an unknown peer";
+  if (peer.ss_family == AF_INET) {
+    auto& a = reinterpret_cast<sockaddr_in&>(peer);
+    inet_ntop(AF_INET, &a.sin_addr, host, sizeof(host));
+    return fmt::format("{}:{}", host, ntohs(a.sin_port));
+  }
+  if (peer.ss_family == AF_INET6) {
+    auto& a = reinterpret_cast<sockaddr_in6&>(peer);
+    inet_ntop(AF_INET6, &a.sin6_addr, host, sizeof(host));
+    return fmt::format("[{}]:{}", host, ntohs(a.sin6_port));
+  }
+  return "an unknown peer";
+}
+
+// After a call on a server-side session whose handshake has not finished: logs a
+// failure (not a "want read/write", which only means "not yet").
+void note_handshake(SSL* ssl, int rc) {
+  if (rc > 0 || !SSL_is_server(ssl) || SSL_is_init_finished(ssl))
+    return;
+  auto code = SSL_get_error(ssl, rc); // looks at the queue, takes nothing from it
+  if (code != SSL_ERROR_SSL && code != SSL_ERROR_SYSCALL)
+    return;
+  std::string why = "the peer closed the connection";
+  if (auto e = ERR_peek_error(); e != 0) {
+    char text[256];
+    ERR_error_string_n(e, text, sizeof(text));
+    why = text;
+  }
+  if (auto v = SSL_get_verify_result(ssl); v != X509_V_OK)
+    why += fmt::format(" ({})", X509_verify_cert_error_string(v));
+  auto peer = peer_of(ssl);
+  rw::actors::detail::log_limited(
+    spdlog::level::warn, peer, "TLS handshake failed " + why,
+    fmt::format("control plane: TLS handshake failed: peer={}: {}: a peer without the "
+                "cluster secret (or a certificate of the cluster's CA) is refused "
+                "before any CAF message",
+                peer, why));
+}
+
 } // namespace
 
 extern "C" {
@@ -43,19 +103,25 @@ extern "C" {
 int SSL_read(SSL* ssl, void* buf, int num) {
   static auto real = next_definition<int (*)(SSL*, void*, int)>("SSL_read");
   ERR_clear_error();
-  return real(ssl, buf, num);
+  auto rc = real(ssl, buf, num);
+  note_handshake(ssl, rc);
+  return rc;
 }
 
 int SSL_write(SSL* ssl, const void* buf, int num) {
   static auto real = next_definition<int (*)(SSL*, const void*, int)>("SSL_write");
   ERR_clear_error();
-  return real(ssl, buf, num);
+  auto rc = real(ssl, buf, num);
+  note_handshake(ssl, rc);
+  return rc;
 }
 
 int SSL_accept(SSL* ssl) {
   static auto real = next_definition<int (*)(SSL*)>("SSL_accept");
   ERR_clear_error();
-  return real(ssl);
+  auto rc = real(ssl);
+  note_handshake(ssl, rc);
+  return rc;
 }
 
 int SSL_connect(SSL* ssl) {

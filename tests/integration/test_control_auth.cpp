@@ -182,6 +182,8 @@ TEST_CASE("with a cluster secret a stranger gets no BASP handshake and is closed
   REQUIRE(::send(fd, h.data(), h.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(h.size()));
   CHECK(closed_within(fd, 10s)); // not a TLS record: the handshake fails, closed
   ::close(fd);
+  // CAF says nothing of it; the node does, once a minute per host and reason.
+  CHECK(node.wait_for_log("control plane: TLS handshake failed: peer=127.0.0.1:"));
   // A member (the secret) is served; a shell without it or with another is not, and
   // is told what to give.
   auto with = testing::run_shell({"--connect", node.address(), "--cluster-secret-file",
