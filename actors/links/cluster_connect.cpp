@@ -104,9 +104,10 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
         accept_connect(sys, out, std::move(ptr), ifs);
       },
       [&](caf::error& err) {
-        // With derived certificates the node was reached and named the coordinator:
-        // a handshake that ends at once is the coordinator refusing this secret.
-        if (derived_control_tls(sys) && err != caf::sec::request_timeout)
+        // With derived certificates the node was reached and named the coordinator: a
+        // connection the coordinator closes during the handshake is it refusing this
+        // secret (a refused or timed-out connect is not).
+        if (derived_control_tls(sys) && err == caf::sec::disconnect_during_handshake)
           out.code = errc::unauthorized;
         out.error = err == caf::sec::request_timeout
                       ? fmt::format("no handshake within {} ms", timeout.count())
