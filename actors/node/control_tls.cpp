@@ -79,7 +79,6 @@ struct derived_state {
   std::string cert, private_key, ca; // /proc/self/fd paths
   std::string cluster_ca;            // PEM, for located answers
   int tenant_ca_fd = -1;             // a tenant's slot for the located CA
-  bool derived = false;
 };
 
 derived_state& derived() {
@@ -192,7 +191,7 @@ void configure_control_tls(caf::actor_system_config& cfg, const control_identity
   std::string key = id.cluster_secret + '\0' + id.tenant + '\0' + id.tenant_secret;
   for (auto& [name, secret] : id.admitted_tenants)
     key += '\0' + name + '\0' + secret;
-  if (!st.derived || st.key != key) {
+  if (st.cert.empty() || st.key != key) {
     auto subject = fmt::format("rackweave {} {}:{}",
                                tenant ? "tenant " + id.tenant : std::string{"member"},
                                this_host(), ::getpid());
@@ -216,7 +215,6 @@ void configure_control_tls(caf::actor_system_config& cfg, const control_identity
     st.tenant_ca_fd = tenant ? ca_fd : -1;
     st.cluster_ca = tenant ? std::string{} : me.ca;
     st.key = std::move(key);
-    st.derived = true;
   }
   cfg.load<caf::openssl::manager>();
   cfg.openssl_certificate = st.cert;
@@ -229,7 +227,7 @@ bool derived_control_tls(caf::actor_system& sys) {
     return false;
   auto& st = derived();
   std::lock_guard<std::mutex> guard{st.mtx};
-  return st.derived && sys.config().openssl_certificate == st.cert;
+  return !st.cert.empty() && sys.config().openssl_certificate == st.cert;
 }
 
 std::string derived_cluster_ca() {

@@ -280,7 +280,6 @@ binding* poller_sink::home_of(const connection_ptr& c, const frame_header& h,
     if (shard != runtime::routing_table::not_here && shard < st.book->shards.size())
       return &it->second;
   }
-  ++st.book->rerouted_drops;
   spdlog::debug("frame dropped: peer={} kind={} job={} chunk {}/{} clock={}: its chunk "
                 "moved to another node while the frame arrived (the worker sends it "
                 "again there)",

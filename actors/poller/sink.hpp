@@ -128,8 +128,6 @@ struct poller_book {
   uint64_t frames_in = 0;
   uint64_t bytes_in = 0;
   uint64_t refused = 0;
-  // Data frames whose chunk moved to another node while their payload arrived.
-  uint64_t rerouted_drops = 0;
 };
 
 struct poller_state {

@@ -273,8 +273,9 @@ private:
     auto text = answer_text(408, "idle: its place was taken by a newer connection\n", {});
     [[maybe_unused]] auto n = send(oldest, text.data(), text.size(),
                                    MSG_NOSIGNAL | MSG_DONTWAIT);
+    spdlog::debug("metrics endpoint: every place taken: the oldest idle connection "
+                  "gave its place to a newer one");
     drop(oldest);
-    ++evicted_;
     return true;
   }
 
@@ -499,7 +500,6 @@ private:
   size_t regular_ = 0;
   size_t reserved_ = 0;
   uint64_t refused_full_ = 0;
-  uint64_t evicted_ = 0;
   std::unordered_map<std::string, size_t> per_address_; // regular connections
   bool accept_paused_ = false;
   clock::time_point resume_accept_;

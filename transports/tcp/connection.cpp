@@ -100,15 +100,13 @@ std::string connection::overstayed(clock::time_point now,
       "--first-frame-timeout-ms",
       limit.count(), have, total);
   }
-  if (a == admission::stranger
-      && stranger_time_ + (now - stranger_since_) >= defaults::stranger_lifetimes * limit)
+  if (auto held = stranger_time_ + (now - stranger_since_);
+      a == admission::stranger && held >= defaults::stranger_lifetimes * limit)
     return fmt::format(
       "held {} ms without joining a job (a peer that has not joined holds "
       "its connection at most {} x --first-frame-timeout-ms in all, "
       "however often it sends)",
-      std::chrono::duration_cast<std::chrono::milliseconds>(stranger_time_
-                                                            + (now - stranger_since_))
-        .count(),
+      std::chrono::duration_cast<std::chrono::milliseconds>(held).count(),
       defaults::stranger_lifetimes);
   if (a == admission::waiting || now - quiet_since_ < limit)
     return {};
