@@ -109,6 +109,8 @@ using reroute_atom = caf::atom_constant<caf::atom("reroute")>;
 using thaw_atom = caf::atom_constant<caf::atom("thaw")>;
 using takeover_atom = caf::atom_constant<caf::atom("takeover")>;
 using untrust_atom = caf::atom_constant<caf::atom("untrust")>;
+/// A request a tenant made through the tenant door (actors/door/tenant_door.hpp).
+using tenant_atom = caf::atom_constant<caf::atom("tenant")>;
 
 /// A rack-agg node as the cluster knows it.
 struct node_info {
@@ -128,10 +130,13 @@ struct node_info {
 
 /// The coordinator's answer to a node's registration: the node's id, and the jobs the
 /// coordinator holds live on it. A node that registers again (the coordinator lost it,
-/// or restarted) keeps serving those and fails every other job it holds.
+/// or restarted) keeps serving those and fails every other job it holds. Also where
+/// tenants' shells reach the coordinator (its tenant door, HOST:PORT; "": none), for the
+/// node's `located` answers.
 struct node_admission {
   uint32_t node_id = 0;
   std::vector<uint32_t> live_jobs;
+  std::string tenant_door;
 };
 
 /// The coordinator asks a node to measure the rate from it to another node's data
@@ -315,7 +320,8 @@ typename Inspector::result_type inspect(Inspector& f, node_info& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_admission& x) {
-  return f(caf::meta::type_name("rw::node_admission"), x.node_id, x.live_jobs);
+  return f(caf::meta::type_name("rw::node_admission"), x.node_id, x.live_jobs,
+           x.tenant_door);
 }
 
 template <class Inspector>

@@ -210,12 +210,11 @@ int main(int argc, char** argv) {
     control.files = {cfg.tls_cert, cfg.tls_key, cfg.tls_ca};
     if (!cfg.cluster_secret_file.empty()) {
       control.cluster_secret = rw::runtime::read_secret_file(cfg.cluster_secret_file);
-      // The node that runs the coordinator admits its tenants' shells.
+      // The node that runs the coordinator reads its tenants now: a bad file is a bad
+      // configuration, said before anything starts.
       bool coordinator = cfg.role == "coordinator" || cfg.coordinator.empty();
       if (coordinator && !cfg.tenants_file.empty())
-        for (auto& [name, t] :
-             rw::runtime::load_tenants(cfg.tenants_file, control.cluster_secret))
-          control.admitted_tenants.emplace_back(name, t.secret);
+        rw::runtime::load_tenants(cfg.tenants_file, control.cluster_secret);
     }
     rw::actors::configure_control_tls(sys_cfg, control);
   } catch (const std::exception& e) {

@@ -18,7 +18,7 @@
 #include "actors/cluster_messages.hpp"
 #include "actors/node/control_tls.hpp"
 #include "actors/node/idle_policy.hpp"
-#include "apps/shell/cluster_client.hpp"
+#include "apps/shell/open_cluster.hpp"
 #include "apps/shell/lua_rw.hpp"
 #include "apps/shell/repl.hpp"
 #include "apps/tools/crash_report.hpp"
@@ -143,8 +143,8 @@ int main(int argc, char** argv) {
   try {
     rw::actors::control_identity control;
     control.files = tls;
-    (tenant.empty() ? control.cluster_secret : control.tenant_secret) = secret;
-    control.tenant = tenant;
+    if (tenant.empty()) // a tenant speaks to the tenant door, not over the middleman
+      control.cluster_secret = secret;
     rw::actors::configure_control_tls(cfg, control);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rw-shell: %s\n", e.what());
@@ -158,10 +158,10 @@ int main(int argc, char** argv) {
   sigaddset(&sigint, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigint, nullptr);
   caf::actor_system sys{cfg};
-  std::unique_ptr<rw::shell::cluster_client> client;
+  std::unique_ptr<rw::shell::cluster_api> client;
   try {
-    client = std::make_unique<rw::shell::cluster_client>(
-      sys, connect, std::chrono::milliseconds(timeout_ms), secret, tenant);
+    client = rw::shell::open_cluster(sys, connect, std::chrono::milliseconds(timeout_ms),
+                                     secret, tenant);
   } catch (const rw::shell::shell_error& e) {
     // Not reached (nobody there, no answer, no TLS handshake): 3. Reached and refused (a
     // wrong secret, an unknown tenant): the operation failed, 1.

@@ -220,7 +220,7 @@ bytes encode(const located_msg& x) {
   root.setCoordinator(x.coordinator);
   root.setNodeName(x.node_name);
   root.setRole(x.role);
-  root.setControlCa(x.control_ca);
+  root.setTenantDoor(x.tenant_door);
   return to_bytes(msg);
 }
 
@@ -383,7 +383,7 @@ errc decode(const std::byte* data, size_t size, located_msg& out, std::string& w
     out.coordinator = root.getCoordinator().cStr();
     out.node_name = root.getNodeName().cStr();
     out.role = root.getRole().cStr();
-    out.control_ca = root.getControlCa().cStr();
+    out.tenant_door = root.getTenantDoor().cStr();
     return errc::ok;
   });
 }

@@ -93,9 +93,9 @@ struct located_msg {
   std::string coordinator; // HOST:PORT; empty or wildcard HOST: the host asked
   std::string node_name;
   std::string role;
-  /// The control-plane CA certificate (PEM) derived from the cluster secret, for a
-  /// tenant's shell; "" when the node derives none (runtime/control_certs.hpp).
-  std::string control_ca;
+  /// The coordinator's tenant door (HOST:PORT; "": none; an empty or wildcard HOST:
+  /// the coordinator's host), where tenants' shells connect (protocol/tenant_door.hpp).
+  std::string tenant_door;
 };
 
 /// A job's new ring, from each of its nodes (frame kind `reroute`).

@@ -142,10 +142,6 @@ std::string pem_of(EVP_PKEY* key) {
 
 } // namespace
 
-std::string tenant_scope(const std::string& name) {
-  return "tenant " + name;
-}
-
 std::string derived_ca_cert(const std::string& secret, const std::string& scope) {
   if (secret.empty())
     throw std::invalid_argument("control-plane certificates: no secret to derive from");

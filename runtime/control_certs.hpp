@@ -6,14 +6,11 @@
 // (an Ed25519 key whose 32-byte seed is HMAC-SHA-256 keyed by the secret over a fixed
 // label and the scope), and signs a certificate for a fresh key of its own with it. A
 // peer without the secret holds no certificate that CA signed, and the TLS handshake
-// fails before CAF reads a byte of BASP from it. A tenant's secret derives a CA of the
-// tenant's scope the same way; the coordinator (which knows every tenant's secret)
-// trusts those too.
+// fails before CAF reads a byte of BASP from it. Tenants hold no certificate: they
+// speak to the coordinator's tenant door (protocol/tenant_door.hpp).
 //
 // The CA's certificate is the same bytes in every process that derives it (fixed
-// serial, validity and names, and Ed25519 signatures are deterministic): it is
-// public, and a process that lacks the secret may be handed it to check the peer it
-// talks to (a tenant's shell checks the coordinator).
+// serial, validity and names, and Ed25519 signatures are deterministic).
 //
 // Plain OpenSSL, no CAF: actors/node/control_tls.hpp hands the PEM text to CAF.
 
@@ -31,8 +28,6 @@ struct tls_identity {
 
 /// The scope of the cluster's own CA (nodes and operators: the cluster secret).
 inline const std::string cluster_scope = "cluster";
-/// The scope of tenant `name`'s CA (its shells: the tenant's secret).
-std::string tenant_scope(const std::string& name);
 
 /// The certificate (PEM) of the CA that `secret` derives for `scope`: the same bytes
 /// wherever it is derived. Throws std::runtime_error when OpenSSL fails.

@@ -17,7 +17,6 @@ constexpr const char* token_prefix = "rwt1_";
 constexpr size_t token_secret_bytes = 32;
 constexpr const char* proof_context = "rackweave-auth-v1";
 constexpr const char* attach_context = "rackweave attach";
-constexpr const char* tenant_context = "rackweave tenant";
 
 void init_sodium() {
   static const bool ready = sodium_init() >= 0;
@@ -178,18 +177,6 @@ bool verify_attach(const std::string& token, uint64_t attach_token,
   if (nonce.size() != nonce_bytes)
     return false;
   return same_mac(prove_attach(token, attach_token, nonce, job, rank), mac);
-}
-
-byte_vector prove_tenant(const std::string& secret, const std::string& tenant,
-                         const byte_vector& nonce) {
-  return mac_over(secret, tenant_context, nonce, nullptr, 0, tenant, 0);
-}
-
-bool verify_tenant(const std::string& secret, const std::string& tenant,
-                   const byte_vector& nonce, const byte_vector& mac) {
-  if (nonce.size() != nonce_bytes)
-    return false;
-  return same_mac(prove_tenant(secret, tenant, nonce), mac);
 }
 
 bool verify(const std::string& token, const byte_vector& nonce, const std::string& job,

@@ -37,15 +37,6 @@ byte_vector prove_cluster(const std::string& secret, const byte_vector& nonce);
 bool verify_cluster(const std::string& secret, const byte_vector& nonce,
                     const byte_vector& mac);
 
-/// What a shell sends to prove it holds tenant `tenant`'s secret, for the
-/// coordinator's `nonce` (a proof for one tenant is worth nothing for another, nor as a
-/// proof of the cluster secret).
-byte_vector prove_tenant(const std::string& secret, const std::string& tenant,
-                         const byte_vector& nonce);
-/// Whether `mac` is that proof. Constant time in the contents of `mac`.
-bool verify_tenant(const std::string& secret, const std::string& tenant,
-                   const byte_vector& nonce, const byte_vector& mac);
-
 /// A random 64-bit value nobody can predict from earlier ones (attach tokens).
 uint64_t random_u64();
 

@@ -375,11 +375,17 @@ std::vector<option_def> option_table(node_config& c) {
     def("cluster.tenants_file", "--tenants-file",
         "coordinator: TOML file of tenants (one table each: secret_file, max_jobs, "
         "max_workers, max_memory_mib; config/examples/tenants.toml). A shell that proves "
-        "a tenant's secret (rw-shell --tenant NAME --tenant-secret-file F) sees and "
-        "controls only that tenant's jobs, named TENANT:NAME, within its quotas; the "
-        "cluster secret stays the operators'. Needs --cluster-secret-file. Empty: no "
-        "tenants",
+        "a tenant's secret at the tenant door (rw-shell --tenant NAME "
+        "--tenant-secret-file F) sees and controls only that tenant's jobs, named "
+        "TENANT:NAME, within its quotas; the cluster secret stays the operators'. Needs "
+        "--cluster-secret-file. Empty: no tenants (and no tenant door)",
         c.tenants_file),
+    def("cluster.tenant_listen", "--tenant-listen",
+        "coordinator with --tenants-file: HOST:PORT of the tenant door, where tenants' "
+        "shells connect (both sides prove the tenant's secret, then every frame is "
+        "sealed; docs/security.md). Nodes name it in their located answers, so shells "
+        "need only a node's address. Empty: the --control host, any free port",
+        c.tenant_listen),
     def("cluster.tls_cert", "--tls-cert",
         "PEM certificate (chain) for TLS on the control plane: with --tls-key and "
         "--tls-ca, every connection between nodes, shells and the coordinator is TLS "

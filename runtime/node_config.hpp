@@ -78,6 +78,8 @@ struct node_config {
   /// "" = none: every checkpoint or restore path is refused.
   std::string checkpoint_root;
   std::string tenants_file; // coordinator: tenants (runtime/tenants.hpp); "" = none
+  std::string
+    tenant_listen; // its tenant door's HOST:PORT; "" = the control host, any port
   // TLS on the control plane (CAF's OpenSSL module): PEM files, all three or none.
   std::string tls_cert; // this node's certificate (chain)
   std::string tls_key;  // its private key, chmod 600

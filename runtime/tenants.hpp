@@ -1,7 +1,8 @@
 #pragma once
 // Tenants: teams that share one cluster, each in its own namespace. The coordinator
 // reads them from a TOML file (--tenants-file); a shell that proves a tenant's secret
-// (runtime::prove_tenant) sees and controls only that tenant's jobs, named
+// at the coordinator's tenant door (protocol/tenant_door.hpp) sees and controls only
+// that tenant's jobs, named
 // "TENANT:NAME", and creates them within the tenant's quotas. The cluster secret stays
 // the operators' and the nodes': it sees and controls everything.
 //

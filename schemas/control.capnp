@@ -118,9 +118,10 @@ struct Located {
                             # an empty or wildcard HOST means "the host you asked"
   nodeName @1 :Text;        # the node that answered
   role @2 :Text;            # its role (rack-agg, coordinator)
-  controlCa @3 :Text;       # PEM certificate of the control-plane CA the cluster secret
-                            # derives (docs/security.md), for a tenant's shell to check
-                            # the coordinator with; "" when the node derives none
+  tenantDoor @3 :Text;      # HOST:PORT of the coordinator's tenant door, where tenants'
+                            # shells connect (docs/wire-protocol.md, "The tenant door");
+                            # "" when it has none (no --tenants-file); an empty or
+                            # wildcard HOST means the coordinator's host
 }
 
 # One side of a fabric connection (transports/fabric): its endpoint's address and the

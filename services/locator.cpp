@@ -132,6 +132,12 @@ protocol::located_msg locate(const std::string& node, std::chrono::milliseconds 
   if (is_wildcard(coord.host))
     coord.host = where.host;
   answer.coordinator = coord.to_string();
+  if (!answer.tenant_door.empty()) {
+    auto door = parse_address(answer.tenant_door);
+    if (is_wildcard(door.host))
+      door.host = coord.host; // the door is on the coordinator's host
+    answer.tenant_door = door.to_string();
+  }
   return answer;
 }
 

@@ -24,7 +24,7 @@ namespace rw::services {
 /// node that answers "not yet" (errc::unavailable: started, not yet registered with its
 /// coordinator) is asked again every 50 ms within the same timeout.
 /// The answer's host is filled in (from `node`) when the node left it empty or gave a
-/// wildcard. Throws std::runtime_error with a message fit for the user.
+/// wildcard, and the tenant door's (from the coordinator's) the same way. Throws std::runtime_error with a message fit for the user.
 protocol::located_msg locate(const std::string& node, std::chrono::milliseconds timeout);
 
 /// How a locator answers a worker's hello (with an error frame: typically moved, to the

@@ -48,22 +48,13 @@ runtime::byte_vector bytes_of(const std::string& s) {
   return {p, p + s.size()};
 }
 
-// Whether the current message's sender may be heard as an operator or a node: no
-// secret, this process, or a process that proved the cluster secret (not a tenant's).
-bool trusted(cluster_ptr self) {
-  auto who = caller(self);
-  return who && who->empty();
-}
-
 caf::error untrusted(cluster_ptr self, const char* what) {
-  if (auto who = caller(self); who && !who->empty())
-    return operators_only(self, *who, what);
   log_refusal(self, what,
               fmt::format("{}: the sender has not proved the cluster secret", what));
   return cluster_error(
     errc::unauthorized,
     "this cluster wants its secret: give the same --cluster-secret-file "
-    "as the coordinator's");
+    "as the coordinator's (a tenant speaks through the tenant door: rw-shell --tenant)");
 }
 
 caf::result<std::string> on_challenge(cluster_ptr self) {
@@ -195,7 +186,7 @@ caf::result<node_admission> on_register(cluster_ptr self, node_info& info) {
                fmt::join(m.info.endpoints, ", "), m.info.shards, st.nodes.size() + 1);
   auto id = m.info.id;
   st.nodes.emplace(id, std::move(m));
-  node_admission out{id, live_jobs_on(st, id)};
+  node_admission out{id, live_jobs_on(st, id), st.settings.tenant_door};
   if (returning) // read-only questions: the answer above says what the node keeps
     reconcile_node(self, id);
   // Creations that waited for a node to place on (just after a restart) are tried
@@ -266,158 +257,156 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
   return {
     [=](auth_atom) { return on_challenge(self); },
     [=](auth_atom, const std::string& proof) { return on_proof(self, proof); },
-    [=](auth_atom, const std::string& tenant, const std::string& proof) {
-      auto r = on_tenant_proof(self, tenant, proof);
-      if (auto& sender = self->current_sender();
-          sender && self->state.trusted.count(sender->node()))
-        look_at_connections(self, {sender->node()}); // trust lasts as long as it
-      return r;
-    },
     [=](register_atom, node_info& info) -> caf::result<node_admission> {
-      if (!trusted(self))
+      if (!heard(self))
         return untrusted(self, "register");
       return on_register(self, info);
     },
     [=](heartbeat_atom, uint32_t id) -> caf::result<ok_atom> {
-      if (!trusted(self))
+      if (!heard(self))
         return untrusted(self, "heartbeat");
       return on_heartbeat(self, id);
     },
     [=](leave_atom, uint32_t id) {
-      if (!trusted(self))
+      if (!heard(self))
         untrusted(self, "leave");
       else
         drop_node(self, id, "left (it is stopping)", true);
     },
     [=](event_atom, uint32_t node_id, job_event& ev) {
-      if (!trusted(self))
+      if (!heard(self))
         untrusted(self, "job event");
       else
         on_event(self, node_id, ev);
     },
-    // Shells: an operator or a tenant (who sees only its own jobs).
+    // Shells: an operator's (who sees every job) over the middleman, a tenant's (who
+    // sees only its own) through the tenant door (actors/door).
     [=](caf::get_atom, nodes_atom) -> caf::result<std::vector<node_info>> {
-      if (!caller(self))
+      if (!heard(self))
         return untrusted(self, "nodes");
       return list_nodes(self);
     },
     [=](caf::get_atom, jobs_atom) -> caf::result<std::vector<job_report>> {
-      auto who = caller(self);
-      if (!who)
+      if (!heard(self))
         return untrusted(self, "jobs");
-      std::vector<job_report> out;
-      for (auto& [id, j] : self->state.jobs)
-        if (visible_to(*who, j.report.name))
-          out.push_back(j.report);
-      return when_recorded(self, std::move(out));
+      return shell_jobs(self, {});
     },
     [=](create_atom, job_spec& spec,
         const job_placement& placement) -> caf::result<job_created> {
-      auto who = caller(self);
-      if (!who)
+      if (!heard(self))
         return untrusted(self, "job create");
-      if (auto err = admit_create(self, *who, spec, placement)) {
-        spdlog::warn("job not created: job='{}' asked by {}{}: {}", spec.name,
-                     who->empty() ? "an operator" : "tenant " + *who,
-                     fmt::format(" at {}", sender_of(self)),
-                     describe(self->system(), err));
-        return err;
-      }
-      return create_job(self, spec, placement,
-                        fmt::format("{} at {}",
-                                    who->empty() ? "an operator" : "tenant " + *who,
-                                    sender_of(self)));
+      return shell_create(self, {}, sender_of(self), spec, placement);
     },
     [=](status_atom, const std::string& name) -> caf::result<job_report> {
-      auto who = caller(self);
-      if (!who)
+      if (!heard(self))
         return untrusted(self, "job status");
-      auto job = job_for(self, *who, name);
-      if (!job)
-        return std::move(job.error());
-      return job_status(self, *job);
+      return shell_status(self, {}, name);
     },
     [=](hyper_atom, const std::string& name,
         const hyper_change& change) -> caf::result<uint64_t> {
-      auto who = caller(self);
-      if (!who)
+      if (!heard(self))
         return untrusted(self, "job set");
-      auto job = job_for(self, *who, name);
-      if (!job)
-        return std::move(job.error());
-      return set_hyper(self, *job, change);
+      return shell_set(self, {}, name, change);
     },
     [=](stop_atom, const std::string& name) -> caf::result<job_report> {
-      auto who = caller(self);
-      if (!who)
+      if (!heard(self))
         return untrusted(self, "job stop");
-      auto job = job_for(self, *who, name);
-      if (!job)
-        return std::move(job.error());
-      spdlog::info("job stop asked: job='{}' by {} at {}", *job,
-                   who->empty() ? std::string{"an operator"} : "tenant " + *who,
-                   sender_of(self));
-      return stop_job(self, *job);
+      return shell_stop(self, {}, sender_of(self), name);
     },
     [=](remove_atom, const std::string& name) -> caf::result<ok_atom> {
-      auto who = caller(self);
-      if (!who)
+      if (!heard(self))
         return untrusted(self, "job delete");
-      auto job = job_for(self, *who, name);
-      if (!job)
-        return std::move(job.error());
-      spdlog::info("job delete asked: job='{}' by {} at {}", *job,
-                   who->empty() ? std::string{"an operator"} : "tenant " + *who,
-                   sender_of(self));
-      return remove_job(self, *job);
+      return shell_remove(self, {}, sender_of(self), name);
+    },
+    [=](tenant_atom, const std::string& tenant, const std::string&, caf::get_atom,
+        nodes_atom) -> caf::result<std::vector<node_info>> {
+      if (!from_door(self, tenant))
+        return untrusted(self, "a tenant's nodes");
+      return list_nodes(self);
+    },
+    [=](tenant_atom, const std::string& tenant, const std::string&, caf::get_atom,
+        jobs_atom) -> caf::result<std::vector<job_report>> {
+      if (!from_door(self, tenant))
+        return untrusted(self, "a tenant's jobs");
+      return shell_jobs(self, tenant);
+    },
+    [=](tenant_atom, const std::string& tenant, const std::string& where, create_atom,
+        job_spec& spec, const job_placement& placement) -> caf::result<job_created> {
+      if (!from_door(self, tenant))
+        return untrusted(self, "a tenant's job create");
+      return shell_create(self, tenant, where, spec, placement);
+    },
+    [=](tenant_atom, const std::string& tenant, const std::string&, status_atom,
+        const std::string& name) -> caf::result<job_report> {
+      if (!from_door(self, tenant))
+        return untrusted(self, "a tenant's job status");
+      return shell_status(self, tenant, name);
+    },
+    [=](tenant_atom, const std::string& tenant, const std::string&, hyper_atom,
+        const std::string& name, const hyper_change& change) -> caf::result<uint64_t> {
+      if (!from_door(self, tenant))
+        return untrusted(self, "a tenant's job set");
+      return shell_set(self, tenant, name, change);
+    },
+    [=](tenant_atom, const std::string& tenant, const std::string& where, stop_atom,
+        const std::string& name) -> caf::result<job_report> {
+      if (!from_door(self, tenant))
+        return untrusted(self, "a tenant's job stop");
+      return shell_stop(self, tenant, where, name);
+    },
+    [=](tenant_atom, const std::string& tenant, const std::string& where, remove_atom,
+        const std::string& name) -> caf::result<ok_atom> {
+      if (!from_door(self, tenant))
+        return untrusted(self, "a tenant's job delete");
+      return shell_remove(self, tenant, where, name);
     },
     [=](where_atom, const std::string& name) -> caf::result<job_layout> {
-      if (!trusted(self))
+      if (!heard(self))
         return untrusted(self, "job location");
       return where_job(self, name);
     },
     [=](bind_atom, const rank_binding& b) -> caf::result<rank_map> {
-      if (!trusted(self))
+      if (!heard(self))
         return untrusted(self, "rank binding");
       return bind_rank(self, b);
     },
     [=](checkpoint_atom, const std::string& name, const std::string& dir,
         uint64_t clock) -> caf::result<checkpoint_info> {
-      if (!trusted(self))
+      if (!heard(self))
         return untrusted(self, "checkpoint");
       return checkpoint_job(self, name, dir, clock);
     },
     [=](checkpoint_atom, uint32_t node_id, uint32_t job_id, uint64_t clock,
         checkpoint_part& part) {
-      if (!trusted(self))
+      if (!heard(self))
         untrusted(self, "checkpoint part");
       else
         periodic_part(self, node_id, job_id, clock, part);
     },
     [=](drain_atom, const std::string& name) -> caf::result<std::string> {
-      if (!trusted(self))
+      if (!heard(self))
         return untrusted(self, "draining a node");
       return drain_node(self, name);
     },
     [=](node_join_atom, const std::string& name) -> caf::result<std::string> {
-      if (!trusted(self))
+      if (!heard(self))
         return untrusted(self, "joining a node to the running jobs");
       return join_node(self, name);
     },
     [=](inject_atom, const std::string& name, const std::string& kill,
         const std::string& node, uint32_t index) -> caf::result<std::string> {
-      if (!trusted(self))
+      if (!heard(self))
         return untrusted(self, "fault injection");
       return inject_fault(self, name, kill, node, index);
     },
     [=](expire_atom, uint32_t job_id) {
-      if (!trusted(self))
+      if (!heard(self))
         untrusted(self, "join timeout");
       else
         bindings_expired(self, job_id);
     },
     [=](replicate_atom, uint32_t job_id, uint64_t ring_version, uint32_t attempt) {
-      if (!trusted(self))
+      if (!heard(self))
         untrusted(self, "replicas after a takeover");
       else
         replicate_again(self, job_id, ring_version, attempt);
@@ -436,7 +425,7 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
       self->delayed_send(self, scan, tick_atom::value);
     },
     [=](untrust_atom, std::vector<caf::node_id>& nodes, std::vector<int64_t>& ids) {
-      if (!trusted(self)) {
+      if (!heard(self)) {
         untrusted(self, "trust changes");
         return;
       }

@@ -11,17 +11,20 @@
 //                         it before anything else it sends is taken: HMAC-SHA-256 keyed
 //                         by the secret over the nonce (runtime/credentials). Requests
 //                         from processes that have not are refused (unauthorized).
-//                         Without a secret every peer is trusted.
-//   shell -> coordinator  (auth_atom, tenant, proof) -> ok_atom
-//                         a shell proves a tenant's secret instead (--tenants-file,
-//                         runtime/tenants.hpp; runtime::prove_tenant): from then on it
-//                         sees and controls only that tenant's jobs, named
-//                         "TENANT:NAME" (it may leave out "TENANT:"), creates jobs
-//                         there within the tenant's quotas (too_many_requests beyond),
-//                         names no checkpoint directory, and may not register, drain,
-//                         join or inject (unauthorized). Every other shell request is
-//                         answered for the jobs the sender sees; an operator (the
-//                         cluster secret) sees every job.
+//                         Without a secret every peer is trusted. With one, the
+//                         control port speaks TLS with certificates derived from it
+//                         (actors/node/control_tls.hpp), so nobody else reaches BASP.
+//   door  -> coordinator  (tenant_atom, tenant, peer, <a shell request below>)
+//                         a tenant's request, from the tenant door in this process
+//                         (actors/door/tenant_door.hpp): the door saw `tenant` prove
+//                         its secret (--tenants-file, runtime/tenants.hpp) on the
+//                         connection from `peer`. Only nodes, jobs, create, status,
+//                         set (hyper), stop and delete, answered as to a shell, for
+//                         that tenant's jobs only, named "TENANT:NAME" (it may leave out
+//                         "TENANT:"); it creates jobs there within the tenant's quotas
+//                         (too_many_requests beyond) and names no checkpoint directory.
+//                         Tenants never speak BASP: a sender must be heard (this
+//                         process, or one that proved the cluster secret).
 //   link  -> coordinator  (register_atom, node_info) -> node_admission
 //                         a rack-agg node joins (or rejoins after a lost connection):
 //                         its id and the live jobs the coordinator holds on it (the
@@ -162,7 +165,6 @@ namespace rw::actors {
 using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<auth_atom>::with<std::string>,
   caf::replies_to<auth_atom, std::string>::with<ok_atom>,
-  caf::replies_to<auth_atom, std::string, std::string>::with<ok_atom>,
   caf::replies_to<register_atom, node_info>::with<node_admission>,
   caf::replies_to<heartbeat_atom, uint32_t>::with<ok_atom>,
   caf::reacts_to<leave_atom, uint32_t>, caf::reacts_to<event_atom, uint32_t, job_event>,
@@ -173,6 +175,20 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<stop_atom, std::string>::with<job_report>,
   caf::replies_to<hyper_atom, std::string, hyper_change>::with<uint64_t>,
   caf::replies_to<remove_atom, std::string>::with<ok_atom>,
+  caf::replies_to<tenant_atom, std::string, std::string, caf::get_atom,
+                  nodes_atom>::with<std::vector<node_info>>,
+  caf::replies_to<tenant_atom, std::string, std::string, caf::get_atom,
+                  jobs_atom>::with<std::vector<job_report>>,
+  caf::replies_to<tenant_atom, std::string, std::string, create_atom, job_spec,
+                  job_placement>::with<job_created>,
+  caf::replies_to<tenant_atom, std::string, std::string, status_atom,
+                  std::string>::with<job_report>,
+  caf::replies_to<tenant_atom, std::string, std::string, stop_atom,
+                  std::string>::with<job_report>,
+  caf::replies_to<tenant_atom, std::string, std::string, hyper_atom, std::string,
+                  hyper_change>::with<uint64_t>,
+  caf::replies_to<tenant_atom, std::string, std::string, remove_atom,
+                  std::string>::with<ok_atom>,
   caf::replies_to<where_atom, std::string>::with<job_layout>,
   caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
   caf::reacts_to<expire_atom, uint32_t>,
@@ -213,9 +229,12 @@ struct stored_registry;
 struct cluster_settings {
   /// Peers must prove they hold this before they are heard ("": every peer is).
   std::string secret;
-  /// Tenants (runtime/tenants.hpp): a shell that proves one's secret sees and controls
-  /// only that tenant's jobs, within its quotas. Needs a secret.
+  /// Tenants (runtime/tenants.hpp): a shell that proves one's secret at the tenant door
+  /// sees and controls only that tenant's jobs, within its quotas. Needs a secret.
   runtime::tenant_registry tenants;
+  /// The tenant door's address (HOST:PORT; "": no door), told to every node that
+  /// registers so that its `located` answers name it.
+  std::string tenant_door;
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_workers = defaults::max_workers;
   /// Checkpoint and restore paths are taken under this root only (none without one).

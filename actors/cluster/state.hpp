@@ -65,12 +65,10 @@ struct job_entry {
   }
 };
 
-/// A process that proved a secret: the middleman connection it proved it on (its id;
-/// -1 until the first look at the routes), and the tenant it proved ("": the cluster
-/// secret, an operator or a node).
+/// A process that proved the cluster secret: the middleman connection it proved it on
+/// (its id; -1 until the first look at the routes).
 struct trust {
   int64_t connection = -1;
-  std::string tenant;
 };
 
 /// One rate probe between two nodes' data planes (or why it failed).
@@ -95,8 +93,8 @@ struct cluster_state {
   std::map<uint32_t, member> nodes;                  // live, by id
   std::map<uint32_t, job_entry> jobs;                // by id: creation order
   std::unordered_map<std::string, uint32_t> by_name; // name -> id
-  // Processes that proved the cluster secret or a tenant's: trust ends with the
-  // connection they proved it on.
+  // Processes that proved the cluster secret: trust ends with the connection they
+  // proved it on.
   std::map<caf::node_id, trust> trusted;
   // Nonces handed out, by process: at most 1024 unanswered, each for 10 s.
   challenge_book<caf::node_id> challenges{1024, std::chrono::seconds(10)};
@@ -135,23 +133,40 @@ uint64_t unix_ms();
 caf::expected<std::pair<caf::node_id, runtime::byte_vector>> take_challenge(
   cluster_ptr self);
 
+// --- cluster/shells.cpp -----------------------------------------------------------
+/// A shell's requests about jobs: an operator's (`tenant` "": every job) or a tenant's
+/// through the door (only its own, by the name it gives them); `where` is who asked.
+caf::result<std::vector<job_report>> shell_jobs(cluster_ptr self,
+                                                const std::string& tenant);
+caf::result<job_created> shell_create(cluster_ptr self, const std::string& tenant,
+                                      const std::string& where, job_spec& spec,
+                                      const job_placement& placement);
+caf::result<job_report> shell_status(cluster_ptr self, const std::string& tenant,
+                                     const std::string& name);
+caf::result<uint64_t> shell_set(cluster_ptr self, const std::string& tenant,
+                                const std::string& name, const hyper_change& change);
+caf::result<job_report> shell_stop(cluster_ptr self, const std::string& tenant,
+                                   const std::string& where, const std::string& name);
+caf::result<ok_atom> shell_remove(cluster_ptr self, const std::string& tenant,
+                                  const std::string& where, const std::string& name);
+
 // --- cluster/tenants.cpp ----------------------------------------------------------
-/// Who sent the current message: "" an operator or a node (the cluster secret, this
-/// process, or any process when there is no secret), a tenant's name, or nothing (a
-/// process that proved nothing).
-std::optional<std::string> caller(cluster_ptr self);
+/// Whether the current message's sender is heard as an operator or a node: no secret,
+/// this process (the tenant door among it), or a process that proved the cluster secret
+/// on the connection it is on. Tenants never are: they speak through the door.
+bool heard(cluster_ptr self);
+/// Whether a (tenant_atom, tenant, ...) request comes from the tenant door: heard, and
+/// `tenant` is one of the --tenants-file (the door forwards only tenants it saw prove
+/// their secret).
+bool from_door(cluster_ptr self, const std::string& tenant);
+/// Who asked, for the log: "an operator at WHERE" or "tenant 'T' at WHERE".
+std::string asker(const std::string& tenant, const std::string& where);
 /// The current message's sender for logs: "HOST:PORT (CAF node N)" over the middleman,
 /// "this process", or "(anonymous)".
 std::string sender_of(cluster_ptr self);
 /// Logs a refusal of the current sender at warn, once a minute per sender and `what`
 /// (logic/refusal_log.hpp): `line` is the message, the sender's address goes after it.
 void log_refusal(cluster_ptr self, const std::string& what, const std::string& line);
-/// (auth_atom, tenant, proof): the sender proves tenant `tenant`'s secret for the nonce
-/// it was given.
-caf::result<ok_atom> on_tenant_proof(cluster_ptr self, const std::string& tenant,
-                                     const std::string& proof);
-/// The refusal of `what` to tenant `tenant` (logged).
-caf::error operators_only(cluster_ptr self, const std::string& tenant, const char* what);
 /// Whether job `job` is in what `tenant` sees ("": everything).
 bool visible_to(const std::string& tenant, const std::string& job);
 /// The registry's name of the job `tenant` calls `name` (a tenant may leave out its

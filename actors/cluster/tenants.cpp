@@ -1,5 +1,6 @@
-// Tenants on the coordinator (runtime/tenants.hpp): which process speaks for which
-// tenant, what a tenant sees (its namespace), and its quotas at job creation.
+// Tenants on the coordinator (runtime/tenants.hpp): who is heard (holders of the
+// cluster secret over the middleman; tenants only through the tenant door,
+// actors/door), what a tenant sees (its namespace), and its quotas at job creation.
 
 #include <algorithm>
 #include <caf/all.hpp>
@@ -64,60 +65,23 @@ void log_refusal(cluster_ptr self, const std::string& what, const std::string& l
       : fmt::format(" ({} more refusals of it in the last minute)", *unlogged));
 }
 
-std::optional<std::string> caller(cluster_ptr self) {
+bool heard(cluster_ptr self) {
   auto& st = self->state;
   if (st.settings.secret.empty())
-    return std::string{};
+    return true;
   auto& sender = self->current_sender();
   if (!sender)
-    return std::nullopt;
-  if (sender->node() == self->node())
-    return std::string{};
-  auto it = st.trusted.find(sender->node());
-  if (it == st.trusted.end())
-    return std::nullopt;
-  return it->second.tenant;
+    return false;
+  return sender->node() == self->node() || st.trusted.count(sender->node()) != 0;
 }
 
-caf::result<ok_atom> on_tenant_proof(cluster_ptr self, const std::string& tenant,
-                                     const std::string& proof) {
-  auto& st = self->state;
-  auto challenge = take_challenge(self);
-  if (!challenge)
-    return std::move(challenge.error());
-  auto& [node, nonce] = *challenge;
-  if (st.settings.tenants.empty())
-    return cluster_error(errc::unauthorized,
-                         "this cluster has no tenants (the coordinator has no "
-                         "--tenants-file): give the cluster secret instead");
-  auto t = st.settings.tenants.find(tenant);
-  auto* q = reinterpret_cast<const std::byte*>(proof.data());
-  if (t == st.settings.tenants.end()
-      || !runtime::verify_tenant(t->second.secret, tenant, nonce,
-                                 runtime::byte_vector(q, q + proof.size()))) {
-    log_refusal(self, "tenant " + tenant,
-                fmt::format("a wrong proof for tenant '{}'{}", tenant,
-                            t == st.settings.tenants.end() ? " (no such tenant)" : ""));
-    return cluster_error(
-      errc::unauthorized,
-      fmt::format("tenant '{}' and this secret do not match (an unknown "
-                  "tenant or a wrong --tenant-secret-file)",
-                  tenant));
-  }
-  st.trusted[node] = trust{-1, tenant};
-  spdlog::info("control: {} proved tenant '{}'", sender_of(self), tenant);
-  return ok_atom::value;
+bool from_door(cluster_ptr self, const std::string& tenant) {
+  return heard(self) && self->state.settings.tenants.count(tenant) != 0;
 }
 
-caf::error operators_only(cluster_ptr self, const std::string& tenant, const char* what) {
-  log_refusal(self, what,
-              fmt::format("{} from tenant '{}': an operator's call", what, tenant));
-  return cluster_error(
-    errc::unauthorized,
-    fmt::format("{} is an operator's call (the cluster secret); tenant "
-                "'{}' may create, watch, change, stop and delete its own "
-                "jobs",
-                what, tenant));
+std::string asker(const std::string& tenant, const std::string& where) {
+  return fmt::format("{} at {}",
+                     tenant.empty() ? "an operator" : "tenant '" + tenant + "'", where);
 }
 
 bool visible_to(const std::string& tenant, const std::string& job) {

@@ -18,9 +18,6 @@ coordinator_contact locate_coordinator(const std::string& via,
     auto located = services::locate(via, timeout);
     out.address = located.coordinator;
     transports::tcp::parse_address(out.address); // a usable HOST:PORT
-    // A tenant's shell checks the coordinator against the CA the node names.
-    if (auto why = trust_located_ca(located.control_ca); !why.empty())
-      out.error = fmt::format("the node at {}: {}", via, why);
   } catch (const std::exception& e) {
     out.error = e.what();
   }
@@ -50,8 +47,7 @@ namespace {
 // Proves the cluster secret to the coordinator for this process. Returns why not.
 std::string prove_secret(caf::actor_system& sys,
                          const cluster_coordinator_actor& coordinator,
-                         const std::string& secret, const std::string& tenant,
-                         std::chrono::milliseconds timeout) {
+                         const std::string& secret, std::chrono::milliseconds timeout) {
   caf::scoped_actor self{sys};
   std::string failure;
   std::string nonce;
@@ -60,18 +56,6 @@ std::string prove_secret(caf::actor_system& sys,
              [&](caf::error& err) { failure = describe(sys, err); });
   if (!failure.empty())
     return failure;
-  if (!tenant.empty()) {
-    if (nonce.empty())
-      return "the coordinator asks for no secret, so it has no tenants";
-    auto* p = reinterpret_cast<const std::byte*>(nonce.data());
-    auto mac = runtime::prove_tenant(secret, tenant,
-                                     runtime::byte_vector(p, p + nonce.size()));
-    self
-      ->request(coordinator, timeout, auth_atom::value, tenant,
-                std::string(reinterpret_cast<const char*>(mac.data()), mac.size()))
-      .receive([](ok_atom) {}, [&](caf::error& err) { failure = describe(sys, err); });
-    return failure;
-  }
   if (nonce.empty())
     spdlog::warn(
       "cluster: the coordinator asks for no cluster secret: the one given here "
@@ -87,8 +71,7 @@ std::string prove_secret(caf::actor_system& sys,
 
 coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string& via,
                                       std::chrono::milliseconds timeout,
-                                      const std::string& secret,
-                                      const std::string& tenant) {
+                                      const std::string& secret) {
   auto out = locate_coordinator(via, timeout);
   if (!out.error.empty())
     return out;
@@ -116,14 +99,9 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
       });
   if (!out.coordinator) {
     if (out.code == errc::unauthorized)
-      out.error = tenant.empty()
-                    ? fmt::format("the coordinator at {} refused the TLS handshake: this "
-                                  "--cluster-secret-file is not the cluster's: {}",
-                                  out.address, out.error)
-                    : fmt::format("the coordinator at {} refused the TLS handshake: "
-                                  "tenant '{}' and this secret do not match (an unknown "
-                                  "tenant or a wrong --tenant-secret-file): {}",
-                                  out.address, tenant, out.error);
+      out.error = fmt::format("the coordinator at {} refused the TLS handshake: this "
+                              "--cluster-secret-file is not the cluster's: {}",
+                              out.address, out.error);
     else
       out.error = fmt::format("the node at {} points to the coordinator at {}, which "
                               "does not answer: {}",
@@ -131,17 +109,11 @@ coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string&
     return out;
   }
   if (!secret.empty())
-    if (auto why = prove_secret(sys, out.coordinator, secret, tenant, timeout);
-        !why.empty()) {
+    if (auto why = prove_secret(sys, out.coordinator, secret, timeout); !why.empty()) {
       out.coordinator = nullptr;
       out.code = errc::unauthorized;
-      out.error =
-        tenant.empty()
-          ? fmt::format("the coordinator at {} did not accept the cluster secret: {}",
-                        out.address, why)
-          : fmt::format("the coordinator at {} did not accept the secret of tenant "
-                        "'{}': {}",
-                        out.address, tenant, why);
+      out.error = fmt::format(
+        "the coordinator at {} did not accept the cluster secret: {}", out.address, why);
     }
   return out;
 }

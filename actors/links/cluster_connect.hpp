@@ -38,11 +38,10 @@ std::string cluster_proof(const std::string& secret, const std::string& nonce);
 
 /// All of it, blocking (each step bounded by `timeout`): finds and connects to the
 /// coordinator through the node at `via` (HOST:PORT), and with a `secret` proves this
-/// process holds it (see cluster_coordinator.hpp): the cluster secret, or with a
-/// `tenant` that tenant's secret.
+/// process holds the cluster secret (see cluster_coordinator.hpp). Tenants do not come
+/// this way: they speak to the tenant door (apps/shell/tenant_client.hpp).
 coordinator_contact reach_coordinator(caf::actor_system& sys, const std::string& via,
                                       std::chrono::milliseconds timeout,
-                                      const std::string& secret = {},
-                                      const std::string& tenant = {});
+                                      const std::string& secret = {});
 
 } // namespace rw::actors

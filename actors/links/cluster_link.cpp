@@ -71,7 +71,8 @@ void do_register(link_ptr self) {
                      std::string{"the cluster coordinator lost this node and failed its "
                                  "jobs"});
         st.was_member = true;
-        self->send(st.rack, locate_atom::value, st.address);
+        self->send(st.rack, locate_atom::value, st.address,
+                   std::move(admitted.tenant_door));
         spdlog::info("cluster: registered with the coordinator at {} as node {} (id {})",
                      st.address, st.settings.node.name, id);
       },

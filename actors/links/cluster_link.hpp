@@ -30,7 +30,7 @@
 //                          (bind_atom, rank_binding) -> rank_map
 //                          asked of the coordinator, its answer back (unavailable while
 //                          the node is not registered)
-//   link  -> rack coordinator (locate_atom, address)  once the coordinator is found
+//   link  -> rack coordinator (locate_atom, address, tenant door)  once registered
 //   node  -> link          (leave_atom) -> ok_atom    the node is stopping: the link
 //                          says so to the coordinator (leave_atom, id) and exits
 //   node  -> link          (metrics_atom) -> whether the node is registered now (/readyz)

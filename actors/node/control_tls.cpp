@@ -45,7 +45,7 @@ std::string openssl_error() {
 
 // A sealed memory file holding `text` (nothing on disk; gone with the process), open
 // for as long as the process runs: CAF reads it as /proc/self/fd/N at each connection.
-int memory_file(const char* name, const std::string& text, bool seal = true) {
+int memory_file(const char* name, const std::string& text) {
   int fd = ::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0)
     refuse(fmt::format("cannot make a memory file for the derived certificates: {}",
@@ -62,8 +62,7 @@ int memory_file(const char* name, const std::string& text, bool seal = true) {
     }
     done += static_cast<size_t>(n);
   }
-  if (seal)
-    ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
   return fd;
 }
 
@@ -77,8 +76,6 @@ struct derived_state {
   std::mutex mtx;
   std::string key;                   // what it was derived from
   std::string cert, private_key, ca; // /proc/self/fd paths
-  std::string cluster_ca;            // PEM, for located answers
-  int tenant_ca_fd = -1;             // a tenant's slot for the located CA
 };
 
 derived_state& derived() {
@@ -183,38 +180,19 @@ void configure_control_tls(caf::actor_system_config& cfg, const control_identity
     configure_control_tls(cfg, id.files);
     return;
   }
-  bool tenant = !id.tenant.empty();
-  if (id.cluster_secret.empty() && (!tenant || id.tenant_secret.empty()))
+  if (id.cluster_secret.empty())
     return; // plain TCP: no secret to derive from
   auto& st = derived();
   std::lock_guard<std::mutex> guard{st.mtx};
-  std::string key = id.cluster_secret + '\0' + id.tenant + '\0' + id.tenant_secret;
-  for (auto& [name, secret] : id.admitted_tenants)
-    key += '\0' + name + '\0' + secret;
-  if (st.cert.empty() || st.key != key) {
-    auto subject = fmt::format("rackweave {} {}:{}",
-                               tenant ? "tenant " + id.tenant : std::string{"member"},
-                               this_host(), ::getpid());
-    auto me = tenant ? runtime::derived_identity(
-                id.tenant_secret, runtime::tenant_scope(id.tenant), subject)
-                     : runtime::derived_identity(id.cluster_secret,
-                                                 runtime::cluster_scope, subject);
-    // A member trusts the cluster CA, and the coordinator each tenant's; a tenant's
-    // shell trusts what the located answer says the cluster CA is (trust_located_ca).
-    std::string trusted;
-    if (!tenant) {
-      trusted = me.ca;
-      for (auto& [name, secret] : id.admitted_tenants)
-        trusted += runtime::derived_ca_cert(secret, runtime::tenant_scope(name));
-    }
+  if (st.cert.empty() || st.key != id.cluster_secret) {
+    auto subject = fmt::format("rackweave member {}:{}", this_host(), ::getpid());
+    auto me = runtime::derived_identity(id.cluster_secret, runtime::cluster_scope,
+                                        subject);
     st.cert = fd_path(memory_file("rw-control-cert", me.cert));
     st.private_key = fd_path(memory_file("rw-control-key", me.key));
     OPENSSL_cleanse(me.key.data(), me.key.size());
-    int ca_fd = memory_file("rw-control-ca", trusted, !tenant);
-    st.ca = fd_path(ca_fd);
-    st.tenant_ca_fd = tenant ? ca_fd : -1;
-    st.cluster_ca = tenant ? std::string{} : me.ca;
-    st.key = std::move(key);
+    st.ca = fd_path(memory_file("rw-control-ca", me.ca));
+    st.key = id.cluster_secret;
   }
   cfg.load<caf::openssl::manager>();
   cfg.openssl_certificate = st.cert;
@@ -228,35 +206,6 @@ bool derived_control_tls(caf::actor_system& sys) {
   auto& st = derived();
   std::lock_guard<std::mutex> guard{st.mtx};
   return !st.cert.empty() && sys.config().openssl_certificate == st.cert;
-}
-
-std::string derived_cluster_ca() {
-  auto& st = derived();
-  std::lock_guard<std::mutex> guard{st.mtx};
-  return st.cluster_ca;
-}
-
-std::string trust_located_ca(const std::string& pem) {
-  auto& st = derived();
-  std::lock_guard<std::mutex> guard{st.mtx};
-  if (st.tenant_ca_fd < 0)
-    return {};
-  if (pem.empty())
-    return "the node that was asked sent no control-plane CA certificate (the cluster "
-           "runs without a secret, or with --tls-* files: give the shell --tls-cert, "
-           "--tls-key and --tls-ca)";
-  if (runtime::common_name(pem).empty())
-    return "the control-plane CA certificate in the located answer is not a PEM "
-           "certificate";
-  // The same descriptor number, new contents: CAF reads the file anew per connection.
-  int fd = memory_file("rw-control-ca", pem);
-  if (::dup3(fd, st.tenant_ca_fd, O_CLOEXEC) < 0) {
-    ::close(fd);
-    return fmt::format("cannot keep the located CA certificate: {}",
-                       std::strerror(errno));
-  }
-  ::close(fd);
-  return {};
 }
 
 bool control_tls(caf::actor_system& sys) {

@@ -11,10 +11,9 @@
 // identity from it (runtime/control_certs.hpp): every member holds a certificate of
 // the CA the secret derives, so the control plane is mutual TLS whenever there is a
 // secret, and a peer without it fails the handshake before CAF reads a byte of BASP
-// from it. A tenant's shell derives its certificate from the tenant's secret (the
-// coordinator admits those CAs too) and checks the coordinator against the cluster CA
-// certificate the located answer carries (trust_located_ca). Without a secret and
-// without files the control plane is plain TCP (docs/security.md).
+// from it. Tenants never connect here: they speak to the coordinator's tenant door
+// (actors/door/tenant_door.hpp). Without a secret and without files the control plane
+// is plain TCP (docs/security.md).
 
 #include <caf/fwd.hpp>
 #include <caf/io/middleman_actor.hpp>
@@ -40,18 +39,13 @@ struct tls_files {
 /// and what to do. Nothing to check when none is given.
 void check_tls_files(const tls_files& files);
 
-/// What this process proves on the control plane, and whom it admits.
+/// What this process proves on the control plane.
 struct control_identity {
   /// Certificates an operator made (--tls-*); when given, nothing is derived.
   tls_files files;
   /// A member (a node, an operator's shell or client): its certificate is derived from
   /// the cluster secret.
   std::string cluster_secret;
-  /// A tenant's shell: its certificate is derived from the tenant's secret.
-  std::string tenant;
-  std::string tenant_secret;
-  /// The coordinator: the tenants (name, secret) whose derived CAs it admits.
-  std::vector<std::pair<std::string, std::string>> admitted_tenants;
 };
 
 /// Checks `files` and, when given, loads CAF's OpenSSL module into `cfg` with them.
@@ -59,22 +53,13 @@ struct control_identity {
 void configure_control_tls(caf::actor_system_config& cfg, const tls_files& files);
 
 /// The same for every kind of identity: files as above; else certificates derived from
-/// the cluster secret, or from a tenant's secret; else nothing (plain TCP). The PEM
+/// the cluster secret; else nothing (plain TCP). The PEM
 /// text lives in sealed memory files of this process (/proc/self/fd/N), never on disk.
 /// Throws std::runtime_error saying what is wrong.
 void configure_control_tls(caf::actor_system_config& cfg, const control_identity& id);
 
 /// Whether `sys` speaks TLS with a certificate derived from a secret.
 bool derived_control_tls(caf::actor_system& sys);
-
-/// The cluster CA certificate (PEM) this process derived from the cluster secret, for
-/// the located answers it gives ("" when it derived none).
-std::string derived_cluster_ca();
-
-/// A tenant's shell with a derived certificate: checks the coordinator against `pem`,
-/// the cluster CA certificate from the located answer. Returns why not ("" when
-/// taken); nothing to do (and "") in any other mode.
-std::string trust_located_ca(const std::string& pem);
 
 /// Whether `sys` speaks TLS on the control plane (configure_control_tls with files).
 bool control_tls(caf::actor_system& sys);

@@ -12,6 +12,7 @@
 #include "actors/node/control_tls.hpp"
 #include "actors/cluster/store.hpp"
 #include "actors/cluster/rack_choice.hpp"
+#include "actors/door/tenant_door.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/tenants.hpp"
 #include "services/locator.hpp"
@@ -122,7 +123,11 @@ coordinator_node::coordinator_node(caf::actor_system& sys,
   cs.max_workers = cfg.max_workers;
   cs.node_timeout = std::chrono::milliseconds(cfg.node_timeout_ms);
   open_state(cfg, cs);
+  if (!cs.tenants.empty())
+    open_door(cfg, control, cs);
   coordinator_ = spawn_cluster_coordinator(sys, cs);
+  if (door_)
+    caf::anon_send(door_, caf::put_atom::value, coordinator_);
   auto host = transports::tcp::is_wildcard(control.host) ? std::string{} : control.host;
   // With TLS (--tls-*) the port speaks only TLS, and only to certified peers.
   tls_ = control_tls(sys);
@@ -151,16 +156,16 @@ coordinator_node::coordinator_node(caf::actor_system& sys,
         "(rw.job_status(name).endpoints says which); shells and nodes only ask it "
         "where the coordinator is";
       locator_ = std::make_unique<services::locator_service>(
-        listen,
-        protocol::located_msg{control_, cfg.name, "coordinator", derived_cluster_ca()},
+        listen, protocol::located_msg{control_, cfg.name, "coordinator", tenant_door_},
         refusal, hello_answer(sys, coordinator_, cfg.name, refusal));
     } catch (const std::exception& e) {
       stop();
       throw;
     }
   }
-  spdlog::info("cluster coordinator up: control={}{} secret={} tls={}", control_,
+  spdlog::info("cluster coordinator up: control={}{}{} secret={} tls={}", control_,
                locator_ ? " locate=" + locator_->address() : std::string{},
+               door_ ? " tenant-door=" + tenant_door_ : std::string{},
                cs.secret.empty() ? "none" : "required",
                !tls_ ? "off"
                : derived_control_tls(sys_)
@@ -176,8 +181,28 @@ std::string coordinator_node::listen_address() const {
   return locator_ ? locator_->address() : std::string{};
 }
 
+void coordinator_node::open_door(const runtime::node_config& cfg,
+                                 const transports::tcp::address& control,
+                                 cluster_settings& cs) {
+  auto at = transports::tcp::parse_address(cfg.tenant_listen.empty() ? control.host + ":0"
+                                                                     : cfg.tenant_listen);
+  door::door_settings ds;
+  ds.host = at.host;
+  ds.port = at.port;
+  ds.tenants = cs.tenants;
+  auto opened = door::open_tenant_door(sys_, std::move(ds));
+  door_ = std::move(opened.actor);
+  at.port = opened.port;
+  tenant_door_ = at.to_string();
+  cs.tenant_door = tenant_door_;
+}
+
 void coordinator_node::stop() {
   locator_.reset();
+  if (door_) {
+    caf::anon_send_exit(door_, caf::exit_reason::user_shutdown);
+    door_ = nullptr;
+  }
   if (!coordinator_)
     return;
   // (CAF 0.17.6's openssl::unpublish does not compile: the module's middleman actor

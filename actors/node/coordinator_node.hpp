@@ -12,6 +12,7 @@
 
 #include "actors/cluster/cluster_coordinator.hpp"
 #include "runtime/node_config.hpp"
+#include "transports/tcp/address.hpp"
 
 namespace rw::services {
 class locator_service;
@@ -38,12 +39,20 @@ public:
   const std::string& control_address() const noexcept { return control_; }
   /// The locator's address ("" without one).
   std::string listen_address() const;
+  /// The tenant door's address (HOST:PORT; "" without tenants).
+  const std::string& tenant_door() const noexcept { return tenant_door_; }
 
   /// Unpublishes and stops the coordinator. Idempotent.
   void stop();
 
 private:
+  /// Opens the tenant door (--tenant-listen, or `control`'s host) and tells `cs` where.
+  void open_door(const runtime::node_config& cfg, const transports::tcp::address& control,
+                 cluster_settings& cs);
+
   caf::actor_system& sys_;
+  caf::actor door_; // the tenant door (actors/door/tenant_door.hpp); null without tenants
+  std::string tenant_door_;
   cluster_coordinator_actor coordinator_;
   std::string control_;
   uint16_t port_ = 0;

@@ -154,7 +154,6 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     auto& p = plan_.endpoints[i];
     poller_settings s;
     s.node_name = name;
-    s.control_ca = derived_cluster_ca();
     s.endpoint_index = i;
     s.endpoints = addresses_;
     s.max_control_bytes = cfg.max_control_bytes;

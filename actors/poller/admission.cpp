@@ -272,7 +272,7 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
   };
   self_->request(st.book->coordinator, hello_timeout, locate_atom::value)
     .then(
-      [self, conn, answered](std::string& address) {
+      [self, conn, answered](std::string& address, std::string& door) {
         answered();
         frame_header reply;
         if (address.empty()) {
@@ -282,9 +282,8 @@ void poller_sink::on_locate(const connection_ptr& c, const frame_header& h) {
                            reply);
           return;
         }
-        auto payload = protocol::encode(
-          protocol::located_msg{address, self->state.settings.node_name, "rack-agg",
-                                self->state.settings.control_ca});
+        auto payload = protocol::encode(protocol::located_msg{
+          address, self->state.settings.node_name, "rack-agg", door});
         reply.kind = frame_kind::located;
         reply.payload_bytes = static_cast<uint32_t>(payload.size());
         iovec iov{payload.data(), payload.size()};

@@ -87,7 +87,6 @@ using nic_poller_actor = caf::typed_actor<
 
 struct poller_settings {
   std::string node_name;
-  std::string control_ca; // for located answers (protocol::located_msg::control_ca)
   uint32_t endpoint_index = 0;
   std::vector<std::string> endpoints; // every endpoint of the node, for welcomes
   uint32_t max_control_bytes = defaults::max_control_bytes;

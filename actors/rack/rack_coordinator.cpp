@@ -91,10 +91,13 @@ rack_coordinator_actor::behavior_type coordinator_behavior(
       on_halt_all(self, keep, reason);
     },
     [=](register_atom, cluster_gateway& link) { self->state.link = std::move(link); },
-    [=](locate_atom, std::string& address) {
+    [=](locate_atom, std::string& address, std::string& door) {
       self->state.cluster_address = std::move(address);
+      self->state.tenant_door = std::move(door);
     },
-    [=](locate_atom) { return self->state.cluster_address; },
+    [=](locate_atom) {
+      return caf::make_result(self->state.cluster_address, self->state.tenant_door);
+    },
     [=](replace_atom, uint32_t index, chunk_shard_actor& shard) {
       on_replace(self, index, shard);
     },

@@ -119,8 +119,9 @@
 //                          every live job (ranks live and away, clock, step times) and
 //                          the shards as they are now (a restarted one's new handle)
 //   node   -> coordinator  (pollers_atom, pollers)  every NIC poller of the node
-//   link   -> coordinator  (locate_atom, address)   where the cluster coordinator is
-//   poller -> coordinator  (locate_atom) -> address  (empty: not known yet)
+//   link   -> coordinator  (locate_atom, address, door)   where the cluster coordinator
+//                          is, and its tenant door ("": none)
+//   poller -> coordinator  (locate_atom) -> (address, door)  (empty: not known yet)
 //   coordinator -> itself  (balance_atom)  every balance_interval: in-node balancing
 //                          (actors/rack/balance.cpp) compares the shards' busy time;
 //                          a shard persistently busier than the least busy one of its
@@ -178,8 +179,8 @@ using rack_coordinator_actor = caf::typed_actor<
                   std::string>::with<checkpoint_part>,
   caf::reacts_to<ckpt_atom, uint32_t, uint64_t, chunk_snapshot>,
   caf::reacts_to<register_atom, cluster_gateway>,
-  caf::reacts_to<locate_atom, std::string>,
-  caf::replies_to<locate_atom>::with<std::string>,
+  caf::reacts_to<locate_atom, std::string, std::string>,
+  caf::replies_to<locate_atom>::with<std::string, std::string>,
   caf::replies_to<attach_atom, attach_request>::with<job_binding>,
   caf::reacts_to<leave_atom, uint32_t, uint32_t, bool, std::string>,
   caf::reacts_to<rejoin_atom, uint32_t, uint32_t, uint32_t>,

@@ -120,6 +120,7 @@ struct rack_state {
   std::deque<std::string> ended_grants;               // oldest first, to bound memory
   cluster_gateway link;        // the node's cluster link (null: not in a cluster)
   std::string cluster_address; // the cluster coordinator's control address
+  std::string tenant_door;     // its tenant door ("": none)
   uint32_t next_open_id = open_job_ids; // jobs made by a worker on an --open-jobs node
   /// Checkpoints waiting on the shards, by hook id: each fails at once with the reason
   /// given (a shard crashed and cannot answer for its predecessor).

@@ -12,7 +12,7 @@
 #include "actors/cluster_messages.hpp"
 #include "actors/node/control_tls.hpp"
 #include "actors/node/idle_policy.hpp"
-#include "apps/shell/cluster_client.hpp"
+#include "apps/shell/open_cluster.hpp"
 #include "rackweave/errc.hpp"
 #include "runtime/credentials.hpp"
 
@@ -26,7 +26,7 @@ namespace {
 struct coordinator_session {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
-  std::unique_ptr<shell::cluster_client> client;
+  std::unique_ptr<shell::cluster_api> client;
 
   coordinator_session(const std::string& connect, const std::string& secret_file,
                       const std::string& tenant, const actors::tls_files& tls,
@@ -41,8 +41,8 @@ struct coordinator_session {
                                                                          + "' secret");
     actors::control_identity control;
     control.files = tls;
-    (tenant.empty() ? control.cluster_secret : control.tenant_secret) = secret;
-    control.tenant = tenant;
+    if (tenant.empty()) // a tenant speaks to the tenant door, not over the middleman
+      control.cluster_secret = secret;
     // Bad files: RuntimeError, as a bad secret.
     actors::configure_control_tls(cfg, control);
     cfg.set("logger.verbosity", caf::atom("quiet"));
@@ -52,7 +52,7 @@ struct coordinator_session {
     auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
     try {
       py::gil_scoped_release nogil;
-      client = std::make_unique<shell::cluster_client>(*sys, connect, ms, secret, tenant);
+      client = shell::open_cluster(*sys, connect, ms, secret, tenant);
     } catch (const shell::shell_error& e) {
       throw rw::error(e.code(), e.what());
     }

@@ -14,18 +14,15 @@ struct cluster_client::impl {
   std::string connect;
   std::chrono::milliseconds timeout;
   std::string secret;
-  std::string tenant;
   std::string address; // the coordinator's control address, once found
   actors::cluster_coordinator_actor coordinator;
 
-  impl(caf::actor_system& s, std::string c, std::chrono::milliseconds t, std::string k,
-       std::string n)
-    : sys(s), connect(std::move(c)), timeout(t), secret(std::move(k)),
-      tenant(std::move(n)) {}
+  impl(caf::actor_system& s, std::string c, std::chrono::milliseconds t, std::string k)
+    : sys(s), connect(std::move(c)), timeout(t), secret(std::move(k)) {}
 
   // Finds the coordinator through the node at `connect` and connects to it.
   void reach() {
-    auto contact = actors::reach_coordinator(sys, connect, timeout, secret, tenant);
+    auto contact = actors::reach_coordinator(sys, connect, timeout, secret);
     if (!contact.coordinator)
       throw shell_error(contact.error, contact.code);
     coordinator = std::move(contact.coordinator);
@@ -75,10 +72,8 @@ struct cluster_client::impl {
 };
 
 cluster_client::cluster_client(caf::actor_system& sys, std::string connect,
-                               std::chrono::milliseconds timeout, std::string secret,
-                               std::string tenant)
-  : impl_(std::make_unique<impl>(sys, std::move(connect), timeout, std::move(secret),
-                                 std::move(tenant))) {
+                               std::chrono::milliseconds timeout, std::string secret)
+  : impl_(std::make_unique<impl>(sys, std::move(connect), timeout, std::move(secret))) {
   impl_->reach();
 }
 

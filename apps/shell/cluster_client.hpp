@@ -19,11 +19,10 @@ class cluster_client final : public cluster_api {
 public:
   /// `sys` must have been configured with actors::register_cluster_types.
   /// Throws shell_error when the node or the coordinator cannot be reached.
-  /// With a `secret`, this process proves the cluster secret to the coordinator; with a
-  /// `tenant` too, that tenant's secret (it then sees only the tenant's jobs).
+  /// With a `secret`, this process proves the cluster secret to the coordinator
+  /// (a tenant's shell uses tenant_client instead).
   cluster_client(caf::actor_system& sys, std::string connect,
-                 std::chrono::milliseconds timeout, std::string secret = {},
-                 std::string tenant = {});
+                 std::chrono::milliseconds timeout, std::string secret = {});
   ~cluster_client() override;
 
   std::vector<actors::node_info> nodes() override;

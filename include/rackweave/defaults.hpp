@@ -55,6 +55,20 @@ constexpr uint32_t max_stranger_refusals = 4;
 /// `locate` answers one connection that has not joined a job gets (one at a time): a
 /// client that pipelines locates and reads none makes the node queue no more.
 constexpr uint32_t max_stranger_locates = 4;
+/// The tenant door (actors/door/tenant_door.hpp): a connection finishes its handshake
+/// within this long of connecting, or is closed.
+constexpr uint32_t door_handshake_ms = 5'000;
+/// Connections to the tenant door that have not finished the handshake, in all and
+/// from one host; past these a new one is closed at once.
+constexpr uint32_t door_max_strangers = 256;
+constexpr uint32_t door_max_strangers_per_host = 16;
+/// Open tenant sessions at once (a shell holds one; the Python calls one per call).
+constexpr uint32_t door_max_sessions = 1024;
+/// An open session that asks nothing for this long is closed (the shell opens a new
+/// one at its next request).
+constexpr uint32_t door_idle_ms = 300'000;
+/// How long the door waits for the coordinator's answer to a tenant's request.
+constexpr uint32_t door_request_timeout_ms = 60'000;
 /// A peer that has not joined a job holds its connection at most this many times
 /// first_frame_ms in all, however often it sends (its idle time restarts with each
 /// frame); time spent waiting for the node's answer to its hello is not counted.

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "actors/door/requests.hpp"
 #include "protocol/control.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/half.hpp"
@@ -234,6 +235,36 @@ void locator(const fs::path& dir) {
   write(dir, "fuzz_locator", "closed-mid-hello", closing.data(), closing.size());
 }
 
+// fuzz_tenant_door's scripts: [op][length LE16][bytes]; op = connection | what << 2.
+void tenant_door(const fs::path& dir) {
+  auto record = [](std::string& script, uint8_t op, const std::string& bytes) {
+    script.push_back(char(op));
+    script.push_back(char(bytes.size() & 0xff));
+    script.push_back(char((bytes.size() >> 8) & 0xff));
+    script += bytes;
+  };
+  rw::actors::door::request r;
+  r.id = 1;
+  r.op = rw::actors::door::op::create;
+  r.spec = session_job();
+  auto create = rw::actors::door::encode(r);
+  std::string request(reinterpret_cast<const char*>(create.data()), create.size());
+  // Two shells open sessions in turns and ask; a third steals the first's frames; a
+  // fourth uses a wrong secret; the doors answer.
+  std::string script;
+  record(script, 1 << 2 | 0, "");
+  record(script, 1 << 2 | 1, "");
+  record(script, 1 << 2 | 0, "");
+  record(script, 1 << 2 | 1, "");
+  record(script, 1 << 2 | 0, request);
+  record(script, 3 << 2 | 2, std::string(1, '\0'));
+  record(script, 2 << 2 | 3, "");
+  record(script, 2 << 2 | 3, "");
+  record(script, 1 << 2 | 1, request);
+  record(script, 4 << 2 | 0, "an answer");
+  write(dir, "fuzz_tenant_door", "two-sessions-a-thief", script.data(), script.size());
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: rw-fuzz-seeds DIR\n");
@@ -245,5 +276,6 @@ int main(int argc, char** argv) {
   half(dir);
   control(dir);
   locator(dir);
+  tenant_door(dir);
   return 0;
 }

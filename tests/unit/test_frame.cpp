@@ -178,14 +178,14 @@ TEST_CASE("the credential and locate messages round-trip", "[frame]") {
   REQUIRE(decode(pb.data(), pb.size(), pd, why) == rw::errc::ok);
   CHECK(pd.mac == p.mac);
 
-  located_msg l{"10.0.0.1:7601", "rack-a", "rack-agg", "-----BEGIN CERTIFICATE-----"};
+  located_msg l{"10.0.0.1:7601", "rack-a", "rack-agg", "10.0.0.1:7609"};
   auto lb = encode(l);
   located_msg ld;
   REQUIRE(decode(lb.data(), lb.size(), ld, why) == rw::errc::ok);
   CHECK(ld.coordinator == l.coordinator);
   CHECK(ld.node_name == "rack-a");
   CHECK(ld.role == "rack-agg");
-  CHECK(ld.control_ca == l.control_ca);
+  CHECK(ld.tenant_door == l.tenant_door);
 
   frame_header f;
   f.kind = rw::protocol::frame_kind::located;

@@ -1,5 +1,5 @@
-// Tenants: the file the coordinator reads them from (runtime/tenants.hpp) and their
-// proofs (runtime/credentials.hpp).
+// Tenants: the file the coordinator reads them from (runtime/tenants.hpp). Their proofs
+// at the tenant door: test_tenant_door.cpp.
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -122,22 +122,6 @@ TEST_CASE("a job's tenant is what comes before ':'", "[tenants]") {
   CHECK_FALSE(tenant_name_error("").empty());
   CHECK_FALSE(tenant_name_error(std::string(33, 'a')).empty());
   CHECK_FALSE(tenant_name_error("a:b").empty());
-}
-
-TEST_CASE("a tenant's proof is worth nothing for another tenant or as the cluster's",
-          "[tenants][credentials]") {
-  auto nonce = make_nonce();
-  auto mac = prove_tenant("tenant-a-secret-0123456789", "vision", nonce);
-  CHECK(mac.size() == proof_bytes);
-  CHECK(verify_tenant("tenant-a-secret-0123456789", "vision", nonce, mac));
-  CHECK_FALSE(verify_tenant("tenant-a-secret-0123456789", "speech", nonce, mac));
-  CHECK_FALSE(verify_tenant("tenant-b-secret-0123456789", "vision", nonce, mac));
-  CHECK_FALSE(verify_tenant("tenant-a-secret-0123456789", "vision", make_nonce(), mac));
-  CHECK_FALSE(verify_cluster("tenant-a-secret-0123456789", nonce, mac));
-  CHECK_FALSE(verify_tenant("tenant-a-secret-0123456789", "vision", nonce,
-                            prove_cluster("tenant-a-secret-0123456789", nonce)));
-  CHECK_FALSE(verify_tenant("tenant-a-secret-0123456789", "vision",
-                            byte_vector(nonce.begin(), nonce.begin() + 8), mac));
 }
 
 } // namespace rw_unit_tenants
