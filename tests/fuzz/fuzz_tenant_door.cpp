@@ -135,15 +135,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at += len;
     auto& c = conns[op & 3];
     switch ((op >> 2) & 7) {
-      case 0:
-        to_door(c, bytes, false);
-        break;
-      case 1:
-        shell_step(c, bytes, false);
-        break;
-      case 2:
-        shell_step(c, bytes, true);
-        break;
+      case 0: to_door(c, bytes, false); break;
+      case 1: shell_step(c, bytes, false); break;
+      case 2: shell_step(c, bytes, true); break;
       case 3: {
         auto& from = conns[(bytes.empty() ? 0 : std::to_integer<size_t>(bytes[0])) & 3];
         if (&from != &c && !from.last_sent.empty())
@@ -154,12 +148,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (c.server->open() && c.shell_session) {
           auto sealed = c.server->session().seal(bytes.data(), bytes.size());
           door::bytes plain;
-          if (!c.shell_session->open(sealed.data(), sealed.size(), plain) || plain != bytes)
+          if (!c.shell_session->open(sealed.data(), sealed.size(), plain)
+              || plain != bytes)
             rw::fuzz::fail("a shell could not open what its own door sealed");
         }
         break;
-      default:
-        break;
+      default: break;
     }
   }
   return 0;

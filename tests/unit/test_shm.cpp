@@ -38,7 +38,9 @@ TEST_CASE("a worker segment opens only for its nonce and its job spec", "[shm]")
   CHECK_THROWS_WITH(open_worker_segment(mine.name(), 42, spec_of(5001)),
                     Catch::Contains("does not match"));
   CHECK_THROWS_WITH(open_worker_segment("/etc-passwd", 42, spec),
-                    Catch::Contains("not a RackWeave"));
+                    Catch::Contains("is not sealed shared memory"));
+  CHECK_THROWS_WITH(open_worker_segment("/proc/1/fd/3/../../environ", 42, spec),
+                    Catch::Contains("is not sealed shared memory"));
   auto opened = open_worker_segment(mine.name(), 42, spec);
   // Both mappings see the same memory, regions cache- and page-aligned.
   auto* table = tensor_table(opened.as<header>());
@@ -46,6 +48,48 @@ TEST_CASE("a worker segment opens only for its nonce and its job spec", "[shm]")
   CHECK(table[1].result_offset + 7 * 4 <= opened.size());
   reinterpret_cast<float*>(mine.data() + table[1].grad_offset)[6] = 3.5f;
   CHECK(reinterpret_cast<float*>(opened.data() + table[1].grad_offset)[6] == 3.5f);
+}
+
+// Issue 59, finding 4: a worker that truncated its segment after the welcome killed the
+// node (SIGBUS in the shm poller). Its segment is sealed memory now, and the node maps
+// nothing else.
+TEST_CASE(
+  "a worker's segment cannot shrink under the node, and unsealed memory is refused",
+  "[shm]") {
+  auto spec = spec_of(5000);
+  auto mine = create_worker_segment(spec, 42);
+  CHECK(mine.name().rfind("/proc/", 0) == 0);
+  auto opened = open_worker_segment(mine.name(), 42, spec);
+  // The worker (any process of its user, by that name) cannot take pages away.
+  int fd = ::open(mine.name().c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  CHECK(::ftruncate(fd, 0) != 0);
+  CHECK(errno == EPERM);
+  CHECK(::ftruncate(fd, static_cast<off_t>(mine.size() * 2)) != 0);
+  ::close(fd);
+  // Every page still there: reading the last one is no SIGBUS.
+  CHECK(std::to_integer<int>(opened.data()[opened.size() - 1]) == 0);
+
+  // The same bytes in memory that is not sealed: refused, saying why.
+  int loose = memfd_create("loose", MFD_CLOEXEC);
+  REQUIRE(loose >= 0);
+  REQUIRE(::ftruncate(loose, static_cast<off_t>(mine.size())) == 0);
+  REQUIRE(::pwrite(loose, mine.data(), mine.size(), 0)
+          == static_cast<ssize_t>(mine.size()));
+  auto loose_name = "/proc/" + std::to_string(::getpid()) + "/fd/"
+                    + std::to_string(loose);
+  CHECK_THROWS_WITH(open_worker_segment(loose_name, 42, spec),
+                    Catch::Contains("not sealed against shrinking"));
+  ::close(loose);
+  // A segment by name, as workers made them before: refused.
+  auto named = mapping::create(
+    "/rackweave-worker-" + std::to_string(::getpid()) + "-test", mine.size());
+  CHECK_THROWS_WITH(open_worker_segment(named.name(), 42, spec),
+                    Catch::Contains("a segment by name"));
+  // Once welcomed the worker closes the name: nobody opens it any more.
+  auto name = mine.name();
+  mine.unlink();
+  CHECK_THROWS(open_worker_segment(name, 42, spec));
 }
 
 TEST_CASE("the request ring keeps order and refuses when full", "[shm]") {

@@ -101,12 +101,81 @@ mapping mapping::open(const std::string& name, bool read_only) {
   return m;
 }
 
+mapping mapping::create_sealed(const char* label, size_t bytes) {
+  int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    throw sys_error(fmt::format("cannot create shared memory ({})", label));
+  auto fail = [&](const std::string& what) {
+    auto err = sys_error(what);
+    ::close(fd);
+    return err;
+  };
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+    throw fail(fmt::format("cannot size shared memory ({}, {} bytes)", label, bytes));
+  // Every page now: memory that runs out is an error here, not a SIGBUS later.
+  if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+    errno = rc;
+    throw fail(fmt::format("cannot reserve {:.1f} MiB of shared memory ({})",
+                           double(bytes) / (1 << 20), label));
+  }
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    throw fail(fmt::format("cannot seal shared memory ({})", label));
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    throw fail(fmt::format("cannot map shared memory ({})", label));
+  mapping m;
+  m.name_ = fmt::format("/proc/{}/fd/{}", getpid(), fd);
+  m.data_ = static_cast<std::byte*>(p);
+  m.size_ = bytes;
+  m.fd_ = fd;
+  return m;
+}
+
+mapping mapping::open_sealed(const std::string& name) {
+  unsigned pid = 0, fd_number = 0;
+  char tail = 0;
+  if (std::sscanf(name.c_str(), "/proc/%u/fd/%u%c", &pid, &fd_number, &tail) != 2
+      || name != fmt::format("/proc/{}/fd/{}", pid, fd_number))
+    throw std::runtime_error(fmt::format(
+      "'{}' is not sealed shared memory (/proc/PID/fd/N of the worker's memfd); a "
+      "segment by name (/rackweave-worker-...) is refused: a worker could truncate it "
+      "under the node (a worker older than this node: upgrade it)",
+      name.substr(0, 96)));
+  int fd = ::open(name.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    throw sys_error("cannot open the worker's shared memory " + name);
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    ::close(fd);
+    throw std::runtime_error(fmt::format(
+      "the shared memory {} is not sealed against shrinking: its owner could truncate "
+      "it under this node (a SIGBUS)",
+      name));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+    ::close(fd);
+    throw std::runtime_error("shared memory " + name + " is empty");
+  }
+  auto bytes = static_cast<size_t>(st.st_size);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED)
+    throw sys_error("cannot map shared memory " + name);
+  mapping m;
+  m.name_ = name;
+  m.data_ = static_cast<std::byte*>(p);
+  m.size_ = bytes;
+  return m;
+}
+
 mapping::mapping(mapping&& other) noexcept
   : name_(std::move(other.name_)), data_(other.data_), size_(other.size_),
-    linked_(other.linked_) {
+    linked_(other.linked_), fd_(other.fd_) {
   other.data_ = nullptr;
   other.size_ = 0;
   other.linked_ = false;
+  other.fd_ = -1;
 }
 
 mapping& mapping::operator=(mapping&& other) noexcept {
@@ -120,11 +189,18 @@ mapping& mapping::operator=(mapping&& other) noexcept {
 mapping::~mapping() {
   if (linked_)
     shm_unlink(name_.c_str()); // a creator that still holds the name removes it
+  if (fd_ >= 0)
+    ::close(fd_);
   if (data_ != nullptr)
     munmap(data_, size_);
 }
 
 void mapping::unlink() noexcept {
+  if (fd_ >= 0) { // sealed memory: its name is the open memfd
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
   if (linked_ || !name_.empty())
     shm_unlink(name_.c_str());
   linked_ = false;
@@ -176,7 +252,7 @@ mapping open_params_segment(const std::string& name, const job_spec& spec) {
 mapping create_worker_segment(const job_spec& spec, uint64_t nonce) {
   size_t total = 0;
   auto regions = plan_regions(spec, total);
-  auto m = mapping::create(fresh_name("worker"), total);
+  auto m = mapping::create_sealed("rackweave-worker", total);
   auto* h = new (m.data()) header();
   h->magic = segment_magic;
   h->nonce = nonce;
@@ -189,10 +265,7 @@ mapping create_worker_segment(const job_spec& spec, uint64_t nonce) {
 
 mapping open_worker_segment(const std::string& name, uint64_t nonce,
                             const job_spec& spec) {
-  if (name.rfind("/rackweave-worker-", 0) != 0 || name.find('/', 1) != std::string::npos)
-    throw std::runtime_error(
-      fmt::format("'{}' is not a RackWeave worker segment name", name));
-  auto m = mapping::open(name);
+  auto m = mapping::open_sealed(name);
   if (m.size() < sizeof(header))
     throw std::runtime_error("the worker's shared memory is too small for its header");
   auto* h = m.as<header>();

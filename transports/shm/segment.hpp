@@ -18,6 +18,16 @@ public:
   static mapping create(const std::string& name, size_t bytes);
   /// Maps an existing object whole (read-only if asked). Throws std::runtime_error.
   static mapping open(const std::string& name, bool read_only = false);
+  /// Creates anonymous memory of `bytes` (a memfd, zeroed, every page reserved) sealed
+  /// against shrinking and growing: whoever maps it can never be killed by a SIGBUS
+  /// for a page its creator took away. Named /proc/PID/fd/N (this process, the memfd)
+  /// until unlink() closes it: another process of the same user opens it by that name
+  /// only meanwhile. Throws std::runtime_error.
+  static mapping create_sealed(const char* label, size_t bytes);
+  /// Maps another process's sealed memory by its /proc/PID/fd/N name (read-write).
+  /// Refuses any other name, and memory not sealed against shrinking. Throws
+  /// std::runtime_error saying why.
+  static mapping open_sealed(const std::string& name);
 
   mapping() = default;
   mapping(mapping&& other) noexcept;
@@ -42,16 +52,21 @@ private:
   std::byte* data_ = nullptr;
   size_t size_ = 0;
   bool linked_ = false;
+  int fd_ = -1; // create_sealed's memfd, open until unlink()
 };
 
 /// Where each tensor's regions go in a worker segment for `spec`.
 std::vector<tensor_entry> plan_regions(const job_spec& spec, size_t& total_bytes);
 
-/// Creates and initialises a worker's segment for `spec` under a fresh name.
+/// Creates and initialises a worker's segment for `spec`: sealed memory
+/// (mapping::create_sealed), so the node that maps it survives whatever the worker does
+/// to it; its name goes in the hello, and unlink() once welcomed ends that name.
 mapping create_worker_segment(const job_spec& spec, uint64_t nonce);
 
-/// Opens a worker's segment and checks it is the one its hello described (magic,
-/// nonce, size, the region of every tensor). Throws std::runtime_error saying why not.
+/// Opens a worker's segment (only sealed memory by its /proc/PID/fd/N name: a segment
+/// the worker could truncate under the node would kill the node) and checks it is the
+/// one its hello described (magic, nonce, size, the region of every tensor). Throws
+/// std::runtime_error saying why not.
 mapping open_worker_segment(const std::string& name, uint64_t nonce,
                             const job_spec& spec);
 
