@@ -107,7 +107,9 @@ int main(int argc, char** argv) {
     "--tenant", tenant,
     "act as this tenant (the coordinator's --tenants-file): see and control "
     "only its jobs, named TENANT:NAME (TENANT: may be left out), within its "
-    "quotas; needs --tenant-secret-file");
+    "quotas; needs --tenant-secret-file. The shell then speaks to the coordinator's "
+    "tenant door (the node at --connect names it), where both sides prove the "
+    "tenant's secret and every frame is sealed");
   auto* tenant_secret_opt =
     app
       .add_option("--tenant-secret-file", tenant_secret_file,

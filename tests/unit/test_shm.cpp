@@ -81,11 +81,14 @@ TEST_CASE(
   CHECK_THROWS_WITH(open_worker_segment(loose_name, 42, spec),
                     Catch::Contains("not sealed against shrinking"));
   ::close(loose);
-  // A segment by name, as workers made them before: refused.
-  auto named = mapping::create(
-    "/rackweave-worker-" + std::to_string(::getpid()) + "-test", mine.size());
-  CHECK_THROWS_WITH(open_worker_segment(named.name(), 42, spec),
+  // A segment by name in /dev/shm, as workers made them before: refused.
+  auto old = "/rackweave-worker-" + std::to_string(::getpid()) + "-test";
+  int named = ::shm_open(old.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  REQUIRE(named >= 0);
+  ::close(named);
+  CHECK_THROWS_WITH(open_worker_segment(old, 42, spec),
                     Catch::Contains("a segment by name"));
+  ::shm_unlink(old.c_str());
   // Once welcomed the worker closes the name: nobody opens it any more.
   auto name = mine.name();
   mine.unlink();
@@ -111,19 +114,27 @@ TEST_CASE("the request ring keeps order and refuses when full", "[shm]") {
 }
 
 TEST_CASE("shared memory segments of dead processes are removed", "[shm]") {
-  // A name as a killed node would leave it: pid 2^22 + 7 is above pid_max's default.
+  // Names as an older node would leave them in /dev/shm: one of a killed process (pid
+  // 2^22 + 7 is above pid_max's default), one of this live one.
   std::string stale = "/rackweave-node-4194311-00000000deadbeef";
-  {
-    auto m = rw::transports::shm::mapping::create(stale, 4096);
-    (void)m;
-  } // the creator's destructor unlinks; recreate without a live owner:
-  int fd = shm_open(stale.c_str(), O_CREAT | O_RDWR, 0600);
-  REQUIRE(fd >= 0);
-  ::close(fd);
-  auto live = rw::transports::shm::create_node_bell(); // ours: this process is alive
+  std::string live = "/rackweave-node-" + std::to_string(::getpid())
+                     + "-00000000feedbeef";
+  for (auto& name : {stale, live}) {
+    int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+  }
   CHECK(rw::transports::shm::remove_stale_segments() >= 1);
   CHECK(shm_open(stale.c_str(), O_RDWR, 0) < 0);
-  CHECK_NOTHROW(rw::transports::shm::open_node_bell(live.name()));
+  int kept = shm_open(live.c_str(), O_RDWR, 0);
+  CHECK(kept >= 0);
+  if (kept >= 0)
+    ::close(kept);
+  shm_unlink(live.c_str());
+  // A doorbell is sealed memory now, in no directory: it opens by its /proc name.
+  auto bell = rw::transports::shm::create_node_bell();
+  CHECK(bell.name().rfind("/proc/", 0) == 0);
+  CHECK_NOTHROW(rw::transports::shm::open_node_bell(bell.name()));
 }
 
 TEST_CASE(

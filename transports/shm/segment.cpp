@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,78 +27,7 @@ std::runtime_error sys_error(const std::string& what) {
   return std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
 }
 
-std::string fresh_name(const char* kind) {
-  std::random_device rd;
-  return fmt::format("/rackweave-{}-{}-{:016x}", kind, getpid(),
-                     (uint64_t{rd()} << 32) | rd());
-}
-
 } // namespace
-
-mapping mapping::create(const std::string& name, size_t bytes) {
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0)
-    throw sys_error("cannot create shared memory " + name);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    auto err = sys_error("cannot size shared memory " + name);
-    ::close(fd);
-    shm_unlink(name.c_str());
-    throw err;
-  }
-  // ftruncate only sets the size: on a /dev/shm smaller than the segment (a container's
-  // default is 64 MiB) the first touch of a page past its end would kill this process
-  // with SIGBUS. Reserve every page now, so a full /dev/shm is an error, not a crash.
-  if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
-    struct statvfs fs {};
-    std::string room = fstatvfs(fd, &fs) == 0
-                         ? fmt::format("{:.1f} MiB free of {:.1f} MiB",
-                                       double(fs.f_bavail) * fs.f_frsize / (1 << 20),
-                                       double(fs.f_blocks) * fs.f_frsize / (1 << 20))
-                         : std::string("its room unknown");
-    ::close(fd);
-    shm_unlink(name.c_str());
-    throw std::runtime_error(
-      fmt::format("cannot reserve {:.1f} MiB of shared memory for {}: {} (/dev/shm: {}; "
-                  "a container's "
-                  "is often 64 MiB: raise it, e.g. docker --shm-size)",
-                  double(bytes) / (1 << 20), name, std::strerror(rc), room));
-  }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) {
-    auto err = sys_error("cannot map shared memory " + name);
-    shm_unlink(name.c_str());
-    throw err;
-  }
-  mapping m;
-  m.name_ = name;
-  m.data_ = static_cast<std::byte*>(p);
-  m.size_ = bytes;
-  m.linked_ = true;
-  return m;
-}
-
-mapping mapping::open(const std::string& name, bool read_only) {
-  int fd = shm_open(name.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
-  if (fd < 0)
-    throw sys_error("cannot open shared memory " + name);
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
-    ::close(fd);
-    throw std::runtime_error("shared memory " + name + " is empty");
-  }
-  auto bytes = static_cast<size_t>(st.st_size);
-  void* p = mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE,
-                 MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED)
-    throw sys_error("cannot map shared memory " + name);
-  mapping m;
-  m.name_ = name;
-  m.data_ = static_cast<std::byte*>(p);
-  m.size_ = bytes;
-  return m;
-}
 
 mapping mapping::create_sealed(const char* label, size_t bytes) {
   int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -131,26 +59,29 @@ mapping mapping::create_sealed(const char* label, size_t bytes) {
   return m;
 }
 
-mapping mapping::open_sealed(const std::string& name) {
+mapping mapping::open_sealed(const std::string& name, const std::string& what,
+                             bool read_only) {
   unsigned pid = 0, fd_number = 0;
   char tail = 0;
   if (std::sscanf(name.c_str(), "/proc/%u/fd/%u%c", &pid, &fd_number, &tail) != 2
       || name != fmt::format("/proc/{}/fd/{}", pid, fd_number))
     throw std::runtime_error(fmt::format(
-      "'{}' is not sealed shared memory (/proc/PID/fd/N of the worker's memfd); a "
-      "segment by name (/rackweave-worker-...) is refused: a worker could truncate it "
-      "under the node (a worker older than this node: upgrade it)",
-      name.substr(0, 96)));
-  int fd = ::open(name.c_str(), O_RDWR | O_CLOEXEC);
+      "'{}' is not sealed shared memory (/proc/PID/fd/N of {}'s memfd); a "
+      "segment by name (/rackweave-...) is refused: its owner could truncate it "
+      "under this process (a peer older than this one: upgrade it)",
+      name.substr(0, 96), what));
+  int fd = ::open(name.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
   if (fd < 0)
-    throw sys_error("cannot open the worker's shared memory " + name);
+    throw sys_error(fmt::format("cannot open {}'s shared memory {} (both processes must "
+                                "see each other's: one PID namespace, one user)",
+                                what, name));
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
     ::close(fd);
     throw std::runtime_error(fmt::format(
-      "the shared memory {} is not sealed against shrinking: its owner could truncate "
-      "it under this node (a SIGBUS)",
-      name));
+      "{}'s shared memory {} is not sealed against shrinking: its owner could "
+      "truncate it under this process (a SIGBUS)",
+      what, name));
   }
   struct stat st {};
   if (fstat(fd, &st) != 0 || st.st_size <= 0) {
@@ -158,7 +89,8 @@ mapping mapping::open_sealed(const std::string& name) {
     throw std::runtime_error("shared memory " + name + " is empty");
   }
   auto bytes = static_cast<size_t>(st.st_size);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE,
+                 MAP_SHARED, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED)
     throw sys_error("cannot map shared memory " + name);
@@ -171,10 +103,9 @@ mapping mapping::open_sealed(const std::string& name) {
 
 mapping::mapping(mapping&& other) noexcept
   : name_(std::move(other.name_)), data_(other.data_), size_(other.size_),
-    linked_(other.linked_), fd_(other.fd_) {
+    fd_(other.fd_) {
   other.data_ = nullptr;
   other.size_ = 0;
-  other.linked_ = false;
   other.fd_ = -1;
 }
 
@@ -187,8 +118,6 @@ mapping& mapping::operator=(mapping&& other) noexcept {
 }
 
 mapping::~mapping() {
-  if (linked_)
-    shm_unlink(name_.c_str()); // a creator that still holds the name removes it
   if (fd_ >= 0)
     ::close(fd_);
   if (data_ != nullptr)
@@ -196,14 +125,10 @@ mapping::~mapping() {
 }
 
 void mapping::unlink() noexcept {
-  if (fd_ >= 0) { // sealed memory: its name is the open memfd
+  if (fd_ >= 0) { // the name is the open memfd
     ::close(fd_);
     fd_ = -1;
-    return;
   }
-  if (linked_ || !name_.empty())
-    shm_unlink(name_.c_str());
-  linked_ = false;
 }
 
 std::vector<tensor_entry> plan_regions(const job_spec& spec, size_t& total_bytes) {
@@ -234,16 +159,13 @@ std::vector<uint64_t> plan_params(const job_spec& spec, size_t& total_bytes) {
 mapping create_params_segment(const job_spec& spec) {
   size_t total = 0;
   plan_params(spec, total);
-  return mapping::create(fresh_name("params"), total);
+  return mapping::create_sealed("rackweave-params", total);
 }
 
 mapping open_params_segment(const std::string& name, const job_spec& spec) {
-  if (name.rfind("/rackweave-params-", 0) != 0 || name.find('/', 1) != std::string::npos)
-    throw std::runtime_error(
-      fmt::format("'{}' is not a RackWeave parameter segment", name));
   size_t total = 0;
   plan_params(spec, total);
-  auto m = mapping::open(name, true);
+  auto m = mapping::open_sealed(name, "the node's parameter segment", true);
   if (m.size() != total)
     throw std::runtime_error("the node's parameter segment does not match the job spec");
   return m;
@@ -265,7 +187,7 @@ mapping create_worker_segment(const job_spec& spec, uint64_t nonce) {
 
 mapping open_worker_segment(const std::string& name, uint64_t nonce,
                             const job_spec& spec) {
-  auto m = mapping::open_sealed(name);
+  auto m = mapping::open_sealed(name, "the worker");
   if (m.size() < sizeof(header))
     throw std::runtime_error("the worker's shared memory is too small for its header");
   auto* h = m.as<header>();
@@ -303,14 +225,14 @@ int remove_stale_segments() {
 }
 
 mapping create_node_bell() {
-  auto m = mapping::create(fresh_name("node"), sizeof(node_bell_segment));
+  auto m = mapping::create_sealed("rackweave-node", sizeof(node_bell_segment));
   auto* s = new (m.data()) node_bell_segment();
   s->magic = bell_magic;
   return m;
 }
 
 mapping open_node_bell(const std::string& name) {
-  auto m = mapping::open(name);
+  auto m = mapping::open_sealed(name, "the node's doorbell");
   if (m.size() < sizeof(node_bell_segment)
       || m.as<node_bell_segment>()->magic != bell_magic)
     throw std::runtime_error("shared memory " + name

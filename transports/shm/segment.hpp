@@ -1,5 +1,6 @@
 #pragma once
-// Creating, opening and checking shared memory segments (POSIX shm objects).
+// Creating, opening and checking shared memory segments: memfds sealed against
+// shrinking and growing, which other processes open as /proc/PID/fd/N.
 
 #include <cstddef>
 #include <cstdint>
@@ -11,23 +12,21 @@
 
 namespace rw::transports::shm {
 
-/// A mapped shm object; unmapped on destruction. The name stays until unlink().
+/// Mapped shared memory; unmapped on destruction. Its creator's name for it stays until
+/// unlink().
 class mapping {
 public:
-  /// Creates a new object of `bytes` (zeroed). Throws std::runtime_error.
-  static mapping create(const std::string& name, size_t bytes);
-  /// Maps an existing object whole (read-only if asked). Throws std::runtime_error.
-  static mapping open(const std::string& name, bool read_only = false);
   /// Creates anonymous memory of `bytes` (a memfd, zeroed, every page reserved) sealed
   /// against shrinking and growing: whoever maps it can never be killed by a SIGBUS
   /// for a page its creator took away. Named /proc/PID/fd/N (this process, the memfd)
   /// until unlink() closes it: another process of the same user opens it by that name
   /// only meanwhile. Throws std::runtime_error.
   static mapping create_sealed(const char* label, size_t bytes);
-  /// Maps another process's sealed memory by its /proc/PID/fd/N name (read-write).
-  /// Refuses any other name, and memory not sealed against shrinking. Throws
-  /// std::runtime_error saying why.
-  static mapping open_sealed(const std::string& name);
+  /// Maps another process's sealed memory by its /proc/PID/fd/N name (`what` names
+  /// it in errors). Refuses any other name, and memory not sealed against shrinking.
+  /// Throws std::runtime_error saying why.
+  static mapping open_sealed(const std::string& name, const std::string& what,
+                             bool read_only = false);
 
   mapping() = default;
   mapping(mapping&& other) noexcept;
@@ -36,7 +35,7 @@ public:
   mapping& operator=(const mapping&) = delete;
   ~mapping();
 
-  /// Removes the name (the memory lives on while mapped).
+  /// Ends the name (the memory lives on while mapped): nobody opens it any more.
   void unlink() noexcept;
 
   std::byte* data() const noexcept { return data_; }
@@ -51,7 +50,6 @@ private:
   std::string name_;
   std::byte* data_ = nullptr;
   size_t size_ = 0;
-  bool linked_ = false;
   int fd_ = -1; // create_sealed's memfd, open until unlink()
 };
 
@@ -75,17 +73,19 @@ mapping open_worker_segment(const std::string& name, uint64_t nonce,
 std::vector<uint64_t> plan_params(const job_spec& spec, size_t& total_bytes);
 
 /// Creates a job's parameter segment: the node keeps the job's parameters in it, and
-/// colocated workers map it read-only to read results without a copy.
+/// colocated workers map it read-only to read results without a copy. Sealed memory
+/// (mapping::create_sealed), named /proc/PID/fd/N while the job lives.
 mapping create_params_segment(const job_spec& spec);
 
-/// Maps a job's parameter segment read-only (worker side), checking its size.
+/// Maps a job's parameter segment read-only (worker side), checking its seals and size.
 mapping open_params_segment(const std::string& name, const job_spec& spec);
 
-/// Removes RackWeave segments whose creating process is gone (a node or worker killed
-/// before it could clean up). Returns how many were removed.
+/// Removes RackWeave segments in /dev/shm whose creating process is gone (a node or
+/// worker of an older version killed before it could clean up; segments are sealed
+/// memfds now, gone with their process). Returns how many were removed.
 int remove_stale_segments();
 
-/// Creates the node-wide doorbell segment colocated workers ring.
+/// Creates the node-wide doorbell segment colocated workers ring (sealed memory).
 mapping create_node_bell();
 
 /// Opens the node's doorbell segment (worker side). Throws std::runtime_error.
