@@ -25,6 +25,7 @@
 #include "apps/tools/exit_codes.hpp"
 #include "rackweave/defaults.hpp"
 #include "runtime/credentials.hpp"
+#include "runtime/tenants.hpp"
 #include "transports/tcp/address.hpp"
 
 namespace {
@@ -129,6 +130,11 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("rw-shell"));
   spdlog::set_level(spdlog::level::warn);
 
+  if (auto why = rw::runtime::tenant_name_error(tenant);
+      !tenant.empty() && !why.empty()) {
+    std::fprintf(stderr, "rw-shell: --tenant: %s\n", why.c_str());
+    return 2;
+  }
   std::string secret;
   if (!secret_file.empty() || !tenant_secret_file.empty()) {
     try {

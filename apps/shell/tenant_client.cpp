@@ -11,6 +11,7 @@
 
 #include "actors/door/requests.hpp"
 #include "protocol/tenant_door.hpp"
+#include "runtime/tenants.hpp"
 #include "services/locator.hpp"
 #include "transports/tcp/address.hpp"
 
@@ -203,6 +204,9 @@ struct tenant_client::impl {
 tenant_client::tenant_client(std::string connect, std::chrono::milliseconds timeout,
                              std::string tenant, std::string secret)
   : impl_(std::make_unique<impl>()) {
+  if (auto why = runtime::tenant_name_error(tenant); !why.empty())
+    throw shell_error(fmt::format("--tenant '{}': {}", tenant.substr(0, 64), why),
+                      errc::invalid_spec);
   impl_->connect = std::move(connect);
   impl_->timeout = timeout;
   impl_->tenant = std::move(tenant);

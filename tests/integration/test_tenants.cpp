@@ -157,6 +157,11 @@ TEST_CASE("a tenant sees and controls only its own jobs, within its quotas",
     CHECK_THAT(r.err, Catch::Contains("do not match"));
   }
 
+  // A name no tenant can have: said before anything is sent (exit 2, usage).
+  auto bad_name = as("Vision:x", f.vision, "print(1)");
+  CHECK(bad_name.code == 2);
+  CHECK_THAT(bad_name.err, Catch::Contains("--tenant: a tenant's name has only"));
+
   // The reservation holds on the node: a worker whose tensors need more is refused,
   // and the job trains with workers that fit.
   auto big = testing::start_verified(
