@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <sodium.h>
 
+#include "runtime/credentials.hpp"
 #include "runtime/tenants.hpp"
 
 namespace rw::protocol::door {
@@ -23,12 +24,6 @@ constexpr const char* client_label = "rackweave tenant door v1: the shell's proo
 constexpr const char* server_label = "rackweave tenant door v1: the door's proof";
 constexpr const char* c2s_label = "rackweave tenant door v1: shell to door key";
 constexpr const char* s2c_label = "rackweave tenant door v1: door to shell key";
-
-void init_sodium() {
-  static const bool ready = sodium_init() >= 0;
-  if (!ready)
-    throw std::runtime_error("libsodium failed to initialise (no entropy source?)");
-}
 
 // HMAC-SHA-256 keyed by `secret` over (label, 0, tenant, 0, Nc, Ns).
 key mac(const std::string& secret, const char* label, const std::string& tenant,
@@ -122,7 +117,7 @@ struct channel::state {
 
 channel::channel(const key& send_key, const key& receive_key)
   : s_(std::make_unique<state>()) {
-  init_sodium();
+  runtime::init_sodium();
   crypto_secretstream_xchacha20poly1305_init_push(&s_->push, s_->header.data(),
                                                   send_key.data());
   s_->receive_key = receive_key;
@@ -177,7 +172,7 @@ bool channel::open(const std::byte* sealed, size_t size, bytes& plain) {
 
 server_handshake::server_handshake(secret_lookup secret_of)
   : secret_of_(std::move(secret_of)) {
-  init_sodium();
+  runtime::init_sodium();
 }
 
 server_handshake::step server_handshake::on_frame(const bytes& body) {
@@ -258,7 +253,7 @@ server_handshake::step server_handshake::on_frame(const bytes& body) {
 
 client_handshake::client_handshake(std::string tenant, std::string secret)
   : tenant_(std::move(tenant)), secret_(std::move(secret)) {
-  init_sodium();
+  runtime::init_sodium();
 }
 
 bytes client_handshake::hello() {

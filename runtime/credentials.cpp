@@ -18,12 +18,6 @@ constexpr size_t token_secret_bytes = 32;
 constexpr const char* proof_context = "rackweave-auth-v1";
 constexpr const char* attach_context = "rackweave attach";
 
-void init_sodium() {
-  static const bool ready = sodium_init() >= 0;
-  if (!ready)
-    throw std::runtime_error("libsodium failed to initialise (no entropy source?)");
-}
-
 std::string to_hex(const unsigned char* data, size_t size) {
   std::string out(size * 2 + 1, '\0');
   sodium_bin2hex(out.data(), out.size(), data, size);
@@ -32,6 +26,12 @@ std::string to_hex(const unsigned char* data, size_t size) {
 }
 
 } // namespace
+
+void init_sodium() {
+  static const bool ready = sodium_init() >= 0;
+  if (!ready)
+    throw std::runtime_error("libsodium failed to initialise (no entropy source?)");
+}
 
 std::string make_token() {
   init_sodium();

@@ -18,6 +18,10 @@ using byte_vector = std::vector<std::byte>;
 constexpr size_t nonce_bytes = 32;
 constexpr size_t proof_bytes = 32;
 
+/// Initialises libsodium once for the process. Throws std::runtime_error when it cannot
+/// (no entropy source).
+void init_sodium();
+
 /// A new random token.
 std::string make_token();
 

@@ -318,45 +318,52 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
         return untrusted(self, "job delete");
       return shell_remove(self, {}, sender_of(self), name);
     },
-    [=](tenant_atom, const std::string& tenant, const std::string&, caf::get_atom,
+    [=](tenant_atom, const std::string& key, const std::string& tenant,
+        const std::string&, caf::get_atom,
         nodes_atom) -> caf::result<std::vector<node_info>> {
-      if (!from_door(self, tenant))
+      if (!from_door(self, key, tenant))
         return untrusted(self, "a tenant's nodes");
       return list_nodes(self);
     },
-    [=](tenant_atom, const std::string& tenant, const std::string&, caf::get_atom,
+    [=](tenant_atom, const std::string& key, const std::string& tenant,
+        const std::string&, caf::get_atom,
         jobs_atom) -> caf::result<std::vector<job_report>> {
-      if (!from_door(self, tenant))
+      if (!from_door(self, key, tenant))
         return untrusted(self, "a tenant's jobs");
       return shell_jobs(self, tenant);
     },
-    [=](tenant_atom, const std::string& tenant, const std::string& where, create_atom,
-        job_spec& spec, const job_placement& placement) -> caf::result<job_created> {
-      if (!from_door(self, tenant))
+    [=](tenant_atom, const std::string& key, const std::string& tenant,
+        const std::string& where, create_atom, job_spec& spec,
+        const job_placement& placement) -> caf::result<job_created> {
+      if (!from_door(self, key, tenant))
         return untrusted(self, "a tenant's job create");
       return shell_create(self, tenant, where, spec, placement);
     },
-    [=](tenant_atom, const std::string& tenant, const std::string&, status_atom,
+    [=](tenant_atom, const std::string& key, const std::string& tenant,
+        const std::string&, status_atom,
         const std::string& name) -> caf::result<job_report> {
-      if (!from_door(self, tenant))
+      if (!from_door(self, key, tenant))
         return untrusted(self, "a tenant's job status");
       return shell_status(self, tenant, name);
     },
-    [=](tenant_atom, const std::string& tenant, const std::string&, hyper_atom,
-        const std::string& name, const hyper_change& change) -> caf::result<uint64_t> {
-      if (!from_door(self, tenant))
+    [=](tenant_atom, const std::string& key, const std::string& tenant,
+        const std::string&, hyper_atom, const std::string& name,
+        const hyper_change& change) -> caf::result<uint64_t> {
+      if (!from_door(self, key, tenant))
         return untrusted(self, "a tenant's job set");
       return shell_set(self, tenant, name, change);
     },
-    [=](tenant_atom, const std::string& tenant, const std::string& where, stop_atom,
+    [=](tenant_atom, const std::string& key, const std::string& tenant,
+        const std::string& where, stop_atom,
         const std::string& name) -> caf::result<job_report> {
-      if (!from_door(self, tenant))
+      if (!from_door(self, key, tenant))
         return untrusted(self, "a tenant's job stop");
       return shell_stop(self, tenant, where, name);
     },
-    [=](tenant_atom, const std::string& tenant, const std::string& where, remove_atom,
+    [=](tenant_atom, const std::string& key, const std::string& tenant,
+        const std::string& where, remove_atom,
         const std::string& name) -> caf::result<ok_atom> {
-      if (!from_door(self, tenant))
+      if (!from_door(self, key, tenant))
         return untrusted(self, "a tenant's job delete");
       return shell_remove(self, tenant, where, name);
     },

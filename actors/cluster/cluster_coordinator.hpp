@@ -14,11 +14,14 @@
 //                         Without a secret every peer is trusted. With one, the
 //                         control port speaks TLS with certificates derived from it
 //                         (actors/node/control_tls.hpp), so nobody else reaches BASP.
-//   door  -> coordinator  (tenant_atom, tenant, peer, <a shell request below>)
+//   door  -> coordinator  (tenant_atom, key, tenant, peer, <a shell request below>)
 //                         a tenant's request, from the tenant door in this process
 //                         (actors/door/tenant_door.hpp): the door saw `tenant` prove
 //                         its secret (--tenants-file, runtime/tenants.hpp) on the
-//                         connection from `peer`. Only nodes, jobs, create, status,
+//                         connection from `peer`. `key` is the door's proof: a random
+//                         secret the node gave both at start (cluster_settings::
+//                         door_key), never sent over the network, so no BASP peer can
+//                         send this, whatever source it names. Only nodes, jobs, create, status,
 //                         set (hyper), stop and delete, answered as to a shell, for
 //                         that tenant's jobs only, named "TENANT:NAME" (it may leave out
 //                         "TENANT:"); it creates jobs there within the tenant's quotas
@@ -175,19 +178,19 @@ using cluster_coordinator_actor = caf::typed_actor<
   caf::replies_to<stop_atom, std::string>::with<job_report>,
   caf::replies_to<hyper_atom, std::string, hyper_change>::with<uint64_t>,
   caf::replies_to<remove_atom, std::string>::with<ok_atom>,
-  caf::replies_to<tenant_atom, std::string, std::string, caf::get_atom,
+  caf::replies_to<tenant_atom, std::string, std::string, std::string, caf::get_atom,
                   nodes_atom>::with<std::vector<node_info>>,
-  caf::replies_to<tenant_atom, std::string, std::string, caf::get_atom,
+  caf::replies_to<tenant_atom, std::string, std::string, std::string, caf::get_atom,
                   jobs_atom>::with<std::vector<job_report>>,
-  caf::replies_to<tenant_atom, std::string, std::string, create_atom, job_spec,
-                  job_placement>::with<job_created>,
-  caf::replies_to<tenant_atom, std::string, std::string, status_atom,
+  caf::replies_to<tenant_atom, std::string, std::string, std::string, create_atom,
+                  job_spec, job_placement>::with<job_created>,
+  caf::replies_to<tenant_atom, std::string, std::string, std::string, status_atom,
                   std::string>::with<job_report>,
-  caf::replies_to<tenant_atom, std::string, std::string, stop_atom,
+  caf::replies_to<tenant_atom, std::string, std::string, std::string, stop_atom,
                   std::string>::with<job_report>,
-  caf::replies_to<tenant_atom, std::string, std::string, hyper_atom, std::string,
-                  hyper_change>::with<uint64_t>,
-  caf::replies_to<tenant_atom, std::string, std::string, remove_atom,
+  caf::replies_to<tenant_atom, std::string, std::string, std::string, hyper_atom,
+                  std::string, hyper_change>::with<uint64_t>,
+  caf::replies_to<tenant_atom, std::string, std::string, std::string, remove_atom,
                   std::string>::with<ok_atom>,
   caf::replies_to<where_atom, std::string>::with<job_layout>,
   caf::replies_to<bind_atom, rank_binding>::with<rank_map>,
@@ -235,6 +238,9 @@ struct cluster_settings {
   /// The tenant door's address (HOST:PORT; "": no door), told to every node that
   /// registers so that its `located` answers name it.
   std::string tenant_door;
+  /// What the tenant door's requests carry to prove they are its (random, this
+  /// process only; "": no door, and tenant requests are refused).
+  std::string door_key;
   uint32_t max_chunk_bytes = defaults::max_chunk_bytes;
   uint32_t max_workers = defaults::max_workers;
   /// Checkpoint and restore paths are taken under this root only (none without one).

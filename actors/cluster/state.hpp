@@ -155,10 +155,11 @@ caf::result<ok_atom> shell_remove(cluster_ptr self, const std::string& tenant,
 /// this process (the tenant door among it), or a process that proved the cluster secret
 /// on the connection it is on. Tenants never are: they speak through the door.
 bool heard(cluster_ptr self);
-/// Whether a (tenant_atom, tenant, ...) request comes from the tenant door: heard, and
-/// `tenant` is one of the --tenants-file (the door forwards only tenants it saw prove
-/// their secret).
-bool from_door(cluster_ptr self, const std::string& tenant);
+/// Whether a (tenant_atom, key, tenant, ...) request comes from the tenant door: `key`
+/// is the door's (settings.door_key, compared in constant time; never the sender's
+/// node id, which a BASP peer names freely), and `tenant` is one of the --tenants-file
+/// (the door forwards only tenants it saw prove their secret).
+bool from_door(cluster_ptr self, const std::string& key, const std::string& tenant);
 /// Who asked, for the log: "an operator at WHERE" or "tenant 'T' at WHERE".
 std::string asker(const std::string& tenant, const std::string& where);
 /// The current message's sender for logs: "HOST:PORT (CAF node N)" over the middleman,

@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/node/caf_peer_sweep.hpp"
@@ -75,8 +76,11 @@ bool heard(cluster_ptr self) {
   return sender->node() == self->node() || st.trusted.count(sender->node()) != 0;
 }
 
-bool from_door(cluster_ptr self, const std::string& tenant) {
-  return heard(self) && self->state.settings.tenants.count(tenant) != 0;
+bool from_door(cluster_ptr self, const std::string& key, const std::string& tenant) {
+  auto& st = self->state;
+  return !st.settings.door_key.empty() && key.size() == st.settings.door_key.size()
+         && sodium_memcmp(key.data(), st.settings.door_key.data(), key.size()) == 0
+         && st.settings.tenants.count(tenant) != 0;
 }
 
 std::string asker(const std::string& tenant, const std::string& where) {

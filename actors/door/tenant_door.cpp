@@ -158,7 +158,8 @@ void forward(door_ptr self, caf::io::connection_handle hdl, const connection& c,
   auto serial = c.serial;
   self
     ->request(self->state.coordinator, self->state.settings.request_timeout,
-              tenant_atom::value, c.handshake->tenant(), c.peer, std::forward<Ts>(xs)...)
+              tenant_atom::value, self->state.settings.key, c.handshake->tenant(), c.peer,
+              std::forward<Ts>(xs)...)
     .then(
       [=](Answer& result) { answer<Answer>(self, hdl, serial, id, &result, nullptr); },
       [=](caf::error& err) { answer<Answer>(self, hdl, serial, id, nullptr, &err); });

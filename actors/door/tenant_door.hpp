@@ -3,7 +3,7 @@
 // its own TCP port (the coordinator's --tenant-listen) speaks the door's protocol
 // (protocol/tenant_door.hpp: a mutual proof of the tenant's secret, then sealed
 // frames) and hands each request of the ops a tenant may make (actors/door/
-// requests.hpp) to the coordinator as (tenant_atom, tenant, peer, ...): the tenant is
+// requests.hpp) to the coordinator as (tenant_atom, key, tenant, peer, ...): the tenant is
 // the one this process saw proved on that connection, never one a peer names.
 // Tenants never speak BASP: the control port takes only holders of the cluster secret.
 //
@@ -32,6 +32,9 @@ struct door_settings {
   std::string host; // "" or a wildcard: every interface
   uint16_t port = 0;
   runtime::tenant_registry tenants;
+  /// What each request to the coordinator carries to prove it is the door's
+  /// (cluster_settings::door_key).
+  std::string key;
   std::chrono::milliseconds handshake_timeout{defaults::door_handshake_ms};
   std::chrono::milliseconds idle_timeout{defaults::door_idle_ms};
   std::chrono::milliseconds request_timeout{defaults::door_request_timeout_ms};

@@ -190,6 +190,8 @@ void coordinator_node::open_door(const runtime::node_config& cfg,
   ds.host = at.host;
   ds.port = at.port;
   ds.tenants = cs.tenants;
+  cs.door_key = runtime::make_token(); // 256 random bits; stays in this process
+  ds.key = cs.door_key;
   auto opened = door::open_tenant_door(sys_, std::move(ds));
   door_ = std::move(opened.actor);
   at.port = opened.port;
