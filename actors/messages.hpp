@@ -24,6 +24,7 @@
 #include "runtime/checkpoint/chunk_file.hpp"
 #include "runtime/chunking.hpp"
 #include "runtime/step_histogram.hpp"
+#include "transports/shm/handover.hpp"
 #include "transports/shm/segment.hpp"
 #include "transports/transport.hpp"
 
@@ -146,6 +147,7 @@ struct job_gauge {
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::transports::connection_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<rw::transports::endpoint>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<rw::transports::shm::handover>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_push)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<rw::actors::chunk_push>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(rw::actors::chunk_pull)

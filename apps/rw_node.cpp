@@ -1,12 +1,15 @@
 // rw-node: a long-running RackWeave node. `rw-node --help` lists every option; each
 // also has a key in the TOML file given with --config (see config/rack-agg.toml).
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <iostream>
@@ -195,6 +198,14 @@ int main(int argc, char** argv) {
     spdlog::error("bad configuration: {}", e.what());
     return 2;
   }
+  // Before any secret is read or segment made: otherwise every process of this user may
+  // ptrace the node, read its memory and open its memfds (a job's parameters) by their
+  // /proc names; only root (CAP_SYS_PTRACE) can now. Colocated workers get the shared
+  // memory as descriptors (transports/shm/handover.hpp).
+  if (!cfg.debuggable && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+    spdlog::warn("cannot make the node non-dumpable ({}): processes of its user can "
+                 "read its memory and shared memory",
+                 std::strerror(errno));
   if (auto open = rw::runtime::exposure_warning(cfg); !open.empty())
     spdlog::warn("{}", open);
   if (cfg.checkpoint_root.empty())

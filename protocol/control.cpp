@@ -149,8 +149,9 @@ bytes encode(const welcome_msg& x) {
   }
   root.setToken(x.token);
   root.setShm(x.shm);
-  root.setShmBell(x.shm_bell);
-  root.setShmParams(x.shm_params);
+  root.setShmHandover(x.shm_handover);
+  root.setShmTicket(kj::arrayPtr(reinterpret_cast<const kj::byte*>(x.shm_ticket.data()),
+                                 x.shm_ticket.size()));
   auto nodes = root.initJobNodes(static_cast<unsigned>(x.job_nodes.size()));
   for (unsigned i = 0; i < nodes.size(); ++i)
     nodes.set(i, x.job_nodes[i]);
@@ -282,8 +283,9 @@ errc decode(const std::byte* data, size_t size, welcome_msg& out, std::string& w
     }
     out.token = root.getToken();
     out.shm = root.getShm();
-    out.shm_bell = root.getShmBell().cStr();
-    out.shm_params = root.getShmParams().cStr();
+    out.shm_handover = root.getShmHandover().cStr();
+    auto ticket = root.getShmTicket();
+    out.shm_ticket.assign(reinterpret_cast<const char*>(ticket.begin()), ticket.size());
     out.job_nodes.clear();
     for (auto n : root.getJobNodes())
       out.job_nodes.emplace_back(n.cStr());

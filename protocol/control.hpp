@@ -39,8 +39,8 @@ struct welcome_msg {
   std::vector<std::vector<uint32_t>> shard_endpoints;
   uint64_t token = 0;
   bool shm = false;
-  std::string shm_bell;
-  std::string shm_params;
+  std::string shm_handover; // the node's handover socket ("@NAME"; with shm)
+  std::string shm_ticket;   // 32 bytes: collects this welcome's segments there once
   // A job on several nodes (schemas/control.capnp): empty for a one-node job.
   std::vector<std::string> job_nodes;      // HOST:PORT of each node, in ring order
   std::vector<std::string> job_node_names; // the names on the ring

@@ -349,6 +349,13 @@ std::vector<option_def> option_table(node_config& c) {
         "development and benchmarks; --no-open-jobs: every job comes from the "
         "coordinator and its workers prove its token)",
         c.open_jobs),
+    def("node.debuggable", "--debuggable",
+        "let processes of this node's user attach a debugger, read its memory, open "
+        "its shared memory (jobs' parameters, the doorbell) through /proc, and let it "
+        "dump core. Off by default: rw-node makes itself non-dumpable, so only root "
+        "(CAP_SYS_PTRACE) can, and colocated workers get its shared memory only as "
+        "descriptors handed to them after their hello was admitted",
+        c.debuggable),
     def("cluster.secret_file", "--cluster-secret-file",
         "file holding the cluster secret (first line, 16+ characters, chmod 600): the "
         "control plane is then mutual TLS with certificates derived from the secret "

@@ -67,9 +67,13 @@ struct node_config {
   uint32_t max_unjoined_mib = defaults::max_unjoined_mib; // held for strangers' payloads
   uint32_t keep_finished_ms = defaults::keep_finished_ms; // finished jobs' chunks kept
   // The cluster
-  std::string coordinator;         // any node's --listen address; "" = embed it
-  std::string control;             // the coordinator's middleman HOST:PORT
-  bool open_jobs = false;          // a worker's hello may create a job, no token
+  std::string coordinator; // any node's --listen address; "" = embed it
+  std::string control;     // the coordinator's middleman HOST:PORT
+  bool open_jobs = false;  // a worker's hello may create a job, no token
+  /// Leave the process dumpable: processes of its user may then attach a debugger, read
+  /// its memory and open its shared memory by /proc name (rw-node clears the flag
+  /// otherwise; docs/security.md).
+  bool debuggable = false;
   std::string cluster_secret_file; // nodes and shells prove this secret; "" = none
   /// Start without a secret although the control port or --listen is reachable beyond
   /// this host (runtime/control_exposure.hpp); a warning names what is open.

@@ -171,8 +171,8 @@ struct Welcome {
   token @7 :UInt64;         # this welcome's attach token: what the proof of each attach to
                             # the node's other endpoints is bound to (AttachProof)
   shm @8 :Bool;             # the node took the worker's shared memory segment
-  shmBell @9 :Text;         # the node doorbell segment to ring after posting requests
-  shmParams @10 :Text;      # the job's parameters, shared read-only ("" if private)
+  shmBell @9 :Text;         # no longer sent (was a name any process of the user could
+  shmParams @10 :Text;      # open): the doorbell and parameters come by shmHandover
   # A job on several nodes (flat mode): every node of the job, in ring order, with
   # the address a worker says hello to; the worker joins each and sends every chunk to
   # its home (runtime/ring over jobNodeNames with ringVnodes points per node). Empty
@@ -200,6 +200,13 @@ struct Welcome {
   # none, or not for this job): a worker that can open the same provider may send a
   # `fabric` frame with its FabricOffer.
   fabric @19 :Text;
+  # With shm: where and how the worker collects the node's doorbell segment and, when
+  # the node shares them read-only, the job's parameters, as file descriptors over a
+  # unix socket (docs/wire-protocol.md, "Shared memory handover"). shmHandover is the
+  # socket's abstract name ("@NAME"); shmTicket, 32 random bytes, is good for one
+  # collection within 30 s.
+  shmHandover @20 :Text;
+  shmTicket @21 :Data;
 }
 
 struct ErrorInfo {

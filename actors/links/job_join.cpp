@@ -245,8 +245,15 @@ public:
                                                  welcome.shard_endpoints));
     };
     if (welcome.shm) {
+      if (welcome.shm_handover.empty()) {
+        first->close();
+        throw rw::error(errc::io_error,
+                        "the node took this worker's shared memory but offered no "
+                        "handover of its doorbell (it could not, or it is older than "
+                        "this worker: see the node's log); use transport tcp");
+      }
       try {
-        channel->connect(welcome.shm_bell, welcome.shm_params, req.job);
+        channel->connect(welcome.shm_handover, welcome.shm_ticket, req.job);
       } catch (const std::exception& e) {
         throw rw::error(errc::io_error,
                         std::string("shared memory with the node: ") + e.what());

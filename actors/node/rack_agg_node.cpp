@@ -307,10 +307,14 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     auto s = side_poller();
     s.thread_name = "rw-poll-shm";
     shm_poller_ = spawn_nic_poller(sys, s, shm_ep, coordinator_, shards_);
+    // Workers collect the doorbell (and their job's parameters) as descriptors from
+    // this socket, with the ticket their welcome carries: no name to open.
+    auto handover = std::make_shared<transports::shm::handover>();
     for (auto& p : pollers_)
       self->send(p, shm_atom::value, caf::actor_cast<caf::actor>(shm_poller_),
-                 shm_ep->bell_name());
-    shm_where = fmt::format("{} (cpu {})", shm_ep->describe(), s.core.os_cpu);
+                 shm_ep->bell_name(), handover);
+    shm_where = fmt::format("{} (cpu {}, handover {})", shm_ep->describe(), s.core.os_cpu,
+                            handover->address());
   }
   std::vector<std::string> fabric_where;
   for (size_t n = 0; n < doms.size(); ++n) {

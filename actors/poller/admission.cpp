@@ -78,6 +78,23 @@ transports::connection_ptr poller_sink::adopt_shm(const connection_ptr& c,
   }
 }
 
+void poller_sink::offer_shm(protocol::welcome_msg& w, const job_binding& jb) {
+  auto& st = self_->state;
+  if (!st.book->shm_handover)
+    return;
+  std::vector<transports::shm::handover_segment> segments{{st.book->shm_bell, false}};
+  if (!jb.params_segment.empty())
+    segments.push_back({jb.params_segment, true}); // read-only: results, not a canvas
+  try {
+    w.shm_ticket = st.book->shm_handover->offer(segments);
+    w.shm_handover = st.book->shm_handover->address();
+  } catch (const std::exception& e) {
+    spdlog::error("shared memory handover: job={}: {} (the worker will fail to join "
+                  "with shared memory)",
+                  jb.job_id, e.what());
+  }
+}
+
 void poller_sink::on_fabric(const connection_ptr& c, const frame_header& h,
                             payload_target& t) {
   auto& st = self_->state;
@@ -361,8 +378,8 @@ void poller_sink::join(const connection_ptr& conn, uint32_t rank, Handle pending
       it->second.single_home = jb.layout.nodes.size() <= 1 || is_hierarchical(jb.layout);
       protocol::welcome_msg w;
       w.shm = it->second.shm != nullptr;
-      w.shm_bell = w.shm ? st.book->shm_bell : std::string{};
-      w.shm_params = w.shm ? jb.params_segment : std::string{};
+      if (w.shm)
+        sink->offer_shm(w, jb);
       // Fabric is offered where the worker's chunks all come here (as for shm), to a
       // worker that did not take shared memory.
       if (!st.book->fabrics.empty() && it->second.single_home && !w.shm

@@ -117,9 +117,11 @@ nic_poller_actor::behavior_type poller_behavior(
       s.refused = st.book->refused;
       return s;
     },
-    [=](shm_atom, caf::actor& shm_poller, const std::string& bell) {
+    [=](shm_atom, caf::actor& shm_poller, const std::string& bell,
+        std::shared_ptr<transports::shm::handover>& handover) {
       self->state.book->shm_poller = std::move(shm_poller);
       self->state.book->shm_bell = bell;
+      self->state.book->shm_handover = std::move(handover);
     },
     [=](adopt_atom, transports::connection_ptr& conn, job_binding& jb, uint32_t rank) {
       auto b = binding::joined_as(jb.job_id, rank, jb.routes, jb.chunk_bytes,

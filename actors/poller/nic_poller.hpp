@@ -32,9 +32,11 @@
 //                          connections of the job's worker `rank` (UINT32_MAX: every
 //                          rank), as a cut link would; the workers say hello again
 //   anyone -> poller       (stats_atom) -> poller_stats   where it runs, its buffers
-//   node -> TCP poller     (shm_atom, shm poller, doorbell name)
+//   node -> TCP poller     (shm_atom, shm poller, doorbell name, handover)
 //                          colocated workers may offer shared memory: a hello naming a
-//                          segment on this host gets it adopted by the shm poller
+//                          segment on this host gets it adopted by the shm poller, and
+//                          its welcome a ticket to collect the doorbell (and the job's
+//                          parameters) from the handover
 //   TCP poller -> shm poller (adopt_atom, connection, job_binding, rank)
 //                          serve this worker's segment (its TCP connection stays for
 //                          control and liveness; closing it releases the segment)
@@ -69,6 +71,7 @@
 #include "actors/shard/chunk_shard.hpp"
 #include "actors/rack/rack_coordinator.hpp"
 #include "runtime/topology.hpp"
+#include "transports/shm/handover.hpp"
 #include "transports/transport.hpp"
 
 namespace rw::actors {
@@ -77,7 +80,8 @@ using nic_poller_actor = caf::typed_actor<
   caf::reacts_to<poll_atom>, caf::reacts_to<stop_atom>,
   caf::reacts_to<replace_atom, uint32_t, chunk_shard_actor>,
   caf::replies_to<stats_atom>::with<poller_stats>,
-  caf::reacts_to<shm_atom, caf::actor, std::string>,
+  caf::reacts_to<shm_atom, caf::actor, std::string,
+                 std::shared_ptr<transports::shm::handover>>,
   caf::reacts_to<adopt_atom, transports::connection_ptr, job_binding, uint32_t>,
   caf::reacts_to<fabric_atom, caf::actor, std::shared_ptr<transports::endpoint>>,
   caf::reacts_to<adopt_atom, transports::connection_ptr, transports::connection_ptr,

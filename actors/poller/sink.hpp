@@ -99,7 +99,8 @@ struct poller_book {
   std::unordered_map<uint64_t, binding> bindings;                // by connection id
   std::map<size_t, std::unique_ptr<runtime::buffer_pool>> pools; // by buffer size
   caf::actor shm_poller; // set on TCP pollers when colocated workers may use shm
-  std::string shm_bell;
+  std::string shm_bell;  // this process's name for it
+  std::shared_ptr<transports::shm::handover> shm_handover; // hands it to welcomed workers
   /// The node's fabric endpoints (one per NIC) and their pollers, told to TCP pollers
   /// when the node runs fabric; a worker's offer goes to the least loaded.
   struct fabric_path {
@@ -219,6 +220,9 @@ private:
   // Maps the worker's segment if it offered one and may use it; null otherwise.
   transports::connection_ptr adopt_shm(const connection_ptr& c, const job_binding& jb,
                                        const protocol::hello_msg& hello);
+  // Puts in the welcome of a worker whose segment was adopted the ticket for the
+  // doorbell and the job's shared parameters (transports/shm/handover.hpp).
+  void offer_shm(protocol::welcome_msg& w, const job_binding& jb);
   void on_attach(const connection_ptr& c, const frame_header& h, payload_target& t);
   // The worker's answer to the challenge its hello got.
   void on_proof(const connection_ptr& c, const frame_header& h, payload_target& t);

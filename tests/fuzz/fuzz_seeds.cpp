@@ -131,7 +131,8 @@ void control(const fs::path& dir) {
   w.shard_endpoints = {{0}, {1}};
   w.token = 0x1234;
   w.shm = true;
-  w.shm_bell = "/rw-bell";
+  w.shm_handover = "@rackweave-1-0123456789abcdef";
+  w.shm_ticket = std::string(32, 'T');
   w.job_nodes = {"10.0.0.1:7100", "10.0.0.2:7100", "10.0.0.3:7100"};
   w.job_node_names = {"n0", "n1", "n2"};
   w.node_index = 1;

@@ -131,10 +131,12 @@ TEST_CASE("shared memory segments of dead processes are removed", "[shm]") {
   if (kept >= 0)
     ::close(kept);
   shm_unlink(live.c_str());
-  // A doorbell is sealed memory now, in no directory: it opens by its /proc name.
+  // A doorbell is sealed memory now, in no directory: this process names it by /proc,
+  // and workers take it as a descriptor (a handover).
   auto bell = rw::transports::shm::create_node_bell();
   CHECK(bell.name().rfind("/proc/", 0) == 0);
-  CHECK_NOTHROW(rw::transports::shm::open_node_bell(bell.name()));
+  CHECK_NOTHROW(rw::transports::shm::adopt_node_bell(
+    ::open(bell.name().c_str(), O_RDWR | O_CLOEXEC)));
 }
 
 TEST_CASE(

@@ -75,27 +75,32 @@ mapping mapping::open_sealed(const std::string& name, const std::string& what,
     throw sys_error(fmt::format("cannot open {}'s shared memory {} (both processes must "
                                 "see each other's: one PID namespace, one user)",
                                 what, name));
+  auto m = adopt_sealed(fd, what + " (" + name + ")", read_only);
+  m.name_ = name;
+  return m;
+}
+
+mapping mapping::adopt_sealed(int fd, const std::string& what, bool read_only) {
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
     ::close(fd);
-    throw std::runtime_error(fmt::format(
-      "{}'s shared memory {} is not sealed against shrinking: its owner could "
-      "truncate it under this process (a SIGBUS)",
-      what, name));
+    throw std::runtime_error(
+      fmt::format("{}'s shared memory is not sealed against shrinking: its owner could "
+                  "truncate it under this process (a SIGBUS)",
+                  what));
   }
   struct stat st {};
   if (fstat(fd, &st) != 0 || st.st_size <= 0) {
     ::close(fd);
-    throw std::runtime_error("shared memory " + name + " is empty");
+    throw std::runtime_error(what + "'s shared memory is empty");
   }
   auto bytes = static_cast<size_t>(st.st_size);
   void* p = mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE,
                  MAP_SHARED, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED)
-    throw sys_error("cannot map shared memory " + name);
+    throw sys_error(fmt::format("cannot map {}'s shared memory", what));
   mapping m;
-  m.name_ = name;
   m.data_ = static_cast<std::byte*>(p);
   m.size_ = bytes;
   return m;
@@ -162,10 +167,10 @@ mapping create_params_segment(const job_spec& spec) {
   return mapping::create_sealed("rackweave-params", total);
 }
 
-mapping open_params_segment(const std::string& name, const job_spec& spec) {
+mapping adopt_params_segment(int fd, const job_spec& spec) {
   size_t total = 0;
   plan_params(spec, total);
-  auto m = mapping::open_sealed(name, "the node's parameter segment", true);
+  auto m = mapping::adopt_sealed(fd, "the node's parameter segment", true);
   if (m.size() != total)
     throw std::runtime_error("the node's parameter segment does not match the job spec");
   return m;
@@ -231,12 +236,12 @@ mapping create_node_bell() {
   return m;
 }
 
-mapping open_node_bell(const std::string& name) {
-  auto m = mapping::open_sealed(name, "the node's doorbell");
+mapping adopt_node_bell(int fd) {
+  auto m = mapping::adopt_sealed(fd, "the node's doorbell");
   if (m.size() < sizeof(node_bell_segment)
       || m.as<node_bell_segment>()->magic != bell_magic)
-    throw std::runtime_error("shared memory " + name
-                             + " is not a RackWeave node doorbell");
+    throw std::runtime_error("the node handed over shared memory that is not a "
+                             "RackWeave node doorbell");
   return m;
 }
 

@@ -27,6 +27,10 @@ public:
   /// Throws std::runtime_error saying why.
   static mapping open_sealed(const std::string& name, const std::string& what,
                              bool read_only = false);
+  /// Maps sealed memory this process received as a descriptor (a handover; it takes
+  /// `fd` and closes it), with the same checks as open_sealed. Throws
+  /// std::runtime_error saying why.
+  static mapping adopt_sealed(int fd, const std::string& what, bool read_only = false);
 
   mapping() = default;
   mapping(mapping&& other) noexcept;
@@ -74,11 +78,13 @@ std::vector<uint64_t> plan_params(const job_spec& spec, size_t& total_bytes);
 
 /// Creates a job's parameter segment: the node keeps the job's parameters in it, and
 /// colocated workers map it read-only to read results without a copy. Sealed memory
-/// (mapping::create_sealed), named /proc/PID/fd/N while the job lives.
+/// (mapping::create_sealed), named /proc/PID/fd/N while the job lives; workers get it
+/// through the node's handover (transports/shm/handover.hpp), never by that name.
 mapping create_params_segment(const job_spec& spec);
 
-/// Maps a job's parameter segment read-only (worker side), checking its seals and size.
-mapping open_params_segment(const std::string& name, const job_spec& spec);
+/// Maps a job's parameter segment read-only (worker side, the descriptor the node
+/// handed over; taken and closed), checking its seals and size.
+mapping adopt_params_segment(int fd, const job_spec& spec);
 
 /// Removes RackWeave segments in /dev/shm whose creating process is gone (a node or
 /// worker of an older version killed before it could clean up; segments are sealed
@@ -88,7 +94,8 @@ int remove_stale_segments();
 /// Creates the node-wide doorbell segment colocated workers ring (sealed memory).
 mapping create_node_bell();
 
-/// Opens the node's doorbell segment (worker side). Throws std::runtime_error.
-mapping open_node_bell(const std::string& name);
+/// Maps the node's doorbell segment (worker side, the descriptor the node handed over;
+/// taken and closed). Throws std::runtime_error.
+mapping adopt_node_bell(int fd);
 
 } // namespace rw::transports::shm

@@ -1,5 +1,7 @@
 #include "transports/shm/worker_channel.hpp"
 
+#include <unistd.h>
+
 #include <random>
 
 namespace rw::transports::shm {
@@ -15,11 +17,24 @@ worker_channel::worker_channel(const job_spec& spec)
   : nonce_(random_nonce()), segment_(create_worker_segment(spec, nonce_)),
     header_(segment_.as<header>()) {}
 
-void worker_channel::connect(const std::string& node_bell, const std::string& params,
+void worker_channel::connect(const std::string& address, const std::string& ticket,
                              const job_spec& spec) {
-  bell_ = open_node_bell(node_bell);
-  if (!params.empty()) {
-    params_ = open_params_segment(params, spec);
+  auto fds = collect_handover(address, ticket, std::chrono::seconds(10));
+  if (fds.size() > 2) {
+    for (int fd : fds)
+      ::close(fd);
+    throw std::runtime_error("the node handed over more than a doorbell and parameters");
+  }
+  int params = fds.size() == 2 ? fds[1] : -1;
+  try {
+    bell_ = adopt_node_bell(fds[0]);
+  } catch (...) {
+    if (params >= 0)
+      ::close(params);
+    throw;
+  }
+  if (params >= 0) {
+    params_ = adopt_params_segment(params, spec);
     size_t total = 0;
     param_offsets_ = plan_params(spec, total);
   }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "rackweave/job_spec.hpp"
+#include "transports/shm/handover.hpp"
 #include "transports/shm/segment.hpp"
 
 namespace rw::transports::shm {
@@ -19,10 +20,11 @@ public:
   const std::string& name() const noexcept { return segment_.name(); }
   uint64_t nonce() const noexcept { return nonce_; }
 
-  /// Maps the node's doorbell and, if the node shares them, the job's parameters (both
-  /// from the welcome), then removes the segment's name: the node has it mapped, and
-  /// nothing is left in /dev/shm if either process dies.
-  void connect(const std::string& node_bell, const std::string& params,
+  /// Collects the node's doorbell and, if the node shares them, the job's parameters
+  /// from the node's handover (`address` and `ticket` from the welcome; see
+  /// handover.hpp), maps them, then removes the segment's name: the node has it
+  /// mapped, and nobody else can open it any more. Throws std::runtime_error.
+  void connect(const std::string& address, const std::string& ticket,
                const job_spec& spec);
 
   float* gradient(uint32_t tensor) const noexcept;
