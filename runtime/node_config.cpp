@@ -300,6 +300,12 @@ std::vector<option_def> option_table(node_config& c) {
         "connections one host (IP address) may hold to one --listen endpoint; more are "
         "refused (0: no limit)",
         c.max_peer_connections),
+    def("limits.max_peer_strangers", "--max-peer-strangers",
+        "connections that have not joined a job one host (IP address; every loopback "
+        "address is one host) may hold to one --listen endpoint, of the 256 an "
+        "endpoint holds: more from that host are refused at once, so one host cannot "
+        "keep every other out (0: no share per host)",
+        c.max_peer_strangers),
     def("limits.max_open_jobs_per_peer", "--max-open-jobs-per-peer",
         "with --open-jobs: live jobs one host's workers may have created on this node; "
         "a hello that would create more is refused (0: no limit)",

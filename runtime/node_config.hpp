@@ -60,6 +60,8 @@ struct node_config {
   uint32_t io_timeout_ms = defaults::io_timeout_ms;
   uint32_t send_queue_mib = defaults::send_queue_mib; // queued for one slow peer, at most
   uint32_t max_peer_connections = defaults::max_peer_connections; // per host and endpoint
+  uint32_t max_peer_strangers =
+    defaults::max_peer_strangers; // unjoined, per host, endpoint
   uint32_t max_open_jobs_per_peer = defaults::max_open_jobs_per_peer; // --open-jobs only
   uint32_t max_open_jobs_mib = 0; // --open-jobs: every open job together; 0 = max_job_mib
   uint32_t first_frame_ms =

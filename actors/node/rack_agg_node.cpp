@@ -54,6 +54,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     transports::tcp::accept_policy accepting;
     accepting.send_queue_bytes = uint64_t{cfg.send_queue_mib} << 20;
     accepting.max_per_host = cfg.max_peer_connections;
+    accepting.max_strangers_per_host = cfg.max_peer_strangers;
     accepting.stranger_bytes = unjoined;
     auto ep = std::make_shared<transports::tcp::endpoint>(
       std::chrono::milliseconds(cfg.io_timeout_ms),

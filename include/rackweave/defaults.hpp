@@ -46,6 +46,10 @@ constexpr uint32_t first_frame_ms = 10'000;
 /// waiting for the node's answer to their hello): past this, a new one is closed at
 /// once (the served connections are not at stake).
 constexpr uint32_t max_stranger_connections = 256;
+/// Of those, what one host (IP address; every loopback address is one host) may hold:
+/// past this its next stranger is closed at once, so one host cannot keep every other
+/// host's workers out.
+constexpr uint32_t max_peer_strangers = 128;
 /// What a node holds, over all its endpoints, for payloads of connections that have
 /// not joined a job (hello, proof, attach: taken as the bytes arrive); a frame that
 /// would pass it closes its connection (errc::unavailable).

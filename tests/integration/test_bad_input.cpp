@@ -175,7 +175,10 @@ TEST_CASE("a connection that says nothing, or trickles its hello, is closed in t
 
 TEST_CASE("connections that have not said hello are capped per endpoint",
           "[integration][bad]") {
-  testing::node_process node{{"--first-frame-timeout-ms", "20000"}};
+  // Every loopback address is one host: without a share per host, this one host may
+  // take every slot (the share is the next case).
+  testing::node_process node{
+    {"--first-frame-timeout-ms", "20000", "--max-peer-strangers", "0"}};
   std::vector<std::unique_ptr<testing::raw_client>> quiet;
   for (uint32_t i = 0; i < defaults::max_stranger_connections; ++i)
     quiet.push_back(std::make_unique<testing::raw_client>(node.address()));
@@ -188,6 +191,32 @@ TEST_CASE("connections that have not said hello are capped per endpoint",
   CHECK_THAT(refused->error().message, Catch::Contains("have not joined a job yet"));
   quiet.clear(); // they leave: room again, once the node has seen them go
   check_node_serves_once_room(node.address(), "after-cap");
+}
+
+// Issue 59: one host held every stranger slot of an endpoint (256), so no other host's
+// worker could even say hello while it did.
+TEST_CASE("one host holds at most its share of an endpoint's connections that have "
+          "not joined",
+          "[integration][bad][hostile]") {
+  testing::node_process node{
+    {"--first-frame-timeout-ms", "20000", "--max-peer-strangers", "8"}};
+  // A worker joined before: joined connections are not strangers, and it stays served.
+  testing::raw_client worker{node.address()};
+  worker.join(small_job("share", 1), 0);
+  std::vector<std::unique_ptr<testing::raw_client>> quiet;
+  for (int i = 0; i < 8; ++i)
+    quiet.push_back(std::make_unique<testing::raw_client>(node.address()));
+  testing::raw_client one_too_many{node.address()};
+  auto refused = one_too_many.read_frame(std::chrono::seconds(5));
+  REQUIRE(refused);
+  CHECK(refused->error().code == errc::unavailable);
+  CHECK_THAT(refused->error().message,
+             Catch::Contains("holds 8 connections to this endpoint that have not joined "
+                             "a job (at most 8 per host, --max-peer-strangers)"));
+  worker.send_frame(data_header(frame_kind::pull, 999, 0, 0, 0));
+  expect_error(worker, errc::unknown_job);
+  quiet.clear();
+  check_node_serves_once_room(node.address(), "after-share");
 }
 
 TEST_CASE("connections from one host are capped per endpoint", "[integration][bad]") {

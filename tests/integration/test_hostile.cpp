@@ -105,7 +105,10 @@ TEST_CASE(
   "a stranger's announced payload holds nothing until it arrives, and each of its "
   "frames has a deadline",
   "[integration][bad][hostile]") {
-  testing::node_process node{{"--first-frame-timeout-ms", "1500"}};
+  // 200 strangers from one host (loopback): past the per-host share, which the next
+  // file's case tests.
+  testing::node_process node{
+    {"--first-frame-timeout-ms", "1500", "--max-peer-strangers", "0"}};
   auto pid = node.process().pid();
   check_node_serves(node.address(), "warm"); // pools and threads as when serving
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));

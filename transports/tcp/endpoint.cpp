@@ -114,11 +114,23 @@ void endpoint::accept_all(frame_sink& sink) {
       drop(fd);
       continue;
     }
+    if (accepting_.max_strangers_per_host > 0) {
+      auto held = count_strangers(&host);
+      if (held >= accepting_.max_strangers_per_host) {
+        c->cut(sink, errc::unavailable,
+               fmt::format("host {} holds {} connections to this endpoint that have not "
+                           "joined a job (at most {} per host, --max-peer-strangers): "
+                           "try again later",
+                           host, held, accepting_.max_strangers_per_host));
+        drop(fd);
+        continue;
+      }
+    }
     unjoined_.insert(fd);
   }
 }
 
-size_t endpoint::count_strangers() {
+size_t endpoint::count_strangers(const std::string* host) {
   size_t n = 0;
   for (auto it = unjoined_.begin(); it != unjoined_.end();) {
     auto c = conns_.find(*it);
@@ -127,7 +139,12 @@ size_t endpoint::count_strangers() {
       it = unjoined_.erase(it);
       continue;
     }
-    n += a == admission::stranger ? 1 : 0;
+    bool counted = true;
+    if (host != nullptr) {
+      auto h = host_of_.find(*it);
+      counted = h != host_of_.end() && h->second == *host;
+    }
+    n += a == admission::stranger && counted ? 1 : 0;
     ++it;
   }
   return n;

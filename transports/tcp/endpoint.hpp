@@ -29,6 +29,9 @@ struct accept_policy {
   /// (strangers, transports::admission) the endpoint holds at once; past this a new
   /// one is closed at once.
   uint32_t max_strangers = defaults::max_stranger_connections;
+  /// Of those, what one host (as for max_per_host) may hold; past this a new one from
+  /// that host is closed at once (0: no share, only max_strangers).
+  uint32_t max_strangers_per_host = defaults::max_peer_strangers;
   /// What the payloads strangers gather may hold, shared by every endpoint of the node
   /// (null: not bounded past each frame's size).
   std::shared_ptr<byte_budget> stranger_bytes;
@@ -69,7 +72,8 @@ private:
   // or a stranger idle, for the limit (receive_limits::first_frame_ms).
   void cut_overstayed(frame_sink& sink);
   // Strangers held now (connections not joined and not waiting); forgets the joined.
-  size_t count_strangers();
+  /// Strangers held now; with `host`, only those from that host (host_key).
+  size_t count_strangers(const std::string* host = nullptr);
   // Accepting failed for want of descriptors or memory: stop watching the listener for
   // a while (it stays readable: a level-triggered wait would spin on it).
   void pause_accepting(int error);
