@@ -251,6 +251,34 @@ TEST_CASE("fabric: bad input from a peer", "[fabric]") {
   }
 }
 
+// Issue 59, finding 5: one registration covered the node's whole receive pool and its
+// key went to every worker, so a worker could write into another connection's slots
+// (on verbs or EFA, another job's). Now each window has its own key.
+TEST_CASE("fabric: a peer's key opens its own window only", "[fabric]") {
+  pair_fixture f;
+  // Another peer of b (another job's worker): its own window, its own key.
+  auto other = f.b->open("other", 4096);
+  auto victim = f.ba->offer();
+  auto mine = other->offer();
+  CHECK(mine.slots_key != victim.slots_key);
+  // It writes a well-formed push into slot 5 of ba's window with its own key, the
+  // immediate naming its own connection: the forged frame must never reach b's sink as
+  // ba's (before, the write landed in ba's slot).
+  rogue_peer rogue{f};
+  rogue.offer.slots_key = mine.slots_key;
+  frame_header forged = push_of(77, 0);
+  rogue.write(forged, fabric::immediate(victim.conn_index, 5), 5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The real peer's frames still arrive, and none of them is the forged one.
+  std::vector<float> grad(64, 1.0f);
+  iovec iov{grad.data(), grad.size() * sizeof(float)};
+  REQUIRE(f.ab->send(push_of(1, iov.iov_len), &iov, 1));
+  f.pump([&] { return !f.rb.headers.empty() || !f.rb.closed.empty(); });
+  std::lock_guard<std::mutex> guard{f.rb.mtx};
+  for (auto& h : f.rb.headers)
+    CHECK(h.chunk_index != 77);
+}
+
 TEST_CASE("fabric: jobs with large chunks get fewer slots, within the memory bound",
           "[fabric]") {
   fabric::endpoint_settings s;

@@ -2,8 +2,8 @@
 // One peer over libfabric, under the transport contract (transports/transport.hpp).
 //
 // Each side grants the other a window of receive slots (lent from the endpoint's
-// receive pool, registered once when the endpoint was made) and says so in its
-// FabricOffer.
+// receive pool and registered under a key of its own: the peer can write there and
+// nowhere else) and says so in its FabricOffer.
 // `send` takes one of the peer's free slots (a credit), fills it with one RMA write
 // with immediate data (header then payload, gathered straight from the caller's
 // memory, registered once through the endpoint's registration cache) and returns when

@@ -1,5 +1,7 @@
 #include "transports/fabric/domain.hpp"
 
+#include <sys/random.h>
+
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
@@ -292,7 +294,18 @@ const char* to_string(placement p) noexcept {
   }
 }
 uint64_t domain::next_key() noexcept {
-  return next_key_++;
+  auto bytes = std::min<size_t>(info_->domain_attr->mr_key_size, sizeof(uint64_t));
+  uint64_t mask = bytes >= sizeof(uint64_t) ? ~uint64_t{0}
+                                            : (uint64_t{1} << (8 * bytes)) - 1;
+  uint64_t key = 0;
+  while (key == 0) {
+    // Eight bytes from the kernel's pool come whole once it is initialised (it blocks
+    // until then); only a signal interrupts it, and then it is asked again.
+    if (getrandom(&key, sizeof(key), 0) != static_cast<ssize_t>(sizeof(key)))
+      key = 0;
+    key &= mask;
+  }
+  return key;
 }
 
 std::string domain::describe() const {

@@ -72,7 +72,9 @@ public:
   size_t inject_size() const noexcept;
   /// The best placement of results the provider allows.
   fabric::placement placement() const noexcept;
-  /// A key for a new registration when the application picks them.
+  /// A key for a new registration when the application picks them: random within the
+  /// provider's key size, so a peer that holds one key cannot guess another (each
+  /// connection's receive window has its own; slot_pool). Thread-safe.
   uint64_t next_key() noexcept;
 
   /// "provider=tcp;ofi_rxm fabric=... domain=... nic=lo numa=0".
@@ -88,7 +90,6 @@ private:
   std::string short_name_;
   std::string nic_;
   int numa_ = -1;
-  uint64_t next_key_ = 1;
 };
 
 /// libfabric's text for a negative return code.

@@ -31,8 +31,8 @@ struct endpoint_settings {
   /// At most this much slot memory per connection: jobs with large chunks get fewer
   /// slots (never fewer than 4).
   uint64_t max_bytes_per_connection = 64ull << 20;
-  /// The receive pool, allocated and registered when the endpoint is made; each
-  /// connection's slots are a window of it. 0: room for exactly one connection of the
+  /// The receive pool, allocated when the endpoint is made; each connection's slots are
+  /// a window of it, registered on its own when the connection opens. 0: room for exactly one connection of the
   /// largest window (a worker's endpoint; see pool_for_one).
   uint64_t pool_bytes = 256ull << 20;
   uint32_t numa = 0; // where slot memory lives (the NIC's domain)
@@ -59,9 +59,10 @@ uint64_t pool_for_one(const endpoint_settings& s, uint32_t max_payload);
 
 class endpoint final : public transports::endpoint {
 public:
-  /// Allocates and registers the receive pool. Throws rw::error(errc::unavailable) if
-  /// the provider cannot open an endpoint, rw::error(errc::io_error) naming ulimit -l
-  /// if it will not register the pool.
+  /// Allocates the receive pool (and registers it once, to fail now rather than at a
+  /// worker's connect). Throws rw::error(errc::unavailable) if the provider cannot open
+  /// an endpoint, rw::error(errc::io_error) naming ulimit -l if it will not register
+  /// the pool.
   endpoint(std::shared_ptr<domain> d, endpoint_settings s);
   /// A worker's endpoint: its pool holds one connection for frames of `max_payload`.
   endpoint(std::shared_ptr<domain> d, endpoint_settings s, uint32_t max_payload);

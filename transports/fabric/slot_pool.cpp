@@ -16,9 +16,17 @@ constexpr uint64_t mib = 1ull << 20;
 } // namespace
 
 slot_pool::window::window(std::shared_ptr<slot_pool> pool, uint64_t offset,
-                          uint64_t bytes) noexcept
+                          uint64_t bytes)
   : pool_(std::move(pool)), offset_(offset), bytes_(bytes),
-    data_(pool_->memory_.data() + offset) {}
+    data_(pool_->memory_.data() + offset) {
+  try {
+    region_ = std::make_unique<region>(*pool_->domain_, data_, bytes_,
+                                       FI_REMOTE_WRITE | FI_RECV);
+  } catch (...) {
+    pool_->give_back(offset_, bytes_); // the destructor does not run
+    throw;
+  }
+}
 
 slot_pool::window::~window() {
   pool_->give_back(offset_, bytes_);
@@ -33,8 +41,9 @@ slot_pool::slot_pool(std::shared_ptr<domain> d, uint64_t bytes, uint32_t numa,
                      bool shared)
   : domain_(std::move(d)), memory_((bytes + alignment - 1) / alignment * alignment, numa),
     shared_(shared) {
-  region_ = std::make_unique<region>(*domain_, memory_.data(), memory_.size(),
-                                     FI_REMOTE_WRITE | FI_RECV);
+  // Registered once now and let go: a locked-memory limit too low for the pool is said
+  // when the endpoint is made, not at a worker's connect. Windows register their own.
+  region whole(*domain_, memory_.data(), memory_.size(), FI_REMOTE_WRITE | FI_RECV);
   free_[0] = memory_.size();
 }
 
@@ -45,6 +54,13 @@ uint64_t slot_pool::lent() const {
 
 std::unique_ptr<slot_pool::window> slot_pool::lend(uint64_t unit, uint32_t min_units,
                                                    uint32_t want_units) {
+  auto [offset, bytes] = carve(unit, min_units, want_units);
+  // Registered outside the lock (it may take a while on providers that pin pages).
+  return std::unique_ptr<window>(new window(shared_from_this(), offset, bytes));
+}
+
+std::pair<uint64_t, uint64_t> slot_pool::carve(uint64_t unit, uint32_t min_units,
+                                               uint32_t want_units) {
   unit = (unit + alignment - 1) / alignment * alignment;
   min_units = std::max<uint32_t>(1, std::min(min_units, want_units));
   std::lock_guard<std::mutex> guard{mtx_};
@@ -78,7 +94,7 @@ std::unique_ptr<slot_pool::window> slot_pool::lend(uint64_t unit, uint32_t min_u
   if (rest > 0)
     free_[offset + bytes] = rest;
   lent_ += bytes;
-  return std::unique_ptr<window>(new window(shared_from_this(), offset, bytes));
+  return {offset, bytes};
 }
 
 void slot_pool::give_back(uint64_t offset, uint64_t bytes) noexcept {
