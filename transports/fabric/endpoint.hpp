@@ -32,8 +32,8 @@ struct endpoint_settings {
   /// slots (never fewer than 4).
   uint64_t max_bytes_per_connection = 64ull << 20;
   /// The receive pool, allocated when the endpoint is made; each connection's slots are
-  /// a window of it, registered on its own when the connection opens. 0: room for exactly one connection of the
-  /// largest window (a worker's endpoint; see pool_for_one).
+  /// a window of it, registered on its own when the connection opens. 0: room for
+  /// exactly one connection of the largest window (a worker's endpoint; pool_for_one).
   uint64_t pool_bytes = 256ull << 20;
   uint32_t numa = 0; // where slot memory lives (the NIC's domain)
   /// Results placed straight into the receiver's buffers: at most this (the provider's
