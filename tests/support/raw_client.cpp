@@ -124,7 +124,8 @@ void raw_client::send_floats(protocol::frame_header h, const std::vector<float>&
 }
 
 bool raw_client::read_exact(std::byte* dst, size_t n,
-                            std::chrono::steady_clock::time_point deadline) {
+                            std::chrono::steady_clock::time_point deadline,
+                            size_t* counted) {
   while (n > 0) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                   deadline - std::chrono::steady_clock::now())
@@ -144,22 +145,40 @@ bool raw_client::read_exact(std::byte* dst, size_t n,
     }
     dst += got;
     n -= static_cast<size_t>(got);
+    if (counted != nullptr)
+      *counted += static_cast<size_t>(got);
   }
   return true;
 }
 
+bool raw_client::fill(size_t n, std::chrono::steady_clock::time_point deadline) {
+  if (pending_.size() >= n)
+    return true;
+  auto have = pending_.size();
+  pending_.resize(n);
+  bool whole = read_exact(pending_.data() + have, n - have, deadline, &have);
+  pending_.resize(have);
+  return whole;
+}
+
 std::optional<raw_frame> raw_client::read_frame(std::chrono::milliseconds timeout) {
+  // A frame not whole by the deadline stays in pending_ for the next call: dropping
+  // the bytes read so far left the next read in the middle of a frame.
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  alignas(8) std::byte head[protocol::frame_header_bytes];
-  if (!read_exact(head, sizeof(head), deadline))
+  if (!fill(protocol::frame_header_bytes, deadline))
     return std::nullopt;
+  alignas(8) std::byte head[protocol::frame_header_bytes];
+  std::memcpy(head, pending_.data(), sizeof(head));
   raw_frame f;
   std::string why;
   if (protocol::decode(head, f.header, why) != errc::ok)
     throw std::runtime_error("the node sent an undecodable header: " + why);
-  f.payload.resize(f.header.payload_bytes);
-  if (!read_exact(f.payload.data(), f.payload.size(), deadline))
+  auto total = sizeof(head) + size_t{f.header.payload_bytes};
+  if (!fill(total, deadline))
     return std::nullopt;
+  f.payload.assign(pending_.begin() + static_cast<std::ptrdiff_t>(sizeof(head)),
+                   pending_.begin() + static_cast<std::ptrdiff_t>(total));
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(total));
   return f;
 }
 

@@ -53,9 +53,14 @@ public:
   void close();
 
 private:
+  /// Reads n bytes into dst by the deadline; adds what it read to *counted if given.
   bool read_exact(std::byte* dst, size_t n,
-                  std::chrono::steady_clock::time_point deadline);
+                  std::chrono::steady_clock::time_point deadline,
+                  size_t* counted = nullptr);
+  /// Reads into pending_ until it holds n bytes or the deadline passes (what came stays).
+  bool fill(size_t n, std::chrono::steady_clock::time_point deadline);
   int fd_ = -1;
+  std::vector<std::byte> pending_; // a frame's bytes read before its deadline passed
 };
 
 } // namespace rw::testing
