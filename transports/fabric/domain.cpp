@@ -1,7 +1,5 @@
 #include "transports/fabric/domain.hpp"
 
-#include <sys/random.h>
-
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
@@ -16,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "rackweave/errc.hpp"
+#include "runtime/credentials.hpp"
 #include "transports/fabric/kept_signals.hpp"
 #include "transports/fabric/libfabric.hpp"
 
@@ -298,13 +297,8 @@ uint64_t domain::next_key() noexcept {
   uint64_t mask = bytes >= sizeof(uint64_t) ? ~uint64_t{0}
                                             : (uint64_t{1} << (8 * bytes)) - 1;
   uint64_t key = 0;
-  while (key == 0) {
-    // Eight bytes from the kernel's pool come whole once it is initialised (it blocks
-    // until then); only a signal interrupts it, and then it is asked again.
-    if (getrandom(&key, sizeof(key), 0) != static_cast<ssize_t>(sizeof(key)))
-      key = 0;
-    key &= mask;
-  }
+  while (key == 0)
+    key = runtime::random_u64() & mask;
   return key;
 }
 

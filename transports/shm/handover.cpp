@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -16,7 +15,10 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <sodium.h>
 #include <spdlog/spdlog.h>
+
+#include "runtime/credentials.hpp"
 
 namespace rw::transports::shm {
 
@@ -28,29 +30,18 @@ std::runtime_error handover_error(const std::string& what) {
   return std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
 }
 
-std::string random_bytes(size_t n) {
-  std::string out(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    auto r = getrandom(out.data() + got, n - got, 0);
-    if (r < 0) {
-      if (errno == EINTR)
-        continue;
-      throw handover_error("cannot draw random bytes");
-    }
-    got += static_cast<size_t>(r);
-  }
-  return out;
+// A fresh ticket: the project's random challenge (libsodium), as bytes.
+std::string new_ticket() {
+  auto nonce = runtime::make_nonce();
+  return {reinterpret_cast<const char*>(nonce.data()), nonce.size()};
 }
 
 // Compares two tickets in time that does not depend on where they differ.
 bool same_ticket(const std::string& a, const std::string& b) noexcept {
-  if (a.size() != b.size())
-    return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
+  return a.size() == handover::ticket_bytes && b.size() == handover::ticket_bytes
+         && crypto_verify_32(reinterpret_cast<const unsigned char*>(a.data()),
+                             reinterpret_cast<const unsigned char*>(b.data()))
+              == 0;
 }
 
 // The abstract socket address of `name` (no leading NUL) and its length.
@@ -67,13 +58,7 @@ socklen_t abstract_address(const std::string& name, sockaddr_un& a) {
 } // namespace
 
 handover::handover(handover_limits limits) : limits_(limits) {
-  static const char hex[] = "0123456789abcdef";
-  std::string suffix;
-  for (auto c : random_bytes(8)) {
-    suffix += hex[static_cast<unsigned char>(c) >> 4];
-    suffix += hex[static_cast<unsigned char>(c) & 15];
-  }
-  auto name = fmt::format("rackweave-{}-{}", getpid(), suffix);
+  auto name = fmt::format("rackweave-{}-{:016x}", getpid(), runtime::random_u64());
   listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listener_ < 0)
     throw handover_error("cannot open the shared memory handover socket");
@@ -128,7 +113,7 @@ std::string handover::offer(const std::vector<handover_segment>& segments) {
     }
     o.fds.push_back(fd);
   }
-  o.ticket = random_bytes(ticket_bytes);
+  o.ticket = new_ticket();
   auto now = std::chrono::steady_clock::now();
   o.expires = now + limits_.ticket_life;
   std::lock_guard<std::mutex> guard{mtx_};

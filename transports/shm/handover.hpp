@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/credentials.hpp"
+
 namespace rw::transports::shm {
 
 /// A segment to hand over: this process's name for it (/proc/PID/fd/N of its memfd,
@@ -36,7 +38,7 @@ struct handover_limits {
 /// by a thread of its own. Thread-safe.
 class handover {
 public:
-  static constexpr size_t ticket_bytes = 32;
+  static constexpr size_t ticket_bytes = runtime::nonce_bytes;
 
   /// Binds the socket and starts the thread. Throws std::runtime_error.
   explicit handover(handover_limits limits = {});
