@@ -446,6 +446,7 @@ bytes encode(const fabric_offer& x) {
   root.setSlotCount(x.slot_count);
   root.setConnIndex(x.conn_index);
   root.setCreditBatch(x.credit_batch);
+  root.setFrameNotices(x.frame_notices);
   return to_bytes(msg);
 }
 
@@ -462,6 +463,7 @@ errc decode(const std::byte* data, size_t size, fabric_offer& out, std::string& 
     out.slot_count = root.getSlotCount();
     out.conn_index = root.getConnIndex();
     out.credit_batch = root.getCreditBatch();
+    out.frame_notices = root.getFrameNotices();
     if (out.address.empty() || out.address.size() > 256) {
       why = fmt::format("a fabric offer with a {}-byte address (1 to 256)",
                         out.address.size());

@@ -62,7 +62,8 @@ struct fabric_offer {
   uint32_t slot_bytes = 0;
   uint32_t slot_count = 0;
   uint32_t conn_index = 0;
-  uint32_t credit_batch = 0; // slots per credit message it takes (0, 1: one each)
+  uint32_t credit_batch = 0;  // slots per credit message it takes (0, 1: one each)
+  bool frame_notices = false; // frames announced by notice messages (false: refused)
 };
 
 /// Where a worker wants a tensor's results (frame kind `place`; schemas/control.capnp).

@@ -136,11 +136,15 @@ struct FabricOffer {
   slotsKey @3 :UInt64;     # the key of the slots' registration
   slotBytes @4 :UInt32;    # each slot's size, header included
   slotCount @5 :UInt32;    # at most 4096
-  connIndex @6 :UInt32;    # the sender's index of this connection (< 2^20)
+  connIndex @6 :UInt32;    # the sender's index of this connection (< 2^19)
   creditBatch @7 :UInt32;  # slots the sender takes back in one credit message: 0 or 1,
                            # one per message (its immediate names the slot); n > 1, up
                            # to n (the immediate names the first, the payload the rest
                            # as little-endian 16-bit slot numbers)
+  frameNotices @8 :Bool;   # the sender announces each frame with a notice message after
+                           # the write, and acts only on notices and credits from its
+                           # peer (docs/wire-protocol.md); false (an older build, frames
+                           # announced by the write's immediate) is refused
 }
 
 # Where a worker wants a tensor's results (frame kind `place`, fabric only): chunk c of

@@ -188,6 +188,7 @@ void control(const fs::path& dir) {
   fo.slot_bytes = 1 << 20;
   fo.slot_count = 64;
   fo.credit_batch = 32;
+  fo.frame_notices = true;
   write(dir, "fuzz_fabric_offer", "tcp", pr::encode(fo));
 
   pr::fabric_place fp{1, 0x7f0000200000, 43, 4000, 1 << 20};

@@ -136,13 +136,39 @@ struct pair_fixture {
   std::thread pumper;
 };
 
-// A misbehaving third peer: its own endpoint, writing 64 bytes of `fill` into b's
-// slots with any immediate it likes. It lives (and is progressed) as long as the pair.
+// A misbehaving third peer: its own endpoint, writing 64 bytes of `fill` (or a header)
+// into slots at b and sending what frame notices and credit messages it likes. It lives
+// (and is progressed) as long as the pair.
+//  - as::stranger: no connection of b has it as its peer; it writes with the key of
+//    ba's window, as if it had learnt it (`offer` is ba's).
+//  - as::peer: b's peer on a connection of its own (`conn`, adopted by b), with a window
+//    of its own that b writes into; `offer` is what b offered it.
 struct rogue_peer {
-  explicit rogue_peer(pair_fixture& f)
+  enum class as { stranger, peer };
+  static constexpr uint32_t window_slots = 8;
+
+  explicit rogue_peer(pair_fixture& f, as role = as::stranger)
     : dom(fabric::domain::open("tcp", "127.0.0.1")), core(dom), junk(128),
-      mem(*dom, junk.data(), junk.size(), FI_WRITE), f_(f) {
-    offer = f.ba->offer();
+      mem(*dom, junk.data(), junk.size(), FI_WRITE),
+      window(window_slots * fabric::slot_bytes_for(4096)),
+      window_mem(*dom, window.data(), window.size(), FI_REMOTE_WRITE), f_(f) {
+    if (role == as::peer) {
+      protocol::fabric_offer mine;
+      mine.provider = dom->provider();
+      mine.address = core.address();
+      mine.slots_address = window_mem.remote_address(window.data());
+      mine.slots_key = window_mem.key();
+      mine.slot_bytes = static_cast<uint32_t>(fabric::slot_bytes_for(4096));
+      mine.slot_count = window_slots;
+      mine.credit_batch = 1;
+      mine.frame_notices = true;
+      conn = f.b->open("rogue", 4096);
+      conn->bind(mine);
+      f.b->adopt(conn);
+      offer = conn->offer();
+    } else {
+      offer = f.ba->offer();
+    }
     REQUIRE(fi_av_insert(core.av, offer.address.data(), 1, &dest, 0, nullptr) == 1);
     std::lock_guard<std::mutex> guard{f.rogue_mtx};
     f.rogue = &core;
@@ -151,12 +177,12 @@ struct rogue_peer {
     std::lock_guard<std::mutex> guard{f_.rogue_mtx};
     f_.rogue = nullptr;
   }
-  // Posts the write (retrying while the provider sets up the connection).
+  // Writes 64 bytes of `fill` into `slot` of offer's window, then sends notice `imm`.
   long write(std::byte fill, uint32_t imm, uint32_t slot) {
     std::fill(junk.begin(), junk.end(), fill);
     return post(imm, slot);
   }
-  // Writes a well-formed header `h` (no payload).
+  // Writes a well-formed header `h` (no payload), then sends notice `imm`.
   long write(const frame_header& h, uint32_t imm, uint32_t slot) {
     encode(h, junk.data());
     return post(imm, slot);
@@ -171,25 +197,45 @@ struct rogue_peer {
     }
     return rc;
   }
-  long post(uint32_t imm, uint32_t slot) {
+  // Writes junk's first 64 bytes to `address` under `key`, with immediate `imm` riding
+  // on the write itself when `with_imm`; waits up to 5 s for the write's completion and
+  // returns it (0, or the provider's negative error).
+  long write_to(uint64_t address, uint64_t key, bool with_imm = false, uint32_t imm = 0) {
+    op.state.store(fabric::tx_op::pending);
     long rc = -FI_EAGAIN;
     for (int i = 0; i < 5000 && rc == -FI_EAGAIN; ++i) {
-      rc = fi_writedata(core.ep, junk.data(), 64, mem.desc(), imm, dest,
-                        offer.slots_address + uint64_t(slot) * offer.slot_bytes,
-                        offer.slots_key, op.context);
+      rc = with_imm ? fi_writedata(core.ep, junk.data(), 64, mem.desc(), imm, dest,
+                                   address, key, op.context)
+                    : fi_write(core.ep, junk.data(), 64, mem.desc(), dest, address, key,
+                               op.context);
       if (rc == -FI_EAGAIN)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    return rc;
+    if (rc != 0)
+      return rc;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (op.state.load() == fabric::tx_op::pending
+           && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto s = op.state.load();
+    return s == fabric::tx_op::done ? 0 : s == fabric::tx_op::pending ? -FI_ETIMEDOUT : s;
+  }
+  long post(uint32_t imm, uint32_t slot) {
+    auto rc = write_to(offer.slots_address + uint64_t(slot) * offer.slot_bytes,
+                       offer.slots_key);
+    return rc != 0 ? rc : credit(imm, 0); // the notice: a message like a credit's
   }
 
   std::shared_ptr<fabric::domain> dom;
   fabric::core core;
   std::vector<std::byte> junk;
   fabric::region mem;
+  std::vector<std::byte> window; // as::peer: the slots b writes into
+  fabric::region window_mem;
   fabric::tx_op op;
   fi_addr_t dest = FI_ADDR_UNSPEC;
   protocol::fabric_offer offer;
+  std::shared_ptr<fabric::connection> conn; // as::peer: b's connection to it
 
 private:
   pair_fixture& f_;

@@ -231,22 +231,42 @@ TEST_CASE("fabric: bad input from a peer", "[fabric]") {
     auto c = f.b->open("x", 4096);
     CHECK_THROWS_WITH(c->bind(o), Catch::Contains("provider 'verbs'"));
   }
-  SECTION("a write whose immediate names no slot is counted; the connection goes on") {
-    // A third endpoint writes with an immediate for connection index 999 (none).
+  SECTION("an offer from a build that announces frames by a write's immediate") {
+    auto o = f.ab->offer();
+    o.frame_notices = false; // as an older build's offer decodes
+    auto c = f.b->open("x", 4096);
+    CHECK_THROWS_WITH(c->bind(o), Catch::Contains("older than frame notices"));
+  }
+  SECTION("a notice that names no slot is counted; the connection goes on") {
+    // A third endpoint writes, then sends a notice for connection index 999 (none).
     rogue_peer rogue{f};
-    REQUIRE(rogue.write(std::byte{0}, fabric::immediate(999, 0), 0) == 0);
+    REQUIRE(rogue.write(std::byte{0}, fabric::frame_notice(999, 0), 0) == 0);
     REQUIRE(f.pump([&] { return f.b->bad_immediates() == 1; }));
     REQUIRE(f.ab->send(push_of(1, iov.iov_len), &iov, 1));
     REQUIRE(f.pump([&] { return f.rb.headers.size() == 1; }));
     CHECK(f.ba->is_open());
   }
-  SECTION("a header that does not decode closes that connection only") {
-    rogue_peer rogue{f};
-    // Slot 7 of the connection: the real peer has not used it yet.
-    REQUIRE(rogue.write(std::byte{0x5a}, fabric::immediate(rogue.offer.conn_index, 7), 7)
+  SECTION("a write that carries its own immediate is counted and ignored") {
+    // Frames are announced by a notice message, whose sender the provider names; a
+    // write's immediate has no sender (ofi_rxm), so it announces nothing.
+    rogue_peer rogue{f, rogue_peer::as::peer};
+    encode(push_of(77, 0), rogue.junk.data());
+    REQUIRE(rogue.write_to(rogue.offer.slots_address + 2 * rogue.offer.slot_bytes,
+                           rogue.offer.slots_key, true,
+                           fabric::frame_notice(rogue.offer.conn_index, 2))
             == 0);
+    REQUIRE(f.pump([&] { return f.b->bad_immediates() == 1; }));
+    CHECK(f.rb.headers.empty());
+    CHECK(rogue.conn->is_open());
+  }
+  SECTION("a header that does not decode closes that connection only") {
+    rogue_peer rogue{f, rogue_peer::as::peer};
+    REQUIRE(
+      rogue.write(std::byte{0x5a}, fabric::frame_notice(rogue.offer.conn_index, 7), 7)
+      == 0);
     REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
-    CHECK_FALSE(f.ba->is_open());
+    CHECK_FALSE(rogue.conn->is_open());
+    CHECK(f.ba->is_open());
     CHECK_THAT(f.rb.closed[0], Catch::Contains("malformed"));
   }
 }
@@ -256,25 +276,39 @@ TEST_CASE("fabric: bad input from a peer", "[fabric]") {
 // (on verbs or EFA, another job's). Now each window has its own key.
 TEST_CASE("fabric: a peer's key opens its own window only", "[fabric]") {
   pair_fixture f;
-  // Another peer of b (another job's worker): its own window, its own key.
-  auto other = f.b->open("other", 4096);
+  rogue_peer rogue{f, rogue_peer::as::peer}; // another job's worker, say
   auto victim = f.ba->offer();
-  auto mine = other->offer();
-  CHECK(mine.slots_key != victim.slots_key);
-  // It writes a well-formed push into slot 5 of ba's window with its own key, the
-  // immediate naming its own connection: the forged frame must never reach b's sink as
-  // ba's (before, the write landed in ba's slot).
-  rogue_peer rogue{f};
-  rogue.offer.slots_key = mine.slots_key;
-  frame_header forged = push_of(77, 0);
-  rogue.write(forged, fabric::immediate(victim.conn_index, 5), 5);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(rogue.offer.slots_key != victim.slots_key);
+  // It writes a well-formed push into slot 5 of ba's window with its own key: the bytes
+  // there must not change (before, the write landed).
+  auto* slot5 = f.ba->payload_at(5) - frame_header_bytes;
+  std::vector<std::byte> before(slot5, slot5 + 64);
+  encode(push_of(77, 0), rogue.junk.data());
+  rogue.write_to(victim.slots_address + 5 * victim.slot_bytes, rogue.offer.slots_key);
+  CHECK(std::equal(before.begin(), before.end(), slot5));
+}
+
+// Issue 59, finding 5: a write's immediate named a connection and slot and nobody
+// checked who wrote it, so any endpoint could announce another connection's slot (a
+// frame still being written, or an old one again). Now frames are announced by a notice
+// message whose sender the provider reports, checked against the connection's peer.
+TEST_CASE("fabric: a frame notice from an endpoint that is not the connection's peer is "
+          "ignored",
+          "[fabric]") {
+  pair_fixture f;
+  rogue_peer rogue{f}; // a stranger to b that has learnt ba's key
+  // A well-formed push into ba's slot 5, announced as ba's: before, b delivered it.
+  REQUIRE(rogue.write(push_of(77, 0), fabric::frame_notice(rogue.offer.conn_index, 5), 5)
+          == 0);
+  REQUIRE(f.pump([&] { return f.b->bad_immediates() == 1; }));
   // The real peer's frames still arrive, and none of them is the forged one.
   std::vector<float> grad(64, 1.0f);
   iovec iov{grad.data(), grad.size() * sizeof(float)};
-  REQUIRE(f.ab->send(push_of(1, iov.iov_len), &iov, 1));
-  f.pump([&] { return !f.rb.headers.empty() || !f.rb.closed.empty(); });
+  for (uint32_t i = 1; i <= 10; ++i)
+    REQUIRE(f.ab->send(push_of(i, iov.iov_len), &iov, 1));
+  REQUIRE(f.pump([&] { return f.rb.headers.size() == 10 || !f.rb.closed.empty(); }));
   std::lock_guard<std::mutex> guard{f.rb.mtx};
+  CHECK(f.rb.closed.empty());
   for (auto& h : f.rb.headers)
     CHECK(h.chunk_index != 77);
 }
@@ -409,13 +443,13 @@ TEST_CASE("fabric: updates land straight in the worker's output buffer", "[fabri
 
 TEST_CASE("fabric: a placed frame for no buffer closes that connection", "[fabric]") {
   pair_fixture f;
-  rogue_peer rogue{f};
+  rogue_peer rogue{f, rogue_peer::as::peer};
   frame_header h;
   h.kind = frame_kind::update;
   h.flags = flag_placed;
   h.tensor_id = 9;
   h.payload_bytes = 1024;
-  REQUIRE(rogue.write(h, fabric::immediate(rogue.offer.conn_index, 6), 6) == 0);
+  REQUIRE(rogue.write(h, fabric::frame_notice(rogue.offer.conn_index, 6), 6) == 0);
   REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
   CHECK_THAT(f.rb.closed[0], Catch::Contains("no output buffer"));
   CHECK(f.rb.headers.empty());
@@ -430,23 +464,23 @@ TEST_CASE("fabric: only an update may be flagged placed, every other frame's pay
   // sanitizer run of this test).
   for (auto kind : {frame_kind::place, frame_kind::push, frame_kind::hello}) {
     pair_fixture f;
-    rogue_peer rogue{f};
+    rogue_peer rogue{f, rogue_peer::as::peer};
     frame_header h;
     h.kind = kind;
     h.flags = flag_placed;
     h.payload_bytes = 1u << 30;
-    REQUIRE(rogue.write(h, fabric::immediate(rogue.offer.conn_index, 2), 2) == 0);
+    REQUIRE(rogue.write(h, fabric::frame_notice(rogue.offer.conn_index, 2), 2) == 0);
     REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
     CHECK_THAT(f.rb.closed[0], Catch::Contains("flagged as placed"));
     CHECK(f.rb.headers.empty());
   }
   // Unflagged, the same length is refused for the slot.
   pair_fixture f;
-  rogue_peer rogue{f};
+  rogue_peer rogue{f, rogue_peer::as::peer};
   frame_header h;
   h.kind = frame_kind::place;
   h.payload_bytes = 1u << 30;
-  REQUIRE(rogue.write(h, fabric::immediate(rogue.offer.conn_index, 3), 3) == 0);
+  REQUIRE(rogue.write(h, fabric::frame_notice(rogue.offer.conn_index, 3), 3) == 0);
   REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
   CHECK_THAT(f.rb.closed[0], Catch::Contains("its slot holds"));
 }

@@ -128,6 +128,7 @@ TEST_CASE("fabric: a peer whose offer names no credit batch gets one slot per me
   auto wire = encode(f.ba->offer());
   REQUIRE(decode(wire.data(), wire.size(), back, why) == errc::ok);
   CHECK(back.credit_batch == fabric::credit_batch_accepted);
+  CHECK(back.frame_notices);
   auto ac = f.a->open("c", 4096);
   auto ca = f.b->open("a-old", 4096);
   ac->bind(ca->offer());
@@ -152,14 +153,15 @@ TEST_CASE("fabric: a peer whose offer names no credit batch gets one slot per me
 TEST_CASE("fabric: credit messages a peer may not send close its connection",
           "[fabric]") {
   pair_fixture f;
-  rogue_peer rogue{f};
-  const auto index = rogue.offer.conn_index; // b's index of its connection to a
+  rogue_peer rogue{f, rogue_peer::as::peer};
+  const auto index = rogue.offer.conn_index; // b's index of its connection to the rogue
+  auto& c = *rogue.conn;
 
   SECTION("an odd payload") {
     REQUIRE(rogue.credit(fabric::immediate(index, 0), 3) == 0);
     REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
-    CHECK(f.ba->close_code() == errc::bad_frame);
-    CHECK_THAT(f.ba->close_reason(), Catch::Contains("a credit message of 3 payload"));
+    CHECK(c.close_code() == errc::bad_frame);
+    CHECK_THAT(c.close_reason(), Catch::Contains("a credit message of 3 payload"));
   }
   SECTION("payloads longer than the receive buffer are counted and dropped, the "
           "connection goes on") {
@@ -178,32 +180,62 @@ TEST_CASE("fabric: credit messages a peer may not send close its connection",
   SECTION("a slot b never wrote") {
     REQUIRE(rogue.credit(fabric::immediate(index, 5), 0) == 0);
     REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
-    CHECK_THAT(f.ba->close_reason(),
+    CHECK_THAT(c.close_reason(),
                Catch::Contains("gave back a slot it had not been sent (slots 5)"));
   }
   SECTION("a batch naming slots far out of range") {
     std::fill(rogue.junk.begin(), rogue.junk.end(), std::byte{0xff}); // slot 65535
     REQUIRE(rogue.credit(fabric::immediate(index, 1), 4) == 0);
     REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
-    CHECK_THAT(f.ba->close_reason(), Catch::Contains("(slots 1 65535 65535)"));
+    CHECK_THAT(c.close_reason(), Catch::Contains("(slots 1 65535 65535)"));
   }
   SECTION("a slot given back twice in one message") {
-    // b writes one frame into a's slot 0, which a holds; the rogue gives slot 0 back
-    // twice in one message: the first is taken (b cannot tell it from a's own credit),
-    // the second closes the connection.
-    f.ra.keep = true;
+    // b writes one frame into the rogue's slot 0; the rogue gives slot 0 back twice in
+    // one message: the first is taken, the second closes the connection.
     std::vector<float> grad(16, 1.0f);
     iovec iov{grad.data(), grad.size() * sizeof(float)};
-    REQUIRE(f.ba->send(push_of(0, iov.iov_len), &iov, 1));
-    REQUIRE(f.pump([&] { return f.ra.held.size() == 1; }));
+    REQUIRE(c.send(push_of(0, iov.iov_len), &iov, 1));
     std::fill(rogue.junk.begin(), rogue.junk.end(), std::byte{0});
     REQUIRE(rogue.credit(fabric::immediate(index, 0), 2) == 0); // slots 0 and 0
     REQUIRE(f.pump([&] { return !f.rb.closed.empty(); }));
-    CHECK_THAT(f.ba->close_reason(), Catch::Contains("(slots 0 0)"));
+    CHECK_THAT(c.close_reason(), Catch::Contains("(slots 0 0)"));
+  }
+  CHECK(f.ab->is_open()); // the pair is not the one that lied
+  CHECK(f.ba->is_open());
+}
+
+// Issue 59, finding 5: a credit message names a connection by its index, which any
+// endpoint can write; a stranger's credit for ba once freed slots that a's frames still
+// filled (b would overwrite them). The provider names each message's sender now.
+TEST_CASE("fabric: a credit message from an endpoint that is not the connection's peer "
+          "is ignored",
+          "[fabric]") {
+  pair_fixture f;
+  rogue_peer rogue{f}; // a stranger to b
+  const auto index = rogue.offer.conn_index;
+  // b sends a frame into a's slot 0, which a holds: a's credit for it has not come.
+  f.ra.keep = true;
+  std::vector<float> grad(16, 1.0f);
+  iovec iov{grad.data(), grad.size() * sizeof(float)};
+  REQUIRE(f.ba->send(push_of(0, iov.iov_len), &iov, 1));
+  REQUIRE(f.pump([&] { return f.ra.held.size() == 1; }));
+  // The stranger gives slot 0 back twice as if it were a: before, the first was taken
+  // and the second closed ba ("slots 0 0").
+  std::fill(rogue.junk.begin(), rogue.junk.end(), std::byte{0});
+  REQUIRE(rogue.credit(fabric::immediate(index, 0), 2) == 0);
+  REQUIRE(f.pump([&] { return f.b->bad_immediates() == 1; }));
+  CHECK(f.ba->is_open());
+  CHECK(f.rb.closed.empty());
+  // a's own credit still counts once a lets the frame go, and frames go on.
+  {
     std::lock_guard<std::mutex> guard{f.ra.mtx};
+    f.ra.keep = false;
     f.ra.held.clear();
   }
-  CHECK(f.ab->is_open()); // a's side of the pair is not the one that was lied to
+  for (uint32_t i = 1; i < 20; ++i)
+    REQUIRE(f.ba->send(push_of(i, iov.iov_len), &iov, 1));
+  REQUIRE(f.pump([&] { return f.ra.headers.size() == 20; }));
+  CHECK(f.ba->is_open());
 }
 
 } // namespace rw_unit_fabric_credits

@@ -48,6 +48,7 @@ protocol::fabric_offer connection::offer() const {
   o.slot_bytes = slot_bytes_;
   o.slot_count = slot_count_;
   o.conn_index = index_;
+  o.frame_notices = true;
   o.credit_batch = credit_batch_accepted;
   return o;
 }
@@ -64,6 +65,10 @@ void connection::bind(const protocol::fabric_offer& peer) {
       fmt::format("fabric: the peer offers {} slots of {} bytes as connection "
                   "{}: out of range",
                   peer.slot_count, peer.slot_bytes, peer.conn_index));
+  if (!peer.frame_notices)
+    throw rw::error(errc::bad_frame,
+                    "fabric: the peer announces frames by a write's immediate (a build "
+                    "older than frame notices): run the same RackWeave on both sides");
   fi_addr_t addr = FI_ADDR_UNSPEC;
   auto n = fi_av_insert(core_->av, peer.address.data(), 1, &addr, 0, nullptr);
   if (n != 1)
@@ -74,6 +79,7 @@ void connection::bind(const protocol::fabric_offer& peer) {
                   n < 0 ? fi_error_text(n) : std::string{"not inserted"}));
   std::lock_guard<std::mutex> guard{credit_mtx_};
   peer_addr_ = addr;
+  source_.store(addr, std::memory_order_release);
   peer_index_ = peer.conn_index;
   peer_slots_ = peer.slots_address;
   peer_key_ = peer.slots_key;
@@ -210,14 +216,12 @@ bool connection::issue(int op, const iovec* iov, void** desc, size_t pieces,
   msg.rma_iov = rma;
   msg.rma_iov_count = targets;
   msg.context = ops_[op].context;
-  msg.data = data;
   ops_[op].state.store(tx_op::pending);
-  auto flags = FI_COMPLETION | (with_data ? FI_REMOTE_CQ_DATA : 0);
   auto deadline = clock_type::now() + std::chrono::milliseconds(io_timeout_ms_);
   while (true) {
-    auto rc = fi_writemsg(core_->ep, &msg, flags);
+    auto rc = fi_writemsg(core_->ep, &msg, FI_COMPLETION);
     if (rc == 0)
-      return true;
+      break;
     if (rc != -FI_EAGAIN || clock_type::now() >= deadline) {
       ops_[op].state.store(tx_op::idle);
       {
@@ -231,6 +235,14 @@ bool connection::issue(int op, const iovec* iov, void** desc, size_t pieces,
     core_->progress_tx();
     std::this_thread::yield();
   }
+  // The notice goes after the write (the provider delivers it after the write's data);
+  // the op stays in flight either way, its completion frees it.
+  if (with_data
+      && !core_->send_notice(peer_addr_, static_cast<uint32_t>(data), io_timeout_ms_)) {
+    fail(errc::io_error, "the provider would not take a frame notice for the peer");
+    return false;
+  }
+  return true;
 }
 
 int connection::post(const protocol::frame_header& h, const iovec* payload, int count) {
@@ -310,7 +322,7 @@ int connection::post(const protocol::frame_header& h, const iovec* payload, int 
       ++pieces;
     }
   }
-  auto imm = immediate(peer_index_, static_cast<uint32_t>(slot));
+  auto imm = frame_notice(peer_index_, static_cast<uint32_t>(slot));
   auto slot_addr = peer_slots_ + uint64_t(slot) * peer_slot_bytes_;
   bool ok;
   if (!placed) {

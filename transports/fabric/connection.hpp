@@ -150,6 +150,13 @@ public:
   /// Bytes waiting in the send queue.
   uint64_t queued_bytes() const;
 
+  /// Whether a completion whose source the provider reported as `src` (an fi_addr_t,
+  /// FI_SOURCE) came from this connection's peer: false before bind and for any other
+  /// address (a write or credit naming this connection from another endpoint).
+  bool sent_by(uint64_t src) const noexcept {
+    return src != ~uint64_t{0} && src == source_.load(std::memory_order_acquire);
+  }
+
   bool adopted = false;       // endpoint thread: its frames are delivered
   bool reported = false;      // endpoint thread: its close was reported
   bool in_round = false;      // endpoint thread: held for this round (endpoint::drain)
@@ -173,7 +180,8 @@ private:
   int take_op();
   /// Posts one frame; -1 when it failed (the connection is closed then).
   int post(const protocol::frame_header& h, const iovec* payload, int count);
-  /// Issues one RMA write for op `op`; false when it failed (the connection is closed).
+  /// Issues one RMA write for op `op`, then (with_data) the frame notice `data` for it;
+  /// false when either failed (the connection is closed).
   bool issue(int op, const iovec* iov, void** desc, size_t pieces, const fi_rma_iov* rma,
              size_t targets, uint64_t data, bool with_data);
   /// Where an update's payload goes in the peer's memory, if the peer named a buffer
@@ -213,6 +221,8 @@ private:
   // The peer's slots, written by this side.
   bool bound_ = false;
   uint64_t peer_addr_ = 0; // fi_addr_t
+  /// peer_addr_ once bound, for the endpoint's thread (FI_ADDR_NOTAVAIL until then).
+  std::atomic<uint64_t> source_{~uint64_t{0}};
   uint32_t peer_index_ = 0;
   uint64_t peer_slots_ = 0;
   uint64_t peer_key_ = 0;

@@ -164,6 +164,20 @@ bool core::send_credits(uint64_t dest, uint32_t peer_index, const uint16_t* slot
   }
 }
 
+bool core::send_notice(uint64_t dest, uint32_t imm, int timeout_ms) noexcept {
+  auto deadline = std::chrono::steady_clock::now()
+                  + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    auto rc = fi_injectdata(ep, nullptr, 0, imm, dest);
+    if (rc == 0)
+      return true;
+    if (rc != -FI_EAGAIN || std::chrono::steady_clock::now() > deadline)
+      return false;
+    progress_tx();
+    std::this_thread::yield();
+  }
+}
+
 uint32_t core::add(std::shared_ptr<connection> c) {
   std::lock_guard<std::mutex> guard{table_mtx};
   for (uint32_t n = 0; n < max_connections; ++n) {

@@ -5,11 +5,16 @@
 // small receive buffers credit messages land in, and the table of connections by the
 // index peers stamp into their immediates.
 //
-// Immediate data (32 bits): the receiver's connection index (20 bits) and a slot of
-// that connection (12 bits). A write names the slot it filled; a credit message names
-// a slot of the receiver's peer that is free again, and its payload (empty, or up to
-// credit_batch_accepted - 1 little-endian 16-bit slot numbers, to a peer whose offer
-// said it takes them) more such slots.
+// Immediate data (32 bits) rides on small messages only, never on RMA writes: a
+// provider reports who sent a message (FI_SOURCE), and the endpoint checks it against
+// the connection the immediate names, while ofi_rxm reports no sender for a write's
+// immediate. Its bits: a notice bit (31), the receiver's connection index (19 bits) and
+// a slot of that connection (12 bits).
+//  - A frame notice (bit set, no payload) follows the RMA write that filled the named
+//    slot: the provider delivers it after the write's data (FI_ORDER_SAW).
+//  - A credit message (bit clear) names a slot of the receiver's peer that is free
+//    again, and its payload (empty, or up to credit_batch_accepted - 1 little-endian
+//    16-bit slot numbers, to a peer whose offer said it takes them) more such slots.
 
 #include <atomic>
 #include <cstdint>
@@ -28,14 +33,24 @@ struct fid_cq;
 namespace rw::transports::fabric {
 
 constexpr uint32_t slot_bits = 12;
+constexpr uint32_t notice_bit = 1u << 31;
 constexpr uint32_t max_slots = 1u << slot_bits;              // per connection
-constexpr uint32_t max_connections = 1u << (32 - slot_bits); // per endpoint
+constexpr uint32_t max_connections = 1u << (31 - slot_bits); // per endpoint
 
+/// A credit message's immediate.
 constexpr uint32_t immediate(uint32_t conn_index, uint32_t slot) {
   return conn_index << slot_bits | slot;
 }
+/// A frame notice's immediate: the write into `slot` of the receiver's connection
+/// `conn_index` is complete.
+constexpr uint32_t frame_notice(uint32_t conn_index, uint32_t slot) {
+  return notice_bit | immediate(conn_index, slot);
+}
+constexpr bool is_frame_notice(uint64_t imm) {
+  return (static_cast<uint32_t>(imm) & notice_bit) != 0;
+}
 constexpr uint32_t imm_connection(uint64_t imm) {
-  return static_cast<uint32_t>(imm) >> slot_bits;
+  return (static_cast<uint32_t>(imm) & ~notice_bit) >> slot_bits;
 }
 constexpr uint32_t imm_slot(uint64_t imm) {
   return static_cast<uint32_t>(imm) & (max_slots - 1);
@@ -81,6 +96,9 @@ struct core {
   /// provider would not take it within `timeout_ms`.
   bool send_credits(uint64_t dest, uint32_t peer_index, const uint16_t* slots, size_t n,
                     int timeout_ms) noexcept;
+  /// Sends a frame notice (`imm`, frame_notice) to the peer at `dest`, after the write
+  /// it announces was posted. False if the provider would not take it in `timeout_ms`.
+  bool send_notice(uint64_t dest, uint32_t imm, int timeout_ms) noexcept;
   /// Slots one credit message from this side may carry, as the provider's inject size
   /// allows (at most credit_batch_accepted; 1 when it injects no payload).
   uint32_t credits_per_message() const noexcept { return credits_per_message_; }

@@ -22,8 +22,10 @@ namespace rw::transports::fabric {
 
 namespace {
 
+// FI_SOURCE: every received completion names its sender, so that a write or credit is
+// checked against the connection it names (endpoint.hpp).
 constexpr uint64_t needed_caps = FI_MSG | FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_SEND
-                                 | FI_RECV;
+                                 | FI_RECV | FI_SOURCE;
 // Every registration rule RackWeave can follow; the provider grants a subset.
 constexpr uint64_t mr_modes = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED
                               | FI_MR_PROV_KEY;
@@ -52,6 +54,9 @@ info_ptr hints_for(const std::string& provider) {
   h->domain_attr->mr_mode = static_cast<int>(mr_modes);
   h->domain_attr->threading = FI_THREAD_SAFE;
   h->domain_attr->cq_data_size = 4;
+  // A frame notice is delivered after the write it follows (core.hpp).
+  h->tx_attr->msg_order = FI_ORDER_SAW;
+  h->rx_attr->msg_order = FI_ORDER_SAW;
   if (provider != "auto")
     h->fabric_attr->prov_name = strdup(provider.c_str());
   return h;
@@ -80,11 +85,14 @@ std::string lack(const std::string& provider) {
   if (lib::getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, h.get(), &got) != 0 || !got)
     return {};
   std::string out;
-  bool rdm = false, rma = false;
+  bool rdm = false, rma = false, source = false, saw = false;
   size_t cq_data = 0;
   for (auto* i = got; i != nullptr; i = i->next) {
     rdm |= i->ep_attr->type == FI_EP_RDM;
     rma |= (i->caps & FI_RMA) != 0;
+    source |= (i->caps & FI_SOURCE) != 0;
+    saw |= i->tx_attr && i->rx_attr && (i->tx_attr->msg_order & FI_ORDER_SAW)
+           && (i->rx_attr->msg_order & FI_ORDER_SAW);
     cq_data = std::max(cq_data, i->domain_attr->cq_data_size);
   }
   lib::freeinfo(got);
@@ -93,6 +101,10 @@ std::string lack(const std::string& provider) {
     missing.push_back("reliable datagram endpoints (FI_EP_RDM)");
   if (!rma)
     missing.push_back("RMA writes (FI_RMA)");
+  if (!source)
+    missing.push_back("the sender's address in each completion (FI_SOURCE)");
+  if (!saw)
+    missing.push_back("sends delivered after earlier writes (FI_ORDER_SAW)");
   if (cq_data < 4)
     missing.push_back(fmt::format("4 bytes of immediate data (it carries {})", cq_data));
   if (missing.empty())

@@ -207,21 +207,22 @@ void endpoint::deliver(const std::shared_ptr<connection>& c, uint32_t slot,
     c->release(slot);
 }
 
-void endpoint::on_write(uint64_t imm, frame_sink& sink) {
+void endpoint::on_write(uint64_t imm, uint64_t src, frame_sink& sink) {
   auto index = imm_connection(imm);
   auto slot = imm_slot(imm);
   auto c = core_->find(index);
   if (!c || slot >= c->slot_count()) {
-    auto n = bad_imm_.fetch_add(1) + 1;
-    auto now = std::chrono::steady_clock::now();
-    if (n == 1
-        || now - bad_imm_logged_ > bad_imm_log_every) { // the endpoint's thread only
-      bad_imm_logged_ = now;
-      spdlog::warn(
-        "fabric: a write's immediate {:#010x} names no slot (connection {} slot "
-        "{}{}): ignored; {} such writes so far",
-        imm, index, slot, c ? fmt::format(" of {}", c->slot_count()) : " unknown", n);
-    }
+    dropped(fmt::format("a frame notice {:#010x} names no slot (connection {} slot "
+                        "{}{})",
+                        imm, index, slot,
+                        c ? fmt::format(" of {}", c->slot_count()) : " unknown"));
+    return;
+  }
+  if (!c->sent_by(src)) {
+    dropped(
+      fmt::format("a frame notice naming slot {} of connection {} ({}) came from {}, not "
+                  "from that connection's peer",
+                  slot, index, c->peer(), source_name(src)));
     return;
   }
   if (!c->adopted) {
@@ -236,10 +237,17 @@ void endpoint::on_write(uint64_t imm, frame_sink& sink) {
   deliver(c, slot, sink);
 }
 
-void endpoint::on_credit(uint64_t imm, const std::byte* more, size_t bytes) {
+void endpoint::on_credit(uint64_t imm, uint64_t src, const std::byte* more,
+                         size_t bytes) {
   auto c = core_->find(imm_connection(imm));
   if (!c)
     return; // a credit for a connection already gone
+  if (!c->sent_by(src)) {
+    dropped(fmt::format("a credit message naming connection {} ({}) came from {}, not "
+                        "from that connection's peer",
+                        imm_connection(imm), c->peer(), source_name(src)));
+    return;
+  }
   uint16_t slots[credit_batch_accepted];
   slots[0] = static_cast<uint16_t>(imm_slot(imm));
   if (bytes % 2 != 0 || bytes / 2 + 1 > credit_batch_accepted || (bytes > 0 && !more)) {
@@ -265,6 +273,21 @@ void endpoint::on_credit(uint64_t imm, const std::byte* more, size_t bytes) {
   }
 }
 
+void endpoint::dropped(const std::string& what) {
+  auto n = bad_imm_.fetch_add(1) + 1;
+  auto now = std::chrono::steady_clock::now();
+  if (n == 1 || now - bad_imm_logged_ > bad_imm_log_every) { // the endpoint's thread only
+    bad_imm_logged_ = now;
+    spdlog::warn("fabric: {}: ignored; {} such messages so far", what, n);
+  }
+}
+
+std::string endpoint::source_name(uint64_t src) const {
+  if (src == FI_ADDR_NOTAVAIL)
+    return "an address no connection of this endpoint has";
+  return fmt::format("connection address {}", src);
+}
+
 void endpoint::flush_queues() {
   if (settings_.send_queue_bytes == 0)
     return;
@@ -285,14 +308,15 @@ void endpoint::flush_queues() {
 
 int endpoint::drain(int timeout_ms, frame_sink& sink) {
   fi_cq_data_entry e[entries_per_read];
+  fi_addr_t src[entries_per_read]; // FI_SOURCE: who wrote or sent each one
   int handled = 0;
   bool waited = false;
   while (handled < max_entries_per_poll) {
-    auto n = fi_cq_read(core_->rx_cq, e, entries_per_read);
+    auto n = fi_cq_readfrom(core_->rx_cq, e, entries_per_read, src);
     if (n == -FI_EAGAIN && handled == 0 && !waited && timeout_ms > 0) {
       waited = true;
       if (core_->rx_waitable) {
-        n = fi_cq_sread(core_->rx_cq, e, entries_per_read, nullptr, timeout_ms);
+        n = fi_cq_sreadfrom(core_->rx_cq, e, entries_per_read, src, nullptr, timeout_ms);
       } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 2)));
         continue;
@@ -327,12 +351,23 @@ int endpoint::drain(int timeout_ms, frame_sink& sink) {
       if (x.flags & FI_REMOTE_WRITE) {
         if (posted != SIZE_MAX) // FI_RX_CQ_DATA: the immediate took a posted receive
           core_->repost(posted);
-        if (x.flags & FI_REMOTE_CQ_DATA)
-          on_write(x.data, sink);
+        if (x.flags & FI_REMOTE_CQ_DATA) // frames are announced by message (core.hpp)
+          dropped(fmt::format("a write carried immediate {:#010x}; frames are announced "
+                              "by a notice message",
+                              x.data));
       } else if (x.flags & FI_RECV) {
-        if (x.flags & FI_REMOTE_CQ_DATA)
-          on_credit(x.data, posted != SIZE_MAX ? core_->receive_buffer(posted) : nullptr,
-                    x.len);
+        if (!(x.flags & FI_REMOTE_CQ_DATA)) {
+          dropped(fmt::format("a {}-byte message carried no immediate", x.len));
+        } else if (is_frame_notice(x.data)) {
+          if (posted != SIZE_MAX) {
+            core_->repost(posted);
+            posted = SIZE_MAX;
+          }
+          on_write(x.data, src[i], sink);
+        } else {
+          on_credit(x.data, src[i],
+                    posted != SIZE_MAX ? core_->receive_buffer(posted) : nullptr, x.len);
+        }
         if (posted != SIZE_MAX)
           core_->repost(posted);
       }

@@ -5,12 +5,16 @@
 // side's slots (its offer), `connection::bind` takes the peer's offer; frames the peer
 // writes before `adopt` are held and delivered in order once adopted.
 //
-// Receiving: a write's immediate names (connection, slot); the header is read from the
-// slot and the payload handed to the sink in place (push, init and pull as resident
-// frames, zero-copy; other kinds through on_header / on_frame). An immediate that names
-// no slot is counted and logged (it cannot be told apart from noise, so nobody is cut
-// off for it); a write into a slot still held, or a header that does not decode, closes
-// that connection (the sink hears why). Others go on.
+// Receiving: a peer writes a frame into one of its slots here (RMA, under that window's
+// own key), then sends a frame notice naming (connection, slot) (core.hpp); the header
+// is read from the slot and the payload handed to the sink in place (push, init and
+// pull as resident frames, zero-copy; other kinds through on_header / on_frame). The
+// provider reports each notice's and credit message's sender (FI_SOURCE): one that
+// names a connection whose peer did not send it is ignored, as is one that names no
+// slot and a write that carries an immediate; all are counted and logged (the sender
+// cannot be told apart from noise, so nobody is cut off for it). A notice for a slot
+// still held, or a header that does not decode, closes that connection (the sink hears
+// why). Others go on.
 
 #include <atomic>
 #include <chrono>
@@ -85,7 +89,8 @@ public:
   placement result_placement() const noexcept { return core_->place_mode; }
   /// Updates that arrived already in their output buffer (placed), since the start.
   uint64_t placed_frames() const noexcept { return placed_.load(); }
-  /// Immediates that named no slot, since the start.
+  /// Messages ignored since the start: a frame notice or credit message that named no
+  /// slot, or a connection whose peer did not send it; a write with an immediate.
   uint64_t bad_immediates() const noexcept { return bad_imm_.load(); }
   /// Receives that failed (a message longer than a credit message, truncated), dropped.
   uint64_t failed_receives() const noexcept { return failed_rx_.load(); }
@@ -103,9 +108,13 @@ public:
   std::shared_ptr<void> pin(const void* p, size_t n);
 
 private:
-  void on_write(uint64_t imm, frame_sink& sink);
-  /// A credit message: its immediate's slot, and `bytes` more of them in `more`.
-  void on_credit(uint64_t imm, const std::byte* more, size_t bytes);
+  /// A frame notice `imm` from `src` (the provider's FI_SOURCE address).
+  void on_write(uint64_t imm, uint64_t src, frame_sink& sink);
+  /// A credit message from `src`: its immediate's slot, and `bytes` more in `more`.
+  void on_credit(uint64_t imm, uint64_t src, const std::byte* more, size_t bytes);
+  /// A notice or credit message ignored (`what`): counted, logged at most once a while.
+  void dropped(const std::string& what);
+  std::string source_name(uint64_t src) const;
   /// Connections written to in this round of completions (drain): held, so that the
   /// credits of frames given back at once go in batches; unheld when the round ends.
   struct round_holder {
