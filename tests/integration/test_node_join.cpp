@@ -11,7 +11,12 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <signal.h>
+
+#include "protocol/frame.hpp"
+#include "runtime/ring.hpp"
 #include "tests/support/rack_cluster.hpp"
+#include "tests/support/raw_client.hpp"
 
 namespace rw_integration_node_join {
 
@@ -131,6 +136,61 @@ TEST_CASE("joining an unknown node is a clear error, a job on one node stays",
     CHECK(code == std::optional<int>{0});
   }
   std::remove(resume.c_str());
+}
+
+// Issue 59, finding 3: a push whose header the node checked while its chunk was homed
+// there, and whose payload came in after rw.node_join moved the chunk to the new node:
+// the node looked the chunk's shard up again, got "not here" and wrote past its outbox
+// (a segfault). It drops the frame now (the worker sends it again to the new home).
+TEST_CASE("a push whose chunk moves to a joining node while its payload arrives is "
+          "dropped, and the node serves on",
+          "[integration][failover][bad]") {
+  rack_cluster c{{"a", "b", "c"}}; // nodes log at debug (node_process)
+  std::string err;
+  auto token = c.create("moving", 1, "sgd",
+                        "nodes = {'n0', 'n1'}, reduction = 'flat', replicas = 0", &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  // A chunk homed on n0 that the ring with n2 homes there (no replicas: n0 keeps none).
+  const uint64_t elements = 64 * 1024; // 64 chunks of 4 KiB
+  const runtime::hash_ring before{{"n0", "n1"}}, after{{"n0", "n1", "n2"}};
+  uint32_t chunk = 64;
+  for (uint32_t k = 0; k < 64 && chunk == 64; ++k)
+    if (before.owner("w", k) == 0 && after.owner("w", k) == 2)
+      chunk = k;
+  REQUIRE(chunk < 64);
+
+  testing::raw_client w{c.nodes[0]->address()};
+  job_spec spec;
+  spec.name = "moving";
+  spec.tensors = {{"w", elements, false}};
+  auto welcome = w.join_welcome(spec, 0, token, true);
+  testing::raw_client w1{c.nodes[1]->address()}; // a flat job's worker joins each node
+  w1.join_welcome(spec, 0, token, true);
+  // The push's header and a quarter of its payload; the rest after the move.
+  protocol::frame_header h;
+  h.kind = protocol::frame_kind::push;
+  h.job_id = welcome.job_id;
+  h.chunk_index = chunk;
+  h.payload_bytes = 4096;
+  std::vector<std::byte> frame(protocol::frame_header_bytes + h.payload_bytes);
+  protocol::encode(h, frame.data());
+  w.send_bytes(frame.data(), protocol::frame_header_bytes + 1024);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300)); // the header is read
+
+  auto join = c.shell("print(rw.node_join('n2'))");
+  INFO(join.err);
+  REQUIRE_THAT(join.out,
+               Catch::Contains("moved 1 job(s) onto it: moving: moved to [n0,n1,n2]"));
+  w.send_bytes(frame.data() + protocol::frame_header_bytes + 1024,
+               h.payload_bytes - 1024);
+  CHECK(c.nodes[0]->wait_for_log("its chunk moved to another node while the frame "
+                                 "arrived",
+                                 std::chrono::seconds(10)));
+  CHECK(kill(c.nodes[0]->pid(), 0) == 0); // alive; its destructor checks how it ends
+  auto status = c.shell("local j = rw.job_status('moving'); print(#j.nodes)");
+  INFO(status.err);
+  CHECK(status.out == "3\n");
 }
 
 } // namespace rw_integration_node_join

@@ -201,9 +201,11 @@ uint32_t raw_client::join(const job_spec& spec, uint32_t rank, const std::string
 }
 
 protocol::welcome_msg raw_client::join_welcome(const job_spec& spec, uint32_t rank,
-                                               const std::string& token) {
+                                               const std::string& token,
+                                               bool spec_from_job) {
   protocol::hello_msg hello;
   hello.spec = spec;
+  hello.spec_from_job = spec_from_job;
   hello.rank = rank;
   hello.has_token = !token.empty();
   auto payload = protocol::encode(hello);

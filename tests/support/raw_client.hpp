@@ -44,9 +44,11 @@ public:
   /// error frame's code and message; anything else (no answer, an undecodable reply)
   /// std::runtime_error.
   uint32_t join(const job_spec& spec, uint32_t rank, const std::string& token = {});
-  /// The same, returning the whole welcome.
+  /// The same, returning the whole welcome. `spec_from_job`: the hello states only the
+  /// name (and the tensors, for a job that has none yet), as for a created job.
   protocol::welcome_msg join_welcome(const job_spec& spec, uint32_t rank,
-                                     const std::string& token = {});
+                                     const std::string& token = {},
+                                     bool spec_from_job = false);
   /// Sends an attach frame carrying `proof`.
   void send_attach(uint32_t job_id, uint32_t rank, const protocol::attach_msg& proof);
 
