@@ -1,5 +1,6 @@
 #include "protocol/tenant_door.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -73,8 +74,12 @@ std::string mismatch(const std::string& tenant) {
 
 bytes framed(const bytes& body) {
   auto n = static_cast<uint32_t>(body.size());
-  bytes out{b(n >> 24), b(n >> 16), b(n >> 8), b(n)};
-  out.insert(out.end(), body.begin(), body.end());
+  bytes out(4 + body.size());
+  out[0] = b(n >> 24);
+  out[1] = b(n >> 16);
+  out[2] = b(n >> 8);
+  out[3] = b(n);
+  std::copy(body.begin(), body.end(), out.begin() + 4);
   return out;
 }
 

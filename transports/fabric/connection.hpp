@@ -152,7 +152,7 @@ public:
 
   /// Whether a completion whose source the provider reported as `src` (an fi_addr_t,
   /// FI_SOURCE) came from this connection's peer: false before bind and for any other
-  /// address (a write or credit naming this connection from another endpoint).
+  /// address (a notice or credit naming this connection from another endpoint).
   bool sent_by(uint64_t src) const noexcept {
     return src != ~uint64_t{0} && src == source_.load(std::memory_order_acquire);
   }

@@ -150,25 +150,20 @@ bool core::send_credits(uint64_t dest, uint32_t peer_index, const uint16_t* slot
     more[2 * (i - 1)] = static_cast<unsigned char>(slots[i] & 0xff);
     more[2 * (i - 1) + 1] = static_cast<unsigned char>(slots[i] >> 8);
   }
-  auto deadline = std::chrono::steady_clock::now()
-                  + std::chrono::milliseconds(timeout_ms);
-  while (true) {
-    auto rc = fi_injectdata(ep, n > 1 ? more : nullptr, 2 * (n - 1),
-                            immediate(peer_index, slots[0]), dest);
-    if (rc == 0)
-      return true;
-    if (rc != -FI_EAGAIN || std::chrono::steady_clock::now() > deadline)
-      return false;
-    progress_tx();
-    std::this_thread::yield();
-  }
+  return inject(n > 1 ? more : nullptr, 2 * (n - 1), immediate(peer_index, slots[0]),
+                dest, timeout_ms);
 }
 
 bool core::send_notice(uint64_t dest, uint32_t imm, int timeout_ms) noexcept {
+  return inject(nullptr, 0, imm, dest, timeout_ms);
+}
+
+bool core::inject(const void* bytes, size_t n, uint32_t imm, uint64_t dest,
+                  int timeout_ms) noexcept {
   auto deadline = std::chrono::steady_clock::now()
                   + std::chrono::milliseconds(timeout_ms);
   while (true) {
-    auto rc = fi_injectdata(ep, nullptr, 0, imm, dest);
+    auto rc = fi_injectdata(ep, bytes, n, imm, dest);
     if (rc == 0)
       return true;
     if (rc != -FI_EAGAIN || std::chrono::steady_clock::now() > deadline)

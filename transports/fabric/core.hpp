@@ -132,6 +132,11 @@ struct core {
   std::shared_ptr<connection> find(uint32_t index);
 
 private:
+  /// Injects `n` bytes with immediate `imm` to `dest`, retrying while the provider is
+  /// busy, for up to `timeout_ms`.
+  bool inject(const void* bytes, size_t n, uint32_t imm, uint64_t dest,
+              int timeout_ms) noexcept;
+
   std::mutex tx_mtx_;
   std::vector<std::byte> recv_bufs_;
   std::unique_ptr<region> recv_region_;

@@ -190,9 +190,9 @@ void handover::run() {
       }
     for (auto& s : strangers_)
       if (s.fd >= 0 && s.deadline <= now) {
+        ++refused_; // counted before the peer can see it
         ::close(s.fd);
         s.fd = -1;
-        ++refused_;
       }
     strangers_.erase(std::remove_if(strangers_.begin(), strangers_.end(),
                                     [](const stranger& s) { return s.fd < 0; }),
@@ -211,9 +211,9 @@ void handover::serve(stranger& s) {
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
     return;
   if (n <= 0) { // closed, or broken, before its ticket was in
+    ++refused_;
     ::close(s.fd);
     s.fd = -1;
-    ++refused_;
     return;
   }
   s.got.append(buf, static_cast<size_t>(n));
@@ -257,10 +257,12 @@ void handover::answer(int fd, const std::string& ticket) {
     c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
     std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   }
-  // One byte on a fresh socket: never blocks. A worker gone meanwhile loses nothing.
-  (void)::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+  // Counted before the answer goes: a worker told "refused" finds it counted (a test
+  // once read the count between the two).
   if (fds.empty())
     ++refused_;
+  // One byte on a fresh socket: never blocks. A worker gone meanwhile loses nothing.
+  (void)::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
   close_all(fds);
 }
 
