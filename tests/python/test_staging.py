@@ -31,6 +31,48 @@ class Done:
             raise self.error
 
 
+class RecordingOps(HostOps):
+    """HostOps that records, per thread, which device steps ran there, in order."""
+
+    def __init__(self):
+        self.calls = []
+        self._lock = threading.Lock()
+
+    def _note(self, what):
+        with self._lock:
+            self.calls.append((threading.current_thread().name, what))
+
+    def bind_thread(self):
+        self._note("bind_thread")
+
+    def host_wait(self, event):
+        self._note("host_wait")
+
+    def to_device(self, dst, src, after):
+        self._note("to_device")
+        return super().to_device(dst, src, after)
+
+
+def test_each_pipeline_thread_binds_the_device_before_any_device_step():
+    # Issue 63, item 4: the pusher and lander threads never set the current CUDA
+    # device, so on a rank using GPU k > 0 their first CUDA call made a context on
+    # device 0. Each thread now binds the device first (CudaOps: torch.cuda.set_device).
+    ops = RecordingOps()
+    p = Pipeline(ops)
+    try:
+        for _ in range(3):
+            param = torch.zeros(4)
+            p.submit("w", torch.ones(4), param, lambda out, into: Done()).result(timeout=10)
+    finally:
+        p.close()
+    by_thread = {}
+    for thread, what in ops.calls:
+        by_thread.setdefault(thread, []).append(what)
+    assert set(by_thread) == {"rackweave-push", "rackweave-land"}
+    assert by_thread["rackweave-push"] == ["bind_thread"] + ["host_wait"] * 3
+    assert by_thread["rackweave-land"] == ["bind_thread"] + ["to_device"] * 3
+
+
 def test_the_answer_lands_after_finish_and_buffers_are_made_once():
     seen = []
 

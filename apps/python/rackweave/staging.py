@@ -7,8 +7,10 @@ stop the GPU:
 
   gradient hook (autograd's thread)   a copy device -> pinned buffer on the D2H stream,
                                       after the compute stream's work so far; its event
-  pusher thread                       waits for that event, then pushes the buffer
-  lander thread                       waits for the answer (in a second pinned buffer),
+  pusher thread                       (bound to the tensors' device at its start)
+                                      waits for that event, then pushes the buffer
+  lander thread                       (likewise bound) waits for the answer (in a
+                                      second pinned buffer),
                                       copies it into the parameter on the H2D stream
                                       after the compute stream's reads of the old
                                       values; its event
@@ -34,6 +36,12 @@ __all__ = ["CudaOps", "DeviceOps", "HostOps", "Pipeline", "device_of"]
 
 class DeviceOps:
     """The device steps of the staging path. `Event`s are opaque to the pipeline."""
+
+    def bind_thread(self):
+        """Called first on each thread of the pipeline (the pusher, the lander): makes
+        this device the thread's current one, so that nothing the thread does later
+        (an event's wait, a stream switch) goes through another device."""
+        raise NotImplementedError
 
     def host_buffer(self, numel):
         """A float32 host buffer of `numel` elements, reused every step."""
@@ -65,6 +73,9 @@ class DeviceOps:
 class HostOps(DeviceOps):
     """The staging path on the host: plain buffers, plain copies, events that are done."""
 
+    def bind_thread(self):
+        pass
+
     def host_buffer(self, numel):
         return _torch.empty(numel, dtype=_torch.float32)
 
@@ -93,6 +104,13 @@ class CudaOps(DeviceOps):
         self.device = _torch.device(device)
         self.d2h = _torch.cuda.Stream(self.device)
         self.h2d = _torch.cuda.Stream(self.device)
+
+    def bind_thread(self):
+        # A new thread's current device is device 0: without this, the first CUDA call
+        # on it (an event's wait, the stream switch in to_device) makes a context on
+        # device 0 (about 0.5 GB) for a rank on another GPU, and each stream switch
+        # goes through device 0.
+        _torch.cuda.set_device(self.device)
 
     def host_buffer(self, numel):
         return _torch.empty(numel, dtype=_torch.float32, pin_memory=True)
@@ -230,6 +248,7 @@ class Pipeline:
         return done
 
     def _push_loop(self):
+        self.ops.bind_thread()
         while True:
             item = self._to_push.get()
             if item is None:
@@ -245,6 +264,7 @@ class Pipeline:
             self._to_land.put((call, into, dst, reads_done, finish, done))
 
     def _land_loop(self):
+        self.ops.bind_thread()
         while True:
             item = self._to_land.get()
             if item is None:
