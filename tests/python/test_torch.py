@@ -60,3 +60,72 @@ def test_bad_models_are_refused(node):
     with pytest.raises(ValueError, match="no parameter"):
         rwt.ServerOptimizer(frozen.named_parameters(), connect=node, job="never", rank=0,
                             workers=1)
+
+
+class ReadsElsewhere(torch.nn.Module):
+    """Parameters read by a module other than their own: MultiheadAttention reads
+    out_proj's weight and bias in its own forward (out_proj's never runs), a
+    ParameterList is never called, and `tied` is read through F.linear by this module."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+        self.scales = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.ones(8)) for _ in range(2)])
+        self.tied = torch.nn.Linear(8, 8, bias=False)
+
+    def forward(self, x):
+        y, _ = self.attn(x, x, x)
+        for s in self.scales:
+            y = y * s
+        return torch.nn.functional.linear(y, self.tied.weight).square().mean()
+
+
+# Issue 63, item 1: with model=, each module's forward waited for its own parameters
+# only, so out_proj, the ParameterList and the tied weight were read with their answers
+# still in flight (on a GPU, racing their copy onto the device). Now any module's
+# forward waits for every answer first: nothing is in flight once the forward starts.
+@pytest.mark.parametrize("staging", [False, True])
+def test_every_parameter_a_forward_reads_is_waited_for(node, staging):
+    model = ReadsElsewhere()
+    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=0.05,
+                              momentum=0.0, connect=node, job=f"torch-{next(_jobs)}",
+                              rank=0, workers=1, model=model, staging=staging)
+    reads = []
+    hook = model.attn.register_forward_pre_hook(
+        lambda m, i: reads.append(sorted(opt._inflight)))
+    x = torch.randn(3, 4, 8, generator=torch.Generator().manual_seed(1))
+    try:
+        for _ in range(3):
+            model(x).backward()
+            opt.step()
+        # step() returned with every answer in flight; the next forward waits for all
+        # before the attention (the first module to read) runs.
+        assert reads == [[], [], []]
+        model(x)
+        assert reads[-1] == [] and not opt._inflight
+    finally:
+        hook.remove()
+        opt.close()
+
+
+def test_a_gradient_made_without_a_forward_of_the_model_is_said(node):
+    model = ReadsElsewhere()
+    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=0.05,
+                              momentum=0.0, connect=node, job=f"torch-{next(_jobs)}",
+                              rank=0, workers=1, model=model)
+    x = torch.randn(3, 4, 8, generator=torch.Generator().manual_seed(1))
+    try:
+        model(x).backward()
+        opt.step()
+        # Read outside the model's forward: nothing waited for these answers.
+        loss = sum(p.square().sum() for p in model.parameters())
+        with pytest.warns(RuntimeWarning, match="no forward of the model ran"):
+            loss.backward()
+        opt.step()
+    finally:
+        opt.close()
+    with pytest.raises(ValueError, match="holds none of the parameters"):
+        rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", connect=node,
+                            job="never", rank=0, workers=1, model=torch.nn.Linear(2, 2))

@@ -22,9 +22,12 @@ parameter's gradient is pushed from an autograd hook the moment backward produce
 communication overlaps the rest of backward; the node sums it over the ranks (in rank
 order), runs the optimizer and writes the new values straight into the parameter's
 memory. step() waits until every parameter has them; given the model too
-(`model=model`), step() returns at once and each module's forward waits only for its own
-parameters, so the next forward overlaps the last answers (`synchronize()` waits for
-all, e.g. before saving). One backward per step: gradient accumulation over several
+(`model=model`), step() returns at once and the next forward of any of the model's
+modules first waits for every answer still in flight, in push order (a parameter may be
+read by a module other than its own: MultiheadAttention's out_proj, a ParameterList, a
+tied weight), so that step()'s return overlaps what the loop does before its forward
+(`synchronize()` waits for all, e.g. before saving or reading parameters outside a
+forward). One backward per step: gradient accumulation over several
 backward calls needs overlap=False (step() then pushes the accumulated .grad).
 state_dict() reads the optimizer state the node holds (momentum, Adam's moments, the
 clock) for torch.save; load_state_dict() on every rank of a new job, right after
@@ -50,7 +53,7 @@ into a pinned host buffer on a side stream as backward produces it and pushed on
 copy is done, the answer lands in a second pinned buffer and goes back onto the device on
 another side stream, and the compute stream waits for that copy (a stream wait, never a
 device synchronize) before the parameter is read again: in step(), or with `model=`, in
-the forward of its own module. The buffers are made once per tensor (per bucket for the
+the next forward of any module of the model. The buffers are made once per tensor (per bucket for the
 hook) and reused every step (rackweave.staging); over libfabric each is registered with
 the NIC when it is made (Worker.register_buffer). A model spread over several devices, or
 a parameter that is not a contiguous float32 tensor, is a TypeError at construction.
@@ -65,6 +68,7 @@ RACKWEAVE_TRANSPORT (default "auto": shared memory with a node on this host, els
 
 import concurrent.futures
 import os
+import warnings
 
 import torch as _torch
 
@@ -102,6 +106,11 @@ class ServerOptimizer(_torch.optim.Optimizer):
         if not self.params:
             raise ValueError("ServerOptimizer: no parameter requires grad")
         self.device = device_of(self.params, "ServerOptimizer")
+        if model is not None:
+            mine = {id(p) for _, p in self.params}
+            if not any(id(p) in mine for p in model.parameters()):
+                raise ValueError("ServerOptimizer: model= holds none of the parameters "
+                                 "given (pass the model whose named_parameters() they are)")
         self.rank = _from_env(rank, "RANK", int)
         joining = dict(
             connect=_from_env(connect, "RACKWEAVE_CONNECT"), job=_from_env(job, "RACKWEAVE_JOB"),
@@ -164,17 +173,22 @@ class ServerOptimizer(_torch.optim.Optimizer):
         if overlap:
             for n, p in self.params:
                 self._hooks.append(p.register_hook(self._pusher(n, p)))
-        # With the model: step() returns at once, and each module's forward waits for its
-        # own parameters' new values only (a forward pre-hook), so the last layers'
-        # answers overlap the next step's first layers.
-        self._inflight = {}  # name -> the Future of its last push
+        # With the model: step() returns at once, and the next forward of any of the
+        # model's modules (a forward pre-hook on each, so that calling a submodule alone
+        # waits too) first waits for every answer still in flight, in push order. Waiting
+        # for a module's own parameters only missed parameters read by another module's
+        # forward (MultiheadAttention reads out_proj.weight in its own, a ParameterList
+        # is never called, a tied weight is read through F.linear): those were read with
+        # no wait at all. The backward pushed the first layers last, so their answers,
+        # which the forward needs first, come last anyway: waiting for all costs the
+        # forward little over waiting for its first layer.
+        self._inflight = {}  # name -> the Future of its last push, in push order
         self._lazy = model is not None
+        self._unwaited_said = False
         if self._lazy:
-            mine = {id(p): n for n, p in self.params}
+            hook = self._waiter()
             for m in model.modules():
-                names = [mine[id(p)] for p in m.parameters(recurse=False) if id(p) in mine]
-                if names:
-                    self._hooks.append(m.register_forward_pre_hook(self._waiter(names)))
+                self._hooks.append(m.register_forward_pre_hook(hook))
 
     def _landed(self, call):
         """Waits for one parameter's answer: in its memory (CPU), or on its way there
@@ -192,13 +206,25 @@ class ServerOptimizer(_torch.optim.Optimizer):
             name, grad, param.data,
             exchange=lambda out, into: self.worker.push_pull(name, out, into))
 
-    def _waiter(self, names):
+    def _waiter(self):
         def hook(module, inputs):
-            for n in names:
-                f = self._inflight.pop(n, None)
-                if f is not None:
-                    self._landed(f)
+            if self._inflight:
+                self.synchronize()
         return hook
+
+    def _unwaited(self, name, future):
+        """A gradient of `name` while its last answer is still in flight: no forward of
+        the model waited for it, so whatever made this gradient read it with no wait
+        (old or half-written values). Said once per optimizer, then waited for."""
+        if not self._unwaited_said:
+            self._unwaited_said = True
+            warnings.warn(
+                f"ServerOptimizer(model=...): '{name}' has a new gradient but no forward "
+                "of the model ran since step() to wait for its new values, so it was read "
+                "without them; run the model (or one of its modules) before backward, or "
+                "call synchronize() before reading parameters outside its forward",
+                RuntimeWarning, stacklevel=3)
+        self._landed(future)
 
     def synchronize(self):
         """Waits until every parameter holds its newest version (with `model`, step()
@@ -237,7 +263,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
             g = grad if grad.is_contiguous() else grad.contiguous()
             before = self._inflight.pop(name, None)  # a parameter no forward waited for
             if before is not None:
-                self._landed(before)
+                self._unwaited(name, before)
             self._pending[name] = self._exchange(name, g, param)
             return None
         return hook
@@ -255,7 +281,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
                     raise RuntimeError(f"ServerOptimizer: '{n}' has no gradient to push")
                 before = self._inflight.pop(n, None)
                 if before is not None:
-                    self._landed(before)
+                    self._unwaited(n, before)
                 self._pending[n] = self._exchange(n, p.grad, p)
         missing = [n for n, _ in self.params if n not in self._pending]
         if missing:
