@@ -129,3 +129,50 @@ def test_a_gradient_made_without_a_forward_of_the_model_is_said(node):
     with pytest.raises(ValueError, match="holds none of the parameters"):
         rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", connect=node,
                             job="never", rank=0, workers=1, model=torch.nn.Linear(2, 2))
+
+
+# Issue 63, item 2: with a GradScaler the hook pushed the scaled gradient (the node
+# stepped 65,536 x too far) and a skipped step broke the next backward. A scaler is
+# refused by name (GradScaler.step calls step(grad_scaler=...) on an optimizer with
+# _step_supports_amp_scaling); bf16 autocast, which needs none, trains.
+def test_a_grad_scaler_is_refused_and_bf16_autocast_trains(node):
+    assert rwt.ServerOptimizer._step_supports_amp_scaling
+    model = make_model(0)
+    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=LR,
+                              connect=node, job=f"torch-{next(_jobs)}", rank=0, workers=1,
+                              model=model)
+    x, y = data(0)
+    try:
+        losses = []
+        for _ in range(4):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.mse_loss(model(x).float(), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[-1] < losses[0]
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        with pytest.raises(RuntimeError, match="GradScaler is not supported.*bf16 autocast"):
+            opt.step(grad_scaler=object())
+    finally:
+        opt.close()
+
+
+# Issue 63, item 3: with model=, step() returns while the worker may still send from
+# each gradient's memory (on a GPU, copy it to the host); zero_grad(set_to_none=False)
+# zeroed it in place under them. It waits for the answers first now.
+def test_zeroing_gradients_in_place_waits_for_what_still_reads_them(node):
+    model = make_model(0)
+    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=LR,
+                              connect=node, job=f"torch-{next(_jobs)}", rank=0, workers=1,
+                              model=model)
+    x, y = data(0)
+    try:
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        assert opt._inflight  # step() returned before the answers
+        opt.zero_grad(set_to_none=False)
+        assert not opt._inflight
+        assert all(float(p.grad.abs().sum()) == 0 for p in model.parameters())
+    finally:
+        opt.close()

@@ -268,12 +268,25 @@ class ServerOptimizer(_torch.optim.Optimizer):
             return None
         return hook
 
-    def step(self, closure=None):
+    # torch.cuda.amp.GradScaler.step(opt) calls opt.step(grad_scaler=scaler) on an
+    # optimizer that says it handles scaling itself, which is how ServerOptimizer sees a
+    # scaler at all (it refuses one: step()).
+    _step_supports_amp_scaling = True
+
+    def step(self, closure=None, grad_scaler=None):
         """Waits until every parameter holds the node's next version of it; with `model`
-        it returns at once and each module's next forward waits for its parameters."""
+        it returns at once and the next forward waits for the answers."""
         if closure is not None:
             raise ValueError("ServerOptimizer.step: closures are not supported (the node "
                              "steps once per pushed gradient)")
+        if grad_scaler is not None:
+            raise RuntimeError(
+                "ServerOptimizer: fp16 with a GradScaler is not supported: the node would "
+                "apply the scaled gradients (with overlap, this step's are already pushed "
+                "and applied: start the job again from a checkpoint), and each rank's own "
+                "inf check could skip a push the other ranks wait for. Use bf16 autocast "
+                "(torch.autocast(device_type, dtype=torch.bfloat16)), which needs no "
+                "scaler")
         if not self.overlap:
             self._before_pushing()
             for n, p in self.params:
@@ -385,6 +398,12 @@ class ServerOptimizer(_torch.optim.Optimizer):
                 self.param_groups[0][key] = saved[key]
 
     def zero_grad(self, set_to_none=True):
+        """set_to_none=False zeroes each .grad in place: with `model=` it first waits for
+        every answer still in flight, as the worker may still be sending from a gradient's
+        memory (on a GPU, copying it to the host). set_to_none=True (the default) drops
+        them, and whatever still reads one keeps it."""
+        if not set_to_none and self._inflight:
+            self.synchronize()
         for _, p in self.params:
             if set_to_none:
                 p.grad = None
