@@ -3,6 +3,9 @@ pipeline with host buffers (no GPU needed), the device checks, the DDP hook thro
 and, where a GPU is present, the same on CUDA tensors."""
 
 import itertools
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -325,3 +328,41 @@ def test_cuda_buckets_through_the_hook(node):
     cuda = hook_means(node, "cuda", False)
     for a, b in zip(cpu, cuda):
         assert torch.equal(a, b)
+
+
+# Issue 63, item 9: the pipeline's threads are daemons, which the interpreter stops
+# wherever they are at exit: a push or a copy half done. A pipeline nobody closed is
+# closed at exit now, its answers landed first.
+def test_a_pipeline_nobody_closed_lands_its_answers_before_the_interpreter_exits(tmp_path):
+    mark = tmp_path / "landed"
+    script = f"""
+import time, torch
+from rackweave.staging import HostOps, Pipeline
+class Done:
+    def result(self):
+        return None
+def exchange(out, into):
+    time.sleep(0.5)  # the node takes a while
+    into.copy_(out)
+    return Done()
+p = Pipeline(HostOps())
+p.submit("w", torch.ones(4), torch.zeros(4), exchange,
+         finish=lambda host: open({str(mark)!r}, "w").write("ok"))
+"""  # and exits at once, without close()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", script], env=env, timeout=60,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert mark.read_text() == "ok"
+
+
+def test_close_waits_for_a_backward_with_no_step_and_is_idempotent(node):
+    model = torch.nn.Linear(4, 2)
+    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=0.1,
+                              connect=node, job=f"staging-{next(_jobs)}", rank=0,
+                              workers=1, staging=True)
+    model(torch.ones(3, 4)).sum().backward()  # pushed, no step()
+    assert opt._pending
+    opt.close()
+    assert not opt._pending and not opt._inflight
+    opt.close()  # nothing more to do

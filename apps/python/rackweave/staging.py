@@ -25,9 +25,12 @@ by default (the worker reads and writes them in place, no copy at all); `staging
 in ServerOptimizer or HookState sends them through it, which is how the suite tests it.
 """
 
+import atexit
 import concurrent.futures
 import queue
 import threading
+import time
+import weakref
 
 import torch as _torch
 
@@ -176,6 +179,18 @@ def device_of(named_tensors, who):
     return device
 
 
+# Pipelines not closed yet: closed at interpreter exit (their threads are daemons, which
+# the interpreter would otherwise stop wherever they are, a copy or a push half done).
+_open = weakref.WeakSet()
+EXIT_WAIT_S = 30.0  # at exit, how long the answers still in flight are waited for
+
+
+@atexit.register
+def _close_at_exit():
+    for p in list(_open):
+        p.close(timeout=EXIT_WAIT_S)
+
+
 class Pipeline:
     """One worker's staging path: per tensor name a pinned buffer out and one in, and the
     two threads that push what the D2H stream copied and land what the node answered.
@@ -205,6 +220,7 @@ class Pipeline:
                                           daemon=True)]
         for t in self._threads:
             t.start()
+        _open.add(self)
 
     def _buffer(self, kept, name, numel):
         b = kept.get(name)
@@ -278,13 +294,20 @@ class Pipeline:
             except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
                 done.set_exception(e)
 
-    def close(self):
+    def close(self, timeout=None):
+        """Ends the threads once everything submitted has landed (at most `timeout`
+        seconds; None: as long as it takes), then releases the buffers' registrations.
+        Called at interpreter exit for a pipeline nobody closed."""
         if self._closed:
             return
         self._closed = True
+        _open.discard(self)
         self._to_push.put(None)
+        end = None if timeout is None else time.monotonic() + timeout
         for t in self._threads:
-            t.join()
+            t.join(None if end is None else max(0.0, end - time.monotonic()))
+        if any(t.is_alive() for t in self._threads):
+            return  # still waiting for the node: the buffers stay registered
         for pin in self._pins.values():
             pin.release()
         self._pins = {}

@@ -141,6 +141,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
                 compression="none" if compression is None else compression,
                 compress_updates=bool(compress_updates))
         self.overlap = overlap
+        self._closed = False
         self._pending = {}
         self._hooks = []
         # CUDA parameters (or CPU ones with staging=True) go through pinned buffers
@@ -411,13 +412,29 @@ class ServerOptimizer(_torch.optim.Optimizer):
                 p.grad.zero_()
 
     def close(self):
-        self.synchronize()
+        """Waits for every push still in flight (a backward's with no step() yet, and
+        the answers step() did not wait for), then lets go of the hooks, the staging
+        threads and the worker; a second call does nothing. The first error a push met
+        is raised once all that is done."""
+        if self._closed:
+            return
+        self._closed = True
+        error = None
+        pending, self._pending = self._pending, {}
+        for f in list(self._inflight.values()) + list(pending.values()):
+            try:
+                self._landed(f)
+            except BaseException as e:  # noqa: BLE001 - raised once everything is closed
+                error = error or e
+        self._inflight = {}
         for h in self._hooks:
             h.remove()
         self._hooks = []
         if self._stage is not None:
             self._stage.close()
         self.worker.close()
+        if error is not None:
+            raise error
 
 
 def _pipeline(device, staging, worker):
