@@ -62,6 +62,13 @@ def test_bad_models_are_refused(node):
                             workers=1)
 
 
+def one_rank(node, model, **options):
+    """ServerOptimizer(model=model) for a one-rank sgd job of its own on `node`."""
+    return rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=LR,
+                               connect=node, job=f"torch-{next(_jobs)}", rank=0, workers=1,
+                               model=model, **options)
+
+
 class ReadsElsewhere(torch.nn.Module):
     """Parameters read by a module other than their own: MultiheadAttention reads
     out_proj's weight and bias in its own forward (out_proj's never runs), a
@@ -89,9 +96,7 @@ class ReadsElsewhere(torch.nn.Module):
 @pytest.mark.parametrize("staging", [False, True])
 def test_every_parameter_a_forward_reads_is_waited_for(node, staging):
     model = ReadsElsewhere()
-    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=0.05,
-                              momentum=0.0, connect=node, job=f"torch-{next(_jobs)}",
-                              rank=0, workers=1, model=model, staging=staging)
+    opt = one_rank(node, model, staging=staging)
     reads = []
     hook = model.attn.register_forward_pre_hook(
         lambda m, i: reads.append(sorted(opt._inflight)))
@@ -112,9 +117,7 @@ def test_every_parameter_a_forward_reads_is_waited_for(node, staging):
 
 def test_a_gradient_made_without_a_forward_of_the_model_is_said(node):
     model = ReadsElsewhere()
-    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=0.05,
-                              momentum=0.0, connect=node, job=f"torch-{next(_jobs)}",
-                              rank=0, workers=1, model=model)
+    opt = one_rank(node, model)
     x = torch.randn(3, 4, 8, generator=torch.Generator().manual_seed(1))
     try:
         model(x).backward()
@@ -138,9 +141,7 @@ def test_a_gradient_made_without_a_forward_of_the_model_is_said(node):
 def test_a_grad_scaler_is_refused_and_bf16_autocast_trains(node):
     assert rwt.ServerOptimizer._step_supports_amp_scaling
     model = make_model(0)
-    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=LR,
-                              connect=node, job=f"torch-{next(_jobs)}", rank=0, workers=1,
-                              model=model)
+    opt = one_rank(node, model)
     x, y = data(0)
     try:
         losses = []
@@ -163,9 +164,7 @@ def test_a_grad_scaler_is_refused_and_bf16_autocast_trains(node):
 # zeroed it in place under them. It waits for the answers first now.
 def test_zeroing_gradients_in_place_waits_for_what_still_reads_them(node):
     model = make_model(0)
-    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=LR,
-                              connect=node, job=f"torch-{next(_jobs)}", rank=0, workers=1,
-                              model=model)
+    opt = one_rank(node, model)
     x, y = data(0)
     try:
         torch.nn.functional.mse_loss(model(x), y).backward()
