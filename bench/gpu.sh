@@ -5,7 +5,7 @@
 # train.py --device cuda), once per system, through a fresh local `rw-node --role
 # rack-agg` (shared memory):
 #   server   rackweave.torch.ServerOptimizer (momentum SGD on the node; CUDA gradients
-#            staged through pinned host buffers on side streams: rackweave/staging.py)
+#            staged through a pinned host arena on side streams: rackweave/staging.py)
 #   hook     torch DDP with rackweave.torch.allreduce_hook (the node sums), SGD in process
 #   ddp      torch DDP over gloo with CUDA tensors, SGD in process
 #   local    no exchange: the same ranks on their own (the floor)
@@ -242,10 +242,11 @@ md = ["<!-- gpu:begin -->",
       f"Command: `{invocation}` (the whole run took {elapsed} s). Per model a fresh "
       "`rw-node --role rack-agg`, then `apps/examples/torch/compare.py` with `train.py "
       f"--device {device}`: the same training (data order, initial parameters, momentum "
-      "SGD 0.9) once per system. ServerOptimizer: each CUDA gradient copied into a pinned "
-      "buffer on a side stream as backward produces it, pushed once copied, the node's "
-      "momentum step, the answer copied back on another side stream, each module's "
-      "forward waiting on its own parameters' copies; the DDP hook: each bucket the same "
+      "SGD 0.9) once per system. ServerOptimizer: each CUDA gradient copied into its "
+      "region of one pinned arena per rank on a side stream as backward produces it, "
+      "pushed once copied, the node's momentum step, the answer landing in place and "
+      "copied back on another side stream, the next forward waiting for every copy "
+      "in flight; the DDP hook: each bucket the same "
       "way, the mean taken on the host; DDP over gloo with CUDA tensors is the comparison. "
       "Step: forward, backward, exchange and optimizer, timed to the end of the step's "
       "kernels (torch.cuda.synchronize), median over the run. Max loss diff: the largest "

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -14,7 +15,7 @@ from rwnode import run_ranks
 
 torch = pytest.importorskip("torch")
 import rackweave.torch as rwt  # noqa: E402 - after the skip
-from rackweave.staging import HostOps, Pipeline, device_of  # noqa: E402
+from rackweave.staging import HostOps, Pipeline, arena_elements, device_of  # noqa: E402
 from torchref import rank_data, reference_losses, server_losses  # noqa: E402
 
 _jobs = itertools.count()
@@ -61,40 +62,44 @@ def test_each_pipeline_thread_binds_the_device_before_any_device_step():
     # device, so on a rank using GPU k > 0 their first CUDA call made a context on
     # device 0. Each thread now binds the device first (CudaOps: torch.cuda.set_device).
     ops = RecordingOps()
-    p = Pipeline(ops)
+    p = Pipeline(ops, 16)
     try:
         for _ in range(3):
             param = torch.zeros(4)
-            p.submit("w", torch.ones(4), param, lambda out, into: Done()).result(timeout=10)
+            p.submit("w", torch.ones(4), lambda buf: Done(), dst=param).result(timeout=10)
     finally:
         p.close()
     by_thread = {}
     for thread, what in ops.calls:
         by_thread.setdefault(thread, []).append(what)
+    # The caller's thread waits only for a region's copy to the device before reusing it.
+    assert set(by_thread.pop("MainThread", [])) <= {"host_wait"}
     assert set(by_thread) == {"rackweave-push", "rackweave-land"}
     assert by_thread["rackweave-push"] == ["bind_thread"] + ["host_wait"] * 3
     assert by_thread["rackweave-land"] == ["bind_thread"] + ["to_device"] * 3
 
 
-def test_the_answer_lands_after_finish_and_buffers_are_made_once():
+def test_the_answer_lands_over_the_gradient_in_one_arena_made_once():
     seen = []
 
-    def exchange(out, into):  # the node: the answer is twice the gradient
-        seen.append((out.data_ptr(), into.data_ptr()))
-        into.copy_(out * 2)
+    def exchange(buf):  # the node: the answer is twice the gradient, in its place
+        seen.append(buf.data_ptr())
+        buf.mul_(2)
         return Done()
 
-    p = Pipeline(HostOps())
+    p = Pipeline(HostOps(), arena_elements([6]))
+    arena = p._arena.buffer
     try:
         for step in range(3):
             grad = torch.arange(6, dtype=torch.float32).reshape(2, 3) + step
             param = torch.zeros(2, 3)
-            p.submit("w", grad, param, exchange, finish=lambda h: h.add_(1)).result(timeout=10)
+            p.submit("w", grad, exchange, dst=param, finish=lambda h: h.add_(1)).result(10)
             assert torch.equal(param, grad * 2 + 1)
-        assert len(set(seen)) == 1  # the same two buffers every step
-        out, into = p.buffers("w", 6)
-        assert out.data_ptr() != into.data_ptr()
-        assert p.buffers("w", 8)[0].numel() == 8  # a new size: new buffers
+        assert set(seen) == {arena.data_ptr()}  # one region of the one arena, reused
+        assert p._arena.buffer is arena and p.host_bytes == 16 * 4  # 6 rounded up to 16
+        dst = torch.ones(4)  # the DDP hook's way: the answer goes back into the source
+        p.submit("b", dst, lambda buf: (buf.mul_(3), Done())[1]).result(timeout=10)
+        assert torch.equal(dst, torch.full((4,), 3.0))
     finally:
         p.close()
 
@@ -109,34 +114,31 @@ class Pin:
         self.active = False
 
 
-def test_each_buffer_is_registered_once_when_made_and_released_at_close():
+def test_the_arena_is_registered_once_when_made_and_released_at_close():
     pins = []
 
     def register(buffer):
         pins.append(Pin(buffer))
         return pins[-1]
 
-    p = Pipeline(HostOps(), register=register)
-    for _ in range(3):
-        p.submit("w", torch.ones(6), torch.zeros(6),
-                 lambda out, into: (into.copy_(out), Done())[1]).result(timeout=10)
-    assert len(pins) == 2  # out and in, once, reused every step
-    assert {id(x.buffer) for x in pins} == {id(b) for b in p.buffers("w", 6)}
-    p.buffers("w", 8)  # a DDP bucket rebuilt: the old ones go, the new ones register
-    assert [x.active for x in pins] == [False, False, True, True]
+    p = Pipeline(HostOps(), arena_elements([6, 8]), register=register)
+    assert len(pins) == 1 and pins[0].buffer is p._arena.buffer
+    for n in (6, 8, 6):  # sizes change (a DDP bucket rebuilt): the same arena
+        p.submit("w", torch.ones(n), lambda buf: Done(), dst=torch.zeros(n)).result(10)
+    assert len(pins) == 1 and pins[0].active
+    assert p.registrations() == pins
     p.close()
-    assert not any(x.active for x in pins)
+    assert not pins[0].active
     assert p.registrations() == []
     # Over TCP or shared memory register_buffer gives None: nothing is kept.
-    q = Pipeline(HostOps(), register=lambda b: None)
-    q.buffers("w", 4)
+    q = Pipeline(HostOps(), 16, register=lambda b: None)
     assert q.registrations() == []
     q.close()
 
 
-def test_staging_buffers_register_with_the_nic_once_over_fabric():
-    """ServerOptimizer over libfabric (the tcp provider): its pinned buffers are
-    registered when made, and training makes no registration after that."""
+def test_staging_arena_registers_with_the_nic_once_over_fabric():
+    """ServerOptimizer over libfabric (the tcp provider): its pinned arena is registered
+    when made, and training makes no registration after that."""
     from rwnode import running_node
 
     with running_node("--open-jobs", "--fabric", "tcp") as address:
@@ -147,9 +149,8 @@ def test_staging_buffers_register_with_the_nic_once_over_fabric():
         try:
             assert opt.worker.transport == "fabric"
             pins = opt._stage.registrations()
-            assert len(pins) == 2 * len(opt.params) and all(x.active for x in pins)
+            assert len(pins) == 1 and pins[0].active
             before = opt.worker.fabric_registrations
-            assert before >= len(pins)
             x = torch.randn(16, 64)
             for _ in range(4):
                 model(x).square().mean().backward()
@@ -161,36 +162,97 @@ def test_staging_buffers_register_with_the_nic_once_over_fabric():
         assert not any(x.active for x in pins)
 
 
-def test_in_place_answers_over_the_out_buffer():
-    p = Pipeline(HostOps())
+class Answer:
+    """A node's answer that comes when the test says: result() waits for release()."""
+
+    def __init__(self, buf):
+        self.buf, self.gate = buf, threading.Event()
+
+    def release(self, value):
+        self.buf.fill_(value)
+        self.gate.set()
+
+    def result(self):
+        assert self.gate.wait(10)
+
+
+def wait_for(condition, seconds=10):
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_bounded_arena_waits_for_the_oldest_answer_and_never_overlaps_live_regions():
+    # Issue 63, item 7: 8 bytes a parameter, in two pinned buffers per tensor rounded up
+    # to a power of two. Now one arena, and under pinned_bytes staging waits for room:
+    # here room for two of the three tensors (16 elements each).
+    p = Pipeline(HostOps(), arena_elements([16] * 3, limit_bytes=2 * 16 * 4))
+    assert p.host_bytes == 2 * 16 * 4
+    answers, params, futures = [], [torch.zeros(16) for _ in range(3)], []
+
+    def exchange(buf):
+        answers.append(Answer(buf))
+        return answers[-1]
+
     try:
-        def exchange(out, into):
-            assert out.data_ptr() == into.data_ptr()
-            into.mul_(3)
-            return Done()
-        dst = torch.ones(4)
-        p.submit("b", dst, dst, exchange, in_place=True).result(timeout=10)
-        assert torch.equal(dst, torch.full((4,), 3.0))
+        futures.append(p.submit("a", torch.full((16,), 1.0), exchange, dst=params[0]))
+        futures.append(p.submit("b", torch.full((16,), 2.0), exchange, dst=params[1]))
+        third = threading.Thread(target=lambda: futures.append(
+            p.submit("c", torch.full((16,), 3.0), exchange, dst=params[2])))
+        third.start()
+        third.join(0.5)
+        assert third.is_alive()  # no room until a's answer lands
+        wait_for(lambda: len(answers) == 2)  # both pushed
+        answers_at = [a.buf.data_ptr() for a in answers]
+        assert answers_at[0] != answers_at[1]
+        answers[1].release(20.0)  # b answers first: a's region is still the oldest
+        third.join(0.3)
+        assert third.is_alive()
+        answers[0].release(10.0)
+        third.join(10)
+        assert not third.is_alive()
+        wait_for(lambda: len(answers) == 3)
+        assert answers[2].buf.data_ptr() == answers_at[0]  # a's region, taken back
+        answers[2].release(30.0)
+        for f in futures:
+            f.result(timeout=10)
+        assert [float(x[0]) for x in params] == [10.0, 20.0, 30.0]
+    finally:
+        for a in answers:
+            a.gate.set()
+        p.close()
+
+
+def test_a_limit_below_the_largest_tensor_is_refused():
+    assert arena_elements([5, 100]) == 16 + 112
+    assert arena_elements([5, 100], limit_bytes=1 << 20) == 128  # more than needed
+    with pytest.raises(ValueError, match="cannot hold the largest tensor .400 bytes"):
+        arena_elements([5, 100], limit_bytes=256)
+    p = Pipeline(HostOps(), 16)
+    try:
+        with pytest.raises(RuntimeError, match="bucket_cap_mb"):
+            p.submit("big", torch.ones(17), lambda buf: Done())
     finally:
         p.close()
 
 
 def test_errors_reach_the_waiter_and_the_pipeline_goes_on():
-    p = Pipeline(HostOps())
+    p = Pipeline(HostOps(), 16)  # room for one: a failed push gives its region back
     try:
-        def refused(out, into):
+        def refused(buf):
             raise ValueError("the node said no")
-        f = p.submit("a", torch.ones(2), torch.zeros(2), refused)
+        f = p.submit("a", torch.ones(2), refused, dst=torch.zeros(2))
         with pytest.raises(ValueError, match="said no"):
             f.result(timeout=10)
 
-        def failed(out, into):
+        def failed(buf):
             return Done(RuntimeError("timeout"))
         with pytest.raises(RuntimeError, match="timeout"):
-            p.submit("a", torch.ones(2), torch.zeros(2), failed).result(timeout=10)
+            p.submit("a", torch.ones(2), failed, dst=torch.zeros(2)).result(timeout=10)
 
         dst = torch.zeros(2)
-        p.submit("a", torch.ones(2), dst, lambda o, i: (i.copy_(o), Done())[1]).result(10)
+        p.submit("a", torch.ones(2), lambda buf: Done(), dst=dst).result(10)
         assert torch.equal(dst, torch.ones(2))
     finally:
         p.close()
@@ -209,15 +271,15 @@ def test_answers_land_in_submission_order_and_close_waits_for_them():
                 gate.wait(10)
             order.append(self.name)
 
-    p = Pipeline(HostOps())
-    a = p.submit("first", torch.ones(1), torch.zeros(1), lambda o, i: Slow("first"))
-    b = p.submit("second", torch.ones(1), torch.zeros(1), lambda o, i: Slow("second"))
+    p = Pipeline(HostOps(), 32)
+    a = p.submit("first", torch.ones(1), lambda buf: Slow("first"), dst=torch.zeros(1))
+    b = p.submit("second", torch.ones(1), lambda buf: Slow("second"), dst=torch.zeros(1))
     assert not a.done() and not b.done()
     gate.set()
     p.close()
     assert a.done() and b.done() and order == ["first", "second"]
     with pytest.raises(RuntimeError, match="closed"):
-        p.submit("late", torch.ones(1), torch.zeros(1), lambda o, i: Done())
+        p.submit("late", torch.ones(1), lambda buf: Done())
 
 
 class Fake:
@@ -307,6 +369,9 @@ def test_the_ddp_hook_gives_the_mean(node, staging):
 
 
 STEPS, LR, WORKERS = 4, 0.1, 2
+# torchref's model: tensors of 32, 8, 8 and 1 elements, 80 once each is rounded up to 16;
+# 48 hold the largest and one more.
+BOUND_BYTES = 48 * 4
 
 
 def data(rank):
@@ -341,12 +406,11 @@ from rackweave.staging import HostOps, Pipeline
 class Done:
     def result(self):
         return None
-def exchange(out, into):
+def exchange(buf):
     time.sleep(0.5)  # the node takes a while
-    into.copy_(out)
     return Done()
-p = Pipeline(HostOps())
-p.submit("w", torch.ones(4), torch.zeros(4), exchange,
+p = Pipeline(HostOps(), 16)
+p.submit("w", torch.ones(4), exchange, dst=torch.zeros(4),
          finish=lambda host: open({str(mark)!r}, "w").write("ok"))
 """  # and exits at once, without close()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
@@ -366,3 +430,44 @@ def test_close_waits_for_a_backward_with_no_step_and_is_idempotent(node):
     opt.close()
     assert not opt._pending and not opt._inflight
     opt.close()  # nothing more to do
+
+
+# Issue 63, item 7: pinned memory was two buffers per tensor, each rounded up to a power
+# of two by torch's pinned allocator (up to 4 x the parameters' bytes); one arena now.
+def test_the_arena_holds_the_parameters_bytes_once(node):
+    model = torch.nn.Sequential(torch.nn.Linear(100, 30), torch.nn.Linear(30, 7))
+    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=0.1,
+                              connect=node, job=f"staging-{next(_jobs)}", rank=0,
+                              workers=1, staging=True)
+    try:
+        params = sum(p.numel() * 4 for p in model.parameters())
+        assert params <= opt.staging_bytes <= params + 64 * len(list(model.parameters()))
+        assert opt.staging_bytes <= 1.1 * params
+    finally:
+        opt.close()
+    plain = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=0.1,
+                                connect=node, job=f"staging-{next(_jobs)}", rank=0,
+                                workers=1)
+    assert plain.staging_bytes == 0  # CPU parameters in place: no arena
+    plain.close()
+    with pytest.raises(ValueError, match="only with staging=True"):
+        rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=0.1,
+                            connect=node, job=f"staging-{next(_jobs)}", rank=0, workers=1,
+                            pinned_bytes=1 << 20)
+    with pytest.raises(ValueError, match="cannot hold the largest tensor"):
+        rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=0.1,
+                            connect=node, job=f"staging-{next(_jobs)}", rank=0, workers=1,
+                            staging=True, pinned_bytes=1000)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_bounded_arena_trains_bitwise_as_an_unbounded_one(node, lazy):
+    # Room for about a third of the model at once: staging waits for answers to land.
+    unbounded = server_losses(node, f"staging-{next(_jobs)}", STEPS, WORKERS, LR, data,
+                              lazy=lazy, staging=True)
+    bounded = server_losses(node, f"staging-{next(_jobs)}", STEPS, WORKERS, LR, data,
+                            lazy=lazy, staging=True, pinned_bytes=BOUND_BYTES)
+    assert bounded == unbounded
+    want = reference_losses(STEPS, WORKERS, lambda s: LR, data)
+    for s in range(STEPS):
+        assert bounded[s] == pytest.approx(want[s], rel=1e-4, abs=1e-5), f"step {s}"

@@ -10,6 +10,7 @@
 #include <rdma/fi_rma.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -51,6 +52,24 @@ TEST_CASE("fabric: frames travel both ways with their payloads, in place", "[fab
   // The same memory sent again is not registered again.
   auto made = f.a->registrations();
   REQUIRE(f.ab->send(push_of(3, iov.iov_len), &iov, 1));
+  CHECK(f.a->registrations() == made);
+}
+
+TEST_CASE("fabric: a small payload travels behind its header and registers nothing",
+          "[fabric]") {
+  // A place frame's 48 bytes, an error text: encoded wherever the caller's allocator
+  // put them. Each used to register the 1 MiB around it on its first send (a worker's
+  // first push after its buffers moved registered memory mid-training).
+  pair_fixture f;
+  auto made = f.a->registrations();
+  for (int i = 0; i < 8; ++i) {
+    auto small = std::make_unique<std::array<float, 32>>(); // 128 bytes, a new place
+    small->fill(float(i));
+    iovec iov{small->data(), sizeof(*small)};
+    REQUIRE(f.ab->send(push_of(uint32_t(i), iov.iov_len), &iov, 1));
+    REQUIRE(f.pump([&] { return f.rb.headers.size() == size_t(i) + 1; }));
+    CHECK(f.rb.payloads.back() == std::vector<float>(small->begin(), small->end()));
+  }
   CHECK(f.a->registrations() == made);
 }
 
@@ -510,6 +529,30 @@ TEST_CASE("fabric: memory pinned ahead is found by sends and forgotten with its 
   b.reset();
   cache->get(arena.data() + 5, 4000);
   CHECK(cache->registrations() == before + 2);
+}
+
+TEST_CASE("fabric: memory in a pinned arena is found past a registration that starts "
+          "inside it",
+          "[fabric]") {
+  // A send in flight from the middle of an arena when the arena is pinned keeps its own
+  // registration (a 1 MiB span starting inside the arena). A later send from the arena
+  // that starts in that span but runs past its end must find the arena's registration
+  // and register nothing (the lookup used to look only at the registration starting
+  // nearest below a send).
+  auto d = fabric::domain::open("tcp", "127.0.0.1");
+  auto cache = fabric::core::make_send_cache(d);
+  std::vector<std::byte> memory(8u << 20);
+  auto mib = uintptr_t{1} << 20;
+  auto aligned = (reinterpret_cast<uintptr_t>(memory.data()) + mib - 1) & ~(mib - 1);
+  auto* arena = reinterpret_cast<std::byte*>(aligned + 64);
+  size_t bytes = 3 * mib;
+  auto in_flight = cache->get(reinterpret_cast<std::byte*>(aligned + mib + 100), 4096);
+  auto handle = cache->pin(arena, bytes);
+  in_flight.reset(); // done: its registration stays cached, inside the arena's
+  auto before = cache->registrations();
+  auto across = reinterpret_cast<std::byte*>(aligned + 2 * mib - 2048); // its span's end
+  CHECK(cache->get(across, 4096)->contains(across, 4096));
+  CHECK(cache->registrations() == before);
 }
 
 } // namespace rw_unit_fabric

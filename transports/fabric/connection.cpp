@@ -102,7 +102,7 @@ void connection::bind(const protocol::fabric_offer& peer) {
   op_slot_.assign(ops, 0);
   for (uint32_t i = 0; i < ops; ++i)
     free_ops_.push_back(static_cast<int>(i));
-  headers_.resize(size_t{ops} * protocol::frame_header_bytes);
+  headers_.resize(size_t{ops} * op_bytes);
   headers_region_ = std::make_unique<region>(*core_->dom, headers_.data(),
                                              headers_.size(), FI_SEND | FI_WRITE);
   paired_.assign(ops, -1);
@@ -268,7 +268,7 @@ int connection::post(const protocol::frame_header& h, const iovec* payload, int 
     return -1;
   }
   op_slot_[op] = static_cast<uint32_t>(slot);
-  auto* header = headers_.data() + size_t(op) * protocol::frame_header_bytes;
+  auto* header = headers_.data() + size_t(op) * op_bytes;
   if (placed) {
     auto flagged = h;
     flagged.flags |= protocol::flag_placed;
@@ -285,7 +285,18 @@ int connection::post(const protocol::frame_header& h, const iovec* payload, int 
   size_t pieces = 0;
   std::unique_lock<std::mutex> bounce_lock;
   auto limit = std::min<size_t>(core_->dom->iov_limit(), max_pieces + 1);
-  if (size_t(count) + 1 > limit) {
+  if (!placed && total <= inline_payload_bytes) {
+    // A small payload (a place or error frame, a credit) goes behind its header in the
+    // op's registered memory: sending it registers nothing, wherever the caller keeps it.
+    size_t at = protocol::frame_header_bytes;
+    for (int i = 0; i < count; ++i) {
+      std::memcpy(header + at, payload[i].iov_base, payload[i].iov_len);
+      at += payload[i].iov_len;
+    }
+    iov[0] = {header, at};
+    desc[0] = headers_region_->desc();
+    pieces = 1;
+  } else if (size_t(count) + 1 > limit) {
     bounce_lock = std::unique_lock<std::mutex>{bounce_mtx_};
     if (bounce_.size() < protocol::frame_header_bytes + total)
       bounce_.resize(protocol::frame_header_bytes + total);
@@ -339,10 +350,9 @@ int connection::post(const protocol::frame_header& h, const iovec* payload, int 
       fail(errc::timeout, fmt::format("no write completed within {} ms", io_timeout_ms_));
       return -1;
     }
-    std::memcpy(headers_.data() + size_t(first) * protocol::frame_header_bytes, header,
+    std::memcpy(headers_.data() + size_t(first) * op_bytes, header,
                 protocol::frame_header_bytes);
-    iovec head{headers_.data() + size_t(first) * protocol::frame_header_bytes,
-               protocol::frame_header_bytes};
+    iovec head{headers_.data() + size_t(first) * op_bytes, protocol::frame_header_bytes};
     void* head_desc = headers_region_->desc();
     fi_rma_iov to_slot{slot_addr, protocol::frame_header_bytes, peer_key_};
     if (!issue(first, &head, &head_desc, 1, &to_slot, 1, 0, false))

@@ -235,7 +235,10 @@ private:
   std::vector<uint32_t> op_slot_; // op -> the peer slot it writes
   std::vector<int> free_ops_;
   std::unique_ptr<tx_op[]> ops_;
-  std::vector<std::byte> headers_; // one frame header per op, registered
+  // Per op, registered: its frame header, then room for a small payload sent inline.
+  static constexpr size_t inline_payload_bytes = 128;
+  static constexpr size_t op_bytes = protocol::frame_header_bytes + inline_payload_bytes;
+  std::vector<std::byte> headers_;
   std::unique_ptr<region> headers_region_;
   std::vector<int> paired_;       // op -> the header write posted before it, or -1
   std::vector<std::byte> bounce_; // for a frame in more pieces than the provider gathers

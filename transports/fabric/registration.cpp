@@ -16,6 +16,7 @@ namespace rw::transports::fabric {
 
 namespace {
 constexpr uintptr_t page = 4096;
+const auto* const last_address = reinterpret_cast<const std::byte*>(UINTPTR_MAX);
 
 std::string memlock_limit() {
   rlimit r{};
@@ -63,11 +64,15 @@ registration_cache::registration_cache(std::shared_ptr<domain> d, uint64_t acces
 std::shared_ptr<region> registration_cache::get(const void* p, size_t n) {
   auto* b = static_cast<const std::byte*>(p);
   std::lock_guard<std::mutex> guard{mtx_};
-  auto it = by_start_.upper_bound(b);
-  if (it != by_start_.begin()) {
-    auto& r = std::prev(it)->second;
-    if (r->contains(b, n))
-      return r;
+  // Registrations may overlap (a span registered for memory beside a pinned arena can
+  // start inside it, or where it starts): any one starting at most the longest
+  // registration's length before b may hold it, not only the nearest.
+  for (auto it = by_range_.upper_bound({b, last_address}); it != by_range_.begin();) {
+    --it;
+    if (it->second->contains(b, n))
+      return it->second;
+    if (static_cast<size_t>(b - it->first.first) >= longest_)
+      break;
   }
   // A whole span around the buffer first (the tensor's next chunks fall in it); if
   // the provider will not register memory outside the buffer, its pages alone.
@@ -86,14 +91,20 @@ std::shared_ptr<region> registration_cache::get(const void* p, size_t n) {
       throw;
     r = span(page, s); // throws what the provider said
   }
-  // Overlapping registrations are fine for the provider; the map keeps the newest.
-  ++made_;
-  if (by_start_.count(s))
-    age_.remove(s);
-  by_start_[s] = r;
-  age_.push_back(s);
+  // Overlapping registrations are fine for the provider; of two over the same range the
+  // map keeps the newest.
+  insert({s, r->end()}, r);
   trim();
   return r;
+}
+
+void registration_cache::insert(range key, std::shared_ptr<region> r) {
+  ++made_;
+  if (by_range_.count(key))
+    age_.remove(key);
+  by_range_[key] = std::move(r);
+  age_.push_back(key);
+  longest_ = std::max(longest_, static_cast<size_t>(key.second - key.first));
 }
 
 std::shared_ptr<void> registration_cache::pin(const void* p, size_t n) {
@@ -106,43 +117,40 @@ std::shared_ptr<void> registration_cache::pin(const void* p, size_t n) {
   {
     std::lock_guard<std::mutex> guard{mtx_};
     // Unused registrations over these addresses may be of memory freed since.
-    for (auto it = by_start_.begin(); it != by_start_.end();) {
+    for (auto it = by_range_.begin(); it != by_range_.end();) {
       auto& old = it->second;
       if (old->begin() < e && s < old->end() && old.use_count() == 1) {
         age_.remove(it->first);
-        it = by_start_.erase(it);
+        it = by_range_.erase(it);
       } else {
         ++it;
       }
     }
-    ++made_;
-    if (by_start_.count(s))
-      age_.remove(s);
-    by_start_[s] = r;
-    age_.push_back(s);
+    insert({s, e}, r);
   }
   std::weak_ptr<registration_cache> cache = shared_from_this();
-  return std::shared_ptr<void>(r.get(), [cache, s, r](void*) mutable {
+  range key{s, e};
+  return std::shared_ptr<void>(r.get(), [cache, key, r](void*) mutable {
     if (auto c = cache.lock())
-      c->forget(s, r.get());
+      c->forget(key, r.get());
     r.reset(); // deregistered once no send in flight holds it
   });
 }
 
-void registration_cache::forget(const std::byte* start, const region* r) noexcept {
+void registration_cache::forget(range key, const region* r) noexcept {
   std::lock_guard<std::mutex> guard{mtx_};
-  auto it = by_start_.find(start);
-  if (it != by_start_.end() && it->second.get() == r) {
-    by_start_.erase(it);
-    age_.remove(start);
+  auto it = by_range_.find(key);
+  if (it != by_range_.end() && it->second.get() == r) {
+    by_range_.erase(it);
+    age_.remove(key);
   }
 }
 
 void registration_cache::trim() {
-  for (auto it = age_.begin(); by_start_.size() > max_regions_ && it != age_.end();) {
-    auto found = by_start_.find(*it);
-    if (found != by_start_.end() && found->second.use_count() == 1) {
-      by_start_.erase(found);
+  for (auto it = age_.begin(); by_range_.size() > max_regions_ && it != age_.end();) {
+    auto found = by_range_.find(*it);
+    if (found != by_range_.end() && found->second.use_count() == 1) {
+      by_range_.erase(found);
       it = age_.erase(it);
     } else {
       ++it;

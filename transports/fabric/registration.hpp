@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "transports/fabric/domain.hpp"
 
@@ -79,17 +80,24 @@ public:
   uint64_t registrations() const noexcept { return made_; }
 
 private:
+  // By range (start, end): registrations may overlap, and two may start at the same
+  // page (a send's span beside a pinned arena) without one hiding the other.
+  using range = std::pair<const std::byte*, const std::byte*>;
+
   void trim();
-  void forget(const std::byte* start, const region* r) noexcept;
+  void forget(range key, const region* r) noexcept;
+  void insert(range key, std::shared_ptr<region> r); // under mtx_
 
   std::shared_ptr<domain> domain_;
   uint64_t access_;
   size_t max_regions_;
   uintptr_t span_;
   mutable std::mutex mtx_;
-  std::map<const std::byte*, std::shared_ptr<region>> by_start_;
-  std::list<const std::byte*> age_; // oldest registration first
+  std::map<range, std::shared_ptr<region>> by_range_;
+  std::list<range> age_; // oldest registration first
   uint64_t made_ = 0;
+  size_t longest_ =
+    0; // bytes of the longest registration made: how far back a lookup looks
 };
 
 } // namespace rw::transports::fabric

@@ -10,7 +10,7 @@ new job then starts from that file: every rank loads the model, makes its optimi
 calls `opt.load_state_dict(...)`, and trains the remaining steps. Prints one JSON line
 (device, torch, optimizer, clock, bitwise, max_loss_diff) and exits 1 unless the resumed
 steps' losses and final parameters are bitwise those of the run that went on. On CUDA
-the parameters take the staging path (pinned buffers, side streams) and torch's
+the parameters take the staging path (the pinned arena, side streams) and torch's
 deterministic algorithms are on, so the two runs compute the same floats.
 """
 

@@ -1,19 +1,26 @@
 """Tensors that live on a GPU, through a node that reads and writes host memory.
 
 RackWeave's workers read gradients from, and write answers into, host memory. A CUDA
-parameter's bytes therefore go through pinned host buffers, allocated once per tensor
-and reused every step, on two side streams, so that neither the copies nor the exchange
-stop the GPU:
+parameter's bytes therefore go through pinned host memory: one arena per worker, made
+(pinned, and registered with the NIC over libfabric) once, exactly the bytes of the
+worker's parameters (each tensor rounded up to 64 bytes), or less where the user bounds
+it (`pinned_bytes=`). Each tensor staged takes the next region of the arena; its answer
+lands over its gradient in that region (the node answers a chunk only once it has
+counted every rank's push of it, and the worker never reads an answered chunk's
+gradient again), and the region is taken back once the answer's copy to the device has
+been made. Two side streams carry the copies, so that neither they nor the exchange stop
+the GPU:
 
-  gradient hook (autograd's thread)   a copy device -> pinned buffer on the D2H stream,
-                                      after the compute stream's work so far; its event
+  gradient hook (autograd's thread)   a region (waiting, under a bound, for the oldest
+                                      to come back); a copy device -> region on the D2H
+                                      stream, after the compute stream's work so far;
+                                      its event
   pusher thread                       (bound to the tensors' device at its start)
-                                      waits for that event, then pushes the buffer
-  lander thread                       (likewise bound) waits for the answer (in a
-                                      second pinned buffer),
-                                      copies it into the parameter on the H2D stream
-                                      after the compute stream's reads of the old
-                                      values; its event
+                                      waits for that event, then pushes the region
+  lander thread                       (likewise bound) waits for the answer (in the
+                                      same region), copies it into the parameter on the
+                                      H2D stream after the compute stream's reads of
+                                      the old values; its event; the region goes back
   before the parameter is read again  the compute stream waits for that event (a stream
                                       wait, not a device synchronize)
 
@@ -26,6 +33,7 @@ in ServerOptimizer or HookState sends them through it, which is how the suite te
 """
 
 import atexit
+import collections
 import concurrent.futures
 import queue
 import threading
@@ -47,7 +55,12 @@ class DeviceOps:
         raise NotImplementedError
 
     def host_buffer(self, numel):
-        """A float32 host buffer of `numel` elements, reused every step."""
+        """A float32 host buffer of exactly `numel` elements (the pipeline's arena, made
+        once)."""
+        raise NotImplementedError
+
+    def release_host(self, buffer):
+        """The pipeline is done with host_buffer()'s buffer (unpins it)."""
         raise NotImplementedError
 
     def after_compute(self):
@@ -81,6 +94,9 @@ class HostOps(DeviceOps):
 
     def host_buffer(self, numel):
         return _torch.empty(numel, dtype=_torch.float32)
+
+    def release_host(self, buffer):
+        pass
 
     def after_compute(self):
         return None
@@ -116,7 +132,22 @@ class CudaOps(DeviceOps):
         _torch.cuda.set_device(self.device)
 
     def host_buffer(self, numel):
-        return _torch.empty(numel, dtype=_torch.float32, pin_memory=True)
+        # Pinned in place (cudaHostRegister), exactly numel * 4 bytes: torch's pinned
+        # allocator (pin_memory=True) rounds each block up to a power of two, up to
+        # twice the bytes asked for, and caches it after it is freed.
+        buffer = _torch.empty(numel, dtype=_torch.float32)
+        if numel:
+            code = int(_torch.cuda.cudart().cudaHostRegister(
+                buffer.data_ptr(), numel * 4, 0))
+            if code != 0:
+                raise RuntimeError(f"rackweave staging: pinning {numel * 4} bytes of host "
+                                   f"memory failed (cudaHostRegister error {code}); "
+                                   "pinned_bytes= bounds what is pinned")
+        return buffer
+
+    def release_host(self, buffer):
+        if buffer.numel():
+            _torch.cuda.cudart().cudaHostUnregister(buffer.data_ptr())
 
     def after_compute(self):
         event = _torch.cuda.Event()
@@ -183,6 +214,7 @@ def device_of(named_tensors, who):
 # the interpreter would otherwise stop wherever they are, a copy or a push half done).
 _open = weakref.WeakSet()
 EXIT_WAIT_S = 30.0  # at exit, how long the answers still in flight are waited for
+ALIGN = 16  # elements: each region of the arena starts on a 64-byte boundary
 
 
 @atexit.register
@@ -191,9 +223,90 @@ def _close_at_exit():
         p.close(timeout=EXIT_WAIT_S)
 
 
+def arena_elements(sizes, limit_bytes=None):
+    """The arena for tensors of these element counts: each rounded up to ALIGN, all of
+    them at once (a step's worth in flight), or `limit_bytes` where that is less. A
+    ValueError where the limit cannot hold the largest one."""
+    need = sum(_aligned(n) for n in sizes)
+    if limit_bytes is None:
+        return need
+    cap = int(limit_bytes) // 4 // ALIGN * ALIGN
+    largest = max(sizes, default=0)
+    if cap < _aligned(largest):
+        raise ValueError(f"rackweave staging: pinned_bytes={limit_bytes} cannot hold the "
+                         f"largest tensor ({largest * 4} bytes); give at least "
+                         f"{_aligned(largest) * 4}")
+    return min(need, cap)
+
+
+def _aligned(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class _Arena:
+    """One host buffer handed out in regions, in the order tensors are staged, and taken
+    back oldest first once their answers are on their way to the device (a ring): a
+    step's tensors fit at once when the arena holds them all; under a smaller limit
+    staging waits for the oldest answers to land."""
+
+    def __init__(self, ops, elements):
+        self.ops = ops
+        self.buffer = ops.host_buffer(elements)
+        self.elements = elements
+        self._live = collections.deque()  # [start, end, landed, event], oldest first
+        self._cond = threading.Condition()
+
+    def _place(self, n):
+        """Where n elements fit now, or None."""
+        if not self._live:
+            return 0 if n <= self.elements else None
+        head, tail = self._live[-1][1], self._live[0][0]
+        if self._live[-1][0] >= tail:  # not wrapped: free at [head, end) and [0, tail)
+            if self.elements - head >= n:
+                return head
+            return 0 if tail >= n else None
+        return head if tail - head >= n else None
+
+    def acquire(self, n, closed):
+        """A region of n elements (the region's record, whose [0] is its start): the
+        oldest regions whose answers have landed are taken back until it fits."""
+        n = _aligned(n)
+        if n > self.elements:
+            raise RuntimeError(f"rackweave staging: {n * 4} bytes to stage but the arena "
+                               f"holds {self.elements * 4} (pinned_bytes); give more, or "
+                               "make DDP's buckets smaller (bucket_cap_mb)")
+        with self._cond:
+            while True:
+                at = self._place(n)
+                if at is not None:
+                    region = [at, at + n, False, None]
+                    self._live.append(region)
+                    return region
+                oldest = self._live[0]
+                if oldest[2]:
+                    # Its copy to the device reads the region: done before it is reused.
+                    self.ops.host_wait(oldest[3])
+                    self._live.popleft()
+                    continue
+                if closed():
+                    raise RuntimeError("rackweave staging: the pipeline is closed")
+                self._cond.wait(1.0)
+
+    def landed(self, region, event):
+        """The region's answer is on its way to the device (event: that copy; None:
+        nothing reads the region any more)."""
+        with self._cond:
+            region[2], region[3] = True, event
+            self._cond.notify_all()
+
+    def view(self, region, numel):
+        return self.buffer[region[0]:region[0] + numel]
+
+
 class Pipeline:
-    """One worker's staging path: per tensor name a pinned buffer out and one in, and the
-    two threads that push what the D2H stream copied and land what the node answered.
+    """One worker's staging path: one host arena (made and registered once) that each
+    tensor is staged through, its answer landing over its gradient, and the two
+    threads that push what the D2H stream copied and land what the node answered.
 
     submit() returns a concurrent Future that completes, with the H2D copy's event,
     once the answer is on its way into its device tensor; the caller makes the compute
@@ -201,16 +314,15 @@ class Pipeline:
     copy's) complete the Future with the exception. close() ends the threads once
     everything submitted has landed."""
 
-    def __init__(self, ops, register=None):
-        """register(buffer): registers a host buffer with the fabric NIC where the
-        worker's chunks travel over libfabric (Worker.register_buffer), returning what
-        keeps the registration (None: nothing to register); each buffer is registered
-        once, when it is made."""
+    def __init__(self, ops, elements, register=None):
+        """elements: the arena's size in float32 elements (arena_elements()).
+        register(buffer): registers a host buffer with the fabric NIC where the worker's
+        chunks travel over libfabric (Worker.register_buffer), returning what keeps the
+        registration (None: nothing to register); the arena is registered once, here."""
         self.ops = ops
-        self._register = register
-        self._pins = {}
-        self._out = {}
-        self._in = {}
+        self._arena = _Arena(ops, elements)
+        pin = register(self._arena.buffer) if register is not None else None
+        self._pins = [] if pin is None else [pin]
         self._to_push = queue.Queue()
         self._to_land = queue.Queue()
         self._closed = False
@@ -222,45 +334,37 @@ class Pipeline:
             t.start()
         _open.add(self)
 
-    def _buffer(self, kept, name, numel):
-        b = kept.get(name)
-        if b is None or b.numel() != numel:  # first use, or a DDP bucket rebuilt
-            old = self._pins.pop((id(kept), name), None)
-            if old is not None:
-                old.release()
-            b = kept[name] = self.ops.host_buffer(numel)
-            if self._register is not None:
-                pin = self._register(b)
-                if pin is not None:
-                    self._pins[(id(kept), name)] = pin
-        return b
+    @property
+    def host_bytes(self):
+        """The bytes of host memory (pinned, on a GPU) this pipeline holds."""
+        return self._arena.elements * 4
 
     def registrations(self):
-        """The NIC registrations of the buffers (empty where none is needed)."""
-        return list(self._pins.values())
+        """The NIC registrations of the arena (empty where none is needed)."""
+        return list(self._pins)
 
-    def buffers(self, name, numel):
-        """The host buffers of `name` (out, in), made on first use and again when the
-        size changes (a DDP bucket rebuilt)."""
-        return self._buffer(self._out, name, numel), self._buffer(self._in, name, numel)
-
-    def submit(self, name, src, dst, exchange, finish=None, in_place=False):
-        """Stages `src` (a device tensor) out in `name`'s buffer, then, on the pusher
-        thread, `exchange(out_buffer, in_buffer)` starts the push (it returns something
-        with result(), a rackweave Future); its answer goes into `dst`, after
-        `finish(in_buffer)` where given (on the host). in_place: the answer is written
-        over the out buffer (a DDP bucket, answered in place)."""
+    def submit(self, name, src, exchange, dst=None, finish=None):
+        """Stages `src` (a device tensor) in a region of the arena, then, on the pusher
+        thread, `exchange(buffer)` starts the push (it returns something with result(),
+        a rackweave Future) with the answer to land over the gradient in the same
+        region; the answer goes into `dst` (default: `src`), after `finish(buffer)`
+        where given (on the host). `name` is for errors."""
         if self._closed:
             raise RuntimeError("rackweave staging: the pipeline is closed")
-        out = self._buffer(self._out, name, src.numel())
-        into = out if in_place else self._buffer(self._in, name, src.numel())
+        region = self._arena.acquire(src.numel(), lambda: self._closed)
+        buf = self._arena.view(region, src.numel())
         done = concurrent.futures.Future()
         # The compute stream's work so far: what made src, and every read of dst this
         # step (forward and backward); the H2D copy into dst waits for it too, and
         # nothing reads dst again before compute_wait.
         after = self.ops.after_compute()
-        copied = self.ops.to_host(out, src, after)
-        self._to_push.put((exchange, copied, out, into, dst, after, finish, done))
+        try:
+            copied = self.ops.to_host(buf, src, after)
+        except BaseException:
+            self._arena.landed(region, None)
+            raise
+        self._to_push.put((name, exchange, copied, buf, region,
+                           src if dst is None else dst, after, finish, done))
         return done
 
     def _push_loop(self):
@@ -270,14 +374,15 @@ class Pipeline:
             if item is None:
                 self._to_land.put(None)
                 return
-            exchange, copied, out, into, dst, reads_done, finish, done = item
+            name, exchange, copied, buf, region, dst, reads_done, finish, done = item
             try:
                 self.ops.host_wait(copied)
-                call = exchange(out, into)
+                call = exchange(buf)
             except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+                self._arena.landed(region, None)
                 done.set_exception(e)
                 continue
-            self._to_land.put((call, into, dst, reads_done, finish, done))
+            self._to_land.put((call, buf, region, dst, reads_done, finish, done))
 
     def _land_loop(self):
         self.ops.bind_thread()
@@ -285,19 +390,24 @@ class Pipeline:
             item = self._to_land.get()
             if item is None:
                 return
-            call, into, dst, reads_done, finish, done = item
+            call, buf, region, dst, reads_done, finish, done = item
+            event = None
             try:
                 call.result()
                 if finish is not None:
-                    finish(into)
-                done.set_result(self.ops.to_device(dst, into, reads_done))
+                    finish(buf)
+                event = self.ops.to_device(dst, buf, reads_done)
             except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+                self._arena.landed(region, event)
                 done.set_exception(e)
+                continue
+            self._arena.landed(region, event)
+            done.set_result(event)
 
     def close(self, timeout=None):
         """Ends the threads once everything submitted has landed (at most `timeout`
-        seconds; None: as long as it takes), then releases the buffers' registrations.
-        Called at interpreter exit for a pipeline nobody closed."""
+        seconds; None: as long as it takes), then releases the arena's registration and
+        pinning. Called at interpreter exit for a pipeline nobody closed."""
         if self._closed:
             return
         self._closed = True
@@ -307,7 +417,8 @@ class Pipeline:
         for t in self._threads:
             t.join(None if end is None else max(0.0, end - time.monotonic()))
         if any(t.is_alive() for t in self._threads):
-            return  # still waiting for the node: the buffers stay registered
-        for pin in self._pins.values():
+            return  # still waiting for the node: the arena stays registered
+        for pin in self._pins:
             pin.release()
-        self._pins = {}
+        self._pins = []
+        self.ops.release_host(self._arena.buffer)

@@ -49,17 +49,19 @@ place. The process group DDP needs (gloo) still broadcasts the initial parameter
 gradient goes through it.
 
 CUDA parameters (one device per worker) take the same two ways: each gradient is copied
-into a pinned host buffer on a side stream as backward produces it and pushed once that
-copy is done, the answer lands in a second pinned buffer and goes back onto the device on
-another side stream, and the compute stream waits for that copy (a stream wait, never a
-device synchronize) before the parameter is read again: in step(), or with `model=`, in
-the next forward of any module of the model. The buffers are made once per tensor (per bucket for the
-hook) and reused every step (rackweave.staging); over libfabric each is registered with
-the NIC when it is made (Worker.register_buffer). A model spread over several devices, or
-a parameter that is not a contiguous float32 tensor, is a TypeError at construction.
-`staging=True` sends CPU parameters down the same path (host buffers, plain copies), as
-the suite does to test it without a GPU; by default the worker reads and writes CPU
-parameters in place.
+into pinned host memory on a side stream as backward produces it and pushed once that
+copy is done, the answer lands over it and goes back onto the device on another side
+stream, and the compute stream waits for that copy (a stream wait, never a device
+synchronize) before the parameter is read again: in step(), or with `model=`, in the
+next forward of any module of the model. The pinned memory is one arena per worker, made
+once: exactly the trainable parameters' bytes (each tensor rounded up to 64 bytes), or
+`pinned_bytes=` where that is less (then staging a gradient waits for the oldest answers
+to land; it must hold the largest tensor, or DDP bucket); `staging_bytes` says what it
+holds. Over libfabric it is registered with the NIC once (Worker.register_buffer). A
+model spread over several devices, or a parameter that is not a contiguous float32
+tensor, is a TypeError at construction. `staging=True` sends CPU parameters down the
+same path (host memory, plain copies), as the suite does to test it without a GPU; by
+default the worker reads and writes CPU parameters in place.
 
 Where arguments are left out, torchrun's environment fills them in: RANK, WORLD_SIZE,
 and RACKWEAVE_CONNECT (HOST:PORT of the job's node), RACKWEAVE_JOB, RACKWEAVE_TOKEN,
@@ -73,7 +75,7 @@ import warnings
 import torch as _torch
 
 from ._rackweave import Worker
-from .staging import CudaOps, HostOps, Pipeline, device_of
+from .staging import CudaOps, HostOps, Pipeline, arena_elements, device_of
 
 __all__ = ["HookState", "ServerOptimizer", "allreduce_hook"]
 
@@ -101,11 +103,13 @@ class ServerOptimizer(_torch.optim.Optimizer):
                  weight_decay=None, betas=None, eps=None, *, connect=None, job=None,
                  rank=None, workers=None, token=None, chunk_bytes=None, overlap=True,
                  transport=None, timeout=120.0, model=None, compression=None,
-                 compress_updates=None, staging=False):
+                 compress_updates=None, staging=False, pinned_bytes=None):
         self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not self.params:
             raise ValueError("ServerOptimizer: no parameter requires grad")
         self.device = device_of(self.params, "ServerOptimizer")
+        arena = _arena(self.device, staging, [p.numel() for _, p in self.params],
+                       pinned_bytes)
         if model is not None:
             mine = {id(p) for _, p in self.params}
             if not any(id(p) in mine for p in model.parameters()):
@@ -144,9 +148,9 @@ class ServerOptimizer(_torch.optim.Optimizer):
         self._closed = False
         self._pending = {}
         self._hooks = []
-        # CUDA parameters (or CPU ones with staging=True) go through pinned buffers
+        # CUDA parameters (or CPU ones with staging=True) go through the pinned arena
         # (rackweave.staging); CPU ones are read and written in place.
-        self._stage = _pipeline(self.device, staging, self.worker)
+        self._stage = _pipeline(self.device, arena, self.worker)
         job = self.worker.spec
         super().__init__([p for _, p in self.params],
                          dict(lr=job["lr"], momentum=job["momentum"],
@@ -161,16 +165,18 @@ class ServerOptimizer(_torch.optim.Optimizer):
             for f in [self.worker.pull(n, p.data.view(-1), 0) for n, p in self.params]:
                 f.result()
         else:
-            staged = {n: self._stage.buffers(n, p.numel()) for n, p in self.params}
-            if self.rank == 0:
-                for n, p in self.params:
-                    staged[n][0].copy_(p.data.view(-1))
-                for f in [self.worker.init(n, staged[n][0]) for n, _ in self.params]:
+            # Through host copies made for this, a batch at a time (the arena is for
+            # the steps, and may be smaller than the model).
+            for batch in _batches(self.params, INIT_BATCH_BYTES):
+                host = {n: p.data.detach().reshape(-1).to("cpu", copy=True)
+                        for n, p in batch}
+                if self.rank == 0:
+                    for f in [self.worker.init(n, host[n]) for n, _ in batch]:
+                        f.result()
+                for f in [self.worker.pull(n, host[n], 0) for n, _ in batch]:
                     f.result()
-            for f in [self.worker.pull(n, staged[n][1], 0) for n, _ in self.params]:
-                f.result()
-            for n, p in self.params:
-                p.data.view(-1).copy_(staged[n][1])
+                for n, p in batch:
+                    p.data.view(-1).copy_(host[n])
         if overlap:
             for n, p in self.params:
                 self._hooks.append(p.register_hook(self._pusher(n, p)))
@@ -204,8 +210,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
         if self._stage is None:
             return self.worker.push_pull(name, grad.view(-1), param.data.view(-1))
         return self._stage.submit(
-            name, grad, param.data,
-            exchange=lambda out, into: self.worker.push_pull(name, out, into))
+            name, grad, lambda buf: self.worker.push_pull(name, buf, buf), dst=param.data)
 
     def _waiter(self):
         def hook(module, inputs):
@@ -226,6 +231,13 @@ class ServerOptimizer(_torch.optim.Optimizer):
                 "call synchronize() before reading parameters outside its forward",
                 RuntimeWarning, stacklevel=3)
         self._landed(future)
+
+    @property
+    def staging_bytes(self):
+        """Host memory (pinned, on a GPU) the staging arena holds: the parameters'
+        bytes (each tensor rounded up to 64), or pinned_bytes where that is less; 0
+        where the worker reads and writes the parameters in place."""
+        return 0 if self._stage is None else self._stage.host_bytes
 
     def synchronize(self):
         """Waits until every parameter holds its newest version (with `model`, step()
@@ -437,16 +449,42 @@ class ServerOptimizer(_torch.optim.Optimizer):
             raise error
 
 
-def _pipeline(device, staging, worker):
-    """The staging path for parameters on `device`, or None where the worker reads and
-    writes them in place (CPU, unless staging=True: the same path as CUDA's, with host
-    buffers and plain copies). Over libfabric each buffer is registered with the NIC
-    once, when it is made (Worker.register_buffer)."""
-    if device.type == "cuda":
-        return Pipeline(CudaOps(device), register=worker.register_buffer)
-    if staging:
-        return Pipeline(HostOps(), register=worker.register_buffer)
-    return None
+INIT_BATCH_BYTES = 64 << 20  # version 0 goes through host copies of this much at a time
+
+
+def _batches(params, limit):
+    batch, size = [], 0
+    for n, p in params:
+        if batch and size + p.numel() * 4 > limit:
+            yield batch
+            batch, size = [], 0
+        batch.append((n, p))
+        size += p.numel() * 4
+    if batch:
+        yield batch
+
+
+def _arena(device, staging, sizes, pinned_bytes):
+    """The staging arena's elements for tensors of these sizes on `device`, or None
+    where the worker reads and writes them in place (CPU, unless staging=True)."""
+    if device.type != "cuda" and not staging:
+        if pinned_bytes is not None:
+            raise ValueError("pinned_bytes= bounds the staging arena, which CPU "
+                             "parameters take only with staging=True")
+        return None
+    return arena_elements(sizes, pinned_bytes)
+
+
+def _pipeline(device, elements, worker):
+    """The staging path for parameters on `device` (an arena of `elements`), or None
+    (elements None) where the worker reads and writes them in place (CPU, unless
+    staging=True: the same path as CUDA's, with host memory and plain copies). Over
+    libfabric the arena is registered with the NIC once, here
+    (Worker.register_buffer)."""
+    if elements is None:
+        return None
+    ops = CudaOps(device) if device.type == "cuda" else HostOps()
+    return Pipeline(ops, elements, register=worker.register_buffer)
 
 
 class HookState:
@@ -455,11 +493,13 @@ class HookState:
 
     def __init__(self, named_parameters, *, connect=None, job=None, rank=None, workers=None,
                  token=None, chunk_bytes=262144, transport=None, timeout=120.0,
-                 staging=False):
+                 staging=False, pinned_bytes=None):
         params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not params:
             raise ValueError("HookState: no parameter requires grad")
         self.device = device_of(params, "HookState")
+        # DDP's buckets hold every trainable parameter's gradient once per step.
+        arena = _arena(self.device, staging, [p.numel() for _, p in params], pinned_bytes)
         self.names = {id(p): n for n, p in params}
         self.rank = _from_env(rank, "RANK", int)
         self.workers = _from_env(workers, "WORLD_SIZE", int)
@@ -474,9 +514,14 @@ class HookState:
         # Completes each bucket's torch future once the node has answered every one of
         # its parameters (waiting releases the GIL); in order, so buckets finish in turn.
         self._waiter = concurrent.futures.ThreadPoolExecutor(1, "rackweave-hook")
-        # CUDA buckets (or CPU ones with staging=True) go through pinned buffers, one
-        # pair per bucket (rackweave.staging).
-        self._stage = _pipeline(self.device, staging, self.worker)
+        # CUDA buckets (or CPU ones with staging=True) go through the pinned arena, a
+        # region per bucket (rackweave.staging).
+        self._stage = _pipeline(self.device, arena, self.worker)
+
+    @property
+    def staging_bytes(self):
+        """Host memory (pinned, on a GPU) the staging arena holds; 0 without one."""
+        return 0 if self._stage is None else self._stage.host_bytes
 
     def close(self):
         self._waiter.shutdown(wait=True)
@@ -502,12 +547,12 @@ def allreduce_hook(state, bucket):
         raise RuntimeError(f"allreduce_hook: the bucket holds {buf.numel()} elements, its "
                            f"parameters {offset}")
 
-    def exchange(out, into):
-        return _AllOf([state.worker.push_pull(n, out[a:b], into[a:b]) for n, a, b in slices])
+    def exchange(into):  # each parameter's mean lands over its gradient
+        return _AllOf([state.worker.push_pull(n, into[a:b], into[a:b]) for n, a, b in slices])
 
     done = _torch.futures.Future()
     if state._stage is None:
-        calls = exchange(buf, buf)
+        calls = exchange(buf)
 
         def wait():
             try:
@@ -516,12 +561,11 @@ def allreduce_hook(state, bucket):
             except BaseException as e:  # noqa: BLE001 - handed to DDP, which raises it
                 done.set_exception(e)
     else:
-        # The mean is taken on the host, in the pinned buffer, before the copy back; the
+        # The mean is taken on the host, in the arena, before the copy back; the
         # bucket's future completes once that copy has (DDP then reads the bucket on its
         # own stream).
-        landed = state._stage.submit(f"bucket {bucket.index()}", buf, buf, exchange,
-                                     finish=lambda host: host.div_(state.workers),
-                                     in_place=True)
+        landed = state._stage.submit(f"bucket {bucket.index()}", buf, exchange,
+                                     finish=lambda host: host.div_(state.workers))
 
         def wait():
             try:
