@@ -52,9 +52,9 @@ class RecordingOps(HostOps):
     def host_wait(self, event):
         self._note("host_wait")
 
-    def to_device(self, dst, src, after):
+    def to_device(self, copies, after):
         self._note("to_device")
-        return super().to_device(dst, src, after)
+        return super().to_device(copies, after)
 
 
 def test_each_pipeline_thread_binds_the_device_before_any_device_step():

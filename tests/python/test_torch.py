@@ -175,3 +175,41 @@ def test_zeroing_gradients_in_place_waits_for_what_still_reads_them(node):
         assert all(float(p.grad.abs().sum()) == 0 for p in model.parameters())
     finally:
         opt.close()
+
+
+# Issue 63, item 5: torch.compile and CUDA graphs run the step without the hooks' host
+# work (a graph break, or a replay that skips them): refused where the hooks see them.
+@pytest.mark.parametrize("seen", ["compile", "capture"])
+def test_compiling_or_capturing_a_step_is_refused(node, monkeypatch, seen):
+    model = torch.nn.Linear(4, 2)
+    opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=0.1,
+                              connect=node, job=f"graphs-{seen}", rank=0, workers=1,
+                              model=model)
+    try:
+        model(torch.ones(3, 4)).sum().backward()
+        opt.step()  # trains as usual
+        if seen == "compile":
+            monkeypatch.setattr(rwt, "_compiling", lambda: True)
+            want = "torch.compile is tracing a RackWeave hook"
+        else:
+            monkeypatch.setattr(rwt, "_capturing", lambda device: True)
+            want = "CUDA graphs are not supported"
+        with pytest.raises(RuntimeError, match=want):
+            model(torch.ones(3, 4))  # the forward pre-hook
+        monkeypatch.undo()
+        y = model(torch.ones(3, 4)).sum()
+        if seen == "compile":
+            monkeypatch.setattr(rwt, "_compiling", lambda: True)
+        else:
+            monkeypatch.setattr(rwt, "_capturing", lambda device: True)
+        with pytest.raises(RuntimeError, match=want):
+            y.backward()  # the gradient hook
+    finally:
+        monkeypatch.undo()
+        opt.close()
+
+
+def test_compiling_is_never_seen_on_torch_without_a_compiler():
+    assert rwt._compiling() is (hasattr(torch, "compiler")
+                                and bool(torch.compiler.is_compiling()))
+    assert rwt._capturing(torch.device("cpu")) is False

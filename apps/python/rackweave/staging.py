@@ -8,21 +8,24 @@ it (`pinned_bytes=`). Each tensor staged takes the next region of the arena; its
 lands over its gradient in that region (the node answers a chunk only once it has
 counted every rank's push of it, and the worker never reads an answered chunk's
 gradient again), and the region is taken back once the answer's copy to the device has
-been made. Two side streams carry the copies, so that neither they nor the exchange stop
+been made. Tensors travel in buckets (ServerOptimizer's bucket_bytes; a DDP bucket is
+one), so that the copies' events and the hops between threads are per bucket, not per
+tensor. Two side streams carry the copies, so that neither they nor the exchange stop
 the GPU:
 
   gradient hook (autograd's thread)   a region (waiting, under a bound, for the oldest
-                                      to come back); a copy device -> region on the D2H
-                                      stream, after the compute stream's work so far;
-                                      its event
+                                      to come back), in the open bucket; once the bucket
+                                      is full (or the step's last): one event on the
+                                      compute stream, a copy device -> region per tensor
+                                      on the D2H stream after it, one event for them
   pusher thread                       (bound to the tensors' device at its start)
-                                      waits for that event, then pushes the region
-  lander thread                       (likewise bound) waits for the answer (in the
-                                      same region), copies it into the parameter on the
-                                      H2D stream after the compute stream's reads of
-                                      the old values; its event; the region goes back
-  before the parameter is read again  the compute stream waits for that event (a stream
-                                      wait, not a device synchronize)
+                                      waits for that event, then pushes each region
+  lander thread                       (likewise bound) waits for each answer (in the
+                                      same region), copies them into the parameters on
+                                      the H2D stream after the compute stream's reads
+                                      of the old values; one event; the regions go back
+  before the parameters are read      the compute stream waits for that event (a stream
+  again                               wait, not a device synchronize)
 
 The device steps sit behind one small interface (`DeviceOps`): `CudaOps` for a CUDA
 device, and `HostOps`, where the buffers are plain host tensors, the copies are plain
@@ -67,14 +70,15 @@ class DeviceOps:
         """An event at the end of the compute stream's work so far."""
         raise NotImplementedError
 
-    def to_host(self, dst, src, after):
-        """Copies device tensor `src` into host buffer `dst` once `after` has completed;
-        returns the copy's event."""
+    def to_host(self, copies, after):
+        """Copies each (host buffer, device tensor) of `copies` device -> host once
+        `after` has completed; returns one event, of the last copy (a bucket's)."""
         raise NotImplementedError
 
-    def to_device(self, dst, src, after):
-        """Copies host buffer `src` into device tensor `dst` once `after` has completed
-        (the compute stream's last reads of `dst`); returns the copy's event."""
+    def to_device(self, copies, after):
+        """Copies each (device tensor, host buffer) of `copies` host -> device once
+        `after` has completed (the compute stream's last reads of the tensors); returns
+        one event, of the last copy."""
         raise NotImplementedError
 
     def host_wait(self, event):
@@ -101,12 +105,14 @@ class HostOps(DeviceOps):
     def after_compute(self):
         return None
 
-    def to_host(self, dst, src, after):
-        dst.copy_(src.reshape(-1))
+    def to_host(self, copies, after):
+        for dst, src in copies:
+            dst.copy_(src.reshape(-1))
         return None
 
-    def to_device(self, dst, src, after):
-        dst.reshape(-1).copy_(src)
+    def to_device(self, copies, after):
+        for dst, src in copies:
+            dst.reshape(-1).copy_(src)
         return None
 
     def host_wait(self, event):
@@ -154,24 +160,26 @@ class CudaOps(DeviceOps):
         event.record(_torch.cuda.current_stream(self.device))
         return event
 
-    def to_host(self, dst, src, after):
+    def to_host(self, copies, after):
         with _torch.cuda.stream(self.d2h):
             self.d2h.wait_event(after)
-            dst.copy_(src.reshape(-1), non_blocking=True)
-            # src was made on the compute stream: the caching allocator must not hand
-            # its memory out again before this stream has read it.
-            src.record_stream(self.d2h)
+            for dst, src in copies:
+                dst.copy_(src.reshape(-1), non_blocking=True)
+                # src was made on the compute stream: the caching allocator must not
+                # hand its memory out again before this stream has read it.
+                src.record_stream(self.d2h)
             # The pusher thread waits for it: asleep (blocking), not spinning on a core
             # the ranks need.
             event = _torch.cuda.Event(blocking=True)
             event.record(self.d2h)
         return event
 
-    def to_device(self, dst, src, after):
+    def to_device(self, copies, after):
         with _torch.cuda.stream(self.h2d):
             if after is not None:
                 self.h2d.wait_event(after)
-            dst.reshape(-1).copy_(src, non_blocking=True)
+            for dst, src in copies:
+                dst.reshape(-1).copy_(src, non_blocking=True)
             event = _torch.cuda.Event(blocking=True)  # the DDP hook's thread waits for it
             event.record(self.h2d)
         return event
@@ -267,9 +275,10 @@ class _Arena:
             return 0 if tail >= n else None
         return head if tail - head >= n else None
 
-    def acquire(self, n, closed):
+    def acquire(self, n, closed, before_waiting):
         """A region of n elements (the region's record, whose [0] is its start): the
-        oldest regions whose answers have landed are taken back until it fits."""
+        oldest regions whose answers have landed are taken back until it fits;
+        before_waiting() is called once before waiting for one to land."""
         n = _aligned(n)
         if n > self.elements:
             raise RuntimeError(f"rackweave staging: {n * 4} bytes to stage but the arena "
@@ -290,39 +299,59 @@ class _Arena:
                     continue
                 if closed():
                     raise RuntimeError("rackweave staging: the pipeline is closed")
+                if before_waiting is not None:
+                    before_waiting()
+                    before_waiting = None
                 self._cond.wait(1.0)
 
-    def landed(self, region, event):
-        """The region's answer is on its way to the device (event: that copy; None:
-        nothing reads the region any more)."""
+    def landed(self, regions, event):
+        """The regions' answers are on their way to the device (event: that copy; None:
+        nothing reads the regions any more)."""
         with self._cond:
-            region[2], region[3] = True, event
+            for region in regions:
+                region[2], region[3] = True, event
             self._cond.notify_all()
 
-    def view(self, region, numel):
-        return self.buffer[region[0]:region[0] + numel]
+
+class _Bucket:
+    """Tensors staged together: one compute event, their copies to the host and one
+    event for them, then each one's exchange, and one copy event back; one Future."""
+
+    def __init__(self):
+        self.items = []  # [src, dst, region, elements, exchange, finish], then buffer
+        self.bytes = 0
+        self.done = concurrent.futures.Future()
 
 
 class Pipeline:
     """One worker's staging path: one host arena (made and registered once) that each
-    tensor is staged through, its answer landing over its gradient, and the two
-    threads that push what the D2H stream copied and land what the node answered.
+    tensor is staged through, its answer landing over its gradient, in buckets, and
+    the two threads that push what the D2H stream copied and land what the node
+    answered.
 
-    submit() returns a concurrent Future that completes, with the H2D copy's event,
-    once the answer is on its way into its device tensor; the caller makes the compute
-    stream wait for that event before reading the tensor. Errors (the node's, a
-    copy's) complete the Future with the exception. close() ends the threads once
-    everything submitted has landed."""
+    stage() adds a tensor to the open bucket and returns the bucket's concurrent Future;
+    flush() (or a bucket reaching `bucket_bytes`) sends the bucket on: one event on the
+    compute stream, every tensor's copy to the host after it, one event for those
+    copies, which the pusher thread waits for before pushing each tensor; the lander
+    thread waits for each answer, copies them all back onto the device after the same
+    compute event, and completes the Future with that copy's event, which the caller
+    makes the compute stream wait for before reading the tensors. Errors (the node's, a
+    copy's) complete the Future with the exception. submit() is stage() then flush().
+    close() ends the threads once everything staged has landed."""
 
-    def __init__(self, ops, elements, register=None):
+    def __init__(self, ops, elements, register=None, bucket_bytes=None):
         """elements: the arena's size in float32 elements (arena_elements()).
         register(buffer): registers a host buffer with the fabric NIC where the worker's
         chunks travel over libfabric (Worker.register_buffer), returning what keeps the
-        registration (None: nothing to register); the arena is registered once, here."""
+        registration (None: nothing to register); the arena is registered once, here.
+        bucket_bytes: a bucket is sent on once it holds this much (None: only at
+        flush())."""
         self.ops = ops
         self._arena = _Arena(ops, elements)
         pin = register(self._arena.buffer) if register is not None else None
         self._pins = [] if pin is None else [pin]
+        self._bucket_bytes = bucket_bytes
+        self._open = None
         self._to_push = queue.Queue()
         self._to_land = queue.Queue()
         self._closed = False
@@ -343,28 +372,57 @@ class Pipeline:
         """The NIC registrations of the arena (empty where none is needed)."""
         return list(self._pins)
 
-    def submit(self, name, src, exchange, dst=None, finish=None):
-        """Stages `src` (a device tensor) in a region of the arena, then, on the pusher
-        thread, `exchange(buffer)` starts the push (it returns something with result(),
-        a rackweave Future) with the answer to land over the gradient in the same
-        region; the answer goes into `dst` (default: `src`), after `finish(buffer)`
-        where given (on the host). `name` is for errors."""
+    def stage(self, name, src, exchange, dst=None, finish=None):
+        """Adds `src` (a device tensor) to the open bucket, in a region of the arena;
+        once the bucket is sent on, `exchange(buffer)` on the pusher thread starts its
+        push (it returns something with result(), a rackweave Future) with the answer to
+        land over the gradient in the same region; the answer goes into `dst` (default:
+        `src`), after `finish(buffer)` where given (on the host). Returns the bucket's
+        Future. `name` is for errors (none are raised here yet)."""
         if self._closed:
             raise RuntimeError("rackweave staging: the pipeline is closed")
-        region = self._arena.acquire(src.numel(), lambda: self._closed)
-        buf = self._arena.view(region, src.numel())
-        done = concurrent.futures.Future()
-        # The compute stream's work so far: what made src, and every read of dst this
-        # step (forward and backward); the H2D copy into dst waits for it too, and
-        # nothing reads dst again before compute_wait.
-        after = self.ops.after_compute()
+        n = src.numel()
+        # No room: the open bucket is sent on first, so the regions waited for are ones
+        # on their way.
+        region = self._arena.acquire(n, self._is_closed, self.flush)
+        b = self._open
+        if b is None:
+            b = self._open = _Bucket()
+        b.items.append([src, src if dst is None else dst, region, n, exchange, finish])
+        b.bytes += n * 4
+        if self._bucket_bytes is not None and b.bytes >= self._bucket_bytes:
+            self.flush()
+        return b.done
+
+    def _is_closed(self):
+        return self._closed
+
+    def flush(self):
+        """Sends the open bucket on (nothing if none is open)."""
+        b, self._open = self._open, None
+        if b is None:
+            return
+        # The compute stream's work so far: what made each src, and every read of each
+        # dst this step (forward and backward); the copies back into the dsts wait for
+        # it too, and nothing reads a dst again before compute_wait.
+        arena = self._arena.buffer
+        for it in b.items:
+            it.append(arena[it[2][0]:it[2][0] + it[3]])
         try:
-            copied = self.ops.to_host(buf, src, after)
-        except BaseException:
-            self._arena.landed(region, None)
-            raise
-        self._to_push.put((name, exchange, copied, buf, region,
-                           src if dst is None else dst, after, finish, done))
+            after = self.ops.after_compute()
+            copied = self.ops.to_host([(it[6], it[0]) for it in b.items], after)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+            self._arena.landed([it[2] for it in b.items], None)
+            b.done.set_exception(e)
+            return
+        for it in b.items:
+            it[0] = None  # the gradient: copied (its memory is the caller's again)
+        self._to_push.put((b, copied, after))
+
+    def submit(self, name, src, exchange, dst=None, finish=None):
+        """stage() then flush(): a bucket of one (a DDP bucket)."""
+        done = self.stage(name, src, exchange, dst, finish)
+        self.flush()
         return done
 
     def _push_loop(self):
@@ -374,15 +432,15 @@ class Pipeline:
             if item is None:
                 self._to_land.put(None)
                 return
-            name, exchange, copied, buf, region, dst, reads_done, finish, done = item
+            b, copied, reads_done = item
+            calls, error = [], None
             try:
                 self.ops.host_wait(copied)
-                call = exchange(buf)
+                for it in b.items:
+                    calls.append(it[4](it[6]))
             except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
-                self._arena.landed(region, None)
-                done.set_exception(e)
-                continue
-            self._to_land.put((call, buf, region, dst, reads_done, finish, done))
+                error = e  # the pushes started still land (in their regions) first
+            self._to_land.put((b, calls, error, reads_done))
 
     def _land_loop(self):
         self.ops.bind_thread()
@@ -390,26 +448,35 @@ class Pipeline:
             item = self._to_land.get()
             if item is None:
                 return
-            call, buf, region, dst, reads_done, finish, done = item
+            b, calls, error, reads_done = item
+            for it, call in zip(b.items, calls):
+                try:
+                    call.result()
+                    if error is None and it[5] is not None:
+                        it[5](it[6])
+                except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+                    error = error or e
             event = None
-            try:
-                call.result()
-                if finish is not None:
-                    finish(buf)
-                event = self.ops.to_device(dst, buf, reads_done)
-            except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
-                self._arena.landed(region, event)
-                done.set_exception(e)
-                continue
-            self._arena.landed(region, event)
-            done.set_result(event)
+            if error is None:
+                try:
+                    event = self.ops.to_device([(it[1], it[6]) for it in b.items],
+                                               reads_done)
+                except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+                    error = e
+            self._arena.landed([it[2] for it in b.items], event)
+            if error is None:
+                b.done.set_result(event)
+            else:
+                b.done.set_exception(error)
 
     def close(self, timeout=None):
-        """Ends the threads once everything submitted has landed (at most `timeout`
-        seconds; None: as long as it takes), then releases the arena's registration and
-        pinning. Called at interpreter exit for a pipeline nobody closed."""
+        """Sends the open bucket on, ends the threads once everything staged has landed
+        (at most `timeout` seconds; None: as long as it takes), then releases the arena's
+        registration and pinning. Called at interpreter exit for a pipeline nobody
+        closed."""
         if self._closed:
             return
+        self.flush()
         self._closed = True
         _open.discard(self)
         self._to_push.put(None)

@@ -69,6 +69,7 @@ RACKWEAVE_TRANSPORT (default "auto": shared memory with a node on this host, els
 """
 
 import concurrent.futures
+import functools
 import os
 import warnings
 
@@ -78,6 +79,11 @@ from ._rackweave import Worker
 from .staging import CudaOps, HostOps, Pipeline, arena_elements, device_of
 
 __all__ = ["HookState", "ServerOptimizer", "allreduce_hook"]
+
+# Staged gradients (CUDA, or staging=True) go to the host in buckets of this many bytes
+# (the step's last one, whatever it holds): one copy event and one hop through the
+# staging threads per bucket, not per tensor.
+BUCKET_BYTES = 4 << 20
 
 
 def _from_env(value, name, convert=str, default=None):
@@ -103,7 +109,8 @@ class ServerOptimizer(_torch.optim.Optimizer):
                  weight_decay=None, betas=None, eps=None, *, connect=None, job=None,
                  rank=None, workers=None, token=None, chunk_bytes=None, overlap=True,
                  transport=None, timeout=120.0, model=None, compression=None,
-                 compress_updates=None, staging=False, pinned_bytes=None):
+                 compress_updates=None, staging=False, pinned_bytes=None,
+                 bucket_bytes=BUCKET_BYTES):
         self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not self.params:
             raise ValueError("ServerOptimizer: no parameter requires grad")
@@ -150,7 +157,10 @@ class ServerOptimizer(_torch.optim.Optimizer):
         self._hooks = []
         # CUDA parameters (or CPU ones with staging=True) go through the pinned arena
         # (rackweave.staging); CPU ones are read and written in place.
-        self._stage = _pipeline(self.device, arena, self.worker)
+        self._stage = _pipeline(self.device, arena, self.worker, bucket_bytes)
+        # Per name, what the pusher thread calls with the name's region of the arena.
+        self._push_pulls = {n: functools.partial(_push_pull_in_place, self.worker, n)
+                            for n, _ in self.params}
         job = self.worker.spec
         super().__init__([p for _, p in self.params],
                          dict(lr=job["lr"], momentum=job["momentum"],
@@ -209,11 +219,11 @@ class ServerOptimizer(_torch.optim.Optimizer):
         """Pushes one parameter's gradient; its new values land in `param`."""
         if self._stage is None:
             return self.worker.push_pull(name, grad.view(-1), param.data.view(-1))
-        return self._stage.submit(
-            name, grad, lambda buf: self.worker.push_pull(name, buf, buf), dst=param.data)
+        return self._stage.stage(name, grad, self._push_pulls[name], dst=param.data)
 
     def _waiter(self):
         def hook(module, inputs):
+            _refuse_graphs("ServerOptimizer(model=...)", self.device)
             if self._inflight:
                 self.synchronize()
         return hook
@@ -245,7 +255,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
         With CUDA parameters the host waits for the answers, and the current stream
         for their copies onto the device."""
         inflight, self._inflight = self._inflight, {}
-        for f in inflight.values():
+        for f in _each_once(inflight.values()):
             self._landed(f)
 
     def _hyper(self):
@@ -268,6 +278,7 @@ class ServerOptimizer(_torch.optim.Optimizer):
 
     def _pusher(self, name, param):
         def hook(grad):
+            _refuse_graphs("ServerOptimizer", self.device)
             if name in self._pending:
                 raise RuntimeError(f"ServerOptimizer: a second backward reached '{name}' "
                                    "before step(); accumulate with overlap=False")
@@ -278,6 +289,8 @@ class ServerOptimizer(_torch.optim.Optimizer):
             if before is not None:
                 self._unwaited(name, before)
             self._pending[name] = self._exchange(name, g, param)
+            if self._stage is not None and len(self._pending) == len(self.params):
+                self._stage.flush()  # the step's last gradient: its bucket goes now
             return None
         return hook
 
@@ -309,6 +322,8 @@ class ServerOptimizer(_torch.optim.Optimizer):
                 if before is not None:
                     self._unwaited(n, before)
                 self._pending[n] = self._exchange(n, p.grad, p)
+        if self._stage is not None:
+            self._stage.flush()
         missing = [n for n, _ in self.params if n not in self._pending]
         if missing:
             raise RuntimeError("ServerOptimizer: backward produced no gradient for "
@@ -317,8 +332,8 @@ class ServerOptimizer(_torch.optim.Optimizer):
         if self._lazy:
             self._inflight.update(pending)
             return
-        for n, _ in self.params:
-            self._landed(pending[n])
+        for f in _each_once(pending[n] for n, _ in self.params):
+            self._landed(f)
 
     # torch's names for the arrays the node keeps, by optimizer (m, then v).
     _ARRAY_NAMES = {"momentum": ("momentum_buffer",), "nesterov": ("momentum_buffer",),
@@ -433,7 +448,9 @@ class ServerOptimizer(_torch.optim.Optimizer):
         self._closed = True
         error = None
         pending, self._pending = self._pending, {}
-        for f in list(self._inflight.values()) + list(pending.values()):
+        if self._stage is not None:
+            self._stage.flush()
+        for f in _each_once(list(self._inflight.values()) + list(pending.values())):
             try:
                 self._landed(f)
             except BaseException as e:  # noqa: BLE001 - raised once everything is closed
@@ -475,7 +492,46 @@ def _arena(device, staging, sizes, pinned_bytes):
     return arena_elements(sizes, pinned_bytes)
 
 
-def _pipeline(device, elements, worker):
+def _push_pull_in_place(worker, name, buf):
+    return worker.push_pull(name, buf, buf)
+
+
+def _compiling():
+    """Whether torch.compile (dynamo) is tracing the caller now (torch 2.x; never on
+    torch 1.13, which has no torch.compiler)."""
+    is_compiling = getattr(getattr(_torch, "compiler", None), "is_compiling", None)
+    return bool(is_compiling is not None and is_compiling())
+
+
+def _capturing(device):
+    """Whether the current CUDA stream of `device` is being captured into a CUDA graph."""
+    return device.type == "cuda" and _torch.cuda.is_current_stream_capturing()
+
+
+def _refuse_graphs(who, device):
+    """The hooks exchange gradients from the host, each step: torch.compile would break
+    its graph on them (or fail with fullgraph=True) and a CUDA graph replays the step
+    without them, so nothing would be pushed or waited for. Refused where seen."""
+    if _compiling():
+        raise RuntimeError(
+            f"{who}: torch.compile is tracing a RackWeave hook: the hooks push gradients "
+            "and wait for parameters from Python on every step, which a compiled graph "
+            "cannot hold. With torch.compile, leave model= out (its forward pre-hooks are "
+            "what a compiled forward traces; step() then waits for the parameters), or "
+            "train without torch.compile")
+    if _capturing(device):
+        raise RuntimeError(
+            f"{who}: CUDA graphs are not supported: a captured step would replay without "
+            "RackWeave's hooks, pushing nothing and waiting for nothing. Capture without "
+            "ServerOptimizer's hooks, or train without CUDA graphs")
+
+
+def _each_once(futures):
+    """The futures in order, each once (a bucket's tensors share their bucket's)."""
+    return list({id(f): f for f in futures}.values())
+
+
+def _pipeline(device, elements, worker, bucket_bytes=None):
     """The staging path for parameters on `device` (an arena of `elements`), or None
     (elements None) where the worker reads and writes them in place (CPU, unless
     staging=True: the same path as CUDA's, with host memory and plain copies). Over
@@ -484,7 +540,8 @@ def _pipeline(device, elements, worker):
     if elements is None:
         return None
     ops = CudaOps(device) if device.type == "cuda" else HostOps()
-    return Pipeline(ops, elements, register=worker.register_buffer)
+    return Pipeline(ops, elements, register=worker.register_buffer,
+                    bucket_bytes=bucket_bytes)
 
 
 class HookState:
@@ -533,6 +590,7 @@ class HookState:
 def allreduce_hook(state, bucket):
     """DDP communication hook: the mean of the ranks' gradients of the bucket (summed by
     the node in rank order, then divided by the ranks) in the bucket's buffer."""
+    _refuse_graphs("allreduce_hook", state.device)
     buf = bucket.buffer()
     slices = []  # (name, first element, end)
     offset = 0
