@@ -88,6 +88,7 @@ import sys, zipfile
 wheel, into = sys.argv[1:]
 names = zipfile.ZipFile(wheel).namelist()
 for want in ("rackweave/__init__.py", "rackweave/torch.py", "rackweave/staging.py",
+             "rackweave/buffers.py",
              "rackweave/run.py", "rackweave/librackweave.so"):
     if want not in names:
         sys.exit(f"{want} is not in {wheel}: {names}")

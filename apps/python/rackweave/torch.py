@@ -27,7 +27,9 @@ modules first waits for every answer still in flight, in push order (a parameter
 read by a module other than its own: MultiheadAttention's out_proj, a ParameterList, a
 tied weight), so that step()'s return overlaps what the loop does before its forward
 (`synchronize()` waits for all, e.g. before saving or reading parameters outside a
-forward). One backward per step: gradient accumulation over several
+forward), and rank 0's float32 buffers (BatchNorm's running statistics) replace every
+rank's before each forward of the model, as DDP's default does (rackweave.buffers;
+broadcast_buffers=False: not). One backward per step: gradient accumulation over several
 backward calls needs overlap=False (step() then pushes the accumulated .grad).
 state_dict() reads the optimizer state the node holds (momentum, Adam's moments, the
 clock) for torch.save; load_state_dict() on every rank of a new job, right after
@@ -76,6 +78,7 @@ import warnings
 import torch as _torch
 
 from ._rackweave import Worker
+from .buffers import BufferBroadcast
 from .staging import CudaOps, HostOps, Pipeline, arena_elements, device_of
 
 __all__ = ["HookState", "ServerOptimizer", "allreduce_hook"]
@@ -110,7 +113,8 @@ class ServerOptimizer(_torch.optim.Optimizer):
                  rank=None, workers=None, token=None, chunk_bytes=None, overlap=True,
                  transport=None, timeout=120.0, model=None, compression=None,
                  compress_updates=None, staging=False, pinned_bytes=None,
-                 bucket_bytes=BUCKET_BYTES):
+                 bucket_bytes=BUCKET_BYTES, broadcast_buffers=True, buffers_job=None,
+                 buffers_token=None):
         self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not self.params:
             raise ValueError("ServerOptimizer: no parameter requires grad")
@@ -206,6 +210,17 @@ class ServerOptimizer(_torch.optim.Optimizer):
             hook = self._waiter()
             for m in model.modules():
                 self._hooks.append(m.register_forward_pre_hook(hook))
+        # With the model: rank 0's buffers (BatchNorm's running statistics) on every rank
+        # before each forward, as DDP's default (rackweave.buffers).
+        self._buffers = None
+        if model is not None and broadcast_buffers:
+            self._buffers = BufferBroadcast(
+                model, connect=joining["connect"],
+                job=f"{joining['job']}.buffers" if buffers_job is None else buffers_job,
+                rank=self.rank, workers=self.workers,
+                token=joining["token"] if buffers_token is None else buffers_token,
+                transport=joining["transport"], timeout=timeout)
+            self._hooks.append(model.register_forward_pre_hook(self._buffers))
 
     def _landed(self, call):
         """Waits for one parameter's answer: in its memory (CPU), or on its way there
@@ -459,6 +474,8 @@ class ServerOptimizer(_torch.optim.Optimizer):
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        if self._buffers is not None:
+            self._buffers.close()
         if self._stage is not None:
             self._stage.close()
         self.worker.close()
