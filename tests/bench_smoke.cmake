@@ -46,7 +46,7 @@ rw_bench_smoke(peers_others 240 peers.sh --systems "gloo torch-gloo mpi-shm mpi-
 rw_bench_smoke(scale 240 scale.sh)
 rw_bench_smoke(many_core 180 many-core.sh --stages "facts pollers")
 rw_bench_smoke(torch 240 torch.sh)
-rw_bench_smoke(gpu 300 gpu.sh)
+rw_bench_smoke(gpu 420 gpu.sh)
 rw_bench_smoke(memory 180 memory.sh)
 rw_bench_smoke(soak 240 soak.sh)
 rw_bench_smoke(compression 300 compression.sh)

@@ -5,7 +5,8 @@
 # node stopped. Every system's JSON object goes to $tmp/results.jsonl (a model that
 # failed: one {"model", "error"} object, its stderr's end on ours, $failures counted; a
 # node that died of a fault fails its model too). Uses the calling script's globals:
-# models, systems, workers, run_timeout, py, tmp, node_pid, run_pid, failures, json.
+# models, systems, workers, run_timeout, py, tmp, node_pid, run_pid, failures, json;
+# and, where it defines one, systems_for MODEL (the systems to run for that model).
 #
 #   check_torch_options MODEL...         usage errors for --workers, --timeout, a model
 #                                        not among MODEL..., a system not among server
@@ -26,7 +27,7 @@ check_torch_options() {
 }
 
 train_models() {
-  local node_bin=$1 print=${2:-} model st
+  local node_bin=$1 print=${2:-} model st model_systems
   : >"$tmp/results.jsonl"
   for model in $models; do
     rm -f "$tmp/port"
@@ -36,9 +37,12 @@ train_models() {
     wait_for_port "$tmp/port" "$node_pid" ||
       { note "rw-node did not start:"; cat "$tmp/node-$model.log" >&2; exit 1; }
     st=0
+    model_systems=$systems # a script may leave systems out per model (systems_for MODEL)
+    if declare -F systems_for >/dev/null; then model_systems=$(systems_for "$model"); fi
+    model_systems=$(echo $model_systems) # one space between, none around
     # shellcheck disable=SC2046 # the options split on purpose
     timeout -k 5 "$run_timeout" $py apps/examples/torch/compare.py --connect "$(<"$tmp/port")" \
-      --model "$model" --systems "${systems// /,}" --workers "$workers" --json \
+      --model "$model" --systems "${model_systems// /,}" --workers "$workers" --json \
       --curves "$tmp/curves" -- $(train_args "$model") \
       >"$tmp/$model.jsonl" 2>"$tmp/$model.err" </dev/null &
     run_pid=$!

@@ -16,7 +16,7 @@ from rwnode import run_ranks
 torch = pytest.importorskip("torch")
 import rackweave.torch as rwt  # noqa: E402 - after the skip
 from rackweave.staging import HostOps, Pipeline, arena_elements, device_of  # noqa: E402
-from torchref import rank_data, reference_losses, server_losses  # noqa: E402
+from torchref import rank_data, reference_losses, server_losses, transformer_run  # noqa: E402,E501
 
 _jobs = itertools.count()
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -471,3 +471,41 @@ def test_a_bounded_arena_trains_bitwise_as_an_unbounded_one(node, lazy):
     want = reference_losses(STEPS, WORKERS, lambda s: LR, data)
     for s in range(STEPS):
         assert bounded[s] == pytest.approx(want[s], rel=1e-4, abs=1e-5), f"step {s}"
+
+
+@pytest.mark.parametrize("staging", [False, True])
+def test_a_transformer_trains_bitwise_the_same_with_model_as_without(node, staging):
+    jobs = (f"staging-{next(_jobs)}" for _ in range(2))
+    lazy_losses, lazy_params = transformer_run(node, next(jobs), True, staging)
+    eager_losses, eager_params = transformer_run(node, next(jobs), False, staging)
+    assert lazy_losses == eager_losses
+    for r in range(len(lazy_params)):
+        for a, b, c in zip(lazy_params[r], eager_params[r], lazy_params[0]):
+            assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_the_arena_never_hands_out_overlapping_regions():
+    # A ring under a bound, regions landing in random order: every live region lies in
+    # the arena and overlaps no other, and each request is served once room is back.
+    import random
+    from rackweave.staging import _Arena
+    rng = random.Random(63)
+    for trial in range(20):
+        sizes = [rng.randint(1, 200) for _ in range(30)]
+        arena = _Arena(HostOps(), arena_elements(sizes, limit_bytes=4 * rng.randint(208, 900)))
+        live = []
+        for n in sizes * 3:
+            # Land some of the regions out there, in any order, until this one fits.
+            while True:
+                for r in rng.sample(live, k=min(len(live), rng.randint(1, 3))):
+                    arena.landed([r], None)
+                    live.remove(r)
+                try:
+                    region = arena.acquire(n, lambda: True, None)  # closed: never waits
+                    break
+                except RuntimeError as e:
+                    assert "closed" in str(e) and live, (trial, n)
+            live.append(region)
+            held = sorted((r[0], r[1]) for r in arena._live)  # landed ones not yet reused too
+            assert all(0 <= a < b <= arena.elements for a, b in held)
+            assert all(b1 <= a2 for (_, b1), (a2, _) in zip(held, held[1:])), held

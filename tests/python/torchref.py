@@ -66,3 +66,51 @@ def server_losses(node, job, steps, workers, lr, data, device="cpu", lazy=False,
 
     run_ranks(workers, rank)
     return got
+
+
+class Encoder(torch.nn.Module):
+    """A Transformer encoder: MultiheadAttention reads out_proj in its own forward, and
+    this module's forward reads `position` before any submodule runs."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.encoder = torch.nn.TransformerEncoder(
+            torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 2)
+        self.position = torch.nn.Parameter(0.1 * torch.randn(6, 16))
+        self.head = torch.nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.head(self.encoder(x + self.position).mean(1))
+
+
+def transformer_run(node, job, lazy, staging, steps=3, workers=2, **options):
+    """Per step, each rank's loss, and each rank's parameters at the end: an Encoder
+    trained by `workers` ranks on different data (ServerOptimizer, momentum 0.9, lr
+    0.05; `options` go to it), with or without model= (lazy)."""
+    import rackweave.torch as rwt
+    from rwnode import run_ranks
+
+    models = [Encoder() for _ in range(workers)]
+    losses = [[None] * workers for _ in range(steps)]
+
+    def rank(r):
+        m = models[r]
+        opt = rwt.ServerOptimizer(m.named_parameters(), optimizer="momentum", lr=0.05,
+                                  connect=node, job=job, rank=r, workers=workers,
+                                  model=m if lazy else None, staging=staging, **options)
+        g = torch.Generator().manual_seed(40 + r)
+        try:
+            for s in range(steps):
+                x, y = torch.randn(4, 6, 16, generator=g), torch.randn(4, 1, generator=g)
+                loss = torch.nn.functional.mse_loss(m(x), y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses[s][r] = loss.item()
+            opt.synchronize()
+        finally:
+            opt.close()
+
+    run_ranks(workers, rank)
+    return losses, [[p.detach().clone() for p in m.parameters()] for m in models]

@@ -31,7 +31,9 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--connect", required=True, help="HOST:PORT of a node embedding the "
                    "coordinator (rw-node --role rack-agg), or of the coordinator")
-    p.add_argument("--model", default="digits")
+    p.add_argument("--model", default="digits",
+                   help="a model of models.py, or MODEL+bf16 / MODEL+fp16: trained under "
+                        "torch.autocast (train.py --amp)")
     p.add_argument("--systems", default="server,hook,ddp",
                    help="comma-separated, of " + ", ".join(SYSTEMS))
     p.add_argument("--workers", type=int, default=4)
@@ -61,12 +63,13 @@ def text_option(args, name, default):
 
 
 def run(a, system, out_dir):
+    model, _, amp = a.model.partition("+")
     chunk = int(option(a.train_args, "--chunk-bytes", 262144))
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # as train.py sets; torchrun warns if unset
     job = None
     if system in ("server", "hook"):
-        job = f"{a.model}-{system}-{os.getpid()}-{int(time.time())}"
+        job = f"{a.model.replace('+', '-')}-{system}-{os.getpid()}-{int(time.time())}"
         if system == "server":
             # The job as train.py's ServerOptimizer states it, compression included.
             created = rackweave.create_job(
@@ -83,7 +86,9 @@ def run(a, system, out_dir):
     result = os.path.join(out_dir, f"{system}.json")
     cmd = [sys.executable, "-m", "rackweave.torchrun", "--standalone",
            f"--nproc_per_node={a.workers}", os.path.join(HERE, "train.py"),
-           "--model", a.model, "--system", system, "--json-out", result, *a.train_args]
+           "--model", model, "--system", system, "--json-out", result, *a.train_args]
+    if amp:
+        cmd += ["--amp", amp]
     # The ranks' progress goes to stderr under --json, so stdout stays JSON.
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
                             stdout=sys.stderr if a.json else None)

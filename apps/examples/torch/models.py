@@ -8,6 +8,12 @@ resnet: a ResNet-style CNN (three stages of basic blocks, GroupNorm, ~2.8 M para
 resnet18: ResNet-18 as for CIFAR-10 (a 3x3 stem, four stages of two basic blocks, 64 to
         512 channels, GroupNorm; 11.2 M parameters) on generated CIFAR-shaped 3x32x32
         images made as resnet's are.
+transformer: a Transformer encoder classifier (token embedding, learned positions, two
+        encoder layers of width 128 with 4 heads, no dropout, mean pooling; 0.4 M
+        parameters) on generated sequences of 32 tokens out of 64: the class is the sum
+        of the first half's tokens modulo 10. MultiheadAttention reads its out_proj in
+        its own forward and the root reads the positions: ServerOptimizer(model=...)
+        must wait for both.
 
 Where scikit-learn is missing (the GPU machine), the digits come from the file named by
 RACKWEAVE_DIGITS (torch.save of the images and labels: bench/bundle.sh writes it).
@@ -18,7 +24,7 @@ import os
 import torch
 from torch import nn
 
-MODELS = ("digits", "resnet", "resnet18")
+MODELS = ("digits", "resnet", "resnet18", "transformer")
 
 
 def digits_arrays():
@@ -116,4 +122,27 @@ def build(name):
         return resnet_model(), resnet_data()
     if name == "resnet18":
         return resnet18_model(), resnet_data(train=8192, test=1024, side=32)
+    if name == "transformer":
+        return TransformerClassifier(), transformer_data()
     raise ValueError(f"unknown model '{name}' ({', '.join(MODELS)})")
+
+
+def transformer_data(train=8192, test=1024, length=32, vocab=64):
+    g = torch.Generator().manual_seed(2718)
+    x = torch.randint(0, vocab, (train + test, length), generator=g)
+    y = x[:, :length // 2].sum(1) % 10
+    return x[:train], y[:train], x[train:], y[train:]
+
+
+class TransformerClassifier(nn.Module):
+    def __init__(self, vocab=64, length=32, width=128, heads=4, layers=2, classes=10):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.position = nn.Parameter(0.02 * torch.randn(length, width))
+        layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0,
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.embed(x) + self.position).mean(1))

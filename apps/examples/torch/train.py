@@ -20,8 +20,10 @@ figures there.
 """
 
 import argparse
+import contextlib
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -64,10 +66,16 @@ def parse(argv):
     p.add_argument("--staging", action="store_true",
                    help="--system server or hook on CPU: send the parameters through the "
                         "staging path CUDA tensors take (host buffers, plain copies)")
+    p.add_argument("--amp", choices=("none", "bf16", "fp16"), default="none",
+                   help="mixed precision: the forward and the loss under torch.autocast "
+                        "in bf16, or in fp16 with a GradScaler (cuda only; "
+                        "ServerOptimizer refuses a scaler)")
     p.add_argument("--compress-updates", action="store_true",
                    help="--system server, bf16 / fp16: the new parameters travel as 16-bit "
                         "values too")
     a = p.parse_args(argv)
+    if a.amp == "fp16" and a.device != "cuda":
+        p.error("--amp fp16 needs --device cuda (its GradScaler is CUDA's)")
     if a.test_examples < 0:
         p.error("--test-examples must be 0 (all) or positive")
     for k in ("epochs", "batch"):
@@ -85,6 +93,10 @@ def exchanged_bytes(system, params, workers):
     if system == "local":
         return 0
     return 8 * params
+
+
+def _no_autocast():
+    return contextlib.nullcontext()
 
 
 def main(argv):
@@ -111,12 +123,14 @@ def main(argv):
     import rackweave.torch as rwt
 
     closing = []
+    exchanger = None  # what RackWeave exchanges through: ServerOptimizer or HookState
     if a.system == "server":
         opt = rwt.ServerOptimizer(model.named_parameters(), optimizer="momentum", lr=a.lr,
                                   momentum=a.momentum, model=model, chunk_bytes=a.chunk_bytes,
                                   compression=a.compression,
                                   compress_updates=a.compress_updates, staging=a.staging)
         closing.append(opt.close)
+        exchanger = opt
         net = model
     elif a.system == "local":
         net = model
@@ -130,8 +144,16 @@ def main(argv):
                                   staging=a.staging)
             net.register_comm_hook(state, rwt.allreduce_hook)
             closing.append(state.close)
+            exchanger = state
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     per_step = exchanged_bytes(a.system, params, workers)
+    if a.amp == "none":
+        autocast = _no_autocast
+    else:
+        dtype = torch.bfloat16 if a.amp == "bf16" else torch.float16
+        def autocast():
+            return torch.autocast(device.type, dtype=dtype)
+    scaler = torch.cuda.amp.GradScaler() if a.amp == "fp16" else None
     global_batch = a.batch * workers
     steps_per_epoch = len(y_train) // global_batch
     total = a.epochs * steps_per_epoch
@@ -155,10 +177,16 @@ def main(argv):
             mine = order[s * global_batch + rank * a.batch:][:a.batch].to(device)
             x, y = x_train[mine], y_train[mine]
             t0 = time.perf_counter()
-            out = net(x)
-            loss = F.cross_entropy(out, y)
-            loss.backward()
-            opt.step()
+            with autocast():
+                out = net(x)
+                loss = F.cross_entropy(out, y)
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
             opt.zero_grad()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # the step's kernels, not their launches
@@ -190,6 +218,11 @@ def main(argv):
             x_test, y_test = x_test[:a.test_examples], y_test[:a.test_examples]
         with torch.no_grad():
             accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
+    # What this rank held at its peak: device memory (CUDA), the staging arena (host
+    # memory, pinned on a GPU) and the process's resident set.
+    peak_device = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    staging = None if exchanger is None else exchanger.staging_bytes
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     for close in closing:
         close()
     if a.system in ("hook", "ddp"):
@@ -200,7 +233,11 @@ def main(argv):
               f"{median_ms:.2f} ms over {step} steps", flush=True)
         if a.json_out:
             with open(a.json_out, "w") as f:
-                json.dump({"model": a.model, "system": a.system, "device": device.type,
+                json.dump({"model": a.model + ("" if a.amp == "none" else "+" + a.amp),
+                           "amp": a.amp, "system": a.system, "device": device.type,
+                           "gpus": torch.cuda.device_count() if device.type == "cuda" else 0,
+                           "peak_device_bytes": peak_device, "staging_bytes": staging,
+                           "peak_rss_bytes": peak_rss,
                            "torch": torch.__version__, "workers": workers,
                            "parameters": params, "steps": step,
                            "median_step_ms": round(median_ms, 3),
