@@ -3,6 +3,9 @@ held by two nodes (its chunks spread over both, each node answering its own as i
 goes, so the answers of one push come back in no fixed order) is bitwise the same on
 every rank, and the same as without model= (every answer waited for in step())."""
 
+import itertools
+import time
+
 import pytest
 
 from rwnode import running_node
@@ -14,9 +17,20 @@ from torchref import transformer_run  # noqa: E402
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    """Two rack-aggs of one rack, the first embedding the coordinator; no open jobs."""
+    """Two rack-aggs of one rack, the first embedding the coordinator; no open jobs. The
+    second listens before the coordinator counts it: a job is placed on both only once
+    it does (a probe job, made and deleted until it lands on both, for up to 20 s)."""
     with running_node("--name", "two-a", "--rack", "two") as first:
         with running_node("--name", "two-b", "--rack", "two", "--coordinator", first):
+            deadline = time.monotonic() + 20
+            for attempt in itertools.count():
+                name = f"two-nodes-probe-{attempt}"
+                nodes = rackweave.create_job(first, name, workers=1, racks=["two"])["nodes"]
+                rackweave.delete_job(first, name)
+                if sorted(nodes) == ["two-a", "two-b"]:
+                    break
+                assert time.monotonic() < deadline, f"the coordinator still sees {nodes}"
+                time.sleep(0.1)
             yield first
 
 
