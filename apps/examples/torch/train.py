@@ -95,10 +95,6 @@ def exchanged_bytes(system, params, workers):
     return 8 * params
 
 
-def _no_autocast():
-    return contextlib.nullcontext()
-
-
 def main(argv):
     a = parse(argv)
     rank, workers = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -148,7 +144,7 @@ def main(argv):
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     per_step = exchanged_bytes(a.system, params, workers)
     if a.amp == "none":
-        autocast = _no_autocast
+        autocast = contextlib.nullcontext
     else:
         dtype = torch.bfloat16 if a.amp == "bf16" else torch.float16
         def autocast():

@@ -378,7 +378,7 @@ class Pipeline:
         push (it returns something with result(), a rackweave Future) with the answer to
         land over the gradient in the same region; the answer goes into `dst` (default:
         `src`), after `finish(buffer)` where given (on the host). Returns the bucket's
-        Future. `name` is for errors (none are raised here yet)."""
+        Future. `name` names the tensor for the caller; the pipeline does not use it."""
         if self._closed:
             raise RuntimeError("rackweave staging: the pipeline is closed")
         n = src.numel()
