@@ -104,6 +104,11 @@ protocol::located_msg locate(const std::string& node, std::chrono::milliseconds 
   for (;;) {
     answer_sink sink;
     ask_once(where, node, deadline, sink);
+    // A question the deadline cut short after the node had already said "not yet"
+    // leaves that answer standing: the node did answer, and "not yet" is the truth
+    // an operator needs (it once read "did not say where" under load).
+    if (!sink.answered && answered)
+      break;
     ++asked;
     answered = sink.answered;
     failure = std::move(sink.failure);

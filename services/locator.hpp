@@ -22,7 +22,8 @@ namespace rw::services {
 
 /// Asks the node at `node` (HOST:PORT) where the coordinator is, within `timeout`. A
 /// node that answers "not yet" (errc::unavailable: started, not yet registered with its
-/// coordinator) is asked again every 50 ms within the same timeout.
+/// coordinator) is asked again every 50 ms within the same timeout; when the deadline
+/// cuts a later question short, the error says the node's "not yet" and how often.
 /// The answer's host is filled in (from `node`) when the node left it empty or gave a
 /// wildcard, and the tenant door's (from the coordinator's) the same way. Throws std::runtime_error with a message fit for the user.
 protocol::located_msg locate(const std::string& node, std::chrono::milliseconds timeout);

@@ -368,7 +368,7 @@ TEST_CASE("a shell that reaches a node before the node registered with its coord
   node_process member{{"--name", "rack-a", "--heartbeat-ms", "100"},
                       node_role{"rack-agg", false, listen}};
   auto short_wait = run_shell(
-    {"--connect", member.address(), "--timeout", "600", "-c", "print(#rw.nodes())"});
+    {"--connect", member.address(), "--timeout", "2000", "-c", "print(#rw.nodes())"});
   INFO(short_wait.err);
   CHECK(short_wait.code == 3); // not reached
   CHECK_THAT(short_wait.err,
