@@ -38,6 +38,7 @@ using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using drop_atom = caf::atom_constant<caf::atom("drop")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using held_atom = caf::atom_constant<caf::atom("held")>; // a shard's held answers are due
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using poll_atom = caf::atom_constant<caf::atom("poll")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;

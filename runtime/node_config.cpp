@@ -1,5 +1,6 @@
 #include "runtime/node_config.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <set>
@@ -241,6 +242,13 @@ std::vector<option_def> option_table(node_config& c) {
         "when requests queue, serve the worker furthest behind first (--no-priority: "
         "arrival order)",
         c.priority),
+    def("testing.delay_answers", "--test-delay-answers",
+        "for tests only, never in production: TENSOR:MS[,TENSOR:MS...] holds each update "
+        "of these tensors (by their index in the job, in every job) MS ms (1 to 60000) "
+        "before sending it, so that a worker's answers arrive out of the order it "
+        "pushed them (a test of the waits in rackweave.torch); logged at start. Empty "
+        "(the default): none",
+        c.test_delay_answers),
     def("node.kernels", "--kernels",
         "aggregation kernels: auto (the best this CPU runs), scalar, avx2, avx512",
         c.kernels),
@@ -553,11 +561,48 @@ void check_node_config(const node_config& cfg) {
       "--send-queue-mib must be 0 to 1048576 MiB (it is {})", cfg.send_queue_mib));
   if (cfg.step_timeout_ms == 0 || cfg.io_timeout_ms == 0 || cfg.rejoin_timeout_ms == 0)
     throw std::runtime_error("timeouts must be at least 1 ms");
+  test_answer_delays(cfg); // throws on a malformed entry
   if (cfg.balance && (cfg.balance_ms < 100 || !(cfg.balance_ratio > 1.0)))
     throw std::runtime_error(fmt::format(
       "--balance-ms ({}) must be at least 100 and --balance-ratio ({}) above 1 (or turn "
       "balancing off with --no-balance)",
       cfg.balance_ms, cfg.balance_ratio));
+}
+
+std::map<uint32_t, std::chrono::milliseconds> test_answer_delays(const node_config& cfg) {
+  std::map<uint32_t, std::chrono::milliseconds> out;
+  const auto& text = cfg.test_delay_answers;
+  if (text.empty())
+    return out;
+  for (size_t at = 0; at <= text.size();) { // every entry, an empty one too ("2:5,")
+    auto end = std::min(text.find(',', at), text.size());
+    auto entry = text.substr(at, end - at);
+    at = end + 1;
+    auto colon = entry.find(':');
+    uint64_t tensor = 0;
+    uint64_t ms = 0;
+    auto digits = [](const std::string& t, uint64_t& n) {
+      if (t.empty() || t.size() > 9)
+        return false;
+      n = 0;
+      for (char ch : t) {
+        if (ch < '0' || ch > '9')
+          return false;
+        n = n * 10 + uint64_t(ch - '0');
+      }
+      return true;
+    };
+    if (colon == std::string::npos || !digits(entry.substr(0, colon), tensor)
+        || !digits(entry.substr(colon + 1), ms) || ms < 1
+        || ms > max_test_answer_delay_ms)
+      throw std::runtime_error(fmt::format(
+        "--test-delay-answers: '{}' is not TENSOR:MS (a tensor index, then 1 to {} ms)",
+        entry, max_test_answer_delay_ms));
+    if (!out.emplace(static_cast<uint32_t>(tensor), std::chrono::milliseconds(ms)).second)
+      throw std::runtime_error(
+        fmt::format("--test-delay-answers: tensor {} is given twice", tensor));
+  }
+  return out;
 }
 
 namespace {

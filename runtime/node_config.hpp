@@ -3,7 +3,9 @@
 // command-line flag, because both are generated from one table of options. A flag
 // given on the command line wins over the file.
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,8 +42,11 @@ struct node_config {
   uint32_t fabric_slots = 256;     // receive slots (credits) per fabric peer
   uint32_t fabric_pool_mib = 256;  // receive pool registered at start, lent to peers
   std::string fabric_nics;         // NICs with a fabric endpoint: "", "all" or names
-  std::string fabric_endpoints = "auto";  // fabric endpoints (domains) per NIC: N or auto
-  bool priority = true;                   // serve the worker furthest behind first
+  std::string fabric_endpoints = "auto"; // fabric endpoints (domains) per NIC: N or auto
+  bool priority = true;                  // serve the worker furthest behind first
+  /// For tests only: "TENSOR:MS[,TENSOR:MS...]" holds each update of these tensors (by
+  /// index in the job, in every job) this long before it is sent (test_answer_delays).
+  std::string test_delay_answers;
   std::string kernels = "auto";           // auto, scalar, avx2, avx512
   uint32_t shards = 0;                    // serving cores; 0 = auto (placement.hpp)
   std::string job_kib_per_shard = "auto"; // a job's shards: a shard per N KiB, or auto
@@ -119,6 +124,13 @@ constexpr uint32_t max_fabric_endpoints = 16;
 /// --fabric-endpoints as a number: 0 for auto, else 1..max_fabric_endpoints; throws on
 /// anything else.
 uint32_t fabric_endpoints_per_nic(const node_config& cfg);
+
+/// The most a --test-delay-answers entry may hold an answer (ms).
+constexpr uint32_t max_test_answer_delay_ms = 60000;
+
+/// --test-delay-answers: tensor index -> delay; throws naming the entry that is not
+/// TENSOR:MS (MS from 1 to max_test_answer_delay_ms) or repeats a tensor.
+std::map<uint32_t, std::chrono::milliseconds> test_answer_delays(const node_config& cfg);
 
 /// The largest --job-kib-per-shard (1 TiB of a job's parameters per shard).
 constexpr uint64_t max_job_kib_per_shard = uint64_t{1} << 30;

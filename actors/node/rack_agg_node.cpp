@@ -129,6 +129,16 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   auto pinned = cfg.pin ? topo_ : nullptr;
   std::map<uint32_t, supervisor_settings> domains;
   std::vector<std::shared_ptr<const runtime::thread_cpu_slot>> shard_cpu;
+  auto test_delays = runtime::test_answer_delays(cfg);
+  if (!test_delays.empty()) {
+    std::string said;
+    for (const auto& [tensor, ms] : test_delays)
+      said += fmt::format("{}tensor {} by {} ms", said.empty() ? "" : ", ", tensor,
+                          ms.count());
+    spdlog::warn("--test-delay-answers (a test hook, never for production): every job's "
+                 "updates of {} are held back before they are sent",
+                 said);
+  }
   for (uint32_t i = 0; i < plan_.shards.size(); ++i) {
     auto& p = plan_.shards[i];
     shard_settings s;
@@ -141,6 +151,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     s.step_timeout = std::chrono::milliseconds(cfg.step_timeout_ms);
     s.keep_finished = std::chrono::milliseconds(cfg.keep_finished_ms);
     s.priority = cfg.priority;
+    s.test_answer_delays = test_delays;
     if (!send_caches.empty()) // each job's arena registered with the NICs as it is made
       s.register_memory = [send_caches](const void* data, size_t bytes) {
         auto pins = std::make_shared<std::vector<std::shared_ptr<void>>>();

@@ -124,6 +124,12 @@ chunk_shard_actor::behavior_type shard_behavior(
   st.core = std::make_unique<shard_core>(settings, std::move(book), *st.out);
   auto* core = st.core.get(); // lives as long as the behavior
   core->start();
+  // The --test-delay-answers hook: held updates are looked at every quarter of the
+  // shortest delay (never, unless the node was started with it).
+  auto held_every = std::max(std::chrono::milliseconds(1),
+                             core->state.held.shortest() / 4);
+  if (core->state.held.active())
+    self->delayed_send(self, held_every, held_atom::value);
   return {
     [=](push_atom, chunk_push& p) { core->push(p); },
     [=](push_atom, std::vector<chunk_push>& batch) { core->push(batch); },
@@ -200,6 +206,10 @@ chunk_shard_actor::behavior_type shard_behavior(
     [=](tick_atom) {
       core->tick();
       self->delayed_send(self, core->settings().scan_interval, tick_atom::value);
+    },
+    [=](held_atom) {
+      core->send_held();
+      self->delayed_send(self, held_every, held_atom::value);
     },
     [=](stats_atom, uint32_t job_id) { return core->counters(job_id); },
     [=](plan_atom, double share) { return core->plan(share); },

@@ -134,6 +134,8 @@
 //                         first; then the acks of all taken since go out, one system
 //                         call per connection (an ack lost with a crashed shard: the
 //                         home's link sends the sum again a second later)
+//   shard       -> itself (held_atom): only on a node started with --test-delay-answers
+//                         (a test hook): the updates held back that are due go out
 //   coordinator -> shard  (plan_atom, share) -> balance_plan
 //                         in-node balancing (actors/shard/balance.hpp): the chunks of one
 //                         movable job it would give another shard, heaviest by the load
@@ -202,7 +204,7 @@ using chunk_shard_actor = caf::typed_actor<
   caf::reacts_to<abort_atom, uint32_t, errc, std::string>,
   caf::reacts_to<drop_atom, uint32_t>,
   caf::reacts_to<drop_atom, uint32_t, errc, std::string>, caf::reacts_to<tick_atom>,
-  caf::reacts_to<work_atom>, caf::reacts_to<flush_atom>,
+  caf::reacts_to<held_atom>, caf::reacts_to<work_atom>, caf::reacts_to<flush_atom>,
   caf::reacts_to<norm_atom, uint32_t, uint32_t, uint64_t, uint32_t, double, double>,
   caf::reacts_to<trust_atom, uint32_t, uint32_t, uint64_t, float>,
   caf::replies_to<ckpt_atom, uint32_t, uint64_t>::with<chunk_snapshot>,

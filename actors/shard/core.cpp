@@ -15,7 +15,9 @@ namespace si = shard_impl;
 
 shard_core::shard_core(shard_settings settings, std::shared_ptr<detail::shard_book> book,
                        shard_outbox& out)
-  : state{std::move(settings), std::move(book), {}}, out(out) {}
+  : state{std::move(settings), std::move(book), {}, {}}, out(out) {
+  state.held = detail::held_answers(state.settings.test_answer_delays);
+}
 
 void shard_core::start() {
   if (state.book->incarnation++ > 0)
@@ -159,6 +161,10 @@ void shard_core::abort(uint32_t job_id, errc code, const std::string& why) {
 
 void shard_core::drop(uint32_t job_id, errc code, const std::string& why) {
   si::drop_job(*this, job_id, code, why);
+}
+
+void shard_core::send_held() {
+  state.held.send_due(std::chrono::steady_clock::now());
 }
 
 void shard_core::tick() {

@@ -21,6 +21,7 @@
 #include "actors/shard/outbox.hpp"
 #include "actors/shard/requests.hpp"
 #include "actors/shard/settings.hpp"
+#include "logic/held_answers.hpp"
 #include "logic/shard_answers.hpp"
 
 namespace rw::actors {
@@ -77,6 +78,8 @@ public:
   void drop(uint32_t job_id, errc code, const std::string& why);
   /// The periodic scan: steps past the step timeout, finished jobs past their time.
   void tick();
+  /// Sends the held updates that are due (the --test-delay-answers hook).
+  void send_held();
   shard_stats stats() const;
   job_counters counters(uint32_t job_id) const;
 
@@ -103,6 +106,9 @@ public:
     // Updates and acks, held while one request serves many chunks
     // (logic/shard_answers).
     detail::shard_answers answers;
+    // Updates of tensors the node was told to hold back (a test hook; inactive unless
+    // settings.test_answer_delays names some).
+    detail::held_answers held;
   } state;
   shard_outbox& out;
 };

@@ -45,6 +45,7 @@ void refuse_missing_job(const shard_state& st, const transports::connection_ptr&
 
 void bury(shard_state& st, uint32_t job_id, errc code, std::string why) {
   st.answers.flush(); // before the job's chunks (which answers held may point at) go
+  st.held.drop(job_id);
   st.book->jobs.erase(job_id);
   st.book->tombstones[job_id] = {code, std::move(why)};
   while (st.book->tombstones.size() > max_tombstones)

@@ -65,7 +65,9 @@ void send_update(shard_state& st, uint32_t job_id, shard_job& job, uint32_t tens
   }
   runtime::trace::scope traced{
     "answer", "shard", {job_id, w.rank, tensor, chunk, h.clock}};
-  if (!st.answers.send(w.conn, h, payload, cs.params()))
+  if (st.held.active() && st.held.delay(tensor).count() > 0)
+    st.held.hold(w.conn, h, payload.iov_base, payload.iov_len, clock_type::now());
+  else if (!st.answers.send(w.conn, h, payload, cs.params()))
     return;
   st.book->stats.bytes_out += h.payload_bytes;
   if (w.rank < job.counters.size()) {

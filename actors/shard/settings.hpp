@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 
 #include "rackweave/defaults.hpp"
@@ -29,6 +30,9 @@ struct shard_settings {
   /// Where the shard's thread publishes its CPU clock for the node's balancer (null:
   /// nowhere). Kept across restarts: the next thread publishes in the same slot.
   std::shared_ptr<runtime::thread_cpu_slot> cpu_clock;
+  /// For tests only (rw-node --test-delay-answers): updates of these tensors (index in
+  /// the job, every job) are held this long before they are sent (logic/held_answers).
+  std::map<uint32_t, std::chrono::milliseconds> test_answer_delays;
 };
 
 } // namespace rw::actors

@@ -187,6 +187,27 @@ TEST_CASE("job-kib-per-shard: auto or KiB, from the command line or the file",
   }
 }
 
+TEST_CASE("test-delay-answers: TENSOR:MS entries, each tensor once, refused otherwise",
+          "[config]") {
+  rw::runtime::node_config c;
+  CHECK(rw::runtime::test_answer_delays(c).empty()); // the default: none
+  parsed p{{"--test-delay-answers", "2:400,7:1"}};
+  auto delays = rw::runtime::test_answer_delays(p.cfg);
+  REQUIRE(delays.size() == 2);
+  CHECK(delays.at(2) == std::chrono::milliseconds(400));
+  CHECK(delays.at(7) == std::chrono::milliseconds(1));
+  for (auto* bad :
+       {"2", "2:", ":5", "2:0", "2:60001", "a:5", "2:5,", "2:5;3:4", "-1:5"}) {
+    c.test_delay_answers = bad;
+    INFO(bad);
+    CHECK_THROWS_WITH(rw::runtime::check_node_config(c),
+                      Catch::Contains("is not TENSOR:MS"));
+  }
+  c.test_delay_answers = "3:5,3:6";
+  CHECK_THROWS_WITH(rw::runtime::check_node_config(c),
+                    Catch::Contains("tensor 3 is given twice"));
+}
+
 TEST_CASE("the coordinator's state database is a flag and a key, and the coordinator's",
           "[config]") {
   auto path = write_temp("[cluster]\nstate_db = \"/var/lib/rw/state.db\"\n");
