@@ -8,11 +8,14 @@ staging=True) holds and costs, one rank against a node at --node (bench/staging.
             pinned allocator), computed from the same tensor sizes
   overhead  a model of 100 Linear(16, 16) layers (200 tensors, 54 KiB), one rank: the
             median step (forward, backward, step) and the process's CPU time per step,
-            with torch's own SGD and no exchange (local) and with ServerOptimizer through
-            the staging path (staging=True), alternating; what the exchange through the
-            staging path adds to a step is their difference (with 54 KiB to move, that
-            is the per-tensor work: Python's hooks, threads and copies, and the
-            worker's 200 push_pulls)
+            with torch's own SGD and no exchange (local), with ServerOptimizer reading
+            and writing the parameters in place (inplace: the worker's 200 push_pulls
+            and the gradient hooks, no staging), and with ServerOptimizer through the
+            staging path (staged, staging=True), made at once and stepped in turn, one step of each per round; what the exchange
+            through the staging path adds to a step is staged - local (with 54 KiB to
+            move, that is per-tensor work), and of that, what the staging path itself
+            costs (its arena, buckets, copies, pusher and lander threads and their hops)
+            is staged - inplace
 
 Prints one JSON line per measurement. --package DIR imports rackweave from DIR first (an
 older copy, for a before/after comparison in the same run)."""
@@ -34,6 +37,8 @@ def main():
                     help="memory: resnet18, big250m (4 x 7906 x 7906), big25m")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--first-rep", type=int, default=0,
+                    help="the first rep's number (which kind runs first turns with it)")
     ap.add_argument("--package", default="", help="import rackweave from this directory")
     ap.add_argument("--label", default="current")
     a = ap.parse_args()
@@ -77,34 +82,52 @@ def main():
 
     x = torch.randn(8, 16)
 
-    def median_step(staged):
-        model = small()
-        opt = (optimizer(model, staging=True) if staged
-               else torch.optim.SGD(model.parameters(), lr=1e-3))
-        times, warm = [], a.steps // 5
-        for i in range(a.steps):
-            if i == warm:
-                cpu = time.process_time()
-            t = time.perf_counter()
-            model(x).square().mean().backward()
-            opt.step()
-            opt.zero_grad()
-            times.append(time.perf_counter() - t)
-        cpu = (time.process_time() - cpu) / (a.steps - warm)
-        if staged:
-            opt.close()
-        return statistics.median(times[warm:]) * 1e3, cpu * 1e3
+    kinds = ("local", "inplace", "staged")
 
-    for rep in range(a.reps):
-        order = (False, True) if rep % 2 == 0 else (True, False)
-        got = {s: median_step(s) for s in order}
+    def medians(first):
+        """The three, made at once and stepped in turn (one step of each per round,
+        `first` first, then rotating): whatever else the machine does at a moment
+        falls on all three alike. The median step and the mean CPU per step of each,
+        after the first fifth of the rounds."""
+        made = {}
+        for k in kinds:
+            model = small()
+            made[k] = (model, torch.optim.SGD(model.parameters(), lr=1e-3) if k == "local"
+                       else optimizer(model, staging=k == "staged"))
+        times = {k: [] for k in kinds}
+        cpus = {k: 0.0 for k in kinds}
+        warm = a.steps // 5
+        try:
+            for i in range(a.steps):
+                at = (first + i) % 3
+                for k in kinds[at:] + kinds[:at]:
+                    model, opt = made[k]
+                    c, t = time.process_time(), time.perf_counter()
+                    model(x).square().mean().backward()
+                    opt.step()
+                    opt.zero_grad()
+                    if i >= warm:
+                        times[k].append(time.perf_counter() - t)
+                        cpus[k] += time.process_time() - c
+        finally:
+            for k in kinds[1:]:
+                made[k][1].close()
+        return ({k: statistics.median(times[k]) * 1e3 for k in kinds},
+                {k: cpus[k] / len(times[k]) * 1e3 for k in kinds})
+
+    for rep in range(a.first_rep, a.first_rep + a.reps):
+        ms, cpu = medians(rep)
         print(json.dumps(dict(part="overhead", label=a.label, rep=rep,
-                              local_ms=round(got[False][0], 3),
-                              staged_ms=round(got[True][0], 3),
-                              added_ms=round(got[True][0] - got[False][0], 3),
-                              local_cpu_ms=round(got[False][1], 3),
-                              staged_cpu_ms=round(got[True][1], 3),
-                              added_cpu_ms=round(got[True][1] - got[False][1], 3))),
+                              local_ms=round(ms["local"], 3),
+                              inplace_ms=round(ms["inplace"], 3),
+                              staged_ms=round(ms["staged"], 3),
+                              added_ms=round(ms["staged"] - ms["local"], 3),
+                              staging_ms=round(ms["staged"] - ms["inplace"], 3),
+                              local_cpu_ms=round(cpu["local"], 3),
+                              inplace_cpu_ms=round(cpu["inplace"], 3),
+                              staged_cpu_ms=round(cpu["staged"], 3),
+                              added_cpu_ms=round(cpu["staged"] - cpu["local"], 3),
+                              staging_cpu_ms=round(cpu["staged"] - cpu["inplace"], 3))),
               flush=True)
 
 

@@ -72,13 +72,14 @@ class DeviceOps:
 
     def to_host(self, copies, after):
         """Copies each (host buffer, device tensor) of `copies` device -> host once
-        `after` has completed; returns one event, of the last copy (a bucket's)."""
+        `after` has completed (each pair of one shape); returns one event, of the last
+        copy (a bucket's)."""
         raise NotImplementedError
 
     def to_device(self, copies, after):
         """Copies each (device tensor, host buffer) of `copies` host -> device once
-        `after` has completed (the compute stream's last reads of the tensors); returns
-        one event, of the last copy."""
+        `after` has completed (the compute stream's last reads of the tensors; each pair
+        of one shape); returns one event, of the last copy."""
         raise NotImplementedError
 
     def host_wait(self, event):
@@ -107,12 +108,12 @@ class HostOps(DeviceOps):
 
     def to_host(self, copies, after):
         for dst, src in copies:
-            dst.copy_(src.reshape(-1))
+            dst.copy_(src)
         return None
 
     def to_device(self, copies, after):
         for dst, src in copies:
-            dst.reshape(-1).copy_(src)
+            dst.copy_(src)
         return None
 
     def host_wait(self, event):
@@ -164,7 +165,7 @@ class CudaOps(DeviceOps):
         with _torch.cuda.stream(self.d2h):
             self.d2h.wait_event(after)
             for dst, src in copies:
-                dst.copy_(src.reshape(-1), non_blocking=True)
+                dst.copy_(src, non_blocking=True)
                 # src was made on the compute stream: the caching allocator must not
                 # hand its memory out again before this stream has read it.
                 src.record_stream(self.d2h)
@@ -179,7 +180,7 @@ class CudaOps(DeviceOps):
             if after is not None:
                 self.h2d.wait_event(after)
             for dst, src in copies:
-                dst.reshape(-1).copy_(src, non_blocking=True)
+                dst.copy_(src, non_blocking=True)
             event = _torch.cuda.Event(blocking=True)  # the DDP hook's thread waits for it
             event.record(self.h2d)
         return event
@@ -223,6 +224,7 @@ def device_of(named_tensors, who):
 _open = weakref.WeakSet()
 EXIT_WAIT_S = 30.0  # at exit, how long the answers still in flight are waited for
 ALIGN = 16  # elements: each region of the arena starts on a 64-byte boundary
+MAX_VIEWS = 4096  # the arena's views kept for reuse, at most
 
 
 @atexit.register
@@ -263,6 +265,20 @@ class _Arena:
         self.elements = elements
         self._live = collections.deque()  # [start, end, landed, event], oldest first
         self._cond = threading.Condition()
+        self._views = {}  # (start, shape) -> (flat view, shaped view) of the buffer
+
+    def views(self, start, shape, n):
+        """The n elements at `start`, flat (for the worker) and shaped as `shape` (for
+        the copies, which then need no reshape), made once per place and shape: the
+        push order is the same every step, so a tensor's region is too."""
+        key = (start, shape)
+        got = self._views.get(key)
+        if got is None:
+            if len(self._views) >= MAX_VIEWS:  # regions that move (a bounded arena)
+                self._views.clear()
+            flat = self.buffer[start:start + n]
+            got = self._views[key] = (flat, flat.view(shape))
+        return got
 
     def _place(self, n):
         """Where n elements fit now, or None."""
@@ -318,7 +334,9 @@ class _Bucket:
     event for them, then each one's exchange, and one copy event back; one Future."""
 
     def __init__(self):
-        self.items = []  # [src, dst, region, elements, exchange, finish], then buffer
+        # [src, dst, region, elements, exchange, finish], then the region's flat view
+        # (what the worker reads and writes) and its view shaped as src
+        self.items = []
         self.bytes = 0
         self.done = concurrent.futures.Future()
 
@@ -405,12 +423,12 @@ class Pipeline:
         # The compute stream's work so far: what made each src, and every read of each
         # dst this step (forward and backward); the copies back into the dsts wait for
         # it too, and nothing reads a dst again before compute_wait.
-        arena = self._arena.buffer
+        views = self._arena.views
         for it in b.items:
-            it.append(arena[it[2][0]:it[2][0] + it[3]])
+            it.extend(views(it[2][0], it[0].shape, it[3]))
         try:
             after = self.ops.after_compute()
-            copied = self.ops.to_host([(it[6], it[0]) for it in b.items], after)
+            copied = self.ops.to_host([(it[7], it[0]) for it in b.items], after)
         except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
             self._arena.landed([it[2] for it in b.items], None)
             b.done.set_exception(e)
@@ -459,7 +477,7 @@ class Pipeline:
             event = None
             if error is None:
                 try:
-                    event = self.ops.to_device([(it[1], it[6]) for it in b.items],
+                    event = self.ops.to_device([(it[1], it[7]) for it in b.items],
                                                reads_done)
                 except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
                     error = e
