@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <pybind11/pybind11.h>
@@ -124,44 +125,59 @@ checked_buffer float_buffer(const py::object& obj, uint64_t elems,
   return {static_cast<float*>(b.data), b.owner};
 }
 
-// One call in flight: its future and the buffers it uses.
+// Calls in flight (one, or a bucket's: Worker.push_pull_regions): their futures and the
+// buffers they use.
 class call_future {
 public:
   call_future(std::future<void> f, std::vector<py::object> keep)
-    : f_(f.share()), keep_(std::move(keep)) {}
+    : keep_(std::move(keep)) {
+    fs_.push_back(f.share());
+  }
+  call_future(std::vector<std::shared_future<void>> fs, std::vector<py::object> keep)
+    : fs_(std::move(fs)), keep_(std::move(keep)) {}
   call_future(const call_future&) = delete;
   call_future& operator=(const call_future&) = delete;
   ~call_future() {
-    if (f_.valid()) { // the node may still write into the buffers: wait for it
-      py::gil_scoped_release nogil;
-      f_.wait();
-    }
+    py::gil_scoped_release nogil;
+    for (auto& f : fs_) // the node may still write into the buffers: wait for it
+      if (f.valid())
+        f.wait();
   }
 
   /// Waits (the GIL released) until the call completes, at most `timeout` seconds;
   /// raises rackweave.Error if it failed, TimeoutError if it is still running.
+  /// Every call has completed before the first failure is raised (none writes into
+  /// the buffers any more), but for TimeoutError.
   void result(std::optional<double> timeout) {
     {
       py::gil_scoped_release nogil;
       if (timeout) {
-        auto wait = std::chrono::duration<double>(*timeout);
-        if (f_.wait_for(wait) != std::future_status::ready) {
-          py::gil_scoped_acquire gil;
-          PyErr_SetString(PyExc_TimeoutError, "the call is still running");
-          throw py::error_already_set();
-        }
+        auto until = std::chrono::steady_clock::now()
+                     + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(*timeout));
+        for (auto& f : fs_)
+          if (f.wait_until(until) != std::future_status::ready) {
+            py::gil_scoped_acquire gil;
+            PyErr_SetString(PyExc_TimeoutError, "the call is still running");
+            throw py::error_already_set();
+          }
       } else {
-        f_.wait();
+        for (auto& f : fs_)
+          f.wait();
       }
     }
-    f_.get(); // rethrows the call's rw::error
+    for (auto& f : fs_)
+      f.get(); // rethrows the first failed call's rw::error
   }
   bool done() const {
-    return f_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    for (auto& f : fs_)
+      if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+        return false;
+    return true;
   }
 
 private:
-  std::shared_future<void> f_;
+  std::vector<std::shared_future<void>> fs_;
   std::vector<py::object> keep_;
 };
 
@@ -246,6 +262,43 @@ public:
     auto o = float_buffer(out, elements(t), "push_pull('" + t + "') output", true);
     return start(w_->push_pull(t, g.data, o.data), {g.owner, o.owner});
   }
+  /// push_pull in place for each (tensor, first element) of `regions`, each the
+  /// tensor's elements of `buffer` from there: one call for a bucket of tensors staged
+  /// in one arena (rackweave.staging). Every region is checked before any is pushed.
+  std::unique_ptr<call_future> push_pull_regions(const py::object& buffer,
+                                                 const py::sequence& regions) {
+    auto b = buffer_of(buffer, "push_pull_regions buffer", true, element::f32);
+    auto* base = static_cast<float*>(b.data);
+    std::vector<std::pair<std::string, float*>> todo;
+    todo.reserve(py::len(regions));
+    for (auto item : regions) {
+      auto pair = item.cast<py::tuple>();
+      if (pair.size() != 2)
+        throw py::value_error("push_pull_regions: each region is (tensor, first element)");
+      auto name = pair[0].cast<std::string>();
+      auto first = pair[1].cast<uint64_t>();
+      auto n = elements(name);
+      if (first > b.count || n > b.count - first)
+        throw py::value_error("push_pull_regions: tensor '" + name + "' ("
+                              + std::to_string(n) + " elements) from element "
+                              + std::to_string(first) + " runs past the buffer's "
+                              + std::to_string(b.count));
+      todo.emplace_back(std::move(name), base + first);
+    }
+    std::vector<std::shared_future<void>> started;
+    started.reserve(todo.size());
+    try {
+      for (auto& [name, at] : todo)
+        started.push_back(w_->push_pull(name, at, at).share());
+    } catch (...) {
+      // Those started may still write into the buffer: held, and waited for, before
+      // the failure is raised.
+      call_future wait_for_started{std::move(started), {b.owner}};
+      throw;
+    }
+    return std::make_unique<call_future>(std::move(started),
+                                         std::vector<py::object>{b.owner});
+  }
   std::unique_ptr<call_future> push_sparse(const std::string& t,
                                            const py::object& indices,
                                            const py::object& values) {
@@ -324,9 +377,11 @@ private:
     return {i, v};
   }
   uint64_t elements(const std::string& t) const {
-    for (auto& s : w_->spec().tensors)
-      if (s.name == t)
-        return s.elements;
+    if (sizes_.empty()) // the job's tensors are fixed once it is joined
+      for (auto& s : w_->spec().tensors)
+        sizes_.emplace(s.name, s.elements);
+    if (auto it = sizes_.find(t); it != sizes_.end())
+      return it->second;
     throw rw::error(rw::errc::unknown_tensor,
                     "tensor '" + t + "' is not part of job '" + w_->spec().name + "'");
   }
@@ -336,6 +391,7 @@ private:
   }
 
   std::unique_ptr<rw::worker> w_;
+  mutable std::unordered_map<std::string, uint64_t> sizes_; // elements, by tensor
 };
 
 // A job spec as a dict (Worker.spec).
@@ -467,6 +523,12 @@ PYBIND11_MODULE(_rackweave, m) {
          py::arg("min_version") = 0, "The tensor at version >= min_version, into `out`.")
     .def("push_pull", &py_worker::push_pull, py::arg("tensor"), py::arg("grad"),
          py::arg("out"), "push, then the updated tensor into `out`.")
+    .def("push_pull_regions", &py_worker::push_pull_regions, py::arg("buffer"),
+         py::arg("regions"),
+         "push_pull in place for each (tensor, first element) of `regions`: the "
+         "tensor's elements of `buffer` from there are its gradient, and its new values "
+         "land over them; one Future for all (result() returns once every one is done). "
+         "Each region is checked first: none is pushed if one is wrong.")
     .def(
       "push_sparse", &py_worker::push_sparse, py::arg("tensor"), py::arg("indices"),
       py::arg("values"),

@@ -175,3 +175,34 @@ def test_a_spec_that_differs_is_refused(node):
         rackweave.Worker(connect=node, job=job, rank=1, workers=2, tensors={"t": 8},
                          optimizer="nope")
     first.close()
+
+
+def test_push_pull_regions_is_push_pull_in_place_for_each_region(node):
+    # Two tensors staged in one buffer (a bucket of an arena): one call, each region's
+    # gradient replaced by the rank-order sum, in place; a region that runs past the
+    # buffer is refused before anything is pushed.
+    job, workers = job_name(), 2
+    outs = {}
+
+    def rank(r):
+        with rackweave.Worker(connect=node, job=job, rank=r, workers=workers,
+                              tensors={"w": 1000, "b": 10}, chunk_bytes=1024) as w:
+            with pytest.raises(ValueError, match="runs past the buffer"):
+                w.push_pull_regions(np.zeros(1005, np.float32), [("w", 0), ("b", 1000)])
+            with pytest.raises(rackweave.Error, match="not part of job"):
+                w.push_pull_regions(np.zeros(1010, np.float32), [("x", 0)])
+            assert w.clock("w") == 0 and w.clock("b") == 0  # nothing was pushed
+            buf = np.zeros(1024, np.float32)
+            buf[0:1000] = gradient(r, 1000)
+            buf[1008:1018] = gradient(r, 10, 1)
+            w.push_pull_regions(buf, [("w", 0), ("b", 1008)]).result(timeout=60)
+            outs[r] = buf
+            assert w.clock("w") == 1 and w.clock("b") == 1
+
+    run_ranks(workers, rank)
+    want_w = gradient(0, 1000) + gradient(1, 1000)
+    want_b = gradient(0, 10, 1) + gradient(1, 10, 1)
+    for r in range(workers):
+        assert outs[r][0:1000].tobytes() == want_w.tobytes()
+        assert outs[r][1008:1018].tobytes() == want_b.tobytes()
+        assert not outs[r][1000:1008].any() and not outs[r][1018:].any()

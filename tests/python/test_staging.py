@@ -509,3 +509,41 @@ def test_the_arena_never_hands_out_overlapping_regions():
             held = sorted((r[0], r[1]) for r in arena._live)  # landed ones not yet reused too
             assert all(0 <= a < b <= arena.elements for a, b in held)
             assert all(b1 <= a2 for (_, b1), (a2, _) in zip(held, held[1:])), held
+
+
+def test_in_place_exchanges_of_a_bucket_go_in_one_native_call_in_push_order():
+    # A bucket of InPlace tensors, a callable one between them: the runs of InPlace
+    # items go as one push_pull_regions call each, every tensor in its push order, at
+    # the start of its region; each answer lands over its gradient.
+    from rackweave.staging import InPlace
+    pushed = []
+
+    def push_pull_regions(buffer, regions):
+        for name, first in regions:
+            pushed.append((name, first))
+            n = {"a": 16, "b": 32, "d": 16}[name]
+            buffer[first:first + n].mul_(2)
+        return Done()
+
+    def callable_exchange(buf):
+        pushed.append(("c", None))
+        buf.mul_(3)
+        return Done()
+
+    p = Pipeline(HostOps(), arena_elements([16, 32, 16, 16]), push_pull_regions=push_pull_regions)
+    try:
+        grads = {n: torch.full((k,), 1.0) for n, k in (("a", 16), ("b", 32), ("c", 16),
+                                                         ("d", 16))}
+        outs = {n: torch.zeros_like(g) for n, g in grads.items()}
+        for n in ("a", "b"):
+            p.stage(n, grads[n], InPlace(((n, 0),)), dst=outs[n])
+        p.stage("c", grads["c"], callable_exchange, dst=outs["c"])
+        done = p.stage("d", grads["d"], InPlace(((n, 0) for n in "d")), dst=outs["d"])
+        p.flush()
+        done.result(timeout=10)
+        assert pushed == [("a", 0), ("b", 16), ("c", None), ("d", 64)]
+        assert [outs[n][0].item() for n in "abcd"] == [2.0, 2.0, 3.0, 2.0]
+        with pytest.raises(ValueError, match="push_pull_regions"):
+            Pipeline(HostOps(), 16).stage("a", grads["a"], InPlace((("a", 0),)))
+    finally:
+        p.close()

@@ -45,7 +45,7 @@ import weakref
 
 import torch as _torch
 
-__all__ = ["CudaOps", "DeviceOps", "HostOps", "Pipeline", "device_of"]
+__all__ = ["CudaOps", "DeviceOps", "HostOps", "InPlace", "Pipeline", "device_of"]
 
 
 class DeviceOps:
@@ -329,6 +329,19 @@ class _Arena:
             self._cond.notify_all()
 
 
+class InPlace:
+    """An exchange that is the worker's push_pull in place of each (tensor, first
+    element) of `regions`, counted from the start of the tensor's region of the arena.
+    The pusher makes one native call (Worker.push_pull_regions) for every such tensor
+    of a bucket, and the lander waits for it once, so that a bucket costs two Python
+    calls rather than two per tensor."""
+
+    __slots__ = ("regions",)
+
+    def __init__(self, regions):
+        self.regions = tuple(regions)
+
+
 class _Bucket:
     """Tensors staged together: one compute event, their copies to the host and one
     event for them, then each one's exchange, and one copy event back; one Future."""
@@ -357,14 +370,17 @@ class Pipeline:
     copy's) complete the Future with the exception. submit() is stage() then flush().
     close() ends the threads once everything staged has landed."""
 
-    def __init__(self, ops, elements, register=None, bucket_bytes=None):
+    def __init__(self, ops, elements, register=None, bucket_bytes=None,
+                 push_pull_regions=None):
         """elements: the arena's size in float32 elements (arena_elements()).
         register(buffer): registers a host buffer with the fabric NIC where the worker's
         chunks travel over libfabric (Worker.register_buffer), returning what keeps the
         registration (None: nothing to register); the arena is registered once, here.
         bucket_bytes: a bucket is sent on once it holds this much (None: only at
-        flush())."""
+        flush()). push_pull_regions(buffer, [(tensor, first element), ...]): the
+        worker's call that InPlace exchanges go through (Worker.push_pull_regions)."""
         self.ops = ops
+        self._push_pull_regions = push_pull_regions
         self._arena = _Arena(ops, elements)
         pin = register(self._arena.buffer) if register is not None else None
         self._pins = [] if pin is None else [pin]
@@ -394,11 +410,16 @@ class Pipeline:
         """Adds `src` (a device tensor) to the open bucket, in a region of the arena;
         once the bucket is sent on, `exchange(buffer)` on the pusher thread starts its
         push (it returns something with result(), a rackweave Future) with the answer to
-        land over the gradient in the same region; the answer goes into `dst` (default:
-        `src`), after `finish(buffer)` where given (on the host). Returns the bucket's
-        Future. `name` names the tensor for the caller; the pipeline does not use it."""
+        land over the gradient in the same region, or `exchange` is an InPlace (the
+        bucket's are pushed in one native call); the answer goes into `dst` (of src's
+        shape; default: `src`), after `finish(buffer)` where given (on the host).
+        Returns the bucket's Future. `name` names the tensor for the caller; the
+        pipeline does not use it."""
         if self._closed:
             raise RuntimeError("rackweave staging: the pipeline is closed")
+        if isinstance(exchange, InPlace) and self._push_pull_regions is None:
+            raise ValueError("rackweave staging: an InPlace exchange needs the pipeline's "
+                             "push_pull_regions")
         n = src.numel()
         # No room: the open bucket is sent on first, so the regions waited for are ones
         # on their way.
@@ -454,11 +475,28 @@ class Pipeline:
             calls, error = [], None
             try:
                 self.ops.host_wait(copied)
-                for it in b.items:
-                    calls.append(it[4](it[6]))
+                self._push(b.items, calls)
             except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
                 error = e  # the pushes started still land (in their regions) first
             self._to_land.put((b, calls, error, reads_done))
+
+    def _push(self, items, calls):
+        """Starts each item's exchange, in order, appending one call per item (the
+        items of a run of InPlace exchanges share one native call)."""
+        run, regions = 0, []
+        for it in items:
+            exchange = it[4]
+            if isinstance(exchange, InPlace):
+                start = it[2][0]
+                regions.extend((name, start + first) for name, first in exchange.regions)
+                run += 1
+                continue
+            if run:
+                calls.extend([self._push_pull_regions(self._arena.buffer, regions)] * run)
+                run, regions = 0, []
+            calls.append(exchange(it[6]))
+        if run:
+            calls.extend([self._push_pull_regions(self._arena.buffer, regions)] * run)
 
     def _land_loop(self):
         self.ops.bind_thread()
@@ -467,9 +505,12 @@ class Pipeline:
             if item is None:
                 return
             b, calls, error, reads_done = item
+            waited = None
             for it, call in zip(b.items, calls):
                 try:
-                    call.result()
+                    if call is not waited:  # a run of InPlace items shares one
+                        waited = call
+                        call.result()
                     if error is None and it[5] is not None:
                         it[5](it[6])
                 except BaseException as e:  # noqa: BLE001 - handed to the waiting caller

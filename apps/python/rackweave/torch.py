@@ -71,7 +71,6 @@ RACKWEAVE_TRANSPORT (default "auto": shared memory with a node on this host, els
 """
 
 import concurrent.futures
-import functools
 import os
 import warnings
 
@@ -79,7 +78,7 @@ import torch as _torch
 
 from ._rackweave import Worker
 from .buffers import BufferBroadcast
-from .staging import CudaOps, HostOps, Pipeline, arena_elements, device_of
+from .staging import CudaOps, HostOps, InPlace, Pipeline, arena_elements, device_of
 
 __all__ = ["HookState", "ServerOptimizer", "allreduce_hook"]
 
@@ -162,9 +161,9 @@ class ServerOptimizer(_torch.optim.Optimizer):
         # CUDA parameters (or CPU ones with staging=True) go through the pinned arena
         # (rackweave.staging); CPU ones are read and written in place.
         self._stage = _pipeline(self.device, arena, self.worker, bucket_bytes)
-        # Per name, what the pusher thread calls with the name's region of the arena.
-        self._push_pulls = {n: functools.partial(_push_pull_in_place, self.worker, n)
-                            for n, _ in self.params}
+        # Per name, its exchange: a push_pull in place in the name's region of the
+        # arena (one native call per bucket for all of them).
+        self._push_pulls = {n: InPlace(((n, 0),)) for n, _ in self.params}
         job = self.worker.spec
         super().__init__([p for _, p in self.params],
                          dict(lr=job["lr"], momentum=job["momentum"],
@@ -509,10 +508,6 @@ def _arena(device, staging, sizes, pinned_bytes):
     return arena_elements(sizes, pinned_bytes)
 
 
-def _push_pull_in_place(worker, name, buf):
-    return worker.push_pull(name, buf, buf)
-
-
 def _compiling():
     """Whether torch.compile (dynamo) is tracing the caller now (torch 2.x; never on
     torch 1.13, which has no torch.compiler)."""
@@ -558,7 +553,8 @@ def _pipeline(device, elements, worker, bucket_bytes=None):
         return None
     ops = CudaOps(device) if device.type == "cuda" else HostOps()
     return Pipeline(ops, elements, register=worker.register_buffer,
-                    bucket_bytes=bucket_bytes)
+                    bucket_bytes=bucket_bytes,
+                    push_pull_regions=worker.push_pull_regions)
 
 
 class HookState:
@@ -639,7 +635,8 @@ def allreduce_hook(state, bucket):
         # The mean is taken on the host, in the arena, before the copy back; the
         # bucket's future completes once that copy has (DDP then reads the bucket on its
         # own stream).
-        landed = state._stage.submit(f"bucket {bucket.index()}", buf, exchange,
+        landed = state._stage.submit(f"bucket {bucket.index()}", buf,
+                                     InPlace((n, a) for n, a, _ in slices),
                                      finish=lambda host: host.div_(state.workers))
 
         def wait():
