@@ -274,7 +274,8 @@ public:
     for (auto item : regions) {
       auto pair = item.cast<py::tuple>();
       if (pair.size() != 2)
-        throw py::value_error("push_pull_regions: each region is (tensor, first element)");
+        throw py::value_error(
+          "push_pull_regions: each region is (tensor, first element)");
       auto name = pair[0].cast<std::string>();
       auto first = pair[1].cast<uint64_t>();
       auto n = elements(name);
