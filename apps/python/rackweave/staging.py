@@ -19,9 +19,10 @@ the GPU:
                                       compute stream, a copy device -> region per tensor
                                       on the D2H stream after it, one event for them
   pusher thread                       (bound to the tensors' device at its start)
-                                      waits for that event, then pushes each region
-  lander thread                       (likewise bound) waits for each answer (in the
-                                      same region), copies them into the parameters on
+                                      waits for that event, then pushes the regions
+                                      (InPlace ones in one native call per bucket)
+  lander thread                       (likewise bound) waits for the answers (in the
+                                      same regions), copies them into the parameters on
                                       the H2D stream after the compute stream's reads
                                       of the old values; one event; the regions go back
   before the parameters are read      the compute stream waits for that event (a stream
