@@ -547,3 +547,31 @@ def test_in_place_exchanges_of_a_bucket_go_in_one_native_call_in_push_order():
             Pipeline(HostOps(), 16).stage("a", grads["a"], InPlace((("a", 0),)))
     finally:
         p.close()
+
+
+def test_a_mean_is_divided_on_the_device_behind_the_copy_not_in_the_arena():
+    # divide= (the DDP hook's mean): to_device gets the divisor with the copy and divides
+    # the device tensor on its stream; the arena keeps the node's sum as it came.
+    class DividingOps(HostOps):
+        def __init__(self):
+            self.divisors = []
+
+        def to_device(self, copies, after):
+            self.divisors.extend(d for _, _, d in copies)
+            return super().to_device(copies, after)
+
+    ops = DividingOps()
+    p = Pipeline(ops, arena_elements([16]))
+    try:
+        grad = torch.full((16,), 3.0)
+
+        def exchange(buf):  # the node's sum of four ranks' 3.0
+            buf.mul_(4)
+            return Done()
+
+        p.submit("b", grad, exchange, divide=4).result(timeout=10)
+        assert ops.divisors == [4]
+        assert torch.equal(grad, torch.full((16,), 3.0))  # 12 / 4, on the "device"
+        assert torch.equal(p._arena.buffer[:16], torch.full((16,), 12.0))
+    finally:
+        p.close()

@@ -78,9 +78,10 @@ class DeviceOps:
         raise NotImplementedError
 
     def to_device(self, copies, after):
-        """Copies each (device tensor, host buffer) of `copies` host -> device once
-        `after` has completed (the compute stream's last reads of the tensors; each pair
-        of one shape); returns one event, of the last copy."""
+        """Copies each (device tensor, host buffer, divisor) of `copies` host -> device
+        once `after` has completed (the compute stream's last reads of the tensors; each
+        pair of one shape), then divides the device tensor by the divisor where it is
+        not None, on the same stream; returns one event, of the last of it."""
         raise NotImplementedError
 
     def host_wait(self, event):
@@ -113,8 +114,10 @@ class HostOps(DeviceOps):
         return None
 
     def to_device(self, copies, after):
-        for dst, src in copies:
+        for dst, src, divisor in copies:
             dst.copy_(src)
+            if divisor is not None:
+                dst.div_(divisor)
         return None
 
     def host_wait(self, event):
@@ -180,8 +183,10 @@ class CudaOps(DeviceOps):
         with _torch.cuda.stream(self.h2d):
             if after is not None:
                 self.h2d.wait_event(after)
-            for dst, src in copies:
+            for dst, src, divisor in copies:
                 dst.copy_(src, non_blocking=True)
+                if divisor is not None:  # on the device, behind the copy: not on the host
+                    dst.div_(divisor)
             event = _torch.cuda.Event(blocking=True)  # the DDP hook's thread waits for it
             event.record(self.h2d)
         return event
@@ -348,8 +353,8 @@ class _Bucket:
     event for them, then each one's exchange, and one copy event back; one Future."""
 
     def __init__(self):
-        # [src, dst, region, elements, exchange, finish], then the region's flat view
-        # (what the worker reads and writes) and its view shaped as src
+        # [src, dst, region, elements, exchange, finish, divisor], then the region's
+        # flat view (what the worker reads and writes) and its view shaped as src
         self.items = []
         self.bytes = 0
         self.done = concurrent.futures.Future()
@@ -407,13 +412,14 @@ class Pipeline:
         """The NIC registrations of the arena (empty where none is needed)."""
         return list(self._pins)
 
-    def stage(self, name, src, exchange, dst=None, finish=None):
+    def stage(self, name, src, exchange, dst=None, finish=None, divide=None):
         """Adds `src` (a device tensor) to the open bucket, in a region of the arena;
         once the bucket is sent on, `exchange(buffer)` on the pusher thread starts its
         push (it returns something with result(), a rackweave Future) with the answer to
         land over the gradient in the same region, or `exchange` is an InPlace (the
         bucket's are pushed in one native call); the answer goes into `dst` (of src's
-        shape; default: `src`), after `finish(buffer)` where given (on the host).
+        shape; default: `src`), after `finish(buffer)` where given (on the host), and is
+        divided there by `divide` where given (on the device, after its copy: a mean).
         Returns the bucket's Future. `name` names the tensor for the caller; the
         pipeline does not use it."""
         if self._closed:
@@ -428,7 +434,8 @@ class Pipeline:
         b = self._open
         if b is None:
             b = self._open = _Bucket()
-        b.items.append([src, src if dst is None else dst, region, n, exchange, finish])
+        b.items.append([src, src if dst is None else dst, region, n, exchange, finish,
+                        divide])
         b.bytes += n * 4
         if self._bucket_bytes is not None and b.bytes >= self._bucket_bytes:
             self.flush()
@@ -450,7 +457,7 @@ class Pipeline:
             it.extend(views(it[2][0], it[0].shape, it[3]))
         try:
             after = self.ops.after_compute()
-            copied = self.ops.to_host([(it[7], it[0]) for it in b.items], after)
+            copied = self.ops.to_host([(it[8], it[0]) for it in b.items], after)
         except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
             self._arena.landed([it[2] for it in b.items], None)
             b.done.set_exception(e)
@@ -459,9 +466,9 @@ class Pipeline:
             it[0] = None  # the gradient: copied (its memory is the caller's again)
         self._to_push.put((b, copied, after))
 
-    def submit(self, name, src, exchange, dst=None, finish=None):
+    def submit(self, name, src, exchange, dst=None, finish=None, divide=None):
         """stage() then flush(): a bucket of one (a DDP bucket)."""
-        done = self.stage(name, src, exchange, dst, finish)
+        done = self.stage(name, src, exchange, dst, finish, divide)
         self.flush()
         return done
 
@@ -495,7 +502,7 @@ class Pipeline:
             if run:
                 calls.extend([self._push_pull_regions(self._arena.buffer, regions)] * run)
                 run, regions = 0, []
-            calls.append(exchange(it[6]))
+            calls.append(exchange(it[7]))
         if run:
             calls.extend([self._push_pull_regions(self._arena.buffer, regions)] * run)
 
@@ -513,13 +520,13 @@ class Pipeline:
                         waited = call
                         call.result()
                     if error is None and it[5] is not None:
-                        it[5](it[6])
+                        it[5](it[7])
                 except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
                     error = error or e
             event = None
             if error is None:
                 try:
-                    event = self.ops.to_device([(it[1], it[7]) for it in b.items],
+                    event = self.ops.to_device([(it[1], it[8], it[6]) for it in b.items],
                                                reads_done)
                 except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
                     error = e

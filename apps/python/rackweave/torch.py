@@ -632,12 +632,12 @@ def allreduce_hook(state, bucket):
             except BaseException as e:  # noqa: BLE001 - handed to DDP, which raises it
                 done.set_exception(e)
     else:
-        # The mean is taken on the host, in the arena, before the copy back; the
-        # bucket's future completes once that copy has (DDP then reads the bucket on its
-        # own stream).
+        # The mean is taken on the device, right behind the copy back on the same
+        # stream (not on the host in the lander); the bucket's future completes once
+        # both have (DDP then reads the bucket on its own stream).
         landed = state._stage.submit(f"bucket {bucket.index()}", buf,
                                      InPlace((n, a) for n, a, _ in slices),
-                                     finish=lambda host: host.div_(state.workers))
+                                     divide=state.workers)
 
         def wait():
             try:
