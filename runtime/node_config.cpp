@@ -242,13 +242,6 @@ std::vector<option_def> option_table(node_config& c) {
         "when requests queue, serve the worker furthest behind first (--no-priority: "
         "arrival order)",
         c.priority),
-    def("testing.delay_answers", "--test-delay-answers",
-        "for tests only, never in production: TENSOR:MS[,TENSOR:MS...] holds each update "
-        "of these tensors (by their index in the job, in every job) MS ms (1 to 60000) "
-        "before sending it, so that a worker's answers arrive out of the order it "
-        "pushed them (a test of the waits in rackweave.torch); logged at start. Empty "
-        "(the default): none",
-        c.test_delay_answers),
     def("node.kernels", "--kernels",
         "aggregation kernels: auto (the best this CPU runs), scalar, avx2, avx512",
         c.kernels),
@@ -434,6 +427,13 @@ std::vector<option_def> option_table(node_config& c) {
     def("cluster.node_timeout_ms", "--node-timeout-ms",
         "coordinator: a node silent this long has left and its jobs fail",
         c.node_timeout_ms),
+    def("testing.delay_answers", "--test-delay-answers",
+        "for tests only, never in production: TENSOR:MS[,TENSOR:MS...] holds each update "
+        "of these tensors (by their index in the job, in every job) MS ms (1 to 60000) "
+        "before sending it, so that a worker's answers arrive out of the order it "
+        "pushed them (a test of the waits in rackweave.torch); logged at start. Empty "
+        "(the default): none",
+        c.test_delay_answers),
   };
 }
 
