@@ -569,58 +569,29 @@ void check_node_config(const node_config& cfg) {
       cfg.balance_ms, cfg.balance_ratio));
 }
 
-std::map<uint32_t, std::chrono::milliseconds> test_answer_delays(const node_config& cfg) {
-  std::map<uint32_t, std::chrono::milliseconds> out;
-  const auto& text = cfg.test_delay_answers;
-  if (text.empty())
-    return out;
-  for (size_t at = 0; at <= text.size();) { // every entry, an empty one too ("2:5,")
-    auto end = std::min(text.find(',', at), text.size());
-    auto entry = text.substr(at, end - at);
-    at = end + 1;
-    auto colon = entry.find(':');
-    uint64_t tensor = 0;
-    uint64_t ms = 0;
-    auto digits = [](const std::string& t, uint64_t& n) {
-      if (t.empty() || t.size() > 9)
-        return false;
-      n = 0;
-      for (char ch : t) {
-        if (ch < '0' || ch > '9')
-          return false;
-        n = n * 10 + uint64_t(ch - '0');
-      }
-      return true;
-    };
-    if (colon == std::string::npos || !digits(entry.substr(0, colon), tensor)
-        || !digits(entry.substr(colon + 1), ms) || ms < 1
-        || ms > max_test_answer_delay_ms)
-      throw std::runtime_error(fmt::format(
-        "--test-delay-answers: '{}' is not TENSOR:MS (a tensor index, then 1 to {} ms)",
-        entry, max_test_answer_delay_ms));
-    if (!out.emplace(static_cast<uint32_t>(tensor), std::chrono::milliseconds(ms)).second)
-      throw std::runtime_error(
-        fmt::format("--test-delay-answers: tensor {} is given twice", tensor));
+namespace {
+// `text` as a decimal number of 1 to `max_digits` digits and nothing else, into `n`.
+bool decimal(const std::string& text, size_t max_digits, uint64_t& n) {
+  if (text.empty() || text.size() > max_digits)
+    return false;
+  n = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9')
+      return false;
+    n = n * 10 + uint64_t(ch - '0');
   }
-  return out;
+  return true;
 }
 
-namespace {
 // "auto" (0) or a count from 1 to `max`; throws naming `flag` on anything else.
 uint32_t auto_or_count(const std::string& text, const char* flag, uint32_t max) {
   if (text == "auto")
     return 0;
-  uint32_t n = 0;
-  bool digits = !text.empty() && text.size() <= 3;
-  for (char ch : text) {
-    digits = digits && ch >= '0' && ch <= '9';
-    if (digits)
-      n = n * 10 + uint32_t(ch - '0');
-  }
-  if (!digits || n < 1 || n > max)
+  uint64_t n = 0;
+  if (!decimal(text, 3, n) || n < 1 || n > max)
     throw std::runtime_error(fmt::format(
       "{} must be auto or a number from 1 to {} (it is '{}')", flag, max, text));
-  return n;
+  return static_cast<uint32_t>(n);
 }
 } // namespace
 
@@ -637,18 +608,37 @@ std::optional<uint64_t> job_kib_per_shard(const node_config& cfg) {
   if (text == "auto")
     return std::nullopt;
   uint64_t n = 0;
-  bool digits = !text.empty() && text.size() <= 10;
-  for (char ch : text) {
-    digits = digits && ch >= '0' && ch <= '9';
-    if (digits)
-      n = n * 10 + uint64_t(ch - '0');
-  }
-  if (!digits || n > max_job_kib_per_shard)
+  if (!decimal(text, 10, n) || n > max_job_kib_per_shard)
     throw std::runtime_error(
       fmt::format("--job-kib-per-shard must be auto or a number of KiB from 0 to {} (it "
                   "is '{}')",
                   max_job_kib_per_shard, text));
   return n;
+}
+
+std::map<uint32_t, std::chrono::milliseconds> test_answer_delays(const node_config& cfg) {
+  std::map<uint32_t, std::chrono::milliseconds> out;
+  const auto& text = cfg.test_delay_answers;
+  if (text.empty())
+    return out;
+  for (size_t at = 0; at <= text.size();) { // every entry, an empty one too ("2:5,")
+    auto end = std::min(text.find(',', at), text.size());
+    auto entry = text.substr(at, end - at);
+    at = end + 1;
+    auto colon = entry.find(':');
+    uint64_t tensor = 0;
+    uint64_t ms = 0;
+    if (colon == std::string::npos || !decimal(entry.substr(0, colon), 9, tensor)
+        || !decimal(entry.substr(colon + 1), 9, ms) || ms < 1
+        || ms > max_test_answer_delay_ms)
+      throw std::runtime_error(fmt::format(
+        "--test-delay-answers: '{}' is not TENSOR:MS (a tensor index, then 1 to {} ms)",
+        entry, max_test_answer_delay_ms));
+    if (!out.emplace(static_cast<uint32_t>(tensor), std::chrono::milliseconds(ms)).second)
+      throw std::runtime_error(
+        fmt::format("--test-delay-answers: tensor {} is given twice", tensor));
+  }
+  return out;
 }
 
 } // namespace rw::runtime
