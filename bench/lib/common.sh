@@ -262,7 +262,11 @@ mem_gib_floor() { free -g | awk '/Mem:/ {print $2 " GiB"}'; }
 load_avg() { cut -d' ' -f1-3 /proc/loadavg; }
 
 # machine_facts: "N cores (CPU), M GiB RAM, KERNEL", the start of a RESULTS.md machine line.
-machine_facts() { echo "$(nproc) cores ($(cpu_model)), $(mem_gib) RAM, $(uname -sr)"; }
+# The machine's cores, not OMP_NUM_THREADS (which GNU nproc reports when it is set: a
+# bench that set it to 1 for its ranks once recorded a 2-core machine as 1 core).
+machine_facts() {
+  echo "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores ($(cpu_model)), $(mem_gib) RAM, $(uname -sr)"
+}
 
 # update_results NAME FILE: replaces (or appends) the NAME section of bench/RESULTS.md with
 # FILE. In smoke mode it does so on a scratch copy instead, and fails unless the copy
