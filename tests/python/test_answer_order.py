@@ -16,7 +16,7 @@ from rwnode import running_node
 
 torch = pytest.importorskip("torch")
 import rackweave.torch as rwt  # noqa: E402 - after the skip
-from test_torch import ReadsElsewhere  # noqa: E402
+from torchref import ReadsElsewhere  # noqa: E402
 
 _jobs = itertools.count()
 HELD_MS = 400  # how long the delaying node holds each update of a delayed tensor

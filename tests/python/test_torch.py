@@ -8,7 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import rackweave.torch as rwt  # noqa: E402 - after the skip
-from torchref import make_model, rank_data, reference_losses, server_losses  # noqa: E402
+from torchref import (ReadsElsewhere, make_model, rank_data, reference_losses,  # noqa: E402
+                      server_losses)
 
 STEPS, LR, WORKERS = 4, 0.1, 2
 _jobs = itertools.count()
@@ -67,26 +68,6 @@ def one_rank(node, model, **options):
     return rwt.ServerOptimizer(model.named_parameters(), optimizer="sgd", lr=LR,
                                connect=node, job=f"torch-{next(_jobs)}", rank=0, workers=1,
                                model=model, **options)
-
-
-class ReadsElsewhere(torch.nn.Module):
-    """Parameters read by a module other than their own: MultiheadAttention reads
-    out_proj's weight and bias in its own forward (out_proj's never runs), a
-    ParameterList is never called, and `tied` is read through F.linear by this module."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.attn = torch.nn.MultiheadAttention(8, 2, batch_first=True)
-        self.scales = torch.nn.ParameterList(
-            [torch.nn.Parameter(torch.ones(8)) for _ in range(2)])
-        self.tied = torch.nn.Linear(8, 8, bias=False)
-
-    def forward(self, x):
-        y, _ = self.attn(x, x, x)
-        for s in self.scales:
-            y = y * s
-        return torch.nn.functional.linear(y, self.tied.weight).square().mean()
 
 
 # Issue 63, item 1: with model=, each module's forward waited for its own parameters

@@ -68,6 +68,26 @@ def server_losses(node, job, steps, workers, lr, data, device="cpu", lazy=False,
     return got
 
 
+class ReadsElsewhere(torch.nn.Module):
+    """Parameters read by a module other than their own: MultiheadAttention reads
+    out_proj's weight and bias in its own forward (out_proj's never runs), a
+    ParameterList is never called, and `tied` is read through F.linear by this module."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+        self.scales = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.ones(8)) for _ in range(2)])
+        self.tied = torch.nn.Linear(8, 8, bias=False)
+
+    def forward(self, x):
+        y, _ = self.attn(x, x, x)
+        for s in self.scales:
+            y = y * s
+        return torch.nn.functional.linear(y, self.tied.weight).square().mean()
+
+
 class Encoder(torch.nn.Module):
     """A Transformer encoder: MultiheadAttention reads out_proj in its own forward, and
     this module's forward reads `position` before any submodule runs."""
