@@ -1,5 +1,7 @@
 #include "actors/cluster_messages.hpp"
 
+#include <algorithm>
+
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/message.hpp>
@@ -9,6 +11,22 @@ namespace rw::actors {
 namespace {
 const auto error_category = caf::atom("rw");
 } // namespace
+
+void merge_lateness(std::vector<rank_lateness>& all, const rank_lateness& one) {
+  auto it = std::lower_bound(
+    all.begin(), all.end(), one.rank,
+    [](const rank_lateness& x, uint32_t rank) { return x.rank < rank; });
+  if (it == all.end() || it->rank != one.rank) {
+    all.insert(it, one);
+    return;
+  }
+  it->last_us = std::max(it->last_us, one.last_us);
+  it->recent_us = std::max(it->recent_us, one.recent_us);
+  it->max_us = std::max(it->max_us, one.max_us);
+  it->steps = std::max(it->steps, one.steps);
+  it->waited_ms = std::max(it->waited_ms, one.waited_ms);
+  it->missing_chunks += one.missing_chunks;
+}
 
 void register_cluster_types(caf::actor_system_config& cfg) {
   cfg.load<caf::io::middleman>();

@@ -270,6 +270,22 @@ struct rank_report {
   uint64_t wait_us = 0;   // total time its requests waited for an answer on the node
 };
 
+/// How late one rank of a BSP job comes, as the job's nodes measure it: per step, how
+/// long after the first rank's last chunk of the step its own last chunk arrived (on
+/// each shard; the largest over shards and nodes). A rank the job waits for has the
+/// largest figures; the others show about 0.
+struct rank_lateness {
+  uint32_t rank = 0;
+  uint64_t last_us = 0;   // the newest step measured
+  uint64_t recent_us = 0; // the mean of the last 8 steps measured
+  uint64_t max_us = 0;    // the largest since the job began
+  uint64_t steps = 0;     // steps measured
+  // A step that has waited longer than the node's --slow-step-ms for this rank: how
+  // long (0: none), and the chunks of it this rank has not pushed.
+  uint64_t waited_ms = 0;
+  uint64_t missing_chunks = 0;
+};
+
 /// A job as the registry knows it: what was asked for, where it runs, how it is doing.
 struct job_report {
   uint32_t id = 0;
@@ -286,7 +302,14 @@ struct job_report {
   std::vector<rank_report> ranks;
   /// Node memory the job may take (job_placement::memory; 0: the nodes' own limit).
   uint64_t max_memory = 0;
+  /// By rank (BSP jobs, once steps were measured): how late each comes.
+  std::vector<rank_lateness> lateness;
 };
+
+/// Adds `one` (a shard's or a node's figures of one rank) into `all` (by rank, in rank
+/// order): each figure the largest of the two, the missing chunks (disjoint between
+/// shards and nodes) summed.
+void merge_lateness(std::vector<rank_lateness>& all, const rank_lateness& one);
 
 /// Whether a job in `state` has ended (finished, failed or stopped): it will not change.
 inline bool is_ended(const std::string& state) {
@@ -307,6 +330,7 @@ struct job_event {
   std::string reason;
   job_spec spec; // with the tensors the workers declared
   std::vector<rank_report> ranks;
+  std::vector<rank_lateness> lateness; // by rank (BSP)
 };
 
 // --- inspection, for CAF's serialization -------------------------------------------
@@ -388,10 +412,16 @@ typename Inspector::result_type inspect(Inspector& f, rank_report& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_lateness& x) {
+  return f(caf::meta::type_name("rw::rank_lateness"), x.rank, x.last_us, x.recent_us,
+           x.max_us, x.steps, x.waited_ms, x.missing_chunks);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_report& x) {
   return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
            x.node, x.endpoints, x.layout, x.spec, x.created_unix_ms, x.started_unix_ms,
-           x.ended_unix_ms, x.ranks, x.max_memory);
+           x.ended_unix_ms, x.ranks, x.max_memory, x.lateness);
 }
 
 template <class Inspector>
@@ -402,7 +432,7 @@ typename Inspector::result_type inspect(Inspector& f, job_created& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_event& x) {
   return f(caf::meta::type_name("rw::job_event"), x.job_id, x.state, x.reason, x.spec,
-           x.ranks);
+           x.ranks, x.lateness);
 }
 
 /// Registers every type above (and the lists of them that travel) with `cfg`, and

@@ -293,6 +293,11 @@ std::vector<option_def> option_table(node_config& c) {
     def("timeouts.step_ms", "--step-timeout-ms",
         "how long a step waits for missing workers before the job fails",
         c.step_timeout_ms),
+    def("timeouts.slow_step_ms", "--slow-step-ms",
+        "how long a step may wait for its slowest ranks before the node names them and "
+        "the chunks they have not pushed (a warning once per step, and in job status; "
+        "0: never)",
+        c.slow_step_ms),
     def("timeouts.rejoin_ms", "--rejoin-timeout-ms",
         "how long a worker that disconnected without bye may take to join again with "
         "its rank (a restarted process) before its job fails; its steps wait meanwhile",

@@ -61,6 +61,7 @@ struct node_config {
   uint32_t max_workers = defaults::max_workers;
   uint32_t max_job_mib = 0; // node memory one job may take; 0 = half the RAM
   uint32_t step_timeout_ms = defaults::step_timeout_ms;
+  uint32_t slow_step_ms = defaults::slow_step_ms; // a step waiting longer is named
   uint32_t rejoin_timeout_ms = defaults::rejoin_timeout_ms;
   uint32_t io_timeout_ms = defaults::io_timeout_ms;
   uint32_t send_queue_mib = defaults::send_queue_mib; // queued for one slow peer, at most

@@ -28,6 +28,7 @@
 // (a node and a worker in one test process); for another path it throws.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -67,6 +68,21 @@ inline void complete(const char* name, const char* cat, uint64_t begin_ns,
                      const about& a = {}) noexcept {
   if (on())
     detail::record(name, cat, 'X', begin_ns, now_ns() - begin_ns, a);
+}
+
+/// A complete event from `begin_ns` lasting `dur_ns`, both on now_ns()'s clock (a
+/// std::chrono::steady_clock time converts with ns_of).
+inline void span(const char* name, const char* cat, uint64_t begin_ns, uint64_t dur_ns,
+                 const about& a = {}) noexcept {
+  if (on())
+    detail::record(name, cat, 'X', begin_ns, dur_ns, a);
+}
+
+/// A steady_clock time on now_ns()'s clock (libstdc++'s steady_clock is
+/// CLOCK_MONOTONIC, which now_ns() reads).
+inline uint64_t ns_of(std::chrono::steady_clock::time_point t) noexcept {
+  return static_cast<uint64_t>(
+    std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
 }
 
 /// An instant event, now.

@@ -235,8 +235,8 @@ void expire(cluster_ptr self) {
   expire_awaited(self);
 }
 
-cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
-                                                              cluster_settings settings) {
+cluster_coordinator_actor::behavior_type cluster_behavior(cluster_ptr self,
+                                                          cluster_settings settings) {
   self->state.settings = settings;
   // Job ids stay below open_job_ids (2^31): a random start in [1, 2^30).
   // Below 2^29: a hierarchical job's top level takes id + top_job_id_offset (2^30),
@@ -445,7 +445,7 @@ cluster_coordinator_actor::behavior_type coordinator_behavior(cluster_ptr self,
 
 cluster_coordinator_actor spawn_cluster_coordinator(caf::actor_system& sys,
                                                     cluster_settings settings) {
-  return sys.spawn(coordinator_behavior, settings);
+  return sys.spawn(cluster_behavior, settings);
 }
 
 } // namespace rw::actors

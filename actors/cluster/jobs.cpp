@@ -183,8 +183,14 @@ caf::result<job_report> job_status(cluster_ptr self, const std::string& name) {
           r.spec = ev.spec;
         parts.push_back(&ev.ranks);
       }
-      if (!is_ended(r.state) && !parts.empty())
+      if (!is_ended(r.state) && !parts.empty()) {
         r.ranks = merge_ranks(parts);
+        r.lateness.clear();
+        for (auto& [node, ev] : answers)
+          if (!is_ended(ev.state))
+            for (auto& late : ev.lateness)
+              merge_lateness(r.lateness, late);
+      }
       if (r.spec.tensors.size() != tensors)
         save_job(self, id); // the tensors its workers declared
       deliver_when_recorded(self, rp, r);
@@ -276,6 +282,10 @@ void on_event(cluster_ptr self, uint32_t node_id, job_event& ev) {
   for (auto& [n, news] : j.node_news)
     parts.push_back(&news.ranks);
   j.report.ranks = merge_ranks(parts);
+  j.report.lateness.clear();
+  for (auto& [n, news] : j.node_news)
+    for (auto& late : news.lateness)
+      merge_lateness(j.report.lateness, late);
   if (ev.state == "running" && j.report.state == "created") {
     j.report.state = "running";
     j.report.started_unix_ms = unix_ms();

@@ -85,6 +85,19 @@ std::vector<char> encode(const job_report& report) {
   return buf;
 }
 
+// A report written before job_report had `lateness` (how late each rank comes): none
+// measured.
+struct report_before_lateness {
+  job_report* x;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, report_before_lateness& r) {
+  auto& x = *r.x;
+  return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
+           x.node, x.endpoints, x.layout, x.spec, x.created_unix_ms, x.started_unix_ms,
+           x.ended_unix_ms, x.ranks, x.max_memory);
+}
+
 // A spec written before job_spec had `compression`: the job sends float32.
 struct spec_before_compression {
   job_spec* x;
@@ -179,6 +192,10 @@ bool decode_as(const void* data, int size, T&& out) {
 
 bool decode(const void* data, int size, job_report& out) {
   if (decode_as(data, size, out))
+    return true;
+  out = job_report{};
+  report_before_lateness before_lateness{&out};
+  if (decode_as(data, size, before_lateness))
     return true;
   out = job_report{};
   report_before_compression before_compression{&out};

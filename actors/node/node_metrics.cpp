@@ -1,10 +1,13 @@
 #include "actors/node/node_metrics.hpp"
 
+#include <algorithm>
 #include <map>
+#include <string>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
+#include "actors/cluster_messages.hpp"
 #include "actors/node/coordinator_node.hpp"
 #include "actors/node/rack_agg_node.hpp"
 #include "runtime/process_stats.hpp"
@@ -15,6 +18,9 @@ namespace rw::actors {
 namespace {
 
 namespace prom = runtime::prometheus;
+
+// Ranks per job in rw_job_rank_late_seconds: the slowest (a bounded label set).
+constexpr size_t max_late_ranks = 4;
 using prom::kind;
 
 // Asks `who` for `msg...` and waits for the answer; nullopt (and one more missing
@@ -125,6 +131,7 @@ void job_metrics(prom::writer& w, caf::scoped_actor& self, const node_gauges& no
   struct ranks_seen {
     uint32_t waiting = 0;
     uint64_t bytes_in = 0, bytes_out = 0;
+    std::vector<rank_lateness> late; // by rank, over the shards
   };
   std::vector<ranks_seen> seen(gauges.size());
   for (size_t j = 0; j < gauges.size(); ++j) {
@@ -137,9 +144,15 @@ void job_metrics(prom::writer& w, caf::scoped_actor& self, const node_gauges& no
       if (merged.size() < part->size())
         merged.resize(part->size());
       for (size_t r = 0; r < part->size(); ++r) {
-        merged[r].clock = std::max(merged[r].clock, (*part)[r].clock);
-        seen[j].bytes_in += (*part)[r].bytes_in;
-        seen[j].bytes_out += (*part)[r].bytes_out;
+        auto& c = (*part)[r];
+        merged[r].clock = std::max(merged[r].clock, c.clock);
+        seen[j].bytes_in += c.bytes_in;
+        seen[j].bytes_out += c.bytes_out;
+        if (c.late_steps != 0 || c.waited_ns != 0)
+          merge_lateness(seen[j].late,
+                         {static_cast<uint32_t>(r), c.late_last_ns / 1000,
+                          c.late_recent_ns / 1000, c.late_max_ns / 1000, c.late_steps,
+                          c.waited_ns / 1'000'000, c.missing_chunks});
       }
     }
     // A rank that pushed the step in progress (clock + 1 steps) waits for the others.
@@ -173,6 +186,35 @@ void job_metrics(prom::writer& w, caf::scoped_actor& self, const node_gauges& no
            "time between two successive clocks of the job on this node");
   for (auto& g : gauges)
     w.histogram({{"rw_job", g.name}}, g.steps);
+  // Stragglers, with a bounded label set: per job, its slowest ranks only.
+  w.family("rw_job_rank_late_seconds", kind::gauge,
+           "BSP: how long after the first rank's last chunk of a step this rank's last "
+           "chunk arrived, the mean of its last 8 steps; the job's 4 slowest ranks only");
+  for (size_t j = 0; j < gauges.size(); ++j) {
+    auto late = seen[j].late;
+    std::sort(
+      late.begin(), late.end(), [](const rank_lateness& a, const rank_lateness& b) {
+        return a.recent_us != b.recent_us ? a.recent_us > b.recent_us : a.rank < b.rank;
+      });
+    late.resize(std::min<size_t>(late.size(), max_late_ranks));
+    for (auto& l : late)
+      w.sample({{"rw_job", gauges[j].name}, {"rank", std::to_string(l.rank)}},
+               static_cast<double>(l.recent_us) / 1e6);
+  }
+  each("rw_job_slow_step_seconds", kind::gauge,
+       "how long the job's oldest step here past --slow-step-ms has waited (0: none)",
+       [](const job_gauge&, const ranks_seen& s) {
+         uint64_t ms = 0;
+         for (auto& l : s.late)
+           ms = std::max(ms, l.waited_ms);
+         return static_cast<double>(ms) / 1e3;
+       });
+  each("rw_job_slow_step_ranks", kind::gauge,
+       "ranks a step here has waited for longer than --slow-step-ms",
+       [](const job_gauge&, const ranks_seen& s) {
+         return std::count_if(s.late.begin(), s.late.end(),
+                              [](const rank_lateness& l) { return l.waited_ms != 0; });
+       });
 }
 
 void cluster_metrics(prom::writer& w, caf::scoped_actor& self, const coordinator_node& c,

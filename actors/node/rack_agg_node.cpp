@@ -149,6 +149,7 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
     s.core = p.core;
     s.numa = p.numa;
     s.step_timeout = std::chrono::milliseconds(cfg.step_timeout_ms);
+    s.slow_step = std::chrono::milliseconds(cfg.slow_step_ms);
     s.keep_finished = std::chrono::milliseconds(cfg.keep_finished_ms);
     s.priority = cfg.priority;
     s.test_answer_delays = test_delays;
@@ -379,15 +380,15 @@ rack_agg_node::rack_agg_node(caf::actor_system& sys, const runtime::node_config&
   self->send(coordinator_, pollers_atom::value, std::move(poller_handles));
 
   spdlog::info("node up: name={} role={} rack={} shards={} endpoints=[{}] kernels={} "
-               "pinned={} priority={} balance={} step_timeout_ms={} rejoin_timeout_ms={} "
-               "io_timeout_ms={} max_chunk_bytes={} max_job_mib={}",
+               "pinned={} priority={} balance={} step_timeout_ms={} slow_step_ms={} "
+               "rejoin_timeout_ms={} io_timeout_ms={} max_chunk_bytes={} max_job_mib={}",
                name, cfg.role, ls.node.rack, shards_.size(), fmt::join(addresses_, ", "),
                runtime::kernels().isa, cfg.pin, cfg.priority,
                cfg.balance
                  ? fmt::format("every {} ms, ratio {}", cfg.balance_ms, cfg.balance_ratio)
                  : std::string{"off"},
-               cfg.step_timeout_ms, cfg.rejoin_timeout_ms, cfg.io_timeout_ms,
-               cfg.max_chunk_bytes, max_job_bytes >> 20);
+               cfg.step_timeout_ms, cfg.slow_step_ms, cfg.rejoin_timeout_ms,
+               cfg.io_timeout_ms, cfg.max_chunk_bytes, max_job_bytes >> 20);
   spdlog::info("cluster: {} open_jobs={}",
                cluster_ ? "this node embeds the coordinator, control "
                             + cluster_->control_address()

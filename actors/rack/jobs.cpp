@@ -34,16 +34,29 @@ std::vector<rank_report> rank_shells(const job_info& job) {
   return out;
 }
 
-// Adds one shard's counts into the ranks. Clocks: the furthest any shard saw. A rack
-// job's shards count its ranks in the rack: `global` maps them back.
-void add_counts(std::vector<rank_report>& ranks, const job_counters& counts,
+// Adds one shard's counts into the ranks. Clocks: the furthest any shard saw; how late
+// a rank comes: the largest any shard measured (merge_lateness). A rack job's shards
+// count its ranks in the rack: `global` maps them back.
+void add_counts(job_event& ev, const job_counters& counts,
                 const std::vector<uint32_t>& global) {
+  auto& ranks = ev.ranks;
   for (size_t i = 0; i < counts.size(); ++i) {
     auto r = global.empty() ? i : global.at(i);
     if (r >= ranks.size())
       continue;
-    auto& x = ranks[r];
     auto& c = counts[i];
+    if (c.late_steps != 0 || c.waited_ns != 0) {
+      rank_lateness late;
+      late.rank = static_cast<uint32_t>(r);
+      late.last_us = c.late_last_ns / 1000;
+      late.recent_us = c.late_recent_ns / 1000;
+      late.max_us = c.late_max_ns / 1000;
+      late.steps = c.late_steps;
+      late.waited_ms = c.waited_ns / 1'000'000;
+      late.missing_chunks = c.missing_chunks;
+      merge_lateness(ev.lateness, late);
+    }
+    auto& x = ranks[r];
     x.clock = std::max(x.clock, c.clock);
     x.pushes += c.pushes;
     x.pulls += c.pulls;
@@ -70,7 +83,7 @@ void gather(rack_ptr self, const job_info& job, job_event ev, Done done) {
     self->request(shard, shard_stats_timeout, stats_atom::value, job.id)
       .then(
         [acc, finish, global = job.global_rank](job_counters& counts) mutable {
-          add_counts(acc->ranks, counts, global);
+          add_counts(*acc, counts, global);
           finish();
         },
         [acc, finish, id = job.id](caf::error& err) mutable {
@@ -309,7 +322,7 @@ caf::result<ok_atom> on_halt(rack_ptr self, uint32_t job_id, const std::string& 
       spdlog::info("job {}: job='{}' id={} before any worker joined: {}", state, name,
                    job_id, reason);
       remember_end(st, name, state, reason);
-      send_event(self, job_event{job_id, state, reason, spec, {}});
+      send_event(self, job_event{job_id, state, reason, spec, {}, {}});
     }
     return ok_atom::value;
   }
@@ -344,7 +357,7 @@ void on_halt_all(rack_ptr self, const std::vector<uint32_t>& keep,
 }
 
 void report_start(rack_ptr self, const job_info& job) {
-  send_event(self, job_event{job.id, "running", {}, job.spec, rank_shells(job)});
+  send_event(self, job_event{job.id, "running", {}, job.spec, rank_shells(job), {}});
 }
 
 void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code,
@@ -369,7 +382,7 @@ void end_job(rack_ptr self, uint32_t job_id, const std::string& state, errc code
   if (job.granted) {
     remember_end(st, job.spec.name, state, why);
     gather(self, job,
-           job_event{job_id, state, state == "finished" ? "" : why, job.spec, {}},
+           job_event{job_id, state, state == "finished" ? "" : why, job.spec, {}, {}},
            [self](job_event& ev) { report_end(self, std::move(ev)); });
   }
   for (auto& s : st.shards) {

@@ -53,7 +53,7 @@ void on_replace(rack_ptr self, uint32_t index, chunk_shard_actor& shard) {
                index, st.jobs.size());
 }
 
-rack_coordinator_actor::behavior_type coordinator_behavior(
+rack_coordinator_actor::behavior_type rack_behavior(
   rack_ptr self, coordinator_settings settings, std::vector<chunk_shard_actor> shards) {
   self->state.settings = std::move(settings);
   self->state.shards = std::move(shards);
@@ -165,7 +165,7 @@ rack_coordinator_actor::behavior_type coordinator_behavior(
 rack_coordinator_actor spawn_rack_coordinator(caf::actor_system& sys,
                                               coordinator_settings settings,
                                               std::vector<chunk_shard_actor> shards) {
-  return sys.spawn(coordinator_behavior, std::move(settings), std::move(shards));
+  return sys.spawn(rack_behavior, std::move(settings), std::move(shards));
 }
 
 } // namespace rw::actors

@@ -7,6 +7,7 @@
 
 #include "actors/shard/handlers.hpp"
 #include "actors/shard/hyper.hpp"
+#include "actors/shard/slow_steps.hpp"
 #include "runtime/thread_cpu.hpp"
 
 namespace rw::actors {
@@ -190,7 +191,24 @@ job_counters shard_core::counters(uint32_t job_id) const {
   // A job without chunks here counts nothing here.
   if (it == state.book->jobs.end() || it->second.chunks.empty())
     return {};
-  return it->second.counters;
+  auto& job = it->second;
+  auto out = job.counters;
+  for (uint32_t r = 0; r < out.size(); ++r) {
+    auto& f = job.lateness.of(r);
+    out[r].late_last_ns = f.last_ns;
+    out[r].late_recent_ns = f.recent_ns;
+    out[r].late_max_ns = f.max_ns;
+    out[r].late_steps = f.steps;
+  }
+  auto slow = detail::find_slow_steps(job, state.settings.index,
+                                      std::chrono::steady_clock::now(),
+                                      state.settings.slow_step);
+  for (auto& [rank, w] : slow.ranks)
+    if (rank < out.size()) {
+      out[rank].waited_ns = static_cast<uint64_t>(w.waited.count());
+      out[rank].missing_chunks = w.chunks;
+    }
+  return out;
 }
 
 shard_refusal shard_core::hold(uint32_t job_id, settle_targets& reach) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -22,6 +23,7 @@
 #include "actors/shard/checkpoint.hpp"
 #include "actors/shard/job.hpp"
 #include "actors/shard/moves.hpp"
+#include "actors/shard/slow_steps.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/layerwise.hpp"
 #include "runtime/trace.hpp"
@@ -186,12 +188,43 @@ void on_checkpoint(shard_core& self, uint32_t job_id, uint64_t clock,
   job->checkpoints.push_back(std::move(p));
 }
 
+// A step that has waited past --slow-step-ms is named once: the ranks it waits for and
+// their chunks not pushed here. At most one line per job every slow_log_every.
+constexpr auto slow_log_every = std::chrono::seconds(10);
+void name_slow_step(const shard_state& st, uint32_t job_id, shard_job& job,
+                    clock_type::time_point now) {
+  auto slow = detail::find_slow_steps(job, st.settings.index, now, st.settings.slow_step);
+  if (slow.empty() || slow.clock < job.slow_logged)
+    return;
+  job.slow_logged = slow.clock + 1;
+  if (job.slow_logged_at != clock_type::time_point{}
+      && now - job.slow_logged_at < slow_log_every) {
+    ++job.slow_unlogged; // every step is slow: a line per slow_log_every is enough
+    return;
+  }
+  auto unlogged = std::exchange(job.slow_unlogged, 0);
+  job.slow_logged_at = now;
+  spdlog::warn("job '{}' (id {}): step {} has waited {} ms on shard {} for {}; the "
+               "step timeout is {} ms{}",
+               job.spec.name, job_id, slow.clock,
+               std::chrono::duration_cast<std::chrono::milliseconds>(slow.waited).count(),
+               st.settings.index, detail::slow_steps_text(slow),
+               st.settings.step_timeout.count(),
+               unlogged == 0 ? std::string{}
+                             : fmt::format(" ({} slow step{} before it not logged)",
+                                           unlogged, unlogged == 1 ? "" : "s"));
+  runtime::trace::instant("slow step", "shard",
+                          {job_id, slow.ranks.begin()->first, runtime::trace::about::none,
+                           runtime::trace::about::none, slow.clock});
+}
+
 void scan_timeouts(shard_core& self) {
   auto& st = self.state;
   auto now = clock_type::now();
   for (auto& [job_id, job] : st.book->jobs) {
     if (job.timed_out)
       continue;
+    name_slow_step(st, job_id, job, now);
     for_each_own_chunk(
       st, job,
       [&, id = job_id, &job = job](uint32_t t, uint32_t c, detail::chunk_state& cs) {

@@ -75,10 +75,11 @@ void on_push(shard_core& self, chunk_push& p) {
   ++st.book->stats.pushes;
   auto bytes = p.payload->size;
   st.book->stats.bytes_in += bytes;
+  const auto arrived_at = clock_type::now();
   auto result = [&] {
     runtime::trace::scope traced{
       "push", "shard", {p.job_id, p.rank, p.tensor, p.chunk, p.clock}};
-    return cs.push(p.rank, p.clock, std::move(p.payload), clock_type::now());
+    return cs.push(p.rank, p.clock, std::move(p.payload), arrived_at);
   }();
   switch (result) {
     case detail::chunk_state::outcome::duplicate:
@@ -98,6 +99,17 @@ void on_push(shard_core& self, chunk_push& p) {
     default: break;
   }
   cs.add_load(cs.length() + detail::push_load_overhead);
+  if (job->spec.consistency.model == consistency_spec::bsp)
+    if (auto m = job->lateness.arrived(p.rank, p.clock, arrived_at, job->owned_chunks,
+                                       static_cast<uint32_t>(job->departed.size())
+                                         - job->departed_count);
+        m && runtime::trace::on())
+      // On the timeline: from the first rank's last chunk of the step to the slowest's.
+      runtime::trace::span("slowest rank", "shard", runtime::trace::ns_of(m->first),
+                           runtime::trace::ns_of(m->last)
+                             - runtime::trace::ns_of(m->first),
+                           {p.job_id, m->slowest, runtime::trace::about::none,
+                            runtime::trace::about::none, m->clock});
   if (p.rank < job->counters.size()) { // counted once accepted
     auto& counted = job->counters[p.rank];
     ++counted.pushes;

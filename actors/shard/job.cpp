@@ -52,6 +52,7 @@ shard_job make_shard_job(job_setup& setup, std::shared_ptr<job_reports> coordina
   job.rescale = runtime::effective_rescale(job.spec.optimizer, job.spec.num_workers);
   job.departed.assign(job.spec.num_workers, false);
   job.counters.assign(job.spec.num_workers, rank_counters{});
+  job.lateness = step_lateness(job.spec.num_workers);
   job.coordinator = std::move(coordinator);
   job.relay = std::move(setup.relay);
   job.mirror = std::move(setup.mirror);

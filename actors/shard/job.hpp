@@ -14,6 +14,7 @@
 #include "actors/shard/outbox.hpp"
 #include "actors/shard/requests.hpp"
 #include "logic/chunk_state.hpp"
+#include "logic/step_lateness.hpp"
 #include "runtime/layerwise.hpp"
 #include "runtime/topology.hpp"
 
@@ -49,6 +50,14 @@ struct shard_job {
   size_t owned_chunks = 0;
   std::vector<bool> departed; // ranks that left
   job_counters counters;      // by rank, for job status
+  // BSP: how late each rank's pushes of a step come here (job status, /metrics).
+  step_lateness lateness;
+  // The newest step named in the log as waiting past the slow-step threshold (+1; 0:
+  // none), so that each step is logged once; when the last line was, and the slow
+  // steps not logged since (one line per job and shard every slow_log_every).
+  uint64_t slow_logged = 0;
+  std::chrono::steady_clock::time_point slow_logged_at{};
+  uint64_t slow_unlogged = 0;
   // Steps the job's chunks here completed, summed, and the clock last told to the
   // coordinator (their count over the chunks': handle_steps.cpp, count_step).
   uint64_t steps_done = 0;

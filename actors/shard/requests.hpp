@@ -181,6 +181,18 @@ struct rank_counters {
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   uint64_t wait_ns = 0; // time its answered requests waited on the shard
+  // BSP: how long after the first rank's its last chunk of a step arrived
+  // (logic/step_lateness): the newest step, the mean of the last 8, the largest, and
+  // how many steps were measured.
+  uint64_t late_last_ns = 0;
+  uint64_t late_recent_ns = 0;
+  uint64_t late_max_ns = 0;
+  uint64_t late_steps = 0;
+  // A step that has waited longer than the slow-step threshold (--slow-step-ms) for
+  // this rank: how long the oldest such step has waited, and the chunks here it has
+  // not pushed (0, 0: none waits for it that long).
+  uint64_t waited_ns = 0;
+  uint64_t missing_chunks = 0;
 };
 using job_counters = std::vector<rank_counters>;
 

@@ -22,6 +22,8 @@ struct shard_settings {
   bool priority = true; // answer the waiting worker furthest behind first
   std::chrono::milliseconds step_timeout{defaults::step_timeout_ms};
   std::chrono::milliseconds scan_interval{defaults::timeout_scan_ms};
+  /// A step waiting longer than this is named (log, job status); 0: never.
+  std::chrono::milliseconds slow_step{defaults::slow_step_ms};
   /// How long a finished job's chunks stay for a checkpoint (0: released at once).
   std::chrono::milliseconds keep_finished{defaults::keep_finished_ms};
   /// Registers a new job's arena with the transports that send from it (the fabric

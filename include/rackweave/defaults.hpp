@@ -21,6 +21,9 @@ constexpr uint32_t max_workers = 1024;
 constexpr const char* listen = "127.0.0.1:7700";
 /// How long an open BSP step may wait for its missing workers before the job fails.
 constexpr uint32_t step_timeout_ms = 60'000;
+/// How long an open BSP step may wait before the node names the ranks and chunks it
+/// waits for (once per step, in the log and in job status).
+constexpr uint32_t slow_step_ms = 1'000;
 /// How long a rank whose worker disconnected without bye may take to join again (a
 /// restarted process, same rank) before its job fails; its steps wait meanwhile.
 constexpr uint32_t rejoin_timeout_ms = 15'000;

@@ -30,7 +30,7 @@ CAF_INCLUDE = re.compile(r'^\s*#\s*include\s+<caf/', re.M)
 # The chunk shard's logic: plain classes its actor (actors/shard/chunk_shard.cpp) drives.
 CAF_FREE_ACTORS = re.compile(
     r"^actors/shard/(core|handlers|handle_\w+|job|checkpoint|moves|balance|hyper|outbox|"
-    r"requests|settings)\.(hpp|cpp)$")
+    r"requests|settings|slow_steps)\.(hpp|cpp)$")
 
 
 def layer_of(path):

@@ -75,8 +75,10 @@ stored_job make_job(uint32_t id, const std::string& name, const std::string& sta
   r.created_unix_ms = 1700000000000 + id;
   r.started_unix_ms = state == "created" ? 0 : r.created_unix_ms + 5;
   r.ended_unix_ms = is_ended(state) ? r.created_unix_ms + 50 : 0;
-  if (is_ended(state))
+  if (is_ended(state)) {
     r.ranks = {{0, "left", "127.0.0.1:5000", 40, 80, 40, 1024, 2048, 77}};
+    r.lateness = {{0, 120, 95, 30000 + id, 40, 0, 0}};
+  }
   j.token = "rwt1_" + std::string(63, 'a') + std::to_string(id % 10);
   return j;
 }
@@ -123,6 +125,12 @@ void check_same(const stored_job& a, const stored_job& b) {
     CHECK(x.ranks[i].state == y.ranks[i].state);
     CHECK(x.ranks[i].clock == y.ranks[i].clock);
     CHECK(x.ranks[i].bytes_out == y.ranks[i].bytes_out);
+  }
+  REQUIRE(x.lateness.size() == y.lateness.size());
+  for (size_t i = 0; i < x.lateness.size(); ++i) {
+    CHECK(x.lateness[i].recent_us == y.lateness[i].recent_us);
+    CHECK(x.lateness[i].max_us == y.lateness[i].max_us);
+    CHECK(x.lateness[i].steps == y.lateness[i].steps);
   }
 }
 
@@ -337,8 +345,15 @@ typename Inspector::result_type inspect(Inspector& f, spec_without_compression& 
            x.optimizer, x.tensors, x.consistency, x.schedule);
 }
 // The era it was written in: before job_layout's replicas, before job_spec's schedule,
-// before job_report's max_memory, before job_spec's compression.
-enum class era { before_replicas, before_schedule, before_memory, before_compression };
+// before job_report's max_memory, before job_spec's compression, before job_report's
+// lateness.
+enum class era {
+  before_replicas,
+  before_schedule,
+  before_memory,
+  before_compression,
+  before_lateness
+};
 struct old_report {
   job_report* x;
   era when = era::before_replicas;
@@ -349,6 +364,10 @@ typename Inspector::result_type inspect(Inspector& f, old_report& r) {
   old_layout layout{&x.layout};
   old_spec spec{&x.spec};
   spec_without_compression uncompressed{&x.spec};
+  if (r.when == era::before_lateness)
+    return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
+             x.node, x.endpoints, x.layout, x.spec, x.created_unix_ms, x.started_unix_ms,
+             x.ended_unix_ms, x.ranks, x.max_memory);
   if (r.when == era::before_compression)
     return f(caf::meta::type_name("rw::job_report"), x.id, x.name, x.state, x.reason,
              x.node, x.endpoints, x.layout, uncompressed, x.created_unix_ms,
@@ -461,6 +480,22 @@ TEST_CASE("a job written before compression existed is read back as uncompressed
   check_same(job, back.jobs[0]);
   CHECK(back.jobs[0].report.spec.compression.kind == compression_spec::none);
   CHECK(!back.jobs[0].report.spec.compression.updates);
+  CHECK(back.jobs[0].report.max_memory == job.report.max_memory);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST_CASE("a job written before lateness was measured is read back with none measured",
+          "[cluster_store]") {
+  auto path = scratch("pre-lateness.db");
+  auto job = make_job(12, "older", "finished");
+  REQUIRE(!job.report.lateness.empty());
+  auto saved = job;
+  job.report.lateness.clear();
+  auto back = read_back_as_old(path, saved,
+                               old_report{&job.report, era::before_lateness});
+  check_same(job, back.jobs[0]);
+  CHECK(back.jobs[0].report.lateness.empty());
+  CHECK(back.jobs[0].report.spec.compression.kind == job.report.spec.compression.kind);
   CHECK(back.jobs[0].report.max_memory == job.report.max_memory);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }

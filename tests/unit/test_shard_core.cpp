@@ -116,9 +116,11 @@ constexpr uint32_t job_id = 7;
 // floats in one chunk, BSP, `kind`.
 struct one_shard {
   explicit one_shard(optimizer_kind kind, uint32_t workers = 2,
-                     std::chrono::milliseconds step_timeout = std::chrono::seconds(60)) {
+                     std::chrono::milliseconds step_timeout = std::chrono::seconds(60),
+                     std::chrono::milliseconds slow_step = std::chrono::seconds(1)) {
     shard_settings s;
     s.step_timeout = step_timeout;
+    s.slow_step = slow_step;
     core = std::make_unique<shard_core>(s, std::make_shared<detail::shard_book>(), out);
     core->start();
     job_spec spec;
@@ -257,6 +259,48 @@ TEST_CASE("shard_core: a step that waits past the step timeout is reported to th
   s.core->tick();
   REQUIRE(s.reports->failures.size() == 1);
   CHECK_THAT(s.reports->failures[0], Catch::Contains("ranks [1]"));
+}
+
+TEST_CASE("shard_core: a rank that comes late each step has the largest lateness in the "
+          "job's counts, and a step waiting past --slow-step-ms names its missing rank",
+          "[shard_core]") {
+  one_shard s{optimizer_kind::sum, 3, std::chrono::seconds(60),
+              std::chrono::milliseconds(20)};
+  REQUIRE(!s.refused);
+  for (uint64_t clock = 0; clock < 4; ++clock) { // the first is not folded in
+    s.push(0, clock, 1.0f);
+    s.push(2, clock, 1.0f);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    s.push(1, clock, 1.0f); // rank 1 comes 10 ms after the others
+  }
+  auto counts = s.core->counters(job_id);
+  REQUIRE(counts.size() == 3);
+  CHECK(counts[1].late_steps == 3);
+  CHECK(counts[1].late_recent_ns >= 10'000'000);
+  CHECK(counts[1].late_last_ns >= 10'000'000);
+  CHECK(counts[1].late_max_ns >= counts[1].late_recent_ns);
+  for (uint32_t r : {0u, 2u}) {
+    CHECK(counts[r].late_steps == 3);
+    CHECK(counts[r].late_recent_ns < counts[1].late_recent_ns / 2);
+  }
+  CHECK(counts[1].waited_ns == 0); // no step waits now
+
+  // Step 4: ranks 0 and 2 are in, rank 1 stops. Past the threshold it is named.
+  s.push(0, 4, 1.0f);
+  s.push(2, 4, 1.0f);
+  CHECK(s.core->counters(job_id)[1].missing_chunks == 0); // not yet past 20 ms
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  counts = s.core->counters(job_id);
+  CHECK(counts[1].missing_chunks == 1);
+  CHECK(counts[1].waited_ns >= 20'000'000);
+  CHECK(counts[0].missing_chunks == 0);
+  CHECK(counts[2].waited_ns == 0);
+  s.core->tick(); // logs it once (the log line: tests/integration/test_stragglers.cpp)
+  s.push(1, 4, 1.0f);
+  counts = s.core->counters(job_id);
+  CHECK(counts[1].missing_chunks == 0);
+  CHECK(counts[1].late_steps == 4);
+  CHECK(counts[1].late_last_ns >= 30'000'000);
 }
 
 TEST_CASE("shard_core: requests about a job the shard does not hold are refused, naming "

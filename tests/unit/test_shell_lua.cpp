@@ -342,6 +342,8 @@ TEST_CASE("the cluster's reports come back as tables", "[shell]") {
     auto j = job("j", "running");
     j.spec.chunk_bytes = 1000; // 250 elements a chunk: 4 chunks a step
     j.ranks = {rank(0, 5), rank(1, 3)};
+    // Rank 1 comes 30.5 ms late a step; a step has waited 1200 ms for its 7 chunks.
+    j.lateness = {{0, 200, 300, 900, 12, 0, 0}, {1, 31000, 30500, 42000, 12, 1200, 7}};
     return j;
   };
   REQUIRE(sh.run("j = rw.job_status('j')") == "");
@@ -351,9 +353,17 @@ TEST_CASE("the cluster's reports come back as tables", "[shell]") {
         == "{3, 5, 32, 8000, 3.0}");
   CHECK(sh.eval("j.ranks[2]")
         == "{\n  bytes_in = 3000,\n  bytes_out = 1500,\n  clock = 3,\n"
+           "  late_last_ms = 31.0,\n  late_max_ms = 42.0,\n  late_ms = 30.5,\n"
+           "  late_steps = 12,\n  missing_chunks = 7,\n"
            "  peer = \"10.0.0.1:40001\",\n  pulls = 6,\n  pushes = 12,\n  rank = 1,\n"
            "  state = \"live\",\n  steps_pulled = 1,\n  steps_pushed = 3,\n  wait_ms = "
-           "1.5\n}");
+           "1.5,\n  waited_ms = 1200\n}");
+  // Rank 0 is 0.3 ms late a step: under the 1 ms floor, not among the slowest.
+  CHECK(sh.eval("{j.ranks[1].late_ms, j.slowest}") == "{0.3, {1}}");
+  // rw.wait's timeout says who holds the job up.
+  CHECK_THAT(sh.run("rw.wait('j', 100, {timeout = 0.05, interval = 0.01})"),
+             Contains("slowest ranks: 1 (30.5 ms late a step); a step has waited 1200 ms "
+                      "for rank 1 (7 chunks missing)"));
   CHECK(sh.eval("j.optimizer.kind .. ' ' .. j.consistency") == "\"adam ssp:2\"");
   CHECK(sh.eval("j.optimizer.lr == 0.01 and j.optimizer.beta2 == 0.999") == "true");
   CHECK(sh.eval("j.tensors") == "{{elements = 1000, has_init = true, name = \"w\"}}");

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include <fmt/format.h>
 #include <lua.hpp>
 
 namespace rw::shell::detail {
@@ -67,8 +68,14 @@ uint64_t chunks_per_step(const job_spec& spec) {
   return n;
 }
 
-void push_rank(lua_State* L, const actors::rank_report& r, uint64_t chunks) {
-  lua_createtable(L, 0, 11);
+void set_ms(lua_State* L, const char* key, double ms) {
+  lua_pushnumber(L, ms);
+  lua_setfield(L, -2, key);
+}
+
+void push_rank(lua_State* L, const actors::rank_report& r, uint64_t chunks,
+               const actors::rank_lateness* late) {
+  lua_createtable(L, 0, 17);
   set(L, "rank", uint64_t{r.rank});
   set(L, "state", r.state);
   set(L, "peer", r.peer);
@@ -83,9 +90,61 @@ void push_rank(lua_State* L, const actors::rank_report& r, uint64_t chunks) {
   set(L, "bytes_out", r.bytes_out);
   lua_pushnumber(L, static_cast<double>(r.wait_us) / 1000.0);
   lua_setfield(L, -2, "wait_ms");
+  actors::rank_lateness none;
+  auto& l = late != nullptr ? *late : none;
+  set_ms(L, "late_ms", static_cast<double>(l.recent_us) / 1000.0);
+  set_ms(L, "late_last_ms", static_cast<double>(l.last_us) / 1000.0);
+  set_ms(L, "late_max_ms", static_cast<double>(l.max_us) / 1000.0);
+  set(L, "late_steps", l.steps);
+  set(L, "waited_ms", l.waited_ms);
+  set(L, "missing_chunks", l.missing_chunks);
 }
 
+const actors::rank_lateness* lateness_of(const actors::job_report& job, uint32_t rank) {
+  for (auto& l : job.lateness)
+    if (l.rank == rank)
+      return &l;
+  return nullptr;
+}
+
+// A rank counts as late from 1 ms a step: below it, scheduling noise.
+constexpr uint64_t late_floor_us = 1000;
+
 } // namespace
+
+std::vector<actors::rank_lateness> slowest_ranks(const actors::job_report& job,
+                                                 size_t n) {
+  std::vector<actors::rank_lateness> out;
+  for (auto& l : job.lateness)
+    if (l.recent_us >= late_floor_us || l.waited_ms != 0)
+      out.push_back(l);
+  std::sort(out.begin(), out.end(),
+            [](const actors::rank_lateness& a, const actors::rank_lateness& b) {
+              if (a.waited_ms != b.waited_ms)
+                return a.waited_ms > b.waited_ms;
+              return a.recent_us != b.recent_us ? a.recent_us > b.recent_us
+                                                : a.rank < b.rank;
+            });
+  if (out.size() > n)
+    out.resize(n);
+  return out;
+}
+
+std::string lateness_text(const actors::job_report& job) {
+  auto slow = slowest_ranks(job, 3);
+  if (slow.empty())
+    return {};
+  std::string out = "slowest ranks: ";
+  for (size_t i = 0; i < slow.size(); ++i)
+    out += fmt::format("{}{} ({:.1f} ms late a step)", i ? ", " : "", slow[i].rank,
+                       static_cast<double>(slow[i].recent_us) / 1000.0);
+  for (auto& l : slow)
+    if (l.waited_ms != 0)
+      out += fmt::format("; a step has waited {} ms for rank {} ({} chunk{} missing)",
+                         l.waited_ms, l.rank, l.missing_chunks,
+                         l.missing_chunks == 1 ? "" : "s");
+  return out;
+}
 
 job_totals totals_of(const actors::job_report& job) {
   job_totals t;
@@ -169,7 +228,8 @@ void push_job(lua_State* L, const actors::job_report& job) {
   set(L, "ended_unix_ms", job.ended_unix_ms);
   lua_createtable(L, static_cast<int>(job.ranks.size()), 0);
   for (size_t i = 0; i < job.ranks.size(); ++i) {
-    push_rank(L, job.ranks[i], chunks_per_step(job.spec));
+    push_rank(L, job.ranks[i], chunks_per_step(job.spec),
+              lateness_of(job, job.ranks[i].rank));
     lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
   }
   lua_setfield(L, -2, "ranks");
@@ -183,6 +243,13 @@ void push_job(lua_State* L, const actors::job_report& job) {
   set(L, "bytes_out", t.bytes_out);
   lua_pushnumber(L, static_cast<double>(t.wait_us) / 1000.0);
   lua_setfield(L, -2, "wait_ms");
+  auto slow = slowest_ranks(job, 3);
+  lua_createtable(L, static_cast<int>(slow.size()), 0);
+  for (size_t i = 0; i < slow.size(); ++i) {
+    lua_pushinteger(L, static_cast<lua_Integer>(slow[i].rank));
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  lua_setfield(L, -2, "slowest");
 }
 
 } // namespace rw::shell::detail

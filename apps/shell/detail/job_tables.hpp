@@ -9,14 +9,23 @@
 //          chunk_bytes, tensors = {{name, elements, has_init}, ...},
 //          created_unix_ms, started_unix_ms, ended_unix_ms,
 //          ranks = {{rank, state, peer, clock, pushes, pulls, bytes_in, bytes_out,
-//                    wait_ms}, ...},
-//          clock_min, clock_max, pushes, pulls, bytes_in, bytes_out, wait_ms}
+//                    wait_ms, late_ms, late_last_ms, late_max_ms, late_steps,
+//                    waited_ms, missing_chunks}, ...},
+//          clock_min, clock_max, pushes, pulls, bytes_in, bytes_out, wait_ms,
+//          slowest = {rank, ...}}
 //
 // Counts are Lua integers; hyper-parameters are the float32 values written as their
-// shortest decimal (lr 0.01 reads back as 0.01); wait_ms is a float.
+// shortest decimal (lr 0.01 reads back as 0.01); wait_ms and the late_*_ms are floats.
+// late_ms is how long after the first rank's last chunk of a step this rank's last
+// chunk came, the mean of its last 8 steps (BSP; late_last_ms the newest step,
+// late_max_ms the largest, late_steps how many were measured); waited_ms and
+// missing_chunks: a step that has waited for this rank longer than the node's
+// --slow-step-ms, how long, and the chunks of it the rank has not pushed (0: none).
+// slowest: the ranks with a late_ms of at least 1 ms, slowest first, at most 3.
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "actors/cluster_messages.hpp"
 
@@ -35,6 +44,13 @@ struct job_totals {
 };
 
 job_totals totals_of(const actors::job_report& job);
+
+/// The job's slowest ranks (late at least 1 ms a step, or waited for past the slow-step
+/// threshold), slowest first, at most `n`.
+std::vector<actors::rank_lateness> slowest_ranks(const actors::job_report& job, size_t n);
+/// "slowest ranks: 3 (30.2 ms late a step), 1 (1.5 ms); a step waits 1500 ms for rank 3
+/// (12 chunks)", or "" when no rank is late.
+std::string lateness_text(const actors::job_report& job);
 
 void push_node(lua_State* L, const actors::node_info& node);
 void push_job(lua_State* L, const actors::job_report& job);

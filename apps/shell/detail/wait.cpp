@@ -106,9 +106,12 @@ verdict check(lua_State* L, const condition& c, const actors::job_report& job) {
 }
 
 std::string state_of(const actors::job_report& job) {
+  auto late = lateness_text(job); // who holds it up, if anyone
+  if (!late.empty())
+    late = "; " + late;
   if (job.reason.empty())
-    return fmt::format("state: {}", job.state);
-  return fmt::format("state: {}, reason: {}", job.state, job.reason);
+    return fmt::format("state: {}{}", job.state, late);
+  return fmt::format("state: {}, reason: {}{}", job.state, job.reason, late);
 }
 
 } // namespace

@@ -60,10 +60,12 @@ std::string now_hms() {
 
 std::string render_line(const actors::job_report& job, const job_totals& t,
                         const rates& r) {
+  auto late = lateness_text(job);
   return fmt::format(
-    "{} job '{}' {} clock {} pushes {} pulls {} in {} out {} wait {} {}\n", now_hms(),
+    "{} job '{}' {} clock {} pushes {} pulls {} in {} out {} wait {} {}{}\n", now_hms(),
     job.name, job.state, clock_range(t), t.pushes, t.pulls, human_bytes(t.bytes_in),
-    human_bytes(t.bytes_out), human_wait(t.wait_us), rate_text(r));
+    human_bytes(t.bytes_out), human_wait(t.wait_us), rate_text(r),
+    late.empty() ? std::string{} : "; " + late);
 }
 
 std::string render_screen(const actors::job_report& job, const job_totals& t,
@@ -90,6 +92,8 @@ std::string render_screen(const actors::job_report& job, const job_totals& t,
                      "", clock_range(t), t.pushes, t.pulls, human_bytes(t.bytes_in),
                      human_bytes(t.bytes_out), human_wait(t.wait_us));
   out += fmt::format("\n{}\n", rate_text(r));
+  if (auto late = lateness_text(job); !late.empty())
+    out += late + "\n";
   return out;
 }
 
