@@ -32,9 +32,11 @@ step_lateness::open_step* step_lateness::step_of(uint64_t clock) {
   return &*open_.insert(it, std::move(s));
 }
 
-std::optional<step_lateness::measured>
-step_lateness::arrived(uint32_t rank, uint64_t clock, clock_type::time_point at,
-                       size_t chunks, uint32_t ranks_in) {
+std::optional<step_lateness::measured> step_lateness::arrived(uint32_t rank,
+                                                              uint64_t clock,
+                                                              clock_type::time_point at,
+                                                              size_t chunks,
+                                                              uint32_t ranks_in) {
   if (rank >= ranks_.size() || chunks == 0)
     return std::nullopt;
   auto* s = step_of(clock);

@@ -53,8 +53,9 @@ public:
   /// measured once `ranks_in` ranks (the ranks still in the job; those that left push
   /// nothing) have each pushed `chunks` chunks of it (the chunks the shard serves);
   /// then it is returned.
-  std::optional<measured> arrived(uint32_t rank, uint64_t clock, clock_type::time_point at,
-                                  size_t chunks, uint32_t ranks_in);
+  std::optional<measured> arrived(uint32_t rank, uint64_t clock,
+                                  clock_type::time_point at, size_t chunks,
+                                  uint32_t ranks_in);
 
   /// Rank `rank`'s figures (all zero before its first measured step).
   const figures& of(uint32_t rank) const;

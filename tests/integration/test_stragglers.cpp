@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <map>
 #include <regex>
 #include <string>
@@ -21,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "tests/support/cluster_fixture.hpp"
+#include "tests/support/http_probe.hpp"
 #include "tests/support/node_process.hpp"
 #include "tests/support/test_worker.hpp"
 
@@ -44,30 +46,13 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-// GET /metrics (HTTP/1.0: the server closes after the answer); "" if nothing answers.
+// GET /metrics: its body, "" while nothing answers.
 std::string get_metrics(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
-      char buf[4096];
-      for (int i = 0; i < 4096; ++i) { // bounded: 16 MiB
-        auto n = ::recv(fd, buf, sizeof buf, 0);
-        if (n <= 0)
-          break;
-        out.append(buf, static_cast<size_t>(n));
-      }
-    }
+  try {
+    return test::http_get(port, "/metrics").body;
+  } catch (const std::runtime_error&) { // not listening yet
+    return {};
   }
-  ::close(fd);
-  return out;
 }
 
 // The job's rw_job_rank_late_seconds samples: rank -> seconds.
@@ -223,9 +208,9 @@ TEST_CASE("a rank stopped with SIGSTOP is named with its missing chunks in the n
   REQUIRE(!status.empty());
   unsigned waited1 = 0, missing1 = 0, waited0 = 0;
   int slowest = -2;
-  REQUIRE(std::sscanf(status.c_str(), "%u\t%u\t%u\t%d", &waited1, &missing1, &waited0,
-                      &slowest)
-          == 4);
+  REQUIRE(
+    std::sscanf(status.c_str(), "%u\t%u\t%u\t%d", &waited1, &missing1, &waited0, &slowest)
+    == 4);
   CHECK(waited1 >= static_cast<unsigned>(slow_step_ms));
   CHECK(missing1 >= 1);
   CHECK(waited0 == 0);

@@ -14,7 +14,7 @@ constexpr uint64_t ms = 1'000'000; // in ns
 
 } // namespace
 
-TEST_CASE("step_lateness: a step is measured once every rank pushed every chunk; each "
+TEST_CASE("step_lateness: a step is measured once every rank pushed every chunk, each "
           "rank's lateness is its last chunk after the earliest rank's last",
           "[step_lateness]") {
   step_lateness late{3};
