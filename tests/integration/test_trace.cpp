@@ -105,6 +105,9 @@ TEST_CASE("rw-node --trace and the workers' trace option write the step timeline
       CHECK(n["push received"] <= workers * chunks * (steps + 1));
       CHECK(n["send"] >= 1);
       CHECK(n["poll round"] >= 1);
+      // Each step every rank completed on a shard: its slowest rank (docs/operations.md,
+      // "Stragglers"), on every shard that serves a chunk.
+      CHECK(n["slowest rank"] >= steps);
       // Each kind on the threads that do it.
       auto names = thread_names(events);
       // The file's last event says what it holds and what formatting it cost.
@@ -128,6 +131,12 @@ TEST_CASE("rw-node --trace and the workers' trace option write the step timeline
           CHECK(e["ph"] == "X");
           CHECK(e["args"]["clock"].get<long>() < steps);
           CHECK(e["args"]["chunk"].get<long>() < chunks);
+        }
+        if (name == "slowest rank") {
+          CHECK(e["ph"] == "X");
+          CHECK(e["dur"].get<double>() >= 0);
+          CHECK(e["args"]["rank"].get<long>() < workers);
+          CHECK(e["args"]["clock"].get<long>() <= steps);
         }
       }
 
