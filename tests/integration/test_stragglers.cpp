@@ -24,6 +24,7 @@
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/http_probe.hpp"
 #include "tests/support/node_process.hpp"
+#include "tests/support/rack_cluster.hpp"
 #include "tests/support/test_worker.hpp"
 
 namespace rw_integration_stragglers {
@@ -216,6 +217,61 @@ TEST_CASE("a rank stopped with SIGSTOP is named with its missing chunks in the n
   CHECK(waited0 == 0);
   CHECK(slowest == 1);
   // Let go, the job finishes, bitwise as ever.
+  auto deadline = std::chrono::steady_clock::now() + 90s;
+  for (auto& w : workers)
+    CHECK(testing::finish(*w, deadline).first == std::optional<int>{0});
+}
+
+TEST_CASE("in a hierarchical job over two racks, a late rank is named by its job rank, "
+          "not its index in its rack",
+          "[integration][cluster][status][racks]") {
+  testing::rack_cluster c{{"a", "b"}};
+  std::string err;
+  // Racks interleaved: rack b holds ranks 0 and 2, rack a ranks 1 and 3. Rank 2 is the
+  // second rank of rack b: a rack's shards count it as 1.
+  auto token = c.create("lag-racks", 4, "momentum",
+                        "racks = {'a', 'b'}, reduction = 'hierarchical', "
+                        "worker_racks = {'b', 'a', 'b', 'a'}",
+                        &err);
+  INFO(err);
+  REQUIRE(!token.empty());
+  constexpr uint32_t late_rank = 2;
+  std::vector<std::unique_ptr<testing::worker_process>> workers;
+  for (uint32_t r = 0; r < 4; ++r) {
+    auto a = testing::worker_args::of(c.nodes[r % 2 == 0 ? 1 : 0]->address(), "lag-racks",
+                                      r, token);
+    a.workers = 4;
+    a.optimizer = "momentum";
+    a.rank_racks = "1,0,1,0";
+    a.transport = "tcp";
+    a.steps = 40;
+    a.hold_ms = 3000;
+    if (r == late_rank)
+      a.step_delay_ms = 30;
+    workers.push_back(testing::start_worker(a));
+  }
+  std::string status;
+  for (int i = 0; i < 300 && status.empty(); ++i) { // at most ~60 s
+    auto s = c.shell("local j = rw.job_status('lag-racks'); "
+                     "print(j.clock_min, j.slowest[1] or -1, j.ranks[3].late_ms, "
+                     "j.ranks[2].late_ms)");
+    unsigned clock = 0;
+    if (s.code == 0 && std::sscanf(s.out.c_str(), "%u", &clock) == 1 && clock >= 8)
+      status = s.out;
+    else
+      std::this_thread::sleep_for(100ms);
+  }
+  INFO(status);
+  REQUIRE(!status.empty());
+  unsigned clock = 0;
+  int slowest = -2;
+  double late2 = 0, late1 = 0;
+  REQUIRE(
+    std::sscanf(status.c_str(), "%u\t%d\t%lf\t%lf", &clock, &slowest, &late2, &late1)
+    == 4);
+  CHECK(slowest == static_cast<int>(late_rank));
+  CHECK(late2 >= 15.0);
+  CHECK(late1 < late2 / 2);
   auto deadline = std::chrono::steady_clock::now() + 90s;
   for (auto& w : workers)
     CHECK(testing::finish(*w, deadline).first == std::optional<int>{0});
