@@ -142,6 +142,9 @@ struct job_gauge {
   uint32_t away = 0;  // gone without bye, inside their rejoin window
   uint64_t clock = 0; // steps every chunk of the job here has completed
   runtime::step_histogram steps; // time between successive clocks
+  // A hierarchical job's: the job rank of each of this rack's ranks, by its index in
+  // the rack, as the shards count them (empty: a flat job, the same).
+  std::vector<uint32_t> global_rank;
 };
 
 } // namespace rw::actors

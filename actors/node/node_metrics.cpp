@@ -143,16 +143,18 @@ void job_metrics(prom::writer& w, caf::scoped_actor& self, const node_gauges& no
         continue;
       if (merged.size() < part->size())
         merged.resize(part->size());
+      const auto& global = gauges[j].global_rank; // a rack job's shards count its ranks
       for (size_t r = 0; r < part->size(); ++r) {
         auto& c = (*part)[r];
+        auto rank = static_cast<uint32_t>(r < global.size() ? global[r] : r);
         merged[r].clock = std::max(merged[r].clock, c.clock);
         seen[j].bytes_in += c.bytes_in;
         seen[j].bytes_out += c.bytes_out;
         if (c.late_steps != 0 || c.waited_ns != 0)
           merge_lateness(seen[j].late,
-                         {static_cast<uint32_t>(r), c.late_last_ns / 1000,
-                          c.late_recent_ns / 1000, c.late_max_ns / 1000, c.late_steps,
-                          c.waited_ns / 1'000'000, c.missing_chunks});
+                         {rank, c.late_last_ns / 1000, c.late_recent_ns / 1000,
+                          c.late_max_ns / 1000, c.late_steps, c.waited_ns / 1'000'000,
+                          c.missing_chunks});
       }
     }
     // A rank that pushed the step in progress (clock + 1 steps) waits for the others.

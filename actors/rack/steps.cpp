@@ -65,6 +65,7 @@ std::vector<job_gauge> job_gauges(const rack_state& st) {
     g.away = c.away;
     g.clock = job.clock;
     g.steps = job.steps;
+    g.global_rank = job.global_rank;
     out.push_back(std::move(g));
   }
   return out;

@@ -225,7 +225,9 @@ TEST_CASE("a rank stopped with SIGSTOP is named with its missing chunks in the n
 TEST_CASE("in a hierarchical job over two racks, a late rank is named by its job rank, "
           "not its index in its rack",
           "[integration][cluster][status][racks]") {
-  testing::rack_cluster c{{"a", "b"}};
+  auto port = free_port(); // rack b's node's /metrics
+  testing::rack_cluster c{
+    {"a", "b"}, {}, {{}, {"--metrics", fmt::format("127.0.0.1:{}", port)}}};
   std::string err;
   // Racks interleaved: rack b holds ranks 0 and 2, rack a ranks 1 and 3. Rank 2 is the
   // second rank of rack b: a rack's shards count it as 1.
@@ -272,6 +274,16 @@ TEST_CASE("in a hierarchical job over two racks, a late rank is named by its job
   CHECK(slowest == static_cast<int>(late_rank));
   CHECK(late2 >= 15.0);
   CHECK(late1 < late2 / 2);
+  // Rack b's node labels it by its job rank too.
+  std::map<int, double> late;
+  for (int i = 0; i < 50; ++i) { // at most ~10 s
+    late = late_samples(get_metrics(port), "lag-racks");
+    if (late.count(late_rank) != 0 && late[late_rank] > 0.015)
+      break;
+    std::this_thread::sleep_for(200ms);
+  }
+  CHECK(late.count(late_rank) == 1);
+  CHECK(late.count(1) == 0); // its index in rack b: not a label
   auto deadline = std::chrono::steady_clock::now() + 90s;
   for (auto& w : workers)
     CHECK(testing::finish(*w, deadline).first == std::optional<int>{0});

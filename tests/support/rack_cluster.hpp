@@ -18,14 +18,17 @@ namespace rw::testing {
 
 // A --role coordinator and one rack-agg node per entry of `racks` (named n0, n1, ...).
 struct rack_cluster {
-  /// `node_args`: more options for every rack-agg node.
+  /// `node_args`: more options for every rack-agg node; `per_node[i]`: for node i only.
   explicit rack_cluster(const std::vector<std::string>& racks,
-                        const std::vector<std::string>& node_args = {})
+                        const std::vector<std::string>& node_args = {},
+                        const std::vector<std::vector<std::string>>& per_node = {})
     : coordinator({"--name", "coord"}, {"coordinator", false, {}}) {
     for (size_t i = 0; i < racks.size(); ++i) {
       std::vector<std::string> args{"--name", "n" + std::to_string(i), "--rack",
                                     racks[i]};
       args.insert(args.end(), node_args.begin(), node_args.end());
+      if (i < per_node.size())
+        args.insert(args.end(), per_node[i].begin(), per_node[i].end());
       nodes.push_back(std::make_unique<node_process>(
         args, node_role{"rack-agg", false, coordinator.address()}));
     }
