@@ -166,20 +166,26 @@ TEST_CASE("a rank stopped with SIGSTOP is named with its missing chunks in the n
   std::vector<std::unique_ptr<testing::worker_process>> workers;
   for (uint32_t r = 0; r < 2; ++r) {
     auto a = testing::worker_args::of(f.node.address(), "stalled", r, token);
-    a.steps = 200;
+    a.steps = 400; // 4 s at least: rank 1 is stopped long before its last step
     a.step_delay_ms = 10;
     workers.push_back(testing::start_worker(a));
   }
-  // Once both ranks step, rank 1 is stopped.
-  bool stepping = false;
-  for (int i = 0; i < 300 && !stepping; ++i) { // at most ~60 s
-    auto s = f.shell("print(rw.job_status('stalled').clock_min)");
-    unsigned clock = 0;
-    stepping = s.code == 0 && std::sscanf(s.out.c_str(), "%u", &clock) == 1 && clock >= 3;
-    if (!stepping)
+  // Once both ranks have joined, rank 1 is stopped a moment later, well inside its
+  // steps (asking the job's status for a clock first took long enough under ASan, with
+  // tests beside it, for both ranks to finish: rank 1 was stopped after its last step).
+  // Whether it pushed some steps or none, rank 0's next step waits for it.
+  bool both = false;
+  for (int i = 0; i < 300 && !both; ++i) { // at most ~30 s
+    auto log = f.node.log();
+    auto first = log.find("worker joined: job='stalled' id=");
+    both = first != std::string::npos
+           && log.find("worker joined: job='stalled' id=", first + 1)
+                != std::string::npos;
+    if (!both)
       std::this_thread::sleep_for(100ms);
   }
-  REQUIRE(stepping);
+  REQUIRE(both);
+  std::this_thread::sleep_for(100ms);
   auto mark = f.node.log_mark();
   pid_t stopped = workers[1]->proc->pid();
   REQUIRE(::kill(stopped, SIGSTOP) == 0);
