@@ -133,6 +133,14 @@ struct poller_stats {
   uint64_t refused = 0;   // frames answered with an error frame, or that closed a stream
 };
 
+/// A shard's figures of how late `rank` comes (its counters), as a job report carries
+/// them; merge_lateness adds them up over shards and nodes.
+inline rank_lateness lateness_of(const rank_counters& c, uint32_t rank) {
+  return {
+    rank,         c.late_last_ns / 1000,   c.late_recent_ns / 1000, c.late_max_ns / 1000,
+    c.late_steps, c.waited_ns / 1'000'000, c.missing_chunks};
+}
+
 /// One job as the node's rack coordinator sees it, for /metrics (rw-node --metrics).
 struct job_gauge {
   uint32_t id = 0;

@@ -151,10 +151,7 @@ void job_metrics(prom::writer& w, caf::scoped_actor& self, const node_gauges& no
         seen[j].bytes_in += c.bytes_in;
         seen[j].bytes_out += c.bytes_out;
         if (c.late_steps != 0 || c.waited_ns != 0)
-          merge_lateness(seen[j].late,
-                         {rank, c.late_last_ns / 1000, c.late_recent_ns / 1000,
-                          c.late_max_ns / 1000, c.late_steps, c.waited_ns / 1'000'000,
-                          c.missing_chunks});
+          merge_lateness(seen[j].late, lateness_of(c, rank));
       }
     }
     // A rank that pushed the step in progress (clock + 1 steps) waits for the others.

@@ -45,17 +45,8 @@ void add_counts(job_event& ev, const job_counters& counts,
     if (r >= ranks.size())
       continue;
     auto& c = counts[i];
-    if (c.late_steps != 0 || c.waited_ns != 0) {
-      rank_lateness late;
-      late.rank = static_cast<uint32_t>(r);
-      late.last_us = c.late_last_ns / 1000;
-      late.recent_us = c.late_recent_ns / 1000;
-      late.max_us = c.late_max_ns / 1000;
-      late.steps = c.late_steps;
-      late.waited_ms = c.waited_ns / 1'000'000;
-      late.missing_chunks = c.missing_chunks;
-      merge_lateness(ev.lateness, late);
-    }
+    if (c.late_steps != 0 || c.waited_ns != 0)
+      merge_lateness(ev.lateness, lateness_of(c, static_cast<uint32_t>(r)));
     auto& x = ranks[r];
     x.clock = std::max(x.clock, c.clock);
     x.pushes += c.pushes;
